@@ -1,0 +1,55 @@
+//! Unsolicited events on `hk/v1/evt/{agent}`: `{"event": "<name>", ...fields}`.
+//!
+//! Events tell an agent that something it had is gone. They are a courtesy, not the safety
+//! mechanism: an agent that missed one still holds a stale token, which a fenced resource
+//! rejects (DESIGN.md §5.2).
+
+use serde::{Deserialize, Serialize};
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event")]
+pub enum Event {
+    /// The lease expired: its keepalives stopped for longer than its TTL.
+    #[serde(rename = "lease.expired")]
+    LeaseExpired {
+        /// The lease that ended.
+        lease: String,
+    },
+    /// A lock was taken away because its lease ended.
+    #[serde(rename = "lock.lost")]
+    LockLost {
+        /// The lock's name.
+        name: String,
+        /// The token of the hold that ended.
+        token: u64,
+    },
+    /// Semaphore permits were taken away because their lease ended.
+    #[serde(rename = "sem.lost")]
+    SemLost {
+        /// The semaphore's name.
+        name: String,
+        /// The token of the hold that ended.
+        token: u64,
+    },
+    /// A waypoint reservation was taken away because its lease ended.
+    #[serde(rename = "waypoint.lost")]
+    WaypointLost {
+        /// The waypoint's name.
+        name: String,
+        /// The token of the reservation that ended.
+        token: u64,
+    },
+}
+
+impl Event {
+    /// The event as JSON bytes, ready to publish.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an event is plain data and always serializes")
+    }
+
+    /// Parses an event payload (the SDK's side).
+    pub fn decode(payload: &[u8]) -> Result<Event, serde_json::Error> {
+        serde_json::from_slice(payload)
+    }
+}

@@ -1,0 +1,38 @@
+//! # hivekeeper-protocol: wire protocol v1
+//!
+//! The types that travel over MQTT between agents and a Hivekeeper node, shared by the bridge
+//! (`hivekeeper-mqtt`) and the agent SDK (`hivekeeper-agent`). Pure serde and validation: no I/O,
+//! no runtime, small enough for an agent to embed. `docs/PROTOCOL.md` is the prose version of
+//! this crate; the golden tests in `tests/golden.rs` pin the JSON so it cannot drift silently.
+//!
+//! ```text
+//!  agent                                   node
+//!  Request ──encode()──▶ hk/v1/req/{agent} ──▶ Topics::parse_request_topic()
+//!                                              Request::decode(bytes) ──▶ Ok(Request)
+//!                                                                    └──▶ Err(ProtocolError)
+//!  Response ◀─decode── hk/v1/rsp/{agent}  ◀── Response::encode()  (exactly one per request id)
+//!  Event    ◀─decode── hk/v1/evt/{agent}  ◀── Event::encode()     (lease.expired, lock.lost, ...)
+//! ```
+//!
+//! # Layout
+//! - [`request`]: [`Request`] and [`Op`], one variant per op, and the stepwise decoder that tells a
+//!   malformed message (`bad_request`) from an unknown op (`unknown_op`) from one too large
+//!   (`too_large`).
+//! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
+//! - [`event`]: unsolicited [`Event`]s.
+//! - [`error`]: [`ErrorCode`], the closed list of codes, and [`ProtocolError`].
+//! - [`topic`]: building and parsing `hk/v1/{req,rsp,evt}/{agent}`.
+//! - [`validate`]: the bounds on ids, names and numeric fields, one precise message per failure.
+
+pub mod error;
+pub mod event;
+pub mod request;
+pub mod response;
+pub mod topic;
+pub mod validate;
+
+pub use error::{ErrorCode, ProtocolError};
+pub use event::Event;
+pub use request::{Area, Op, Request, ResourceKind};
+pub use response::{ErrorBody, HolderInfo, Response, Success, WaiterInfo};
+pub use topic::Topics;

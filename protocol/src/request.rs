@@ -1,0 +1,446 @@
+//! Requests: `{"id": "...", "op": "...", ...fields}` on `hk/v1/req/{agent}`.
+//!
+//! The serde form of [`Op`] *is* the wire form (internally tagged by `op`), so the same JSON can
+//! be stored in the Raft log and replayed. Decoding is stepwise so that every failure gets the
+//! most precise code: size first (`too_large`), then JSON and the `id` (`bad_request`, with
+//! `"id": null`), then the op name (`unknown_op`), then the op's fields and their ranges
+//! (`bad_request`, echoing the id).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{ErrorCode, ProtocolError};
+use crate::validate;
+
+/// One request: the agent's id for it, and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Request {
+    /// Unique per agent. A retry reuses it, and the service answers a retry with the outcome
+    /// of the first attempt instead of doing the work twice.
+    pub id: String,
+    /// The operation and its fields, flattened beside `id` on the wire.
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+/// The kinds of resource an agent can hold. `inspect` and `fence.check` name one.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    /// A FIFO lock (`lock.*`).
+    #[default]
+    Lock,
+    /// A counting semaphore (`sem.*`).
+    Sem,
+    /// A waypoint reservation (`waypoint.*`).
+    Waypoint,
+}
+
+impl ResourceKind {
+    /// The kind as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Lock => "lock",
+            ResourceKind::Sem => "sem",
+            ResourceKind::Waypoint => "waypoint",
+        }
+    }
+}
+
+/// Every operation of protocol v1 with its fields. Field names and units are the wire's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", deny_unknown_fields)]
+pub enum Op {
+    /// Create a lease for the sending agent, living `ttl_ms` past its last keepalive.
+    #[serde(rename = "lease.grant")]
+    LeaseGrant {
+        /// Time to live in milliseconds; the service's configured range applies.
+        ttl_ms: u64,
+    },
+    /// Restart the lease's countdown. Not a Raft write: the leader keeps deadlines in memory.
+    #[serde(rename = "lease.keepalive")]
+    LeaseKeepalive {
+        /// The lease to keep alive.
+        lease: String,
+    },
+    /// End the lease now, releasing everything it holds and dropping everything it waits for.
+    #[serde(rename = "lease.revoke")]
+    LeaseRevoke {
+        /// The lease to revoke.
+        lease: String,
+    },
+    /// Take a FIFO lock, or queue for it.
+    #[serde(rename = "lock.acquire")]
+    LockAcquire {
+        /// The lock's name.
+        name: String,
+        /// The lease the lock will be bound to.
+        lease: String,
+        /// Absent: wait while the lease lives. `0`: try once. `n`: wait at most n ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Release a held lock; the head waiter is granted in the same log entry.
+    #[serde(rename = "lock.release")]
+    LockRelease {
+        /// The lock's name.
+        name: String,
+        /// The lease holding it.
+        lease: String,
+    },
+    /// Take `permits` of a counting semaphore of capacity `limit`, or queue for them.
+    #[serde(rename = "sem.acquire")]
+    SemAcquire {
+        /// The semaphore's name.
+        name: String,
+        /// Its capacity; fixed by the first acquirer while the semaphore is in use.
+        limit: u32,
+        /// The lease the permits will be bound to.
+        lease: String,
+        /// How many permits (weight), 1 by default.
+        #[serde(default = "one")]
+        permits: u32,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Give back the permits a lease holds on a semaphore.
+    #[serde(rename = "sem.release")]
+    SemRelease {
+        /// The semaphore's name.
+        name: String,
+        /// The lease holding the permits.
+        lease: String,
+    },
+    /// Reserve a named waypoint, and with `lat`/`lon` a vertical cylinder around it.
+    #[serde(rename = "waypoint.reserve")]
+    WaypointReserve {
+        /// The waypoint's name; two reservations of one name always conflict.
+        name: String,
+        /// The lease the reservation will be bound to.
+        lease: String,
+        /// Latitude of the cylinder's axis, degrees (WGS84).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lat: Option<f64>,
+        /// Longitude of the cylinder's axis, degrees (WGS84).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lon: Option<f64>,
+        /// Bottom of the altitude band, metres; absent means no lower bound.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alt_min_m: Option<f64>,
+        /// Top of the altitude band, metres; absent means no upper bound.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alt_max_m: Option<f64>,
+        /// Radius of the cylinder, metres; 0 by default (a vertical line).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        radius_m: Option<f64>,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Release a waypoint reservation.
+    #[serde(rename = "waypoint.release")]
+    WaypointRelease {
+        /// The waypoint's name.
+        name: String,
+        /// The lease holding it.
+        lease: String,
+    },
+    /// Ask whether `token` is held right now on a resource.
+    #[serde(rename = "fence.check")]
+    FenceCheck {
+        /// The resource's name.
+        resource: String,
+        /// Addition to DESIGN.md §3: the resource's kind, `lock` by default.
+        #[serde(default)]
+        kind: ResourceKind,
+        /// The token to check.
+        token: u64,
+    },
+    /// Holders and waiters of one resource.
+    #[serde(rename = "inspect")]
+    Inspect {
+        /// Which kind of resource.
+        kind: ResourceKind,
+        /// Its name.
+        name: String,
+    },
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The validated geometry of a waypoint reservation: a vertical cylinder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Area {
+    /// Latitude of the axis, degrees.
+    pub lat: f64,
+    /// Longitude of the axis, degrees.
+    pub lon: f64,
+    /// Radius, metres.
+    pub radius_m: f64,
+    /// Bottom of the altitude band, metres (`-inf` when unbounded).
+    pub alt_min_m: f64,
+    /// Top of the altitude band, metres (`+inf` when unbounded).
+    pub alt_max_m: f64,
+}
+
+impl Op {
+    /// Every op name, in documentation order.
+    pub const NAMES: [&'static str; 11] = [
+        "lease.grant",
+        "lease.keepalive",
+        "lease.revoke",
+        "lock.acquire",
+        "lock.release",
+        "sem.acquire",
+        "sem.release",
+        "waypoint.reserve",
+        "waypoint.release",
+        "fence.check",
+        "inspect",
+    ];
+
+    /// The op's wire name, e.g. `"lock.acquire"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::LeaseGrant { .. } => "lease.grant",
+            Op::LeaseKeepalive { .. } => "lease.keepalive",
+            Op::LeaseRevoke { .. } => "lease.revoke",
+            Op::LockAcquire { .. } => "lock.acquire",
+            Op::LockRelease { .. } => "lock.release",
+            Op::SemAcquire { .. } => "sem.acquire",
+            Op::SemRelease { .. } => "sem.release",
+            Op::WaypointReserve { .. } => "waypoint.reserve",
+            Op::WaypointRelease { .. } => "waypoint.release",
+            Op::FenceCheck { .. } => "fence.check",
+            Op::Inspect { .. } => "inspect",
+        }
+    }
+
+    /// The lease the op names, if any.
+    pub fn lease(&self) -> Option<&str> {
+        match self {
+            Op::LeaseKeepalive { lease }
+            | Op::LeaseRevoke { lease }
+            | Op::LockAcquire { lease, .. }
+            | Op::LockRelease { lease, .. }
+            | Op::SemAcquire { lease, .. }
+            | Op::SemRelease { lease, .. }
+            | Op::WaypointReserve { lease, .. }
+            | Op::WaypointRelease { lease, .. } => Some(lease),
+            Op::LeaseGrant { .. } | Op::FenceCheck { .. } | Op::Inspect { .. } => None,
+        }
+    }
+
+    /// Whether the op changes replicated state (and so goes through the Raft log). Keepalives,
+    /// fence checks and inspections do not.
+    pub fn is_write(&self) -> bool {
+        !matches!(
+            self,
+            Op::LeaseKeepalive { .. } | Op::FenceCheck { .. } | Op::Inspect { .. }
+        )
+    }
+
+    /// The `wait_ms` of an acquire or reserve.
+    pub fn wait_ms(&self) -> Option<u64> {
+        match self {
+            Op::LockAcquire { wait_ms, .. }
+            | Op::SemAcquire { wait_ms, .. }
+            | Op::WaypointReserve { wait_ms, .. } => *wait_ms,
+            _ => None,
+        }
+    }
+
+    /// Checks every field's range. Serde has already checked presence and types.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(lease) = self.lease() {
+            validate::name("lease", lease)?;
+        }
+        validate::wait_ms(self.wait_ms())?;
+        match self {
+            Op::LeaseGrant { ttl_ms } => {
+                if *ttl_ms == 0 {
+                    return Err("`ttl_ms` must be positive".into());
+                }
+            }
+            Op::LeaseKeepalive { .. } | Op::LeaseRevoke { .. } => {}
+            Op::LockAcquire { name, .. }
+            | Op::LockRelease { name, .. }
+            | Op::SemRelease { name, .. }
+            | Op::WaypointRelease { name, .. }
+            | Op::Inspect { name, .. } => validate::name("name", name)?,
+            Op::SemAcquire {
+                name,
+                limit,
+                permits,
+                ..
+            } => {
+                validate::name("name", name)?;
+                if *limit == 0 || *limit > validate::SEM_LIMIT_MAX {
+                    return Err(format!(
+                        "`limit` is {limit}, it must be in [1, {}]",
+                        validate::SEM_LIMIT_MAX
+                    ));
+                }
+                if *permits == 0 || permits > limit {
+                    return Err(format!(
+                        "`permits` is {permits}, it must be in [1, limit = {limit}]"
+                    ));
+                }
+            }
+            Op::WaypointReserve { name, .. } => {
+                validate::name("name", name)?;
+                self.area()?;
+            }
+            Op::FenceCheck { resource, .. } => validate::name("resource", resource)?,
+        }
+        Ok(())
+    }
+
+    /// The reservation's cylinder, for a `waypoint.reserve` with `lat` and `lon`; `Ok(None)`
+    /// without geometry or for another op. Errors on partial or out-of-range geometry.
+    pub fn area(&self) -> Result<Option<Area>, String> {
+        let Op::WaypointReserve {
+            lat,
+            lon,
+            alt_min_m,
+            alt_max_m,
+            radius_m,
+            ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        let (lat, lon) = match (lat, lon) {
+            (Some(lat), Some(lon)) => (*lat, *lon),
+            (None, None) => {
+                if radius_m.is_some() || alt_min_m.is_some() || alt_max_m.is_some() {
+                    return Err("`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`".into());
+                }
+                return Ok(None);
+            }
+            _ => return Err("`lat` and `lon` go together: give both or neither".into()),
+        };
+        validate::float_in("lat", lat, -90.0, 90.0)?;
+        validate::float_in("lon", lon, -180.0, 180.0)?;
+        let radius_m = radius_m.unwrap_or(0.0);
+        validate::float_in("radius_m", radius_m, 0.0, validate::RADIUS_M_MAX)?;
+        let alt_min_m = match alt_min_m {
+            Some(alt) => {
+                validate::float_in("alt_min_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
+                *alt
+            }
+            None => f64::NEG_INFINITY,
+        };
+        let alt_max_m = match alt_max_m {
+            Some(alt) => {
+                validate::float_in("alt_max_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
+                *alt
+            }
+            None => f64::INFINITY,
+        };
+        if alt_min_m > alt_max_m {
+            return Err(format!(
+                "`alt_min_m` ({alt_min_m}) is above `alt_max_m` ({alt_max_m})"
+            ));
+        }
+        Ok(Some(Area {
+            lat,
+            lon,
+            radius_m,
+            alt_min_m,
+            alt_max_m,
+        }))
+    }
+}
+
+impl Request {
+    /// Decodes and validates one request payload as received on `hk/v1/req/{agent}`.
+    pub fn decode(payload: &[u8]) -> Result<Request, ProtocolError> {
+        if payload.len() > validate::REQUEST_BYTES_MAX {
+            return Err(ProtocolError {
+                id: None,
+                code: ErrorCode::TooLarge,
+                message: format!(
+                    "payload is {} bytes, the maximum is {}",
+                    payload.len(),
+                    validate::REQUEST_BYTES_MAX
+                ),
+            });
+        }
+        let value: Value = serde_json::from_slice(payload)
+            .map_err(|e| ProtocolError::bad_request(None, format!("malformed JSON: {e}")))?;
+        Request::from_value(value)
+    }
+
+    /// Validates an already parsed JSON value as a request.
+    pub fn from_value(value: Value) -> Result<Request, ProtocolError> {
+        let Value::Object(mut fields) = value else {
+            return Err(ProtocolError::bad_request(
+                None,
+                "a request must be a JSON object",
+            ));
+        };
+        let id = take_id(&mut fields)?;
+        let op_name = match fields.get("op") {
+            None => return Err(ProtocolError::bad_request(Some(id), "missing field `op`")),
+            Some(Value::String(op)) => op.clone(),
+            Some(_) => return Err(ProtocolError::bad_request(Some(id), "`op` must be a string")),
+        };
+        if !Op::NAMES.contains(&op_name.as_str()) {
+            return Err(ProtocolError {
+                id: Some(id),
+                code: ErrorCode::UnknownOp,
+                message: format!(
+                    "unknown op {op_name:?}; the ops are {}",
+                    Op::NAMES.join(", ")
+                ),
+            });
+        }
+        let op: Op = match serde_json::from_value(Value::Object(fields)) {
+            Ok(op) => op,
+            Err(e) => {
+                return Err(ProtocolError::bad_request(
+                    Some(id),
+                    format!("{op_name}: {e}"),
+                ));
+            }
+        };
+        if let Err(message) = op.validate() {
+            return Err(ProtocolError::bad_request(
+                Some(id),
+                format!("{op_name}: {message}"),
+            ));
+        }
+        Ok(Request { id, op })
+    }
+
+    /// The request as JSON bytes, ready to publish.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a request is plain data and always serializes")
+    }
+}
+
+fn take_id(fields: &mut Map<String, Value>) -> Result<String, ProtocolError> {
+    match fields.remove("id") {
+        None => Err(ProtocolError::bad_request(None, "missing field `id`")),
+        Some(Value::String(id)) => match validate::request_id(&id) {
+            Ok(()) => Ok(id),
+            Err(message) => Err(ProtocolError::bad_request(None, message)),
+        },
+        Some(_) => Err(ProtocolError::bad_request(None, "`id` must be a string")),
+    }
+}
+
+/// Deserializing goes through the same checks as [`Request::from_value`], so a request read
+/// back from the Raft log is exactly as valid as one read from the wire.
+impl<'de> Deserialize<'de> for Request {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Request::from_value(value).map_err(serde::de::Error::custom)
+    }
+}

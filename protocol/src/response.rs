@@ -1,0 +1,204 @@
+//! Responses: exactly one final answer per request id, on `hk/v1/rsp/{agent}`.
+//!
+//! Success: `{"id": "...", "ok": true, ...result}`. Failure:
+//! `{"id": "...", "ok": false, "error": {"code": "...", "message": "..."}}`, with `"id": null`
+//! when the request could not be parsed far enough to read its id.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ErrorCode;
+
+/// One final response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "WireResponse", try_from = "WireResponse")]
+pub struct Response {
+    /// The request id this answers; `None` when the request had no readable id.
+    pub id: Option<String>,
+    /// The result fields, or why the request failed.
+    pub outcome: Result<Success, ErrorBody>,
+}
+
+/// The `error` object of a failure response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable reason.
+    pub code: ErrorCode,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// The result fields of a success response. Which fields are present depends on the op
+/// (DESIGN.md §3, `docs/PROTOCOL.md`); absent fields are not sent. A flat struct rather than an
+/// enum so that a client can read the field it expects without knowing every other shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Success {
+    /// `lease.grant`: the new lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// `lease.grant`, `lease.keepalive`: the lease's time to live, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`: the grant's fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// `fence.check`: the newest token held on the resource right now, 0 when it is free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<u64>,
+    /// `fence.check`: whether the checked token is held right now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
+    /// `inspect` of a semaphore: its capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// `inspect`: who holds the resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Vec<HolderInfo>>,
+    /// `inspect`: who waits for it, in queue order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiters: Option<Vec<WaiterInfo>>,
+}
+
+/// One holder in an `inspect` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderInfo {
+    /// The holding agent.
+    pub agent: String,
+    /// The lease the hold is bound to.
+    pub lease: String,
+    /// The hold's fencing token.
+    pub token: u64,
+    /// Permits held (semaphores only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// When it was granted, milliseconds since the Unix epoch on the leader's clock.
+    pub since_ms: u64,
+}
+
+/// One waiter in an `inspect` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterInfo {
+    /// The waiting agent.
+    pub agent: String,
+    /// Place in the queue, 1 for the next to be granted.
+    pub position: u32,
+    /// Permits asked for (semaphores only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
+    /// When it started waiting, milliseconds since the Unix epoch on the leader's clock.
+    pub since_ms: u64,
+}
+
+impl Success {
+    /// The result of `lease.grant`.
+    pub fn lease(lease: String, ttl_ms: u64) -> Self {
+        Success {
+            lease: Some(lease),
+            ttl_ms: Some(ttl_ms),
+            ..Success::default()
+        }
+    }
+
+    /// The result of `lease.keepalive`.
+    pub fn ttl(ttl_ms: u64) -> Self {
+        Success {
+            ttl_ms: Some(ttl_ms),
+            ..Success::default()
+        }
+    }
+
+    /// The result of a grant.
+    pub fn token(token: u64) -> Self {
+        Success {
+            token: Some(token),
+            ..Success::default()
+        }
+    }
+
+    /// The result of `fence.check`.
+    pub fn fence(current: u64, valid: bool) -> Self {
+        Success {
+            current: Some(current),
+            valid: Some(valid),
+            ..Success::default()
+        }
+    }
+}
+
+impl Response {
+    /// A success response.
+    pub fn ok(id: impl Into<String>, success: Success) -> Self {
+        Response {
+            id: Some(id.into()),
+            outcome: Ok(success),
+        }
+    }
+
+    /// A failure response.
+    pub fn error(id: Option<String>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Response {
+            id,
+            outcome: Err(ErrorBody {
+                code,
+                message: message.into(),
+            }),
+        }
+    }
+
+    /// The response as JSON bytes, ready to publish.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a response is plain data and always serializes")
+    }
+
+    /// Parses a response payload (the SDK's side).
+    pub fn decode(payload: &[u8]) -> Result<Response, serde_json::Error> {
+        serde_json::from_slice(payload)
+    }
+}
+
+/// The flat shape on the wire; [`Response`] is the shape that cannot say `ok: true` with an
+/// error.
+#[derive(Serialize, Deserialize)]
+struct WireResponse {
+    id: Option<String>,
+    ok: bool,
+    #[serde(flatten)]
+    success: Success,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody>,
+}
+
+impl From<Response> for WireResponse {
+    fn from(response: Response) -> Self {
+        match response.outcome {
+            Ok(success) => WireResponse {
+                id: response.id,
+                ok: true,
+                success,
+                error: None,
+            },
+            Err(error) => WireResponse {
+                id: response.id,
+                ok: false,
+                success: Success::default(),
+                error: Some(error),
+            },
+        }
+    }
+}
+
+impl TryFrom<WireResponse> for Response {
+    type Error = String;
+
+    fn try_from(wire: WireResponse) -> Result<Self, Self::Error> {
+        let outcome = match (wire.ok, wire.error) {
+            (true, None) => Ok(wire.success),
+            (false, Some(error)) => Err(error),
+            (true, Some(_)) => return Err("`ok: true` with an `error`".into()),
+            (false, None) => return Err("`ok: false` without an `error`".into()),
+        };
+        Ok(Response {
+            id: wire.id,
+            outcome,
+        })
+    }
+}

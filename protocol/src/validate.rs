@@ -1,0 +1,94 @@
+//! Bounds on everything an agent can send, each with a precise error message.
+//!
+//! DESIGN.md §5.6: bounded everything. These are wire-level bounds that hold on every node and
+//! never change at run time. Bounds that an operator configures (lease TTL range, how many
+//! leases or waiters) live in the coordinator's replicated limits instead.
+
+/// Largest request payload accepted, in bytes. Below rumqttc's default 10 KiB packet limit so
+/// a request that fits here also fits any default client; a waypoint reservation with every
+/// field set is under 400 bytes.
+pub const REQUEST_BYTES_MAX: usize = 8 * 1024;
+/// Longest agent id, in bytes (DESIGN.md §2: `[A-Za-z0-9_.-]{1,64}`).
+pub const AGENT_ID_BYTES_MAX: usize = 64;
+/// Longest request id, in bytes.
+pub const REQUEST_ID_BYTES_MAX: usize = 128;
+/// Longest resource name (lock, semaphore, waypoint), in bytes of UTF-8.
+pub const NAME_BYTES_MAX: usize = 256;
+/// Longest wait a request may ask for: one day. Longer waits are better expressed as no
+/// `wait_ms` at all (wait while the lease lives).
+pub const WAIT_MS_MAX: u64 = 86_400_000;
+/// Largest semaphore capacity.
+pub const SEM_LIMIT_MAX: u32 = 1_000_000;
+/// Largest waypoint radius, in metres (10 km). Keeps a spatial query to a bounded neighbourhood.
+pub const RADIUS_M_MAX: f64 = 10_000.0;
+/// Altitude bounds accepted for a waypoint band, in metres (below the Dead Sea shore to well
+/// above any drone ceiling).
+pub const ALT_M_MIN: f64 = -1_000.0;
+/// See [`ALT_M_MIN`].
+pub const ALT_M_MAX: f64 = 100_000.0;
+
+/// Checks an agent id: 1 to 64 bytes of `[A-Za-z0-9_.-]`. The id is the last topic segment, so
+/// MQTT wildcards and separators (`+`, `#`, `/`) can never appear in it.
+pub fn agent_id(agent: &str) -> Result<(), String> {
+    if agent.is_empty() || agent.len() > AGENT_ID_BYTES_MAX {
+        return Err(format!(
+            "agent id must be 1 to {AGENT_ID_BYTES_MAX} characters, got {}",
+            agent.len()
+        ));
+    }
+    if let Some(bad) = agent
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "agent id {agent:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ . -"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a request id: 1 to 128 bytes, no control characters.
+pub fn request_id(id: &str) -> Result<(), String> {
+    bounded_text("id", id, REQUEST_ID_BYTES_MAX)
+}
+
+/// Checks a resource name (`name` or `resource`): 1 to 256 bytes of UTF-8, no control
+/// characters. Slashes are fine (`gateway/config`): names never become topic segments.
+pub fn name(field: &str, value: &str) -> Result<(), String> {
+    bounded_text(field, value, NAME_BYTES_MAX)
+}
+
+fn bounded_text(field: &str, value: &str, bytes_max: usize) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("`{field}` must not be empty"));
+    }
+    if value.len() > bytes_max {
+        return Err(format!(
+            "`{field}` is {} bytes long, the maximum is {bytes_max}",
+            value.len()
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("`{field}` must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Checks an optional `wait_ms`.
+pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
+    match wait_ms {
+        Some(ms) if ms > WAIT_MS_MAX => Err(format!(
+            "`wait_ms` is {ms}, the maximum is {WAIT_MS_MAX} (one day); omit it to wait while \
+             the lease lives"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that a float field is a finite number within `[min, max]`.
+pub fn float_in(field: &str, value: f64, min: f64, max: f64) -> Result<(), String> {
+    if !value.is_finite() || value < min || value > max {
+        return Err(format!("`{field}` is {value}, it must be in [{min}, {max}]"));
+    }
+    Ok(())
+}
