@@ -174,7 +174,7 @@ fn one() -> u32 {
 }
 
 /// The validated geometry of a waypoint reservation: a vertical cylinder.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Area {
     /// Latitude of the axis, degrees.
     pub lat: f64,
@@ -182,10 +182,10 @@ pub struct Area {
     pub lon: f64,
     /// Radius, metres.
     pub radius_m: f64,
-    /// Bottom of the altitude band, metres (`-inf` when unbounded).
-    pub alt_min_m: f64,
-    /// Top of the altitude band, metres (`+inf` when unbounded).
-    pub alt_max_m: f64,
+    /// Bottom of the altitude band, metres; `None` when unbounded below.
+    pub alt_min_m: Option<f64>,
+    /// Top of the altitude band, metres; `None` when unbounded above.
+    pub alt_max_m: Option<f64>,
 }
 
 impl Op {
@@ -329,31 +329,23 @@ impl Op {
         validate::float_in("lon", lon, -180.0, 180.0)?;
         let radius_m = radius_m.unwrap_or(0.0);
         validate::float_in("radius_m", radius_m, 0.0, validate::RADIUS_M_MAX)?;
-        let alt_min_m = match alt_min_m {
-            Some(alt) => {
-                validate::float_in("alt_min_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
-                *alt
-            }
-            None => f64::NEG_INFINITY,
-        };
-        let alt_max_m = match alt_max_m {
-            Some(alt) => {
-                validate::float_in("alt_max_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
-                *alt
-            }
-            None => f64::INFINITY,
-        };
-        if alt_min_m > alt_max_m {
-            return Err(format!(
-                "`alt_min_m` ({alt_min_m}) is above `alt_max_m` ({alt_max_m})"
-            ));
+        if let Some(alt) = alt_min_m {
+            validate::float_in("alt_min_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
+        }
+        if let Some(alt) = alt_max_m {
+            validate::float_in("alt_max_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
+        }
+        if let (Some(min), Some(max)) = (alt_min_m, alt_max_m)
+            && min > max
+        {
+            return Err(format!("`alt_min_m` ({min}) is above `alt_max_m` ({max})"));
         }
         Ok(Some(Area {
             lat,
             lon,
             radius_m,
-            alt_min_m,
-            alt_max_m,
+            alt_min_m: *alt_min_m,
+            alt_max_m: *alt_max_m,
         }))
     }
 }

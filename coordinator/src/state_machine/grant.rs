@@ -1,0 +1,480 @@
+//! Holds, waiters and fencing tokens: the bookkeeping every resource kind shares.
+//!
+//! A resource kind (lock, semaphore, waypoint) decides *whether* to grant; this file does the
+//! granting, so a grant, a queue slot or a release is recorded the same way for every kind, in
+//! the lease, in the pending-wait index, in the dedup memory and in the events.
+//!
+//! Invariants (checked by [`Core::check_invariants`] and [`Core::check_occupancy`]):
+//! 1. Every hold and every waiter belongs to a live lease of the same agent (DESIGN.md §5.1: a
+//!    grant is applied only if the waiter's lease is alive in that same entry).
+//! 2. A lease's `holds` and `waits` list exactly the holds and waiters the resources have.
+//! 3. `waiting` indexes exactly the queued waiters, by agent and request id: no waiter twice.
+//! 4. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
+//!    token is `max(token_last + 1, index << 16)`, so it also says which entry granted it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::dedup::Dedup;
+use super::lease::{Lease, LeaseId};
+use super::{Ctx, Event, ReleaseReason, Reply, Text};
+
+/// Tokens are `log index << TOKEN_INDEX_SHIFT` (plus a count when one entry grants several), so
+/// `token >> 16` is the index of the granting entry. 2^48 entries is centuries at any rate a
+/// Raft log sustains.
+pub const TOKEN_INDEX_SHIFT: u32 = 16;
+
+/// A resource: its kind and name. Written `kind:name` where it must be a string (JSON map keys);
+/// the kind never contains `:`, so names may.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    /// Lock, semaphore or waypoint.
+    pub kind: ResourceKind,
+    /// The resource's name.
+    pub name: Text,
+}
+
+impl ResourceKey {
+    /// A key.
+    pub fn new(kind: ResourceKind, name: &Text) -> Self {
+        ResourceKey {
+            kind,
+            name: name.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ResourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind.as_str(), self.name)
+    }
+}
+
+impl Serialize for ResourceKey {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let (kind, name) = text
+            .split_once(':')
+            .ok_or_else(|| serde::de::Error::custom(format!("resource key {text:?} has no ':'")))?;
+        let kind = match kind {
+            "lock" => ResourceKind::Lock,
+            "sem" => ResourceKind::Sem,
+            "waypoint" => ResourceKind::Waypoint,
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "unknown resource kind {other:?}"
+                )));
+            }
+        };
+        Ok(ResourceKey {
+            kind,
+            name: Arc::from(name),
+        })
+    }
+}
+
+/// One grant that is still held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hold {
+    /// The lease it is bound to.
+    pub lease: LeaseId,
+    /// The lease's agent (kept here so inspection needs no lookup).
+    pub agent: Text,
+    /// The fencing token.
+    pub token: u64,
+    /// Permits held (1 for locks and waypoints).
+    pub permits: u32,
+    /// When it was granted (machine clock).
+    pub since_ms: u64,
+}
+
+/// One queued request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiter {
+    /// The lease it waits under.
+    pub lease: LeaseId,
+    /// The lease's agent.
+    pub agent: Text,
+    /// The request id to answer when it is granted or dropped.
+    pub request_id: String,
+    /// Permits asked for (1 for locks and waypoints).
+    pub permits: u32,
+    /// When it was queued (machine clock).
+    pub since_ms: u64,
+    /// Log index of the request that queued it: the order among waiters.
+    pub seq: u64,
+}
+
+/// Where a pending request waits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wait {
+    /// The lease it waits under.
+    pub lease: LeaseId,
+    /// The resource.
+    pub key: ResourceKey,
+}
+
+/// State shared by every resource kind: leases, the token counter, pending waits and the
+/// remembered outcomes of recent requests.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Core {
+    /// Live leases, by id.
+    pub leases: BTreeMap<LeaseId, Lease>,
+    /// The last token handed out (0 before the first grant).
+    pub token_last: u64,
+    /// Pending waits by agent, then request id: how a retry or a `CancelWait` finds its queue
+    /// slot.
+    pub waiting: BTreeMap<Text, BTreeMap<String, Wait>>,
+    /// Outcomes of recent completed requests, for retries.
+    pub dedup: Dedup,
+}
+
+/// Holds and waits as the resources record them, gathered for the cross-check against leases.
+#[derive(Debug, Default)]
+pub struct Occupancy {
+    /// `(lease, resource, agent, token)` of every hold.
+    pub holds: Vec<(LeaseId, ResourceKey, Text, u64)>,
+    /// `(lease, resource, agent, request id)` of every waiter.
+    pub waits: Vec<(LeaseId, ResourceKey, Text, String)>,
+}
+
+impl Occupancy {
+    /// Records a hold.
+    pub fn hold(&mut self, key: &ResourceKey, hold: &Hold) {
+        self.holds
+            .push((hold.lease, key.clone(), hold.agent.clone(), hold.token));
+    }
+
+    /// Records a waiter.
+    pub fn wait(&mut self, key: &ResourceKey, waiter: &Waiter) {
+        self.waits.push((
+            waiter.lease,
+            key.clone(),
+            waiter.agent.clone(),
+            waiter.request_id.clone(),
+        ));
+    }
+}
+
+impl Core {
+    /// The lease named on the wire, if it is alive and belongs to `agent`.
+    pub fn live_lease(&self, agent: &str, lease: &str) -> Result<LeaseId, Reply> {
+        let not_found = || {
+            Reply::refused(
+                ErrorCode::LeaseNotFound,
+                format!("lease {lease:?} does not exist (never granted, revoked or expired)"),
+            )
+        };
+        let id = LeaseId::parse(lease).ok_or_else(not_found)?;
+        let record = self.leases.get(&id).ok_or_else(not_found)?;
+        if &*record.agent != agent {
+            return Err(Reply::refused(
+                ErrorCode::Forbidden,
+                format!("lease {lease} belongs to another agent"),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// The outcome to replay for a retried request: `Queued` while it still waits, the
+    /// remembered reply once it completed.
+    pub fn replay(&self, agent: &str, request_id: &str) -> Option<Reply> {
+        if self
+            .waiting
+            .get(agent)
+            .is_some_and(|waits| waits.contains_key(request_id))
+        {
+            return Some(Reply::Queued);
+        }
+        self.dedup.replay(agent, request_id).cloned()
+    }
+
+    /// The resource a pending request waits on.
+    pub fn waiting_key(&self, agent: &str, request_id: &str) -> Option<ResourceKey> {
+        Some(self.waiting.get(agent)?.get(request_id)?.key.clone())
+    }
+
+    /// Whether `lease` already waits on `key` (under any request id).
+    pub fn is_waiting(&self, lease: LeaseId, key: &ResourceKey) -> bool {
+        self.leases
+            .get(&lease)
+            .is_some_and(|record| record.waits.contains_key(key))
+    }
+
+    /// The refusal for a second wait by one lease on one resource.
+    pub fn already_waiting(&self, lease: LeaseId, key: &ResourceKey) -> Reply {
+        let request_id = self.leases[&lease].waits[key].clone();
+        Reply::refused(
+            ErrorCode::BadRequest,
+            format!("lease {lease} already waits for {key} (request id {request_id:?})"),
+        )
+    }
+
+    fn next_token(&mut self, index: u64) -> u64 {
+        let token = (self.token_last + 1).max(index << TOKEN_INDEX_SHIFT);
+        self.token_last = token;
+        token
+    }
+
+    /// Grants `key` at once to the requester: the caller stores the returned hold.
+    pub fn grant_now(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        lease: LeaseId,
+        agent: &Text,
+        permits: u32,
+    ) -> Hold {
+        let token = self.next_token(ctx.index);
+        self.leases
+            .get_mut(&lease)
+            .expect("the caller checked the lease is live")
+            .holds
+            .insert(key.clone());
+        ctx.events.push(Event::Granted {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease,
+            token,
+            waited_ms: 0,
+            queued: false,
+        });
+        Hold {
+            lease,
+            agent: agent.clone(),
+            token,
+            permits,
+            since_ms: ctx.now_ms,
+        }
+    }
+
+    /// Records a new waiter for `key`: the caller appends it to the resource's queue.
+    pub fn enqueue(
+        &mut self,
+        ctx: &Ctx,
+        key: &ResourceKey,
+        lease: LeaseId,
+        agent: &Text,
+        request_id: &str,
+        permits: u32,
+    ) -> Waiter {
+        self.leases
+            .get_mut(&lease)
+            .expect("the caller checked the lease is live")
+            .waits
+            .insert(key.clone(), request_id.to_string());
+        self.waiting.entry(agent.clone()).or_default().insert(
+            request_id.to_string(),
+            Wait {
+                lease,
+                key: key.clone(),
+            },
+        );
+        Waiter {
+            lease,
+            agent: agent.clone(),
+            request_id: request_id.to_string(),
+            permits,
+            since_ms: ctx.now_ms,
+            seq: ctx.index,
+        }
+    }
+
+    /// Grants `key` to a waiter taken from the head of its queue, and answers its request. The
+    /// waiter's lease must be alive: leases are ended (and their waiters removed) before any
+    /// grant pass runs.
+    pub fn grant_waiter(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter) -> Hold {
+        let token = self.next_token(ctx.index);
+        let record = self
+            .leases
+            .get_mut(&waiter.lease)
+            .expect("a queued waiter's lease is alive: lease ends remove their waiters first");
+        record.waits.remove(key);
+        record.holds.insert(key.clone());
+        self.forget_wait(&waiter);
+        ctx.events.push(Event::Granted {
+            key: key.clone(),
+            agent: waiter.agent.clone(),
+            lease: waiter.lease,
+            token,
+            waited_ms: ctx.now_ms.saturating_sub(waiter.since_ms),
+            queued: true,
+        });
+        self.respond(ctx, &waiter, Reply::Granted { token });
+        Hold {
+            lease: waiter.lease,
+            agent: waiter.agent,
+            token,
+            permits: waiter.permits,
+            since_ms: ctx.now_ms,
+        }
+    }
+
+    /// Answers a waiter taken out of its queue without a grant (timeout, lease ended).
+    pub fn answer_waiter(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        waiter: &Waiter,
+        code: ErrorCode,
+        message: &str,
+    ) {
+        if let Some(record) = self.leases.get_mut(&waiter.lease) {
+            record.waits.remove(key);
+        }
+        self.forget_wait(waiter);
+        self.respond(ctx, waiter, Reply::refused(code, message));
+    }
+
+    /// Records the end of a hold in its lease (if the lease is still there) and in the events.
+    pub fn release(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        hold: &Hold,
+        reason: ReleaseReason,
+    ) {
+        if let Some(record) = self.leases.get_mut(&hold.lease) {
+            record.holds.remove(key);
+        }
+        ctx.events.push(Event::Released {
+            key: key.clone(),
+            agent: hold.agent.clone(),
+            lease: hold.lease,
+            token: hold.token,
+            held_ms: ctx.now_ms.saturating_sub(hold.since_ms),
+            reason,
+        });
+    }
+
+    fn forget_wait(&mut self, waiter: &Waiter) {
+        if let Some(waits) = self.waiting.get_mut(&waiter.agent) {
+            waits.remove(&waiter.request_id);
+            if waits.is_empty() {
+                self.waiting.remove(&waiter.agent);
+            }
+        }
+    }
+
+    fn respond(&mut self, ctx: &mut Ctx, waiter: &Waiter, reply: Reply) {
+        self.dedup.record(
+            &waiter.agent,
+            waiter.request_id.clone(),
+            reply.clone(),
+            ctx.index,
+        );
+        ctx.events.push(Event::Respond {
+            agent: waiter.agent.clone(),
+            request_id: waiter.request_id.clone(),
+            reply,
+        });
+    }
+
+    /// Invariants 3 and 4 (internal consistency) and the dedup bounds.
+    pub fn check_invariants(&self, index: u64) -> Result<(), String> {
+        if self.token_last > 0 && (self.token_last >> TOKEN_INDEX_SHIFT) > index {
+            return Err(format!(
+                "token_last {} is ahead of the applied index {index}",
+                self.token_last
+            ));
+        }
+        for (agent, waits) in &self.waiting {
+            if waits.is_empty() {
+                return Err(format!("agent {agent} has an empty pending-wait map"));
+            }
+            for (request_id, wait) in waits {
+                let Some(lease) = self.leases.get(&wait.lease) else {
+                    return Err(format!(
+                        "pending wait {agent}/{request_id} names dead lease {}",
+                        wait.lease
+                    ));
+                };
+                if lease.waits.get(&wait.key) != Some(request_id) {
+                    return Err(format!(
+                        "pending wait {agent}/{request_id} on {} is not in lease {}",
+                        wait.key, wait.lease
+                    ));
+                }
+            }
+        }
+        for (id, lease) in &self.leases {
+            if id.0 > index {
+                return Err(format!("lease {id} is from the future (index {index})"));
+            }
+            for (key, request_id) in &lease.waits {
+                let indexed = self
+                    .waiting
+                    .get(&lease.agent)
+                    .and_then(|waits| waits.get(request_id));
+                if indexed != Some(&Wait { lease: *id, key: key.clone() }) {
+                    return Err(format!(
+                        "lease {id} waits for {key} as {request_id:?}, but the index disagrees"
+                    ));
+                }
+            }
+        }
+        self.dedup.check_invariants()
+    }
+
+    /// Invariants 1, 2 and 4 against what the resources record.
+    pub fn check_occupancy(&self, occupancy: &Occupancy) -> Result<(), String> {
+        let mut holds_seen = BTreeSet::new();
+        for (lease, key, agent, token) in &occupancy.holds {
+            let Some(record) = self.leases.get(lease) else {
+                return Err(format!("{key} is held (token {token}) by dead lease {lease}"));
+            };
+            if record.agent != *agent {
+                return Err(format!("{key} hold names agent {agent}, lease {lease} is {}", record.agent));
+            }
+            if !record.holds.contains(key) {
+                return Err(format!("{key} is held by lease {lease}, which does not list it"));
+            }
+            if *token > self.token_last {
+                return Err(format!("{key} token {token} is above token_last {}", self.token_last));
+            }
+            if !holds_seen.insert((*lease, key.clone())) {
+                return Err(format!("lease {lease} holds {key} twice"));
+            }
+        }
+        let listed_holds: usize = self.leases.values().map(|lease| lease.holds.len()).sum();
+        if listed_holds != holds_seen.len() {
+            return Err(format!(
+                "leases list {listed_holds} holds, resources have {}",
+                holds_seen.len()
+            ));
+        }
+        let mut waits_seen = BTreeSet::new();
+        for (lease, key, agent, request_id) in &occupancy.waits {
+            let Some(record) = self.leases.get(lease) else {
+                return Err(format!("{key} has a waiter under dead lease {lease}"));
+            };
+            if record.agent != *agent || record.waits.get(key) != Some(request_id) {
+                return Err(format!(
+                    "{key} waiter {agent}/{request_id} is not what lease {lease} records"
+                ));
+            }
+            if !waits_seen.insert((agent.clone(), request_id.clone())) {
+                return Err(format!("waiter {agent}/{request_id} is queued twice"));
+            }
+        }
+        let listed_waits: usize = self.leases.values().map(|lease| lease.waits.len()).sum();
+        let indexed_waits: usize = self.waiting.values().map(BTreeMap::len).sum();
+        if listed_waits != waits_seen.len() || indexed_waits != waits_seen.len() {
+            return Err(format!(
+                "leases list {listed_waits} waits, the index {indexed_waits}, the queues {}",
+                waits_seen.len()
+            ));
+        }
+        Ok(())
+    }
+}

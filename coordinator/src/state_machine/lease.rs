@@ -1,0 +1,182 @@
+//! Leases: grant, keepalive check, revoke and expiry.
+//!
+//! A lease is the liveness of one agent: everything the agent holds or waits for is bound to
+//! one. Keepalives are not log entries: the leader keeps each lease's deadline in memory (as
+//! etcd's lessor does) and, when one passes, proposes `ExpireLeases`; this file decides what the
+//! expiry does. A lease's end — revoke or expiry — releases every hold, drops every wait and
+//! grants the next waiters, all in the same entry.
+//!
+//! Invariants:
+//! 1. A lease id is the log index of the entry that granted it, so ids are unique and never
+//!    reused, also across snapshots.
+//! 2. Every live lease's TTL was within the limits when it was granted.
+//! 3. There are never more than `leases_max` live leases after an entry that granted one.
+//! 4. A lease never expires before its TTL has run since it was granted, on the machine's clock;
+//!    an `ExpireLeases` naming a younger lease leaves it alone (the leader's deadlines are at
+//!    least that long, so this only guards against a confused leader).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use hivekeeper_protocol::ErrorCode;
+use serde::{Deserialize, Serialize};
+
+use super::grant::ResourceKey;
+use super::{Ctx, Event, LeaseEnd, Reply, StateMachine, Text};
+
+/// A lease's identity: the log index of the entry that granted it. On the wire it is an opaque
+/// string of 16 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseId(pub u64);
+
+impl LeaseId {
+    /// Parses the wire form; `None` for anything that is not 16 hex digits.
+    pub fn parse(text: &str) -> Option<LeaseId> {
+        if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u64::from_str_radix(text, 16).ok().map(LeaseId)
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// One live lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The agent it belongs to; any other agent naming it is refused (`forbidden`).
+    pub agent: Text,
+    /// Time to live past the last keepalive.
+    pub ttl_ms: u64,
+    /// When it was granted (machine clock): the earliest it can expire is this plus the TTL.
+    pub granted_ms: u64,
+    /// Resources it holds.
+    pub holds: BTreeSet<ResourceKey>,
+    /// Resources it waits for, with the waiting request's id.
+    pub waits: BTreeMap<ResourceKey, String>,
+}
+
+impl StateMachine {
+    pub(super) fn lease_grant(&mut self, ctx: &mut Ctx, agent: &Text, ttl_ms: u64) -> Reply {
+        let limits = &self.limits;
+        if !(limits.lease_ttl_ms_min..=limits.lease_ttl_ms_max).contains(&ttl_ms) {
+            return Reply::refused(
+                ErrorCode::BadRequest,
+                format!(
+                    "lease.grant: `ttl_ms` is {ttl_ms}, it must be in [{}, {}]",
+                    limits.lease_ttl_ms_min, limits.lease_ttl_ms_max
+                ),
+            );
+        }
+        if self.core.leases.len() >= limits.leases_max as usize {
+            return Reply::refused(
+                ErrorCode::ResourceExhausted,
+                format!("{} leases are alive, the limit", limits.leases_max),
+            );
+        }
+        let lease = LeaseId(ctx.index);
+        self.core.leases.insert(
+            lease,
+            Lease {
+                agent: agent.clone(),
+                ttl_ms,
+                granted_ms: ctx.now_ms,
+                holds: BTreeSet::new(),
+                waits: BTreeMap::new(),
+            },
+        );
+        ctx.events.push(Event::LeaseGranted {
+            agent: agent.clone(),
+            lease,
+            ttl_ms,
+        });
+        Reply::Lease { lease, ttl_ms }
+    }
+
+    pub(super) fn lease_revoke(&mut self, ctx: &mut Ctx, agent: &str, lease: &str) -> Reply {
+        match self.core.live_lease(agent, lease) {
+            Ok(id) => {
+                self.end_leases(ctx, &[id], LeaseEnd::Revoked);
+                Reply::Done
+            }
+            Err(refusal) => refusal,
+        }
+    }
+
+    pub(super) fn expire_leases(&mut self, ctx: &mut Ctx, leases: &[LeaseId]) -> Reply {
+        let due: BTreeSet<LeaseId> = leases
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.core.leases.get(id).is_some_and(|lease| {
+                    ctx.now_ms >= lease.granted_ms.saturating_add(lease.ttl_ms)
+                })
+            })
+            .collect();
+        let due: Vec<LeaseId> = due.into_iter().collect();
+        self.end_leases(ctx, &due, LeaseEnd::Expired);
+        Reply::Expired { leases: due }
+    }
+
+    /// Ends leases in two phases, so that no grant goes to a lease ending in the same entry:
+    /// first every lease is removed with its holds and waits, then every touched resource
+    /// grants what became grantable.
+    fn end_leases(&mut self, ctx: &mut Ctx, ids: &[LeaseId], reason: LeaseEnd) {
+        let ended: Vec<(LeaseId, Lease)> = ids
+            .iter()
+            .filter_map(|id| self.core.leases.remove(id).map(|lease| (*id, lease)))
+            .collect();
+        let mut touched = BTreeSet::new();
+        for (id, lease) in ended {
+            ctx.events.push(Event::LeaseEnded {
+                agent: lease.agent.clone(),
+                lease: id,
+                reason,
+            });
+            for key in lease.holds {
+                self.take_hold(ctx, &key, id);
+                touched.insert(key);
+            }
+            for (key, request_id) in lease.waits {
+                self.remove_waiter(
+                    ctx,
+                    &key,
+                    &lease.agent,
+                    &request_id,
+                    ErrorCode::LeaseNotFound,
+                    "the lease ended while the request waited",
+                );
+                touched.insert(key);
+            }
+        }
+        let touched: Vec<ResourceKey> = touched.into_iter().collect();
+        self.settle(ctx, &touched);
+    }
+
+    /// Takes the hold of `lease` on `key` away because the lease ended.
+    fn take_hold(&mut self, ctx: &mut Ctx, key: &ResourceKey, lease: LeaseId) {
+        use hivekeeper_protocol::ResourceKind;
+        let hold = match key.kind {
+            ResourceKind::Lock => self.lock_take_hold(&key.name, lease),
+            ResourceKind::Sem => self.sem_take_hold(&key.name, lease),
+            ResourceKind::Waypoint => self.waypoints.take_hold(&key.name, lease),
+        };
+        let hold = hold.expect("a lease's holds list only resources it holds");
+        self.core
+            .release(ctx, key, &hold, super::ReleaseReason::LeaseEnded);
+    }
+
+    /// Live leases with their agent and TTL, in id order (for the leader's lease keeper, which
+    /// gives each a fresh deadline when it takes office, and for inspection).
+    pub fn leases(&self) -> impl Iterator<Item = (LeaseId, &str, u64)> + '_ {
+        self.core
+            .leases
+            .iter()
+            .map(|(id, lease)| (*id, &*lease.agent, lease.ttl_ms))
+    }
+}

@@ -1,0 +1,80 @@
+//! Limits: the bounds the state machine enforces (DESIGN.md §5.6, bounded everything).
+//!
+//! The limits are part of the replicated state, not of a node's local configuration: a bound
+//! decides replies (`resource_exhausted`, `bad_request` for a TTL out of range), so two replicas
+//! with different bounds would diverge. They change only through a `Command::Configure` entry
+//! in the log, which every replica applies at the same position.
+
+use serde::{Deserialize, Serialize};
+
+/// Every bound the state machine enforces. Units are in the names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Shortest lease TTL accepted. It must cover a few heartbeat intervals, or leases would
+    /// expire during an ordinary election; 500 ms (etcd's floor is about 2 s, ZooKeeper's 4 s).
+    pub lease_ttl_ms_min: u64,
+    /// Longest lease TTL accepted: one hour. A crashed agent's resources come back at most this
+    /// long after its last keepalive.
+    pub lease_ttl_ms_max: u64,
+    /// Most leases alive at once, over all agents.
+    pub leases_max: u32,
+    /// Most resources (locks, semaphores and held waypoints) in use at once.
+    pub resources_max: u32,
+    /// Most waiters queued on one lock, one semaphore or one waypoint name.
+    pub waiters_per_resource_max: u32,
+    /// Most waypoint reservations waiting at once, over all names (the grant pass after a
+    /// release looks only at waiters near what was released, but the total is still bounded).
+    pub waypoint_waiters_max: u32,
+    /// Completed request outcomes remembered per agent for retries.
+    pub dedup_per_agent_max: u32,
+    /// Agents whose outcomes are remembered; the least recently active is forgotten first.
+    pub dedup_agents_max: u32,
+}
+
+impl Limits {
+    /// The defaults, in one place.
+    pub const DEFAULTS: Limits = Limits {
+        lease_ttl_ms_min: 500,
+        lease_ttl_ms_max: 3_600_000,
+        leases_max: 100_000,
+        resources_max: 1_000_000,
+        waiters_per_resource_max: 1_000,
+        waypoint_waiters_max: 10_000,
+        dedup_per_agent_max: 16,
+        dedup_agents_max: 50_000,
+    };
+
+    /// Cross-field rules. A limit of zero would make the service refuse everything, so every
+    /// count must be at least one.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease_ttl_ms_min == 0 {
+            return Err("lease_ttl_ms_min must be positive".into());
+        }
+        if self.lease_ttl_ms_min > self.lease_ttl_ms_max {
+            return Err(format!(
+                "lease_ttl_ms_min ({}) is above lease_ttl_ms_max ({})",
+                self.lease_ttl_ms_min, self.lease_ttl_ms_max
+            ));
+        }
+        for (name, value) in [
+            ("leases_max", self.leases_max),
+            ("resources_max", self.resources_max),
+            ("waiters_per_resource_max", self.waiters_per_resource_max),
+            ("waypoint_waiters_max", self.waypoint_waiters_max),
+            ("dedup_per_agent_max", self.dedup_per_agent_max),
+            ("dedup_agents_max", self.dedup_agents_max),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULTS
+    }
+}

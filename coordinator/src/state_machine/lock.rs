@@ -1,0 +1,250 @@
+//! FIFO locks: one holder, waiters in strict arrival (log) order, handover inside the entry
+//! that frees the lock.
+//!
+//! No herd: when the holder releases (or its lease ends), exactly one waiter — the head — is
+//! granted, and only it is answered. Acquiring a lock the same lease already holds returns the
+//! existing token (not counted: one release frees it).
+//!
+//! Invariants:
+//! 1. After every entry a lock in the map has a holder; a lock with neither holder nor waiters
+//!    is forgotten. (A holder-less lock exists only inside an apply, between a lease's end and
+//!    the handover.)
+//! 2. The holder's lease never also waits in the same queue, and no lease waits twice.
+//! 3. Waiters are ordered by `seq` (the log index that queued them), strictly increasing.
+//! 4. A waiter joins a queue only while it is shorter than `waiters_per_resource_max` (checked
+//!    at enqueue: a `Configure` that lowers the bound does not empty longer queues).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use hivekeeper_protocol::{ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use serde::{Deserialize, Serialize};
+
+use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
+use super::lease::LeaseId;
+use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
+
+/// One lock in use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lock {
+    /// The holder; `None` only transiently inside an apply.
+    pub holder: Option<Hold>,
+    /// Waiters, head first.
+    pub waiters: VecDeque<Waiter>,
+}
+
+impl StateMachine {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn lock_acquire(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: String,
+        lease: &str,
+        wait_ms: Option<u64>,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        if let Some(lock) = self.locks.get_mut(name.as_str()) {
+            let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
+            let holder = lock.holder.as_ref().expect("invariant 1: a lock in use has a holder");
+            if holder.lease == lease {
+                return Reply::Granted {
+                    token: holder.token,
+                };
+            }
+            if self.core.is_waiting(lease, &key) {
+                return self.core.already_waiting(lease, &key);
+            }
+            if wait_ms == Some(0) {
+                return Reply::refused(
+                    ErrorCode::WouldBlock,
+                    format!("lock {name:?} is held by another lease"),
+                );
+            }
+            if lock.waiters.len() >= self.limits.waiters_per_resource_max as usize {
+                return Reply::refused(
+                    ErrorCode::ResourceExhausted,
+                    format!(
+                        "lock {name:?} already has {} waiters, the limit",
+                        lock.waiters.len()
+                    ),
+                );
+            }
+            let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
+            lock.waiters.push_back(waiter);
+            return Reply::Queued;
+        }
+        if self.resources_in_use() >= self.limits.resources_max as usize {
+            return self.resources_exhausted();
+        }
+        let name: Text = Arc::from(name);
+        let key = ResourceKey::new(ResourceKind::Lock, &name);
+        let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
+        let token = hold.token;
+        self.locks.insert(
+            name,
+            Lock {
+                holder: Some(hold),
+                waiters: VecDeque::new(),
+            },
+        );
+        Reply::Granted { token }
+    }
+
+    pub(super) fn lock_release(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &str,
+        name: &str,
+        lease: &str,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(hold) = self.lock_take_hold(name, lease) else {
+            return Reply::refused(
+                ErrorCode::NotHolder,
+                format!("lease {lease} does not hold lock {name:?}"),
+            );
+        };
+        let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name));
+        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
+        self.lock_settle(ctx, &key.name);
+        Reply::Done
+    }
+
+    /// Removes and returns `lease`'s hold on lock `name`, leaving the lock holder-less until
+    /// [`Self::lock_settle`].
+    pub(super) fn lock_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        let lock = self.locks.get_mut(name)?;
+        if lock.holder.as_ref()?.lease != lease {
+            return None;
+        }
+        lock.holder.take()
+    }
+
+    /// Removes and returns a waiter of lock `name`.
+    pub(super) fn lock_take_waiter(
+        &mut self,
+        name: &str,
+        agent: &str,
+        request_id: &str,
+    ) -> Option<Waiter> {
+        let lock = self.locks.get_mut(name)?;
+        let position = lock
+            .waiters
+            .iter()
+            .position(|w| &*w.agent == agent && w.request_id == request_id)?;
+        lock.waiters.remove(position)
+    }
+
+    /// Hands a holder-less lock to its head waiter, or forgets it when nobody waits.
+    pub(super) fn lock_settle(&mut self, ctx: &mut Ctx, name: &Text) {
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        if lock.holder.is_some() {
+            return;
+        }
+        match lock.waiters.pop_front() {
+            Some(head) => {
+                let key = ResourceKey::new(ResourceKind::Lock, name);
+                lock.holder = Some(self.core.grant_waiter(ctx, &key, head));
+            }
+            None => {
+                self.locks.remove(name);
+            }
+        }
+    }
+
+    pub(super) fn lock_inspect(&self, name: &str) -> Reply {
+        let Some(lock) = self.locks.get(name) else {
+            return Reply::Inspect {
+                limit: None,
+                holders: Vec::new(),
+                waiters: Vec::new(),
+            };
+        };
+        Reply::Inspect {
+            limit: None,
+            holders: lock.holder.iter().map(|hold| holder_info(hold, None)).collect(),
+            waiters: waiter_infos(&lock.waiters, false),
+        }
+    }
+
+    pub(super) fn check_lock_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
+        for (name, lock) in &self.locks {
+            let key = ResourceKey::new(ResourceKind::Lock, name);
+            let Some(holder) = &lock.holder else {
+                return Err(format!("lock {name:?} has no holder after the entry"));
+            };
+            occupancy.hold(&key, holder);
+            check_queue(&key, &lock.waiters)?;
+            if lock.waiters.iter().any(|w| w.lease == holder.lease) {
+                return Err(format!("lock {name:?}: the holder's lease also waits"));
+            }
+            for waiter in &lock.waiters {
+                occupancy.wait(&key, waiter);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn resources_exhausted(&self) -> Reply {
+        Reply::refused(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "{} resources are in use, the limit",
+                self.limits.resources_max
+            ),
+        )
+    }
+}
+
+/// A holder as `inspect` shows it.
+pub(super) fn holder_info(hold: &Hold, permits: Option<u32>) -> HolderInfo {
+    HolderInfo {
+        agent: hold.agent.to_string(),
+        lease: hold.lease.to_string(),
+        token: hold.token,
+        permits,
+        since_ms: hold.since_ms,
+    }
+}
+
+/// A queue as `inspect` shows it, head first with position 1.
+pub(super) fn waiter_infos<'w>(
+    waiters: impl IntoIterator<Item = &'w Waiter>,
+    with_permits: bool,
+) -> Vec<WaiterInfo> {
+    waiters
+        .into_iter()
+        .zip(1u32..)
+        .map(|(waiter, position)| WaiterInfo {
+            agent: waiter.agent.to_string(),
+            position,
+            permits: with_permits.then_some(waiter.permits),
+            since_ms: waiter.since_ms,
+        })
+        .collect()
+}
+
+/// Queue invariants shared by locks and semaphores: FIFO by `seq`, one slot per lease.
+pub(super) fn check_queue(key: &ResourceKey, waiters: &VecDeque<Waiter>) -> Result<(), String> {
+    for pair in waiters.iter().collect::<Vec<_>>().windows(2) {
+        if pair[0].seq >= pair[1].seq {
+            return Err(format!("{key} queue is out of order"));
+        }
+    }
+    let mut leases: Vec<LeaseId> = waiters.iter().map(|w| w.lease).collect();
+    leases.sort_unstable();
+    if leases.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(format!("{key} has a lease waiting twice"));
+    }
+    Ok(())
+}

@@ -1,0 +1,602 @@
+//! The coordination state machine: pure, deterministic, applied by every replica in log order.
+//!
+//! No tokio, no openraft, no clock, no randomness, no I/O. Time enters only through
+//! [`LogMeta::now_ms`], stamped by the leader into each entry; identity (lease ids, fencing
+//! tokens, queue order) comes from [`LogMeta::index`]. Two replicas fed the same log end in the
+//! same state, byte for byte ([`StateMachine::snapshot`]).
+//!
+//! ```text
+//!  apply(meta, Command::Request { agent, request })
+//!    ├─ read op (keepalive, fence.check, inspect) ─▶ query(): no state change
+//!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
+//!    └─ write op ─▶ lease / lock / semaphore / waypoint
+//!                    ├─ grant now ─▶ Reply::Granted { token }
+//!                    ├─ queue     ─▶ Reply::Queued; later Event::Respond from the entry that
+//!                    │               grants it, times it out or ends its lease
+//!                    └─ refuse    ─▶ Reply::Refused { code, message } (state unchanged)
+//!  apply(meta, Command::ExpireLeases { term, leases })   leader only; stale terms ignored
+//!  apply(meta, Command::CancelWait { agent, request_id }) a `wait_ms` ran out
+//!  apply(meta, Command::Configure { limits })             replicated bounds
+//! ```
+//!
+//! # Layout (one file per concept; each opens with its invariants)
+//! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares.
+//! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
+//! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
+//! - `limits.rs`: the replicated bounds.
+
+mod dedup;
+mod grant;
+mod lease;
+mod limits;
+mod lock;
+mod semaphore;
+mod snapshot;
+mod waypoint;
+
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod lease_test;
+#[cfg(test)]
+mod lock_test;
+#[cfg(test)]
+mod semaphore_test;
+#[cfg(test)]
+mod waypoint_test;
+#[cfg(test)]
+mod dedup_test;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hivekeeper_protocol::{
+    ErrorCode, HolderInfo, Op, Request, ResourceKind, Response, Success, WaiterInfo, validate,
+};
+use serde::{Deserialize, Serialize};
+
+pub use grant::ResourceKey;
+pub use lease::LeaseId;
+pub use limits::Limits;
+pub use waypoint::{EARTH_RADIUS_M, areas_conflict, bands_overlap, distance_m};
+
+use grant::Core;
+use lock::Lock;
+use semaphore::Semaphore;
+use waypoint::Waypoints;
+
+/// Shared, cheaply cloned text (agent ids and resource names): one allocation per request, then
+/// reference counts for holds, events and indexes.
+pub type Text = Arc<str>;
+
+/// Where an entry sits in the Raft log and when the leader stamped it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogMeta {
+    /// The entry's log index. Strictly increasing; the source of lease ids and tokens.
+    pub index: u64,
+    /// The term of the leader that appended the entry.
+    pub term: u64,
+    /// The leader's wall clock when it proposed the entry, ms since the Unix epoch. The machine
+    /// keeps its own clock monotonic: an entry stamped earlier than the last one does not move
+    /// time backwards.
+    pub now_ms: u64,
+}
+
+/// What a log entry asks the machine to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Command {
+    /// A request from an agent, as received on `hk/v1/req/{agent}`.
+    Request {
+        /// The agent, from the request topic.
+        agent: String,
+        /// The request.
+        request: Request,
+    },
+    /// The leader found these leases past their deadline. Ignored when `term` is older than a
+    /// term already applied: a deposed leader can never revoke.
+    ExpireLeases {
+        /// The proposing leader's term.
+        term: u64,
+        /// The leases to expire.
+        leases: Vec<LeaseId>,
+    },
+    /// A waiter's `wait_ms` ran out: cancel it unless it was granted first.
+    CancelWait {
+        /// The waiting agent.
+        agent: String,
+        /// The id of the waiting request.
+        request_id: String,
+    },
+    /// Replace the replicated limits.
+    Configure {
+        /// The new limits; they bound what comes after, nothing already granted is taken back.
+        limits: Limits,
+    },
+}
+
+/// The machine's answer to the entry's proposer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// `lease.grant` succeeded.
+    Lease {
+        /// The new lease.
+        lease: LeaseId,
+        /// Its TTL.
+        ttl_ms: u64,
+    },
+    /// `lease.keepalive`: the lease exists and belongs to the agent.
+    Ttl {
+        /// The lease's TTL.
+        ttl_ms: u64,
+    },
+    /// The resource is granted.
+    Granted {
+        /// The grant's fencing token.
+        token: u64,
+    },
+    /// A release or revoke succeeded, or a command was carried out.
+    Done,
+    /// The request waits in a queue; its final answer will be an [`Event::Respond`].
+    Queued,
+    /// `fence.check`.
+    Fence {
+        /// Newest token held on the resource now, 0 when free.
+        current: u64,
+        /// Whether the checked token is held now.
+        valid: bool,
+    },
+    /// `inspect`.
+    Inspect {
+        /// The semaphore's capacity (semaphores only).
+        limit: Option<u32>,
+        /// Holders, in token order.
+        holders: Vec<HolderInfo>,
+        /// Waiters, in queue order.
+        waiters: Vec<WaiterInfo>,
+    },
+    /// `ExpireLeases`: the leases that ended (stale or unknown ones are skipped).
+    Expired {
+        /// Leases expired by this entry.
+        leases: Vec<LeaseId>,
+    },
+    /// `CancelWait`: whether a waiter was cancelled (false when the grant won the race).
+    Cancelled {
+        /// True if the waiter was still queued and is now answered `timeout`.
+        cancelled: bool,
+    },
+    /// The request was refused; nothing changed.
+    Refused {
+        /// Why, as a wire error code.
+        code: ErrorCode,
+        /// Detail for a human.
+        message: String,
+    },
+}
+
+impl Reply {
+    pub(crate) fn refused(code: ErrorCode, message: impl Into<String>) -> Reply {
+        Reply::Refused {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The wire response for request `id`, or `None` while the request is queued.
+    pub fn to_response(&self, id: &str) -> Option<Response> {
+        let success = match self {
+            Reply::Lease { lease, ttl_ms } => Success::lease(lease.to_string(), *ttl_ms),
+            Reply::Ttl { ttl_ms } => Success::ttl(*ttl_ms),
+            Reply::Granted { token } => Success::token(*token),
+            Reply::Done | Reply::Expired { .. } | Reply::Cancelled { .. } => Success::default(),
+            Reply::Queued => return None,
+            Reply::Fence { current, valid } => Success::fence(*current, *valid),
+            Reply::Inspect {
+                limit,
+                holders,
+                waiters,
+            } => Success {
+                limit: *limit,
+                holders: Some(holders.clone()),
+                waiters: Some(waiters.clone()),
+                ..Success::default()
+            },
+            Reply::Refused { code, message } => {
+                return Some(Response::error(Some(id.to_string()), *code, message.clone()));
+            }
+        };
+        Some(Response::ok(id, success))
+    }
+}
+
+/// Why a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseEnd {
+    /// Its agent revoked it.
+    Revoked,
+    /// The leader found it past its deadline.
+    Expired,
+}
+
+/// Why a hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseReason {
+    /// The holder released it.
+    Released,
+    /// The holder's lease ended; the holder should be told it lost the resource.
+    LeaseEnded,
+}
+
+/// What an applied entry did, for the node layer: deferred responses, notices to agents, the
+/// lease keeper's bookkeeping and metrics. Emitted in the order things happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// A lease was created; the leader's keeper starts its deadline.
+    LeaseGranted {
+        /// Owner.
+        agent: Text,
+        /// The lease.
+        lease: LeaseId,
+        /// Its TTL.
+        ttl_ms: u64,
+    },
+    /// A lease ended; everything it held was released in the same entry.
+    LeaseEnded {
+        /// Owner.
+        agent: Text,
+        /// The lease.
+        lease: LeaseId,
+        /// Revoked or expired.
+        reason: LeaseEnd,
+    },
+    /// A resource was granted, immediately or from its queue.
+    Granted {
+        /// The resource.
+        key: ResourceKey,
+        /// The new holder.
+        agent: Text,
+        /// The holder's lease.
+        lease: LeaseId,
+        /// The grant's token.
+        token: u64,
+        /// How long the grant waited in the queue, 0 when granted at once.
+        waited_ms: u64,
+        /// True when granted from the queue (a handover when the same entry released it).
+        queued: bool,
+    },
+    /// A hold ended.
+    Released {
+        /// The resource.
+        key: ResourceKey,
+        /// The former holder.
+        agent: Text,
+        /// The former holder's lease.
+        lease: LeaseId,
+        /// The token of the hold that ended.
+        token: u64,
+        /// How long it was held.
+        held_ms: u64,
+        /// Released by its holder, or taken away with its lease.
+        reason: ReleaseReason,
+    },
+    /// The final answer to a request that was [`Reply::Queued`].
+    Respond {
+        /// The waiting agent.
+        agent: Text,
+        /// The request id being answered.
+        request_id: String,
+        /// The answer: `Granted`, or `Refused` with `timeout` or `lease_not_found`.
+        reply: Reply,
+    },
+}
+
+/// A broken machine: something that cannot happen when the log is well formed. A refusal of a
+/// request is never an `Error`, it is a [`Reply::Refused`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Entries must be applied at strictly increasing indexes.
+    #[error("entry index {got} is not after the last applied index {applied}")]
+    IndexNotIncreasing {
+        /// The last applied index.
+        applied: u64,
+        /// The index offered.
+        got: u64,
+    },
+    /// A snapshot could not be read.
+    #[error("snapshot is unreadable: {0}")]
+    Snapshot(String),
+}
+
+/// Per-apply context: where we are in the log and what has happened so far.
+pub(crate) struct Ctx {
+    /// The entry's index.
+    pub index: u64,
+    /// The machine's clock for this entry (monotonic).
+    pub now_ms: u64,
+    /// Events, in order.
+    pub events: Vec<Event>,
+}
+
+/// The whole replicated state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StateMachine {
+    /// The replicated bounds.
+    limits: Limits,
+    /// Last applied log index.
+    index: u64,
+    /// Highest term seen in an applied entry; an `ExpireLeases` from an older term is stale.
+    term_max: u64,
+    /// The machine's clock: the largest `now_ms` applied so far.
+    now_ms: u64,
+    /// Leases, tokens, pending waits and remembered outcomes.
+    core: Core,
+    /// Locks in use (held, or being handed over inside an apply), by name.
+    locks: BTreeMap<Text, Lock>,
+    /// Semaphores in use, by name.
+    sems: BTreeMap<Text, Semaphore>,
+    /// Waypoint reservations and their waiters.
+    waypoints: Waypoints,
+}
+
+impl Default for StateMachine {
+    fn default() -> Self {
+        StateMachine::new(Limits::DEFAULTS)
+    }
+}
+
+impl StateMachine {
+    /// An empty machine with `limits` (a cluster's first leader proposes its configured limits
+    /// with `Command::Configure`, so every replica agrees on them).
+    pub fn new(limits: Limits) -> Self {
+        StateMachine {
+            limits,
+            index: 0,
+            term_max: 0,
+            now_ms: 0,
+            core: Core::default(),
+            locks: BTreeMap::new(),
+            sems: BTreeMap::new(),
+            waypoints: Waypoints::default(),
+        }
+    }
+
+    /// The replicated limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The last applied log index.
+    pub fn applied_index(&self) -> u64 {
+        self.index
+    }
+
+    /// The machine's clock (largest `now_ms` applied).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Applies one committed entry.
+    pub fn apply(&mut self, meta: LogMeta, command: Command) -> Result<(Reply, Vec<Event>), Error> {
+        if meta.index <= self.index {
+            return Err(Error::IndexNotIncreasing {
+                applied: self.index,
+                got: meta.index,
+            });
+        }
+        self.index = meta.index;
+        self.term_max = self.term_max.max(meta.term);
+        self.now_ms = self.now_ms.max(meta.now_ms);
+        let mut ctx = Ctx {
+            index: meta.index,
+            now_ms: self.now_ms,
+            events: Vec::new(),
+        };
+        let reply = match command {
+            Command::Request { agent, request } => self.request(&mut ctx, agent, request),
+            Command::ExpireLeases { term, leases } => {
+                if term < self.term_max {
+                    Reply::Expired { leases: Vec::new() }
+                } else {
+                    self.expire_leases(&mut ctx, &leases)
+                }
+            }
+            Command::CancelWait { agent, request_id } => {
+                self.cancel_wait(&mut ctx, &agent, &request_id)
+            }
+            Command::Configure { limits } => match limits.validate() {
+                Ok(()) => {
+                    self.limits = limits;
+                    self.core.dedup.touch_all();
+                    Reply::Done
+                }
+                Err(message) => Reply::refused(ErrorCode::BadRequest, message),
+            },
+        };
+        self.core.dedup.enforce(&self.limits);
+        Ok((reply, ctx.events))
+    }
+
+    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`) without changing
+    /// anything. Write ops are refused: they must go through the log.
+    pub fn query(&self, agent: &str, op: &Op) -> Reply {
+        match op {
+            Op::LeaseKeepalive { lease } => match self.core.live_lease(agent, lease) {
+                Ok(id) => Reply::Ttl {
+                    ttl_ms: self.core.leases[&id].ttl_ms,
+                },
+                Err(refusal) => refusal,
+            },
+            Op::FenceCheck {
+                resource,
+                kind,
+                token,
+            } => {
+                let tokens = self.held_tokens(*kind, resource);
+                Reply::Fence {
+                    current: tokens.iter().copied().max().unwrap_or(0),
+                    valid: tokens.contains(token),
+                }
+            }
+            Op::Inspect { kind, name } => self.inspect(*kind, name),
+            write => Reply::refused(
+                ErrorCode::BadRequest,
+                format!("{} changes state and must be applied through the log", write.name()),
+            ),
+        }
+    }
+
+    fn request(&mut self, ctx: &mut Ctx, agent: String, request: Request) -> Reply {
+        if let Err(message) = validate::agent_id(&agent) {
+            return Reply::refused(ErrorCode::BadRequest, message);
+        }
+        if let Err(message) = validate::request_id(&request.id).and(request.op.validate()) {
+            return Reply::refused(
+                ErrorCode::BadRequest,
+                format!("{}: {message}", request.op.name()),
+            );
+        }
+        if !request.op.is_write() {
+            return self.query(&agent, &request.op);
+        }
+        if let Some(reply) = self.core.replay(&agent, &request.id) {
+            return reply;
+        }
+        let agent: Text = Arc::from(agent);
+        let id = request.id;
+        let reply = match request.op {
+            Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
+            Op::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
+            Op::LockAcquire {
+                name,
+                lease,
+                wait_ms,
+            } => self.lock_acquire(ctx, &agent, &id, name, &lease, wait_ms),
+            Op::LockRelease { name, lease } => self.lock_release(ctx, &agent, &name, &lease),
+            Op::SemAcquire {
+                name,
+                limit,
+                lease,
+                permits,
+                wait_ms,
+            } => self.sem_acquire(ctx, &agent, &id, name, limit, &lease, permits, wait_ms),
+            Op::SemRelease { name, lease } => self.sem_release(ctx, &agent, &name, &lease),
+            ref reserve @ Op::WaypointReserve {
+                ref name,
+                ref lease,
+                wait_ms,
+                ..
+            } => {
+                let area = reserve
+                    .area()
+                    .expect("validated above: the geometry is well formed");
+                self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms)
+            }
+            Op::WaypointRelease { name, lease } => {
+                self.waypoint_release(ctx, &agent, &name, &lease)
+            }
+            Op::LeaseKeepalive { .. } | Op::FenceCheck { .. } | Op::Inspect { .. } => {
+                unreachable!("read ops were answered by query() above")
+            }
+        };
+        if reply != Reply::Queued {
+            self.core.dedup.record(&agent, id, reply.clone(), ctx.index);
+        }
+        reply
+    }
+
+    /// Tokens held right now on one resource.
+    fn held_tokens(&self, kind: ResourceKind, name: &str) -> Vec<u64> {
+        match kind {
+            ResourceKind::Lock => self
+                .locks
+                .get(name)
+                .and_then(|lock| lock.holder.as_ref())
+                .map(|hold| vec![hold.token])
+                .unwrap_or_default(),
+            ResourceKind::Sem => self
+                .sems
+                .get(name)
+                .map(|sem| sem.holders.values().map(|hold| hold.token).collect())
+                .unwrap_or_default(),
+            ResourceKind::Waypoint => self.waypoints.held_token(name).into_iter().collect(),
+        }
+    }
+
+    fn inspect(&self, kind: ResourceKind, name: &str) -> Reply {
+        match kind {
+            ResourceKind::Lock => self.lock_inspect(name),
+            ResourceKind::Sem => self.sem_inspect(name),
+            ResourceKind::Waypoint => self.waypoint_inspect(name),
+        }
+    }
+
+    /// Cancels a waiter whose `wait_ms` ran out. If the grant came first there is nothing to do:
+    /// a grant is never taken back by a timeout.
+    fn cancel_wait(&mut self, ctx: &mut Ctx, agent: &str, request_id: &str) -> Reply {
+        let Some(key) = self.core.waiting_key(agent, request_id) else {
+            return Reply::Cancelled { cancelled: false };
+        };
+        let message = "wait_ms elapsed before the resource was granted";
+        self.remove_waiter(ctx, &key, agent, request_id, ErrorCode::Timeout, message);
+        self.settle(ctx, std::slice::from_ref(&key));
+        Reply::Cancelled { cancelled: true }
+    }
+
+    /// Takes one waiter out of its resource's queue and answers it with an error.
+    fn remove_waiter(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        agent: &str,
+        request_id: &str,
+        code: ErrorCode,
+        message: &str,
+    ) {
+        let waiter = match key.kind {
+            ResourceKind::Lock => self.lock_take_waiter(&key.name, agent, request_id),
+            ResourceKind::Sem => self.sem_take_waiter(&key.name, agent, request_id),
+            ResourceKind::Waypoint => self.waypoints.take_waiter(&key.name, agent, request_id),
+        };
+        let waiter = waiter.expect("the pending-wait index points at a queued waiter");
+        self.core.answer_waiter(ctx, key, &waiter, code, message);
+    }
+
+    /// Grants whatever became grantable on these resources after holds or waiters went away,
+    /// and forgets resources left with neither.
+    fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
+        let mut waypoints_touched = false;
+        for key in keys {
+            match key.kind {
+                ResourceKind::Lock => self.lock_settle(ctx, &key.name),
+                ResourceKind::Sem => self.sem_settle(ctx, &key.name),
+                ResourceKind::Waypoint => waypoints_touched = true,
+            }
+        }
+        if waypoints_touched {
+            self.waypoints.settle(ctx, &mut self.core);
+        }
+    }
+
+    /// How many resources are in use (locks and semaphores held or waited for, waypoint
+    /// reservations held or waiting), for `resources_max`.
+    fn resources_in_use(&self) -> usize {
+        self.locks.len() + self.sems.len() + self.waypoints.in_use()
+    }
+
+    /// Checks every invariant of every concept. Tests call it after each apply; restore calls
+    /// it on the state it read.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.core.check_invariants(self.index)?;
+        self.core.dedup.check_bounds(&self.limits)?;
+        let mut occupancy = grant::Occupancy::default();
+        self.check_lock_invariants(&mut occupancy)?;
+        self.check_sem_invariants(&mut occupancy)?;
+        self.waypoints.check_invariants(&mut occupancy)?;
+        self.core.check_occupancy(&occupancy)
+    }
+}

@@ -1,0 +1,254 @@
+//! Counting semaphores: `limit` permits, weighted requests, strict FIFO.
+//!
+//! The capacity is fixed by the first acquirer and kept while the semaphore is in use (held or
+//! waited for); asking with another `limit` is `limit_mismatch`. An idle semaphore is forgotten,
+//! so the next first acquirer may choose a new capacity. Strict FIFO: a request that does not
+//! fit waits, and nobody behind it is granted before it (no starvation of large requests).
+//!
+//! Invariants:
+//! 1. `used` is the sum of the holders' permits and never exceeds `limit`.
+//! 2. After every entry the head waiter, if any, does not fit (`used + head.permits > limit`):
+//!    whatever could be granted was granted.
+//! 3. A semaphore in the map has a holder or a waiter.
+//! 4. One hold per lease; a holding lease does not also wait; waiters are in `seq` order.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use serde::{Deserialize, Serialize};
+
+use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
+use super::lease::LeaseId;
+use super::lock::{check_queue, holder_info, waiter_infos};
+use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
+
+/// One semaphore in use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Semaphore {
+    /// Capacity, fixed by the first acquirer.
+    pub limit: u32,
+    /// Permits held, the sum over `holders`.
+    pub used: u32,
+    /// Holds by lease.
+    pub holders: BTreeMap<LeaseId, Hold>,
+    /// Waiters, head first.
+    pub waiters: VecDeque<Waiter>,
+}
+
+impl StateMachine {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn sem_acquire(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: String,
+        limit: u32,
+        lease: &str,
+        permits: u32,
+        wait_ms: Option<u64>,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let in_use = self.resources_in_use();
+        let name: Text = Arc::from(name);
+        let key = ResourceKey::new(ResourceKind::Sem, &name);
+        if !self.sems.contains_key(&name) {
+            if in_use >= self.limits.resources_max as usize {
+                return self.resources_exhausted();
+            }
+            let idle = Semaphore {
+                limit,
+                used: 0,
+                holders: BTreeMap::new(),
+                waiters: VecDeque::new(),
+            };
+            self.sems.insert(name.clone(), idle);
+        }
+        let sem = self.sems.get_mut(&name).expect("inserted above if it was missing");
+        if sem.limit != limit {
+            return Reply::refused(
+                ErrorCode::LimitMismatch,
+                format!(
+                    "semaphore {name:?} has limit {}, the request says {limit}",
+                    sem.limit
+                ),
+            );
+        }
+        if let Some(hold) = sem.holders.get(&lease) {
+            return if hold.permits == permits {
+                Reply::Granted { token: hold.token }
+            } else {
+                Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "lease {lease} already holds {} permits of semaphore {name:?}; release \
+                         them before asking for {permits}",
+                        hold.permits
+                    ),
+                )
+            };
+        }
+        if self.core.is_waiting(lease, &key) {
+            return self.core.already_waiting(lease, &key);
+        }
+        if sem.waiters.is_empty() && sem.used + permits <= sem.limit {
+            let hold = self.core.grant_now(ctx, &key, lease, agent, permits);
+            let token = hold.token;
+            sem.used += permits;
+            sem.holders.insert(lease, hold);
+            return Reply::Granted { token };
+        }
+        // A semaphore created by this request was free and granted above (permits <= limit
+        // is validated), so a refusal below never leaves an idle semaphore behind.
+        if wait_ms == Some(0) {
+            return Reply::refused(
+                ErrorCode::WouldBlock,
+                format!(
+                    "semaphore {name:?} has {} of {} permits free and {} waiters",
+                    sem.limit - sem.used,
+                    sem.limit,
+                    sem.waiters.len()
+                ),
+            );
+        }
+        if sem.waiters.len() >= self.limits.waiters_per_resource_max as usize {
+            return Reply::refused(
+                ErrorCode::ResourceExhausted,
+                format!(
+                    "semaphore {name:?} already has {} waiters, the limit",
+                    sem.waiters.len()
+                ),
+            );
+        }
+        let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, permits);
+        sem.waiters.push_back(waiter);
+        Reply::Queued
+    }
+
+    pub(super) fn sem_release(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &str,
+        name: &str,
+        lease: &str,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(hold) = self.sem_take_hold(name, lease) else {
+            return Reply::refused(
+                ErrorCode::NotHolder,
+                format!("lease {lease} holds no permits of semaphore {name:?}"),
+            );
+        };
+        let key = ResourceKey::new(ResourceKind::Sem, &Arc::from(name));
+        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
+        self.sem_settle(ctx, &key.name);
+        Reply::Done
+    }
+
+    /// Removes and returns `lease`'s hold on semaphore `name`, giving its permits back.
+    pub(super) fn sem_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        let sem = self.sems.get_mut(name)?;
+        let hold = sem.holders.remove(&lease)?;
+        sem.used -= hold.permits;
+        Some(hold)
+    }
+
+    /// Removes and returns a waiter of semaphore `name`.
+    pub(super) fn sem_take_waiter(
+        &mut self,
+        name: &str,
+        agent: &str,
+        request_id: &str,
+    ) -> Option<Waiter> {
+        let sem = self.sems.get_mut(name)?;
+        let position = sem
+            .waiters
+            .iter()
+            .position(|w| &*w.agent == agent && w.request_id == request_id)?;
+        sem.waiters.remove(position)
+    }
+
+    /// Grants head waiters while they fit; forgets the semaphore when it is idle.
+    pub(super) fn sem_settle(&mut self, ctx: &mut Ctx, name: &Text) {
+        let Some(sem) = self.sems.get_mut(name) else {
+            return;
+        };
+        let key = ResourceKey::new(ResourceKind::Sem, name);
+        while sem
+            .waiters
+            .front()
+            .is_some_and(|head| sem.used + head.permits <= sem.limit)
+        {
+            let head = sem.waiters.pop_front().expect("front() was Some");
+            let hold = self.core.grant_waiter(ctx, &key, head);
+            sem.used += hold.permits;
+            sem.holders.insert(hold.lease, hold);
+        }
+        if sem.holders.is_empty() && sem.waiters.is_empty() {
+            self.sems.remove(name);
+        }
+    }
+
+    pub(super) fn sem_inspect(&self, name: &str) -> Reply {
+        let Some(sem) = self.sems.get(name) else {
+            return Reply::Inspect {
+                limit: None,
+                holders: Vec::new(),
+                waiters: Vec::new(),
+            };
+        };
+        let mut holders: Vec<_> = sem
+            .holders
+            .values()
+            .map(|hold| holder_info(hold, Some(hold.permits)))
+            .collect();
+        holders.sort_by_key(|holder| holder.token);
+        Reply::Inspect {
+            limit: Some(sem.limit),
+            holders,
+            waiters: waiter_infos(&sem.waiters, true),
+        }
+    }
+
+    pub(super) fn check_sem_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
+        for (name, sem) in &self.sems {
+            let key = ResourceKey::new(ResourceKind::Sem, name);
+            let used: u32 = sem.holders.values().map(|hold| hold.permits).sum();
+            if used != sem.used || used > sem.limit {
+                return Err(format!(
+                    "semaphore {name:?}: used {} (holders sum to {used}), limit {}",
+                    sem.used, sem.limit
+                ));
+            }
+            if let Some(head) = sem.waiters.front()
+                && sem.used + head.permits <= sem.limit
+            {
+                return Err(format!("semaphore {name:?}: the head waiter fits but waits"));
+            }
+            if sem.holders.is_empty() && sem.waiters.is_empty() {
+                return Err(format!("semaphore {name:?} is idle but remembered"));
+            }
+            check_queue(&key, &sem.waiters)?;
+            for (lease, hold) in &sem.holders {
+                if *lease != hold.lease {
+                    return Err(format!("semaphore {name:?}: hold filed under the wrong lease"));
+                }
+                if sem.waiters.iter().any(|w| w.lease == *lease) {
+                    return Err(format!("semaphore {name:?}: lease {lease} holds and waits"));
+                }
+                occupancy.hold(&key, hold);
+            }
+            for waiter in &sem.waiters {
+                occupancy.wait(&key, waiter);
+            }
+        }
+        Ok(())
+    }
+}

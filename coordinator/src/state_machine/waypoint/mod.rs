@@ -1,0 +1,419 @@
+//! Waypoint reservations: a named point and, with geometry, a vertical cylinder around it.
+//!
+//! Two reservations conflict if they share the name, or if both have a cylinder and the
+//! cylinders conflict (`geo::areas_conflict`: axes closer than the sum of the radii and
+//! altitude bands overlapping). A lease never conflicts with itself: a drone may hold its pad
+//! and reserve the next waypoint beside it. A request is granted when nothing held conflicts
+//! with it and no earlier conflicting request still waits (FIFO among conflicting requests;
+//! independent requests do not block each other).
+//!
+//! After holds or waiters go away, only waiters that conflicted with something removed can have
+//! become grantable (anything else is still blocked by what blocked it before), so the grant
+//! pass looks at those candidates alone, in arrival order. Granting one adds a hold, which can
+//! only block, so one pass suffices.
+//!
+//! Invariants:
+//! 1. No two held reservations of different leases conflict.
+//! 2. After every entry, every waiter is blocked by a held reservation or an earlier waiter of
+//!    another lease: whatever could be granted was granted.
+//! 3. The spatial index and the by-name waiter index are exactly what the reservations and
+//!    waiters imply (they are derived, rebuilt after a restore).
+//! 4. A lease never waits for a name it holds.
+
+mod geo;
+mod grid;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use hivekeeper_protocol::{Area, ErrorCode, ResourceKind};
+use serde::{Deserialize, Serialize};
+
+use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use super::lease::LeaseId;
+use super::lock::{holder_info, waiter_infos};
+use super::{Ctx, Limits, ReleaseReason, Reply, StateMachine, Text};
+use grid::{Entry, Grid};
+
+pub use geo::{EARTH_RADIUS_M, areas_conflict, bands_overlap, distance_m};
+
+/// A held reservation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// The hold (lease, token, since).
+    pub hold: Hold,
+    /// Its cylinder, if it has geometry.
+    pub area: Option<Area>,
+}
+
+/// A waiting reservation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The waypoint's name.
+    pub name: Text,
+    /// The waiter.
+    pub waiter: Waiter,
+    /// Its cylinder, if it has geometry.
+    pub area: Option<Area>,
+}
+
+/// Every reservation, held and waiting, with the indexes that keep checks local.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Waypoints {
+    /// Held reservations by name.
+    held: BTreeMap<Text, Reservation>,
+    /// Waiting reservations by arrival (`seq`, the log index that queued them).
+    waiters: BTreeMap<u64, Pending>,
+    /// Derived indexes (invariant 3).
+    #[serde(skip)]
+    index: Index,
+    /// Names and cylinders removed during the current entry, for the grant pass. Empty
+    /// between entries.
+    #[serde(skip)]
+    removed: Vec<(Text, Option<Area>)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Index {
+    /// Held cylinders, keyed by name.
+    held: Grid<Text>,
+    /// Waiting cylinders, keyed by seq.
+    waiting: Grid<u64>,
+    /// Waiters' seqs by name.
+    waiting_by_name: BTreeMap<Text, BTreeSet<u64>>,
+}
+
+impl Index {
+    fn build(held: &BTreeMap<Text, Reservation>, waiters: &BTreeMap<u64, Pending>) -> Index {
+        let mut index = Index::default();
+        for (name, reservation) in held {
+            if let Some(area) = reservation.area {
+                let lease = reservation.hold.lease;
+                index.held.insert(name.clone(), Entry { area, lease });
+            }
+        }
+        for (seq, pending) in waiters {
+            index.add_waiter(*seq, pending);
+        }
+        index
+    }
+
+    fn add_waiter(&mut self, seq: u64, pending: &Pending) {
+        if let Some(area) = pending.area {
+            let lease = pending.waiter.lease;
+            self.waiting.insert(seq, Entry { area, lease });
+        }
+        self.waiting_by_name
+            .entry(pending.name.clone())
+            .or_default()
+            .insert(seq);
+    }
+
+    fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
+        if let Some(area) = &pending.area {
+            self.waiting.remove(&seq, area);
+        }
+        if let Some(seqs) = self.waiting_by_name.get_mut(&pending.name) {
+            seqs.remove(&seq);
+            if seqs.is_empty() {
+                self.waiting_by_name.remove(&pending.name);
+            }
+        }
+    }
+}
+
+impl Waypoints {
+    /// Rebuilds the derived indexes (after a restore).
+    pub fn rebuild_index(&mut self) {
+        self.index = Index::build(&self.held, &self.waiters);
+        self.removed.clear();
+    }
+
+    /// Names held plus reservations waiting: what counts against `resources_max`.
+    pub fn in_use(&self) -> usize {
+        self.held.len() + self.waiters.len()
+    }
+
+    /// The token held on waypoint `name`.
+    pub fn held_token(&self, name: &str) -> Option<u64> {
+        self.held.get(name).map(|reservation| reservation.hold.token)
+    }
+
+    /// Whether a request (a new one, or the waiter at `before_seq`) is blocked by a held
+    /// reservation or by an earlier waiter of another lease.
+    fn blocked(&self, name: &str, area: Option<&Area>, lease: LeaseId, before_seq: u64) -> bool {
+        let other = |entry_lease: LeaseId| entry_lease != lease;
+        if self
+            .held
+            .get(name)
+            .is_some_and(|held| other(held.hold.lease))
+        {
+            return true;
+        }
+        if let Some(seqs) = self.index.waiting_by_name.get(name)
+            && seqs
+                .range(..before_seq)
+                .any(|seq| other(self.waiters[seq].waiter.lease))
+        {
+            return true;
+        }
+        let Some(area) = area else {
+            return false;
+        };
+        self.index
+            .held
+            .find_conflict(area, |_, entry| other(entry.lease))
+            || self.index.waiting.find_conflict(area, |seq, entry| {
+                *seq < before_seq && other(entry.lease)
+            })
+    }
+
+    fn insert_held(&mut self, name: Text, reservation: Reservation) {
+        if let Some(area) = reservation.area {
+            let lease = reservation.hold.lease;
+            self.index.held.insert(name.clone(), Entry { area, lease });
+        }
+        self.held.insert(name, reservation);
+    }
+
+    /// Removes and returns `lease`'s reservation of `name`, noting it for the grant pass.
+    pub fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        if self.held.get(name)?.hold.lease != lease {
+            return None;
+        }
+        let (name, reservation) = self.held.remove_entry(name)?;
+        if let Some(area) = &reservation.area {
+            self.index.held.remove(&name, area);
+        }
+        self.removed.push((name, reservation.area));
+        Some(reservation.hold)
+    }
+
+    /// Removes and returns a waiter of `name`, noting it for the grant pass.
+    pub fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
+        let seq = *self
+            .index
+            .waiting_by_name
+            .get(name)?
+            .iter()
+            .find(|seq| {
+                let waiter = &self.waiters[*seq].waiter;
+                &*waiter.agent == agent && waiter.request_id == request_id
+            })?;
+        let pending = self.waiters.remove(&seq)?;
+        self.index.remove_waiter(seq, &pending);
+        self.removed.push((pending.name, pending.area));
+        Some(pending.waiter)
+    }
+
+    /// The grant pass after removals: grants every waiter that conflicted with something removed
+    /// and is no longer blocked, in arrival order.
+    pub fn settle(&mut self, ctx: &mut Ctx, core: &mut Core) {
+        let removed = std::mem::take(&mut self.removed);
+        if self.waiters.is_empty() {
+            return;
+        }
+        let mut candidates = BTreeSet::new();
+        for (name, area) in &removed {
+            if let Some(seqs) = self.index.waiting_by_name.get(name) {
+                candidates.extend(seqs.iter().copied());
+            }
+            if let Some(area) = area {
+                self.index.waiting.find_conflict(area, |seq, _| {
+                    candidates.insert(*seq);
+                    false
+                });
+            }
+        }
+        for seq in candidates {
+            let pending = &self.waiters[&seq];
+            if self.blocked(&pending.name, pending.area.as_ref(), pending.waiter.lease, seq) {
+                continue;
+            }
+            let pending = self.waiters.remove(&seq).expect("looked up above");
+            self.index.remove_waiter(seq, &pending);
+            let key = ResourceKey::new(ResourceKind::Waypoint, &pending.name);
+            let hold = core.grant_waiter(ctx, &key, pending.waiter);
+            let reservation = Reservation {
+                hold,
+                area: pending.area,
+            };
+            self.insert_held(pending.name, reservation);
+        }
+    }
+
+    /// Invariants 1 to 4, and the holds and waits for the cross-check with leases.
+    pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
+        if !self.removed.is_empty() {
+            return Err("waypoint removals were not settled in their entry".into());
+        }
+        if self.index != Index::build(&self.held, &self.waiters) {
+            return Err("the waypoint indexes disagree with the reservations".into());
+        }
+        for (name, reservation) in &self.held {
+            let key = ResourceKey::new(ResourceKind::Waypoint, name);
+            occupancy.hold(&key, &reservation.hold);
+            let lease = reservation.hold.lease;
+            if let Some(area) = &reservation.area
+                && self
+                    .index
+                    .held
+                    .find_conflict(area, |_, entry| entry.lease != lease)
+            {
+                return Err(format!("held waypoint {name:?} conflicts with another lease's"));
+            }
+        }
+        for (seq, pending) in &self.waiters {
+            let key = ResourceKey::new(ResourceKind::Waypoint, &pending.name);
+            occupancy.wait(&key, &pending.waiter);
+            if pending.waiter.seq != *seq {
+                return Err(format!("waypoint waiter filed at {seq} has seq {}", pending.waiter.seq));
+            }
+            let lease = pending.waiter.lease;
+            if self
+                .held
+                .get(&pending.name)
+                .is_some_and(|held| held.hold.lease == lease)
+            {
+                return Err(format!("lease {lease} waits for {:?}, which it holds", pending.name));
+            }
+            if !self.blocked(&pending.name, pending.area.as_ref(), lease, *seq) {
+                return Err(format!(
+                    "waypoint waiter {seq} for {:?} could be granted but waits",
+                    pending.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StateMachine {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn waypoint_reserve(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        area: Option<Area>,
+        wait_ms: Option<u64>,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        if let Some(held) = self.waypoints.held.get(name)
+            && held.hold.lease == lease
+        {
+            return Reply::Granted {
+                token: held.hold.token,
+            };
+        }
+        let name: Text = Arc::from(name);
+        let key = ResourceKey::new(ResourceKind::Waypoint, &name);
+        if self.core.is_waiting(lease, &key) {
+            return self.core.already_waiting(lease, &key);
+        }
+        if self.resources_in_use() >= self.limits.resources_max as usize {
+            return self.resources_exhausted();
+        }
+        if !self.waypoints.blocked(&name, area.as_ref(), lease, u64::MAX) {
+            let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
+            let token = hold.token;
+            self.waypoints.insert_held(name, Reservation { hold, area });
+            return Reply::Granted { token };
+        }
+        if wait_ms == Some(0) {
+            return Reply::refused(
+                ErrorCode::WouldBlock,
+                format!("waypoint {name:?} conflicts with a held or earlier waiting reservation"),
+            );
+        }
+        if let Some(refusal) = self.waypoint_queue_full(&name) {
+            return refusal;
+        }
+        let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
+        let pending = Pending {
+            name,
+            waiter,
+            area,
+        };
+        self.waypoints.index.add_waiter(ctx.index, &pending);
+        self.waypoints.waiters.insert(ctx.index, pending);
+        Reply::Queued
+    }
+
+    fn waypoint_queue_full(&self, name: &str) -> Option<Reply> {
+        let limits: &Limits = &self.limits;
+        let on_name = self
+            .waypoints
+            .index
+            .waiting_by_name
+            .get(name)
+            .map_or(0, BTreeSet::len);
+        if on_name >= limits.waiters_per_resource_max as usize {
+            return Some(Reply::refused(
+                ErrorCode::ResourceExhausted,
+                format!("waypoint {name:?} already has {on_name} waiters, the limit"),
+            ));
+        }
+        if self.waypoints.waiters.len() >= limits.waypoint_waiters_max as usize {
+            return Some(Reply::refused(
+                ErrorCode::ResourceExhausted,
+                format!(
+                    "{} waypoint reservations are waiting, the limit",
+                    self.waypoints.waiters.len()
+                ),
+            ));
+        }
+        None
+    }
+
+    pub(super) fn waypoint_release(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &str,
+        name: &str,
+        lease: &str,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(hold) = self.waypoints.take_hold(name, lease) else {
+            return Reply::refused(
+                ErrorCode::NotHolder,
+                format!("lease {lease} does not hold waypoint {name:?}"),
+            );
+        };
+        let key = ResourceKey::new(ResourceKind::Waypoint, &Arc::from(name));
+        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
+        self.waypoints.settle(ctx, &mut self.core);
+        Reply::Done
+    }
+
+    pub(super) fn waypoint_inspect(&self, name: &str) -> Reply {
+        let holders = self
+            .waypoints
+            .held
+            .get(name)
+            .map(|reservation| holder_info(&reservation.hold, None))
+            .into_iter()
+            .collect();
+        let waiting = self
+            .waypoints
+            .index
+            .waiting_by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(|seq| &self.waypoints.waiters[seq].waiter);
+        Reply::Inspect {
+            limit: None,
+            holders,
+            waiters: waiter_infos(waiting, false),
+        }
+    }
+}

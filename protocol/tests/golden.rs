@@ -1,0 +1,1766 @@
+//! Golden tests for wire protocol v1: literal JSON in, exact values out.
+//!
+//! Every op, every error code, every success shape, every event and the topic layout are pinned
+//! here against literal JSON, so that a change to the serde attributes, a renamed field or a new
+//! default shows up as a failing test instead of a silent wire break. Values are compared as
+//! `serde_json::Value` (key order is not part of the protocol); messages written by this crate
+//! are compared exactly, messages that come from serde itself are checked for the field they
+//! name.
+
+use hivekeeper_protocol::validate::{
+    AGENT_ID_BYTES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX, SEM_LIMIT_MAX,
+    WAIT_MS_MAX,
+};
+use hivekeeper_protocol::{
+    Area, ErrorBody, ErrorCode, Event, HolderInfo, Op, ProtocolError, Request, ResourceKind,
+    Response, Success, Topics, WaiterInfo,
+};
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Parses bytes produced by an `encode()` as JSON.
+fn to_json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).expect("encode() must produce valid JSON")
+}
+
+/// Decodes a literal request that must be accepted.
+fn decode_ok(wire: &str) -> Request {
+    match Request::decode(wire.as_bytes()) {
+        Ok(request) => request,
+        Err(e) => panic!("{wire} was rejected: {e}"),
+    }
+}
+
+/// Decodes a literal request that must be rejected.
+fn decode_err(wire: &[u8]) -> ProtocolError {
+    match Request::decode(wire) {
+        Ok(request) => panic!(
+            "{} was accepted as {request:?}",
+            String::from_utf8_lossy(wire)
+        ),
+        Err(e) => e,
+    }
+}
+
+/// The golden check for one request: `wire` decodes to `expected`, `expected` encodes to
+/// `encoded`, and `encoded` decodes back to `expected` (also through the `Deserialize` impl the
+/// Raft log uses).
+fn assert_request(wire: &str, expected: &Request, encoded: &Value) {
+    assert_eq!(&decode_ok(wire), expected, "decoding {wire}");
+    assert_eq!(
+        &to_json(&expected.encode()),
+        encoded,
+        "encoding {expected:?}"
+    );
+    let reencoded = serde_json::to_vec(encoded).expect("a Value serializes");
+    assert_eq!(
+        &decode_ok(std::str::from_utf8(&reencoded).expect("utf-8")),
+        expected
+    );
+    let via_serde: Request = serde_json::from_value(encoded.clone()).expect("Deserialize");
+    assert_eq!(&via_serde, expected);
+    assert_eq!(encoded["op"], json!(expected.op.name()));
+}
+
+fn req(id: &str, op: Op) -> Request {
+    Request {
+        id: id.to_string(),
+        op,
+    }
+}
+
+/// The failure response for a decoder error must be exactly this JSON.
+fn assert_error_response(err: &ProtocolError) {
+    let id = match &err.id {
+        Some(id) => json!(id),
+        None => Value::Null,
+    };
+    assert_eq!(
+        to_json(&err.to_response().encode()),
+        json!({
+            "id": id,
+            "ok": false,
+            "error": {"code": err.code.as_str(), "message": err.message},
+        })
+    );
+}
+
+/// `wire` is rejected with exactly this id, code and message.
+fn assert_rejected(wire: &[u8], id: Option<&str>, code: ErrorCode, message: &str) {
+    let err = decode_err(wire);
+    assert_eq!(
+        (err.id.as_deref(), err.code, err.message.as_str()),
+        (id, code, message),
+        "{}",
+        String::from_utf8_lossy(wire)
+    );
+    assert_error_response(&err);
+}
+
+/// `wire` is rejected as `bad_request` with this id, and a message that starts with
+/// `prefix` and mentions every fragment (for messages worded by serde).
+fn assert_bad_request_mentions(wire: &str, id: Option<&str>, prefix: &str, fragments: &[&str]) {
+    let err = decode_err(wire.as_bytes());
+    assert_eq!(err.id.as_deref(), id, "{wire}");
+    assert_eq!(err.code, ErrorCode::BadRequest, "{wire}");
+    assert!(
+        err.message.starts_with(prefix),
+        "{wire}: message {:?} does not start with {prefix:?}",
+        err.message
+    );
+    for fragment in fragments {
+        assert!(
+            err.message.contains(fragment),
+            "{wire}: message {:?} does not mention {fragment:?}",
+            err.message
+        );
+    }
+    assert_error_response(&err);
+}
+
+fn bad(wire: &str, id: Option<&str>, message: &str) {
+    assert_rejected(wire.as_bytes(), id, ErrorCode::BadRequest, message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One test per op
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn op_lease_grant() {
+    assert_request(
+        r#"{"id":"r1","op":"lease.grant","ttl_ms":5000}"#,
+        &req("r1", Op::LeaseGrant { ttl_ms: 5000 }),
+        &json!({"id": "r1", "op": "lease.grant", "ttl_ms": 5000}),
+    );
+}
+
+#[test]
+fn op_lease_keepalive() {
+    assert_request(
+        r#"{"id":"r2","op":"lease.keepalive","lease":"L-17"}"#,
+        &req(
+            "r2",
+            Op::LeaseKeepalive {
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r2", "op": "lease.keepalive", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_lease_revoke() {
+    assert_request(
+        r#"{"id":"r3","op":"lease.revoke","lease":"L-17"}"#,
+        &req(
+            "r3",
+            Op::LeaseRevoke {
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r3", "op": "lease.revoke", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_lock_acquire() {
+    // wait_ms absent: wait while the lease lives; not sent back either.
+    assert_request(
+        r#"{"id":"r4","op":"lock.acquire","name":"gateway/config","lease":"L-17"}"#,
+        &req(
+            "r4",
+            Op::LockAcquire {
+                name: "gateway/config".into(),
+                lease: "L-17".into(),
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "r4", "op": "lock.acquire", "name": "gateway/config", "lease": "L-17"}),
+    );
+    // wait_ms 0: try once.
+    assert_request(
+        r#"{"id":"r5","op":"lock.acquire","name":"door","lease":"L-17","wait_ms":0}"#,
+        &req(
+            "r5",
+            Op::LockAcquire {
+                name: "door".into(),
+                lease: "L-17".into(),
+                wait_ms: Some(0),
+            },
+        ),
+        &json!({"id": "r5", "op": "lock.acquire", "name": "door", "lease": "L-17", "wait_ms": 0}),
+    );
+    // wait_ms n, up to one day.
+    assert_request(
+        r#"{"id":"r6","op":"lock.acquire","name":"door","lease":"L-17","wait_ms":86400000}"#,
+        &req(
+            "r6",
+            Op::LockAcquire {
+                name: "door".into(),
+                lease: "L-17".into(),
+                wait_ms: Some(WAIT_MS_MAX),
+            },
+        ),
+        &json!({"id": "r6", "op": "lock.acquire", "name": "door", "lease": "L-17",
+                "wait_ms": 86_400_000}),
+    );
+    // An explicit null is read as absent.
+    assert_eq!(
+        decode_ok(r#"{"id":"r7","op":"lock.acquire","name":"door","lease":"L","wait_ms":null}"#),
+        req(
+            "r7",
+            Op::LockAcquire {
+                name: "door".into(),
+                lease: "L".into(),
+                wait_ms: None,
+            },
+        )
+    );
+}
+
+#[test]
+fn op_lock_release() {
+    assert_request(
+        r#"{"id":"r8","op":"lock.release","name":"door","lease":"L-17"}"#,
+        &req(
+            "r8",
+            Op::LockRelease {
+                name: "door".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r8", "op": "lock.release", "name": "door", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_sem_acquire() {
+    // permits defaults to 1 and is always encoded.
+    assert_request(
+        r#"{"id":"r9","op":"sem.acquire","name":"chargers","limit":4,"lease":"L-17"}"#,
+        &req(
+            "r9",
+            Op::SemAcquire {
+                name: "chargers".into(),
+                limit: 4,
+                lease: "L-17".into(),
+                permits: 1,
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "r9", "op": "sem.acquire", "name": "chargers", "limit": 4,
+                "lease": "L-17", "permits": 1}),
+    );
+    // Every field given; permits == limit is allowed.
+    assert_request(
+        r#"{"id":"r10","op":"sem.acquire","name":"chargers","limit":4,"lease":"L-17",
+            "permits":4,"wait_ms":2500}"#,
+        &req(
+            "r10",
+            Op::SemAcquire {
+                name: "chargers".into(),
+                limit: 4,
+                lease: "L-17".into(),
+                permits: 4,
+                wait_ms: Some(2500),
+            },
+        ),
+        &json!({"id": "r10", "op": "sem.acquire", "name": "chargers", "limit": 4,
+                "lease": "L-17", "permits": 4, "wait_ms": 2500}),
+    );
+    // The largest capacity.
+    assert_request(
+        r#"{"id":"r11","op":"sem.acquire","name":"s","limit":1000000,"lease":"L","permits":999}"#,
+        &req(
+            "r11",
+            Op::SemAcquire {
+                name: "s".into(),
+                limit: SEM_LIMIT_MAX,
+                lease: "L".into(),
+                permits: 999,
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "r11", "op": "sem.acquire", "name": "s", "limit": 1_000_000,
+                "lease": "L", "permits": 999}),
+    );
+}
+
+#[test]
+fn op_sem_release() {
+    assert_request(
+        r#"{"id":"r12","op":"sem.release","name":"chargers","lease":"L-17"}"#,
+        &req(
+            "r12",
+            Op::SemRelease {
+                name: "chargers".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r12", "op": "sem.release", "name": "chargers", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_waypoint_reserve_without_geometry() {
+    let expected = req(
+        "r13",
+        Op::WaypointReserve {
+            name: "pad-3".into(),
+            lease: "L-17".into(),
+            lat: None,
+            lon: None,
+            alt_min_m: None,
+            alt_max_m: None,
+            radius_m: None,
+            wait_ms: None,
+        },
+    );
+    assert_request(
+        r#"{"id":"r13","op":"waypoint.reserve","name":"pad-3","lease":"L-17"}"#,
+        &expected,
+        &json!({"id": "r13", "op": "waypoint.reserve", "name": "pad-3", "lease": "L-17"}),
+    );
+    assert_eq!(expected.op.area(), Ok(None));
+}
+
+/// The geometry `area()` derives, reduced to the fields whose meaning is fixed by the wire
+/// protocol (the altitude representation inside `Area` is the coordinator's business).
+fn area_core(request: &Request) -> Option<(f64, f64, f64)> {
+    request.op.area().expect("valid geometry").map(
+        |Area {
+             lat, lon, radius_m, ..
+         }| (lat, lon, radius_m),
+    )
+}
+
+#[test]
+fn op_waypoint_reserve_with_full_geometry() {
+    let expected = req(
+        "r14",
+        Op::WaypointReserve {
+            name: "pad-3".into(),
+            lease: "L-17".into(),
+            lat: Some(47.3769),
+            lon: Some(8.5417),
+            alt_min_m: Some(10.0),
+            alt_max_m: Some(120.5),
+            radius_m: Some(25.0),
+            wait_ms: Some(0),
+        },
+    );
+    // Integers are accepted for the float fields; they are encoded back as floats.
+    assert_request(
+        r#"{"id":"r14","op":"waypoint.reserve","name":"pad-3","lease":"L-17","lat":47.3769,
+            "lon":8.5417,"alt_min_m":10,"alt_max_m":120.5,"radius_m":25,"wait_ms":0}"#,
+        &expected,
+        &json!({"id": "r14", "op": "waypoint.reserve", "name": "pad-3", "lease": "L-17",
+                "lat": 47.3769, "lon": 8.5417, "alt_min_m": 10.0, "alt_max_m": 120.5,
+                "radius_m": 25.0, "wait_ms": 0}),
+    );
+    assert_eq!(area_core(&expected), Some((47.3769, 8.5417, 25.0)));
+}
+
+#[test]
+fn op_waypoint_reserve_with_point_only() {
+    // lat/lon only: radius 0, altitude unbounded. Absent fields stay absent on the wire.
+    let expected = req(
+        "r15",
+        Op::WaypointReserve {
+            name: "mast".into(),
+            lease: "L-17".into(),
+            lat: Some(-33.5),
+            lon: Some(-180.0),
+            alt_min_m: None,
+            alt_max_m: None,
+            radius_m: None,
+            wait_ms: None,
+        },
+    );
+    assert_request(
+        r#"{"id":"r15","op":"waypoint.reserve","name":"mast","lease":"L-17","lat":-33.5,
+            "lon":-180}"#,
+        &expected,
+        &json!({"id": "r15", "op": "waypoint.reserve", "name": "mast", "lease": "L-17",
+                "lat": -33.5, "lon": -180.0}),
+    );
+    assert_eq!(area_core(&expected), Some((-33.5, -180.0, 0.0)));
+    // Only one altitude bound, the extreme values of every range: accepted, and only the
+    // given fields are sent back.
+    let one_sided = r#"{"id":"r16","op":"waypoint.reserve","name":"m","lease":"L","lat":90,
+        "lon":180,"alt_max_m":100000,"radius_m":10000}"#;
+    assert_request(
+        one_sided,
+        &req(
+            "r16",
+            Op::WaypointReserve {
+                name: "m".into(),
+                lease: "L".into(),
+                lat: Some(90.0),
+                lon: Some(180.0),
+                alt_min_m: None,
+                alt_max_m: Some(100_000.0),
+                radius_m: Some(10_000.0),
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "r16", "op": "waypoint.reserve", "name": "m", "lease": "L",
+                "lat": 90.0, "lon": 180.0, "alt_max_m": 100_000.0, "radius_m": 10_000.0}),
+    );
+    assert_eq!(
+        area_core(&decode_ok(one_sided)),
+        Some((90.0, 180.0, 10_000.0))
+    );
+    // Equal altitude bounds are accepted (alt_min_m > alt_max_m is what is refused).
+    let flat = decode_ok(
+        r#"{"id":"r17","op":"waypoint.reserve","name":"m","lease":"L","lat":0,"lon":0,
+            "alt_min_m":-1000,"alt_max_m":-1000}"#,
+    );
+    assert_eq!(area_core(&flat), Some((0.0, 0.0, 0.0)));
+}
+
+#[test]
+fn op_waypoint_release() {
+    assert_request(
+        r#"{"id":"r18","op":"waypoint.release","name":"pad-3","lease":"L-17"}"#,
+        &req(
+            "r18",
+            Op::WaypointRelease {
+                name: "pad-3".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r18", "op": "waypoint.release", "name": "pad-3", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_fence_check() {
+    // kind defaults to "lock" and is always encoded.
+    assert_request(
+        r#"{"id":"r19","op":"fence.check","resource":"door","token":42}"#,
+        &req(
+            "r19",
+            Op::FenceCheck {
+                resource: "door".into(),
+                kind: ResourceKind::Lock,
+                token: 42,
+            },
+        ),
+        &json!({"id": "r19", "op": "fence.check", "resource": "door", "kind": "lock",
+                "token": 42}),
+    );
+    assert_request(
+        r#"{"id":"r20","op":"fence.check","resource":"chargers","kind":"sem","token":0}"#,
+        &req(
+            "r20",
+            Op::FenceCheck {
+                resource: "chargers".into(),
+                kind: ResourceKind::Sem,
+                token: 0,
+            },
+        ),
+        &json!({"id": "r20", "op": "fence.check", "resource": "chargers", "kind": "sem",
+                "token": 0}),
+    );
+    assert_request(
+        r#"{"id":"r21","op":"fence.check","resource":"pad-3","kind":"waypoint",
+            "token":18446744073709551615}"#,
+        &req(
+            "r21",
+            Op::FenceCheck {
+                resource: "pad-3".into(),
+                kind: ResourceKind::Waypoint,
+                token: u64::MAX,
+            },
+        ),
+        &json!({"id": "r21", "op": "fence.check", "resource": "pad-3", "kind": "waypoint",
+                "token": u64::MAX}),
+    );
+}
+
+#[test]
+fn op_inspect() {
+    for (kind, wire) in [
+        (ResourceKind::Lock, "lock"),
+        (ResourceKind::Sem, "sem"),
+        (ResourceKind::Waypoint, "waypoint"),
+    ] {
+        assert_eq!(kind.as_str(), wire);
+        assert_eq!(serde_json::to_value(kind).expect("serializes"), json!(wire));
+        assert_request(
+            &format!(r#"{{"id":"r22","op":"inspect","kind":"{wire}","name":"door"}}"#),
+            &req(
+                "r22",
+                Op::Inspect {
+                    kind,
+                    name: "door".into(),
+                },
+            ),
+            &json!({"id": "r22", "op": "inspect", "kind": wire, "name": "door"}),
+        );
+    }
+}
+
+/// The per-op tests above cover exactly `Op::NAMES`, and the metadata helpers agree.
+#[test]
+fn op_names_are_complete_and_consistent() {
+    let samples = [
+        (r#"{"id":"a","op":"lease.grant","ttl_ms":1}"#, None, true),
+        (
+            r#"{"id":"a","op":"lease.keepalive","lease":"L"}"#,
+            Some("L"),
+            false,
+        ),
+        (
+            r#"{"id":"a","op":"lease.revoke","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"lock.acquire","name":"n","lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"lock.release","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"sem.acquire","name":"n","limit":2,"lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"sem.release","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"waypoint.reserve","name":"n","lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"waypoint.release","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"fence.check","resource":"n","token":1}"#,
+            None,
+            false,
+        ),
+        (
+            r#"{"id":"a","op":"inspect","kind":"sem","name":"n"}"#,
+            None,
+            false,
+        ),
+    ];
+    assert_eq!(samples.len(), Op::NAMES.len());
+    for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
+        let request = decode_ok(wire);
+        assert_eq!(request.op.name(), name);
+        assert_eq!(request.op.lease(), *lease, "{name}");
+        assert_eq!(request.op.is_write(), *is_write, "{name}");
+        let expected_wait = if name.ends_with(".acquire") || name == "waypoint.reserve" {
+            Some(7)
+        } else {
+            None
+        };
+        assert_eq!(request.op.wait_ms(), expected_wait, "{name}");
+    }
+    assert_eq!(
+        Op::NAMES,
+        [
+            "lease.grant",
+            "lease.keepalive",
+            "lease.revoke",
+            "lock.acquire",
+            "lock.release",
+            "sem.acquire",
+            "sem.release",
+            "waypoint.reserve",
+            "waypoint.release",
+            "fence.check",
+            "inspect",
+        ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error codes: golden failure responses
+// ---------------------------------------------------------------------------------------------
+
+/// The wire name of every code. An exhaustive match with no wildcard: a new code does not
+/// compile until it is added here (and to docs/PROTOCOL.md).
+fn wire_name(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::BadRequest => "bad_request",
+        ErrorCode::UnknownOp => "unknown_op",
+        ErrorCode::TooLarge => "too_large",
+        ErrorCode::LeaseNotFound => "lease_not_found",
+        ErrorCode::NotHolder => "not_holder",
+        ErrorCode::WouldBlock => "would_block",
+        ErrorCode::Timeout => "timeout",
+        ErrorCode::LimitMismatch => "limit_mismatch",
+        ErrorCode::Unavailable => "unavailable",
+        ErrorCode::Forbidden => "forbidden",
+        ErrorCode::ResourceExhausted => "resource_exhausted",
+    }
+}
+
+/// `Response::error(id, code, message).encode()` is exactly `golden`, and decodes back.
+fn assert_error_golden(id: Option<&str>, code: ErrorCode, message: &str, golden: &str) {
+    let response = Response::error(id.map(str::to_string), code, message);
+    let golden: Value = serde_json::from_str(golden).expect("golden is JSON");
+    assert_eq!(to_json(&response.encode()), golden);
+    let decoded = Response::decode(golden.to_string().as_bytes()).expect("golden decodes");
+    assert_eq!(decoded, response);
+    assert_eq!(
+        decoded.outcome,
+        Err(ErrorBody {
+            code,
+            message: message.to_string()
+        })
+    );
+    // as_str, Display and the serde name agree.
+    assert_eq!(code.as_str(), wire_name(code));
+    assert_eq!(code.to_string(), wire_name(code));
+    assert_eq!(
+        serde_json::to_value(code).expect("serializes"),
+        json!(wire_name(code))
+    );
+    assert_eq!(
+        serde_json::from_value::<ErrorCode>(json!(wire_name(code))).expect("deserializes"),
+        code
+    );
+}
+
+#[test]
+fn error_code_list_is_closed_and_ordered() {
+    assert_eq!(
+        ErrorCode::ALL.map(ErrorCode::as_str),
+        [
+            "bad_request",
+            "unknown_op",
+            "too_large",
+            "lease_not_found",
+            "not_holder",
+            "would_block",
+            "timeout",
+            "limit_mismatch",
+            "unavailable",
+            "forbidden",
+            "resource_exhausted",
+        ]
+    );
+    for code in ErrorCode::ALL {
+        assert_eq!(code.as_str(), wire_name(code));
+        assert_eq!(
+            serde_json::to_value(code).expect("serializes"),
+            json!(code.as_str())
+        );
+    }
+    // An unknown code is not silently mapped to a known one.
+    assert!(serde_json::from_value::<ErrorCode>(json!("BadRequest")).is_err());
+    assert!(serde_json::from_value::<ErrorCode>(json!("no_such_code")).is_err());
+}
+
+#[test]
+fn error_code_bad_request() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::BadRequest,
+        "lock.acquire: missing field `lease`",
+        r#"{"id":"7","ok":false,"error":{"code":"bad_request",
+            "message":"lock.acquire: missing field `lease`"}}"#,
+    );
+    assert_error_golden(
+        None,
+        ErrorCode::BadRequest,
+        "a request must be a JSON object",
+        r#"{"id":null,"ok":false,"error":{"code":"bad_request",
+            "message":"a request must be a JSON object"}}"#,
+    );
+    // From the decoder, with and without an id.
+    bad(
+        r#"{"id":"7","op":"lock.acquire","name":"n"}"#,
+        Some("7"),
+        "lock.acquire: missing field `lease`",
+    );
+    bad("[1,2]", None, "a request must be a JSON object");
+}
+
+#[test]
+fn error_code_unknown_op() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::UnknownOp,
+        "unknown op \"lock.steal\"",
+        r#"{"id":"7","ok":false,"error":{"code":"unknown_op",
+            "message":"unknown op \"lock.steal\""}}"#,
+    );
+    // The decoder echoes the id.
+    assert_rejected(
+        br#"{"id":"7","op":"lock.steal","name":"n","lease":"L"}"#,
+        Some("7"),
+        ErrorCode::UnknownOp,
+        "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
+         lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
+         waypoint.release, fence.check, inspect",
+    );
+    // Op names are case-sensitive.
+    let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
+    assert_eq!(
+        (err.id.as_deref(), err.code),
+        (Some("8"), ErrorCode::UnknownOp)
+    );
+    assert_error_response(&err);
+}
+
+#[test]
+fn error_code_too_large() {
+    assert_error_golden(
+        None,
+        ErrorCode::TooLarge,
+        "payload is 8193 bytes, the maximum is 8192",
+        r#"{"id":null,"ok":false,"error":{"code":"too_large",
+            "message":"payload is 8193 bytes, the maximum is 8192"}}"#,
+    );
+    assert_eq!(REQUEST_BYTES_MAX, 8192);
+    // A request that would be valid but is one byte too long: id null, even though the id is
+    // readable, because the payload is not parsed at all.
+    let head = r#"{"id":"7","op":"lease.grant","ttl_ms":1000}"#;
+    let padding = " ".repeat(REQUEST_BYTES_MAX - head.len());
+    let exactly_max = format!("{head}{padding}");
+    assert_eq!(exactly_max.len(), REQUEST_BYTES_MAX);
+    assert_eq!(
+        decode_ok(&exactly_max),
+        req("7", Op::LeaseGrant { ttl_ms: 1000 })
+    );
+    let one_over = format!("{exactly_max} ");
+    assert_rejected(
+        one_over.as_bytes(),
+        None,
+        ErrorCode::TooLarge,
+        "payload is 8193 bytes, the maximum is 8192",
+    );
+    assert_eq!(
+        to_json(&decode_err(one_over.as_bytes()).to_response().encode()),
+        json!({"id": null, "ok": false, "error": {"code": "too_large",
+               "message": "payload is 8193 bytes, the maximum is 8192"}})
+    );
+    // Size is checked before anything else: even garbage is too_large, not bad_request.
+    assert_rejected(
+        &[0xff; 10_000],
+        None,
+        ErrorCode::TooLarge,
+        "payload is 10000 bytes, the maximum is 8192",
+    );
+}
+
+#[test]
+fn error_code_lease_not_found() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::LeaseNotFound,
+        "lease \"L-17\" not found",
+        r#"{"id":"7","ok":false,"error":{"code":"lease_not_found",
+            "message":"lease \"L-17\" not found"}}"#,
+    );
+}
+
+#[test]
+fn error_code_not_holder() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::NotHolder,
+        "lease does not hold lock \"door\"",
+        r#"{"id":"7","ok":false,"error":{"code":"not_holder",
+            "message":"lease does not hold lock \"door\""}}"#,
+    );
+}
+
+#[test]
+fn error_code_would_block() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::WouldBlock,
+        "lock \"door\" is held",
+        r#"{"id":"7","ok":false,"error":{"code":"would_block",
+            "message":"lock \"door\" is held"}}"#,
+    );
+}
+
+#[test]
+fn error_code_timeout() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::Timeout,
+        "not granted within 2500 ms",
+        r#"{"id":"7","ok":false,"error":{"code":"timeout",
+            "message":"not granted within 2500 ms"}}"#,
+    );
+}
+
+#[test]
+fn error_code_limit_mismatch() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::LimitMismatch,
+        "semaphore \"chargers\" has limit 4, not 5",
+        r#"{"id":"7","ok":false,"error":{"code":"limit_mismatch",
+            "message":"semaphore \"chargers\" has limit 4, not 5"}}"#,
+    );
+}
+
+#[test]
+fn error_code_unavailable() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::Unavailable,
+        "no leader",
+        r#"{"id":"7","ok":false,"error":{"code":"unavailable","message":"no leader"}}"#,
+    );
+}
+
+#[test]
+fn error_code_forbidden() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::Forbidden,
+        "lease \"L-17\" belongs to another agent",
+        r#"{"id":"7","ok":false,"error":{"code":"forbidden",
+            "message":"lease \"L-17\" belongs to another agent"}}"#,
+    );
+}
+
+#[test]
+fn error_code_resource_exhausted() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::ResourceExhausted,
+        "too many waiters on lock \"door\"",
+        r#"{"id":"7","ok":false,"error":{"code":"resource_exhausted",
+            "message":"too many waiters on lock \"door\""}}"#,
+    );
+}
+
+#[test]
+fn every_code_has_a_golden_error_response() {
+    for code in ErrorCode::ALL {
+        assert_error_golden(
+            Some("7"),
+            code,
+            "m",
+            &format!(
+                r#"{{"id":"7","ok":false,"error":{{"code":"{}","message":"m"}}}}"#,
+                wire_name(code)
+            ),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bad_request: everything the decoder rejects
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bad_request_envelope_without_readable_id() {
+    // Malformed JSON: id null.
+    assert_bad_request_mentions(r#"{"id":"7","op":"#, None, "malformed JSON: ", &["EOF"]);
+    assert_bad_request_mentions("", None, "malformed JSON: ", &[]);
+    assert_bad_request_mentions("not json", None, "malformed JSON: ", &[]);
+    let err = decode_err(&[b'{', 0xff, b'}']);
+    assert_eq!(
+        (err.id, err.code),
+        (None, ErrorCode::BadRequest),
+        "invalid UTF-8"
+    );
+    // A number JSON cannot hold is malformed JSON too.
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","lat":1e400,"lon":0}"#,
+        None,
+        "malformed JSON: ",
+        &["number out of range"],
+    );
+    // Not an object.
+    bad(r#""lease.grant""#, None, "a request must be a JSON object");
+    bad("null", None, "a request must be a JSON object");
+    bad("42", None, "a request must be a JSON object");
+    // Missing id, non-string id.
+    bad(
+        r#"{"op":"lease.grant","ttl_ms":1000}"#,
+        None,
+        "missing field `id`",
+    );
+    bad(
+        r#"{"id":7,"op":"lease.grant","ttl_ms":1000}"#,
+        None,
+        "`id` must be a string",
+    );
+    bad(
+        r#"{"id":null,"op":"lease.grant","ttl_ms":1000}"#,
+        None,
+        "`id` must be a string",
+    );
+    bad(
+        r#"{"id":["7"],"op":"lease.grant","ttl_ms":1000}"#,
+        None,
+        "`id` must be a string",
+    );
+}
+
+#[test]
+fn bad_request_request_ids() {
+    let with_id = |id: &str| {
+        format!(
+            r#"{{"id":{},"op":"lease.grant","ttl_ms":1000}}"#,
+            serde_json::to_string(id).expect("string")
+        )
+    };
+    bad(&with_id(""), None, "`id` must not be empty");
+    let max = "i".repeat(REQUEST_ID_BYTES_MAX);
+    assert_eq!(decode_ok(&with_id(&max)).id, max);
+    bad(
+        &with_id(&"i".repeat(REQUEST_ID_BYTES_MAX + 1)),
+        None,
+        "`id` is 129 bytes long, the maximum is 128",
+    );
+    // The bound is in bytes: 64 two-byte characters fit, 65 do not.
+    let wide = "é".repeat(64);
+    assert_eq!(decode_ok(&with_id(&wide)).id, wide);
+    bad(
+        &with_id(&"é".repeat(65)),
+        None,
+        "`id` is 130 bytes long, the maximum is 128",
+    );
+    for control in [
+        "a\nb",
+        "\u{0}",
+        "tab\t",
+        "bell\u{7}",
+        "del\u{7f}",
+        "c1\u{85}",
+    ] {
+        bad(
+            &with_id(control),
+            None,
+            "`id` must not contain control characters",
+        );
+    }
+    // Any other text is a fine id.
+    assert_eq!(decode_ok(&with_id("req 1/ä+#")).id, "req 1/ä+#");
+}
+
+#[test]
+fn bad_request_op_field() {
+    bad(r#"{"id":"7"}"#, Some("7"), "missing field `op`");
+    bad(r#"{"id":"7","op":5}"#, Some("7"), "`op` must be a string");
+    bad(
+        r#"{"id":"7","op":null}"#,
+        Some("7"),
+        "`op` must be a string",
+    );
+}
+
+#[test]
+fn bad_request_missing_fields() {
+    for (wire, field) in [
+        (r#"{"id":"7","op":"lease.grant"}"#, "ttl_ms"),
+        (r#"{"id":"7","op":"lease.keepalive"}"#, "lease"),
+        (r#"{"id":"7","op":"lease.revoke"}"#, "lease"),
+        (r#"{"id":"7","op":"lock.acquire","lease":"L"}"#, "name"),
+        (r#"{"id":"7","op":"lock.release","name":"n"}"#, "lease"),
+        (
+            r#"{"id":"7","op":"sem.acquire","name":"n","lease":"L"}"#,
+            "limit",
+        ),
+        (r#"{"id":"7","op":"sem.release","lease":"L"}"#, "name"),
+        (r#"{"id":"7","op":"waypoint.reserve","name":"n"}"#, "lease"),
+        (r#"{"id":"7","op":"waypoint.release","lease":"L"}"#, "name"),
+        (r#"{"id":"7","op":"fence.check","resource":"r"}"#, "token"),
+        (r#"{"id":"7","op":"fence.check","token":1}"#, "resource"),
+        (r#"{"id":"7","op":"inspect","name":"n"}"#, "kind"),
+        (r#"{"id":"7","op":"inspect","kind":"lock"}"#, "name"),
+    ] {
+        let op: Value = serde_json::from_str::<Value>(wire).expect("json")["op"].clone();
+        let op = op.as_str().expect("op");
+        bad(wire, Some("7"), &format!("{op}: missing field `{field}`"));
+    }
+}
+
+#[test]
+fn bad_request_wrong_types() {
+    for (wire, prefix, mentions) in [
+        (
+            r#"{"id":"7","op":"lease.grant","ttl_ms":"1000"}"#,
+            "lease.grant: ",
+            &["invalid type", "u64"][..],
+        ),
+        (
+            r#"{"id":"7","op":"lease.grant","ttl_ms":1e3}"#,
+            "lease.grant: ",
+            &["invalid type", "floating point"][..],
+        ),
+        (
+            r#"{"id":"7","op":"lease.grant","ttl_ms":-1}"#,
+            "lease.grant: ",
+            &["-1", "u64"][..],
+        ),
+        (
+            r#"{"id":"7","op":"lease.keepalive","lease":17}"#,
+            "lease.keepalive: ",
+            &["invalid type", "string"][..],
+        ),
+        (
+            r#"{"id":"7","op":"lock.acquire","name":"n","lease":null}"#,
+            "lock.acquire: ",
+            &["invalid type", "null"][..],
+        ),
+        (
+            r#"{"id":"7","op":"lock.acquire","name":"n","lease":"L","wait_ms":-5}"#,
+            "lock.acquire: ",
+            &["-5", "u64"][..],
+        ),
+        (
+            r#"{"id":"7","op":"sem.acquire","name":"n","limit":4294967296,"lease":"L"}"#,
+            "sem.acquire: ",
+            &["4294967296", "u32"][..],
+        ),
+        (
+            r#"{"id":"7","op":"sem.acquire","name":"n","limit":2,"lease":"L","permits":null}"#,
+            "sem.acquire: ",
+            &["null", "u32"][..],
+        ),
+        (
+            r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","lat":"47","lon":8}"#,
+            "waypoint.reserve: ",
+            &["invalid type", "f64"][..],
+        ),
+        (
+            r#"{"id":"7","op":"fence.check","resource":"r","token":1.5}"#,
+            "fence.check: ",
+            &["invalid type", "u64"][..],
+        ),
+        (
+            r#"{"id":"7","op":"fence.check","resource":"r","token":1,"kind":"disk"}"#,
+            "fence.check: ",
+            &["unknown variant `disk`"][..],
+        ),
+        (
+            r#"{"id":"7","op":"inspect","kind":"Lock","name":"n"}"#,
+            "inspect: ",
+            &["unknown variant `Lock`"][..],
+        ),
+        (
+            r#"{"id":"7","op":"inspect","kind":null,"name":"n"}"#,
+            "inspect: ",
+            &["null"][..],
+        ),
+    ] {
+        assert_bad_request_mentions(wire, Some("7"), prefix, mentions);
+    }
+}
+
+#[test]
+fn bad_request_unknown_fields() {
+    for (wire, prefix, field) in [
+        (
+            r#"{"id":"7","op":"lease.grant","ttl_ms":1000,"ttl":5}"#,
+            "lease.grant: ",
+            "ttl",
+        ),
+        (
+            r#"{"id":"7","op":"lock.acquire","name":"n","lease":"L","wiat_ms":5}"#,
+            "lock.acquire: ",
+            "wiat_ms",
+        ),
+        (
+            r#"{"id":"7","op":"lock.release","name":"n","lease":"L","token":3}"#,
+            "lock.release: ",
+            "token",
+        ),
+        (
+            r#"{"id":"7","op":"sem.acquire","name":"n","limit":2,"lease":"L","permit":1}"#,
+            "sem.acquire: ",
+            "permit",
+        ),
+        (
+            r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","lat":1,"lon":2,
+                "radius":5}"#,
+            "waypoint.reserve: ",
+            "radius",
+        ),
+        (
+            r#"{"id":"7","op":"fence.check","resource":"r","token":1,"name":"r"}"#,
+            "fence.check: ",
+            "name",
+        ),
+        (
+            r#"{"id":"7","op":"inspect","kind":"lock","name":"n","lease":"L"}"#,
+            "inspect: ",
+            "lease",
+        ),
+        // A field of another op is unknown too; so are envelope-looking extras.
+        (
+            r#"{"id":"7","op":"lease.keepalive","lease":"L","ok":true}"#,
+            "lease.keepalive: ",
+            "ok",
+        ),
+    ] {
+        assert_bad_request_mentions(
+            wire,
+            Some("7"),
+            prefix,
+            &[&format!("unknown field `{field}`")],
+        );
+    }
+    // The exact serde wording for one case, so the typo hint stays useful.
+    bad(
+        r#"{"id":"7","op":"lock.acquire","name":"n","lease":"L","wiat_ms":5}"#,
+        Some("7"),
+        "lock.acquire: unknown field `wiat_ms`, expected one of `name`, `lease`, `wait_ms`",
+    );
+}
+
+#[test]
+fn bad_request_names_and_leases() {
+    let release = |name: &str, lease: &str| {
+        format!(
+            r#"{{"id":"7","op":"lock.release","name":{},"lease":{}}}"#,
+            serde_json::to_string(name).expect("string"),
+            serde_json::to_string(lease).expect("string")
+        )
+    };
+    bad(
+        &release("", "L"),
+        Some("7"),
+        "lock.release: `name` must not be empty",
+    );
+    bad(
+        &release("n", ""),
+        Some("7"),
+        "lock.release: `lease` must not be empty",
+    );
+    let max = "n".repeat(NAME_BYTES_MAX);
+    assert_eq!(
+        decode_ok(&release(&max, "L")).op,
+        Op::LockRelease {
+            name: max.clone(),
+            lease: "L".into()
+        }
+    );
+    bad(
+        &release(&"n".repeat(NAME_BYTES_MAX + 1), "L"),
+        Some("7"),
+        "lock.release: `name` is 257 bytes long, the maximum is 256",
+    );
+    bad(
+        &release("n", &"L".repeat(NAME_BYTES_MAX + 1)),
+        Some("7"),
+        "lock.release: `lease` is 257 bytes long, the maximum is 256",
+    );
+    // Bytes, not characters: 128 two-byte characters fit, 129 do not.
+    assert!(Request::decode(release(&"ü".repeat(128), "L").as_bytes()).is_ok());
+    bad(
+        &release(&"ü".repeat(129), "L"),
+        Some("7"),
+        "lock.release: `name` is 258 bytes long, the maximum is 256",
+    );
+    bad(
+        &release("line\nbreak", "L"),
+        Some("7"),
+        "lock.release: `name` must not contain control characters",
+    );
+    bad(
+        &release("n", "L\u{0}"),
+        Some("7"),
+        "lock.release: `lease` must not contain control characters",
+    );
+    // Slashes, spaces, wildcards and non-ASCII are fine in names: they never become topics.
+    assert!(Request::decode(release("gateway/config + #1 ü", "L").as_bytes()).is_ok());
+    // The same checks for every field that names something.
+    bad(
+        r#"{"id":"7","op":"fence.check","resource":"","token":1}"#,
+        Some("7"),
+        "fence.check: `resource` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"inspect","kind":"sem","name":""}"#,
+        Some("7"),
+        "inspect: `name` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"sem.acquire","name":"","limit":1,"lease":"L"}"#,
+        Some("7"),
+        "sem.acquire: `name` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"waypoint.reserve","name":"","lease":"L"}"#,
+        Some("7"),
+        "waypoint.reserve: `name` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"lease.keepalive","lease":""}"#,
+        Some("7"),
+        "lease.keepalive: `lease` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"lease.revoke","lease":""}"#,
+        Some("7"),
+        "lease.revoke: `lease` must not be empty",
+    );
+}
+
+#[test]
+fn bad_request_ttl_and_wait() {
+    bad(
+        r#"{"id":"7","op":"lease.grant","ttl_ms":0}"#,
+        Some("7"),
+        "lease.grant: `ttl_ms` must be positive",
+    );
+    // Any positive ttl passes the decoder; the service's configured range is checked there.
+    assert!(Request::decode(br#"{"id":"7","op":"lease.grant","ttl_ms":1}"#).is_ok());
+    for op in [
+        r#""op":"lock.acquire","name":"n","lease":"L""#,
+        r#""op":"sem.acquire","name":"n","limit":1,"lease":"L""#,
+        r#""op":"waypoint.reserve","name":"n","lease":"L""#,
+    ] {
+        let name: String = op.split('"').nth(3).expect("op name").to_string();
+        assert!(
+            Request::decode(format!(r#"{{"id":"7",{op},"wait_ms":86400000}}"#).as_bytes()).is_ok()
+        );
+        bad(
+            &format!(r#"{{"id":"7",{op},"wait_ms":86400001}}"#),
+            Some("7"),
+            &format!(
+                "{name}: `wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to \
+                 wait while the lease lives"
+            ),
+        );
+    }
+}
+
+#[test]
+fn bad_request_semaphore_ranges() {
+    let sem = |limit: u64, permits: u64| {
+        format!(
+            r#"{{"id":"7","op":"sem.acquire","name":"s","limit":{limit},"lease":"L","permits":{permits}}}"#
+        )
+    };
+    bad(
+        &sem(0, 1),
+        Some("7"),
+        "sem.acquire: `limit` is 0, it must be in [1, 1000000]",
+    );
+    bad(
+        &sem(1_000_001, 1),
+        Some("7"),
+        "sem.acquire: `limit` is 1000001, it must be in [1, 1000000]",
+    );
+    bad(
+        &sem(4, 0),
+        Some("7"),
+        "sem.acquire: `permits` is 0, it must be in [1, limit = 4]",
+    );
+    bad(
+        &sem(4, 5),
+        Some("7"),
+        "sem.acquire: `permits` is 5, it must be in [1, limit = 4]",
+    );
+    assert!(Request::decode(sem(1, 1).as_bytes()).is_ok());
+    assert!(Request::decode(sem(4, 4).as_bytes()).is_ok());
+}
+
+#[test]
+fn bad_request_waypoint_geometry() {
+    let reserve = |geometry: &str| {
+        format!(r#"{{"id":"7","op":"waypoint.reserve","name":"w","lease":"L",{geometry}}}"#)
+    };
+    let cases = [
+        (
+            r#""lat":90.5,"lon":0"#,
+            "`lat` is 90.5, it must be in [-90, 90]",
+        ),
+        (
+            r#""lat":-91,"lon":0"#,
+            "`lat` is -91, it must be in [-90, 90]",
+        ),
+        (
+            r#""lat":0,"lon":180.5"#,
+            "`lon` is 180.5, it must be in [-180, 180]",
+        ),
+        (
+            r#""lat":0,"lon":-200"#,
+            "`lon` is -200, it must be in [-180, 180]",
+        ),
+        (
+            r#""lat":47"#,
+            "`lat` and `lon` go together: give both or neither",
+        ),
+        (
+            r#""lon":8,"radius_m":5"#,
+            "`lat` and `lon` go together: give both or neither",
+        ),
+        (
+            r#""radius_m":5"#,
+            "`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`",
+        ),
+        (
+            r#""alt_min_m":0"#,
+            "`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`",
+        ),
+        (
+            r#""alt_max_m":100"#,
+            "`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`",
+        ),
+        (
+            r#""lat":0,"lon":0,"radius_m":-1"#,
+            "`radius_m` is -1, it must be in [0, 10000]",
+        ),
+        (
+            r#""lat":0,"lon":0,"radius_m":10000.5"#,
+            "`radius_m` is 10000.5, it must be in [0, 10000]",
+        ),
+        (
+            r#""lat":0,"lon":0,"alt_min_m":-1000.5"#,
+            "`alt_min_m` is -1000.5, it must be in [-1000, 100000]",
+        ),
+        (
+            r#""lat":0,"lon":0,"alt_max_m":100000.5"#,
+            "`alt_max_m` is 100000.5, it must be in [-1000, 100000]",
+        ),
+        (
+            r#""lat":0,"lon":0,"alt_min_m":120,"alt_max_m":30"#,
+            "`alt_min_m` (120) is above `alt_max_m` (30)",
+        ),
+    ];
+    for (geometry, message) in cases {
+        bad(
+            &reserve(geometry),
+            Some("7"),
+            &format!("waypoint.reserve: {message}"),
+        );
+    }
+}
+
+/// The `Deserialize` impl (used to read requests back from the Raft log) validates exactly
+/// like `Request::decode`.
+#[test]
+fn deserialize_validates_like_decode() {
+    let invalid = json!({"id": "7", "op": "sem.acquire", "name": "s", "limit": 2,
+                         "lease": "L", "permits": 3});
+    let err = serde_json::from_value::<Request>(invalid).expect_err("permits > limit");
+    assert!(
+        err.to_string()
+            .contains("sem.acquire: `permits` is 3, it must be in [1, limit = 2]"),
+        "{err}"
+    );
+    let unknown = json!({"id": "7", "op": "lock.steal"});
+    assert!(serde_json::from_value::<Request>(unknown).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Success responses
+// ---------------------------------------------------------------------------------------------
+
+/// `response.encode()` is exactly `golden`, and `golden` decodes back to `response`.
+fn assert_response_golden(response: &Response, golden: &Value) {
+    assert_eq!(&to_json(&response.encode()), golden);
+    let decoded = Response::decode(golden.to_string().as_bytes()).expect("golden response decodes");
+    assert_eq!(&decoded, response);
+    let via_serde: Response = serde_json::from_value(golden.clone()).expect("Deserialize");
+    assert_eq!(&via_serde, response);
+}
+
+#[test]
+fn success_lease_grant() {
+    assert_response_golden(
+        &Response::ok("r1", Success::lease("L-17".into(), 5000)),
+        &json!({"id": "r1", "ok": true, "lease": "L-17", "ttl_ms": 5000}),
+    );
+}
+
+#[test]
+fn success_keepalive_ttl() {
+    assert_response_golden(
+        &Response::ok("r2", Success::ttl(5000)),
+        &json!({"id": "r2", "ok": true, "ttl_ms": 5000}),
+    );
+}
+
+#[test]
+fn success_token() {
+    assert_response_golden(
+        &Response::ok("r4", Success::token(42)),
+        &json!({"id": "r4", "ok": true, "token": 42}),
+    );
+    assert_response_golden(
+        &Response::ok("r4", Success::token(u64::MAX)),
+        &json!({"id": "r4", "ok": true, "token": 18_446_744_073_709_551_615_u64}),
+    );
+}
+
+#[test]
+fn success_empty_for_release_and_revoke() {
+    let response = Response::ok("r8", Success::default());
+    assert_eq!(
+        String::from_utf8(response.encode()).expect("utf-8"),
+        r#"{"id":"r8","ok":true}"#
+    );
+    assert_response_golden(&response, &json!({"id": "r8", "ok": true}));
+}
+
+#[test]
+fn success_fence_check() {
+    assert_response_golden(
+        &Response::ok("r19", Success::fence(42, true)),
+        &json!({"id": "r19", "ok": true, "current": 42, "valid": true}),
+    );
+    // A free resource: current 0, nothing is valid.
+    assert_response_golden(
+        &Response::ok("r20", Success::fence(0, false)),
+        &json!({"id": "r20", "ok": true, "current": 0, "valid": false}),
+    );
+}
+
+#[test]
+fn success_inspect_lock() {
+    let response = Response::ok(
+        "r22",
+        Success {
+            holders: Some(vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "L-17".into(),
+                token: 42,
+                permits: None,
+                since_ms: 1_764_500_000_000,
+            }]),
+            waiters: Some(vec![
+                WaiterInfo {
+                    agent: "drone-9".into(),
+                    position: 1,
+                    permits: None,
+                    since_ms: 1_764_500_000_100,
+                },
+                WaiterInfo {
+                    agent: "drone-3".into(),
+                    position: 2,
+                    permits: None,
+                    since_ms: 1_764_500_000_200,
+                },
+            ]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r22",
+            "ok": true,
+            "holders": [
+                {"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1_764_500_000_000_u64}
+            ],
+            "waiters": [
+                {"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64},
+                {"agent": "drone-3", "position": 2, "since_ms": 1_764_500_000_200_u64}
+            ]
+        }),
+    );
+}
+
+#[test]
+fn success_inspect_sem() {
+    let response = Response::ok(
+        "r23",
+        Success {
+            limit: Some(4),
+            holders: Some(vec![
+                HolderInfo {
+                    agent: "drone-7".into(),
+                    lease: "L-17".into(),
+                    token: 40,
+                    permits: Some(1),
+                    since_ms: 1000,
+                },
+                HolderInfo {
+                    agent: "drone-8".into(),
+                    lease: "L-18".into(),
+                    token: 41,
+                    permits: Some(2),
+                    since_ms: 1001,
+                },
+            ]),
+            waiters: Some(vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: Some(3),
+                since_ms: 1002,
+            }]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r23",
+            "ok": true,
+            "limit": 4,
+            "holders": [
+                {"agent": "drone-7", "lease": "L-17", "token": 40, "permits": 1, "since_ms": 1000},
+                {"agent": "drone-8", "lease": "L-18", "token": 41, "permits": 2, "since_ms": 1001}
+            ],
+            "waiters": [
+                {"agent": "drone-9", "position": 1, "permits": 3, "since_ms": 1002}
+            ]
+        }),
+    );
+}
+
+#[test]
+fn success_inspect_free_resource() {
+    // Nobody holds or waits: empty arrays, not absent fields.
+    let response = Response::ok(
+        "r24",
+        Success {
+            holders: Some(vec![]),
+            waiters: Some(vec![]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({"id": "r24", "ok": true, "holders": [], "waiters": []}),
+    );
+}
+
+#[test]
+fn failure_without_id_golden() {
+    assert_response_golden(
+        &Response::error(None, ErrorCode::BadRequest, "missing field `id`"),
+        &json!({"id": null, "ok": false,
+                "error": {"code": "bad_request", "message": "missing field `id`"}}),
+    );
+}
+
+#[test]
+fn response_decode_rejects_inconsistent_ok() {
+    let ok_with_error = br#"{"id":"7","ok":true,"error":{"code":"timeout","message":"late"}}"#;
+    let err = Response::decode(ok_with_error).expect_err("ok:true with an error");
+    assert!(
+        err.to_string().contains("`ok: true` with an `error`"),
+        "{err}"
+    );
+    let failure_without_error = br#"{"id":"7","ok":false}"#;
+    let err = Response::decode(failure_without_error).expect_err("ok:false without an error");
+    assert!(
+        err.to_string().contains("`ok: false` without an `error`"),
+        "{err}"
+    );
+    // `ok` itself is required and must be a boolean.
+    assert!(Response::decode(br#"{"id":"7","token":1}"#).is_err());
+    assert!(Response::decode(br#"{"id":"7","ok":"true"}"#).is_err());
+    // An error body needs both its fields and a known code.
+    assert!(Response::decode(br#"{"id":"7","ok":false,"error":{"code":"timeout"}}"#).is_err());
+    assert!(
+        Response::decode(br#"{"id":"7","ok":false,"error":{"code":"nope","message":"m"}}"#)
+            .is_err()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------------------------
+
+fn assert_event_golden(event: &Event, wire: &str) {
+    let golden: Value = serde_json::from_str(wire).expect("golden is JSON");
+    assert_eq!(to_json(&event.encode()), golden);
+    assert_eq!(&Event::decode(wire.as_bytes()).expect("decodes"), event);
+    assert_eq!(&Event::decode(&event.encode()).expect("round trip"), event);
+}
+
+#[test]
+fn event_lease_expired() {
+    assert_event_golden(
+        &Event::LeaseExpired {
+            lease: "L-17".into(),
+        },
+        r#"{"event":"lease.expired","lease":"L-17"}"#,
+    );
+}
+
+#[test]
+fn event_lock_lost() {
+    assert_event_golden(
+        &Event::LockLost {
+            name: "door".into(),
+            token: 42,
+        },
+        r#"{"event":"lock.lost","name":"door","token":42}"#,
+    );
+}
+
+#[test]
+fn event_sem_lost() {
+    assert_event_golden(
+        &Event::SemLost {
+            name: "chargers".into(),
+            token: 41,
+        },
+        r#"{"event":"sem.lost","name":"chargers","token":41}"#,
+    );
+}
+
+#[test]
+fn event_waypoint_lost() {
+    assert_event_golden(
+        &Event::WaypointLost {
+            name: "pad-3".into(),
+            token: 43,
+        },
+        r#"{"event":"waypoint.lost","name":"pad-3","token":43}"#,
+    );
+}
+
+#[test]
+fn event_decode_rejects_unknown_or_incomplete() {
+    assert!(Event::decode(br#"{"event":"lock.stolen","name":"door","token":1}"#).is_err());
+    assert!(Event::decode(br#"{"event":"lock.lost","name":"door"}"#).is_err());
+    assert!(Event::decode(br#"{"name":"door","token":1}"#).is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Topics
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn topics_default_prefix() {
+    let topics = Topics::default();
+    assert_eq!(topics.prefix(), "hk/v1");
+    assert_eq!(topics.request("drone-7"), "hk/v1/req/drone-7");
+    assert_eq!(topics.response("drone-7"), "hk/v1/rsp/drone-7");
+    assert_eq!(topics.event("drone-7"), "hk/v1/evt/drone-7");
+    assert_eq!(topics.request_filter(), "hk/v1/req/+");
+    assert_eq!(Topics::new("hk/v1").expect("valid"), topics);
+}
+
+#[test]
+fn topics_parse_request_topic() {
+    let topics = Topics::default();
+    assert_eq!(
+        topics.parse_request_topic("hk/v1/req/drone-7"),
+        Ok("drone-7")
+    );
+    assert_eq!(
+        topics.parse_request_topic("hk/v1/req/Hive_04.sensor-A9"),
+        Ok("Hive_04.sensor-A9")
+    );
+    let max = "a".repeat(AGENT_ID_BYTES_MAX);
+    assert_eq!(
+        topics.parse_request_topic(&format!("hk/v1/req/{max}")),
+        Ok(max.as_str())
+    );
+
+    let reject = |topic: &str, message: &str| {
+        let err = topics
+            .parse_request_topic(topic)
+            .expect_err("topic must be rejected");
+        assert_eq!(
+            (err.id, err.code, err.message.as_str()),
+            (None, ErrorCode::BadRequest, message),
+            "{topic}"
+        );
+    };
+    reject(
+        "hk/v2/req/drone-7",
+        r#"topic "hk/v2/req/drone-7" is not hk/v1/req/{agent}"#,
+    );
+    reject(
+        "xhk/v1/req/drone-7",
+        r#"topic "xhk/v1/req/drone-7" is not hk/v1/req/{agent}"#,
+    );
+    reject(
+        "hk/v1/rsp/x",
+        r#"topic "hk/v1/rsp/x" is not hk/v1/req/{agent}"#,
+    );
+    reject(
+        "hk/v1/evt/x",
+        r#"topic "hk/v1/evt/x" is not hk/v1/req/{agent}"#,
+    );
+    reject("hk/v1/req", r#"topic "hk/v1/req" is not hk/v1/req/{agent}"#);
+    reject("hk/v1/req/", "agent id must be 1 to 64 characters, got 0");
+    reject(
+        "hk/v1/req/drone/7",
+        r#"agent id "drone/7" contains '/'; allowed are A-Z a-z 0-9 _ . -"#,
+    );
+    reject(
+        "hk/v1/req/+",
+        r#"agent id "+" contains '+'; allowed are A-Z a-z 0-9 _ . -"#,
+    );
+    reject(
+        "hk/v1/req/#",
+        r##"agent id "#" contains '#'; allowed are A-Z a-z 0-9 _ . -"##,
+    );
+    reject(
+        "hk/v1/req/drone 7",
+        r#"agent id "drone 7" contains ' '; allowed are A-Z a-z 0-9 _ . -"#,
+    );
+    reject(
+        "hk/v1/req/drönë",
+        r#"agent id "drönë" contains 'ö'; allowed are A-Z a-z 0-9 _ . -"#,
+    );
+    reject(
+        &format!("hk/v1/req/{}", "a".repeat(AGENT_ID_BYTES_MAX + 1)),
+        "agent id must be 1 to 64 characters, got 65",
+    );
+}
+
+#[test]
+fn topics_custom_prefix() {
+    let topics = Topics::new("farm/east/hk/").expect("trailing slash is dropped");
+    assert_eq!(topics.prefix(), "farm/east/hk");
+    assert_eq!(topics.request("hive-2"), "farm/east/hk/req/hive-2");
+    assert_eq!(topics.response("hive-2"), "farm/east/hk/rsp/hive-2");
+    assert_eq!(topics.event("hive-2"), "farm/east/hk/evt/hive-2");
+    assert_eq!(topics.request_filter(), "farm/east/hk/req/+");
+    assert_eq!(
+        topics.parse_request_topic("farm/east/hk/req/hive-2"),
+        Ok("hive-2")
+    );
+    assert!(topics.parse_request_topic("hk/v1/req/hive-2").is_err());
+    assert!(
+        topics
+            .parse_request_topic("farm/east/hk//req/hive-2")
+            .is_err()
+    );
+    assert_eq!(Topics::new("a///").expect("valid").prefix(), "a");
+}
+
+#[test]
+fn topics_new_rejects_wildcards_and_empty() {
+    for (prefix, shown) in [
+        ("hk/+/v1", "hk/+/v1"),
+        ("hk/#", "hk/#"),
+        ("+", "+"),
+        ("", ""),
+        ("/", ""),
+    ] {
+        let err = Topics::new(prefix).expect_err("prefix must be rejected");
+        assert_eq!(
+            (err.id, err.code, err.message),
+            (
+                None,
+                ErrorCode::BadRequest,
+                format!("topic prefix {shown:?} must be non-empty and contain no + or #")
+            ),
+            "{prefix:?}"
+        );
+    }
+}
