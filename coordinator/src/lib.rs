@@ -24,6 +24,6 @@
 pub mod state_machine;
 
 pub use state_machine::{
-    Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply,
-    ResourceKey, StateMachine,
+    Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply, ResourceKey,
+    StateMachine,
 };

@@ -319,7 +319,9 @@ impl Op {
             (Some(lat), Some(lon)) => (*lat, *lon),
             (None, None) => {
                 if radius_m.is_some() || alt_min_m.is_some() || alt_max_m.is_some() {
-                    return Err("`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`".into());
+                    return Err(
+                        "`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`".into(),
+                    );
                 }
                 return Ok(None);
             }
@@ -381,7 +383,12 @@ impl Request {
         let op_name = match fields.get("op") {
             None => return Err(ProtocolError::bad_request(Some(id), "missing field `op`")),
             Some(Value::String(op)) => op.clone(),
-            Some(_) => return Err(ProtocolError::bad_request(Some(id), "`op` must be a string")),
+            Some(_) => {
+                return Err(ProtocolError::bad_request(
+                    Some(id),
+                    "`op` must be a string",
+                ));
+            }
         };
         if !Op::NAMES.contains(&op_name.as_str()) {
             return Err(ProtocolError {

@@ -28,10 +28,18 @@ impl Topics {
     /// prefix is also used in topic names, where MQTT forbids them.
     pub fn new(prefix: &str) -> Result<Topics, ProtocolError> {
         let prefix = prefix.trim_end_matches('/');
-        if prefix.is_empty() || prefix.contains(['+', '#']) {
+        // MQTT forbids wildcards and NUL in topic names; an empty level (`hk//v1`, `/hk`) is
+        // legal MQTT but almost always a typo, and would not match what a user subscribes to.
+        if prefix.is_empty()
+            || prefix.contains(['+', '#', '\0'])
+            || prefix.split('/').any(str::is_empty)
+        {
             return Err(ProtocolError::bad_request(
                 None,
-                format!("topic prefix {prefix:?} must be non-empty and contain no + or #"),
+                format!(
+                    "topic prefix {prefix:?} must be non-empty, have no empty level and contain \
+                     no +, # or NUL"
+                ),
             ));
         }
         Ok(Topics {

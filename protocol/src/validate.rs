@@ -88,7 +88,9 @@ pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
 /// Checks that a float field is a finite number within `[min, max]`.
 pub fn float_in(field: &str, value: f64, min: f64, max: f64) -> Result<(), String> {
     if !value.is_finite() || value < min || value > max {
-        return Err(format!("`{field}` is {value}, it must be in [{min}, {max}]"));
+        return Err(format!(
+            "`{field}` is {value}, it must be in [{min}, {max}]"
+        ));
     }
     Ok(())
 }

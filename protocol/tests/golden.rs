@@ -1751,6 +1751,9 @@ fn topics_new_rejects_wildcards_and_empty() {
         ("+", "+"),
         ("", ""),
         ("/", ""),
+        ("hk//v1", "hk//v1"),
+        ("/hk", "/hk"),
+        ("hk/\0", "hk/\0"),
     ] {
         let err = Topics::new(prefix).expect_err("prefix must be rejected");
         assert_eq!(
@@ -1758,7 +1761,10 @@ fn topics_new_rejects_wildcards_and_empty() {
             (
                 None,
                 ErrorCode::BadRequest,
-                format!("topic prefix {shown:?} must be non-empty and contain no + or #")
+                format!(
+                    "topic prefix {shown:?} must be non-empty, have no empty level and \
+                     contain no +, # or NUL"
+                )
             ),
             "{prefix:?}"
         );

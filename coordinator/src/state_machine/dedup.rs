@@ -112,7 +112,9 @@ impl Dedup {
         }
         for (agent, memo) in &self.agents {
             if !self.recency.contains(&(memo.touched_index, agent.clone())) {
-                return Err(format!("dedup agent {agent} is missing from the recency index"));
+                return Err(format!(
+                    "dedup agent {agent} is missing from the recency index"
+                ));
             }
         }
         Ok(())

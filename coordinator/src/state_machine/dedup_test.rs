@@ -1,1 +1,128 @@
+//! Retries (dedup) and snapshots.
 
+use hivekeeper_protocol::{ErrorCode, Op, ResourceKind};
+
+use super::test_support::*;
+use super::{Limits, Reply, StateMachine};
+
+#[test]
+fn retry_returns_the_same_reply() {
+    let mut h = Harness::new();
+    let (first, _) = h.send_as("a", "grant-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (again, events) = h.send_as("a", "grant-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    assert_eq!(first, again);
+    assert!(events.is_empty(), "no second lease");
+    assert_eq!(h.sm.leases().count(), 1);
+    let Reply::Lease { lease, .. } = first else {
+        panic!("{first:?}")
+    };
+    let lease = lease.to_string();
+    let (granted, _) = h.send_as("a", "acq-1", lock_acquire("l", &lease, None));
+    h.send_as("a", "rel-1", lock_release("l", &lease));
+    // A late retry of the acquire gets the original grant, and does not take the lock again.
+    let (replayed, events) = h.send_as("a", "acq-1", lock_acquire("l", &lease, None));
+    assert_eq!(replayed, granted);
+    assert!(events.is_empty());
+    assert_eq!(h.occupants(ResourceKind::Lock, "l").0, Vec::<String>::new());
+    // Refusals are remembered too.
+    let (refused, _) = h.send_as("a", "rel-2", lock_release("l", &lease));
+    assert!(matches!(
+        refused,
+        Reply::Refused {
+            code: ErrorCode::NotHolder,
+            ..
+        }
+    ));
+    h.send_as("a", "acq-2", lock_acquire("l", &lease, None));
+    assert_eq!(
+        h.send_as("a", "rel-2", lock_release("l", &lease)).0,
+        refused
+    );
+}
+
+#[test]
+fn a_retried_wait_keeps_its_single_queue_slot() {
+    let mut h = Harness::new();
+    let (a, b, c) = (
+        h.lease("a", 5_000),
+        h.lease("b", 5_000),
+        h.lease("c", 5_000),
+    );
+    h.reply("a", lock_acquire("l", &a, None));
+    assert_eq!(
+        h.send_as("b", "b-1", lock_acquire("l", &b, None)).0,
+        Reply::Queued
+    );
+    h.reply("c", lock_acquire("l", &c, None));
+    // The reply was lost; b retries (maybe through another node): same slot, still second.
+    assert_eq!(
+        h.send_as("b", "b-1", lock_acquire("l", &b, None)).0,
+        Reply::Queued
+    );
+    assert_eq!(h.occupants(ResourceKind::Lock, "l").1, vec!["b", "c"]);
+    let (_, events) = h.send("a", lock_release("l", &a));
+    let (_, _, grant) = responses(&events).remove(0);
+    assert_eq!(h.send_as("b", "b-1", lock_acquire("l", &b, None)).0, grant);
+}
+
+#[test]
+fn dedup_memory_is_bounded_per_agent_and_in_agents() {
+    let limits = Limits {
+        dedup_per_agent_max: 2,
+        dedup_agents_max: 2,
+        ..Limits::DEFAULTS
+    };
+    let mut h = Harness::with_limits(limits);
+    let (one, _) = h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("a", "2", Op::LeaseGrant { ttl_ms: 5_000 });
+    assert_eq!(
+        h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 }).0,
+        one,
+        "still remembered"
+    );
+    h.send_as("a", "3", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (fresh, _) = h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 });
+    assert_ne!(fresh, one, "the oldest of three outcomes was forgotten");
+    // Three agents, room for two: the least recently active (b) is forgotten.
+    let (b_reply, _) = h.send_as("b", "x", Op::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("a", "4", Op::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("c", "x", Op::LeaseGrant { ttl_ms: 5_000 });
+    assert_ne!(
+        h.send_as("b", "x", Op::LeaseGrant { ttl_ms: 5_000 }).0,
+        b_reply
+    );
+}
+
+#[test]
+fn tokens_keep_increasing_across_snapshot_restore() {
+    let mut h = Harness::new();
+    let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));
+    let before = Harness::token(&h.reply("a", lock_acquire("l", &a, None)));
+    h.reply("b", lock_acquire("l", &b, None));
+    let bytes = h.sm.snapshot();
+    h.sm = StateMachine::restore(&bytes).expect("a fresh snapshot restores");
+    assert_eq!(
+        h.sm.snapshot(),
+        bytes,
+        "restore then snapshot gives the same bytes"
+    );
+    let (_, events) = h.send("a", lock_release("l", &a));
+    let after = Harness::token(&responses(&events)[0].2);
+    assert!(after > before);
+}
+
+#[test]
+fn restore_refuses_garbage_another_format_and_broken_state() {
+    assert!(StateMachine::restore(b"not json").is_err());
+    let mut h = Harness::new();
+    let a = h.lease("a", 5_000);
+    h.reply("a", lock_acquire("l", &a, None));
+    let text = String::from_utf8(h.sm.snapshot()).expect("JSON");
+    let other_format = text.replacen("\"format\":1", "\"format\":2", 1);
+    assert!(StateMachine::restore(other_format.as_bytes()).is_err());
+    // A lock held by a lease the snapshot does not have: refused by the invariant check.
+    let orphaned = text.replacen("\"holder\":{\"lease\":1,", "\"holder\":{\"lease\":7,", 1);
+    assert_ne!(orphaned, text);
+    let err = StateMachine::restore(orphaned.as_bytes()).expect_err("an orphaned hold");
+    assert!(err.to_string().contains("dead lease"), "{err}");
+}

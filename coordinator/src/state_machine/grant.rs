@@ -416,7 +416,12 @@ impl Core {
                     .waiting
                     .get(&lease.agent)
                     .and_then(|waits| waits.get(request_id));
-                if indexed != Some(&Wait { lease: *id, key: key.clone() }) {
+                if indexed
+                    != Some(&Wait {
+                        lease: *id,
+                        key: key.clone(),
+                    })
+                {
                     return Err(format!(
                         "lease {id} waits for {key} as {request_id:?}, but the index disagrees"
                     ));
@@ -431,16 +436,26 @@ impl Core {
         let mut holds_seen = BTreeSet::new();
         for (lease, key, agent, token) in &occupancy.holds {
             let Some(record) = self.leases.get(lease) else {
-                return Err(format!("{key} is held (token {token}) by dead lease {lease}"));
+                return Err(format!(
+                    "{key} is held (token {token}) by dead lease {lease}"
+                ));
             };
             if record.agent != *agent {
-                return Err(format!("{key} hold names agent {agent}, lease {lease} is {}", record.agent));
+                return Err(format!(
+                    "{key} hold names agent {agent}, lease {lease} is {}",
+                    record.agent
+                ));
             }
             if !record.holds.contains(key) {
-                return Err(format!("{key} is held by lease {lease}, which does not list it"));
+                return Err(format!(
+                    "{key} is held by lease {lease}, which does not list it"
+                ));
             }
             if *token > self.token_last {
-                return Err(format!("{key} token {token} is above token_last {}", self.token_last));
+                return Err(format!(
+                    "{key} token {token} is above token_last {}",
+                    self.token_last
+                ));
             }
             if !holds_seen.insert((*lease, key.clone())) {
                 return Err(format!("lease {lease} holds {key} twice"));

@@ -1,1 +1,269 @@
+//! Leases: TTL bounds, ownership, revoke, expiry and what a lease's end does in its entry.
 
+use std::sync::Arc;
+
+use hivekeeper_protocol::{ErrorCode, Op, ResourceKind};
+
+use super::test_support::*;
+use super::{Command, Event, LeaseEnd, LeaseId, LogMeta, ReleaseReason, Reply, ResourceKey};
+
+fn code(reply: &Reply) -> ErrorCode {
+    match reply {
+        Reply::Refused { code, .. } => *code,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn ttl_outside_the_configured_range_is_bad_request_and_grants_nothing() {
+    let mut h = Harness::new();
+    for ttl_ms in [1, 499, 3_600_001] {
+        let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms });
+        assert_eq!(code(&reply), ErrorCode::BadRequest, "ttl {ttl_ms}");
+        assert!(events.is_empty());
+    }
+    assert_eq!(h.sm.leases().count(), 0);
+    let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms: 500 });
+    assert_eq!(
+        reply,
+        Reply::Lease {
+            lease: LeaseId(4),
+            ttl_ms: 500
+        }
+    );
+    assert_eq!(
+        events,
+        vec![Event::LeaseGranted {
+            agent: Arc::from("a"),
+            lease: LeaseId(4),
+            ttl_ms: 500
+        }]
+    );
+}
+
+#[test]
+fn another_agents_lease_is_forbidden_and_an_unknown_one_not_found() {
+    let mut h = Harness::new();
+    let a = h.lease("a", 5_000);
+    assert_eq!(
+        code(&h.reply("b", lock_acquire("l", &a, None))),
+        ErrorCode::Forbidden
+    );
+    assert_eq!(
+        code(&h.reply("b", Op::LeaseRevoke { lease: a.clone() })),
+        ErrorCode::Forbidden
+    );
+    assert_eq!(
+        code(&h.reply("a", lock_acquire("l", "00000000000000ff", None))),
+        ErrorCode::LeaseNotFound
+    );
+    assert_eq!(
+        code(&h.reply("a", lock_acquire("l", "not-a-lease", None))),
+        ErrorCode::LeaseNotFound
+    );
+    let keepalive = Op::LeaseKeepalive { lease: a.clone() };
+    assert_eq!(h.sm.query("a", &keepalive), Reply::Ttl { ttl_ms: 5_000 });
+    assert_eq!(code(&h.sm.query("b", &keepalive)), ErrorCode::Forbidden);
+}
+
+#[test]
+fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
+    let mut h = Harness::new();
+    let (a, b, c) = (
+        h.lease("a", 1_000),
+        h.lease("b", 5_000),
+        h.lease("c", 5_000),
+    );
+    h.reply("a", lock_acquire("l1", &a, None));
+    h.reply("a", sem_acquire("s", 2, &a, 2, None));
+    h.reply("a", pad("p", &a, 0.0, 3.0, None));
+    h.reply("c", lock_acquire("l2", &c, None));
+    h.send_as("a", "a-waits-l2", lock_acquire("l2", &a, None));
+    h.send_as("b", "b-l1", lock_acquire("l1", &b, None));
+    h.send_as("b", "b-s", sem_acquire("s", 2, &b, 1, None));
+    h.send_as("b", "b-p", pad("p", &b, 0.0, 3.0, None));
+    h.now_ms += 1_000;
+    let (reply, events) = h.expire(&[&a]);
+    assert_eq!(
+        reply,
+        Reply::Expired {
+            leases: vec![LeaseId(1)]
+        }
+    );
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|event| match event {
+            Event::LeaseEnded { reason, .. } => format!("ended {reason:?}"),
+            Event::Released { key, reason, .. } => format!("released {key} {reason:?}"),
+            Event::Granted {
+                key, agent, queued, ..
+            } => format!("granted {key} to {agent} {queued}"),
+            Event::Respond {
+                agent,
+                request_id,
+                reply,
+            } => match reply {
+                Reply::Refused { code, .. } => format!("answer {agent}/{request_id} {code}"),
+                Reply::Granted { .. } => format!("answer {agent}/{request_id} granted"),
+                other => format!("answer {agent}/{request_id} {other:?}"),
+            },
+            Event::LeaseGranted { .. } => "lease granted".into(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "ended Expired",
+            "released lock:l1 LeaseEnded",
+            "released sem:s LeaseEnded",
+            "released waypoint:p LeaseEnded",
+            "answer a/a-waits-l2 lease_not_found",
+            "granted lock:l1 to b true",
+            "answer b/b-l1 granted",
+            "granted sem:s to b true",
+            "answer b/b-s granted",
+            "granted waypoint:p to b true",
+            "answer b/b-p granted",
+        ]
+    );
+    assert_eq!(h.occupants(ResourceKind::Lock, "l1").0, vec!["b"]);
+    assert_eq!(
+        h.occupants(ResourceKind::Lock, "l2"),
+        (vec!["c".into()], vec![])
+    );
+    assert_eq!(h.occupants(ResourceKind::Sem, "s").0, vec!["b"]);
+    assert_eq!(h.occupants(ResourceKind::Waypoint, "p").0, vec!["b"]);
+    assert_eq!(
+        h.sm.leases().map(|(id, ..)| id).collect::<Vec<_>>(),
+        vec![LeaseId(2), LeaseId(3)]
+    );
+}
+
+#[test]
+fn a_waiter_whose_lease_died_is_never_granted() {
+    let mut h = Harness::new();
+    let (a, b, c) = (
+        h.lease("a", 1_000),
+        h.lease("b", 1_000),
+        h.lease("c", 5_000),
+    );
+    h.reply("a", lock_acquire("l", &a, None));
+    h.send_as("b", "b-l", lock_acquire("l", &b, None));
+    h.send_as("c", "c-l", lock_acquire("l", &c, None));
+    h.now_ms += 1_000;
+    // The holder and the head waiter expire in the same entry: the lock skips b.
+    let (_, events) = h.expire(&[&a, &b]);
+    let granted: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Granted { agent, .. } => Some(&**agent),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(granted, vec!["c"]);
+    let answers = responses(&events);
+    assert!(matches!(
+        &answers[0],
+        (agent, _, Reply::Refused { code: ErrorCode::LeaseNotFound, .. }) if agent == "b"
+    ));
+    assert!(matches!(&answers[1], (agent, _, Reply::Granted { .. }) if agent == "c"));
+}
+
+#[test]
+fn a_lease_never_expires_before_its_ttl() {
+    let mut h = Harness::new();
+    let a = h.lease("a", 1_000);
+    h.reply("a", lock_acquire("l", &a, None));
+    h.now_ms += 999;
+    let (reply, events) = h.expire(&[&a]);
+    assert_eq!(reply, Reply::Expired { leases: vec![] });
+    assert!(events.is_empty());
+    assert_eq!(h.occupants(ResourceKind::Lock, "l").0, vec!["a"]);
+}
+
+#[test]
+fn an_expiry_from_a_deposed_leaders_term_is_ignored() {
+    let mut h = Harness::new();
+    let a = h.lease("a", 1_000);
+    h.now_ms += 5_000;
+    h.term = 2;
+    h.reply("b", Op::LeaseGrant { ttl_ms: 1_000 });
+    let stale = Command::ExpireLeases {
+        term: 1,
+        leases: vec![LeaseId::parse(&a).unwrap()],
+    };
+    let (reply, events) = h.apply(stale);
+    assert_eq!(reply, Reply::Expired { leases: vec![] });
+    assert!(events.is_empty());
+    assert_eq!(h.sm.leases().count(), 2);
+}
+
+#[test]
+fn revoke_releases_and_hands_over() {
+    let mut h = Harness::new();
+    let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));
+    let first = Harness::token(&h.reply("a", lock_acquire("l", &a, None)));
+    h.reply("b", lock_acquire("l", &b, None));
+    let (reply, events) = h.send("a", Op::LeaseRevoke { lease: a.clone() });
+    assert_eq!(reply, Reply::Done);
+    assert_eq!(
+        events[..2],
+        [
+            Event::LeaseEnded {
+                agent: Arc::from("a"),
+                lease: LeaseId(1),
+                reason: LeaseEnd::Revoked
+            },
+            Event::Released {
+                key: ResourceKey::new(ResourceKind::Lock, &Arc::from("l")),
+                agent: Arc::from("a"),
+                lease: LeaseId(1),
+                token: first,
+                held_ms: 0,
+                reason: ReleaseReason::LeaseEnded,
+            },
+        ]
+    );
+    assert_eq!(h.occupants(ResourceKind::Lock, "l").0, vec!["b"]);
+    assert_eq!(
+        code(&h.reply("a", Op::LeaseRevoke { lease: a })),
+        ErrorCode::LeaseNotFound
+    );
+}
+
+#[test]
+fn the_clock_never_goes_backwards_and_indexes_must_increase() {
+    let mut h = Harness::new();
+    h.lease("a", 5_000);
+    let before = h.sm.now_ms();
+    h.now_ms -= 10_000;
+    h.lease("a", 5_000);
+    assert_eq!(h.sm.now_ms(), before);
+    let meta = LogMeta {
+        index: 1,
+        term: 1,
+        now_ms: 0,
+    };
+    let err = h.sm.apply(
+        meta,
+        Command::ExpireLeases {
+            term: 1,
+            leases: vec![],
+        },
+    );
+    assert!(err.is_err(), "an index applied twice is a broken log");
+}
+
+#[test]
+fn lease_count_is_bounded() {
+    let mut h = Harness::with_limits(super::Limits {
+        leases_max: 2,
+        ..super::Limits::DEFAULTS
+    });
+    h.lease("a", 5_000);
+    h.lease("b", 5_000);
+    assert_eq!(
+        code(&h.reply("c", Op::LeaseGrant { ttl_ms: 5_000 })),
+        ErrorCode::ResourceExhausted
+    );
+}

@@ -50,7 +50,10 @@ impl StateMachine {
         };
         if let Some(lock) = self.locks.get_mut(name.as_str()) {
             let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
-            let holder = lock.holder.as_ref().expect("invariant 1: a lock in use has a holder");
+            let holder = lock
+                .holder
+                .as_ref()
+                .expect("invariant 1: a lock in use has a holder");
             if holder.lease == lease {
                 return Reply::Granted {
                     token: holder.token,
@@ -172,7 +175,11 @@ impl StateMachine {
         };
         Reply::Inspect {
             limit: None,
-            holders: lock.holder.iter().map(|hold| holder_info(hold, None)).collect(),
+            holders: lock
+                .holder
+                .iter()
+                .map(|hold| holder_info(hold, None))
+                .collect(),
             waiters: waiter_infos(&lock.waiters, false),
         }
     }

@@ -36,7 +36,7 @@ mod snapshot;
 mod waypoint;
 
 #[cfg(test)]
-mod test_support;
+mod dedup_test;
 #[cfg(test)]
 mod lease_test;
 #[cfg(test)]
@@ -44,9 +44,9 @@ mod lock_test;
 #[cfg(test)]
 mod semaphore_test;
 #[cfg(test)]
-mod waypoint_test;
+mod test_support;
 #[cfg(test)]
-mod dedup_test;
+mod waypoint_test;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 pub use grant::ResourceKey;
 pub use lease::LeaseId;
 pub use limits::Limits;
-pub use waypoint::{EARTH_RADIUS_M, areas_conflict, bands_overlap, distance_m};
+pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
 use grant::Core;
 use lock::Lock;
@@ -204,7 +204,11 @@ impl Reply {
                 ..Success::default()
             },
             Reply::Refused { code, message } => {
-                return Some(Response::error(Some(id.to_string()), *code, message.clone()));
+                return Some(Response::error(
+                    Some(id.to_string()),
+                    *code,
+                    message.clone(),
+                ));
             }
         };
         Some(Response::ok(id, success))
@@ -445,7 +449,10 @@ impl StateMachine {
             Op::Inspect { kind, name } => self.inspect(*kind, name),
             write => Reply::refused(
                 ErrorCode::BadRequest,
-                format!("{} changes state and must be applied through the log", write.name()),
+                format!(
+                    "{} changes state and must be applied through the log",
+                    write.name()
+                ),
             ),
         }
     }

@@ -68,7 +68,10 @@ impl StateMachine {
             };
             self.sems.insert(name.clone(), idle);
         }
-        let sem = self.sems.get_mut(&name).expect("inserted above if it was missing");
+        let sem = self
+            .sems
+            .get_mut(&name)
+            .expect("inserted above if it was missing");
         if sem.limit != limit {
             return Reply::refused(
                 ErrorCode::LimitMismatch,
@@ -124,7 +127,9 @@ impl StateMachine {
                 ),
             );
         }
-        let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, permits);
+        let waiter = self
+            .core
+            .enqueue(ctx, &key, lease, agent, request_id, permits);
         sem.waiters.push_back(waiter);
         Reply::Queued
     }
@@ -230,7 +235,9 @@ impl StateMachine {
             if let Some(head) = sem.waiters.front()
                 && sem.used + head.permits <= sem.limit
             {
-                return Err(format!("semaphore {name:?}: the head waiter fits but waits"));
+                return Err(format!(
+                    "semaphore {name:?}: the head waiter fits but waits"
+                ));
             }
             if sem.holders.is_empty() && sem.waiters.is_empty() {
                 return Err(format!("semaphore {name:?} is idle but remembered"));
@@ -238,7 +245,9 @@ impl StateMachine {
             check_queue(&key, &sem.waiters)?;
             for (lease, hold) in &sem.holders {
                 if *lease != hold.lease {
-                    return Err(format!("semaphore {name:?}: hold filed under the wrong lease"));
+                    return Err(format!(
+                        "semaphore {name:?}: hold filed under the wrong lease"
+                    ));
                 }
                 if sem.waiters.iter().any(|w| w.lease == *lease) {
                     return Err(format!("semaphore {name:?}: lease {lease} holds and waits"));

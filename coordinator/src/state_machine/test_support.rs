@@ -1,1 +1,179 @@
+//! A small harness for the unit tests: applies commands at increasing indexes with a clock the
+//! test moves, checks every invariant after every entry, and builds requests tersely.
 
+use hivekeeper_protocol::{Op, Request, ResourceKind};
+
+use super::{Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
+
+/// A machine plus the log position and clock the next entry gets.
+pub struct Harness {
+    pub sm: StateMachine,
+    pub index: u64,
+    pub term: u64,
+    pub now_ms: u64,
+    next_id: u64,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Harness::with_limits(Limits::DEFAULTS)
+    }
+
+    pub fn with_limits(limits: Limits) -> Self {
+        Harness {
+            sm: StateMachine::new(limits),
+            index: 0,
+            term: 1,
+            now_ms: 1_000_000,
+            next_id: 0,
+        }
+    }
+
+    /// Applies one command as the next entry, then checks every invariant.
+    pub fn apply(&mut self, command: Command) -> (Reply, Vec<Event>) {
+        self.index += 1;
+        let meta = LogMeta {
+            index: self.index,
+            term: self.term,
+            now_ms: self.now_ms,
+        };
+        let out = self.sm.apply(meta, command).expect("indexes increase");
+        if let Err(broken) = self.sm.check_invariants() {
+            panic!("invariant broken after entry {}: {broken}", self.index);
+        }
+        out
+    }
+
+    /// A request with a fresh id.
+    pub fn send(&mut self, agent: &str, op: Op) -> (Reply, Vec<Event>) {
+        self.next_id += 1;
+        let id = format!("r{}", self.next_id);
+        self.send_as(agent, &id, op)
+    }
+
+    /// A request with a given id (for retries).
+    pub fn send_as(&mut self, agent: &str, id: &str, op: Op) -> (Reply, Vec<Event>) {
+        self.apply(Command::Request {
+            agent: agent.to_string(),
+            request: Request {
+                id: id.to_string(),
+                op,
+            },
+        })
+    }
+
+    /// The reply alone.
+    pub fn reply(&mut self, agent: &str, op: Op) -> Reply {
+        self.send(agent, op).0
+    }
+
+    /// Grants a lease and returns its wire id.
+    pub fn lease(&mut self, agent: &str, ttl_ms: u64) -> String {
+        match self.reply(agent, Op::LeaseGrant { ttl_ms }) {
+            Reply::Lease { lease, .. } => lease.to_string(),
+            other => panic!("lease.grant refused: {other:?}"),
+        }
+    }
+
+    /// The token of a grant reply.
+    pub fn token(reply: &Reply) -> u64 {
+        match reply {
+            Reply::Granted { token } => *token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    pub fn expire(&mut self, leases: &[&str]) -> (Reply, Vec<Event>) {
+        let leases = leases
+            .iter()
+            .map(|lease| LeaseId::parse(lease).expect("a wire lease id"))
+            .collect();
+        let term = self.term;
+        self.apply(Command::ExpireLeases { term, leases })
+    }
+
+    /// Holder agents and waiter agents of a resource, as `inspect` shows them.
+    pub fn occupants(&self, kind: ResourceKind, name: &str) -> (Vec<String>, Vec<String>) {
+        let op = Op::Inspect {
+            kind,
+            name: name.to_string(),
+        };
+        match self.sm.query("inspector", &op) {
+            Reply::Inspect {
+                holders, waiters, ..
+            } => (
+                holders.into_iter().map(|h| h.agent).collect(),
+                waiters.into_iter().map(|w| w.agent).collect(),
+            ),
+            other => panic!("inspect failed: {other:?}"),
+        }
+    }
+}
+
+pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
+    Op::LockAcquire {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        wait_ms,
+    }
+}
+
+pub fn lock_release(name: &str, lease: &str) -> Op {
+    Op::LockRelease {
+        name: name.to_string(),
+        lease: lease.to_string(),
+    }
+}
+
+pub fn sem_acquire(name: &str, limit: u32, lease: &str, permits: u32, wait_ms: Option<u64>) -> Op {
+    Op::SemAcquire {
+        name: name.to_string(),
+        limit,
+        lease: lease.to_string(),
+        permits,
+        wait_ms,
+    }
+}
+
+pub fn sem_release(name: &str, lease: &str) -> Op {
+    Op::SemRelease {
+        name: name.to_string(),
+        lease: lease.to_string(),
+    }
+}
+
+/// A pad `north_m` metres north of a fixed origin, with a radius and no altitude band.
+pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> Op {
+    Op::WaypointReserve {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        lat: Some(51.5 + north_m / super::M_PER_DEG),
+        lon: Some(-0.1),
+        alt_min_m: None,
+        alt_max_m: None,
+        radius_m: Some(radius_m),
+        wait_ms,
+    }
+}
+
+pub fn waypoint_release(name: &str, lease: &str) -> Op {
+    Op::WaypointRelease {
+        name: name.to_string(),
+        lease: lease.to_string(),
+    }
+}
+
+/// The `Respond` events of an entry as `(agent, request id, reply)`.
+pub fn responses(events: &[Event]) -> Vec<(String, String, Reply)> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Respond {
+                agent,
+                request_id,
+                reply,
+            } => Some((agent.to_string(), request_id.clone(), reply.clone())),
+            _ => None,
+        })
+        .collect()
+}

@@ -35,7 +35,7 @@ use super::lock::{holder_info, waiter_infos};
 use super::{Ctx, Limits, ReleaseReason, Reply, StateMachine, Text};
 use grid::{Entry, Grid};
 
-pub use geo::{EARTH_RADIUS_M, areas_conflict, bands_overlap, distance_m};
+pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
 /// A held reservation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,7 +136,9 @@ impl Waypoints {
 
     /// The token held on waypoint `name`.
     pub fn held_token(&self, name: &str) -> Option<u64> {
-        self.held.get(name).map(|reservation| reservation.hold.token)
+        self.held
+            .get(name)
+            .map(|reservation| reservation.hold.token)
     }
 
     /// Whether a request (a new one, or the waiter at `before_seq`) is blocked by a held
@@ -163,9 +165,10 @@ impl Waypoints {
         self.index
             .held
             .find_conflict(area, |_, entry| other(entry.lease))
-            || self.index.waiting.find_conflict(area, |seq, entry| {
-                *seq < before_seq && other(entry.lease)
-            })
+            || self
+                .index
+                .waiting
+                .find_conflict(area, |seq, entry| *seq < before_seq && other(entry.lease))
     }
 
     fn insert_held(&mut self, name: Text, reservation: Reservation) {
@@ -191,15 +194,10 @@ impl Waypoints {
 
     /// Removes and returns a waiter of `name`, noting it for the grant pass.
     pub fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
-        let seq = *self
-            .index
-            .waiting_by_name
-            .get(name)?
-            .iter()
-            .find(|seq| {
-                let waiter = &self.waiters[*seq].waiter;
-                &*waiter.agent == agent && waiter.request_id == request_id
-            })?;
+        let seq = *self.index.waiting_by_name.get(name)?.iter().find(|seq| {
+            let waiter = &self.waiters[*seq].waiter;
+            &*waiter.agent == agent && waiter.request_id == request_id
+        })?;
         let pending = self.waiters.remove(&seq)?;
         self.index.remove_waiter(seq, &pending);
         self.removed.push((pending.name, pending.area));
@@ -227,7 +225,12 @@ impl Waypoints {
         }
         for seq in candidates {
             let pending = &self.waiters[&seq];
-            if self.blocked(&pending.name, pending.area.as_ref(), pending.waiter.lease, seq) {
+            if self.blocked(
+                &pending.name,
+                pending.area.as_ref(),
+                pending.waiter.lease,
+                seq,
+            ) {
                 continue;
             }
             let pending = self.waiters.remove(&seq).expect("looked up above");
@@ -260,14 +263,19 @@ impl Waypoints {
                     .held
                     .find_conflict(area, |_, entry| entry.lease != lease)
             {
-                return Err(format!("held waypoint {name:?} conflicts with another lease's"));
+                return Err(format!(
+                    "held waypoint {name:?} conflicts with another lease's"
+                ));
             }
         }
         for (seq, pending) in &self.waiters {
             let key = ResourceKey::new(ResourceKind::Waypoint, &pending.name);
             occupancy.wait(&key, &pending.waiter);
             if pending.waiter.seq != *seq {
-                return Err(format!("waypoint waiter filed at {seq} has seq {}", pending.waiter.seq));
+                return Err(format!(
+                    "waypoint waiter filed at {seq} has seq {}",
+                    pending.waiter.seq
+                ));
             }
             let lease = pending.waiter.lease;
             if self
@@ -275,7 +283,10 @@ impl Waypoints {
                 .get(&pending.name)
                 .is_some_and(|held| held.hold.lease == lease)
             {
-                return Err(format!("lease {lease} waits for {:?}, which it holds", pending.name));
+                return Err(format!(
+                    "lease {lease} waits for {:?}, which it holds",
+                    pending.name
+                ));
             }
             if !self.blocked(&pending.name, pending.area.as_ref(), lease, *seq) {
                 return Err(format!(
@@ -319,7 +330,10 @@ impl StateMachine {
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return self.resources_exhausted();
         }
-        if !self.waypoints.blocked(&name, area.as_ref(), lease, u64::MAX) {
+        if !self
+            .waypoints
+            .blocked(&name, area.as_ref(), lease, u64::MAX)
+        {
             let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
             let token = hold.token;
             self.waypoints.insert_held(name, Reservation { hold, area });
@@ -335,11 +349,7 @@ impl StateMachine {
             return refusal;
         }
         let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
-        let pending = Pending {
-            name,
-            waiter,
-            area,
-        };
+        let pending = Pending { name, waiter, area };
         self.waypoints.index.add_waiter(ctx.index, &pending);
         self.waypoints.waiters.insert(ctx.index, pending);
         Reply::Queued
