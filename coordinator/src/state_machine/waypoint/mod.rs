@@ -318,8 +318,21 @@ impl StateMachine {
         if let Some(held) = self.waypoints.held.get(name)
             && held.hold.lease == lease
         {
-            return Reply::Granted {
-                token: held.hold.token,
+            // Same geometry: the reservation it already has. Other geometry would tell the
+            // agent it holds airspace it does not, so it must release first (as a semaphore
+            // re-acquire with other permits must).
+            return if held.area == area {
+                Reply::Granted {
+                    token: held.hold.token,
+                }
+            } else {
+                Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "lease {lease} already holds waypoint {name:?} with other geometry; \
+                         release it before reserving it again elsewhere"
+                    ),
+                )
             };
         }
         let name: Text = Arc::from(name);
