@@ -36,9 +36,9 @@ pub fn agent_id(agent: &str) -> Result<(), String> {
             agent.len()
         ));
     }
-    if let Some(bad) = agent
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-');
+    if !agent.bytes().all(allowed)
+        && let Some(bad) = agent.chars().find(|c| !(c.is_ascii() && allowed(*c as u8)))
     {
         return Err(format!(
             "agent id {agent:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ . -"
@@ -68,7 +68,14 @@ fn bounded_text(field: &str, value: &str, bytes_max: usize) -> Result<(), String
             value.len()
         ));
     }
-    if value.chars().any(char::is_control) {
+    // Every request is validated at decode and again when applied from the log, so the common
+    // ASCII case takes a byte scan; only non-ASCII text pays for the char walk (C1 controls).
+    let has_control = if value.is_ascii() {
+        value.bytes().any(|b| b.is_ascii_control())
+    } else {
+        value.chars().any(char::is_control)
+    };
+    if has_control {
         return Err(format!("`{field}` must not contain control characters"));
     }
     Ok(())

@@ -21,7 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::dedup::Dedup;
 use super::lease::{Lease, LeaseId};
-use super::{Ctx, Event, ReleaseReason, Reply, Text};
+use super::{Ctx, Event, NameMap, ReleaseReason, Reply, Text};
 
 /// Tokens are `log index << TOKEN_INDEX_SHIFT` (plus a count when one entry grants several), so
 /// `token >> 16` is the index of the granting entry. 2^48 entries is centuries at any rate a
@@ -134,7 +134,8 @@ pub struct Core {
     pub token_last: u64,
     /// Pending waits by agent, then request id: how a retry or a `CancelWait` finds its queue
     /// slot.
-    pub waiting: BTreeMap<Text, BTreeMap<String, Wait>>,
+    #[serde(serialize_with = "super::snapshot::sorted")]
+    pub waiting: NameMap<BTreeMap<String, Wait>>,
     /// Outcomes of recent completed requests, for retries.
     pub dedup: Dedup,
 }
@@ -186,17 +187,16 @@ impl Core {
         Ok(id)
     }
 
-    /// The outcome to replay for a retried request: `Queued` while it still waits, the
-    /// remembered reply once it completed.
-    pub fn replay(&self, agent: &str, request_id: &str) -> Option<Reply> {
-        if self
-            .waiting
-            .get(agent)
-            .is_some_and(|waits| waits.contains_key(request_id))
+    /// The outcome to replay for a retried request (`Queued` while it still waits, the
+    /// remembered reply once it completed), and the agent's shared name if it is known.
+    pub fn recall(&self, agent: &str, request_id: &str) -> (Option<Text>, Option<Reply>) {
+        if let Some((name, waits)) = self.waiting.get_key_value(agent)
+            && waits.contains_key(request_id)
         {
-            return Some(Reply::Queued);
+            return (Some(name.clone()), Some(Reply::Queued));
         }
-        self.dedup.replay(agent, request_id).cloned()
+        let (name, reply) = self.dedup.recall(agent, request_id);
+        (name, reply.cloned())
     }
 
     /// The resource a pending request waits on.

@@ -33,10 +33,22 @@ pub struct LeaseId(pub u64);
 impl LeaseId {
     /// Parses the wire form; `None` for anything that is not 16 hex digits.
     pub fn parse(text: &str) -> Option<LeaseId> {
-        if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // Every write request names a lease, so this is a hand-rolled fixed-width parse rather
+        // than `from_str_radix` (which also accepts a sign and any width).
+        if text.len() != 16 {
             return None;
         }
-        u64::from_str_radix(text, 16).ok().map(LeaseId)
+        text.bytes()
+            .try_fold(0u64, |id, byte| {
+                let digit = match byte {
+                    b'0'..=b'9' => byte - b'0',
+                    b'a'..=b'f' => byte - b'a' + 10,
+                    b'A'..=b'F' => byte - b'A' + 10,
+                    _ => return None,
+                };
+                Some(id << 4 | u64::from(digit))
+            })
+            .map(LeaseId)
     }
 }
 

@@ -267,3 +267,21 @@ fn lease_count_is_bounded() {
         ErrorCode::ResourceExhausted
     );
 }
+
+#[test]
+fn lease_ids_round_trip_through_their_wire_form_and_nothing_else_parses() {
+    for id in [0, 1, 0xabc, u64::MAX] {
+        assert_eq!(LeaseId::parse(&LeaseId(id).to_string()), Some(LeaseId(id)));
+    }
+    assert_eq!(LeaseId::parse("00000000000000FF"), Some(LeaseId(255)));
+    for bad in [
+        "",
+        "ff",
+        "+00000000000000f",
+        "000000000000000g",
+        "00000000000000000",
+        "0000000000000 ff",
+    ] {
+        assert_eq!(LeaseId::parse(bad), None, "{bad:?}");
+    }
+}

@@ -109,13 +109,20 @@ impl StateMachine {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
-        let Some(hold) = self.lock_take_hold(name, lease) else {
-            return Reply::refused(
+        let not_holder = || {
+            Reply::refused(
                 ErrorCode::NotHolder,
                 format!("lease {lease} does not hold lock {name:?}"),
-            );
+            )
         };
-        let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name));
+        // The map's own name, shared, rather than a fresh copy for the key and the events.
+        let Some((name, _)) = self.locks.get_key_value(name) else {
+            return not_holder();
+        };
+        let key = ResourceKey::new(ResourceKind::Lock, name);
+        let Some(hold) = self.lock_take_hold(&key.name, lease) else {
+            return not_holder();
+        };
         self.core.release(ctx, &key, &hold, ReleaseReason::Released);
         self.lock_settle(ctx, &key.name);
         Reply::Done

@@ -48,7 +48,6 @@ mod test_support;
 #[cfg(test)]
 mod waypoint_test;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
@@ -69,6 +68,13 @@ use waypoint::Waypoints;
 /// Shared, cheaply cloned text (agent ids and resource names): one allocation per request, then
 /// reference counts for holds, events and indexes.
 pub type Text = Arc<str>;
+
+/// Name-keyed state (locks, semaphores, remembered outcomes): hash maps, because lookups by
+/// name are most of an apply, with foldhash (several times cheaper than SipHash on short keys,
+/// and seeded per process against collision floods). Nothing iterates one of these to make a
+/// decision; the snapshot writes them in key order (`snapshot::sorted`), so replicas agree byte
+/// for byte whatever their seeds.
+pub type NameMap<V> = std::collections::HashMap<Text, V, foldhash::fast::RandomState>;
 
 /// Where an entry sits in the Raft log and when the leader stamped it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,9 +346,11 @@ pub struct StateMachine {
     /// Leases, tokens, pending waits and remembered outcomes.
     core: Core,
     /// Locks in use (held, or being handed over inside an apply), by name.
-    locks: BTreeMap<Text, Lock>,
+    #[serde(serialize_with = "snapshot::sorted")]
+    locks: NameMap<Lock>,
     /// Semaphores in use, by name.
-    sems: BTreeMap<Text, Semaphore>,
+    #[serde(serialize_with = "snapshot::sorted")]
+    sems: NameMap<Semaphore>,
     /// Waypoint reservations and their waiters.
     waypoints: Waypoints,
 }
@@ -357,14 +365,16 @@ impl StateMachine {
     /// An empty machine with `limits` (a cluster's first leader proposes its configured limits
     /// with `Command::Configure`, so every replica agrees on them).
     pub fn new(limits: Limits) -> Self {
+        let mut core = Core::default();
+        core.dedup.set_limits(&limits);
         StateMachine {
             limits,
             index: 0,
             term_max: 0,
             now_ms: 0,
-            core: Core::default(),
-            locks: BTreeMap::new(),
-            sems: BTreeMap::new(),
+            core,
+            locks: NameMap::default(),
+            sems: NameMap::default(),
             waypoints: Waypoints::default(),
         }
     }
@@ -415,7 +425,7 @@ impl StateMachine {
             Command::Configure { limits } => match limits.validate() {
                 Ok(()) => {
                     self.limits = limits;
-                    self.core.dedup.touch_all();
+                    self.core.dedup.set_limits(&self.limits);
                     Reply::Done
                 }
                 Err(message) => Reply::refused(ErrorCode::BadRequest, message),
@@ -470,10 +480,11 @@ impl StateMachine {
         if !request.op.is_write() {
             return self.query(&agent, &request.op);
         }
-        if let Some(reply) = self.core.replay(&agent, &request.id) {
-            return reply;
-        }
-        let agent: Text = Arc::from(agent);
+        let agent = match self.core.recall(&agent, &request.id) {
+            (_, Some(reply)) => return reply,
+            (Some(shared), None) => shared,
+            (None, None) => Arc::from(agent),
+        };
         let id = request.id;
         let reply = match request.op {
             Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),

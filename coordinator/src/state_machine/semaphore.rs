@@ -145,13 +145,19 @@ impl StateMachine {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
-        let Some(hold) = self.sem_take_hold(name, lease) else {
-            return Reply::refused(
+        let not_holder = || {
+            Reply::refused(
                 ErrorCode::NotHolder,
                 format!("lease {lease} holds no permits of semaphore {name:?}"),
-            );
+            )
         };
-        let key = ResourceKey::new(ResourceKind::Sem, &Arc::from(name));
+        let Some((name, _)) = self.sems.get_key_value(name) else {
+            return not_holder();
+        };
+        let key = ResourceKey::new(ResourceKind::Sem, name);
+        let Some(hold) = self.sem_take_hold(&key.name, lease) else {
+            return not_holder();
+        };
         self.core.release(ctx, &key, &hold, ReleaseReason::Released);
         self.sem_settle(ctx, &key.name);
         Reply::Done

@@ -11,9 +11,25 @@
 //! 2. A restored machine keeps its applied index, token counter and clock, so tokens keep
 //!    increasing and lease ids are never reused after a restore.
 
-use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
+
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::{Error, StateMachine};
+
+/// Serializes a hash map in key order, so the bytes do not depend on the hasher's seed or on
+/// the order of insertion. Hash maps hold the name-keyed state because lookups are what the
+/// apply path does most; nothing in the machine iterates them to make a decision.
+pub fn sorted<S, K, V, H>(map: &HashMap<K, V, H>, serializer: S) -> Result<S::Ok, S::Error>
+where
+    S: Serializer,
+    K: Ord + Serialize,
+    V: Serialize,
+    H: BuildHasher,
+{
+    map.iter().collect::<BTreeMap<_, _>>().serialize(serializer)
+}
 
 /// Version of the snapshot layout; a reader refuses any other.
 pub const SNAPSHOT_FORMAT: u32 = 1;
@@ -53,7 +69,7 @@ impl StateMachine {
         }
         let mut state = snapshot.state;
         state.limits.validate().map_err(Error::Snapshot)?;
-        state.core.dedup.rebuild_index();
+        state.core.dedup.set_limits(&state.limits);
         state.waypoints.rebuild_index();
         state.check_invariants().map_err(Error::Snapshot)?;
         Ok(state)
