@@ -1,13 +1,76 @@
-//! # hivekeeper-agent: the agent SDK (not built yet)
+//! # hivekeeper-agent: the Rust agent SDK
 //!
-//! This crate will hold the Rust agent SDK on rumqttc (sessions with automatic keepalive, lock,
-//! permit and reservation guards carrying fencing tokens, backoff with jitter, broker
-//! failover); the single-node issue builds it. It depends on `hivekeeper-protocol` only, never
-//! on the coordinator, so an agent never compiles openraft.
+//! What a drone, a sensor or a service links to coordinate through Hivekeeper over MQTT: a
+//! [`Session`] is a lease the SDK keeps alive in the background; through it the agent takes
+//! FIFO locks, semaphore permits and waypoint reservations, each returned as a [`Guard`] that
+//! carries its fencing token. The SDK retries safely (a resend reuses the request id, which the
+//! service deduplicates), backs off with full jitter, fails over between brokers, and gives up
+//! on a lease *before* the service could hand its resources to someone else (DESIGN.md §5.3).
+//!
+//! It depends on `hivekeeper-protocol` and rumqttc only, never on the coordinator, so an agent
+//! never compiles openraft. What it is not: a generic MQTT client, or a guarantee by itself —
+//! the fencing token checked by the protected resource is the safety mechanism; the session
+//! state is a liveness hint that tells the application when to stop.
+//!
+//! ```no_run
+//! # async fn fly() -> Result<(), hivekeeper_agent::AgentError> {
+//! use hivekeeper_agent::{Agent, AgentConfig};
+//! let agent = Agent::connect(AgentConfig::new("drone-7", &["127.0.0.1:1883"])).await?;
+//! let session = agent.session(5_000).await?;
+//! let guard = session.lock("pad-3").await?;
+//! println!("landing with fencing token {}", guard.token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`config`]: [`AgentConfig`], its [`DEFAULTS`] and `validate()`.
+//! - [`agent`]: [`Agent`]: connect, and the request loop (same-id resends, deadlines).
+//! - `connection`: the task that polls rumqttc, re-subscribes on every ConnAck, fails over to
+//!   the next broker with jittered backoff, and routes responses and events. It never
+//!   publishes (rumqtt#1025, #263, #910).
+//! - [`session`]: [`Session`] and [`SessionState`]: keepalives every TTL/3, the local deadline,
+//!   jeopardy, expiry, revoke.
+//! - [`guard`]: [`Guard`], [`Resource`] and [`Wait`]: acquire, fencing token, release (also
+//!   on drop), one hold per resource per session.
+//! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
+//! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
+//! - [`error`]: [`AgentError`], the one error type.
+//!
+//! # Data flow
 //!
 //! ```text
-//!  Agent ──publish Request──▶ hk/v1/req/{agent}
-//!        ◀──Response/Event─── hk/v1/rsp/{agent}, hk/v1/evt/{agent}
+//!  application task                          connection task (polls rumqttc, never publishes)
+//!  ───────────────                           ──────────────────────────────────────────────
+//!  session.lock("pad-3")                      EventLoop::poll()
+//!   └▶ Agent::call: id = {boot}-{n}             ├ ConnAck ─▶ SUBSCRIBE {p}/rsp/{agent},
+//!      pending[id] = oneshot ◀─────────┐        │            {p}/evt/{agent} (QoS 1)
+//!      publish {p}/req/{agent} (QoS 1) │        ├ SubAck  ─▶ link ready (epoch + 1)
+//!      wait: response | attempt timeout│        ├ Publish rsp ─▶ pending[id].send ──┘
+//!            | link lost | deadline    │        ├ Publish evt ─▶ broadcast<Event> ─▶ keepers
+//!      resend SAME id after backoff    │        └ Err ─▶ link down, backoff, next broker
+//!                                      │
+//!  keeper task (one per session)       │
+//!   every TTL/3: lease.keepalive ──────┘ ack ─▶ deadline = send time + TTL − margin
+//!   deadline passed ─▶ Jeopardy (lost() resolves); lease.expired / lease_not_found ─▶ Expired
 //! ```
 
+pub mod agent;
+pub mod backoff;
+pub mod config;
+mod connection;
+pub mod error;
+pub mod guard;
+mod request_id;
+pub mod session;
+
+pub use agent::{Agent, AgentStats};
+pub use backoff::Backoff;
+pub use config::{AgentConfig, BrokerAddr, DEFAULTS, Defaults};
+pub use error::AgentError;
+pub use guard::{Geometry, Guard, Resource, Wait};
+pub use session::{Session, SessionState};
+
+/// The wire types (`Op`, `Success`, `Event`, `ErrorCode`, ...), re-exported so an agent needs
+/// only this crate.
 pub use hivekeeper_protocol as protocol;

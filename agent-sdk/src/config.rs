@@ -1,0 +1,332 @@
+//! Agent configuration: one [`AgentConfig`], its defaults in one [`DEFAULTS`], cross-field rules
+//! in [`AgentConfig::validate`].
+//!
+//! Every duration carries its unit in its name. The MQTT-level settings are in seconds because
+//! that is rumqttc's resolution for them (its keepalive refuses anything below one second).
+
+use serde::{Deserialize, Serialize};
+
+use hivekeeper_protocol::{Topics, validate};
+
+use crate::error::AgentError;
+
+/// The default value of every [`AgentConfig`] field: the single place to read or change them.
+///
+/// A separate struct (rather than a `const AgentConfig`) because an `AgentConfig` owns `String`s,
+/// which cannot be built in a `const`.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    /// See [`AgentConfig::brokers`]: the embedded broker of `hivekeeper serve` with no flags.
+    pub broker: &'static str,
+    /// See [`AgentConfig::topic_prefix`].
+    pub topic_prefix: &'static str,
+    /// See [`AgentConfig::request_timeout_ms`].
+    pub request_timeout_ms: u64,
+    /// See [`AgentConfig::request_deadline_ms`].
+    pub request_deadline_ms: u64,
+    /// See [`AgentConfig::wait_resend_ms`].
+    pub wait_resend_ms: u64,
+    /// See [`AgentConfig::backoff_first_ms`].
+    pub backoff_first_ms: u64,
+    /// See [`AgentConfig::backoff_cap_ms`].
+    pub backoff_cap_ms: u64,
+    /// See [`AgentConfig::keepalive_margin_ms`].
+    pub keepalive_margin_ms: u64,
+    /// See [`AgentConfig::mqtt_keepalive_s`].
+    pub mqtt_keepalive_s: u64,
+    /// See [`AgentConfig::connect_timeout_s`].
+    pub connect_timeout_s: u64,
+}
+
+/// The defaults. `agent_id` has none: two agents sharing an id would take each other's MQTT
+/// connection (the id is also the MQTT client id), so it must be chosen.
+pub const DEFAULTS: Defaults = Defaults {
+    broker: "127.0.0.1:1883",
+    topic_prefix: hivekeeper_protocol::topic::DEFAULT_PREFIX,
+    request_timeout_ms: 2_000,
+    request_deadline_ms: 30_000,
+    wait_resend_ms: 10_000,
+    backoff_first_ms: 30,
+    backoff_cap_ms: 2_000,
+    keepalive_margin_ms: 200,
+    mqtt_keepalive_s: 5,
+    connect_timeout_s: 5,
+};
+
+/// How an agent reaches the service and how patient it is.
+///
+/// Deserializes from any serde format; absent fields take their [`DEFAULTS`], unknown fields
+/// are refused (a misspelled setting would otherwise be silently ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The agent's id, `[A-Za-z0-9_.-]{1,64}`: the last segment of its topics, the MQTT client
+    /// id, and the owner the service binds every lease to. Must be unique among live agents.
+    pub agent_id: String,
+    /// Brokers to try in order, `host:port` or `mqtt://host:port`; at least one. On every
+    /// connection error the agent moves to the next one (every node of a replicated service
+    /// serves every agent, so any of them will do).
+    pub brokers: Vec<String>,
+    /// Topic prefix shared with the service, `hk/v1` by default.
+    pub topic_prefix: String,
+    /// How long one attempt of a request waits for its response before the SAME request id is
+    /// sent again. The service answers a retry with the first outcome, so a resend never does
+    /// the work twice.
+    pub request_timeout_ms: u64,
+    /// How long a request is retried in all before it fails with [`AgentError::Timeout`]. A
+    /// waiting acquire adds its `wait_ms` to this; one without `wait_ms` has no deadline (it
+    /// waits while its lease lives).
+    pub request_deadline_ms: u64,
+    /// While an acquire waits in the service's queue, its id is resent this often: the service
+    /// answers a resend of a queued id only when it is granted (no second queue slot), so the
+    /// resend costs one lookup and recovers a grant whose response was lost.
+    pub wait_resend_ms: u64,
+    /// Upper bound of the first backoff delay; each later bound doubles up to
+    /// [`AgentConfig::backoff_cap_ms`]. Each delay is drawn uniformly below its bound (full
+    /// jitter), so a swarm that lost its broker does not come back in lockstep.
+    pub backoff_first_ms: u64,
+    /// Largest backoff delay.
+    pub backoff_cap_ms: u64,
+    /// How much earlier than the lease's TTL the SDK gives up (DESIGN.md §5.3): a session is in
+    /// jeopardy once `send time of the last acknowledged keepalive + TTL − margin` has passed on
+    /// the local monotonic clock. The margin covers clock-rate drift between agent and service
+    /// and the time the application needs to stop using what it holds.
+    pub keepalive_margin_ms: u64,
+    /// MQTT keepalive (PINGREQ interval), seconds. A silent broker is detected after about 1.5×
+    /// this and the agent fails over.
+    pub mqtt_keepalive_s: u64,
+    /// How long one TCP connect plus MQTT CONNECT may take, seconds, before the next broker is
+    /// tried.
+    pub connect_timeout_s: u64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            agent_id: String::new(),
+            brokers: vec![DEFAULTS.broker.to_string()],
+            topic_prefix: DEFAULTS.topic_prefix.to_string(),
+            request_timeout_ms: DEFAULTS.request_timeout_ms,
+            request_deadline_ms: DEFAULTS.request_deadline_ms,
+            wait_resend_ms: DEFAULTS.wait_resend_ms,
+            backoff_first_ms: DEFAULTS.backoff_first_ms,
+            backoff_cap_ms: DEFAULTS.backoff_cap_ms,
+            keepalive_margin_ms: DEFAULTS.keepalive_margin_ms,
+            mqtt_keepalive_s: DEFAULTS.mqtt_keepalive_s,
+            connect_timeout_s: DEFAULTS.connect_timeout_s,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// The defaults with an agent id and a broker list: the two settings every agent sets.
+    pub fn new(agent_id: impl Into<String>, brokers: &[&str]) -> AgentConfig {
+        AgentConfig {
+            agent_id: agent_id.into(),
+            brokers: brokers.iter().map(|b| b.to_string()).collect(),
+            ..AgentConfig::default()
+        }
+    }
+
+    /// Checks every field and the rules between them. [`crate::Agent::connect`] calls it, so a
+    /// bad configuration fails at once rather than as a strange timeout later.
+    pub fn validate(&self) -> Result<(), AgentError> {
+        let fail = |message: String| Err(AgentError::Config(message));
+        if let Err(message) = validate::agent_id(&self.agent_id) {
+            return fail(format!("agent_id: {message}"));
+        }
+        if self.brokers.is_empty() {
+            return fail("brokers: at least one broker is needed".into());
+        }
+        for broker in &self.brokers {
+            BrokerAddr::parse(broker).map_err(AgentError::Config)?;
+        }
+        if let Err(e) = Topics::new(&self.topic_prefix) {
+            return fail(format!("topic_prefix: {}", e.message));
+        }
+        if self.request_timeout_ms == 0 {
+            return fail("request_timeout_ms must be positive".into());
+        }
+        if self.request_deadline_ms < self.request_timeout_ms {
+            return fail(format!(
+                "request_deadline_ms ({}) must be at least request_timeout_ms ({}): a request \
+                 must get at least one full attempt",
+                self.request_deadline_ms, self.request_timeout_ms
+            ));
+        }
+        if self.wait_resend_ms < self.request_timeout_ms {
+            return fail(format!(
+                "wait_resend_ms ({}) must be at least request_timeout_ms ({}): a waiting acquire \
+                 is never resent more often than an ordinary request",
+                self.wait_resend_ms, self.request_timeout_ms
+            ));
+        }
+        if self.backoff_first_ms == 0 || self.backoff_first_ms > self.backoff_cap_ms {
+            return fail(format!(
+                "backoff_first_ms ({}) must be in [1, backoff_cap_ms = {}]",
+                self.backoff_first_ms, self.backoff_cap_ms
+            ));
+        }
+        if self.keepalive_margin_ms == 0 {
+            return fail("keepalive_margin_ms must be positive".into());
+        }
+        if self.mqtt_keepalive_s == 0 {
+            return fail(
+                "mqtt_keepalive_s must be positive: without pings a dead broker is never noticed"
+                    .into(),
+            );
+        }
+        if self.connect_timeout_s == 0 {
+            return fail("connect_timeout_s must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The brokers, parsed. Call after [`AgentConfig::validate`].
+    pub(crate) fn broker_addrs(&self) -> Result<Vec<BrokerAddr>, AgentError> {
+        self.brokers
+            .iter()
+            .map(|b| BrokerAddr::parse(b).map_err(AgentError::Config))
+            .collect()
+    }
+}
+
+/// A broker's host and port, parsed from `host:port`, `mqtt://host:port` or `[v6::addr]:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerAddr {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl BrokerAddr {
+    /// Parses one entry of [`AgentConfig::brokers`]. TLS and WebSocket schemes are refused: the
+    /// SDK builds rumqttc without them.
+    pub fn parse(text: &str) -> Result<BrokerAddr, String> {
+        let bad = |why: &str| Err(format!("broker {text:?}: {why}"));
+        let rest = match text.split_once("://") {
+            None => text,
+            Some(("mqtt" | "tcp", rest)) => rest,
+            Some((scheme, _)) => {
+                return bad(&format!(
+                    "scheme {scheme:?} is not supported; use host:port or mqtt://host:port"
+                ));
+            }
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let Some((host, port)) = rest.rsplit_once(':') else {
+            return bad("expected host:port");
+        };
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.is_empty() || host.contains(['/', ' ']) {
+            return bad("the host is empty or contains '/' or a space");
+        }
+        match port.parse::<u16>() {
+            Ok(port) if port > 0 => Ok(BrokerAddr {
+                host: host.to_string(),
+                port,
+            }),
+            _ => bad("the port must be a number from 1 to 65535"),
+        }
+    }
+}
+
+impl std::fmt::Display for BrokerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> AgentConfig {
+        AgentConfig::new("drone-7", &["127.0.0.1:1883"])
+    }
+
+    #[test]
+    fn defaults_are_valid_once_an_agent_id_is_set() {
+        assert!(valid().validate().is_ok());
+        let no_id = AgentConfig::default();
+        assert!(matches!(no_id.validate(), Err(AgentError::Config(m)) if m.contains("agent_id")));
+    }
+
+    #[test]
+    fn broker_forms() {
+        let plain = BrokerAddr::parse("10.0.0.1:1883").expect("plain host:port");
+        assert_eq!((plain.host.as_str(), plain.port), ("10.0.0.1", 1883));
+        let url = BrokerAddr::parse("mqtt://node-2.local:1884").expect("mqtt:// url");
+        assert_eq!((url.host.as_str(), url.port), ("node-2.local", 1884));
+        let v6 = BrokerAddr::parse("[::1]:1883").expect("bracketed IPv6");
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 1883));
+        assert_eq!(v6.to_string(), "[::1]:1883");
+        for bad in [
+            "",
+            "host",
+            "host:",
+            "host:0",
+            "host:65536",
+            ":1883",
+            "mqtts://h:8883",
+        ] {
+            assert!(BrokerAddr::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn validate_refuses_each_bad_field() {
+        type Spoil = Box<dyn Fn(&mut AgentConfig)>;
+        let cases: Vec<(&str, Spoil)> = vec![
+            ("agent_id", Box::new(|c| c.agent_id = "a/b".into())),
+            ("brokers", Box::new(|c| c.brokers.clear())),
+            ("broker", Box::new(|c| c.brokers.push("nope".into()))),
+            ("topic_prefix", Box::new(|c| c.topic_prefix = "hk/+".into())),
+            ("request_timeout_ms", Box::new(|c| c.request_timeout_ms = 0)),
+            (
+                "request_deadline_ms",
+                Box::new(|c| c.request_deadline_ms = 1),
+            ),
+            ("wait_resend_ms", Box::new(|c| c.wait_resend_ms = 1)),
+            ("backoff_first_ms", Box::new(|c| c.backoff_first_ms = 0)),
+            ("backoff_first_ms", Box::new(|c| c.backoff_cap_ms = 1)),
+            (
+                "keepalive_margin_ms",
+                Box::new(|c| c.keepalive_margin_ms = 0),
+            ),
+            ("mqtt_keepalive_s", Box::new(|c| c.mqtt_keepalive_s = 0)),
+            ("connect_timeout_s", Box::new(|c| c.connect_timeout_s = 0)),
+        ];
+        for (field, spoil) in cases {
+            let mut config = valid();
+            spoil(&mut config);
+            match config.validate() {
+                Err(AgentError::Config(message)) => {
+                    assert!(message.contains(field), "{field}: {message}")
+                }
+                other => panic!("{field}: expected a config error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn serde_fills_defaults_and_refuses_unknown_fields() {
+        let config: AgentConfig =
+            serde_json::from_str(r#"{"agent_id":"d1","brokers":["mqtt://h:1"]}"#)
+                .expect("a minimal config parses");
+        assert_eq!(config.request_timeout_ms, DEFAULTS.request_timeout_ms);
+        assert_eq!(config.topic_prefix, "hk/v1");
+        assert!(config.validate().is_ok());
+        let typo =
+            serde_json::from_str::<AgentConfig>(r#"{"agent_id":"d1","request_timout_ms":5}"#);
+        assert!(typo.is_err());
+    }
+}

@@ -1,0 +1,259 @@
+//! The connection task: polls the rumqttc event loop, (re)subscribes, fails over, and routes
+//! what arrives. It never publishes.
+//!
+//! ```text
+//!  broker list ─▶ EventLoop::poll() ─┬─ ConnAck ──▶ SUBSCRIBE rsp+evt (pushed to `pending`)
+//!      ▲                             ├─ SubAck  ──▶ link = ready, epoch + 1
+//!      │ next broker,                ├─ Publish rsp/{agent} ─▶ pending map[id] ─▶ oneshot
+//!      │ jittered backoff            ├─ Publish evt/{agent} ─▶ broadcast<Event>
+//!      └──────────────────── Err ────┘              (unknown id, undecodable: dropped, counted)
+//! ```
+//!
+//! Why it never publishes: rumqttc's request channel is drained only by `poll()`, so a publish
+//! awaited inside the polling task deadlocks once the channel is full (rumqtt#1025, #263,
+//! #910). Callers publish from their own tasks. The one packet this task must send, the
+//! SUBSCRIBE after each ConnAck, goes into the event loop's own `pending` queue, which `poll()`
+//! sends before anything in the channel: no channel, no deadlock, and the subscription always
+//! precedes the requests that wait for its responses.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rumqttc::{
+    ConnectionError, Event as MqttEvent, EventLoop, MqttOptions, NetworkOptions, Packet, QoS,
+    Request as MqttRequest, Subscribe, SubscribeFilter, SubscribeReasonCode,
+};
+use tokio::sync::{broadcast, oneshot, watch};
+use tracing::{debug, info, warn};
+
+use hivekeeper_protocol::{Event, Response, validate};
+
+use crate::backoff::Backoff;
+use crate::config::{AgentConfig, BrokerAddr};
+
+/// Largest incoming MQTT packet. Responses are small except `inspect` of a long queue (about
+/// 80 bytes a waiter), so this is far above rumqttc's 10 KiB default.
+const INCOMING_PACKET_BYTES_MAX: usize = 1024 * 1024;
+/// Largest outgoing packet: a request is at most 8 KiB (the service refuses more), plus topic.
+const OUTGOING_PACKET_BYTES_MAX: usize = validate::REQUEST_BYTES_MAX + 1024;
+/// Capacity of rumqttc's request channel. Callers' publishes wait (under their attempt
+/// timeout) when it is full, which is the back-pressure we want.
+pub(crate) const REQUEST_CHANNEL_CAPACITY: usize = 128;
+/// Events kept for slow receivers of [`crate::Agent::events`] before they see `Lagged`.
+const EVENT_CHANNEL_CAPACITY: usize = 256;
+
+/// The state of the MQTT link, watched by every request in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Link {
+    /// Connected AND subscribed: a request published now can get its response.
+    pub ready: bool,
+    /// Counts subscriptions made. A request remembers the epoch it published under; a change
+    /// means its response may have been lost with the old connection.
+    pub epoch: u64,
+    /// Index in the broker list of the current (or last) broker.
+    pub broker: usize,
+}
+
+/// What the connection task shares with the request side.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Callers waiting for a response, by request id. The router removes an entry when it
+    /// delivers; a caller that gives up removes its own.
+    pub pending: Mutex<HashMap<String, oneshot::Sender<Response>>>,
+    /// Decoded events, for sessions and for the application.
+    pub events: broadcast::Sender<Event>,
+    /// The link state; requests wait on it.
+    pub link: watch::Sender<Link>,
+    /// Counters, for tests and for an application's own metrics.
+    pub counters: Counters,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Shared {
+        Shared {
+            pending: Mutex::new(HashMap::new()),
+            events: broadcast::channel(EVENT_CHANNEL_CAPACITY).0,
+            link: watch::Sender::new(Link {
+                ready: false,
+                epoch: 0,
+                broker: 0,
+            }),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The pending map. A panic while holding the lock cannot leave the map inconsistent
+    /// (every critical section is a single insert or remove), so poisoning is ignored.
+    pub(crate) fn pending(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Response>>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Monotonic counters of what the connection and the requests did.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub connects: AtomicU64,
+    pub connection_errors: AtomicU64,
+    pub resends: AtomicU64,
+    pub responses_unknown: AtomicU64,
+    pub responses_undecodable: AtomicU64,
+    pub events_undecodable: AtomicU64,
+    pub requests_abandoned: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The MQTT options for one broker. Rebuilt on every failover: rumqttc keeps the address in
+/// its options, and the event loop's `mqtt_options` field is public so they can be replaced
+/// between connections.
+pub(crate) fn mqtt_options(config: &AgentConfig, broker: &BrokerAddr) -> MqttOptions {
+    let mut options = MqttOptions::new(config.agent_id.clone(), broker.host.clone(), broker.port);
+    options
+        .set_keep_alive(Duration::from_secs(config.mqtt_keepalive_s))
+        // A clean session: the SDK resends by request id itself, and a broker-side session
+        // would only replay stale requests after a failover.
+        .set_clean_session(true)
+        .set_max_packet_size(INCOMING_PACKET_BYTES_MAX, OUTGOING_PACKET_BYTES_MAX)
+        .set_request_channel_capacity(REQUEST_CHANNEL_CAPACITY);
+    options
+}
+
+/// Socket options, kept by the event loop across failovers.
+pub(crate) fn network_options(config: &AgentConfig) -> NetworkOptions {
+    let mut options = NetworkOptions::new();
+    // Without it one request/response pair waits ~44 ms for Nagle + delayed ACK (DESIGN §7).
+    options.set_tcp_nodelay(true);
+    options.set_connection_timeout(config.connect_timeout_s);
+    options
+}
+
+/// Everything the connection task needs; moved into it.
+pub(crate) struct Connection {
+    pub eventloop: EventLoop,
+    pub config: Arc<AgentConfig>,
+    pub brokers: Vec<BrokerAddr>,
+    pub response_topic: String,
+    pub event_topic: String,
+    pub shared: Arc<Shared>,
+}
+
+impl Connection {
+    /// Polls until the agent is dropped (which aborts this task) or rumqttc reports that every
+    /// client handle is gone.
+    pub(crate) async fn run(mut self) {
+        let mut broker = 0;
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.config.backoff_first_ms),
+            Duration::from_millis(self.config.backoff_cap_ms),
+        );
+        loop {
+            let failure = match self.eventloop.poll().await {
+                Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
+                    Counters::bump(&self.shared.counters.connects);
+                    info!(broker = %self.brokers[broker], "connected; subscribing");
+                    // No reconnect event exists (rumqttc#250) and the session is clean, so
+                    // every ConnAck needs a new subscription.
+                    let subscribe = Subscribe::new_many([
+                        SubscribeFilter::new(self.response_topic.clone(), QoS::AtLeastOnce),
+                        SubscribeFilter::new(self.event_topic.clone(), QoS::AtLeastOnce),
+                    ]);
+                    self.eventloop
+                        .pending
+                        .push_back(MqttRequest::Subscribe(subscribe));
+                    None
+                }
+                Ok(MqttEvent::Incoming(Packet::SubAck(ack))) => {
+                    if ack
+                        .return_codes
+                        .iter()
+                        .any(|code| matches!(code, SubscribeReasonCode::Failure))
+                    {
+                        Some("the broker refused the subscription".to_string())
+                    } else {
+                        backoff.reset();
+                        self.shared.link.send_modify(|link| {
+                            link.ready = true;
+                            link.epoch += 1;
+                            link.broker = broker;
+                        });
+                        None
+                    }
+                }
+                Ok(MqttEvent::Incoming(Packet::Publish(publish))) => {
+                    self.route(&publish.topic, &publish.payload);
+                    None
+                }
+                Ok(_) => None,
+                Err(ConnectionError::RequestsDone) => return,
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = failure {
+                self.shared.link.send_modify(|link| link.ready = false);
+                Counters::bump(&self.shared.counters.connection_errors);
+                // Drop the connection (a refused subscription leaves it open) and move to the
+                // next broker after a jittered pause: `poll()` would retry at once.
+                self.eventloop.clean();
+                let delay = backoff.next_delay();
+                let failed = broker;
+                broker = (broker + 1) % self.brokers.len();
+                warn!(
+                    broker = %self.brokers[failed],
+                    next = %self.brokers[broker],
+                    delay_ms = delay.as_millis() as u64,
+                    "connection failed: {why}"
+                );
+                tokio::time::sleep(delay).await;
+                self.eventloop.mqtt_options = mqtt_options(&self.config, &self.brokers[broker]);
+            }
+        }
+    }
+
+    /// Delivers a response to its caller or an event to the broadcast. Never blocks.
+    fn route(&self, topic: &str, payload: &[u8]) {
+        let counters = &self.shared.counters;
+        if topic == self.response_topic {
+            let response = match Response::decode(payload) {
+                Ok(response) => response,
+                Err(e) => {
+                    Counters::bump(&counters.responses_undecodable);
+                    warn!("undecodable response dropped: {e}");
+                    return;
+                }
+            };
+            let waiter = response
+                .id
+                .as_deref()
+                .and_then(|id| self.shared.pending().remove(id));
+            match waiter {
+                // The caller may have given up this instant; then the response is simply lost.
+                Some(waiter) => {
+                    let _ = waiter.send(response);
+                }
+                None => {
+                    Counters::bump(&counters.responses_unknown);
+                    debug!(id = ?response.id, outcome = ?response.outcome, "response to no waiting request dropped");
+                }
+            }
+        } else if topic == self.event_topic {
+            match Event::decode(payload) {
+                // No receiver is fine: nobody is interested right now.
+                Ok(event) => {
+                    let _ = self.shared.events.send(event);
+                }
+                Err(e) => {
+                    // Unknown events are to be ignored (PROTOCOL.md §10), but counted.
+                    Counters::bump(&counters.events_undecodable);
+                    debug!("undecodable event ignored: {e}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! [`Guard`]: proof of a grant (lock, permits, waypoint reservation) with its fencing token.
+//!
+//! The token is the safety mechanism, the guard only a convenience (DESIGN.md §5.2): pass
+//! [`Guard::token`] to whatever the guard protects, and let that resource refuse a token older
+//! than the newest it has seen (or ask the service with `fence.check`). A guard cannot stop the
+//! world when its lease is lost; the token lets the world stop a stale holder.
+//!
+//! Releasing: [`Guard::release`] waits for the service's answer. Dropping a guard spawns the
+//! same release in the background; that is best effort (no runtime, a lost message), and the
+//! lease's end releases everything anyway.
+//!
+//! One hold per resource per session. The service answers an acquire of something the lease
+//! already holds with the existing token, so two guards could share one hold and the first
+//! drop would release it under the second. The session therefore keeps a claim per resource
+//! (`Slot`): a second acquire while one is held or being acquired is refused with
+//! [`AgentError::AlreadyHeld`], and one issued while a release of the same resource is in
+//! flight waits for that release first, so `loop { let g = s.lock("x").await?; ... }` works
+//! even though each iteration's drop releases in the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::debug;
+
+use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind};
+
+use crate::error::AgentError;
+use crate::session::{Session, SessionInner, SessionState, wait_lost};
+
+/// The vertical cylinder of a waypoint reservation (the protocol's `Area`): centre `lat`/`lon`
+/// in degrees, `radius_m`, and an optional altitude band.
+pub type Geometry = Area;
+
+/// What to acquire.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resource {
+    /// A FIFO lock.
+    Lock {
+        /// The lock's name.
+        name: String,
+    },
+    /// Permits of a counting semaphore.
+    Semaphore {
+        /// The semaphore's name.
+        name: String,
+        /// Its capacity; the first acquirer fixes it.
+        limit: u32,
+        /// How many permits to take, 1 to `limit`.
+        permits: u32,
+    },
+    /// A waypoint reservation.
+    Waypoint {
+        /// The waypoint's name.
+        name: String,
+        /// The cylinder it also claims; `None` conflicts by name only.
+        geometry: Option<Geometry>,
+    },
+}
+
+impl Resource {
+    /// The lock `name`.
+    pub fn lock(name: impl Into<String>) -> Resource {
+        Resource::Lock { name: name.into() }
+    }
+
+    /// Lock, semaphore or waypoint.
+    pub fn kind(&self) -> ResourceKind {
+        match self {
+            Resource::Lock { .. } => ResourceKind::Lock,
+            Resource::Semaphore { .. } => ResourceKind::Sem,
+            Resource::Waypoint { .. } => ResourceKind::Waypoint,
+        }
+    }
+
+    /// The resource's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Resource::Lock { name }
+            | Resource::Semaphore { name, .. }
+            | Resource::Waypoint { name, .. } => name,
+        }
+    }
+
+    /// The acquire request for it under `lease`.
+    pub(crate) fn acquire_op(&self, lease: &str, wait_ms: Option<u64>) -> Op {
+        let lease = lease.to_string();
+        match self {
+            Resource::Lock { name } => Op::LockAcquire {
+                name: name.clone(),
+                lease,
+                wait_ms,
+            },
+            Resource::Semaphore {
+                name,
+                limit,
+                permits,
+            } => Op::SemAcquire {
+                name: name.clone(),
+                limit: *limit,
+                lease,
+                permits: *permits,
+                wait_ms,
+            },
+            Resource::Waypoint { name, geometry } => Op::WaypointReserve {
+                name: name.clone(),
+                lease,
+                lat: geometry.map(|g| g.lat),
+                lon: geometry.map(|g| g.lon),
+                alt_min_m: geometry.and_then(|g| g.alt_min_m),
+                alt_max_m: geometry.and_then(|g| g.alt_max_m),
+                radius_m: geometry.map(|g| g.radius_m),
+                wait_ms,
+            },
+        }
+    }
+
+    /// The release request for it under `lease`.
+    pub(crate) fn release_op(&self, lease: &str) -> Op {
+        release_op(self.kind(), self.name(), lease)
+    }
+}
+
+fn release_op(kind: ResourceKind, name: &str, lease: &str) -> Op {
+    let (name, lease) = (name.to_string(), lease.to_string());
+    match kind {
+        ResourceKind::Lock => Op::LockRelease { name, lease },
+        ResourceKind::Sem => Op::SemRelease { name, lease },
+        ResourceKind::Waypoint => Op::WaypointRelease { name, lease },
+    }
+}
+
+/// How long an acquire may wait in the service's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Until granted, while the session is live (no `wait_ms`).
+    UntilGranted,
+    /// Not at all: grant now or [`AgentError::WouldBlock`] (`wait_ms: 0`).
+    Try,
+    /// At most this long, then [`AgentError::WaitTimeout`] (`wait_ms`, at most one day).
+    AtMost(Duration),
+}
+
+impl Wait {
+    /// The `wait_ms` field this sends.
+    pub fn wait_ms(self) -> Option<u64> {
+        match self {
+            Wait::UntilGranted => None,
+            Wait::Try => Some(0),
+            // Out of range (over a day) is refused by validation, not silently shortened.
+            Wait::AtMost(wait) => Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
+/// The state of one resource in a session's claims.
+#[derive(Debug)]
+pub(crate) enum Slot {
+    /// Being acquired, or held by a guard.
+    Busy,
+    /// A release is in flight; closes (its sender drops) when the release is done.
+    Releasing(watch::Receiver<()>),
+}
+
+/// A session's claim on one resource, from the start of its acquire to the end of its release.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    session: Arc<SessionInner>,
+    kind: ResourceKind,
+    name: String,
+    /// Whether dropping the claim frees the slot; false once a [`Releasing`] owns the slot.
+    frees_slot: bool,
+}
+
+impl Claim {
+    /// Claims `(kind, name)` in `session`, waiting for an in-flight release of it first.
+    pub(crate) async fn take(
+        session: Arc<SessionInner>,
+        kind: ResourceKind,
+        name: &str,
+    ) -> Result<Claim, AgentError> {
+        let key = (kind, name.to_string());
+        loop {
+            let mut releasing = {
+                let mut claims = session.claims();
+                match claims.get(&key) {
+                    None => {
+                        claims.insert(key, Slot::Busy);
+                        drop(claims);
+                        return Ok(Claim {
+                            session,
+                            kind,
+                            name: name.to_string(),
+                            frees_slot: true,
+                        });
+                    }
+                    Some(Slot::Busy) => {
+                        return Err(AgentError::AlreadyHeld {
+                            kind,
+                            name: name.to_string(),
+                        });
+                    }
+                    Some(Slot::Releasing(done)) => done.clone(),
+                }
+            };
+            // Returns when the release task drops its sender, after it removed the slot.
+            let _ = releasing.changed().await;
+        }
+    }
+
+    /// Marks the claim as releasing; the slot is freed when the returned value drops.
+    fn start_release(mut self) -> Releasing {
+        let (done, waiters) = watch::channel(());
+        self.session
+            .claims()
+            .insert(self.key(), Slot::Releasing(waiters));
+        // The slot now belongs to the `Releasing`.
+        self.frees_slot = false;
+        Releasing {
+            session: self.session.clone(),
+            key: self.key(),
+            _done: done,
+        }
+    }
+
+    fn key(&self) -> (ResourceKind, String) {
+        (self.kind, self.name.clone())
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.frees_slot {
+            self.session.claims().remove(&self.key());
+        }
+    }
+}
+
+/// A release in flight. Dropping it frees the slot, then (field drop order) closes the channel
+/// that acquires of the same resource wait on.
+struct Releasing {
+    session: Arc<SessionInner>,
+    key: (ResourceKind, String),
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        self.session.claims().remove(&self.key);
+    }
+}
+
+/// A granted lock, permits or waypoint reservation, with its fencing token.
+///
+/// Holds its session alive (keepalives continue while any guard exists). Released by
+/// [`Guard::release`], or in the background on drop.
+#[derive(Debug)]
+pub struct Guard {
+    /// The claim, `None` once [`Guard::release`] took it.
+    claim: Option<Claim>,
+    /// The grant's fencing token.
+    token: u64,
+}
+
+impl Guard {
+    pub(crate) fn new(claim: Claim, token: u64) -> Guard {
+        Guard {
+            claim: Some(claim),
+            token,
+        }
+    }
+
+    fn claim(&self) -> &Claim {
+        self.claim
+            .as_ref()
+            .expect("only release() takes the claim, and it consumes the guard")
+    }
+
+    /// The fencing token: strictly increasing per resource across grants, leader changes and
+    /// restarts. Send it with every action the guard protects.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The resource's name.
+    pub fn name(&self) -> &str {
+        &self.claim().name
+    }
+
+    /// Lock, semaphore or waypoint.
+    pub fn kind(&self) -> ResourceKind {
+        self.claim().kind
+    }
+
+    /// The session the grant is bound to.
+    pub fn session(&self) -> Session {
+        Session {
+            inner: self.claim().session.clone(),
+        }
+    }
+
+    /// Whether the session is not live: stop acting under this guard.
+    pub fn is_lost(&self) -> bool {
+        !self.claim().session.state().is_live()
+    }
+
+    /// Resolves as soon as the session is not `Live` (see [`Session::lost`]): from then on
+    /// the grant may be taken away before the SDK can tell.
+    pub async fn lost(&self) -> SessionState {
+        wait_lost(self.claim().session.state.clone()).await
+    }
+
+    /// Releases the grant and waits for the service's answer. When the lease already ended,
+    /// nothing is sent and the answer is [`AgentError::Lost`]: the hold was gone before this
+    /// release, which the application may want to know.
+    pub async fn release(mut self) -> Result<(), AgentError> {
+        let claim = self
+            .claim
+            .take()
+            .expect("a guard keeps its claim until it is released");
+        let session = claim.session.clone();
+        let state = session.state();
+        if state.is_ended() {
+            return Err(AgentError::Lost(state));
+        }
+        let op = release_op(claim.kind, &claim.name, &session.lease);
+        let releasing = claim.start_release();
+        let result = session.agent.request(op).await;
+        drop(releasing);
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {
+                session.lease_gone();
+                Err(AgentError::Lost(SessionState::Expired))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let session = claim.session.clone();
+        if session.state().is_ended() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let op = release_op(claim.kind, &claim.name, &session.lease);
+        let releasing = claim.start_release();
+        let agent = session.agent.clone();
+        runtime.spawn(async move {
+            if let Err(e) = agent.request(op).await {
+                debug!("release on drop failed (the lease's end releases it): {e}");
+            }
+            drop(releasing);
+        });
+    }
+}

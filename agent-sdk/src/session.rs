@@ -1,0 +1,493 @@
+//! [`Session`]: a lease kept alive in the background, and the SDK's own deadline on it.
+//!
+//! ```text
+//!            keepalive acked, new deadline in the future
+//!        ┌──────────────────────────────────────────────┐
+//!        ▼                                              │
+//!      Live ── deadline passes (no ack in time) ──▶ Jeopardy
+//!        │                                              │
+//!        ├── lease.expired event / lease_not_found ─────┴──▶ Expired   (terminal)
+//!        └── revoke() / last handle dropped ────────────────▶ Revoked   (terminal)
+//!
+//!  deadline = send time of the last acknowledged keepalive + TTL − keepalive_margin
+//! ```
+//!
+//! **The SDK gives up first (DESIGN.md §5.3).** The service expires a lease no earlier than
+//! TTL after it *received* the last keepalive, and a keepalive is received after it was sent.
+//! So as long as the local monotonic clock (`tokio::time::Instant`) has not passed the
+//! deadline above, the lease is certainly alive; once it has, the session is in *jeopardy* and
+//! [`Session::lost`] resolves, still `margin` before the service could expire the lease and
+//! grant what it held to anyone else. Clock-rate drift between the two machines is what the
+//! margin is for; the offset between their clocks does not matter, since only local
+//! durations are compared.
+//!
+//! Jeopardy is not the end. Keepalives continue, and one acknowledged in time proves the lease
+//! still alive (a live lease has lost nothing it held), so the session returns to `Live` with
+//! its guards and tokens intact, as in Chubby. The application decides: stop on
+//! [`Session::lost`], and resume only if [`Session::state`] is `Live` again. `Expired` and
+//! `Revoked` are final.
+//!
+//! Keepalives go out every TTL/3 from the grant's send time, each under a fresh request id
+//! and each on its own small task, so a slow one never delays the next. A keepalive is worth
+//! retrying only while its send time can still move the deadline, so each gives up after
+//! `TTL − margin`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior, sleep_until};
+use tracing::{debug, info, warn};
+
+use hivekeeper_protocol::{ErrorCode, Event, Op, ResourceKind};
+
+use crate::agent::{Abandon, Agent, Patience};
+use crate::error::AgentError;
+use crate::guard::{Claim, Geometry, Guard, Resource, Slot, Wait};
+
+/// Where a session stands, as the SDK knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// The lease is certainly alive: the deadline is in the future.
+    Live,
+    /// The deadline has passed without an acknowledged keepalive: the lease may be about to
+    /// expire. Guards must be treated as lost; a late acknowledgement can bring `Live` back.
+    Jeopardy,
+    /// The service said the lease is gone (`lease.expired` event or `lease_not_found`).
+    Expired,
+    /// The session was revoked, or every handle to it was dropped.
+    Revoked,
+}
+
+impl SessionState {
+    /// Whether the session can be used: only `Live`.
+    pub fn is_live(self) -> bool {
+        self == SessionState::Live
+    }
+
+    /// Whether the lease is known to be over: `Expired` or `Revoked`.
+    pub fn is_ended(self) -> bool {
+        matches!(self, SessionState::Expired | SessionState::Revoked)
+    }
+}
+
+/// A lease held by this agent and kept alive in the background; the guards of what it holds
+/// are taken through it.
+///
+/// Cheap to clone. The keepalive task runs while any clone or any [`Guard`] taken from it
+/// exists; when the last one is dropped, the lease is revoked (best effort: if that message is
+/// lost, the lease simply expires after its TTL).
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<SessionInner>,
+}
+
+/// What the session handles and guards share.
+#[derive(Debug)]
+pub(crate) struct SessionInner {
+    /// The agent the lease belongs to.
+    pub agent: Agent,
+    /// The opaque lease id.
+    pub lease: String,
+    /// The TTL the service granted.
+    pub ttl: Duration,
+    /// The state, written only by the keeper task.
+    pub state: watch::Receiver<SessionState>,
+    /// Tells the keeper about a lease end seen elsewhere, or a revoke. Closing it (dropping
+    /// the last handle) stops the keeper.
+    control: mpsc::Sender<Control>,
+    /// What this session holds or is acquiring, by resource: a second guard for a hold would
+    /// release it under the first one's feet. See [`Slot`].
+    pub claims: Mutex<HashMap<(ResourceKind, String), Slot>>,
+}
+
+/// Messages to the keeper task.
+#[derive(Debug, Clone, Copy)]
+enum Control {
+    /// A request was answered `lease_not_found`.
+    LeaseGone,
+    /// [`Session::revoke`] succeeded.
+    Revoked,
+}
+
+/// Room for control messages; a full channel means the keeper already has one to act on.
+const CONTROL_CAPACITY: usize = 4;
+
+impl SessionInner {
+    pub(crate) fn state(&self) -> SessionState {
+        *self.state.borrow()
+    }
+
+    /// Reports that the service answered `lease_not_found`.
+    pub(crate) fn lease_gone(&self) {
+        let _ = self.control.try_send(Control::LeaseGone);
+    }
+
+    pub(crate) fn claims(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(ResourceKind, String), Slot>> {
+        self.claims.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        if self.state().is_ended() {
+            return;
+        }
+        // Nothing can use the lease any more: give it back now rather than after its TTL.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let agent = self.agent.clone();
+            let lease = self.lease.clone();
+            runtime.spawn(async move {
+                if let Err(e) = agent.request(Op::LeaseRevoke { lease }).await {
+                    debug!("revoke of a dropped session failed (it will expire): {e}");
+                }
+            });
+        }
+    }
+}
+
+impl Session {
+    /// `lease.grant`, then the keeper task. See [`Agent::session`].
+    pub(crate) async fn grant(agent: Agent, ttl_ms: u64) -> Result<Session, AgentError> {
+        let margin_ms = agent.config().keepalive_margin_ms;
+        if ttl_ms <= 2 * margin_ms {
+            return Err(AgentError::Config(format!(
+                "ttl_ms ({ttl_ms}) must be more than twice keepalive_margin_ms ({margin_ms}), \
+                 or the session would be in jeopardy before its second keepalive"
+            )));
+        }
+        // Taken before the first send: the lease cannot have been created earlier, so a
+        // deadline counted from here is on the safe side even if a retry was the one answered.
+        let sent = Instant::now();
+        let events = agent.events();
+        let granted = agent.request(Op::LeaseGrant { ttl_ms }).await?;
+        let lease = granted.lease.ok_or_else(|| {
+            AgentError::Malformed("lease.grant succeeded without a `lease`".into())
+        })?;
+        let ttl = Duration::from_millis(granted.ttl_ms.unwrap_or(ttl_ms));
+        let margin = Duration::from_millis(margin_ms).min(ttl / 2);
+        let (state_tx, state_rx) = watch::channel(SessionState::Live);
+        let (control_tx, control_rx) = mpsc::channel(CONTROL_CAPACITY);
+        let keeper = Keeper {
+            agent: agent.clone(),
+            lease: lease.clone(),
+            ttl,
+            margin,
+            deadline: sent + ttl - margin,
+            state: state_tx,
+            control: control_rx,
+            events,
+        };
+        tokio::spawn(keeper.run(sent));
+        info!(%lease, ttl_ms = ttl.as_millis() as u64, "session granted");
+        Ok(Session {
+            inner: Arc::new(SessionInner {
+                agent,
+                lease,
+                ttl,
+                state: state_rx,
+                control: control_tx,
+                claims: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The opaque lease id, as the service granted it.
+    pub fn lease(&self) -> &str {
+        &self.inner.lease
+    }
+
+    /// The lease's TTL.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// The agent this session belongs to.
+    pub fn agent(&self) -> &Agent {
+        &self.inner.agent
+    }
+
+    /// The state right now.
+    pub fn state(&self) -> SessionState {
+        self.inner.state()
+    }
+
+    /// A receiver of every state change, for `select!` loops and dashboards.
+    pub fn watch(&self) -> watch::Receiver<SessionState> {
+        self.inner.state.clone()
+    }
+
+    /// Resolves as soon as the session is not `Live` (jeopardy, expired or revoked), with that
+    /// state; at once if it already is not. Race your critical section against it.
+    pub async fn lost(&self) -> SessionState {
+        wait_lost(self.inner.state.clone()).await
+    }
+
+    /// Ends the lease now: the service releases everything it holds and drops its waits in one
+    /// log entry. Guards of this session become inert (their drop sends nothing). Revoking a
+    /// lease that is already gone is a success.
+    pub async fn revoke(&self) -> Result<(), AgentError> {
+        if self.state().is_ended() {
+            return Ok(());
+        }
+        let lease = self.inner.lease.clone();
+        match self.inner.agent.request(Op::LeaseRevoke { lease }).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {}
+            Err(e) => return Err(e),
+        }
+        // The keeper is alive while this handle is; it applies the message promptly.
+        let _ = self.inner.control.send(Control::Revoked).await;
+        let mut state = self.inner.state.clone();
+        let _ = state.wait_for(|s| s.is_ended()).await;
+        Ok(())
+    }
+
+    /// Acquires `resource`, waiting as `wait` says, while the session is `Live`.
+    ///
+    /// Errors: [`AgentError::Lost`] when the session is not live (before, or while waiting);
+    /// [`AgentError::WouldBlock`] for [`Wait::Try`] on a taken resource;
+    /// [`AgentError::WaitTimeout`] when [`Wait::AtMost`] runs out; [`AgentError::AlreadyHeld`]
+    /// when this session already holds or is acquiring it; any other refusal as
+    /// [`AgentError::Service`].
+    ///
+    /// Cancel-safe in the sense that matters: if the future is dropped (or the session is lost)
+    /// while the request is queued at the service, a grant that arrives later is released.
+    pub async fn acquire(&self, resource: Resource, wait: Wait) -> Result<Guard, AgentError> {
+        let inner = &self.inner;
+        let state = inner.state();
+        if !state.is_live() {
+            return Err(AgentError::Lost(state));
+        }
+        let op = resource.acquire_op(&inner.lease, wait.wait_ms());
+        // Refuse locally what the service would refuse with `bad_request`.
+        if let Err(message) = op.validate() {
+            return Err(AgentError::Service {
+                code: ErrorCode::BadRequest,
+                message: format!("{}: {message}", op.name()),
+            });
+        }
+        let claim = Claim::take(inner.clone(), resource.kind(), resource.name()).await?;
+        let release = resource.release_op(&inner.lease);
+        let patience = inner.agent.patience_for(&op);
+        let abandon = Abandon {
+            release,
+            session: inner.state.clone(),
+        };
+        let result = tokio::select! {
+            // A grant that is ready wins over a loss noticed at the same instant; the check
+            // below still refuses it if the session is no longer live.
+            biased;
+            result = inner.agent.call(op, patience, Some(abandon)) => result,
+            state = wait_lost(inner.state.clone()) => return Err(AgentError::Lost(state)),
+        };
+        match result {
+            Ok(success) => {
+                let token = success.token;
+                // From here on the hold exists: the guard's drop releases it on every path.
+                let guard = Guard::new(claim, token.unwrap_or(0));
+                if token.is_none() {
+                    return Err(AgentError::Malformed(format!(
+                        "{} granted without a `token`",
+                        guard.kind().as_str()
+                    )));
+                }
+                let state = inner.state();
+                if !state.is_live() {
+                    return Err(AgentError::Lost(state));
+                }
+                Ok(guard)
+            }
+            Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {
+                inner.lease_gone();
+                Err(AgentError::Lost(SessionState::Expired))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes the FIFO lock `name`, waiting in the service's queue for as long as the session is
+    /// live.
+    pub async fn lock(&self, name: impl Into<String>) -> Result<Guard, AgentError> {
+        self.acquire(Resource::lock(name), Wait::UntilGranted).await
+    }
+
+    /// Takes the lock `name` if it is free right now (`wait_ms: 0`); otherwise
+    /// [`AgentError::WouldBlock`].
+    pub async fn try_lock(&self, name: impl Into<String>) -> Result<Guard, AgentError> {
+        self.acquire(Resource::lock(name), Wait::Try).await
+    }
+
+    /// Takes the lock `name`, waiting at most `wait` in the service's queue; then
+    /// [`AgentError::WaitTimeout`]. The wait is enforced by the service (`wait_ms`), so the
+    /// request leaves the queue when it runs out.
+    pub async fn lock_timeout(
+        &self,
+        name: impl Into<String>,
+        wait: Duration,
+    ) -> Result<Guard, AgentError> {
+        self.acquire(Resource::lock(name), Wait::AtMost(wait)).await
+    }
+
+    /// Takes `permits` of the counting semaphore `name` of capacity `limit`, waiting while the
+    /// session is live. The first acquirer fixes `limit`; another value is refused
+    /// (`limit_mismatch`).
+    pub async fn semaphore(
+        &self,
+        name: impl Into<String>,
+        limit: u32,
+        permits: u32,
+    ) -> Result<Guard, AgentError> {
+        let resource = Resource::Semaphore {
+            name: name.into(),
+            limit,
+            permits,
+        };
+        self.acquire(resource, Wait::UntilGranted).await
+    }
+
+    /// Reserves the waypoint `name`, and with `geometry` the cylinder around it, waiting while
+    /// the session is live.
+    pub async fn reserve_waypoint(
+        &self,
+        name: impl Into<String>,
+        geometry: Option<Geometry>,
+    ) -> Result<Guard, AgentError> {
+        let resource = Resource::Waypoint {
+            name: name.into(),
+            geometry,
+        };
+        self.acquire(resource, Wait::UntilGranted).await
+    }
+}
+
+/// Waits until the state is not `Live`; a gone keeper counts as `Revoked` (its last state
+/// is returned when it is final).
+pub(crate) async fn wait_lost(mut state: watch::Receiver<SessionState>) -> SessionState {
+    let seen = state.wait_for(|s| !s.is_live()).await.map(|s| *s);
+    seen.unwrap_or_else(|_| match *state.borrow() {
+        SessionState::Live => SessionState::Revoked,
+        last => last,
+    })
+}
+
+/// The background task of one session: keepalives, the deadline, and the state.
+struct Keeper {
+    agent: Agent,
+    lease: String,
+    ttl: Duration,
+    margin: Duration,
+    /// Send time of the last acknowledged keepalive (or of the grant) + TTL − margin.
+    deadline: Instant,
+    state: watch::Sender<SessionState>,
+    control: mpsc::Receiver<Control>,
+    events: broadcast::Receiver<Event>,
+}
+
+/// How one keepalive ended.
+#[derive(Debug)]
+enum Keepalive {
+    /// Acknowledged; this is when it was sent.
+    Acked(Instant),
+    /// The service does not know the lease any more.
+    LeaseGone,
+    /// No answer in time, or another refusal.
+    Failed,
+}
+
+impl Keeper {
+    async fn run(mut self, granted_sent: Instant) {
+        let period = self.ttl / 3;
+        let mut ticks = tokio::time::interval_at(granted_sent + period, period);
+        // After a stall, one keepalive now and the cadence from there, not a burst.
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Dropped with the keeper, which aborts keepalives still in flight.
+        let mut keepalives = JoinSet::new();
+        // False once the event channel closed, so a closed channel is not polled in a loop.
+        let mut events_open = true;
+        loop {
+            let live = self.state.borrow().is_live();
+            tokio::select! {
+                _ = ticks.tick() => {
+                    keepalives.spawn(keepalive(
+                        self.agent.clone(),
+                        self.lease.clone(),
+                        self.ttl,
+                        self.margin,
+                    ));
+                }
+                Some(joined) = keepalives.join_next() => match joined {
+                    Ok(Keepalive::Acked(sent)) => self.acked(sent),
+                    Ok(Keepalive::LeaseGone) => return self.end(SessionState::Expired),
+                    Ok(Keepalive::Failed) | Err(_) => {}
+                },
+                () = sleep_until(self.deadline), if live => {
+                    warn!(
+                        lease = %self.lease,
+                        "no keepalive acknowledged in time: session in jeopardy"
+                    );
+                    self.state.send_replace(SessionState::Jeopardy);
+                }
+                event = self.events.recv(), if events_open => match event {
+                    Ok(Event::LeaseExpired { lease }) if lease == self.lease => {
+                        return self.end(SessionState::Expired);
+                    }
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        warn!(missed, "session missed events");
+                    }
+                    // The agent's event sender lives as long as the agent, which this task
+                    // holds: not reachable, but then keepalives alone decide.
+                    Err(broadcast::error::RecvError::Closed) => events_open = false,
+                },
+                control = self.control.recv() => match control {
+                    Some(Control::LeaseGone) => return self.end(SessionState::Expired),
+                    Some(Control::Revoked) | None => return self.end(SessionState::Revoked),
+                },
+            }
+        }
+    }
+
+    /// A keepalive sent at `sent` was acknowledged: the lease lives at least until
+    /// `sent + TTL` on the service's side.
+    fn acked(&mut self, sent: Instant) {
+        let deadline = sent + self.ttl - self.margin;
+        if deadline > self.deadline {
+            self.deadline = deadline;
+        }
+        let jeopardy = *self.state.borrow() == SessionState::Jeopardy;
+        if jeopardy && self.deadline > Instant::now() {
+            info!(lease = %self.lease, "keepalive acknowledged in time: session live again");
+            self.state.send_replace(SessionState::Live);
+        }
+    }
+
+    fn end(&mut self, state: SessionState) {
+        info!(lease = %self.lease, ?state, "session ended");
+        self.state.send_replace(state);
+    }
+}
+
+/// One keepalive, under its own request id, retried until it can no longer help.
+async fn keepalive(agent: Agent, lease: String, ttl: Duration, margin: Duration) -> Keepalive {
+    let sent = Instant::now();
+    let patience = Patience {
+        attempt: agent.request_timeout().min(ttl / 3),
+        total: Some(ttl - margin),
+    };
+    match agent
+        .call(Op::LeaseKeepalive { lease }, patience, None)
+        .await
+    {
+        Ok(_) => Keepalive::Acked(sent),
+        Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => Keepalive::LeaseGone,
+        Err(e) => {
+            debug!("keepalive failed: {e}");
+            Keepalive::Failed
+        }
+    }
+}
