@@ -1,0 +1,636 @@
+//! The transport's configuration: which broker, which topics, which bounds.
+//!
+//! One [`DEFAULTS`] holds every default value; `Default` impls and serde's `#[serde(default)]`
+//! read from it, so a default is written down exactly once. [`Config::validate`] checks the
+//! rules that cross fields or that the underlying crates would otherwise answer with a panic
+//! (rumqttd panics on a segment under 1 KiB, rumqttc on a keepalive under one second).
+//!
+//! Example (JSON; the node's own config file nests this under its `mqtt` key):
+//!
+//! ```json
+//! {
+//!   "mode": { "kind": "external", "url": "mqtt://10.0.0.5:1883", "client_id": "hk-node-1" },
+//!   "topic_prefix": "farm/east/hk"
+//! }
+//! ```
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use hivekeeper_protocol::Topics;
+use hivekeeper_protocol::topic::DEFAULT_PREFIX;
+use hivekeeper_protocol::validate::{AGENT_ID_BYTES_MAX, REQUEST_BYTES_MAX};
+use serde::{Deserialize, Serialize};
+
+use crate::MqttError;
+
+/// Largest remaining length an MQTT packet can declare (MQTT 3.1.1 §2.2.3, 5.0 §1.5.5).
+pub const MQTT_PACKET_BYTES_MAX: usize = 268_435_455;
+
+/// What a request packet carries besides its payload, generously: the topic
+/// (`{prefix}/req/{agent}`, the prefix bounded by [`TOPIC_PREFIX_BYTES_MAX`]), its 2-byte length,
+/// the packet id and MQTT 5 properties. `packet_bytes_max` must leave room for a full-size
+/// request plus this, or a valid request would be refused by the broker.
+pub const REQUEST_OVERHEAD_BYTES_MAX: usize = 1024;
+
+/// Longest topic prefix accepted, in bytes. Keeps [`REQUEST_OVERHEAD_BYTES_MAX`] honest.
+pub const TOPIC_PREFIX_BYTES_MAX: usize = 512;
+
+/// Every default of this crate's configuration, in one place.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults {
+    /// See [`Config::topic_prefix`].
+    pub topic_prefix: &'static str,
+    /// See [`Config::packet_bytes_max`].
+    pub packet_bytes_max: usize,
+    /// See [`Config::inbound_capacity`].
+    pub inbound_capacity: usize,
+    /// See [`Config::outbound_capacity`].
+    pub outbound_capacity: usize,
+    /// See [`Config::startup_timeout_ms`].
+    pub startup_timeout_ms: u64,
+    /// See [`EmbeddedConfig::listen`].
+    pub listen: SocketAddr,
+    /// See [`EmbeddedConfig::tcp_nodelay`].
+    pub tcp_nodelay: bool,
+    /// See [`EmbeddedConfig::connections_max`].
+    pub connections_max: usize,
+    /// See [`EmbeddedConfig::connect_packet_timeout_ms`].
+    pub connect_packet_timeout_ms: u16,
+    /// See [`EmbeddedConfig::inflight_max`].
+    pub inflight_max: usize,
+    /// See [`EmbeddedConfig::segment_bytes_max`].
+    pub segment_bytes_max: usize,
+    /// See [`EmbeddedConfig::segment_count_max`].
+    pub segment_count_max: usize,
+    /// See [`EmbeddedConfig::request_segment_bytes_max`].
+    pub request_segment_bytes_max: usize,
+    /// See [`EmbeddedConfig::request_segment_count_max`].
+    pub request_segment_count_max: usize,
+    /// See [`ExternalConfig::url`].
+    pub url: &'static str,
+    /// See [`ExternalConfig::client_id`].
+    pub client_id: &'static str,
+    /// See [`ExternalConfig::keepalive_s`].
+    pub keepalive_s: u16,
+    /// See [`ExternalConfig::connect_timeout_s`].
+    pub connect_timeout_s: u64,
+    /// See [`ExternalConfig::reconnect_delay_ms_min`].
+    pub reconnect_delay_ms_min: u64,
+    /// See [`ExternalConfig::reconnect_delay_ms_max`].
+    pub reconnect_delay_ms_max: u64,
+}
+
+/// The defaults. `hivekeeper serve` with no flags runs an embedded broker on 127.0.0.1:1883
+/// (DESIGN.md §4): loopback only, so a fresh install exposes nothing to the network.
+pub const DEFAULTS: Defaults = Defaults {
+    topic_prefix: DEFAULT_PREFIX,
+    // 64 KiB = REQUEST_BYTES_MAX (8 KiB) + 56 KiB of margin. A request over 8 KiB must still
+    // reach the bridge so the agent gets `too_large` on its response topic instead of a silent
+    // disconnect by the broker (rumqttd drops a connection whose packet exceeds this limit
+    // before reading it). Valid requests are under 1 KiB (every field is bounded), so anything
+    // larger is a client bug, and 8x the limit covers such bugs without letting one connection
+    // make the broker buffer megabytes.
+    packet_bytes_max: 64 * 1024,
+    // A burst of 4096 requests (a fleet reconnecting at once) fits without dropping; at about
+    // 200 bytes a request that is under 1 MiB of queued payload.
+    inbound_capacity: 4096,
+    outbound_capacity: 4096,
+    startup_timeout_ms: 10_000,
+    listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 1883),
+    tcp_nodelay: true,
+    // DESIGN.md §7 load-tested rumqttd to 10k connections.
+    connections_max: 10_000,
+    connect_packet_timeout_ms: 5_000,
+    inflight_max: 100,
+    // DESIGN.md §7: 16 KiB x 2 segments per filter measured about 80 KB a connection at 10k
+    // agents; rumqttd's stock 100 MB x 10 is unbounded in practice with one reply topic per agent.
+    segment_bytes_max: 16 * 1024,
+    segment_count_max: 2,
+    // The request filter carries every agent's requests: a larger log lets the bridge's link
+    // fall behind by a few thousand requests before rumqttd overwrites unread ones.
+    request_segment_bytes_max: 1024 * 1024,
+    request_segment_count_max: 4,
+    url: "mqtt://127.0.0.1:1883",
+    client_id: "hivekeeper",
+    keepalive_s: 30,
+    connect_timeout_s: 5,
+    reconnect_delay_ms_min: 100,
+    reconnect_delay_ms_max: 10_000,
+};
+
+/// The MQTT transport's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Embedded broker (the default: nothing else to install) or a client of an external
+    /// broker (when the swarm outgrows one broker, DESIGN.md §4).
+    pub mode: Mode,
+    /// Topic prefix, `hk/v1` by default. Configurable so two services can share one broker.
+    /// Checked by [`Topics::new`] (no wildcards, no empty level).
+    pub topic_prefix: String,
+    /// Largest MQTT packet accepted from a client, in bytes of remaining length (topic,
+    /// properties and payload). Above `REQUEST_BYTES_MAX` on purpose, see [`DEFAULTS`]: an
+    /// oversized request must reach the bridge to be answered `too_large`. Also caps what
+    /// [`crate::Transport::publish`] accepts, so a response never exceeds what the broker
+    /// takes from us, and is the rumqttc packet limit in external mode.
+    pub packet_bytes_max: usize,
+    /// Capacity of the inbound queue (messages from `{prefix}/req/+` waiting for the bridge).
+    /// When the bridge falls this far behind, new requests are dropped and counted in
+    /// [`crate::Stats::inbound_dropped_total`] rather than stalling the broker link; the agent
+    /// retries with the same request id, which is safe (DESIGN.md §2).
+    pub inbound_capacity: usize,
+    /// Capacity of the outbound queue (responses and events waiting to be published). When
+    /// full, [`crate::Transport::publish`] fails at once with [`MqttError::OutboundFull`]
+    /// instead of blocking the caller.
+    pub outbound_capacity: usize,
+    /// How long [`crate::Transport::start`] waits for the broker: the embedded listeners to
+    /// answer an MQTT CONNECT, or the external broker to accept the connection and the
+    /// request subscription. Past it, start fails with a clear error instead of hanging.
+    pub startup_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::default(),
+            topic_prefix: DEFAULTS.topic_prefix.to_string(),
+            packet_bytes_max: DEFAULTS.packet_bytes_max,
+            inbound_capacity: DEFAULTS.inbound_capacity,
+            outbound_capacity: DEFAULTS.outbound_capacity,
+            startup_timeout_ms: DEFAULTS.startup_timeout_ms,
+        }
+    }
+}
+
+/// Which broker the transport uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Mode {
+    /// Run rumqttd inside this process.
+    Embedded(EmbeddedConfig),
+    /// Connect to a broker that runs elsewhere (Mosquitto, EMQX, HiveMQ, ...).
+    ///
+    /// The broker must set TCP_NODELAY on its sockets, or every round trip waits for a
+    /// delayed ACK: Debian's mosquitto 2.0.11 measured 44 ms p50 without `set_tcp_nodelay
+    /// true` in mosquitto.conf and 0.15 ms with it (`examples/latency.rs --external`).
+    External(ExternalConfig),
+}
+
+impl Default for Mode {
+    fn default() -> Self {
+        Mode::Embedded(EmbeddedConfig::default())
+    }
+}
+
+/// The embedded rumqttd broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedConfig {
+    /// MQTT 3.1.1 listener address. Loopback by default, so nothing is exposed until the
+    /// operator says so. Port 0 picks a free port; [`crate::Transport::listeners`] tells which.
+    pub listen: SocketAddr,
+    /// Optional MQTT 5 listener address (rumqttd serves v4 and v5 on separate ports).
+    pub listen_v5: Option<SocketAddr>,
+    /// Set TCP_NODELAY on the listening sockets, which Linux copies to every accepted socket.
+    /// Without it each QoS 1 request waits about 40 ms: the broker writes the PUBACK, then
+    /// Nagle holds the response until the client's delayed ACK (DESIGN.md §7). rumqttd binds
+    /// the socket itself and offers no option, see `listener_nodelay.rs` for how it is done.
+    pub tcp_nodelay: bool,
+    /// Most concurrent connections rumqttd accepts (its router pre-allocates this many slots).
+    pub connections_max: usize,
+    /// How long a new TCP connection may take to send its MQTT CONNECT before rumqttd drops
+    /// it, in ms. Bounds what half-open or idle probes cost.
+    pub connect_packet_timeout_ms: u16,
+    /// Most QoS 1/2 messages in flight to one client; also how many packets rumqttd reads from
+    /// one connection in a batch.
+    pub inflight_max: usize,
+    /// Size of one in-memory log segment of a subscription filter, in bytes (at least 1 KiB,
+    /// rumqttd panics below). Every filter (one per agent response and event topic) keeps up to
+    /// `segment_count_max + 1` segments of recent messages, so this bounds memory per agent.
+    pub segment_bytes_max: usize,
+    /// How many full segments a filter keeps besides the one being written (at least 1).
+    pub segment_count_max: usize,
+    /// Segment size for the request filter `{prefix}/req/+`, in bytes. If the bridge's link
+    /// falls further behind than this log holds, rumqttd overwrites unread requests.
+    pub request_segment_bytes_max: usize,
+    /// Segment count for the request filter.
+    pub request_segment_count_max: usize,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            listen: DEFAULTS.listen,
+            listen_v5: None,
+            tcp_nodelay: DEFAULTS.tcp_nodelay,
+            connections_max: DEFAULTS.connections_max,
+            connect_packet_timeout_ms: DEFAULTS.connect_packet_timeout_ms,
+            inflight_max: DEFAULTS.inflight_max,
+            segment_bytes_max: DEFAULTS.segment_bytes_max,
+            segment_count_max: DEFAULTS.segment_count_max,
+            request_segment_bytes_max: DEFAULTS.request_segment_bytes_max,
+            request_segment_count_max: DEFAULTS.request_segment_count_max,
+        }
+    }
+}
+
+/// A client of an external broker.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExternalConfig {
+    /// Broker URL, `mqtt://host:port` (or `tcp://`); the port defaults to 1883. TLS is not
+    /// built in (rumqttc is compiled without it): terminate TLS in front of the broker.
+    pub url: String,
+    /// MQTT client id of this node. Must differ between nodes sharing a broker: a broker
+    /// disconnects the older of two connections with the same id.
+    pub client_id: String,
+    /// Username, if the broker requires one.
+    pub username: Option<String>,
+    /// Password, only with a username. Never printed by `Debug`.
+    pub password: Option<String>,
+    /// MQTT keepalive, in seconds (0 disables it; otherwise at least 1, rumqttc refuses less).
+    /// A dead connection is noticed after about 1.5 times this.
+    pub keepalive_s: u16,
+    /// How long one TCP connect plus CONNECT/CONNACK may take, in seconds.
+    pub connect_timeout_s: u64,
+    /// First delay before reconnecting after a connection error, in ms. rumqttc's `poll()`
+    /// reconnects at once otherwise, which hammers a restarting broker.
+    pub reconnect_delay_ms_min: u64,
+    /// Longest delay between reconnect attempts, in ms, before jitter (jitter adds up to as
+    /// much again, so a fleet of nodes does not reconnect in lockstep).
+    pub reconnect_delay_ms_max: u64,
+}
+
+impl Default for ExternalConfig {
+    fn default() -> Self {
+        ExternalConfig {
+            url: DEFAULTS.url.to_string(),
+            client_id: DEFAULTS.client_id.to_string(),
+            username: None,
+            password: None,
+            keepalive_s: DEFAULTS.keepalive_s,
+            connect_timeout_s: DEFAULTS.connect_timeout_s,
+            reconnect_delay_ms_min: DEFAULTS.reconnect_delay_ms_min,
+            reconnect_delay_ms_max: DEFAULTS.reconnect_delay_ms_max,
+        }
+    }
+}
+
+impl fmt::Debug for ExternalConfig {
+    // By hand so the password never reaches a log line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExternalConfig")
+            .field("url", &self.url)
+            .field("client_id", &self.client_id)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("keepalive_s", &self.keepalive_s)
+            .field("connect_timeout_s", &self.connect_timeout_s)
+            .field("reconnect_delay_ms_min", &self.reconnect_delay_ms_min)
+            .field("reconnect_delay_ms_max", &self.reconnect_delay_ms_max)
+            .finish()
+    }
+}
+
+impl Config {
+    /// Checks every field and the rules between fields. [`crate::Transport::start`] calls it,
+    /// so an invalid config is refused before anything is bound or connected.
+    pub fn validate(&self) -> Result<(), MqttError> {
+        if self.topic_prefix.len() > TOPIC_PREFIX_BYTES_MAX {
+            return Err(invalid(
+                "topic_prefix",
+                format!(
+                    "is {} bytes long, the maximum is {TOPIC_PREFIX_BYTES_MAX}",
+                    self.topic_prefix.len()
+                ),
+            ));
+        }
+        Topics::new(&self.topic_prefix).map_err(|error| invalid("topic_prefix", error.message))?;
+        let packet_bytes_min = REQUEST_BYTES_MAX + REQUEST_OVERHEAD_BYTES_MAX;
+        if !(packet_bytes_min..=MQTT_PACKET_BYTES_MAX).contains(&self.packet_bytes_max) {
+            return Err(invalid(
+                "packet_bytes_max",
+                format!(
+                    "is {}, it must be in [{packet_bytes_min}, {MQTT_PACKET_BYTES_MAX}] so that a \
+                     full-size request ({REQUEST_BYTES_MAX} bytes) plus its topic fits",
+                    self.packet_bytes_max
+                ),
+            ));
+        }
+        check_range("inbound_capacity", self.inbound_capacity, 1, 1_000_000)?;
+        check_range("outbound_capacity", self.outbound_capacity, 1, 1_000_000)?;
+        check_range("startup_timeout_ms", self.startup_timeout_ms, 100, 600_000)?;
+        match &self.mode {
+            Mode::Embedded(embedded) => embedded.validate(),
+            Mode::External(external) => external.validate(),
+        }
+    }
+
+    /// The topics under [`Config::topic_prefix`]. Call after [`Config::validate`].
+    pub fn topics(&self) -> Result<Topics, MqttError> {
+        Topics::new(&self.topic_prefix).map_err(|error| invalid("topic_prefix", error.message))
+    }
+}
+
+impl EmbeddedConfig {
+    fn validate(&self) -> Result<(), MqttError> {
+        if let Some(listen_v5) = self.listen_v5
+            && listen_v5 == self.listen
+            && listen_v5.port() != 0
+        {
+            return Err(invalid(
+                "mode.listen_v5",
+                format!("is {listen_v5}, the same address as `listen`; give v5 its own port"),
+            ));
+        }
+        check_range("mode.connections_max", self.connections_max, 1, 1_000_000)?;
+        check_range(
+            "mode.connect_packet_timeout_ms",
+            self.connect_packet_timeout_ms,
+            100,
+            u16::MAX,
+        )?;
+        check_range(
+            "mode.inflight_max",
+            self.inflight_max,
+            1,
+            usize::from(u16::MAX),
+        )?;
+        // rumqttd's CommitLog::new panics under 1 KiB or with 0 segments: refuse it here.
+        check_range(
+            "mode.segment_bytes_max",
+            self.segment_bytes_max,
+            1024,
+            1 << 30,
+        )?;
+        check_range("mode.segment_count_max", self.segment_count_max, 1, 1024)?;
+        check_range(
+            "mode.request_segment_bytes_max",
+            self.request_segment_bytes_max,
+            1024,
+            1 << 30,
+        )?;
+        check_range(
+            "mode.request_segment_count_max",
+            self.request_segment_count_max,
+            1,
+            1024,
+        )?;
+        Ok(())
+    }
+}
+
+impl ExternalConfig {
+    fn validate(&self) -> Result<(), MqttError> {
+        parse_broker_url(&self.url)?;
+        if self.client_id.is_empty()
+            || self.client_id.len() > 256
+            || self.client_id.chars().any(char::is_control)
+        {
+            return Err(invalid(
+                "mode.client_id",
+                format!(
+                    "is {:?}; it must be 1 to 256 bytes without control characters",
+                    self.client_id
+                ),
+            ));
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return Err(invalid(
+                "mode.password",
+                "is set without `username`; MQTT 3.1.1 sends a password only with a username"
+                    .to_string(),
+            ));
+        }
+        check_range("mode.connect_timeout_s", self.connect_timeout_s, 1, 600)?;
+        check_range(
+            "mode.reconnect_delay_ms_min",
+            self.reconnect_delay_ms_min,
+            1,
+            600_000,
+        )?;
+        check_range(
+            "mode.reconnect_delay_ms_max",
+            self.reconnect_delay_ms_max,
+            self.reconnect_delay_ms_min,
+            600_000,
+        )?;
+        Ok(())
+    }
+}
+
+/// Host and port of an `mqtt://host[:port]` (or `tcp://`) URL. Written by hand because
+/// rumqttc's own URL parsing needs its `url` feature and a `client_id` query parameter.
+pub(crate) fn parse_broker_url(url: &str) -> Result<(String, u16), MqttError> {
+    let bad = |reason: &str| invalid("mode.url", format!("{url:?} {reason}"));
+    let rest = url
+        .strip_prefix("mqtt://")
+        .or_else(|| url.strip_prefix("tcp://"))
+        .ok_or_else(|| bad("must start with mqtt:// or tcp:// (TLS is not built in)"))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '?', '#', '@']) {
+        return Err(bad(
+            "must be only mqtt://host:port (credentials go in `username`/`password`)",
+        ));
+    }
+    // `[::1]:1883` for IPv6, `host:1883` or `host` otherwise.
+    let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or_else(|| bad("has an unclosed `[`"))?;
+        match after {
+            "" => (host, None),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| bad("has text after `]`"))?,
+                ),
+            ),
+        }
+    } else {
+        match rest.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("has no host"));
+    }
+    let port = match port {
+        None => 1883,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => return Err(bad("has an invalid port")),
+        },
+    };
+    Ok((host.to_string(), port))
+}
+
+fn invalid(field: &'static str, reason: String) -> MqttError {
+    MqttError::InvalidConfig { field, reason }
+}
+
+fn check_range<T>(field: &'static str, value: T, min: T, max: T) -> Result<(), MqttError>
+where
+    T: PartialOrd + fmt::Display + Copy,
+{
+    if value < min || value > max {
+        return Err(invalid(
+            field,
+            format!("is {value}, it must be in [{min}, {max}]"),
+        ));
+    }
+    Ok(())
+}
+
+/// The agent ids this crate assumes when sizing [`REQUEST_OVERHEAD_BYTES_MAX`].
+const _: () = assert!(TOPIC_PREFIX_BYTES_MAX + "/req/".len() + AGENT_ID_BYTES_MAX + 2 + 2 < 1024);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_embedded_on_loopback() {
+        let config = Config::default();
+        config.validate().expect("the defaults must be valid");
+        assert_eq!(config.topic_prefix, "hk/v1");
+        assert_eq!(config.packet_bytes_max, 65_536);
+        let Mode::Embedded(embedded) = &config.mode else {
+            panic!("default mode must be embedded, got {:?}", config.mode);
+        };
+        assert_eq!(embedded.listen.to_string(), "127.0.0.1:1883");
+        assert!(embedded.tcp_nodelay);
+    }
+
+    #[test]
+    fn packet_limit_leaves_room_for_a_full_request_and_no_less() {
+        let mut config = Config {
+            packet_bytes_max: REQUEST_BYTES_MAX + REQUEST_OVERHEAD_BYTES_MAX,
+            ..Config::default()
+        };
+        config.validate().expect("exactly the minimum is valid");
+        config.packet_bytes_max -= 1;
+        let error = config
+            .validate()
+            .expect_err("one byte less must be refused");
+        assert!(
+            matches!(
+                error,
+                MqttError::InvalidConfig {
+                    field: "packet_bytes_max",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn bad_prefix_segment_and_capacity_are_refused_by_field() {
+        let cases: Vec<(Config, &str)> = vec![
+            (
+                Config {
+                    topic_prefix: "hk/+".to_string(),
+                    ..Config::default()
+                },
+                "topic_prefix",
+            ),
+            (
+                Config {
+                    inbound_capacity: 0,
+                    ..Config::default()
+                },
+                "inbound_capacity",
+            ),
+            (
+                Config {
+                    mode: Mode::Embedded(EmbeddedConfig {
+                        segment_bytes_max: 1023,
+                        ..EmbeddedConfig::default()
+                    }),
+                    ..Config::default()
+                },
+                "mode.segment_bytes_max",
+            ),
+            (
+                Config {
+                    mode: Mode::External(ExternalConfig {
+                        password: Some("secret".to_string()),
+                        ..ExternalConfig::default()
+                    }),
+                    ..Config::default()
+                },
+                "mode.password",
+            ),
+        ];
+        for (config, expected_field) in cases {
+            match config.validate() {
+                Err(MqttError::InvalidConfig { field, .. }) => assert_eq!(field, expected_field),
+                other => panic!("{expected_field}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn broker_urls_parse_host_and_port() {
+        assert_eq!(
+            parse_broker_url("mqtt://broker.local:1884").expect("valid"),
+            ("broker.local".to_string(), 1884)
+        );
+        assert_eq!(
+            parse_broker_url("tcp://10.0.0.5").expect("valid"),
+            ("10.0.0.5".to_string(), 1883)
+        );
+        assert_eq!(
+            parse_broker_url("mqtt://[::1]:1885/").expect("valid"),
+            ("::1".to_string(), 1885)
+        );
+        for bad in [
+            "mqtts://host:8883",
+            "host:1883",
+            "mqtt://:1883",
+            "mqtt://host:0",
+            "mqtt://host:99999",
+            "mqtt://user:pw@host:1883",
+            "mqtt://host:1883/path",
+        ] {
+            assert!(parse_broker_url(bad).is_err(), "{bad} must be refused");
+        }
+    }
+
+    #[test]
+    fn config_reads_from_json_with_defaults_filled_in() {
+        let config: Config = serde_json::from_str(
+            r#"{"mode": {"kind": "external", "url": "mqtt://10.0.0.5:1883",
+                         "client_id": "hk-node-1"},
+                "topic_prefix": "farm/east/hk"}"#,
+        )
+        .expect("the documented example parses");
+        config.validate().expect("the documented example is valid");
+        let Mode::External(external) = &config.mode else {
+            panic!("expected external, got {:?}", config.mode);
+        };
+        assert_eq!(external.client_id, "hk-node-1");
+        assert_eq!(external.keepalive_s, DEFAULTS.keepalive_s);
+        assert_eq!(config.inbound_capacity, DEFAULTS.inbound_capacity);
+
+        let unknown = serde_json::from_str::<Config>(r#"{"topic_prefx": "x"}"#);
+        assert!(unknown.is_err(), "a misspelled field must be refused");
+    }
+
+    #[test]
+    fn debug_never_prints_the_password() {
+        let external = ExternalConfig {
+            username: Some("node".to_string()),
+            password: Some("hunter2".to_string()),
+            ..ExternalConfig::default()
+        };
+        let printed = format!("{external:?}");
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(printed.contains("<redacted>"), "{printed}");
+    }
+}

@@ -1,0 +1,358 @@
+//! A client of an external broker (Mosquitto, EMQX, ...), on rumqttc.
+//!
+//! ```text
+//!  broker ◀──TCP (TCP_NODELAY)──▶ rumqttc EventLoop ── poll task ──▶ mpsc<Inbound>
+//!                                      ▲                 │ ConnAck
+//!                                      │                 ▼
+//!                                 AsyncClient ◀── subscribe task (re-subscribes on every ConnAck)
+//!                                      ▲
+//!                                      └───────── publish task ◀── mpsc<Outbound>
+//! ```
+//!
+//! Rules from DESIGN.md §7, each with its reason:
+//! - The event loop is polled in its own task, and that task never sends through the
+//!   `AsyncClient`: a send waits when rumqttc's request channel is full, and only polling
+//!   drains it, so a send from the polling task can deadlock (rumqtt#1025). The subscribe and
+//!   publish tasks do the sending.
+//! - rumqttc has no reconnect event: `poll()` reconnects silently and yields a ConnAck. The
+//!   session is clean (a persistent one would replay a backlog of stale requests and, with an
+//!   oversized queued message, could loop on reconnect), so the broker forgets the
+//!   subscription with the connection: subscribe again after every ConnAck.
+//! - `poll()` retries at once after an error: the poll task sleeps an exponential, jittered
+//!   delay between attempts (backon), reset only after a connection that lasted.
+//! - TCP_NODELAY on: otherwise each request/response waits for a delayed ACK (44 ms measured).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use hivekeeper_protocol::Topics;
+use rumqttc::{
+    AsyncClient, Event, EventLoop, MqttOptions, NetworkOptions, Outgoing, Packet, QoS,
+    SubscribeReasonCode,
+};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+
+use crate::MqttError;
+use crate::config::{Config, ExternalConfig, parse_broker_url};
+use crate::transport::{Counters, Delivery, Inbound, Outbound, deliver};
+
+/// Capacity of rumqttc's own request channel between `AsyncClient` and the event loop. Small:
+/// the transport's outbound queue is the real buffer, and this one only smooths the handoff.
+const CLIENT_REQUEST_CAPACITY: usize = 64;
+/// A connection that lasted this long resets the reconnect backoff. A broker that accepts and
+/// drops us at once (two nodes with one client id) keeps backing off instead.
+const STABLE_CONNECTION: Duration = Duration::from_secs(10);
+/// Time bound of each shutdown step.
+const SHUTDOWN_STEP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where the connection stands, as `start` needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LinkState {
+    /// Not yet subscribed; the last connection error, if any.
+    Connecting { last_error: Option<String> },
+    /// The broker acknowledged the request subscription.
+    Subscribed,
+    /// The broker refused the request subscription.
+    Refused,
+}
+
+/// The running external backend.
+pub(crate) struct Running {
+    client: AsyncClient,
+    stop_tx: watch::Sender<bool>,
+    poll_task: JoinHandle<()>,
+    subscribe_task: JoinHandle<()>,
+    publish_task: JoinHandle<()>,
+}
+
+/// Connects, subscribes the request filter and returns once the broker acknowledged the
+/// subscription (so a request published after `start` returns is received).
+pub(crate) async fn start(
+    config: &Config,
+    external: &ExternalConfig,
+    topics: &Topics,
+    inbound_tx: mpsc::Sender<Inbound>,
+    outbound_rx: mpsc::Receiver<Outbound>,
+    counters: Arc<Counters>,
+) -> Result<Running, MqttError> {
+    let (host, port) = parse_broker_url(&external.url)?;
+    let mut options = MqttOptions::new(external.client_id.clone(), host, port);
+    options
+        .set_keep_alive(Duration::from_secs(u64::from(external.keepalive_s)))
+        .set_clean_session(true)
+        // Incoming: as large as the embedded broker would take, so an oversized request still
+        // reaches the bridge (a larger one makes rumqttc drop the connection). Outgoing: the
+        // same cap `Transport::publish` enforces, so rumqttc never refuses a queued message.
+        .set_max_packet_size(config.packet_bytes_max, config.packet_bytes_max);
+    if let Some(username) = &external.username {
+        options.set_credentials(
+            username.clone(),
+            external.password.clone().unwrap_or_default(),
+        );
+    }
+    let (client, mut eventloop) = AsyncClient::new(options, CLIENT_REQUEST_CAPACITY);
+    let mut network = NetworkOptions::new();
+    network.set_tcp_nodelay(true);
+    network.set_connection_timeout(external.connect_timeout_s);
+    eventloop.set_network_options(network);
+
+    let filter = topics.request_filter();
+    let (state_tx, mut state_rx) = watch::channel(LinkState::Connecting { last_error: None });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let resubscribe = Arc::new(Notify::new());
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(external.reconnect_delay_ms_min))
+        .with_max_delay(Duration::from_millis(external.reconnect_delay_ms_max))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+
+    let poll_task = tokio::spawn(run_poll(
+        eventloop,
+        PollContext {
+            inbound_tx,
+            counters: counters.clone(),
+            state_tx,
+            resubscribe: resubscribe.clone(),
+            stop_rx,
+            backoff,
+        },
+    ));
+    let subscribe_task = tokio::spawn(run_subscribe(client.clone(), filter.clone(), resubscribe));
+    let publish_task = tokio::spawn(run_publish(client.clone(), outbound_rx, counters));
+    let running = Running {
+        client,
+        stop_tx,
+        poll_task,
+        subscribe_task,
+        publish_task,
+    };
+
+    let startup_timeout = Duration::from_millis(config.startup_timeout_ms);
+    let waited = tokio::time::timeout(
+        startup_timeout,
+        state_rx.wait_for(|state| !matches!(state, LinkState::Connecting { .. })),
+    )
+    .await
+    .map(|waited| waited.map(|state| state.clone()));
+    let failure = match waited {
+        Ok(Ok(LinkState::Subscribed)) => None,
+        Ok(Ok(_)) => Some(MqttError::SubscribeRefused { filter }),
+        // The poll task ended (cannot happen before stop) or the wait timed out.
+        Ok(Err(_)) | Err(_) => {
+            let last_error = match &*state_rx.borrow() {
+                LinkState::Connecting {
+                    last_error: Some(error),
+                } => error.clone(),
+                _ => "none".to_string(),
+            };
+            Some(MqttError::BrokerUnreachable {
+                url: external.url.clone(),
+                waited_ms: config.startup_timeout_ms,
+                last_error,
+            })
+        }
+    };
+    if let Some(error) = failure {
+        running.abort();
+        return Err(error);
+    }
+    info!(url = %external.url, client_id = %external.client_id, filter = %topics.request_filter(), "connected to external MQTT broker");
+    Ok(running)
+}
+
+impl Running {
+    /// Flushes queued publishes into the client, sends an MQTT DISCONNECT and stops polling.
+    pub(crate) async fn shutdown(
+        self,
+        outbound_tx: &mpsc::Sender<Outbound>,
+    ) -> Result<(), MqttError> {
+        let mut unfinished = Vec::new();
+
+        let mut publish_task = self.publish_task;
+        let flushed = tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, async {
+            let _ = outbound_tx.send(Outbound::Stop).await;
+            let _ = (&mut publish_task).await;
+        })
+        .await;
+        if flushed.is_err() {
+            publish_task.abort();
+            unfinished.push("outbound publisher (broker down?)");
+        }
+
+        // From here a connection error ends the poll task instead of reconnecting, and a
+        // backoff sleep is cut short.
+        let _ = self.stop_tx.send(true);
+        self.subscribe_task.abort();
+        // Goes through rumqttc's request channel, which the poll task is still draining.
+        let disconnect_sent =
+            tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, self.client.disconnect()).await;
+        if !matches!(disconnect_sent, Ok(Ok(()))) {
+            debug!("DISCONNECT not queued; closing the connection without it");
+        }
+        let mut poll_task = self.poll_task;
+        if tokio::time::timeout(SHUTDOWN_STEP_TIMEOUT, &mut poll_task)
+            .await
+            .is_err()
+        {
+            poll_task.abort();
+            unfinished.push("event loop");
+        }
+
+        if unfinished.is_empty() {
+            Ok(())
+        } else {
+            Err(MqttError::Shutdown {
+                reason: format!(
+                    "{} did not stop within {SHUTDOWN_STEP_TIMEOUT:?}",
+                    unfinished.join(", ")
+                ),
+            })
+        }
+    }
+
+    /// Stops every task at once (failed start).
+    fn abort(self) {
+        let _ = self.stop_tx.send(true);
+        self.poll_task.abort();
+        self.subscribe_task.abort();
+        self.publish_task.abort();
+    }
+}
+
+/// What the poll task needs besides the event loop.
+struct PollContext {
+    inbound_tx: mpsc::Sender<Inbound>,
+    counters: Arc<Counters>,
+    state_tx: watch::Sender<LinkState>,
+    resubscribe: Arc<Notify>,
+    stop_rx: watch::Receiver<bool>,
+    backoff: ExponentialBuilder,
+}
+
+/// Polls the event loop until stopped: delivers requests, asks for a subscription on every
+/// ConnAck, backs off between reconnect attempts.
+async fn run_poll(mut eventloop: EventLoop, mut context: PollContext) {
+    let mut delays = context.backoff.build();
+    let mut connected_at: Option<Instant> = None;
+    loop {
+        // Not raced against the stop signal: while stopping, polling must go on until the
+        // DISCONNECT queued by `shutdown` is written (then `Outgoing::Disconnect` ends the
+        // loop). A hung connection is bounded by shutdown's timeout.
+        match eventloop.poll().await {
+            Ok(Event::Incoming(Packet::ConnAck(connack))) => {
+                connected_at = Some(Instant::now());
+                Counters::add(&context.counters.connects_total);
+                context.counters.connected.store(true, Ordering::Relaxed);
+                info!(
+                    session_present = connack.session_present,
+                    "MQTT broker connection up; subscribing"
+                );
+                context.resubscribe.notify_one();
+            }
+            Ok(Event::Incoming(Packet::SubAck(suback))) => {
+                let granted = suback
+                    .return_codes
+                    .iter()
+                    .all(|code| matches!(code, SubscribeReasonCode::Success(_)));
+                if granted {
+                    debug!(pkid = suback.pkid, "request subscription acknowledged");
+                    context.state_tx.send_replace(LinkState::Subscribed);
+                } else {
+                    error!(codes = ?suback.return_codes, "broker refused the request subscription; no requests will arrive");
+                    context.state_tx.send_replace(LinkState::Refused);
+                }
+            }
+            Ok(Event::Incoming(Packet::Publish(publish))) => {
+                let delivery = deliver(
+                    &context.inbound_tx,
+                    &context.counters,
+                    publish.topic,
+                    publish.payload,
+                );
+                if delivery == Delivery::ReceiverGone {
+                    // Keep polling: responses still go out; requests are dropped.
+                    debug!("inbound receiver dropped; request ignored");
+                }
+            }
+            Ok(Event::Outgoing(Outgoing::Disconnect)) => {
+                context.counters.connected.store(false, Ordering::Relaxed);
+                break;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                context.counters.connected.store(false, Ordering::Relaxed);
+                if *context.stop_rx.borrow() {
+                    break;
+                }
+                Counters::add(&context.counters.connection_errors_total);
+                if connected_at
+                    .take()
+                    .is_some_and(|since| since.elapsed() >= STABLE_CONNECTION)
+                {
+                    delays = context.backoff.build();
+                }
+                let delay = delays
+                    .next()
+                    .expect("backoff configured without a maximum number of attempts");
+                warn!(%error, delay_ms = delay.as_millis(), "MQTT broker connection error; reconnecting after a delay");
+                context.state_tx.send_modify(|state| {
+                    if let LinkState::Connecting { last_error } = state {
+                        *last_error = Some(error.to_string());
+                    }
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stopped(&mut context.stop_rx) => break,
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once a stop has been asked for (or the sender is gone).
+async fn stopped(stop_rx: &mut watch::Receiver<bool>) {
+    let _ = stop_rx.wait_for(|stop| *stop).await;
+}
+
+/// Subscribes the request filter each time the poll task reports a ConnAck.
+async fn run_subscribe(client: AsyncClient, filter: String, resubscribe: Arc<Notify>) {
+    loop {
+        resubscribe.notified().await;
+        if let Err(error) = client.subscribe(filter.clone(), QoS::AtLeastOnce).await {
+            // Only when the event loop is gone: nothing left to subscribe for.
+            debug!(%error, "subscribe not queued; event loop gone");
+            return;
+        }
+    }
+}
+
+/// Moves queued messages into rumqttc's request channel. Waits when that channel is full
+/// (broker slow or down), which fills the outbound queue, which makes `publish` fail fast.
+async fn run_publish(
+    client: AsyncClient,
+    mut outbound_rx: mpsc::Receiver<Outbound>,
+    counters: Arc<Counters>,
+) {
+    while let Some(message) = outbound_rx.recv().await {
+        match message {
+            Outbound::Publish { topic, payload } => {
+                match client
+                    .publish_bytes(topic, QoS::AtLeastOnce, false, payload)
+                    .await
+                {
+                    Ok(()) => Counters::add(&counters.outbound_published_total),
+                    Err(error) => {
+                        error!(%error, "rumqttc event loop gone; outbound publisher stops");
+                        return;
+                    }
+                }
+            }
+            Outbound::Stop => return,
+        }
+    }
+}

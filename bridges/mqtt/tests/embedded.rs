@@ -1,0 +1,362 @@
+//! The transport in embedded mode, over real MQTT on loopback: rumqttc clients play agents
+//! against the embedded rumqttd broker.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{TestClient, embedded_config, eventually, within};
+use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, MqttError, MqttVersion, Transport};
+use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
+use rumqttc::QoS;
+
+#[tokio::test]
+async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
+    let (transport, mut inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    let addr = transport.listeners()[0].addr;
+    let mut agent = TestClient::connect(addr, "drone-1").await;
+    agent.subscribe("hk/v1/rsp/drone-1", QoS::AtLeastOnce).await;
+
+    let grant = br#"{"id":"1","op":"lease.grant","ttl_ms":5000}"#;
+    agent
+        .publish("hk/v1/req/drone-1", QoS::AtLeastOnce, grant.to_vec())
+        .await;
+    let first = within(inbound.recv()).await.expect("inbound open");
+    assert_eq!(first.topic, "hk/v1/req/drone-1");
+    assert_eq!(first.payload, Bytes::from_static(grant));
+
+    let keepalive = br#"{"id":"2","op":"lease.keepalive","lease":"L1"}"#;
+    agent
+        .publish("hk/v1/req/drone-1", QoS::AtMostOnce, keepalive.to_vec())
+        .await;
+    let second = within(inbound.recv()).await.expect("inbound open");
+    assert_eq!(second.topic, "hk/v1/req/drone-1");
+    assert_eq!(second.payload, Bytes::from_static(keepalive));
+
+    let response = br#"{"id":"1","ok":true,"lease":"L1","ttl_ms":5000}"#;
+    transport
+        .publish("hk/v1/rsp/drone-1", Bytes::from_static(response))
+        .expect("response queued");
+    let received = agent.next_publish().await;
+    assert_eq!(received.topic, "hk/v1/rsp/drone-1");
+    assert_eq!(received.payload, Bytes::from_static(response));
+    // The local link publishes QoS 0, but rumqttd forwards at the subscriber's QoS, so the
+    // hop to the agent is QoS 1 all the same.
+    assert_eq!(received.qos, QoS::AtLeastOnce);
+
+    // The publisher thread counts right after the router took the message; the agent may
+    // see it first.
+    eventually("one message published", || {
+        transport.stats().outbound_published_total == 1
+    })
+    .await;
+    let stats = transport.stats();
+    assert_eq!(stats.inbound_received_total, 2);
+    assert_eq!(stats.inbound_dropped_total, 0);
+    assert_eq!(stats.outbound_published_total, 1);
+    assert_eq!(stats.connects_total, 1);
+    assert!(stats.connected);
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
+
+/// 1,000 QoS 1 requests from 10 agents, published while the transport's runtime is blocked,
+/// so the router piles more than 200 messages on the link and pauses it with
+/// `Notification::Unschedule`. Only the transport's `wake()` resumes it: without it, about 200
+/// requests arrive and the rest never do (DESIGN.md §7).
+#[tokio::test(flavor = "current_thread")]
+async fn a_thousand_requests_from_ten_agents_all_arrive_past_the_link_pause() {
+    const AGENTS: usize = 10;
+    const REQUESTS_PER_AGENT: usize = 100;
+    let (transport, mut inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    let addr = transport.listeners()[0].addr;
+
+    let publisher = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("publisher runtime");
+        runtime.block_on(async move {
+            let mut agents = Vec::new();
+            for agent in 0..AGENTS {
+                agents.push(TestClient::connect(addr, &format!("drone-{agent}")).await);
+            }
+            for seq in 0..REQUESTS_PER_AGENT {
+                for (agent, client) in agents.iter().enumerate() {
+                    let payload =
+                        format!(r#"{{"id":"{seq}","op":"lease.grant","ttl_ms":{agent}}}"#);
+                    client
+                        .publish(
+                            &format!("hk/v1/req/drone-{agent}"),
+                            QoS::AtLeastOnce,
+                            payload,
+                        )
+                        .await;
+                }
+            }
+            // A PUBACK from rumqttd means the request is in the router's log.
+            for client in &mut agents {
+                client.wait_pubacks(REQUESTS_PER_AGENT).await;
+            }
+        });
+    });
+    // Blocks this (single-threaded) runtime: the transport's receive task cannot run until
+    // every request is in the broker.
+    publisher.join().expect("publisher thread finished");
+
+    let mut seen = HashSet::new();
+    while seen.len() < AGENTS * REQUESTS_PER_AGENT {
+        let message = within(inbound.recv()).await.expect("inbound open");
+        let key = (message.topic.clone(), message.payload.clone());
+        assert!(seen.insert(key), "duplicate request {message:?}");
+    }
+    for agent in 0..AGENTS {
+        let from_agent = seen
+            .iter()
+            .filter(|(topic, _)| *topic == format!("hk/v1/req/drone-{agent}"))
+            .count();
+        assert_eq!(from_agent, REQUESTS_PER_AGENT, "drone-{agent}");
+    }
+    let stats = transport.stats();
+    assert_eq!(stats.inbound_received_total, 1000);
+    assert!(
+        stats.link_unschedules_total >= 1,
+        "the burst must have paused the link at least once: {stats:?}"
+    );
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
+
+/// A request above `REQUEST_BYTES_MAX` still reaches the bridge (to be answered `too_large`);
+/// one above `packet_bytes_max` makes rumqttd close the agent's connection without reading it.
+#[tokio::test]
+async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broker_disconnects() {
+    let (transport, mut inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    let addr = transport.listeners()[0].addr;
+    let mut agent = TestClient::connect(addr, "drone-big").await;
+
+    let oversized = vec![b'x'; 20 * 1024];
+    assert!(oversized.len() > REQUEST_BYTES_MAX);
+    agent
+        .publish("hk/v1/req/drone-big", QoS::AtLeastOnce, oversized.clone())
+        .await;
+    let received = within(inbound.recv()).await.expect("inbound open");
+    assert_eq!(received.topic, "hk/v1/req/drone-big");
+    assert_eq!(received.payload.len(), 20 * 1024);
+    assert_eq!(received.payload, Bytes::from(oversized));
+
+    let beyond_limit = vec![b'y'; 70 * 1024];
+    assert!(beyond_limit.len() > hivekeeper_mqtt::DEFAULTS.packet_bytes_max);
+    agent
+        .publish("hk/v1/req/drone-big", QoS::AtLeastOnce, beyond_limit)
+        .await;
+    let error = agent.next_error().await;
+    assert!(!error.is_empty());
+    let nothing = tokio::time::timeout(Duration::from_millis(500), inbound.recv()).await;
+    assert!(
+        nothing.is_err(),
+        "a packet over the limit must not reach inbound: {nothing:?}"
+    );
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn a_taken_port_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = taken.local_addr().expect("bound address");
+    let config = Config {
+        mode: Mode::Embedded(EmbeddedConfig {
+            listen: addr,
+            ..EmbeddedConfig::default()
+        }),
+        ..Config::default()
+    };
+    let error = within(Transport::start(config))
+        .await
+        .expect_err("the port is taken");
+    match &error {
+        MqttError::ListenAddrInUse { addr: reported } => assert_eq!(*reported, addr),
+        other => panic!("expected ListenAddrInUse, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(message.contains(&addr.to_string()), "{message}");
+    assert!(message.contains("address already in use"), "{message}");
+}
+
+/// Answering an agent that never subscribed (a plain `mosquitto_pub`) must not cost the
+/// service its link. rumqttd 0.20 drops such a publish; its router also has a path that
+/// disconnects the publisher instead (`NoMatchingFilters`), which the transport's
+/// dynamic-filter link is immune to. This guards both, across rumqttd upgrades.
+#[tokio::test]
+async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
+    let (transport, mut inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    let addr = transport.listeners()[0].addr;
+    transport
+        .publish("hk/v1/rsp/nobody-listens", Bytes::from_static(b"{}"))
+        .expect("queued");
+    transport
+        .publish("hk/v1/evt/nobody-listens", Bytes::from_static(b"{}"))
+        .expect("queued");
+
+    let mut agent = TestClient::connect(addr, "drone-2").await;
+    agent.subscribe("hk/v1/rsp/drone-2", QoS::AtLeastOnce).await;
+    agent
+        .publish("hk/v1/req/drone-2", QoS::AtLeastOnce, b"after".to_vec())
+        .await;
+    let received = within(inbound.recv()).await.expect("inbound still open");
+    assert_eq!(received.payload, Bytes::from_static(b"after"));
+    transport
+        .publish("hk/v1/rsp/drone-2", Bytes::from_static(b"reply"))
+        .expect("queued");
+    assert_eq!(
+        agent.next_publish().await.payload,
+        Bytes::from_static(b"reply")
+    );
+    eventually("three messages published", || {
+        transport.stats().outbound_published_total == 3
+    })
+    .await;
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
+    let (transport, mut inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    let addr = transport.listeners()[0].addr;
+    let mut agent = TestClient::connect(addr, "drone-3").await;
+    agent.subscribe("hk/v1/rsp/drone-3", QoS::AtLeastOnce).await;
+
+    transport
+        .publish("hk/v1/rsp/drone-3", Bytes::from_static(b"last words"))
+        .expect("queued");
+    within(transport.shutdown()).await.expect("clean shutdown");
+    assert_eq!(
+        agent.next_publish().await.payload,
+        Bytes::from_static(b"last words")
+    );
+
+    assert!(
+        within(inbound.recv()).await.is_none(),
+        "inbound ends after shutdown"
+    );
+    assert!(matches!(
+        transport.publish("hk/v1/rsp/drone-3", Bytes::new()),
+        Err(MqttError::Closed)
+    ));
+    within(transport.shutdown())
+        .await
+        .expect("a second shutdown is a no-op");
+    // The listener is closed, so the agent's connection is gone and the port is free.
+    assert!(!agent.next_error().await.is_empty());
+    std::net::TcpListener::bind(addr).expect("the port is free after shutdown");
+}
+
+#[tokio::test]
+async fn publish_refuses_wildcards_and_oversized_messages_without_queueing() {
+    let (transport, _inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    assert!(matches!(
+        transport.publish("hk/v1/rsp/+", Bytes::new()),
+        Err(MqttError::InvalidTopic { .. })
+    ));
+    let too_large = Bytes::from(vec![0u8; hivekeeper_mqtt::DEFAULTS.packet_bytes_max]);
+    match transport.publish("hk/v1/rsp/drone-4", too_large) {
+        Err(MqttError::PayloadTooLarge {
+            bytes, bytes_max, ..
+        }) => {
+            assert!(bytes > bytes_max);
+            assert_eq!(bytes_max, hivekeeper_mqtt::DEFAULTS.packet_bytes_max);
+        }
+        other => panic!("expected PayloadTooLarge, got {other:?}"),
+    }
+    assert_eq!(transport.stats().outbound_published_total, 0);
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
+
+/// TCP_NODELAY is set on the listening socket (Linux copies it to accepted sockets), which
+/// removes the ~40 ms Nagle/delayed-ACK stall of every QoS 1 request.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_listener_has_tcp_nodelay_unless_disabled() {
+    let (transport, _inbound) = within(Transport::start(embedded_config()))
+        .await
+        .expect("embedded transport starts");
+    assert!(
+        transport.listeners()[0].tcp_nodelay,
+        "{:?}",
+        transport.listeners()
+    );
+    within(transport.shutdown()).await.expect("clean shutdown");
+
+    let config = Config {
+        mode: Mode::Embedded(EmbeddedConfig {
+            listen: "127.0.0.1:0".parse().expect("literal address"),
+            tcp_nodelay: false,
+            ..EmbeddedConfig::default()
+        }),
+        ..Config::default()
+    };
+    let (transport, _inbound) = within(Transport::start(config))
+        .await
+        .expect("embedded transport starts");
+    assert!(!transport.listeners()[0].tcp_nodelay);
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
+
+#[tokio::test]
+async fn an_mqtt5_listener_delivers_requests_too() {
+    use rumqttc::v5::mqttbytes::QoS as QoS5;
+    use rumqttc::v5::mqttbytes::v5::Packet as Packet5;
+    use rumqttc::v5::{AsyncClient as Client5, Event as Event5, MqttOptions as Options5};
+
+    let config = Config {
+        mode: Mode::Embedded(EmbeddedConfig {
+            listen: "127.0.0.1:0".parse().expect("literal address"),
+            listen_v5: Some("127.0.0.1:0".parse().expect("literal address")),
+            ..EmbeddedConfig::default()
+        }),
+        ..Config::default()
+    };
+    let (transport, mut inbound) = within(Transport::start(config))
+        .await
+        .expect("embedded transport starts");
+    let listeners = transport.listeners();
+    assert_eq!(listeners.len(), 2);
+    let v5 = listeners
+        .iter()
+        .find(|listener| listener.version == MqttVersion::V5)
+        .expect("a v5 listener");
+    assert_ne!(v5.addr, listeners[0].addr);
+
+    let options = Options5::new("drone-5", "127.0.0.1", v5.addr.port());
+    let (client, mut eventloop) = Client5::new(options, 10);
+    let poll = tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event5::Incoming(Packet5::ConnAck(_))) => {}
+                Ok(_) => {}
+                Err(error) => panic!("v5 client: {error}"),
+            }
+        }
+    });
+    within(client.publish("hk/v1/req/drone-5", QoS5::AtLeastOnce, false, "v5 request"))
+        .await
+        .expect("queued");
+    let received = within(inbound.recv()).await.expect("inbound open");
+    assert_eq!(received.topic, "hk/v1/req/drone-5");
+    assert_eq!(received.payload, Bytes::from_static(b"v5 request"));
+    poll.abort();
+    within(transport.shutdown()).await.expect("clean shutdown");
+}
