@@ -19,8 +19,14 @@
 //! # Layout
 //! - [`state_machine`]: the pure machine, one file per concept (lease, lock, semaphore,
 //!   waypoint, dedup, snapshot), each opening with its invariants.
-//! - `raft/`, `node/`: the openraft adapter and the actors (arrive with the single-node issue).
+//! - [`raft`]: the openraft adapter: log, vote and snapshots on redb (written by one
+//!   group-commit writer thread, fsync before acknowledge), the state machine behind openraft,
+//!   and [`raft::open`] to start a node from its data directory.
+//! - [`node`]: the ractor actors around Raft (proposer with batching, lease keeper, event
+//!   fan-out, under one supervisor) and [`node::NodeHandle`], what the MQTT bridge calls.
 
+pub mod node;
+pub mod raft;
 pub mod state_machine;
 
 pub use state_machine::{

@@ -30,6 +30,8 @@
 //! (DESIGN.md §2, "Retries are safe").
 //!
 //! # Layout
+//! - [`bridge`]: decode, hand to the node, one final response per request id, events
+//!   ([`bridge::run`]).
 //! - [`config`]: [`Config`] with one [`DEFAULTS`] and `validate()`; [`Mode`] picks
 //!   [`EmbeddedConfig`] or [`ExternalConfig`].
 //! - `transport`: [`Transport`] (start, publish, stats, shutdown), [`Inbound`], [`Stats`],
@@ -41,6 +43,7 @@
 //! - `listener_nodelay`: TCP_NODELAY on the listening socket rumqttd binds (Linux).
 //! - `error`: [`MqttError`], the one error type of this crate.
 
+pub mod bridge;
 pub mod config;
 mod embedded;
 mod error;

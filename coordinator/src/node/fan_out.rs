@@ -1,0 +1,120 @@
+//! Event fan-out: turns what applied entries did into work for the rest of the node — deferred
+//! answers and notices for the bridge, lease bookkeeping for the keeper. No domain logic: the
+//! state machine already decided everything; this only routes.
+//!
+//! Entries re-applied at start (`replayed`) feed the keeper but send nothing to agents: their
+//! answers, if any, went out before the restart, and an agent that missed one retries the same
+//! request id and gets it from the dedup memory.
+
+use hivekeeper_protocol::{Event as Notice, ResourceKind};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::mpsc;
+
+use super::Outbound;
+use super::lease_keeper::KeeperMsg;
+use crate::raft::Applied;
+use crate::state_machine::{Event, LeaseEnd, ReleaseReason};
+
+/// Messages of the fan-out.
+pub enum FanOutMsg {
+    /// One applied entry (or a snapshot install).
+    Applied(Applied),
+}
+
+/// The fan-out's behaviour.
+pub struct FanOut;
+
+/// Arguments and state (it keeps nothing between entries).
+pub struct FanOutState {
+    pub keeper: ActorRef<KeeperMsg>,
+    /// To the bridge. Unbounded: it is fed at the apply rate and drained by the bridge's
+    /// publisher, which only queues into the MQTT client's own bounded queue.
+    pub outbound: mpsc::UnboundedSender<Outbound>,
+}
+
+impl Actor for FanOut {
+    type Msg = FanOutMsg;
+    type State = FanOutState;
+    type Arguments = FanOutState;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: FanOutState,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let FanOutMsg::Applied(applied) = message;
+        let (events, replayed) = match applied {
+            Applied::Entry {
+                events, replayed, ..
+            } => (events, replayed),
+            Applied::SnapshotInstalled { .. } => {
+                state.keeper.cast(KeeperMsg::Resync)?;
+                return Ok(());
+            }
+        };
+        for event in events {
+            let outbound = match event {
+                Event::LeaseGranted { lease, ttl_ms, .. } => {
+                    state
+                        .keeper
+                        .cast(KeeperMsg::LeaseGranted { lease, ttl_ms })?;
+                    None
+                }
+                Event::LeaseEnded {
+                    agent,
+                    lease,
+                    reason,
+                } => {
+                    state.keeper.cast(KeeperMsg::LeaseEnded { lease })?;
+                    (reason == LeaseEnd::Expired).then(|| Outbound::Notify {
+                        agent,
+                        event: Notice::LeaseExpired {
+                            lease: lease.to_string(),
+                        },
+                    })
+                }
+                Event::Released {
+                    key,
+                    agent,
+                    token,
+                    reason: ReleaseReason::LeaseEnded,
+                    ..
+                } => {
+                    let name = key.name.to_string();
+                    let event = match key.kind {
+                        ResourceKind::Lock => Notice::LockLost { name, token },
+                        ResourceKind::Sem => Notice::SemLost { name, token },
+                        ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+                    };
+                    Some(Outbound::Notify { agent, event })
+                }
+                Event::Respond {
+                    agent,
+                    request_id,
+                    reply,
+                } => Some(Outbound::Respond {
+                    agent,
+                    request_id,
+                    reply,
+                }),
+                Event::Granted { .. } | Event::Released { .. } => None,
+            };
+            if let Some(outbound) = outbound
+                && !replayed
+            {
+                // The bridge is gone only while the node shuts down.
+                let _ = state.outbound.send(outbound);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,134 @@
+//! The Raft settings a node chooses locally (timers, snapshot and purge policy).
+//!
+//! Defaults suit a swarm on one LAN: a heartbeat every 50 ms and an election after 150–300 ms
+//! of silence, so a failover costs well under a second and stays far below the 500 ms minimum
+//! lease TTL's margin of a few heartbeats (DESIGN.md §2).
+
+use serde::{Deserialize, Serialize};
+
+use super::error::RaftError;
+
+/// Local Raft settings. Units are in the names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftConfig {
+    /// How often a leader sends heartbeats.
+    pub heartbeat_interval_ms: u64,
+    /// Shortest silence after which a follower starts an election.
+    pub election_timeout_ms_min: u64,
+    /// Longest such silence (each election picks at random in between, to avoid split votes).
+    pub election_timeout_ms_max: u64,
+    /// Build a snapshot every this many applied entries; 0 never builds one on its own (an
+    /// operator or a test triggers it).
+    pub snapshot_every_entries: u64,
+    /// Entries kept in the log behind the latest snapshot (so a follower slightly behind gets
+    /// entries, not a whole snapshot); older ones are purged.
+    pub entries_kept_after_snapshot: u64,
+    /// Most entries in one replication message.
+    pub replication_entries_max: u64,
+    /// Time allowed to send and install a snapshot on a follower.
+    pub snapshot_install_timeout_ms: u64,
+}
+
+impl RaftConfig {
+    /// The defaults, in one place.
+    pub const DEFAULTS: RaftConfig = RaftConfig {
+        heartbeat_interval_ms: 50,
+        election_timeout_ms_min: 150,
+        election_timeout_ms_max: 300,
+        snapshot_every_entries: 10_000,
+        entries_kept_after_snapshot: 1_000,
+        replication_entries_max: 300,
+        snapshot_install_timeout_ms: 2_000,
+    };
+
+    /// Cross-field rules.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_interval_ms == 0 {
+            return Err("heartbeat_interval_ms must be positive".into());
+        }
+        if self.election_timeout_ms_min <= self.heartbeat_interval_ms {
+            return Err(format!(
+                "election_timeout_ms_min ({}) must be above heartbeat_interval_ms ({}), or \
+                 followers would start elections between heartbeats",
+                self.election_timeout_ms_min, self.heartbeat_interval_ms
+            ));
+        }
+        if self.election_timeout_ms_min >= self.election_timeout_ms_max {
+            return Err(format!(
+                "election_timeout_ms_min ({}) must be below election_timeout_ms_max ({})",
+                self.election_timeout_ms_min, self.election_timeout_ms_max
+            ));
+        }
+        if self.replication_entries_max == 0 {
+            return Err("replication_entries_max must be positive".into());
+        }
+        if self.snapshot_install_timeout_ms == 0 {
+            return Err("snapshot_install_timeout_ms must be positive".into());
+        }
+        Ok(())
+    }
+
+    /// The openraft configuration for these settings.
+    pub(crate) fn to_openraft(&self) -> Result<openraft::Config, RaftError> {
+        self.validate().map_err(RaftError::Config)?;
+        let snapshot_policy = match self.snapshot_every_entries {
+            0 => openraft::SnapshotPolicy::Never,
+            entries => openraft::SnapshotPolicy::LogsSinceLast(entries),
+        };
+        let config = openraft::Config {
+            cluster_name: "hivekeeper".into(),
+            heartbeat_interval: self.heartbeat_interval_ms,
+            election_timeout_min: self.election_timeout_ms_min,
+            election_timeout_max: self.election_timeout_ms_max,
+            install_snapshot_timeout: self.snapshot_install_timeout_ms,
+            max_payload_entries: self.replication_entries_max,
+            // A follower further behind than this gets a snapshot; openraft wants it above the
+            // snapshot interval, or a snapshot may not catch the follower up.
+            replication_lag_threshold: self.snapshot_every_entries.max(1_000) * 2,
+            snapshot_policy,
+            max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
+            purge_batch_size: 1,
+            ..openraft::Config::default()
+        };
+        config
+            .validate()
+            .map_err(|error| RaftError::Config(error.to_string()))
+    }
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        RaftConfig::DEFAULTS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_design() {
+        let config = RaftConfig::default()
+            .to_openraft()
+            .expect("defaults are valid");
+        assert_eq!(config.heartbeat_interval, 50);
+        assert_eq!(
+            (config.election_timeout_min, config.election_timeout_max),
+            (150, 300)
+        );
+        assert_eq!(
+            config.snapshot_policy,
+            openraft::SnapshotPolicy::LogsSinceLast(10_000)
+        );
+    }
+
+    #[test]
+    fn an_election_timeout_within_a_heartbeat_is_refused() {
+        let config = RaftConfig {
+            election_timeout_ms_min: 50,
+            ..RaftConfig::DEFAULTS
+        };
+        assert!(config.validate().is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! Errors at the boundary of `raft/`: opening a data directory, starting openraft, proposing.
+//!
+//! One enum, [`RaftError`], for callers. Inside the module the storage layer uses
+//! [`StoreError`], which is `Clone` because the group-commit writer hands one failed transaction's
+//! error to every request that was in it; it converts into openraft's `StorageError` at the
+//! trait boundary and into `RaftError` at ours.
+
+use std::path::PathBuf;
+
+use openraft::AnyError;
+use openraft::error::{ClientWriteError, InitializeError};
+
+use super::types::{Node, NodeId, StorageError};
+
+/// Everything that can go wrong at the boundary of `raft/`.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftError {
+    /// The data directory could not be created or entered.
+    #[error("cannot use data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data file could not be opened or created (permissions, a path through a regular
+    /// file, a full disk).
+    #[error("cannot open {path}: {source}")]
+    Io {
+        /// The data file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data file exists but redb cannot read it: not a redb file, or damaged.
+    #[error("{path} is not a readable redb data file (corrupt, or not Hivekeeper's): {reason}")]
+    Corrupt {
+        /// The data file.
+        path: PathBuf,
+        /// redb's explanation.
+        reason: String,
+    },
+    /// The data file is a redb database, but not one Hivekeeper wrote.
+    #[error("{path} is a redb database but not a Hivekeeper data file: {reason}")]
+    Foreign {
+        /// The data file.
+        path: PathBuf,
+        /// What is missing or unexpected.
+        reason: String,
+    },
+    /// The data file is open elsewhere (another process, or a handle in this one not shut down).
+    #[error("{path} is already open by another process or another node handle")]
+    InUse {
+        /// The data file.
+        path: PathBuf,
+    },
+    /// The data directory belongs to another node.
+    #[error("{path} belongs to node {found}, refusing to open it as node {expected}")]
+    WrongNode {
+        /// The data file.
+        path: PathBuf,
+        /// The node id asked for.
+        expected: NodeId,
+        /// The node id recorded in the file.
+        found: NodeId,
+    },
+    /// The data file was written by a newer (or unknown) on-disk format.
+    #[error("{path} has data format {found}; this build reads format {supported} only")]
+    Format {
+        /// The data file.
+        path: PathBuf,
+        /// The format recorded in the file.
+        found: u32,
+        /// The format this build reads and writes.
+        supported: u32,
+    },
+    /// The latest snapshot stored in the data file cannot be restored.
+    #[error("the snapshot stored in {path} cannot be restored: {reason}")]
+    Snapshot {
+        /// The data file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Reading or writing the data file failed.
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+    /// The Raft configuration is inconsistent.
+    #[error("raft config: {0}")]
+    Config(String),
+    /// A thread or task of the store could not be started or stopped.
+    #[error("{0}")]
+    Runtime(String),
+    /// openraft stopped (storage failure, shutdown, or panic); the node must restart.
+    #[error("raft stopped: {0}")]
+    Fatal(String),
+    /// This node is not the leader; the proposal must go to `leader` (if one is known).
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The current leader, when this node knows it.
+        leader: Option<NodeId>,
+    },
+    /// openraft refused the request for another reason (membership change in progress, ...).
+    #[error("raft refused the request: {0}")]
+    Refused(String),
+    /// More commands than one entry may carry.
+    #[error("{commands} commands in one entry, at most {max} allowed")]
+    BatchTooLarge {
+        /// Commands offered.
+        commands: usize,
+        /// The bound, [`super::BATCH_MAX`].
+        max: usize,
+    },
+    /// Waiting for a Raft condition took longer than allowed.
+    #[error("timed out after {timeout_ms} ms waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+        /// How long.
+        timeout_ms: u64,
+    },
+}
+
+impl From<openraft::error::Fatal<NodeId>> for RaftError {
+    fn from(fatal: openraft::error::Fatal<NodeId>) -> Self {
+        RaftError::Fatal(fatal.to_string())
+    }
+}
+
+impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> for RaftError {
+    fn from(error: openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Self {
+        match error {
+            openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+                RaftError::NotLeader {
+                    leader: forward.leader_id,
+                }
+            }
+            openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
+            openraft::error::RaftError::Fatal(fatal) => fatal.into(),
+        }
+    }
+}
+
+impl From<openraft::error::RaftError<NodeId, InitializeError<NodeId, Node>>> for RaftError {
+    fn from(error: openraft::error::RaftError<NodeId, InitializeError<NodeId, Node>>) -> Self {
+        match error {
+            openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
+            openraft::error::RaftError::Fatal(fatal) => fatal.into(),
+        }
+    }
+}
+
+/// A storage failure inside `raft/`. Cheap to clone: one failed group commit answers every
+/// request it carried with the same error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// redb failed (I/O, corruption, a commit that did not complete).
+    #[error("redb: {0}")]
+    Redb(String),
+    /// A stored record could not be decoded.
+    #[error("stored {what} is unreadable: {reason}")]
+    Decode {
+        /// Which record.
+        what: &'static str,
+        /// serde's explanation.
+        reason: String,
+    },
+    /// An earlier commit failed; the writer refuses everything after it (a failed fsync is
+    /// never retried: the page cache may already have dropped the data, see "fsyncgate").
+    #[error("the store failed earlier and accepts no more writes: {0}")]
+    Failed(String),
+    /// A thread panicked while it held the state machine; its state cannot be trusted.
+    #[error("the state machine lock is poisoned: an apply panicked")]
+    Poisoned,
+    /// The store was closed (shutdown) before the request was carried out.
+    #[error("the store is closed")]
+    Closed,
+}
+
+impl StoreError {
+    /// Wraps any redb error.
+    pub(crate) fn redb(error: impl std::fmt::Display) -> Self {
+        StoreError::Redb(error.to_string())
+    }
+
+    /// Converts into openraft's storage error for a log write.
+    pub(crate) fn write_logs(self) -> StorageError {
+        openraft::StorageIOError::write_logs(AnyError::new(&self)).into()
+    }
+
+    /// Converts into openraft's storage error for a log read.
+    pub(crate) fn read_logs(self) -> StorageError {
+        openraft::StorageIOError::read_logs(AnyError::new(&self)).into()
+    }
+
+    /// Converts into openraft's storage error for a vote write.
+    pub(crate) fn write_vote(self) -> StorageError {
+        openraft::StorageIOError::write_vote(AnyError::new(&self)).into()
+    }
+
+    /// Converts into openraft's storage error for a vote read.
+    pub(crate) fn read_vote(self) -> StorageError {
+        openraft::StorageIOError::read_vote(AnyError::new(&self)).into()
+    }
+
+    /// Converts into openraft's storage error for a state-machine read.
+    pub(crate) fn read_state_machine(self) -> StorageError {
+        openraft::StorageIOError::read_state_machine(AnyError::new(&self)).into()
+    }
+
+    /// Converts into openraft's storage error for a snapshot write.
+    pub(crate) fn write_snapshot(self) -> StorageError {
+        openraft::StorageIOError::write_snapshot(None, AnyError::new(&self)).into()
+    }
+
+    /// Converts into openraft's storage error for a snapshot read.
+    pub(crate) fn read_snapshot(self) -> StorageError {
+        openraft::StorageIOError::read_snapshot(None, AnyError::new(&self)).into()
+    }
+}

@@ -1,0 +1,344 @@
+//! openraft's state-machine storage (`RaftStateMachine`, `RaftSnapshotBuilder`) around the pure
+//! [`StateMachine`].
+//!
+//! The machine lives in memory; what is durable is the log (`log_store.rs`) and the latest
+//! snapshot, stored in redb when it is built and when it is installed. At start the latest
+//! snapshot is restored and openraft re-applies the log after it (up to the saved committed id
+//! at once, the rest as it commits again).
+//!
+//! ```text
+//!  openraft sm worker ── apply(entries) ──▶ lock ─▶ for each entry:
+//!      Blank, Membership ─▶ no replies (membership remembered)
+//!      Normal(Proposal)  ─▶ for each command, in order:
+//!                           StateMachine::apply(LogMeta{index, term, now_ms}, command)
+//!                             ├─ Ok((reply, events)) ─▶ Proposed{meta, reply} to openraft
+//!                             │                         (→ the proposer), and
+//!                             │                         Applied::Entry ─▶ node layer (channel)
+//!                             └─ Err(broken log)     ─▶ fatal StorageError, Raft stops
+//!  build_snapshot: copy of the machine (taken on the sm worker) ─▶ snapshot() bytes
+//!                  ─▶ redb `snapshot` table (fsync) ─▶ openraft purges the log behind it
+//! ```
+//!
+//! The channel of applied entries is a tokio unbounded mpsc: applying must never wait for the
+//! node layer, and the node layer consumes at the rate entries commit. Bounding it (and shedding
+//! load at ingress instead) is the node issue's job; if nobody listens, entries are dropped.
+//!
+//! Invariants:
+//! 1. `last_applied` is the id of the last entry applied (or of the installed snapshot), and
+//!    `membership` the last membership entry at or before it: both move with the machine, under
+//!    one lock, and both go into every snapshot's metadata.
+//! 2. A snapshot's bytes are exactly `StateMachine::snapshot()` of the machine after
+//!    `last_applied`; a snapshot that does not restore is an error, never a panic.
+
+use std::io::Cursor;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use tokio::sync::mpsc;
+
+use super::database::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, SNAPSHOT, get_json};
+use super::error::StoreError;
+use super::types::{
+    Entry, LogId, Proposed, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+use super::writer::{Store, WriteOp};
+use crate::state_machine::{Event, LogMeta, Reply, StateMachine};
+
+/// What the state-machine store tells the node layer, in log order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// A command of a normal entry was applied (one notice per command).
+    Entry {
+        /// The command's position (see [`Proposal::meta`]) and the entry's stamp.
+        meta: LogMeta,
+        /// The machine's answer, also returned to the proposer's `client_write`.
+        reply: Reply,
+        /// What the entry did (deferred answers, notices, lease bookkeeping).
+        events: Vec<Event>,
+        /// True when the entry is re-applied at start (it was committed, and maybe answered,
+        /// before the restart): agents may already have had its answer.
+        ///
+        /// [`Proposal::meta`]: super::Proposal::meta
+        replayed: bool,
+    },
+    /// The machine was replaced by a snapshot from the leader: everything derived from it
+    /// (lease deadlines, pending answers) must be rebuilt from [`StateMachine::leases`] etc.
+    SnapshotInstalled {
+        /// The last log index the snapshot covers.
+        last_log_index: Option<u64>,
+    },
+}
+
+/// The receiving end of [`Applied`] notices.
+pub type AppliedReceiver = mpsc::UnboundedReceiver<Applied>;
+
+/// The machine and what openraft needs to know about it, changed together.
+struct Applier {
+    /// The pure state machine.
+    machine: StateMachine,
+    /// Last entry applied (or covered by the installed snapshot).
+    last_applied: Option<LogId>,
+    /// The last membership applied.
+    membership: StoredMembership,
+}
+
+struct Inner {
+    /// The data file and its writer.
+    store: Arc<Store>,
+    /// The state; a std mutex because nothing awaits while holding it.
+    applier: Mutex<Applier>,
+    /// Where applied entries go.
+    applied_tx: mpsc::UnboundedSender<Applied>,
+    /// Entries up to this index were committed before this start: applying them is a replay.
+    replay_upto: Option<u64>,
+}
+
+/// The state machine as openraft sees it. Cheap to clone: clones share the machine.
+#[derive(Clone)]
+pub struct StateMachineStore {
+    inner: Arc<Inner>,
+}
+
+impl StateMachineStore {
+    /// Builds the store from the stored snapshot (if any); `Err` if the snapshot is unreadable.
+    pub(crate) fn new(
+        store: Arc<Store>,
+        snapshot: Option<(SnapshotMeta, Vec<u8>)>,
+        replay_upto: Option<u64>,
+    ) -> Result<(StateMachineStore, AppliedReceiver), crate::state_machine::Error> {
+        let applier = match snapshot {
+            None => Applier {
+                machine: StateMachine::default(),
+                last_applied: None,
+                membership: StoredMembership::default(),
+            },
+            Some((meta, data)) => Applier {
+                machine: StateMachine::restore(&data)?,
+                last_applied: meta.last_log_id,
+                membership: meta.last_membership,
+            },
+        };
+        let (applied_tx, applied_rx) = mpsc::unbounded_channel();
+        let inner = Inner {
+            store,
+            applier: Mutex::new(applier),
+            applied_tx,
+            replay_upto,
+        };
+        Ok((
+            StateMachineStore {
+                inner: Arc::new(inner),
+            },
+            applied_rx,
+        ))
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Applier>, StoreError> {
+        self.inner.applier.lock().map_err(|_| StoreError::Poisoned)
+    }
+
+    /// Runs `read` on the machine as applied so far on this node (not linearizable by itself).
+    pub fn read<T>(&self, read: impl FnOnce(&StateMachine) -> T) -> Result<T, StoreError> {
+        Ok(read(&self.lock()?.machine))
+    }
+
+    /// The last log id applied.
+    pub fn last_applied(&self) -> Result<Option<LogId>, StoreError> {
+        Ok(self.lock()?.last_applied)
+    }
+
+    /// The stored snapshot, read from the file after every submitted write has landed.
+    async fn stored_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        let store = &self.inner.store;
+        store.caught_up().await?;
+        let txn = store.db().read()?;
+        let table = txn.open_table(SNAPSHOT).map_err(StoreError::redb)?;
+        let Some(meta) = get_json::<SnapshotMeta>(&table, KEY_SNAPSHOT_META, "snapshot meta")?
+        else {
+            return Ok(None);
+        };
+        let data = table
+            .get(KEY_SNAPSHOT_DATA)
+            .map_err(StoreError::redb)?
+            .map(|data| data.value().to_vec())
+            .ok_or_else(|| StoreError::Decode {
+                what: "snapshot",
+                reason: "snapshot metadata without snapshot data".into(),
+            })?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let applier = self.lock().map_err(StoreError::read_state_machine)?;
+        Ok((applier.last_applied, applier.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Proposed>>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let inner = self.inner.clone();
+        let mut applier = self.lock().map_err(StoreError::read_state_machine)?;
+        let mut replies = Vec::new();
+        for entry in entries {
+            let log_id = entry.log_id;
+            let entry_replies = match entry.payload {
+                EntryPayload::Blank => Vec::new(),
+                EntryPayload::Membership(membership) => {
+                    applier.membership = StoredMembership::new(Some(log_id), membership);
+                    Vec::new()
+                }
+                EntryPayload::Normal(proposal) => {
+                    let _span = tracing::debug_span!("apply", log_index = log_id.index).entered();
+                    let mut entry_replies = Vec::with_capacity(proposal.commands.len());
+                    for command in proposal.commands.iter().cloned() {
+                        let meta = proposal.meta(&log_id, applier.machine.applied_index());
+                        let (reply, events) =
+                            applier.machine.apply(meta, command).map_err(|error| {
+                                StorageIOError::apply(log_id, AnyError::new(&error))
+                            })?;
+                        // Nobody listening (tests, tools) is fine: the reply still reaches
+                        // openraft.
+                        let _ = inner.applied_tx.send(Applied::Entry {
+                            meta,
+                            reply: reply.clone(),
+                            events,
+                            replayed: inner.replay_upto.is_some_and(|upto| log_id.index <= upto),
+                        });
+                        entry_replies.push(Proposed { meta, reply });
+                    }
+                    entry_replies
+                }
+            };
+            applier.last_applied = Some(log_id);
+            replies.push(entry_replies);
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        // openraft calls this on its state-machine worker, between applies, so the copy is a
+        // consistent view; serializing it happens later on the builder's own task.
+        let (machine, last_applied, membership) = match self.lock() {
+            Ok(applier) => (
+                Ok(applier.machine.clone()),
+                applier.last_applied,
+                applier.membership.clone(),
+            ),
+            Err(error) => (
+                Err(error.read_state_machine()),
+                None,
+                StoredMembership::default(),
+            ),
+        };
+        SnapshotBuilder {
+            store: self.inner.store.clone(),
+            machine,
+            last_applied,
+            membership,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let machine = StateMachine::restore(&data).map_err(|error| {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&error))
+        })?;
+        self.inner
+            .store
+            .write(WriteOp::SaveSnapshot {
+                meta: meta.clone(),
+                data,
+                install: true,
+            })
+            .await
+            .map_err(StoreError::write_snapshot)?;
+        {
+            let mut applier = self.lock().map_err(StoreError::read_state_machine)?;
+            applier.machine = machine;
+            applier.last_applied = meta.last_log_id;
+            applier.membership = meta.last_membership.clone();
+        }
+        let _ = self.inner.applied_tx.send(Applied::SnapshotInstalled {
+            last_log_index: meta.last_log_id.map(|log_id| log_id.index),
+        });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        self.stored_snapshot()
+            .await
+            .map_err(StoreError::read_snapshot)
+    }
+}
+
+/// Builds one snapshot from a copy of the machine taken when openraft asked for the builder.
+pub struct SnapshotBuilder {
+    /// Where the snapshot is persisted.
+    store: Arc<Store>,
+    /// The copy (or the error met taking it).
+    machine: Result<StateMachine, StorageError>,
+    /// The last log id the copy covers.
+    last_applied: Option<LogId>,
+    /// The membership at that point.
+    membership: StoredMembership,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let machine = std::mem::replace(
+            &mut self.machine,
+            Err(StorageIOError::read_state_machine(AnyError::error(
+                "this snapshot builder was already used",
+            ))
+            .into()),
+        )?;
+        // Serializing a large machine takes milliseconds of CPU: keep it off the async workers.
+        let data = tokio::task::spawn_blocking(move || machine.snapshot())
+            .await
+            .map_err(|error| StorageIOError::read_state_machine(AnyError::new(&error)))?;
+        let unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis());
+        let snapshot_id = match self.last_applied {
+            Some(log_id) => format!("{}-{}-{unix_ms}", log_id.leader_id.term, log_id.index),
+            None => format!("0-0-{unix_ms}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id,
+        };
+        self.store
+            .write(WriteOp::SaveSnapshot {
+                meta: meta.clone(),
+                data: data.clone(),
+                install: false,
+            })
+            .await
+            .map_err(StoreError::write_snapshot)?;
+        tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built and stored");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}

@@ -1,0 +1,141 @@
+//! The openraft type configuration: what a log entry carries and what applying it answers.
+//!
+//! Everything openraft-specific that the rest of the crate may name is aliased here, so a move
+//! to openraft 0.10 changes this file and its siblings in `raft/`, not the node layer.
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state_machine::{Command, LogMeta, Reply};
+
+/// A node's id in the cluster. Stable for the life of a data directory (checked at open).
+pub type NodeId = u64;
+
+/// The openraft `Node` type: the address other members reach this node at.
+pub type Node = openraft::BasicNode;
+
+/// Most commands one log entry may carry ([`RaftHandle::propose_batch`]). Bounds an entry's
+/// size (a few hundred bytes a command, so tens of KiB) and so one fsync's and one
+/// replication message's. Positions ([`Proposal::meta`]) grow by one per command whatever the
+/// batch size, so tokens (`position << 16`) keep their 2^48 headroom.
+///
+/// [`RaftHandle::propose_batch`]: super::RaftHandle::propose_batch
+pub const BATCH_MAX: usize = 128;
+
+/// The payload of a normal log entry: commands, stamped with the proposing leader's clock.
+///
+/// Why several commands per entry: openraft 0.9.25 waits for each entry's fsync before it
+/// appends the next, so one command per entry costs one fsync per command. Commands proposed
+/// together share the entry, its fsync and its replication. Serialized as JSON in the log, so a
+/// command's JSON is the wire JSON and the log is readable by inspection tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The proposer's wall clock when it proposed the entry, ms since the Unix epoch. Time enters
+    /// the state machine only through this field; the machine keeps its own clock monotonic.
+    pub now_ms: u64,
+    /// What the entry asks the state machine to do, in order (at most [`BATCH_MAX`]).
+    pub commands: Vec<Command>,
+}
+
+impl Proposal {
+    /// The state machine's position for the next command of this entry, after a machine whose
+    /// last applied position is `applied_index`: `max(log index, applied_index + 1)`.
+    ///
+    /// The machine derives lease ids, fencing tokens and waiter order from this index, so it
+    /// must strictly increase from command to command and be the same on every replica. With
+    /// one command per entry it is exactly the entry's log index (the previous command sat at
+    /// an earlier entry). The second and later commands of an entry take the next numbers;
+    /// later entries then continue after them, so the position runs ahead of the log index by
+    /// the batched commands so far (at most `BATCH_MAX - 1` per entry). It depends only on the
+    /// log and on the machine's own applied index, which snapshots carry: deterministic.
+    pub fn meta(&self, log_id: &LogId, applied_index: u64) -> LogMeta {
+        LogMeta {
+            index: log_id.index.max(applied_index + 1),
+            term: log_id.leader_id.term,
+            now_ms: self.now_ms,
+        }
+    }
+}
+
+/// What one command did: where the state machine placed it and its reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposed {
+    /// The command's position and stamp, as the state machine saw them.
+    pub meta: LogMeta,
+    /// The state machine's reply.
+    pub reply: Reply,
+}
+
+openraft::declare_raft_types!(
+    /// Hivekeeper's openraft type configuration.
+    pub TypeConfig:
+        D = Proposal,
+        // One per command of a normal entry; empty for blank and membership entries.
+        R = Vec<Proposed>,
+        NodeId = NodeId,
+        Node = Node,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A running openraft instance with Hivekeeper's types.
+pub type Raft = openraft::Raft<TypeConfig>;
+/// A log entry.
+pub type Entry = openraft::Entry<TypeConfig>;
+/// A log entry's id: leader term and node, and index.
+pub type LogId = openraft::LogId<NodeId>;
+/// A persisted vote.
+pub type Vote = openraft::Vote<NodeId>;
+/// Membership with the log id of the entry that set it.
+pub type StoredMembership = openraft::StoredMembership<NodeId, Node>;
+/// What a snapshot covers: last log id, membership, id.
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
+/// A snapshot handed to openraft.
+pub type Snapshot = openraft::Snapshot<TypeConfig>;
+/// The error type of openraft's storage traits.
+pub type StorageError = openraft::StorageError<NodeId>;
+/// The metrics openraft publishes on a watch channel.
+pub type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(index: u64) -> LogId {
+        openraft::testing::log_id(3, 1, index)
+    }
+
+    #[test]
+    fn one_command_per_entry_sits_at_the_entrys_log_index() {
+        let proposal = Proposal {
+            now_ms: 1_000,
+            commands: Vec::new(),
+        };
+        // The previous command sat at an earlier entry: the position is the log index.
+        let meta = proposal.meta(&at(7), 5);
+        assert_eq!(
+            meta,
+            LogMeta {
+                index: 7,
+                term: 3,
+                now_ms: 1_000
+            }
+        );
+    }
+
+    #[test]
+    fn later_commands_of_an_entry_and_later_entries_run_ahead() {
+        let proposal = Proposal {
+            now_ms: 1_000,
+            commands: Vec::new(),
+        };
+        // Entry 7 carried three commands (positions 7, 8, 9): entry 8's first command is at 10.
+        assert_eq!(proposal.meta(&at(7), 7).index, 8);
+        assert_eq!(proposal.meta(&at(7), 8).index, 9);
+        assert_eq!(proposal.meta(&at(8), 9).index, 10);
+        // Once the log index passes the machine's position again, it is the log index.
+        assert_eq!(proposal.meta(&at(20), 10).index, 20);
+    }
+}

@@ -1,0 +1,611 @@
+//! The group-commit writer: one OS thread that owns every write to the data file.
+//!
+//! ```text
+//!  LogStore::append ─┐                      writer thread (std::thread, never a tokio worker)
+//!  save_vote ────────┤  Request{seq, op,    ┌──────────────────────────────────────────────┐
+//!  truncate / purge ─┼─ completion} ──────▶ │ recv one, then drain every pending request   │
+//!  snapshot save ────┘  (std mpsc, FIFO)    │ apply all, in order, in ONE write transaction│
+//!                                           │ commit with Durability::Immediate (fsync)    │
+//!                                           │ publish progress (seq), then fire callbacks  │
+//!                                           └──────────────────────────────────────────────┘
+//! ```
+//!
+//! Why a thread: redb allows one write transaction at a time and its commit blocks on fsync;
+//! on a tokio worker that would stall every task behind it. Why draining: each fsync costs the
+//! same whether it carries one request or a thousand, so requests that arrive while a commit is
+//! in flight share the next one. (openraft 0.9.25 itself waits for each append's flush before it
+//! submits the next — `RaftCore::append_to_log` — so from one Raft instance appends arrive one at
+//! a time; what shares a commit today is whatever else is pending: vote, purge, a snapshot, and
+//! the lazily written committed id. The writer is ready for callers that pipeline.)
+//!
+//! Invariants:
+//! 1. Requests are applied in submission order; a request's completion fires only after the
+//!    transaction holding it has committed durably (an append's `LogFlushed` callback included:
+//!    sebadob/hiqlite#361 is the bug this prevents).
+//! 2. After one failed commit nothing else is written: every later request gets
+//!    [`StoreError::Failed`]. A failed fsync is never retried.
+//! 3. `progress.processed` only grows, and covers a request only after its transaction ended, so
+//!    a reader that waits for the sequence number it saw at submission time reads every write
+//!    submitted before it.
+//! 4. The committed log id is never fsynced on its own: it rides along with the next transaction
+//!    (or the final one at close). Losing it in a crash only means openraft re-applies less of
+//!    the log at start and catches up once the leader commits again.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
+
+use openraft::storage::LogFlushed;
+use redb::{Database, Durability};
+use tokio::sync::{oneshot, watch};
+
+use super::database::{
+    Db, KEY_COMMITTED, KEY_LAST_PURGED, KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, KEY_VOTE, LOG, META,
+    SNAPSHOT, get_json, to_json,
+};
+use super::error::{RaftError, StoreError};
+use super::types::{LogId, SnapshotMeta, TypeConfig};
+
+/// Most requests in one transaction, so one commit's latency stays bounded under a flood.
+const BATCH_REQUESTS_MAX: usize = 4096;
+/// Most bytes of entries and snapshots in one transaction.
+const BATCH_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// One write, as the writer applies it.
+pub(crate) enum WriteOp {
+    /// Insert log entries (index, serialized entry).
+    Append {
+        /// The entries, in index order.
+        rows: Vec<(u64, Vec<u8>)>,
+    },
+    /// Delete every entry at or after `since`.
+    Truncate {
+        /// First index to delete.
+        since: u64,
+    },
+    /// Delete every entry up to and including `upto`, and remember it as the last purged.
+    Purge {
+        /// Last log id to delete.
+        upto: LogId,
+    },
+    /// Replace the saved vote (serialized).
+    SaveVote {
+        /// The vote's JSON.
+        vote: Vec<u8>,
+    },
+    /// Replace the stored snapshot.
+    SaveSnapshot {
+        /// Its metadata.
+        meta: SnapshotMeta,
+        /// Its bytes.
+        data: Vec<u8>,
+        /// True for an installed snapshot (it always replaces); false for one built here, which
+        /// must not replace a newer one installed while it was being built.
+        install: bool,
+    },
+}
+
+impl WriteOp {
+    fn bytes(&self) -> usize {
+        match self {
+            WriteOp::Append { rows } => rows.iter().map(|(_, row)| row.len() + 8).sum(),
+            WriteOp::SaveSnapshot { data, .. } => data.len(),
+            WriteOp::Truncate { .. } | WriteOp::Purge { .. } | WriteOp::SaveVote { .. } => 64,
+        }
+    }
+}
+
+/// Who to tell when a request's transaction has ended.
+pub(crate) enum Completion {
+    /// openraft's append callback: fired only once the entries are durable.
+    Flushed(LogFlushed<TypeConfig>),
+    /// An awaiting caller (vote, truncate, purge, snapshot, tests).
+    Reply(oneshot::Sender<Result<(), StoreError>>),
+}
+
+impl Completion {
+    fn complete(self, result: Result<(), StoreError>) {
+        match self {
+            Completion::Flushed(callback) => {
+                callback.log_io_completed(result.map_err(std::io::Error::other));
+            }
+            Completion::Reply(reply) => {
+                // The caller may have given up (its task was cancelled); nothing to do then.
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+/// A request on its way to the writer.
+struct Request {
+    /// Submission order, from 1.
+    seq: u64,
+    /// What to write.
+    op: WriteOp,
+    /// Who to tell.
+    done: Completion,
+}
+
+/// What the writer has done, published after every transaction.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Highest sequence number whose transaction has ended (committed or failed).
+    processed: u64,
+    /// The first failure; once set the writer writes nothing more.
+    failed: Option<StoreError>,
+    /// The writer thread has exited and dropped its database handle.
+    closed: bool,
+}
+
+/// Counters of the writer's work, for tests, benchmarks and (later) metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Write transactions committed (each one fsync).
+    pub transactions: u64,
+    /// Requests carried by those transactions.
+    pub requests: u64,
+    /// Log entries appended.
+    pub entries: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    transactions: AtomicU64,
+    requests: AtomicU64,
+    entries: AtomicU64,
+}
+
+/// The part of the store the writer thread shares. It holds no sender, so the writer exits
+/// once every [`Store`] is gone (or closed).
+struct Shared {
+    /// The data file.
+    db: Db,
+    /// The writer's progress; readers wait on it.
+    progress: watch::Sender<Progress>,
+    /// The latest committed log id openraft reported (see invariant 4).
+    committed: Mutex<Option<LogId>>,
+    /// Work counters.
+    counters: Counters,
+}
+
+/// The submission side: the channel to the writer and the last sequence number handed out,
+/// under one lock so sequence numbers follow channel order.
+struct Queue {
+    /// `None` once closed.
+    tx: Option<mpsc::Sender<Request>>,
+    /// Sequence number of the last request sent.
+    submitted: u64,
+}
+
+/// The data file plus its writer: what the log store and the state-machine store share.
+pub(crate) struct Store {
+    shared: Arc<Shared>,
+    queue: Mutex<Queue>,
+}
+
+impl Store {
+    /// Starts the writer thread for an opened database.
+    pub(crate) fn start(db: Db, committed: Option<LogId>) -> Result<Arc<Store>, RaftError> {
+        let database = db.database()?;
+        let shared = Arc::new(Shared {
+            db,
+            progress: watch::Sender::new(Progress::default()),
+            committed: Mutex::new(committed),
+            counters: Counters::default(),
+        });
+        let (tx, rx) = mpsc::channel();
+        let writer_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("hivekeeper-raft-writer".into())
+            .spawn(move || run(writer_shared, database, rx, committed))
+            .map_err(|error| {
+                RaftError::Runtime(format!("cannot start the writer thread: {error}"))
+            })?;
+        Ok(Arc::new(Store {
+            shared,
+            queue: Mutex::new(Queue {
+                tx: Some(tx),
+                submitted: 0,
+            }),
+        }))
+    }
+
+    /// The data file, for reads.
+    pub(crate) fn db(&self) -> &Db {
+        &self.shared.db
+    }
+
+    /// Hands a request to the writer. Returns at once; `done` fires after the commit.
+    pub(crate) fn submit(&self, op: WriteOp, done: Completion) -> Result<(), StoreError> {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(tx) = queue.tx.as_ref() else {
+            done.complete(Err(StoreError::Closed));
+            return Err(StoreError::Closed);
+        };
+        let seq = queue.submitted + 1;
+        if let Err(mpsc::SendError(request)) = tx.send(Request { seq, op, done }) {
+            request.done.complete(Err(StoreError::Closed));
+            return Err(StoreError::Closed);
+        }
+        queue.submitted = seq;
+        Ok(())
+    }
+
+    /// Submits a request and waits until it is durable.
+    pub(crate) async fn write(&self, op: WriteOp) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(op, Completion::Reply(tx))?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Waits until every request submitted before this call has left the writer, so a read that
+    /// follows sees all of them (openraft may read what it appended before the flush returned).
+    /// Costs nothing when the writer is idle.
+    pub(crate) async fn caught_up(&self) -> Result<(), StoreError> {
+        let target = self
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .submitted;
+        let mut progress = self.shared.progress.subscribe();
+        let progress = progress
+            .wait_for(|progress| {
+                progress.processed >= target || progress.closed || progress.failed.is_some()
+            })
+            .await
+            .map_err(|_| StoreError::Closed)?
+            .clone();
+        match progress.failed {
+            Some(error) => Err(StoreError::Failed(error.to_string())),
+            None if progress.processed < target => Err(StoreError::Closed),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the committed log id; it is written with the next transaction.
+    pub(crate) fn set_committed(&self, committed: Option<LogId>) {
+        *self
+            .shared
+            .committed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = committed;
+    }
+
+    /// The committed log id last recorded (durable or about to be).
+    pub(crate) fn committed(&self) -> Option<LogId> {
+        *self
+            .shared
+            .committed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What the writer has done so far.
+    pub(crate) fn stats(&self) -> WriterStats {
+        let counters = &self.shared.counters;
+        WriterStats {
+            transactions: counters.transactions.load(Ordering::Relaxed),
+            requests: counters.requests.load(Ordering::Relaxed),
+            entries: counters.entries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops accepting writes, lets the writer finish what it has (and write the committed id),
+    /// then closes the file so it can be reopened at once. Waits at most `timeout`.
+    pub(crate) async fn close(&self, timeout: Duration) -> Result<(), RaftError> {
+        let deadline = Instant::now() + timeout;
+        let timed_out = |what| RaftError::Timeout {
+            what,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        // Dropping the only sender ends the writer's loop once it has drained the channel.
+        drop(
+            self.queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .tx
+                .take(),
+        );
+        let mut progress = self.shared.progress.subscribe();
+        tokio::time::timeout(timeout, progress.wait_for(|progress| progress.closed))
+            .await
+            .map_err(|_| timed_out("the raft writer thread to exit"))?
+            .map_err(|_| RaftError::Runtime("the writer's progress channel closed".into()))?;
+        let Some(mut database) = self.shared.db.take() else {
+            return Ok(());
+        };
+        // Readers hold the database for one read at most; wait for them to let go.
+        let database = loop {
+            match Arc::try_unwrap(database) {
+                Ok(database) => break database,
+                Err(shared) if Instant::now() < deadline => {
+                    database = shared;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(_) => return Err(timed_out("readers to release the data file")),
+            }
+        };
+        tokio::task::spawn_blocking(move || database.close())
+            .await
+            .map_err(|error| RaftError::Runtime(format!("closing the data file: {error}")))?
+            .map_err(|error| RaftError::Store(StoreError::redb(error)))
+    }
+}
+
+/// Marks the writer closed however it ends, a panic included, so `close()` never waits forever.
+struct ExitGuard(Arc<Shared>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let panicked = std::thread::panicking();
+        self.0.progress.send_modify(|progress| {
+            progress.closed = true;
+            if panicked && progress.failed.is_none() {
+                progress.failed = Some(StoreError::Failed("the writer thread panicked".into()));
+            }
+        });
+    }
+}
+
+/// The writer thread's body.
+fn run(
+    shared: Arc<Shared>,
+    database: Arc<Database>,
+    rx: mpsc::Receiver<Request>,
+    mut committed_written: Option<LogId>,
+) {
+    let _exit = ExitGuard(shared.clone());
+    let mut failed: Option<StoreError> = None;
+    while let Ok(first) = rx.recv() {
+        let mut bytes = first.op.bytes();
+        let mut batch = vec![first];
+        while batch.len() < BATCH_REQUESTS_MAX && bytes < BATCH_BYTES_MAX {
+            match rx.try_recv() {
+                Ok(request) => {
+                    bytes += request.op.bytes();
+                    batch.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        let result = match &failed {
+            Some(error) => Err(StoreError::Failed(error.to_string())),
+            None => commit(&database, &shared, &batch, &mut committed_written),
+        };
+        if let (Err(error), None) = (&result, &failed) {
+            tracing::error!(%error, "raft store commit failed; the store accepts no more writes");
+            failed = Some(error.clone());
+        }
+        let last_seq = batch.last().map_or(0, |request| request.seq);
+        shared.progress.send_modify(|progress| {
+            progress.processed = last_seq;
+            progress.failed.clone_from(&failed);
+        });
+        for request in batch {
+            request.done.complete(result.clone());
+        }
+    }
+    // Closed: write the committed id if it moved since the last transaction.
+    let committed = *shared
+        .committed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if failed.is_none()
+        && committed != committed_written
+        && let Err(error) = commit(&database, &shared, &[], &mut committed_written)
+    {
+        tracing::warn!(%error, "could not save the committed log id at close");
+    }
+    drop(database);
+}
+
+/// Applies a batch in one durable transaction.
+fn commit(
+    database: &Database,
+    shared: &Shared,
+    batch: &[Request],
+    committed_written: &mut Option<LogId>,
+) -> Result<(), StoreError> {
+    let mut txn = database.begin_write().map_err(StoreError::redb)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(StoreError::redb)?;
+    let committed = *shared
+        .committed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut entries = 0u64;
+    {
+        let mut log = txn.open_table(LOG).map_err(StoreError::redb)?;
+        let mut meta = txn.open_table(META).map_err(StoreError::redb)?;
+        let mut snapshot = txn.open_table(SNAPSHOT).map_err(StoreError::redb)?;
+        for request in batch {
+            match &request.op {
+                WriteOp::Append { rows } => {
+                    for (index, row) in rows {
+                        log.insert(index, row.as_slice())
+                            .map_err(StoreError::redb)?;
+                    }
+                    entries += rows.len() as u64;
+                }
+                WriteOp::Truncate { since } => {
+                    log.retain_in(*since.., |_, _| false)
+                        .map_err(StoreError::redb)?;
+                }
+                WriteOp::Purge { upto } => {
+                    log.retain_in(..=upto.index, |_, _| false)
+                        .map_err(StoreError::redb)?;
+                    let purged: Option<LogId> =
+                        get_json(&meta, KEY_LAST_PURGED, "last purged log id")?;
+                    if purged.is_none_or(|purged| purged < *upto) {
+                        meta.insert(KEY_LAST_PURGED, to_json(upto).as_slice())
+                            .map_err(StoreError::redb)?;
+                    }
+                }
+                WriteOp::SaveVote { vote } => {
+                    meta.insert(KEY_VOTE, vote.as_slice())
+                        .map_err(StoreError::redb)?;
+                }
+                WriteOp::SaveSnapshot {
+                    meta: snapshot_meta,
+                    data,
+                    install,
+                } => {
+                    let stored: Option<SnapshotMeta> =
+                        get_json(&snapshot, KEY_SNAPSHOT_META, "snapshot meta")?;
+                    let newer_stored =
+                        stored.is_some_and(|stored| stored.last_log_id > snapshot_meta.last_log_id);
+                    if *install || !newer_stored {
+                        snapshot
+                            .insert(KEY_SNAPSHOT_META, to_json(snapshot_meta).as_slice())
+                            .map_err(StoreError::redb)?;
+                        snapshot
+                            .insert(KEY_SNAPSHOT_DATA, data.as_slice())
+                            .map_err(StoreError::redb)?;
+                    }
+                }
+            }
+        }
+        if committed != *committed_written
+            && let Some(committed) = &committed
+        {
+            meta.insert(KEY_COMMITTED, to_json(committed).as_slice())
+                .map_err(StoreError::redb)?;
+        }
+    }
+    txn.commit().map_err(StoreError::redb)?;
+    *committed_written = committed;
+    let counters = &shared.counters;
+    counters.transactions.fetch_add(1, Ordering::Relaxed);
+    counters
+        .requests
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    counters.entries.fetch_add(entries, Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::ReadableDatabase;
+
+    use super::super::database::{DATA_FILE_NAME, Db};
+    use super::*;
+
+    fn start(dir: &std::path::Path) -> Arc<Store> {
+        let (db, loaded) = Db::open(&dir.join(DATA_FILE_NAME), 7).expect("a fresh file opens");
+        Store::start(db, loaded.committed).expect("the writer starts")
+    }
+
+    fn log_id(index: u64) -> LogId {
+        openraft::testing::log_id(1, 7, index)
+    }
+
+    /// Group commit: requests pending together share one fsynced transaction, and each
+    /// completion fires only once its entries are committed (readable from a new read).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pending_appends_share_transactions_and_complete_after_the_commit() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        let appends = 500u64;
+        let mut completions = Vec::new();
+        for index in 1..=appends {
+            let (tx, rx) = oneshot::channel();
+            let row = format!("entry {index}").into_bytes();
+            store
+                .submit(
+                    WriteOp::Append {
+                        rows: vec![(index, row)],
+                    },
+                    Completion::Reply(tx),
+                )
+                .expect("the writer accepts");
+            completions.push((index, rx));
+        }
+        for (index, completion) in completions {
+            tokio::time::timeout(Duration::from_secs(20), completion)
+                .await
+                .expect("completes in time")
+                .expect("the writer answers")
+                .expect("the commit succeeds");
+            let txn = store.db().read().expect("read");
+            let log = txn.open_table(LOG).expect("log table");
+            assert!(
+                log.get(index).expect("read").is_some(),
+                "entry {index} is committed when its completion fires"
+            );
+        }
+        let stats = store.stats();
+        println!(
+            "{appends} pending appends committed in {} transactions",
+            stats.transactions
+        );
+        assert_eq!(stats.entries, appends);
+        assert_eq!(stats.requests, appends);
+        assert!(
+            stats.transactions < appends / 5,
+            "far fewer transactions than appends: {stats:?}"
+        );
+        store.close(Duration::from_secs(10)).await.expect("closes");
+    }
+
+    /// Reads wait for the writes submitted before them, including ones not yet committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_after_a_submission_sees_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        for index in 1..=50 {
+            let (tx, _rx) = oneshot::channel();
+            store
+                .submit(
+                    WriteOp::Append {
+                        rows: vec![(index, b"x".to_vec())],
+                    },
+                    Completion::Reply(tx),
+                )
+                .expect("accepted");
+        }
+        let (tx, _rx) = oneshot::channel();
+        store
+            .submit(WriteOp::Truncate { since: 41 }, Completion::Reply(tx))
+            .expect("accepted");
+        store.caught_up().await.expect("caught up");
+        let txn = store.db().read().expect("read");
+        let log = txn.open_table(LOG).expect("log table");
+        assert_eq!(redb::ReadableTableMetadata::len(&log).expect("len"), 40);
+        store.close(Duration::from_secs(10)).await.expect("closes");
+    }
+
+    /// The committed id is not fsynced on its own but is saved by the next transaction or at
+    /// close, and the file can be reopened as soon as `close` returns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_committed_id_rides_along_and_is_saved_at_close() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        store.set_committed(Some(log_id(3)));
+        assert_eq!(
+            store.stats().transactions,
+            0,
+            "no fsync for the committed id alone"
+        );
+        store
+            .write(WriteOp::SaveVote {
+                vote: to_json(&openraft::Vote::new(1, 7u64)),
+            })
+            .await
+            .expect("vote saved");
+        store.set_committed(Some(log_id(5)));
+        store.close(Duration::from_secs(10)).await.expect("closes");
+        assert!(matches!(
+            store.write(WriteOp::Truncate { since: 1 }).await,
+            Err(StoreError::Closed)
+        ));
+
+        let (db, loaded) = Db::open(&dir.path().join(DATA_FILE_NAME), 7).expect("reopens");
+        assert_eq!(loaded.committed, Some(log_id(5)));
+        let database = db.database().expect("open");
+        let txn = database.begin_read().expect("read");
+        let meta = txn.open_table(META).expect("meta");
+        let vote: Option<openraft::Vote<u64>> = get_json(&meta, KEY_VOTE, "vote").expect("vote");
+        assert_eq!(vote, Some(openraft::Vote::new(1, 7)));
+    }
+}

@@ -1,0 +1,206 @@
+//! `hivekeeper serve`: a node, its MQTT transport and the bridge between them, plus /metrics.
+//!
+//! ```text
+//!  config (defaults < TOML file < flags)
+//!    ├─ metrics listener (Prometheus text on /metrics)
+//!    ├─ Node::start: data dir (redb), Raft, actors ── outbound ──┐
+//!    ├─ Transport::start: embedded rumqttd or external broker    │
+//!    └─ bridge::run(transport, inbound, node, outbound) ◀───────┘
+//!  Ctrl-C / SIGTERM / an actor failure ─▶ transport, bridge, node shut down in that order
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use hivekeeper_coordinator::node::{Node, NodeConfig};
+use hivekeeper_mqtt::bridge::{self, BridgeStats};
+use hivekeeper_mqtt::{ExternalConfig, Mode, Transport};
+use serde::{Deserialize, Serialize};
+
+use crate::ServeArgs;
+
+/// Everything `serve` can be configured with; the TOML file has the same shape.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// The node: data dir, Raft timing, replicated limits, ingress bounds.
+    pub node: NodeConfig,
+    /// The MQTT side: embedded broker or external, topic prefix, queue sizes.
+    pub mqtt: hivekeeper_mqtt::Config,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// Where /metrics is served.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Listen address; loopback by default.
+    pub listen: SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464),
+        }
+    }
+}
+
+/// Defaults, then the file, then the flags.
+fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config file {}", path.display()))?;
+            toml::from_str(&text)
+                .with_context(|| format!("config file {} is not valid", path.display()))?
+        }
+        None => ServeConfig::default(),
+    };
+    if let Some(dir) = args.data_dir {
+        config.node.data_dir = dir;
+    }
+    if let Some(listen) = args.mqtt_listen {
+        match &mut config.mqtt.mode {
+            Mode::Embedded(embedded) => embedded.listen = listen,
+            Mode::External(_) => bail!(
+                "--mqtt-listen is for the embedded broker, but the config file selects an external one"
+            ),
+        }
+    }
+    if let Some(url) = args.mqtt_url {
+        config.mqtt.mode = Mode::External(ExternalConfig {
+            url,
+            ..ExternalConfig::default()
+        });
+    }
+    if let Some(prefix) = args.topic_prefix {
+        config.mqtt.topic_prefix = prefix;
+    }
+    if let Some(listen) = args.metrics_listen {
+        config.metrics.listen = listen;
+    }
+    config
+        .node
+        .validate()
+        .map_err(anyhow::Error::msg)
+        .context("node settings")?;
+    config.mqtt.validate().context("mqtt settings")?;
+    Ok(config)
+}
+
+/// Runs `serve` to completion.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = load(args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(config.metrics.listen)
+        .install()
+        .with_context(|| format!("serving /metrics on {}", config.metrics.listen))?;
+    let data_dir = config.node.data_dir.clone();
+    let (node, outbound) = Node::start(config.node)
+        .await
+        .with_context(|| format!("starting the node on data dir {}", data_dir.display()))?;
+    let (transport, inbound) = match Transport::start(config.mqtt.clone()).await {
+        Ok(started) => started,
+        Err(error) => {
+            let _ = node.shutdown().await;
+            return Err(error).context("starting MQTT");
+        }
+    };
+    let stats = Arc::new(BridgeStats::default());
+    let bridge = tokio::spawn(bridge::run(
+        transport.clone(),
+        inbound,
+        node.handle(),
+        outbound,
+        stats.clone(),
+    ));
+    let exporter = tokio::spawn(export_counters(stats.clone(), transport.clone()));
+    let mqtt = match &config.mqtt.mode {
+        Mode::Embedded(_) => transport
+            .listeners()
+            .iter()
+            .map(|listener| format!("embedded broker on {}", listener.addr))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Mode::External(external) => format!("external broker {}", external.url),
+    };
+    tracing::info!(
+        data_dir = %data_dir.display(),
+        metrics = %config.metrics.listen,
+        topic_prefix = %config.mqtt.topic_prefix,
+        "hivekeeper ready: {mqtt}"
+    );
+    let ended_by = tokio::select! {
+        _ = shutdown_signal() => None,
+        reason = node.failed() => Some(reason),
+    };
+    tracing::info!("shutting down");
+    exporter.abort();
+    let _ = transport.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), bridge).await;
+    node.shutdown().await.context("stopping the node")?;
+    match ended_by {
+        Some(reason) => bail!("the node failed: {reason}"),
+        None => Ok(()),
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Copies the bridge's and the transport's counters into Prometheus once a second. The
+/// observability issue replaces this with metrics updated where things happen.
+async fn export_counters(stats: Arc<BridgeStats>, transport: Transport) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        metrics::counter!("hivekeeper_bridge_requests_total").absolute(load(&stats.submitted));
+        metrics::counter!("hivekeeper_bridge_bad_requests_total")
+            .absolute(load(&stats.bad_requests));
+        metrics::counter!("hivekeeper_bridge_bad_topics_total").absolute(load(&stats.bad_topics));
+        metrics::counter!("hivekeeper_bridge_unavailable_total").absolute(load(&stats.unavailable));
+        metrics::counter!("hivekeeper_bridge_publish_failed_total")
+            .absolute(load(&stats.publish_failed));
+        let mqtt = transport.stats();
+        metrics::counter!("hivekeeper_mqtt_messages_in_total")
+            .absolute(mqtt.inbound_received_total);
+        metrics::counter!("hivekeeper_mqtt_messages_dropped_total")
+            .absolute(mqtt.inbound_dropped_total);
+        metrics::counter!("hivekeeper_mqtt_messages_out_total")
+            .absolute(mqtt.outbound_published_total);
+        metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
+    }
+}
