@@ -204,3 +204,25 @@ async fn export_counters(stats: Arc<BridgeStats>, transport: Transport) {
         metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ServeConfig;
+
+    /// The shipped example must parse and say exactly what the defaults are, so the file can
+    /// never drift from the code.
+    #[test]
+    fn the_example_config_parses_and_equals_the_defaults() {
+        let example: ServeConfig = toml::from_str(include_str!("../hivekeeper.example.toml"))
+            .expect("hivekeeper.example.toml parses");
+        let defaults = ServeConfig::default();
+        assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_error_not_a_silent_default() {
+        let typo = "[node]\ndata_dri = \"x\"\n";
+        let error = toml::from_str::<ServeConfig>(typo).expect_err("unknown key");
+        assert!(error.to_string().contains("data_dri"), "{error}");
+    }
+}

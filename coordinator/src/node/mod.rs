@@ -127,6 +127,16 @@ impl NodeConfig {
     /// Cross-field rules.
     pub fn validate(&self) -> Result<(), String> {
         self.limits.validate()?;
+        self.raft.validate()?;
+        // A lease must outlive a few heartbeats, or an ordinary hiccup expires it (DESIGN.md §2).
+        let heartbeats_min = 3 * self.raft.heartbeat_interval_ms;
+        if self.limits.lease_ttl_ms_min < heartbeats_min {
+            return Err(format!(
+                "limits.lease_ttl_ms_min ({} ms) must be at least three heartbeat intervals \
+                 ({heartbeats_min} ms)",
+                self.limits.lease_ttl_ms_min
+            ));
+        }
         if self.ingress_max == 0 || self.batch_max == 0 {
             return Err("ingress_max and batch_max must be at least 1".into());
         }

@@ -23,9 +23,9 @@ use super::dedup::Dedup;
 use super::lease::{Lease, LeaseId};
 use super::{Ctx, Event, NameMap, ReleaseReason, Reply, Text};
 
-/// Tokens are `log index << TOKEN_INDEX_SHIFT` (plus a count when one entry grants several), so
-/// `token >> 16` is the index of the granting entry. 2^48 entries is centuries at any rate a
-/// Raft log sustains.
+/// Tokens are `position << TOKEN_INDEX_SHIFT` (plus a count when one command grants several), so
+/// `token >> 16` is the log position of the granting command ([`super::LogMeta::index`]). 2^48
+/// positions is centuries at any rate a Raft log sustains.
 pub const TOKEN_INDEX_SHIFT: u32 = 16;
 
 /// A resource: its kind and name. Written `kind:name` where it must be a string (JSON map keys);

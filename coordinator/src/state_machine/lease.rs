@@ -7,8 +7,8 @@
 //! grants the next waiters, all in the same entry.
 //!
 //! Invariants:
-//! 1. A lease id is the log index of the entry that granted it, so ids are unique and never
-//!    reused, also across snapshots.
+//! 1. A lease id is the log position of the command that granted it, so ids are unique and
+//!    never reused, also across snapshots.
 //! 2. Every live lease's TTL was within the limits when it was granted.
 //! 3. There are never more than `leases_max` live leases after an entry that granted one.
 //! 4. A lease never expires before its TTL has run since it was granted, on the machine's clock;
@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use super::grant::ResourceKey;
 use super::{Ctx, Event, LeaseEnd, Reply, StateMachine, Text};
 
-/// A lease's identity: the log index of the entry that granted it. On the wire it is an opaque
-/// string of 16 lowercase hex digits.
+/// A lease's identity: the log position of the command that granted it. On the wire it is an
+/// opaque string of 16 lowercase hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct LeaseId(pub u64);

@@ -79,7 +79,10 @@ pub type NameMap<V> = std::collections::HashMap<Text, V, foldhash::fast::RandomS
 /// Where an entry sits in the Raft log and when the leader stamped it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogMeta {
-    /// The entry's log index. Strictly increasing; the source of lease ids and tokens.
+    /// The command's position in the log. Strictly increasing; the source of lease ids and
+    /// tokens. With one command per entry it is the entry's log index; when one entry carries a
+    /// batch, the raft layer numbers its commands `max(log index, last applied + 1)` onwards, a
+    /// function of the log alone, so every replica numbers them alike.
     pub index: u64,
     /// The term of the leader that appended the entry.
     pub term: u64,
