@@ -22,7 +22,7 @@ use hivekeeper_protocol::ErrorCode;
 use serde::{Deserialize, Serialize};
 
 use super::grant::ResourceKey;
-use super::{Ctx, Event, LeaseEnd, Reply, StateMachine, Text};
+use super::{Ctx, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text};
 
 /// A lease's identity: the log position of the command that granted it. On the wire it is an
 /// opaque string of 16 lowercase hex digits.
@@ -151,7 +151,11 @@ impl StateMachine {
                 reason,
             });
             for key in lease.holds {
-                self.take_hold(ctx, &key, id);
+                let hold = self
+                    .take_hold(&key, id)
+                    .expect("a lease's holds list only resources it holds");
+                self.core
+                    .release(ctx, &key, &hold, ReleaseReason::LeaseEnded);
                 touched.insert(key);
             }
             for (key, request_id) in lease.waits {
@@ -168,19 +172,6 @@ impl StateMachine {
         }
         let touched: Vec<ResourceKey> = touched.into_iter().collect();
         self.settle(ctx, &touched);
-    }
-
-    /// Takes the hold of `lease` on `key` away because the lease ended.
-    fn take_hold(&mut self, ctx: &mut Ctx, key: &ResourceKey, lease: LeaseId) {
-        use hivekeeper_protocol::ResourceKind;
-        let hold = match key.kind {
-            ResourceKind::Lock => self.lock_take_hold(&key.name, lease),
-            ResourceKind::Sem => self.sem_take_hold(&key.name, lease),
-            ResourceKind::Waypoint => self.waypoints.take_hold(&key.name, lease),
-        };
-        let hold = hold.expect("a lease's holds list only resources it holds");
-        self.core
-            .release(ctx, key, &hold, super::ReleaseReason::LeaseEnded);
     }
 
     /// Live leases with their agent and TTL, in id order (for the leader's lease keeper, which

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
-use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
+use super::{Ctx, Reply, StateMachine, Text};
 
 /// One lock in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,36 +98,6 @@ impl StateMachine {
         Reply::Granted { token }
     }
 
-    pub(super) fn lock_release(
-        &mut self,
-        ctx: &mut Ctx,
-        agent: &str,
-        name: &str,
-        lease: &str,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
-        let not_holder = || {
-            Reply::refused(
-                ErrorCode::NotHolder,
-                format!("lease {lease} does not hold lock {name:?}"),
-            )
-        };
-        // The map's own name, shared, rather than a fresh copy for the key and the events.
-        let Some((name, _)) = self.locks.get_key_value(name) else {
-            return not_holder();
-        };
-        let key = ResourceKey::new(ResourceKind::Lock, name);
-        let Some(hold) = self.lock_take_hold(&key.name, lease) else {
-            return not_holder();
-        };
-        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
-        self.lock_settle(ctx, &key.name);
-        Reply::Done
-    }
-
     /// Removes and returns `lease`'s hold on lock `name`, leaving the lock holder-less until
     /// [`Self::lock_settle`].
     pub(super) fn lock_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
@@ -136,21 +106,6 @@ impl StateMachine {
             return None;
         }
         lock.holder.take()
-    }
-
-    /// Removes and returns a waiter of lock `name`.
-    pub(super) fn lock_take_waiter(
-        &mut self,
-        name: &str,
-        agent: &str,
-        request_id: &str,
-    ) -> Option<Waiter> {
-        let lock = self.locks.get_mut(name)?;
-        let position = lock
-            .waiters
-            .iter()
-            .position(|w| &*w.agent == agent && w.request_id == request_id)?;
-        lock.waiters.remove(position)
     }
 
     /// Hands a holder-less lock to its head waiter, or forgets it when nobody waits.
@@ -218,6 +173,18 @@ impl StateMachine {
             ),
         )
     }
+}
+
+/// Removes and returns the waiter of a FIFO queue (lock or semaphore) with this request id.
+pub(super) fn take_queued(
+    waiters: &mut VecDeque<Waiter>,
+    agent: &str,
+    request_id: &str,
+) -> Option<Waiter> {
+    let position = waiters
+        .iter()
+        .position(|w| &*w.agent == agent && w.request_id == request_id)?;
+    waiters.remove(position)
 }
 
 /// A holder as `inspect` shows it.

@@ -497,7 +497,9 @@ impl StateMachine {
                 lease,
                 wait_ms,
             } => self.lock_acquire(ctx, &agent, &id, name, &lease, wait_ms),
-            Op::LockRelease { name, lease } => self.lock_release(ctx, &agent, &name, &lease),
+            Op::LockRelease { name, lease } => {
+                self.release(ctx, ResourceKind::Lock, &agent, &name, &lease)
+            }
             Op::SemAcquire {
                 name,
                 limit,
@@ -505,7 +507,9 @@ impl StateMachine {
                 permits,
                 wait_ms,
             } => self.sem_acquire(ctx, &agent, &id, name, limit, &lease, permits, wait_ms),
-            Op::SemRelease { name, lease } => self.sem_release(ctx, &agent, &name, &lease),
+            Op::SemRelease { name, lease } => {
+                self.release(ctx, ResourceKind::Sem, &agent, &name, &lease)
+            }
             ref reserve @ Op::WaypointReserve {
                 ref name,
                 ref lease,
@@ -518,7 +522,7 @@ impl StateMachine {
                 self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms)
             }
             Op::WaypointRelease { name, lease } => {
-                self.waypoint_release(ctx, &agent, &name, &lease)
+                self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
             }
             Op::LeaseKeepalive { .. } | Op::FenceCheck { .. } | Op::Inspect { .. } => {
                 unreachable!("read ops were answered by query() above")
@@ -568,6 +572,52 @@ impl StateMachine {
         Reply::Cancelled { cancelled: true }
     }
 
+    /// `lock.release`, `sem.release`, `waypoint.release`: ends the lease's hold and grants what
+    /// became grantable, in this entry.
+    fn release(
+        &mut self,
+        ctx: &mut Ctx,
+        kind: ResourceKind,
+        agent: &str,
+        name: &str,
+        lease: &str,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        // The map's own name, shared, rather than a fresh copy for the key and the events.
+        let held_name = match kind {
+            ResourceKind::Lock => self.locks.get_key_value(name).map(|(name, _)| name.clone()),
+            ResourceKind::Sem => self.sems.get_key_value(name).map(|(name, _)| name.clone()),
+            ResourceKind::Waypoint => self.waypoints.held_name(name),
+        };
+        let not_holder = || {
+            Reply::refused(
+                ErrorCode::NotHolder,
+                format!("lease {lease} does not hold {} {name:?}", kind.as_str()),
+            )
+        };
+        let Some(key) = held_name.map(|name| ResourceKey::new(kind, &name)) else {
+            return not_holder();
+        };
+        let Some(hold) = self.take_hold(&key, lease) else {
+            return not_holder();
+        };
+        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
+        self.settle(ctx, std::slice::from_ref(&key));
+        Reply::Done
+    }
+
+    /// Removes and returns `lease`'s hold on `key`, leaving the resource to [`Self::settle`].
+    fn take_hold(&mut self, key: &ResourceKey, lease: LeaseId) -> Option<grant::Hold> {
+        match key.kind {
+            ResourceKind::Lock => self.lock_take_hold(&key.name, lease),
+            ResourceKind::Sem => self.sem_take_hold(&key.name, lease),
+            ResourceKind::Waypoint => self.waypoints.take_hold(&key.name, lease),
+        }
+    }
+
     /// Takes one waiter out of its resource's queue and answers it with an error.
     fn remove_waiter(
         &mut self,
@@ -579,8 +629,14 @@ impl StateMachine {
         message: &str,
     ) {
         let waiter = match key.kind {
-            ResourceKind::Lock => self.lock_take_waiter(&key.name, agent, request_id),
-            ResourceKind::Sem => self.sem_take_waiter(&key.name, agent, request_id),
+            ResourceKind::Lock => self
+                .locks
+                .get_mut(&key.name)
+                .and_then(|lock| lock::take_queued(&mut lock.waiters, agent, request_id)),
+            ResourceKind::Sem => self
+                .sems
+                .get_mut(&key.name)
+                .and_then(|sem| lock::take_queued(&mut sem.waiters, agent, request_id)),
             ResourceKind::Waypoint => self.waypoints.take_waiter(&key.name, agent, request_id),
         };
         let waiter = waiter.expect("the pending-wait index points at a queued waiter");

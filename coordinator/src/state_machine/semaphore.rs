@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::lock::{check_queue, holder_info, waiter_infos};
-use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
+use super::{Ctx, Reply, StateMachine, Text};
 
 /// One semaphore in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,56 +134,12 @@ impl StateMachine {
         Reply::Queued
     }
 
-    pub(super) fn sem_release(
-        &mut self,
-        ctx: &mut Ctx,
-        agent: &str,
-        name: &str,
-        lease: &str,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
-        let not_holder = || {
-            Reply::refused(
-                ErrorCode::NotHolder,
-                format!("lease {lease} holds no permits of semaphore {name:?}"),
-            )
-        };
-        let Some((name, _)) = self.sems.get_key_value(name) else {
-            return not_holder();
-        };
-        let key = ResourceKey::new(ResourceKind::Sem, name);
-        let Some(hold) = self.sem_take_hold(&key.name, lease) else {
-            return not_holder();
-        };
-        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
-        self.sem_settle(ctx, &key.name);
-        Reply::Done
-    }
-
     /// Removes and returns `lease`'s hold on semaphore `name`, giving its permits back.
     pub(super) fn sem_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
         let sem = self.sems.get_mut(name)?;
         let hold = sem.holders.remove(&lease)?;
         sem.used -= hold.permits;
         Some(hold)
-    }
-
-    /// Removes and returns a waiter of semaphore `name`.
-    pub(super) fn sem_take_waiter(
-        &mut self,
-        name: &str,
-        agent: &str,
-        request_id: &str,
-    ) -> Option<Waiter> {
-        let sem = self.sems.get_mut(name)?;
-        let position = sem
-            .waiters
-            .iter()
-            .position(|w| &*w.agent == agent && w.request_id == request_id)?;
-        sem.waiters.remove(position)
     }
 
     /// Grants head waiters while they fit; forgets the semaphore when it is idle.

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::lock::{holder_info, waiter_infos};
-use super::{Ctx, Limits, ReleaseReason, Reply, StateMachine, Text};
+use super::{Ctx, Limits, Reply, StateMachine, Text};
 use grid::{Entry, Grid};
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
@@ -132,6 +132,11 @@ impl Waypoints {
     /// Names held plus reservations waiting: what counts against `resources_max`.
     pub fn in_use(&self) -> usize {
         self.held.len() + self.waiters.len()
+    }
+
+    /// The map's own name for a held waypoint (shared, not copied).
+    pub fn held_name(&self, name: &str) -> Option<Text> {
+        self.held.get_key_value(name).map(|(name, _)| name.clone())
     }
 
     /// The token held on waypoint `name`.
@@ -392,29 +397,6 @@ impl StateMachine {
             ));
         }
         None
-    }
-
-    pub(super) fn waypoint_release(
-        &mut self,
-        ctx: &mut Ctx,
-        agent: &str,
-        name: &str,
-        lease: &str,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
-        let Some(hold) = self.waypoints.take_hold(name, lease) else {
-            return Reply::refused(
-                ErrorCode::NotHolder,
-                format!("lease {lease} does not hold waypoint {name:?}"),
-            );
-        };
-        let key = ResourceKey::new(ResourceKind::Waypoint, &Arc::from(name));
-        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
-        self.waypoints.settle(ctx, &mut self.core);
-        Reply::Done
     }
 
     pub(super) fn waypoint_inspect(&self, name: &str) -> Reply {
