@@ -10,9 +10,9 @@
 //! 2. A lease's `holds` and `waits` list exactly the holds and waiters the resources have.
 //! 3. `waiting` indexes exactly the queued waiters, by agent and request id: no waiter twice.
 //! 4. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
-//!    token is `max(token_last + 1, index << 16)`, so it also says which entry granted it.
+//!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -128,8 +128,10 @@ pub struct Wait {
 /// remembered outcomes of recent requests.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Core {
-    /// Live leases, by id.
-    pub leases: BTreeMap<LeaseId, Lease>,
+    /// Live leases, by id. A hash map: every write request looks its lease up; nothing iterates
+    /// it to decide, and the snapshot writes it in id order.
+    #[serde(serialize_with = "super::snapshot::sorted")]
+    pub leases: HashMap<LeaseId, Lease, foldhash::fast::RandomState>,
     /// The last token handed out (0 before the first grant).
     pub token_last: u64,
     /// Pending waits by agent, then request id: how a retry or a `CancelWait` finds its queue

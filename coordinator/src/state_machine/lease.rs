@@ -177,9 +177,13 @@ impl StateMachine {
     /// Live leases with their agent and TTL, in id order (for the leader's lease keeper, which
     /// gives each a fresh deadline when it takes office, and for inspection).
     pub fn leases(&self) -> impl Iterator<Item = (LeaseId, &str, u64)> + '_ {
-        self.core
+        let mut leases: Vec<_> = self
+            .core
             .leases
             .iter()
             .map(|(id, lease)| (*id, &*lease.agent, lease.ttl_ms))
+            .collect();
+        leases.sort_unstable_by_key(|(id, ..)| *id);
+        leases.into_iter()
     }
 }
