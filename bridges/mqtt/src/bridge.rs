@@ -5,7 +5,8 @@
 //! ```text
 //!  Inbound{topic, payload} ─▶ agent id from topic ──(bad: counted, dropped: no one to answer)
 //!        ─▶ Request::decode ──(bad: error response with the precise code)
-//!        ─▶ task: node.submit(agent, request)
+//!        ─▶ node.submit_ordered(agent, request)  (a write enters the proposer's queue now,
+//!           in arrival order) ─▶ task: await its reply
 //!              ├ final reply ─▶ publish {prefix}/rsp/{agent}
 //!              ├ Queued      ─▶ (wait_ms = n > 0) timer n ms ─▶ node.cancel_wait
 //!              └ NodeError   ─▶ publish `unavailable` (the agent retries the same id)
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use hivekeeper_coordinator::node::{NodeHandle, Outbound};
+use hivekeeper_coordinator::node::{NodeError, NodeHandle, Outbound};
+use hivekeeper_coordinator::state_machine::Reply;
 use hivekeeper_protocol::{ErrorCode, Request, Response};
 use tokio::sync::mpsc;
 
@@ -87,24 +89,34 @@ pub async fn run(
             }
         };
         stats.submitted.fetch_add(1, Ordering::Relaxed);
+        let id = request.id.clone();
+        let wait_ms = request.op.wait_ms();
+        // Handed to the node here, in arrival order, and only answered in a task: submitting
+        // from the task let two requests of one agent reach the log in the opposite order of
+        // their arrival (an acquire and the release published right after it: the release was
+        // applied first and answered `not_holder`). See `NodeHandle::submit_ordered`.
+        let reply = node.submit_ordered(&agent, request);
         let (transport, node, stats) = (transport.clone(), node.clone(), stats.clone());
-        tokio::spawn(async move { answer(&transport, &node, &stats, agent, request).await });
+        tokio::spawn(async move {
+            answer(&transport, &node, &stats, agent, id, wait_ms, reply).await;
+        });
     }
     publisher.abort();
 }
 
-/// Submits one request and publishes its answer, or arms its `wait_ms` timer.
+/// Waits for the node's reply to one submitted request and publishes it, or arms its
+/// `wait_ms` timer.
 async fn answer(
     transport: &Transport,
     node: &NodeHandle,
     stats: &BridgeStats,
     agent: String,
-    request: Request,
+    id: String,
+    wait_ms: Option<u64>,
+    reply: impl std::future::Future<Output = Result<Reply, NodeError>>,
 ) {
-    let id = request.id.clone();
-    let wait_ms = request.op.wait_ms();
     let topic = transport.topics().response(&agent);
-    let response = match node.submit(&agent, request).await {
+    let response = match reply.await {
         Ok(reply) => match reply.to_response(&id) {
             Some(response) => response,
             None => {

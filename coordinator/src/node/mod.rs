@@ -3,8 +3,10 @@
 //! batches proposals, keeps lease deadlines, routes applied events and bounds its ingress.
 //!
 //! ```text
-//!  bridge ──NodeHandle::submit(agent, request)──┐ ingress permit (bounded: `unavailable` past it)
-//!     ├ write op   ─▶ Proposer ─▶ raft.propose_batch ─▶ Reply (Queued: answered later)
+//!  bridge ──NodeHandle::submit_ordered(agent, request)──┐ ingress permit (bounded: `unavailable`
+//!     │                                                   past it)
+//!     ├ write op   ─▶ Proposer (enqueued at once, in arrival order) ─▶ raft.propose_batch
+//!     │              ─▶ Reply (Queued: answered later)
 //!     ├ keepalive  ─▶ read-index ─▶ LeaseKeeper (deadline = now + TTL) ─▶ Reply::Ttl
 //!     └ fence/inspect ─▶ read-index ─▶ StateMachine::query
 //!  raft applied entries ─▶ FanOut ─┬─▶ Outbound::{Respond, Notify} ─▶ bridge
@@ -155,6 +157,9 @@ impl Default for NodeConfig {
         NodeConfig::defaults()
     }
 }
+
+/// Where the answer to a command handed to the proposer arrives.
+type ProposalReply = ractor::concurrency::OneshotReceiver<Result<Reply, NodeError>>;
 
 /// A running node.
 pub struct Node {
@@ -332,6 +337,80 @@ impl NodeHandle {
                 };
                 self.propose(command).await
             }
+        }
+    }
+
+    /// Like [`NodeHandle::submit`], except that a write op is handed to the proposer before
+    /// this returns, not when the returned future is first polled.
+    ///
+    /// Why: the bridge answers each request in a task of its own. With `submit`, a write
+    /// reached the proposer only once its task ran, so two requests that arrived in order
+    /// (one agent's QoS 1 messages, which MQTT delivers in order) could be proposed in the
+    /// other order: an acquire published right before its release was applied after it (the
+    /// release answered `not_holder` and the lock stayed held), and two agents' acquires could
+    /// queue in the opposite order of their arrival. Calling this in arrival order from one
+    /// task makes log order the arrival order, because the proposer keeps its queue's order
+    /// and proposes one batch at a time. Reads and keepalives are not ordered (they change
+    /// nothing, and read-index already makes them linearizable).
+    pub fn submit_ordered(
+        &self,
+        agent: &str,
+        request: Request,
+    ) -> impl std::future::Future<Output = Result<Reply, NodeError>> + Send + 'static {
+        let handle = self.clone();
+        let agent = agent.to_string();
+        // Ok: a write, enqueued (or refused) now. Err: a read or keepalive, submitted later.
+        let enqueued = if request.op.is_write() {
+            Ok(self.enqueue(Command::Request {
+                agent: agent.clone(),
+                request,
+            }))
+        } else {
+            Err(request)
+        };
+        async move {
+            match enqueued {
+                Ok(Ok((permit, reply))) => {
+                    let result = handle.await_proposal(reply).await;
+                    // The ingress permit is held for the life of the request, as in `submit`.
+                    drop(permit);
+                    result
+                }
+                Ok(Err(error)) => Err(error),
+                Err(request) => handle.submit(&agent, request).await,
+            }
+        }
+    }
+
+    /// Takes an ingress permit and puts `command` in the proposer's mailbox now.
+    fn enqueue(
+        &self,
+        command: Command,
+    ) -> Result<(tokio::sync::OwnedSemaphorePermit, ProposalReply), NodeError> {
+        let permit =
+            self.ingress
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| NodeError::Overloaded {
+                    in_flight: self.ingress_max,
+                })?;
+        let (tx, rx) = ractor::concurrency::oneshot();
+        let port: ractor::RpcReplyPort<_> = (tx, self.propose_timeout).into();
+        self.proposer
+            .cast(ProposerMsg::Propose(command, port))
+            .map_err(|_| NodeError::Unavailable("the proposer is stopping".into()))?;
+        Ok((permit, rx))
+    }
+
+    /// Waits for the answer of a command [`NodeHandle::enqueue`]d, like `propose` does.
+    async fn await_proposal(&self, reply: ProposalReply) -> Result<Reply, NodeError> {
+        match tokio::time::timeout(self.propose_timeout, reply).await {
+            Ok(Ok(reply)) => reply,
+            Err(_) => Err(NodeError::Unavailable(format!(
+                "no commit within {} ms",
+                self.propose_timeout.as_millis()
+            ))),
+            Ok(Err(_)) => Err(NodeError::Unavailable("the proposer is stopping".into())),
         }
     }
 
