@@ -246,6 +246,29 @@ impl Node {
         self.child.is_some() && self.exit_status().is_none()
     }
 
+    /// SIGTERM (sent with kill(1): the workspace forbids `unsafe`), then waits at most 15 s
+    /// for the process to exit on its own.
+    pub async fn terminate(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        let pid = child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill(1) runs");
+        assert!(sent.success(), "SIGTERM to {pid} failed");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.exit_status().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "hivekeeper serve did not stop within 15 s of SIGTERM:\n{}",
+                self.log.tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// `kill -9`: no shutdown, no flush beyond what was already fsynced.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

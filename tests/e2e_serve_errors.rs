@@ -1,0 +1,131 @@
+//! `hivekeeper serve` refuses what it cannot run on with a one-line error and a non-zero exit,
+//! never a panic or a hang, and stops cleanly on SIGTERM.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::free_port;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hivekeeper");
+
+/// Runs `serve` with these arguments (free loopback ports unless given) and waits at most 20 s.
+fn serve(args: &[&str]) -> Output {
+    let mqtt = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut command = Command::new(BIN);
+    command.arg("serve");
+    if !args.contains(&"--mqtt-listen") {
+        command.args(["--mqtt-listen", &mqtt]);
+    }
+    if !args.contains(&"--metrics-listen") {
+        command.args(["--metrics-listen", &metrics]);
+    }
+    let mut child = command
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hivekeeper runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("waitable").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hivekeeper serve {args:?} hung instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn assert_refused(output: &Output, expected: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "should fail: {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "a panic, not an error: {stderr}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in: {stderr}"
+    );
+}
+
+#[test]
+fn a_taken_mqtt_port_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().join("data");
+    let output = serve(&[
+        "--mqtt-listen",
+        &addr,
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert_refused(&output, "address already in use");
+}
+
+#[test]
+fn a_taken_metrics_port_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().join("data");
+    let output = serve(&[
+        "--metrics-listen",
+        &addr,
+        "--data-dir",
+        dir.to_str().expect("utf-8"),
+    ]);
+    assert_refused(&output, "serving /metrics");
+}
+
+#[test]
+fn a_corrupt_data_file_is_a_clear_error() {
+    let data = tempfile::tempdir().expect("tempdir");
+    std::fs::write(data.path().join("hivekeeper.redb"), b"not a database").expect("write");
+    let output = serve(&["--data-dir", data.path().to_str().expect("utf-8")]);
+    assert_refused(&output, "not a readable redb data file");
+}
+
+#[test]
+fn an_unusable_data_dir_is_a_clear_error() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let file = data.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let under_a_file = file.join("data");
+    let output = serve(&["--data-dir", under_a_file.to_str().expect("utf-8")]);
+    assert_refused(&output, "cannot use data directory");
+}
+
+#[test]
+fn a_bad_config_file_is_a_clear_error() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let config = data.path().join("hk.toml");
+    std::fs::write(&config, "[node]\nttl_typo = 1\n").expect("write");
+    let output = serve(&["--config", config.to_str().expect("utf-8")]);
+    assert_refused(&output, "is not valid");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_node_cleanly_and_it_restarts_on_the_same_data() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let mut node = common::Node::start(data.path()).await;
+    let port = node.mqtt_port();
+    let (_agent, session) = common::agent_session("terminated", port, 5_000).await;
+    // Keep the guard: dropping it would release the lock.
+    let guard = session.lock("kept").await.expect("lock");
+    let token = guard.token();
+    node.terminate().await;
+    let status = node.exit_status().expect("exited");
+    assert!(status.success(), "SIGTERM is a clean stop: {status:?}");
+    node.restart().await;
+    let observer = common::agent("observer", node.mqtt_port()).await;
+    let (holders, _) = common::inspect_lock(&observer, "kept").await;
+    assert_eq!(
+        holders.iter().map(|h| h.token).collect::<Vec<_>>(),
+        vec![token]
+    );
+}
