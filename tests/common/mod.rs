@@ -853,3 +853,32 @@ pub async fn release(guard: Guard, what: &str) {
         .await
         .unwrap_or_else(|e| panic!("{what}: {e}"));
 }
+
+/// The sum of every series of `name` in Prometheus text whose labels include all of `labels`
+/// (`name{a="x",b="y"} 3` matches `[("a", "x")]`); 0 when none does, as a counter that has
+/// not moved yet is absent.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (series_labels, value) = match rest.strip_prefix('{') {
+                Some(labelled) => {
+                    let (inside, value) = labelled.split_once('}')?;
+                    (inside, value)
+                }
+                None if rest.starts_with(' ') => ("", rest),
+                None => return None,
+            };
+            let has_all = labels.iter().all(|(key, want)| {
+                series_labels
+                    .split(',')
+                    .any(|pair| pair == format!("{key}=\"{want}\""))
+            });
+            if !has_all {
+                return None;
+            }
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum()
+}

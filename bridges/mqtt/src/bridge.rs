@@ -13,14 +13,33 @@
 //!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}    (a queued request's final answer)
 //!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}    (lease.expired, lock.lost, ...)
 //! ```
+//!
+//! # Metrics
+//! - `hivekeeper_requests_total{op, code}`: one per final answer published to a decoded
+//!   request (`code` is `ok` or the error code). A queued request is counted when its deferred
+//!   answer is published, not when it is queued.
+//! - `hivekeeper_request_duration_seconds{op}`: from the start of decoding to the final answer,
+//!   for a queued request to its deferred answer (so it includes the time in the queue).
+//! - `hivekeeper_mqtt_bad_requests_total{code}`, `hivekeeper_mqtt_bad_topics_total`: decode
+//!   errors and messages on a topic that names no agent.
+//! - `hivekeeper_resource_waiters{kind}`: requests this bridge saw answered `Queued` and has not
+//!   answered finally yet. On a single node that is the machine's waiters; the machine's
+//!   applied `Queued` reply carries neither kind nor request id, so the node cannot keep it.
+//!
+//! A queued request's op, kind and start time wait in [`Pending`] until its deferred answer
+//! comes. It is registered before the request is submitted: the deferred answer can reach the
+//! publisher before the task that submitted it sees `Queued`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use hivekeeper_coordinator::node::metrics::{RESOURCE_WAITERS, kind_label};
 use hivekeeper_coordinator::node::{NodeError, NodeHandle, Outbound};
 use hivekeeper_coordinator::state_machine::Reply;
-use hivekeeper_protocol::{ErrorCode, Request, Response};
+use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response};
+use metrics::{counter, describe_counter, describe_histogram, gauge, histogram};
 use tokio::sync::mpsc;
 
 use crate::{Inbound, Transport};
@@ -40,6 +59,86 @@ pub struct BridgeStats {
     pub publish_failed: AtomicU64,
 }
 
+/// Final answers to decoded requests, by `op` and `code` (counter).
+pub const REQUESTS_TOTAL: &str = "hivekeeper_requests_total";
+/// Decode to final answer, by `op` (histogram).
+pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds";
+/// Messages that could not be decoded into a request, by `code` (counter).
+pub const MQTT_BAD_REQUESTS_TOTAL: &str = "hivekeeper_mqtt_bad_requests_total";
+/// Messages on a topic that names no valid agent (counter).
+pub const MQTT_BAD_TOPICS_TOTAL: &str = "hivekeeper_mqtt_bad_topics_total";
+
+/// Gives the bridge's metrics their help texts. Call once, after the recorder is installed.
+pub fn describe_metrics() {
+    describe_counter!(
+        REQUESTS_TOTAL,
+        "Final answers to decoded requests, by op and code (ok or the error code); a queued \
+         request is counted when its deferred answer is published."
+    );
+    describe_histogram!(
+        REQUEST_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "From decoding a request to publishing its final answer (a queued request's includes \
+         its time in the queue), by op."
+    );
+    describe_counter!(
+        MQTT_BAD_REQUESTS_TOTAL,
+        "Messages answered with a decode error, by code (bad_request, unknown_op, too_large)."
+    );
+    describe_counter!(
+        MQTT_BAD_TOPICS_TOTAL,
+        "Messages on a request topic that names no valid agent (dropped)."
+    );
+}
+
+/// A request that may be queued, until its final answer is published.
+struct Pending {
+    /// The op's wire name, the `op` label.
+    op: &'static str,
+    /// The resource kind it waits on, the waiters gauge's label.
+    kind: ResourceKind,
+    /// When its decoding started.
+    started: Instant,
+    /// Whether it was answered `Queued` (and so counted in the waiters gauge).
+    queued: bool,
+}
+
+/// Requests that may be queued, by agent and request id. Bounded by what the node admits:
+/// an entry leaves with the request's final answer.
+type PendingMap = Arc<Mutex<HashMap<(String, String), Pending>>>;
+
+/// The resource kind of an op that can be queued.
+fn queueable_kind(op: &Op) -> Option<ResourceKind> {
+    match op {
+        Op::LockAcquire { .. } => Some(ResourceKind::Lock),
+        Op::SemAcquire { .. } => Some(ResourceKind::Sem),
+        Op::WaypointReserve { .. } => Some(ResourceKind::Waypoint),
+        _ => None,
+    }
+}
+
+/// The `code` label of a response: `ok` or the error code.
+fn code_label(response: &Response) -> &'static str {
+    match &response.outcome {
+        Ok(_) => "ok",
+        Err(error) => error.code.as_str(),
+    }
+}
+
+/// Counts one final answer.
+fn count_answer(op: &'static str, started: Instant, response: &Response) {
+    counter!(REQUESTS_TOTAL, "op" => op, "code" => code_label(response)).increment(1);
+    histogram!(REQUEST_DURATION_SECONDS, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+/// Locks the pending map; a panic while it was held cannot leave it half-updated (every
+/// critical section is one insert, lookup or remove), so a poisoned lock is used as is.
+fn lock(pending: &PendingMap) -> std::sync::MutexGuard<'_, HashMap<(String, String), Pending>> {
+    pending
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs the bridge until the inbound stream ends (transport shut down). Spawns the outbound
 /// publisher, which ends when the node's outbound stream ends.
 pub async fn run(
@@ -49,8 +148,9 @@ pub async fn run(
     mut outbound: mpsc::UnboundedReceiver<Outbound>,
     stats: Arc<BridgeStats>,
 ) {
+    let pending: PendingMap = Arc::default();
     let publisher = {
-        let (transport, stats) = (transport.clone(), stats.clone());
+        let (transport, stats, pending) = (transport.clone(), stats.clone(), pending.clone());
         tokio::spawn(async move {
             while let Some(message) = outbound.recv().await {
                 let (topic, payload) = match message {
@@ -59,7 +159,20 @@ pub async fn run(
                         request_id,
                         reply,
                     } => match reply.to_response(&request_id) {
-                        Some(response) => (transport.topics().response(&agent), response.encode()),
+                        Some(response) => {
+                            let topic = transport.topics().response(&agent);
+                            let key = (agent.to_string(), request_id);
+                            // Absent when it was queued before this process started: its
+                            // op and start are unknown, so it is not counted.
+                            if let Some(waiter) = lock(&pending).remove(&key) {
+                                if waiter.queued {
+                                    gauge!(RESOURCE_WAITERS, "kind" => kind_label(waiter.kind))
+                                        .decrement(1.0);
+                                }
+                                count_answer(waiter.op, waiter.started, &response);
+                            }
+                            (topic, response.encode())
+                        }
                         None => continue,
                     },
                     Outbound::Notify { agent, event } => {
@@ -71,10 +184,12 @@ pub async fn run(
         })
     };
     while let Some(Inbound { topic, payload }) = inbound.recv().await {
+        let started = Instant::now();
         let agent = match transport.topics().parse_request_topic(&topic) {
             Ok(agent) => agent.to_string(),
             Err(error) => {
                 stats.bad_topics.fetch_add(1, Ordering::Relaxed);
+                counter!(MQTT_BAD_TOPICS_TOTAL).increment(1);
                 tracing::debug!(%topic, %error, "message on a topic that names no agent: dropped");
                 continue;
             }
@@ -83,6 +198,7 @@ pub async fn run(
             Ok(request) => request,
             Err(error) => {
                 stats.bad_requests.fetch_add(1, Ordering::Relaxed);
+                counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
                 let topic = transport.topics().response(&agent);
                 publish(&transport, &stats, topic, error.to_response().encode());
                 continue;
@@ -91,17 +207,57 @@ pub async fn run(
         stats.submitted.fetch_add(1, Ordering::Relaxed);
         let id = request.id.clone();
         let wait_ms = request.op.wait_ms();
+        let op = request.op.name();
+        let queueable = queueable_kind(&request.op);
+        if let Some(kind) = queueable {
+            // A resend of a request still pending keeps the first one's start.
+            lock(&pending)
+                .entry((agent.clone(), id.clone()))
+                .or_insert(Pending {
+                    op,
+                    kind,
+                    started,
+                    queued: false,
+                });
+        }
         // Handed to the node here, in arrival order, and only answered in a task: submitting
         // from the task let two requests of one agent reach the log in the opposite order of
         // their arrival (an acquire and the release published right after it: the release was
         // applied first and answered `not_holder`). See `NodeHandle::submit_ordered`.
         let reply = node.submit_ordered(&agent, request);
         let (transport, node, stats) = (transport.clone(), node.clone(), stats.clone());
+        let asked = Asked {
+            agent,
+            id,
+            op,
+            started,
+            wait_ms,
+            queueable: queueable.is_some(),
+            pending: pending.clone(),
+        };
         tokio::spawn(async move {
-            answer(&transport, &node, &stats, agent, id, wait_ms, reply).await;
+            answer(&transport, &node, &stats, asked, reply).await;
         });
     }
     publisher.abort();
+}
+
+/// One submitted request, as its answering task needs it.
+struct Asked {
+    /// The asking agent.
+    agent: String,
+    /// Its request id.
+    id: String,
+    /// The op's wire name.
+    op: &'static str,
+    /// When its decoding started.
+    started: Instant,
+    /// Its `wait_ms`, if an acquire or reserve.
+    wait_ms: Option<u64>,
+    /// Whether the op can be queued (then it has an entry in `pending`).
+    queueable: bool,
+    /// Where a queueable request waits for its deferred answer.
+    pending: PendingMap,
 }
 
 /// Waits for the node's reply to one submitted request and publishes it, or arms its
@@ -110,22 +266,39 @@ async fn answer(
     transport: &Transport,
     node: &NodeHandle,
     stats: &BridgeStats,
-    agent: String,
-    id: String,
-    wait_ms: Option<u64>,
+    asked: Asked,
     reply: impl std::future::Future<Output = Result<Reply, NodeError>>,
 ) {
+    let Asked {
+        agent,
+        id,
+        op,
+        started,
+        wait_ms,
+        queueable,
+        pending,
+    } = asked;
     let topic = transport.topics().response(&agent);
+    let key = (agent, id);
+    let (agent, id) = (&key.0, &key.1);
     let response = match reply.await {
-        Ok(reply) => match reply.to_response(&id) {
+        Ok(reply) => match reply.to_response(id) {
             Some(response) => response,
             None => {
+                // Counted as a waiter unless its deferred answer was already published (it
+                // then left the pending map) or a resend of it was already counted.
+                if let Some(waiter) = lock(&pending).get_mut(&key)
+                    && !waiter.queued
+                {
+                    waiter.queued = true;
+                    gauge!(RESOURCE_WAITERS, "kind" => kind_label(waiter.kind)).increment(1.0);
+                }
                 // Queued: the final answer comes from the entry that grants, times out or
                 // drops it. A finite wait is cancelled through the log when it runs out; if the
                 // grant won the race, the cancel does nothing.
                 if let Some(wait_ms) = wait_ms.filter(|ms| *ms > 0) {
                     tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-                    if let Err(error) = node.cancel_wait(&agent, &id).await {
+                    if let Err(error) = node.cancel_wait(agent, id).await {
                         // The agent's SDK resends the same id, which re-arms this timer.
                         tracing::warn!(%agent, %id, %error, "could not cancel a timed-out wait");
                     }
@@ -135,9 +308,19 @@ async fn answer(
         },
         Err(error) => {
             stats.unavailable.fetch_add(1, Ordering::Relaxed);
-            Response::error(Some(id), ErrorCode::Unavailable, error.to_string())
+            Response::error(Some(id.clone()), ErrorCode::Unavailable, error.to_string())
         }
     };
+    // Answered now: no deferred answer will come for it, so its pending entry goes, unless
+    // that entry is an earlier send of the same id that is queued (this resend was answered at
+    // once, say `unavailable`): that one still waits. Each published answer is counted.
+    if queueable {
+        let mut pending = lock(&pending);
+        if pending.get(&key).is_some_and(|waiter| !waiter.queued) {
+            pending.remove(&key);
+        }
+    }
+    count_answer(op, started, &response);
     publish(transport, stats, topic, response.encode());
 }
 

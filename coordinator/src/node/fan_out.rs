@@ -5,6 +5,11 @@
 //! Entries re-applied at start (`replayed`) feed the keeper but send nothing to agents: their
 //! answers, if any, went out before the restart, and an agent that missed one retries the same
 //! request id and gets it from the dedup memory.
+//!
+//! It also keeps the node's lease and resource metrics (`metrics.rs`): counters and histograms
+//! from entries applied for the first time, gauges from every entry.
+
+use std::sync::Arc;
 
 use hivekeeper_protocol::{Event as Notice, ResourceKind};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -12,7 +17,8 @@ use tokio::sync::mpsc;
 
 use super::Outbound;
 use super::lease_keeper::KeeperMsg;
-use crate::raft::Applied;
+use super::metrics::NodeMetrics;
+use crate::raft::{Applied, RaftHandle};
 use crate::state_machine::{Event, LeaseEnd, ReleaseReason};
 
 /// Messages of the fan-out.
@@ -24,25 +30,59 @@ pub enum FanOutMsg {
 /// The fan-out's behaviour.
 pub struct FanOut;
 
-/// Arguments and state (it keeps nothing between entries).
-pub struct FanOutState {
+/// Arguments.
+pub struct FanOutArgs {
+    /// The lease keeper, told of leases granted and ended.
     pub keeper: ActorRef<KeeperMsg>,
     /// To the bridge. Unbounded: it is fed at the apply rate and drained by the bridge's
     /// publisher, which only queues into the MQTT client's own bounded queue.
     pub outbound: mpsc::UnboundedSender<Outbound>,
+    /// Read for `hivekeeper_leases_active`, the machine's own count of live leases.
+    pub raft: Arc<RaftHandle>,
+}
+
+/// The fan-out's state: its arguments and the metrics' bookkeeping (no domain state).
+pub struct FanOutState {
+    /// The lease keeper.
+    keeper: ActorRef<KeeperMsg>,
+    /// To the bridge.
+    outbound: mpsc::UnboundedSender<Outbound>,
+    /// Read for the live-lease gauge.
+    raft: Arc<RaftHandle>,
+    /// The holds behind `hivekeeper_resource_held`.
+    metrics: NodeMetrics,
+}
+
+impl FanOutState {
+    /// Sets `hivekeeper_leases_active` from the machine: a scan of the leases, done only when
+    /// an entry granted or ended one, or the machine was replaced. A failed read leaves the
+    /// gauge as it was: a metric is not worth stopping the node for.
+    fn refresh_leases_active(&self) {
+        match self.raft.query(|sm| sm.lease_count()) {
+            Ok(active) => NodeMetrics::leases_active(active),
+            Err(error) => tracing::warn!(%error, "could not count the live leases for metrics"),
+        }
+    }
 }
 
 impl Actor for FanOut {
     type Msg = FanOutMsg;
     type State = FanOutState;
-    type Arguments = FanOutState;
+    type Arguments = FanOutArgs;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        args: FanOutState,
+        args: FanOutArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(args)
+        let state = FanOutState {
+            keeper: args.keeper,
+            outbound: args.outbound,
+            raft: args.raft,
+            metrics: NodeMetrics::new(),
+        };
+        state.refresh_leases_active();
+        Ok(state)
     }
 
     async fn handle(
@@ -58,9 +98,14 @@ impl Actor for FanOut {
             } => (events, replayed),
             Applied::SnapshotInstalled { .. } => {
                 state.keeper.cast(KeeperMsg::Resync)?;
+                state.metrics.snapshot_installed();
+                state.refresh_leases_active();
                 return Ok(());
             }
         };
+        if state.metrics.entry(&events, replayed) {
+            state.refresh_leases_active();
+        }
         for event in events {
             let outbound = match event {
                 Event::LeaseGranted { lease, ttl_ms, .. } => {

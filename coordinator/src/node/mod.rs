@@ -10,7 +10,8 @@
 //!     ├ keepalive  ─▶ read-index ─▶ LeaseKeeper (deadline = now + TTL) ─▶ Reply::Ttl
 //!     └ fence/inspect ─▶ read-index ─▶ StateMachine::query
 //!  raft applied entries ─▶ FanOut ─┬─▶ Outbound::{Respond, Notify} ─▶ bridge
-//!                                  └─▶ LeaseKeeper (LeaseGranted / LeaseEnded)
+//!                                  ├─▶ LeaseKeeper (LeaseGranted / LeaseEnded)
+//!                                  └─▶ metrics (counters, histograms, gauges)
 //!  LeaseKeeper Tick ─▶ overdue ─▶ Proposer: ExpireLeases { term }
 //! ```
 //!
@@ -20,10 +21,12 @@
 //! - `supervisor.rs`: starts the actors linked; any failure stops the node.
 //! - `proposer.rs`: batches commands into log entries.
 //! - `lease_keeper.rs`: keepalive deadlines on the leader, expiry proposals.
-//! - `fan_out.rs`: applied events to the bridge and the keeper.
+//! - `fan_out.rs`: applied events to the bridge and the keeper, and to the metrics.
+//! - `metrics.rs`: lease and resource metrics, from applied events (names and help texts).
 
 mod fan_out;
 mod lease_keeper;
+pub mod metrics;
 mod proposer;
 mod supervisor;
 

@@ -17,7 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{mpsc, watch};
 
 use super::Outbound;
-use super::fan_out::{FanOut, FanOutMsg, FanOutState};
+use super::fan_out::{FanOut, FanOutArgs, FanOutMsg};
 use super::lease_keeper::{KeeperArgs, KeeperMsg, LeaseKeeper};
 use super::proposer::{Proposer, ProposerArgs, ProposerMsg};
 use crate::raft::{AppliedReceiver, RaftHandle};
@@ -85,9 +85,10 @@ impl Actor for Supervisor {
         let (fan_out, _) = Actor::spawn_linked(
             Some("fan-out".into()),
             FanOut,
-            FanOutState {
+            FanOutArgs {
                 keeper: keeper.clone(),
                 outbound: args.outbound,
+                raft: args.raft.clone(),
             },
             cell,
         )

@@ -174,6 +174,11 @@ impl StateMachine {
         self.settle(ctx, &touched);
     }
 
+    /// How many leases are alive (cheap: for gauges, where `leases()` would sort them all).
+    pub fn lease_count(&self) -> usize {
+        self.core.leases.len()
+    }
+
     /// Live leases with their agent and TTL, in id order (for the leader's lease keeper, which
     /// gives each a fresh deadline when it takes office, and for inspection).
     pub fn leases(&self) -> impl Iterator<Item = (LeaseId, &str, u64)> + '_ {

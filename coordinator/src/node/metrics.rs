@@ -1,0 +1,249 @@
+//! The node's metrics: leases and resources, updated by the fan-out from the events of applied
+//! entries (never inside the state machine, which stays pure), plus the lease keeper's
+//! keepalive counter. Calls go to the `metrics` facade; `hivekeeper serve` installs the
+//! Prometheus recorder and calls [`describe`] once.
+//!
+//! ```text
+//!  Applied::Entry { reply, events, replayed } ─▶ FanOut ─▶ NodeMetrics::entry
+//!     counters, histograms: entries applied for the first time only (not `replayed`)
+//!     gauges: every entry, replayed or not (they mirror state, not activity)
+//!  LeaseKeeper: a keepalive answered `Ttl` ─▶ hivekeeper_leases_keepalives_total
+//! ```
+//!
+//! # What counts, and why
+//! - Counters and histograms count what this process applied for the first time. Entries
+//!   re-applied at start (`replayed`) happened before the restart; counting them again would
+//!   show a burst of old activity on every restart (Prometheus already sees the reset).
+//! - `hivekeeper_leases_active` is read from the machine (`StateMachine::lease_count`) whenever an
+//!   entry granted or ended a lease, when a snapshot is installed and at start: always the
+//!   machine's own number, snapshots included.
+//! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
+//!   included, by fencing token (each hold has its own). The machine has no public count of
+//!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
+//!   until a later entry grants them again; a release of such a hold is ignored rather than
+//!   driving the gauge below zero.
+//! - `hivekeeper_resource_waiters{kind}` is kept by the MQTT bridge, which alone knows a queued
+//!   request's kind (an applied `Queued` reply carries neither kind nor request id).
+//! - Labels are the resource kind, never the resource name, to keep cardinality bounded.
+
+use std::collections::{HashMap, HashSet};
+
+use hivekeeper_protocol::ResourceKind;
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+
+use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
+
+/// Live leases (gauge).
+pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
+/// Leases granted (counter).
+pub const LEASES_GRANTED_TOTAL: &str = "hivekeeper_leases_granted_total";
+/// Leases ended, `reason` = `revoked` | `expired` (counter).
+pub const LEASES_ENDED_TOTAL: &str = "hivekeeper_leases_ended_total";
+/// Keepalives that moved a lease's deadline (counter).
+pub const LEASES_KEEPALIVES_TOTAL: &str = "hivekeeper_leases_keepalives_total";
+/// Grants of locks, semaphores and waypoints, immediate or from the queue, by `kind`.
+pub const RESOURCE_GRANTS_TOTAL: &str = "hivekeeper_resource_grants_total";
+/// Grants from the queue in the same entry that released the resource, by `kind`.
+pub const RESOURCE_HANDOVERS_TOTAL: &str = "hivekeeper_resource_handovers_total";
+/// Holds that ended, by `kind` and `reason` = `released` | `lease_ended`.
+pub const RESOURCE_RELEASES_TOTAL: &str = "hivekeeper_resource_releases_total";
+/// Time from queueing to grant, 0 for an immediate grant, by `kind` (histogram).
+pub const RESOURCE_WAIT_SECONDS: &str = "hivekeeper_resource_wait_seconds";
+/// Time a hold lasted, by `kind` (histogram).
+pub const RESOURCE_HOLD_SECONDS: &str = "hivekeeper_resource_hold_seconds";
+/// Holds now, by `kind` (gauge).
+pub const RESOURCE_HELD: &str = "hivekeeper_resource_held";
+/// Queued requests not answered yet, by `kind` (gauge, kept by the bridge).
+pub const RESOURCE_WAITERS: &str = "hivekeeper_resource_waiters";
+
+/// Every resource kind, for the per-kind gauges.
+const KINDS: [ResourceKind; 3] = [
+    ResourceKind::Lock,
+    ResourceKind::Sem,
+    ResourceKind::Waypoint,
+];
+
+/// Gives every metric of the node its help text. Call once, after the recorder is installed.
+pub fn describe() {
+    describe_gauge!(LEASES_ACTIVE, "Leases alive in the state machine.");
+    describe_counter!(LEASES_GRANTED_TOTAL, "Leases granted.");
+    describe_counter!(
+        LEASES_ENDED_TOTAL,
+        "Leases ended, by reason (revoked by their agent, or expired)."
+    );
+    describe_counter!(
+        LEASES_KEEPALIVES_TOTAL,
+        "Keepalives that moved a lease's deadline (answered on the leader)."
+    );
+    describe_counter!(
+        RESOURCE_GRANTS_TOTAL,
+        "Locks, semaphore permits and waypoints granted, at once or from the queue, by kind."
+    );
+    describe_counter!(
+        RESOURCE_HANDOVERS_TOTAL,
+        "Grants to a waiter in the same log entry that released the resource, by kind."
+    );
+    describe_counter!(
+        RESOURCE_RELEASES_TOTAL,
+        "Holds ended, by kind and reason (released by the holder, or its lease ended)."
+    );
+    describe_histogram!(
+        RESOURCE_WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "Time a grant waited in the queue (0 when granted at once), by kind, machine clock."
+    );
+    describe_histogram!(
+        RESOURCE_HOLD_SECONDS,
+        metrics::Unit::Seconds,
+        "How long a hold lasted, by kind, machine clock."
+    );
+    describe_gauge!(RESOURCE_HELD, "Holds now, by kind.");
+    describe_gauge!(
+        RESOURCE_WAITERS,
+        "Requests queued on a resource and not answered yet, by kind (kept by the bridge)."
+    );
+}
+
+/// The label value of a kind.
+pub fn kind_label(kind: ResourceKind) -> &'static str {
+    kind.as_str()
+}
+
+/// Counts a keepalive that moved a deadline.
+pub(super) fn keepalive() {
+    counter!(LEASES_KEEPALIVES_TOTAL).increment(1);
+}
+
+/// The gauges' bookkeeping, owned by the fan-out.
+#[derive(Debug, Default)]
+pub(super) struct NodeMetrics {
+    /// The kind of every hold seen granted and not yet released, by fencing token (tokens are
+    /// unique across the machine): `hivekeeper_resource_held` is its size per kind, and a
+    /// release of a hold never seen granted is ignored.
+    holds: HashMap<u64, ResourceKind>,
+    /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
+    held: [u64; 3],
+}
+
+/// A kind's place in [`KINDS`].
+fn slot(kind: ResourceKind) -> usize {
+    match kind {
+        ResourceKind::Lock => 0,
+        ResourceKind::Sem => 1,
+        ResourceKind::Waypoint => 2,
+    }
+}
+
+impl NodeMetrics {
+    /// Sets the per-kind gauges to zero so they are exported before the first grant.
+    pub fn new() -> NodeMetrics {
+        let metrics = NodeMetrics::default();
+        metrics.publish_held();
+        for kind in KINDS {
+            gauge!(RESOURCE_WAITERS, "kind" => kind_label(kind)).set(0.0);
+        }
+        metrics
+    }
+
+    /// Accounts for the events of one applied entry. Returns whether a lease was granted or
+    /// ended, so the caller refreshes `hivekeeper_leases_active`.
+    pub fn entry(&mut self, events: &[Event], replayed: bool) -> bool {
+        // A handover is a grant from the queue in the entry that released that resource.
+        let released: HashSet<&ResourceKey> = events
+            .iter()
+            .filter_map(|event| match event {
+                Event::Released { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect();
+        let mut leases_changed = false;
+        let mut held_changed = false;
+        for event in events {
+            match event {
+                Event::LeaseGranted { .. } => {
+                    leases_changed = true;
+                    if !replayed {
+                        counter!(LEASES_GRANTED_TOTAL).increment(1);
+                    }
+                }
+                Event::LeaseEnded { reason, .. } => {
+                    leases_changed = true;
+                    if !replayed {
+                        let reason = match reason {
+                            LeaseEnd::Revoked => "revoked",
+                            LeaseEnd::Expired => "expired",
+                        };
+                        counter!(LEASES_ENDED_TOTAL, "reason" => reason).increment(1);
+                    }
+                }
+                Event::Granted {
+                    key,
+                    token,
+                    waited_ms,
+                    queued,
+                    ..
+                } => {
+                    if self.holds.insert(*token, key.kind).is_none() {
+                        self.held[slot(key.kind)] += 1;
+                        held_changed = true;
+                    }
+                    if !replayed {
+                        let kind = kind_label(key.kind);
+                        counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind).increment(1);
+                        if *queued && released.contains(key) {
+                            counter!(RESOURCE_HANDOVERS_TOTAL, "kind" => kind).increment(1);
+                        }
+                        histogram!(RESOURCE_WAIT_SECONDS, "kind" => kind)
+                            .record(*waited_ms as f64 / 1_000.0);
+                    }
+                }
+                Event::Released {
+                    key,
+                    token,
+                    held_ms,
+                    reason,
+                    ..
+                } => {
+                    if let Some(kind) = self.holds.remove(token) {
+                        self.held[slot(kind)] -= 1;
+                        held_changed = true;
+                    }
+                    if !replayed {
+                        let kind = kind_label(key.kind);
+                        let reason = match reason {
+                            ReleaseReason::Released => "released",
+                            ReleaseReason::LeaseEnded => "lease_ended",
+                        };
+                        counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason)
+                            .increment(1);
+                        histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind)
+                            .record(*held_ms as f64 / 1_000.0);
+                    }
+                }
+                Event::Respond { .. } => {}
+            }
+        }
+        if held_changed {
+            self.publish_held();
+        }
+        leases_changed
+    }
+
+    /// The machine was replaced by a snapshot: the holds it carries are unknown here.
+    pub fn snapshot_installed(&mut self) {
+        self.holds.clear();
+        self.held = [0; 3];
+        self.publish_held();
+    }
+
+    /// Sets `hivekeeper_leases_active`.
+    pub fn leases_active(count: usize) {
+        gauge!(LEASES_ACTIVE).set(count as f64);
+    }
+
+    fn publish_held(&self) {
+        for kind in KINDS {
+            gauge!(RESOURCE_HELD, "kind" => kind_label(kind)).set(self.held[slot(kind)] as f64);
+        }
+    }
+}

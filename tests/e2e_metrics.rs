@@ -1,0 +1,297 @@
+//! End to end: /metrics counts a scripted workload exactly. Raw clients run known numbers of
+//! lease grants, keepalives, a revoke, an expiry, lock grants (one a handover), releases, a
+//! refusal and bad input against one `hivekeeper serve`; every counter must move by exactly
+//! that much, the histograms must count every grant, release and request, and the gauges must
+//! end where the state is.
+
+mod common;
+
+use common::{Node, Raw, code, eventually, metric_sum, metrics_text, within};
+use serde_json::json;
+
+/// One series the test reads: metric name, the labels it must carry, and how much the
+/// workload moves it.
+type Expected = (&'static str, Vec<(&'static str, &'static str)>, f64);
+
+/// Every series the test reads.
+fn expected_deltas() -> Vec<Expected> {
+    vec![
+        ("hivekeeper_leases_granted_total", vec![], 3.0),
+        (
+            "hivekeeper_leases_ended_total",
+            vec![("reason", "expired")],
+            1.0,
+        ),
+        (
+            "hivekeeper_leases_ended_total",
+            vec![("reason", "revoked")],
+            1.0,
+        ),
+        ("hivekeeper_leases_keepalives_total", vec![], 2.0),
+        (
+            "hivekeeper_resource_grants_total",
+            vec![("kind", "lock")],
+            4.0,
+        ),
+        (
+            "hivekeeper_resource_handovers_total",
+            vec![("kind", "lock")],
+            1.0,
+        ),
+        (
+            "hivekeeper_resource_releases_total",
+            vec![("kind", "lock"), ("reason", "released")],
+            3.0,
+        ),
+        (
+            "hivekeeper_resource_releases_total",
+            vec![("kind", "lock"), ("reason", "lease_ended")],
+            1.0,
+        ),
+        // Every grant records its wait (0 when granted at once), every release its hold.
+        (
+            "hivekeeper_resource_wait_seconds_count",
+            vec![("kind", "lock")],
+            4.0,
+        ),
+        (
+            "hivekeeper_resource_hold_seconds_count",
+            vec![("kind", "lock")],
+            4.0,
+        ),
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "lease.grant"), ("code", "ok")],
+            3.0,
+        ),
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "lease.keepalive"), ("code", "ok")],
+            2.0,
+        ),
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "lease.revoke"), ("code", "ok")],
+            1.0,
+        ),
+        // The queued acquire is counted once, when its deferred grant is published.
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "lock.acquire"), ("code", "ok")],
+            4.0,
+        ),
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "lock.release"), ("code", "ok")],
+            3.0,
+        ),
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "lock.release"), ("code", "not_holder")],
+            1.0,
+        ),
+        ("hivekeeper_requests_total", vec![], 14.0),
+        ("hivekeeper_request_duration_seconds_count", vec![], 14.0),
+        (
+            "hivekeeper_request_duration_seconds_count",
+            vec![("op", "lock.acquire")],
+            4.0,
+        ),
+        (
+            "hivekeeper_mqtt_bad_requests_total",
+            vec![("code", "bad_request")],
+            1.0,
+        ),
+        (
+            "hivekeeper_mqtt_bad_requests_total",
+            vec![("code", "unknown_op")],
+            1.0,
+        ),
+        ("hivekeeper_mqtt_bad_topics_total", vec![], 1.0),
+        // The older per-second copies of the bridge's counters still move.
+        ("hivekeeper_bridge_bad_requests_total", vec![], 2.0),
+        ("hivekeeper_bridge_bad_topics_total", vec![], 1.0),
+    ]
+}
+
+/// Each expected series' value in `text`.
+fn read(text: &str) -> Vec<f64> {
+    expected_deltas()
+        .iter()
+        .map(|(name, labels, _)| metric_sum(text, name, labels))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_workload_moves_every_metric_by_exactly_its_count() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let metrics_port = node.metrics_port;
+    let mut a = Raw::connect(port, "drone-a").await;
+    let mut b = Raw::connect(port, "drone-b").await;
+    let mut c = Raw::connect(port, "drone-c").await;
+    let before_text = eventually(10, "/metrics serves the node's gauges", || async {
+        metrics_text(metrics_port)
+            .await
+            .filter(|text| text.contains("hivekeeper_leases_active"))
+    })
+    .await;
+    let before = read(&before_text);
+
+    // Three leases; drone-c's is short and never kept alive.
+    let lease_a = a.grant("g", 60_000).await;
+    let lease_b = b.grant("g", 60_000).await;
+    let lease_c = c.grant("g", 1_000).await;
+
+    // Lock grant 1: drone-c takes m1. drone-a queues behind it (no wait_ms: until granted).
+    let held = c
+        .call(json!({"id": "c1", "op": "lock.acquire", "name": "m1", "lease": lease_c}))
+        .await;
+    assert_eq!(held["ok"], true, "{held}");
+    a.send(json!({"id": "a1", "op": "lock.acquire", "name": "m1", "lease": lease_a}).to_string())
+        .await;
+    // Lock grant 2, the handover: drone-c's lease expires, the same entry releases m1 and
+    // grants it to drone-a, whose deferred answer is the grant.
+    let granted = a.next(15).await;
+    assert_eq!(granted["id"], "a1", "{granted}");
+    assert_eq!(granted["ok"], true, "{granted}");
+
+    // Two keepalives, then the releases and one refusal.
+    for id in ["k1", "k2"] {
+        let kept = a
+            .call(json!({"id": id, "op": "lease.keepalive", "lease": lease_a}))
+            .await;
+        assert_eq!(kept["ok"], true, "{kept}");
+    }
+    let released = a
+        .call(json!({"id": "a2", "op": "lock.release", "name": "m1", "lease": lease_a}))
+        .await;
+    assert_eq!(released["ok"], true, "{released}");
+    // Lock grant 3 and release 2 by drone-b; its second release is `not_holder`.
+    for (id, op) in [("b1", "lock.acquire"), ("b2", "lock.release")] {
+        let done = b
+            .call(json!({"id": id, "op": op, "name": "m2", "lease": lease_b}))
+            .await;
+        assert_eq!(done["ok"], true, "{done}");
+    }
+    let refused = b
+        .call(json!({"id": "b3", "op": "lock.release", "name": "m2", "lease": lease_b}))
+        .await;
+    assert_eq!(code(&refused), Some("not_holder"), "{refused}");
+    // Lock grant 4 and release 3 by drone-a.
+    for (id, op) in [("a3", "lock.acquire"), ("a4", "lock.release")] {
+        let done = a
+            .call(json!({"id": id, "op": op, "name": "m3", "lease": lease_a}))
+            .await;
+        assert_eq!(done["ok"], true, "{done}");
+    }
+    // drone-b revokes its lease.
+    let revoked = b
+        .call(json!({"id": "b4", "op": "lease.revoke", "lease": lease_b}))
+        .await;
+    assert_eq!(revoked["ok"], true, "{revoked}");
+
+    // Bad input: malformed JSON, an unknown op, a topic that names no agent.
+    a.send(r#"{"id":"m1","op":"#).await;
+    let malformed = a.next(10).await;
+    assert_eq!(code(&malformed), Some("bad_request"), "{malformed}");
+    let unknown = a
+        .call(json!({"id": "u1", "op": "lock.steal", "name": "m1", "lease": lease_a}))
+        .await;
+    assert_eq!(code(&unknown), Some("unknown_op"), "{unknown}");
+    a.publish_to("hk/v1/req/bad*agent", "x").await;
+
+    // Counters move where things happen, except the bridge_* copies (once a second): poll
+    // until every series reached its count, then check none went past it.
+    let expected = expected_deltas();
+    let reached = |text: &str| {
+        read(text)
+            .iter()
+            .zip(&before)
+            .zip(&expected)
+            .all(|((now, was), (_, _, delta))| now - was >= *delta)
+    };
+    let after_text = eventually(15, "every metric reached its count", || async {
+        metrics_text(metrics_port)
+            .await
+            .filter(|text| reached(text))
+    })
+    .await;
+    // A little longer, so a late double count would show.
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let final_text = within(5, "/metrics", metrics_text(metrics_port))
+        .await
+        .expect("/metrics answers");
+    for text in [&after_text, &final_text] {
+        for (((name, labels, delta), was), now) in expected.iter().zip(&before).zip(read(text)) {
+            assert_eq!(
+                now - was,
+                *delta,
+                "{name}{labels:?} moved by {} instead of {delta}",
+                now - was
+            );
+        }
+    }
+
+    // Gauges end where the state is: drone-a's lease alone, nothing held, nobody waiting.
+    let gauge = |name: &str, labels: &[(&str, &str)]| metric_sum(&final_text, name, labels);
+    assert_eq!(gauge("hivekeeper_leases_active", &[]), 1.0, "leases_active");
+    assert_eq!(
+        gauge("hivekeeper_resource_held", &[("kind", "lock")]),
+        0.0,
+        "resource_held"
+    );
+    assert_eq!(
+        gauge("hivekeeper_resource_waiters", &[("kind", "lock")]),
+        0.0,
+        "resource_waiters"
+    );
+    // Histograms export as buckets, with help texts.
+    assert!(
+        final_text.contains("hivekeeper_resource_wait_seconds_bucket{kind=\"lock\",le=\"0.0005\"}"),
+        "histograms export as buckets:\n{final_text}"
+    );
+    assert!(
+        final_text.contains("# HELP hivekeeper_requests_total"),
+        "metrics are described:\n{final_text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_request_is_a_waiter_until_its_answer() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let metrics_port = node.metrics_port;
+    let mut holder = Raw::connect(port, "drone-h").await;
+    let mut waiter = Raw::connect(port, "drone-w").await;
+    let lease_h = holder.grant("g", 60_000).await;
+    let lease_w = waiter.grant("g", 60_000).await;
+    let held = holder
+        .call(json!({"id": "h1", "op": "lock.acquire", "name": "bay", "lease": lease_h}))
+        .await;
+    assert_eq!(held["ok"], true, "{held}");
+    waiter
+        .send(
+            json!({"id": "w1", "op": "lock.acquire", "name": "bay", "lease": lease_w}).to_string(),
+        )
+        .await;
+    let gauges = |held: f64, waiting: f64| async move {
+        metrics_text(metrics_port).await.filter(|text| {
+            metric_sum(text, "hivekeeper_resource_held", &[("kind", "lock")]) == held
+                && metric_sum(text, "hivekeeper_resource_waiters", &[("kind", "lock")]) == waiting
+        })
+    };
+    eventually(10, "one held, one waiting", || gauges(1.0, 1.0)).await;
+    let released = holder
+        .call(json!({"id": "h2", "op": "lock.release", "name": "bay", "lease": lease_h}))
+        .await;
+    assert_eq!(released["ok"], true, "{released}");
+    let granted = waiter.next(10).await;
+    assert_eq!(granted["ok"], true, "{granted}");
+    eventually(10, "handed over: one held, none waiting", || {
+        gauges(1.0, 0.0)
+    })
+    .await;
+}
