@@ -11,6 +11,7 @@
 //! ```text
 //!  fan-out: LeaseGranted / LeaseEnded ─▶ deadlines[lease] = now + ttl / remove
 //!  bridge:  Keepalive(agent, lease)   ─▶ lease live and the agent's? deadline = now + ttl
+//!                                        (counted: hivekeeper_leases_keepalives_total)
 //!  Tick (every tick_ms)               ─▶ overdue leases ─▶ proposer: ExpireLeases { term }
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
@@ -127,7 +128,29 @@ impl Actor for LeaseKeeper {
                 lease,
                 reply,
             } => {
-                let answer = if state.ready {
+                let now = Instant::now();
+                // A lease past its deadline is as good as expired: its expiry is proposed (or
+                // will be at the next tick). Acknowledging the keepalive would let the agent
+                // believe it holds for another TTL while the expiry hands its resources to
+                // someone else, so the agent is told now (the SDK gives up first).
+                let overdue = LeaseId::parse(&lease).filter(|id| {
+                    state.expiring.contains(id)
+                        || state
+                            .deadlines
+                            .get(id)
+                            .is_some_and(|(deadline, _)| *deadline <= now)
+                });
+                let answer = if !state.ready {
+                    Reply::refused(
+                        ErrorCode::Unavailable,
+                        "this node is not a ready leader; retry (the SDK does)",
+                    )
+                } else if overdue.is_some() {
+                    Reply::refused(
+                        ErrorCode::LeaseNotFound,
+                        format!("lease {lease} expired: its TTL ran out before this keepalive"),
+                    )
+                } else {
                     let op = Op::LeaseKeepalive { lease };
                     let answer = state.raft.query(|sm| sm.query(&agent, &op))?;
                     if let (Reply::Ttl { ttl_ms }, Op::LeaseKeepalive { lease }) = (&answer, &op)
@@ -135,13 +158,9 @@ impl Actor for LeaseKeeper {
                     {
                         let deadline = Instant::now() + Duration::from_millis(*ttl_ms);
                         state.deadlines.insert(id, (deadline, *ttl_ms));
+                        super::metrics::keepalive();
                     }
                     answer
-                } else {
-                    Reply::refused(
-                        ErrorCode::Unavailable,
-                        "this node is not a ready leader; retry (the SDK does)",
-                    )
                 };
                 let _ = reply.send(answer);
             }
