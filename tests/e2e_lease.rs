@@ -96,3 +96,31 @@ async fn a_silent_holder_is_reclaimed_within_ttl_plus_250ms_and_knew_it_first() 
     release(next, "the waiter releases").await;
     drop(guard);
 }
+
+/// Regression: a keepalive that arrives after a lease's deadline, before the leader's next look
+/// for overdue leases, was acknowledged — the agent believed it held for another TTL while the
+/// expiry handed its resources on. With the leader looking only every 3 s, a keepalive 700 ms
+/// into a 500 ms lease must be refused.
+#[tokio::test]
+async fn a_keepalive_after_the_deadline_is_refused_not_acknowledged() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let config = data.path().join("slow-keeper.toml");
+    std::fs::write(&config, "[node]\nkeeper_tick_ms = 3000\n").expect("config");
+    let node_dir = data.path().join("data");
+    let node = common::Node::start_with_args(
+        &node_dir,
+        &["--config", config.to_str().expect("utf-8 path")],
+    )
+    .await;
+    let mut raw = common::Raw::connect(node.mqtt_port(), "late-keeper").await;
+    let lease = raw.grant("grant", 500).await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let answer = raw
+        .call(serde_json::json!({"id": "late", "op": "lease.keepalive", "lease": lease}))
+        .await;
+    assert_eq!(
+        common::code(&answer),
+        Some("lease_not_found"),
+        "a keepalive past the deadline must not extend the lease: {answer}"
+    );
+}

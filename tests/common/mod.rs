@@ -116,6 +116,8 @@ pub struct Node {
     pub metrics_port: u16,
     /// When the last start printed "hivekeeper ready".
     pub ready_at: Instant,
+    /// More `serve` arguments (e.g. `--config FILE`), kept across restarts.
+    extra_args: Vec<String>,
 }
 
 /// Why a start failed.
@@ -132,18 +134,23 @@ const START_ATTEMPTS: usize = 5;
 impl Node {
     /// A node with an embedded broker on free ports.
     pub async fn start(data_dir: &Path) -> Node {
-        Node::start_picking(data_dir, || Mqtt::Embedded(free_port())).await
+        Node::start_picking(data_dir, || Mqtt::Embedded(free_port()), &[]).await
+    }
+
+    /// A node with an embedded broker on free ports and more `serve` arguments.
+    pub async fn start_with_args(data_dir: &Path, extra_args: &[&str]) -> Node {
+        Node::start_picking(data_dir, || Mqtt::Embedded(free_port()), extra_args).await
     }
 
     /// A node using the external broker on `broker_port`, metrics on a free port.
     pub async fn start_external(data_dir: &Path, broker_port: u16) -> Node {
-        Node::start_picking(data_dir, || Mqtt::External(broker_port)).await
+        Node::start_picking(data_dir, || Mqtt::External(broker_port), &[]).await
     }
 
     /// Starts a node on free ports. A port picked by [`free_port`] can be taken before the
     /// node binds it (by another test's node or an outgoing connection's ephemeral port):
     /// then it starts again on other ports, a bounded number of times.
-    async fn start_picking(data_dir: &Path, mqtt: impl Fn() -> Mqtt) -> Node {
+    async fn start_picking(data_dir: &Path, mqtt: impl Fn() -> Mqtt, extra_args: &[&str]) -> Node {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let mut node = Node {
@@ -153,6 +160,7 @@ impl Node {
                 mqtt: mqtt(),
                 metrics_port: free_port(),
                 ready_at: Instant::now(),
+                extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             };
             match node.spawn().await {
                 Ok(()) => return node,
@@ -188,6 +196,7 @@ impl Node {
                 .arg("--mqtt-url")
                 .arg(format!("mqtt://127.0.0.1:{port}")),
         };
+        command.args(&self.extra_args);
         let mut child = command
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
