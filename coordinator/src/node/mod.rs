@@ -397,15 +397,20 @@ impl NodeHandle {
                 .map_err(|_| NodeError::Overloaded {
                     in_flight: self.ingress_max,
                 })?;
+        Ok((permit, self.send_to_proposer(command)?))
+    }
+
+    /// Puts `command` in the proposer's mailbox now; the answer arrives on the returned receiver.
+    fn send_to_proposer(&self, command: Command) -> Result<ProposalReply, NodeError> {
         let (tx, rx) = ractor::concurrency::oneshot();
         let port: ractor::RpcReplyPort<_> = (tx, self.propose_timeout).into();
         self.proposer
             .cast(ProposerMsg::Propose(command, port))
             .map_err(|_| NodeError::Unavailable("the proposer is stopping".into()))?;
-        Ok((permit, rx))
+        Ok(rx)
     }
 
-    /// Waits for the answer of a command [`NodeHandle::enqueue`]d, like `propose` does.
+    /// Waits for the answer of a command sent to the proposer, at most `propose_timeout`.
     async fn await_proposal(&self, reply: ProposalReply) -> Result<Reply, NodeError> {
         match tokio::time::timeout(self.propose_timeout, reply).await {
             Ok(Ok(reply)) => reply,
@@ -427,21 +432,8 @@ impl NodeHandle {
     }
 
     async fn propose(&self, command: Command) -> Result<Reply, NodeError> {
-        let result = self
-            .proposer
-            .call(
-                |reply| ProposerMsg::Propose(command, reply),
-                Some(self.propose_timeout),
-            )
-            .await;
-        match result {
-            Ok(ractor::rpc::CallResult::Success(reply)) => reply,
-            Ok(ractor::rpc::CallResult::Timeout) => Err(NodeError::Unavailable(format!(
-                "no commit within {} ms",
-                self.propose_timeout.as_millis()
-            ))),
-            _ => Err(NodeError::Unavailable("the proposer is stopping".into())),
-        }
+        let reply = self.send_to_proposer(command)?;
+        self.await_proposal(reply).await
     }
 
     /// The error code a [`NodeError`] is answered with.
