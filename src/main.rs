@@ -50,6 +50,32 @@ pub struct ServeArgs {
     /// Address of the Prometheus /metrics endpoint.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// This node's name in a cluster (etcd's --name); it must appear in --initial-cluster.
+    /// Without it the node runs alone.
+    #[arg(long, value_name = "NAME", requires = "initial_cluster")]
+    name: Option<String>,
+    /// Every initial member and its inter-node address, the same list on every member, e.g.
+    /// n1=127.0.0.1:7401,n2=127.0.0.1:7402,n3=127.0.0.1:7403. Each node listens for its peers
+    /// at its own address. The first start of an empty data dir forms the cluster.
+    #[arg(long, value_name = "NAME=HOST:PORT,...", requires = "name")]
+    initial_cluster: Option<String>,
+    /// `new` (default) to form a new cluster from --initial-cluster; `existing` to join a
+    /// running one (after `hivekeeper member add NAME=HOST:PORT` on it).
+    #[arg(long, value_name = "STATE", requires = "name")]
+    initial_cluster_state: Option<ClusterStateArg>,
+    /// Listen for peers here instead of at this node's --initial-cluster address (e.g.
+    /// 0.0.0.0:7401 while peers dial 10.0.0.5:7401).
+    #[arg(long, value_name = "ADDR", requires = "name")]
+    peer_listen: Option<SocketAddr>,
+}
+
+/// `--initial-cluster-state`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ClusterStateArg {
+    /// Form a new cluster.
+    New,
+    /// Join a running cluster.
+    Existing,
 }
 
 fn main() -> std::process::ExitCode {

@@ -15,12 +15,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use hivekeeper_coordinator::node::{Node, NodeConfig};
+use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig};
 use hivekeeper_mqtt::bridge::{self, BridgeStats};
 use hivekeeper_mqtt::{ExternalConfig, Mode, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::ServeArgs;
+use crate::{ClusterStateArg, ServeArgs};
 
 /// Upper bounds of the buckets of every `*_seconds` histogram, so they export as Prometheus
 /// histograms (aggregatable across nodes) rather than summaries. From half a millisecond (a
@@ -93,6 +93,25 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
     if let Some(listen) = args.metrics_listen {
         config.metrics.listen = listen;
     }
+    if let (Some(name), Some(initial_cluster)) = (args.name, args.initial_cluster) {
+        config.node.cluster = Some(ClusterConfig {
+            name,
+            initial_cluster,
+            initial_cluster_state: ClusterState::New,
+            peer_listen: None,
+        });
+    }
+    if let Some(cluster) = &mut config.node.cluster {
+        if let Some(state) = args.initial_cluster_state {
+            cluster.initial_cluster_state = match state {
+                ClusterStateArg::New => ClusterState::New,
+                ClusterStateArg::Existing => ClusterState::Existing,
+            };
+        }
+        if let Some(listen) = args.peer_listen {
+            cluster.peer_listen = Some(listen);
+        }
+    }
     config
         .node
         .validate()
@@ -126,6 +145,10 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     hivekeeper_coordinator::node::metrics::describe();
     bridge::describe_metrics();
     let data_dir = config.node.data_dir.clone();
+    let cluster = config.node.cluster.as_ref().map_or_else(
+        || "single node".to_string(),
+        |cluster| format!("member {} of {}", cluster.name, cluster.initial_cluster),
+    );
     let (node, outbound) = Node::start(config.node)
         .await
         .with_context(|| format!("starting the node on data dir {}", data_dir.display()))?;
@@ -156,6 +179,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     tracing::info!(
         data_dir = %data_dir.display(),
+        %cluster,
         metrics = %config.metrics.listen,
         topic_prefix = %config.mqtt.topic_prefix,
         "hivekeeper ready: {mqtt}"

@@ -15,6 +15,12 @@
 //!  LeaseKeeper Tick ─▶ overdue ─▶ Proposer: ExpireLeases { term }
 //! ```
 //!
+//! In a cluster, a follower's proposer forwards its batches to the leader, and a follower's
+//! keepalives and reads are forwarded too (`forward.rs`); the peer server answers what other
+//! nodes forward here. Deferred answers and notices come from this node's own applied entries:
+//! every replica applies the same log, so an agent hears them from whichever node it is
+//! connected to.
+//!
 //! `docs/actors.md` draws the supervision tree and says what happens when an actor fails.
 //!
 //! # Layout
@@ -23,8 +29,12 @@
 //! - `lease_keeper.rs`: keepalive deadlines on the leader, expiry proposals.
 //! - `fan_out.rs`: applied events to the bridge and the keeper, and to the metrics.
 //! - `metrics.rs`: lease and resource metrics, from applied events (names and help texts).
+//! - `cluster.rs`: [`ClusterConfig`], the etcd-style membership flags.
+//! - `forward.rs`: forwarding to the leader.
 
+mod cluster;
 mod fan_out;
+mod forward;
 mod lease_keeper;
 pub mod metrics;
 mod proposer;
@@ -39,8 +49,11 @@ use ractor::{Actor, ActorRef};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use crate::raft::{self, RaftConfig, RaftError, RaftHandle};
+use crate::raft::{self, RaftConfig, RaftError, RaftHandle, TcpNetwork};
 use crate::state_machine::{Command, Limits, Reply, Text};
+use crate::transport::{self, ForwardHandler, NetworkFaults};
+pub use cluster::{ClusterConfig, ClusterState};
+use forward::Forwarder;
 use lease_keeper::KeeperMsg;
 use proposer::ProposerMsg;
 use supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
@@ -96,8 +109,11 @@ impl From<RaftError> for NodeError {
 pub struct NodeConfig {
     /// Where the Raft log, vote and snapshots live.
     pub data_dir: PathBuf,
-    /// This node's Raft id.
+    /// This node's Raft id when it runs alone; a cluster member's id comes from its name.
     pub node_id: u64,
+    /// Cluster membership; absent: a single node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
     /// Raft timing and snapshot policy.
     pub raft: RaftConfig,
     /// The replicated limits this node proposes when it first leads with other limits in force.
@@ -120,6 +136,7 @@ impl NodeConfig {
         NodeConfig {
             data_dir: PathBuf::from("hivekeeper-data"),
             node_id: 1,
+            cluster: None,
             raft: RaftConfig::default(),
             limits: Limits::DEFAULTS,
             ingress_max: 10_000,
@@ -151,6 +168,18 @@ impl NodeConfig {
         if self.keeper_tick_ms == 0 || self.propose_timeout_ms == 0 {
             return Err("keeper_tick_ms and propose_timeout_ms must be positive".into());
         }
+        // A failover must fit in the shortest lease: an election (at most the longest election
+        // timeout) before a new leader gives every lease a fresh deadline.
+        if self.raft.election_timeout_ms_max >= self.limits.lease_ttl_ms_min {
+            return Err(format!(
+                "raft.election_timeout_ms_max ({} ms) must be below limits.lease_ttl_ms_min \
+                 ({} ms): a failover must fit in the shortest lease",
+                self.raft.election_timeout_ms_max, self.limits.lease_ttl_ms_min
+            ));
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.validate()?;
+        }
         Ok(())
     }
 }
@@ -167,6 +196,10 @@ type ProposalReply = ractor::concurrency::OneshotReceiver<Result<Reply, NodeErro
 /// A running node.
 pub struct Node {
     handle: NodeHandle,
+    /// Answers peers (a cluster member only).
+    peer_server: Option<tokio::task::JoinHandle<()>>,
+    /// Links cut on purpose (tests).
+    faults: NetworkFaults,
     supervisor: ActorRef<SupervisorMsg>,
     supervisor_done: tokio::task::JoinHandle<()>,
     failure: watch::Receiver<Option<String>>,
@@ -181,27 +214,67 @@ pub struct NodeHandle {
     ingress: Arc<Semaphore>,
     ingress_max: usize,
     propose_timeout: Duration,
+    /// To the leader, in a cluster.
+    forwarder: Option<Forwarder>,
 }
 
 impl Node {
-    /// Opens the data directory, starts Raft (a single-member cluster) and the actors, waits
-    /// for leadership and makes sure the configured limits are the replicated ones. Returns the
-    /// node and the stream of answers and notices for the bridge.
+    /// Opens the data directory, starts Raft and the actors, and makes sure the configured
+    /// limits are the replicated ones. Returns the node and the stream of answers and notices
+    /// for the bridge.
+    ///
+    /// A single node makes itself a one-member cluster and waits until it leads. A cluster
+    /// member listens for its peers, bootstraps the initial membership on a fresh data dir
+    /// (`initial_cluster_state = new`) and returns without waiting for a leader: its peers
+    /// may not be up yet, and until there is a leader it answers `unavailable`.
     pub async fn start(
         config: NodeConfig,
     ) -> Result<(Node, mpsc::UnboundedReceiver<Outbound>), NodeError> {
         config.validate().map_err(NodeError::Failed)?;
-        let (raft, applied) = raft::open(&config.data_dir, config.node_id, &config.raft)
-            .await
-            .map_err(|error| NodeError::Failed(error.to_string()))?;
+        let failed = |error: RaftError| NodeError::Failed(error.to_string());
+        let node_id = config
+            .cluster
+            .as_ref()
+            .map_or(config.node_id, ClusterConfig::node_id);
+        let faults = NetworkFaults::default();
+        let network = TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone());
+        // Bound before the data file opens, so a taken port fails fast and names the port.
+        let peer_listener = match &config.cluster {
+            Some(cluster) => {
+                let addr = cluster.listen_addr().map_err(NodeError::Failed)?;
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| {
+                    NodeError::Failed(format!(
+                        "cannot listen for peers on {addr}: {error} (is another node using it?)"
+                    ))
+                })?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let (raft, applied) =
+            raft::open_with_network(&config.data_dir, node_id, &config.raft, network.clone())
+                .await
+                .map_err(failed)?;
         let raft = Arc::new(raft);
-        raft.initialize_single_node()
-            .await
-            .map_err(|error| NodeError::Failed(error.to_string()))?;
+        match &config.cluster {
+            None => raft.initialize_single_node().await.map_err(failed)?,
+            Some(cluster) if cluster.initial_cluster_state == ClusterState::New => {
+                let members = cluster.members().map_err(NodeError::Failed)?;
+                raft.initialize_cluster(members).await.map_err(failed)?;
+            }
+            Some(_) => {}
+        }
+        let forwarder = config.cluster.as_ref().map(|_| {
+            Forwarder::new(
+                raft.clone(),
+                network.forwarding_pool(),
+                Duration::from_millis(config.propose_timeout_ms),
+            )
+        });
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
         let (failure_tx, failure) = watch::channel(None);
         let (supervisor, supervisor_done) = Actor::spawn(
-            Some("node".into()),
+            Some(format!("node@{node_id}")),
             Supervisor,
             SupervisorArgs {
                 raft: raft.clone(),
@@ -209,6 +282,7 @@ impl Node {
                 outbound,
                 batch_max: config.batch_max,
                 keeper_tick_ms: config.keeper_tick_ms,
+                forwarder: forwarder.clone(),
                 failure: failure_tx,
             },
         )
@@ -230,29 +304,43 @@ impl Node {
             ingress: Arc::new(Semaphore::new(config.ingress_max)),
             ingress_max: config.ingress_max,
             propose_timeout: Duration::from_millis(config.propose_timeout_ms),
+            forwarder,
         };
-        raft.wait_for_leader(Duration::from_secs(10))
-            .await
-            .map_err(|error| NodeError::Failed(error.to_string()))?;
-        let limits = raft
-            .query(|sm| sm.limits().clone())
-            .map_err(|error| NodeError::Failed(error.to_string()))?;
-        if limits != config.limits {
-            let command = Command::Configure {
-                limits: config.limits.clone(),
-            };
-            match handle.propose(command).await? {
-                Reply::Done => {}
-                other => return Err(NodeError::Failed(format!("configuring limits: {other:?}"))),
-            }
+        let peer_server = peer_listener.map(|listener| {
+            tokio::spawn(transport::serve(
+                listener,
+                node_id,
+                CLUSTER_NAME.to_string(),
+                raft.raft().clone(),
+                handle.clone(),
+                faults.clone(),
+            ))
+        });
+        if config.cluster.is_none() {
+            raft.wait_for_leader(Duration::from_secs(10))
+                .await
+                .map_err(failed)?;
+            handle.configure(&config.limits).await?;
+        } else {
+            tokio::spawn(configure_when_leading(
+                handle.clone(),
+                config.limits.clone(),
+            ));
         }
         let node = Node {
             handle,
+            peer_server,
+            faults,
             supervisor,
             supervisor_done,
             failure,
         };
         Ok((node, outbound_rx))
+    }
+
+    /// The node's deliberate network faults: cut it off from peers to test a partition.
+    pub fn faults(&self) -> &NetworkFaults {
+        &self.faults
     }
 
     /// A handle for the bridge.
@@ -275,6 +363,11 @@ impl Node {
 
     /// Stops the actors and Raft, and closes the data file.
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(server) = self.peer_server {
+            // Its connection tasks hold node handles; they end with their connections.
+            server.abort();
+            let _ = server.await;
+        }
         self.supervisor.stop(None);
         let _ = self.supervisor_done.await;
         let NodeHandle { raft, .. } = self.handle;
@@ -290,6 +383,21 @@ impl Node {
 }
 
 impl NodeHandle {
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.raft.node_id()
+    }
+
+    /// Whether this node leads now, as far as it knows.
+    pub fn is_leader(&self) -> bool {
+        self.raft.is_leader()
+    }
+
+    /// The leader this node knows of.
+    pub fn leader_id(&self) -> Option<u64> {
+        self.raft.leader().map(|(id, _)| id)
+    }
+
     /// Answers one request from `agent`: write ops through the log, keepalives through the
     /// lease keeper, reads with read-index. `Reply::Queued` means the final answer will come as
     /// an [`Outbound::Respond`].
@@ -300,6 +408,16 @@ impl NodeHandle {
             .map_err(|_| NodeError::Overloaded {
                 in_flight: self.ingress_max,
             })?;
+        match &self.forwarder {
+            Some(forwarder) if !request.op.is_write() && forwarder.must_forward() => {
+                forwarder.submit(agent, request).await
+            }
+            _ => self.answer_here(agent, request).await,
+        }
+    }
+
+    /// Answers a request on this node (the leader, or a single node).
+    async fn answer_here(&self, agent: &str, request: Request) -> Result<Reply, NodeError> {
         match &request.op {
             Op::LeaseKeepalive { lease } => {
                 // Leadership confirmed by a quorum before the deadline moves (DESIGN.md §2).
@@ -436,8 +554,85 @@ impl NodeHandle {
         self.await_proposal(reply).await
     }
 
+    /// Proposes `limits` if the replicated ones differ (this node must lead).
+    async fn configure(&self, limits: &Limits) -> Result<(), NodeError> {
+        let current = self.raft.query(|sm| sm.limits().clone())?;
+        if &current == limits {
+            return Ok(());
+        }
+        let command = Command::Configure {
+            limits: limits.clone(),
+        };
+        match self.propose(command).await? {
+            Reply::Done => Ok(()),
+            other => Err(NodeError::Failed(format!("configuring limits: {other:?}"))),
+        }
+    }
+
     /// The error code a [`NodeError`] is answered with.
     pub fn error_code(_error: &NodeError) -> ErrorCode {
         ErrorCode::Unavailable
+    }
+}
+
+/// The name every Hivekeeper peer says in its hello; a node refuses another cluster's.
+const CLUSTER_NAME: &str = "hivekeeper";
+
+/// In a cluster: each time this node takes office, makes its configured limits the replicated
+/// ones (the members should all be configured alike; the latest leader's win). A failure is
+/// logged and retried at the next term: limits are not worth stopping a node for.
+async fn configure_when_leading(handle: NodeHandle, limits: Limits) {
+    let mut metrics = handle.raft.raft().metrics();
+    let me = handle.raft.node_id();
+    let mut configured_term = None;
+    loop {
+        let (leads, term) = {
+            let m = metrics.borrow_and_update();
+            let own_term_applied = m
+                .last_applied
+                .is_some_and(|id| id.leader_id.term == m.current_term);
+            (
+                m.current_leader == Some(me) && own_term_applied,
+                m.current_term,
+            )
+        };
+        if leads && configured_term != Some(term) {
+            configured_term = Some(term);
+            if let Err(error) = handle.configure(&limits).await {
+                tracing::warn!(%error, term, "could not make the configured limits the replicated ones");
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What other nodes forward here: this node answers as the leader, or refuses (it was deposed
+/// since the follower looked) and the follower answers `unavailable`.
+impl ForwardHandler for NodeHandle {
+    async fn propose(&self, commands: Vec<Command>) -> Result<Vec<Reply>, String> {
+        if !self.raft.is_leader() {
+            return Err(format!("node {} is not the leader", self.raft.node_id()));
+        }
+        let proposed = self
+            .raft
+            .propose_batch(commands)
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok(proposed.into_iter().map(|p| p.reply).collect())
+    }
+
+    async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {
+        if !self.raft.is_leader() {
+            return Err(format!("node {} is not the leader", self.raft.node_id()));
+        }
+        let _permit = self
+            .ingress
+            .try_acquire()
+            .map_err(|_| format!("node overloaded: {} requests in flight", self.ingress_max))?;
+        self.answer_here(&agent, request)
+            .await
+            .map_err(|error| error.to_string())
     }
 }

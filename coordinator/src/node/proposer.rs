@@ -9,12 +9,16 @@
 //!                           ▲                                   │ replies sent from the task
 //!                           └──────────── Flushed ◀─────────────┘ (then the next batch)
 //! ```
+//!
+//! On a follower (in a cluster) the same batch goes to the leader instead, one forwarded batch
+//! at a time, so one agent's requests keep their arrival order across the forwarding too.
 
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::NodeError;
+use super::forward::Forwarder;
 use crate::raft::RaftHandle;
 use crate::state_machine::{Command, Reply};
 
@@ -35,12 +39,15 @@ pub struct Proposer;
 pub struct ProposerArgs {
     pub raft: Arc<RaftHandle>,
     pub batch_max: usize,
+    /// To the leader, in a cluster.
+    pub forwarder: Option<Forwarder>,
 }
 
 /// The proposer's state.
 pub struct ProposerState {
     raft: Arc<RaftHandle>,
     batch_max: usize,
+    forwarder: Option<Forwarder>,
     /// Commands waiting for the next entry, in arrival order.
     queue: Vec<(Command, RpcReplyPort<Result<Reply, NodeError>>)>,
     /// Whether an entry is being proposed right now.
@@ -60,6 +67,7 @@ impl Actor for Proposer {
         Ok(ProposerState {
             raft: args.raft,
             batch_max: args.batch_max.max(1),
+            forwarder: args.forwarder,
             queue: Vec::new(),
             in_flight: false,
         })
@@ -80,17 +88,27 @@ impl Actor for Proposer {
             let batch: Vec<_> = state.queue.drain(..take).collect();
             state.in_flight = true;
             let raft = state.raft.clone();
+            let forwarder = state.forwarder.clone();
             tokio::spawn(async move {
                 let (commands, ports): (Vec<Command>, Vec<_>) = batch.into_iter().unzip();
-                match raft.propose_batch(commands).await {
-                    Ok(proposed) => {
-                        for (port, proposed) in ports.into_iter().zip(proposed) {
+                let replies = match forwarder {
+                    Some(forwarder) if forwarder.must_forward() => {
+                        forwarder.propose(commands).await
+                    }
+                    _ => raft
+                        .propose_batch(commands)
+                        .await
+                        .map(|proposed| proposed.into_iter().map(|p| p.reply).collect())
+                        .map_err(NodeError::from),
+                };
+                match replies {
+                    Ok(replies) => {
+                        for (port, reply) in ports.into_iter().zip(replies) {
                             // The caller may have given up (timeout): nothing to do then.
-                            let _ = port.send(Ok(proposed.reply));
+                            let _ = port.send(Ok(reply));
                         }
                     }
                     Err(error) => {
-                        let error = NodeError::from(error);
                         for port in ports {
                             let _ = port.send(Err(error.clone()));
                         }

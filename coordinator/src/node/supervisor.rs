@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Outbound;
 use super::fan_out::{FanOut, FanOutArgs, FanOutMsg};
+use super::forward::Forwarder;
 use super::lease_keeper::{KeeperArgs, KeeperMsg, LeaseKeeper};
 use super::proposer::{Proposer, ProposerArgs, ProposerMsg};
 use crate::raft::{AppliedReceiver, RaftHandle};
@@ -32,6 +33,8 @@ pub struct SupervisorArgs {
     pub outbound: mpsc::UnboundedSender<Outbound>,
     pub batch_max: usize,
     pub keeper_tick_ms: u64,
+    /// To the leader, in a cluster.
+    pub forwarder: Option<Forwarder>,
     /// Set to the reason when a child fails.
     pub failure: watch::Sender<Option<String>>,
 }
@@ -61,18 +64,22 @@ impl Actor for Supervisor {
         args: SupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let cell = myself.get_cell();
+        // ractor's registry is per process: names carry the node id so that several nodes can
+        // run in one process (the in-process cluster tests).
+        let me = args.raft.node_id();
         let (proposer, _) = Actor::spawn_linked(
-            Some("proposer".into()),
+            Some(format!("proposer@{me}")),
             Proposer,
             ProposerArgs {
                 raft: args.raft.clone(),
                 batch_max: args.batch_max,
+                forwarder: args.forwarder,
             },
             cell.clone(),
         )
         .await?;
         let (keeper, _) = Actor::spawn_linked(
-            Some("lease-keeper".into()),
+            Some(format!("lease-keeper@{me}")),
             LeaseKeeper,
             KeeperArgs {
                 raft: args.raft.clone(),
@@ -83,7 +90,7 @@ impl Actor for Supervisor {
         )
         .await?;
         let (fan_out, _) = Actor::spawn_linked(
-            Some("fan-out".into()),
+            Some(format!("fan-out@{me}")),
             FanOut,
             FanOutArgs {
                 keeper: keeper.clone(),
@@ -106,6 +113,7 @@ impl Actor for Supervisor {
         let leadership = tokio::spawn(async move {
             let mut metrics = raft.raft().metrics();
             let me = raft.node_id();
+            let mut was_ready = false;
             loop {
                 let (ready, term) = {
                     let m = metrics.borrow_and_update();
@@ -115,6 +123,17 @@ impl Actor for Supervisor {
                         .is_some_and(|id| id.leader_id.term == m.current_term);
                     (leads && own_term_applied, m.current_term)
                 };
+                if ready != was_ready {
+                    was_ready = ready;
+                    if ready {
+                        tracing::info!(node = me, term, "leading the cluster");
+                    } else {
+                        tracing::info!(node = me, term, "no longer leading");
+                    }
+                }
+                metrics::gauge!("hivekeeper_raft_is_leader").set(if ready { 1.0 } else { 0.0 });
+                #[allow(clippy::cast_precision_loss)] // terms stay far below 2^53
+                metrics::gauge!("hivekeeper_raft_term").set(term as f64);
                 if watch_keeper
                     .cast(KeeperMsg::Leadership { ready, term })
                     .is_err()

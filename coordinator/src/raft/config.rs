@@ -89,6 +89,9 @@ impl RaftConfig {
             snapshot_policy,
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
             purge_batch_size: 1,
+            // Snapshot chunks of 1 MiB: a chunk never holds a heartbeat back for long, and
+            // stays far under the transport's frame bound.
+            snapshot_max_chunk_size: 1 << 20,
             ..openraft::Config::default()
         };
         config

@@ -46,7 +46,7 @@
 //! - `writer.rs`: the group-commit writer thread, the only writer of the file.
 //! - `log_store.rs`: [`LogStore`], openraft's log and vote storage.
 //! - `state_machine_store.rs`: [`StateMachineStore`], the pure machine behind a lock, snapshots.
-//! - `network.rs`: [`UnreachableNetwork`], until the cluster issue brings a transport.
+//! - `network.rs`: [`TcpNetwork`], openraft's RPCs on [`crate::transport`].
 //! - `config.rs`: [`RaftConfig`]. `error.rs`: [`RaftError`].
 
 mod config;
@@ -69,11 +69,11 @@ pub use config::RaftConfig;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
 pub use error::{RaftError, StoreError};
 pub use log_store::{LogStatus, LogStore};
-pub use network::{UnreachableNetwork, UnreachablePeer};
+pub use network::{TcpNetwork, TcpPeer};
 pub use state_machine_store::{Applied, AppliedReceiver, SnapshotBuilder, StateMachineStore};
 pub use types::{
-    BATCH_MAX, Entry, LogId, Node, NodeId, Proposal, Proposed, Raft, RaftMetrics, Snapshot,
-    SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote,
+    BATCH_MAX, Entry, LogId, Member, Node, NodeId, Proposal, Proposed, Raft, RaftMetrics, Snapshot,
+    SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote, node_id_for,
 };
 pub use writer::WriterStats;
 
@@ -145,15 +145,29 @@ fn open_blocking(dir: &Path, node_id: NodeId) -> Result<(Db, database::Loaded), 
     Db::open(&dir.join(DATA_FILE_NAME), node_id)
 }
 
-/// Opens a node: its storage in `data_dir`, and a running openraft instance on it. Returns the
-/// handle and the stream of applied entries (re-applied ones first, marked `replayed`).
-///
-/// The network is [`UnreachableNetwork`]: enough for a single-member cluster
-/// ([`RaftHandle::initialize_single_node`]).
+/// Opens a single node: its storage in `data_dir`, and a running openraft instance on it.
+/// Returns the handle and the stream of applied entries (re-applied ones first, marked
+/// `replayed`). Its network has no peers to dial: enough for a single-member cluster
+/// ([`RaftHandle::initialize_single_node`]); a cluster member uses [`open_with_network`].
 pub async fn open(
     data_dir: &Path,
     node_id: NodeId,
     config: &RaftConfig,
+) -> Result<(RaftHandle, AppliedReceiver), RaftError> {
+    let network = TcpNetwork::new(
+        node_id,
+        "hivekeeper",
+        crate::transport::NetworkFaults::default(),
+    );
+    open_with_network(data_dir, node_id, config, network).await
+}
+
+/// Opens a node that talks to its peers through `network`.
+pub async fn open_with_network(
+    data_dir: &Path,
+    node_id: NodeId,
+    config: &RaftConfig,
+    network: TcpNetwork,
 ) -> Result<(RaftHandle, AppliedReceiver), RaftError> {
     let openraft_config = Arc::new(config.to_openraft()?);
     let storage = Storage::open(data_dir, node_id).await?;
@@ -166,7 +180,7 @@ pub async fn open(
     let raft = match Raft::new(
         node_id,
         openraft_config,
-        UnreachableNetwork,
+        network,
         log_store.clone(),
         state_machine.clone(),
     )
@@ -234,6 +248,42 @@ impl RaftHandle {
             Err(openraft::error::RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// Makes `members` the first membership of a new cluster if this node's log is empty (every
+    /// initial member calls it with the same list, which openraft allows: the voting decides).
+    /// Does nothing on a node that is already initialized (a restart).
+    pub async fn initialize_cluster(
+        &self,
+        members: BTreeMap<NodeId, Node>,
+    ) -> Result<(), RaftError> {
+        if self.raft.is_initialized().await? {
+            return Ok(());
+        }
+        match self.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(openraft::error::RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Whether this node leads now, as far as it knows (a deposed leader may not know yet:
+    /// its proposals then fail to commit, and its reads fail read-index).
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.node_id)
+    }
+
+    /// The leader this node knows of, with its membership entry (its address).
+    pub fn leader(&self) -> Option<(NodeId, Node)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leader = metrics.current_leader?;
+        let member = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)?
+            .clone();
+        Some((leader, member))
     }
 
     /// Proposes one command in its own entry; returns once it is committed (durable on a

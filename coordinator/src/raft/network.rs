@@ -1,11 +1,16 @@
-//! The network between Raft members: for now, none.
+//! openraft's network on Hivekeeper's inter-node transport ([`crate::transport`]).
 //!
-//! openraft needs a [`RaftNetworkFactory`] to construct a `Raft` even when the cluster has one
-//! member (it never calls it then). [`UnreachableNetwork`] answers every RPC with `Unreachable`,
-//! which makes openraft back off and retry, as it would for a peer that is down. The cluster
-//! issue replaces it with a real transport.
+//! openraft asks for one client per replication stream (and one for each election's votes)
+//! and calls it one RPC at a time; each gets its own [`PeerClient`], so one follower's slow
+//! snapshot never delays another's heartbeats. Transport failures map onto openraft's error
+//! kinds: a peer that cannot be dialled is `Unreachable` (openraft backs off), anything else
+//! on the way is a `NetworkError` (it retries), and the peer's own refusal is a `RemoteError`.
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::RPCOption;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -14,66 +19,128 @@ use openraft::raft::{
 use openraft::{RaftNetwork, RaftNetworkFactory};
 
 use super::types::{Node, NodeId, TypeConfig};
+use crate::transport::client::Dialler;
+use crate::transport::{
+    NetworkFaults, PeerClient, PeerPool, PeerRequest, PeerResponse, TransportError,
+};
 
-/// A network factory whose peers are all unreachable (single-member clusters only).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnreachableNetwork;
-
-/// A connection to a peer that never answers.
-#[derive(Debug, Clone, Copy)]
-pub struct UnreachablePeer {
-    /// The peer openraft wanted to reach.
-    target: NodeId,
+/// The network factory: dials peers at the address their membership entry records.
+#[derive(Debug, Clone)]
+pub struct TcpNetwork {
+    dialler: Dialler,
 }
 
-/// Why every RPC fails.
-#[derive(Debug, thiserror::Error)]
-#[error("node {target} is unreachable: this build has no transport between nodes yet")]
-struct NoTransport {
-    target: NodeId,
+impl TcpNetwork {
+    /// The network of node `me` in cluster `cluster`, with `faults` (none in production).
+    pub fn new(me: NodeId, cluster: impl Into<String>, faults: NetworkFaults) -> TcpNetwork {
+        TcpNetwork {
+            dialler: Dialler {
+                me,
+                cluster: cluster.into(),
+                faults,
+            },
+        }
+    }
+
+    /// A separate pool of clients for forwarded requests (never sharing a connection with
+    /// Raft's RPCs).
+    pub fn forwarding_pool(&self) -> PeerPool {
+        PeerPool::new(self.dialler.clone())
+    }
 }
 
-impl UnreachablePeer {
-    fn unreachable<E: std::error::Error>(&self) -> RPCError<NodeId, Node, E> {
-        RPCError::Unreachable(Unreachable::new(&NoTransport {
-            target: self.target,
+/// One openraft client: a connection to one peer.
+pub struct TcpPeer {
+    client: PeerClient,
+}
+
+impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
+    type Network = TcpPeer;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> TcpPeer {
+        TcpPeer {
+            client: PeerClient::new(self.dialler.clone(), target, node.addr.clone()),
+        }
+    }
+}
+
+impl TcpPeer {
+    /// One RPC: the peer's answer, or the transport's failure as openraft's error kind.
+    async fn call<E: std::error::Error>(
+        &self,
+        request: PeerRequest,
+        timeout: Duration,
+    ) -> Result<PeerResponse, RPCError<NodeId, Node, E>> {
+        self.client
+            .call(request, timeout)
+            .await
+            .map_err(|error| match error {
+                TransportError::Unreachable { .. }
+                | TransportError::Refused { .. }
+                | TransportError::CutOff { .. } => RPCError::Unreachable(Unreachable::new(&error)),
+                _ => RPCError::Network(NetworkError::new(&error)),
+            })
+    }
+
+    fn unexpected<E: std::error::Error>(
+        &self,
+        expected: &'static str,
+        got: &PeerResponse,
+    ) -> RPCError<NodeId, Node, E> {
+        RPCError::Network(NetworkError::new(&TransportError::Unexpected {
+            peer: self.client.peer(),
+            expected,
+            got: got.kind(),
         }))
     }
 }
 
-impl RaftNetworkFactory<TypeConfig> for UnreachableNetwork {
-    type Network = UnreachablePeer;
-
-    async fn new_client(&mut self, target: NodeId, _node: &Node) -> UnreachablePeer {
-        UnreachablePeer { target }
-    }
-}
-
-impl RaftNetwork<TypeConfig> for UnreachablePeer {
+impl RaftNetwork<TypeConfig> for TcpPeer {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        Err(self.unreachable())
+        match self
+            .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
+            .await?
+        {
+            PeerResponse::AppendEntries(result) => result.map_err(|error| {
+                RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
+            }),
+            other => Err(self.unexpected("append-entries", &other)),
+        }
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        Err(self.unreachable())
+        match self
+            .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
+            .await?
+        {
+            PeerResponse::InstallSnapshot(result) => result.map_err(|error| {
+                RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
+            }),
+            other => Err(self.unexpected("install-snapshot", &other)),
+        }
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        Err(self.unreachable())
+        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await? {
+            PeerResponse::Vote(result) => result.map_err(|error| {
+                RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
+            }),
+            other => Err(self.unexpected("vote", &other)),
+        }
     }
 }

@@ -12,8 +12,45 @@ use crate::state_machine::{Command, LogMeta, Reply};
 /// A node's id in the cluster. Stable for the life of a data directory (checked at open).
 pub type NodeId = u64;
 
-/// The openraft `Node` type: the address other members reach this node at.
-pub type Node = openraft::BasicNode;
+/// The openraft `Node` type: a member's name and the address other members reach it at.
+pub type Node = Member;
+
+/// A cluster member as the membership records it.
+///
+/// Serialized like openraft's `BasicNode` plus a `name`, which defaults to empty: a data file
+/// written before clusters existed (a single node with `{"addr": ""}`) still reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Member {
+    /// The node's name (`--name`); its id is derived from it ([`node_id_for`]).
+    #[serde(default)]
+    pub name: String,
+    /// Where peers reach its inter-node transport, `host:port`; empty for a single node.
+    pub addr: String,
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.name, self.addr)
+    }
+}
+
+/// The node id for a member name: 64-bit FNV-1a of the name's bytes, top bit cleared (ids stay
+/// positive in every JSON reader), never 0.
+///
+/// Why a hash: every node computes every member's id from the same `--initial-cluster` list,
+/// and a node added later (`hivekeeper member add NAME=ADDR`) gets its id from its name alone,
+/// with no id to hand out, type or keep in sync. FNV-1a is fixed forever (unlike the std and
+/// foldhash hashers, which may change between versions), so an id never changes under a data
+/// directory. Two names colliding in 63 bits is not a practical concern for a few members, and
+/// [`crate::node::ClusterConfig::validate`] refuses it anyway.
+pub fn node_id_for(name: &str) -> NodeId {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = name.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    });
+    (hash & (u64::MAX >> 1)).max(1)
+}
 
 /// Most commands one log entry may carry ([`RaftHandle::propose_batch`]). Bounds an entry's
 /// size (a few hundred bytes a command, so tens of KiB) and so one fsync's and one
@@ -105,6 +142,20 @@ mod tests {
 
     fn at(index: u64) -> LogId {
         openraft::testing::log_id(3, 1, index)
+    }
+
+    #[test]
+    fn node_ids_are_fixed_by_name() {
+        // FNV-1a 64 of "n1" is 0x08b37b07b558d4c0 with the top bit cleared (fixed forever: data dirs record it).
+        assert_eq!(node_id_for("n1"), 0x08b3_7b07_b558_d4c0);
+        assert_ne!(node_id_for("n1"), node_id_for("n2"));
+        assert!(node_id_for("") > 0);
+    }
+
+    #[test]
+    fn a_member_written_before_names_existed_still_reads() {
+        let member: Member = serde_json::from_str(r#"{"addr":""}"#).expect("reads");
+        assert_eq!(member, Member::default());
     }
 
     #[test]

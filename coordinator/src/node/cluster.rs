@@ -1,0 +1,165 @@
+//! Cluster membership as an operator writes it: etcd-style `--name` and `--initial-cluster`.
+//!
+//! Every initial member is started with the same `initial_cluster` list
+//! (`n1=127.0.0.1:7401,n2=127.0.0.1:7402,n3=127.0.0.1:7403`); each node finds itself in it by
+//! `name`, listens for peers at its own address, and the first start of a fresh data directory
+//! makes the whole list the first membership (every member does so with the same list, which
+//! openraft allows: the election decides). A node joining a running cluster is started with
+//! `initial_cluster_state = "existing"`: it initializes nothing and waits for the leader to add
+//! it (`hivekeeper member add`). A node's id is derived from its name ([`node_id_for`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::raft::{Member, NodeId, node_id_for};
+
+/// Whether the initial members form a new cluster or this node joins a running one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterState {
+    /// Bootstrap: the initial members form a new cluster (ignored once the data dir has a log).
+    #[default]
+    New,
+    /// Join: wait to be added by the running cluster's leader.
+    Existing,
+}
+
+/// A cluster member's settings. Absent from the node config: a single node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name; must appear in `initial_cluster`.
+    pub name: String,
+    /// Every initial member as `name=host:port` (the inter-node address), comma-separated; the
+    /// same list on every member.
+    pub initial_cluster: String,
+    /// `new` (default) or `existing`.
+    #[serde(default)]
+    pub initial_cluster_state: ClusterState,
+    /// Where to listen for peers; default: this node's address in `initial_cluster`. Set it to
+    /// listen on another interface (0.0.0.0:7401) than the one peers dial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_listen: Option<SocketAddr>,
+}
+
+impl ClusterConfig {
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        node_id_for(&self.name)
+    }
+
+    /// The initial members by id. Errors name the offending entry.
+    pub fn members(&self) -> Result<BTreeMap<NodeId, Member>, String> {
+        let mut members = BTreeMap::new();
+        for entry in self.initial_cluster.split(',').map(str::trim) {
+            let (name, addr) = entry
+                .split_once('=')
+                .ok_or_else(|| format!("initial_cluster entry {entry:?} is not name=host:port"))?;
+            let (name, addr) = (name.trim(), addr.trim());
+            if name.is_empty() || addr.is_empty() {
+                return Err(format!(
+                    "initial_cluster entry {entry:?} is not name=host:port"
+                ));
+            }
+            if addr
+                .rsplit_once(':')
+                .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+            {
+                return Err(format!(
+                    "initial_cluster entry {entry:?}: {addr:?} is not host:port"
+                ));
+            }
+            let member = Member {
+                name: name.to_string(),
+                addr: addr.to_string(),
+            };
+            if let Some(other) = members.insert(node_id_for(name), member) {
+                return Err(format!(
+                    "initial_cluster names {:?} twice (or two names share an id)",
+                    other.name
+                ));
+            }
+        }
+        Ok(members)
+    }
+
+    /// This node's own entry.
+    pub fn me(&self) -> Result<Member, String> {
+        self.members()?.remove(&self.node_id()).ok_or_else(|| {
+            format!(
+                "this node's name {:?} is not in initial_cluster ({})",
+                self.name, self.initial_cluster
+            )
+        })
+    }
+
+    /// The address to listen on for peers.
+    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+        if let Some(addr) = self.peer_listen {
+            return Ok(addr);
+        }
+        let me = self.me()?;
+        me.addr.parse().map_err(|_| {
+            format!(
+                "this node's address {:?} is not an IP:port to listen on; set peer_listen",
+                me.addr
+            )
+        })
+    }
+
+    /// All the rules at once.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() {
+            return Err("cluster name (--name) must not be empty".into());
+        }
+        self.listen_addr().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(name: &str, list: &str) -> ClusterConfig {
+        ClusterConfig {
+            name: name.into(),
+            initial_cluster: list.into(),
+            initial_cluster_state: ClusterState::New,
+            peer_listen: None,
+        }
+    }
+
+    #[test]
+    fn a_node_finds_itself_and_its_listen_address() {
+        let config = config(
+            "n2",
+            "n1=127.0.0.1:7401, n2=127.0.0.1:7402,n3=127.0.0.1:7403",
+        );
+        config.validate().expect("valid");
+        assert_eq!(config.members().expect("parses").len(), 3);
+        assert_eq!(
+            config.listen_addr().expect("an address"),
+            "127.0.0.1:7402".parse().expect("literal")
+        );
+        assert_eq!(config.node_id(), node_id_for("n2"));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let missing = config("n4", "n1=127.0.0.1:7401").validate().unwrap_err();
+        assert!(
+            missing.contains("\"n4\" is not in initial_cluster"),
+            "{missing}"
+        );
+        let twice = config("n1", "n1=127.0.0.1:7401,n1=127.0.0.1:7402")
+            .validate()
+            .unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
+        let no_port = config("n1", "n1=127.0.0.1").validate().unwrap_err();
+        assert!(no_port.contains("not host:port"), "{no_port}");
+        let no_eq = config("n1", "n1@127.0.0.1:7401").validate().unwrap_err();
+        assert!(no_eq.contains("not name=host:port"), "{no_eq}");
+    }
+}

@@ -1,0 +1,297 @@
+//! The dialling side: a [`PeerClient`] per peer and purpose, and a [`PeerPool`] that keeps one
+//! per peer.
+//!
+//! A client is a handle to a connection task. The task dials on the first call, says hello,
+//! then writes calls as they come and matches answers to calls by id, so many calls can be in
+//! flight on one connection (a follower forwards many agents' keepalives at once). When the
+//! connection breaks, its calls in flight fail and the next call dials again; after a failed
+//! dial, calls fail at once until a jittered, growing backoff has passed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::codec::Framed;
+
+use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
+use super::{NetworkFaults, TransportError};
+use crate::raft::NodeId;
+
+/// How long dialling and the hello may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Backoff between failed dials: from 10 ms, doubling, at most 500 ms (about two elections:
+/// a restarted peer is found again quickly, a dead one costs a dial twice a second).
+const REDIAL_MIN: Duration = Duration::from_millis(10);
+const REDIAL_MAX: Duration = Duration::from_millis(500);
+
+/// Who this node is, for the hello of every connection it dials.
+#[derive(Debug, Clone)]
+pub(crate) struct Dialler {
+    /// This node.
+    pub me: NodeId,
+    /// The cluster's name.
+    pub cluster: String,
+    /// Links cut on purpose.
+    pub faults: NetworkFaults,
+}
+
+/// One call waiting for its answer.
+struct Call {
+    request: PeerRequest,
+    answer: oneshot::Sender<Result<PeerResponse, TransportError>>,
+}
+
+/// A connection to one peer (dialled lazily, re-dialled after a failure). Cheap to clone;
+/// clones share the connection. The task ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct PeerClient {
+    peer: NodeId,
+    faults: NetworkFaults,
+    calls: mpsc::UnboundedSender<Call>,
+}
+
+impl PeerClient {
+    /// A client for `peer` at `addr`. Must be called inside a tokio runtime.
+    pub(crate) fn new(dialler: Dialler, peer: NodeId, addr: String) -> PeerClient {
+        let (calls, queue) = mpsc::unbounded_channel();
+        let faults = dialler.faults.clone();
+        tokio::spawn(
+            Connection {
+                dialler,
+                peer,
+                addr,
+            }
+            .run(queue),
+        );
+        PeerClient {
+            peer,
+            faults,
+            calls,
+        }
+    }
+
+    /// The peer this client reaches.
+    pub fn peer(&self) -> NodeId {
+        self.peer
+    }
+
+    /// Sends `request` and waits for its answer, at most `timeout`.
+    pub async fn call(
+        &self,
+        request: PeerRequest,
+        timeout: Duration,
+    ) -> Result<PeerResponse, TransportError> {
+        if self.faults.is_cut(self.peer) {
+            return Err(TransportError::CutOff { peer: self.peer });
+        }
+        let (answer, answered) = oneshot::channel();
+        let broken = || TransportError::Broken {
+            peer: self.peer,
+            reason: "the connection task ended".into(),
+        };
+        self.calls
+            .send(Call { request, answer })
+            .map_err(|_| broken())?;
+        match tokio::time::timeout(timeout, answered).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(broken()),
+            Err(_) => Err(TransportError::Timeout {
+                peer: self.peer,
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+}
+
+/// The connection task's fixed part.
+struct Connection {
+    dialler: Dialler,
+    peer: NodeId,
+    addr: String,
+}
+
+type Link = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
+
+impl Connection {
+    async fn run(self, mut queue: mpsc::UnboundedReceiver<Call>) {
+        let mut backoff = self.backoff();
+        let mut redial_at = Instant::now();
+        while let Some(call) = queue.recv().await {
+            if Instant::now() < redial_at {
+                let _ = call
+                    .answer
+                    .send(Err(self.unreachable("backing off after a failed dial")));
+                continue;
+            }
+            match self.dial().await {
+                Ok(link) => {
+                    backoff = self.backoff();
+                    self.serve_calls(link, call, &mut queue).await;
+                }
+                Err(error) => {
+                    redial_at = Instant::now() + backoff.next().unwrap_or(REDIAL_MAX);
+                    let _ = call.answer.send(Err(error));
+                }
+            }
+        }
+    }
+
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
+        ExponentialBuilder::default()
+            .with_min_delay(REDIAL_MIN)
+            .with_max_delay(REDIAL_MAX)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    fn unreachable(&self, reason: impl Into<String>) -> TransportError {
+        TransportError::Unreachable {
+            peer: self.peer,
+            addr: self.addr.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Dials and says hello.
+    async fn dial(&self) -> Result<Link, TransportError> {
+        let handshake = async {
+            let stream = TcpStream::connect(&self.addr)
+                .await
+                .map_err(|error| self.unreachable(error.to_string()))?;
+            // Heartbeats and forwarded requests are small: never hold them back (Nagle).
+            stream
+                .set_nodelay(true)
+                .map_err(|error| self.unreachable(error.to_string()))?;
+            let mut link = Framed::new(stream, wire::codec());
+            let hello = Hello {
+                cluster: self.dialler.cluster.clone(),
+                from: self.dialler.me,
+                to: self.peer,
+            };
+            link.send(wire::encode(&hello)?)
+                .await
+                .map_err(|error| self.unreachable(error.to_string()))?;
+            let reply = link
+                .next()
+                .await
+                .ok_or_else(|| self.unreachable("closed during the hello"))?
+                .map_err(|error| self.unreachable(error.to_string()))?;
+            match wire::decode::<HelloReply>(&reply)? {
+                HelloReply::Welcome => Ok(link),
+                HelloReply::Refused(reason) => Err(TransportError::Refused {
+                    peer: self.peer,
+                    addr: self.addr.clone(),
+                    reason,
+                }),
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+            .await
+            .unwrap_or_else(|_| Err(self.unreachable("no hello within 500 ms")))
+    }
+
+    /// Runs calls over `link` until it breaks (failing the calls in flight) or the client is
+    /// dropped.
+    async fn serve_calls(
+        &self,
+        mut link: Link,
+        first: Call,
+        queue: &mut mpsc::UnboundedReceiver<Call>,
+    ) {
+        let mut in_flight: HashMap<u64, oneshot::Sender<Result<PeerResponse, TransportError>>> =
+            HashMap::new();
+        let mut next_id = 0_u64;
+        let mut pending = Some(first);
+        let reason = loop {
+            if let Some(call) = pending.take() {
+                if self.dialler.faults.is_cut(self.peer) {
+                    let _ = call
+                        .answer
+                        .send(Err(TransportError::CutOff { peer: self.peer }));
+                    break "cut off by a network fault".to_string();
+                }
+                next_id += 1;
+                let frame = match wire::encode(&Envelope {
+                    id: next_id,
+                    body: call.request,
+                }) {
+                    Ok(frame) => frame,
+                    Err(error) => {
+                        let _ = call.answer.send(Err(error));
+                        continue;
+                    }
+                };
+                in_flight.insert(next_id, call.answer);
+                if let Err(error) = link.send(frame).await {
+                    break error.to_string();
+                }
+                continue;
+            }
+            tokio::select! {
+                call = queue.recv() => match call {
+                    Some(call) => pending = Some(call),
+                    None => return,
+                },
+                frame = link.next() => match frame {
+                    Some(Ok(frame)) => match wire::decode::<Envelope<PeerResponse>>(&frame) {
+                        Ok(envelope) => {
+                            if let Some(answer) = in_flight.remove(&envelope.id) {
+                                let _ = answer.send(Ok(envelope.body));
+                            }
+                        }
+                        Err(error) => break error.to_string(),
+                    },
+                    Some(Err(error)) => break error.to_string(),
+                    None => break "closed by the peer".to_string(),
+                },
+            }
+        };
+        tracing::debug!(peer = self.peer, addr = %self.addr, %reason, "peer connection closed");
+        for (_, answer) in in_flight {
+            let _ = answer.send(Err(TransportError::Broken {
+                peer: self.peer,
+                reason: reason.clone(),
+            }));
+        }
+    }
+}
+
+/// One [`PeerClient`] per peer, created on first use and replaced when the peer's address
+/// changes (a membership change). Cheap to clone; clones share the clients.
+#[derive(Clone)]
+pub struct PeerPool {
+    dialler: Dialler,
+    clients: Arc<Mutex<HashMap<NodeId, (String, PeerClient)>>>,
+}
+
+impl PeerPool {
+    /// An empty pool for this node.
+    pub(crate) fn new(dialler: Dialler) -> PeerPool {
+        PeerPool {
+            dialler,
+            clients: Arc::default(),
+        }
+    }
+
+    /// The client for `peer` at `addr`.
+    pub fn client(&self, peer: NodeId, addr: &str) -> PeerClient {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match clients.get(&peer) {
+            Some((known, client)) if known == addr => client.clone(),
+            _ => {
+                let client = PeerClient::new(self.dialler.clone(), peer, addr.to_string());
+                clients.insert(peer, (addr.to_string(), client.clone()));
+                client
+            }
+        }
+    }
+}

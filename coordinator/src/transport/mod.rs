@@ -1,0 +1,104 @@
+//! The inter-node transport: how Hivekeeper nodes talk to each other over TCP.
+//!
+//! Two kinds of traffic share one wire format but never one connection:
+//! - openraft's RPCs (append entries, vote, snapshot chunks), through
+//!   [`crate::raft::TcpNetwork`], one connection per replication stream;
+//! - requests a follower forwards to the leader (openraft does not forward writes:
+//!   openraft#1716), through a [`PeerPool`] of its own, so a burst of forwarded requests never
+//!   queues behind a snapshot chunk and a heartbeat never queues behind them.
+//!
+//! ```text
+//!  caller ─ PeerClient::call(request, timeout) ─▶ connection task (one per client)
+//!                                                   │ connect + Hello {cluster, from, to}
+//!                                                   │ frames: u32 length | MessagePack Envelope{id, body}
+//!                                                   ▼ many calls in flight, answers matched by id
+//!  serve(listener): per connection ─ Hello checked ─ per frame a task:
+//!      AppendEntries / Vote / InstallSnapshot ─▶ openraft
+//!      Propose(commands) / Submit(agent, request) ─▶ ForwardHandler (the node layer)
+//! ```
+//!
+//! Failure handling: a call fails with [`TransportError`] (never hangs: every call has a
+//! timeout); a broken connection fails its calls in flight and is re-dialled by the next call,
+//! with jittered exponential backoff between failed dials so a dead peer costs a fast error, not
+//! a connect storm. [`NetworkFaults`] cuts a node off from chosen peers in both directions: the
+//! in-process cluster tests use it to partition a node.
+//!
+//! # Layout
+//! - `wire.rs`: the frames and the codec. `client.rs`: [`PeerClient`], [`PeerPool`].
+//! - `server.rs`: [`serve`] and the [`ForwardHandler`] the node implements.
+//! - `faults.rs`: [`NetworkFaults`].
+
+pub(crate) mod client;
+mod faults;
+mod server;
+mod wire;
+
+pub use client::{PeerClient, PeerPool};
+pub use faults::NetworkFaults;
+pub use server::{ForwardHandler, serve};
+pub use wire::{FRAME_MAX_BYTES, PeerRequest, PeerResponse};
+
+use crate::raft::NodeId;
+
+/// Why a call to a peer failed. The caller decides what it means (openraft: unreachable or a
+/// network error; a forwarded request: `unavailable`, retried by the agent).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransportError {
+    /// The peer could not be dialled (down, wrong address, or still backing off after a failed
+    /// dial).
+    #[error("node {peer} at {addr} is unreachable: {reason}")]
+    Unreachable {
+        /// The peer.
+        peer: NodeId,
+        /// Its address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The peer refused the connection's hello (another cluster, or another node at that
+    /// address).
+    #[error("node {peer} at {addr} refused the connection: {reason}")]
+    Refused {
+        /// The peer.
+        peer: NodeId,
+        /// Its address.
+        addr: String,
+        /// What it said.
+        reason: String,
+    },
+    /// The connection broke while the call was in flight.
+    #[error("connection to node {peer} lost: {reason}")]
+    Broken {
+        /// The peer.
+        peer: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the call's timeout.
+    #[error("node {peer} did not answer within {timeout_ms} ms")]
+    Timeout {
+        /// The peer.
+        peer: NodeId,
+        /// The timeout.
+        timeout_ms: u64,
+    },
+    /// This node is cut off from the peer on purpose ([`NetworkFaults`]).
+    #[error("node {peer} is cut off by a network fault")]
+    CutOff {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// A frame could not be encoded or decoded.
+    #[error("codec: {0}")]
+    Codec(String),
+    /// The peer answered a call with an answer of another kind.
+    #[error("node {peer} answered with {got}, not {expected}")]
+    Unexpected {
+        /// The peer.
+        peer: NodeId,
+        /// What the call wanted.
+        expected: &'static str,
+        /// What came.
+        got: &'static str,
+    },
+}

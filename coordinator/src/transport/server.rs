@@ -1,0 +1,179 @@
+//! The listening side: accepts peers' connections and answers their frames.
+//!
+//! Each connection starts with a [`Hello`] that must name this cluster and this node (a
+//! membership entry with a stale address fails loudly instead of talking to the wrong node).
+//! Then every frame is answered by its own task, so a slow forwarded proposal never delays a
+//! heartbeat behind it, and answers go back through one writer in completion order.
+
+use std::future::Future;
+
+use futures_util::{SinkExt, StreamExt};
+use hivekeeper_protocol::Request;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::codec::Framed;
+
+use super::NetworkFaults;
+use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
+use crate::raft::{NodeId, Raft};
+use crate::state_machine::{Command, Reply};
+
+/// What the node layer does with requests forwarded by followers. Errors are strings: they
+/// travel back and become `unavailable` on the follower.
+pub trait ForwardHandler: Clone + Send + Sync + 'static {
+    /// Proposes `commands` as one entry (this node believes it leads); one reply per command.
+    fn propose(
+        &self,
+        commands: Vec<Command>,
+    ) -> impl Future<Output = Result<Vec<Reply>, String>> + Send;
+
+    /// Answers a request that is not a write (keepalive, read), as the leader.
+    fn submit(
+        &self,
+        agent: String,
+        request: Request,
+    ) -> impl Future<Output = Result<Reply, String>> + Send;
+}
+
+/// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft`, forwarded
+/// requests to `handler`.
+pub async fn serve<H: ForwardHandler>(
+    listener: TcpListener,
+    me: NodeId,
+    cluster: String,
+    raft: Raft,
+    handler: H,
+    faults: NetworkFaults,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors and the like: wait a little rather than spin.
+                tracing::warn!(%error, "accepting a peer connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let peer = PeerConnection {
+            me,
+            cluster: cluster.clone(),
+            raft: raft.clone(),
+            handler: handler.clone(),
+            faults: faults.clone(),
+        };
+        tokio::spawn(peer.run(stream));
+    }
+}
+
+struct PeerConnection<H> {
+    me: NodeId,
+    cluster: String,
+    raft: Raft,
+    handler: H,
+    faults: NetworkFaults,
+}
+
+impl<H: ForwardHandler> PeerConnection<H> {
+    async fn run(self, stream: TcpStream) {
+        let mut link = Framed::new(stream, wire::codec());
+        let Some(from) = self.hello(&mut link).await else {
+            return;
+        };
+        let (mut sink, mut frames) = link.split();
+        let (answers, mut outgoing) = mpsc::unbounded_channel::<bytes::Bytes>();
+        let writer = tokio::spawn(async move {
+            while let Some(frame) = outgoing.recv().await {
+                if sink.send(frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        while let Some(Ok(frame)) = frames.next().await {
+            if self.faults.is_cut(from) {
+                break;
+            }
+            let envelope = match wire::decode::<Envelope<PeerRequest>>(&frame) {
+                Ok(envelope) => envelope,
+                Err(error) => {
+                    tracing::warn!(peer = from, %error, "undecodable frame from a peer; closing");
+                    break;
+                }
+            };
+            let (raft, handler, answers) =
+                (self.raft.clone(), self.handler.clone(), answers.clone());
+            tokio::spawn(async move {
+                let body = answer(&raft, &handler, envelope.body).await;
+                match wire::encode(&Envelope {
+                    id: envelope.id,
+                    body,
+                }) {
+                    Ok(frame) => {
+                        let _ = answers.send(frame);
+                    }
+                    Err(error) => tracing::warn!(%error, "an answer to a peer did not encode"),
+                }
+            });
+        }
+        writer.abort();
+    }
+
+    /// Reads and checks the hello; returns the dialler's id if it is welcome.
+    async fn hello(
+        &self,
+        link: &mut Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+    ) -> Option<NodeId> {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(2), link.next())
+            .await
+            .ok()??
+            .ok()?;
+        let hello: Hello = wire::decode(&frame).ok()?;
+        let refusal = if hello.cluster != self.cluster {
+            Some(format!(
+                "this node belongs to cluster {:?}, not {:?}",
+                self.cluster, hello.cluster
+            ))
+        } else if hello.to != self.me {
+            Some(format!(
+                "this is node {}, not node {}: the membership has a wrong address",
+                self.me, hello.to
+            ))
+        } else if self.faults.is_cut(hello.from) {
+            Some("cut off by a network fault".into())
+        } else {
+            None
+        };
+        let reply = match &refusal {
+            Some(reason) => HelloReply::Refused(reason.clone()),
+            None => HelloReply::Welcome,
+        };
+        link.send(wire::encode(&reply).ok()?).await.ok()?;
+        match refusal {
+            Some(reason) => {
+                tracing::warn!(peer = hello.from, %reason, "refused a peer connection");
+                None
+            }
+            None => Some(hello.from),
+        }
+    }
+}
+
+async fn answer<H: ForwardHandler>(raft: &Raft, handler: &H, request: PeerRequest) -> PeerResponse {
+    match request {
+        PeerRequest::AppendEntries(rpc) => {
+            PeerResponse::AppendEntries(raft.append_entries(rpc).await)
+        }
+        PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+        PeerRequest::InstallSnapshot(rpc) => {
+            PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
+        }
+        PeerRequest::Propose(commands) => PeerResponse::Replies(handler.propose(commands).await),
+        PeerRequest::Submit { agent, request } => PeerResponse::Replies(
+            handler
+                .submit(agent, request)
+                .await
+                .map(|reply| vec![reply]),
+        ),
+    }
+}

@@ -1,0 +1,336 @@
+//! Three nodes in one process over the real TCP transport on loopback: forwarding from
+//! followers, failover, and a node cut off from the majority (DESIGN.md §6.3, with
+//! [`NetworkFaults`] as the partitionable network).
+//!
+//! ```text
+//! cargo test -p hivekeeper-coordinator --test cluster
+//! ```
+
+use std::time::Duration;
+
+use hivekeeper_coordinator::Reply;
+use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
+use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind};
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("bound").port()
+}
+
+struct Cluster {
+    nodes: Vec<Option<Node>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    /// Three members named `{prefix}1..3`: tests run in one process, and ractor's actor
+    /// registry (names carry the node id) is per process.
+    async fn start(prefix: &str) -> Cluster {
+        let names: Vec<String> = (1..=3).map(|i| format!("{prefix}{i}")).collect();
+        let list = names
+            .iter()
+            .map(|name| format!("{name}=127.0.0.1:{}", free_port()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        let mut dirs = Vec::new();
+        for name in &names {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let config = NodeConfig {
+                data_dir: dir.path().to_path_buf(),
+                cluster: Some(ClusterConfig {
+                    name: name.clone(),
+                    initial_cluster: list.clone(),
+                    initial_cluster_state: ClusterState::New,
+                    peer_listen: None,
+                }),
+                // Short, so a request stuck in a minority is answered within the test.
+                propose_timeout_ms: 1_500,
+                ..NodeConfig::default()
+            };
+            let (node, mut outbound) = Node::start(config).await.expect("a member starts");
+            // Nobody listens for deferred answers here; drain them.
+            tokio::spawn(async move { while outbound.recv().await.is_some() {} });
+            nodes.push(Some(node));
+            dirs.push(dir);
+        }
+        Cluster { nodes, _dirs: dirs }
+    }
+
+    fn handle(&self, index: usize) -> NodeHandle {
+        self.running(index).handle()
+    }
+
+    /// The index of the node that leads, once the running ones agree on one.
+    async fn leader(&self) -> usize {
+        for _ in 0..200 {
+            let running: Vec<usize> = (0..self.nodes.len())
+                .filter(|i| self.nodes[*i].is_some())
+                .collect();
+            let leaders: Vec<usize> = running
+                .iter()
+                .copied()
+                .filter(|i| self.handle(*i).is_leader())
+                .collect();
+            if let [leader] = leaders[..] {
+                let id = self.handle(leader).node_id();
+                if running
+                    .iter()
+                    .all(|i| self.handle(*i).leader_id() == Some(id))
+                {
+                    return leader;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no agreed leader within 10 s");
+    }
+
+    /// Cuts node `index` off from the other two, both ways.
+    fn isolate(&self, index: usize) {
+        let others: Vec<u64> = (0..self.nodes.len())
+            .filter(|i| *i != index)
+            .map(|i| self.handle(i).node_id())
+            .collect();
+        self.running(index).faults().cut_off(others);
+    }
+
+    fn heal(&self, index: usize) {
+        self.running(index).faults().heal();
+    }
+
+    fn running(&self, index: usize) -> &Node {
+        self.nodes[index].as_ref().expect("node running")
+    }
+
+    async fn shutdown(mut self) {
+        for node in self.nodes.iter_mut().filter_map(Option::take) {
+            node.shutdown().await.expect("a node stops cleanly");
+        }
+    }
+}
+
+fn request(id: &str, op: Op) -> Request {
+    Request {
+        id: id.to_string(),
+        op,
+    }
+}
+
+async fn grant(node: &NodeHandle, agent: &str, id: &str) -> String {
+    match node
+        .submit(agent, request(id, Op::LeaseGrant { ttl_ms: 10_000 }))
+        .await
+    {
+        Ok(Reply::Lease { lease, .. }) => lease.to_string(),
+        other => panic!("lease.grant answered {other:?}"),
+    }
+}
+
+fn try_lock(name: &str, lease: &str) -> Op {
+    Op::LockAcquire {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        wait_ms: Some(0),
+    }
+}
+
+fn holders(reply: Result<Reply, hivekeeper_coordinator::node::NodeError>) -> Vec<(String, u64)> {
+    match reply {
+        Ok(Reply::Inspect { holders, .. }) => holders
+            .into_iter()
+            .map(|holder| (holder.agent, holder.token))
+            .collect(),
+        other => panic!("inspect answered {other:?}"),
+    }
+}
+
+fn inspect(name: &str) -> Op {
+    Op::Inspect {
+        kind: ResourceKind::Lock,
+        name: name.to_string(),
+    }
+}
+
+fn is_unavailable(reply: &Result<Reply, hivekeeper_coordinator::node::NodeError>) -> bool {
+    match reply {
+        Err(error) => NodeHandle::error_code(error) == ErrorCode::Unavailable,
+        Ok(Reply::Refused { code, .. }) => *code == ErrorCode::Unavailable,
+        Ok(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_forward_writes_keepalives_and_reads_to_the_leader() {
+    let cluster = Cluster::start("fwd").await;
+    let leader = cluster.leader().await;
+    let follower = (leader + 1) % 3;
+    let node = cluster.handle(follower);
+
+    let lease = grant(&node, "drone-1", "g1").await;
+    let token = match node
+        .submit("drone-1", request("a1", try_lock("pad/1", &lease)))
+        .await
+    {
+        Ok(Reply::Granted { token }) => token,
+        other => panic!("lock.acquire through a follower answered {other:?}"),
+    };
+    match node
+        .submit(
+            "drone-1",
+            request(
+                "k1",
+                Op::LeaseKeepalive {
+                    lease: lease.clone(),
+                },
+            ),
+        )
+        .await
+    {
+        Ok(Reply::Ttl { ttl_ms }) => assert_eq!(ttl_ms, 10_000),
+        other => panic!("a keepalive through a follower answered {other:?}"),
+    }
+    // The read is answered by the leader (read-index): it sees the grant.
+    let seen = holders(
+        node.submit("drone-1", request("i1", inspect("pad/1")))
+            .await,
+    );
+    assert_eq!(seen, vec![("drone-1".to_string(), token)]);
+    // And the third node agrees.
+    let other = cluster.handle((leader + 2) % 3);
+    let seen = holders(
+        other
+            .submit("tester", request("i2", inspect("pad/1")))
+            .await,
+    );
+    assert_eq!(seen, vec![("drone-1".to_string(), token)]);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_grants() {
+    let cluster = Cluster::start("cutf").await;
+    let leader = cluster.leader().await;
+    let cut = (leader + 1) % 3;
+    let node = cluster.handle(cut);
+    let lease = grant(&node, "drone-1", "g1").await;
+
+    cluster.isolate(cut);
+
+    let acquire = node
+        .submit("drone-1", request("a1", try_lock("pad/1", &lease)))
+        .await;
+    assert!(
+        is_unavailable(&acquire),
+        "a cut-off follower answered {acquire:?}"
+    );
+    let keepalive = node
+        .submit(
+            "drone-1",
+            request(
+                "k1",
+                Op::LeaseKeepalive {
+                    lease: lease.clone(),
+                },
+            ),
+        )
+        .await;
+    assert!(
+        is_unavailable(&keepalive),
+        "keepalive answered {keepalive:?}"
+    );
+    let read = node
+        .submit("drone-1", request("i1", inspect("pad/1")))
+        .await;
+    assert!(is_unavailable(&read), "inspect answered {read:?}");
+
+    // The majority goes on: another agent takes the lock there.
+    let majority = cluster.handle(leader);
+    let other_lease = grant(&majority, "drone-2", "g2").await;
+    let token = match majority
+        .submit("drone-2", request("a2", try_lock("pad/1", &other_lease)))
+        .await
+    {
+        Ok(Reply::Granted { token }) => token,
+        other => panic!("the majority answered {other:?}"),
+    };
+
+    // Healed, the cut-off node catches up and sees the majority's grant, not its own.
+    cluster.nodes[cut]
+        .as_ref()
+        .expect("running")
+        .faults()
+        .heal();
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen = holders(
+            node.submit("drone-1", request("i2", inspect("pad/1")))
+                .await,
+        );
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, vec![("drone-2".to_string(), token)]);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
+    let mut cluster = Cluster::start("cutl").await;
+    let old = cluster.leader().await;
+    let old_node = cluster.handle(old);
+    let lease = grant(&old_node, "drone-1", "g1").await;
+    cluster.isolate(old);
+
+    // The deposed (but unaware) leader cannot commit: `unavailable`, not a grant.
+    let acquire = old_node
+        .submit("drone-1", request("a1", try_lock("pad/9", &lease)))
+        .await;
+    assert!(
+        is_unavailable(&acquire),
+        "a cut-off leader answered {acquire:?}"
+    );
+
+    // The other two elect a new leader among themselves, which grants.
+    let survivor = (old + 1) % 3;
+    let mut new_leader = None;
+    for _ in 0..200 {
+        let candidates: Vec<usize> = (0..3)
+            .filter(|i| *i != old && cluster.handle(*i).is_leader())
+            .collect();
+        if let [leader] = candidates[..] {
+            new_leader = Some(leader);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let new_leader = new_leader.expect("the majority elects a leader within 10 s");
+    let through = cluster.handle(survivor);
+    let lease2 = grant(&through, "drone-2", "g2").await;
+    match through
+        .submit("drone-2", request("a2", try_lock("pad/9", &lease2)))
+        .await
+    {
+        Ok(Reply::Granted { .. }) => {}
+        other => panic!("the new majority (leader index {new_leader}) answered {other:?}"),
+    }
+    // The old leader's holdings never included pad/9.
+    let seen = holders(
+        through
+            .submit("drone-2", request("i1", inspect("pad/9")))
+            .await,
+    );
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, "drone-2");
+
+    cluster.nodes[old]
+        .as_ref()
+        .expect("running")
+        .faults()
+        .heal();
+    let node = cluster.nodes[old].take().expect("running");
+    node.shutdown().await.expect("stops");
+    cluster.shutdown().await;
+}
