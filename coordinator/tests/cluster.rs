@@ -256,11 +256,7 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
     };
 
     // Healed, the cut-off node catches up and sees the majority's grant, not its own.
-    cluster.nodes[cut]
-        .as_ref()
-        .expect("running")
-        .faults()
-        .heal();
+    cluster.heal(cut);
     let mut seen = Vec::new();
     for _ in 0..100 {
         seen = holders(
@@ -325,11 +321,7 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].0, "drone-2");
 
-    cluster.nodes[old]
-        .as_ref()
-        .expect("running")
-        .faults()
-        .heal();
+    cluster.heal(old);
     let node = cluster.nodes[old].take().expect("running");
     node.shutdown().await.expect("stops");
     cluster.shutdown().await;

@@ -8,6 +8,8 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod cluster;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

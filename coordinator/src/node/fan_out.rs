@@ -96,7 +96,10 @@ impl Actor for FanOut {
             Applied::Entry {
                 events, replayed, ..
             } => (events, replayed),
-            Applied::SnapshotInstalled { .. } => {
+            Applied::SnapshotInstalled { last_log_index } => {
+                // A follower too far behind (the leader purged the entries it lacks) catches up
+                // from the leader's snapshot: worth a line in the log.
+                tracing::info!(?last_log_index, "installed a snapshot from the leader");
                 state.keeper.cast(KeeperMsg::Resync)?;
                 state.metrics.snapshot_installed();
                 state.refresh_leases_active();

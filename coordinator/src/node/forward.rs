@@ -28,34 +28,65 @@ pub(crate) struct Forwarder {
     raft: Arc<RaftHandle>,
     pool: PeerPool,
     timeout: Duration,
+    /// How long a request waits for a leader to be known (an election under way) before it is
+    /// answered `unavailable`.
+    leader_wait: Duration,
+}
+
+/// Where a request goes.
+pub(crate) enum Route {
+    /// This node leads: answer here.
+    Here,
+    /// To the leader.
+    Leader(NodeId, Member),
 }
 
 impl Forwarder {
-    pub(crate) fn new(raft: Arc<RaftHandle>, pool: PeerPool, timeout: Duration) -> Forwarder {
+    pub(crate) fn new(
+        raft: Arc<RaftHandle>,
+        pool: PeerPool,
+        timeout: Duration,
+        leader_wait: Duration,
+    ) -> Forwarder {
         Forwarder {
             raft,
             pool,
             timeout,
+            leader_wait,
         }
     }
 
-    /// Whether requests must go to another node: this node does not lead.
-    pub(crate) fn must_forward(&self) -> bool {
-        !self.raft.is_leader()
-    }
-
-    fn leader(&self) -> Result<(NodeId, Member), NodeError> {
-        self.raft.leader().ok_or_else(|| {
-            NodeError::Unavailable(
-                "no leader known: an election is under way, or this node is cut off from the \
-                 majority; retry"
-                    .into(),
-            )
+    /// Where requests go now. Without a known leader (mid-election) it waits up to
+    /// `leader_wait` for one, so a request arriving during a failover is served by the new
+    /// leader instead of bouncing; a node cut off from the majority answers `unavailable`
+    /// after that wait.
+    pub(crate) async fn route(&self) -> Result<Route, NodeError> {
+        let leader = match self.raft.leader() {
+            Some(leader) => leader,
+            None => {
+                let _ = self.raft.wait_for_leader(self.leader_wait).await;
+                self.raft.leader().ok_or_else(|| {
+                    NodeError::Unavailable(format!(
+                        "no leader known after {} ms: an election is under way, or this node \
+                         is cut off from the majority; retry",
+                        self.leader_wait.as_millis()
+                    ))
+                })?
+            }
+        };
+        Ok(if leader.0 == self.raft.node_id() {
+            Route::Here
+        } else {
+            Route::Leader(leader.0, leader.1)
         })
     }
 
-    async fn call(&self, request: PeerRequest, expected: usize) -> Result<Vec<Reply>, NodeError> {
-        let (leader, member) = self.leader()?;
+    async fn call(
+        &self,
+        (leader, member): (NodeId, Member),
+        request: PeerRequest,
+        expected: usize,
+    ) -> Result<Vec<Reply>, NodeError> {
         let client = self.pool.client(leader, &member.addr);
         match client.call(request, self.timeout).await {
             Ok(PeerResponse::Replies(Ok(replies))) if replies.len() == expected => Ok(replies),
@@ -76,19 +107,29 @@ impl Forwarder {
         }
     }
 
-    /// Proposes `commands` through the leader, as one entry; one reply per command.
-    pub(crate) async fn propose(&self, commands: Vec<Command>) -> Result<Vec<Reply>, NodeError> {
+    /// Proposes `commands` through `leader`, as one entry; one reply per command.
+    pub(crate) async fn propose(
+        &self,
+        leader: (NodeId, Member),
+        commands: Vec<Command>,
+    ) -> Result<Vec<Reply>, NodeError> {
         let expected = commands.len();
-        self.call(PeerRequest::Propose(commands), expected).await
+        self.call(leader, PeerRequest::Propose(commands), expected)
+            .await
     }
 
-    /// Has the leader answer a keepalive or a read.
-    pub(crate) async fn submit(&self, agent: &str, request: Request) -> Result<Reply, NodeError> {
+    /// Has `leader` answer a keepalive or a read.
+    pub(crate) async fn submit(
+        &self,
+        leader: (NodeId, Member),
+        agent: &str,
+        request: Request,
+    ) -> Result<Reply, NodeError> {
         let request = PeerRequest::Submit {
             agent: agent.to_string(),
             request,
         };
-        let mut replies = self.call(request, 1).await?;
+        let mut replies = self.call(leader, request, 1).await?;
         replies
             .pop()
             .ok_or_else(|| NodeError::Failed("the leader answered nothing".into()))

@@ -53,7 +53,7 @@ use crate::raft::{self, RaftConfig, RaftError, RaftHandle, TcpNetwork};
 use crate::state_machine::{Command, Limits, Reply, Text};
 use crate::transport::{self, ForwardHandler, NetworkFaults};
 pub use cluster::{ClusterConfig, ClusterState};
-use forward::Forwarder;
+use forward::{Forwarder, Route};
 use lease_keeper::KeeperMsg;
 use proposer::ProposerMsg;
 use supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
@@ -269,6 +269,9 @@ impl Node {
                 raft.clone(),
                 network.forwarding_pool(),
                 Duration::from_millis(config.propose_timeout_ms),
+                // Two of the longest elections: long enough for a failover, short enough that a
+                // cut-off node answers `unavailable` promptly.
+                Duration::from_millis(2 * config.raft.election_timeout_ms_max),
             )
         });
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
@@ -409,9 +412,10 @@ impl NodeHandle {
                 in_flight: self.ingress_max,
             })?;
         match &self.forwarder {
-            Some(forwarder) if !request.op.is_write() && forwarder.must_forward() => {
-                forwarder.submit(agent, request).await
-            }
+            Some(forwarder) if !request.op.is_write() => match forwarder.route().await? {
+                Route::Here => self.answer_here(agent, request).await,
+                Route::Leader(id, member) => forwarder.submit((id, member), agent, request).await,
+            },
             _ => self.answer_here(agent, request).await,
         }
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::NodeError;
-use super::forward::Forwarder;
+use super::forward::{Forwarder, Route};
 use crate::raft::RaftHandle;
 use crate::state_machine::{Command, Reply};
 
@@ -91,15 +91,20 @@ impl Actor for Proposer {
             let forwarder = state.forwarder.clone();
             tokio::spawn(async move {
                 let (commands, ports): (Vec<Command>, Vec<_>) = batch.into_iter().unzip();
-                let replies = match forwarder {
-                    Some(forwarder) if forwarder.must_forward() => {
-                        forwarder.propose(commands).await
+                let route = match &forwarder {
+                    Some(forwarder) => forwarder.route().await,
+                    None => Ok(Route::Here),
+                };
+                let replies = match (route, &forwarder) {
+                    (Ok(Route::Leader(id, member)), Some(forwarder)) => {
+                        forwarder.propose((id, member), commands).await
                     }
-                    _ => raft
+                    (Ok(_), _) => raft
                         .propose_batch(commands)
                         .await
                         .map(|proposed| proposed.into_iter().map(|p| p.reply).collect())
                         .map_err(NodeError::from),
+                    (Err(error), _) => Err(error),
                 };
                 match replies {
                     Ok(replies) => {

@@ -1,0 +1,139 @@
+//! A cluster of real `hivekeeper serve` processes on loopback, for the cluster e2e tests.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hivekeeper_agent::{Agent, AgentConfig};
+
+use super::{Node, agent_config, eventually, free_port, metric, metrics_text, within};
+
+/// `n` members named `n1..nN`, each with its own data dir, embedded broker and metrics port.
+pub struct ProcessCluster {
+    /// The members, by index (`n{index + 1}`); a killed one stays here, not running.
+    pub nodes: Vec<Node>,
+    root: tempfile::TempDir,
+}
+
+impl ProcessCluster {
+    /// Starts `n` members with `extra_args` (e.g. `--config FILE`) and waits until they agree
+    /// on a leader.
+    pub async fn start(n: usize, extra_args: &[&str]) -> ProcessCluster {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let list = (1..=n)
+            .map(|i| format!("n{i}=127.0.0.1:{}", free_port()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let name = format!("n{i}");
+            let mut args = vec!["--name", &name, "--initial-cluster", &list];
+            args.extend_from_slice(extra_args);
+            let dir: PathBuf = root.path().join(&name);
+            nodes.push(Node::start_with_args(&dir, &args).await);
+        }
+        let cluster = ProcessCluster { nodes, root };
+        cluster.leader(30).await;
+        cluster
+    }
+
+    /// The data dirs' parent.
+    pub fn root(&self) -> &std::path::Path {
+        self.root.path()
+    }
+
+    /// Every member's MQTT port, in member order.
+    pub fn mqtt_ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(Node::mqtt_port).collect()
+    }
+
+    /// The index of the member that says it leads (`hivekeeper_raft_is_leader 1`), once
+    /// exactly one running member says so.
+    pub async fn leader(&self, secs: u64) -> usize {
+        eventually(secs, "one leader", || async {
+            let mut leaders = Vec::new();
+            for (index, node) in self.nodes.iter().enumerate() {
+                let Some(text) = metrics_text(node.metrics_port).await else {
+                    continue;
+                };
+                if metric(&text, "hivekeeper_raft_is_leader") == Some(1.0) {
+                    leaders.push(index);
+                }
+            }
+            match leaders[..] {
+                [leader] => Some(leader),
+                _ => None,
+            }
+        })
+        .await
+    }
+
+    /// SDK settings for an agent whose first broker is member `home`, the others next (the
+    /// SDK fails over along the list).
+    pub fn agent_config(&self, agent_id: &str, home: usize) -> AgentConfig {
+        let ports = self.mqtt_ports();
+        let mut config = agent_config(agent_id, ports[home % ports.len()]);
+        config.brokers = (0..ports.len())
+            .map(|k| format!("127.0.0.1:{}", ports[(home + k) % ports.len()]))
+            .collect();
+        config
+    }
+
+    /// An SDK agent connected to member `home` first.
+    pub async fn agent(&self, agent_id: &str, home: usize) -> Agent {
+        within(
+            20,
+            &format!("agent {agent_id} connects"),
+            Agent::connect(self.agent_config(agent_id, home)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("agent {agent_id} connects: {e}"))
+    }
+}
+
+/// One hold of a lock as an agent saw it: granted (the answer arrived) to released (the release
+/// was about to be sent). It lies inside the service's own hold, so holds of one lock must
+/// never overlap, and their tokens must grow in grant order.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub lock: String,
+    pub agent: String,
+    pub token: u64,
+    pub granted: tokio::time::Instant,
+    pub released: tokio::time::Instant,
+}
+
+/// The history checker: per lock, no two holds overlap and tokens strictly increase in grant
+/// order. Returns every violation, described.
+pub fn check_history(holds: &[Hold]) -> Vec<String> {
+    let mut by_lock: std::collections::BTreeMap<&str, Vec<&Hold>> = Default::default();
+    for hold in holds {
+        by_lock.entry(hold.lock.as_str()).or_default().push(hold);
+    }
+    let mut violations = Vec::new();
+    for (lock, mut holds) in by_lock {
+        holds.sort_by_key(|hold| hold.granted);
+        for pair in holds.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            if b.granted < a.released {
+                violations.push(format!(
+                    "{lock}: {} (token {}) was granted {:?} before {} (token {}) released",
+                    b.agent,
+                    b.token,
+                    a.released - b.granted,
+                    a.agent,
+                    a.token
+                ));
+            }
+            if b.token <= a.token {
+                violations.push(format!(
+                    "{lock}: token {} granted to {} after token {} granted to {}",
+                    b.token, b.agent, a.token, a.agent
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// Test-sized waits around a failover.
+pub const FAILOVER_WAIT: Duration = Duration::from_secs(20);
