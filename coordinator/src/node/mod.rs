@@ -7,8 +7,8 @@
 //!     │                                                   past it)
 //!     ├ write op   ─▶ Proposer (enqueued at once, in arrival order) ─▶ raft.propose_batch
 //!     │              ─▶ Reply (Queued: answered later)
-//!     ├ keepalive  ─▶ read-index ─▶ LeaseKeeper (deadline = now + TTL) ─▶ Reply::Ttl
-//!     └ fence/inspect ─▶ read-index ─▶ StateMachine::query
+//!     ├ keepalive  ─▶ read-index (rounds shared) ─▶ LeaseKeeper (deadline = now + TTL)
+//!     └ fence/inspect ─▶ read-index (rounds shared) ─▶ StateMachine::query
 //!  raft applied entries ─▶ FanOut ─┬─▶ Outbound::{Respond, Notify} ─▶ bridge
 //!                                  ├─▶ LeaseKeeper (LeaseGranted / LeaseEnded)
 //!                                  └─▶ metrics (counters, histograms, gauges)
@@ -31,6 +31,7 @@
 //! - `metrics.rs`: lease and resource metrics, from applied events (names and help texts).
 //! - `cluster.rs`: [`ClusterConfig`], the etcd-style membership flags.
 //! - `forward.rs`: forwarding to the leader.
+//! - `read_index.rs`: leadership confirmations, one round for many keepalives and reads.
 
 mod cluster;
 mod fan_out;
@@ -38,6 +39,7 @@ mod forward;
 mod lease_keeper;
 pub mod metrics;
 mod proposer;
+mod read_index;
 mod supervisor;
 
 use std::path::PathBuf;
@@ -56,6 +58,7 @@ pub use cluster::{ClusterConfig, ClusterState};
 use forward::{Forwarder, Route};
 use lease_keeper::KeeperMsg;
 use proposer::ProposerMsg;
+use read_index::ReadIndex;
 use supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 
 /// What the node sends to the bridge.
@@ -216,6 +219,8 @@ pub struct NodeHandle {
     propose_timeout: Duration,
     /// To the leader, in a cluster.
     forwarder: Option<Forwarder>,
+    /// Leadership confirmations shared by concurrent keepalives and reads.
+    read_index: ReadIndex,
 }
 
 impl Node {
@@ -308,6 +313,7 @@ impl Node {
             ingress_max: config.ingress_max,
             propose_timeout: Duration::from_millis(config.propose_timeout_ms),
             forwarder,
+            read_index: ReadIndex::start(raft.raft().clone()),
         };
         let peer_server = peer_listener.map(|listener| {
             tokio::spawn(transport::serve(
@@ -425,13 +431,7 @@ impl NodeHandle {
         match &request.op {
             Op::LeaseKeepalive { lease } => {
                 // Leadership confirmed by a quorum before the deadline moves (DESIGN.md §2).
-                self.raft
-                    .raft()
-                    .ensure_linearizable()
-                    .await
-                    .map_err(|error| {
-                        NodeError::Unavailable(format!("leadership not confirmed: {error}"))
-                    })?;
+                self.read_index.confirm().await?;
                 let (agent, lease) = (agent.to_string(), lease.clone());
                 let result = self
                     .keeper
@@ -451,10 +451,10 @@ impl NodeHandle {
                     )),
                 }
             }
-            op if !op.is_write() => Ok(self
-                .raft
-                .query_linearizable(|sm| sm.query(agent, op))
-                .await?),
+            op if !op.is_write() => {
+                self.read_index.confirm().await?;
+                Ok(self.raft.query(|sm| sm.query(agent, op))?)
+            }
             _ => {
                 let command = Command::Request {
                     agent: agent.to_string(),

@@ -1,10 +1,12 @@
 //! openraft's network on Hivekeeper's inter-node transport ([`crate::transport`]).
 //!
-//! openraft asks for one client per replication stream (and one for each election's votes)
-//! and calls it one RPC at a time; each gets its own [`PeerClient`], so one follower's slow
-//! snapshot never delays another's heartbeats. Transport failures map onto openraft's error
-//! kinds: a peer that cannot be dialled is `Unreachable` (openraft backs off), anything else
-//! on the way is a `NetworkError` (it retries), and the peer's own refusal is a `RemoteError`.
+//! Raft's RPCs to a peer share one multiplexed connection ([`PeerPool`]), because openraft
+//! 0.9 asks for a fresh client for every read-index round (`ensure_linearizable`, once per
+//! keepalive batch): a connection per client would dial the peers for every round. Forwarded
+//! requests use a pool of their own ([`TcpNetwork::forwarding_pool`]), so they never queue
+//! behind a snapshot chunk or delay a heartbeat. Transport failures map onto openraft's error
+//! kinds: a peer that cannot be dialled is `Unreachable` (openraft backs off), anything else on
+//! the way is a `NetworkError` (it retries), and the peer's own refusal is a `RemoteError`.
 
 use std::time::Duration;
 
@@ -25,20 +27,24 @@ use crate::transport::{
 };
 
 /// The network factory: dials peers at the address their membership entry records.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TcpNetwork {
     dialler: Dialler,
+    /// The connections Raft's RPCs use, one per peer.
+    raft_pool: PeerPool,
 }
 
 impl TcpNetwork {
     /// The network of node `me` in cluster `cluster`, with `faults` (none in production).
     pub fn new(me: NodeId, cluster: impl Into<String>, faults: NetworkFaults) -> TcpNetwork {
+        let dialler = Dialler {
+            me,
+            cluster: cluster.into(),
+            faults,
+        };
         TcpNetwork {
-            dialler: Dialler {
-                me,
-                cluster: cluster.into(),
-                faults,
-            },
+            raft_pool: PeerPool::new(dialler.clone()),
+            dialler,
         }
     }
 
@@ -59,7 +65,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> TcpPeer {
         TcpPeer {
-            client: PeerClient::new(self.dialler.clone(), target, node.addr.clone()),
+            client: self.raft_pool.client(target, &node.addr),
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Two kinds of traffic share one wire format but never one connection:
 //! - openraft's RPCs (append entries, vote, snapshot chunks), through
-//!   [`crate::raft::TcpNetwork`], one connection per replication stream;
+//!   [`crate::raft::TcpNetwork`], one multiplexed connection per peer;
 //! - requests a follower forwards to the leader (openraft does not forward writes:
 //!   openraft#1716), through a [`PeerPool`] of its own, so a burst of forwarded requests never
 //!   queues behind a snapshot chunk and a heartbeat never queues behind them.
