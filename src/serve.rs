@@ -117,6 +117,14 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         .validate()
         .map_err(anyhow::Error::msg)
         .context("node settings")?;
+    if config.node.cluster.is_some() && matches!(config.mqtt.mode, Mode::External(_)) {
+        // Every member subscribes to every request on its broker: through one shared broker
+        // each request would be carried out by every member and answered three times.
+        bail!(
+            "a cluster member needs its own embedded broker: an external broker shared by the \
+             members is not supported yet (drop --mqtt-url, or run a single node)"
+        );
+    }
     config.mqtt.validate().context("mqtt settings")?;
     Ok(config)
 }
@@ -251,6 +259,33 @@ async fn export_counters(stats: Arc<BridgeStats>, transport: Transport) {
 #[cfg(test)]
 mod tests {
     use super::ServeConfig;
+
+    /// The commented cluster block of the example, uncommented, is a valid member config.
+    #[test]
+    fn the_example_cluster_block_parses_and_validates() {
+        let block: String = include_str!("../hivekeeper.example.toml")
+            .lines()
+            .skip_while(|line| !line.starts_with("# [node.cluster]"))
+            .take_while(|line| line.starts_with("# "))
+            .filter(|line| line.starts_with("# [") || line.contains(" = "))
+            .map(|line| line.trim_start_matches("# ").to_string() + "\n")
+            .collect();
+        let config: ServeConfig = toml::from_str(&block).expect("the cluster block parses");
+        let cluster = config.node.cluster.clone().expect("a cluster section");
+        assert_eq!(cluster.name, "n1");
+        assert_eq!(cluster.members().expect("members").len(), 3);
+        config.node.validate().expect("valid");
+    }
+
+    #[test]
+    fn a_name_missing_from_the_initial_cluster_is_refused() {
+        let config: ServeConfig = toml::from_str(
+            "[node.cluster]\nname = \"n9\"\ninitial_cluster = \"n1=127.0.0.1:7401\"\n",
+        )
+        .expect("parses");
+        let error = config.node.validate().expect_err("n9 is not a member");
+        assert!(error.contains("\"n9\" is not in initial_cluster"), "{error}");
+    }
 
     /// The shipped example must parse and say exactly what the defaults are, so the file can
     /// never drift from the code.

@@ -109,6 +109,34 @@ fn a_bad_config_file_is_a_clear_error() {
     assert_refused(&output, "is not valid");
 }
 
+#[test]
+fn a_taken_peer_port_and_bad_cluster_flags_are_clear_errors() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let dir = data.path().join("data");
+    let dir = dir.to_str().expect("utf-8");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let list = format!("n1={},n2=127.0.0.1:1", taken.local_addr().expect("addr"));
+    let output = serve(&["--data-dir", dir, "--name", "n1", "--initial-cluster", &list]);
+    assert_refused(&output, "cannot listen for peers on");
+    let output = serve(&["--data-dir", dir, "--name", "n9", "--initial-cluster", &list]);
+    assert_refused(&output, "\"n9\" is not in initial_cluster");
+    let output = serve(&["--data-dir", dir, "--name", "n1"]);
+    assert_refused(&output, "--initial-cluster");
+    let config = data.path().join("external.toml");
+    let toml = format!(
+        "[node.cluster]\nname = \"n1\"\ninitial_cluster = \"{list}\"\n\
+         [mqtt.mode]\nkind = \"external\"\nurl = \"mqtt://127.0.0.1:1883\"\n"
+    );
+    std::fs::write(&config, toml).expect("write");
+    let output = Command::new(BIN)
+        .args(["serve", "--data-dir", dir, "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("hivekeeper runs");
+    assert_refused(&output, "needs its own embedded broker");
+}
+
 #[tokio::test]
 async fn sigterm_stops_the_node_cleanly_and_it_restarts_on_the_same_data() {
     let data = tempfile::tempdir().expect("tempdir");
