@@ -284,7 +284,10 @@ mod tests {
         )
         .expect("parses");
         let error = config.node.validate().expect_err("n9 is not a member");
-        assert!(error.contains("\"n9\" is not in initial_cluster"), "{error}");
+        assert!(
+            error.contains("\"n9\" is not in initial_cluster"),
+            "{error}"
+        );
     }
 
     /// The shipped example must parse and say exactly what the defaults are, so the file can

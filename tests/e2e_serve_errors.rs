@@ -116,9 +116,23 @@ fn a_taken_peer_port_and_bad_cluster_flags_are_clear_errors() {
     let dir = dir.to_str().expect("utf-8");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let list = format!("n1={},n2=127.0.0.1:1", taken.local_addr().expect("addr"));
-    let output = serve(&["--data-dir", dir, "--name", "n1", "--initial-cluster", &list]);
+    let output = serve(&[
+        "--data-dir",
+        dir,
+        "--name",
+        "n1",
+        "--initial-cluster",
+        &list,
+    ]);
     assert_refused(&output, "cannot listen for peers on");
-    let output = serve(&["--data-dir", dir, "--name", "n9", "--initial-cluster", &list]);
+    let output = serve(&[
+        "--data-dir",
+        dir,
+        "--name",
+        "n9",
+        "--initial-cluster",
+        &list,
+    ]);
     assert_refused(&output, "\"n9\" is not in initial_cluster");
     let output = serve(&["--data-dir", dir, "--name", "n1"]);
     assert_refused(&output, "--initial-cluster");

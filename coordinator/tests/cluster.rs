@@ -32,29 +32,37 @@ impl Cluster {
             .map(|name| format!("{name}=127.0.0.1:{}", free_port()))
             .collect::<Vec<_>>()
             .join(",");
-        let mut nodes = Vec::new();
-        let mut dirs = Vec::new();
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            _dirs: Vec::new(),
+        };
         for name in &names {
-            let dir = tempfile::tempdir().expect("a temp dir");
-            let config = NodeConfig {
-                data_dir: dir.path().to_path_buf(),
-                cluster: Some(ClusterConfig {
-                    name: name.clone(),
-                    initial_cluster: list.clone(),
-                    initial_cluster_state: ClusterState::New,
-                    peer_listen: None,
-                }),
-                // Short, so a request stuck in a minority is answered within the test.
-                propose_timeout_ms: 1_500,
-                ..NodeConfig::default()
-            };
-            let (node, mut outbound) = Node::start(config).await.expect("a member starts");
-            // Nobody listens for deferred answers here; drain them.
-            tokio::spawn(async move { while outbound.recv().await.is_some() {} });
-            nodes.push(Some(node));
-            dirs.push(dir);
+            cluster.spawn(name, &list, ClusterState::New).await;
         }
-        Cluster { nodes, _dirs: dirs }
+        cluster
+    }
+
+    /// Starts member `name` with this `initial_cluster` list and state; returns its index.
+    async fn spawn(&mut self, name: &str, list: &str, state: ClusterState) -> usize {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = NodeConfig {
+            data_dir: dir.path().to_path_buf(),
+            cluster: Some(ClusterConfig {
+                name: name.to_string(),
+                initial_cluster: list.to_string(),
+                initial_cluster_state: state,
+                peer_listen: None,
+            }),
+            // Short, so a request stuck in a minority is answered within the test.
+            propose_timeout_ms: 1_500,
+            ..NodeConfig::default()
+        };
+        let (node, mut outbound) = Node::start(config).await.expect("a member starts");
+        // Nobody listens for deferred answers here; drain them.
+        tokio::spawn(async move { while outbound.recv().await.is_some() {} });
+        self.nodes.push(Some(node));
+        self._dirs.push(dir);
+        self.nodes.len() - 1
     }
 
     fn handle(&self, index: usize) -> NodeHandle {
@@ -324,5 +332,83 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     cluster.heal(old);
     let node = cluster.nodes[old].take().expect("running");
     node.shutdown().await.expect("stops");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
+    let mut cluster = Cluster::start("memb").await;
+    let leader = cluster.leader().await;
+    let node = cluster.handle(leader);
+    let lease = grant(&node, "drone-1", "g1").await;
+    let token = match node
+        .submit("drone-1", request("a1", try_lock("dock", &lease)))
+        .await
+    {
+        Ok(Reply::Granted { token }) => token,
+        other => panic!("acquire answered {other:?}"),
+    };
+
+    // A fresh node, started to join: it initializes nothing and waits to be added.
+    let addr = format!("127.0.0.1:{}", free_port());
+    let joiner = cluster
+        .spawn("memb4", &format!("memb4={addr}"), ClusterState::Existing)
+        .await;
+    assert!(cluster.handle(joiner).members().is_empty());
+    let added = node
+        .add_member("memb4", &addr)
+        .await
+        .expect("the leader adds it");
+    assert!(added.voter);
+    let members = node.members();
+    assert_eq!(members.len(), 4);
+    assert!(members.iter().all(|info| info.voter), "{members:?}");
+
+    // The new member follows the leader and answers (forwarding), seeing the replicated state.
+    let joined = cluster.handle(joiner);
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        if joined.leader_id() == Some(node.node_id()) {
+            seen = holders(
+                joined
+                    .submit("tester", request("i1", inspect("dock")))
+                    .await,
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, vec![("drone-1".to_string(), token)]);
+    // Adding it again changes nothing.
+    node.add_member("memb4", &addr).await.expect("idempotent");
+    assert_eq!(node.members().len(), 4);
+
+    // Remove a follower that is not the new one; three voters remain and still commit.
+    let removed = (0..3).find(|i| *i != leader).expect("a follower");
+    let removed_name = format!("memb{}", removed + 1);
+    node.remove_member(&removed_name).await.expect("removed");
+    let members = node.members();
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(!members.iter().any(|info| info.member.name == removed_name));
+    let lease2 = grant(&joined, "drone-2", "g2").await;
+    match joined
+        .submit("drone-2", request("a2", try_lock("dock-2", &lease2)))
+        .await
+    {
+        Ok(Reply::Granted { token: second }) => assert!(second > token),
+        other => panic!("acquire after the removal answered {other:?}"),
+    }
+    // Unknown names and non-leaders are refused with a reason.
+    let unknown = node
+        .remove_member("nobody")
+        .await
+        .expect_err("not a member");
+    assert!(unknown.to_string().contains("not a member"), "{unknown}");
+    let follower = cluster.handle((0..3).find(|i| *i != leader && *i != removed).expect("one"));
+    let refused = follower
+        .add_member("memb5", "127.0.0.1:1")
+        .await
+        .expect_err("not the leader");
+    assert!(refused.to_string().contains("not the leader"), "{refused}");
     cluster.shutdown().await;
 }

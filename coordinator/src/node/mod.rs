@@ -407,6 +407,59 @@ impl NodeHandle {
         self.raft.leader().map(|(id, _)| id)
     }
 
+    /// The members as this node knows them.
+    pub fn members(&self) -> Vec<raft::MemberInfo> {
+        self.raft.members()
+    }
+
+    /// Adds member `name` reachable at `addr` (host:port): as a learner until it has caught up,
+    /// then as a voter. This node must lead. The new node is started with
+    /// `initial_cluster_state = existing` (before or after this call).
+    pub async fn add_member(&self, name: &str, addr: &str) -> Result<raft::MemberInfo, NodeError> {
+        let entry = ClusterConfig {
+            name: name.to_string(),
+            initial_cluster: format!("{name}={addr}"),
+            initial_cluster_state: ClusterState::Existing,
+            peer_listen: None,
+        };
+        let member = entry.me().map_err(NodeError::Failed)?;
+        self.must_lead()?;
+        let id = entry.node_id();
+        if let Some(known) = self.members().into_iter().find(|info| info.id == id) {
+            if known.member == member && known.voter {
+                return Ok(known);
+            }
+        }
+        self.raft.add_member(id, member.clone()).await?;
+        Ok(raft::MemberInfo {
+            id,
+            member,
+            voter: true,
+        })
+    }
+
+    /// Removes member `name`. This node must lead.
+    pub async fn remove_member(&self, name: &str) -> Result<(), NodeError> {
+        self.must_lead()?;
+        let id = raft::node_id_for(name);
+        if !self.members().iter().any(|info| info.id == id) {
+            return Err(NodeError::Failed(format!("{name:?} is not a member")));
+        }
+        Ok(self.raft.remove_member(id).await?)
+    }
+
+    fn must_lead(&self) -> Result<(), NodeError> {
+        if self.raft.is_leader() {
+            Ok(())
+        } else {
+            Err(NodeError::Unavailable(format!(
+                "node {} is not the leader (leader: {:?})",
+                self.raft.node_id(),
+                self.leader_id()
+            )))
+        }
+    }
+
     /// Answers one request from `agent`: write ops through the log, keepalives through the
     /// lease keeper, reads with read-index. `Reply::Queued` means the final answer will come as
     /// an [`Outbound::Respond`].

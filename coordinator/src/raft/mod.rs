@@ -203,6 +203,17 @@ pub async fn open_with_network(
     Ok((handle, applied))
 }
 
+/// One member as the membership records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemberInfo {
+    /// Its id (derived from its name).
+    pub id: NodeId,
+    /// Its name and inter-node address.
+    pub member: Member,
+    /// Whether it votes; a learner is still being caught up.
+    pub voter: bool,
+}
+
 /// A running node's Raft: propose commands, read the state, snapshot, shut down.
 pub struct RaftHandle {
     /// The openraft instance.
@@ -284,6 +295,49 @@ impl RaftHandle {
             .get_node(&leader)?
             .clone();
         Some((leader, member))
+    }
+
+    /// The members as this node knows them: id, name and address, and whether each votes
+    /// (a learner being caught up does not).
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, member)| MemberInfo {
+                id: *id,
+                member: member.clone(),
+                voter: voters.contains(id),
+            })
+            .collect()
+    }
+
+    /// Adds a member: first as a learner, returning once it has caught up with the log (or a
+    /// snapshot), then as a voter. Must run on the leader; an id already voting is left as is.
+    pub async fn add_member(&self, id: NodeId, member: Member) -> Result<(), RaftError> {
+        self.raft.add_learner(id, member, true).await?;
+        let change = openraft::ChangeMembers::AddVoterIds(std::collections::BTreeSet::from([id]));
+        self.raft.change_membership(change, false).await?;
+        Ok(())
+    }
+
+    /// Removes a member (voter or learner) from the cluster. Must run on the leader; a leader
+    /// that removes itself steps down once the change is committed.
+    pub async fn remove_member(&self, id: NodeId) -> Result<(), RaftError> {
+        let voter = self
+            .members()
+            .iter()
+            .any(|info| info.id == id && info.voter);
+        let ids = std::collections::BTreeSet::from([id]);
+        let change = if voter {
+            openraft::ChangeMembers::RemoveVoters(ids)
+        } else {
+            openraft::ChangeMembers::RemoveNodes(ids)
+        };
+        self.raft.change_membership(change, false).await?;
+        Ok(())
     }
 
     /// Proposes one command in its own entry; returns once it is committed (durable on a
