@@ -249,6 +249,49 @@ async fn five_members_survive_two_kills_and_followers_answer() {
     assert!(token > first, "token {token} after {first}");
 }
 
+/// A waiter queued through one member, whose member dies, reconnects to another, resends its
+/// request id, finds its queue slot (not a second one) and is granted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_member_dies_is_granted_through_another() {
+    let mut cluster = ProcessCluster::start(3, &[]).await;
+    let leader = cluster.leader(10).await;
+    let home = (leader + 1) % 3;
+    let holder = cluster.agent("holder", leader).await;
+    let holder_session = holder.session(10_000).await.expect("session");
+    let guard = holder_session.lock("gate").await.expect("lock");
+    let held_token = guard.token();
+
+    let waiter = cluster.agent("waiter", home).await;
+    let session = waiter.session(10_000).await.expect("session");
+    let waiting = tokio::spawn(async move {
+        let guard = session.lock("gate").await.expect("granted in the end");
+        (guard.token(), guard, session)
+    });
+    eventually(10, "the waiter is queued", || async {
+        let (_, queue) = inspect_lock(&holder, "gate").await;
+        (queue.len() == 1).then_some(())
+    })
+    .await;
+
+    cluster.nodes[home].kill9();
+    // The waiter's SDK moves to the next member and resends its acquire (same id) there.
+    eventually(20, "the waiter reconnected elsewhere", || async {
+        let broker = waiter.broker()?;
+        (!broker.ends_with(&format!(":{}", cluster.nodes[home].mqtt_port()))).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (_, queue) = inspect_lock(&holder, "gate").await;
+    assert_eq!(queue.len(), 1, "one queue slot, not two: {queue:?}");
+
+    release(guard, "the holder releases").await;
+    let (token, guard, _session) = within(20, "the waiter is granted", waiting)
+        .await
+        .expect("the waiter task");
+    assert!(token > held_token, "token {token} after {held_token}");
+    release(guard, "the waiter releases").await;
+}
+
 /// The checker above is what the cluster tests trust: it must flag an overlap and a token
 /// that goes backwards.
 #[test]
