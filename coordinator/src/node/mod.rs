@@ -425,10 +425,11 @@ impl NodeHandle {
         let member = entry.me().map_err(NodeError::Failed)?;
         self.must_lead()?;
         let id = entry.node_id();
-        if let Some(known) = self.members().into_iter().find(|info| info.id == id) {
-            if known.member == member && known.voter {
-                return Ok(known);
-            }
+        if let Some(known) = self.members().into_iter().find(|info| info.id == id)
+            && known.member == member
+            && known.voter
+        {
+            return Ok(known);
         }
         self.raft.add_member(id, member.clone()).await?;
         Ok(raft::MemberInfo {
