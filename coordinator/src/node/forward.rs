@@ -4,6 +4,7 @@
 //! ```text
 //!  follower proposer ─ Propose(batch) ─▶ leader: raft.propose_batch ─▶ replies
 //!  follower submit   ─ Submit(agent, keepalive | read) ─▶ leader: answered as the leader
+//!  leader gone (refused / deposed) ─▶ wait for the next leader (≤ leader_wait) ─▶ once more
 //! ```
 //!
 //! Deferred answers (a queued acquire's grant) and notices do not travel back this way: every
@@ -20,7 +21,7 @@ use hivekeeper_protocol::Request;
 use super::NodeError;
 use crate::raft::{Member, NodeId, RaftHandle};
 use crate::state_machine::{Command, Reply};
-use crate::transport::{PeerPool, PeerRequest, PeerResponse};
+use crate::transport::{PeerPool, PeerRequest, PeerResponse, TransportError};
 
 /// Sends requests to the current leader.
 #[derive(Clone)]
@@ -81,57 +82,131 @@ impl Forwarder {
         })
     }
 
+    /// One forwarded call to `leader`. `Err(Gone)` when the leader could not be reached or
+    /// said it no longer leads: worth one retry at the next leader.
     async fn call(
         &self,
-        (leader, member): (NodeId, Member),
+        (leader, member): &(NodeId, Member),
         request: PeerRequest,
         expected: usize,
-    ) -> Result<Vec<Reply>, NodeError> {
+    ) -> Result<Vec<Reply>, Failure> {
+        let leader = *leader;
         let client = self.pool.client(leader, &member.addr);
         match client.call(request, self.timeout).await {
             Ok(PeerResponse::Replies(Ok(replies))) if replies.len() == expected => Ok(replies),
-            Ok(PeerResponse::Replies(Ok(replies))) => Err(NodeError::Failed(format!(
-                "the leader (node {leader}) answered {} replies for {expected} commands",
-                replies.len()
-            ))),
-            Ok(PeerResponse::Replies(Err(reason))) => Err(NodeError::Unavailable(format!(
+            Ok(PeerResponse::Replies(Ok(replies))) => {
+                Err(Failure::Other(NodeError::Failed(format!(
+                    "the leader (node {leader}) answered {} replies for {expected} commands",
+                    replies.len()
+                ))))
+            }
+            Ok(PeerResponse::Replies(Err(reason))) => Err(Failure::Gone(format!(
                 "the leader (node {leader}) could not answer: {reason}"
             ))),
-            Ok(other) => Err(NodeError::Failed(format!(
+            Ok(other) => Err(Failure::Other(NodeError::Failed(format!(
                 "the leader (node {leader}) answered a forwarded request with {}",
                 other.kind()
-            ))),
-            Err(error) => Err(NodeError::Unavailable(format!(
+            )))),
+            Err(error @ TransportError::Timeout { .. }) => Err(Failure::Other(
+                NodeError::Unavailable(format!("forwarding to the leader failed: {error}")),
+            )),
+            Err(error) => Err(Failure::Gone(format!(
                 "forwarding to the leader failed: {error}"
             ))),
         }
     }
 
-    /// Proposes `commands` through `leader`, as one entry; one reply per command.
-    pub(crate) async fn propose(
-        &self,
-        leader: (NodeId, Member),
-        commands: Vec<Command>,
-    ) -> Result<Vec<Reply>, NodeError> {
-        let expected = commands.len();
-        self.call(leader, PeerRequest::Propose(commands), expected)
-            .await
+    /// Forwards `request` to the leader and returns its replies, or `Here` when this node
+    /// leads (then the caller answers itself).
+    ///
+    /// A failover absorbed here: when the leader is gone (killed: connection refused; deposed:
+    /// it says so), the request waits up to `leader_wait` for the cluster to elect another and
+    /// goes there, once. Sending it again is safe: every write carries its agent's request id,
+    /// so one the old leader did commit is answered from the dedup memory, not done twice.
+    async fn forward(&self, request: PeerRequest, expected: usize) -> Result<Forwarded, NodeError> {
+        let mut retried = false;
+        loop {
+            let leader = match self.route().await? {
+                Route::Here => return Ok(Forwarded::Here(request)),
+                Route::Leader(id, member) => (id, member),
+            };
+            match self.call(&leader, request.clone(), expected).await {
+                Ok(replies) => return Ok(Forwarded::Answered(replies)),
+                Err(Failure::Gone(reason)) if !retried => {
+                    retried = true;
+                    tracing::debug!(%reason, "the leader is gone; waiting for the next one");
+                    let gone = leader.0;
+                    let _ = self
+                        .raft
+                        .wait_for(self.leader_wait, "a new leader", move |metrics| {
+                            metrics.current_leader.is_some_and(|id| id != gone)
+                        })
+                        .await;
+                }
+                Err(Failure::Gone(reason)) => return Err(NodeError::Unavailable(reason)),
+                Err(Failure::Other(error)) => return Err(error),
+            }
+        }
     }
 
-    /// Has `leader` answer a keepalive or a read.
+    /// Proposes `commands` through the leader, as one entry: one reply per command, or the
+    /// commands back when this node leads.
+    pub(crate) async fn propose(
+        &self,
+        commands: Vec<Command>,
+    ) -> Result<Result<Vec<Reply>, Vec<Command>>, NodeError> {
+        let expected = commands.len();
+        Ok(
+            match self
+                .forward(PeerRequest::Propose(commands), expected)
+                .await?
+            {
+                Forwarded::Answered(replies) => Ok(replies),
+                Forwarded::Here(PeerRequest::Propose(commands)) => Err(commands),
+                Forwarded::Here(_) => unreachable_request(),
+            },
+        )
+    }
+
+    /// Has the leader answer a keepalive or a read: its reply, or the request back when this
+    /// node leads.
     pub(crate) async fn submit(
         &self,
-        leader: (NodeId, Member),
         agent: &str,
         request: Request,
-    ) -> Result<Reply, NodeError> {
+    ) -> Result<Result<Reply, Request>, NodeError> {
         let request = PeerRequest::Submit {
             agent: agent.to_string(),
             request,
         };
-        let mut replies = self.call(leader, request, 1).await?;
-        replies
-            .pop()
-            .ok_or_else(|| NodeError::Failed("the leader answered nothing".into()))
+        match self.forward(request, 1).await? {
+            Forwarded::Answered(mut replies) => replies
+                .pop()
+                .map(Ok)
+                .ok_or_else(|| NodeError::Failed("the leader answered nothing".into())),
+            Forwarded::Here(PeerRequest::Submit { request, .. }) => Ok(Err(request)),
+            Forwarded::Here(_) => unreachable_request(),
+        }
     }
+}
+
+/// What [`Forwarder::forward`] did.
+enum Forwarded {
+    /// The leader's replies.
+    Answered(Vec<Reply>),
+    /// This node leads: the request, back.
+    Here(PeerRequest),
+}
+
+/// Why a forwarded call failed.
+enum Failure {
+    /// The leader is unreachable or no longer leads: retry at the next one.
+    Gone(String),
+    /// Anything else: answered as is.
+    Other(NodeError),
+}
+
+/// `forward` hands back the request it was given; any other variant is a bug in this file.
+fn unreachable_request<T>() -> T {
+    unreachable!("Forwarder::forward returns the request it was given")
 }

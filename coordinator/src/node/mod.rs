@@ -55,7 +55,7 @@ use crate::raft::{self, RaftConfig, RaftError, RaftHandle, TcpNetwork};
 use crate::state_machine::{Command, Limits, Reply, Text};
 use crate::transport::{self, ForwardHandler, NetworkFaults};
 pub use cluster::{ClusterConfig, ClusterState};
-use forward::{Forwarder, Route};
+use forward::Forwarder;
 use lease_keeper::KeeperMsg;
 use proposer::ProposerMsg;
 use read_index::ReadIndex;
@@ -472,10 +472,12 @@ impl NodeHandle {
                 in_flight: self.ingress_max,
             })?;
         match &self.forwarder {
-            Some(forwarder) if !request.op.is_write() => match forwarder.route().await? {
-                Route::Here => self.answer_here(agent, request).await,
-                Route::Leader(id, member) => forwarder.submit((id, member), agent, request).await,
-            },
+            Some(forwarder) if !request.op.is_write() => {
+                match forwarder.submit(agent, request).await? {
+                    Ok(reply) => Ok(reply),
+                    Err(request) => self.answer_here(agent, request).await,
+                }
+            }
             _ => self.answer_here(agent, request).await,
         }
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use super::NodeError;
-use super::forward::{Forwarder, Route};
+use super::forward::Forwarder;
 use crate::raft::RaftHandle;
 use crate::state_machine::{Command, Reply};
 
@@ -91,20 +91,20 @@ impl Actor for Proposer {
             let forwarder = state.forwarder.clone();
             tokio::spawn(async move {
                 let (commands, ports): (Vec<Command>, Vec<_>) = batch.into_iter().unzip();
-                let route = match &forwarder {
-                    Some(forwarder) => forwarder.route().await,
-                    None => Ok(Route::Here),
+                // On a follower the batch goes to the leader; it comes back when this node
+                // leads (a single node, or a follower that won an election meanwhile).
+                let local = match &forwarder {
+                    Some(forwarder) => forwarder.propose(commands).await,
+                    None => Ok(Err(commands)),
                 };
-                let replies = match (route, &forwarder) {
-                    (Ok(Route::Leader(id, member)), Some(forwarder)) => {
-                        forwarder.propose((id, member), commands).await
-                    }
-                    (Ok(_), _) => raft
+                let replies = match local {
+                    Ok(Ok(replies)) => Ok(replies),
+                    Ok(Err(commands)) => raft
                         .propose_batch(commands)
                         .await
                         .map(|proposed| proposed.into_iter().map(|p| p.reply).collect())
                         .map_err(NodeError::from),
-                    (Err(error), _) => Err(error),
+                    Err(error) => Err(error),
                 };
                 match replies {
                     Ok(replies) => {
