@@ -48,6 +48,12 @@ pub enum KeeperMsg {
     Tick,
     /// An expiry proposal completed; these leases may be proposed again if still overdue.
     ExpiryDone(Vec<LeaseId>),
+    /// Time left before each lease's deadline, ms, for `admin.leases`: `None` for a lease
+    /// without a deadline here (this node is not a ready leader, or the lease is unknown).
+    Remaining {
+        leases: Vec<LeaseId>,
+        reply: RpcReplyPort<Vec<Option<u64>>>,
+    },
 }
 
 /// The keeper's behaviour.
@@ -224,6 +230,18 @@ impl Actor for LeaseKeeper {
                 for lease in leases {
                     state.expiring.remove(&lease);
                 }
+            }
+            KeeperMsg::Remaining { leases, reply } => {
+                let now = Instant::now();
+                let remaining = leases
+                    .iter()
+                    .map(|lease| {
+                        let (deadline, _) = state.deadlines.get(lease)?;
+                        let left = deadline.saturating_duration_since(now).as_millis();
+                        Some(u64::try_from(left).unwrap_or(u64::MAX))
+                    })
+                    .collect();
+                let _ = reply.send(remaining);
             }
         }
         Ok(())

@@ -37,7 +37,7 @@ use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
 /// Leases granted (counter).
 pub const LEASES_GRANTED_TOTAL: &str = "hivekeeper_leases_granted_total";
-/// Leases ended, `reason` = `revoked` | `expired` (counter).
+/// Leases ended, `reason` = `revoked` | `expired` | `admin_revoked` (counter).
 pub const LEASES_ENDED_TOTAL: &str = "hivekeeper_leases_ended_total";
 /// Keepalives that moved a lease's deadline (counter).
 pub const LEASES_KEEPALIVES_TOTAL: &str = "hivekeeper_leases_keepalives_total";
@@ -69,7 +69,7 @@ pub fn describe() {
     describe_counter!(LEASES_GRANTED_TOTAL, "Leases granted.");
     describe_counter!(
         LEASES_ENDED_TOTAL,
-        "Leases ended, by reason (revoked by their agent, or expired)."
+        "Leases ended, by reason (revoked by their agent, expired, or admin_revoked by an operator)."
     );
     describe_counter!(
         LEASES_KEEPALIVES_TOTAL,
@@ -172,6 +172,7 @@ impl NodeMetrics {
                         let reason = match reason {
                             LeaseEnd::Revoked => "revoked",
                             LeaseEnd::Expired => "expired",
+                            LeaseEnd::AdminRevoked => "admin_revoked",
                         };
                         counter!(LEASES_ENDED_TOTAL, "reason" => reason).increment(1);
                     }

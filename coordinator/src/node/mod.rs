@@ -23,7 +23,9 @@
 //! - `lease_keeper.rs`: keepalive deadlines on the leader, expiry proposals.
 //! - `fan_out.rs`: applied events to the bridge and the keeper, and to the metrics.
 //! - `metrics.rs`: lease and resource metrics, from applied events (names and help texts).
+//! - `admin.rs`: the operator's reads, `admin.status` and `admin.leases`.
 
+mod admin;
 mod fan_out;
 mod lease_keeper;
 pub mod metrics;
@@ -329,6 +331,8 @@ impl NodeHandle {
                     )),
                 }
             }
+            Op::AdminStatus {} => Ok(self.admin_status()),
+            Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
             op if !op.is_write() => Ok(self
                 .raft
                 .query_linearizable(|sm| sm.query(agent, op))
