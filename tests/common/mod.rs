@@ -856,6 +856,17 @@ pub async fn wait_metric(port: u16, name: &str, secs: u64, want: impl Fn(f64) ->
     .await
 }
 
+/// Polls /metrics until the sum of `name`'s series (all labels; 0 while none exists yet, as a
+/// counter that has not moved is absent) satisfies `want`; returns it.
+pub async fn wait_metric_sum(port: u16, name: &str, secs: u64, want: impl Fn(f64) -> bool) -> f64 {
+    let want = &want;
+    eventually(secs, &format!("metric {name}"), move || async move {
+        let text = metrics_text(port).await?;
+        Some(metric_sum(&text, name, &[])).filter(|value| want(*value))
+    })
+    .await
+}
+
 /// Releases `guard` within 10 s, failing the test otherwise.
 pub async fn release(guard: Guard, what: &str) {
     within(10, what, guard.release())

@@ -24,12 +24,14 @@
 //! - `fan_out.rs`: applied events to the bridge and the keeper, and to the metrics.
 //! - `metrics.rs`: lease and resource metrics, from applied events (names and help texts).
 //! - `admin.rs`: the operator's reads, `admin.status` and `admin.leases`.
+//! - `raft_metrics.rs`: Raft's term, leader, indexes and elections, from openraft's metrics.
 
 mod admin;
 mod fan_out;
 mod lease_keeper;
 pub mod metrics;
 mod proposer;
+pub mod raft_metrics;
 mod supervisor;
 
 use std::path::PathBuf;

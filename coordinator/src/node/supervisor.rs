@@ -128,7 +128,11 @@ impl Actor for Supervisor {
             proposer,
             keeper,
             failure: args.failure,
-            tasks: vec![pump, leadership],
+            tasks: vec![
+                pump,
+                leadership,
+                super::raft_metrics::spawn(args.raft.clone()),
+            ],
         })
     }
 
