@@ -164,6 +164,9 @@ pub async fn run(
     mut outbound: mpsc::UnboundedReceiver<Outbound>,
     stats: Arc<BridgeStats>,
 ) {
+    // Exported from the start, so a dashboard shows 0 rather than "no data" for a counter that
+    // should never move.
+    counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
     let pending: PendingMap = Arc::default();
     let publisher = {
         let (transport, stats, pending) = (transport.clone(), stats.clone(), pending.clone());
