@@ -142,9 +142,19 @@ impl StateMachine {
 
     /// One page of `admin.leases`: up to [`LEASE_PAGE_MAX`] live leases after `after`, in id
     /// order. Paged because a reply must fit one MQTT packet (64 KiB by default) and there
-    /// may be 100,000 leases. An `after` that is not a lease id starts from the first.
+    /// may be 100,000 leases. An `after` that is not a lease id is `bad_request` (starting
+    /// over from the first page would make a confused client page forever).
     pub(super) fn lease_page(&self, after: Option<&str>) -> Reply {
-        let after = after.and_then(LeaseId::parse);
+        let after = match after.map(|text| (text, LeaseId::parse(text))) {
+            None => None,
+            Some((_, Some(id))) => Some(id),
+            Some((text, None)) => {
+                return Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("admin.leases: `after` is {text:?}, not a lease id"),
+                );
+            }
+        };
         let mut ids: Vec<LeaseId> = self
             .core
             .leases

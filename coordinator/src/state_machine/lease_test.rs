@@ -450,4 +450,11 @@ fn admin_leases_pages_every_live_lease_in_id_order() {
             .chain(&second)
             .all(|info| info.remaining_ms.is_none())
     );
+    let garbage = Op::AdminLeases {
+        after: Some("not-a-lease".into()),
+    };
+    assert_eq!(
+        code(&h.sm.query("operator", &garbage)),
+        ErrorCode::BadRequest
+    );
 }
