@@ -1,6 +1,7 @@
-//! The `hivekeeper` command line: `serve` runs a node; more subcommands (status, inspect,
-//! bench) arrive with the issues that build them.
+//! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases` and
+//! `revoke` are the operator's commands (an MQTT client of the service, `admin.rs`).
 
+mod admin;
 mod serve;
 
 use std::net::SocketAddr;
@@ -24,6 +25,15 @@ enum Command {
     /// 127.0.0.1:9464. Flags override the config file, which overrides the defaults. Stops
     /// cleanly on Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Each node's view of the cluster: role, leader, term, log indexes, members.
+    Status(admin::StatusArgs),
+    /// Who holds a lock, semaphore or waypoint (tokens, lease time left) and who waits, in order.
+    Inspect(admin::InspectArgs),
+    /// Every live lease: id, agent, TTL and time left.
+    Leases(admin::LeasesArgs),
+    /// End any agent's lease now (an operator's force-release): what it held goes to the next
+    /// waiters, with higher tokens, and the agent is told.
+    Revoke(admin::RevokeArgs),
 }
 
 /// Flags of `hivekeeper serve`.
@@ -80,16 +90,25 @@ pub enum ClusterStateArg {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The admin commands print their own one-line errors; the SDK's reconnect chatter would
+    // only bury them.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "info,openraft=warn,rumqttd=warn",
+        _ => "error",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,openraft=warn,rumqttd=warn")
-            }),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Status(args) => admin::status(args),
+        Command::Inspect(args) => admin::inspect(args),
+        Command::Leases(args) => admin::leases(args),
+        Command::Revoke(args) => admin::revoke(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -11,10 +11,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use hivekeeper_coordinator::node::metrics::{
+    LEASES_KEEPALIVE_TTL_USED_RATIO, TTL_USED_RATIO_BUCKETS,
+};
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig};
 use hivekeeper_mqtt::bridge::{self, BridgeStats};
 use hivekeeper_mqtt::{ExternalConfig, Mode, Transport};
@@ -147,6 +149,11 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             &SECONDS_BUCKETS,
         )
         .context("histogram buckets")?
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(LEASES_KEEPALIVE_TTL_USED_RATIO.into()),
+            &TTL_USED_RATIO_BUCKETS,
+        )
+        .context("histogram buckets")?
         .install()
         .with_context(|| format!("serving /metrics on {}", config.metrics.listen))?;
     // Help texts go to the recorder just installed; described before, they would be lost.
@@ -175,7 +182,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         outbound,
         stats.clone(),
     ));
-    let exporter = tokio::spawn(export_counters(stats.clone(), transport.clone()));
+    let exporter = tokio::spawn(export_counters(transport.clone()));
     let mqtt = match &config.mqtt.mode {
         Mode::Embedded(_) => transport
             .listeners()
@@ -229,22 +236,19 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Copies the bridge's and the transport's counters into Prometheus once a second. The
-/// request, lease and resource metrics are updated where things happen (the bridge and the
-/// node's fan-out); these copies remain for the transport's counters and the bridge's
-/// `hivekeeper_bridge_*` totals that dashboards and tests already read.
-async fn export_counters(stats: Arc<BridgeStats>, transport: Transport) {
+/// Copies the transport's counters into Prometheus once a second (the transport counts in
+/// atomics of its own). Everything else is updated where it happens: requests in the bridge,
+/// leases and resources in the node's fan-out, Raft in the node's Raft exporter.
+///
+/// The bridge's `BridgeStats` used to be copied here too, as `hivekeeper_bridge_*_total`: each
+/// of those facts already had a name (`hivekeeper_mqtt_bad_requests_total`,
+/// `hivekeeper_mqtt_bad_topics_total`, `hivekeeper_requests_total{code="unavailable"}`, the
+/// sum of `hivekeeper_requests_total` for the submitted ones), or now has one where it happens
+/// (`hivekeeper_mqtt_publish_failed_total`): one name per fact.
+async fn export_counters(transport: Transport) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
-        metrics::counter!("hivekeeper_bridge_requests_total").absolute(load(&stats.submitted));
-        metrics::counter!("hivekeeper_bridge_bad_requests_total")
-            .absolute(load(&stats.bad_requests));
-        metrics::counter!("hivekeeper_bridge_bad_topics_total").absolute(load(&stats.bad_topics));
-        metrics::counter!("hivekeeper_bridge_unavailable_total").absolute(load(&stats.unavailable));
-        metrics::counter!("hivekeeper_bridge_publish_failed_total")
-            .absolute(load(&stats.publish_failed));
         let mqtt = transport.stats();
         metrics::counter!("hivekeeper_mqtt_messages_in_total")
             .absolute(mqtt.inbound_received_total);

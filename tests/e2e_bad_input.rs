@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Node, Raw, code, metrics_text, wait_metric, within};
+use common::{Node, Raw, code, metrics_text, wait_metric_sum, within};
 use serde_json::{Value, json};
 
 /// What `inspect` says about every resource the test touches, without the timestamps'
@@ -48,9 +48,9 @@ async fn bad_input_is_answered_with_its_code_and_changes_nothing() {
         .await;
     assert_eq!(window["ok"], true, "{window}");
     let before = state(&mut bad, "before").await;
-    let bad_requests_before = wait_metric(
+    let bad_requests_before = wait_metric_sum(
         node.metrics_port,
-        "hivekeeper_bridge_bad_requests_total",
+        "hivekeeper_mqtt_bad_requests_total",
         10,
         |_| true,
     )
@@ -242,9 +242,9 @@ async fn bad_input_is_answered_with_its_code_and_changes_nothing() {
         .await;
     assert_eq!(kept["ok"], true, "{kept}");
     assert_eq!(bad.try_next(300).await, None, "one response per request");
-    let counted = wait_metric(
+    let counted = wait_metric_sum(
         node.metrics_port,
-        "hivekeeper_bridge_bad_requests_total",
+        "hivekeeper_mqtt_bad_requests_total",
         10,
         |n| n >= bad_requests_before + decode_error_count,
     )
@@ -261,9 +261,9 @@ async fn garbage_on_a_topic_without_a_valid_agent_is_counted_and_dropped() {
     let port = node.mqtt_port();
     let mut raw = Raw::connect(port, "drone-7").await;
     let lease = raw.grant("g", 60_000).await;
-    let before = wait_metric(
+    let before = wait_metric_sum(
         node.metrics_port,
-        "hivekeeper_bridge_bad_topics_total",
+        "hivekeeper_mqtt_bad_topics_total",
         10,
         |_| true,
     )
@@ -287,9 +287,9 @@ async fn garbage_on_a_topic_without_a_valid_agent_is_counted_and_dropped() {
         }
     }
     let sent = (topics.len() * payloads.len()) as f64;
-    let after = wait_metric(
+    let after = wait_metric_sum(
         node.metrics_port,
-        "hivekeeper_bridge_bad_topics_total",
+        "hivekeeper_mqtt_bad_topics_total",
         15,
         |n| n >= before + sent,
     )
@@ -307,7 +307,7 @@ async fn garbage_on_a_topic_without_a_valid_agent_is_counted_and_dropped() {
         .await
         .expect("/metrics answers");
     assert!(
-        text.contains("hivekeeper_bridge_requests_total"),
+        text.contains("# HELP hivekeeper_mqtt_bad_topics_total"),
         "/metrics serves the bridge counters"
     );
 }

@@ -1,12 +1,13 @@
 //! End to end: /metrics counts a scripted workload exactly. Raw clients run known numbers of
 //! lease grants, keepalives, a revoke, an expiry, lock grants (one a handover), releases, a
-//! refusal and bad input against one `hivekeeper serve`; every counter must move by exactly
-//! that much, the histograms must count every grant, release and request, and the gauges must
-//! end where the state is.
+//! refusal, fence checks and bad input against one `hivekeeper serve`; every counter must
+//! move by exactly that much, the histograms must count every grant, release, keepalive and
+//! request, and the gauges must end where the state is. The Raft metrics follow the log,
+//! a snapshot and a restart.
 
 mod common;
 
-use common::{Node, Raw, code, eventually, metric_sum, metrics_text, within};
+use common::{Node, Raw, code, eventually, metric, metric_sum, metrics_text, within};
 use serde_json::json;
 
 /// One series the test reads: metric name, the labels it must carry, and how much the
@@ -28,6 +29,12 @@ fn expected_deltas() -> Vec<Expected> {
             1.0,
         ),
         ("hivekeeper_leases_keepalives_total", vec![], 2.0),
+        // Each keepalive found the deadline its lease's grant set.
+        (
+            "hivekeeper_leases_keepalive_ttl_used_ratio_count",
+            vec![],
+            2.0,
+        ),
         (
             "hivekeeper_resource_grants_total",
             vec![("kind", "lock")],
@@ -90,8 +97,23 @@ fn expected_deltas() -> Vec<Expected> {
             vec![("op", "lock.release"), ("code", "not_holder")],
             1.0,
         ),
-        ("hivekeeper_requests_total", vec![], 14.0),
-        ("hivekeeper_request_duration_seconds_count", vec![], 14.0),
+        (
+            "hivekeeper_requests_total",
+            vec![("op", "fence.check"), ("code", "ok")],
+            2.0,
+        ),
+        (
+            "hivekeeper_fence_checks_total",
+            vec![("result", "valid")],
+            1.0,
+        ),
+        (
+            "hivekeeper_fence_checks_total",
+            vec![("result", "stale")],
+            1.0,
+        ),
+        ("hivekeeper_requests_total", vec![], 16.0),
+        ("hivekeeper_request_duration_seconds_count", vec![], 16.0),
         (
             "hivekeeper_request_duration_seconds_count",
             vec![("op", "lock.acquire")],
@@ -108,9 +130,6 @@ fn expected_deltas() -> Vec<Expected> {
             1.0,
         ),
         ("hivekeeper_mqtt_bad_topics_total", vec![], 1.0),
-        // The older per-second copies of the bridge's counters still move.
-        ("hivekeeper_bridge_bad_requests_total", vec![], 2.0),
-        ("hivekeeper_bridge_bad_topics_total", vec![], 1.0),
     ]
 }
 
@@ -168,13 +187,22 @@ async fn a_scripted_workload_moves_every_metric_by_exactly_its_count() {
         .call(json!({"id": "a2", "op": "lock.release", "name": "m1", "lease": lease_a}))
         .await;
     assert_eq!(released["ok"], true, "{released}");
-    // Lock grant 3 and release 2 by drone-b; its second release is `not_holder`.
-    for (id, op) in [("b1", "lock.acquire"), ("b2", "lock.release")] {
-        let done = b
-            .call(json!({"id": id, "op": op, "name": "m2", "lease": lease_b}))
-            .await;
-        assert_eq!(done["ok"], true, "{done}");
-    }
+    // Lock grant 3 and release 2 by drone-b, with a fence check of its token while it holds
+    // (valid) and after (stale); its second release is `not_holder`.
+    let held = b
+        .call(json!({"id": "b1", "op": "lock.acquire", "name": "m2", "lease": lease_b}))
+        .await;
+    let token = held["token"].as_u64().expect("a grant has a token");
+    let fence = json!({"id": "f1", "op": "fence.check", "resource": "m2", "token": token});
+    let valid = b.call(fence).await;
+    assert_eq!(valid["valid"], true, "{valid}");
+    let done = b
+        .call(json!({"id": "b2", "op": "lock.release", "name": "m2", "lease": lease_b}))
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+    let fence = json!({"id": "f2", "op": "fence.check", "resource": "m2", "token": token});
+    let stale = b.call(fence).await;
+    assert_eq!(stale["valid"], false, "{stale}");
     let refused = b
         .call(json!({"id": "b3", "op": "lock.release", "name": "m2", "lease": lease_b}))
         .await;
@@ -202,8 +230,8 @@ async fn a_scripted_workload_moves_every_metric_by_exactly_its_count() {
     assert_eq!(code(&unknown), Some("unknown_op"), "{unknown}");
     a.publish_to("hk/v1/req/bad*agent", "x").await;
 
-    // Counters move where things happen, except the bridge_* copies (once a second): poll
-    // until every series reached its count, then check none went past it.
+    // Counters move where things happen (the MQTT transport's are copied once a second):
+    // poll until every series reached its count, then check none went past it.
     let expected = expected_deltas();
     let reached = |text: &str| {
         read(text)
@@ -256,6 +284,99 @@ async fn a_scripted_workload_moves_every_metric_by_exactly_its_count() {
         final_text.contains("# HELP hivekeeper_requests_total"),
         "metrics are described:\n{final_text}"
     );
+    // One name per fact: the bridge's old copies of the MQTT counters are gone.
+    assert!(
+        !final_text.contains("hivekeeper_bridge_"),
+        "duplicate hivekeeper_bridge_* series:\n{final_text}"
+    );
+}
+
+/// Reads one Raft gauge or counter, which must be exported.
+fn raft(text: &str, name: &str) -> f64 {
+    metric(text, name).unwrap_or_else(|| panic!("{name} is not exported:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_metrics_follow_the_log_a_snapshot_and_a_restart() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let config = dir.path().join("hivekeeper.toml");
+    // Small snapshots, so a short workload takes one.
+    std::fs::write(
+        &config,
+        "[node.raft]\nsnapshot_every_entries = 20\nentries_kept_after_snapshot = 5\n",
+    )
+    .expect("write the config file");
+    let data = dir.path().join("data");
+    let config_arg = config.to_str().expect("a UTF-8 temp path");
+    let mut node = Node::start_with_args(&data, &["--config", config_arg]).await;
+    let port = node.metrics_port;
+    let before = eventually(10, "the Raft metrics are exported", || async {
+        metrics_text(port)
+            .await
+            .filter(|text| metric(text, "hivekeeper_raft_is_leader") == Some(1.0))
+    })
+    .await;
+    let term = raft(&before, "hivekeeper_raft_term");
+    assert!(term >= 1.0, "term {term}");
+    let applied_before = raft(&before, "hivekeeper_raft_applied_index");
+
+    // 30 writes, one at a time: 30 entries at least, past a snapshot threshold.
+    let mut a = Raw::connect(node.mqtt_port(), "drone-a").await;
+    for n in 0..30 {
+        a.grant(&format!("g{n}"), 60_000).await;
+    }
+    let after = eventually(10, "the Raft metrics caught up", || async {
+        metrics_text(port).await.filter(|text| {
+            metric(text, "hivekeeper_raft_applied_index") >= Some(applied_before + 30.0)
+                && metric(text, "hivekeeper_raft_snapshots_total") >= Some(1.0)
+                && metric(text, "hivekeeper_raft_commit_index")
+                    >= metric(text, "hivekeeper_raft_applied_index")
+                // One exporter pass sets these three; a scrape may fall between two passes.
+                && metric(text, "hivekeeper_raft_apply_lag_entries").zip(
+                    metric(text, "hivekeeper_raft_commit_index")
+                        .zip(metric(text, "hivekeeper_raft_applied_index")),
+                ).is_some_and(|(lag, (commit, applied))| lag == commit - applied)
+        })
+    })
+    .await;
+    let applied = raft(&after, "hivekeeper_raft_applied_index");
+    let committed = raft(&after, "hivekeeper_raft_commit_index");
+    let last_log = raft(&after, "hivekeeper_raft_last_log_index");
+    assert!(
+        committed <= last_log,
+        "commit {committed} > last log {last_log}"
+    );
+    let snapshot = raft(&after, "hivekeeper_raft_snapshot_index");
+    // It covers entries of this workload (the log before it held only a few).
+    assert!(
+        snapshot > applied_before && snapshot <= applied,
+        "snapshot index {snapshot}, applied {applied_before} before and {applied} after"
+    );
+    // The snapshot purged the log behind it, keeping a few entries.
+    let entries = raft(&after, "hivekeeper_raft_log_entries");
+    assert!(entries < last_log, "{entries} entries of {last_log}");
+    assert_eq!(raft(&after, "hivekeeper_raft_term"), term);
+    assert_eq!(raft(&after, "hivekeeper_raft_is_leader"), 1.0);
+    assert!(after.contains("# HELP hivekeeper_raft_elections_total"));
+
+    // After a restart the node leads again (a single voter keeps its term: its vote for
+    // itself is already committed), and the gauges come back where the log was.
+    node.terminate().await;
+    node.restart().await;
+    let port = node.metrics_port;
+    let restarted = eventually(15, "leading again, the log replayed", || async {
+        metrics_text(port).await.filter(|text| {
+            metric(text, "hivekeeper_raft_is_leader") == Some(1.0)
+                && metric(text, "hivekeeper_raft_applied_index") >= Some(applied)
+        })
+    })
+    .await;
+    let new_term = raft(&restarted, "hivekeeper_raft_term");
+    assert!(
+        new_term >= term,
+        "term {new_term} after the restart, {term} before"
+    );
+    assert!(raft(&restarted, "hivekeeper_raft_snapshot_index") >= snapshot);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -396,8 +396,9 @@ enum Want {
 /// Why a wait ended.
 #[derive(Debug)]
 enum Wake {
-    /// The final response (or `unavailable`).
-    Reply(Response),
+    /// The final response (or `unavailable`). Boxed: a response has room for every op's
+    /// result fields (`admin.*` included), which would make every other wake that large.
+    Reply(Box<Response>),
     /// The link is subscribed, under this epoch.
     Ready(u64),
     /// The link the attempt was published on went down or was replaced.
@@ -487,7 +488,7 @@ impl PendingReply {
         let received = rx.await;
         self.rx = None;
         match received {
-            Ok(response) => Wake::Reply(response),
+            Ok(response) => Wake::Reply(Box::new(response)),
             Err(_) => Wake::Closed,
         }
     }

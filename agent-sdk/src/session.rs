@@ -433,7 +433,10 @@ impl Keeper {
                     self.state.send_replace(SessionState::Jeopardy);
                 }
                 event = self.events.recv(), if events_open => match event {
-                    Ok(Event::LeaseExpired { lease }) if lease == self.lease => {
+                    // An operator's `admin.revoke` ends the lease as surely as an expiry.
+                    Ok(Event::LeaseExpired { lease } | Event::LeaseRevoked { lease })
+                        if lease == self.lease =>
+                    {
                         return self.end(SessionState::Expired);
                     }
                     Ok(_) => {}

@@ -288,6 +288,10 @@ enum OpSpec {
     LeaseRevoke {
         lease: LeasePick,
     },
+    /// An operator's `admin.revoke`: any agent's lease, no owner check.
+    AdminRevoke {
+        lease: LeasePick,
+    },
     LeaseKeepalive {
         lease: LeasePick,
     },
@@ -404,6 +408,7 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
     prop_oneof![
         24 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
         3 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
+        2 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
         12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
             .prop_map(|(name, lease, wait)| OpSpec::LockAcquire { name, lease, wait }),
         6 => (0..LOCK_NAMES.len(), release_lease_pick())
@@ -582,6 +587,8 @@ fn outcome_of(reply: &Reply) -> Outcome {
             cancelled: *cancelled,
         },
         Reply::Refused { code, .. } => refused(*code),
+        // The admin reads are the node's; the model never sends them.
+        Reply::Status(_) | Reply::Leases { .. } => panic!("an admin read in the model: {reply:?}"),
     }
 }
 
@@ -783,6 +790,7 @@ impl Model {
         let outcome = match &request.op {
             Op::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
             Op::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
+            Op::AdminRevoke { lease } => self.admin_revoke(lease),
             Op::LockAcquire {
                 name,
                 lease,
@@ -822,7 +830,11 @@ impl Model {
             Op::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
-            Op::LeaseKeepalive { .. } | Op::FenceCheck { .. } | Op::Inspect { .. } => {
+            Op::LeaseKeepalive { .. }
+            | Op::FenceCheck { .. }
+            | Op::Inspect { .. }
+            | Op::AdminStatus {}
+            | Op::AdminLeases { .. } => {
                 unreachable!("read ops were answered above")
             }
         };
@@ -890,6 +902,17 @@ impl Model {
                 Outcome::Done
             }
             Err(refusal) => refusal,
+        }
+    }
+
+    /// `admin.revoke`: any live lease ends as its owner's revoke would end it.
+    fn admin_revoke(&mut self, text: &str) -> Outcome {
+        match parse_lease(text).filter(|id| self.leases.iter().any(|lease| lease.id == *id)) {
+            Some(id) => {
+                self.end_leases(&[id], LeaseEnd::AdminRevoked);
+                Outcome::Done
+            }
+            None => refused(ErrorCode::LeaseNotFound),
         }
     }
 
@@ -1978,6 +2001,9 @@ impl Harness {
         match spec {
             OpSpec::LeaseGrant { ttl_ms } => Op::LeaseGrant { ttl_ms: *ttl_ms },
             OpSpec::LeaseRevoke { lease: pick } => Op::LeaseRevoke {
+                lease: lease(pick, None),
+            },
+            OpSpec::AdminRevoke { lease: pick } => Op::AdminRevoke {
                 lease: lease(pick, None),
             },
             OpSpec::LeaseKeepalive { lease: pick } => Op::LeaseKeepalive {

@@ -16,6 +16,12 @@ pub enum Event {
         /// The lease that ended.
         lease: String,
     },
+    /// Addition: an operator ended the lease (`admin.revoke`); everything it held is gone.
+    #[serde(rename = "lease.revoked")]
+    LeaseRevoked {
+        /// The lease that ended.
+        lease: String,
+    },
     /// A lock was taken away because its lease ended.
     #[serde(rename = "lock.lost")]
     LockLost {

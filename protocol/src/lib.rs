@@ -34,5 +34,8 @@ pub mod validate;
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
 pub use request::{Area, Op, Request, ResourceKind};
-pub use response::{ErrorBody, HolderInfo, Response, Success, WaiterInfo};
+pub use response::{
+    ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo, Response, Success,
+    WaiterInfo,
+};
 pub use topic::Topics;

@@ -167,6 +167,25 @@ pub enum Op {
         /// Its name.
         name: String,
     },
+    /// Addition: the answering node's own view of Raft (term, leader, indexes, members).
+    /// Answered by the node that receives it, never forwarded, and not linearizable.
+    #[serde(rename = "admin.status")]
+    AdminStatus {},
+    /// Addition: every live lease, a page at a time, in lease id order. A linearizable read.
+    #[serde(rename = "admin.leases")]
+    AdminLeases {
+        /// Only leases after this lease id (the previous page's `next_after`); absent: from
+        /// the first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+    },
+    /// Addition: end any agent's lease, as its own `lease.revoke` would, without the owner
+    /// check. For operators freeing a stuck resource.
+    #[serde(rename = "admin.revoke")]
+    AdminRevoke {
+        /// The lease to end.
+        lease: String,
+    },
 }
 
 fn one() -> u32 {
@@ -190,7 +209,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 14] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -202,6 +221,9 @@ impl Op {
         "waypoint.release",
         "fence.check",
         "inspect",
+        "admin.status",
+        "admin.leases",
+        "admin.revoke",
     ];
 
     /// The op's wire name, e.g. `"lock.acquire"`.
@@ -218,6 +240,9 @@ impl Op {
             Op::WaypointRelease { .. } => "waypoint.release",
             Op::FenceCheck { .. } => "fence.check",
             Op::Inspect { .. } => "inspect",
+            Op::AdminStatus {} => "admin.status",
+            Op::AdminLeases { .. } => "admin.leases",
+            Op::AdminRevoke { .. } => "admin.revoke",
         }
     }
 
@@ -231,17 +256,35 @@ impl Op {
             | Op::SemAcquire { lease, .. }
             | Op::SemRelease { lease, .. }
             | Op::WaypointReserve { lease, .. }
-            | Op::WaypointRelease { lease, .. } => Some(lease),
-            Op::LeaseGrant { .. } | Op::FenceCheck { .. } | Op::Inspect { .. } => None,
+            | Op::WaypointRelease { lease, .. }
+            | Op::AdminRevoke { lease } => Some(lease),
+            Op::LeaseGrant { .. }
+            | Op::FenceCheck { .. }
+            | Op::Inspect { .. }
+            | Op::AdminStatus {}
+            | Op::AdminLeases { .. } => None,
         }
     }
 
     /// Whether the op changes replicated state (and so goes through the Raft log). Keepalives,
-    /// fence checks and inspections do not.
+    /// fence checks, inspections and the admin reads do not.
     pub fn is_write(&self) -> bool {
         !matches!(
             self,
-            Op::LeaseKeepalive { .. } | Op::FenceCheck { .. } | Op::Inspect { .. }
+            Op::LeaseKeepalive { .. }
+                | Op::FenceCheck { .. }
+                | Op::Inspect { .. }
+                | Op::AdminStatus {}
+                | Op::AdminLeases { .. }
+        )
+    }
+
+    /// Whether the op is an operator's (`admin.*`): it will need the admin credential once the
+    /// service has authentication.
+    pub fn is_admin(&self) -> bool {
+        matches!(
+            self,
+            Op::AdminStatus {} | Op::AdminLeases { .. } | Op::AdminRevoke { .. }
         )
     }
 
@@ -267,7 +310,15 @@ impl Op {
                     return Err("`ttl_ms` must be positive".into());
                 }
             }
-            Op::LeaseKeepalive { .. } | Op::LeaseRevoke { .. } => {}
+            Op::LeaseKeepalive { .. }
+            | Op::LeaseRevoke { .. }
+            | Op::AdminStatus {}
+            | Op::AdminRevoke { .. } => {}
+            Op::AdminLeases { after } => {
+                if let Some(after) = after {
+                    validate::name("after", after)?;
+                }
+            }
             Op::LockAcquire { name, .. }
             | Op::LockRelease { name, .. }
             | Op::SemRelease { name, .. }

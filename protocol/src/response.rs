@@ -56,6 +56,96 @@ pub struct Success {
     /// `inspect`: who waits for it, in queue order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiters: Option<Vec<WaiterInfo>>,
+    /// `admin.status`: the answering node's view of Raft. Boxed: it is large and rare, and
+    /// every other response would otherwise carry its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<NodeStatus>>,
+    /// `admin.leases`: one page of live leases, in lease id order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<Vec<LeaseInfo>>,
+    /// `admin.leases`: present when more leases follow; send it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// The result of `admin.status`: one node's own view, not a linearizable read. Log indexes are
+/// absent while there is none (an empty log, no snapshot yet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The answering node's Raft id.
+    pub node_id: u64,
+    /// The Raft term it is in.
+    pub term: u64,
+    /// Whether it is the leader.
+    pub is_leader: bool,
+    /// The leader it knows of, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_id: Option<u64>,
+    /// Index of the last entry in its log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_log_index: Option<u64>,
+    /// Index of the last entry it knows committed (durable on a majority).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_index: Option<u64>,
+    /// Index of the last entry its state machine applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_index: Option<u64>,
+    /// Last index covered by its latest snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_index: Option<u64>,
+    /// Index up to which its log was purged (entries kept only in the snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purged_index: Option<u64>,
+    /// The voting members of the cluster, as this node's membership config says.
+    pub members: Vec<MemberInfo>,
+    /// On the leader only: how far each other member's log is known to match the leader's
+    /// (an empty list on a single node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<Vec<ReplicationInfo>>,
+}
+
+/// One member in an `admin.status` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// Its Raft id (derived from its name in a cluster).
+    pub id: u64,
+    /// Its name (`--name`); empty for a single node.
+    #[serde(default)]
+    pub name: String,
+    /// The address other members reach it at (empty for a single node without a transport).
+    pub addr: String,
+    /// Whether it votes; a member being added is a learner until it has caught up.
+    #[serde(default = "voter_default")]
+    pub voter: bool,
+}
+
+fn voter_default() -> bool {
+    true
+}
+
+/// One member's replication progress, as the leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicationInfo {
+    /// The member's Raft id.
+    pub id: u64,
+    /// The highest log index known to match the leader's; absent when nothing matched yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_index: Option<u64>,
+}
+
+/// One live lease in an `admin.leases` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    /// The lease id.
+    pub lease: String,
+    /// The agent it belongs to.
+    pub agent: String,
+    /// Its time to live, ms.
+    pub ttl_ms: u64,
+    /// Time left before it expires, ms, on the leader's clock; absent when the answering node
+    /// keeps no deadlines (it is not a leader that has applied an entry of its term).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_ms: Option<u64>,
 }
 
 /// One holder in an `inspect` result.

@@ -12,8 +12,8 @@ use hivekeeper_protocol::validate::{
     WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
-    Area, ErrorBody, ErrorCode, Event, HolderInfo, Op, ProtocolError, Request, ResourceKind,
-    Response, Success, Topics, WaiterInfo,
+    Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, Op,
+    ProtocolError, ReplicationInfo, Request, ResourceKind, Response, Success, Topics, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -506,6 +506,81 @@ fn op_inspect() {
     }
 }
 
+#[test]
+fn op_admin_status() {
+    assert_request(
+        r#"{"id":"r23","op":"admin.status"}"#,
+        &req("r23", Op::AdminStatus {}),
+        &json!({"id": "r23", "op": "admin.status"}),
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"admin.status","node":1}"#,
+        Some("7"),
+        "admin.status: ",
+        &["node"],
+    );
+}
+
+#[test]
+fn op_admin_leases() {
+    assert_request(
+        r#"{"id":"r24","op":"admin.leases"}"#,
+        &req("r24", Op::AdminLeases { after: None }),
+        &json!({"id": "r24", "op": "admin.leases"}),
+    );
+    assert_request(
+        r#"{"id":"r25","op":"admin.leases","after":"0000000000000011"}"#,
+        &req(
+            "r25",
+            Op::AdminLeases {
+                after: Some("0000000000000011".into()),
+            },
+        ),
+        &json!({"id": "r25", "op": "admin.leases", "after": "0000000000000011"}),
+    );
+    bad(
+        r#"{"id":"7","op":"admin.leases","after":""}"#,
+        Some("7"),
+        "admin.leases: `after` must not be empty",
+    );
+}
+
+#[test]
+fn op_admin_revoke() {
+    assert_request(
+        r#"{"id":"r26","op":"admin.revoke","lease":"0000000000000011"}"#,
+        &req(
+            "r26",
+            Op::AdminRevoke {
+                lease: "0000000000000011".into(),
+            },
+        ),
+        &json!({"id": "r26", "op": "admin.revoke", "lease": "0000000000000011"}),
+    );
+}
+
+/// The admin ops, and only they, are marked as needing the admin credential.
+#[test]
+fn only_admin_ops_are_admin() {
+    for name in Op::NAMES {
+        let wire = match name {
+            "admin.status" => r#"{"id":"a","op":"admin.status"}"#.to_string(),
+            "admin.leases" => r#"{"id":"a","op":"admin.leases"}"#.to_string(),
+            "admin.revoke" => r#"{"id":"a","op":"admin.revoke","lease":"L"}"#.to_string(),
+            _ => continue,
+        };
+        assert!(decode_ok(&wire).op.is_admin(), "{name}");
+    }
+    let ordinary = [
+        r#"{"id":"a","op":"lease.revoke","lease":"L"}"#,
+        r#"{"id":"a","op":"inspect","kind":"lock","name":"n"}"#,
+        r#"{"id":"a","op":"fence.check","resource":"n","token":1}"#,
+    ];
+    for wire in ordinary {
+        assert!(!decode_ok(wire).op.is_admin(), "{wire}");
+    }
+}
+
 /// The per-op tests above cover exactly `Op::NAMES`, and the metadata helpers agree.
 #[test]
 fn op_names_are_complete_and_consistent() {
@@ -561,6 +636,13 @@ fn op_names_are_complete_and_consistent() {
             None,
             false,
         ),
+        (r#"{"id":"a","op":"admin.status"}"#, None, false),
+        (r#"{"id":"a","op":"admin.leases","after":"L"}"#, None, false),
+        (
+            r#"{"id":"a","op":"admin.revoke","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -589,6 +671,9 @@ fn op_names_are_complete_and_consistent() {
             "waypoint.release",
             "fence.check",
             "inspect",
+            "admin.status",
+            "admin.leases",
+            "admin.revoke",
         ]
     );
 }
@@ -713,7 +798,7 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, fence.check, inspect",
+         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.revoke",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -1381,6 +1466,126 @@ fn assert_response_golden(response: &Response, golden: &Value) {
 }
 
 #[test]
+fn success_admin_status_of_a_leader_and_a_follower() {
+    let leader = NodeStatus {
+        node_id: 1,
+        term: 3,
+        is_leader: true,
+        leader_id: Some(1),
+        last_log_index: Some(120),
+        committed_index: Some(120),
+        applied_index: Some(119),
+        snapshot_index: Some(100),
+        purged_index: Some(90),
+        members: vec![
+            MemberInfo {
+                id: 1,
+                name: "n1".into(),
+                addr: "10.0.0.1:7400".into(),
+                voter: true,
+            },
+            MemberInfo {
+                id: 2,
+                name: "n2".into(),
+                addr: "10.0.0.2:7400".into(),
+                voter: false,
+            },
+        ],
+        replication: Some(vec![
+            ReplicationInfo {
+                id: 1,
+                matched_index: Some(120),
+            },
+            ReplicationInfo {
+                id: 2,
+                matched_index: None,
+            },
+        ]),
+    };
+    assert_response_golden(
+        &Response::ok(
+            "r27",
+            Success {
+                status: Some(Box::new(leader)),
+                ..Success::default()
+            },
+        ),
+        &json!({"id": "r27", "ok": true, "status": {
+            "node_id": 1, "term": 3, "is_leader": true, "leader_id": 1,
+            "last_log_index": 120, "committed_index": 120, "applied_index": 119,
+            "snapshot_index": 100, "purged_index": 90,
+            "members": [{"id": 1, "name": "n1", "addr": "10.0.0.1:7400", "voter": true},
+                        {"id": 2, "name": "n2", "addr": "10.0.0.2:7400", "voter": false}],
+            "replication": [{"id": 1, "matched_index": 120}, {"id": 2}]}}),
+    );
+    // A follower that knows no leader and has an empty log: absent, not null or 0.
+    let lost = NodeStatus {
+        node_id: 2,
+        term: 4,
+        is_leader: false,
+        leader_id: None,
+        last_log_index: None,
+        committed_index: None,
+        applied_index: None,
+        snapshot_index: None,
+        purged_index: None,
+        members: vec![],
+        replication: None,
+    };
+    assert_response_golden(
+        &Response::ok(
+            "r28",
+            Success {
+                status: Some(Box::new(lost)),
+                ..Success::default()
+            },
+        ),
+        &json!({"id": "r28", "ok": true, "status": {
+            "node_id": 2, "term": 4, "is_leader": false, "members": []}}),
+    );
+}
+
+#[test]
+fn success_admin_leases() {
+    let page = Success {
+        leases: Some(vec![
+            LeaseInfo {
+                lease: "0000000000000011".into(),
+                agent: "drone-7".into(),
+                ttl_ms: 5000,
+                remaining_ms: Some(3120),
+            },
+            LeaseInfo {
+                lease: "0000000000000012".into(),
+                agent: "drone-8".into(),
+                ttl_ms: 10000,
+                remaining_ms: None,
+            },
+        ]),
+        next_after: Some("0000000000000012".into()),
+        ..Success::default()
+    };
+    assert_response_golden(
+        &Response::ok("r29", page),
+        &json!({"id": "r29", "ok": true,
+            "leases": [
+                {"lease": "0000000000000011", "agent": "drone-7", "ttl_ms": 5000,
+                 "remaining_ms": 3120},
+                {"lease": "0000000000000012", "agent": "drone-8", "ttl_ms": 10000}],
+            "next_after": "0000000000000012"}),
+    );
+    // The last page: no `next_after`; no leases at all: an empty list.
+    let last = Success {
+        leases: Some(vec![]),
+        ..Success::default()
+    };
+    assert_response_golden(
+        &Response::ok("r30", last),
+        &json!({"id": "r30", "ok": true, "leases": []}),
+    );
+}
+
+#[test]
 fn success_lease_grant() {
     assert_response_golden(
         &Response::ok("r1", Success::lease("L-17".into(), 5000)),
@@ -1593,6 +1798,16 @@ fn event_lease_expired() {
             lease: "L-17".into(),
         },
         r#"{"event":"lease.expired","lease":"L-17"}"#,
+    );
+}
+
+#[test]
+fn event_lease_revoked() {
+    assert_event_golden(
+        &Event::LeaseRevoked {
+            lease: "L-17".into(),
+        },
+        r#"{"event":"lease.revoked","lease":"L-17"}"#,
     );
 }
 

@@ -858,6 +858,17 @@ pub async fn wait_metric(port: u16, name: &str, secs: u64, want: impl Fn(f64) ->
     .await
 }
 
+/// Polls /metrics until the sum of `name`'s series (all labels; 0 while none exists yet, as a
+/// counter that has not moved is absent) satisfies `want`; returns it.
+pub async fn wait_metric_sum(port: u16, name: &str, secs: u64, want: impl Fn(f64) -> bool) -> f64 {
+    let want = &want;
+    eventually(secs, &format!("metric {name}"), move || async move {
+        let text = metrics_text(port).await?;
+        Some(metric_sum(&text, name, &[])).filter(|value| want(*value))
+    })
+    .await
+}
+
 /// Releases `guard` within 10 s, failing the test otherwise.
 pub async fn release(guard: Guard, what: &str) {
     within(10, what, guard.release())
@@ -892,4 +903,51 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
             value.split_whitespace().next()?.parse::<f64>().ok()
         })
         .sum()
+}
+
+/// What one run of the `hivekeeper` binary printed.
+pub struct CliRun {
+    /// Whether it exited 0.
+    pub success: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl CliRun {
+    /// The standard output as JSON (for `--json`); fails the test with both streams otherwise.
+    pub fn json(&self) -> Value {
+        assert!(self.success, "the command failed:\n{}", self.stderr);
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "--json printed something that is not JSON ({e}):\n{}",
+                self.stdout
+            )
+        })
+    }
+}
+
+/// Runs `hivekeeper ARGS` (an admin subcommand) to completion, at most 30 s.
+pub async fn run_cli(args: &[&str]) -> CliRun {
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    let what = format!("hivekeeper {}", args.join(" "));
+    let output = within(
+        30,
+        &what,
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_hivekeeper"))
+                .args(&args)
+                .stdin(Stdio::null())
+                .output()
+        }),
+    )
+    .await
+    .expect("the blocking task ran")
+    .unwrap_or_else(|e| panic!("{what}: could not run: {e}"));
+    CliRun {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }

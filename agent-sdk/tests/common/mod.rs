@@ -492,7 +492,11 @@ impl Fake {
                     _ => (error(ErrorCode::NotHolder, "fake: not the holder"), true),
                 }
             }
-            Op::FenceCheck { .. } | Op::Inspect { .. } => {
+            Op::FenceCheck { .. }
+            | Op::Inspect { .. }
+            | Op::AdminStatus {}
+            | Op::AdminLeases { .. }
+            | Op::AdminRevoke { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)
             }
         };

@@ -22,6 +22,8 @@
 //!   for a queued request to its deferred answer (so it includes the time in the queue).
 //! - `hivekeeper_mqtt_bad_requests_total{code}`, `hivekeeper_mqtt_bad_topics_total`: decode
 //!   errors and messages on a topic that names no agent.
+//! - `hivekeeper_mqtt_publish_failed_total`: responses and events the transport refused.
+//! - `hivekeeper_fence_checks_total{result}`: `fence.check` answers, `valid` or `stale`.
 //! - `hivekeeper_resource_waiters{kind}`: requests this bridge saw answered `Queued` and has not
 //!   answered finally yet. On a single node that is the machine's waiters; the machine's
 //!   applied `Queued` reply carries neither kind nor request id, so the node cannot keep it.
@@ -67,6 +69,10 @@ pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds"
 pub const MQTT_BAD_REQUESTS_TOTAL: &str = "hivekeeper_mqtt_bad_requests_total";
 /// Messages on a topic that names no valid agent (counter).
 pub const MQTT_BAD_TOPICS_TOTAL: &str = "hivekeeper_mqtt_bad_topics_total";
+/// Responses and events the transport refused to publish (counter).
+pub const MQTT_PUBLISH_FAILED_TOTAL: &str = "hivekeeper_mqtt_publish_failed_total";
+/// `fence.check` answers, by `result` = `valid` | `stale` (counter).
+pub const FENCE_CHECKS_TOTAL: &str = "hivekeeper_fence_checks_total";
 
 /// Gives the bridge's metrics their help texts. Call once, after the recorder is installed.
 pub fn describe_metrics() {
@@ -88,6 +94,16 @@ pub fn describe_metrics() {
     describe_counter!(
         MQTT_BAD_TOPICS_TOTAL,
         "Messages on a request topic that names no valid agent (dropped)."
+    );
+    describe_counter!(
+        MQTT_PUBLISH_FAILED_TOTAL,
+        "Responses and events not published: the transport's queue was full or closed (the \
+         agent retries)."
+    );
+    describe_counter!(
+        FENCE_CHECKS_TOTAL,
+        "fence.check answers, by result: valid (held right now) or stale (a protected \
+         resource was shown a token that is no longer held)."
     );
 }
 
@@ -148,6 +164,9 @@ pub async fn run(
     mut outbound: mpsc::UnboundedReceiver<Outbound>,
     stats: Arc<BridgeStats>,
 ) {
+    // Exported from the start, so a dashboard shows 0 rather than "no data" for a counter that
+    // should never move.
+    counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
     let pending: PendingMap = Arc::default();
     let publisher = {
         let (transport, stats, pending) = (transport.clone(), stats.clone(), pending.clone());
@@ -281,7 +300,12 @@ async fn answer(
     let topic = transport.topics().response(&agent);
     let key = (agent, id);
     let (agent, id) = (&key.0, &key.1);
-    let response = match reply.await {
+    let reply = reply.await;
+    if let Ok(Reply::Fence { valid, .. }) = &reply {
+        let result = if *valid { "valid" } else { "stale" };
+        counter!(FENCE_CHECKS_TOTAL, "result" => result).increment(1);
+    }
+    let response = match reply {
         Ok(reply) => match reply.to_response(id) {
             Some(response) => response,
             None => {
@@ -327,6 +351,7 @@ async fn answer(
 fn publish(transport: &Transport, stats: &BridgeStats, topic: String, payload: Vec<u8>) {
     if let Err(error) = transport.publish(topic, payload) {
         stats.publish_failed.fetch_add(1, Ordering::Relaxed);
+        counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(1);
         tracing::warn!(%error, "response or event not published; the agent will retry");
     }
 }

@@ -123,12 +123,14 @@ impl Actor for FanOut {
                     reason,
                 } => {
                     state.keeper.cast(KeeperMsg::LeaseEnded { lease })?;
-                    (reason == LeaseEnd::Expired).then(|| Outbound::Notify {
-                        agent,
-                        event: Notice::LeaseExpired {
-                            lease: lease.to_string(),
-                        },
-                    })
+                    // The owner asked for its own revoke, so it is told only of the others.
+                    let lease = lease.to_string();
+                    let event = match reason {
+                        LeaseEnd::Expired => Some(Notice::LeaseExpired { lease }),
+                        LeaseEnd::AdminRevoked => Some(Notice::LeaseRevoked { lease }),
+                        LeaseEnd::Revoked => None,
+                    };
+                    event.map(|event| Outbound::Notify { agent, event })
                 }
                 Event::Released {
                     key,

@@ -11,7 +11,8 @@
 //! ```text
 //!  fan-out: LeaseGranted / LeaseEnded ─▶ deadlines[lease] = now + ttl / remove
 //!  bridge:  Keepalive(agent, lease)   ─▶ lease live and the agent's? deadline = now + ttl
-//!                                        (counted: hivekeeper_leases_keepalives_total)
+//!                                        (counted: hivekeeper_leases_keepalives_total, and
+//!                                        the TTL used since the last renewal: a histogram)
 //!  Tick (every tick_ms)               ─▶ overdue leases ─▶ proposer: ExpireLeases { term }
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
@@ -48,6 +49,12 @@ pub enum KeeperMsg {
     Tick,
     /// An expiry proposal completed; these leases may be proposed again if still overdue.
     ExpiryDone(Vec<LeaseId>),
+    /// Time left before each lease's deadline, ms, for `admin.leases`: `None` for a lease
+    /// without a deadline here (this node is not a ready leader, or the lease is unknown).
+    Remaining {
+        leases: Vec<LeaseId>,
+        reply: RpcReplyPort<Vec<Option<u64>>>,
+    },
 }
 
 /// The keeper's behaviour.
@@ -129,6 +136,10 @@ impl Actor for LeaseKeeper {
                 reply,
             } => {
                 let now = Instant::now();
+                // The deadline this keepalive finds, for the lateness histogram.
+                let previous = LeaseId::parse(&lease)
+                    .and_then(|id| state.deadlines.get(&id).copied())
+                    .filter(|_| state.ready);
                 // A lease past its deadline is as good as expired: its expiry is proposed (or
                 // will be at the next tick). Acknowledging the keepalive would let the agent
                 // believe it holds for another TTL while the expiry hands its resources to
@@ -146,6 +157,9 @@ impl Actor for LeaseKeeper {
                         "this node is not a ready leader; retry (the SDK does)",
                     )
                 } else if overdue.is_some() {
+                    if let Some((deadline, ttl_ms)) = previous {
+                        super::metrics::keepalive_ttl_used(now, deadline, ttl_ms);
+                    }
                     Reply::refused(
                         ErrorCode::LeaseNotFound,
                         format!("lease {lease} expired: its TTL ran out before this keepalive"),
@@ -159,6 +173,9 @@ impl Actor for LeaseKeeper {
                         let deadline = Instant::now() + Duration::from_millis(*ttl_ms);
                         state.deadlines.insert(id, (deadline, *ttl_ms));
                         super::metrics::keepalive();
+                        if let Some((deadline, ttl_ms)) = previous {
+                            super::metrics::keepalive_ttl_used(now, deadline, ttl_ms);
+                        }
                     }
                     answer
                 };
@@ -224,6 +241,18 @@ impl Actor for LeaseKeeper {
                 for lease in leases {
                     state.expiring.remove(&lease);
                 }
+            }
+            KeeperMsg::Remaining { leases, reply } => {
+                let now = Instant::now();
+                let remaining = leases
+                    .iter()
+                    .map(|lease| {
+                        let (deadline, _) = state.deadlines.get(lease)?;
+                        let left = deadline.saturating_duration_since(now).as_millis();
+                        Some(u64::try_from(left).unwrap_or(u64::MAX))
+                    })
+                    .collect();
+                let _ = reply.send(remaining);
             }
         }
         Ok(())

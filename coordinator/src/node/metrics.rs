@@ -8,6 +8,7 @@
 //!     counters, histograms: entries applied for the first time only (not `replayed`)
 //!     gauges: every entry, replayed or not (they mirror state, not activity)
 //!  LeaseKeeper: a keepalive answered `Ttl` ─▶ hivekeeper_leases_keepalives_total
+//!              every keepalive on a known deadline ─▶ hivekeeper_leases_keepalive_ttl_used_ratio
 //! ```
 //!
 //! # What counts, and why
@@ -37,10 +38,19 @@ use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
 /// Leases granted (counter).
 pub const LEASES_GRANTED_TOTAL: &str = "hivekeeper_leases_granted_total";
-/// Leases ended, `reason` = `revoked` | `expired` (counter).
+/// Leases ended, `reason` = `revoked` | `expired` | `admin_revoked` (counter).
 pub const LEASES_ENDED_TOTAL: &str = "hivekeeper_leases_ended_total";
 /// Keepalives that moved a lease's deadline (counter).
 pub const LEASES_KEEPALIVES_TOTAL: &str = "hivekeeper_leases_keepalives_total";
+/// The fraction of its TTL a lease had used up when a keepalive arrived (histogram, a ratio):
+/// time since the previous renewal (or grant, or the leader taking office) over the TTL. The
+/// SDK keeps alive every TTL/3, so a healthy swarm sits near 0.33; values near 1 mean agents
+/// are about to lose their leases, and values of 1 or more are keepalives that arrived too late
+/// (refused, the lease is being expired).
+pub const LEASES_KEEPALIVE_TTL_USED_RATIO: &str = "hivekeeper_leases_keepalive_ttl_used_ratio";
+/// Bucket bounds of [`LEASES_KEEPALIVE_TTL_USED_RATIO`]: tenths, with detail near the end.
+pub const TTL_USED_RATIO_BUCKETS: [f64; 12] =
+    [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.5];
 /// Grants of locks, semaphores and waypoints, immediate or from the queue, by `kind`.
 pub const RESOURCE_GRANTS_TOTAL: &str = "hivekeeper_resource_grants_total";
 /// Grants from the queue in the same entry that released the resource, by `kind`.
@@ -65,15 +75,21 @@ const KINDS: [ResourceKind; 3] = [
 
 /// Gives every metric of the node its help text. Call once, after the recorder is installed.
 pub fn describe() {
+    super::raft_metrics::describe();
     describe_gauge!(LEASES_ACTIVE, "Leases alive in the state machine.");
     describe_counter!(LEASES_GRANTED_TOTAL, "Leases granted.");
     describe_counter!(
         LEASES_ENDED_TOTAL,
-        "Leases ended, by reason (revoked by their agent, or expired)."
+        "Leases ended, by reason (revoked by their agent, expired, or admin_revoked by an operator)."
     );
     describe_counter!(
         LEASES_KEEPALIVES_TOTAL,
         "Keepalives that moved a lease's deadline (answered on the leader)."
+    );
+    describe_histogram!(
+        LEASES_KEEPALIVE_TTL_USED_RATIO,
+        "Fraction of the TTL used since the previous renewal when a keepalive arrived (about \
+         0.33 with the SDK; 1 or more: too late)."
     );
     describe_counter!(
         RESOURCE_GRANTS_TOTAL,
@@ -112,6 +128,26 @@ pub fn kind_label(kind: ResourceKind) -> &'static str {
 /// Counts a keepalive that moved a deadline.
 pub(super) fn keepalive() {
     counter!(LEASES_KEEPALIVES_TOTAL).increment(1);
+}
+
+/// Records how much of its TTL a lease had used when a keepalive arrived at `now`, given the
+/// deadline it had (`deadline` = last renewal + TTL, on the keeper's monotonic clock).
+pub(super) fn keepalive_ttl_used(
+    now: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+    ttl_ms: u64,
+) {
+    if ttl_ms == 0 {
+        return;
+    }
+    let ttl_s = ttl_ms as f64 / 1_000.0;
+    // Signed: a keepalive after its deadline has used more than the whole TTL.
+    let left_s = if deadline >= now {
+        (deadline - now).as_secs_f64()
+    } else {
+        -(now - deadline).as_secs_f64()
+    };
+    histogram!(LEASES_KEEPALIVE_TTL_USED_RATIO).record((ttl_s - left_s) / ttl_s);
 }
 
 /// The gauges' bookkeeping, owned by the fan-out.
@@ -172,6 +208,7 @@ impl NodeMetrics {
                         let reason = match reason {
                             LeaseEnd::Revoked => "revoked",
                             LeaseEnd::Expired => "expired",
+                            LeaseEnd::AdminRevoked => "admin_revoked",
                         };
                         counter!(LEASES_ENDED_TOTAL, "reason" => reason).increment(1);
                     }

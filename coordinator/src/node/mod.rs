@@ -32,13 +32,17 @@
 //! - `cluster.rs`: [`ClusterConfig`], the etcd-style membership flags.
 //! - `forward.rs`: forwarding to the leader.
 //! - `read_index.rs`: leadership confirmations, one round for many keepalives and reads.
+//! - `admin.rs`: the operator's reads, `admin.status` and `admin.leases`.
+//! - `raft_metrics.rs`: Raft's term, leader, indexes and elections, from openraft's metrics.
 
+mod admin;
 mod cluster;
 mod fan_out;
 mod forward;
 mod lease_keeper;
 pub mod metrics;
 mod proposer;
+pub mod raft_metrics;
 mod read_index;
 mod supervisor;
 
@@ -472,7 +476,10 @@ impl NodeHandle {
                 in_flight: self.ingress_max,
             })?;
         match &self.forwarder {
-            Some(forwarder) if !request.op.is_write() => {
+            // `admin.status` is this node's own view: never forwarded.
+            Some(forwarder)
+                if !request.op.is_write() && !matches!(request.op, Op::AdminStatus {}) =>
+            {
                 match forwarder.submit(agent, request).await? {
                     Ok(reply) => Ok(reply),
                     Err(request) => self.answer_here(agent, request).await,
@@ -507,6 +514,8 @@ impl NodeHandle {
                     )),
                 }
             }
+            Op::AdminStatus {} => Ok(self.admin_status()),
+            Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
             op if !op.is_write() => {
                 self.read_index.confirm().await?;
                 Ok(self.raft.query(|sm| sm.query(agent, op))?)

@@ -131,9 +131,6 @@ impl Actor for Supervisor {
                         tracing::info!(node = me, term, "no longer leading");
                     }
                 }
-                metrics::gauge!("hivekeeper_raft_is_leader").set(if ready { 1.0 } else { 0.0 });
-                #[allow(clippy::cast_precision_loss)] // terms stay far below 2^53
-                metrics::gauge!("hivekeeper_raft_term").set(term as f64);
                 if watch_keeper
                     .cast(KeeperMsg::Leadership { ready, term })
                     .is_err()
@@ -147,7 +144,11 @@ impl Actor for Supervisor {
             proposer,
             keeper,
             failure: args.failure,
-            tasks: vec![pump, leadership],
+            tasks: vec![
+                pump,
+                leadership,
+                super::raft_metrics::spawn(args.raft.clone()),
+            ],
         })
     }
 

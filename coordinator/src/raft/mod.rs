@@ -452,6 +452,13 @@ impl RaftHandle {
         self.raft.metrics().borrow().clone()
     }
 
+    /// The last log index openraft reported committed (durable on a majority), `None` before
+    /// the first commit. openraft 0.9's metrics carry no commit index; this is the value it
+    /// hands the log store (`save_committed`), kept in memory by the writer.
+    pub fn committed_index(&self) -> Option<u64> {
+        self.store.committed().map(|log_id| log_id.index)
+    }
+
     /// What the storage writer has done (transactions, requests, entries).
     pub fn writer_stats(&self) -> WriterStats {
         self.store.stats()

@@ -18,11 +18,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use hivekeeper_protocol::ErrorCode;
+use hivekeeper_protocol::{ErrorCode, LeaseInfo};
 use serde::{Deserialize, Serialize};
 
 use super::grant::ResourceKey;
 use super::{Ctx, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text};
+
+/// Most leases in one `admin.leases` page: about 140 bytes each at most (a 64-byte agent id),
+/// so a page stays well inside the default 64 KiB MQTT packet.
+pub const LEASE_PAGE_MAX: usize = 256;
 
 /// A lease's identity: the log position of the command that granted it. On the wire it is an
 /// opaque string of 16 lowercase hex digits.
@@ -117,6 +121,66 @@ impl StateMachine {
                 Reply::Done
             }
             Err(refusal) => refusal,
+        }
+    }
+
+    /// `admin.revoke`: ends any agent's lease exactly as its own `lease.revoke` would (every
+    /// hold released, every wait dropped, next waiters granted in this entry), without the
+    /// owner check. The event's reason tells the node to notify the owner.
+    pub(super) fn admin_revoke(&mut self, ctx: &mut Ctx, lease: &str) -> Reply {
+        match LeaseId::parse(lease).filter(|id| self.core.leases.contains_key(id)) {
+            Some(id) => {
+                self.end_leases(ctx, &[id], LeaseEnd::AdminRevoked);
+                Reply::Done
+            }
+            None => Reply::refused(
+                ErrorCode::LeaseNotFound,
+                format!("lease {lease:?} does not exist (never granted, revoked or expired)"),
+            ),
+        }
+    }
+
+    /// One page of `admin.leases`: up to [`LEASE_PAGE_MAX`] live leases after `after`, in id
+    /// order. Paged because a reply must fit one MQTT packet (64 KiB by default) and there
+    /// may be 100,000 leases. An `after` that is not a lease id is `bad_request` (starting
+    /// over from the first page would make a confused client page forever).
+    pub(super) fn lease_page(&self, after: Option<&str>) -> Reply {
+        let after = match after.map(|text| (text, LeaseId::parse(text))) {
+            None => None,
+            Some((_, Some(id))) => Some(id),
+            Some((text, None)) => {
+                return Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("admin.leases: `after` is {text:?}, not a lease id"),
+                );
+            }
+        };
+        let mut ids: Vec<LeaseId> = self
+            .core
+            .leases
+            .keys()
+            .copied()
+            .filter(|id| after.is_none_or(|after| *id > after))
+            .collect();
+        ids.sort_unstable();
+        let more = ids.len() > LEASE_PAGE_MAX;
+        ids.truncate(LEASE_PAGE_MAX);
+        let leases: Vec<LeaseInfo> = ids
+            .iter()
+            .map(|id| {
+                let lease = &self.core.leases[id];
+                LeaseInfo {
+                    lease: id.to_string(),
+                    agent: lease.agent.to_string(),
+                    ttl_ms: lease.ttl_ms,
+                    remaining_ms: None,
+                }
+            })
+            .collect();
+        let next_after = more.then(|| leases.last().map(|info| info.lease.clone()));
+        Reply::Leases {
+            leases,
+            next_after: next_after.flatten(),
         }
     }
 

@@ -285,3 +285,176 @@ fn lease_ids_round_trip_through_their_wire_form_and_nothing_else_parses() {
         assert_eq!(LeaseId::parse(bad), None, "{bad:?}");
     }
 }
+
+fn admin_revoke(lease: &str) -> Op {
+    Op::AdminRevoke {
+        lease: lease.to_string(),
+    }
+}
+
+#[test]
+fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry() {
+    let mut h = Harness::new();
+    let (a, b, c) = (
+        h.lease("a", 5_000),
+        h.lease("b", 5_000),
+        h.lease("c", 5_000),
+    );
+    let old_token = Harness::token(&h.reply("a", lock_acquire("l", &a, None)));
+    h.reply("c", lock_acquire("l2", &c, None));
+    h.send_as("a", "a-l2", lock_acquire("l2", &a, None));
+    h.now_ms += 100;
+    h.send_as("b", "b-l", lock_acquire("l", &b, None));
+    h.now_ms += 250;
+    // An operator, not the owner: no `forbidden`, the lease simply ends.
+    let (reply, events) = h.send_as("operator", "op-1", admin_revoke(&a));
+    assert_eq!(reply, Reply::Done);
+    let new_token = match responses(&events).as_slice() {
+        [_, (agent, id, Reply::Granted { token })] if agent == "b" && id == "b-l" => *token,
+        other => panic!("expected a's wait dropped, then b granted: {other:?}"),
+    };
+    assert!(new_token > old_token, "{new_token} > {old_token}");
+    // The token is the revoking command's log position (DESIGN.md §2).
+    assert_eq!(new_token >> 16, h.index);
+    let (lease_a, lease_b) = (LeaseId::parse(&a).unwrap(), LeaseId::parse(&b).unwrap());
+    let lock = ResourceKey::new(ResourceKind::Lock, &Arc::from("l"));
+    assert_eq!(
+        events,
+        vec![
+            Event::LeaseEnded {
+                agent: Arc::from("a"),
+                lease: lease_a,
+                reason: LeaseEnd::AdminRevoked,
+            },
+            Event::Released {
+                key: lock.clone(),
+                agent: Arc::from("a"),
+                lease: lease_a,
+                token: old_token,
+                held_ms: 350,
+                reason: ReleaseReason::LeaseEnded,
+            },
+            Event::Respond {
+                agent: Arc::from("a"),
+                request_id: "a-l2".into(),
+                reply: Reply::refused(
+                    ErrorCode::LeaseNotFound,
+                    "the lease ended while the request waited"
+                ),
+            },
+            Event::Granted {
+                key: lock,
+                agent: Arc::from("b"),
+                lease: lease_b,
+                token: new_token,
+                waited_ms: 250,
+                queued: true,
+            },
+            Event::Respond {
+                agent: Arc::from("b"),
+                request_id: "b-l".into(),
+                reply: Reply::Granted { token: new_token },
+            },
+        ]
+    );
+    assert_eq!(
+        h.occupants(ResourceKind::Lock, "l"),
+        (vec!["b".into()], vec![])
+    );
+    assert_eq!(
+        h.occupants(ResourceKind::Lock, "l2"),
+        (vec!["c".into()], vec![])
+    );
+    assert_eq!(
+        h.sm.leases().map(|(id, ..)| id).collect::<Vec<_>>(),
+        vec![lease_b, LeaseId::parse(&c).unwrap()]
+    );
+    // The owner finds its lease gone.
+    assert_eq!(
+        code(&h.reply("a", Op::LeaseRevoke { lease: a.clone() })),
+        ErrorCode::LeaseNotFound
+    );
+}
+
+#[test]
+fn admin_revoke_of_a_lease_that_does_not_exist_is_lease_not_found_and_changes_nothing() {
+    let mut h = Harness::new();
+    let a = h.lease("a", 5_000);
+    h.reply("a", lock_acquire("l", &a, None));
+    h.reply("a", Op::LeaseRevoke { lease: a.clone() });
+    let b = h.lease("b", 5_000);
+    h.reply("b", lock_acquire("l", &b, None));
+    for lease in [a.as_str(), "00000000000000ff", "not-a-lease"] {
+        let (reply, events) = h.send("operator", admin_revoke(lease));
+        assert_eq!(code(&reply), ErrorCode::LeaseNotFound, "{lease}");
+        assert!(events.is_empty(), "{lease}: {events:?}");
+    }
+    // b's lease and its hold are untouched.
+    assert_eq!(
+        h.occupants(ResourceKind::Lock, "l"),
+        (vec!["b".into()], vec![])
+    );
+    assert_eq!(
+        h.sm.leases()
+            .map(|(id, ..)| id.to_string())
+            .collect::<Vec<_>>(),
+        vec![b]
+    );
+}
+
+#[test]
+fn a_retried_admin_revoke_gets_the_first_outcome_and_ends_nothing_more() {
+    let mut h = Harness::new();
+    let a = h.lease("a", 5_000);
+    let (first, events) = h.send_as("operator", "op-7", admin_revoke(&a));
+    assert_eq!(first, Reply::Done);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (retry, events) = h.send_as("operator", "op-7", admin_revoke(&a));
+    assert_eq!(retry, Reply::Done);
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
+fn admin_leases_pages_every_live_lease_in_id_order() {
+    let mut h = Harness::new();
+    let count = super::LEASE_PAGE_MAX + 3;
+    let leases: Vec<String> = (0..count)
+        .map(|n| h.lease(&format!("agent-{n}"), 5_000))
+        .collect();
+    let page = |after: Option<String>| match h.sm.query("operator", &Op::AdminLeases { after }) {
+        Reply::Leases { leases, next_after } => (leases, next_after),
+        other => panic!("admin.leases failed: {other:?}"),
+    };
+    let (first, next) = page(None);
+    assert_eq!(first.len(), super::LEASE_PAGE_MAX);
+    assert_eq!(
+        next.as_deref(),
+        Some(leases[super::LEASE_PAGE_MAX - 1].as_str())
+    );
+    let (second, last) = page(next);
+    assert_eq!(last, None);
+    let listed: Vec<(String, String, u64)> = first
+        .iter()
+        .chain(&second)
+        .map(|info| (info.lease.clone(), info.agent.clone(), info.ttl_ms))
+        .collect();
+    let expected: Vec<(String, String, u64)> = leases
+        .iter()
+        .enumerate()
+        .map(|(n, lease)| (lease.clone(), format!("agent-{n}"), 5_000))
+        .collect();
+    assert_eq!(listed, expected);
+    assert!(
+        first
+            .iter()
+            .chain(&second)
+            .all(|info| info.remaining_ms.is_none())
+    );
+    let garbage = Op::AdminLeases {
+        after: Some("not-a-lease".into()),
+    };
+    assert_eq!(
+        code(&h.sm.query("operator", &garbage)),
+        ErrorCode::BadRequest
+    );
+}

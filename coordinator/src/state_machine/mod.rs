@@ -51,12 +51,13 @@ mod waypoint_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    ErrorCode, HolderInfo, Op, Request, ResourceKind, Response, Success, WaiterInfo, validate,
+    ErrorCode, HolderInfo, LeaseInfo, NodeStatus, Op, Request, ResourceKind, Response, Success,
+    WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
 pub use grant::ResourceKey;
-pub use lease::LeaseId;
+pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::Limits;
 pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
@@ -183,6 +184,16 @@ pub enum Reply {
         /// Detail for a human.
         message: String,
     },
+    /// `admin.status`, built by the node from Raft's metrics (the machine cannot see Raft).
+    /// Boxed: large and rare.
+    Status(Box<NodeStatus>),
+    /// `admin.leases`: one page of live leases.
+    Leases {
+        /// Leases in id order; the node adds `remaining_ms` from its keeper's deadlines.
+        leases: Vec<LeaseInfo>,
+        /// Present when more leases follow: the `after` of the next page.
+        next_after: Option<String>,
+    },
 }
 
 impl Reply {
@@ -212,6 +223,15 @@ impl Reply {
                 waiters: Some(waiters.clone()),
                 ..Success::default()
             },
+            Reply::Status(status) => Success {
+                status: Some(status.clone()),
+                ..Success::default()
+            },
+            Reply::Leases { leases, next_after } => Success {
+                leases: Some(leases.clone()),
+                next_after: next_after.clone(),
+                ..Success::default()
+            },
             Reply::Refused { code, message } => {
                 return Some(Response::error(
                     Some(id.to_string()),
@@ -232,6 +252,8 @@ pub enum LeaseEnd {
     Revoked,
     /// The leader found it past its deadline.
     Expired,
+    /// An operator ended it (`admin.revoke`); its owner is told `lease.revoked`.
+    AdminRevoked,
 }
 
 /// Why a hold ended.
@@ -460,6 +482,12 @@ impl StateMachine {
                 }
             }
             Op::Inspect { kind, name } => self.inspect(*kind, name),
+            Op::AdminLeases { after } => self.lease_page(after.as_deref()),
+            // The machine cannot see Raft; the node answers this one (`node/admin.rs`).
+            Op::AdminStatus {} => Reply::refused(
+                ErrorCode::BadRequest,
+                "admin.status is answered by the node, not the state machine",
+            ),
             write => Reply::refused(
                 ErrorCode::BadRequest,
                 format!(
@@ -492,6 +520,9 @@ impl StateMachine {
         let reply = match request.op {
             Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
             Op::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
+            // No owner check: the operator's own credential is checked before the log, once
+            // the service has authentication (docs/PROTOCOL.md, admin ops).
+            Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
             Op::LockAcquire {
                 name,
                 lease,
@@ -524,7 +555,11 @@ impl StateMachine {
             Op::WaypointRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
             }
-            Op::LeaseKeepalive { .. } | Op::FenceCheck { .. } | Op::Inspect { .. } => {
+            Op::LeaseKeepalive { .. }
+            | Op::FenceCheck { .. }
+            | Op::Inspect { .. }
+            | Op::AdminStatus {}
+            | Op::AdminLeases { .. } => {
                 unreachable!("read ops were answered by query() above")
             }
         };

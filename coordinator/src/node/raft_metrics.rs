@@ -1,0 +1,174 @@
+//! Raft metrics: a task that follows openraft's metrics watch and exports what it says, plus
+//! the commit index openraft hands the log store (openraft 0.9's metrics have none).
+//!
+//! ```text
+//!  raft.metrics() watch ──changed, or every second──▶ RaftGauges::observe(m, committed)
+//!     gauges:   term, is_leader, last_log / commit / applied / snapshot index, apply lag,
+//!               log entries, time since the leader's last quorum ack
+//!     counters: elections (term rose), leader changes (another leader seen), snapshots
+//!               (snapshot index moved: built here or installed from the leader)
+//! ```
+//!
+//! The counters count what this process *observed*: the watch keeps only the latest value, so
+//! two elections between two looks count as one. They start from the first observation (a
+//! restart's persisted term is not a new election). The periodic look catches the commit
+//! index, which moves without a watch notification.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, gauge};
+
+use crate::raft::{RaftHandle, RaftMetrics};
+
+/// The current Raft term (gauge).
+pub const RAFT_TERM: &str = "hivekeeper_raft_term";
+/// 1 on the leader, 0 elsewhere (gauge).
+pub const RAFT_IS_LEADER: &str = "hivekeeper_raft_is_leader";
+/// Index of the last entry in this node's log (gauge).
+pub const RAFT_LAST_LOG_INDEX: &str = "hivekeeper_raft_last_log_index";
+/// Index of the last entry known committed (gauge).
+pub const RAFT_COMMIT_INDEX: &str = "hivekeeper_raft_commit_index";
+/// Index of the last entry applied to the state machine (gauge).
+pub const RAFT_APPLIED_INDEX: &str = "hivekeeper_raft_applied_index";
+/// Committed entries not applied yet (gauge).
+pub const RAFT_APPLY_LAG_ENTRIES: &str = "hivekeeper_raft_apply_lag_entries";
+/// Entries in the log, those purged behind a snapshot excluded (gauge).
+pub const RAFT_LOG_ENTRIES: &str = "hivekeeper_raft_log_entries";
+/// Last index covered by the latest snapshot (gauge).
+pub const RAFT_SNAPSHOT_INDEX: &str = "hivekeeper_raft_snapshot_index";
+/// On the leader: time since a quorum last acknowledged it (gauge, seconds; absent elsewhere).
+pub const RAFT_QUORUM_ACK_AGE_SECONDS: &str = "hivekeeper_raft_quorum_ack_age_seconds";
+/// Term increases observed: elections started somewhere in the cluster (counter).
+pub const RAFT_ELECTIONS_TOTAL: &str = "hivekeeper_raft_elections_total";
+/// Times this node saw a different leader than the one before (counter).
+pub const RAFT_LEADER_CHANGES_TOTAL: &str = "hivekeeper_raft_leader_changes_total";
+/// Times the snapshot index moved: a snapshot built or installed (counter).
+pub const RAFT_SNAPSHOTS_TOTAL: &str = "hivekeeper_raft_snapshots_total";
+
+/// How often the gauges are refreshed without a watch notification (the commit index).
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// Gives every Raft metric its help text. Called by `metrics::describe`.
+pub fn describe() {
+    describe_gauge!(RAFT_TERM, "The current Raft term.");
+    describe_gauge!(RAFT_IS_LEADER, "1 on the leader, 0 elsewhere.");
+    describe_gauge!(
+        RAFT_LAST_LOG_INDEX,
+        "Index of the last entry in this node's log."
+    );
+    describe_gauge!(
+        RAFT_COMMIT_INDEX,
+        "Index of the last entry this node knows committed (durable on a majority)."
+    );
+    describe_gauge!(RAFT_APPLIED_INDEX, "Index of the last entry applied here.");
+    describe_gauge!(
+        RAFT_APPLY_LAG_ENTRIES,
+        "Committed entries not applied yet here: a slow state machine when it stays up."
+    );
+    describe_gauge!(
+        RAFT_LOG_ENTRIES,
+        "Entries in the log since the last purge (last log index minus purged index)."
+    );
+    describe_gauge!(
+        RAFT_SNAPSHOT_INDEX,
+        "Last log index covered by the latest snapshot."
+    );
+    describe_gauge!(
+        RAFT_QUORUM_ACK_AGE_SECONDS,
+        metrics::Unit::Seconds,
+        "On the leader: time since a quorum last acknowledged it (leadership at risk when \
+         it nears the election timeout)."
+    );
+    describe_counter!(
+        RAFT_ELECTIONS_TOTAL,
+        "Term increases this node observed (each starts an election)."
+    );
+    describe_counter!(
+        RAFT_LEADER_CHANGES_TOTAL,
+        "Times this node saw a leader other than the previous one."
+    );
+    describe_counter!(
+        RAFT_SNAPSHOTS_TOTAL,
+        "Times the snapshot index moved here (a snapshot built or installed)."
+    );
+}
+
+/// Starts the exporter; it ends when Raft shuts down (the watch closes) or when aborted.
+pub(super) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut watch = raft.raft().metrics();
+        let mut refresh = tokio::time::interval(REFRESH);
+        let mut seen = Observed::default();
+        loop {
+            let metrics = watch.borrow_and_update().clone();
+            seen.observe(&metrics, raft.committed_index());
+            tokio::select! {
+                changed = watch.changed() => if changed.is_err() { break },
+                _ = refresh.tick() => {}
+            }
+        }
+    })
+}
+
+/// What the last look saw, to count changes.
+#[derive(Debug, Default)]
+struct Observed {
+    /// The term last seen; `None` before the first look.
+    term: Option<u64>,
+    /// The last leader seen (a leaderless moment does not forget it).
+    leader: Option<u64>,
+    /// The snapshot index last seen; `None` before the first look.
+    snapshot: Option<Option<u64>>,
+}
+
+impl Observed {
+    /// Exports one look at the metrics.
+    fn observe(&mut self, m: &RaftMetrics, committed: Option<u64>) {
+        let index = |log_id: Option<crate::raft::LogId>| log_id.map(|id| id.index);
+        let applied = index(m.last_applied);
+        let purged = index(m.purged);
+        let snapshot = index(m.snapshot);
+        let last_log = m.last_log_index;
+        let leads = m.current_leader == Some(m.id);
+        gauge!(RAFT_TERM).set(m.current_term as f64);
+        gauge!(RAFT_IS_LEADER).set(if leads { 1.0 } else { 0.0 });
+        let or_zero = |index: Option<u64>| index.unwrap_or(0) as f64;
+        gauge!(RAFT_LAST_LOG_INDEX).set(or_zero(last_log));
+        gauge!(RAFT_COMMIT_INDEX).set(or_zero(committed));
+        gauge!(RAFT_APPLIED_INDEX).set(or_zero(applied));
+        gauge!(RAFT_SNAPSHOT_INDEX).set(or_zero(snapshot));
+        gauge!(RAFT_APPLY_LAG_ENTRIES).set(match (committed, applied) {
+            (Some(committed), Some(applied)) => committed.saturating_sub(applied) as f64,
+            (Some(committed), None) => committed as f64 + 1.0,
+            _ => 0.0,
+        });
+        // Indexes start at 0 in openraft: a log holding 0..=n has n + 1 entries.
+        gauge!(RAFT_LOG_ENTRIES).set(match (last_log, purged) {
+            (Some(last), Some(purged)) => last.saturating_sub(purged) as f64,
+            (Some(last), None) => last as f64 + 1.0,
+            (None, _) => 0.0,
+        });
+        if leads && let Some(age_ms) = m.millis_since_quorum_ack {
+            gauge!(RAFT_QUORUM_ACK_AGE_SECONDS).set(age_ms as f64 / 1_000.0);
+        }
+        if self.term.is_some_and(|term| m.current_term > term) {
+            counter!(RAFT_ELECTIONS_TOTAL).increment(1);
+        }
+        if let Some(leader) = m.current_leader {
+            if self.term.is_some() && self.leader != Some(leader) {
+                counter!(RAFT_LEADER_CHANGES_TOTAL).increment(1);
+            }
+            self.leader = Some(leader);
+        }
+        if self.snapshot.is_some_and(|seen| snapshot > seen) {
+            counter!(RAFT_SNAPSHOTS_TOTAL).increment(1);
+        }
+        self.term = Some(m.current_term);
+        self.snapshot = Some(snapshot);
+        // Exported from the first look, so a dashboard sees 0 rather than nothing.
+        counter!(RAFT_ELECTIONS_TOTAL).increment(0);
+        counter!(RAFT_LEADER_CHANGES_TOTAL).increment(0);
+        counter!(RAFT_SNAPSHOTS_TOTAL).increment(0);
+    }
+}
