@@ -34,6 +34,8 @@ enum Command {
     /// End any agent's lease now (an operator's force-release): what it held goes to the next
     /// waiters, with higher tokens, and the agent is told.
     Revoke(admin::RevokeArgs),
+    /// The cluster's members: list them, add one (learner, then voter once caught up), remove one.
+    Member(admin::MemberArgs),
 }
 
 /// Flags of `hivekeeper serve`.
@@ -109,6 +111,7 @@ fn main() -> std::process::ExitCode {
         Command::Inspect(args) => admin::inspect(args),
         Command::Leases(args) => admin::leases(args),
         Command::Revoke(args) => admin::revoke(args),
+        Command::Member(args) => admin::member(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

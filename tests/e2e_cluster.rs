@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::cluster::{Hold, ProcessCluster, check_history};
-use common::{Raw, code, eventually, inspect_lock, release, within};
+use common::{Node, Raw, code, eventually, inspect_lock, release, run_cli, within};
 use serde_json::json;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -290,6 +290,103 @@ async fn a_waiter_whose_member_dies_is_granted_through_another() {
         .expect("the waiter task");
     assert!(token > held_token, "token {token} after {held_token}");
     release(guard, "the waiter releases").await;
+}
+
+/// `hivekeeper member add` brings a fourth node in (learner, then voter), it serves agents,
+/// `member remove` takes a member out, and `member list` shows both changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_add_and_remove_through_the_cli() {
+    let cluster = ProcessCluster::start(3, &[]).await;
+    let brokers = cluster
+        .mqtt_ports()
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let list = || {
+        let brokers = brokers.clone();
+        async move {
+            run_cli(&["member", "list", "--json", "--broker", &brokers])
+                .await
+                .json()
+        }
+    };
+    let names = |members: &serde_json::Value| -> Vec<(String, bool)> {
+        let mut names: Vec<(String, bool)> = members
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().expect("a name").to_string(),
+                    m["voter"].as_bool().expect("a flag"),
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let voters = |names: &[&str]| -> Vec<(String, bool)> {
+        names.iter().map(|name| (name.to_string(), true)).collect()
+    };
+    assert_eq!(names(&list().await), voters(&["n1", "n2", "n3"]));
+
+    // A fresh node started to join, then added.
+    let peer = format!("127.0.0.1:{}", common::free_port());
+    let dir = cluster.root().join("n4");
+    let n4_member = format!("n4={peer}");
+    let n4 = Node::start_with_args(
+        &dir,
+        &[
+            "--name",
+            "n4",
+            "--initial-cluster",
+            &n4_member,
+            "--initial-cluster-state",
+            "existing",
+        ],
+    )
+    .await;
+    let added = run_cli(&[
+        "member",
+        "add",
+        &n4_member,
+        "--broker",
+        &brokers,
+        "--timeout-ms",
+        "20000",
+    ])
+    .await;
+    assert!(added.success, "member add failed: {}", added.stderr);
+    assert_eq!(names(&list().await), voters(&["n1", "n2", "n3", "n4"]));
+    // The new member serves: a lease and a lock through its own broker.
+    let mut raw = Raw::connect(n4.mqtt_port(), "via-n4").await;
+    let lease = raw.grant("g1", 5_000).await;
+    let answer = raw
+        .call(json!({"id": "a1", "op": "lock.acquire", "name": "n4-lock", "lease": lease, "wait_ms": 0}))
+        .await;
+    assert!(
+        answer["token"].as_u64().is_some(),
+        "acquire through n4: {answer}"
+    );
+
+    // Remove a follower that is not n4.
+    let leader = cluster.leader(10).await;
+    let removed = format!(
+        "n{}",
+        (0..3).find(|i| *i != leader).expect("a follower") + 1
+    );
+    let out = run_cli(&["member", "remove", &removed, "--broker", &brokers]).await;
+    assert!(out.success, "member remove failed: {}", out.stderr);
+    let left: Vec<&str> = ["n1", "n2", "n3", "n4"]
+        .into_iter()
+        .filter(|name| *name != removed)
+        .collect();
+    assert_eq!(names(&list().await), voters(&left));
+    // Removing it again is refused with the reason.
+    let again = run_cli(&["member", "remove", &removed, "--broker", &brokers]).await;
+    assert!(!again.success);
+    assert!(again.stderr.contains("not a member"), "{}", again.stderr);
 }
 
 /// The checker above is what the cluster tests trust: it must flag an overlap and a token

@@ -834,7 +834,9 @@ impl Model {
             | Op::FenceCheck { .. }
             | Op::Inspect { .. }
             | Op::AdminStatus {}
-            | Op::AdminLeases { .. } => {
+            | Op::AdminLeases { .. }
+            | Op::AdminMemberAdd { .. }
+            | Op::AdminMemberRemove { .. } => {
                 unreachable!("read ops were answered above")
             }
         };

@@ -186,6 +186,21 @@ pub enum Op {
         /// The lease to end.
         lease: String,
     },
+    /// Addition: add a member to a running cluster: as a learner until it has caught up, then
+    /// as a voter. Answered by the leader (forwarded there) once it votes.
+    #[serde(rename = "admin.member.add")]
+    AdminMemberAdd {
+        /// The new member's `--name` (its id is derived from it).
+        name: String,
+        /// Where the members reach it, `host:port` (its inter-node address).
+        addr: String,
+    },
+    /// Addition: remove a member from a running cluster. Answered by the leader.
+    #[serde(rename = "admin.member.remove")]
+    AdminMemberRemove {
+        /// The member's `--name`.
+        name: String,
+    },
 }
 
 fn one() -> u32 {
@@ -209,7 +224,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 16] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -224,6 +239,8 @@ impl Op {
         "admin.status",
         "admin.leases",
         "admin.revoke",
+        "admin.member.add",
+        "admin.member.remove",
     ];
 
     /// The op's wire name, e.g. `"lock.acquire"`.
@@ -243,6 +260,8 @@ impl Op {
             Op::AdminStatus {} => "admin.status",
             Op::AdminLeases { .. } => "admin.leases",
             Op::AdminRevoke { .. } => "admin.revoke",
+            Op::AdminMemberAdd { .. } => "admin.member.add",
+            Op::AdminMemberRemove { .. } => "admin.member.remove",
         }
     }
 
@@ -262,12 +281,15 @@ impl Op {
             | Op::FenceCheck { .. }
             | Op::Inspect { .. }
             | Op::AdminStatus {}
-            | Op::AdminLeases { .. } => None,
+            | Op::AdminLeases { .. }
+            | Op::AdminMemberAdd { .. }
+            | Op::AdminMemberRemove { .. } => None,
         }
     }
 
-    /// Whether the op changes replicated state (and so goes through the Raft log). Keepalives,
-    /// fence checks, inspections and the admin reads do not.
+    /// Whether the op is a command for the state machine (and so goes through the Raft log
+    /// as one). Keepalives, fence checks, inspections, the admin reads and membership changes
+    /// are not: the last change Raft's own configuration, through openraft, on the leader.
     pub fn is_write(&self) -> bool {
         !matches!(
             self,
@@ -276,6 +298,8 @@ impl Op {
                 | Op::Inspect { .. }
                 | Op::AdminStatus {}
                 | Op::AdminLeases { .. }
+                | Op::AdminMemberAdd { .. }
+                | Op::AdminMemberRemove { .. }
         )
     }
 
@@ -284,7 +308,11 @@ impl Op {
     pub fn is_admin(&self) -> bool {
         matches!(
             self,
-            Op::AdminStatus {} | Op::AdminLeases { .. } | Op::AdminRevoke { .. }
+            Op::AdminStatus {}
+                | Op::AdminLeases { .. }
+                | Op::AdminRevoke { .. }
+                | Op::AdminMemberAdd { .. }
+                | Op::AdminMemberRemove { .. }
         )
     }
 
@@ -319,6 +347,11 @@ impl Op {
                     validate::name("after", after)?;
                 }
             }
+            Op::AdminMemberAdd { name, addr } => {
+                validate::member_name(name)?;
+                validate::member_addr(addr)?;
+            }
+            Op::AdminMemberRemove { name } => validate::member_name(name)?,
             Op::LockAcquire { name, .. }
             | Op::LockRelease { name, .. }
             | Op::SemRelease { name, .. }

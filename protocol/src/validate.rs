@@ -47,6 +47,21 @@ pub fn agent_id(agent: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks a cluster member's name: the same rule as an agent id (1 to 64 bytes of
+/// `[A-Za-z0-9_.-]`), so it reads well in a table and a log line.
+pub fn member_name(name: &str) -> Result<(), String> {
+    agent_id(name).map_err(|message| message.replacen("agent id", "member name", 1))
+}
+
+/// Checks a member's inter-node address: `host:port` with a numeric port, at most 256 bytes.
+pub fn member_addr(addr: &str) -> Result<(), String> {
+    bounded_text("addr", addr, NAME_BYTES_MAX)?;
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!("`addr` {addr:?} is not host:port")),
+    }
+}
+
 /// Checks a request id: 1 to 128 bytes, no control characters.
 pub fn request_id(id: &str) -> Result<(), String> {
     bounded_text("id", id, REQUEST_ID_BYTES_MAX)

@@ -559,6 +559,45 @@ fn op_admin_revoke() {
     );
 }
 
+#[test]
+fn op_admin_member_add() {
+    assert_request(
+        r#"{"id":"r27","op":"admin.member.add","name":"n4","addr":"10.0.0.4:7401"}"#,
+        &req(
+            "r27",
+            Op::AdminMemberAdd {
+                name: "n4".into(),
+                addr: "10.0.0.4:7401".into(),
+            },
+        ),
+        &json!({"id": "r27", "op": "admin.member.add", "name": "n4", "addr": "10.0.0.4:7401"}),
+    );
+    bad(
+        r#"{"id":"7","op":"admin.member.add","name":"n 4","addr":"10.0.0.4:7401"}"#,
+        Some("7"),
+        "admin.member.add: member name \"n 4\" contains ' '; allowed are A-Z a-z 0-9 _ . -",
+    );
+    bad(
+        r#"{"id":"8","op":"admin.member.add","name":"n4","addr":"10.0.0.4"}"#,
+        Some("8"),
+        "admin.member.add: `addr` \"10.0.0.4\" is not host:port",
+    );
+}
+
+#[test]
+fn op_admin_member_remove() {
+    assert_request(
+        r#"{"id":"r28","op":"admin.member.remove","name":"n2"}"#,
+        &req("r28", Op::AdminMemberRemove { name: "n2".into() }),
+        &json!({"id": "r28", "op": "admin.member.remove", "name": "n2"}),
+    );
+    bad(
+        r#"{"id":"9","op":"admin.member.remove","name":""}"#,
+        Some("9"),
+        "admin.member.remove: member name must be 1 to 64 characters, got 0",
+    );
+}
+
 /// The admin ops, and only they, are marked as needing the admin credential.
 #[test]
 fn only_admin_ops_are_admin() {
@@ -567,6 +606,12 @@ fn only_admin_ops_are_admin() {
             "admin.status" => r#"{"id":"a","op":"admin.status"}"#.to_string(),
             "admin.leases" => r#"{"id":"a","op":"admin.leases"}"#.to_string(),
             "admin.revoke" => r#"{"id":"a","op":"admin.revoke","lease":"L"}"#.to_string(),
+            "admin.member.add" => {
+                r#"{"id":"a","op":"admin.member.add","name":"n","addr":"h:1"}"#.to_string()
+            }
+            "admin.member.remove" => {
+                r#"{"id":"a","op":"admin.member.remove","name":"n"}"#.to_string()
+            }
             _ => continue,
         };
         assert!(decode_ok(&wire).op.is_admin(), "{name}");
@@ -643,6 +688,16 @@ fn op_names_are_complete_and_consistent() {
             Some("L"),
             true,
         ),
+        (
+            r#"{"id":"a","op":"admin.member.add","name":"n","addr":"h:1"}"#,
+            None,
+            false,
+        ),
+        (
+            r#"{"id":"a","op":"admin.member.remove","name":"n"}"#,
+            None,
+            false,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -674,6 +729,8 @@ fn op_names_are_complete_and_consistent() {
             "admin.status",
             "admin.leases",
             "admin.revoke",
+            "admin.member.add",
+            "admin.member.remove",
         ]
     );
 }
@@ -798,7 +855,7 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.revoke",
+         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.revoke, admin.member.add, admin.member.remove",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);

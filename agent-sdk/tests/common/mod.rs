@@ -496,7 +496,9 @@ impl Fake {
             | Op::Inspect { .. }
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
-            | Op::AdminRevoke { .. } => {
+            | Op::AdminRevoke { .. }
+            | Op::AdminMemberAdd { .. }
+            | Op::AdminMemberRemove { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)
             }
         };

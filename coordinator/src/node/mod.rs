@@ -453,7 +453,24 @@ impl NodeHandle {
         Ok(self.raft.remove_member(id).await?)
     }
 
+    /// The answer to a membership op: `Done`, a refusal for a request that cannot succeed
+    /// (`bad_request`: a single node, an unknown name), or `unavailable` to retry.
+    fn membership_change(&self, result: Result<(), NodeError>) -> Result<Reply, NodeError> {
+        match result {
+            Ok(()) => Ok(Reply::Done),
+            Err(NodeError::Failed(reason)) => Ok(Reply::refused(ErrorCode::BadRequest, reason)),
+            Err(error) => Err(error),
+        }
+    }
+
     fn must_lead(&self) -> Result<(), NodeError> {
+        if self.forwarder.is_none() {
+            return Err(NodeError::Failed(
+                "this node runs alone (started without --name and --initial-cluster): it has no \
+                 inter-node transport to add members to"
+                    .into(),
+            ));
+        }
         if self.raft.is_leader() {
             Ok(())
         } else {
@@ -515,6 +532,12 @@ impl NodeHandle {
                 }
             }
             Op::AdminStatus {} => Ok(self.admin_status()),
+            Op::AdminMemberAdd { name, addr } => {
+                self.membership_change(self.add_member(name, addr).await.map(|_| ()))
+            }
+            Op::AdminMemberRemove { name } => {
+                self.membership_change(self.remove_member(name).await)
+            }
             Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
             op if !op.is_write() => {
                 self.read_index.confirm().await?;

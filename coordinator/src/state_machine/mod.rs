@@ -484,10 +484,15 @@ impl StateMachine {
             Op::Inspect { kind, name } => self.inspect(*kind, name),
             Op::AdminLeases { after } => self.lease_page(after.as_deref()),
             // The machine cannot see Raft; the node answers this one (`node/admin.rs`).
-            Op::AdminStatus {} => Reply::refused(
-                ErrorCode::BadRequest,
-                "admin.status is answered by the node, not the state machine",
-            ),
+            Op::AdminStatus {} | Op::AdminMemberAdd { .. } | Op::AdminMemberRemove { .. } => {
+                Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "{} is answered by the node (Raft), not the state machine",
+                        op.name()
+                    ),
+                )
+            }
             write => Reply::refused(
                 ErrorCode::BadRequest,
                 format!(
@@ -559,7 +564,9 @@ impl StateMachine {
             | Op::FenceCheck { .. }
             | Op::Inspect { .. }
             | Op::AdminStatus {}
-            | Op::AdminLeases { .. } => {
+            | Op::AdminLeases { .. }
+            | Op::AdminMemberAdd { .. }
+            | Op::AdminMemberRemove { .. } => {
                 unreachable!("read ops were answered by query() above")
             }
         };
