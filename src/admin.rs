@@ -284,7 +284,7 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
     for (broker, answer) in rows {
         match answer {
             Ok(status) => {
-                let members: Vec<String> = status
+                let mut members: Vec<String> = status
                     .members
                     .iter()
                     .map(|member| {
@@ -296,6 +296,7 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
                         }
                     })
                     .collect();
+                members.sort();
                 table.row(vec![
                     broker.clone(),
                     name_of(status, status.node_id),
@@ -574,7 +575,9 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
                     println!("{}", serde_json::to_string_pretty(&status.members)?);
                 } else {
                     let mut table = Table::new(&["NAME", "ID", "ADDR", "ROLE"]);
-                    for member in &status.members {
+                    let mut members = status.members.clone();
+                    members.sort_by(|a, b| a.name.cmp(&b.name));
+                    for member in &members {
                         let role = match (member.voter, status.leader_id == Some(member.id)) {
                             (_, true) => "leader",
                             (true, false) => "voter",
