@@ -3,21 +3,19 @@
 //! ```text
 //!  config (defaults < TOML file < flags)
 //!    ├─ metrics listener (Prometheus text on /metrics)
-//!    ├─ Node::start: data dir (redb), Raft, actors ── outbound ──┐
-//!    ├─ Transport::start: embedded rumqttd or external broker    │
-//!    └─ bridge::run(transport, inbound, node, outbound) ◀───────┘
+//!    └─ hivekeeper::Service::start (src/service.rs, shared with the examples):
+//!         Node::start (redb, Raft, actors), Transport::start (embedded rumqttd or external
+//!         broker), bridge::run between them, counters copied into metrics once a second
 //!  Ctrl-C / SIGTERM / an actor failure ─▶ transport, bridge, node shut down in that order
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use hivekeeper_coordinator::node::{Node, NodeConfig};
-use hivekeeper_mqtt::bridge::{self, BridgeStats};
-use hivekeeper_mqtt::{ExternalConfig, Mode, Transport};
+use hivekeeper::Service;
+use hivekeeper_coordinator::node::NodeConfig;
+use hivekeeper_mqtt::bridge;
+use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::ServeArgs;
@@ -126,30 +124,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     hivekeeper_coordinator::node::metrics::describe();
     bridge::describe_metrics();
     let data_dir = config.node.data_dir.clone();
-    let (node, outbound) = Node::start(config.node)
-        .await
-        .with_context(|| format!("starting the node on data dir {}", data_dir.display()))?;
-    let (transport, inbound) = match Transport::start(config.mqtt.clone()).await {
-        Ok(started) => started,
-        Err(error) => {
-            let _ = node.shutdown().await;
-            return Err(error).context("starting MQTT");
-        }
-    };
-    let stats = Arc::new(BridgeStats::default());
-    let bridge = tokio::spawn(bridge::run(
-        transport.clone(),
-        inbound,
-        node.handle(),
-        outbound,
-        stats.clone(),
-    ));
-    let exporter = tokio::spawn(export_counters(stats.clone(), transport.clone()));
+    let service = Service::start(config.node, config.mqtt.clone()).await?;
     let mqtt = match &config.mqtt.mode {
-        Mode::Embedded(_) => transport
-            .listeners()
+        Mode::Embedded(_) => service
+            .mqtt_addrs()
             .iter()
-            .map(|listener| format!("embedded broker on {}", listener.addr))
+            .map(|addr| format!("embedded broker on {addr}"))
             .collect::<Vec<_>>()
             .join(", "),
         Mode::External(external) => format!("external broker {}", external.url),
@@ -162,13 +142,10 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     );
     let ended_by = tokio::select! {
         _ = shutdown_signal() => None,
-        reason = node.failed() => Some(reason),
+        reason = service.failed() => Some(reason),
     };
     tracing::info!("shutting down");
-    exporter.abort();
-    let _ = transport.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), bridge).await;
-    node.shutdown().await.context("stopping the node")?;
+    service.shutdown().await?;
     match ended_by {
         Some(reason) => bail!("the node failed: {reason}"),
         None => Ok(()),
@@ -195,33 +172,6 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-/// Copies the bridge's and the transport's counters into Prometheus once a second. The
-/// request, lease and resource metrics are updated where things happen (the bridge and the
-/// node's fan-out); these copies remain for the transport's counters and the bridge's
-/// `hivekeeper_bridge_*` totals that dashboards and tests already read.
-async fn export_counters(stats: Arc<BridgeStats>, transport: Transport) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
-        metrics::counter!("hivekeeper_bridge_requests_total").absolute(load(&stats.submitted));
-        metrics::counter!("hivekeeper_bridge_bad_requests_total")
-            .absolute(load(&stats.bad_requests));
-        metrics::counter!("hivekeeper_bridge_bad_topics_total").absolute(load(&stats.bad_topics));
-        metrics::counter!("hivekeeper_bridge_unavailable_total").absolute(load(&stats.unavailable));
-        metrics::counter!("hivekeeper_bridge_publish_failed_total")
-            .absolute(load(&stats.publish_failed));
-        let mqtt = transport.stats();
-        metrics::counter!("hivekeeper_mqtt_messages_in_total")
-            .absolute(mqtt.inbound_received_total);
-        metrics::counter!("hivekeeper_mqtt_messages_dropped_total")
-            .absolute(mqtt.inbound_dropped_total);
-        metrics::counter!("hivekeeper_mqtt_messages_out_total")
-            .absolute(mqtt.outbound_published_total);
-        metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
-    }
 }
 
 #[cfg(test)]
