@@ -1,6 +1,7 @@
-//! The `hivekeeper` command line: `serve` runs a node; more subcommands (status, inspect,
-//! bench) arrive with the issues that build them.
+//! The `hivekeeper` command line: `serve` runs a node, `bench` measures a running one; more
+//! subcommands (status, inspect) arrive with the issues that build them.
 
+mod bench;
 mod serve;
 
 use std::net::SocketAddr;
@@ -24,6 +25,11 @@ enum Command {
     /// 127.0.0.1:9464. Flags override the config file, which overrides the defaults. Stops
     /// cleanly on Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
+    /// connection and one lease: throughput, acquire and handover latency, fairness, and a
+    /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
+    /// reclaim, scale.
+    Bench(bench::BenchArgs),
 }
 
 /// Flags of `hivekeeper serve`.
@@ -54,16 +60,22 @@ pub struct ServeArgs {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The bench runs thousands of SDK agents, each logging its session at info: by default
+    // only warnings, so the report is not buried.
+    let default_filter = match cli.command {
+        Command::Serve(_) => "info,openraft=warn,rumqttd=warn",
+        Command::Bench(_) => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new("info,openraft=warn,rumqttd=warn")
-            }),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
