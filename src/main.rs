@@ -1,7 +1,9 @@
-//! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases` and
-//! `revoke` are the operator's commands (an MQTT client of the service, `admin.rs`).
+//! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
+//! `revoke` and `member` are the operator's commands (an MQTT client of the service,
+//! `admin.rs`); `bench` measures a running service.
 
 mod admin;
+mod bench;
 mod serve;
 
 use std::net::SocketAddr;
@@ -36,6 +38,11 @@ enum Command {
     Revoke(admin::RevokeArgs),
     /// The cluster's members: list them, add one (learner, then voter once caught up), remove one.
     Member(admin::MemberArgs),
+    /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
+    /// connection and one lease: throughput, acquire and handover latency, fairness, and a
+    /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
+    /// reclaim, scale.
+    Bench(bench::BenchArgs),
 }
 
 /// Flags of `hivekeeper serve`.
@@ -93,9 +100,11 @@ pub enum ClusterStateArg {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // The admin commands print their own one-line errors; the SDK's reconnect chatter would
-    // only bury them.
+    // only bury them. The bench runs thousands of SDK agents, each logging its session at info:
+    // by default only warnings, so the report is not buried.
     let default_filter = match cli.command {
         Command::Serve(_) => "info,openraft=warn,rumqttd=warn",
+        Command::Bench(_) => "warn",
         _ => "error",
     };
     tracing_subscriber::fmt()
@@ -112,6 +121,7 @@ fn main() -> std::process::ExitCode {
         Command::Leases(args) => admin::leases(args),
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

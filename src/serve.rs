@@ -3,23 +3,22 @@
 //! ```text
 //!  config (defaults < TOML file < flags)
 //!    ├─ metrics listener (Prometheus text on /metrics)
-//!    ├─ Node::start: data dir (redb), Raft, actors ── outbound ──┐
-//!    ├─ Transport::start: embedded rumqttd or external broker    │
-//!    └─ bridge::run(transport, inbound, node, outbound) ◀───────┘
+//!    └─ hivekeeper::Service::start (src/service.rs, shared with the examples):
+//!         Node::start (redb, Raft, actors), Transport::start (embedded rumqttd or external
+//!         broker), bridge::run between them, counters copied into metrics once a second
 //!  Ctrl-C / SIGTERM / an actor failure ─▶ transport, bridge, node shut down in that order
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
+use hivekeeper::Service;
 use hivekeeper_coordinator::node::metrics::{
     LEASES_KEEPALIVE_TTL_USED_RATIO, TTL_USED_RATIO_BUCKETS,
 };
-use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig};
-use hivekeeper_mqtt::bridge::{self, BridgeStats};
-use hivekeeper_mqtt::{ExternalConfig, Mode, Transport};
+use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, NodeConfig};
+use hivekeeper_mqtt::bridge;
+use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::{ClusterStateArg, ServeArgs};
@@ -164,30 +163,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         || "single node".to_string(),
         |cluster| format!("member {} of {}", cluster.name, cluster.initial_cluster),
     );
-    let (node, outbound) = Node::start(config.node)
-        .await
-        .with_context(|| format!("starting the node on data dir {}", data_dir.display()))?;
-    let (transport, inbound) = match Transport::start(config.mqtt.clone()).await {
-        Ok(started) => started,
-        Err(error) => {
-            let _ = node.shutdown().await;
-            return Err(error).context("starting MQTT");
-        }
-    };
-    let stats = Arc::new(BridgeStats::default());
-    let bridge = tokio::spawn(bridge::run(
-        transport.clone(),
-        inbound,
-        node.handle(),
-        outbound,
-        stats.clone(),
-    ));
-    let exporter = tokio::spawn(export_counters(transport.clone()));
+    let service = Service::start(config.node, config.mqtt.clone()).await?;
     let mqtt = match &config.mqtt.mode {
-        Mode::Embedded(_) => transport
-            .listeners()
+        Mode::Embedded(_) => service
+            .mqtt_addrs()
             .iter()
-            .map(|listener| format!("embedded broker on {}", listener.addr))
+            .map(|addr| format!("embedded broker on {addr}"))
             .collect::<Vec<_>>()
             .join(", "),
         Mode::External(external) => format!("external broker {}", external.url),
@@ -201,13 +182,10 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     );
     let ended_by = tokio::select! {
         _ = shutdown_signal() => None,
-        reason = node.failed() => Some(reason),
+        reason = service.failed() => Some(reason),
     };
     tracing::info!("shutting down");
-    exporter.abort();
-    let _ = transport.shutdown().await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), bridge).await;
-    node.shutdown().await.context("stopping the node")?;
+    service.shutdown().await?;
     match ended_by {
         Some(reason) => bail!("the node failed: {reason}"),
         None => Ok(()),
@@ -234,30 +212,6 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-/// Copies the transport's counters into Prometheus once a second (the transport counts in
-/// atomics of its own). Everything else is updated where it happens: requests in the bridge,
-/// leases and resources in the node's fan-out, Raft in the node's Raft exporter.
-///
-/// The bridge's `BridgeStats` used to be copied here too, as `hivekeeper_bridge_*_total`: each
-/// of those facts already had a name (`hivekeeper_mqtt_bad_requests_total`,
-/// `hivekeeper_mqtt_bad_topics_total`, `hivekeeper_requests_total{code="unavailable"}`, the
-/// sum of `hivekeeper_requests_total` for the submitted ones), or now has one where it happens
-/// (`hivekeeper_mqtt_publish_failed_total`): one name per fact.
-async fn export_counters(transport: Transport) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        let mqtt = transport.stats();
-        metrics::counter!("hivekeeper_mqtt_messages_in_total")
-            .absolute(mqtt.inbound_received_total);
-        metrics::counter!("hivekeeper_mqtt_messages_dropped_total")
-            .absolute(mqtt.inbound_dropped_total);
-        metrics::counter!("hivekeeper_mqtt_messages_out_total")
-            .absolute(mqtt.outbound_published_total);
-        metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
-    }
 }
 
 #[cfg(test)]

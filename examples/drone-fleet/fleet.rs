@@ -1,0 +1,773 @@
+//! The drone-fleet scenario itself, apart from the command line and the progress bar, so the
+//! end-to-end test (`tests/example_drone_fleet.rs`) runs the same code with small counts.
+//!
+//! ```text
+//!  drones (one agent + one 5 s session each)        hive sensors (one agent + session each)
+//!   fly ─▶ try-reserve a random pad (wait_ms 0)       sem `gateway` limit 8 ─▶ read ─▶ release
+//!          would_block ─▶ 20–40 ms jitter, other pad  a few: FIFO lock `gateway/config`,
+//!   land (50–200 ms) on the fenced pad ─▶ release      reconfigure ≤ 200 ms under its token
+//!   --chaos: a drone crashes on its pad: its runtime dies, keepalives stop, nothing released
+//!            ─▶ ground crew queues for the pad, is granted after the lease expires (reclaim)
+//!            ─▶ the rebooted drone's stale token is refused by the pad (fence rejection)
+//! ```
+//!
+//! The world (`World`) plays the protected resources: each pad and the gateway config remember
+//! the highest fencing token they have seen and refuse a lower one, and they count what must
+//! never happen (two drones on one pad, nine sensors on an eight-slot gateway, a live holder
+//! with an older token than a previous holder).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+use hivekeeper::Service;
+use hivekeeper_agent::{Agent, AgentConfig, AgentError, Geometry, Guard, Resource, Session, Wait};
+use hivekeeper_coordinator::node::NodeConfig;
+use hivekeeper_mqtt::Mode;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Metres per degree of latitude on the protocol's sphere (radius 6 371 008.8 m).
+const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
+/// Where the pads are: a field outside Zürich.
+const FIELD_LAT: f64 = 47.3769;
+/// See [`FIELD_LAT`].
+const FIELD_LON: f64 = 8.5417;
+/// Pads per row of the grid.
+const PADS_PER_ROW: usize = 5;
+/// Distance between neighbouring pads.
+const PAD_SPACING_M: f64 = 8.0;
+/// Radius each reservation claims: 3 m, so pads 8 m apart never conflict by geometry (8 > 3 + 3)
+/// and only the pad's name decides.
+const PAD_RADIUS_M: f64 = 3.0;
+/// Altitude band a landing drone occupies.
+const PAD_ALT_MAX_M: f64 = 30.0;
+/// Name of the gateway semaphore and of the lock guarding its configuration.
+const GATEWAY: &str = "gateway";
+/// See [`GATEWAY`].
+const GATEWAY_CONFIG: &str = "gateway/config";
+
+/// What the fleet does; [`FleetConfig::default`] is the issue's scenario.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Brokers of the service, `host:port`.
+    pub brokers: Vec<String>,
+    /// Number of drones.
+    pub drones: usize,
+    /// Number of landing pads.
+    pub pads: usize,
+    /// Missions each drone flies (each ends with one landing).
+    pub missions_per_drone: usize,
+    /// Number of hive sensors.
+    pub sensors: usize,
+    /// Gateway readings each sensor takes.
+    pub readings_per_sensor: usize,
+    /// How many of the sensors also reconfigure the gateway.
+    pub reconfigurers: usize,
+    /// Reconfigurations each of them makes.
+    pub reconfigurations_each: usize,
+    /// Permits of the gateway semaphore.
+    pub gateway_permits: u32,
+    /// TTL of every session.
+    pub ttl_ms: u64,
+    /// Drones that crash mid-landing (`--chaos`); 0 for a calm run.
+    pub crashes: usize,
+    /// Every loop stops at this bound even if its count is not reached.
+    pub duration_s: u64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            brokers: vec!["127.0.0.1:1883".into()],
+            drones: 50,
+            pads: 20,
+            missions_per_drone: 8,
+            sensors: 200,
+            readings_per_sensor: 5,
+            reconfigurers: 4,
+            reconfigurations_each: 3,
+            gateway_permits: 8,
+            ttl_ms: 5_000,
+            crashes: 0,
+            duration_s: 45,
+        }
+    }
+}
+
+/// Counters a progress bar can read while the fleet runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Landings and gateway readings done so far.
+    pub done: AtomicU64,
+}
+
+impl Progress {
+    /// How many landings and readings the fleet will do if nothing is cut short.
+    pub fn total(config: &FleetConfig) -> u64 {
+        (config.drones * config.missions_per_drone + config.sensors * config.readings_per_sensor)
+            as u64
+    }
+
+    fn tick(&self) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One crash and what followed.
+#[derive(Debug, Clone)]
+pub struct Reclaim {
+    /// The crashed drone.
+    pub drone: String,
+    /// Its pad.
+    pub pad: String,
+    /// From the crash (its keepalives stop) to the ground crew's grant of the pad.
+    pub reclaim_ms: u64,
+    /// Whether the pad refused the rebooted drone's stale token, as it must.
+    pub stale_token_refused: bool,
+}
+
+/// What the run did, and what went wrong.
+#[derive(Debug)]
+pub struct Summary {
+    /// Missions flown to the end (landed and released).
+    pub missions: u64,
+    /// Landings accepted by a pad.
+    pub landings: u64,
+    /// Reservation wait, from the first try to the grant, µs.
+    pub reservation_wait_us: Histogram<u64>,
+    /// `would_block` answers (each followed by a 20–40 ms backoff).
+    pub contentions: u64,
+    /// Landings on a pad whose previous occupant was another drone.
+    pub handovers: u64,
+    /// Gateway readings done under a permit.
+    pub readings: u64,
+    /// Most sensors seen in the gateway at once.
+    pub gateway_occupancy_max: u64,
+    /// Gateway reconfigurations applied.
+    pub reconfigurations: u64,
+    /// Crashes and their reclaims.
+    pub reclaims: Vec<Reclaim>,
+    /// Tokens refused by a pad or the gateway config because a higher one was seen.
+    pub fence_rejections: u64,
+    /// Two drones on one pad, or two reconfigurations at once.
+    pub double_occupancy: u64,
+    /// A live holder whose token was not above the previous holder's, or more sensors in the
+    /// gateway than it has permits.
+    pub mutual_exclusion_violations: u64,
+    /// SDK errors other than contention (the run goes on; each is a failed mission or reading).
+    pub errors: u64,
+    /// Sample messages of those errors (the first few).
+    pub error_samples: Vec<String>,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Whether the duration bound cut the run short.
+    pub cut_short: bool,
+}
+
+impl Summary {
+    /// Violations of the guarantees: the example fails if this is not zero.
+    pub fn violations(&self) -> u64 {
+        self.double_occupancy + self.mutual_exclusion_violations
+    }
+}
+
+/// A node started in-process on a fresh temporary data dir and a free loopback port: the
+/// same assembly as `hivekeeper serve` ([`Service`]). Dropping the `TempDir` after
+/// [`Service::shutdown`] removes the data.
+pub async fn embedded_node() -> anyhow::Result<(Service, tempfile::TempDir, String)> {
+    let data_dir = tempfile::tempdir().context("a temporary data dir")?;
+    let node = NodeConfig {
+        data_dir: data_dir.path().to_path_buf(),
+        ..NodeConfig::default()
+    };
+    let mut mqtt = hivekeeper_mqtt::Config::default();
+    if let Mode::Embedded(embedded) = &mut mqtt.mode {
+        // Port 0: the OS picks a free one, read back from the listener.
+        embedded.listen = "127.0.0.1:0".parse().expect("a literal socket address");
+    }
+    let service = Service::start(node, mqtt)
+        .await
+        .context("starting the embedded node")?;
+    let addr = service
+        .mqtt_addrs()
+        .first()
+        .copied()
+        .context("the embedded broker has no listener")?;
+    Ok((service, data_dir, addr.to_string()))
+}
+
+/// A protected pad: the highest token it has seen, and who stands on it.
+#[derive(Debug, Default)]
+struct Pad {
+    highest_token: u64,
+    /// `(drone, token, crashed)`.
+    occupant: Option<(String, u64, bool)>,
+    /// The last drone that landed, to count handovers.
+    last_drone: Option<String>,
+}
+
+/// Why a pad or the config refused a token.
+#[derive(Debug)]
+struct Stale {
+    highest_token: u64,
+}
+
+/// The protected resources and the counters of what they saw.
+#[derive(Debug, Default)]
+struct World {
+    pads: Mutex<HashMap<String, Pad>>,
+    gateway_occupancy: AtomicU64,
+    gateway_occupancy_max: AtomicU64,
+    gateway_permits: u64,
+    /// `(highest token, holder now)` of the gateway configuration.
+    config: Mutex<(u64, Option<String>)>,
+    fence_rejections: AtomicU64,
+    double_occupancy: AtomicU64,
+    violations: AtomicU64,
+    handovers: AtomicU64,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl World {
+    /// A drone lands on `pad` with `token`. A token not above the highest seen is refused (a
+    /// stale holder). A wreck (crashed occupant) is cleared by a higher token; a live occupant
+    /// still there is double occupancy.
+    fn land(&self, pad: &str, drone: &str, token: u64) -> Result<(), Stale> {
+        let mut pads = locked(&self.pads);
+        let pad = pads.entry(pad.to_string()).or_default();
+        if token <= pad.highest_token {
+            bump(&self.fence_rejections);
+            return Err(Stale {
+                highest_token: pad.highest_token,
+            });
+        }
+        if let Some((_, _, crashed)) = &pad.occupant
+            && !crashed
+        {
+            bump(&self.double_occupancy);
+        }
+        if pad.last_drone.as_deref().is_some_and(|last| last != drone) {
+            bump(&self.handovers);
+        }
+        pad.highest_token = token;
+        pad.occupant = Some((drone.to_string(), token, false));
+        pad.last_drone = Some(drone.to_string());
+        Ok(())
+    }
+
+    /// The drone holding `token` leaves `pad` (or crashes on it, leaving a wreck).
+    fn leave(&self, pad: &str, token: u64, crashed: bool) {
+        let mut pads = locked(&self.pads);
+        let Some(pad) = pads.get_mut(pad) else { return };
+        if let Some((_, held, wreck)) = &mut pad.occupant
+            && *held == token
+        {
+            if crashed {
+                *wreck = true;
+            } else {
+                pad.occupant = None;
+            }
+        }
+    }
+
+    /// A sensor enters the gateway under a permit.
+    fn gateway_enter(&self) {
+        let now = self.gateway_occupancy.fetch_add(1, Ordering::SeqCst) + 1;
+        self.gateway_occupancy_max.fetch_max(now, Ordering::Relaxed);
+        if now > self.gateway_permits {
+            bump(&self.violations);
+        }
+    }
+
+    fn gateway_leave(&self) {
+        self.gateway_occupancy.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A reconfiguration starts under the config lock's `token`.
+    fn config_begin(&self, sensor: &str, token: u64) -> Result<(), Stale> {
+        let mut config = locked(&self.config);
+        if token <= config.0 {
+            bump(&self.fence_rejections);
+            return Err(Stale {
+                highest_token: config.0,
+            });
+        }
+        if config.1.is_some() {
+            bump(&self.double_occupancy);
+        }
+        *config = (token, Some(sensor.to_string()));
+        Ok(())
+    }
+
+    fn config_end(&self, sensor: &str) {
+        let mut config = locked(&self.config);
+        if config.1.as_deref() == Some(sensor) {
+            config.1 = None;
+        }
+    }
+}
+
+/// What one drone or sensor task reports.
+#[derive(Debug, Default)]
+struct Tally {
+    missions: u64,
+    landings: u64,
+    readings: u64,
+    reconfigurations: u64,
+    contentions: u64,
+    errors: Vec<String>,
+    wait_us: Vec<u64>,
+}
+
+/// Everything the tasks share.
+struct Shared {
+    config: FleetConfig,
+    world: World,
+    progress: Arc<Progress>,
+    deadline: Instant,
+}
+
+/// Runs the fleet against the service at `config.brokers` until every count is done or
+/// `duration_s` has passed.
+pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result<Summary> {
+    if config.pads == 0 || config.drones == 0 || config.crashes > config.drones {
+        bail!("need at least one pad and one drone, and no more crashes than drones");
+    }
+    if config.reconfigurers > config.sensors {
+        bail!("more reconfigurers than sensors");
+    }
+    let started = Instant::now();
+    let shared = Arc::new(Shared {
+        world: World {
+            gateway_permits: u64::from(config.gateway_permits),
+            ..World::default()
+        },
+        deadline: started + Duration::from_secs(config.duration_s),
+        progress,
+        config,
+    });
+    let config = &shared.config;
+
+    // Sessions first, all at once, so the flight starts together. Drones that will crash
+    // connect on their own runtime instead (see `crashing_drone`).
+    let mut connecting = JoinSet::new();
+    for i in config.crashes..config.drones + config.sensors {
+        let shared = shared.clone();
+        connecting.spawn(async move { anyhow::Ok((i, connect(&shared, i).await?)) });
+    }
+    let mut sessions: Vec<(usize, Session)> = Vec::new();
+    while let Some(joined) = connecting.join_next().await {
+        sessions.push(joined.context("a connecting task panicked")??);
+    }
+
+    let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut crash_threads = Vec::new();
+    for i in 0..config.crashes {
+        let (shared, crash_tx) = (shared.clone(), crash_tx.clone());
+        crash_threads.push(std::thread::spawn(move || {
+            crashing_drone(shared, i, crash_tx)
+        }));
+    }
+    let mut tasks: JoinSet<Tally> = JoinSet::new();
+    for (i, session) in sessions {
+        let shared = shared.clone();
+        if i < config.drones {
+            tasks.spawn(async move { drone(&shared, session, i, None).await });
+        } else {
+            let sensor = i - config.drones;
+            tasks.spawn(async move { sensor_loop(&shared, session, sensor).await });
+        }
+    }
+    drop(crash_tx);
+
+    // Ground crew: one per crash, queued for the crashed drone's pad.
+    let mut crews = JoinSet::new();
+    while let Some(crash) = crash_rx.recv().await {
+        let shared = shared.clone();
+        crews.spawn(async move { ground_crew(&shared, crash).await });
+    }
+    let mut tally = Tally::default();
+    for thread in crash_threads {
+        let crashed = thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("a crashing drone's thread panicked"))?;
+        merge(&mut tally, crashed);
+    }
+    while let Some(joined) = tasks.join_next().await {
+        merge(
+            &mut tally,
+            joined.context("a drone or sensor task panicked")?,
+        );
+    }
+    let mut reclaims = Vec::new();
+    while let Some(joined) = crews.join_next().await {
+        match joined.context("a ground crew task panicked")? {
+            Ok(reclaim) => reclaims.push(reclaim),
+            Err(error) => tally.errors.push(format!("ground crew: {error:#}")),
+        }
+    }
+
+    // 1 µs to an hour at 3 significant figures; `saturating_record` keeps a longer wait at
+    // the top instead of failing (an auto-resizing histogram would clamp every value instead).
+    let mut reservation_wait_us =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    for wait in &tally.wait_us {
+        reservation_wait_us.saturating_record(*wait);
+    }
+    let world = &shared.world;
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let error_count = tally.errors.len() as u64;
+    tally.errors.truncate(5);
+    Ok(Summary {
+        missions: tally.missions,
+        landings: tally.landings,
+        reservation_wait_us,
+        contentions: tally.contentions,
+        handovers: load(&world.handovers),
+        readings: tally.readings,
+        gateway_occupancy_max: load(&world.gateway_occupancy_max),
+        reconfigurations: tally.reconfigurations,
+        reclaims,
+        fence_rejections: load(&world.fence_rejections),
+        double_occupancy: load(&world.double_occupancy),
+        mutual_exclusion_violations: load(&world.violations),
+        errors: error_count,
+        error_samples: tally.errors,
+        elapsed: started.elapsed(),
+        cut_short: Instant::now() >= shared.deadline,
+    })
+}
+
+/// Agent `i` (drones first, then sensors) connects and takes its session.
+async fn connect(shared: &Shared, i: usize) -> anyhow::Result<Session> {
+    let id = if i < shared.config.drones {
+        format!("drone-{i}")
+    } else {
+        format!("sensor-{}", i - shared.config.drones)
+    };
+    let agent = Agent::connect(AgentConfig {
+        agent_id: id.clone(),
+        brokers: shared.config.brokers.clone(),
+        ..AgentConfig::default()
+    })
+    .await
+    .with_context(|| format!("{id} connects"))?;
+    agent
+        .session(shared.config.ttl_ms)
+        .await
+        .with_context(|| format!("{id} takes a session"))
+}
+
+fn merge(into: &mut Tally, from: Tally) {
+    into.missions += from.missions;
+    into.landings += from.landings;
+    into.readings += from.readings;
+    into.reconfigurations += from.reconfigurations;
+    into.contentions += from.contentions;
+    into.errors.extend(from.errors);
+    into.wait_us.extend(from.wait_us);
+}
+
+/// Uniform in `[low_ms, high_ms]`.
+fn jitter(low_ms: u64, high_ms: u64) -> Duration {
+    Duration::from_millis(fastrand::u64(low_ms..=high_ms))
+}
+
+fn pad_name(pad: usize) -> String {
+    format!("pad-{pad}")
+}
+
+/// Pad `pad`'s cylinder: on a grid of [`PADS_PER_ROW`] columns, [`PAD_SPACING_M`] apart.
+fn pad_geometry(pad: usize) -> Geometry {
+    let row = (pad / PADS_PER_ROW) as f64;
+    let col = (pad % PADS_PER_ROW) as f64;
+    let metres_per_degree_lon = METRES_PER_DEGREE * FIELD_LAT.to_radians().cos();
+    Geometry {
+        lat: FIELD_LAT + row * PAD_SPACING_M / METRES_PER_DEGREE,
+        lon: FIELD_LON + col * PAD_SPACING_M / metres_per_degree_lon,
+        radius_m: PAD_RADIUS_M,
+        alt_min_m: Some(0.0),
+        alt_max_m: Some(PAD_ALT_MAX_M),
+    }
+}
+
+/// A crash in progress: the ground crew's cue.
+#[derive(Debug)]
+struct Crash {
+    drone: String,
+    pad: usize,
+    token: u64,
+    at: Instant,
+}
+
+/// The drone's missions. With `crash_on` set, the drone crashes on that mission after
+/// landing: it returns its guard instead of releasing it (the caller makes the crash real).
+async fn drone(
+    shared: &Shared,
+    session: Session,
+    index: usize,
+    crash_on: Option<(usize, &tokio::sync::mpsc::UnboundedSender<Crash>)>,
+) -> Tally {
+    let me = format!("drone-{index}");
+    let mut tally = Tally::default();
+    for mission in 0..shared.config.missions_per_drone {
+        if Instant::now() >= shared.deadline {
+            break;
+        }
+        tokio::time::sleep(jitter(20, 80)).await; // Flying to the field.
+        let Some((pad, guard)) = reserve_some_pad(shared, &session, &mut tally).await else {
+            if !session.state().is_live() {
+                break;
+            }
+            continue;
+        };
+        let name = pad_name(pad);
+        match shared.world.land(&name, &me, guard.token()) {
+            Ok(()) => tally.landings += 1,
+            Err(stale) => {
+                // A live holder with an old token: the service's token order is broken.
+                bump(&shared.world.violations);
+                tally.errors.push(format!(
+                    "{me}: pad {name} refused live token {} (highest {})",
+                    guard.token(),
+                    stale.highest_token
+                ));
+                continue;
+            }
+        }
+        if let Some((crash_mission, crashes)) = crash_on
+            && crash_mission == mission
+        {
+            shared.world.leave(&name, guard.token(), true);
+            let _ = crashes.send(Crash {
+                drone: me.clone(),
+                pad,
+                token: guard.token(),
+                at: Instant::now(),
+            });
+            // Nothing is released and no revoke is sent: the guard and session are leaked,
+            // and the caller ends the runtime that runs their keepalives.
+            std::mem::forget(guard);
+            std::mem::forget(session);
+            return tally;
+        }
+        tokio::time::sleep(jitter(50, 200)).await; // On the pad.
+        shared.world.leave(&name, guard.token(), false);
+        match guard.release().await {
+            Ok(()) => tally.missions += 1,
+            Err(error) => tally.errors.push(format!("{me} releases {name}: {error}")),
+        }
+        shared.progress.tick();
+    }
+    tally
+}
+
+/// Tries random pads (`wait_ms: 0`) with 20–40 ms of jittered backoff after each
+/// `would_block`, until one is granted, the session is lost or the run's time is up.
+async fn reserve_some_pad(
+    shared: &Shared,
+    session: &Session,
+    tally: &mut Tally,
+) -> Option<(usize, Guard)> {
+    let first_try = Instant::now();
+    while Instant::now() < shared.deadline {
+        let pad = fastrand::usize(0..shared.config.pads);
+        let resource = Resource::Waypoint {
+            name: pad_name(pad),
+            geometry: Some(pad_geometry(pad)),
+        };
+        match session.acquire(resource, Wait::Try).await {
+            Ok(guard) => {
+                tally.wait_us.push(
+                    first_try
+                        .elapsed()
+                        .as_micros()
+                        .try_into()
+                        .unwrap_or(u64::MAX),
+                );
+                return Some((pad, guard));
+            }
+            Err(AgentError::WouldBlock) => {
+                tally.contentions += 1;
+                tokio::time::sleep(jitter(20, 40)).await;
+            }
+            Err(error) => {
+                tally.errors.push(format!("reserving pad-{pad}: {error}"));
+                if !session.state().is_live() {
+                    return None;
+                }
+                tokio::time::sleep(jitter(20, 40)).await;
+            }
+        }
+    }
+    None
+}
+
+/// A drone on its own single-threaded runtime that crashes on its second mission. Its agent
+/// and session are created on that runtime, so their connection and keepalive tasks run there;
+/// after the crash the runtime is dropped, which ends those tasks without sending anything
+/// (the MQTT socket just closes, as when a process dies).
+fn crashing_drone(
+    shared: Arc<Shared>,
+    index: usize,
+    crashes: tokio::sync::mpsc::UnboundedSender<Crash>,
+) -> Tally {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            return Tally {
+                errors: vec![format!("drone-{index}: no runtime: {error}")],
+                ..Tally::default()
+            };
+        }
+    };
+    let crash_mission = 1.min(shared.config.missions_per_drone.saturating_sub(1));
+    let tally = runtime.block_on(async {
+        match connect(&shared, index).await {
+            Ok(session) => drone(&shared, session, index, Some((crash_mission, &crashes))).await,
+            Err(error) => Tally {
+                errors: vec![format!("{error:#}")],
+                ..Tally::default()
+            },
+        }
+    });
+    drop(runtime);
+    tally
+}
+
+/// Waits in the pad's queue until the crashed drone's lease expires, then checks the pad
+/// refuses the crashed drone's token once it "reboots".
+async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
+    let id = format!("crew-{}", crash.drone);
+    let agent = Agent::connect(AgentConfig {
+        agent_id: id.clone(),
+        brokers: shared.config.brokers.clone(),
+        ..AgentConfig::default()
+    })
+    .await?;
+    let session = agent.session(shared.config.ttl_ms).await?;
+    let name = pad_name(crash.pad);
+    let resource = Resource::Waypoint {
+        name: name.clone(),
+        geometry: Some(pad_geometry(crash.pad)),
+    };
+    // Bounded: the crashed lease expires after its TTL; three TTLs is a broken service.
+    let wait = Duration::from_millis(3 * shared.config.ttl_ms);
+    let guard = session.acquire(resource, Wait::AtMost(wait)).await?;
+    let reclaim_ms = crash.at.elapsed().as_millis() as u64;
+    shared
+        .world
+        .land(&name, &id, guard.token())
+        .map_err(|stale| {
+            bump(&shared.world.violations);
+            anyhow::anyhow!(
+                "the pad refused the crew's token {} (highest {})",
+                guard.token(),
+                stale.highest_token
+            )
+        })?;
+    // The crashed drone reboots and tries to finish its landing with its old token.
+    let stale_token_refused = shared.world.land(&name, &crash.drone, crash.token).is_err();
+    if !stale_token_refused {
+        bump(&shared.world.violations);
+    }
+    shared.world.leave(&name, guard.token(), false);
+    guard.release().await?;
+    Ok(Reclaim {
+        drone: crash.drone,
+        pad: name,
+        reclaim_ms,
+        stale_token_refused,
+    })
+}
+
+/// A hive sensor: readings through the gateway under one of its permits; the first
+/// `reconfigurers` sensors also reconfigure it under the FIFO lock.
+async fn sensor_loop(shared: &Shared, session: Session, index: usize) -> Tally {
+    let me = format!("sensor-{index}");
+    let config = &shared.config;
+    let mut tally = Tally::default();
+    let reconfigures = index < config.reconfigurers;
+    for reading in 0..config.readings_per_sensor {
+        if Instant::now() >= shared.deadline {
+            break;
+        }
+        tokio::time::sleep(jitter(50, 300)).await; // Sampling the hive.
+        let deadline_left = shared.deadline.saturating_duration_since(Instant::now());
+        let resource = Resource::Semaphore {
+            name: GATEWAY.into(),
+            limit: config.gateway_permits,
+            permits: 1,
+        };
+        match session.acquire(resource, Wait::AtMost(deadline_left)).await {
+            Ok(permit) => {
+                shared.world.gateway_enter();
+                tokio::time::sleep(jitter(10, 30)).await; // Uplink.
+                shared.world.gateway_leave();
+                match permit.release().await {
+                    Ok(()) => tally.readings += 1,
+                    Err(error) => tally
+                        .errors
+                        .push(format!("{me} releases a permit: {error}")),
+                }
+            }
+            Err(AgentError::WaitTimeout) => break,
+            Err(error) => tally.errors.push(format!("{me} reads: {error}")),
+        }
+        shared.progress.tick();
+        if reconfigures && reading < config.reconfigurations_each {
+            reconfigure(shared, &session, &me, &mut tally).await;
+        }
+    }
+    tally
+}
+
+/// One reconfiguration under `gateway/config`, held at most 200 ms.
+async fn reconfigure(shared: &Shared, session: &Session, me: &str, tally: &mut Tally) {
+    let deadline_left = shared.deadline.saturating_duration_since(Instant::now());
+    let guard = match session
+        .acquire(Resource::lock(GATEWAY_CONFIG), Wait::AtMost(deadline_left))
+        .await
+    {
+        Ok(guard) => guard,
+        Err(AgentError::WaitTimeout) => return,
+        Err(error) => {
+            tally.errors.push(format!("{me} locks the config: {error}"));
+            return;
+        }
+    };
+    match shared.world.config_begin(me, guard.token()) {
+        Ok(()) => {
+            tokio::time::sleep(jitter(50, 200)).await;
+            shared.world.config_end(me);
+            tally.reconfigurations += 1;
+        }
+        Err(stale) => {
+            bump(&shared.world.violations);
+            tally.errors.push(format!(
+                "{me}: the config refused live token {} (highest {})",
+                guard.token(),
+                stale.highest_token
+            ));
+        }
+    }
+    if let Err(error) = guard.release().await {
+        tally
+            .errors
+            .push(format!("{me} unlocks the config: {error}"));
+    }
+}

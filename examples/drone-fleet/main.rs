@@ -1,0 +1,190 @@
+//! A swarm coordinated by Hivekeeper: 50 drones land on 20 pads, 200 hive sensors share a
+//! LoRaWAN gateway, and every pad and the gateway's configuration check fencing tokens.
+//!
+//! ```sh
+//! cargo run --release --example drone-fleet                 # embedded node, in-process
+//! cargo run --release --example drone-fleet -- --chaos      # some drones crash mid-landing
+//! cargo run --release --example drone-fleet -- --brokers 127.0.0.1:1883   # a running service
+//! ```
+//!
+//! By default it starts a node in-process (the same assembly as `hivekeeper serve`) on a
+//! temporary data dir and a free loopback port. It exits non-zero if any pad saw two drones,
+//! the gateway more sensors than permits, or a live holder an older token than an earlier one.
+//! The scenario itself is in `fleet.rs`.
+
+mod fleet;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::Parser;
+use fleet::{FleetConfig, Progress, Summary};
+
+/// The drone-fleet example: drones, pads, hive sensors and a gateway, over MQTT.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Run against a running service (`host:port,...`) instead of an embedded node.
+    #[arg(long, value_delimiter = ',')]
+    brokers: Option<Vec<String>>,
+    /// Crash some drones mid-landing (keepalives stop, nothing is released) and show how
+    /// long their pads take to be reclaimed.
+    #[arg(long)]
+    chaos: bool,
+    /// How many drones crash with --chaos.
+    #[arg(long, default_value_t = 5)]
+    crashes: usize,
+    /// Number of drones.
+    #[arg(long, default_value_t = FleetConfig::default().drones)]
+    drones: usize,
+    /// Number of landing pads (8 m apart).
+    #[arg(long, default_value_t = FleetConfig::default().pads)]
+    pads: usize,
+    /// Missions per drone.
+    #[arg(long, default_value_t = FleetConfig::default().missions_per_drone)]
+    missions: usize,
+    /// Number of hive sensors.
+    #[arg(long, default_value_t = FleetConfig::default().sensors)]
+    sensors: usize,
+    /// Readings per sensor.
+    #[arg(long, default_value_t = FleetConfig::default().readings_per_sensor)]
+    readings: usize,
+    /// Upper bound of the run, seconds.
+    #[arg(long, default_value_t = FleetConfig::default().duration_s)]
+    duration_s: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<std::process::ExitCode> {
+    let args = Args::parse();
+    let mut config = FleetConfig {
+        drones: args.drones,
+        pads: args.pads,
+        missions_per_drone: args.missions,
+        sensors: args.sensors,
+        readings_per_sensor: args.readings,
+        crashes: if args.chaos { args.crashes } else { 0 },
+        duration_s: args.duration_s,
+        ..FleetConfig::default()
+    };
+    let embedded = match args.brokers {
+        Some(brokers) => {
+            config.brokers = brokers;
+            None
+        }
+        None => {
+            let (service, data_dir, addr) = fleet::embedded_node().await?;
+            println!(
+                "embedded node: MQTT on {addr}, data in {}",
+                data_dir.path().display()
+            );
+            config.brokers = vec![addr];
+            Some((service, data_dir))
+        }
+    };
+
+    let progress = Arc::new(Progress::default());
+    let bar = indicatif::ProgressBar::new(Progress::total(&config));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed:>3} [{bar:40}] {pos}/{len} landings + readings",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    let ticker = {
+        let (bar, progress) = (bar.clone(), progress.clone());
+        tokio::spawn(async move {
+            loop {
+                bar.set_position(progress.done.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let summary = fleet::run(config, progress.clone()).await;
+    ticker.abort();
+    bar.set_position(progress.done.load(Ordering::Relaxed));
+    bar.finish();
+    if let Some((service, _data_dir)) = embedded {
+        service.shutdown().await?;
+    }
+    let summary = summary?;
+    print_summary(&summary);
+    Ok(if summary.violations() == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        eprintln!("drone-fleet: {} violations", summary.violations());
+        std::process::ExitCode::FAILURE
+    })
+}
+
+fn print_summary(summary: &Summary) {
+    let wait = &summary.reservation_wait_us;
+    let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+    let rows: Vec<(&str, String)> = vec![
+        ("missions flown", summary.missions.to_string()),
+        ("landings", summary.landings.to_string()),
+        (
+            "reservation wait p50 / p99",
+            format!(
+                "{} / {}",
+                ms(wait.value_at_quantile(0.5)),
+                ms(wait.value_at_quantile(0.99))
+            ),
+        ),
+        ("contentions (would_block)", summary.contentions.to_string()),
+        ("pad handovers", summary.handovers.to_string()),
+        ("gateway readings", summary.readings.to_string()),
+        (
+            "gateway occupancy max",
+            summary.gateway_occupancy_max.to_string(),
+        ),
+        (
+            "gateway reconfigurations",
+            summary.reconfigurations.to_string(),
+        ),
+        (
+            "crashed leases expired, pads reclaimed",
+            summary.reclaims.len().to_string(),
+        ),
+        ("fence rejections", summary.fence_rejections.to_string()),
+        ("double occupancy", summary.double_occupancy.to_string()),
+        (
+            "mutual-exclusion violations",
+            summary.mutual_exclusion_violations.to_string(),
+        ),
+        ("errors", summary.errors.to_string()),
+        (
+            "elapsed",
+            format!(
+                "{:.1} s{}",
+                summary.elapsed.as_secs_f64(),
+                if summary.cut_short {
+                    " (cut short by --duration-s)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    ];
+    println!();
+    for (what, value) in rows {
+        println!("{what:<40} {value:>16}");
+    }
+    for reclaim in &summary.reclaims {
+        println!(
+            "  {} crashed on {}: reclaimed after {} ms; its stale token {}",
+            reclaim.drone,
+            reclaim.pad,
+            reclaim.reclaim_ms,
+            if reclaim.stale_token_refused {
+                "was refused"
+            } else {
+                "WAS ACCEPTED"
+            }
+        );
+    }
+    for sample in &summary.error_samples {
+        println!("  error: {sample}");
+    }
+}

@@ -1,0 +1,252 @@
+//! `hivekeeper bench`: load scenarios against a running service, through the agent SDK over
+//! MQTT, as real agents: one agent is one MQTT connection and one lease.
+//!
+//! ```text
+//!  swarm::connect ─ N agents, each Agent::connect + a session (lease kept alive by the SDK)
+//!        │ all connected: the measured phase starts
+//!  cycles::run ─ every agent: acquire ─▶ (hold) ─▶ release, until --duration-s or --cycles
+//!        │ one Grant record per grant: token, acquire/grant/release-start instants
+//!  history ─ mutual-exclusion check, handovers, fairness ─▶ report (table, or --json)
+//! ```
+//!
+//! # Layout
+//! - `swarm`: connecting many agents with bounded concurrency; unique agent and resource
+//!   names per run.
+//! - `cycles`: the acquire → release loop shared by `uncontended`, `contended`, `semaphore`
+//!   and the busy part of `scale`.
+//! - `reclaim`: a holder whose keepalives stop with a waiter queued.
+//! - `scale`: an idle swarm kept alive while a contended run goes on; node memory.
+//! - `history`: grant records and what follows from them.
+//! - `report`: the figures, as a table or JSON.
+//!
+//! The scenario list is an enum so the cluster scenario (`failover`: kill -9 the leader
+//! during contended traffic) slots in beside the others when replication lands.
+
+mod cycles;
+mod history;
+mod reclaim;
+mod report;
+mod scale;
+mod swarm;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use hivekeeper_agent::Resource;
+
+use report::Report;
+
+/// Flags of `hivekeeper bench`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Coming with replication: `failover` (kill -9 the leader during \
+    contended traffic; the longest gap with no grant, and whether two agents ever held one \
+    lock at once)."
+)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+/// The scenarios.
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// N agents, each on its own lock: acquire → release as fast as the service answers.
+    Uncontended {
+        #[command(flatten)]
+        common: Common,
+        /// Number of agents (each one MQTT connection and one lease).
+        #[arg(long, default_value_t = 100)]
+        agents: usize,
+    },
+    /// N agents on K locks (agent i on lock i mod K): FIFO handovers. K = 1 is one hot lock.
+    Contended {
+        #[command(flatten)]
+        common: Common,
+        /// Number of agents.
+        #[arg(long, default_value_t = 100)]
+        agents: usize,
+        /// Number of lock names.
+        #[arg(long, default_value_t = 1)]
+        locks: usize,
+    },
+    /// N agents on one counting semaphore of `limit` permits, one permit each.
+    Semaphore {
+        #[command(flatten)]
+        common: Common,
+        /// Number of agents.
+        #[arg(long, default_value_t = 100)]
+        agents: usize,
+        /// The semaphore's capacity.
+        #[arg(long, default_value_t = 8)]
+        limit: u32,
+    },
+    /// A holder's keepalives stop abruptly while a waiter is queued: the time from the
+    /// holder's last keepalive to the waiter's grant, for each TTL.
+    Reclaim {
+        #[command(flatten)]
+        common: Common,
+        /// The holder's lease TTLs to measure, ms (each at least the service's minimum).
+        #[arg(long, value_delimiter = ',', default_value = "5000,1000,500")]
+        ttl_ms: Vec<u64>,
+        /// Rounds per TTL.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// Many idle agents holding leases kept alive while a contended run goes on: keepalive
+    /// success, latencies under that load, node memory.
+    Scale {
+        #[command(flatten)]
+        common: Common,
+        /// Idle agents, each with a lease kept alive (TTL --ttl-ms).
+        #[arg(long, default_value_t = 10_000)]
+        idle_agents: usize,
+        /// Busy agents running `contended`.
+        #[arg(long, default_value_t = 100)]
+        agents: usize,
+        /// Lock names of the busy agents.
+        #[arg(long, default_value_t = 1)]
+        locks: usize,
+        /// The node's process id, to read its memory from /proc/<pid>/status. Without it,
+        /// the one running `hivekeeper serve` process is used if there is exactly one.
+        #[arg(long)]
+        node_pid: Option<u32>,
+    },
+}
+
+/// Flags every scenario takes.
+#[derive(Debug, Clone, Args)]
+struct Common {
+    /// Brokers of the service, `host:port,...` (any node of a cluster).
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:1883")]
+    brokers: Vec<String>,
+    /// Length of the measured phase, seconds (after every agent connected).
+    #[arg(long, default_value_t = 10)]
+    duration_s: u64,
+    /// Most acquire → release cycles per agent: the run also stops when every agent did them.
+    #[arg(long, default_value_t = 1_000_000)]
+    cycles: u64,
+    /// How long a holder keeps what it acquired before releasing it, ms.
+    #[arg(long, default_value_t = 0)]
+    hold_ms: u64,
+    /// TTL of every agent's lease, ms.
+    #[arg(long = "session-ttl-ms", default_value_t = 5_000)]
+    session_ttl_ms: u64,
+    /// Agents connecting at once while the swarm is built.
+    #[arg(long, default_value_t = 64)]
+    connect_concurrency: usize,
+    /// Print the report as JSON (for scripts) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `hivekeeper bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (report, json) = runtime.block_on(scenario(args.scenario))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    } else {
+        report.print_table();
+    }
+    if !report.passed() {
+        anyhow::bail!(
+            "the mutual-exclusion check failed: {} violations",
+            report.mutual_exclusion.violations
+        );
+    }
+    Ok(())
+}
+
+async fn scenario(scenario: Scenario) -> anyhow::Result<(Report, bool)> {
+    let run = swarm::RunId::new();
+    Ok(match scenario {
+        Scenario::Uncontended { common, agents } => {
+            let resources = (0..agents)
+                .map(|i| Resource::lock(run.resource(&format!("lock-{i}"))))
+                .collect();
+            let mut report = cycles::run(&common, &run, agents, resources, 1).await?;
+            report.scenario = "uncontended".into();
+            report.parameters.insert("agents".into(), agents.into());
+            (with_common(report, &common), common.json)
+        }
+        Scenario::Contended {
+            common,
+            agents,
+            locks,
+        } => {
+            anyhow::ensure!(locks >= 1, "--locks must be at least 1");
+            let resources = (0..agents)
+                .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
+                .collect();
+            let mut report = cycles::run(&common, &run, agents, resources, 1).await?;
+            report.scenario = "contended".into();
+            report.parameters.insert("agents".into(), agents.into());
+            report.parameters.insert("locks".into(), locks.into());
+            (with_common(report, &common), common.json)
+        }
+        Scenario::Semaphore {
+            common,
+            agents,
+            limit,
+        } => {
+            anyhow::ensure!(limit >= 1, "--limit must be at least 1");
+            let name = run.resource("sem");
+            let resources = (0..agents)
+                .map(|_| Resource::Semaphore {
+                    name: name.clone(),
+                    limit,
+                    permits: 1,
+                })
+                .collect();
+            let mut report = cycles::run(&common, &run, agents, resources, limit as usize).await?;
+            report.scenario = "semaphore".into();
+            report.parameters.insert("agents".into(), agents.into());
+            report.parameters.insert("limit".into(), limit.into());
+            (with_common(report, &common), common.json)
+        }
+        Scenario::Reclaim {
+            common,
+            ttl_ms,
+            rounds,
+        } => {
+            let mut report = reclaim::run(&common, &run, &ttl_ms, rounds).await?;
+            report.scenario = "reclaim".into();
+            report.parameters.insert("rounds".into(), rounds.into());
+            (with_common(report, &common), common.json)
+        }
+        Scenario::Scale {
+            common,
+            idle_agents,
+            agents,
+            locks,
+            node_pid,
+        } => {
+            anyhow::ensure!(locks >= 1, "--locks must be at least 1");
+            let mut report =
+                scale::run(&common, &run, idle_agents, agents, locks, node_pid).await?;
+            report.scenario = "scale".into();
+            report.parameters.insert("agents".into(), agents.into());
+            report.parameters.insert("locks".into(), locks.into());
+            report
+                .parameters
+                .insert("idle_agents".into(), idle_agents.into());
+            (with_common(report, &common), common.json)
+        }
+    })
+}
+
+/// Records the common parameters in the report.
+fn with_common(mut report: Report, common: &Common) -> Report {
+    let parameters = &mut report.parameters;
+    parameters.insert("duration_s".into(), common.duration_s.into());
+    parameters.insert("hold_ms".into(), common.hold_ms.into());
+    parameters.insert("session_ttl_ms".into(), common.session_ttl_ms.into());
+    parameters.insert("brokers".into(), common.brokers.join(",").into());
+    report
+}

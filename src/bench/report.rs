@@ -1,0 +1,253 @@
+//! What a scenario reports: one [`Report`], printed as a table or as JSON (`--json`).
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::history::{Exclusion, Fairness};
+
+/// Percentiles of one latency, in milliseconds, from an hdrhistogram of microseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Largest, ms.
+    pub max_ms: f64,
+}
+
+impl Latency {
+    /// Summarizes samples in microseconds. The histogram covers 1 µs to one hour at 3
+    /// significant figures (0.1% resolution); a longer sample is recorded as one hour.
+    pub fn from_micros(samples: &[u64]) -> Latency {
+        let mut histogram =
+            Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+        for &sample in samples {
+            histogram.saturating_record(sample.max(1));
+        }
+        if histogram.is_empty() {
+            return Latency::default();
+        }
+        let ms = |us: u64| us as f64 / 1_000.0;
+        Latency {
+            count: histogram.len(),
+            p50_ms: ms(histogram.value_at_quantile(0.50)),
+            p99_ms: ms(histogram.value_at_quantile(0.99)),
+            max_ms: ms(histogram.max()),
+        }
+    }
+}
+
+/// Errors by kind (the SDK error's text up to its first colon), with a sample of each.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Errors {
+    /// All errors.
+    pub total: u64,
+    /// Count per kind.
+    pub by_kind: BTreeMap<String, u64>,
+    /// The first message of each kind.
+    pub samples: BTreeMap<String, String>,
+}
+
+impl Errors {
+    /// Counts one error.
+    pub fn add(&mut self, message: String) {
+        let kind = message
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        self.total += 1;
+        *self.by_kind.entry(kind.clone()).or_default() += 1;
+        self.samples.entry(kind).or_insert(message);
+    }
+
+    /// Adds another set of counts.
+    pub fn merge(&mut self, other: Errors) {
+        self.total += other.total;
+        for (kind, count) in other.by_kind {
+            *self.by_kind.entry(kind).or_default() += count;
+        }
+        for (kind, sample) in other.samples {
+            self.samples.entry(kind).or_insert(sample);
+        }
+    }
+}
+
+/// Everything a scenario measured. Fields a scenario does not measure are `None` and left out
+/// of the JSON.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// `uncontended`, `contended`, ...
+    pub scenario: String,
+    /// The scenario's parameters, as given (agents, locks, limit, ttl_ms, ...).
+    pub parameters: BTreeMap<String, serde_json::Value>,
+    /// Length of the measured phase (after every agent connected), seconds.
+    pub elapsed_s: f64,
+    /// Completed cycles (acquire → release) in the measured phase.
+    pub cycles: u64,
+    /// Cycles per second.
+    pub ops_per_s: f64,
+    /// From sending an acquire to its grant.
+    pub acquire: Latency,
+    /// From a holder's release start to the grant of the agent that was waiting for it.
+    pub handover: Latency,
+    /// Grants per agent.
+    pub fairness: Fairness,
+    /// Failed requests.
+    pub errors: Errors,
+    /// The mutual-exclusion check over every grant.
+    pub mutual_exclusion: Exclusion,
+    /// `reclaim`: from the holder's last keepalive (its send time) to the waiter's grant, one
+    /// entry per TTL.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reclaim: Vec<ReclaimFigures>,
+    /// `scale`: the idle swarm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale: Option<ScaleFigures>,
+}
+
+/// Reclaim times at one TTL.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReclaimFigures {
+    /// The holder's lease TTL.
+    pub ttl_ms: u64,
+    /// Each round's time from the send of the holder's last acknowledged keepalive to the
+    /// waiter's grant, ms.
+    pub reclaim_ms: Vec<f64>,
+    /// The worst round minus the TTL: what the service added to the TTL, ms.
+    pub over_ttl_ms_max: f64,
+}
+
+/// The idle swarm of `scale`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ScaleFigures {
+    /// Idle agents asked for.
+    pub idle_agents: u64,
+    /// Idle agents that connected and got a lease.
+    pub idle_connected: u64,
+    /// Time to connect them all, seconds.
+    pub connect_s: f64,
+    /// Idle sessions that stayed live through the measured phase (no keepalive missed its
+    /// deadline).
+    pub sessions_live: u64,
+    /// Idle sessions that went into jeopardy or expired.
+    pub sessions_lost: u64,
+    /// The node's resident memory at the end, MB (from /proc/<pid>/status), if known.
+    pub node_rss_mb: Option<f64>,
+    /// The node's peak resident memory, MB.
+    pub node_rss_peak_mb: Option<f64>,
+    /// The bench's own peak resident memory, MB.
+    pub bench_rss_peak_mb: Option<f64>,
+}
+
+impl Report {
+    /// Whether the run is acceptable: no mutual-exclusion violation.
+    pub fn passed(&self) -> bool {
+        self.mutual_exclusion.ok
+    }
+
+    /// Prints the report as a table.
+    pub fn print_table(&self) {
+        let parameters: Vec<String> = self
+            .parameters
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        println!("scenario {} ({})", self.scenario, parameters.join(" "));
+        let latency = |l: &Latency| {
+            format!(
+                "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
+                l.p50_ms, l.p99_ms, l.max_ms, l.count
+            )
+        };
+        let mut rows = vec![
+            ("elapsed".to_string(), format!("{:.2} s", self.elapsed_s)),
+            ("cycles".into(), self.cycles.to_string()),
+            ("ops/s".into(), format!("{:.0}", self.ops_per_s)),
+        ];
+        // Rows a scenario did not measure (no samples) are left out rather than shown as 0.
+        if self.acquire.count > 0 {
+            rows.push(("acquire".into(), latency(&self.acquire)));
+        }
+        if self.handover.count > 0 {
+            rows.push(("handover".into(), latency(&self.handover)));
+        }
+        if self.fairness.grants_max > 0 {
+            rows.push((
+                "fairness".into(),
+                format!(
+                    "Jain {:.4}, grants per agent min {} max {}",
+                    self.fairness.jain_index, self.fairness.grants_min, self.fairness.grants_max
+                ),
+            ));
+        }
+        rows.push(("errors".into(), self.errors.total.to_string()));
+        rows.push((
+            "mutual exclusion".into(),
+            format!(
+                "{} ({} grants checked, {} violations)",
+                if self.mutual_exclusion.ok {
+                    "ok"
+                } else {
+                    "VIOLATED"
+                },
+                self.mutual_exclusion.grants_checked,
+                self.mutual_exclusion.violations
+            ),
+        ));
+        for reclaim in &self.reclaim {
+            let rounds: Vec<String> = reclaim
+                .reclaim_ms
+                .iter()
+                .map(|ms| format!("{ms:.0}"))
+                .collect();
+            rows.push((
+                format!("reclaim, TTL {} ms", reclaim.ttl_ms),
+                format!(
+                    "{} ms (worst TTL + {:.0} ms)",
+                    rounds.join(", "),
+                    reclaim.over_ttl_ms_max
+                ),
+            ));
+        }
+        if let Some(scale) = &self.scale {
+            let mb = |value: Option<f64>| value.map_or("unknown".into(), |v| format!("{v:.0} MB"));
+            rows.push((
+                "idle agents".into(),
+                format!(
+                    "{} of {} connected in {:.1} s; sessions live {}, lost {}",
+                    scale.idle_connected,
+                    scale.idle_agents,
+                    scale.connect_s,
+                    scale.sessions_live,
+                    scale.sessions_lost
+                ),
+            ));
+            rows.push((
+                "node RSS".into(),
+                format!(
+                    "{} (peak {})",
+                    mb(scale.node_rss_mb),
+                    mb(scale.node_rss_peak_mb)
+                ),
+            ));
+            rows.push(("bench RSS peak".into(), mb(scale.bench_rss_peak_mb)));
+        }
+        for (what, value) in rows {
+            println!("  {what:<24} {value}");
+        }
+        for (kind, count) in &self.errors.by_kind {
+            let sample = self.errors.samples.get(kind).cloned().unwrap_or_default();
+            println!("  error x{count}: {sample}");
+        }
+        for sample in &self.mutual_exclusion.samples {
+            println!("  violation: {sample}");
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Building the swarm: many agents, each its own MQTT connection and lease, connected with
+//! bounded concurrency; names unique per run so two runs against one service never share an
+//! agent id (the MQTT client id) or a lock.
+
+use std::sync::Arc;
+
+use hivekeeper_agent::{Agent, AgentConfig, Session};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::report::Errors;
+
+/// Names of one bench run: `bench-{run}-...`, the run being the start time in ms (base 36)
+/// and the process id, so runs started in the same millisecond differ too.
+#[derive(Debug, Clone)]
+pub struct RunId(String);
+
+impl RunId {
+    /// A fresh run id.
+    pub fn new() -> RunId {
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis() as u64);
+        RunId(format!(
+            "{}{}",
+            base36(ms),
+            base36(u64::from(std::process::id()))
+        ))
+    }
+
+    /// The id of agent `role`-`index` (`[A-Za-z0-9_.-]`, well under 64 characters).
+    pub fn agent(&self, role: &str, index: usize) -> String {
+        format!("bench-{}-{role}-{index}", self.0)
+    }
+
+    /// A resource name of this run.
+    pub fn resource(&self, name: &str) -> String {
+        format!("bench-{}/{name}", self.0)
+    }
+}
+
+fn base36(mut value: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(value % 36) as usize]);
+        value /= 36;
+        if value == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII digits")
+}
+
+/// A connected agent with its session (which holds the agent, and so its connection).
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Its lease, kept alive by the SDK.
+    pub session: Session,
+}
+
+/// Connects `count` agents named `run.agent(role, i)`, at most `concurrency` at once, each
+/// taking a session of `ttl_ms`. Returns them in index order (`None` where connecting
+/// failed; the failure is counted in the errors).
+pub async fn connect(
+    brokers: &[String],
+    run: &RunId,
+    role: &str,
+    count: usize,
+    ttl_ms: u64,
+    concurrency: usize,
+) -> (Vec<Option<Member>>, Errors) {
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut tasks = JoinSet::new();
+    for index in 0..count {
+        let permits = permits.clone();
+        let config = AgentConfig {
+            agent_id: run.agent(role, index),
+            brokers: brokers.to_vec(),
+            ..AgentConfig::default()
+        };
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let agent = Agent::connect(config).await.map_err(|e| e.to_string())?;
+            let session = agent.session(ttl_ms).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((index, Member { session }))
+        });
+    }
+    let mut members = vec![None; count];
+    let mut errors = Errors::default();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok((index, member))) => members[index] = Some(member),
+            Ok(Err(error)) => errors.add(format!("connect: {error}")),
+            Err(panic) => errors.add(format!("connect: task failed: {panic}")),
+        }
+    }
+    (members, errors)
+}

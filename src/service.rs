@@ -1,0 +1,143 @@
+//! [`Service`]: one node with its MQTT transport and the bridge between them.
+//!
+//! `hivekeeper serve` wraps this with configuration loading, the Prometheus endpoint and
+//! signal handling; the `drone-fleet` example starts it in-process on a temporary data dir.
+//! Both therefore run the same assembly, in the same order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hivekeeper_coordinator::node::{Node, NodeConfig, NodeError};
+use hivekeeper_mqtt::bridge::{self, BridgeStats};
+use hivekeeper_mqtt::{MqttError, Transport};
+use tokio::task::JoinHandle;
+
+/// How long [`Service::shutdown`] waits for the bridge to drain after the transport closed.
+const BRIDGE_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the service could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The node did not start (data dir unusable, foreign data file, bad settings).
+    #[error("starting the node on data dir {data_dir}")]
+    Node {
+        /// The data dir the node was given.
+        data_dir: String,
+        /// What the node reported.
+        #[source]
+        source: NodeError,
+    },
+    /// The MQTT side did not start (a taken port, an unreachable external broker). The node
+    /// that had started is shut down again before this is returned.
+    #[error("starting MQTT")]
+    Mqtt(#[source] MqttError),
+    /// The node did not stop cleanly.
+    #[error("stopping the node")]
+    Stop(#[source] NodeError),
+}
+
+/// A running node, its transport and its bridge.
+pub struct Service {
+    /// The node: Raft on redb and its actors.
+    node: Node,
+    /// The MQTT transport (embedded broker or external client) the bridge publishes through.
+    transport: Transport,
+    /// The bridge task: decodes requests, submits them, publishes answers and events.
+    bridge: JoinHandle<()>,
+    /// The task copying the transport's counters into `metrics` once a second.
+    exporter: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("listeners", &self.transport.listeners())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// Starts the node, then the transport, then the bridge between them. The caller has
+    /// validated both configs (and installed a metrics recorder first, if it wants metrics:
+    /// without one the metric updates are no-ops).
+    pub async fn start(
+        node: NodeConfig,
+        mqtt: hivekeeper_mqtt::Config,
+    ) -> Result<Service, ServiceError> {
+        let data_dir = node.data_dir.display().to_string();
+        let (node, outbound) = Node::start(node)
+            .await
+            .map_err(|source| ServiceError::Node { data_dir, source })?;
+        let (transport, inbound) = match Transport::start(mqtt).await {
+            Ok(started) => started,
+            Err(error) => {
+                let _ = node.shutdown().await;
+                return Err(ServiceError::Mqtt(error));
+            }
+        };
+        let stats = Arc::new(BridgeStats::default());
+        let bridge = tokio::spawn(bridge::run(
+            transport.clone(),
+            inbound,
+            node.handle(),
+            outbound,
+            stats.clone(),
+        ));
+        let exporter = tokio::spawn(export_counters(transport.clone()));
+        Ok(Service {
+            node,
+            transport,
+            bridge,
+            exporter,
+        })
+    }
+
+    /// The embedded broker's listening addresses, with the real port when port 0 was asked
+    /// for; empty with an external broker.
+    pub fn mqtt_addrs(&self) -> Vec<SocketAddr> {
+        self.transport
+            .listeners()
+            .iter()
+            .map(|listener| listener.addr)
+            .collect()
+    }
+
+    /// Resolves with the reason when an actor of the node fails; the service should then stop.
+    pub async fn failed(&self) -> String {
+        self.node.failed().await
+    }
+
+    /// Stops the transport (no more requests), gives the bridge a moment to drain, then stops
+    /// the node.
+    pub async fn shutdown(self) -> Result<(), ServiceError> {
+        self.exporter.abort();
+        let _ = self.transport.shutdown().await;
+        let _ = tokio::time::timeout(BRIDGE_DRAIN_TIMEOUT, self.bridge).await;
+        self.node.shutdown().await.map_err(ServiceError::Stop)
+    }
+}
+
+/// Copies the transport's counters into Prometheus once a second (the transport counts in
+/// atomics of its own). Everything else is updated where it happens: requests in the bridge,
+/// leases and resources in the node's fan-out, Raft in the node's Raft exporter.
+///
+/// The bridge's `BridgeStats` used to be copied here too, as `hivekeeper_bridge_*_total`: each
+/// of those facts already had a name (`hivekeeper_mqtt_bad_requests_total`,
+/// `hivekeeper_mqtt_bad_topics_total`, `hivekeeper_requests_total{code="unavailable"}`, the
+/// sum of `hivekeeper_requests_total` for the submitted ones), or now has one where it happens
+/// (`hivekeeper_mqtt_publish_failed_total`): one name per fact.
+async fn export_counters(transport: Transport) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let mqtt = transport.stats();
+        metrics::counter!("hivekeeper_mqtt_messages_in_total")
+            .absolute(mqtt.inbound_received_total);
+        metrics::counter!("hivekeeper_mqtt_messages_dropped_total")
+            .absolute(mqtt.inbound_dropped_total);
+        metrics::counter!("hivekeeper_mqtt_messages_out_total")
+            .absolute(mqtt.outbound_published_total);
+        metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
+    }
+}

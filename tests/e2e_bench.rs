@@ -1,0 +1,95 @@
+//! `hivekeeper bench` against a real node, briefly and with a handful of agents: the JSON
+//! report parses, work was done and the mutual-exclusion check passed. No figure is
+//! asserted: the machine is shared and the run is short.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Node, within};
+use serde_json::Value;
+
+/// Runs `hivekeeper bench <args> --json` against the node and returns the parsed report.
+async fn bench(node: &Node, args: &[&str]) -> Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hivekeeper"));
+    command
+        .arg("bench")
+        .args(args)
+        .arg("--brokers")
+        .arg(format!("127.0.0.1:{}", node.mqtt_port()))
+        .arg("--json");
+    let what = format!("hivekeeper bench {}", args.join(" "));
+    // Bounded: a 1-2 s measured phase plus connecting a few agents.
+    let output = within(
+        60,
+        &what,
+        tokio::task::spawn_blocking(move || command.output()),
+    )
+    .await
+    .expect("the blocking task")
+    .expect("hivekeeper bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{what} failed: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {stdout}"))
+}
+
+/// What every cycling scenario must show.
+fn assert_sane(report: &Value, agents: u64) {
+    assert!(report["cycles"].as_u64().expect("cycles") > 0, "{report}");
+    assert!(report["ops_per_s"].as_f64().expect("ops_per_s") > 0.0);
+    assert_eq!(report["acquire"]["count"], report["cycles"], "{report}");
+    assert!(report["acquire"]["p50_ms"].as_f64().expect("p50") > 0.0);
+    let exclusion = &report["mutual_exclusion"];
+    assert_eq!(exclusion["ok"], true, "{report}");
+    assert_eq!(exclusion["violations"], 0);
+    assert_eq!(exclusion["grants_checked"], report["cycles"]);
+    assert_eq!(report["errors"]["total"], 0, "{report}");
+    assert_eq!(report["parameters"]["agents"], agents);
+    let min = report["fairness"]["grants_min"].as_u64().expect("min");
+    assert!(min > 0, "every agent was granted at least once: {report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_uncontended_and_contended_report_json_with_exclusion_checked() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+
+    let uncontended = bench(
+        &node,
+        &["uncontended", "--agents", "3", "--duration-s", "1"],
+    )
+    .await;
+    assert_eq!(uncontended["scenario"], "uncontended");
+    assert_sane(&uncontended, 3);
+    // Every agent has its own lock: nobody ever waits for another.
+    assert_eq!(uncontended["handover"]["count"], 0, "{uncontended}");
+
+    // Holding 5 ms makes the others queue, so there are handovers to measure.
+    let contended = bench(
+        &node,
+        &[
+            "contended",
+            "--agents",
+            "4",
+            "--locks",
+            "1",
+            "--duration-s",
+            "2",
+            "--hold-ms",
+            "5",
+        ],
+    )
+    .await;
+    assert_eq!(contended["scenario"], "contended");
+    assert_eq!(contended["parameters"]["locks"], 1);
+    assert_sane(&contended, 4);
+    assert!(
+        contended["handover"]["count"].as_u64().expect("handovers") > 0,
+        "{contended}"
+    );
+}
