@@ -11,17 +11,20 @@ use serde_json::Value;
 
 /// Runs `hivekeeper bench <args> --json` against the node and returns the parsed report.
 async fn bench(node: &Node, args: &[&str]) -> Value {
+    let broker = format!("127.0.0.1:{}", node.mqtt_port());
+    let mut all = args.to_vec();
+    all.extend(["--brokers", &broker]);
+    run_bench(&all).await
+}
+
+/// Runs `hivekeeper bench <args> --json` (at most 120 s) and returns the parsed report.
+async fn run_bench(args: &[&str]) -> Value {
     let mut command = Command::new(env!("CARGO_BIN_EXE_hivekeeper"));
-    command
-        .arg("bench")
-        .args(args)
-        .arg("--brokers")
-        .arg(format!("127.0.0.1:{}", node.mqtt_port()))
-        .arg("--json");
+    command.arg("bench").args(args).arg("--json");
     let what = format!("hivekeeper bench {}", args.join(" "));
-    // Bounded: a 1-2 s measured phase plus connecting a few agents.
+    // Bounded: a short measured phase plus connecting a few agents (or starting a cluster).
     let output = within(
-        60,
+        120,
         &what,
         tokio::task::spawn_blocking(move || command.output()),
     )
@@ -92,4 +95,29 @@ async fn bench_uncontended_and_contended_report_json_with_exclusion_checked() {
         contended["handover"]["count"].as_u64().expect("handovers") > 0,
         "{contended}"
     );
+}
+
+/// `bench failover` starts its own three-member cluster, kills the leader once and reports the
+/// gap; the traffic's grants pass the exclusion check. No figure is asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_failover_kills_the_leader_of_its_own_cluster_and_reports_the_gap() {
+    let report = run_bench(&[
+        "failover",
+        "--kills",
+        "1",
+        "--kill-every-s",
+        "1",
+        "--agents",
+        "6",
+        "--locks",
+        "2",
+    ])
+    .await;
+    let failover = &report["failover"];
+    assert_eq!(failover["members"], 3, "{report}");
+    let gaps = failover["gap_ms"].as_array().expect("gaps");
+    assert_eq!(gaps.len(), 1, "{report}");
+    assert!(gaps[0].as_f64().expect("a gap") > 0.0);
+    assert!(report["cycles"].as_u64().expect("cycles") > 0, "{report}");
+    assert_eq!(report["mutual_exclusion"]["ok"], true, "{report}");
 }

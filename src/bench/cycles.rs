@@ -34,22 +34,14 @@ pub async fn run(
     capacity: usize,
 ) -> anyhow::Result<Report> {
     anyhow::ensure!(agents >= 1, "--agents must be at least 1");
-    let (members, connect_errors) = swarm::connect(
+    let (members, connect_errors) = swarm::connect_agents(
         &common.brokers,
         run,
-        "agent",
         agents,
         common.session_ttl_ms,
         common.connect_concurrency,
     )
-    .await;
-    let members: Vec<Member> = members.into_iter().flatten().collect();
-    anyhow::ensure!(
-        !members.is_empty(),
-        "no agent could connect to {}: {:?}",
-        common.brokers.join(","),
-        connect_errors.samples
-    );
+    .await?;
     let mut report = measure(
         common,
         members.into_iter().zip(resources).collect(),
@@ -62,6 +54,15 @@ pub async fn run(
 
 /// The measured phase over connected agents, each paired with its resource.
 pub async fn measure(common: &Common, members: Vec<(Member, Resource)>, capacity: usize) -> Report {
+    measure_with_grants(common, members, capacity).await.0
+}
+
+/// [`measure`], also returning every grant (for figures a scenario derives itself).
+pub async fn measure_with_grants(
+    common: &Common,
+    members: Vec<(Member, Resource)>,
+    capacity: usize,
+) -> (Report, Vec<Grant>) {
     let agents = members.len();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(common.duration_s);
@@ -93,7 +94,7 @@ pub async fn measure(common: &Common, members: Vec<(Member, Resource)>, capacity
         }
     }
     let elapsed_s = started.elapsed().as_secs_f64();
-    Report {
+    let report = Report {
         elapsed_s,
         cycles,
         ops_per_s: cycles as f64 / elapsed_s.max(1e-9),
@@ -103,7 +104,8 @@ pub async fn measure(common: &Common, members: Vec<(Member, Resource)>, capacity
         errors,
         mutual_exclusion: history::check_exclusion(&grants, capacity),
         ..Report::default()
-    }
+    };
+    (report, grants)
 }
 
 /// One agent: acquire (waiting at most until the deadline), hold, release; again.

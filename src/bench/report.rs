@@ -110,6 +110,9 @@ pub struct Report {
     /// `scale`: the idle swarm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale: Option<ScaleFigures>,
+    /// `failover`: the gaps after each leader kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover: Option<super::failover::FailoverFigures>,
 }
 
 /// Reclaim times at one TTL.
@@ -238,6 +241,26 @@ impl Report {
                 ),
             ));
             rows.push(("bench RSS peak".into(), mb(scale.bench_rss_peak_mb)));
+        }
+        if let Some(failover) = &self.failover {
+            let gaps: Vec<String> = failover
+                .gap_ms
+                .iter()
+                .map(|ms| format!("{ms:.0}"))
+                .collect();
+            rows.push((
+                format!("failover gaps ({} members)", failover.members),
+                format!(
+                    "median {:.0} ms, max {:.0} ms: {} ms",
+                    failover.gap_ms_median,
+                    failover.gap_ms_max,
+                    gaps.join(", ")
+                ),
+            ));
+            rows.push((
+                "longest with no grant".into(),
+                format!("{:.0} ms", failover.longest_no_grant_ms),
+            ));
         }
         for (what, value) in rows {
             println!("  {what:<24} {value}");

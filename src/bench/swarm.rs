@@ -61,7 +61,7 @@ pub struct Member {
 }
 
 /// Connects `count` agents named `run.agent(role, i)`, at most `concurrency` at once, each
-/// taking a session of `ttl_ms`. Returns them in index order (`None` where connecting
+/// taking a session of `ttl_ms`; agent i's first broker is `brokers[i % n]`. Returns them in index order (`None` where connecting
 /// failed; the failure is counted in the errors).
 pub async fn connect(
     brokers: &[String],
@@ -75,9 +75,14 @@ pub async fn connect(
     let mut tasks = JoinSet::new();
     for index in 0..count {
         let permits = permits.clone();
+        // Agent i starts at broker i mod n and fails over along the rest: a cluster's load
+        // spreads over its members, as a real swarm's would.
+        let rotated = (0..brokers.len())
+            .map(|k| brokers[(index + k) % brokers.len()].clone())
+            .collect();
         let config = AgentConfig {
             agent_id: run.agent(role, index),
-            brokers: brokers.to_vec(),
+            brokers: rotated,
             ..AgentConfig::default()
         };
         tasks.spawn(async move {
@@ -97,4 +102,24 @@ pub async fn connect(
         }
     }
     (members, errors)
+}
+
+/// The traffic's agents (role `agent`): only those that connected, and their connect errors;
+/// an error when none did.
+pub async fn connect_agents(
+    brokers: &[String],
+    run: &RunId,
+    count: usize,
+    ttl_ms: u64,
+    concurrency: usize,
+) -> anyhow::Result<(Vec<Member>, Errors)> {
+    let (members, errors) = connect(brokers, run, "agent", count, ttl_ms, concurrency).await;
+    let members: Vec<Member> = members.into_iter().flatten().collect();
+    anyhow::ensure!(
+        !members.is_empty(),
+        "no agent could connect to {}: {:?}",
+        brokers.join(","),
+        errors.samples
+    );
+    Ok((members, errors))
 }

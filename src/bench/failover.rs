@@ -1,0 +1,342 @@
+//! `failover`: a cluster the bench starts itself (`hivekeeper serve` child processes on
+//! loopback), contended traffic through every member, and the leader killed with SIGKILL
+//! every few seconds, then restarted.
+//!
+//! ```text
+//!  start N members ─▶ agents (spread over the members) run `contended` for the whole run
+//!  every --kill-every-s: find the leader (/metrics: hivekeeper_raft_is_leader 1)
+//!     ├─ kill -9 it                                   ── t_kill
+//!     ├─ a probe agent homed on a survivor: try-lock + release with fresh ids
+//!     │    until one is granted                       ── t_grant: gap = t_grant − t_kill
+//!     └─ restart the killed member on its data dir (it catches up)
+//!  report: gap per kill (median, max), the longest time with no grant at all in the
+//!          traffic, and the mutual-exclusion check over every grant
+//! ```
+//!
+//! The gap is what an agent sees: it includes detection (the election timeout), the election,
+//! the first commit of the new leader, and the SDK's own retry. Killing the member the probe is
+//! homed on is avoided (a probe homed on the dead member would measure its reconnect instead).
+
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use hivekeeper_agent::{Agent, AgentConfig, Resource, Session};
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::Common;
+use super::cycles;
+use super::history::micros;
+use super::report::{Latency, Report};
+use super::swarm::{self, RunId};
+
+/// What `failover` measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FailoverFigures {
+    /// Members in the cluster.
+    pub members: usize,
+    /// Each kill's gap: from the SIGKILL of the leader to the first grant a probe got through
+    /// a surviving member, ms.
+    pub gap_ms: Vec<f64>,
+    /// Median of `gap_ms`.
+    pub gap_ms_median: f64,
+    /// Largest of `gap_ms`.
+    pub gap_ms_max: f64,
+    /// The longest time in the measured phase with no grant to any agent of the traffic, ms.
+    pub longest_no_grant_ms: f64,
+}
+
+/// One member: its child process and how to start it again.
+struct ClusterMember {
+    name: String,
+    args: Vec<String>,
+    log: PathBuf,
+    mqtt_port: u16,
+    metrics_port: u16,
+    child: Option<Child>,
+}
+
+impl ClusterMember {
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::File::create(&self.log)
+            .with_context(|| format!("creating {}", self.log.display()))?;
+        let exe = std::env::current_exe().context("finding the hivekeeper binary")?;
+        let child = Command::new(exe)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting member {}", self.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ClusterMember {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The cluster the bench runs: members, their data under a temporary directory.
+struct Cluster {
+    members: Vec<ClusterMember>,
+    root: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            member.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Cluster {
+    async fn start(run: &RunId, size: usize) -> anyhow::Result<Cluster> {
+        let root = std::env::temp_dir().join(format!("hivekeeper-bench-{}", run.resource("c")));
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let mut peers = Vec::new();
+        for i in 1..=size {
+            peers.push(format!("n{i}=127.0.0.1:{}", free_port()?));
+        }
+        let list = peers.join(",");
+        let mut cluster = Cluster {
+            members: Vec::new(),
+            root,
+        };
+        for i in 1..=size {
+            let name = format!("n{i}");
+            let (mqtt_port, metrics_port) = (free_port()?, free_port()?);
+            let data = cluster.root.join(&name);
+            let args = vec![
+                "serve".to_string(),
+                "--name".into(),
+                name.clone(),
+                "--initial-cluster".into(),
+                list.clone(),
+                "--data-dir".into(),
+                data.display().to_string(),
+                "--mqtt-listen".into(),
+                format!("127.0.0.1:{mqtt_port}"),
+                "--metrics-listen".into(),
+                format!("127.0.0.1:{metrics_port}"),
+            ];
+            let mut member = ClusterMember {
+                log: cluster.root.join(format!("{name}.log")),
+                name,
+                args,
+                mqtt_port,
+                metrics_port,
+                child: None,
+            };
+            member.spawn()?;
+            cluster.members.push(member);
+        }
+        cluster.leader(Duration::from_secs(30)).await?;
+        Ok(cluster)
+    }
+
+    fn brokers(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|member| format!("127.0.0.1:{}", member.mqtt_port))
+            .collect()
+    }
+
+    /// The index of the one running member whose /metrics says it leads.
+    async fn leader(&self, within: Duration) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut leaders = Vec::new();
+            for (index, member) in self.members.iter().enumerate() {
+                if member.child.is_some()
+                    && let Some(text) = scrape(member.metrics_port).await
+                    && text
+                        .lines()
+                        .any(|line| line.trim() == "hivekeeper_raft_is_leader 1")
+                {
+                    leaders.push(index);
+                }
+            }
+            if let [leader] = leaders[..] {
+                return Ok(leader);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no single leader among the members within {} s (logs in {})",
+                    within.as_secs(),
+                    self.root.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until member `index` serves /metrics again after a restart.
+    async fn wait_up(&self, index: usize, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        while scrape(self.members[index].metrics_port).await.is_none() {
+            if Instant::now() > deadline {
+                bail!("member {} did not come back", self.members[index].name);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+}
+
+/// GET /metrics, at most 2 s; `None` when the member does not answer.
+async fn scrape(port: u16) -> Option<String> {
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .ok()?;
+        let mut body = Vec::new();
+        stream.read_to_end(&mut body).await.ok()?;
+        String::from_utf8(body).ok()
+    };
+    tokio::time::timeout(Duration::from_secs(2), fetch)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A probe homed on one member: a session through that member first.
+async fn probe(run: &RunId, brokers: &[String], home: usize) -> anyhow::Result<Session> {
+    let rotated = (0..brokers.len())
+        .map(|k| brokers[(home + k) % brokers.len()].clone())
+        .collect();
+    let agent = Agent::connect(AgentConfig {
+        agent_id: run.agent("probe", home),
+        brokers: rotated,
+        ..AgentConfig::default()
+    })
+    .await
+    .context("connecting a probe")?;
+    agent.session(5_000).await.context("a probe's session")
+}
+
+/// Try-locks the probe's own lock (fresh request ids each time) until one is granted, at most
+/// `within`; releases it. Returns when the grant arrived.
+async fn first_grant(session: &Session, lock: &str, within: Duration) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + within;
+    loop {
+        match session.try_lock(lock.to_string()).await {
+            Ok(guard) => {
+                let granted = Instant::now();
+                let _ = guard.release().await;
+                return Ok(granted);
+            }
+            Err(error) if Instant::now() > deadline => {
+                bail!("no grant within {} s: {error}", within.as_secs())
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// Runs the scenario.
+pub async fn run(
+    common: &Common,
+    run: &RunId,
+    size: usize,
+    kills: usize,
+    kill_every: Duration,
+    agents: usize,
+    locks: usize,
+) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        size >= 3,
+        "--members must be at least 3 (a majority must survive)"
+    );
+    anyhow::ensure!(
+        locks >= 1 && agents >= 1,
+        "--agents and --locks must be at least 1"
+    );
+    let mut cluster = Cluster::start(run, size).await?;
+    let brokers = cluster.brokers();
+    let mut probes = Vec::new();
+    for home in 0..size {
+        probes.push(probe(run, &brokers, home).await?);
+    }
+    let (members, connect_errors) = swarm::connect_agents(
+        &brokers,
+        run,
+        agents,
+        common.session_ttl_ms,
+        common.connect_concurrency,
+    )
+    .await?;
+    let resources: Vec<Resource> = (0..members.len())
+        .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
+        .collect();
+    // The traffic runs through every kill and a little after the last one.
+    let mut traffic_common = common.clone();
+    traffic_common.duration_s = (kill_every.as_secs() + 2) * kills as u64 + 2;
+    let traffic = tokio::spawn(async move {
+        cycles::measure_with_grants(
+            &traffic_common,
+            members.into_iter().zip(resources).collect(),
+            1,
+        )
+        .await
+    });
+
+    let probe_lock = run.resource("probe");
+    let mut gaps_us = Vec::new();
+    for _ in 0..kills {
+        tokio::time::sleep(kill_every).await;
+        let leader = cluster.leader(Duration::from_secs(30)).await?;
+        let killed_at = Instant::now();
+        cluster.members[leader].kill();
+        let home = (leader + 1) % size;
+        let granted = first_grant(&probes[home], &probe_lock, Duration::from_secs(30)).await?;
+        gaps_us.push(micros(granted - killed_at));
+        cluster.members[leader].spawn()?;
+        cluster.wait_up(leader, Duration::from_secs(30)).await?;
+    }
+    let (mut report, grants) = traffic.await.context("the traffic task")?;
+    report.errors.merge(connect_errors);
+
+    let mut granted: Vec<Instant> = grants.iter().map(|grant| grant.granted_at).collect();
+    granted.sort();
+    let longest_no_grant_us = granted
+        .windows(2)
+        .map(|pair| micros(pair[1] - pair[0]))
+        .max()
+        .unwrap_or(0);
+    let gaps = Latency::from_micros(&gaps_us);
+    report.failover = Some(FailoverFigures {
+        members: size,
+        gap_ms: gaps_us.iter().map(|us| *us as f64 / 1_000.0).collect(),
+        gap_ms_median: gaps.p50_ms,
+        gap_ms_max: gaps.max_ms,
+        longest_no_grant_ms: longest_no_grant_us as f64 / 1_000.0,
+    });
+    // The probes' SDKs would otherwise keep dialling the members being stopped.
+    drop(probes);
+    drop(cluster);
+    Ok(report)
+}
