@@ -82,7 +82,8 @@ enum Scenario {
         limit: u32,
     },
     /// A holder's keepalives stop abruptly while a waiter is queued: the time from the
-    /// holder's last keepalive to the waiter's grant, for each TTL.
+    /// holder's last keepalive to the waiter's grant, for each TTL. Bounded by --rounds, and
+    /// each round by ten TTLs (not by --duration-s).
     Reclaim {
         #[command(flatten)]
         common: Common,
