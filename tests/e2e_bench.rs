@@ -97,6 +97,48 @@ async fn bench_uncontended_and_contended_report_json_with_exclusion_checked() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_semaphore_and_reclaim_pass_their_checks() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+
+    let semaphore = bench(
+        &node,
+        &[
+            "semaphore",
+            "--agents",
+            "4",
+            "--limit",
+            "2",
+            "--duration-s",
+            "1",
+            "--hold-ms",
+            "5",
+        ],
+    )
+    .await;
+    assert_eq!(semaphore["scenario"], "semaphore");
+    assert_sane(&semaphore, 4);
+    // No handover figure with several permits (see docs/BENCHMARKS.md).
+    assert_eq!(semaphore["handover"]["count"], 0, "{semaphore}");
+
+    // One round at the smallest TTL: the waiter must get the lock, and never before the
+    // holder's lease could have expired (the exclusion check counts that as two holders).
+    let reclaim = bench(&node, &["reclaim", "--ttl-ms", "500", "--rounds", "1"]).await;
+    assert_eq!(reclaim["scenario"], "reclaim");
+    assert_eq!(reclaim["cycles"], 1, "{reclaim}");
+    assert_eq!(reclaim["errors"]["total"], 0, "{reclaim}");
+    assert_eq!(reclaim["mutual_exclusion"]["ok"], true, "{reclaim}");
+    assert_eq!(reclaim["mutual_exclusion"]["grants_checked"], 2);
+    let round = &reclaim["reclaim"][0];
+    assert_eq!(round["ttl_ms"], 500);
+    let reclaim_ms = round["reclaim_ms"][0].as_f64().expect("one round's figure");
+    assert!(
+        reclaim_ms >= 500.0,
+        "granted before the TTL ran out: {reclaim}"
+    );
+}
+
 /// `bench failover` starts its own three-member cluster, kills the leader once and reports the
 /// gap; the traffic's grants pass the exclusion check. No figure is asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

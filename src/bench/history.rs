@@ -124,11 +124,10 @@ pub fn check_exclusion(grants: &[Grant], capacity: usize) -> Exclusion {
     result
 }
 
-/// Handover latencies, µs: for each grant to an agent that was already waiting when some
-/// holder of the same resource started its release, the time from the latest such release
-/// start to the grant. For a lock that is the previous holder's release; for a semaphore, the
-/// release that most plausibly freed the permit. Grants of an idle resource are not handovers
-/// and are left out.
+/// Handover latencies of locks, µs: for each grant to an agent that was already waiting when
+/// the previous holder started its release, the time from that release start to the grant
+/// (the latest release start before a lock's grant is its previous holder's). Grants of an
+/// idle lock are not handovers and are left out.
 pub fn handovers_us(grants: &[Grant]) -> Vec<u64> {
     let mut latencies = Vec::new();
     for list in per_resource(grants).values() {

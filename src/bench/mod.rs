@@ -31,6 +31,7 @@ mod swarm;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hivekeeper_agent::Resource;
+use serde_json::Value;
 
 use report::Report;
 
@@ -75,7 +76,8 @@ enum Scenario {
         limit: u32,
     },
     /// A holder's keepalives stop abruptly while a waiter is queued: the time from the
-    /// holder's last keepalive to the waiter's grant, for each TTL.
+    /// holder's last keepalive to the waiter's grant, for each TTL. Bounded by --rounds, and
+    /// each round by ten TTLs (not by --duration-s).
     Reclaim {
         #[command(flatten)]
         common: Common,
@@ -183,114 +185,106 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 async fn scenario(scenario: Scenario) -> anyhow::Result<(Report, bool)> {
     let run = swarm::RunId::new();
-    Ok(match scenario {
-        Scenario::Uncontended { common, agents } => {
-            let resources = (0..agents)
-                .map(|i| Resource::lock(run.resource(&format!("lock-{i}"))))
-                .collect();
-            let mut report = cycles::run(&common, &run, agents, resources, 1).await?;
-            report.scenario = "uncontended".into();
-            report.parameters.insert("agents".into(), agents.into());
-            (with_common(report, &common), common.json)
-        }
-        Scenario::Contended {
-            common,
-            agents,
-            locks,
-        } => {
-            anyhow::ensure!(locks >= 1, "--locks must be at least 1");
-            let resources = (0..agents)
-                .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
-                .collect();
-            let mut report = cycles::run(&common, &run, agents, resources, 1).await?;
-            report.scenario = "contended".into();
-            report.parameters.insert("agents".into(), agents.into());
-            report.parameters.insert("locks".into(), locks.into());
-            (with_common(report, &common), common.json)
-        }
-        Scenario::Semaphore {
-            common,
-            agents,
-            limit,
-        } => {
-            anyhow::ensure!(limit >= 1, "--limit must be at least 1");
-            let name = run.resource("sem");
-            let resources = (0..agents)
-                .map(|_| Resource::Semaphore {
-                    name: name.clone(),
-                    limit,
-                    permits: 1,
-                })
-                .collect();
-            let mut report = cycles::run(&common, &run, agents, resources, limit as usize).await?;
-            report.scenario = "semaphore".into();
-            report.parameters.insert("agents".into(), agents.into());
-            report.parameters.insert("limit".into(), limit.into());
-            (with_common(report, &common), common.json)
-        }
-        Scenario::Reclaim {
-            common,
-            ttl_ms,
-            rounds,
-        } => {
-            let mut report = reclaim::run(&common, &run, &ttl_ms, rounds).await?;
-            report.scenario = "reclaim".into();
-            report.parameters.insert("rounds".into(), rounds.into());
-            (with_common(report, &common), common.json)
-        }
-        Scenario::Scale {
-            common,
-            idle_agents,
-            agents,
-            locks,
-            node_pid,
-        } => {
-            anyhow::ensure!(locks >= 1, "--locks must be at least 1");
-            let mut report =
-                scale::run(&common, &run, idle_agents, agents, locks, node_pid).await?;
-            report.scenario = "scale".into();
-            report.parameters.insert("agents".into(), agents.into());
-            report.parameters.insert("locks".into(), locks.into());
-            report
-                .parameters
-                .insert("idle_agents".into(), idle_agents.into());
-            (with_common(report, &common), common.json)
-        }
-        Scenario::Failover {
-            common,
-            members,
-            kills,
-            kill_every_s,
-            agents,
-            locks,
-        } => {
-            let mut report = failover::run(
-                &common,
-                &run,
-                members,
-                kills,
-                std::time::Duration::from_secs(kill_every_s),
+    let (report, common, name, parameters): (Report, Common, &str, Vec<(&str, Value)>) =
+        match scenario {
+            Scenario::Uncontended { common, agents } => {
+                let resources = (0..agents)
+                    .map(|i| Resource::lock(run.resource(&format!("lock-{i}"))))
+                    .collect();
+                let report = cycles::run(&common, &run, agents, resources, 1).await?;
+                (
+                    report,
+                    common,
+                    "uncontended",
+                    vec![("agents", agents.into())],
+                )
+            }
+            Scenario::Contended {
+                common,
                 agents,
                 locks,
-            )
-            .await?;
-            report.scenario = "failover".into();
-            let parameters = &mut report.parameters;
-            parameters.insert("members".into(), members.into());
-            parameters.insert("kills".into(), kills.into());
-            parameters.insert("agents".into(), agents.into());
-            parameters.insert("locks".into(), locks.into());
-            let mut report = with_common(report, &common);
-            // The traffic ran through its own cluster, for as long as the kills took.
-            report
-                .parameters
-                .insert("brokers".into(), "its own cluster".into());
-            report
-                .parameters
-                .insert("duration_s".into(), report.elapsed_s.round().into());
-            (report, common.json)
-        }
-    })
+            } => {
+                anyhow::ensure!(locks >= 1, "--locks must be at least 1");
+                let resources = (0..agents)
+                    .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
+                    .collect();
+                let report = cycles::run(&common, &run, agents, resources, 1).await?;
+                let parameters = vec![("agents", agents.into()), ("locks", locks.into())];
+                (report, common, "contended", parameters)
+            }
+            Scenario::Semaphore {
+                common,
+                agents,
+                limit,
+            } => {
+                anyhow::ensure!(limit >= 1, "--limit must be at least 1");
+                let name = run.resource("sem");
+                let resources = (0..agents)
+                    .map(|_| Resource::Semaphore {
+                        name: name.clone(),
+                        limit,
+                        permits: 1,
+                    })
+                    .collect();
+                let capacity = limit as usize;
+                let report = cycles::run(&common, &run, agents, resources, capacity).await?;
+                let parameters = vec![("agents", agents.into()), ("limit", limit.into())];
+                (report, common, "semaphore", parameters)
+            }
+            Scenario::Reclaim {
+                common,
+                ttl_ms,
+                rounds,
+            } => {
+                let report = reclaim::run(&common, &run, &ttl_ms, rounds).await?;
+                (report, common, "reclaim", vec![("rounds", rounds.into())])
+            }
+            Scenario::Scale {
+                common,
+                idle_agents,
+                agents,
+                locks,
+                node_pid,
+            } => {
+                anyhow::ensure!(locks >= 1, "--locks must be at least 1");
+                let report =
+                    scale::run(&common, &run, idle_agents, agents, locks, node_pid).await?;
+                let parameters = vec![
+                    ("agents", agents.into()),
+                    ("locks", locks.into()),
+                    ("idle_agents", idle_agents.into()),
+                ];
+                (report, common, "scale", parameters)
+            }
+            Scenario::Failover {
+                common,
+                members,
+                kills,
+                kill_every_s,
+                agents,
+                locks,
+            } => {
+                let kill_every = std::time::Duration::from_secs(kill_every_s);
+                let report =
+                    failover::run(&common, &run, members, kills, kill_every, agents, locks).await?;
+                let parameters = vec![
+                    ("members", members.into()),
+                    ("kills", kills.into()),
+                    ("agents", agents.into()),
+                    ("locks", locks.into()),
+                    // The traffic ran through its own cluster, for as long as the kills took.
+                    ("brokers", "its own cluster".into()),
+                    ("duration_s", report.elapsed_s.round().into()),
+                ];
+                (report, common, "failover", parameters)
+            }
+        };
+    let mut report = with_common(report, &common);
+    report.scenario = name.into();
+    for (key, value) in parameters {
+        report.parameters.insert(key.into(), value);
+    }
+    Ok((report, common.json))
 }
 
 /// Records the common parameters in the report.
