@@ -14,9 +14,10 @@ use super::error::RaftError;
 pub struct RaftConfig {
     /// How often a leader sends heartbeats.
     pub heartbeat_interval_ms: u64,
-    /// Shortest silence after which a follower starts an election.
+    /// Shortest silence from the leader after which a follower starts an election (see
+    /// [`RaftConfig::openraft_election_timeouts_ms`] for how openraft 0.9 is set to honour it).
     pub election_timeout_ms_min: u64,
-    /// Longest such silence (each election picks at random in between, to avoid split votes).
+    /// Longest such silence (each follower picks at random in between, to avoid split votes).
     pub election_timeout_ms_max: u64,
     /// Build a snapshot every this many applied entries; 0 never builds one on its own (an
     /// operator or a test triggers it).
@@ -54,6 +55,14 @@ impl RaftConfig {
                 self.election_timeout_ms_min, self.heartbeat_interval_ms
             ));
         }
+        if self.election_timeout_ms_max < 2 * self.heartbeat_interval_ms + 4 {
+            return Err(format!(
+                "election_timeout_ms_max ({}) must be at least two heartbeat intervals plus 4 ms \
+                 ({}): openraft waits a leader lease of half of it before its own timeout",
+                self.election_timeout_ms_max,
+                2 * self.heartbeat_interval_ms + 4
+            ));
+        }
         if self.election_timeout_ms_min >= self.election_timeout_ms_max {
             return Err(format!(
                 "election_timeout_ms_min ({}) must be below election_timeout_ms_max ({})",
@@ -69,6 +78,28 @@ impl RaftConfig {
         Ok(())
     }
 
+    /// openraft's own `(election_timeout_min, election_timeout_max)` for our election window.
+    ///
+    /// openraft 0.9 does not start an election after its election timeout of silence: a
+    /// follower that knows a leader first waits out that leader's lease, which openraft sets
+    /// to its `election_timeout_max`, then its random election timeout, so it elects after
+    /// `E_max + random(E_min, E_max)` of silence (`RaftCore::handle_tick_election`). Passing
+    /// 150–300 ms through unchanged meant 450–600 ms of silence, and measured failovers of
+    /// 500–680 ms. So openraft gets `E_max = max / 2` and `E_min = min − E_max` (at least one
+    /// heartbeat interval plus 1 ms, which openraft requires): the silence before an election is
+    /// then between `max(min, E_max + heartbeat + 1)` and `max` — 201–300 ms with the defaults.
+    /// The lease still keeps a follower from voting for a candidate while it heard from a live
+    /// leader within `E_max`; a candidate's own wait is always longer than that.
+    pub fn openraft_election_timeouts_ms(&self) -> (u64, u64) {
+        let high = (self.election_timeout_ms_max / 2).max(self.heartbeat_interval_ms + 2);
+        let low = self
+            .election_timeout_ms_min
+            .saturating_sub(high)
+            .max(self.heartbeat_interval_ms + 1)
+            .min(high - 1);
+        (low, high)
+    }
+
     /// The openraft configuration for these settings.
     pub(crate) fn to_openraft(&self) -> Result<openraft::Config, RaftError> {
         self.validate().map_err(RaftError::Config)?;
@@ -76,11 +107,12 @@ impl RaftConfig {
             0 => openraft::SnapshotPolicy::Never,
             entries => openraft::SnapshotPolicy::LogsSinceLast(entries),
         };
+        let (election_timeout_min, election_timeout_max) = self.openraft_election_timeouts_ms();
         let config = openraft::Config {
             cluster_name: "hivekeeper".into(),
             heartbeat_interval: self.heartbeat_interval_ms,
-            election_timeout_min: self.election_timeout_ms_min,
-            election_timeout_max: self.election_timeout_ms_max,
+            election_timeout_min,
+            election_timeout_max,
             install_snapshot_timeout: self.snapshot_install_timeout_ms,
             max_payload_entries: self.replication_entries_max,
             // A follower further behind than this gets a snapshot; openraft wants it above the
@@ -116,14 +148,43 @@ mod tests {
             .to_openraft()
             .expect("defaults are valid");
         assert_eq!(config.heartbeat_interval, 50);
+        // openraft waits its lease (its maximum) plus a random timeout: 150 + [51, 150] ms of
+        // silence, inside our 150-300 ms window.
         assert_eq!(
             (config.election_timeout_min, config.election_timeout_max),
-            (150, 300)
+            (51, 150)
         );
         assert_eq!(
             config.snapshot_policy,
             openraft::SnapshotPolicy::LogsSinceLast(10_000)
         );
+    }
+
+    /// openraft elects after `E_max + random(E_min, E_max)` of silence: that span must stay
+    /// inside the configured window, and openraft's own rules must hold.
+    #[test]
+    fn openraft_elects_inside_the_configured_window() {
+        for (heartbeat, min, max) in [
+            (50, 150, 300),
+            (10, 40, 80),
+            (100, 400, 1_000),
+            (20, 60, 61),
+        ] {
+            let config = RaftConfig {
+                heartbeat_interval_ms: heartbeat,
+                election_timeout_ms_min: min,
+                election_timeout_ms_max: max,
+                ..RaftConfig::DEFAULTS
+            };
+            config.validate().expect("a valid window");
+            let (low, high) = config.openraft_election_timeouts_ms();
+            assert!(
+                heartbeat < low && low < high,
+                "{heartbeat} {min} {max}: {low} {high}"
+            );
+            assert!(high + high <= max, "{min} {max}: {low} {high}");
+            config.to_openraft().expect("openraft accepts it");
+        }
     }
 
     #[test]
