@@ -369,6 +369,21 @@ async fn member_add_and_remove_through_the_cli() {
         answer["token"].as_u64().is_some(),
         "acquire through n4: {answer}"
     );
+    // The admin reads work through a follower too (forwarded to the leader).
+    let n4_broker = format!("127.0.0.1:{}", n4.mqtt_port());
+    let inspect = run_cli(&[
+        "inspect", "lock", "n4-lock", "--json", "--broker", &n4_broker,
+    ])
+    .await
+    .json();
+    assert_eq!(inspect["holders"][0]["agent"], "via-n4", "{inspect}");
+    let leases = run_cli(&["leases", "--json", "--broker", &n4_broker])
+        .await
+        .json();
+    assert!(
+        leases.to_string().contains("via-n4"),
+        "leases through n4: {leases}"
+    );
 
     // Remove a follower that is not n4.
     let leader = cluster.leader(10).await;
