@@ -139,5 +139,9 @@ async fn export_counters(transport: Transport) {
         metrics::counter!("hivekeeper_mqtt_messages_out_total")
             .absolute(mqtt.outbound_published_total);
         metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
+        if let Some(clients) = transport.connected_clients() {
+            #[allow(clippy::cast_precision_loss)] // far below 2^53 connections
+            metrics::gauge!("hivekeeper_mqtt_clients_connected").set(clients as f64);
+        }
     }
 }

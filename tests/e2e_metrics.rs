@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Node, Raw, code, eventually, metric, metric_sum, metrics_text, within};
+use common::{Node, Raw, code, eventually, metric, metric_sum, metrics_text, wait_metric, within};
 use serde_json::json;
 
 /// One series the test reads: metric name, the labels it must carry, and how much the
@@ -387,6 +387,14 @@ async fn a_queued_request_is_a_waiter_until_its_answer() {
     let metrics_port = node.metrics_port;
     let mut holder = Raw::connect(port, "drone-h").await;
     let mut waiter = Raw::connect(port, "drone-w").await;
+    // Two MQTT clients on the embedded broker (counted from the kernel's socket table).
+    wait_metric(
+        metrics_port,
+        "hivekeeper_mqtt_clients_connected",
+        10,
+        |clients| clients == 2.0,
+    )
+    .await;
     let lease_h = holder.grant("g", 60_000).await;
     let lease_w = waiter.grant("g", 60_000).await;
     let held = holder

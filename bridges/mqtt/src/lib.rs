@@ -45,6 +45,7 @@
 
 pub mod bridge;
 pub mod config;
+mod connections;
 mod embedded;
 mod error;
 mod external;

@@ -323,6 +323,17 @@ impl Transport {
         &self.inner.listeners
     }
 
+    /// MQTT clients connected to the embedded broker now (established TCP connections on its
+    /// listeners, from the kernel: rumqttd reports none); `None` with an external broker, or
+    /// where the kernel's socket table cannot be read.
+    pub fn connected_clients(&self) -> Option<u64> {
+        let ports: Vec<u16> = self.listeners().iter().map(|l| l.addr.port()).collect();
+        if ports.is_empty() {
+            return None;
+        }
+        crate::connections::established_on(&ports)
+    }
+
     /// A snapshot of the transport's counters.
     pub fn stats(&self) -> Stats {
         self.inner.counters.snapshot()
