@@ -246,7 +246,12 @@ impl Node {
             .as_ref()
             .map_or(config.node_id, ClusterConfig::node_id);
         let faults = NetworkFaults::default();
-        let network = TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone());
+        let network = TcpNetwork::new(
+            node_id,
+            CLUSTER_NAME,
+            faults.clone(),
+            Duration::from_millis(config.raft.heartbeat_interval_ms),
+        );
         // Bound before the data file opens, so a taken port fails fast and names the port.
         let peer_listener = match &config.cluster {
             Some(cluster) => {

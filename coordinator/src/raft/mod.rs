@@ -158,6 +158,7 @@ pub async fn open(
         node_id,
         "hivekeeper",
         crate::transport::NetworkFaults::default(),
+        Duration::from_millis(config.heartbeat_interval_ms),
     );
     open_with_network(data_dir, node_id, config, network).await
 }

@@ -24,10 +24,11 @@ use crate::raft::NodeId;
 
 /// How long dialling and the hello may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
-/// Backoff between failed dials: from 10 ms, doubling, at most 500 ms (about two elections:
-/// a restarted peer is found again quickly, a dead one costs a dial twice a second).
+/// Backoff between failed dials: from 10 ms, doubling, at most 100 ms (two heartbeats): a
+/// restarted peer is found again before its election timeout runs out (see
+/// `TcpNetwork::new`), and a dead one costs at most about ten refused dials a second per pool.
 const REDIAL_MIN: Duration = Duration::from_millis(10);
-const REDIAL_MAX: Duration = Duration::from_millis(500);
+const REDIAL_MAX: Duration = Duration::from_millis(100);
 
 /// Who this node is, for the hello of every connection it dials.
 #[derive(Debug, Clone)]
