@@ -5,11 +5,10 @@
 //! Both therefore run the same assembly, in the same order.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hivekeeper_coordinator::node::{Node, NodeConfig, NodeError};
-use hivekeeper_mqtt::bridge::{self, BridgeStats};
+use hivekeeper_mqtt::bridge;
 use hivekeeper_mqtt::{MqttError, Transport};
 use tokio::task::JoinHandle;
 
@@ -76,13 +75,11 @@ impl Service {
                 return Err(ServiceError::Mqtt(error));
             }
         };
-        let stats = Arc::new(BridgeStats::default());
         let bridge = tokio::spawn(bridge::run(
             transport.clone(),
             inbound,
             node.handle(),
             outbound,
-            stats.clone(),
         ));
         let exporter = tokio::spawn(export_counters(transport.clone()));
         Ok(Service {
@@ -122,11 +119,12 @@ impl Service {
 /// atomics of its own). Everything else is updated where it happens: requests in the bridge,
 /// leases and resources in the node's fan-out, Raft in the node's Raft exporter.
 ///
-/// The bridge's `BridgeStats` used to be copied here too, as `hivekeeper_bridge_*_total`: each
-/// of those facts already had a name (`hivekeeper_mqtt_bad_requests_total`,
-/// `hivekeeper_mqtt_bad_topics_total`, `hivekeeper_requests_total{code="unavailable"}`, the
-/// sum of `hivekeeper_requests_total` for the submitted ones), or now has one where it happens
-/// (`hivekeeper_mqtt_publish_failed_total`): one name per fact.
+/// The bridge used to keep a `BridgeStats` of its own, copied here as
+/// `hivekeeper_bridge_*_total`: each of those facts already had a name
+/// (`hivekeeper_mqtt_bad_requests_total`, `hivekeeper_mqtt_bad_topics_total`,
+/// `hivekeeper_requests_total{code="unavailable"}`, the sum of `hivekeeper_requests_total` for
+/// the submitted ones), or now has one where it happens (`hivekeeper_mqtt_publish_failed_total`):
+/// one name per fact, and the struct is gone.
 async fn export_counters(transport: Transport) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {

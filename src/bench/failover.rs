@@ -101,7 +101,12 @@ impl Drop for Cluster {
         for member in &mut self.members {
             member.kill();
         }
-        let _ = std::fs::remove_dir_all(&self.root);
+        if let Err(error) = std::fs::remove_dir_all(&self.root) {
+            eprintln!(
+                "hivekeeper bench: could not remove {}: {error}",
+                self.root.display()
+            );
+        }
     }
 }
 
@@ -111,7 +116,8 @@ fn free_port() -> anyhow::Result<u16> {
 
 impl Cluster {
     async fn start(run: &RunId, size: usize) -> anyhow::Result<Cluster> {
-        let root = std::env::temp_dir().join(format!("hivekeeper-bench-{}", run.resource("c")));
+        // One path segment (a resource name has a `/`, which made the parent outlive the run).
+        let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let mut peers = Vec::new();
         for i in 1..=size {

@@ -33,7 +33,6 @@
 //! publisher before the task that submitted it sees `Queued`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,21 +44,6 @@ use metrics::{counter, describe_counter, describe_histogram, gauge, histogram};
 use tokio::sync::mpsc;
 
 use crate::{Inbound, Transport};
-
-/// What the bridge counted, for metrics and tests.
-#[derive(Debug, Default)]
-pub struct BridgeStats {
-    /// Messages on a topic that names no valid agent (dropped).
-    pub bad_topics: AtomicU64,
-    /// Requests answered with a decode error (`bad_request`, `unknown_op`, `too_large`).
-    pub bad_requests: AtomicU64,
-    /// Requests handed to the node.
-    pub submitted: AtomicU64,
-    /// Answers the node could not give (`unavailable`).
-    pub unavailable: AtomicU64,
-    /// Publishes the transport refused (its queue full or closed).
-    pub publish_failed: AtomicU64,
-}
 
 /// Final answers to decoded requests, by `op` and `code` (counter).
 pub const REQUESTS_TOTAL: &str = "hivekeeper_requests_total";
@@ -162,14 +146,13 @@ pub async fn run(
     mut inbound: mpsc::Receiver<Inbound>,
     node: NodeHandle,
     mut outbound: mpsc::UnboundedReceiver<Outbound>,
-    stats: Arc<BridgeStats>,
 ) {
     // Exported from the start, so a dashboard shows 0 rather than "no data" for a counter that
     // should never move.
     counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
     let pending: PendingMap = Arc::default();
     let publisher = {
-        let (transport, stats, pending) = (transport.clone(), stats.clone(), pending.clone());
+        let (transport, pending) = (transport.clone(), pending.clone());
         tokio::spawn(async move {
             while let Some(message) = outbound.recv().await {
                 let (topic, payload) = match message {
@@ -198,7 +181,7 @@ pub async fn run(
                         (transport.topics().event(&agent), event.encode())
                     }
                 };
-                publish(&transport, &stats, topic, payload);
+                publish(&transport, topic, payload);
             }
         })
     };
@@ -207,7 +190,6 @@ pub async fn run(
         let agent = match transport.topics().parse_request_topic(&topic) {
             Ok(agent) => agent.to_string(),
             Err(error) => {
-                stats.bad_topics.fetch_add(1, Ordering::Relaxed);
                 counter!(MQTT_BAD_TOPICS_TOTAL).increment(1);
                 tracing::debug!(%topic, %error, "message on a topic that names no agent: dropped");
                 continue;
@@ -216,14 +198,12 @@ pub async fn run(
         let request = match Request::decode(&payload) {
             Ok(request) => request,
             Err(error) => {
-                stats.bad_requests.fetch_add(1, Ordering::Relaxed);
                 counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
                 let topic = transport.topics().response(&agent);
-                publish(&transport, &stats, topic, error.to_response().encode());
+                publish(&transport, topic, error.to_response().encode());
                 continue;
             }
         };
-        stats.submitted.fetch_add(1, Ordering::Relaxed);
         let id = request.id.clone();
         let wait_ms = request.op.wait_ms();
         let op = request.op.name();
@@ -244,7 +224,7 @@ pub async fn run(
         // their arrival (an acquire and the release published right after it: the release was
         // applied first and answered `not_holder`). See `NodeHandle::submit_ordered`.
         let reply = node.submit_ordered(&agent, request);
-        let (transport, node, stats) = (transport.clone(), node.clone(), stats.clone());
+        let (transport, node) = (transport.clone(), node.clone());
         let asked = Asked {
             agent,
             id,
@@ -255,7 +235,7 @@ pub async fn run(
             pending: pending.clone(),
         };
         tokio::spawn(async move {
-            answer(&transport, &node, &stats, asked, reply).await;
+            answer(&transport, &node, asked, reply).await;
         });
     }
     publisher.abort();
@@ -284,7 +264,6 @@ struct Asked {
 async fn answer(
     transport: &Transport,
     node: &NodeHandle,
-    stats: &BridgeStats,
     asked: Asked,
     reply: impl std::future::Future<Output = Result<Reply, NodeError>>,
 ) {
@@ -330,10 +309,7 @@ async fn answer(
                 return;
             }
         },
-        Err(error) => {
-            stats.unavailable.fetch_add(1, Ordering::Relaxed);
-            Response::error(Some(id.clone()), ErrorCode::Unavailable, error.to_string())
-        }
+        Err(error) => Response::error(Some(id.clone()), ErrorCode::Unavailable, error.to_string()),
     };
     // Answered now: no deferred answer will come for it, so its pending entry goes, unless
     // that entry is an earlier send of the same id that is queued (this resend was answered at
@@ -345,12 +321,11 @@ async fn answer(
         }
     }
     count_answer(op, started, &response);
-    publish(transport, stats, topic, response.encode());
+    publish(transport, topic, response.encode());
 }
 
-fn publish(transport: &Transport, stats: &BridgeStats, topic: String, payload: Vec<u8>) {
+fn publish(transport: &Transport, topic: String, payload: Vec<u8>) {
     if let Err(error) = transport.publish(topic, payload) {
-        stats.publish_failed.fetch_add(1, Ordering::Relaxed);
         counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(1);
         tracing::warn!(%error, "response or event not published; the agent will retry");
     }
