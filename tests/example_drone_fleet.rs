@@ -30,6 +30,7 @@ async fn a_small_fleet_with_one_crash_has_no_violation_and_reclaims_the_pad() {
         // Long enough that a stalled debug build on a busy machine keeps its sessions live,
         // short enough that the crashed lease expires within a few seconds.
         ttl_ms: 3_000,
+        keepalive_every_ms: 1_000,
         crashes: 1,
         duration_s: 60,
     };

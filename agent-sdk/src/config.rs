@@ -92,6 +92,11 @@ pub struct AgentConfig {
     /// the local monotonic clock. The margin covers clock-rate drift between agent and service
     /// and the time the application needs to stop using what it holds.
     pub keepalive_margin_ms: u64,
+    /// How often a session sends a lease keepalive, ms; absent: every third of its TTL. A
+    /// session whose TTL is not more than twice this is refused (one lost keepalive must not
+    /// cost the lease).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive_every_ms: Option<u64>,
     /// MQTT keepalive (PINGREQ interval), seconds. A silent broker is detected after about 1.5×
     /// this and the agent fails over.
     pub mqtt_keepalive_s: u64,
@@ -112,6 +117,7 @@ impl Default for AgentConfig {
             backoff_first_ms: DEFAULTS.backoff_first_ms,
             backoff_cap_ms: DEFAULTS.backoff_cap_ms,
             keepalive_margin_ms: DEFAULTS.keepalive_margin_ms,
+            keepalive_every_ms: None,
             mqtt_keepalive_s: DEFAULTS.mqtt_keepalive_s,
             connect_timeout_s: DEFAULTS.connect_timeout_s,
         }
@@ -166,6 +172,9 @@ impl AgentConfig {
                 "backoff_first_ms ({}) must be in [1, backoff_cap_ms = {}]",
                 self.backoff_first_ms, self.backoff_cap_ms
             ));
+        }
+        if self.keepalive_every_ms == Some(0) {
+            return fail("keepalive_every_ms must be positive (or absent: TTL / 3)".into());
         }
         if self.keepalive_margin_ms == 0 {
             return fail("keepalive_margin_ms must be positive".into());
@@ -298,6 +307,10 @@ mod tests {
             ("wait_resend_ms", Box::new(|c| c.wait_resend_ms = 1)),
             ("backoff_first_ms", Box::new(|c| c.backoff_first_ms = 0)),
             ("backoff_first_ms", Box::new(|c| c.backoff_cap_ms = 1)),
+            (
+                "keepalive_every_ms",
+                Box::new(|c| c.keepalive_every_ms = Some(0)),
+            ),
             (
                 "keepalive_margin_ms",
                 Box::new(|c| c.keepalive_margin_ms = 0),

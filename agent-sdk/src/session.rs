@@ -27,7 +27,7 @@
 //! [`Session::lost`], and resume only if [`Session::state`] is `Live` again. `Expired` and
 //! `Revoked` are final.
 //!
-//! Keepalives go out every TTL/3 from the grant's send time, each under a fresh request id
+//! Keepalives go out every TTL/3 (or `keepalive_every_ms`) from the grant's send time, each under a fresh request id
 //! and each on its own small task, so a slow one never delays the next. A keepalive is worth
 //! retrying only while its send time can still move the deadline, so each gives up after
 //! `TTL − margin`.
@@ -160,6 +160,14 @@ impl Session {
                  or the session would be in jeopardy before its second keepalive"
             )));
         }
+        if let Some(every_ms) = agent.config().keepalive_every_ms
+            && ttl_ms <= 2 * every_ms
+        {
+            return Err(AgentError::Config(format!(
+                "ttl_ms ({ttl_ms}) must be more than twice keepalive_every_ms ({every_ms}): one \
+                 lost keepalive must not cost the lease"
+            )));
+        }
         // Taken before the first send: the lease cannot have been created earlier, so a
         // deadline counted from here is on the safe side even if a retry was the one answered.
         let sent = Instant::now();
@@ -170,6 +178,13 @@ impl Session {
         })?;
         let ttl = Duration::from_millis(granted.ttl_ms.unwrap_or(ttl_ms));
         let margin = Duration::from_millis(margin_ms).min(ttl / 2);
+        // The service may grant another TTL than asked: the period follows the granted one.
+        let period = agent
+            .config()
+            .keepalive_every_ms
+            .map_or(ttl / 3, |every_ms| {
+                Duration::from_millis(every_ms).min(ttl / 2)
+            });
         let (state_tx, state_rx) = watch::channel(SessionState::Live);
         let (control_tx, control_rx) = mpsc::channel(CONTROL_CAPACITY);
         let keeper = Keeper {
@@ -177,6 +192,7 @@ impl Session {
             lease: lease.clone(),
             ttl,
             margin,
+            period,
             deadline: sent + ttl - margin,
             state: state_tx,
             control: control_rx,
@@ -381,6 +397,8 @@ struct Keeper {
     lease: String,
     ttl: Duration,
     margin: Duration,
+    /// How often a keepalive goes out (`keepalive_every_ms`, or TTL/3).
+    period: Duration,
     /// Send time of the last acknowledged keepalive (or of the grant) + TTL − margin.
     deadline: Instant,
     state: watch::Sender<SessionState>,
@@ -401,7 +419,7 @@ enum Keepalive {
 
 impl Keeper {
     async fn run(mut self, granted_sent: Instant) {
-        let period = self.ttl / 3;
+        let period = self.period;
         let mut ticks = tokio::time::interval_at(granted_sent + period, period);
         // After a stall, one keepalive now and the cadence from there, not a burst.
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -14,6 +14,42 @@ use hivekeeper_agent::protocol::Event;
 use hivekeeper_agent::{Agent, AgentError, SessionState};
 use tokio::time::Instant;
 
+/// `keepalive_every_ms` sets the cadence (200 ms here, where TTL/3 would be 600 ms), and a
+/// TTL not more than twice it is refused before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_keepalive_interval_sets_the_cadence() {
+    let (port, fake) = broker_with_fake().await;
+    let mut config = agent_config("d9", &[port]);
+    config.keepalive_every_ms = Some(200);
+    let agent = within(10, "connect", Agent::connect(config))
+        .await
+        .expect("connect");
+    match agent.session(400).await {
+        Err(AgentError::Config(message)) => {
+            assert!(message.contains("keepalive_every_ms"), "{message}");
+        }
+        other => panic!("a 400 ms TTL with 200 ms keepalives: {other:?}"),
+    }
+    assert!(fake.received_op("lease.grant").is_empty());
+    let _session = within(10, "session", agent.session(1_800))
+        .await
+        .expect("session");
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let keepalives = fake.received_op("lease.keepalive");
+    // 2.1 s / 200 ms = 10 ticks (TTL/3 would give 3); wide bounds for a busy machine.
+    assert!(
+        (6..=13).contains(&keepalives.len()),
+        "{} keepalives in 2.1 s",
+        keepalives.len()
+    );
+    let gaps: Vec<Duration> = keepalives.windows(2).map(|w| w[1].at - w[0].at).collect();
+    let mean = gaps.iter().sum::<Duration>() / gaps.len() as u32;
+    assert!(
+        mean >= Duration::from_millis(120) && mean <= Duration::from_millis(350),
+        "mean gap {mean:?}, expected about 200 ms: {gaps:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalives_go_out_about_every_third_of_the_ttl() {
     let (port, fake) = broker_with_fake().await;

@@ -73,6 +73,8 @@ pub struct FleetConfig {
     pub gateway_permits: u32,
     /// TTL of every session.
     pub ttl_ms: u64,
+    /// How often every session keeps its lease alive (the 1.5 s for a 5 s TTL).
+    pub keepalive_every_ms: u64,
     /// Drones that crash mid-landing (`--chaos`); 0 for a calm run.
     pub crashes: usize,
     /// Every loop stops at this bound even if its count is not reached.
@@ -92,6 +94,7 @@ impl Default for FleetConfig {
             reconfigurations_each: 3,
             gateway_permits: 8,
             ttl_ms: 5_000,
+            keepalive_every_ms: 1_500,
             crashes: 0,
             duration_s: 45,
         }
@@ -459,6 +462,7 @@ async fn connect(shared: &Shared, i: usize) -> anyhow::Result<Session> {
     let agent = Agent::connect(AgentConfig {
         agent_id: id.clone(),
         brokers: shared.config.brokers.clone(),
+        keepalive_every_ms: Some(shared.config.keepalive_every_ms),
         ..AgentConfig::default()
     })
     .await
@@ -656,6 +660,7 @@ async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
     let agent = Agent::connect(AgentConfig {
         agent_id: id.clone(),
         brokers: shared.config.brokers.clone(),
+        keepalive_every_ms: Some(shared.config.keepalive_every_ms),
         ..AgentConfig::default()
     })
     .await?;
