@@ -259,7 +259,10 @@ impl Report {
             ));
             rows.push((
                 "longest with no grant".into(),
-                format!("{:.0} ms", failover.longest_no_grant_ms),
+                format!(
+                    "{:.0} ms, beginning {}",
+                    failover.longest_no_grant_ms, failover.longest_no_grant_began
+                ),
             ));
         }
         for (what, value) in rows {
