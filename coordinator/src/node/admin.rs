@@ -26,15 +26,13 @@ const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);
 /// This node's status from openraft's metrics. openraft 0.9's metrics have no commit index,
 /// so it is passed in (see `RaftHandle::committed_index`).
 pub(super) fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>) -> NodeStatus {
-    let membership = metrics.membership_config.membership();
-    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
-    let members = membership
-        .nodes()
-        .map(|(id, node)| MemberInfo {
-            id: *id,
-            name: node.name.clone(),
-            addr: node.addr.clone(),
-            voter: voters.contains(id),
+    let members = crate::raft::members_of(metrics)
+        .into_iter()
+        .map(|info| MemberInfo {
+            id: info.id,
+            name: info.member.name,
+            addr: info.member.addr,
+            voter: info.voter,
         })
         .collect();
     let replication = metrics.replication.as_ref().map(|replication| {

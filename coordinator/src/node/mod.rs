@@ -685,13 +685,7 @@ async fn configure_when_leading(handle: NodeHandle, limits: Limits) {
     loop {
         let (leads, term) = {
             let m = metrics.borrow_and_update();
-            let own_term_applied = m
-                .last_applied
-                .is_some_and(|id| id.leader_id.term == m.current_term);
-            (
-                m.current_leader == Some(me) && own_term_applied,
-                m.current_term,
-            )
+            (raft::is_ready_leader(&m, me), m.current_term)
         };
         if leads && configured_term != Some(term) {
             configured_term = Some(term);

@@ -117,11 +117,7 @@ impl Actor for Supervisor {
             loop {
                 let (ready, term) = {
                     let m = metrics.borrow_and_update();
-                    let leads = m.current_leader == Some(me);
-                    let own_term_applied = m
-                        .last_applied
-                        .is_some_and(|id| id.leader_id.term == m.current_term);
-                    (leads && own_term_applied, m.current_term)
+                    (crate::raft::is_ready_leader(&m, me), m.current_term)
                 };
                 if ready != was_ready {
                     was_ready = ready;

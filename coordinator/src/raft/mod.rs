@@ -204,6 +204,30 @@ pub async fn open_with_network(
     Ok((handle, applied))
 }
 
+/// The members `metrics` record: id, name and address, and whether each votes.
+pub fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
+    let membership = metrics.membership_config.membership();
+    let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, member)| MemberInfo {
+            id: *id,
+            member: member.clone(),
+            voter: voters.contains(id),
+        })
+        .collect()
+}
+
+/// Whether node `me` is a ready leader: it leads and has applied an entry of its own term, so
+/// everything committed before its term is in its state machine. Only a ready leader keeps
+/// lease deadlines and configures limits.
+pub fn is_ready_leader(metrics: &RaftMetrics, me: NodeId) -> bool {
+    metrics.current_leader == Some(me)
+        && metrics
+            .last_applied
+            .is_some_and(|id| id.leader_id.term == metrics.current_term)
+}
+
 /// One member as the membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemberInfo {
@@ -301,18 +325,7 @@ impl RaftHandle {
     /// The members as this node knows them: id, name and address, and whether each votes
     /// (a learner being caught up does not).
     pub fn members(&self) -> Vec<MemberInfo> {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        let membership = metrics.membership_config.membership();
-        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
-        membership
-            .nodes()
-            .map(|(id, member)| MemberInfo {
-                id: *id,
-                member: member.clone(),
-                voter: voters.contains(id),
-            })
-            .collect()
+        members_of(&self.raft.metrics().borrow())
     }
 
     /// Adds a member: first as a learner, returning once it has caught up with the log (or a
