@@ -9,6 +9,12 @@
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 pub mod cluster;
+// One killable proxy for both test suites (the SDK's tests cannot reach this crate's).
+#[path = "../../agent-sdk/tests/common/proxy.rs"]
+mod proxy;
+
+#[allow(unused_imports)] // Each test binary uses a different part of this module.
+pub use proxy::Proxy;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};
@@ -22,7 +28,7 @@ use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Session};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -424,57 +430,6 @@ impl Drop for Mosquitto {
             let log = self.log.tail(20);
             let _ = std::panic::catch_unwind(|| eprintln!("--- mosquitto log ---\n{log}"));
         }
-    }
-}
-
-/// A TCP proxy in front of a broker. Killing it closes every proxied connection and the
-/// listening socket, which is what an agent sees when its network dies.
-pub struct Proxy {
-    /// Where agents connect.
-    pub port: u16,
-    task: JoinHandle<()>,
-}
-
-impl Proxy {
-    /// Proxies 127.0.0.1:(new port) to 127.0.0.1:`upstream`.
-    pub async fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the proxy");
-        let port = listener
-            .local_addr()
-            .expect("a bound socket has an address")
-            .port();
-        let task = tokio::spawn(async move {
-            // Dropped with the task: aborts every connection and closes its sockets.
-            let mut connections = JoinSet::new();
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    continue;
-                };
-                while connections.try_join_next().is_some() {}
-                connections.spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                        return;
-                    };
-                    let _ = inbound.set_nodelay(true);
-                    let _ = outbound.set_nodelay(true);
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                });
-            }
-        });
-        Proxy { port, task }
-    }
-
-    /// Closes the listener and every connection.
-    pub fn kill(&self) {
-        self.task.abort();
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

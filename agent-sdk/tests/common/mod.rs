@@ -13,6 +13,11 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+mod proxy;
+
+#[allow(unused_imports)] // Each test binary uses a different part of this module.
+pub use proxy::Proxy;
+
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,9 +28,7 @@ use hivekeeper_agent::AgentConfig;
 use hivekeeper_agent::protocol::{ErrorCode, Event, Op, Request, Response, Success};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 /// Fails the test if `future` takes longer than `secs`: every wait in these tests is bounded.
@@ -114,52 +117,6 @@ pub fn agent_config(agent_id: &str, ports: &[u16]) -> AgentConfig {
         mqtt_keepalive_s: 2,
         connect_timeout_s: 2,
         ..AgentConfig::default()
-    }
-}
-
-/// A TCP proxy in front of a broker. Killing it closes every proxied connection and the
-/// listening socket, which is what an agent sees when a node dies.
-pub struct Proxy {
-    /// Where agents connect.
-    pub port: u16,
-    /// Owns the listener and, through a `JoinSet`, every connection.
-    task: JoinHandle<()>,
-}
-
-impl Proxy {
-    /// Proxies 127.0.0.1:(new port) to 127.0.0.1:`upstream`.
-    pub async fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the proxy");
-        let port = listener
-            .local_addr()
-            .expect("a bound socket has an address")
-            .port();
-        let task = tokio::spawn(async move {
-            let mut connections = JoinSet::new();
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    continue;
-                };
-                while connections.try_join_next().is_some() {}
-                connections.spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                        return;
-                    };
-                    let _ = inbound.set_nodelay(true);
-                    let _ = outbound.set_nodelay(true);
-                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                });
-            }
-        });
-        Proxy { port, task }
-    }
-
-    /// Closes the listener and every connection (dropping the task drops the `JoinSet`, which
-    /// aborts the connection tasks and closes their sockets).
-    pub fn kill(&self) {
-        self.task.abort();
     }
 }
 
