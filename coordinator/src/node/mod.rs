@@ -246,12 +246,7 @@ impl Node {
             .as_ref()
             .map_or(config.node_id, ClusterConfig::node_id);
         let faults = NetworkFaults::default();
-        let network = TcpNetwork::new(
-            node_id,
-            CLUSTER_NAME,
-            faults.clone(),
-            Duration::from_millis(config.raft.heartbeat_interval_ms),
-        );
+        let network = TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone(), &config.raft);
         // Bound before the data file opens, so a taken port fails fast and names the port.
         let peer_listener = match &config.cluster {
             Some(cluster) => {
@@ -330,6 +325,7 @@ impl Node {
                 node_id,
                 CLUSTER_NAME.to_string(),
                 raft.raft().clone(),
+                network.election_clock(),
                 handle.clone(),
                 faults.clone(),
             ))

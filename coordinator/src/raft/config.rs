@@ -124,6 +124,8 @@ impl RaftConfig {
             // Snapshot chunks of 1 MiB: a chunk never holds a heartbeat back for long, and
             // stays far under the transport's frame bound.
             snapshot_max_chunk_size: 1 << 20,
+            // Followers campaign on Hivekeeper's timer (`election.rs`), not on openraft's tick.
+            enable_elect: false,
             ..openraft::Config::default()
         };
         config

@@ -51,6 +51,7 @@
 
 mod config;
 mod database;
+mod election;
 mod error;
 mod log_store;
 mod network;
@@ -67,6 +68,7 @@ use openraft::error::{CheckIsLeaderError, InitializeError};
 
 pub use config::RaftConfig;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
+pub use election::ElectionClock;
 pub use error::{RaftError, StoreError};
 pub use log_store::{LogStatus, LogStore};
 pub use network::{TcpNetwork, TcpPeer};
@@ -158,7 +160,7 @@ pub async fn open(
         node_id,
         "hivekeeper",
         crate::transport::NetworkFaults::default(),
-        Duration::from_millis(config.heartbeat_interval_ms),
+        config,
     );
     open_with_network(data_dir, node_id, config, network).await
 }
@@ -171,6 +173,7 @@ pub async fn open_with_network(
     network: TcpNetwork,
 ) -> Result<(RaftHandle, AppliedReceiver), RaftError> {
     let openraft_config = Arc::new(config.to_openraft()?);
+    let election = network.election_clock();
     let storage = Storage::open(data_dir, node_id).await?;
     let Storage {
         log_store,
@@ -193,6 +196,7 @@ pub async fn open_with_network(
             return Err(error.into());
         }
     };
+    tokio::spawn(election::drive(raft.clone(), node_id, election));
     let handle = RaftHandle {
         raft,
         node_id,

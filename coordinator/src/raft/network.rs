@@ -8,6 +8,7 @@
 //! kinds: a peer that cannot be dialled is `Unreachable` (openraft backs off), anything else on
 //! the way is a `NetworkError` (it retries), and the peer's own refusal is a `RemoteError`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
@@ -20,6 +21,8 @@ use openraft::raft::{
 };
 use openraft::{RaftNetwork, RaftNetworkFactory};
 
+use super::RaftConfig;
+use super::election::{ElectionClock, ElectionTiming};
 use super::types::{Node, NodeId, TypeConfig};
 use crate::transport::client::Dialler;
 use crate::transport::{
@@ -34,12 +37,13 @@ pub struct TcpNetwork {
     raft_pool: PeerPool,
     /// How soon openraft tries an unreachable peer again.
     retry_unreachable: Duration,
+    /// The election timer's view of votes refused (see `election.rs`).
+    election: Arc<ElectionClock>,
 }
 
 impl TcpNetwork {
     /// The network of node `me` in cluster `cluster`, with `faults` (none in production).
-    /// openraft tries an unreachable peer again every `retry_unreachable` (give it the
-    /// heartbeat interval).
+    /// openraft tries an unreachable peer again every heartbeat interval of `config`.
     ///
     /// Why not openraft's default of 500 ms: a member restarted after a crash still holds the
     /// committed vote of its old term; if the leader's next message takes longer than the
@@ -51,8 +55,9 @@ impl TcpNetwork {
         me: NodeId,
         cluster: impl Into<String>,
         faults: NetworkFaults,
-        retry_unreachable: Duration,
+        config: &RaftConfig,
     ) -> TcpNetwork {
+        let retry_unreachable = Duration::from_millis(config.heartbeat_interval_ms);
         let dialler = Dialler {
             me,
             cluster: cluster.into(),
@@ -62,7 +67,14 @@ impl TcpNetwork {
             raft_pool: PeerPool::new(dialler.clone()),
             dialler,
             retry_unreachable,
+            election: ElectionClock::new(ElectionTiming::of(config)),
         }
+    }
+
+    /// The election timer's clock: the peer server tells it when a leader was heard, the
+    /// election driver reads it.
+    pub fn election_clock(&self) -> Arc<ElectionClock> {
+        self.election.clone()
     }
 
     /// A separate pool of clients for forwarded requests (never sharing a connection with
@@ -76,6 +88,7 @@ impl TcpNetwork {
 pub struct TcpPeer {
     client: PeerClient,
     retry_unreachable: Duration,
+    election: Arc<ElectionClock>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -85,6 +98,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
         TcpPeer {
             client: self.raft_pool.client(target, &node.addr),
             retry_unreachable: self.retry_unreachable,
+            election: self.election.clone(),
         }
     }
 }
@@ -165,10 +179,19 @@ impl RaftNetwork<TypeConfig> for TcpPeer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        let ours = rpc.last_log_id;
         match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await? {
-            PeerResponse::Vote(result) => result.map_err(|error| {
-                RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
-            }),
+            PeerResponse::Vote(result) => {
+                if let Ok(answer) = &result
+                    && !answer.vote_granted
+                {
+                    self.election
+                        .refused_by_longer_log(ours, answer.last_log_id);
+                }
+                result.map_err(|error| {
+                    RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
+                })
+            }
             other => Err(self.unexpected("vote", &other)),
         }
     }

@@ -6,16 +6,18 @@
 //! heartbeat behind it, and answers go back through one writer in completion order.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
 use hivekeeper_protocol::Request;
+use openraft::raft::AppendEntriesResponse;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
-use crate::raft::{NodeId, Raft};
+use crate::raft::{ElectionClock, NodeId, Raft};
 use crate::state_machine::{Command, Reply};
 
 /// What the node layer does with requests forwarded by followers. Errors are strings: they
@@ -35,13 +37,14 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Reply, String>> + Send;
 }
 
-/// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft`, forwarded
-/// requests to `handler`.
+/// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft` (and what
+/// they say about the leader's liveness to `election`), forwarded requests to `handler`.
 pub async fn serve<H: ForwardHandler>(
     listener: TcpListener,
     me: NodeId,
     cluster: String,
     raft: Raft,
+    election: Arc<ElectionClock>,
     handler: H,
     faults: NetworkFaults,
 ) {
@@ -60,6 +63,7 @@ pub async fn serve<H: ForwardHandler>(
             me,
             cluster: cluster.clone(),
             raft: raft.clone(),
+            election: election.clone(),
             handler: handler.clone(),
             faults: faults.clone(),
         };
@@ -71,6 +75,7 @@ struct PeerConnection<H> {
     me: NodeId,
     cluster: String,
     raft: Raft,
+    election: Arc<ElectionClock>,
     handler: H,
     faults: NetworkFaults,
 }
@@ -101,10 +106,14 @@ impl<H: ForwardHandler> PeerConnection<H> {
                     break;
                 }
             };
-            let (raft, handler, answers) =
-                (self.raft.clone(), self.handler.clone(), answers.clone());
+            let (raft, election, handler, answers) = (
+                self.raft.clone(),
+                self.election.clone(),
+                self.handler.clone(),
+                answers.clone(),
+            );
             tokio::spawn(async move {
-                let body = answer(&raft, &handler, envelope.body).await;
+                let body = answer(&raft, &election, &handler, envelope.body).await;
                 match wire::encode(&Envelope {
                     id: envelope.id,
                     body,
@@ -159,14 +168,40 @@ impl<H: ForwardHandler> PeerConnection<H> {
     }
 }
 
-async fn answer<H: ForwardHandler>(raft: &Raft, handler: &H, request: PeerRequest) -> PeerResponse {
+async fn answer<H: ForwardHandler>(
+    raft: &Raft,
+    election: &ElectionClock,
+    handler: &H,
+    request: PeerRequest,
+) -> PeerResponse {
     match request {
         PeerRequest::AppendEntries(rpc) => {
-            PeerResponse::AppendEntries(raft.append_entries(rpc).await)
+            let result = raft.append_entries(rpc).await;
+            // Any answer but "my vote is higher" means we follow the sender: a live leader.
+            if result
+                .as_ref()
+                .is_ok_and(|answer| !matches!(answer, AppendEntriesResponse::HigherVote(_)))
+            {
+                election.heard();
+            }
+            PeerResponse::AppendEntries(result)
         }
-        PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+        PeerRequest::Vote(rpc) => {
+            let result = raft.vote(rpc).await;
+            // Granting a vote gives that candidate a full timeout to win (Raft §5.2).
+            if result.as_ref().is_ok_and(|answer| answer.vote_granted) {
+                election.heard();
+            }
+            PeerResponse::Vote(result)
+        }
         PeerRequest::InstallSnapshot(rpc) => {
-            PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
+            let leader = rpc.vote;
+            let result = raft.install_snapshot(rpc).await;
+            // The answer carries our vote: not above the sender's means we follow it.
+            if result.as_ref().is_ok_and(|answer| answer.vote <= leader) {
+                election.heard();
+            }
+            PeerResponse::InstallSnapshot(result)
         }
         PeerRequest::Propose(commands) => PeerResponse::Replies(handler.propose(commands).await),
         PeerRequest::Submit { agent, request } => PeerResponse::Replies(

@@ -1,0 +1,416 @@
+//! When a follower starts an election: Hivekeeper's own election timer, in place of openraft's.
+//!
+//! ```text
+//!  peer server: AppendEntries / InstallSnapshot accepted, vote granted ─▶ ElectionClock::heard()
+//!  TcpPeer::vote: refused by a voter whose log is longer than ours ────▶ ElectionClock::behind()
+//!                                                                              │
+//!  election driver task: sleeps until `due` ◀──────────────────────────────────┘
+//!    due = heard + (retrying its own election ? 0 : lease) + jitter (+ smaller-log backoff
+//!          while behind); a sole voter elects itself at once
+//!    at `due`, still not leading and a voter ─▶ raft.trigger().elect()  (openraft votes)
+//! ```
+//!
+//! openraft 0.9.25 decides *that* a node is elected; this module decides only *when* a follower
+//! asks. Its own timer (`RaftCore::handle_tick_election`) cost failovers of about 600 ms, about
+//! one in ten, measured by `hivekeeper bench failover` with openraft's election logs:
+//! 1. **A sticky smaller-log flag.** A candidate refused by a voter with a longer log waits an
+//!    extra `2 × election_timeout_max` before its next election, and the flag is cleared only
+//!    when that node next campaigns. A member that lost one election that way kept the flag
+//!    through later terms, so when it was the member that should have won the next failover,
+//!    it waited 300 ms more (a 597 ms gap, traced). Upstream fixed this after 0.9.25
+//!    (databendlabs/openraft#2087: "apply smaller-log election backoff only while still
+//!    behind"); here the backoff holds only while this node's log is below the longer one.
+//! 2. **A random timeout drawn once per process.** Two followers whose timeouts happen to be
+//!    close split their votes at every failover they share. Here the jitter is drawn afresh
+//!    whenever the node hears from a leader, as in the Raft paper.
+//! 3. **Checks only on openraft's tick** (every 1.5 heartbeat intervals, 75 ms by default),
+//!    which added up to 75 ms to every election. Here the driver sleeps until the exact time.
+//!
+//! The lease stays openraft's: a voter refuses a candidate while it heard from a live leader
+//! within openraft's `election_timeout_max` (`Engine::handle_vote_req`), and a follower that
+//! knows a leader waits that lease out before its jitter, so the silence before an election is
+//! the configured window (201–300 ms by default; [`super::RaftConfig::openraft_election_timeouts_ms`]).
+//! Safety does not depend on any of this: openraft counts the votes.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::types::{LogId, NodeId, Raft};
+
+/// What the election timer knows, shared by the peer server, the network and the driver.
+#[derive(Debug)]
+pub struct ElectionClock {
+    /// The timing the driver applies.
+    timing: ElectionTiming,
+    state: Mutex<ClockState>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ClockState {
+    /// The last time this node heard from a leader it follows, granted a vote, campaigned, was
+    /// deposed, or started.
+    heard: Instant,
+    /// This silence period's random part of the timeout, drawn when `heard` moved.
+    jitter: Duration,
+    /// The longest log a voter refused us with, if it is longer than ours was.
+    greater_log: Option<LogId>,
+    /// Whether this node campaigned since it last heard from a leader.
+    campaigned: bool,
+}
+
+/// The durations the election timer works with, from openraft's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElectionTiming {
+    /// How long a follower that knows a leader waits before its jitter: openraft's leader
+    /// lease, during which the other voters refuse any candidate.
+    pub lease: Duration,
+    /// The jitter's range (openraft's `election_timeout_min..election_timeout_max`).
+    pub jitter_min: Duration,
+    pub jitter_max: Duration,
+    /// Added while this node's log is below one a voter refused it with, so the member with
+    /// the longer log (the one that can win) campaigns first.
+    pub smaller_log_backoff: Duration,
+}
+
+impl ElectionTiming {
+    /// The timing openraft's own timer would use with the openraft configuration made from
+    /// `config` (its lease is its `election_timeout_max`, its smaller-log backoff twice that).
+    pub fn of(config: &super::RaftConfig) -> ElectionTiming {
+        let (low_ms, high_ms) = config.openraft_election_timeouts_ms();
+        ElectionTiming {
+            lease: Duration::from_millis(high_ms),
+            jitter_min: Duration::from_millis(low_ms),
+            jitter_max: Duration::from_millis(high_ms),
+            smaller_log_backoff: Duration::from_millis(2 * high_ms),
+        }
+    }
+
+    fn draw_jitter(&self) -> Duration {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let (low, high) = (micros(self.jitter_min), micros(self.jitter_max));
+        Duration::from_micros(fastrand::u64(low..=high.max(low)))
+    }
+}
+
+/// What the driver reads of the node's Raft state to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Whether this node leads.
+    pub leading: bool,
+    /// Whether it votes in the current membership.
+    pub voter: bool,
+    /// Whether it is the only voter: it elects itself at once, as openraft's timer does.
+    pub sole_voter: bool,
+    /// The index of its last log entry.
+    pub last_log_index: Option<u64>,
+}
+
+impl ElectionClock {
+    /// A clock that starts counting silence now.
+    pub fn new(timing: ElectionTiming) -> Arc<ElectionClock> {
+        Arc::new(ElectionClock {
+            timing,
+            state: Mutex::new(ClockState {
+                heard: Instant::now(),
+                jitter: timing.draw_jitter(),
+                greater_log: None,
+                campaigned: false,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This node heard from a leader it accepts, granted a vote, or started an election: the
+    /// silence starts again, with a fresh jitter.
+    pub fn heard(&self) {
+        let jitter = self.timing.draw_jitter();
+        let mut state = self.lock();
+        state.heard = Instant::now();
+        state.jitter = jitter;
+        state.campaigned = false;
+    }
+
+    /// A voter refused our vote request and reported `theirs` as its last log id, longer than
+    /// `ours` (the one our request carried).
+    pub fn refused_by_longer_log(&self, ours: Option<LogId>, theirs: Option<LogId>) {
+        if theirs <= ours {
+            return;
+        }
+        let mut state = self.lock();
+        if theirs > state.greater_log {
+            state.greater_log = theirs;
+        }
+    }
+
+    /// When this node should campaign, given its standing; `None` while it leads or does not
+    /// vote.
+    pub fn due(&self, standing: Standing) -> Option<Instant> {
+        let state = *self.lock();
+        election_due(&self.timing, &state_view(state), standing)
+    }
+
+    /// The node campaigns now: the silence starts again and the smaller-log backoff is spent
+    /// (openraft's own timer clears it at every election too).
+    fn campaigned(&self) {
+        self.heard();
+        let mut state = self.lock();
+        state.greater_log = None;
+        state.campaigned = true;
+    }
+}
+
+/// The parts of the clock [`election_due`] needs (a plain value, for tests).
+#[derive(Debug, Clone, Copy)]
+struct ClockView {
+    heard: Instant,
+    jitter: Duration,
+    greater_log_index: Option<u64>,
+    campaigned: bool,
+}
+
+fn state_view(state: ClockState) -> ClockView {
+    ClockView {
+        heard: state.heard,
+        jitter: state.jitter,
+        greater_log_index: state.greater_log.map(|id| id.index),
+        campaigned: state.campaigned,
+    }
+}
+
+/// When a node in `standing` with `clock` should start an election.
+///
+/// Behind is judged by index only (a log id also orders by term): it only times the backoff,
+/// never a vote, and after a leader change the node catches up from the new leader anyway.
+fn election_due(timing: &ElectionTiming, clock: &ClockView, standing: Standing) -> Option<Instant> {
+    if standing.leading || !standing.voter {
+        return None;
+    }
+    if standing.sole_voter && !clock.campaigned {
+        // Nobody else can lead (a restarted single node): no silence to wait for. Once it has
+        // campaigned, an election still in flight gets its jitter before the next one.
+        return Some(clock.heard);
+    }
+    let mut wait = clock.jitter;
+    // Only a node retrying its own failed election skips the lease: the other voters' leases
+    // ran out before it first campaigned. After hearing from a leader, after a restart and
+    // after being deposed (someone with a higher term is alive), it waits the lease out first,
+    // or it would campaign while a live leader is about to reach it and depose that leader.
+    if !clock.campaigned {
+        wait += timing.lease;
+    }
+    let behind = clock
+        .greater_log_index
+        .is_some_and(|longer| standing.last_log_index < Some(longer));
+    if behind {
+        wait += timing.smaller_log_backoff;
+    }
+    Some(clock.heard + wait)
+}
+
+/// How long the driver waits before looking again while it leads or does not vote.
+const IDLE_RECHECK: Duration = Duration::from_millis(20);
+
+/// Runs the election timer of node `me` until openraft shuts down. openraft's own timer must
+/// be off (`enable_elect: false` in its configuration).
+pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
+    let mut metrics = raft.metrics();
+    let mut was_leading = false;
+    let mut seen_vote = None;
+    loop {
+        let (standing, vote) = {
+            let m = metrics.borrow_and_update();
+            if m.state == openraft::ServerState::Shutdown {
+                return;
+            }
+            let membership = m.membership_config.membership();
+            let voters: Vec<NodeId> = membership.voter_ids().collect();
+            let standing = Standing {
+                leading: m.current_leader == Some(me) || m.state == openraft::ServerState::Leader,
+                voter: voters.contains(&me),
+                sole_voter: voters == [me],
+                last_log_index: m.last_log_index,
+            };
+            (standing, m.vote)
+        };
+        // Deposed, or another node's candidacy or leadership showed up in our vote: someone
+        // else is alive and campaigning or leading; give it a full timeout. (Watching the vote
+        // as well catches a leadership too short for the metrics to show.)
+        let vote_moved_elsewhere =
+            seen_vote.is_some_and(|seen| seen != vote) && vote.leader_id.node_id != me;
+        if (was_leading && !standing.leading) || vote_moved_elsewhere {
+            clock.heard();
+        }
+        was_leading = standing.leading;
+        seen_vote = Some(vote);
+        match clock.due(standing) {
+            None => {
+                // Leading or learning: look again when something changes, or soon.
+                if tokio::time::timeout(IDLE_RECHECK, metrics.changed())
+                    .await
+                    .is_ok_and(|changed| changed.is_err())
+                {
+                    return;
+                }
+            }
+            Some(due) if Instant::now() >= due => {
+                // The state may have moved since it was read (a vote granted a moment ago):
+                // decide again on the fresh one rather than depose a leader just elected.
+                if metrics.has_changed().unwrap_or(false) {
+                    continue;
+                }
+                clock.campaigned();
+                tracing::info!(
+                    node = me,
+                    "no leader heard within the election timeout: campaigning"
+                );
+                if raft.trigger().elect().await.is_err() {
+                    return;
+                }
+            }
+            Some(due) => tokio::time::sleep_until(due).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> ElectionTiming {
+        ElectionTiming {
+            lease: Duration::from_millis(150),
+            jitter_min: Duration::from_millis(51),
+            jitter_max: Duration::from_millis(150),
+            smaller_log_backoff: Duration::from_millis(300),
+        }
+    }
+
+    fn follower(last_log_index: u64) -> Standing {
+        Standing {
+            leading: false,
+            voter: true,
+            sole_voter: false,
+            last_log_index: Some(last_log_index),
+        }
+    }
+
+    #[test]
+    fn a_follower_waits_the_lease_then_its_jitter() {
+        let heard = Instant::now();
+        let clock = ClockView {
+            heard,
+            jitter: Duration::from_millis(80),
+            greater_log_index: None,
+            campaigned: false,
+        };
+        assert_eq!(
+            election_due(&timing(), &clock, follower(10)),
+            Some(heard + Duration::from_millis(230))
+        );
+        // A candidate whose own election failed: the leases ran out before it campaigned.
+        let retrying = ClockView {
+            campaigned: true,
+            ..clock
+        };
+        assert_eq!(
+            election_due(&timing(), &retrying, follower(10)),
+            Some(heard + Duration::from_millis(80))
+        );
+    }
+
+    #[test]
+    fn the_smaller_log_backoff_holds_only_while_behind() {
+        let heard = Instant::now();
+        let clock = ClockView {
+            heard,
+            jitter: Duration::from_millis(80),
+            greater_log_index: Some(20),
+            campaigned: false,
+        };
+        assert_eq!(
+            election_due(&timing(), &clock, follower(19)),
+            Some(heard + Duration::from_millis(530))
+        );
+        // Caught up (the stale flag that cost 300 ms in openraft 0.9.25): no backoff.
+        assert_eq!(
+            election_due(&timing(), &clock, follower(20)),
+            Some(heard + Duration::from_millis(230))
+        );
+    }
+
+    #[test]
+    fn a_sole_voter_campaigns_at_once_then_waits_its_jitter() {
+        let heard = Instant::now();
+        let mut clock = ClockView {
+            heard,
+            jitter: Duration::from_millis(80),
+            greater_log_index: None,
+            campaigned: false,
+        };
+        let alone = Standing {
+            sole_voter: true,
+            ..follower(3)
+        };
+        assert_eq!(election_due(&timing(), &clock, alone), Some(heard));
+        clock.campaigned = true;
+        assert_eq!(
+            election_due(&timing(), &clock, alone),
+            Some(heard + Duration::from_millis(80))
+        );
+    }
+
+    #[test]
+    fn a_leader_or_a_learner_never_campaigns() {
+        let clock = ClockView {
+            heard: Instant::now(),
+            jitter: Duration::from_millis(80),
+            greater_log_index: None,
+            campaigned: false,
+        };
+        let leader = Standing {
+            leading: true,
+            ..follower(1)
+        };
+        let learner = Standing {
+            voter: false,
+            ..follower(1)
+        };
+        assert_eq!(election_due(&timing(), &clock, leader), None);
+        assert_eq!(election_due(&timing(), &clock, learner), None);
+    }
+
+    #[test]
+    fn jitter_is_drawn_within_its_range_and_afresh() {
+        let timing = timing();
+        let draws: Vec<Duration> = (0..200).map(|_| timing.draw_jitter()).collect();
+        assert!(
+            draws
+                .iter()
+                .all(|jitter| (timing.jitter_min..=timing.jitter_max).contains(jitter))
+        );
+        let distinct: std::collections::BTreeSet<Duration> = draws.into_iter().collect();
+        assert!(
+            distinct.len() > 100,
+            "only {} distinct jitters",
+            distinct.len()
+        );
+    }
+
+    #[test]
+    fn only_a_longer_log_records_a_backoff_and_campaigning_clears_it() {
+        let clock = ElectionClock::new(timing());
+        let id = |index| Some(LogId::new(openraft::CommittedLeaderId::new(1, 7), index));
+        clock.refused_by_longer_log(id(5), id(5));
+        assert_eq!(clock.lock().greater_log, None);
+        clock.refused_by_longer_log(id(5), id(9));
+        clock.refused_by_longer_log(id(5), id(7));
+        assert_eq!(clock.lock().greater_log, id(9));
+        clock.campaigned();
+        assert_eq!(clock.lock().greater_log, None);
+    }
+}
