@@ -185,10 +185,15 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         reason = service.failed() => Some(reason),
     };
     tracing::info!("shutting down");
-    service.shutdown().await?;
-    match ended_by {
-        Some(reason) => bail!("the node failed: {reason}"),
-        None => Ok(()),
+    let stopped = service.shutdown().await;
+    // The failure that ended the node is the news; a failing shutdown after it (a full disk
+    // also fails the final flush) must not hide it.
+    match (ended_by, stopped) {
+        (Some(reason), Ok(())) => bail!("the node failed: {reason}"),
+        (Some(reason), Err(error)) => {
+            bail!("the node failed: {reason} (then stopping it failed too: {error})")
+        }
+        (None, stopped) => Ok(stopped?),
     }
 }
 

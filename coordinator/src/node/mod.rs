@@ -285,6 +285,7 @@ impl Node {
         });
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
         let (failure_tx, failure) = watch::channel(None);
+        tokio::spawn(report_raft_stop(raft.raft().clone(), failure_tx.clone()));
         let (supervisor, supervisor_done) = Actor::spawn(
             Some(format!("node@{node_id}")),
             Supervisor,
@@ -721,5 +722,32 @@ impl ForwardHandler for NodeHandle {
         self.answer_here(&agent, request)
             .await
             .map_err(|error| error.to_string())
+    }
+}
+
+/// Reports Raft stopping on its own as the node's failure. openraft ends its core on a storage
+/// error (a full disk, a failed fsync: the writer accepts nothing after one); before this the
+/// process stayed up, answered nothing and logged an error for every request. Now `serve`
+/// exits non-zero with the reason, so a supervisor or an operator sees it, and in a cluster the
+/// agents fail over to the other members. Raft stopping because we shut it down is not a
+/// failure.
+async fn report_raft_stop(raft: crate::raft::Raft, failure: watch::Sender<Option<String>>) {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(fatal) = &metrics.borrow_and_update().running_state {
+            if !matches!(fatal, openraft::error::Fatal::Stopped) {
+                let reason = format!("Raft stopped: {fatal}");
+                failure.send_if_modified(|current| {
+                    current.is_none() && {
+                        *current = Some(reason);
+                        true
+                    }
+                });
+            }
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
     }
 }
