@@ -19,7 +19,7 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::dedup::Dedup;
+use super::dedup::{Dedup, Slot};
 use super::lease::{Lease, LeaseId};
 use super::{Ctx, Event, NameMap, ReleaseReason, Reply, Text};
 
@@ -142,6 +142,14 @@ pub struct Core {
     pub dedup: Dedup,
 }
 
+/// What one lookup found out about a request's agent.
+pub struct Known {
+    /// The agent's dedup slot, if it has remembered outcomes.
+    pub slot: Option<Slot>,
+    /// The agent's shared name, if the machine knows the agent.
+    pub name: Option<Text>,
+}
+
 /// Holds and waits as the resources record them, gathered for the cross-check against leases.
 #[derive(Debug, Default)]
 pub struct Occupancy {
@@ -190,15 +198,21 @@ impl Core {
     }
 
     /// The outcome to replay for a retried request (`Queued` while it still waits, the
-    /// remembered reply once it completed), and the agent's shared name if it is known.
-    pub fn recall(&self, agent: &str, request_id: &str) -> (Option<Text>, Option<Reply>) {
+    /// remembered reply once it completed), and what is known of the agent: its dedup slot
+    /// (for [`Dedup::record`] of this request) and its shared name.
+    pub fn recall(&self, agent: &str, request_id: &str) -> (Known, Option<Reply>) {
+        let recall = self.dedup.recall(agent, request_id);
+        let mut known = Known {
+            slot: recall.slot,
+            name: recall.agent.cloned(),
+        };
         if let Some((name, waits)) = self.waiting.get_key_value(agent)
             && waits.contains_key(request_id)
         {
-            return (Some(name.clone()), Some(Reply::Queued));
+            known.name = Some(name.clone());
+            return (known, Some(Reply::Queued));
         }
-        let (name, reply) = self.dedup.recall(agent, request_id);
-        (name, reply.cloned())
+        (known, recall.reply.cloned())
     }
 
     /// The resource a pending request waits on.
@@ -370,6 +384,7 @@ impl Core {
 
     fn respond(&mut self, ctx: &mut Ctx, waiter: &Waiter, reply: Reply) {
         self.dedup.record(
+            None,
             &waiter.agent,
             waiter.request_id.clone(),
             reply.clone(),

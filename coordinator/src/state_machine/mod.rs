@@ -516,10 +516,12 @@ impl StateMachine {
         if !request.op.is_write() {
             return self.query(&agent, &request.op);
         }
-        let agent = match self.core.recall(&agent, &request.id) {
+        let (known, agent) = match self.core.recall(&agent, &request.id) {
             (_, Some(reply)) => return reply,
-            (Some(shared), None) => shared,
-            (None, None) => Arc::from(agent),
+            (known, None) => {
+                let shared = known.name.clone().unwrap_or_else(|| Arc::from(agent));
+                (known, shared)
+            }
         };
         let id = request.id;
         let reply = match request.op {
@@ -571,7 +573,9 @@ impl StateMachine {
             }
         };
         if reply != Reply::Queued {
-            self.core.dedup.record(&agent, id, reply.clone(), ctx.index);
+            self.core
+                .dedup
+                .record(known.slot, &agent, id, reply.clone(), ctx.index);
         }
         reply
     }
