@@ -188,7 +188,9 @@ impl Core {
         };
         let id = LeaseId::parse(lease).ok_or_else(not_found)?;
         let record = self.leases.get(&id).ok_or_else(not_found)?;
-        if &*record.agent != agent {
+        // The request's agent is usually the very name the lease shares (both come from the
+        // dedup memory), so the pointer comparison settles it without reading the bytes.
+        if !std::ptr::eq(&*record.agent, agent) && &*record.agent != agent {
             return Err(Reply::refused(
                 ErrorCode::Forbidden,
                 format!("lease {lease} belongs to another agent"),
@@ -326,7 +328,12 @@ impl Core {
             waited_ms: ctx.now_ms.saturating_sub(waiter.since_ms),
             queued: true,
         });
-        self.respond(ctx, &waiter, Reply::Granted { token });
+        self.respond(
+            ctx,
+            &waiter.agent,
+            waiter.request_id,
+            Reply::Granted { token },
+        );
         Hold {
             lease: waiter.lease,
             agent: waiter.agent,
@@ -341,15 +348,16 @@ impl Core {
         &mut self,
         ctx: &mut Ctx,
         key: &ResourceKey,
-        waiter: &Waiter,
+        waiter: Waiter,
         code: ErrorCode,
         message: &str,
     ) {
         if let Some(record) = self.leases.get_mut(&waiter.lease) {
             record.waits.remove(key);
         }
-        self.forget_wait(waiter);
-        self.respond(ctx, waiter, Reply::refused(code, message));
+        self.forget_wait(&waiter);
+        let reply = Reply::refused(code, message);
+        self.respond(ctx, &waiter.agent, waiter.request_id, reply);
     }
 
     /// Records the end of a hold in its lease (if the lease is still there) and in the events.
@@ -382,17 +390,14 @@ impl Core {
         }
     }
 
-    fn respond(&mut self, ctx: &mut Ctx, waiter: &Waiter, reply: Reply) {
-        self.dedup.record(
-            None,
-            &waiter.agent,
-            waiter.request_id.clone(),
-            reply.clone(),
-            ctx.index,
-        );
+    /// Answers a waiting request: remembers the reply for retries and emits it. The request
+    /// id is moved into the event, so answering copies it once (for the dedup memory).
+    fn respond(&mut self, ctx: &mut Ctx, agent: &Text, request_id: String, reply: Reply) {
+        self.dedup
+            .record(None, agent, request_id.clone(), reply.clone(), ctx.index);
         ctx.events.push(Event::Respond {
-            agent: waiter.agent.clone(),
-            request_id: waiter.request_id.clone(),
+            agent: agent.clone(),
+            request_id,
             reply,
         });
     }
