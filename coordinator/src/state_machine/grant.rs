@@ -124,6 +124,80 @@ pub struct Wait {
     pub key: ResourceKey,
 }
 
+/// One agent's pending waits by request id: a vector sorted by id, serialized as the map it
+/// stands for. An agent rarely waits for more than a few things at once, and a handover
+/// empties one agent's index and fills another's on every grant, so a small vector (one
+/// modest allocation, binary search) replaces a B-tree (a node of eleven slots each time).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingWaits(Vec<(String, Wait)>);
+
+impl PendingWaits {
+    fn position(&self, request_id: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|(id, _)| id.as_str().cmp(request_id))
+    }
+
+    /// The wait of `request_id`.
+    pub fn get(&self, request_id: &str) -> Option<&Wait> {
+        self.position(request_id).ok().map(|at| &self.0[at].1)
+    }
+
+    /// Whether `request_id` waits.
+    pub fn contains_key(&self, request_id: &str) -> bool {
+        self.position(request_id).is_ok()
+    }
+
+    /// Records (or replaces) the wait of `request_id`.
+    pub fn insert(&mut self, request_id: String, wait: Wait) {
+        match self.position(&request_id) {
+            Ok(at) => self.0[at].1 = wait,
+            Err(at) => self.0.insert(at, (request_id, wait)),
+        }
+    }
+
+    /// Forgets the wait of `request_id`.
+    pub fn remove(&mut self, request_id: &str) -> Option<Wait> {
+        let at = self.position(request_id).ok()?;
+        Some(self.0.remove(at).1)
+    }
+
+    /// How many requests wait.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none does.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a PendingWaits {
+    type Item = (&'a String, &'a Wait);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, Wait)>,
+        fn(&'a (String, Wait)) -> (&'a String, &'a Wait),
+    >;
+
+    /// In request id order.
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(id, wait)| (id, wait))
+    }
+}
+
+impl Serialize for PendingWaits {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PendingWaits {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let waits = BTreeMap::<String, Wait>::deserialize(deserializer)?;
+        Ok(PendingWaits(waits.into_iter().collect()))
+    }
+}
+
 /// State shared by every resource kind: leases, the token counter, pending waits and the
 /// remembered outcomes of recent requests.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -137,7 +211,7 @@ pub struct Core {
     /// Pending waits by agent, then request id: how a retry or a `CancelWait` finds its queue
     /// slot.
     #[serde(serialize_with = "super::snapshot::sorted")]
-    pub waiting: NameMap<BTreeMap<String, Wait>>,
+    pub waiting: NameMap<PendingWaits>,
     /// Outcomes of recent completed requests, for retries.
     pub dedup: Dedup,
 }
@@ -414,6 +488,11 @@ impl Core {
             if waits.is_empty() {
                 return Err(format!("agent {agent} has an empty pending-wait map"));
             }
+            if !waits.0.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+                return Err(format!(
+                    "agent {agent}'s pending waits are not sorted by id"
+                ));
+            }
             for (request_id, wait) in waits {
                 let Some(lease) = self.leases.get(&wait.lease) else {
                     return Err(format!(
@@ -505,7 +584,7 @@ impl Core {
             }
         }
         let listed_waits: usize = self.leases.values().map(|lease| lease.waits.len()).sum();
-        let indexed_waits: usize = self.waiting.values().map(BTreeMap::len).sum();
+        let indexed_waits: usize = self.waiting.values().map(PendingWaits::len).sum();
         if listed_waits != waits_seen.len() || indexed_waits != waits_seen.len() {
             return Err(format!(
                 "leases list {listed_waits} waits, the index {indexed_waits}, the queues {}",
