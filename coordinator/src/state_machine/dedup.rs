@@ -15,6 +15,8 @@
 //! 1. After every apply, no agent remembers more than `dedup_per_agent_max` outcomes and no more
 //!    than `dedup_agents_max` agents are remembered ([`Dedup::check_bounds`]).
 //! 2. An agent is remembered only with at least one outcome.
+//! 3. `slots` maps exactly the remembered agents to their memo's place, and every outcome's
+//!    fingerprint is its request id's ([`Dedup::check_invariants`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
@@ -206,7 +208,7 @@ impl Dedup {
             .collect();
     }
 
-    /// Invariant 2.
+    /// Invariants 2 and 3.
     pub fn check_invariants(&self) -> Result<(), String> {
         if self.slots.len() != self.memos.len() {
             return Err(format!(
