@@ -15,69 +15,154 @@
 //! 1. After every apply, no agent remembers more than `dedup_per_agent_max` outcomes and no more
 //!    than `dedup_agents_max` agents are remembered ([`Dedup::check_bounds`]).
 //! 2. An agent is remembered only with at least one outcome.
+//! 3. `slots` maps exactly the remembered agents to their memo's place, and every outcome's
+//!    fingerprint is its request id's ([`Dedup::check_invariants`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::BuildHasher;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Limits, NameMap, Reply, Text};
 
 /// The remembered outcomes of every agent.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+///
+/// The memos sit in a vector, found by name through `slots`, so that one request looks its
+/// agent up once: [`Dedup::recall`] returns the agent's [`Slot`] and [`Dedup::record`] writes
+/// through it. Serialized as before, a map from agent name to memo in name order, so the
+/// snapshot bytes do not depend on the order agents arrived in.
+#[derive(Debug, Clone, Default)]
 pub struct Dedup {
-    /// Outcomes by agent. A hash map: every write request looks its agent up here, and the
-    /// snapshot writes it in key order.
-    #[serde(serialize_with = "super::snapshot::sorted")]
-    agents: NameMap<Memo>,
+    /// Where each remembered agent's memo is in `memos`. A hash map: every write request looks
+    /// its agent up here.
+    slots: NameMap<u32>,
+    /// One memo per remembered agent, in no meaningful order (slots are reassigned when agents
+    /// are forgotten, at the end of an entry).
+    memos: Vec<Memo>,
     /// `Limits::dedup_per_agent_max`, cached so that recording trims at once (set by the state
     /// machine whenever the limits are set, and after a restore).
-    #[serde(skip)]
     per_agent_max: usize,
 }
 
+/// Where an agent's memo is. Valid until the end of the entry that returned it: agents are
+/// forgotten (and slots reassigned) only by [`Dedup::enforce`] and [`Dedup::set_limits`],
+/// which run between requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot(u32);
+
 /// One agent's recent outcomes.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 struct Memo {
+    /// The agent's name, shared with every hold, waiter and event of the agent.
+    agent: Text,
     /// Index of the entry that last recorded an outcome for this agent.
     touched_index: u64,
-    /// `(request id, reply)`, oldest first.
-    recent: VecDeque<(String, Reply)>,
+    /// Outcomes, oldest first; never more than `per_agent_max`, so the ring never regrows.
+    recent: VecDeque<Outcome>,
+}
+
+/// One remembered outcome.
+#[derive(Debug, Clone)]
+struct Outcome {
+    /// [`fingerprint`] of `id`: a retry is matched on this first, so looking through an
+    /// agent's outcomes compares integers, and the id strings only when they match.
+    fingerprint: u64,
+    /// The request id.
+    id: String,
+    /// The final reply to it.
+    reply: Reply,
+}
+
+/// A fixed (unseeded) 64-bit hash of a request id. Derived state only: never serialized,
+/// recomputed on restore, and equal fingerprints are always confirmed by comparing the ids.
+fn fingerprint(request_id: &str) -> u64 {
+    foldhash::fast::FixedState::default().hash_one(request_id)
+}
+
+/// What the dedup memory knows about one request.
+pub struct Recall<'a> {
+    /// The agent's memo, if the agent is remembered.
+    pub slot: Option<Slot>,
+    /// The agent's shared name, if remembered (saves an allocation per request).
+    pub agent: Option<&'a Text>,
+    /// The remembered reply to the request id.
+    pub reply: Option<&'a Reply>,
 }
 
 impl Dedup {
-    /// The agent's shared name, if remembered (saves an allocation per request), and the
-    /// remembered reply to `request_id`.
-    pub fn recall(&self, agent: &str, request_id: &str) -> (Option<Text>, Option<&Reply>) {
-        let Some((name, memo)) = self.agents.get_key_value(agent) else {
-            return (None, None);
+    /// Looks the agent up once: its slot and shared name, and the remembered reply to
+    /// `request_id`.
+    pub fn recall(&self, agent: &str, request_id: &str) -> Recall<'_> {
+        let Some(&slot) = self.slots.get(agent) else {
+            return Recall {
+                slot: None,
+                agent: None,
+                reply: None,
+            };
         };
+        let memo = &self.memos[slot as usize];
+        let fingerprint = fingerprint(request_id);
         let reply = memo
             .recent
             .iter()
             .rev()
-            .find(|(id, _)| id == request_id)
-            .map(|(_, reply)| reply);
-        (Some(name.clone()), reply)
+            .find(|outcome| outcome.fingerprint == fingerprint && outcome.id == request_id)
+            .map(|outcome| &outcome.reply);
+        Recall {
+            slot: Some(Slot(slot)),
+            agent: Some(&memo.agent),
+            reply,
+        }
     }
 
     /// Remembers the final reply to a request, forgetting the agent's oldest outcome beyond
-    /// the per-agent bound. The agent bound is enforced at the end of the entry.
-    pub fn record(&mut self, agent: &Text, request_id: String, reply: Reply, index: u64) {
-        let memo = match self.agents.get_mut(agent) {
-            Some(memo) => memo,
-            None => self.agents.entry(agent.clone()).or_default(),
+    /// the per-agent bound. `slot` is the agent's slot from a [`Dedup::recall`] in this entry,
+    /// if it had one. The agent bound is enforced at the end of the entry.
+    pub fn record(
+        &mut self,
+        slot: Option<Slot>,
+        agent: &Text,
+        request_id: String,
+        reply: Reply,
+        index: u64,
+    ) {
+        let slot = match slot.or_else(|| self.slots.get(agent).copied().map(Slot)) {
+            Some(Slot(slot)) => slot as usize,
+            None => {
+                let slot = self.memos.len();
+                self.slots.insert(
+                    agent.clone(),
+                    u32::try_from(slot).expect("dedup_agents_max is a u32"),
+                );
+                self.memos.push(Memo {
+                    agent: agent.clone(),
+                    touched_index: index,
+                    recent: VecDeque::new(),
+                });
+                slot
+            }
         };
+        let memo = &mut self.memos[slot];
+        debug_assert!(
+            Text::ptr_eq(&memo.agent, agent) || memo.agent == *agent,
+            "the slot is the agent's"
+        );
         memo.touched_index = index;
-        memo.recent.push_back((request_id, reply));
-        while memo.recent.len() > self.per_agent_max.max(1) {
+        // Make room first, so the ring's capacity never has to exceed the bound.
+        while memo.recent.len() >= self.per_agent_max.max(1) {
             memo.recent.pop_front();
         }
+        memo.recent.push_back(Outcome {
+            fingerprint: fingerprint(&request_id),
+            id: request_id,
+            reply,
+        });
     }
 
     /// Applies new limits: trims every agent to the per-agent bound, then the agent count.
     pub fn set_limits(&mut self, limits: &Limits) {
         self.per_agent_max = limits.dedup_per_agent_max as usize;
-        for memo in self.agents.values_mut() {
+        for memo in &mut self.memos {
             while memo.recent.len() > self.per_agent_max {
                 memo.recent.pop_front();
             }
@@ -89,44 +174,162 @@ impl Dedup {
     /// nine tenths of the bound remain.
     pub fn enforce(&mut self, limits: &Limits) {
         let agents_max = limits.dedup_agents_max as usize;
-        if self.agents.len() <= agents_max {
+        if self.memos.len() <= agents_max {
             return;
         }
         let keep = agents_max - agents_max / 10;
-        let mut by_age: Vec<(u64, Text)> = self
-            .agents
+        let mut by_age: Vec<(u64, &Text)> = self
+            .memos
             .iter()
-            .map(|(agent, memo)| (memo.touched_index, agent.clone()))
+            .map(|memo| (memo.touched_index, &memo.agent))
             .collect();
         by_age.sort_unstable();
-        for (_, agent) in &by_age[..by_age.len() - keep] {
-            self.agents.remove(agent);
-        }
+        let cutoff = (
+            by_age[by_age.len() - keep].0,
+            by_age[by_age.len() - keep].1.clone(),
+        );
+        // Keeps exactly the `keep` newest by (touched index, name): names are unique, so the
+        // order is total and the cut is the same on every replica.
+        self.memos
+            .retain(|memo| (memo.touched_index, &memo.agent) >= (cutoff.0, &cutoff.1));
+        self.reindex();
     }
 
-    /// Invariant 2.
+    /// Rebuilds `slots` from `memos`.
+    fn reindex(&mut self) {
+        self.slots = self
+            .memos
+            .iter()
+            .enumerate()
+            .map(|(slot, memo)| {
+                let slot = u32::try_from(slot).expect("dedup_agents_max is a u32");
+                (memo.agent.clone(), slot)
+            })
+            .collect();
+    }
+
+    /// Invariants 2 and 3.
     pub fn check_invariants(&self) -> Result<(), String> {
-        match self.agents.iter().find(|(_, memo)| memo.recent.is_empty()) {
-            Some((agent, _)) => Err(format!("dedup remembers {agent} with no outcome")),
-            None => Ok(()),
+        if self.slots.len() != self.memos.len() {
+            return Err(format!(
+                "dedup indexes {} agents but remembers {}",
+                self.slots.len(),
+                self.memos.len()
+            ));
         }
+        for (slot, memo) in self.memos.iter().enumerate() {
+            if self.slots.get(&memo.agent).map(|&slot| slot as usize) != Some(slot) {
+                return Err(format!("dedup's index misplaces {}", memo.agent));
+            }
+            if memo.recent.is_empty() {
+                return Err(format!("dedup remembers {} with no outcome", memo.agent));
+            }
+            if let Some(outcome) = memo
+                .recent
+                .iter()
+                .find(|outcome| outcome.fingerprint != fingerprint(&outcome.id))
+            {
+                return Err(format!(
+                    "dedup's fingerprint of {}/{} is stale",
+                    memo.agent, outcome.id
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Invariant 1.
     pub fn check_bounds(&self, limits: &Limits) -> Result<(), String> {
-        if self.agents.len() > limits.dedup_agents_max as usize {
-            return Err(format!("dedup remembers {} agents", self.agents.len()));
+        if self.memos.len() > limits.dedup_agents_max as usize {
+            return Err(format!("dedup remembers {} agents", self.memos.len()));
         }
-        if let Some((agent, memo)) = self
-            .agents
+        if let Some(memo) = self
+            .memos
             .iter()
-            .find(|(_, memo)| memo.recent.len() > limits.dedup_per_agent_max as usize)
+            .find(|memo| memo.recent.len() > limits.dedup_per_agent_max as usize)
         {
             return Err(format!(
-                "dedup remembers {} outcomes of {agent}",
-                memo.recent.len()
+                "dedup remembers {} outcomes of {}",
+                memo.recent.len(),
+                memo.agent
             ));
         }
         Ok(())
+    }
+}
+
+/// The snapshot form, unchanged from when the memos were a map by name: `{"agents": {name:
+/// {"touched_index": n, "recent": [[id, reply], ...]}}}`, names in order.
+#[derive(Serialize)]
+struct DedupRef<'a> {
+    agents: BTreeMap<&'a Text, MemoRef<'a>>,
+}
+
+#[derive(Serialize)]
+struct MemoRef<'a> {
+    touched_index: u64,
+    recent: Vec<(&'a String, &'a Reply)>,
+}
+
+#[derive(Deserialize)]
+struct DedupOwned {
+    agents: BTreeMap<Text, MemoOwned>,
+}
+
+#[derive(Deserialize)]
+struct MemoOwned {
+    touched_index: u64,
+    recent: VecDeque<(String, Reply)>,
+}
+
+impl Serialize for Dedup {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        DedupRef {
+            agents: self
+                .memos
+                .iter()
+                .map(|memo| {
+                    let recent = memo.recent.iter().map(|o| (&o.id, &o.reply)).collect();
+                    let touched_index = memo.touched_index;
+                    (
+                        &memo.agent,
+                        MemoRef {
+                            touched_index,
+                            recent,
+                        },
+                    )
+                })
+                .collect(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Dedup {
+    /// Reads the snapshot form; the caller sets the limits (`set_limits`) afterwards.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let owned = DedupOwned::deserialize(deserializer)?;
+        let mut dedup = Dedup {
+            memos: owned
+                .agents
+                .into_iter()
+                .map(|(agent, memo)| Memo {
+                    agent,
+                    touched_index: memo.touched_index,
+                    recent: memo
+                        .recent
+                        .into_iter()
+                        .map(|(id, reply)| Outcome {
+                            fingerprint: fingerprint(&id),
+                            id,
+                            reply,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            ..Dedup::default()
+        };
+        dedup.reindex();
+        Ok(dedup)
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::dedup::Dedup;
+use super::dedup::{Dedup, Slot};
 use super::lease::{Lease, LeaseId};
 use super::{Ctx, Event, NameMap, ReleaseReason, Reply, Text};
 
@@ -124,6 +124,80 @@ pub struct Wait {
     pub key: ResourceKey,
 }
 
+/// One agent's pending waits by request id: a vector sorted by id, serialized as the map it
+/// stands for. An agent rarely waits for more than a few things at once, and a handover
+/// empties one agent's index and fills another's on every grant, so a small vector (one
+/// modest allocation, binary search) replaces a B-tree (a node of eleven slots each time).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PendingWaits(Vec<(String, Wait)>);
+
+impl PendingWaits {
+    fn position(&self, request_id: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|(id, _)| id.as_str().cmp(request_id))
+    }
+
+    /// The wait of `request_id`.
+    pub fn get(&self, request_id: &str) -> Option<&Wait> {
+        self.position(request_id).ok().map(|at| &self.0[at].1)
+    }
+
+    /// Whether `request_id` waits.
+    pub fn contains_key(&self, request_id: &str) -> bool {
+        self.position(request_id).is_ok()
+    }
+
+    /// Records (or replaces) the wait of `request_id`.
+    pub fn insert(&mut self, request_id: String, wait: Wait) {
+        match self.position(&request_id) {
+            Ok(at) => self.0[at].1 = wait,
+            Err(at) => self.0.insert(at, (request_id, wait)),
+        }
+    }
+
+    /// Forgets the wait of `request_id`.
+    pub fn remove(&mut self, request_id: &str) -> Option<Wait> {
+        let at = self.position(request_id).ok()?;
+        Some(self.0.remove(at).1)
+    }
+
+    /// How many requests wait.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none does.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a PendingWaits {
+    type Item = (&'a String, &'a Wait);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, Wait)>,
+        fn(&'a (String, Wait)) -> (&'a String, &'a Wait),
+    >;
+
+    /// In request id order.
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(id, wait)| (id, wait))
+    }
+}
+
+impl Serialize for PendingWaits {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PendingWaits {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let waits = BTreeMap::<String, Wait>::deserialize(deserializer)?;
+        Ok(PendingWaits(waits.into_iter().collect()))
+    }
+}
+
 /// State shared by every resource kind: leases, the token counter, pending waits and the
 /// remembered outcomes of recent requests.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -137,9 +211,17 @@ pub struct Core {
     /// Pending waits by agent, then request id: how a retry or a `CancelWait` finds its queue
     /// slot.
     #[serde(serialize_with = "super::snapshot::sorted")]
-    pub waiting: NameMap<BTreeMap<String, Wait>>,
+    pub waiting: NameMap<PendingWaits>,
     /// Outcomes of recent completed requests, for retries.
     pub dedup: Dedup,
+}
+
+/// What one lookup found out about a request's agent.
+pub struct Known {
+    /// The agent's dedup slot, if it has remembered outcomes.
+    pub slot: Option<Slot>,
+    /// The agent's shared name, if the machine knows the agent.
+    pub name: Option<Text>,
 }
 
 /// Holds and waits as the resources record them, gathered for the cross-check against leases.
@@ -180,7 +262,9 @@ impl Core {
         };
         let id = LeaseId::parse(lease).ok_or_else(not_found)?;
         let record = self.leases.get(&id).ok_or_else(not_found)?;
-        if &*record.agent != agent {
+        // The request's agent is usually the very name the lease shares (both come from the
+        // dedup memory), so the pointer comparison settles it without reading the bytes.
+        if !std::ptr::eq(&*record.agent, agent) && &*record.agent != agent {
             return Err(Reply::refused(
                 ErrorCode::Forbidden,
                 format!("lease {lease} belongs to another agent"),
@@ -190,15 +274,21 @@ impl Core {
     }
 
     /// The outcome to replay for a retried request (`Queued` while it still waits, the
-    /// remembered reply once it completed), and the agent's shared name if it is known.
-    pub fn recall(&self, agent: &str, request_id: &str) -> (Option<Text>, Option<Reply>) {
+    /// remembered reply once it completed), and what is known of the agent: its dedup slot
+    /// (for [`Dedup::record`] of this request) and its shared name.
+    pub fn recall(&self, agent: &str, request_id: &str) -> (Known, Option<Reply>) {
+        let recall = self.dedup.recall(agent, request_id);
+        let mut known = Known {
+            slot: recall.slot,
+            name: recall.agent.cloned(),
+        };
         if let Some((name, waits)) = self.waiting.get_key_value(agent)
             && waits.contains_key(request_id)
         {
-            return (Some(name.clone()), Some(Reply::Queued));
+            known.name = Some(name.clone());
+            return (known, Some(Reply::Queued));
         }
-        let (name, reply) = self.dedup.recall(agent, request_id);
-        (name, reply.cloned())
+        (known, recall.reply.cloned())
     }
 
     /// The resource a pending request waits on.
@@ -312,7 +402,12 @@ impl Core {
             waited_ms: ctx.now_ms.saturating_sub(waiter.since_ms),
             queued: true,
         });
-        self.respond(ctx, &waiter, Reply::Granted { token });
+        self.respond(
+            ctx,
+            &waiter.agent,
+            waiter.request_id,
+            Reply::Granted { token },
+        );
         Hold {
             lease: waiter.lease,
             agent: waiter.agent,
@@ -327,15 +422,16 @@ impl Core {
         &mut self,
         ctx: &mut Ctx,
         key: &ResourceKey,
-        waiter: &Waiter,
+        waiter: Waiter,
         code: ErrorCode,
         message: &str,
     ) {
         if let Some(record) = self.leases.get_mut(&waiter.lease) {
             record.waits.remove(key);
         }
-        self.forget_wait(waiter);
-        self.respond(ctx, waiter, Reply::refused(code, message));
+        self.forget_wait(&waiter);
+        let reply = Reply::refused(code, message);
+        self.respond(ctx, &waiter.agent, waiter.request_id, reply);
     }
 
     /// Records the end of a hold in its lease (if the lease is still there) and in the events.
@@ -368,16 +464,14 @@ impl Core {
         }
     }
 
-    fn respond(&mut self, ctx: &mut Ctx, waiter: &Waiter, reply: Reply) {
-        self.dedup.record(
-            &waiter.agent,
-            waiter.request_id.clone(),
-            reply.clone(),
-            ctx.index,
-        );
+    /// Answers a waiting request: remembers the reply for retries and emits it. The request
+    /// id is moved into the event, so answering copies it once (for the dedup memory).
+    fn respond(&mut self, ctx: &mut Ctx, agent: &Text, request_id: String, reply: Reply) {
+        self.dedup
+            .record(None, agent, request_id.clone(), reply.clone(), ctx.index);
         ctx.events.push(Event::Respond {
-            agent: waiter.agent.clone(),
-            request_id: waiter.request_id.clone(),
+            agent: agent.clone(),
+            request_id,
             reply,
         });
     }
@@ -393,6 +487,11 @@ impl Core {
         for (agent, waits) in &self.waiting {
             if waits.is_empty() {
                 return Err(format!("agent {agent} has an empty pending-wait map"));
+            }
+            if !waits.0.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+                return Err(format!(
+                    "agent {agent}'s pending waits are not sorted by id"
+                ));
             }
             for (request_id, wait) in waits {
                 let Some(lease) = self.leases.get(&wait.lease) else {
@@ -485,7 +584,7 @@ impl Core {
             }
         }
         let listed_waits: usize = self.leases.values().map(|lease| lease.waits.len()).sum();
-        let indexed_waits: usize = self.waiting.values().map(BTreeMap::len).sum();
+        let indexed_waits: usize = self.waiting.values().map(PendingWaits::len).sum();
         if listed_waits != waits_seen.len() || indexed_waits != waits_seen.len() {
             return Err(format!(
                 "leases list {listed_waits} waits, the index {indexed_waits}, the queues {}",

@@ -38,23 +38,38 @@ impl LeaseId {
     /// Parses the wire form; `None` for anything that is not 16 hex digits.
     pub fn parse(text: &str) -> Option<LeaseId> {
         // Every write request names a lease, so this is a hand-rolled fixed-width parse rather
-        // than `from_str_radix` (which also accepts a sign and any width).
+        // than `from_str_radix` (which also accepts a sign and any width): one table look-up
+        // per digit and no branch per byte; a non-digit sets the high bit of `bad`.
         if text.len() != 16 {
             return None;
         }
-        text.bytes()
-            .try_fold(0u64, |id, byte| {
-                let digit = match byte {
-                    b'0'..=b'9' => byte - b'0',
-                    b'a'..=b'f' => byte - b'a' + 10,
-                    b'A'..=b'F' => byte - b'A' + 10,
-                    _ => return None,
-                };
-                Some(id << 4 | u64::from(digit))
-            })
-            .map(LeaseId)
+        let (id, bad) = text.bytes().fold((0u64, 0u8), |(id, bad), byte| {
+            let digit = HEX_DIGIT[usize::from(byte)];
+            (id << 4 | u64::from(digit & 0x0f), bad | digit)
+        });
+        (bad & NOT_HEX == 0).then_some(LeaseId(id))
     }
 }
+
+/// Marks a byte that is not a hex digit in [`HEX_DIGIT`].
+const NOT_HEX: u8 = 0x80;
+
+/// The value of each hex digit (either case), [`NOT_HEX`] for every other byte.
+const HEX_DIGIT: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut digit = 0u8;
+    while digit < 16 {
+        let lower = if digit < 10 {
+            b'0' + digit
+        } else {
+            b'a' + digit - 10
+        };
+        table[lower as usize] = digit;
+        table[lower.to_ascii_uppercase() as usize] = digit;
+        digit += 1;
+    }
+    table
+};
 
 impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

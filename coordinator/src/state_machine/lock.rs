@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
-use super::{Ctx, Reply, StateMachine, Text};
+use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
 
 /// One lock in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,6 +96,28 @@ impl StateMachine {
             },
         );
         Reply::Granted { token }
+    }
+
+    /// `lock.release` by `lease` (already checked live and the agent's): ends its hold and
+    /// hands the lock to the head waiter, or forgets it, in this entry; `None` when `lease`
+    /// does not hold `name` (nothing changed). Equivalent to [`Self::lock_take_hold`],
+    /// `Core::release` and [`Self::lock_settle`], but the lock is taken out of the map once and
+    /// goes back only if someone still holds it: one look-up of the name for a free lock, two
+    /// for a handover, where the three steps took four.
+    pub(super) fn lock_release(&mut self, ctx: &mut Ctx, name: &str, lease: LeaseId) -> Option<()> {
+        let (held_name, mut lock) = self.locks.remove_entry(name)?;
+        let holds = lock.holder.as_ref().map(|hold| hold.lease) == Some(lease);
+        if holds {
+            let key = ResourceKey::new(ResourceKind::Lock, &held_name);
+            let hold = lock.holder.take().expect("checked above");
+            self.core.release(ctx, &key, &hold, ReleaseReason::Released);
+            match lock.waiters.pop_front() {
+                Some(head) => lock.holder = Some(self.core.grant_waiter(ctx, &key, head)),
+                None => return Some(()),
+            }
+        }
+        self.locks.insert(held_name, lock);
+        holds.then_some(())
     }
 
     /// Removes and returns `lease`'s hold on lock `name`, leaving the lock holder-less until

@@ -516,10 +516,12 @@ impl StateMachine {
         if !request.op.is_write() {
             return self.query(&agent, &request.op);
         }
-        let agent = match self.core.recall(&agent, &request.id) {
+        let (known, agent) = match self.core.recall(&agent, &request.id) {
             (_, Some(reply)) => return reply,
-            (Some(shared), None) => shared,
-            (None, None) => Arc::from(agent),
+            (known, None) => {
+                let shared = known.name.clone().unwrap_or_else(|| Arc::from(agent));
+                (known, shared)
+            }
         };
         let id = request.id;
         let reply = match request.op {
@@ -571,7 +573,9 @@ impl StateMachine {
             }
         };
         if reply != Reply::Queued {
-            self.core.dedup.record(&agent, id, reply.clone(), ctx.index);
+            self.core
+                .dedup
+                .record(known.slot, &agent, id, reply.clone(), ctx.index);
         }
         reply
     }
@@ -628,17 +632,24 @@ impl StateMachine {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
-        // The map's own name, shared, rather than a fresh copy for the key and the events.
-        let held_name = match kind {
-            ResourceKind::Lock => self.locks.get_key_value(name).map(|(name, _)| name.clone()),
-            ResourceKind::Sem => self.sems.get_key_value(name).map(|(name, _)| name.clone()),
-            ResourceKind::Waypoint => self.waypoints.held_name(name),
-        };
         let not_holder = || {
             Reply::refused(
                 ErrorCode::NotHolder,
                 format!("lease {lease} does not hold {} {name:?}", kind.as_str()),
             )
+        };
+        // Locks, the commonest release, take and settle in one pass over the map entry.
+        if kind == ResourceKind::Lock {
+            return match self.lock_release(ctx, name, lease) {
+                Some(()) => Reply::Done,
+                None => not_holder(),
+            };
+        }
+        // The map's own name, shared, rather than a fresh copy for the key and the events.
+        let held_name = match kind {
+            ResourceKind::Lock => self.locks.get_key_value(name).map(|(name, _)| name.clone()),
+            ResourceKind::Sem => self.sems.get_key_value(name).map(|(name, _)| name.clone()),
+            ResourceKind::Waypoint => self.waypoints.held_name(name),
         };
         let Some(key) = held_name.map(|name| ResourceKey::new(kind, &name)) else {
             return not_holder();
@@ -682,7 +693,7 @@ impl StateMachine {
             ResourceKind::Waypoint => self.waypoints.take_waiter(&key.name, agent, request_id),
         };
         let waiter = waiter.expect("the pending-wait index points at a queued waiter");
-        self.core.answer_waiter(ctx, key, &waiter, code, message);
+        self.core.answer_waiter(ctx, key, waiter, code, message);
     }
 
     /// Grants whatever became grantable on these resources after holds or waiters went away,
