@@ -103,9 +103,15 @@ pub const DEFAULTS: Defaults = Defaults {
     connections_max: 10_000,
     connect_packet_timeout_ms: 5_000,
     inflight_max: 100,
-    // DESIGN.md §7: 16 KiB x 2 segments per filter measured about 80 KB a connection at 10k
-    // agents; rumqttd's stock 100 MB x 10 is unbounded in practice with one reply topic per agent.
-    segment_bytes_max: 16 * 1024,
+    // rumqttd keeps the last `count` segments of every filter whether or not they were delivered,
+    // so each agent's response filter holds its most recent responses: with 16 KiB segments
+    // that was about 330 responses, some 125 KB per agent once a long-lived swarm had filled
+    // them (docs/BENCHMARKS.md, "scale"). 1 KiB (rumqttd's minimum) x 2 keeps the last 11 to 22
+    // responses of about 90 bytes, some 8 KB. The router moves a response out of the log as
+    // soon as its agent's connection has room (fewer than 100 unacknowledged QoS 1 messages,
+    // rumqttd's fixed window), so one is lost only when more than about 11 pile up first; the
+    // SDK resends the same request id and gets the same answer (DESIGN.md §2).
+    segment_bytes_max: 1024,
     segment_count_max: 2,
     // The request filter carries every agent's requests: a larger log lets the bridge's link
     // fall behind by a few thousand requests before rumqttd overwrites unread ones.
@@ -207,9 +213,11 @@ pub struct EmbeddedConfig {
     pub inflight_max: usize,
     /// Size of one in-memory log segment of a subscription filter, in bytes (at least 1 KiB,
     /// rumqttd panics below). Every filter (one per agent response and event topic) keeps up to
-    /// `segment_count_max + 1` segments of recent messages, so this bounds memory per agent.
+    /// `segment_count_max` segments of recent messages, delivered or not, so this bounds memory
+    /// per agent; an agent that falls further behind than they hold loses the oldest (the SDK
+    /// resends by request id).
     pub segment_bytes_max: usize,
-    /// How many full segments a filter keeps besides the one being written (at least 1).
+    /// How many segments a filter keeps, the one being written included (at least 1).
     pub segment_count_max: usize,
     /// Segment size for the request filter `{prefix}/req/+`, in bytes. If the bridge's link
     /// falls further behind than this log holds, rumqttd overwrites unread requests.
