@@ -11,7 +11,8 @@
 //!              ├ Queued      ─▶ (wait_ms = n > 0) timer n ms ─▶ node.cancel_wait
 //!              └ NodeError   ─▶ publish `unavailable` (the agent retries the same id)
 //!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}    (a queued request's final answer)
-//!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}    (lease.expired, lock.lost, ...)
+//!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}    (lease.expired, lock.lost, ...;
+//!                      refused while the outbound queue is 3/4 full: responses first)
 //! ```
 //!
 //! # Metrics
@@ -155,7 +156,7 @@ pub async fn run(
         let (transport, pending) = (transport.clone(), pending.clone());
         tokio::spawn(async move {
             while let Some(message) = outbound.recv().await {
-                let (topic, payload) = match message {
+                match message {
                     Outbound::Respond {
                         agent,
                         request_id,
@@ -173,15 +174,17 @@ pub async fn run(
                                 }
                                 count_answer(waiter.op, waiter.started, &response);
                             }
-                            (topic, response.encode())
+                            published(transport.publish(topic, response.encode()));
                         }
                         None => continue,
                     },
+                    // Events yield to responses when the queue runs full (see
+                    // `Transport::publish_event`).
                     Outbound::Notify { agent, event } => {
-                        (transport.topics().event(&agent), event.encode())
+                        let topic = transport.topics().event(&agent);
+                        published(transport.publish_event(topic, event.encode()));
                     }
-                };
-                publish(&transport, topic, payload);
+                }
             }
         })
     };
@@ -200,7 +203,7 @@ pub async fn run(
             Err(error) => {
                 counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
                 let topic = transport.topics().response(&agent);
-                publish(&transport, topic, error.to_response().encode());
+                published(transport.publish(topic, error.to_response().encode()));
                 continue;
             }
         };
@@ -321,11 +324,12 @@ async fn answer(
         }
     }
     count_answer(op, started, &response);
-    publish(transport, topic, response.encode());
+    published(transport.publish(topic, response.encode()));
 }
 
-fn publish(transport: &Transport, topic: String, payload: Vec<u8>) {
-    if let Err(error) = transport.publish(topic, payload) {
+/// Counts and logs a response or event the transport refused.
+fn published(result: Result<(), crate::MqttError>) {
+    if let Err(error) = result {
         counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(1);
         tracing::warn!(%error, "response or event not published; the agent will retry");
     }

@@ -282,8 +282,26 @@ impl Transport {
         topic: impl Into<String>,
         payload: impl Into<Bytes>,
     ) -> Result<(), MqttError> {
-        let topic = topic.into();
-        let payload = payload.into();
+        self.enqueue(topic.into(), payload.into(), 0)
+    }
+
+    /// Like [`Transport::publish`], for an event: refused with [`MqttError::OutboundFull`]
+    /// once the queue is three quarters full, so the last quarter stays for responses. A mass
+    /// expiry (thousands of `lease.expired` at once) then cannot crowd out the answers to
+    /// keepalives, which is what turned an overload into a collapse (docs/BENCHMARKS.md,
+    /// "scale"). Events are a courtesy (docs/PROTOCOL.md): an agent learns of a lost lease from
+    /// its next keepalive too.
+    pub fn publish_event(
+        &self,
+        topic: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), MqttError> {
+        let reserved = self.inner.outbound_tx.max_capacity() / 4;
+        self.enqueue(topic.into(), payload.into(), reserved)
+    }
+
+    /// Queues one message if more than `reserved` slots are free.
+    fn enqueue(&self, topic: String, payload: Bytes, reserved: usize) -> Result<(), MqttError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(MqttError::Closed);
         }
@@ -296,19 +314,20 @@ impl Transport {
                 bytes_max: self.inner.packet_bytes_max,
             });
         }
-        match self
-            .inner
-            .outbound_tx
-            .try_send(Outbound::Publish { topic, payload })
-        {
+        let outbound_tx = &self.inner.outbound_tx;
+        let full = |topic| {
+            Counters::add(&self.inner.counters.outbound_rejected_total);
+            Err(MqttError::OutboundFull {
+                topic,
+                capacity: outbound_tx.max_capacity() - reserved,
+            })
+        };
+        if outbound_tx.capacity() <= reserved {
+            return full(topic);
+        }
+        match outbound_tx.try_send(Outbound::Publish { topic, payload }) {
             Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(Outbound::Publish { topic, .. })) => {
-                Counters::add(&self.inner.counters.outbound_rejected_total);
-                Err(MqttError::OutboundFull {
-                    topic,
-                    capacity: self.inner.outbound_tx.max_capacity(),
-                })
-            }
+            Err(mpsc::error::TrySendError::Full(Outbound::Publish { topic, .. })) => full(topic),
             Err(_) => Err(MqttError::Closed),
         }
     }
