@@ -29,8 +29,12 @@
 //!
 //! Keepalives go out every TTL/3 (or `keepalive_every_ms`) from the grant's send time, each under a fresh request id
 //! and each on its own small task, so a slow one never delays the next. A keepalive is worth
-//! retrying only while its send time can still move the deadline, so each gives up after
-//! `TTL − margin`.
+//! waiting for only while its send time can still move the deadline, so each gives up after
+//! `TTL − margin`. It is sent again only when the connection was lost before its answer, never
+//! on a mere timeout: the next keepalive, one period later and with a later send time, does
+//! better than a resend, and resends would multiply the load on a service that is already too
+//! slow to answer (10,000 sessions resending every timeout turned an overload into a collapse,
+//! docs/BENCHMARKS.md, "scale").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -496,9 +500,11 @@ impl Keeper {
 /// One keepalive, under its own request id, retried until it can no longer help.
 async fn keepalive(agent: Agent, lease: String, ttl: Duration, margin: Duration) -> Keepalive {
     let sent = Instant::now();
+    // One attempt for the whole useful life: see the module doc.
+    let useful = ttl - margin;
     let patience = Patience {
-        attempt: agent.request_timeout().min(ttl / 3),
-        total: Some(ttl - margin),
+        attempt: useful,
+        total: Some(useful),
     };
     match agent
         .call(Op::LeaseKeepalive { lease }, patience, None)
