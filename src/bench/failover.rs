@@ -114,8 +114,18 @@ impl Drop for Cluster {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `count` distinct ports that were free a moment ago. Every listener stays bound until all are
+/// picked: binding port 0 one at a time and closing each at once could hand out the same port
+/// twice, and then one member answered on another's peer address (seen once in 40 runs: that
+/// member never started, and the cluster lost its majority at the next kill).
+fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| StdListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(listeners
+        .iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect::<Result<Vec<_>, _>>()?)
 }
 
 impl Cluster {
@@ -123,9 +133,11 @@ impl Cluster {
         // One path segment (a resource name has a `/`, which made the parent outlive the run).
         let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        // Per member: peer, MQTT and metrics ports, all distinct.
+        let ports = free_ports(3 * size)?;
         let mut peers = Vec::new();
         for i in 1..=size {
-            peers.push(format!("n{i}=127.0.0.1:{}", free_port()?));
+            peers.push(format!("n{i}=127.0.0.1:{}", ports[3 * (i - 1)]));
         }
         let list = peers.join(",");
         let mut cluster = Cluster {
@@ -134,7 +146,7 @@ impl Cluster {
         };
         for i in 1..=size {
             let name = format!("n{i}");
-            let (mqtt_port, metrics_port) = (free_port()?, free_port()?);
+            let (mqtt_port, metrics_port) = (ports[3 * (i - 1) + 1], ports[3 * (i - 1) + 2]);
             let data = cluster.root.join(&name);
             let args = vec![
                 "serve".to_string(),

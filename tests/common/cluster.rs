@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig};
 
-use super::{Node, agent_config, eventually, free_port, metric, metrics_text, within};
+use super::{
+    Node, agent_config, distinct_free_ports, eventually, free_port, metric, metrics_text, within,
+};
 
 /// `n` members named `n1..nN`, each with its own data dir, embedded broker and metrics port.
 pub struct ProcessCluster {
@@ -19,8 +21,10 @@ impl ProcessCluster {
     /// on a leader.
     pub async fn start(n: usize, extra_args: &[&str]) -> ProcessCluster {
         let root = tempfile::tempdir().expect("a temp dir");
-        let list = (1..=n)
-            .map(|i| format!("n{i}=127.0.0.1:{}", free_port()))
+        let list = distinct_free_ports(n)
+            .iter()
+            .enumerate()
+            .map(|(i, port)| format!("n{}=127.0.0.1:{port}", i + 1))
             .collect::<Vec<_>>()
             .join(",");
         let mut nodes = Vec::new();
