@@ -5,9 +5,7 @@ use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig};
 
-use super::{
-    Node, agent_config, distinct_free_ports, eventually, free_port, metric, metrics_text, within,
-};
+use super::{Node, agent_config, distinct_free_ports, eventually, metric, metrics_text, within};
 
 /// `n` members named `n1..nN`, each with its own data dir, embedded broker and metrics port.
 pub struct ProcessCluster {
