@@ -237,11 +237,15 @@ pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
             };
             (standing, m.vote)
         };
-        // Deposed, or another node's candidacy or leadership showed up in our vote: someone
-        // else is alive and campaigning or leading; give it a full timeout. (Watching the vote
-        // as well catches a leadership too short for the metrics to show.)
-        let vote_moved_elsewhere =
-            seen_vote.is_some_and(|seen| seen != vote) && vote.leader_id.node_id != me;
+        // Deposed, or another node's leadership showed up in our vote: someone else leads;
+        // give it a full timeout. (Watching the vote as well catches a leadership too short
+        // for the metrics to show.) Only a committed vote counts: openraft also adopts the
+        // uncommitted vote of a rival candidate from its refusal, and that rival may be one
+        // with a shorter log that can never win; treating it as a leader held the member that
+        // could win back by a whole lease (a 1,018 ms failover, traced in its election log).
+        let vote_moved_elsewhere = seen_vote.is_some_and(|seen| seen != vote)
+            && vote.leader_id.node_id != me
+            && vote.committed;
         if (was_leading && !standing.leading) || vote_moved_elsewhere {
             clock.heard();
         }
