@@ -25,7 +25,6 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use hivekeeper_agent::{Agent, AgentConfig, Resource, Session};
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::Common;
@@ -227,22 +226,7 @@ impl Cluster {
 
 /// GET /metrics, at most 2 s; `None` when the member does not answer.
 async fn scrape(port: u16) -> Option<String> {
-    let fetch = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = Vec::new();
-        stream.read_to_end(&mut body).await.ok()?;
-        String::from_utf8(body).ok()
-    };
-    tokio::time::timeout(Duration::from_secs(2), fetch)
-        .await
-        .ok()
-        .flatten()
+    hivekeeper::scrape::metrics_text(port, Duration::from_secs(2)).await
 }
 
 /// A probe homed on one member: a session through that member first.

@@ -27,7 +27,6 @@ use hivekeeper_agent::protocol::{HolderInfo, Op, ResourceKind, WaiterInfo};
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Session};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -809,22 +808,9 @@ pub fn code(response: &Value) -> Option<&str> {
     response["error"]["code"].as_str()
 }
 
-/// GET /metrics over plain TCP (HTTP/1.0, the body until the server closes).
+/// GET /metrics (at most 5 s; `None` if the node does not answer).
 pub async fn metrics_text(port: u16) -> Option<String> {
-    let fetch = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = Vec::new();
-        stream.read_to_end(&mut body).await.ok()?;
-        String::from_utf8(body).ok()
-    };
-    tokio::time::timeout(Duration::from_secs(5), fetch)
-        .await
-        .ok()
-        .flatten()
+    hivekeeper::scrape::metrics_text(port, Duration::from_secs(5)).await
 }
 
 /// The value of an unlabelled counter or gauge in Prometheus text, `None` if absent.
