@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::types::{LogId, NodeId, Raft};
+use super::types::{LogId, NodeId, Raft, Vote};
 
 /// What the election timer knows, shared by the peer server, the network and the driver.
 #[derive(Debug)]
@@ -212,6 +212,27 @@ fn election_due(timing: &ElectionTiming, clock: &ClockView, standing: Standing) 
     Some(clock.heard + wait)
 }
 
+/// Whether what the driver just read means another node leads, so the silence starts again:
+/// this node was deposed, or its vote moved to another node's *committed* vote (watching the
+/// vote as well catches a leadership too short for the metrics to show).
+///
+/// Only a committed vote counts: openraft also adopts the uncommitted vote of a rival
+/// candidate from its refusal, and that rival may have a shorter log and never win; taking it
+/// for a leader held back the member that could win by a whole lease (a 1,018 ms failover,
+/// traced in its election log).
+fn another_leads(
+    me: NodeId,
+    was_leading: bool,
+    leading: bool,
+    seen: Option<Vote>,
+    vote: Vote,
+) -> bool {
+    let deposed = was_leading && !leading;
+    let vote_moved_to_a_leader =
+        seen.is_some_and(|seen| seen != vote) && vote.leader_id.node_id != me && vote.committed;
+    deposed || vote_moved_to_a_leader
+}
+
 /// How long the driver waits before looking again while it leads or does not vote.
 const IDLE_RECHECK: Duration = Duration::from_millis(20);
 
@@ -237,16 +258,7 @@ pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
             };
             (standing, m.vote)
         };
-        // Deposed, or another node's leadership showed up in our vote: someone else leads;
-        // give it a full timeout. (Watching the vote as well catches a leadership too short
-        // for the metrics to show.) Only a committed vote counts: openraft also adopts the
-        // uncommitted vote of a rival candidate from its refusal, and that rival may be one
-        // with a shorter log that can never win; treating it as a leader held the member that
-        // could win back by a whole lease (a 1,018 ms failover, traced in its election log).
-        let vote_moved_elsewhere = seen_vote.is_some_and(|seen| seen != vote)
-            && vote.leader_id.node_id != me
-            && vote.committed;
-        if (was_leading && !standing.leading) || vote_moved_elsewhere {
+        if another_leads(me, was_leading, standing.leading, seen_vote, vote) {
             clock.heard();
         }
         was_leading = standing.leading;
@@ -366,6 +378,24 @@ mod tests {
             election_due(&timing(), &clock, alone),
             Some(heard + Duration::from_millis(80))
         );
+    }
+
+    #[test]
+    fn only_a_deposition_or_another_committed_leader_restarts_the_silence() {
+        let (me, rival) = (1, 2);
+        let mine = Vote::new(3, me);
+        let rivals = Vote::new(3, rival);
+        let mut elected = Vote::new(4, rival);
+        elected.commit();
+        // A rival candidate's uncommitted vote, adopted from its refusal: not a leader.
+        assert!(!another_leads(me, false, false, Some(mine), rivals));
+        // Another node's committed vote: it leads.
+        assert!(another_leads(me, false, false, Some(rivals), elected));
+        // Nothing moved.
+        assert!(!another_leads(me, false, false, Some(elected), elected));
+        // Deposed.
+        assert!(another_leads(me, true, false, Some(mine), mine));
+        assert!(!another_leads(me, true, true, Some(mine), mine));
     }
 
     #[test]
