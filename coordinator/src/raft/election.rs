@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  peer server: AppendEntries / InstallSnapshot accepted, vote granted ─▶ ElectionClock::heard()
-//!  TcpPeer::vote: refused by a voter whose log is longer than ours ────▶ ElectionClock::behind()
+//!  TcpPeer::vote: refused by a voter with a longer log ─▶ ElectionClock::refused_by_longer_log()
 //!                                                                              │
 //!  election driver task: sleeps until `due` ◀──────────────────────────────────┘
 //!    due = heard + (retrying its own election ? 0 : lease) + jitter (+ smaller-log backoff
@@ -125,14 +125,23 @@ impl ElectionClock {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// This node heard from a leader it accepts, granted a vote, or started an election: the
-    /// silence starts again, with a fresh jitter.
+    /// This node heard from a leader it accepts, granted a vote, or was deposed: the silence
+    /// starts again, with a fresh jitter.
     pub fn heard(&self) {
+        self.restart_silence(false);
+    }
+
+    /// Starts the silence again with a fresh jitter; `campaigned` says whether it starts
+    /// because this node campaigned.
+    fn restart_silence(&self, campaigned: bool) {
         let jitter = self.timing.draw_jitter();
         let mut state = self.lock();
         state.heard = Instant::now();
         state.jitter = jitter;
-        state.campaigned = false;
+        state.campaigned = campaigned;
+        if campaigned {
+            state.greater_log = None;
+        }
     }
 
     /// A voter refused our vote request and reported `theirs` as its last log id, longer than
@@ -151,34 +160,13 @@ impl ElectionClock {
     /// vote.
     pub fn due(&self, standing: Standing) -> Option<Instant> {
         let state = *self.lock();
-        election_due(&self.timing, &state_view(state), standing)
+        election_due(&self.timing, &state, standing)
     }
 
     /// The node campaigns now: the silence starts again and the smaller-log backoff is spent
     /// (openraft's own timer clears it at every election too).
     fn campaigned(&self) {
-        self.heard();
-        let mut state = self.lock();
-        state.greater_log = None;
-        state.campaigned = true;
-    }
-}
-
-/// The parts of the clock [`election_due`] needs (a plain value, for tests).
-#[derive(Debug, Clone, Copy)]
-struct ClockView {
-    heard: Instant,
-    jitter: Duration,
-    greater_log_index: Option<u64>,
-    campaigned: bool,
-}
-
-fn state_view(state: ClockState) -> ClockView {
-    ClockView {
-        heard: state.heard,
-        jitter: state.jitter,
-        greater_log_index: state.greater_log.map(|id| id.index),
-        campaigned: state.campaigned,
+        self.restart_silence(true);
     }
 }
 
@@ -186,7 +174,11 @@ fn state_view(state: ClockState) -> ClockView {
 ///
 /// Behind is judged by index only (a log id also orders by term): it only times the backoff,
 /// never a vote, and after a leader change the node catches up from the new leader anyway.
-fn election_due(timing: &ElectionTiming, clock: &ClockView, standing: Standing) -> Option<Instant> {
+fn election_due(
+    timing: &ElectionTiming,
+    clock: &ClockState,
+    standing: Standing,
+) -> Option<Instant> {
     if standing.leading || !standing.voter {
         return None;
     }
@@ -204,8 +196,8 @@ fn election_due(timing: &ElectionTiming, clock: &ClockView, standing: Standing) 
         wait += timing.lease;
     }
     let behind = clock
-        .greater_log_index
-        .is_some_and(|longer| standing.last_log_index < Some(longer));
+        .greater_log
+        .is_some_and(|longer| standing.last_log_index < Some(longer.index));
     if behind {
         wait += timing.smaller_log_backoff;
     }
@@ -306,6 +298,10 @@ mod tests {
         }
     }
 
+    fn log_id(index: u64) -> Option<LogId> {
+        Some(LogId::new(openraft::CommittedLeaderId::new(1, 7), index))
+    }
+
     fn follower(last_log_index: u64) -> Standing {
         Standing {
             leading: false,
@@ -318,10 +314,10 @@ mod tests {
     #[test]
     fn a_follower_waits_the_lease_then_its_jitter() {
         let heard = Instant::now();
-        let clock = ClockView {
+        let clock = ClockState {
             heard,
             jitter: Duration::from_millis(80),
-            greater_log_index: None,
+            greater_log: None,
             campaigned: false,
         };
         assert_eq!(
@@ -329,7 +325,7 @@ mod tests {
             Some(heard + Duration::from_millis(230))
         );
         // A candidate whose own election failed: the leases ran out before it campaigned.
-        let retrying = ClockView {
+        let retrying = ClockState {
             campaigned: true,
             ..clock
         };
@@ -342,10 +338,10 @@ mod tests {
     #[test]
     fn the_smaller_log_backoff_holds_only_while_behind() {
         let heard = Instant::now();
-        let clock = ClockView {
+        let clock = ClockState {
             heard,
             jitter: Duration::from_millis(80),
-            greater_log_index: Some(20),
+            greater_log: log_id(20),
             campaigned: false,
         };
         assert_eq!(
@@ -362,10 +358,10 @@ mod tests {
     #[test]
     fn a_sole_voter_campaigns_at_once_then_waits_its_jitter() {
         let heard = Instant::now();
-        let mut clock = ClockView {
+        let mut clock = ClockState {
             heard,
             jitter: Duration::from_millis(80),
-            greater_log_index: None,
+            greater_log: None,
             campaigned: false,
         };
         let alone = Standing {
@@ -400,10 +396,10 @@ mod tests {
 
     #[test]
     fn a_leader_or_a_learner_never_campaigns() {
-        let clock = ClockView {
+        let clock = ClockState {
             heard: Instant::now(),
             jitter: Duration::from_millis(80),
-            greater_log_index: None,
+            greater_log: None,
             campaigned: false,
         };
         let leader = Standing {
@@ -438,12 +434,11 @@ mod tests {
     #[test]
     fn only_a_longer_log_records_a_backoff_and_campaigning_clears_it() {
         let clock = ElectionClock::new(timing());
-        let id = |index| Some(LogId::new(openraft::CommittedLeaderId::new(1, 7), index));
-        clock.refused_by_longer_log(id(5), id(5));
+        clock.refused_by_longer_log(log_id(5), log_id(5));
         assert_eq!(clock.lock().greater_log, None);
-        clock.refused_by_longer_log(id(5), id(9));
-        clock.refused_by_longer_log(id(5), id(7));
-        assert_eq!(clock.lock().greater_log, id(9));
+        clock.refused_by_longer_log(log_id(5), log_id(9));
+        clock.refused_by_longer_log(log_id(5), log_id(7));
+        assert_eq!(clock.lock().greater_log, log_id(9));
         clock.campaigned();
         assert_eq!(clock.lock().greater_log, None);
     }
