@@ -115,12 +115,13 @@ impl Service {
     }
 }
 
-/// How often (in 1 s ticks) the connected-clients gauge rescans the kernel's socket table.
-const CLIENTS_SCAN_EVERY_TICKS: u64 = 5;
+/// How often the connected-clients gauge rescans the kernel's socket table.
+const CLIENTS_SCAN_EVERY: Duration = Duration::from_secs(5);
 
 /// Copies the transport's counters into Prometheus once a second (the transport counts in
-/// atomics of its own). Everything else is updated where it happens: requests in the bridge,
-/// leases and resources in the node's fan-out, Raft in the node's Raft exporter.
+/// atomics of its own), and the connected-clients count every [`CLIENTS_SCAN_EVERY`].
+/// Everything else is updated where it happens: requests in the bridge, leases and resources
+/// in the node's fan-out, Raft in the node's Raft exporter.
 ///
 /// The bridge used to keep a `BridgeStats` of its own, copied here as
 /// `hivekeeper_bridge_*_total`: each of those facts already had a name
@@ -129,30 +130,33 @@ const CLIENTS_SCAN_EVERY_TICKS: u64 = 5;
 /// the submitted ones), or now has one where it happens (`hivekeeper_mqtt_publish_failed_total`):
 /// one name per fact, and the struct is gone.
 async fn export_counters(transport: Transport) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut ticks: u64 = 0;
+    let mut counters = tokio::time::interval(Duration::from_secs(1));
+    let mut clients = tokio::time::interval(CLIENTS_SCAN_EVERY);
     loop {
-        tick.tick().await;
-        ticks += 1;
-        let mqtt = transport.stats();
-        metrics::counter!("hivekeeper_mqtt_messages_in_total")
-            .absolute(mqtt.inbound_received_total);
-        metrics::counter!("hivekeeper_mqtt_messages_dropped_total")
-            .absolute(mqtt.inbound_dropped_total);
-        metrics::counter!("hivekeeper_mqtt_messages_out_total")
-            .absolute(mqtt.outbound_published_total);
-        metrics::gauge!("hivekeeper_mqtt_connected").set(if mqtt.connected { 1.0 } else { 0.0 });
-        // Reading the kernel's socket table walks every bucket of its TCP hash (about 12 ms on
-        // this 24 GB VM, measured with perf as `established_get_first`), whatever the number of
-        // clients: so not on an async worker, where it stalled every request behind it, and
-        // only every few seconds.
-        if ticks % CLIENTS_SCAN_EVERY_TICKS == 1 {
-            let scan = transport.clone();
-            if let Ok(Some(clients)) =
-                tokio::task::spawn_blocking(move || scan.connected_clients()).await
-            {
-                #[allow(clippy::cast_precision_loss)] // far below 2^53 connections
-                metrics::gauge!("hivekeeper_mqtt_clients_connected").set(clients as f64);
+        tokio::select! {
+            _ = counters.tick() => {
+                let mqtt = transport.stats();
+                metrics::counter!("hivekeeper_mqtt_messages_in_total")
+                    .absolute(mqtt.inbound_received_total);
+                metrics::counter!("hivekeeper_mqtt_messages_dropped_total")
+                    .absolute(mqtt.inbound_dropped_total);
+                metrics::counter!("hivekeeper_mqtt_messages_out_total")
+                    .absolute(mqtt.outbound_published_total);
+                metrics::gauge!("hivekeeper_mqtt_connected")
+                    .set(if mqtt.connected { 1.0 } else { 0.0 });
+            }
+            // Reading the kernel's socket table walks every bucket of its TCP hash (about
+            // 12 ms on this 24 GB VM, measured with perf as `established_get_first`), whatever
+            // the number of clients: so not on an async worker, where it stalled every request
+            // behind it, and only every few seconds.
+            _ = clients.tick() => {
+                let scan = transport.clone();
+                if let Ok(Some(clients)) =
+                    tokio::task::spawn_blocking(move || scan.connected_clients()).await
+                {
+                    #[allow(clippy::cast_precision_loss)] // far below 2^53 connections
+                    metrics::gauge!("hivekeeper_mqtt_clients_connected").set(clients as f64);
+                }
             }
         }
     }
