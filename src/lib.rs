@@ -8,7 +8,7 @@
 //! # Layout
 //! - [`service`]: [`Service`]: a node, its MQTT transport and the bridge between them, started
 //!   and stopped in the right order.
-//! - [`scrape`]: a plain GET of a node's `/metrics` (the bench and the tests).
+//! - [`loopback`]: free ports and a plain GET of a node's `/metrics` (the bench and the tests).
 //!
 //! ```text
 //!  Service::start(NodeConfig, mqtt Config)
@@ -19,7 +19,7 @@
 //!  Service::shutdown: transport, bridge, node, in that order
 //! ```
 
-pub mod scrape;
+pub mod loopback;
 pub mod service;
 
 pub use service::{Service, ServiceError};

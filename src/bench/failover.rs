@@ -17,7 +17,6 @@
 //! the first commit of the new leader, and the SDK's own retry. Killing the member the probe is
 //! homed on is avoided (a probe homed on the dead member would measure its reconnect instead).
 
-use std::net::TcpListener as StdListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -113,27 +112,13 @@ impl Drop for Cluster {
     }
 }
 
-/// `count` distinct ports that were free a moment ago. Every listener stays bound until all are
-/// picked: binding port 0 one at a time and closing each at once could hand out the same port
-/// twice, and then one member answered on another's peer address (seen once in 40 runs: that
-/// member never started, and the cluster lost its majority at the next kill).
-fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
-    let listeners = (0..count)
-        .map(|_| StdListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(listeners
-        .iter()
-        .map(|listener| listener.local_addr().map(|addr| addr.port()))
-        .collect::<Result<Vec<_>, _>>()?)
-}
-
 impl Cluster {
     async fn start(run: &RunId, size: usize) -> anyhow::Result<Cluster> {
         // One path segment (a resource name has a `/`, which made the parent outlive the run).
         let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         // Per member: peer, MQTT and metrics ports, all distinct.
-        let ports = free_ports(3 * size)?;
+        let ports = hivekeeper::loopback::free_ports(3 * size)?;
         let mut peers = Vec::new();
         for i in 1..=size {
             peers.push(format!("n{i}=127.0.0.1:{}", ports[3 * (i - 1)]));
@@ -226,7 +211,7 @@ impl Cluster {
 
 /// GET /metrics, at most 2 s; `None` when the member does not answer.
 async fn scrape(port: u16) -> Option<String> {
-    hivekeeper::scrape::metrics_text(port, Duration::from_secs(2)).await
+    hivekeeper::loopback::metrics_text(port, Duration::from_secs(2)).await
 }
 
 /// A probe homed on one member: a session through that member first.

@@ -72,23 +72,6 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// `count` distinct ports that were free a moment ago: all stay bound until every one is
-/// picked, because [`free_port`] called twice can return the same port (a cluster whose
-/// members' peer ports collide loses a member at start).
-pub fn distinct_free_ports(count: usize) -> Vec<u16> {
-    let held: Vec<std::net::TcpListener> = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
-        .collect();
-    held.iter()
-        .map(|listener| {
-            listener
-                .local_addr()
-                .expect("a bound socket has an address")
-                .port()
-        })
-        .collect()
-}
-
 /// A child process's output, collected by a reader thread.
 #[derive(Clone, Default)]
 pub struct Log(Arc<Mutex<Vec<String>>>);
@@ -810,7 +793,7 @@ pub fn code(response: &Value) -> Option<&str> {
 
 /// GET /metrics (at most 5 s; `None` if the node does not answer).
 pub async fn metrics_text(port: u16) -> Option<String> {
-    hivekeeper::scrape::metrics_text(port, Duration::from_secs(5)).await
+    hivekeeper::loopback::metrics_text(port, Duration::from_secs(5)).await
 }
 
 /// The value of an unlabelled counter or gauge in Prometheus text, `None` if absent.

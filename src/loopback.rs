@@ -1,0 +1,39 @@
+//! Small loopback helpers the bench and the end-to-end tests share: ports for the nodes they
+//! start, and a plain GET of a node's `/metrics` (which member leads, gauges and counters),
+//! with no HTTP crate.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `count` distinct ports on 127.0.0.1 that were free a moment ago. Every listener stays bound
+/// until all are picked: binding port 0 and closing it at once, one port at a time, can hand
+/// out the same port twice, and then one member answered on another's peer address (seen once
+/// in 40 failover runs: that member never started, and the cluster lost its majority at the
+/// next kill).
+pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
+    let held = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    held.iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect()
+}
+
+/// `GET /metrics` on `127.0.0.1:port` over HTTP/1.0: the whole answer (headers, then the
+/// Prometheus text) once the server closes, or `None` if it does not answer within `timeout`.
+pub async fn metrics_text(port: u16, timeout: Duration) -> Option<String> {
+    let fetch = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .ok()?;
+        let mut body = Vec::new();
+        stream.read_to_end(&mut body).await.ok()?;
+        String::from_utf8(body).ok()
+    };
+    tokio::time::timeout(timeout, fetch).await.ok().flatten()
+}
