@@ -8,7 +8,8 @@
 //!        ─▶ node.submit_ordered(agent, request)  (a write enters the proposer's queue now,
 //!           in arrival order) ─▶ task: await its reply
 //!              ├ final reply ─▶ publish {prefix}/rsp/{agent}
-//!              ├ Queued      ─▶ (wait_ms = n > 0) timer n ms ─▶ node.cancel_wait
+//!              ├ Queued      ─▶ (wait_ms = n > 0) timer n ms ─▶ node.cancel_wait, unless
+//!              │                the final answer is published first (the task ends then)
 //!              └ NodeError   ─▶ publish `unavailable` (the agent retries the same id)
 //!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}    (a queued request's final answer)
 //!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}    (lease.expired, lock.lost, ...;
@@ -42,7 +43,7 @@ use hivekeeper_coordinator::node::{NodeError, NodeHandle, Outbound};
 use hivekeeper_coordinator::state_machine::Reply;
 use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_histogram, gauge, histogram};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::{Inbound, Transport};
 
@@ -102,6 +103,10 @@ struct Pending {
     started: Instant,
     /// Whether it was answered `Queued` (and so counted in the waiters gauge).
     queued: bool,
+    /// Dropped with the entry, when the final answer is published: that wakes the tasks
+    /// holding a receiver (waiting out this request's `wait_ms`), so they end with the request
+    /// instead of sleeping out the whole wait after a grant.
+    answered: watch::Sender<()>,
 }
 
 /// Requests that may be queued, by agent and request id. Bounded by what the node admits:
@@ -211,17 +216,21 @@ pub async fn run(
         let wait_ms = request.op.wait_ms();
         let op = request.op.name();
         let queueable = queueable_kind(&request.op);
-        if let Some(kind) = queueable {
-            // A resend of a request still pending keeps the first one's start.
+        // A resend of a request still pending keeps the first one's start, and its task ends
+        // with the first one's answer too.
+        let answered = queueable.map(|kind| {
             lock(&pending)
                 .entry((agent.clone(), id.clone()))
-                .or_insert(Pending {
+                .or_insert_with(|| Pending {
                     op,
                     kind,
                     started,
                     queued: false,
-                });
-        }
+                    answered: watch::channel(()).0,
+                })
+                .answered
+                .subscribe()
+        });
         // Handed to the node here, in arrival order, and only answered in a task: submitting
         // from the task let two requests of one agent reach the log in the opposite order of
         // their arrival (an acquire and the release published right after it: the release was
@@ -234,7 +243,7 @@ pub async fn run(
             op,
             started,
             wait_ms,
-            queueable: queueable.is_some(),
+            answered,
             pending: pending.clone(),
         };
         tokio::spawn(async move {
@@ -256,8 +265,9 @@ struct Asked {
     started: Instant,
     /// Its `wait_ms`, if an acquire or reserve.
     wait_ms: Option<u64>,
-    /// Whether the op can be queued (then it has an entry in `pending`).
-    queueable: bool,
+    /// Closed when the request's final answer is published; `Some` when the op can be queued
+    /// (then it has an entry in `pending`).
+    answered: Option<watch::Receiver<()>>,
     /// Where a queueable request waits for its deferred answer.
     pending: PendingMap,
 }
@@ -276,7 +286,7 @@ async fn answer(
         op,
         started,
         wait_ms,
-        queueable,
+        answered,
         pending,
     } = asked;
     let topic = transport.topics().response(&agent);
@@ -301,10 +311,15 @@ async fn answer(
                 }
                 // Queued: the final answer comes from the entry that grants, times out or
                 // drops it. A finite wait is cancelled through the log when it runs out; if the
-                // grant won the race, the cancel does nothing.
+                // grant won the race, the cancel does nothing. The task ends as soon as the
+                // final answer is published: sleeping out every wait after its grant kept one
+                // task per grant alive for `wait_ms` (measured: 14,700 tasks, 92 MB, in an 8 s
+                // contended run whose acquires waited up to 8 s).
                 if let Some(wait_ms) = wait_ms.filter(|ms| *ms > 0) {
-                    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-                    if let Err(error) = node.cancel_wait(agent, id).await {
+                    let timer = tokio::time::sleep(Duration::from_millis(wait_ms));
+                    if until_answered(answered, timer).await
+                        && let Err(error) = node.cancel_wait(agent, id).await
+                    {
                         // The agent's SDK resends the same id, which re-arms this timer.
                         tracing::warn!(%agent, %id, %error, "could not cancel a timed-out wait");
                     }
@@ -317,7 +332,7 @@ async fn answer(
     // Answered now: no deferred answer will come for it, so its pending entry goes, unless
     // that entry is an earlier send of the same id that is queued (this resend was answered at
     // once, say `unavailable`): that one still waits. Each published answer is counted.
-    if queueable {
+    if answered.is_some() {
         let mut pending = lock(&pending);
         if pending.get(&key).is_some_and(|waiter| !waiter.queued) {
             pending.remove(&key);
@@ -325,6 +340,23 @@ async fn answer(
     }
     count_answer(op, started, &response);
     published(transport.publish(topic, response.encode()));
+}
+
+/// Waits for `timer` unless the request's final answer is published first (its `answered`
+/// sender dropped, possibly before this was called). Whether the timer ran out first.
+async fn until_answered(
+    answered: Option<watch::Receiver<()>>,
+    timer: impl std::future::Future<Output = ()>,
+) -> bool {
+    let Some(mut answered) = answered else {
+        timer.await;
+        return true;
+    };
+    tokio::select! {
+        // Nothing is ever sent: `changed` only returns when the sender is dropped.
+        _ = answered.changed() => false,
+        () = timer => true,
+    }
 }
 
 /// Counts and logs a response or event the transport refused.
