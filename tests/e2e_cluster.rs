@@ -247,6 +247,35 @@ async fn five_members_survive_two_kills_and_followers_answer() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(token > first, "token {token} after {first}");
+
+    // The survivors say once that a peer went, not at every heartbeat: openraft's lines per
+    // failed RPC (about 50 a second per dead peer) are off by default, the transport reports
+    // an outage when it starts (then every 30 s, and when it ends).
+    let now_leader = cluster.leader(10).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if i == leader || i == second {
+            continue;
+        }
+        let log = node.log_tail(5_000);
+        assert!(
+            !log.contains("RPCError") && !log.contains("heartbeat error"),
+            "member {i} logs every failed RPC:\n{}",
+            node.log_tail(20)
+        );
+        // Two dead peers, dialled by the Raft network's pool and the forwarder's: at most 4.
+        let reports = log.matches("peer unreachable").count();
+        assert!(
+            reports <= 4,
+            "member {i} reported {reports} outages:\n{log}"
+        );
+        if i == now_leader {
+            assert!(
+                reports >= 1,
+                "the leader never said its peers are gone:\n{log}"
+            );
+        }
+    }
 }
 
 /// A waiter queued through one member, whose member dies, reconnects to another, resends its

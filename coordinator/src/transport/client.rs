@@ -116,12 +116,76 @@ struct Connection {
     addr: String,
 }
 
+/// How often a peer that stays unreachable is reported again.
+const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(30);
+
+/// A peer's unreachability as the log tells it: once when it starts, every
+/// [`OUTAGE_REPORT_EVERY`] while it lasts, once when it ends. The dials themselves go on every
+/// 10–100 ms, and openraft logs each failed replication RPC and heartbeat (several lines per
+/// heartbeat interval per dead peer), which `serve` turns off by default for this summary.
+#[derive(Debug, Default)]
+struct Outage {
+    /// When the first failed dial of the current outage was, and when it was last reported.
+    since: Option<(Instant, Instant)>,
+}
+
+/// What [`Outage`] has to say about a dial.
+#[derive(Debug, PartialEq, Eq)]
+enum OutageReport {
+    /// The first failed dial after a success (or at start).
+    Down,
+    /// Still failing, `OUTAGE_REPORT_EVERY` after the last report.
+    StillDown { down_s: u64 },
+    /// A dial succeeded after failures.
+    Up { down_ms: u64 },
+}
+
+impl Outage {
+    fn failed(&mut self, now: Instant) -> Option<OutageReport> {
+        match &mut self.since {
+            None => {
+                self.since = Some((now, now));
+                Some(OutageReport::Down)
+            }
+            Some((since, reported)) if now.duration_since(*reported) >= OUTAGE_REPORT_EVERY => {
+                *reported = now;
+                let down_s = now.duration_since(*since).as_secs();
+                Some(OutageReport::StillDown { down_s })
+            }
+            Some(_) => None,
+        }
+    }
+
+    fn ended(&mut self, now: Instant) -> Option<OutageReport> {
+        let (since, _) = self.since.take()?;
+        let down_ms = u64::try_from(now.duration_since(since).as_millis()).unwrap_or(u64::MAX);
+        Some(OutageReport::Up { down_ms })
+    }
+}
+
+/// Logs an [`OutageReport`] about `peer`; `error` is the failed dial's (none for `Up`).
+fn log_outage(report: OutageReport, peer: NodeId, addr: &str, error: Option<&TransportError>) {
+    let error = error.map(ToString::to_string).unwrap_or_default();
+    match report {
+        OutageReport::Down => {
+            tracing::warn!(peer, %addr, %error, "peer unreachable; redialling every 10-100 ms");
+        }
+        OutageReport::StillDown { down_s } => {
+            tracing::warn!(peer, %addr, %error, down_s, "peer still unreachable");
+        }
+        OutageReport::Up { down_ms } => {
+            tracing::info!(peer, %addr, down_ms, "peer reachable again");
+        }
+    }
+}
+
 type Link = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
 
 impl Connection {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Call>) {
         let mut backoff = self.backoff();
         let mut redial_at = Instant::now();
+        let mut outage = Outage::default();
         while let Some(call) = queue.recv().await {
             if Instant::now() < redial_at {
                 let _ = call
@@ -132,10 +196,16 @@ impl Connection {
             match self.dial().await {
                 Ok(link) => {
                     backoff = self.backoff();
+                    if let Some(report) = outage.ended(Instant::now()) {
+                        log_outage(report, self.peer, &self.addr, None);
+                    }
                     self.serve_calls(link, call, &mut queue).await;
                 }
                 Err(error) => {
                     redial_at = Instant::now() + backoff.next().unwrap_or(REDIAL_MAX);
+                    if let Some(report) = outage.failed(Instant::now()) {
+                        log_outage(report, self.peer, &self.addr, Some(&error));
+                    }
                     let _ = call.answer.send(Err(error));
                 }
             }
@@ -294,5 +364,36 @@ impl PeerPool {
                 client
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_reported_when_it_starts_every_30_s_and_when_it_ends() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut outage = Outage::default();
+        assert_eq!(outage.ended(at(0)), None, "no outage yet: nothing to say");
+        assert_eq!(outage.failed(at(0)), Some(OutageReport::Down));
+        // The redials every 10-100 ms stay quiet...
+        for ms in (100..30_000).step_by(100) {
+            assert_eq!(outage.failed(at(ms)), None, "at {ms} ms");
+        }
+        // ...until 30 s after the last report.
+        assert_eq!(
+            outage.failed(at(30_000)),
+            Some(OutageReport::StillDown { down_s: 30 })
+        );
+        assert_eq!(outage.failed(at(30_100)), None);
+        assert_eq!(
+            outage.ended(at(31_500)),
+            Some(OutageReport::Up { down_ms: 31_500 })
+        );
+        // A new outage starts over.
+        assert_eq!(outage.ended(at(32_000)), None);
+        assert_eq!(outage.failed(at(40_000)), Some(OutageReport::Down));
     }
 }
