@@ -345,6 +345,13 @@ struct Inspection {
     limit: Option<u32>,
     holders: Vec<Holder>,
     waiters: Vec<WaiterInfo>,
+    /// How many hold it, when `holders` lists only the first ones (the answer had to fit one
+    /// MQTT packet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    holders_total: Option<u64>,
+    /// How many wait, when `waiters` lists only the first ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiters_total: Option<u64>,
 }
 
 /// A holder and the time its lease has left, when the answering node knows it.
@@ -400,6 +407,8 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             limit: success.limit,
             holders,
             waiters: success.waiters.unwrap_or_default(),
+            holders_total: success.holders_total,
+            waiters_total: success.waiters_total,
         };
         if target.json {
             println!("{}", serde_json::to_string_pretty(&inspection)?);
@@ -431,6 +440,11 @@ fn inspection_text(inspection: &Inspection) -> String {
         }
         out.push_str(&table.render());
     }
+    out.push_str(&more(
+        inspection.holders.len(),
+        inspection.holders_total,
+        "holders",
+    ));
     if inspection.waiters.is_empty() {
         out.push_str("waiters: none\n");
     } else {
@@ -444,7 +458,24 @@ fn inspection_text(inspection: &Inspection) -> String {
         }
         out.push_str(&table.render());
     }
+    out.push_str(&more(
+        inspection.waiters.len(),
+        inspection.waiters_total,
+        "waiters",
+    ));
     out
+}
+
+/// The line under a list the service cut to fit one packet, or nothing.
+fn more(shown: usize, total: Option<u64>, what: &str) -> String {
+    match total {
+        Some(total) => format!(
+            "... and {} more {what} ({total} in all; the answer lists the first ones that fit \
+             one MQTT packet)\n",
+            total.saturating_sub(shown as u64)
+        ),
+        None => String::new(),
+    }
 }
 
 /// `hivekeeper leases`.

@@ -56,6 +56,15 @@ pub struct Success {
     /// `inspect`: who waits for it, in queue order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiters: Option<Vec<WaiterInfo>>,
+    /// `inspect`: how many hold the resource, present only when `holders` lists just the first
+    /// ones because the whole answer would not fit in one MQTT packet
+    /// ([`Response::encode_within`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holders_total: Option<u64>,
+    /// `inspect`: how many wait, present only when `waiters` lists just the first ones in queue
+    /// order, for the same reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiters_total: Option<u64>,
     /// `admin.status`: the answering node's view of Raft. Boxed: it is large and rare, and
     /// every other response would otherwise carry its size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,6 +248,79 @@ impl Response {
         serde_json::to_vec(self).expect("a response is plain data and always serializes")
     }
 
+    /// The response as JSON of at most `bytes_max` bytes, the room one MQTT packet leaves.
+    ///
+    /// Only `inspect` of a busy resource can exceed it (about 80 bytes per holder or waiter,
+    /// and a lock may have 1,000 waiters by default, a semaphore more holders): its lists are
+    /// then cut to the longest prefixes that fit, waiters first, and `holders_total` /
+    /// `waiters_total` say how long they really are. Answering nothing instead left the asker
+    /// waiting forever, since every retry gets the same answer. Anything else that does not
+    /// fit becomes a `too_large` error for the same request id.
+    pub fn encode_within(&self, bytes_max: usize) -> Vec<u8> {
+        let encoded = self.encode();
+        if encoded.len() <= bytes_max {
+            return encoded;
+        }
+        if let Ok(success) = &self.outcome
+            && let Some(fitted) = self.fit_lists(success, bytes_max)
+        {
+            return fitted;
+        }
+        Response::error(
+            self.id.clone(),
+            ErrorCode::TooLarge,
+            format!(
+                "the answer is {} bytes, more than the {bytes_max} one MQTT packet may carry here",
+                encoded.len()
+            ),
+        )
+        .encode()
+    }
+
+    /// `inspect`'s answer with its lists cut to fit `bytes_max`, or `None` if there are no
+    /// lists or even empty ones do not fit.
+    fn fit_lists(&self, success: &Success, bytes_max: usize) -> Option<Vec<u8>> {
+        let holders = success.holders.as_deref()?;
+        let waiters = success.waiters.as_deref().unwrap_or_default();
+        let cut = |kept_holders: usize, kept_waiters: usize| {
+            let mut cut = success.clone();
+            cut.holders = Some(holders[..kept_holders].to_vec());
+            cut.waiters = success
+                .waiters
+                .as_ref()
+                .map(|_| waiters[..kept_waiters].to_vec());
+            cut.holders_total = (kept_holders < holders.len()).then_some(holders.len() as u64);
+            cut.waiters_total = (kept_waiters < waiters.len()).then_some(waiters.len() as u64);
+            Response {
+                id: self.id.clone(),
+                outcome: Ok(cut),
+            }
+            .encode()
+        };
+        // The most entries of one list that fit, by bisection: each try encodes the answer
+        // once, and an oversized inspect is rare.
+        let longest = |len: usize, encode: &dyn Fn(usize) -> Vec<u8>| {
+            let (mut fits, mut too_long) = (0, len + 1);
+            while too_long - fits > 1 {
+                let mid = fits + (too_long - fits) / 2;
+                if encode(mid).len() <= bytes_max {
+                    fits = mid;
+                } else {
+                    too_long = mid;
+                }
+            }
+            fits
+        };
+        let fitted = if cut(holders.len(), 0).len() <= bytes_max {
+            let kept = longest(waiters.len(), &|n| cut(holders.len(), n));
+            cut(holders.len(), kept)
+        } else {
+            let kept = longest(holders.len(), &|n| cut(n, 0));
+            cut(kept, 0)
+        };
+        (fitted.len() <= bytes_max).then_some(fitted)
+    }
+
     /// Parses a response payload (the SDK's side).
     pub fn decode(payload: &[u8]) -> Result<Response, serde_json::Error> {
         serde_json::from_slice(payload)
@@ -290,5 +372,103 @@ impl TryFrom<WireResponse> for Response {
             id: wire.id,
             outcome,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(i: usize) -> HolderInfo {
+        HolderInfo {
+            agent: format!("drone-{i:04}"),
+            lease: format!("{i:016x}"),
+            token: i as u64,
+            permits: Some(1),
+            since_ms: 1_764_500_000_000,
+        }
+    }
+
+    fn waiter(i: usize) -> WaiterInfo {
+        WaiterInfo {
+            agent: format!("drone-{i:04}"),
+            position: u32::try_from(i + 1).unwrap(),
+            permits: None,
+            since_ms: 1_764_500_000_000,
+        }
+    }
+
+    fn inspect(holders: usize, waiters: usize) -> Response {
+        Response::ok(
+            "r1",
+            Success {
+                holders: Some((0..holders).map(holder).collect()),
+                waiters: Some((0..waiters).map(waiter).collect()),
+                ..Success::default()
+            },
+        )
+    }
+
+    fn decoded(bytes: &[u8]) -> Response {
+        Response::decode(bytes).expect("a response")
+    }
+
+    #[test]
+    fn an_answer_that_fits_is_encoded_as_is() {
+        let response = inspect(1, 10);
+        assert_eq!(response.encode_within(65_536), response.encode());
+    }
+
+    #[test]
+    fn a_long_queue_is_cut_to_the_first_waiters_that_fit_with_the_total() {
+        let response = inspect(1, 1_000);
+        let full = response.encode().len();
+        let bytes_max = 16_384;
+        assert!(
+            full > bytes_max,
+            "the test needs an answer over the limit: {full}"
+        );
+        let bytes = response.encode_within(bytes_max);
+        assert!(bytes.len() <= bytes_max, "{} bytes", bytes.len());
+        let success = decoded(&bytes).outcome.expect("still a success");
+        let waiters = success.waiters.expect("waiters");
+        assert!(waiters.len() > 100, "kept only {}", waiters.len());
+        // The first ones in queue order, and as many as fit: one more would not.
+        assert_eq!(waiters, (0..waiters.len()).map(waiter).collect::<Vec<_>>());
+        let mut one_more = inspect(1, waiters.len() + 1);
+        if let Ok(success) = &mut one_more.outcome {
+            success.waiters_total = Some(1_000);
+        }
+        assert!(
+            one_more.encode().len() > bytes_max,
+            "one more waiter would still have fitted"
+        );
+        assert_eq!(success.waiters_total, Some(1_000));
+        assert_eq!(success.holders.map(|h| h.len()), Some(1));
+        assert_eq!(success.holders_total, None, "holders were not cut");
+    }
+
+    #[test]
+    fn too_many_holders_are_cut_after_every_waiter() {
+        let response = inspect(2_000, 50);
+        let bytes = response.encode_within(16_384);
+        assert!(bytes.len() <= 16_384);
+        let success = decoded(&bytes).outcome.expect("still a success");
+        let holders = success.holders.expect("holders");
+        assert!(!holders.is_empty() && holders.len() < 2_000);
+        assert_eq!(holders, (0..holders.len()).map(holder).collect::<Vec<_>>());
+        assert_eq!(success.holders_total, Some(2_000));
+        assert_eq!(success.waiters, Some(vec![]));
+        assert_eq!(success.waiters_total, Some(50));
+    }
+
+    #[test]
+    fn anything_else_too_large_is_a_too_large_error_for_the_same_id() {
+        let response = Response::ok("r9", Success::lease("x".repeat(500), 5_000));
+        let answer = decoded(&response.encode_within(100));
+        assert_eq!(answer.id.as_deref(), Some("r9"));
+        let error = answer.outcome.expect_err("an error");
+        assert_eq!(error.code, ErrorCode::TooLarge);
+        assert!(error.message.contains("100"), "{}", error.message);
     }
 }

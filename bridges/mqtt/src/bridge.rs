@@ -179,7 +179,7 @@ pub async fn run(
                                 }
                                 count_answer(waiter.op, waiter.started, &response);
                             }
-                            published(transport.publish(topic, response.encode()));
+                            published(respond(&transport, topic, &response));
                         }
                         None => continue,
                     },
@@ -339,7 +339,19 @@ async fn answer(
         }
     }
     count_answer(op, started, &response);
-    published(transport.publish(topic, response.encode()));
+    published(respond(transport, topic, &response));
+}
+
+/// Publishes a response, cut to fit one packet: an `inspect` of a long queue lists the first
+/// holders and waiters that fit and says how many there are (`Response::encode_within`).
+/// Refused for its size it would never be answered, since every retry gets the same answer.
+fn respond(
+    transport: &Transport,
+    topic: String,
+    response: &Response,
+) -> Result<(), crate::MqttError> {
+    let payload = response.encode_within(transport.payload_bytes_max(&topic));
+    transport.publish(topic, payload)
 }
 
 /// Waits for `timer` unless the request's final answer is published first (its `answered`

@@ -332,6 +332,14 @@ impl Transport {
         }
     }
 
+    /// The largest payload one message to `topic` may carry ([`Config::packet_bytes_max`] less
+    /// the topic and the PUBLISH header): [`Transport::publish`] refuses more.
+    pub fn payload_bytes_max(&self, topic: &str) -> usize {
+        self.inner
+            .packet_bytes_max
+            .saturating_sub(topic.len() + PUBLISH_OVERHEAD_BYTES)
+    }
+
     /// The topics under the configured prefix.
     pub fn topics(&self) -> &Topics {
         &self.inner.topics
