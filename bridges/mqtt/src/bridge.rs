@@ -237,8 +237,8 @@ pub async fn run(
         // applied first and answered `not_holder`). See `NodeHandle::submit_ordered`.
         // Boxed, like `cancel_wait` in `answer`: the task is moved into place at spawn and at
         // every stage change, and with these futures inline it was 12,776 bytes (the forwarding
-        // and read-index paths); boxed, 1,416. Copying it was 10% of a node's samples under
-        // 10,000 agents' keepalives.
+        // and read-index paths); boxed, 1,416. Copying it was 6% of a node's samples under
+        // 10,000 agents' keepalives (of 9.9% in memmove; 3.5% after).
         let reply = Box::pin(node.submit_ordered(&agent, request));
         let (transport, node) = (transport.clone(), node.clone());
         let asked = Asked {
