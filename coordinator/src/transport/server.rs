@@ -113,7 +113,10 @@ impl<H: ForwardHandler> PeerConnection<H> {
                 answers.clone(),
             );
             tokio::spawn(async move {
-                let body = answer(&raft, &election, &handler, envelope.body).await;
+                // Boxed: inline, `answer`'s future (openraft's append and vote handling, a
+                // forwarded proposal) made this task 3,904 bytes, copied at spawn for every
+                // frame; boxed, 400.
+                let body = Box::pin(answer(&raft, &election, &handler, envelope.body)).await;
                 match wire::encode(&Envelope {
                     id: envelope.id,
                     body,
