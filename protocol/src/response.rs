@@ -282,8 +282,15 @@ impl Response {
     fn fit_lists(&self, success: &Success, bytes_max: usize) -> Option<Vec<u8>> {
         let holders = success.holders.as_deref()?;
         let waiters = success.waiters.as_deref().unwrap_or_default();
+        // Everything but the two lists, copied once rather than with both whole lists at
+        // every try of the bisection below.
+        let rest = Success {
+            holders: None,
+            waiters: None,
+            ..success.clone()
+        };
         let cut = |kept_holders: usize, kept_waiters: usize| {
-            let mut cut = success.clone();
+            let mut cut = rest.clone();
             cut.holders = Some(holders[..kept_holders].to_vec());
             cut.waiters = success
                 .waiters
