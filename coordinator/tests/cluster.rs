@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
-use hivekeeper_coordinator::Reply;
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
-use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response, Success};
 
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -127,10 +126,13 @@ fn request(id: &str, op: Op) -> Request {
 
 async fn grant(node: &NodeHandle, agent: &str, id: &str) -> String {
     match node
-        .submit(agent, request(id, Op::LeaseGrant { ttl_ms: 10_000 }))
+        .call(agent, request(id, Op::LeaseGrant { ttl_ms: 10_000 }))
         .await
+        .outcome
     {
-        Ok(Reply::Lease { lease, .. }) => lease.to_string(),
+        Ok(Success {
+            lease: Some(lease), ..
+        }) => lease,
         other => panic!("lease.grant answered {other:?}"),
     }
 }
@@ -143,9 +145,12 @@ fn try_lock(name: &str, lease: &str) -> Op {
     }
 }
 
-fn holders(reply: Result<Reply, hivekeeper_coordinator::node::NodeError>) -> Vec<(String, u64)> {
-    match reply {
-        Ok(Reply::Inspect { holders, .. }) => holders
+fn holders(reply: Response) -> Vec<(String, u64)> {
+    match reply.outcome {
+        Ok(Success {
+            holders: Some(holders),
+            ..
+        }) => holders
             .into_iter()
             .map(|holder| (holder.agent, holder.token))
             .collect(),
@@ -160,12 +165,8 @@ fn inspect(name: &str) -> Op {
     }
 }
 
-fn is_unavailable(reply: &Result<Reply, hivekeeper_coordinator::node::NodeError>) -> bool {
-    match reply {
-        Err(error) => NodeHandle::error_code(error) == ErrorCode::Unavailable,
-        Ok(Reply::Refused { code, .. }) => *code == ErrorCode::Unavailable,
-        Ok(_) => false,
-    }
+fn is_unavailable(reply: &Response) -> bool {
+    matches!(&reply.outcome, Err(error) if error.code == ErrorCode::Unavailable)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,14 +178,17 @@ async fn followers_forward_writes_keepalives_and_reads_to_the_leader() {
 
     let lease = grant(&node, "drone-1", "g1").await;
     let token = match node
-        .submit("drone-1", request("a1", try_lock("pad/1", &lease)))
+        .call("drone-1", request("a1", try_lock("pad/1", &lease)))
         .await
+        .outcome
     {
-        Ok(Reply::Granted { token }) => token,
+        Ok(Success {
+            token: Some(token), ..
+        }) => token,
         other => panic!("lock.acquire through a follower answered {other:?}"),
     };
     match node
-        .submit(
+        .call(
             "drone-1",
             request(
                 "k1",
@@ -194,23 +198,20 @@ async fn followers_forward_writes_keepalives_and_reads_to_the_leader() {
             ),
         )
         .await
+        .outcome
     {
-        Ok(Reply::Ttl { ttl_ms }) => assert_eq!(ttl_ms, 10_000),
+        Ok(Success {
+            ttl_ms: Some(ttl_ms),
+            ..
+        }) => assert_eq!(ttl_ms, 10_000),
         other => panic!("a keepalive through a follower answered {other:?}"),
     }
     // The read is answered by the leader (read-index): it sees the grant.
-    let seen = holders(
-        node.submit("drone-1", request("i1", inspect("pad/1")))
-            .await,
-    );
+    let seen = holders(node.call("drone-1", request("i1", inspect("pad/1"))).await);
     assert_eq!(seen, vec![("drone-1".to_string(), token)]);
     // And the third node agrees.
     let other = cluster.handle((leader + 2) % 3);
-    let seen = holders(
-        other
-            .submit("tester", request("i2", inspect("pad/1")))
-            .await,
-    );
+    let seen = holders(other.call("tester", request("i2", inspect("pad/1"))).await);
     assert_eq!(seen, vec![("drone-1".to_string(), token)]);
     cluster.shutdown().await;
 }
@@ -226,14 +227,14 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
     cluster.isolate(cut);
 
     let acquire = node
-        .submit("drone-1", request("a1", try_lock("pad/1", &lease)))
+        .call("drone-1", request("a1", try_lock("pad/1", &lease)))
         .await;
     assert!(
         is_unavailable(&acquire),
         "a cut-off follower answered {acquire:?}"
     );
     let keepalive = node
-        .submit(
+        .call(
             "drone-1",
             request(
                 "k1",
@@ -247,19 +248,20 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
         is_unavailable(&keepalive),
         "keepalive answered {keepalive:?}"
     );
-    let read = node
-        .submit("drone-1", request("i1", inspect("pad/1")))
-        .await;
+    let read = node.call("drone-1", request("i1", inspect("pad/1"))).await;
     assert!(is_unavailable(&read), "inspect answered {read:?}");
 
     // The majority goes on: another agent takes the lock there.
     let majority = cluster.handle(leader);
     let other_lease = grant(&majority, "drone-2", "g2").await;
     let token = match majority
-        .submit("drone-2", request("a2", try_lock("pad/1", &other_lease)))
+        .call("drone-2", request("a2", try_lock("pad/1", &other_lease)))
         .await
+        .outcome
     {
-        Ok(Reply::Granted { token }) => token,
+        Ok(Success {
+            token: Some(token), ..
+        }) => token,
         other => panic!("the majority answered {other:?}"),
     };
 
@@ -268,9 +270,7 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
     // Until it has rejoined, its answers may still be `unavailable`: retried, bounded.
     let mut seen = Vec::new();
     for _ in 0..100 {
-        let reply = node
-            .submit("drone-1", request("i2", inspect("pad/1")))
-            .await;
+        let reply = node.call("drone-1", request("i2", inspect("pad/1"))).await;
         if !is_unavailable(&reply) {
             seen = holders(reply);
             if !seen.is_empty() {
@@ -293,7 +293,7 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
 
     // The deposed (but unaware) leader cannot commit: `unavailable`, not a grant.
     let acquire = old_node
-        .submit("drone-1", request("a1", try_lock("pad/9", &lease)))
+        .call("drone-1", request("a1", try_lock("pad/9", &lease)))
         .await;
     assert!(
         is_unavailable(&acquire),
@@ -317,16 +317,17 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     let through = cluster.handle(survivor);
     let lease2 = grant(&through, "drone-2", "g2").await;
     match through
-        .submit("drone-2", request("a2", try_lock("pad/9", &lease2)))
+        .call("drone-2", request("a2", try_lock("pad/9", &lease2)))
         .await
+        .outcome
     {
-        Ok(Reply::Granted { .. }) => {}
+        Ok(Success { token: Some(_), .. }) => {}
         other => panic!("the new majority (leader index {new_leader}) answered {other:?}"),
     }
     // The old leader's holdings never included pad/9.
     let seen = holders(
         through
-            .submit("drone-2", request("i1", inspect("pad/9")))
+            .call("drone-2", request("i1", inspect("pad/9")))
             .await,
     );
     assert_eq!(seen.len(), 1);
@@ -345,10 +346,13 @@ async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
     let node = cluster.handle(leader);
     let lease = grant(&node, "drone-1", "g1").await;
     let token = match node
-        .submit("drone-1", request("a1", try_lock("dock", &lease)))
+        .call("drone-1", request("a1", try_lock("dock", &lease)))
         .await
+        .outcome
     {
-        Ok(Reply::Granted { token }) => token,
+        Ok(Success {
+            token: Some(token), ..
+        }) => token,
         other => panic!("acquire answered {other:?}"),
     };
 
@@ -372,11 +376,7 @@ async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
     let mut seen = Vec::new();
     for _ in 0..100 {
         if joined.leader_id() == Some(node.node_id()) {
-            seen = holders(
-                joined
-                    .submit("tester", request("i1", inspect("dock")))
-                    .await,
-            );
+            seen = holders(joined.call("tester", request("i1", inspect("dock"))).await);
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -395,10 +395,14 @@ async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
     assert!(!members.iter().any(|info| info.member.name == removed_name));
     let lease2 = grant(&joined, "drone-2", "g2").await;
     match joined
-        .submit("drone-2", request("a2", try_lock("dock-2", &lease2)))
+        .call("drone-2", request("a2", try_lock("dock-2", &lease2)))
         .await
+        .outcome
     {
-        Ok(Reply::Granted { token: second }) => assert!(second > token),
+        Ok(Success {
+            token: Some(second),
+            ..
+        }) => assert!(second > token),
         other => panic!("acquire after the removal answered {other:?}"),
     }
     // Unknown names and non-leaders are refused with a reason.

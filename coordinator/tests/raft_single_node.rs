@@ -77,6 +77,7 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
         reply,
         events,
         replayed,
+        ..
     } = next_applied(&mut applied).await
     else {
         panic!("expected an applied entry");

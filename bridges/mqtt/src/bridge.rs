@@ -1,78 +1,42 @@
-//! The bridge: MQTT requests in, node answers out. Decodes and validates each request, hands it
-//! to the node, publishes exactly one final response per request id (at once, or when a queued
-//! request is granted, times out or loses its lease), and publishes events.
+//! The bridge: MQTT requests in, the node's answers out. Decode, submit, publish; the node owns
+//! each request's lifecycle (pending requests, `wait_ms` deadlines, the waiters gauge), so a
+//! request's final answer is published from wherever the node produces it.
 //!
 //! ```text
 //!  Inbound{topic, payload} ─▶ agent id from topic ──(bad: counted, dropped: no one to answer)
 //!        ─▶ Request::decode ──(bad: error response with the precise code)
-//!        ─▶ node.submit_ordered(agent, request)  (a write enters the proposer's queue now,
-//!           in arrival order) ─▶ task: await its reply
-//!              ├ final reply ─▶ publish {prefix}/rsp/{agent}
-//!              ├ Queued      ─▶ (wait_ms = n > 0) timer n ms ─▶ node.cancel_wait, unless
-//!              │                the final answer is published first (the task ends then)
-//!              └ NodeError   ─▶ publish `unavailable` (the agent retries the same id)
-//!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}    (a queued request's final answer)
-//!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}    (lease.expired, lock.lost, ...;
+//!        ─▶ node.submit(agent, request, respond)   (a write enters the proposer's queue now,
+//!                                                   in arrival order)
+//!              respond(response) ─▶ publish {prefix}/rsp/{agent}   (called by the node, once)
+//!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}   (a queued request not pending here)
+//!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}   (lease.expired, lock.lost, ...;
 //!                      refused while the outbound queue is 3/4 full: responses first)
 //! ```
 //!
 //! # Metrics
-//! - `hivekeeper_requests_total{op, code}`: one per final answer published to a decoded
-//!   request (`code` is `ok` or the error code). A queued request is counted when its deferred
-//!   answer is published, not when it is queued.
-//! - `hivekeeper_request_duration_seconds{op}`: from the start of decoding to the final answer,
-//!   for a queued request to its deferred answer (so it includes the time in the queue).
 //! - `hivekeeper_mqtt_bad_requests_total{code}`, `hivekeeper_mqtt_bad_topics_total`: decode
 //!   errors and messages on a topic that names no agent.
 //! - `hivekeeper_mqtt_publish_failed_total`: responses and events the transport refused.
-//! - `hivekeeper_fence_checks_total{result}`: `fence.check` answers, `valid` or `stale`.
-//! - `hivekeeper_resource_waiters{kind}`: requests this bridge saw answered `Queued` and has not
-//!   answered finally yet. On a single node that is the machine's waiters; the machine's
-//!   applied `Queued` reply carries neither kind nor request id, so the node cannot keep it.
 //!
-//! A queued request's op, kind and start time wait in [`Pending`] until its deferred answer
-//! comes. It is registered before the request is submitted: the deferred answer can reach the
-//! publisher before the task that submitted it sees `Queued`.
+//! Requests, their durations, fence checks and waiters are counted by the node
+//! (`hivekeeper_coordinator::node::metrics`), where their answers are produced.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use hivekeeper_coordinator::node::metrics::{RESOURCE_WAITERS, kind_label};
-use hivekeeper_coordinator::node::{NodeError, NodeHandle, Outbound};
-use hivekeeper_coordinator::state_machine::Reply;
-use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response};
-use metrics::{counter, describe_counter, describe_histogram, gauge, histogram};
-use tokio::sync::{mpsc, watch};
+use hivekeeper_coordinator::node::{NodeHandle, Outbound, Respond};
+use hivekeeper_protocol::{Request, Response, Topics};
+use metrics::{counter, describe_counter};
+use tokio::sync::mpsc;
 
 use crate::{Inbound, Transport};
 
-/// Final answers to decoded requests, by `op` and `code` (counter).
-pub const REQUESTS_TOTAL: &str = "hivekeeper_requests_total";
-/// Decode to final answer, by `op` (histogram).
-pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds";
 /// Messages that could not be decoded into a request, by `code` (counter).
 pub const MQTT_BAD_REQUESTS_TOTAL: &str = "hivekeeper_mqtt_bad_requests_total";
 /// Messages on a topic that names no valid agent (counter).
 pub const MQTT_BAD_TOPICS_TOTAL: &str = "hivekeeper_mqtt_bad_topics_total";
 /// Responses and events the transport refused to publish (counter).
 pub const MQTT_PUBLISH_FAILED_TOTAL: &str = "hivekeeper_mqtt_publish_failed_total";
-/// `fence.check` answers, by `result` = `valid` | `stale` (counter).
-pub const FENCE_CHECKS_TOTAL: &str = "hivekeeper_fence_checks_total";
 
 /// Gives the bridge's metrics their help texts. Call once, after the recorder is installed.
 pub fn describe_metrics() {
-    describe_counter!(
-        REQUESTS_TOTAL,
-        "Final answers to decoded requests, by op and code (ok or the error code); a queued \
-         request is counted when its deferred answer is published."
-    );
-    describe_histogram!(
-        REQUEST_DURATION_SECONDS,
-        metrics::Unit::Seconds,
-        "From decoding a request to publishing its final answer (a queued request's includes \
-         its time in the queue), by op."
-    );
     describe_counter!(
         MQTT_BAD_REQUESTS_TOTAL,
         "Messages answered with a decode error, by code (bad_request, unknown_op, too_large)."
@@ -86,293 +50,111 @@ pub fn describe_metrics() {
         "Responses and events not published: the transport's queue was full or closed (the \
          agent retries)."
     );
-    describe_counter!(
-        FENCE_CHECKS_TOTAL,
-        "fence.check answers, by result: valid (held right now) or stale (a protected \
-         resource was shown a token that is no longer held)."
-    );
 }
 
-/// A request that may be queued, until its final answer is published.
-struct Pending {
-    /// The op's wire name, the `op` label.
-    op: &'static str,
-    /// The resource kind it waits on, the waiters gauge's label.
-    kind: ResourceKind,
-    /// When its decoding started.
-    started: Instant,
-    /// Whether it was answered `Queued` (and so counted in the waiters gauge).
-    queued: bool,
-    /// Dropped with the entry, when the final answer is published: that wakes the tasks
-    /// holding a receiver (waiting out this request's `wait_ms`), so they end with the request
-    /// instead of sleeping out the whole wait after a grant.
-    answered: watch::Sender<()>,
+/// What one inbound message is, once read.
+#[derive(Debug, PartialEq)]
+enum Decoded {
+    /// On a topic that names no agent: nobody to answer.
+    NoAgent,
+    /// Undecodable: answered with this error at once.
+    Refused {
+        /// The agent to answer.
+        agent: String,
+        /// The error response.
+        response: Response,
+    },
+    /// A request to submit.
+    Request {
+        /// The asking agent.
+        agent: String,
+        /// Its request.
+        request: Request,
+    },
 }
 
-/// Requests that may be queued, by agent and request id. Bounded by what the node admits:
-/// an entry leaves with the request's final answer.
-type PendingMap = Arc<Mutex<HashMap<(String, String), Pending>>>;
-
-/// The resource kind of an op that can be queued.
-fn queueable_kind(op: &Op) -> Option<ResourceKind> {
-    match op {
-        Op::LockAcquire { .. } => Some(ResourceKind::Lock),
-        Op::SemAcquire { .. } => Some(ResourceKind::Sem),
-        Op::WaypointReserve { .. } => Some(ResourceKind::Waypoint),
-        _ => None,
+/// Reads one inbound message: the agent from its topic, the request from its payload.
+fn decode(topics: &Topics, inbound: &Inbound) -> Decoded {
+    let agent = match topics.parse_request_topic(&inbound.topic) {
+        Ok(agent) => agent.to_string(),
+        Err(error) => {
+            counter!(MQTT_BAD_TOPICS_TOTAL).increment(1);
+            let topic = &inbound.topic;
+            tracing::debug!(%topic, %error, "message on a topic that names no agent: dropped");
+            return Decoded::NoAgent;
+        }
+    };
+    match Request::decode(&inbound.payload) {
+        Ok(request) => Decoded::Request { agent, request },
+        Err(error) => {
+            counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
+            Decoded::Refused {
+                agent,
+                response: error.to_response(),
+            }
+        }
     }
 }
 
-/// The `code` label of a response: `ok` or the error code.
-fn code_label(response: &Response) -> &'static str {
-    match &response.outcome {
-        Ok(_) => "ok",
-        Err(error) => error.code.as_str(),
-    }
-}
-
-/// Counts one final answer.
-fn count_answer(op: &'static str, started: Instant, response: &Response) {
-    counter!(REQUESTS_TOTAL, "op" => op, "code" => code_label(response)).increment(1);
-    histogram!(REQUEST_DURATION_SECONDS, "op" => op).record(started.elapsed().as_secs_f64());
-}
-
-/// Locks the pending map; a panic while it was held cannot leave it half-updated (every
-/// critical section is one insert, lookup or remove), so a poisoned lock is used as is.
-fn lock(pending: &PendingMap) -> std::sync::MutexGuard<'_, HashMap<(String, String), Pending>> {
-    pending
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Runs the bridge until the inbound stream ends (transport shut down). Spawns the outbound
-/// publisher, which ends when the node's outbound stream ends.
+/// Runs the bridge until the inbound stream ends (transport shut down). Spawns the publisher of
+/// the node's outbound stream, which ends with it.
 pub async fn run(
     transport: Transport,
     mut inbound: mpsc::Receiver<Inbound>,
     node: NodeHandle,
-    mut outbound: mpsc::UnboundedReceiver<Outbound>,
+    outbound: mpsc::UnboundedReceiver<Outbound>,
 ) {
     // Exported from the start, so a dashboard shows 0 rather than "no data" for a counter that
     // should never move.
     counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
-    let pending: PendingMap = Arc::default();
-    let publisher = {
-        let (transport, pending) = (transport.clone(), pending.clone());
-        tokio::spawn(async move {
-            while let Some(message) = outbound.recv().await {
-                match message {
-                    Outbound::Respond {
-                        agent,
-                        request_id,
-                        reply,
-                    } => match reply.to_response(&request_id) {
-                        Some(response) => {
-                            let topic = transport.topics().response(&agent);
-                            let key = (agent.to_string(), request_id);
-                            // Absent when it was queued before this process started: its
-                            // op and start are unknown, so it is not counted.
-                            if let Some(waiter) = lock(&pending).remove(&key) {
-                                if waiter.queued {
-                                    gauge!(RESOURCE_WAITERS, "kind" => kind_label(waiter.kind))
-                                        .decrement(1.0);
-                                }
-                                count_answer(waiter.op, waiter.started, &response);
-                            }
-                            published(respond(&transport, topic, &response));
-                        }
-                        None => continue,
-                    },
-                    // Events yield to responses when the queue runs full (see
-                    // `Transport::publish_event`).
-                    Outbound::Notify { agent, event } => {
-                        let topic = transport.topics().event(&agent);
-                        published(transport.publish_event(topic, event.encode()));
-                    }
-                }
+    let publisher = tokio::spawn(publish_outbound(transport.clone(), outbound));
+    while let Some(message) = inbound.recv().await {
+        match decode(transport.topics(), &message) {
+            Decoded::NoAgent => {}
+            Decoded::Refused { agent, response } => respond(&transport, &agent, &response),
+            // Handed to the node here, in arrival order: the node queues a write before
+            // `submit` returns, so one agent's pipelined writes reach the log in the order
+            // they were sent.
+            Decoded::Request { agent, request } => {
+                let respond = responder(&transport, &agent);
+                node.submit(&agent, request, respond);
             }
-        })
-    };
-    while let Some(Inbound { topic, payload }) = inbound.recv().await {
-        let started = Instant::now();
-        let agent = match transport.topics().parse_request_topic(&topic) {
-            Ok(agent) => agent.to_string(),
-            Err(error) => {
-                counter!(MQTT_BAD_TOPICS_TOTAL).increment(1);
-                tracing::debug!(%topic, %error, "message on a topic that names no agent: dropped");
-                continue;
-            }
-        };
-        let request = match Request::decode(&payload) {
-            Ok(request) => request,
-            Err(error) => {
-                counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
-                let topic = transport.topics().response(&agent);
-                published(transport.publish(topic, error.to_response().encode()));
-                continue;
-            }
-        };
-        let id = request.id.clone();
-        let wait_ms = request.op.wait_ms();
-        let op = request.op.name();
-        let queueable = queueable_kind(&request.op);
-        // A resend of a request still pending keeps the first one's start, and its task ends
-        // with the first one's answer too.
-        let answered = queueable.map(|kind| {
-            lock(&pending)
-                .entry((agent.clone(), id.clone()))
-                .or_insert_with(|| Pending {
-                    op,
-                    kind,
-                    started,
-                    queued: false,
-                    answered: watch::channel(()).0,
-                })
-                .answered
-                .subscribe()
-        });
-        // Handed to the node here, in arrival order, and only answered in a task: submitting
-        // from the task let two requests of one agent reach the log in the opposite order of
-        // their arrival (an acquire and the release published right after it: the release was
-        // applied first and answered `not_holder`). See `NodeHandle::submit_ordered`.
-        // Boxed, like `cancel_wait` in `answer`: the task is moved into place at spawn and at
-        // every stage change, and with these futures inline it was 12,776 bytes (the forwarding
-        // and read-index paths); boxed, 1,416. Copying it was 6% of a node's samples under
-        // 10,000 agents' keepalives (of 9.9% in memmove; 3.5% after).
-        let reply = Box::pin(node.submit_ordered(&agent, request));
-        let (transport, node) = (transport.clone(), node.clone());
-        let asked = Asked {
-            agent,
-            id,
-            op,
-            started,
-            wait_ms,
-            answered,
-            pending: pending.clone(),
-        };
-        tokio::spawn(async move {
-            answer(&transport, &node, asked, reply).await;
-        });
+        }
     }
     publisher.abort();
 }
 
-/// One submitted request, as its answering task needs it.
-struct Asked {
-    /// The asking agent.
-    agent: String,
-    /// Its request id.
-    id: String,
-    /// The op's wire name.
-    op: &'static str,
-    /// When its decoding started.
-    started: Instant,
-    /// Its `wait_ms`, if an acquire or reserve.
-    wait_ms: Option<u64>,
-    /// Closed when the request's final answer is published; `Some` when the op can be queued
-    /// (then it has an entry in `pending`).
-    answered: Option<watch::Receiver<()>>,
-    /// Where a queueable request waits for its deferred answer.
-    pending: PendingMap,
+/// Where the node answers a request from `agent`: its response topic.
+fn responder(transport: &Transport, agent: &str) -> Respond {
+    let transport = transport.clone();
+    let agent = agent.to_string();
+    Box::new(move |response| respond(&transport, &agent, &response))
 }
 
-/// Waits for the node's reply to one submitted request and publishes it, or arms its
-/// `wait_ms` timer.
-async fn answer(
-    transport: &Transport,
-    node: &NodeHandle,
-    asked: Asked,
-    reply: impl std::future::Future<Output = Result<Reply, NodeError>>,
-) {
-    let Asked {
-        agent,
-        id,
-        op,
-        started,
-        wait_ms,
-        answered,
-        pending,
-    } = asked;
-    let topic = transport.topics().response(&agent);
-    let key = (agent, id);
-    let (agent, id) = (&key.0, &key.1);
-    let reply = reply.await;
-    if let Ok(Reply::Fence { valid, .. }) = &reply {
-        let result = if *valid { "valid" } else { "stale" };
-        counter!(FENCE_CHECKS_TOTAL, "result" => result).increment(1);
-    }
-    let response = match reply {
-        Ok(reply) => match reply.to_response(id) {
-            Some(response) => response,
-            None => {
-                // Counted as a waiter unless its deferred answer was already published (it
-                // then left the pending map) or a resend of it was already counted.
-                if let Some(waiter) = lock(&pending).get_mut(&key)
-                    && !waiter.queued
-                {
-                    waiter.queued = true;
-                    gauge!(RESOURCE_WAITERS, "kind" => kind_label(waiter.kind)).increment(1.0);
-                }
-                // Queued: the final answer comes from the entry that grants, times out or
-                // drops it. A finite wait is cancelled through the log when it runs out; if the
-                // grant won the race, the cancel does nothing. The task ends as soon as the
-                // final answer is published: sleeping out every wait after its grant kept one
-                // task per grant alive for `wait_ms` (measured: 14,700 tasks, 92 MB, in an 8 s
-                // contended run whose acquires waited up to 8 s).
-                if let Some(wait_ms) = wait_ms.filter(|ms| *ms > 0) {
-                    let timer = tokio::time::sleep(Duration::from_millis(wait_ms));
-                    if until_answered(answered, timer).await
-                        && let Err(error) = Box::pin(node.cancel_wait(agent, id)).await
-                    {
-                        // The agent's SDK resends the same id, which re-arms this timer.
-                        tracing::warn!(%agent, %id, %error, "could not cancel a timed-out wait");
-                    }
-                }
-                return;
+/// Publishes what the node sends besides answers: notices, and final answers of requests not
+/// pending here.
+async fn publish_outbound(transport: Transport, mut outbound: mpsc::UnboundedReceiver<Outbound>) {
+    while let Some(message) = outbound.recv().await {
+        match message {
+            Outbound::Respond { agent, response } => respond(&transport, &agent, &response),
+            // Events yield to responses when the queue runs full (see
+            // `Transport::publish_event`).
+            Outbound::Notify { agent, event } => {
+                let topic = transport.topics().event(&agent);
+                published(transport.publish_event(topic, event.encode()));
             }
-        },
-        Err(error) => Response::error(Some(id.clone()), ErrorCode::Unavailable, error.to_string()),
-    };
-    // Answered now: no deferred answer will come for it, so its pending entry goes, unless
-    // that entry is an earlier send of the same id that is queued (this resend was answered at
-    // once, say `unavailable`): that one still waits. Each published answer is counted.
-    if answered.is_some() {
-        let mut pending = lock(&pending);
-        if pending.get(&key).is_some_and(|waiter| !waiter.queued) {
-            pending.remove(&key);
         }
     }
-    count_answer(op, started, &response);
-    published(respond(transport, topic, &response));
 }
 
-/// Publishes a response, cut to fit one packet: an `inspect` of a long queue lists the first
-/// holders and waiters that fit and says how many there are (`Response::encode_within`).
-/// Refused for its size it would never be answered, since every retry gets the same answer.
-fn respond(
-    transport: &Transport,
-    topic: String,
-    response: &Response,
-) -> Result<(), crate::MqttError> {
+/// Publishes a response on `agent`'s response topic, cut to fit one packet: an `inspect` of a
+/// long queue lists the first holders and waiters that fit and says how many there are
+/// (`Response::encode_within`). Refused for its size it would never be answered, since every
+/// retry gets the same answer.
+fn respond(transport: &Transport, agent: &str, response: &Response) {
+    let topic = transport.topics().response(agent);
     let payload = response.encode_within(transport.payload_bytes_max(&topic));
-    transport.publish(topic, payload)
-}
-
-/// Waits for `timer` unless the request's final answer is published first (its `answered`
-/// sender dropped, possibly before this was called). Whether the timer ran out first.
-async fn until_answered(
-    answered: Option<watch::Receiver<()>>,
-    timer: impl std::future::Future<Output = ()>,
-) -> bool {
-    let Some(mut answered) = answered else {
-        timer.await;
-        return true;
-    };
-    tokio::select! {
-        // Nothing is ever sent: `changed` only returns when the sender is dropped.
-        _ = answered.changed() => false,
-        () = timer => true,
-    }
+    published(transport.publish(topic, payload));
 }
 
 /// Counts and logs a response or event the transport refused.
@@ -380,5 +162,87 @@ fn published(result: Result<(), crate::MqttError>) {
     if let Err(error) = result {
         counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(1);
         tracing::warn!(%error, "response or event not published; the agent will retry");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hivekeeper_protocol::{ErrorCode, Op};
+
+    use super::*;
+
+    fn inbound(topic: &str, payload: &str) -> Inbound {
+        Inbound {
+            topic: topic.to_string(),
+            payload: crate::Bytes::copy_from_slice(payload.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn a_request_is_decoded_with_the_agent_of_its_topic() {
+        let topics = Topics::default();
+        let decoded = decode(
+            &topics,
+            &inbound(
+                "hk/v1/req/drone-7",
+                r#"{"id":"r1","op":"lease.grant","ttl_ms":5000}"#,
+            ),
+        );
+        assert_eq!(
+            decoded,
+            Decoded::Request {
+                agent: "drone-7".into(),
+                request: Request {
+                    id: "r1".into(),
+                    op: Op::LeaseGrant { ttl_ms: 5000 },
+                },
+            }
+        );
+    }
+
+    #[test]
+    fn a_topic_that_names_no_agent_is_dropped() {
+        let topics = Topics::default();
+        for topic in [
+            "hk/v1/req/",
+            "hk/v1/req/a/b",
+            "hk/v1/rsp/drone-7",
+            "other/req/x",
+        ] {
+            let decoded = decode(
+                &topics,
+                &inbound(topic, r#"{"id":"r1","op":"lease.grant"}"#),
+            );
+            assert_eq!(decoded, Decoded::NoAgent, "{topic}");
+        }
+    }
+
+    #[test]
+    fn an_undecodable_request_is_refused_with_its_code_and_id() {
+        let topics = Topics::default();
+        let cases = [
+            ("not json", None, ErrorCode::BadRequest),
+            (
+                r#"{"id":"r2","op":"lock.steal"}"#,
+                Some("r2"),
+                ErrorCode::UnknownOp,
+            ),
+            (
+                r#"{"id":"r3","op":"lease.grant"}"#,
+                Some("r3"),
+                ErrorCode::BadRequest,
+            ),
+        ];
+        for (payload, id, code) in cases {
+            let Decoded::Refused { agent, response } =
+                decode(&topics, &inbound("hk/v1/req/drone-7", payload))
+            else {
+                panic!("{payload} should be refused");
+            };
+            assert_eq!(agent, "drone-7");
+            assert_eq!(response.id.as_deref(), id, "{payload}");
+            let error = response.outcome.expect_err("an error response");
+            assert_eq!(error.code, code, "{payload}");
+        }
     }
 }

@@ -1,120 +1,133 @@
-//! Event fan-out: turns what applied entries did into work for the rest of the node — deferred
-//! answers and notices for the bridge, lease bookkeeping for the keeper. No domain logic: the
-//! state machine already decided everything; this only routes.
+//! Event fan-out: turns what applied entries did into work for the rest of the node — final
+//! answers for the waits component, notices for the front door, lease bookkeeping for the
+//! keeper, and the node's lease and resource metrics. No domain logic: the state machine
+//! already decided everything; this only routes.
 //!
-//! Entries re-applied at start (`replayed`) feed the keeper but send nothing to agents: their
+//! ```text
+//!  sm worker (openraft) ─ Applied ─▶ FanOut::applied, on the same task, in log order
+//!     reply to an agent's command ─▶ Waits::replied   (answered at once, or Queued)
+//!     Event::Respond             ─▶ Waits::deferred  (else Outbound::Respond: not pending here)
+//!     LeaseExpired/Revoked, lost ─▶ Outbound::Notify  ─▶ front door (evt topic)
+//!     LeaseGranted / LeaseEnded  ─▶ LeaseKeeper (cast)
+//!     every event                ─▶ NodeMetrics
+//! ```
+//!
+//! It runs where the answer is produced, on openraft's state-machine worker right after the
+//! apply (the machine unlocked), so an answer goes to its agent with no channel or task in
+//! between. Everything here is non-blocking: map updates, metric updates, channel sends.
+//!
+//! Entries re-applied at start (`replayed`) feed the keeper but answer and tell nobody: their
 //! answers, if any, went out before the restart, and an agent that missed one retries the same
 //! request id and gets it from the dedup memory.
-//!
-//! It also keeps the node's lease and resource metrics (`metrics.rs`): counters and histograms
-//! from entries applied for the first time, gauges from every entry.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use hivekeeper_protocol::{Event as Notice, ResourceKind};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::ActorRef;
 use tokio::sync::mpsc;
 
 use super::Outbound;
 use super::lease_keeper::KeeperMsg;
 use super::metrics::NodeMetrics;
-use crate::raft::{Applied, RaftHandle};
+use super::waits::Waits;
+use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
 use crate::state_machine::{Event, LeaseEnd, ReleaseReason};
 
-/// Messages of the fan-out.
-pub enum FanOutMsg {
-    /// One applied entry (or a snapshot install).
-    Applied(Applied),
-}
-
-/// The fan-out's behaviour.
-pub struct FanOut;
-
-/// Arguments.
-pub struct FanOutArgs {
+/// The fan-out: the node's [`AppliedSink`].
+pub(crate) struct FanOut {
+    /// Final answers of requests pending here.
+    waits: Arc<Waits>,
     /// The lease keeper, told of leases granted and ended.
-    pub keeper: ActorRef<KeeperMsg>,
-    /// To the bridge. Unbounded: it is fed at the apply rate and drained by the bridge's
-    /// publisher, which only queues into the MQTT client's own bounded queue.
-    pub outbound: mpsc::UnboundedSender<Outbound>,
-    /// Read for `hivekeeper_leases_active`, the machine's own count of live leases.
-    pub raft: Arc<RaftHandle>,
-}
-
-/// The fan-out's state: its arguments and the metrics' bookkeeping (no domain state).
-pub struct FanOutState {
-    /// The lease keeper.
     keeper: ActorRef<KeeperMsg>,
-    /// To the bridge.
+    /// To the front door: notices, and final answers of requests not pending here. Unbounded:
+    /// fed at the apply rate and drained by the front door, which only queues into its
+    /// transport's own bounded queue.
     outbound: mpsc::UnboundedSender<Outbound>,
-    /// Read for the live-lease gauge.
-    raft: Arc<RaftHandle>,
-    /// The holds behind `hivekeeper_resource_held`.
-    metrics: NodeMetrics,
+    /// Read for `hivekeeper_leases_active` (weak: Raft holds this sink).
+    raft: Weak<RaftHandle>,
+    /// The gauges' bookkeeping; only the sm worker calls in, so the lock is never contended.
+    metrics: Mutex<NodeMetrics>,
 }
 
-impl FanOutState {
+impl FanOut {
+    /// The fan-out for a node, with its gauges set from the machine as it is now.
+    pub(crate) fn new(
+        waits: Arc<Waits>,
+        keeper: ActorRef<KeeperMsg>,
+        outbound: mpsc::UnboundedSender<Outbound>,
+        raft: &Arc<RaftHandle>,
+    ) -> FanOut {
+        let fan_out = FanOut {
+            waits,
+            keeper,
+            outbound,
+            raft: Arc::downgrade(raft),
+            metrics: Mutex::new(NodeMetrics::new()),
+        };
+        fan_out.refresh_leases_active();
+        fan_out
+    }
+
     /// Sets `hivekeeper_leases_active` from the machine: a scan of the leases, done only when
     /// an entry granted or ended one, or the machine was replaced. A failed read leaves the
     /// gauge as it was: a metric is not worth stopping the node for.
     fn refresh_leases_active(&self) {
-        match self.raft.query(|sm| sm.lease_count()) {
+        let Some(raft) = self.raft.upgrade() else {
+            return;
+        };
+        match raft.query(|sm| sm.lease_count()) {
             Ok(active) => NodeMetrics::leases_active(active),
             Err(error) => tracing::warn!(%error, "could not count the live leases for metrics"),
         }
     }
-}
 
-impl Actor for FanOut {
-    type Msg = FanOutMsg;
-    type State = FanOutState;
-    type Arguments = FanOutArgs;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        args: FanOutArgs,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        let state = FanOutState {
-            keeper: args.keeper,
-            outbound: args.outbound,
-            raft: args.raft,
-            metrics: NodeMetrics::new(),
-        };
-        state.refresh_leases_active();
-        Ok(state)
+    fn metrics(&self) -> std::sync::MutexGuard<'_, NodeMetrics> {
+        self.metrics.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        message: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let FanOutMsg::Applied(applied) = message;
-        let (events, replayed) = match applied {
+    /// Tells the keeper; it is gone only while the node stops.
+    fn keeper(&self, message: KeeperMsg) {
+        let _ = self.keeper.cast(message);
+    }
+
+    /// Tells the front door; it is gone only while the node stops.
+    fn outbound(&self, outbound: Outbound) {
+        let _ = self.outbound.send(outbound);
+    }
+}
+
+impl AppliedSink for FanOut {
+    fn applied(&self, applied: Applied) {
+        let (origin, reply, events, replayed) = match applied {
             Applied::Entry {
-                events, replayed, ..
-            } => (events, replayed),
+                origin,
+                reply,
+                events,
+                replayed,
+                ..
+            } => (origin, reply, events, replayed),
             Applied::SnapshotInstalled { last_log_index } => {
                 // A follower too far behind (the leader purged the entries it lacks) catches up
                 // from the leader's snapshot: worth a line in the log.
                 tracing::info!(?last_log_index, "installed a snapshot from the leader");
-                state.keeper.cast(KeeperMsg::Resync)?;
-                state.metrics.snapshot_installed();
-                state.refresh_leases_active();
-                return Ok(());
+                self.keeper(KeeperMsg::Resync);
+                self.metrics().snapshot_installed();
+                self.refresh_leases_active();
+                return;
             }
         };
-        if state.metrics.entry(&events, replayed) {
-            state.refresh_leases_active();
+        if self.metrics().entry(&events, replayed) {
+            self.refresh_leases_active();
+        }
+        if let Some(origin) = &origin
+            && !replayed
+        {
+            self.waits.replied(origin, reply);
         }
         for event in events {
-            let outbound = match event {
+            let notice = match event {
                 Event::LeaseGranted { lease, ttl_ms, .. } => {
-                    state
-                        .keeper
-                        .cast(KeeperMsg::LeaseGranted { lease, ttl_ms })?;
+                    self.keeper(KeeperMsg::LeaseGranted { lease, ttl_ms });
                     None
                 }
                 Event::LeaseEnded {
@@ -122,7 +135,7 @@ impl Actor for FanOut {
                     lease,
                     reason,
                 } => {
-                    state.keeper.cast(KeeperMsg::LeaseEnded { lease })?;
+                    self.keeper(KeeperMsg::LeaseEnded { lease });
                     // The owner asked for its own revoke, so it is told only of the others.
                     let lease = lease.to_string();
                     let event = match reason {
@@ -151,20 +164,26 @@ impl Actor for FanOut {
                     agent,
                     request_id,
                     reply,
-                } => Some(Outbound::Respond {
-                    agent,
-                    request_id,
-                    reply,
-                }),
-                Event::Granted { .. } | Event::Released { .. } => None,
+                } if !replayed => {
+                    let origin = Origin {
+                        agent: agent.to_string(),
+                        request_id,
+                    };
+                    self.waits
+                        .deferred(&origin, reply)
+                        .and_then(|reply| reply.to_response(&origin.request_id))
+                        .map(|response| Outbound::Respond {
+                            agent,
+                            response: Box::new(response),
+                        })
+                }
+                Event::Respond { .. } | Event::Granted { .. } | Event::Released { .. } => None,
             };
-            if let Some(outbound) = outbound
+            if let Some(notice) = notice
                 && !replayed
             {
-                // The bridge is gone only while the node shuts down.
-                let _ = state.outbound.send(outbound);
+                self.outbound(notice);
             }
         }
-        Ok(())
     }
 }

@@ -65,13 +65,9 @@ impl Forwarder {
         let leader = match self.raft.leader() {
             Some(leader) => leader,
             None => {
-                let _ = self.raft.wait_for_leader(self.leader_wait).await;
-                self.raft.leader().ok_or_else(|| {
-                    NodeError::Unavailable(format!(
-                        "no leader known after {} ms: an election is under way, or this node \
-                         is cut off from the majority; retry",
-                        self.leader_wait.as_millis()
-                    ))
+                let _ = self.raft.wait_for_new_leader(None, self.leader_wait).await;
+                self.raft.leader().ok_or(NodeError::NoLeader {
+                    waited_ms: u64::try_from(self.leader_wait.as_millis()).unwrap_or(u64::MAX),
                 })?
             }
         };
@@ -94,25 +90,27 @@ impl Forwarder {
         let client = self.pool.client(leader, &member.addr);
         match client.call(request, self.timeout).await {
             Ok(PeerResponse::Replies(Ok(replies))) if replies.len() == expected => Ok(replies),
-            Ok(PeerResponse::Replies(Ok(replies))) => {
-                Err(Failure::Other(NodeError::Failed(format!(
+            Ok(PeerResponse::Replies(Ok(replies))) => Err(Failure::Other(NodeError::Forward {
+                reason: format!(
                     "the leader (node {leader}) answered {} replies for {expected} commands",
                     replies.len()
-                ))))
-            }
+                ),
+            })),
             Ok(PeerResponse::Replies(Err(reason))) => Err(Failure::Gone(format!(
                 "the leader (node {leader}) could not answer: {reason}"
             ))),
-            Ok(other) => Err(Failure::Other(NodeError::Failed(format!(
-                "the leader (node {leader}) answered a forwarded request with {}",
-                other.kind()
-            )))),
-            Err(error @ TransportError::Timeout { .. }) => Err(Failure::Other(
-                NodeError::Unavailable(format!("forwarding to the leader failed: {error}")),
-            )),
-            Err(error) => Err(Failure::Gone(format!(
-                "forwarding to the leader failed: {error}"
-            ))),
+            Ok(other) => Err(Failure::Other(NodeError::Forward {
+                reason: format!(
+                    "the leader (node {leader}) answered a forwarded request with {}",
+                    other.kind()
+                ),
+            })),
+            Err(error @ TransportError::Timeout { .. }) => {
+                Err(Failure::Other(NodeError::Forward {
+                    reason: error.to_string(),
+                }))
+            }
+            Err(error) => Err(Failure::Gone(error.to_string())),
         }
     }
 
@@ -138,12 +136,10 @@ impl Forwarder {
                     let gone = leader.0;
                     let _ = self
                         .raft
-                        .wait_for(self.leader_wait, "a new leader", move |metrics| {
-                            metrics.current_leader.is_some_and(|id| id != gone)
-                        })
+                        .wait_for_new_leader(Some(gone), self.leader_wait)
                         .await;
                 }
-                Err(Failure::Gone(reason)) => return Err(NodeError::Unavailable(reason)),
+                Err(Failure::Gone(reason)) => return Err(NodeError::Forward { reason }),
                 Err(Failure::Other(error)) => return Err(error),
             }
         }
@@ -180,10 +176,11 @@ impl Forwarder {
             request,
         };
         match self.forward(request, 1).await? {
-            Forwarded::Answered(mut replies) => replies
-                .pop()
-                .map(Ok)
-                .ok_or_else(|| NodeError::Failed("the leader answered nothing".into())),
+            Forwarded::Answered(mut replies) => {
+                replies.pop().map(Ok).ok_or_else(|| NodeError::Forward {
+                    reason: "the leader answered nothing".into(),
+                })
+            }
             Forwarded::Here(PeerRequest::Submit { request, .. }) => Ok(Err(request)),
             Forwarded::Here(_) => unreachable_request(),
         }

@@ -25,7 +25,7 @@ use hivekeeper_protocol::{ErrorCode, Op};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
-use super::proposer::ProposerMsg;
+use super::proposer::Proposer;
 use crate::raft::RaftHandle;
 use crate::state_machine::{Command, LeaseId, Reply};
 
@@ -63,14 +63,14 @@ pub struct LeaseKeeper;
 /// Arguments.
 pub struct KeeperArgs {
     pub raft: Arc<RaftHandle>,
-    pub proposer: ActorRef<ProposerMsg>,
+    pub proposer: Proposer,
     pub tick_ms: u64,
 }
 
 /// The keeper's state.
 pub struct KeeperState {
     raft: Arc<RaftHandle>,
-    proposer: ActorRef<ProposerMsg>,
+    proposer: Proposer,
     /// Deadline and TTL of every live lease, on this node's monotonic clock; empty unless
     /// `ready`.
     deadlines: HashMap<LeaseId, (Instant, u64)>,
@@ -231,9 +231,9 @@ impl Actor for LeaseKeeper {
                 };
                 let proposer = state.proposer.clone();
                 tokio::spawn(async move {
-                    let _ = proposer
-                        .call(|port| ProposerMsg::Propose(command, port), None)
-                        .await;
+                    if let Err(error) = proposer.propose(command).await {
+                        tracing::debug!(%error, "an expiry proposal failed; retried at the next tick");
+                    }
                     let _ = myself.cast(KeeperMsg::ExpiryDone(overdue));
                 });
             }

@@ -29,7 +29,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hivekeeper_protocol::ResourceKind;
+use hivekeeper_protocol::{ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
@@ -63,8 +63,15 @@ pub const RESOURCE_WAIT_SECONDS: &str = "hivekeeper_resource_wait_seconds";
 pub const RESOURCE_HOLD_SECONDS: &str = "hivekeeper_resource_hold_seconds";
 /// Holds now, by `kind` (gauge).
 pub const RESOURCE_HELD: &str = "hivekeeper_resource_held";
-/// Queued requests not answered yet, by `kind` (gauge, kept by the bridge).
+/// Queued requests not answered yet, by `kind` (gauge, from applied `Queued` and `Respond`
+/// events).
 pub const RESOURCE_WAITERS: &str = "hivekeeper_resource_waiters";
+/// Final answers to decoded requests, by `op` and `code` (counter).
+pub const REQUESTS_TOTAL: &str = "hivekeeper_requests_total";
+/// Submission to final answer, by `op` (histogram).
+pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds";
+/// `fence.check` answers, by `result` = `valid` | `stale` (counter).
+pub const FENCE_CHECKS_TOTAL: &str = "hivekeeper_fence_checks_total";
 
 /// Every resource kind, for the per-kind gauges.
 const KINDS: [ResourceKind; 3] = [
@@ -75,7 +82,23 @@ const KINDS: [ResourceKind; 3] = [
 
 /// Gives every metric of the node its help text. Call once, after the recorder is installed.
 pub fn describe() {
-    super::raft_metrics::describe();
+    crate::raft::metrics::describe();
+    describe_counter!(
+        REQUESTS_TOTAL,
+        "Final answers to requests, by op and code (ok or the error code); a queued request is \
+         counted when its deferred answer is given."
+    );
+    describe_histogram!(
+        REQUEST_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "From submitting a request to its final answer (a queued request's includes its time \
+         in the queue), by op."
+    );
+    describe_counter!(
+        FENCE_CHECKS_TOTAL,
+        "fence.check answers, by result: valid (held right now) or stale (a protected \
+         resource was shown a token that is no longer held)."
+    );
     describe_gauge!(LEASES_ACTIVE, "Leases alive in the state machine.");
     describe_counter!(LEASES_GRANTED_TOTAL, "Leases granted.");
     describe_counter!(
@@ -123,6 +146,22 @@ pub fn describe() {
 /// The label value of a kind.
 pub fn kind_label(kind: ResourceKind) -> &'static str {
     kind.as_str()
+}
+
+/// Counts one final answer to a request of `op`, submitted at `started`.
+pub(super) fn answered(op: &'static str, started: tokio::time::Instant, response: &Response) {
+    let code = match &response.outcome {
+        Ok(_) => "ok",
+        Err(error) => error.code.as_str(),
+    };
+    counter!(REQUESTS_TOTAL, "op" => op, "code" => code).increment(1);
+    histogram!(REQUEST_DURATION_SECONDS, "op" => op).record(started.elapsed().as_secs_f64());
+}
+
+/// Counts one `fence.check` answer.
+pub(super) fn fence_checked(valid: bool) {
+    let result = if valid { "valid" } else { "stale" };
+    counter!(FENCE_CHECKS_TOTAL, "result" => result).increment(1);
 }
 
 /// Counts a keepalive that moved a deadline.

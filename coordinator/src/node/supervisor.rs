@@ -1,56 +1,56 @@
-//! The supervisor: starts the node's actors linked to itself and stops the whole node if any of
-//! them fails. A coordination node that silently lost its lease keeper would keep granting
-//! while never expiring anything; failing loudly lets the operator (or the other replicas) take
-//! over. ractor catches a panicking actor and reports it here (ractor#282: an unsupervised
-//! panic is lost), so every actor is linked.
+//! The supervisor: starts the node's actor linked to itself, watches the node's tasks, and
+//! stops the whole node if any of them fails. A coordination node that silently lost its lease
+//! keeper would keep granting while never expiring anything; failing loudly lets the operator
+//! (or the other replicas) take over. ractor catches a panicking actor and reports it here
+//! (ractor#282: an unsupervised panic is lost), so the actor is linked; a task that ends is
+//! reported the same way.
 //!
 //! ```text
-//!  Supervisor ─┬─ Proposer      (Raft writes, batched)
-//!              ├─ LeaseKeeper   (deadlines, expiry proposals, keepalives)
-//!              └─ FanOut        (applied events ─▶ bridge, keeper)
-//!  tasks: applied pump (raft ─▶ FanOut), leadership watch (raft metrics ─▶ LeaseKeeper)
+//!  Supervisor ── LeaseKeeper  (deadlines, expiry proposals, keepalives; linked)
+//!  tasks watched: proposer (its end stops the node)
+//!  tasks owned:   leadership ─▶ LeaseKeeper (ready, term), a log line on taking office and
+//!                 on losing it; Raft's metrics exporter
 //! ```
 
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
-use super::Outbound;
-use super::fan_out::{FanOut, FanOutArgs, FanOutMsg};
-use super::forward::Forwarder;
 use super::lease_keeper::{KeeperArgs, KeeperMsg, LeaseKeeper};
-use super::proposer::{Proposer, ProposerArgs, ProposerMsg};
-use crate::raft::{AppliedReceiver, RaftHandle};
+use super::proposer::Proposer;
+use crate::raft::RaftHandle;
 
 /// The supervisor's behaviour.
 pub struct Supervisor;
 
 /// What the supervisor starts its children with.
 pub struct SupervisorArgs {
+    /// The node's Raft.
     pub raft: Arc<RaftHandle>,
-    pub applied: AppliedReceiver,
-    pub outbound: mpsc::UnboundedSender<Outbound>,
-    pub batch_max: usize,
+    /// The proposer, for the keeper's expiry proposals.
+    pub proposer: Proposer,
+    /// Fires when the proposer's task ends: the node stops then.
+    pub proposer_ended: tokio::sync::oneshot::Receiver<()>,
+    /// How often the keeper looks for overdue leases.
     pub keeper_tick_ms: u64,
-    /// To the leader, in a cluster.
-    pub forwarder: Option<Forwarder>,
     /// Set to the reason when a child fails.
     pub failure: watch::Sender<Option<String>>,
 }
 
 /// The children, for the node handle.
 pub struct SupervisorState {
-    pub proposer: ActorRef<ProposerMsg>,
-    pub keeper: ActorRef<KeeperMsg>,
+    keeper: ActorRef<KeeperMsg>,
     failure: watch::Sender<Option<String>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// Messages: the supervisor only hands out its children.
+/// Messages: the supervisor hands out its child, and hears of a task that ended.
 pub enum SupervisorMsg {
-    /// Reply with the proposer and keeper.
-    Children(ractor::RpcReplyPort<(ActorRef<ProposerMsg>, ActorRef<KeeperMsg>)>),
+    /// Reply with the keeper.
+    Keeper(ractor::RpcReplyPort<ActorRef<KeeperMsg>>),
+    /// A watched task ended (it never should while the node runs).
+    TaskEnded(String),
 }
 
 impl Actor for Supervisor {
@@ -63,87 +63,37 @@ impl Actor for Supervisor {
         myself: ActorRef<Self::Msg>,
         args: SupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let cell = myself.get_cell();
         // ractor's registry is per process: names carry the node id so that several nodes can
         // run in one process (the in-process cluster tests).
         let me = args.raft.node_id();
-        let (proposer, _) = Actor::spawn_linked(
-            Some(format!("proposer@{me}")),
-            Proposer,
-            ProposerArgs {
-                raft: args.raft.clone(),
-                batch_max: args.batch_max,
-                forwarder: args.forwarder,
-            },
-            cell.clone(),
-        )
-        .await?;
         let (keeper, _) = Actor::spawn_linked(
             Some(format!("lease-keeper@{me}")),
             LeaseKeeper,
             KeeperArgs {
                 raft: args.raft.clone(),
-                proposer: proposer.clone(),
+                proposer: args.proposer,
                 tick_ms: args.keeper_tick_ms,
             },
-            cell.clone(),
+            myself.get_cell(),
         )
         .await?;
-        let (fan_out, _) = Actor::spawn_linked(
-            Some(format!("fan-out@{me}")),
-            FanOut,
-            FanOutArgs {
-                keeper: keeper.clone(),
-                outbound: args.outbound,
-                raft: args.raft.clone(),
-            },
-            cell,
-        )
-        .await?;
-        let mut applied = args.applied;
-        let pump = tokio::spawn(async move {
-            while let Some(entry) = applied.recv().await {
-                if fan_out.cast(FanOutMsg::Applied(entry)).is_err() {
-                    break;
-                }
-            }
-        });
-        let watch_keeper = keeper.clone();
-        let raft = args.raft.clone();
-        let leadership = tokio::spawn(async move {
-            let mut metrics = raft.raft().metrics();
-            let me = raft.node_id();
-            let mut was_ready = false;
-            loop {
-                let (ready, term) = {
-                    let m = metrics.borrow_and_update();
-                    (crate::raft::is_ready_leader(&m, me), m.current_term)
-                };
-                if ready != was_ready {
-                    was_ready = ready;
-                    if ready {
-                        tracing::info!(node = me, term, "leading the cluster");
-                    } else {
-                        tracing::info!(node = me, term, "no longer leading");
-                    }
-                }
-                if watch_keeper
-                    .cast(KeeperMsg::Leadership { ready, term })
-                    .is_err()
-                    || metrics.changed().await.is_err()
-                {
-                    break;
-                }
-            }
-        });
+        let proposer_watch = {
+            let myself = myself.clone();
+            let ended = args.proposer_ended;
+            tokio::spawn(async move {
+                let _ = ended.await;
+                let reason = "the proposer task ended (see the log for a panic)".to_string();
+                let _ = myself.cast(SupervisorMsg::TaskEnded(reason));
+            })
+        };
+        let leadership = tokio::spawn(follow_leadership(args.raft.clone(), keeper.clone()));
         Ok(SupervisorState {
-            proposer,
             keeper,
             failure: args.failure,
             tasks: vec![
-                pump,
+                proposer_watch,
                 leadership,
-                super::raft_metrics::spawn(args.raft.clone()),
+                crate::raft::metrics::spawn(args.raft.clone()),
             ],
         })
     }
@@ -156,19 +106,22 @@ impl Actor for Supervisor {
         for task in &state.tasks {
             task.abort();
         }
-        state.proposer.stop(None);
         state.keeper.stop(None);
         Ok(())
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let SupervisorMsg::Children(reply) = message;
-        let _ = reply.send((state.proposer.clone(), state.keeper.clone()));
+        match message {
+            SupervisorMsg::Keeper(reply) => {
+                let _ = reply.send(state.keeper.clone());
+            }
+            SupervisorMsg::TaskEnded(reason) => fail(&myself, state, reason),
+        }
         Ok(())
     }
 
@@ -189,9 +142,41 @@ impl Actor for Supervisor {
             ),
             _ => return Ok(()),
         };
-        tracing::error!(%reason, "a node actor ended; stopping the node");
-        let _ = state.failure.send(Some(reason.clone()));
-        myself.stop(Some(reason));
+        fail(&myself, state, reason);
         Ok(())
+    }
+}
+
+/// Records `reason` as the node's failure and stops the node.
+fn fail(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, reason: String) {
+    tracing::error!(%reason, "a node component ended; stopping the node");
+    let _ = state.failure.send(Some(reason.clone()));
+    myself.stop(Some(reason));
+}
+
+/// Tells the keeper whether this node is a ready leader, each time that changes, and logs
+/// taking and losing office.
+async fn follow_leadership(raft: Arc<RaftHandle>, keeper: ActorRef<KeeperMsg>) {
+    let mut leadership = raft.leadership();
+    let me = raft.node_id();
+    let mut was_ready = false;
+    loop {
+        let (ready, term) = {
+            let now = leadership.borrow_and_update();
+            (now.ready, now.term)
+        };
+        if ready != was_ready {
+            was_ready = ready;
+            if ready {
+                tracing::info!(node = me, term, "leading the cluster");
+            } else {
+                tracing::info!(node = me, term, "no longer leading");
+            }
+        }
+        if keeper.cast(KeeperMsg::Leadership { ready, term }).is_err()
+            || leadership.changed().await.is_err()
+        {
+            break;
+        }
     }
 }

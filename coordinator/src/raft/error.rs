@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use openraft::AnyError;
-use openraft::error::{ClientWriteError, InitializeError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError};
 
 use super::types::{Node, NodeId, StorageError};
 
@@ -119,6 +119,39 @@ pub enum RaftError {
         /// How long.
         timeout_ms: u64,
     },
+}
+
+impl RaftError {
+    /// A copy for a second receiver of the same failure (one read-index round answers many
+    /// requests). The variants the node layer tells apart are copied exactly; the others keep
+    /// their message.
+    pub(crate) fn duplicate(&self) -> RaftError {
+        match self {
+            RaftError::NotLeader { leader } => RaftError::NotLeader { leader: *leader },
+            RaftError::Fatal(reason) => RaftError::Fatal(reason.clone()),
+            RaftError::Store(error) => RaftError::Store(error.clone()),
+            RaftError::Timeout { what, timeout_ms } => RaftError::Timeout {
+                what,
+                timeout_ms: *timeout_ms,
+            },
+            other => RaftError::Refused(other.to_string()),
+        }
+    }
+}
+
+/// What a failed read-index round (`ensure_linearizable`) means for the node.
+pub(crate) fn check_is_leader_error(
+    error: openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>,
+) -> RaftError {
+    match error {
+        openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => {
+            RaftError::NotLeader {
+                leader: forward.leader_id,
+            }
+        }
+        openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
+        openraft::error::RaftError::Fatal(fatal) => fatal.into(),
+    }
 }
 
 impl From<openraft::error::Fatal<NodeId>> for RaftError {

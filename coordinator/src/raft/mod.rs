@@ -53,26 +53,33 @@ mod config;
 mod database;
 mod election;
 mod error;
+mod leadership;
 mod log_store;
+pub mod metrics;
 mod network;
+mod read_index;
 mod state_machine_store;
+mod status;
 mod types;
 mod writer;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use openraft::error::{CheckIsLeaderError, InitializeError};
+use openraft::error::InitializeError;
 
 pub use config::RaftConfig;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
 pub use election::ElectionClock;
 pub use error::{RaftError, StoreError};
+pub use leadership::Leadership;
 pub use log_store::{LogStatus, LogStore};
 pub use network::{TcpNetwork, TcpPeer};
-pub use state_machine_store::{Applied, AppliedReceiver, SnapshotBuilder, StateMachineStore};
+pub use state_machine_store::{
+    Applied, AppliedReceiver, AppliedSink, Origin, SnapshotBuilder, StateMachineStore,
+};
 pub use types::{
     BATCH_MAX, Entry, LogId, Member, Node, NodeId, Proposal, Proposed, Raft, RaftMetrics, Snapshot,
     SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote, node_id_for,
@@ -81,6 +88,8 @@ pub use writer::WriterStats;
 
 use crate::state_machine::{Command, StateMachine};
 use database::Db;
+use read_index::ReadIndex;
+use tokio::sync::watch;
 use writer::Store;
 
 /// How long closing the data file may take at shutdown (the writer finishes its last commit).
@@ -91,10 +100,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Storage {
     /// The log and vote.
     pub log_store: LogStore,
-    /// The state machine and its snapshots.
+    /// The state machine and its snapshots; applied entries are kept until a sink is installed
+    /// ([`StateMachineStore::deliver_to`]).
     pub state_machine: StateMachineStore,
-    /// Applied entries, for the node layer.
-    pub applied: AppliedReceiver,
     /// The file and its writer, to close it and read its counters.
     store: Arc<Store>,
 }
@@ -112,10 +120,9 @@ impl Storage {
         let store = Store::start(db, loaded.committed)?;
         let replay_upto = loaded.committed.map(|log_id| log_id.index);
         match StateMachineStore::new(store.clone(), loaded.snapshot, replay_upto) {
-            Ok((state_machine, applied)) => Ok(Storage {
+            Ok(state_machine) => Ok(Storage {
                 log_store: LogStore::new(store.clone()),
                 state_machine,
-                applied,
                 store,
             }),
             Err(error) => {
@@ -162,23 +169,26 @@ pub async fn open(
         crate::transport::NetworkFaults::default(),
         config,
     );
-    open_with_network(data_dir, node_id, config, network).await
+    let handle = open_with_network(data_dir, node_id, config, network).await?;
+    let (sink, applied) = tokio::sync::mpsc::unbounded_channel();
+    handle.deliver_applied_to(Arc::new(sink));
+    Ok((handle, applied))
 }
 
-/// Opens a node that talks to its peers through `network`.
+/// Opens a node that talks to its peers through `network`. Applied entries are kept until the
+/// caller installs its sink with [`RaftHandle::deliver_applied_to`].
 pub async fn open_with_network(
     data_dir: &Path,
     node_id: NodeId,
     config: &RaftConfig,
     network: TcpNetwork,
-) -> Result<(RaftHandle, AppliedReceiver), RaftError> {
+) -> Result<RaftHandle, RaftError> {
     let openraft_config = Arc::new(config.to_openraft()?);
     let election = network.election_clock();
     let storage = Storage::open(data_dir, node_id).await?;
     let Storage {
         log_store,
         state_machine,
-        applied,
         store,
     } = storage;
     let raft = match Raft::new(
@@ -198,18 +208,19 @@ pub async fn open_with_network(
     };
     tokio::spawn(election::drive(raft.clone(), node_id, election));
     let handle = RaftHandle {
+        leadership: leadership::follow(&raft, node_id),
+        read_index: ReadIndex::start(raft.clone()),
         raft,
         node_id,
-        data_dir: data_dir.to_path_buf(),
         store,
         log_store,
         state_machine,
     };
-    Ok((handle, applied))
+    Ok(handle)
 }
 
 /// The members `metrics` record: id, name and address, and whether each votes.
-pub fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
+fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
     let membership = metrics.membership_config.membership();
     let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
     membership
@@ -220,16 +231,6 @@ pub fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
             voter: voters.contains(id),
         })
         .collect()
-}
-
-/// Whether node `me` is a ready leader: it leads and has applied an entry of its own term, so
-/// everything committed before its term is in its state machine. Only a ready leader keeps
-/// lease deadlines and configures limits.
-pub fn is_ready_leader(metrics: &RaftMetrics, me: NodeId) -> bool {
-    metrics.current_leader == Some(me)
-        && metrics
-            .last_applied
-            .is_some_and(|id| id.leader_id.term == metrics.current_term)
 }
 
 /// One member as the membership records it.
@@ -249,8 +250,10 @@ pub struct RaftHandle {
     raft: Raft,
     /// This node's id.
     node_id: NodeId,
-    /// Where its data lives.
-    data_dir: PathBuf,
+    /// Leadership as one value, published on change ([`RaftHandle::leadership`]).
+    leadership: watch::Receiver<Leadership>,
+    /// Leadership confirmations shared by concurrent keepalives and reads.
+    read_index: ReadIndex,
     /// The file and its writer (closed at shutdown).
     store: Arc<Store>,
     /// A reader of the log, for status.
@@ -265,14 +268,26 @@ impl RaftHandle {
         self.node_id
     }
 
-    /// The data directory.
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+    /// Leadership as this node knows it, published whenever the term, the leader, readiness
+    /// or a fatal stop changes. Every watcher of leadership subscribes here.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
     }
 
-    /// The openraft instance, for what the facade does not cover yet. Code that uses it is tied
-    /// to openraft 0.9 and should stay inside `raft/` or move into this facade.
-    pub fn raft(&self) -> &Raft {
+    /// Returns once a quorum confirmed this node's leadership in a round that started after
+    /// the call, and everything committed before that round is applied here (read-index):
+    /// a read of the machine after it is linearizable. Concurrent callers share rounds.
+    pub async fn confirm_leadership(&self) -> Result<(), RaftError> {
+        self.read_index.confirm().await
+    }
+
+    /// Sends every applied entry to `sink` from now on, after those applied so far.
+    pub fn deliver_applied_to(&self, sink: Arc<dyn AppliedSink>) {
+        self.state_machine.deliver_to(sink);
+    }
+
+    /// openraft's instance, for the peer transport's RPC handling only.
+    pub(crate) fn openraft(&self) -> &Raft {
         &self.raft
     }
 
@@ -395,22 +410,10 @@ impl RaftHandle {
     }
 
     /// Reads the machine as applied on this node so far. Not linearizable: a follower may lag
-    /// and a deposed leader may not know it yet; see [`RaftHandle::query_linearizable`].
+    /// and a deposed leader may not know it yet; call [`RaftHandle::confirm_leadership`] first
+    /// for a linearizable read.
     pub fn query<T>(&self, read: impl FnOnce(&StateMachine) -> T) -> Result<T, RaftError> {
         Ok(self.state_machine.read(read)?)
-    }
-
-    /// Reads the machine after confirming leadership with a quorum (read-index) and applying
-    /// everything committed before the read: linearizable.
-    pub async fn query_linearizable<T>(
-        &self,
-        read: impl FnOnce(&StateMachine) -> T,
-    ) -> Result<T, RaftError> {
-        self.raft
-            .ensure_linearizable()
-            .await
-            .map_err(check_is_leader_error)?;
-        self.query(read)
     }
 
     /// Waits until `condition` holds on openraft's metrics, at most `timeout`.
@@ -428,6 +431,22 @@ impl RaftHandle {
                 what,
                 timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             })
+    }
+
+    /// Waits until a leader other than `gone` is known (any leader when `gone` is `None`),
+    /// at most `timeout`; returns it.
+    pub async fn wait_for_new_leader(
+        &self,
+        gone: Option<NodeId>,
+        timeout: Duration,
+    ) -> Option<NodeId> {
+        let mut leadership = self.leadership();
+        let found = tokio::time::timeout(
+            timeout,
+            leadership.wait_for(|now| now.leader.is_some() && now.leader != gone),
+        )
+        .await;
+        found.ok()?.ok()?.leader
     }
 
     /// Waits until some node is leader; returns its id.
@@ -490,19 +509,5 @@ impl RaftHandle {
             .await
             .map_err(|error| RaftError::Runtime(format!("stopping raft: {error}")))?;
         self.store.close(CLOSE_TIMEOUT).await
-    }
-}
-
-fn check_is_leader_error(
-    error: openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>,
-) -> RaftError {
-    match error {
-        openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => {
-            RaftError::NotLeader {
-                leader: forward.leader_id,
-            }
-        }
-        openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
-        openraft::error::RaftError::Fatal(fatal) => fatal.into(),
     }
 }

@@ -13,15 +13,19 @@
 //!                           StateMachine::apply(LogMeta{index, term, now_ms}, command)
 //!                             ├─ Ok((reply, events)) ─▶ Proposed{meta, reply} to openraft
 //!                             │                         (→ the proposer), and
-//!                             │                         Applied::Entry ─▶ node layer (channel)
+//!                             │                         Applied::Entry (after the lock is
+//!                             │                         released) ─▶ AppliedSink, called on
+//!                             │                         this same task (the node's fan-out)
 //!                             └─ Err(broken log)     ─▶ fatal StorageError, Raft stops
 //!  build_snapshot: copy of the machine (taken on the sm worker) ─▶ snapshot() bytes
 //!                  ─▶ redb `snapshot` table (fsync) ─▶ openraft purges the log behind it
 //! ```
 //!
-//! The channel of applied entries is a tokio unbounded mpsc: applying must never wait for the
-//! node layer, and the node layer consumes at the rate entries commit. Bounding it (and shedding
-//! load at ingress instead) is the node issue's job; if nobody listens, entries are dropped.
+//! Applied entries go to an [`AppliedSink`], called on the state-machine worker itself once the
+//! machine's lock is released: the node's fan-out answers waiting requests from there, with no
+//! channel or task in between (a sink must therefore never block). Until the node installs its
+//! sink ([`StateMachineStore::deliver_to`]) the notices are kept, in order, and handed over
+//! first; entries re-applied at start come before the node is up.
 //!
 //! Invariants:
 //! 1. `last_applied` is the id of the last entry applied (or of the installed snapshot), and
@@ -44,7 +48,29 @@ use super::types::{
     Entry, LogId, Proposed, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 use super::writer::{Store, WriteOp};
-use crate::state_machine::{Event, LogMeta, Reply, StateMachine};
+use crate::state_machine::{Command, Event, LogMeta, Reply, StateMachine};
+
+/// The agent request a command carries: who asked, and the request's id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The asking agent.
+    pub agent: String,
+    /// Its request id.
+    pub request_id: String,
+}
+
+impl Origin {
+    /// The origin of `command`, if it is an agent's request.
+    pub fn of(command: &Command) -> Option<Origin> {
+        match command {
+            Command::Request { agent, request } => Some(Origin {
+                agent: agent.clone(),
+                request_id: request.id.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
 
 /// What the state-machine store tells the node layer, in log order.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,6 +79,8 @@ pub enum Applied {
     Entry {
         /// The command's position (see [`Proposal::meta`]) and the entry's stamp.
         meta: LogMeta,
+        /// The agent request the command carried; `None` for the node's own commands.
+        origin: Option<Origin>,
         /// The machine's answer, also returned to the proposer's `client_write`.
         reply: Reply,
         /// What the entry did (deferred answers, notices, lease bookkeeping).
@@ -71,8 +99,40 @@ pub enum Applied {
     },
 }
 
-/// The receiving end of [`Applied`] notices.
+/// The receiving end of [`Applied`] notices, for tools and tests ([`super::open`]).
 pub type AppliedReceiver = mpsc::UnboundedReceiver<Applied>;
+
+/// Where applied entries go, in log order. Called on openraft's state-machine worker: it must
+/// not block or wait (queue work elsewhere if it needs to).
+pub trait AppliedSink: Send + Sync + 'static {
+    /// One applied command, or a snapshot installed.
+    fn applied(&self, applied: Applied);
+}
+
+/// A channel is a sink: what tools and tests read with [`AppliedReceiver`]. Nobody listening
+/// is fine (the reply still reaches openraft).
+impl AppliedSink for mpsc::UnboundedSender<Applied> {
+    fn applied(&self, applied: Applied) {
+        let _ = self.send(applied);
+    }
+}
+
+/// Notices kept until a sink is installed, then the sink.
+enum Delivery {
+    /// No sink yet: kept in log order.
+    Keep(Vec<Applied>),
+    /// The sink.
+    To(Arc<dyn AppliedSink>),
+}
+
+impl Delivery {
+    fn send(&mut self, applied: Applied) {
+        match self {
+            Delivery::Keep(kept) => kept.push(applied),
+            Delivery::To(sink) => sink.applied(applied),
+        }
+    }
+}
 
 /// The machine and what openraft needs to know about it, changed together.
 struct Applier {
@@ -89,8 +149,9 @@ struct Inner {
     store: Arc<Store>,
     /// The state; a std mutex because nothing awaits while holding it.
     applier: Mutex<Applier>,
-    /// Where applied entries go.
-    applied_tx: mpsc::UnboundedSender<Applied>,
+    /// Where applied entries go. Locked only after `applier` is released, and held while a
+    /// batch is handed over, so the sink sees entries in log order.
+    delivery: Mutex<Delivery>,
     /// Entries up to this index were committed before this start: applying them is a replay.
     replay_upto: Option<u64>,
 }
@@ -107,7 +168,7 @@ impl StateMachineStore {
         store: Arc<Store>,
         snapshot: Option<(SnapshotMeta, Vec<u8>)>,
         replay_upto: Option<u64>,
-    ) -> Result<(StateMachineStore, AppliedReceiver), crate::state_machine::Error> {
+    ) -> Result<StateMachineStore, crate::state_machine::Error> {
         let applier = match snapshot {
             None => Applier {
                 machine: StateMachine::default(),
@@ -120,19 +181,35 @@ impl StateMachineStore {
                 membership: meta.last_membership,
             },
         };
-        let (applied_tx, applied_rx) = mpsc::unbounded_channel();
         let inner = Inner {
             store,
             applier: Mutex::new(applier),
-            applied_tx,
+            delivery: Mutex::new(Delivery::Keep(Vec::new())),
             replay_upto,
         };
-        Ok((
-            StateMachineStore {
-                inner: Arc::new(inner),
-            },
-            applied_rx,
-        ))
+        Ok(StateMachineStore {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Sends every applied entry to `sink` from now on, after the ones kept so far.
+    pub fn deliver_to(&self, sink: Arc<dyn AppliedSink>) {
+        let mut delivery = self.delivery();
+        if let Delivery::Keep(kept) = std::mem::replace(&mut *delivery, Delivery::To(sink.clone()))
+        {
+            for applied in kept {
+                sink.applied(applied);
+            }
+        }
+    }
+
+    /// The delivery slot; a sink that panicked cannot leave it half-updated (it is only ever
+    /// replaced whole), so a poisoned lock is used as is.
+    fn delivery(&self) -> MutexGuard<'_, Delivery> {
+        self.inner
+            .delivery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Applier>, StoreError> {
@@ -187,9 +264,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let inner = self.inner.clone();
         let mut applier = self.lock().map_err(StoreError::read_state_machine)?;
         let mut replies = Vec::new();
+        let mut notices = Vec::new();
         for entry in entries {
             let log_id = entry.log_id;
             let entry_replies = match entry.payload {
@@ -201,19 +278,23 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 EntryPayload::Normal(proposal) => {
                     let _span = tracing::debug_span!("apply", log_index = log_id.index).entered();
                     let mut entry_replies = Vec::with_capacity(proposal.commands.len());
+                    let replayed = self
+                        .inner
+                        .replay_upto
+                        .is_some_and(|upto| log_id.index <= upto);
                     for command in proposal.commands.iter().cloned() {
                         let meta = proposal.meta(&log_id, applier.machine.applied_index());
+                        let origin = Origin::of(&command);
                         let (reply, events) =
                             applier.machine.apply(meta, command).map_err(|error| {
                                 StorageIOError::apply(log_id, AnyError::new(&error))
                             })?;
-                        // Nobody listening (tests, tools) is fine: the reply still reaches
-                        // openraft.
-                        let _ = inner.applied_tx.send(Applied::Entry {
+                        notices.push(Applied::Entry {
                             meta,
+                            origin,
                             reply: reply.clone(),
                             events,
-                            replayed: inner.replay_upto.is_some_and(|upto| log_id.index <= upto),
+                            replayed,
                         });
                         entry_replies.push(Proposed { meta, reply });
                     }
@@ -222,6 +303,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             applier.last_applied = Some(log_id);
             replies.push(entry_replies);
+        }
+        // Handed over with the machine unlocked: the sink may read it (the fan-out counts live
+        // leases), and reads and keepalives need not wait for the fan-out.
+        drop(applier);
+        let mut delivery = self.delivery();
+        for notice in notices {
+            delivery.send(notice);
         }
         Ok(replies)
     }
@@ -277,7 +365,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             applier.last_applied = meta.last_log_id;
             applier.membership = meta.last_membership.clone();
         }
-        let _ = self.inner.applied_tx.send(Applied::SnapshotInstalled {
+        self.delivery().send(Applied::SnapshotInstalled {
             last_log_index: meta.last_log_id.map(|log_id| log_id.index),
         });
         Ok(())

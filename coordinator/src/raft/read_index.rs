@@ -14,10 +14,10 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::NodeError;
-use crate::raft::Raft;
+use super::error::{RaftError, check_is_leader_error};
+use super::types::Raft;
 
-type Waiter = oneshot::Sender<Result<(), String>>;
+type Waiter = oneshot::Sender<Result<(), RaftError>>;
 
 /// A handle to the round runner; the runner ends when the last handle is dropped.
 #[derive(Clone)]
@@ -39,9 +39,12 @@ impl ReadIndex {
                     .ensure_linearizable()
                     .await
                     .map(|_| ())
-                    .map_err(|error| error.to_string());
+                    .map_err(check_is_leader_error);
                 for waiter in batch {
-                    let _ = waiter.send(result.clone());
+                    let _ = waiter.send(match &result {
+                        Ok(()) => Ok(()),
+                        Err(error) => Err(error.duplicate()),
+                    });
                 }
             }
         });
@@ -50,13 +53,10 @@ impl ReadIndex {
 
     /// Returns once a quorum confirmed this node's leadership in a round that started after
     /// this call, and everything committed before that round is applied here.
-    pub(crate) async fn confirm(&self) -> Result<(), NodeError> {
+    pub(crate) async fn confirm(&self) -> Result<(), RaftError> {
         let (waiter, answer) = oneshot::channel();
-        let stopping = || NodeError::Unavailable("the node is stopping".into());
+        let stopping = || RaftError::Fatal("raft is shutting down".into());
         self.queue.send(waiter).map_err(|_| stopping())?;
-        answer
-            .await
-            .map_err(|_| stopping())?
-            .map_err(|error| NodeError::Unavailable(format!("leadership not confirmed: {error}")))
+        answer.await.map_err(|_| stopping())?
     }
 }

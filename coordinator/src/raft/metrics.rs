@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
-use crate::raft::{RaftHandle, RaftMetrics};
+use super::{LogId, RaftHandle, RaftMetrics};
 
 /// The current Raft term (gauge).
 pub const RAFT_TERM: &str = "hivekeeper_raft_term";
@@ -49,7 +49,7 @@ pub const RAFT_SNAPSHOTS_TOTAL: &str = "hivekeeper_raft_snapshots_total";
 /// How often the gauges are refreshed without a watch notification (the commit index).
 const REFRESH: Duration = Duration::from_secs(1);
 
-/// Gives every Raft metric its help text. Called by `metrics::describe`.
+/// Gives every Raft metric its help text. Called by the node's `metrics::describe`.
 pub fn describe() {
     describe_gauge!(RAFT_TERM, "The current Raft term.");
     describe_gauge!(RAFT_IS_LEADER, "1 on the leader, 0 elsewhere.");
@@ -95,9 +95,9 @@ pub fn describe() {
 }
 
 /// Starts the exporter; it ends when Raft shuts down (the watch closes) or when aborted.
-pub(super) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut watch = raft.raft().metrics();
+        let mut watch = raft.raft.metrics();
         let mut refresh = tokio::time::interval(REFRESH);
         let mut seen = Observed::default();
         loop {
@@ -125,7 +125,7 @@ struct Observed {
 impl Observed {
     /// Exports one look at the metrics.
     fn observe(&mut self, m: &RaftMetrics, committed: Option<u64>) {
-        let index = |log_id: Option<crate::raft::LogId>| log_id.map(|id| id.index);
+        let index = |log_id: Option<LogId>| log_id.map(|id| id.index);
         let applied = index(m.last_applied);
         let purged = index(m.purged);
         let snapshot = index(m.snapshot);

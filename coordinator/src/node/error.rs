@@ -1,0 +1,87 @@
+//! [`NodeError`]: why the node could not answer a request, or could not start or stop.
+//!
+//! On the wire every variant but [`NodeError::BadRequest`] is answered `unavailable` (the agent
+//! retries the same request id, which the dedup memory makes safe); `BadRequest` is answered
+//! `bad_request` (retrying cannot help).
+
+use std::sync::Arc;
+
+use hivekeeper_protocol::ErrorCode;
+
+use crate::raft::{NodeId, RaftError};
+
+/// Why the node could not answer a request, start or stop.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NodeError {
+    /// Too many requests in flight: back off and retry.
+    #[error("node overloaded: {in_flight} requests in flight; retry with backoff")]
+    Overloaded {
+        /// The configured bound (`ingress_max`).
+        in_flight: usize,
+    },
+    /// This node does not lead, and the request is one only the leader may answer here
+    /// (membership changes) or the leader refused it because it was deposed meanwhile.
+    #[error("node {node} is not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// This node.
+        node: NodeId,
+        /// The leader it knows of, if any.
+        leader: Option<NodeId>,
+    },
+    /// No leader is known after waiting for an election.
+    #[error(
+        "no leader known after {waited_ms} ms: an election is under way, or this node is cut \
+         off from the majority; retry"
+    )]
+    NoLeader {
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// The request was handed to Raft but not committed in time.
+    #[error("no commit within {timeout_ms} ms")]
+    CommitTimeout {
+        /// The bound (`propose_timeout_ms`).
+        timeout_ms: u64,
+    },
+    /// The leader could not be reached or could not answer a forwarded request.
+    #[error("forwarding to the leader failed: {reason}")]
+    Forward {
+        /// What the transport or the leader said.
+        reason: String,
+    },
+    /// The node is shutting down, or one of its components has stopped.
+    #[error("the node is stopping")]
+    Stopping,
+    /// Raft refused or failed (not the leader, a storage failure, a fatal stop).
+    #[error("{0}")]
+    Raft(Arc<RaftError>),
+    /// The request cannot succeed as asked (a membership op on a single node, an unknown
+    /// member, a malformed address): answered `bad_request`.
+    #[error("{reason}")]
+    BadRequest {
+        /// Why, for the operator.
+        reason: String,
+    },
+    /// The node could not start: its configuration, its data directory or its peer port.
+    #[error("{reason}")]
+    Start {
+        /// What failed, naming the setting, path or address.
+        reason: String,
+    },
+}
+
+impl NodeError {
+    /// The wire error code this error is answered with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            NodeError::BadRequest { .. } => ErrorCode::BadRequest,
+            _ => ErrorCode::Unavailable,
+        }
+    }
+}
+
+impl From<RaftError> for NodeError {
+    fn from(error: RaftError) -> Self {
+        NodeError::Raft(Arc::new(error))
+    }
+}

@@ -1,0 +1,336 @@
+//! [`NodeHandle`]: what a front door calls. One request in, one final response out.
+//!
+//! ```text
+//!  submit(agent, request, respond)                 (ingress permit, or `unavailable` at once)
+//!    ├ write op ─▶ Waits::register ─▶ Proposer (queued now, in call order) ─▶ Raft
+//!    │             the answer comes back to Waits from the fan-out or the proposer
+//!    │             ─▶ respond(final response)     (Queued: later, from the entry that grants,
+//!    │                                             times out or ends its lease)
+//!    └ keepalive, read, admin ─▶ a task: forwarded to the leader, or answered here
+//!                               (read-index, then the keeper or the machine) ─▶ respond
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hivekeeper_protocol::{Op, Request, Response};
+use ractor::ActorRef;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::NodeError;
+use super::cluster::{ClusterConfig, ClusterState};
+use super::forward::Forwarder;
+use super::lease_keeper::KeeperMsg;
+use super::proposer::{Answer, Proposer};
+use super::waits::{Respond, Waits, answer_with};
+use crate::raft::{self, Origin, RaftHandle};
+use crate::state_machine::{Command, LeaseId, Limits, Reply};
+use crate::transport::ForwardHandler;
+
+/// How long `admin.leases` waits for the keeper's deadlines before answering without them.
+const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a front door uses to talk to the node. Cheap to clone.
+#[derive(Clone)]
+pub struct NodeHandle {
+    pub(super) raft: Arc<RaftHandle>,
+    pub(super) proposer: Proposer,
+    pub(super) keeper: ActorRef<KeeperMsg>,
+    pub(super) waits: Arc<Waits>,
+    /// Requests admitted at once; a permit is held until the request is queued or answered.
+    pub(super) ingress: Arc<Semaphore>,
+    pub(super) ingress_max: usize,
+    pub(super) propose_timeout: Duration,
+    /// To the leader, in a cluster.
+    pub(super) forwarder: Option<Forwarder>,
+}
+
+impl NodeHandle {
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.raft.node_id()
+    }
+
+    /// Whether this node leads now, as far as it knows.
+    pub fn is_leader(&self) -> bool {
+        self.raft.is_leader()
+    }
+
+    /// The leader this node knows of.
+    pub fn leader_id(&self) -> Option<u64> {
+        self.raft.leader().map(|(id, _)| id)
+    }
+
+    /// The members as this node knows them.
+    pub fn members(&self) -> Vec<raft::MemberInfo> {
+        self.raft.members()
+    }
+
+    /// Answers one request from `agent`: `respond` gets its final response, once. A write is
+    /// handed to the proposer before this returns, so calling this in arrival order makes log
+    /// order the arrival order (one agent's QoS 1 messages, which MQTT delivers in order: an
+    /// acquire and the release published right after it). A queued acquire's final answer
+    /// comes when it is granted, its `wait_ms` runs out or its lease ends. A resend of a
+    /// request still pending here replaces the first one's `respond`.
+    pub fn submit(&self, agent: &str, request: Request, respond: Respond) {
+        let started = Instant::now();
+        let op = request.op.name();
+        let Ok(permit) = self.ingress.clone().try_acquire_owned() else {
+            let error = NodeError::Overloaded {
+                in_flight: self.ingress_max,
+            };
+            return answer_with(op, started, &request.id, Err(error), respond);
+        };
+        if request.op.is_write() {
+            let origin = Origin {
+                agent: agent.to_string(),
+                request_id: request.id.clone(),
+            };
+            let wait_ms = request.op.wait_ms();
+            self.waits
+                .register(origin.clone(), op, wait_ms, permit, respond);
+            let command = Command::Request {
+                agent: agent.to_string(),
+                request,
+            };
+            if let Err(error) = self.proposer.submit(command, Answer::Agent(origin.clone())) {
+                self.waits.failed(&origin, &error);
+            }
+            return;
+        }
+        let handle = self.clone();
+        let agent = agent.to_string();
+        // Boxed: with the forwarding and read-index futures inline the task was kilobytes,
+        // copied at spawn (see docs/BENCHMARKS.md).
+        tokio::spawn(Box::pin(async move {
+            let id = request.id.clone();
+            let answer = handle.answer_read(&agent, request).await;
+            drop(permit);
+            answer_with(op, started, &id, answer, respond);
+        }));
+    }
+
+    /// Like [`NodeHandle::submit`], for callers that await the answer (tests, tools).
+    pub async fn call(&self, agent: &str, request: Request) -> Response {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let id = request.id.clone();
+        self.submit(
+            agent,
+            request,
+            Box::new(move |response| {
+                let _ = tx.send(response);
+            }),
+        );
+        rx.await.unwrap_or_else(|_| {
+            Response::error(
+                Some(id),
+                hivekeeper_protocol::ErrorCode::Unavailable,
+                NodeError::Stopping.to_string(),
+            )
+        })
+    }
+
+    /// A keepalive, read or admin op: forwarded to the leader in a cluster (except
+    /// `admin.status`, this node's own view), else answered here.
+    async fn answer_read(&self, agent: &str, request: Request) -> Result<Reply, NodeError> {
+        match &self.forwarder {
+            Some(forwarder) if !matches!(request.op, Op::AdminStatus {}) => {
+                match forwarder.submit(agent, request).await? {
+                    Ok(reply) => Ok(reply),
+                    Err(request) => self.answer_here(agent, request).await,
+                }
+            }
+            _ => self.answer_here(agent, request).await,
+        }
+    }
+
+    /// Answers a keepalive, read or admin op on this node (the leader, or a single node).
+    async fn answer_here(&self, agent: &str, request: Request) -> Result<Reply, NodeError> {
+        match &request.op {
+            Op::LeaseKeepalive { lease } => {
+                // Leadership confirmed by a quorum before the deadline moves (DESIGN.md §2).
+                self.raft.confirm_leadership().await?;
+                let (agent, lease) = (agent.to_string(), lease.clone());
+                let result = self
+                    .keeper
+                    .call(
+                        |reply| KeeperMsg::Keepalive {
+                            agent,
+                            lease,
+                            reply,
+                        },
+                        Some(self.propose_timeout),
+                    )
+                    .await;
+                match result {
+                    Ok(ractor::rpc::CallResult::Success(reply)) => Ok(reply),
+                    _ => Err(NodeError::Stopping),
+                }
+            }
+            Op::AdminStatus {} => Ok(Reply::Status(Box::new(self.raft.status()))),
+            Op::AdminMemberAdd { name, addr } => {
+                membership_change(self.add_member(name, addr).await.map(|_| ()))
+            }
+            Op::AdminMemberRemove { name } => membership_change(self.remove_member(name).await),
+            Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
+            op => {
+                self.raft.confirm_leadership().await?;
+                Ok(self.raft.query(|sm| sm.query(agent, op))?)
+            }
+        }
+    }
+
+    /// `admin.leases`: a page of live leases (linearizable, read-index), with the time left
+    /// before each deadline when this node's keeper holds deadlines (a ready leader).
+    async fn admin_leases(&self, agent: &str, op: &Op) -> Result<Reply, NodeError> {
+        self.raft.confirm_leadership().await?;
+        let reply = self.raft.query(|sm| sm.query(agent, op))?;
+        let Reply::Leases {
+            mut leases,
+            next_after,
+        } = reply
+        else {
+            return Ok(reply);
+        };
+        let ids: Vec<LeaseId> = leases
+            .iter()
+            .map(|info| LeaseId::parse(&info.lease).expect("the machine writes lease ids"))
+            .collect();
+        let remaining = self
+            .keeper
+            .call(
+                |reply| KeeperMsg::Remaining { leases: ids, reply },
+                Some(REMAINING_TIMEOUT),
+            )
+            .await;
+        // Without the keeper's answer the leases are still worth listing, without the time
+        // left (as on a follower).
+        if let Ok(ractor::rpc::CallResult::Success(remaining)) = remaining {
+            for (info, remaining_ms) in leases.iter_mut().zip(remaining) {
+                info.remaining_ms = remaining_ms;
+            }
+        }
+        Ok(Reply::Leases { leases, next_after })
+    }
+
+    /// Adds member `name` reachable at `addr` (host:port): as a learner until it has caught up,
+    /// then as a voter. This node must lead. The new node is started with
+    /// `initial_cluster_state = existing` (before or after this call).
+    pub async fn add_member(&self, name: &str, addr: &str) -> Result<raft::MemberInfo, NodeError> {
+        let entry = ClusterConfig {
+            name: name.to_string(),
+            initial_cluster: format!("{name}={addr}"),
+            initial_cluster_state: ClusterState::Existing,
+            peer_listen: None,
+        };
+        let member = entry.me().map_err(|error| NodeError::BadRequest {
+            reason: error.to_string(),
+        })?;
+        self.must_lead()?;
+        let id = entry.node_id();
+        if let Some(known) = self.members().into_iter().find(|info| info.id == id)
+            && known.member == member
+            && known.voter
+        {
+            return Ok(known);
+        }
+        self.raft.add_member(id, member.clone()).await?;
+        Ok(raft::MemberInfo {
+            id,
+            member,
+            voter: true,
+        })
+    }
+
+    /// Removes member `name`. This node must lead.
+    pub async fn remove_member(&self, name: &str) -> Result<(), NodeError> {
+        self.must_lead()?;
+        let id = raft::node_id_for(name);
+        if !self.members().iter().any(|info| info.id == id) {
+            return Err(NodeError::BadRequest {
+                reason: format!("{name:?} is not a member"),
+            });
+        }
+        Ok(self.raft.remove_member(id).await?)
+    }
+
+    /// Membership changes need the inter-node transport and the leader.
+    fn must_lead(&self) -> Result<(), NodeError> {
+        if self.forwarder.is_none() {
+            return Err(NodeError::BadRequest {
+                reason: "this node runs alone (started without --name and --initial-cluster): \
+                         it has no inter-node transport to add members to"
+                    .into(),
+            });
+        }
+        if self.raft.is_leader() {
+            Ok(())
+        } else {
+            Err(NodeError::NotLeader {
+                node: self.raft.node_id(),
+                leader: self.leader_id(),
+            })
+        }
+    }
+
+    /// Proposes `limits` if the replicated ones differ (this node must lead).
+    pub(super) async fn configure(&self, limits: &Limits) -> Result<(), NodeError> {
+        let current = self.raft.query(|sm| sm.limits().clone())?;
+        if &current == limits {
+            return Ok(());
+        }
+        let command = Command::Configure {
+            limits: limits.clone(),
+        };
+        match self.proposer.propose(command).await? {
+            Reply::Done => Ok(()),
+            other => Err(NodeError::Start {
+                reason: format!("the machine refused the configured limits: {other:?}"),
+            }),
+        }
+    }
+}
+
+/// The answer to a membership op: `Done`; a refusal for one that cannot succeed as asked (a
+/// single node, an unknown name), as a reply so that it survives forwarding; or the error, for
+/// `unavailable` and a retry.
+fn membership_change(result: Result<(), NodeError>) -> Result<Reply, NodeError> {
+    match result {
+        Ok(()) => Ok(Reply::Done),
+        Err(NodeError::BadRequest { reason }) => Ok(Reply::Refused {
+            code: hivekeeper_protocol::ErrorCode::BadRequest,
+            message: reason,
+        }),
+        Err(error) => Err(error),
+    }
+}
+
+/// What other nodes forward here: this node answers as the leader, or refuses (it was deposed
+/// since the follower looked) and the follower answers `unavailable`.
+impl ForwardHandler for NodeHandle {
+    async fn propose(&self, commands: Vec<Command>) -> Result<Vec<Reply>, String> {
+        if !self.raft.is_leader() {
+            return Err(format!("node {} is not the leader", self.raft.node_id()));
+        }
+        let proposed = self
+            .raft
+            .propose_batch(commands)
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok(proposed.into_iter().map(|p| p.reply).collect())
+    }
+
+    async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {
+        if !self.raft.is_leader() {
+            return Err(format!("node {} is not the leader", self.raft.node_id()));
+        }
+        let _permit = self
+            .ingress
+            .try_acquire()
+            .map_err(|_| format!("node overloaded: {} requests in flight", self.ingress_max))?;
+        self.answer_here(&agent, request)
+            .await
+            .map_err(|error| error.to_string())
+    }
+}

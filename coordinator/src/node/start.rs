@@ -1,0 +1,283 @@
+//! [`Node`]: starting a node (data directory, Raft, peer port, components) and stopping it.
+//!
+//! ```text
+//!  Node::start: validate ─▶ bind the peer port ─▶ open Raft (redb) ─▶ Waits, Proposer
+//!     ─▶ Supervisor (LeaseKeeper) ─▶ FanOut installed as Raft's applied sink (entries applied
+//!        meanwhile are handed over first) ─▶ waits timer ─▶ peer server
+//!     ─▶ a single node waits to lead and configures its limits; a member configures them each
+//!        time it takes office
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use super::fan_out::FanOut;
+use super::forward::Forwarder;
+use super::proposer::Proposer;
+use super::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
+use super::waits::Waits;
+use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
+use crate::raft::{self, RaftError, TcpNetwork};
+use crate::state_machine::Limits;
+use crate::transport::{self, NetworkFaults};
+
+/// The name every Hivekeeper peer says in its hello; a node refuses another cluster's.
+const CLUSTER_NAME: &str = "hivekeeper";
+
+/// A running node.
+pub struct Node {
+    handle: NodeHandle,
+    /// The proposer and the waits timer, ended at shutdown after the supervisor (the proposer
+    /// holds Raft).
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Answers peers (a cluster member only).
+    peer_server: Option<tokio::task::JoinHandle<()>>,
+    /// Links cut on purpose (tests).
+    faults: NetworkFaults,
+    supervisor: ActorRef<SupervisorMsg>,
+    supervisor_done: tokio::task::JoinHandle<()>,
+    failure: watch::Receiver<Option<String>>,
+}
+
+impl Node {
+    /// Opens the data directory, starts Raft and the node's components, and makes sure the
+    /// configured limits are the replicated ones. Returns the node and the stream of notices
+    /// (and final answers of requests not pending here) for the front door.
+    ///
+    /// A single node makes itself a one-member cluster and waits until it leads. A cluster
+    /// member listens for its peers, bootstraps the initial membership on a fresh data dir
+    /// (`initial_cluster_state = new`) and returns without waiting for a leader: its peers
+    /// may not be up yet, and until there is a leader it answers `unavailable`.
+    pub async fn start(
+        config: NodeConfig,
+    ) -> Result<(Node, mpsc::UnboundedReceiver<Outbound>), NodeError> {
+        let start_error = |reason: String| NodeError::Start { reason };
+        config
+            .validate()
+            .map_err(|error| start_error(error.to_string()))?;
+        let failed = |error: RaftError| start_error(error.to_string());
+        let node_id = config
+            .cluster
+            .as_ref()
+            .map_or(config.node_id, ClusterConfig::node_id);
+        let faults = NetworkFaults::default();
+        let network = TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone(), &config.raft);
+        // Bound before the data file opens, so a taken port fails fast and names the port.
+        let peer_listener = match &config.cluster {
+            Some(cluster) => {
+                let addr = cluster
+                    .listen_addr()
+                    .map_err(|error| start_error(error.to_string()))?;
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| {
+                    start_error(format!(
+                        "cannot listen for peers on {addr}: {error} (is another node using it?)"
+                    ))
+                })?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let raft =
+            raft::open_with_network(&config.data_dir, node_id, &config.raft, network.clone())
+                .await
+                .map_err(failed)?;
+        let raft = Arc::new(raft);
+        match &config.cluster {
+            None => raft.initialize_single_node().await.map_err(failed)?,
+            Some(cluster) if cluster.initial_cluster_state == ClusterState::New => {
+                let members = cluster
+                    .members()
+                    .map_err(|error| start_error(error.to_string()))?;
+                raft.initialize_cluster(members).await.map_err(failed)?;
+            }
+            Some(_) => {}
+        }
+        let forwarder = config.cluster.as_ref().map(|_| {
+            Forwarder::new(
+                raft.clone(),
+                network.forwarding_pool(),
+                Duration::from_millis(config.propose_timeout_ms),
+                // Two of the longest elections: long enough for a failover, short enough that a
+                // cut-off node answers `unavailable` promptly.
+                Duration::from_millis(2 * config.raft.election_timeout_ms_max),
+            )
+        });
+        let propose_timeout = Duration::from_millis(config.propose_timeout_ms);
+        let waits = Arc::new(Waits::new(propose_timeout));
+        let (proposer, proposer_task, proposer_ended) = Proposer::start(
+            raft.clone(),
+            waits.clone(),
+            forwarder.clone(),
+            config.batch_max,
+        );
+        let (failure_tx, failure) = watch::channel(None);
+        tokio::spawn(report_raft_stop(raft.leadership(), failure_tx.clone()));
+        let (supervisor, supervisor_done) = Actor::spawn(
+            Some(format!("node@{node_id}")),
+            Supervisor,
+            SupervisorArgs {
+                raft: raft.clone(),
+                proposer: proposer.clone(),
+                proposer_ended,
+                keeper_tick_ms: config.keeper_tick_ms,
+                failure: failure_tx,
+            },
+        )
+        .await
+        .map_err(|error| start_error(format!("starting the node's actors: {error}")))?;
+        let keeper = supervisor
+            .call(SupervisorMsg::Keeper, Some(Duration::from_secs(5)))
+            .await
+            .ok()
+            .and_then(|result| match result {
+                ractor::rpc::CallResult::Success(keeper) => Some(keeper),
+                _ => None,
+            })
+            .ok_or_else(|| start_error("the node's actors did not start".into()))?;
+        let (outbound, outbound_rx) = mpsc::unbounded_channel();
+        raft.deliver_applied_to(Arc::new(FanOut::new(
+            waits.clone(),
+            keeper.clone(),
+            outbound,
+            &raft,
+        )));
+        let handle = NodeHandle {
+            raft: raft.clone(),
+            proposer,
+            keeper,
+            waits: waits.clone(),
+            ingress: Arc::new(Semaphore::new(config.ingress_max)),
+            ingress_max: config.ingress_max,
+            propose_timeout,
+            forwarder,
+        };
+        let timer = {
+            let proposer = handle.proposer.clone();
+            tokio::spawn(waits.run_timer(move |origin| proposer.cancel_wait(origin)))
+        };
+        let peer_server = peer_listener.map(|listener| {
+            tokio::spawn(transport::serve(
+                listener,
+                node_id,
+                CLUSTER_NAME.to_string(),
+                raft.openraft().clone(),
+                network.election_clock(),
+                handle.clone(),
+                faults.clone(),
+            ))
+        });
+        if config.cluster.is_none() {
+            raft.wait_for_leader(Duration::from_secs(10))
+                .await
+                .map_err(failed)?;
+            handle.configure(&config.limits).await?;
+        } else {
+            tokio::spawn(configure_when_leading(
+                handle.clone(),
+                config.limits.clone(),
+            ));
+        }
+        let node = Node {
+            handle,
+            tasks: vec![proposer_task, timer],
+            peer_server,
+            faults,
+            supervisor,
+            supervisor_done,
+            failure,
+        };
+        Ok((node, outbound_rx))
+    }
+
+    /// The node's deliberate network faults: cut it off from peers to test a partition.
+    pub fn faults(&self) -> &NetworkFaults {
+        &self.faults
+    }
+
+    /// A handle for a front door.
+    pub fn handle(&self) -> NodeHandle {
+        self.handle.clone()
+    }
+
+    /// Resolves with the reason when one of the node's components fails.
+    pub async fn failed(&self) -> String {
+        let mut failure = self.failure.clone();
+        loop {
+            if let Some(reason) = failure.borrow_and_update().clone() {
+                return reason;
+            }
+            if failure.changed().await.is_err() {
+                return "the node's supervisor ended".into();
+            }
+        }
+    }
+
+    /// Stops the components and Raft, and closes the data file.
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        if let Some(server) = self.peer_server {
+            // Its connection tasks hold node handles; they end with their connections.
+            server.abort();
+            let _ = server.await;
+        }
+        self.supervisor.stop(None);
+        let _ = self.supervisor_done.await;
+        for task in self.tasks {
+            task.abort();
+            let _ = task.await;
+        }
+        let NodeHandle { raft, .. } = self.handle;
+        match Arc::try_unwrap(raft) {
+            Ok(raft) => raft.shutdown().await.map_err(NodeError::from),
+            // A front door's task still holds a handle: Raft stops when the last one is dropped.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// In a cluster: each time this node takes office, makes its configured limits the replicated
+/// ones (the members should all be configured alike; the latest leader's win). A failure is
+/// logged and retried at the next term: limits are not worth stopping a node for.
+async fn configure_when_leading(handle: NodeHandle, limits: Limits) {
+    let mut leadership = handle.raft.leadership();
+    let mut configured_term = None;
+    loop {
+        let (ready, term) = {
+            let now = leadership.borrow_and_update();
+            (now.ready, now.term)
+        };
+        if ready && configured_term != Some(term) {
+            configured_term = Some(term);
+            if let Err(error) = handle.configure(&limits).await {
+                tracing::warn!(%error, term, "could not make the configured limits the replicated ones");
+            }
+        }
+        if leadership.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reports Raft stopping on its own as the node's failure. openraft ends its core on a storage
+/// error (a full disk, a failed fsync: the writer accepts nothing after one); before this the
+/// process stayed up, answered nothing and logged an error for every request. Now `serve`
+/// exits non-zero with the reason, so a supervisor or an operator sees it, and in a cluster the
+/// agents fail over to the other members. Raft stopping because we shut it down is not a
+/// failure.
+async fn report_raft_stop(
+    mut leadership: watch::Receiver<raft::Leadership>,
+    failure: watch::Sender<Option<String>>,
+) {
+    if let Ok(stopped) = leadership.wait_for(|now| now.stopped.is_some()).await
+        && let Some(reason) = stopped.stopped.clone()
+    {
+        failure.send_if_modified(|current| {
+            current.is_none() && {
+                *current = Some(reason);
+                true
+            }
+        });
+    }
+}

@@ -1,0 +1,536 @@
+//! The waits component: every agent write this node has taken and not answered yet, with its
+//! deadlines. It owns a request's lifecycle from submission to its one final answer, so a front
+//! door only decodes, submits and publishes.
+//!
+//! ```text
+//!  NodeHandle::submit(write) ─▶ register(origin, respond)   commit deadline = now + propose_timeout
+//!  its command applied (fan-out, on the sm worker) or the proposer's result (a follower's
+//!  forwarded batch), whichever comes first:
+//!      replied(origin, Queued) ─▶ queued: permit released; wait deadline = now + wait_ms (n > 0)
+//!      replied(origin, other)  ─▶ respond(final answer)
+//!  a queued request's Event::Respond (grant, timeout, lease end) ─▶ respond(final answer)
+//!  proposer failed (no leader, overloaded, ...) ─▶ failed(origin, error) ─▶ respond(unavailable)
+//!  timer task: commit deadline ─▶ respond(unavailable: no commit within ...)
+//!              wait deadline   ─▶ cancel(origin): CancelWait through the log; its entry
+//!                                 answers `timeout` (or the grant won the race)
+//! ```
+//!
+//! Invariants:
+//! 1. An entry leaves the map exactly when its final answer is handed to `respond`, so a
+//!    request gets at most one final answer from this node, and none after it.
+//! 2. An entry has at most one armed deadline: the commit deadline while it is not queued, the
+//!    wait deadline (if any) while it is queued. `deadlines` holds exactly the armed ones.
+//! 3. A resend of a pending request id (the SDK's same-id retry) does not take a second entry:
+//!    its `respond` replaces the first (the newest connection or reply route is the live one).
+//! 4. `respond` is never called with the map locked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use hivekeeper_protocol::Response;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+use super::NodeError;
+use super::metrics;
+use crate::raft::Origin;
+use crate::state_machine::Reply;
+
+/// Hands a request's final answer to whoever asked (a front door publishes it). Called once at
+/// most; dropped uncalled when a resend of the same id replaced it.
+pub type Respond = Box<dyn FnOnce(Response) + Send>;
+
+/// One armed deadline's key: when, then a sequence number to keep keys distinct.
+type DeadlineKey = (Instant, u64);
+
+/// What a deadline does when it passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    /// The request was not answered within `propose_timeout`: answer `unavailable`.
+    Commit,
+    /// A queued request's `wait_ms` ran out: cancel it through the log.
+    Wait,
+}
+
+/// A request waiting for its final answer.
+struct Pending {
+    /// Where the final answer goes.
+    respond: Respond,
+    /// The op's wire name (the metrics' `op` label).
+    op: &'static str,
+    /// When it was submitted (the first send, for a resend).
+    started: Instant,
+    /// Its `wait_ms`, for an acquire or reserve.
+    wait_ms: Option<u64>,
+    /// Whether the machine queued it.
+    queued: bool,
+    /// Its ingress permit, held until it is queued or answered.
+    permit: Option<OwnedSemaphorePermit>,
+    /// The armed deadline, if any (invariant 2).
+    deadline: Option<(DeadlineKey, Deadline)>,
+}
+
+/// The map and the deadlines, changed together under one lock.
+#[derive(Default)]
+struct Inner {
+    /// Pending requests by origin.
+    pending: HashMap<Origin, Pending>,
+    /// Armed deadlines, earliest first.
+    deadlines: BTreeMap<DeadlineKey, Origin>,
+    /// The next deadline's sequence number.
+    seq: u64,
+}
+
+impl Inner {
+    /// Arms `kind` for `origin`'s entry at `at`, replacing what it had armed.
+    fn arm(&mut self, origin: &Origin, kind: Deadline, at: Instant) {
+        self.disarm(origin);
+        self.seq += 1;
+        let key = (at, self.seq);
+        if let Some(pending) = self.pending.get_mut(origin) {
+            pending.deadline = Some((key, kind));
+            self.deadlines.insert(key, origin.clone());
+        }
+    }
+
+    /// Disarms `origin`'s deadline, if any.
+    fn disarm(&mut self, origin: &Origin) {
+        if let Some((key, _)) = self
+            .pending
+            .get_mut(origin)
+            .and_then(|pending| pending.deadline.take())
+        {
+            self.deadlines.remove(&key);
+        }
+    }
+
+    /// Removes `origin`'s entry and its deadline.
+    fn take(&mut self, origin: &Origin) -> Option<Pending> {
+        self.disarm(origin);
+        self.pending.remove(origin)
+    }
+}
+
+/// Pending agent writes and their deadlines. Shared by the node handle (register), the
+/// proposer (results and failures), the fan-out (applied answers) and its own timer task.
+pub(crate) struct Waits {
+    /// The state.
+    inner: Mutex<Inner>,
+    /// Wakes the timer task when an earlier deadline is armed.
+    wake: Notify,
+    /// How long a request may wait for its commit.
+    commit_timeout: Duration,
+}
+
+impl Waits {
+    /// An empty component; start its timer with [`Waits::run_timer`].
+    pub(crate) fn new(commit_timeout: Duration) -> Waits {
+        Waits {
+            inner: Mutex::default(),
+            wake: Notify::new(),
+            commit_timeout,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every critical section leaves the state whole (no callback runs under the lock), so a
+        // poisoned lock is used as is.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a write of `origin` before it is handed to the proposer (its answer can come back
+    /// before the proposer's caller would look). A resend of a pending id keeps the first's
+    /// entry, start and permit, with the resend's `respond`.
+    pub(crate) fn register(
+        &self,
+        origin: Origin,
+        op: &'static str,
+        wait_ms: Option<u64>,
+        permit: OwnedSemaphorePermit,
+        respond: Respond,
+    ) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if let Some(pending) = inner.pending.get_mut(&origin) {
+            pending.respond = respond;
+            return;
+        }
+        inner.pending.insert(
+            origin.clone(),
+            Pending {
+                respond,
+                op,
+                started: now,
+                wait_ms,
+                queued: false,
+                permit: Some(permit),
+                deadline: None,
+            },
+        );
+        let at = now + self.commit_timeout;
+        let earliest = inner
+            .deadlines
+            .keys()
+            .next()
+            .is_none_or(|(first, _)| at < *first);
+        inner.arm(&origin, Deadline::Commit, at);
+        drop(inner);
+        if earliest {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The machine's direct reply to `origin`'s command: `Queued` arms its wait, anything else
+    /// is its final answer. Nothing happens when the request is not pending here (answered
+    /// already, or submitted on another member).
+    pub(crate) fn replied(&self, origin: &Origin, reply: Reply) {
+        let mut inner = self.lock();
+        let Some(pending) = inner.pending.get_mut(origin) else {
+            return;
+        };
+        if reply != Reply::Queued {
+            let pending = inner.take(origin).expect("the entry was just found");
+            drop(inner);
+            finish(pending, &origin.request_id, Ok(reply));
+            return;
+        }
+        let first_time = !pending.queued;
+        pending.queued = true;
+        pending.permit = None;
+        let wait_ms = pending.wait_ms.filter(|ms| *ms > 0);
+        let armed = pending.deadline.map(|(_, kind)| kind);
+        match wait_ms {
+            // A queued request's wait starts when it is queued; a resend that finds it queued
+            // re-arms a wait whose cancel failed (nothing armed then).
+            Some(wait_ms) if first_time || armed != Some(Deadline::Wait) => {
+                let at = Instant::now() + Duration::from_millis(wait_ms);
+                inner.arm(origin, Deadline::Wait, at);
+                drop(inner);
+                self.wake.notify_one();
+            }
+            Some(_) => {}
+            // Waits until granted or its lease ends: no deadline.
+            None => inner.disarm(origin),
+        }
+    }
+
+    /// The final answer of a queued request (an applied `Event::Respond`). Returns the reply
+    /// back when the request is not pending here: the caller still publishes it (the agent may
+    /// have queued it before this process started).
+    pub(crate) fn deferred(&self, origin: &Origin, reply: Reply) -> Option<Reply> {
+        let Some(pending) = self.lock().take(origin) else {
+            return Some(reply);
+        };
+        finish(pending, &origin.request_id, Ok(reply));
+        None
+    }
+
+    /// The proposer could not get `origin`'s command committed. A queued entry is left alone:
+    /// the failure was a resend's, and the first send still waits in the machine's queue.
+    pub(crate) fn failed(&self, origin: &Origin, error: &NodeError) {
+        let mut inner = self.lock();
+        if inner
+            .pending
+            .get(origin)
+            .is_none_or(|pending| pending.queued)
+        {
+            return;
+        }
+        let pending = inner.take(origin).expect("the entry was just found");
+        drop(inner);
+        finish(pending, &origin.request_id, Err(error.clone()));
+    }
+
+    /// Requests pending now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Runs the deadlines until aborted (at the node's shutdown): a passed commit deadline
+    /// answers `unavailable`, a passed wait deadline calls `cancel` (which proposes
+    /// `CancelWait`).
+    pub(crate) async fn run_timer(self: Arc<Self>, cancel: impl Fn(Origin) + Send + 'static) {
+        let commit_timeout_ms = u64::try_from(self.commit_timeout.as_millis()).unwrap_or(u64::MAX);
+        loop {
+            let now = Instant::now();
+            let mut expired = Vec::new();
+            let mut cancels = Vec::new();
+            let next = {
+                let mut inner = self.lock();
+                while let Some((&key, _)) = inner.deadlines.first_key_value() {
+                    if key.0 > now {
+                        break;
+                    }
+                    let origin = inner.deadlines.remove(&key).expect("the first key exists");
+                    let Some(pending) = inner.pending.get_mut(&origin) else {
+                        continue;
+                    };
+                    match pending.deadline.take() {
+                        Some((_, Deadline::Commit)) => {
+                            let pending = inner.pending.remove(&origin).expect("found above");
+                            expired.push((origin, pending));
+                        }
+                        Some((_, Deadline::Wait)) => cancels.push(origin),
+                        None => {}
+                    }
+                }
+                inner.deadlines.keys().next().map(|(at, _)| *at)
+            };
+            for (origin, pending) in expired {
+                let error = NodeError::CommitTimeout {
+                    timeout_ms: commit_timeout_ms,
+                };
+                finish(pending, &origin.request_id, Err(error));
+            }
+            for origin in cancels {
+                cancel(origin);
+            }
+            let woken = self.wake.notified();
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = woken => {}
+                    }
+                }
+                None => woken.await,
+            }
+        }
+    }
+}
+
+/// Hands `pending`'s final answer to its `respond`, counted.
+fn finish(pending: Pending, request_id: &str, answer: Result<Reply, NodeError>) {
+    answer_with(
+        pending.op,
+        pending.started,
+        request_id,
+        answer,
+        pending.respond,
+    );
+}
+
+/// Builds the wire response of a final answer, counts it, and hands it to `respond`. Used for
+/// every final answer the node gives, pending here or answered at once.
+pub(crate) fn answer_with(
+    op: &'static str,
+    started: Instant,
+    request_id: &str,
+    answer: Result<Reply, NodeError>,
+    respond: Respond,
+) {
+    let response = match answer {
+        Ok(reply) => {
+            if let Reply::Fence { valid, .. } = &reply {
+                metrics::fence_checked(*valid);
+            }
+            match reply.to_response(request_id) {
+                Some(response) => response,
+                // Only a queueable write is answered `Queued`, and those are pending here.
+                None => Response::error(
+                    Some(request_id.to_string()),
+                    hivekeeper_protocol::ErrorCode::Unavailable,
+                    "the request was queued but its final answer was lost; retry the same id",
+                ),
+            }
+        }
+        Err(error) => Response::error(
+            Some(request_id.to_string()),
+            error.code(),
+            error.to_string(),
+        ),
+    };
+    metrics::answered(op, started, &response);
+    respond(response);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+
+    use hivekeeper_protocol::{ErrorCode, Success};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+
+    const COMMIT_TIMEOUT: Duration = Duration::from_millis(5_000);
+
+    fn origin(id: &str) -> Origin {
+        Origin {
+            agent: "drone-1".into(),
+            request_id: id.into(),
+        }
+    }
+
+    /// A `Respond` that records what it is given.
+    fn recorder() -> (Arc<StdMutex<Vec<Response>>>, Respond) {
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let sink = seen.clone();
+        let respond: Respond = Box::new(move |response| {
+            sink.lock().expect("test lock").push(response);
+        });
+        (seen, respond)
+    }
+
+    fn permit() -> OwnedSemaphorePermit {
+        Arc::new(Semaphore::new(1))
+            .try_acquire_owned()
+            .expect("a fresh semaphore has a permit")
+    }
+
+    fn responses(seen: &Arc<StdMutex<Vec<Response>>>) -> Vec<Response> {
+        seen.lock().expect("test lock").clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_immediate_reply_is_the_final_answer_and_ends_the_entry() {
+        let waits = Waits::new(COMMIT_TIMEOUT);
+        let (seen, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", Some(0), permit(), respond);
+        waits.replied(&origin("a1"), Reply::Granted { token: 7 });
+        assert_eq!(
+            responses(&seen),
+            vec![Response::ok("a1", Success::token(7))]
+        );
+        assert_eq!(waits.len(), 0);
+        // A second copy of the reply (the proposer's, after the fan-out's) finds nothing.
+        waits.replied(&origin("a1"), Reply::Granted { token: 7 });
+        assert_eq!(responses(&seen).len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_request_is_cancelled_when_its_wait_runs_out_and_answered_by_the_log() {
+        let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
+        let cancelled = Arc::new(StdMutex::new(Vec::new()));
+        let timer = {
+            let cancelled = cancelled.clone();
+            tokio::spawn(waits.clone().run_timer(move |origin| {
+                cancelled.lock().expect("test lock").push(origin);
+            }))
+        };
+        let (seen, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", Some(300), permit(), respond);
+        waits.replied(&origin("a1"), Reply::Queued);
+        tokio::time::sleep(Duration::from_millis(299)).await;
+        assert!(cancelled.lock().expect("test lock").is_empty());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(*cancelled.lock().expect("test lock"), vec![origin("a1")]);
+        assert!(
+            responses(&seen).is_empty(),
+            "the cancel's entry answers, not the timer"
+        );
+        let timeout = Reply::Refused {
+            code: ErrorCode::Timeout,
+            message: "waited 300 ms".into(),
+        };
+        assert_eq!(waits.deferred(&origin("a1"), timeout), None);
+        assert_eq!(
+            responses(&seen),
+            vec![Response::error(
+                Some("a1".into()),
+                ErrorCode::Timeout,
+                "waited 300 ms"
+            )]
+        );
+        assert_eq!(waits.len(), 0);
+        timer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_request_without_wait_ms_has_no_deadline() {
+        let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
+        let timer = tokio::spawn(
+            waits
+                .clone()
+                .run_timer(|origin| panic!("cancelled {origin:?}")),
+        );
+        let (seen, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        waits.replied(&origin("a1"), Reply::Queued);
+        // Past the commit deadline too: queued means committed.
+        tokio::time::sleep(COMMIT_TIMEOUT * 3).await;
+        assert!(responses(&seen).is_empty());
+        assert_eq!(waits.len(), 1);
+        timer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_commit_in_time_is_answered_unavailable() {
+        let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
+        let timer = tokio::spawn(
+            waits
+                .clone()
+                .run_timer(|origin| panic!("cancelled {origin:?}")),
+        );
+        let (seen, respond) = recorder();
+        waits.register(origin("g1"), "lease.grant", None, permit(), respond);
+        tokio::time::sleep(COMMIT_TIMEOUT + Duration::from_millis(1)).await;
+        assert_eq!(
+            responses(&seen),
+            vec![Response::error(
+                Some("g1".into()),
+                ErrorCode::Unavailable,
+                "no commit within 5000 ms"
+            )]
+        );
+        assert_eq!(waits.len(), 0);
+        timer.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resend_replaces_the_first_respond_and_is_answered_once() {
+        let waits = Waits::new(COMMIT_TIMEOUT);
+        let (first, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        waits.replied(&origin("a1"), Reply::Queued);
+        let (second, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        // The resend's own reply is `Queued` again (the dedup memory): still one entry.
+        waits.replied(&origin("a1"), Reply::Queued);
+        assert_eq!(waits.len(), 1);
+        assert_eq!(
+            waits.deferred(&origin("a1"), Reply::Granted { token: 9 }),
+            None
+        );
+        assert!(responses(&first).is_empty());
+        assert_eq!(
+            responses(&second),
+            vec![Response::ok("a1", Success::token(9))]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_ends_a_request_not_yet_queued_but_not_a_queued_one() {
+        let waits = Waits::new(COMMIT_TIMEOUT);
+        let (seen, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        waits.replied(&origin("a1"), Reply::Queued);
+        waits.failed(&origin("a1"), &NodeError::Stopping);
+        assert!(
+            responses(&seen).is_empty(),
+            "a resend's failure leaves the queued first"
+        );
+        let (seen, respond) = recorder();
+        waits.register(origin("g1"), "lease.grant", None, permit(), respond);
+        waits.failed(&origin("g1"), &NodeError::NoLeader { waited_ms: 2_000 });
+        let [response] = &responses(&seen)[..] else {
+            panic!("one answer");
+        };
+        let error = response.outcome.as_ref().expect_err("unavailable");
+        assert_eq!(error.code, ErrorCode::Unavailable);
+        assert!(
+            error.message.contains("no leader known after 2000 ms"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_deferred_answer_for_a_request_not_pending_here_is_handed_back() {
+        let waits = Waits::new(COMMIT_TIMEOUT);
+        let reply = Reply::Granted { token: 3 };
+        assert_eq!(waits.deferred(&origin("x"), reply.clone()), Some(reply));
+    }
+}
