@@ -25,12 +25,10 @@
 //! - [`node`]: the ractor actors around Raft (proposer with batching, lease keeper, event
 //!   fan-out, under one supervisor) and [`node::NodeHandle`], what the MQTT bridge calls;
 //!   in a cluster a follower forwards to the leader.
-//! - [`transport`]: TCP between nodes, for openraft's RPCs and forwarded requests.
 
 pub mod node;
 pub mod raft;
 pub mod state_machine;
-pub mod transport;
 
 pub use state_machine::{
     Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply, ResourceKey,

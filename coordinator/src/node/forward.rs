@@ -19,9 +19,9 @@ use std::time::Duration;
 use hivekeeper_protocol::Request;
 
 use super::NodeError;
+use crate::raft::transport::{PeerPool, PeerRequest, PeerResponse, TransportError};
 use crate::raft::{Member, NodeId, RaftHandle};
 use crate::state_machine::{Command, Reply};
-use crate::transport::{PeerPool, PeerRequest, PeerResponse, TransportError};
 
 /// Sends requests to the current leader.
 #[derive(Clone)]

@@ -24,9 +24,9 @@ use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
 use super::proposer::{Answer, Proposer};
 use super::waits::{Respond, Waits, answer_with};
+use crate::raft::transport::ForwardHandler;
 use crate::raft::{self, Origin, RaftHandle};
 use crate::state_machine::{Command, LeaseId, Limits, Reply};
-use crate::transport::ForwardHandler;
 
 /// How long `admin.leases` waits for the keeper's deadlines before answering without them.
 const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);

@@ -1,4 +1,6 @@
-//! The lease keeper: keepalive deadlines in memory on the leader, and expiry proposals.
+//! The lease keeper: keepalive deadlines in memory on the leader, and expiry proposals. The
+//! deadlines themselves are the sans-I/O [`Lessor`]'s; this actor feeds it the clock, the
+//! applied events and the leadership, checks keepalives against the machine and proposes.
 //!
 //! Keepalives are not Raft writes (DESIGN.md §2): like etcd's lessor, the leader keeps each
 //! lease's deadline in memory and only an expiry goes through the log, as `ExpireLeases`
@@ -17,7 +19,6 @@
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use hivekeeper_protocol::{ErrorCode, Op};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
+use super::lessor::{Keepalive, Lessor};
 use super::proposer::Proposer;
 use crate::raft::RaftHandle;
 use crate::state_machine::{Command, LeaseId, Reply};
@@ -67,37 +69,67 @@ pub struct KeeperArgs {
     pub tick_ms: u64,
 }
 
-/// The keeper's state.
+/// The keeper's state: its arguments and the lessor (the deadlines, as plain data).
 pub struct KeeperState {
     raft: Arc<RaftHandle>,
     proposer: Proposer,
-    /// Deadline and TTL of every live lease, on this node's monotonic clock; empty unless
-    /// `ready`.
-    deadlines: HashMap<LeaseId, (Instant, u64)>,
-    /// Leases in an expiry proposal that has not completed yet (not proposed twice).
-    expiring: HashSet<LeaseId>,
-    /// Whether this node is a leader that has applied an entry of its own term.
-    ready: bool,
-    /// The term it leads in.
-    term: u64,
+    lessor: Lessor,
 }
 
 impl KeeperState {
     /// Fresh deadlines for every lease in the machine: what a new leader owes its leases.
     fn rebuild(&mut self) -> Result<(), ActorProcessingErr> {
-        let now = Instant::now();
         let leases = self.raft.query(|sm| {
             sm.leases()
                 .map(|(lease, _, ttl_ms)| (lease, ttl_ms))
                 .collect::<Vec<_>>()
         })?;
-        self.deadlines = leases
-            .into_iter()
-            .map(|(lease, ttl_ms)| (lease, (now + Duration::from_millis(ttl_ms), ttl_ms)))
-            .collect();
-        self.expiring.clear();
+        self.lessor.took_office(Instant::now(), leases);
         Ok(())
     }
+
+    /// Answers a keepalive of `lease` from `agent`.
+    fn keepalive(&mut self, agent: &str, lease: String) -> Result<Reply, ActorProcessingErr> {
+        let now = Instant::now();
+        let id = LeaseId::parse(&lease);
+        let previous = match self.lessor.keepalive(now, id) {
+            Keepalive::NotLeader => {
+                return Ok(refused(
+                    ErrorCode::Unavailable,
+                    "this node is not a ready leader; retry (the SDK does)".into(),
+                ));
+            }
+            // A lease past its deadline is as good as expired: its expiry is proposed (or will
+            // be at the next tick). Acknowledging the keepalive would let the agent believe it
+            // holds for another TTL while the expiry hands its resources to someone else, so
+            // the agent is told now (the SDK gives up first).
+            Keepalive::Overdue { previous } => {
+                if let Some((deadline, ttl_ms)) = previous {
+                    super::metrics::keepalive_ttl_used(now, deadline, ttl_ms);
+                }
+                return Ok(refused(
+                    ErrorCode::LeaseNotFound,
+                    format!("lease {lease} expired: its TTL ran out before this keepalive"),
+                ));
+            }
+            Keepalive::Live { previous } => previous,
+        };
+        let op = Op::LeaseKeepalive { lease };
+        let answer = self.raft.query(|sm| sm.query(agent, &op))?;
+        if let (Reply::Ttl { ttl_ms }, Some(id)) = (&answer, id) {
+            self.lessor.renew(Instant::now(), id, *ttl_ms);
+            super::metrics::keepalive();
+            if let Some((deadline, ttl_ms)) = previous {
+                super::metrics::keepalive_ttl_used(now, deadline, ttl_ms);
+            }
+        }
+        Ok(answer)
+    }
+}
+
+/// A refusal, as the machine would word it.
+fn refused(code: ErrorCode, message: String) -> Reply {
+    Reply::Refused { code, message }
 }
 
 impl Actor for LeaseKeeper {
@@ -116,10 +148,7 @@ impl Actor for LeaseKeeper {
         Ok(KeeperState {
             raft: args.raft,
             proposer: args.proposer,
-            deadlines: HashMap::new(),
-            expiring: HashSet::new(),
-            ready: false,
-            term: 0,
+            lessor: Lessor::default(),
         })
     }
 
@@ -135,98 +164,30 @@ impl Actor for LeaseKeeper {
                 lease,
                 reply,
             } => {
-                let now = Instant::now();
-                // The deadline this keepalive finds, for the lateness histogram.
-                let previous = LeaseId::parse(&lease)
-                    .and_then(|id| state.deadlines.get(&id).copied())
-                    .filter(|_| state.ready);
-                // A lease past its deadline is as good as expired: its expiry is proposed (or
-                // will be at the next tick). Acknowledging the keepalive would let the agent
-                // believe it holds for another TTL while the expiry hands its resources to
-                // someone else, so the agent is told now (the SDK gives up first).
-                let overdue = LeaseId::parse(&lease).filter(|id| {
-                    state.expiring.contains(id)
-                        || state
-                            .deadlines
-                            .get(id)
-                            .is_some_and(|(deadline, _)| *deadline <= now)
-                });
-                let answer = if !state.ready {
-                    Reply::refused(
-                        ErrorCode::Unavailable,
-                        "this node is not a ready leader; retry (the SDK does)",
-                    )
-                } else if overdue.is_some() {
-                    if let Some((deadline, ttl_ms)) = previous {
-                        super::metrics::keepalive_ttl_used(now, deadline, ttl_ms);
-                    }
-                    Reply::refused(
-                        ErrorCode::LeaseNotFound,
-                        format!("lease {lease} expired: its TTL ran out before this keepalive"),
-                    )
-                } else {
-                    let op = Op::LeaseKeepalive { lease };
-                    let answer = state.raft.query(|sm| sm.query(&agent, &op))?;
-                    if let (Reply::Ttl { ttl_ms }, Op::LeaseKeepalive { lease }) = (&answer, &op)
-                        && let Some(id) = LeaseId::parse(lease)
-                    {
-                        let deadline = Instant::now() + Duration::from_millis(*ttl_ms);
-                        state.deadlines.insert(id, (deadline, *ttl_ms));
-                        super::metrics::keepalive();
-                        if let Some((deadline, ttl_ms)) = previous {
-                            super::metrics::keepalive_ttl_used(now, deadline, ttl_ms);
-                        }
-                    }
-                    answer
-                };
+                let answer = state.keepalive(&agent, lease)?;
                 let _ = reply.send(answer);
             }
             KeeperMsg::LeaseGranted { lease, ttl_ms } => {
-                if state.ready {
-                    let deadline = Instant::now() + Duration::from_millis(ttl_ms);
-                    state.deadlines.insert(lease, (deadline, ttl_ms));
-                }
+                state.lessor.granted(Instant::now(), lease, ttl_ms);
             }
-            KeeperMsg::LeaseEnded { lease } => {
-                state.deadlines.remove(&lease);
-                state.expiring.remove(&lease);
-            }
+            KeeperMsg::LeaseEnded { lease } => state.lessor.ended(&lease),
             KeeperMsg::Resync => {
-                if state.ready {
+                if state.lessor.is_ready() {
                     state.rebuild()?;
                 }
             }
             KeeperMsg::Leadership { ready, term } => {
-                let took_office = ready && (!state.ready || term != state.term);
-                state.ready = ready;
-                state.term = term;
-                if took_office {
+                if state.lessor.leadership(ready, term) {
                     state.rebuild()?;
-                } else if !ready {
-                    state.deadlines.clear();
-                    state.expiring.clear();
                 }
             }
             KeeperMsg::Tick => {
-                if !state.ready {
-                    return Ok(());
-                }
-                let now = Instant::now();
-                let mut overdue: Vec<LeaseId> = state
-                    .deadlines
-                    .iter()
-                    .filter(|(lease, (deadline, _))| {
-                        *deadline <= now && !state.expiring.contains(lease)
-                    })
-                    .map(|(lease, _)| *lease)
-                    .collect();
+                let overdue = state.lessor.overdue(Instant::now());
                 if overdue.is_empty() {
                     return Ok(());
                 }
-                overdue.sort_unstable();
-                state.expiring.extend(overdue.iter().copied());
                 let command = Command::ExpireLeases {
-                    term: state.term,
+                    term: state.lessor.term(),
                     leases: overdue.clone(),
                 };
                 let proposer = state.proposer.clone();
@@ -237,22 +198,9 @@ impl Actor for LeaseKeeper {
                     let _ = myself.cast(KeeperMsg::ExpiryDone(overdue));
                 });
             }
-            KeeperMsg::ExpiryDone(leases) => {
-                for lease in leases {
-                    state.expiring.remove(&lease);
-                }
-            }
+            KeeperMsg::ExpiryDone(leases) => state.lessor.expiry_done(&leases),
             KeeperMsg::Remaining { leases, reply } => {
-                let now = Instant::now();
-                let remaining = leases
-                    .iter()
-                    .map(|lease| {
-                        let (deadline, _) = state.deadlines.get(lease)?;
-                        let left = deadline.saturating_duration_since(now).as_millis();
-                        Some(u64::try_from(left).unwrap_or(u64::MAX))
-                    })
-                    .collect();
-                let _ = reply.send(remaining);
+                let _ = reply.send(state.lessor.remaining(Instant::now(), &leases));
             }
         }
         Ok(())

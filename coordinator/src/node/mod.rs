@@ -35,7 +35,8 @@
 //! - `waits.rs`: pending requests and their deadlines; final answers.
 //! - `proposer.rs`: the task that batches commands into log entries.
 //! - `fan_out.rs`: applied entries to waits, front door, keeper and metrics.
-//! - `lease_keeper.rs`: keepalive deadlines on the leader, expiry proposals.
+//! - `lease_keeper.rs`: the actor around `lessor.rs`, the sans-I/O keepalive deadlines on the
+//!   leader; expiry proposals.
 //! - `supervisor.rs`: starts the keeper linked, watches the tasks; any failure stops the node.
 //! - `forward.rs`: forwarding to the leader.
 //! - `metrics.rs`: request, lease and resource metrics (names and help texts).
@@ -48,6 +49,7 @@ mod fan_out;
 mod forward;
 mod handle;
 mod lease_keeper;
+mod lessor;
 pub mod metrics;
 mod proposer;
 mod start;

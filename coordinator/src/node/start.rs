@@ -20,9 +20,9 @@ use super::proposer::Proposer;
 use super::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use super::waits::Waits;
 use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
+use crate::raft::transport::{self, NetworkFaults};
 use crate::raft::{self, RaftError, TcpNetwork};
 use crate::state_machine::Limits;
-use crate::transport::{self, NetworkFaults};
 
 /// The name every Hivekeeper peer says in its hello; a node refuses another cluster's.
 const CLUSTER_NAME: &str = "hivekeeper";
@@ -163,7 +163,7 @@ impl Node {
                 listener,
                 node_id,
                 CLUSTER_NAME.to_string(),
-                raft.openraft().clone(),
+                raft.clone(),
                 network.election_clock(),
                 handle.clone(),
                 faults.clone(),

@@ -1,9 +1,10 @@
 //! The openraft adapter: Hivekeeper's log, vote and snapshots on redb, and a small facade that
 //! opens a node from its data directory.
 //!
-//! openraft is pinned (`=0.9.25`) and the rest of the crate reaches it only through this
-//! module, so a move to 0.10 stays here: the node layer uses [`RaftHandle`], [`Applied`] and
-//! [`RaftError`] (and [`RaftHandle::raft`] only where the facade has no method yet).
+//! openraft is pinned (`=0.9.25`) and nothing outside this module names it, so a move to 0.10
+//! stays here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
+//! [`Leadership`], membership, status), [`Applied`] through its [`AppliedSink`], and
+//! [`RaftError`].
 //!
 //! # How a write flows
 //!
@@ -46,7 +47,12 @@
 //! - `writer.rs`: the group-commit writer thread, the only writer of the file.
 //! - `log_store.rs`: [`LogStore`], openraft's log and vote storage.
 //! - `state_machine_store.rs`: [`StateMachineStore`], the pure machine behind a lock, snapshots.
-//! - `network.rs`: [`TcpNetwork`], openraft's RPCs on [`crate::transport`].
+//! - `network.rs`: [`TcpNetwork`], openraft's RPCs on [`transport`].
+//! - [`transport`]: TCP between members, for openraft's RPCs and the requests followers forward
+//!   (inside `raft/` because its frames carry openraft's messages).
+//! - `leadership.rs`: [`Leadership`], one watch for every watcher of who leads.
+//! - `read_index.rs`: leadership confirmations shared by concurrent reads and keepalives.
+//! - `status.rs`: `admin.status` from openraft's metrics. `metrics.rs`: the Raft metrics.
 //! - `config.rs`: [`RaftConfig`]. `error.rs`: [`RaftError`].
 
 mod config;
@@ -60,6 +66,7 @@ mod network;
 mod read_index;
 mod state_machine_store;
 mod status;
+pub mod transport;
 mod types;
 mod writer;
 
@@ -166,7 +173,7 @@ pub async fn open(
     let network = TcpNetwork::new(
         node_id,
         "hivekeeper",
-        crate::transport::NetworkFaults::default(),
+        transport::NetworkFaults::default(),
         config,
     );
     let handle = open_with_network(data_dir, node_id, config, network).await?;
@@ -284,11 +291,6 @@ impl RaftHandle {
     /// Sends every applied entry to `sink` from now on, after those applied so far.
     pub fn deliver_applied_to(&self, sink: Arc<dyn AppliedSink>) {
         self.state_machine.deliver_to(sink);
-    }
-
-    /// openraft's instance, for the peer transport's RPC handling only.
-    pub(crate) fn openraft(&self) -> &Raft {
-        &self.raft
     }
 
     /// Makes this node a single-member cluster if its log is empty; does nothing on a node that

@@ -24,8 +24,8 @@ use openraft::{RaftNetwork, RaftNetworkFactory};
 use super::RaftConfig;
 use super::election::{ElectionClock, ElectionTiming};
 use super::types::{Node, NodeId, TypeConfig};
-use crate::transport::client::Dialler;
-use crate::transport::{
+use crate::raft::transport::client::Dialler;
+use crate::raft::transport::{
     NetworkFaults, PeerClient, PeerPool, PeerRequest, PeerResponse, TransportError,
 };
 

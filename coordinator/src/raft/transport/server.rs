@@ -17,7 +17,7 @@ use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
-use crate::raft::{ElectionClock, NodeId, Raft};
+use crate::raft::{ElectionClock, NodeId, RaftHandle};
 use crate::state_machine::{Command, Reply};
 
 /// What the node layer does with requests forwarded by followers. Errors are strings: they
@@ -43,7 +43,7 @@ pub async fn serve<H: ForwardHandler>(
     listener: TcpListener,
     me: NodeId,
     cluster: String,
-    raft: Raft,
+    raft: Arc<RaftHandle>,
     election: Arc<ElectionClock>,
     handler: H,
     faults: NetworkFaults,
@@ -74,7 +74,7 @@ pub async fn serve<H: ForwardHandler>(
 struct PeerConnection<H> {
     me: NodeId,
     cluster: String,
-    raft: Raft,
+    raft: Arc<RaftHandle>,
     election: Arc<ElectionClock>,
     handler: H,
     faults: NetworkFaults,
@@ -172,14 +172,14 @@ impl<H: ForwardHandler> PeerConnection<H> {
 }
 
 async fn answer<H: ForwardHandler>(
-    raft: &Raft,
+    raft: &RaftHandle,
     election: &ElectionClock,
     handler: &H,
     request: PeerRequest,
 ) -> PeerResponse {
     match request {
         PeerRequest::AppendEntries(rpc) => {
-            let result = raft.append_entries(rpc).await;
+            let result = raft.raft.append_entries(rpc).await;
             // Any answer but "my vote is higher" means we follow the sender: a live leader.
             if result
                 .as_ref()
@@ -190,7 +190,7 @@ async fn answer<H: ForwardHandler>(
             PeerResponse::AppendEntries(result)
         }
         PeerRequest::Vote(rpc) => {
-            let result = raft.vote(rpc).await;
+            let result = raft.raft.vote(rpc).await;
             // Granting a vote gives that candidate a full timeout to win (Raft §5.2).
             if result.as_ref().is_ok_and(|answer| answer.vote_granted) {
                 election.heard();
@@ -199,7 +199,7 @@ async fn answer<H: ForwardHandler>(
         }
         PeerRequest::InstallSnapshot(rpc) => {
             let leader = rpc.vote;
-            let result = raft.install_snapshot(rpc).await;
+            let result = raft.raft.install_snapshot(rpc).await;
             // The answer carries our vote: not above the sender's means we follow it.
             if result.as_ref().is_ok_and(|answer| answer.vote <= leader) {
                 election.heard();
