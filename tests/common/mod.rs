@@ -9,14 +9,10 @@
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 pub mod cluster;
-// One killable proxy for both test suites (the SDK's tests cannot reach this crate's).
-#[path = "../../agent-sdk/tests/common/proxy.rs"]
-mod proxy;
 
 #[allow(unused_imports)] // Each test binary uses a different part of this module.
-pub use proxy::Proxy;
+pub use hivekeeper_test_support::{Mosquitto, Proxy, eventually, free_port, free_ports, within};
 
-use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,50 +23,12 @@ use hivekeeper_agent::protocol::{HolderInfo, Op, ResourceKind, WaiterInfo};
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Session};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use serde_json::Value;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 /// The default topic prefix.
 pub const PREFIX: &str = "hk/v1";
-
-/// Fails the test if `future` takes longer than `secs`: every wait in these tests is bounded.
-pub async fn within<T>(secs: u64, what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done within {secs} s"))
-}
-
-/// Evaluates `check` every 50 ms for at most `secs` until it returns `Some`; fails the test
-/// otherwise.
-pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            panic!("{what}: not true within {secs} s");
-        }
-        // A single check is bounded too (a request to a node that hangs).
-        if let Ok(Some(value)) = tokio::time::timeout(left, check()).await {
-            return value;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A port that was free a moment ago (bind port 0, read it, close).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener
-        .local_addr()
-        .expect("a bound socket has an address")
-        .port()
-}
 
 /// A child process's output, collected by a reader thread.
 #[derive(Clone, Default)]
@@ -147,7 +105,7 @@ pub struct Node {
 
 /// Why a start failed.
 enum StartError {
-    /// A port was taken between [`free_port`] and the node's bind: try other ports.
+    /// A port was taken between [`free_ports`] and the node's bind: try other ports.
     PortInUse(String),
     /// Anything else: the test fails.
     Failed(String),
@@ -159,31 +117,38 @@ const START_ATTEMPTS: usize = 5;
 impl Node {
     /// A node with an embedded broker on free ports.
     pub async fn start(data_dir: &Path) -> Node {
-        Node::start_picking(data_dir, || Mqtt::Embedded(free_port()), &[]).await
+        Node::start_picking(data_dir, Mqtt::Embedded, &[]).await
     }
 
     /// A node with an embedded broker on free ports and more `serve` arguments.
     pub async fn start_with_args(data_dir: &Path, extra_args: &[&str]) -> Node {
-        Node::start_picking(data_dir, || Mqtt::Embedded(free_port()), extra_args).await
+        Node::start_picking(data_dir, Mqtt::Embedded, extra_args).await
     }
 
     /// A node using the external broker on `broker_port`, metrics on a free port.
     pub async fn start_external(data_dir: &Path, broker_port: u16) -> Node {
-        Node::start_picking(data_dir, || Mqtt::External(broker_port), &[]).await
+        Node::start_picking(data_dir, |_| Mqtt::External(broker_port), &[]).await
     }
 
-    /// Starts a node on free ports. A port picked by [`free_port`] can be taken before the
-    /// node binds it (by another test's node or an outgoing connection's ephemeral port):
-    /// then it starts again on other ports, a bounded number of times.
-    async fn start_picking(data_dir: &Path, mqtt: impl Fn() -> Mqtt, extra_args: &[&str]) -> Node {
+    /// Starts a node on free ports: `mqtt` gets a free port for the MQTT side (an embedded
+    /// broker's), the metrics port is the other one picked with it. A port picked by
+    /// [`free_ports`] can be taken before the node binds it (by another test's node or an
+    /// outgoing connection's ephemeral port): then it starts again on other ports, a bounded
+    /// number of times.
+    async fn start_picking(
+        data_dir: &Path,
+        mqtt: impl Fn(u16) -> Mqtt,
+        extra_args: &[&str],
+    ) -> Node {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
+            let ports = free_ports(2);
             let mut node = Node {
                 child: None,
                 log: Log::default(),
                 data_dir: data_dir.to_path_buf(),
-                mqtt: mqtt(),
-                metrics_port: free_port(),
+                mqtt: mqtt(ports[0]),
+                metrics_port: ports[1],
                 ready_at: Instant::now(),
                 extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             };
@@ -343,109 +308,6 @@ impl Drop for Node {
             let _ = std::panic::catch_unwind(|| {
                 eprintln!("--- hivekeeper serve log (last 60 lines) ---\n{log}");
             });
-        }
-    }
-}
-
-/// A mosquitto broker on a free loopback port with a generated config, killed on drop.
-pub struct Mosquitto {
-    child: Child,
-    log: Log,
-    /// Its port.
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-/// Where Debian and Ubuntu install the broker.
-pub const MOSQUITTO: &str = "/usr/sbin/mosquitto";
-
-impl Mosquitto {
-    /// Starts mosquitto and waits until it accepts TCP connections; on a port taken meanwhile
-    /// it tries another, a bounded number of times. Fails the test, saying what to install,
-    /// when the binary is missing.
-    pub async fn start() -> Mosquitto {
-        assert!(
-            Path::new(MOSQUITTO).exists(),
-            "{MOSQUITTO} not found: the external-broker test needs mosquitto \
-             (apt-get install mosquitto)"
-        );
-        let mut last = String::new();
-        for _ in 0..START_ATTEMPTS {
-            match Mosquitto::try_start().await {
-                Ok(broker) => return broker,
-                Err(log) if log.contains("Address already in use") => last = log,
-                Err(log) => panic!("mosquitto did not start:\n{log}"),
-            }
-        }
-        panic!("mosquitto found its port taken {START_ATTEMPTS} times:\n{last}");
-    }
-
-    async fn try_start() -> Result<Mosquitto, String> {
-        let dir = tempfile::tempdir().expect("a temp dir for mosquitto.conf");
-        let port = free_port();
-        let conf = dir.path().join("mosquitto.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "listener {port} 127.0.0.1\n\
-                 allow_anonymous true\n\
-                 set_tcp_nodelay true\n\
-                 persistence false\n\
-                 log_dest stderr\n\
-                 log_type error\n\
-                 log_type warning\n"
-            ),
-        )
-        .expect("write mosquitto.conf");
-        let mut child = Command::new(MOSQUITTO)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn mosquitto");
-        let log = Log::default();
-        if let Some(stderr) = child.stderr.take() {
-            log.collect(stderr);
-        }
-        if let Some(stdout) = child.stdout.take() {
-            log.collect(stdout);
-        }
-        let mut broker = Mosquitto {
-            child,
-            log,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Some(status)) = broker.child.try_wait() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return Err(format!("exited with {status}:\n{}", broker.log.tail(20)));
-            }
-            if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-                return Ok(broker);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "not listening on {port} within 10 s:\n{}",
-                    broker.log.tail(20)
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        // Killed first, as for `Node`.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = self.log.tail(20);
-            let _ = std::panic::catch_unwind(|| eprintln!("--- mosquitto log ---\n{log}"));
         }
     }
 }
@@ -793,7 +655,7 @@ pub fn code(response: &Value) -> Option<&str> {
 
 /// GET /metrics (at most 5 s; `None` if the node does not answer).
 pub async fn metrics_text(port: u16) -> Option<String> {
-    hivekeeper::loopback::metrics_text(port, Duration::from_secs(5)).await
+    hivekeeper_loopback::metrics_text(port, Duration::from_secs(5)).await
 }
 
 /// The value of an unlabelled counter or gauge in Prometheus text, `None` if absent.

@@ -1,0 +1,76 @@
+//! Bounded waits: a hang fails the test with what it waited for, never a stuck CI job.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The first pause of [`eventually`] between two checks: short, for state that another task
+/// updates just after the effect a test observed (a counter).
+const POLL_FIRST: Duration = Duration::from_millis(5);
+
+/// The longest pause of [`eventually`] between two checks: gentle on a node that a check asks
+/// over the network (`/metrics`, `inspect`) while the test waits for seconds.
+const POLL_MAX: Duration = Duration::from_millis(50);
+
+/// Awaits `future`; fails the test if it takes longer than `secs`.
+pub async fn within<T>(secs: u64, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not done within {secs} s"))
+}
+
+/// What a check of [`eventually`] answers: `true` or `Some(value)` once the condition holds.
+pub trait Settled {
+    /// What [`eventually`] returns once the condition holds.
+    type Value;
+
+    /// `Some` once the condition holds.
+    fn settled(self) -> Option<Self::Value>;
+}
+
+impl Settled for bool {
+    type Value = ();
+
+    fn settled(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Settled for Option<T> {
+    type Value = T;
+
+    fn settled(self) -> Option<T> {
+        self
+    }
+}
+
+/// Runs `check` until it answers `true` or `Some(value)`, for at most `secs`, and returns the
+/// value; fails the test otherwise. The pause between checks grows from 5 ms to 50 ms. A single
+/// check is bounded by what is left of `secs` too (a request to a node that hangs).
+///
+/// ```ignore
+/// eventually(5, "both counted", async || agent.stats().responses_total == 2).await;
+/// let leader = eventually(30, "one leader", async || leader_of(&nodes).await).await;
+/// ```
+pub async fn eventually<C: Settled>(
+    secs: u64,
+    what: &str,
+    mut check: impl AsyncFnMut() -> C,
+) -> C::Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut pause = POLL_FIRST;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            panic!("{what}: not true within {secs} s");
+        }
+        if let Ok(outcome) = tokio::time::timeout(left, check()).await
+            && let Some(value) = outcome.settled()
+        {
+            return value;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL_MAX);
+    }
+}
