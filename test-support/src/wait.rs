@@ -49,9 +49,22 @@ impl<T> Settled for Option<T> {
 /// value; fails the test otherwise. The pause between checks grows from 5 ms to 50 ms. A single
 /// check is bounded by what is left of `secs` too (a request to a node that hangs).
 ///
-/// ```ignore
-/// eventually(5, "both counted", async || agent.stats().responses_total == 2).await;
-/// let leader = eventually(30, "one leader", async || leader_of(&nodes).await).await;
+/// ```no_run
+/// # async fn example() {
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use hivekeeper_test_support::eventually;
+///
+/// let counted = AtomicU64::new(0);
+/// // A condition: `true` once it holds.
+/// eventually(5, "both counted", async || counted.load(Ordering::Relaxed) == 2).await;
+/// // A value: `Some` once there is one.
+/// let leader: u64 = eventually(30, "one leader", async || {
+///     let seen = counted.load(Ordering::Relaxed);
+///     (seen > 0).then_some(seen)
+/// })
+/// .await;
+/// # }
 /// ```
 pub async fn eventually<C: Settled>(
     secs: u64,
