@@ -87,3 +87,43 @@ pub async fn eventually<C: Settled>(
         pause = (pause * 2).min(POLL_MAX);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn eventually_returns_the_value_once_the_check_has_one() {
+        let checks = AtomicU32::new(0);
+        let value = eventually(5, "the third check", async || {
+            let n = checks.fetch_add(1, Ordering::Relaxed) + 1;
+            (n == 3).then_some(n)
+        })
+        .await;
+        assert_eq!(value, 3);
+    }
+
+    #[tokio::test]
+    async fn eventually_takes_a_plain_condition_too() {
+        let checks = AtomicU32::new(0);
+        eventually(5, "the second check", async || {
+            checks.fetch_add(1, Ordering::Relaxed) == 1
+        })
+        .await;
+        assert_eq!(checks.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "never: not true within 1 s")]
+    async fn eventually_fails_the_test_past_its_bound() {
+        eventually(1, "never", async || false).await;
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "a hang: not done within 1 s")]
+    async fn within_fails_the_test_past_its_bound() {
+        within(1, "a hang", std::future::pending::<()>()).await;
+    }
+}
