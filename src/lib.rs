@@ -8,7 +8,6 @@
 //! # Layout
 //! - [`service`]: [`Service`]: a node, its MQTT transport and the bridge between them, started
 //!   and stopped in the right order.
-//! - [`loopback`]: free ports and a plain GET of a node's `/metrics` (the bench and the tests).
 //!
 //! ```text
 //!  Service::start(NodeConfig, mqtt Config)
@@ -19,7 +18,6 @@
 //!  Service::shutdown: transport, bridge, node, in that order
 //! ```
 
-pub mod loopback;
 pub mod service;
 
 pub use service::{Service, ServiceError};

@@ -1,6 +1,6 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
 //! `revoke` and `member` are the operator's commands (an MQTT client of the service,
-//! `admin.rs`); `bench` measures a running service.
+//! `admin/`); `bench` measures a running service.
 
 mod admin;
 mod bench;

@@ -113,11 +113,7 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             cluster.peer_listen = Some(listen);
         }
     }
-    config
-        .node
-        .validate()
-        .map_err(anyhow::Error::msg)
-        .context("node settings")?;
+    config.node.validate().context("node settings")?;
     if config.node.cluster.is_some() && matches!(config.mqtt.mode, Mode::External(_)) {
         // Every member subscribes to every request on its broker: through one shared broker
         // each request would be carried out by every member and answered three times.
@@ -221,6 +217,8 @@ async fn shutdown_signal() {
 
 #[cfg(test)]
 mod tests {
+    use hivekeeper_coordinator::ConfigError;
+
     use super::ServeConfig;
 
     /// The commented cluster block of the example, uncommented, is a valid member config.
@@ -248,7 +246,13 @@ mod tests {
         .expect("parses");
         let error = config.node.validate().expect_err("n9 is not a member");
         assert!(
-            error.contains("\"n9\" is not in initial_cluster"),
+            matches!(&error, ConfigError::NameNotInCluster { name, .. } if name == "n9"),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("\"n9\" is not in initial_cluster"),
             "{error}"
         );
     }

@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Log, Raw, eventually, free_port};
+use common::{Log, Raw, eventually, free_ports};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -105,7 +105,8 @@ impl Drop for Namespaced {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_stops_the_node_with_its_cause_and_loses_nothing_acknowledged() {
-    let (mqtt_port, metrics_port) = (free_port(), free_port());
+    let ports = free_ports(2);
+    let (mqtt_port, metrics_port) = (ports[0], ports[1]);
     let mut node = Namespaced::start(mqtt_port, metrics_port);
     node.ready(1).await;
 

@@ -6,14 +6,15 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::free_port;
+use common::free_ports;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hivekeeper");
 
 /// Runs `serve` with these arguments (free loopback ports unless given) and waits at most 20 s.
 fn serve(args: &[&str]) -> Output {
-    let mqtt = format!("127.0.0.1:{}", free_port());
-    let metrics = format!("127.0.0.1:{}", free_port());
+    let ports = free_ports(2);
+    let mqtt = format!("127.0.0.1:{}", ports[0]);
+    let metrics = format!("127.0.0.1:{}", ports[1]);
     let mut command = Command::new(BIN);
     command.arg("serve");
     if !args.contains(&"--mqtt-listen") {

@@ -38,7 +38,7 @@ async fn agent_fails_over_to_the_next_broker_and_keeps_its_session() {
 
     proxy_a.kill();
     let b = format!("127.0.0.1:{port_b}");
-    eventually(10, "moved to broker B", || {
+    eventually(10, "moved to broker B", async || {
         agent.broker().as_deref() == Some(b.as_str())
     })
     .await;
@@ -52,7 +52,7 @@ async fn agent_fails_over_to_the_next_broker_and_keeps_its_session() {
         .filter(|r| r.responder == responder_b)
         .count();
     assert_eq!(on_b, 1, "the new lock went through broker B");
-    eventually(5, "keepalives acknowledged through B", || {
+    eventually(5, "keepalives acknowledged through B", async || {
         fake.received_op("lease.keepalive")
             .iter()
             .any(|k| k.responder == responder_b && k.answered_ok)

@@ -92,7 +92,7 @@ async fn silent_service_puts_the_session_in_jeopardy_before_the_ttl() {
     // Acks arrive 250 ms after the keepalive did: a deadline counted from the ack's arrival
     // instead of the keepalive's send time would overshoot the bound asserted below.
     fake.set_keepalive(KeepaliveMode::AckAfter(Duration::from_millis(250)));
-    eventually(5, "two late acks", || {
+    eventually(5, "two late acks", async || {
         fake.received_op("lease.keepalive").len() >= 3
     })
     .await;
@@ -235,7 +235,7 @@ async fn dropping_the_last_handle_revokes_the_lease() {
         "a guard keeps the session alive"
     );
     drop(guard);
-    eventually(5, "revoked after the last handle", || {
+    eventually(5, "revoked after the last handle", async || {
         fake.received_op("lease.revoke").len() == 1
     })
     .await;

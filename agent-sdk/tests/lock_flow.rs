@@ -161,7 +161,7 @@ async fn one_hold_per_resource_and_drop_releases() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "fresh grants: {tokens:?}"
     );
-    eventually(5, "every dropped guard released", || {
+    eventually(5, "every dropped guard released", async || {
         fake.received_op("lock.release")
             .iter()
             .filter(|r| r.answered_ok)
@@ -187,7 +187,7 @@ async fn grant_after_the_caller_gave_up_is_released() {
     assert_eq!(agent.stats().requests_abandoned_total, 1);
     // The request is still queued at the service; the grant must not leak a hold.
     fake.grant_waiters().await;
-    eventually(5, "the late grant released", || {
+    eventually(5, "the late grant released", async || {
         fake.received_op("lock.release")
             .iter()
             .any(|r| r.answered_ok)

@@ -95,7 +95,7 @@ async fn responses_nobody_waits_for_are_dropped_and_counted() {
     let stray = Response::ok("0000000000000000-99", Success::default());
     fake.send_raw_response("d1", stray.encode()).await;
     fake.send_raw_response("d1", b"not json".to_vec()).await;
-    eventually(5, "both counted", || {
+    eventually(5, "both counted", async || {
         let stats = agent.stats();
         stats.responses_unknown_total == 1 && stats.responses_undecodable_total == 1
     })

@@ -2,7 +2,7 @@
 //!
 //! Every lease, lock, permit and reservation decision is made here, by one pure, deterministic
 //! state machine that each Raft replica applies in log order. Raft (openraft, on redb) and the
-//! node's actors (ractor) will wrap it; they carry bytes and time, never decisions.
+//! node's actors (ractor) wrap it; they carry bytes and time, never decisions.
 //!
 //! ```text
 //!  bridge (MQTT) ──Request──▶ leader stamps LogMeta { index, term, now_ms }
@@ -25,11 +25,14 @@
 //! - [`node`]: the ractor actors around Raft (proposer with batching, lease keeper, event
 //!   fan-out, under one supervisor) and [`node::NodeHandle`], what the MQTT bridge calls;
 //!   in a cluster a follower forwards to the leader.
+//! - [`ConfigError`]: why a node's configuration (Raft timers, membership, limits) was refused.
 
+mod config_error;
 pub mod node;
 pub mod raft;
 pub mod state_machine;
 
+pub use config_error::ConfigError;
 pub use state_machine::{
     Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply, ResourceKey,
     StateMachine,

@@ -10,11 +10,7 @@ use std::time::Duration;
 
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
 use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response, Success};
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("bound").port()
-}
+use hivekeeper_test_support::{free_port, free_ports};
 
 struct Cluster {
     nodes: Vec<Option<Node>>,
@@ -26,9 +22,11 @@ impl Cluster {
     /// registry (names carry the node id) is per process.
     async fn start(prefix: &str) -> Cluster {
         let names: Vec<String> = (1..=3).map(|i| format!("{prefix}{i}")).collect();
+        let ports = free_ports(names.len());
         let list = names
             .iter()
-            .map(|name| format!("{name}=127.0.0.1:{}", free_port()))
+            .zip(ports)
+            .map(|(name, port)| format!("{name}=127.0.0.1:{port}"))
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Cluster {

@@ -13,18 +13,22 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use hivekeeper_coordinator::raft::{self, DATA_FILE_NAME, RaftConfig, RaftError, RaftHandle};
-use raft_support::{tempdir, within};
+use raft_support::{WAIT_S, tempdir, within};
 
 async fn open(dir: &Path, node_id: u64) -> Result<RaftHandle, RaftError> {
-    within("open", raft::open(dir, node_id, &RaftConfig::DEFAULTS))
-        .await
-        .map(|(node, _applied)| node)
+    within(
+        WAIT_S,
+        "open",
+        raft::open(dir, node_id, &RaftConfig::DEFAULTS),
+    )
+    .await
+    .map(|(node, _applied)| node)
 }
 
 /// Opens `dir` as `node_id` and shuts the node down again, creating the data file.
 async fn create(dir: &Path, node_id: u64) {
     let node = open(dir, node_id).await.expect("a fresh directory opens");
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 }
@@ -137,7 +141,7 @@ async fn a_data_file_already_open_is_refused() {
     let first = open(dir.path(), 1).await.expect("opens");
     let error = expect_error(open(dir.path(), 1).await);
     assert!(matches!(error, RaftError::InUse { .. }), "{error:?}");
-    within("shutdown", first.shutdown())
+    within(WAIT_S, "shutdown", first.shutdown())
         .await
         .expect("a clean shutdown");
     // Once shut down, the file opens again at once.
@@ -183,7 +187,7 @@ async fn a_read_only_directory_is_refused_unless_privileged() {
         println!("running privileged: mode 0500 does not stop this user; only checked it opens");
         for node in [opened, opened_in_place] {
             let node = node.expect("a privileged user can open it");
-            within("shutdown", node.shutdown())
+            within(WAIT_S, "shutdown", node.shutdown())
                 .await
                 .expect("a clean shutdown");
         }
@@ -203,18 +207,19 @@ async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
         snapshot_every_entries: 0,
         ..RaftConfig::DEFAULTS
     };
-    let (node, _applied) = within("open", raft::open(dir.path(), 1, &config))
+    let (node, _applied) = within(WAIT_S, "open", raft::open(dir.path(), 1, &config))
         .await
         .expect("opens");
-    within("initialize", node.initialize_single_node())
+    within(WAIT_S, "initialize", node.initialize_single_node())
         .await
         .expect("initialize");
-    within("leader", node.wait_for_leader(raft_support::WAIT))
+    within(WAIT_S, "leader", node.wait_for_leader(raft_support::WAIT))
         .await
         .expect("leader");
     for n in 0..20 {
         let agent = format!("drone-{n}");
         within(
+            WAIT_S,
             "grant",
             node.propose(raft_support::request(
                 &agent,
@@ -225,12 +230,12 @@ async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
         .await
         .expect("committed");
         if n == 10 {
-            within("snapshot", node.snapshot_now(raft_support::WAIT))
+            within(WAIT_S, "snapshot", node.snapshot_now(raft_support::WAIT))
                 .await
                 .expect("snapshot");
         }
     }
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
     let original = std::fs::read(dir.path().join(DATA_FILE_NAME)).expect("read");
@@ -249,6 +254,7 @@ async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
         let path = damaged_dir.path().to_path_buf();
         let config = config.clone();
         let result = within(
+            WAIT_S,
             "open a damaged file",
             tokio::spawn(async move { raft::open(&path, 1, &config).await }),
         )
@@ -257,7 +263,7 @@ async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
         match result {
             Ok((node, _applied)) => {
                 opened += 1;
-                within("shutdown", node.shutdown())
+                within(WAIT_S, "shutdown", node.shutdown())
                     .await
                     .expect("a clean shutdown");
             }

@@ -18,25 +18,38 @@ mod raft_support;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hivekeeper_coordinator::raft::{self, BATCH_MAX, Proposed, RaftConfig, RaftHandle};
+use hivekeeper_coordinator::raft::{
+    self, AppliedReceiver, BATCH_MAX, Proposed, RaftConfig, RaftHandle,
+};
 use hivekeeper_coordinator::{Command, Reply};
-use raft_support::{WAIT, lease_grant, request, tempdir, within};
+use raft_support::{WAIT, WAIT_S, lease_grant, request, tempdir, within};
 use tokio::sync::{mpsc, oneshot};
 
 const PROPOSALS: usize = 500;
 
+/// Opens a fresh node in `dir`, initializes it as a single-member cluster and waits until it
+/// leads.
+async fn single_node_leader(dir: &tempfile::TempDir) -> (RaftHandle, AppliedReceiver) {
+    let (node, applied) = within(
+        WAIT_S,
+        "open",
+        raft::open(dir.path(), 1, &RaftConfig::DEFAULTS),
+    )
+    .await
+    .expect("opens");
+    within(WAIT_S, "initialize", node.initialize_single_node())
+        .await
+        .expect("initialize");
+    within(WAIT_S, "leader", node.wait_for_leader(WAIT))
+        .await
+        .expect("leader");
+    (node, applied)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_concurrent_single_command_proposals_all_commit() {
     let dir = tempdir();
-    let (node, mut applied) = within("open", raft::open(dir.path(), 1, &RaftConfig::DEFAULTS))
-        .await
-        .expect("opens");
-    within("initialize", node.initialize_single_node())
-        .await
-        .expect("initialize");
-    within("leader", node.wait_for_leader(WAIT))
-        .await
-        .expect("leader");
+    let (node, mut applied) = single_node_leader(&dir).await;
     // The node layer would consume applied entries; drain them so the channel stays small.
     let drain = tokio::spawn(async move { while applied.recv().await.is_some() {} });
 
@@ -53,7 +66,7 @@ async fn five_hundred_concurrent_single_command_proposals_all_commit() {
     }
     let mut indexes = Vec::with_capacity(PROPOSALS);
     for proposal in proposals {
-        let proposed = within("a proposal", proposal)
+        let proposed = within(WAIT_S, "a proposal", proposal)
             .await
             .expect("the proposal task ran")
             .expect("the proposal committed");
@@ -87,10 +100,12 @@ async fn five_hundred_concurrent_single_command_proposals_all_commit() {
     );
 
     let node = Arc::into_inner(node).expect("every proposal task has finished");
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
-    within("drain", drain).await.expect("the drain task ends");
+    within(WAIT_S, "drain", drain)
+        .await
+        .expect("the drain task ends");
 }
 
 /// A batcher like the node's proposer: one entry in flight; whatever arrives meanwhile goes
@@ -124,15 +139,7 @@ fn spawn_batcher(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_concurrent_proposals_batched_share_few_transactions() {
     let dir = tempdir();
-    let (node, mut applied) = within("open", raft::open(dir.path(), 1, &RaftConfig::DEFAULTS))
-        .await
-        .expect("opens");
-    within("initialize", node.initialize_single_node())
-        .await
-        .expect("initialize");
-    within("leader", node.wait_for_leader(WAIT))
-        .await
-        .expect("leader");
+    let (node, mut applied) = single_node_leader(&dir).await;
     let drain = tokio::spawn(async move { while applied.recv().await.is_some() {} });
 
     let node = Arc::new(node);
@@ -151,7 +158,7 @@ async fn five_hundred_concurrent_proposals_batched_share_few_transactions() {
     }
     let mut positions = Vec::with_capacity(PROPOSALS);
     for proposal in proposals {
-        let proposed = within("a proposal", proposal)
+        let proposed = within(WAIT_S, "a proposal", proposal)
             .await
             .expect("the proposal task ran");
         assert!(
@@ -188,7 +195,7 @@ async fn five_hundred_concurrent_proposals_batched_share_few_transactions() {
 
     // The batcher task drops its handle once its channel is closed and drained.
     drop(batcher);
-    let node = within("the batcher to let go of the node", async move {
+    let node = within(WAIT_S, "the batcher to let go of the node", async move {
         let mut node = node;
         loop {
             match Arc::try_unwrap(node) {
@@ -201,8 +208,10 @@ async fn five_hundred_concurrent_proposals_batched_share_few_transactions() {
         }
     })
     .await;
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
-    within("drain", drain).await.expect("the drain task ends");
+    within(WAIT_S, "drain", drain)
+        .await
+        .expect("the drain task ends");
 }

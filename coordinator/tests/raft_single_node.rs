@@ -11,7 +11,7 @@ mod raft_support;
 use hivekeeper_coordinator::raft::{self, Applied, RaftConfig, RaftError};
 use hivekeeper_coordinator::{Event, Reply};
 use hivekeeper_protocol::{Op, ResourceKind};
-use raft_support::{WAIT, lease_grant, lock_try, next_applied, request, tempdir, within};
+use raft_support::{WAIT, WAIT_S, lease_grant, lock_try, next_applied, request, tempdir, within};
 
 /// The holders of lock `name` as `(agent, token)`, read from the node's state machine.
 fn lock_holders(node: &raft::RaftHandle, name: &str) -> Vec<(String, u64)> {
@@ -37,18 +37,19 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
     let config = RaftConfig::DEFAULTS;
 
     // First life: initialize, grant a lease, take a lock.
-    let (node, mut applied) = within("open", raft::open(dir.path(), 1, &config))
+    let (node, mut applied) = within(WAIT_S, "open", raft::open(dir.path(), 1, &config))
         .await
         .expect("a fresh data directory opens");
-    within("initialize", node.initialize_single_node())
+    within(WAIT_S, "initialize", node.initialize_single_node())
         .await
         .expect("an empty node initializes");
-    let leader = within("leader", node.wait_for_leader(WAIT))
+    let leader = within(WAIT_S, "leader", node.wait_for_leader(WAIT))
         .await
         .expect("a single member elects itself");
     assert_eq!(leader, 1);
 
     let granted = within(
+        WAIT_S,
         "lease.grant",
         node.propose(request("drone-1", "r1", lease_grant(10_000))),
     )
@@ -61,6 +62,7 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
     let lease = lease.to_string();
 
     let acquired = within(
+        WAIT_S,
         "lock.acquire",
         node.propose(request("drone-1", "r2", lock_try("pad-1", &lease))),
     )
@@ -104,6 +106,7 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
 
     // Several commands in one entry: applied in order, each at its own position.
     let batch = within(
+        WAIT_S,
         "a batch",
         node.propose_batch(vec![
             request("drone-2", "r1", lease_grant(10_000)),
@@ -122,6 +125,7 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
     assert_eq!(batch[2].reply, Reply::Granted { token: first_token });
     // The next entry continues after the batch's last position.
     let after_batch = within(
+        WAIT_S,
         "after the batch",
         node.propose(request("drone-2", "r2", lease_grant(10_000))),
     )
@@ -136,6 +140,7 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
     }
     assert!(matches!(
         within(
+            WAIT_S,
             "an oversized batch",
             node.propose_batch(vec![
                 request("drone-1", "x", lease_grant(10_000));
@@ -148,12 +153,12 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
 
     let snapshot_before = node.query(|machine| machine.snapshot()).expect("readable");
 
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 
     // Second life: the same directory. The log is re-applied at open, before any election.
-    let (node, mut applied) = within("reopen", raft::open(dir.path(), 1, &config))
+    let (node, mut applied) = within(WAIT_S, "reopen", raft::open(dir.path(), 1, &config))
         .await
         .expect("the data directory reopens");
     assert_eq!(
@@ -170,13 +175,14 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
     };
     assert!(replayed, "entries re-applied at start are marked replayed");
 
-    within("initialize again", node.initialize_single_node())
+    within(WAIT_S, "initialize again", node.initialize_single_node())
         .await
         .expect("initializing an initialized node is a no-op");
-    within("leader again", node.wait_for_leader(WAIT))
+    within(WAIT_S, "leader again", node.wait_for_leader(WAIT))
         .await
         .expect("the node is leader again");
     let acquired = within(
+        WAIT_S,
         "lock.acquire after restart",
         node.propose(request("drone-1", "r3", lock_try("pad-2", &lease))),
     )
@@ -192,7 +198,7 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
         second_token > first_token,
         "tokens keep increasing across restarts: {second_token} after {first_token}"
     );
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 }
@@ -200,11 +206,16 @@ async fn a_single_node_commits_applies_and_restarts_with_its_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_without_a_leader_refuses_proposals_with_not_leader() {
     let dir = tempdir();
-    let (node, _applied) = within("open", raft::open(dir.path(), 1, &RaftConfig::DEFAULTS))
-        .await
-        .expect("a fresh data directory opens");
+    let (node, _applied) = within(
+        WAIT_S,
+        "open",
+        raft::open(dir.path(), 1, &RaftConfig::DEFAULTS),
+    )
+    .await
+    .expect("a fresh data directory opens");
     // Not initialized: no membership, no leader.
     let refused = within(
+        WAIT_S,
         "propose",
         node.propose(request("drone-1", "r1", lease_grant(10_000))),
     )
@@ -213,7 +224,7 @@ async fn a_follower_without_a_leader_refuses_proposals_with_not_leader() {
         matches!(refused, Err(RaftError::NotLeader { leader: None })),
         "{refused:?}"
     );
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 }

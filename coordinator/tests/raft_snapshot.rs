@@ -10,17 +10,17 @@ mod raft_support;
 
 use hivekeeper_coordinator::Reply;
 use hivekeeper_coordinator::raft::{self, RaftConfig, RaftError, RaftHandle};
-use raft_support::{WAIT, lease_grant, lock_try, request, tempdir, within};
+use raft_support::{WAIT, WAIT_S, lease_grant, lock_try, request, tempdir, within};
 
 /// Opens a node in `dir`, initializes it and waits until it leads.
 async fn start(dir: &std::path::Path, config: &RaftConfig) -> RaftHandle {
-    let (node, _applied) = within("open", raft::open(dir, 1, config))
+    let (node, _applied) = within(WAIT_S, "open", raft::open(dir, 1, config))
         .await
         .expect("the data directory opens");
-    within("initialize", node.initialize_single_node())
+    within(WAIT_S, "initialize", node.initialize_single_node())
         .await
         .expect("initialize");
-    within("leader", node.wait_for_leader(WAIT))
+    within(WAIT_S, "leader", node.wait_for_leader(WAIT))
         .await
         .expect("a leader");
     node
@@ -30,6 +30,7 @@ async fn start(dir: &std::path::Path, config: &RaftConfig) -> RaftHandle {
 async fn lease_and_lock(node: &RaftHandle, n: u32) -> u64 {
     let agent = format!("drone-{n}");
     let granted = within(
+        WAIT_S,
         "lease.grant",
         node.propose(request(&agent, "grant", lease_grant(60_000))),
     )
@@ -39,6 +40,7 @@ async fn lease_and_lock(node: &RaftHandle, n: u32) -> u64 {
         panic!("lease.grant answered {:?}", granted.reply);
     };
     let acquired = within(
+        WAIT_S,
         "lock.acquire",
         node.propose(request(
             &agent,
@@ -75,10 +77,10 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
     let batch: Vec<_> = (100..110)
         .map(|n| request(&format!("drone-{n}"), "grant", lease_grant(60_000)))
         .collect();
-    within("a batch", node.propose_batch(batch))
+    within(WAIT_S, "a batch", node.propose_batch(batch))
         .await
         .expect("batch committed");
-    let snapshot_index = within("snapshot", node.snapshot_now(WAIT))
+    let snapshot_index = within(WAIT_S, "snapshot", node.snapshot_now(WAIT))
         .await
         .expect("a snapshot is built")
         .expect("it covers the applied entries");
@@ -89,6 +91,7 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
         .index;
     assert_eq!(snapshot_index, applied);
     let purged = within(
+        WAIT_S,
         "purge",
         node.wait_for(WAIT, "the log purged behind the snapshot", move |metrics| {
             metrics.purged.map(|log_id| log_id.index) == Some(snapshot_index)
@@ -97,7 +100,7 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
     .await
     .expect("openraft purges behind the snapshot");
     assert!(purged.purged.is_some());
-    let status = within("log status", node.log_status())
+    let status = within(WAIT_S, "log status", node.log_status())
         .await
         .expect("the log is readable");
     assert_eq!(status.last_purged_index, Some(snapshot_index));
@@ -114,23 +117,23 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
     let batch: Vec<_> = (30..40)
         .map(|n| request(&format!("drone-{n}"), "grant", lease_grant(60_000)))
         .collect();
-    within("a batch", node.propose_batch(batch))
+    within(WAIT_S, "a batch", node.propose_batch(batch))
         .await
         .expect("batch committed");
     last_token = lease_and_lock(&node, 40).await.max(last_token);
     let before = state_bytes(&node);
-    let status = within("log status", node.log_status())
+    let status = within(WAIT_S, "log status", node.log_status())
         .await
         .expect("readable");
     assert_eq!(
         status.entries, 23,
         "eleven leases, eleven locks and one batch after the snapshot"
     );
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 
-    let (node, _applied) = within("reopen", raft::open(dir.path(), 1, &config))
+    let (node, _applied) = within(WAIT_S, "reopen", raft::open(dir.path(), 1, &config))
         .await
         .expect("reopens");
     assert_eq!(
@@ -140,6 +143,7 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
     );
     // openraft publishes its metrics from its own task, shortly after `open` returns.
     within(
+        WAIT_S,
         "the stored snapshot in the metrics",
         node.wait_for(WAIT, "the stored snapshot", move |metrics| {
             metrics.snapshot.map(|log_id| log_id.index) == Some(snapshot_index)
@@ -147,10 +151,10 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
     )
     .await
     .expect("the stored snapshot is the one openraft starts from");
-    within("initialize", node.initialize_single_node())
+    within(WAIT_S, "initialize", node.initialize_single_node())
         .await
         .expect("no-op");
-    within("leader", node.wait_for_leader(WAIT))
+    within(WAIT_S, "leader", node.wait_for_leader(WAIT))
         .await
         .expect("leader");
     let token = lease_and_lock(&node, 50).await;
@@ -158,7 +162,7 @@ async fn a_snapshot_purges_the_log_and_a_restart_restores_it_then_replays_the_re
         token > last_token,
         "tokens increase across snapshot and restart"
     );
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 }
@@ -176,6 +180,7 @@ async fn the_snapshot_policy_builds_snapshots_and_purges_on_its_own() {
         lease_and_lock(&node, n).await;
     }
     let metrics = within(
+        WAIT_S,
         "automatic snapshot and purge",
         node.wait_for(WAIT, "a snapshot and a purge", |metrics| {
             metrics.snapshot.is_some() && metrics.purged.is_some()
@@ -191,7 +196,7 @@ async fn the_snapshot_policy_builds_snapshots_and_purges_on_its_own() {
         snapshot_index,
         "five entries are kept behind the snapshot"
     );
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 }
@@ -205,10 +210,10 @@ async fn a_corrupt_stored_snapshot_is_an_error_at_open_not_a_panic() {
     };
     let node = start(dir.path(), &config).await;
     lease_and_lock(&node, 0).await;
-    within("snapshot", node.snapshot_now(WAIT))
+    within(WAIT_S, "snapshot", node.snapshot_now(WAIT))
         .await
         .expect("a snapshot is built");
-    within("shutdown", node.shutdown())
+    within(WAIT_S, "shutdown", node.shutdown())
         .await
         .expect("a clean shutdown");
 
@@ -227,7 +232,7 @@ async fn a_corrupt_stored_snapshot_is_an_error_at_open_not_a_panic() {
         }
         txn.commit().expect("commit");
     }
-    let opened = within("reopen", raft::open(dir.path(), 1, &config)).await;
+    let opened = within(WAIT_S, "reopen", raft::open(dir.path(), 1, &config)).await;
     match opened {
         Err(error @ RaftError::Snapshot { .. }) => {
             let message = error.to_string();
@@ -238,7 +243,7 @@ async fn a_corrupt_stored_snapshot_is_an_error_at_open_not_a_panic() {
     }
     // The failed open released the file: after a repair-free retry it still fails cleanly.
     assert!(matches!(
-        within("reopen again", raft::open(dir.path(), 1, &config)).await,
+        within(WAIT_S, "reopen again", raft::open(dir.path(), 1, &config)).await,
         Err(RaftError::Snapshot { .. })
     ));
 }

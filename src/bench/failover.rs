@@ -118,7 +118,7 @@ impl Cluster {
         let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         // Per member: peer, MQTT and metrics ports, all distinct.
-        let ports = hivekeeper::loopback::free_ports(3 * size)?;
+        let ports = hivekeeper_loopback::free_ports(3 * size)?;
         let mut peers = Vec::new();
         for i in 1..=size {
             peers.push(format!("n{i}=127.0.0.1:{}", ports[3 * (i - 1)]));
@@ -211,7 +211,7 @@ impl Cluster {
 
 /// GET /metrics, at most 2 s; `None` when the member does not answer.
 async fn scrape(port: u16) -> Option<String> {
-    hivekeeper::loopback::metrics_text(port, Duration::from_secs(2)).await
+    hivekeeper_loopback::metrics_text(port, Duration::from_secs(2)).await
 }
 
 /// A probe homed on one member: a session through that member first.

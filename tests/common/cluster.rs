@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig};
 
-use super::{Node, agent_config, eventually, metric, metrics_text, within};
+use super::{Node, agent_config, eventually, free_ports, metric, metrics_text, within};
 
 /// `n` members named `n1..nN`, each with its own data dir, embedded broker and metrics port.
 pub struct ProcessCluster {
@@ -19,8 +19,7 @@ impl ProcessCluster {
     /// on a leader.
     pub async fn start(n: usize, extra_args: &[&str]) -> ProcessCluster {
         let root = tempfile::tempdir().expect("a temp dir");
-        let list = hivekeeper::loopback::free_ports(n)
-            .expect("bind ephemeral ports")
+        let list = free_ports(n)
             .iter()
             .enumerate()
             .map(|(i, port)| format!("n{}=127.0.0.1:{port}", i + 1))

@@ -1,7 +1,8 @@
-//! Test support: an embedded rumqttd broker, a fake Hivekeeper service with scripted
-//! behaviour, and a TCP proxy that can be killed (rumqttd itself cannot be stopped).
+//! Test support: an embedded rumqttd broker and a fake Hivekeeper service with scripted
+//! behaviour. Ports, bounded waits and the killable TCP proxy (rumqttd itself cannot be
+//! stopped) come from `hivekeeper-test-support`.
 //!
-//! There is no Hivekeeper service to test against yet, so [`Fake`] plays one: a rumqttc client
+//! The SDK must not depend on the coordinator, so [`Fake`] plays the service: a rumqttc client
 //! subscribed to `hk/v1/req/+` that keeps leases, holders and request outcomes in memory and
 //! answers like the real service (same-id retries get the first outcome; a queued request is
 //! answered only when granted or when its `wait_ms` runs out). Scripts make it misbehave on
@@ -13,13 +14,10 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
-mod proxy;
-
 #[allow(unused_imports)] // Each test binary uses a different part of this module.
-pub use proxy::Proxy;
+pub use hivekeeper_test_support::{Proxy, eventually, free_port, within};
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -30,34 +28,6 @@ use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Pack
 use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-/// Fails the test if `future` takes longer than `secs`: every wait in these tests is bounded.
-pub async fn within<T>(secs: u64, what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), future)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not done within {secs} s"))
-}
-
-/// Polls `condition` every 20 ms for at most `secs`; fails the test if it never holds.
-pub async fn eventually(secs: u64, what: &str, mut condition: impl FnMut() -> bool) {
-    let rounds = secs * 50;
-    for _ in 0..rounds {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: not true within {secs} s");
-}
-
-/// A port that was free a moment ago (bind port 0, read it, close).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener
-        .local_addr()
-        .expect("a bound socket has an address")
-        .port()
-}
 
 /// Starts an embedded rumqttd broker on its own OS thread (`Broker::start` blocks) and returns
 /// its port. The broker lives until the test process ends.

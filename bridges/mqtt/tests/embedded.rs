@@ -7,16 +7,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{TestClient, embedded_config, eventually, within};
+use common::{TestClient, WAIT_S, embedded_config, eventually, start_transport, within};
 use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, MqttError, MqttVersion, Transport};
 use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
 use rumqttc::QoS;
 
 #[tokio::test]
 async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
-    let (transport, mut inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     let mut agent = TestClient::connect(addr, "drone-1").await;
     agent.subscribe("hk/v1/rsp/drone-1", QoS::AtLeastOnce).await;
@@ -25,7 +23,9 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
     agent
         .publish("hk/v1/req/drone-1", QoS::AtLeastOnce, grant.to_vec())
         .await;
-    let first = within(inbound.recv()).await.expect("inbound open");
+    let first = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound open");
     assert_eq!(first.topic, "hk/v1/req/drone-1");
     assert_eq!(first.payload, Bytes::from_static(grant));
 
@@ -33,7 +33,9 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
     agent
         .publish("hk/v1/req/drone-1", QoS::AtMostOnce, keepalive.to_vec())
         .await;
-    let second = within(inbound.recv()).await.expect("inbound open");
+    let second = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound open");
     assert_eq!(second.topic, "hk/v1/req/drone-1");
     assert_eq!(second.payload, Bytes::from_static(keepalive));
 
@@ -50,7 +52,7 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
 
     // The publisher thread counts right after the router took the message; the agent may
     // see it first.
-    eventually("one message published", || {
+    eventually(WAIT_S, "one message published", async || {
         transport.stats().outbound_published_total == 1
     })
     .await;
@@ -60,7 +62,9 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
     assert_eq!(stats.outbound_published_total, 1);
     assert_eq!(stats.connects_total, 1);
     assert!(stats.connected);
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 /// 1,000 QoS 1 requests from 10 agents, published while the transport's runtime is blocked,
@@ -71,9 +75,7 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
 async fn a_thousand_requests_from_ten_agents_all_arrive_past_the_link_pause() {
     const AGENTS: usize = 10;
     const REQUESTS_PER_AGENT: usize = 100;
-    let (transport, mut inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
 
     let publisher = std::thread::spawn(move || {
@@ -112,7 +114,9 @@ async fn a_thousand_requests_from_ten_agents_all_arrive_past_the_link_pause() {
 
     let mut seen = HashSet::new();
     while seen.len() < AGENTS * REQUESTS_PER_AGENT {
-        let message = within(inbound.recv()).await.expect("inbound open");
+        let message = within(WAIT_S, "an inbound message", inbound.recv())
+            .await
+            .expect("inbound open");
         let key = (message.topic.clone(), message.payload.clone());
         assert!(seen.insert(key), "duplicate request {message:?}");
     }
@@ -129,16 +133,16 @@ async fn a_thousand_requests_from_ten_agents_all_arrive_past_the_link_pause() {
         stats.link_unschedules_total >= 1,
         "the burst must have paused the link at least once: {stats:?}"
     );
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 /// A request above `REQUEST_BYTES_MAX` still reaches the bridge (to be answered `too_large`);
 /// one above `packet_bytes_max` makes rumqttd close the agent's connection without reading it.
 #[tokio::test]
 async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broker_disconnects() {
-    let (transport, mut inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     let mut agent = TestClient::connect(addr, "drone-big").await;
 
@@ -147,7 +151,9 @@ async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broke
     agent
         .publish("hk/v1/req/drone-big", QoS::AtLeastOnce, oversized.clone())
         .await;
-    let received = within(inbound.recv()).await.expect("inbound open");
+    let received = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound open");
     assert_eq!(received.topic, "hk/v1/req/drone-big");
     assert_eq!(received.payload.len(), 20 * 1024);
     assert_eq!(received.payload, Bytes::from(oversized));
@@ -164,7 +170,9 @@ async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broke
         nothing.is_err(),
         "a packet over the limit must not reach inbound: {nothing:?}"
     );
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 #[tokio::test]
@@ -178,7 +186,7 @@ async fn a_taken_port_is_a_clear_error() {
         }),
         ..Config::default()
     };
-    let error = within(Transport::start(config))
+    let error = within(WAIT_S, "the transport starts", Transport::start(config))
         .await
         .expect_err("the port is taken");
     match &error {
@@ -196,9 +204,7 @@ async fn a_taken_port_is_a_clear_error() {
 /// dynamic-filter link is immune to. This guards both, across rumqttd upgrades.
 #[tokio::test]
 async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
-    let (transport, mut inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     transport
         .publish("hk/v1/rsp/nobody-listens", Bytes::from_static(b"{}"))
@@ -212,7 +218,9 @@ async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
     agent
         .publish("hk/v1/req/drone-2", QoS::AtLeastOnce, b"after".to_vec())
         .await;
-    let received = within(inbound.recv()).await.expect("inbound still open");
+    let received = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound still open");
     assert_eq!(received.payload, Bytes::from_static(b"after"));
     transport
         .publish("hk/v1/rsp/drone-2", Bytes::from_static(b"reply"))
@@ -221,18 +229,18 @@ async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
         agent.next_publish().await.payload,
         Bytes::from_static(b"reply")
     );
-    eventually("three messages published", || {
+    eventually(WAIT_S, "three messages published", async || {
         transport.stats().outbound_published_total == 3
     })
     .await;
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 #[tokio::test]
 async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
-    let (transport, mut inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     let mut agent = TestClient::connect(addr, "drone-3").await;
     agent.subscribe("hk/v1/rsp/drone-3", QoS::AtLeastOnce).await;
@@ -240,21 +248,25 @@ async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
     transport
         .publish("hk/v1/rsp/drone-3", Bytes::from_static(b"last words"))
         .expect("queued");
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
     assert_eq!(
         agent.next_publish().await.payload,
         Bytes::from_static(b"last words")
     );
 
     assert!(
-        within(inbound.recv()).await.is_none(),
+        within(WAIT_S, "an inbound message", inbound.recv())
+            .await
+            .is_none(),
         "inbound ends after shutdown"
     );
     assert!(matches!(
         transport.publish("hk/v1/rsp/drone-3", Bytes::new()),
         Err(MqttError::Closed)
     ));
-    within(transport.shutdown())
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("a second shutdown is a no-op");
     // The listener is closed, so the agent's connection is gone and the port is free.
@@ -264,9 +276,7 @@ async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
 
 #[tokio::test]
 async fn publish_refuses_wildcards_and_oversized_messages_without_queueing() {
-    let (transport, _inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, _inbound) = start_transport(embedded_config()).await;
     assert!(matches!(
         transport.publish("hk/v1/rsp/+", Bytes::new()),
         Err(MqttError::InvalidTopic { .. })
@@ -282,7 +292,9 @@ async fn publish_refuses_wildcards_and_oversized_messages_without_queueing() {
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
     assert_eq!(transport.stats().outbound_published_total, 0);
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 /// TCP_NODELAY is set on the listening socket (Linux copies it to accepted sockets), which
@@ -290,15 +302,15 @@ async fn publish_refuses_wildcards_and_oversized_messages_without_queueing() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn the_listener_has_tcp_nodelay_unless_disabled() {
-    let (transport, _inbound) = within(Transport::start(embedded_config()))
-        .await
-        .expect("embedded transport starts");
+    let (transport, _inbound) = start_transport(embedded_config()).await;
     assert!(
         transport.listeners()[0].tcp_nodelay,
         "{:?}",
         transport.listeners()
     );
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 
     let config = Config {
         mode: Mode::Embedded(EmbeddedConfig {
@@ -308,11 +320,11 @@ async fn the_listener_has_tcp_nodelay_unless_disabled() {
         }),
         ..Config::default()
     };
-    let (transport, _inbound) = within(Transport::start(config))
-        .await
-        .expect("embedded transport starts");
+    let (transport, _inbound) = start_transport(config).await;
     assert!(!transport.listeners()[0].tcp_nodelay);
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 #[tokio::test]
@@ -329,9 +341,7 @@ async fn an_mqtt5_listener_delivers_requests_too() {
         }),
         ..Config::default()
     };
-    let (transport, mut inbound) = within(Transport::start(config))
-        .await
-        .expect("embedded transport starts");
+    let (transport, mut inbound) = start_transport(config).await;
     let listeners = transport.listeners();
     assert_eq!(listeners.len(), 2);
     let v5 = listeners
@@ -351,12 +361,20 @@ async fn an_mqtt5_listener_delivers_requests_too() {
             }
         }
     });
-    within(client.publish("hk/v1/req/drone-5", QoS5::AtLeastOnce, false, "v5 request"))
+    within(
+        WAIT_S,
+        "an MQTT 5 publish",
+        client.publish("hk/v1/req/drone-5", QoS5::AtLeastOnce, false, "v5 request"),
+    )
+    .await
+    .expect("queued");
+    let received = within(WAIT_S, "an inbound message", inbound.recv())
         .await
-        .expect("queued");
-    let received = within(inbound.recv()).await.expect("inbound open");
+        .expect("inbound open");
     assert_eq!(received.topic, "hk/v1/req/drone-5");
     assert_eq!(received.payload, Bytes::from_static(b"v5 request"));
     poll.abort();
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }

@@ -5,19 +5,17 @@
 mod common;
 
 use bytes::Bytes;
-use common::{Mosquitto, TestClient, eventually, external_config, free_port, within};
+use common::{
+    Mosquitto, TestClient, WAIT_S, eventually, external_config, free_port, start_transport, within,
+};
 use hivekeeper_mqtt::{MqttError, Transport};
 use rumqttc::QoS;
 
 #[tokio::test]
 async fn requests_and_responses_round_trip_through_mosquitto() {
-    let mosquitto = Mosquitto::start(free_port()).await;
-    let (transport, mut inbound) = within(Transport::start(external_config(
-        mosquitto.port,
-        "hk-node-1",
-    )))
-    .await
-    .expect("external transport connects");
+    let mosquitto = Mosquitto::start().await;
+    let (transport, mut inbound) =
+        start_transport(external_config(mosquitto.port, "hk-node-1")).await;
     assert!(transport.listeners().is_empty());
     let addr = ([127, 0, 0, 1], mosquitto.port).into();
     let mut agent = TestClient::connect(addr, "drone-1").await;
@@ -27,14 +25,18 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
     agent
         .publish("hk/v1/req/drone-1", QoS::AtLeastOnce, grant.to_vec())
         .await;
-    let request = within(inbound.recv()).await.expect("inbound open");
+    let request = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound open");
     assert_eq!(request.topic, "hk/v1/req/drone-1");
     assert_eq!(request.payload, Bytes::from_static(grant));
 
     agent
         .publish("hk/v1/req/drone-1", QoS::AtMostOnce, b"qos0".to_vec())
         .await;
-    let request = within(inbound.recv()).await.expect("inbound open");
+    let request = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound open");
     assert_eq!(request.payload, Bytes::from_static(b"qos0"));
 
     // Only the request filter is subscribed: other topics under the prefix are not received.
@@ -61,7 +63,7 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
         nothing.is_err(),
         "only {{prefix}}/req/+ is received: {nothing:?}"
     );
-    eventually("one message published", || {
+    eventually(WAIT_S, "one message published", async || {
         transport.stats().outbound_published_total == 1
     })
     .await;
@@ -70,9 +72,13 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
     assert_eq!(stats.connects_total, 1);
     assert!(stats.connected);
 
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
     assert!(
-        within(inbound.recv()).await.is_none(),
+        within(WAIT_S, "an inbound message", inbound.recv())
+            .await
+            .is_none(),
         "inbound ends after shutdown"
     );
     assert!(matches!(
@@ -85,32 +91,34 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
 /// must subscribe again on every ConnAck, or it goes deaf after the first broker restart.
 #[tokio::test]
 async fn a_request_after_a_broker_restart_still_arrives() {
-    let port = free_port();
-    let mut mosquitto = Mosquitto::start(port).await;
-    let (transport, mut inbound) = within(Transport::start(external_config(port, "hk-node-2")))
-        .await
-        .expect("external transport connects");
+    let mut mosquitto = Mosquitto::start().await;
+    let port = mosquitto.port;
+    let (transport, mut inbound) = start_transport(external_config(port, "hk-node-2")).await;
     let addr = ([127, 0, 0, 1], port).into();
     let agent = TestClient::connect(addr, "drone-2").await;
     agent
         .publish("hk/v1/req/drone-2", QoS::AtLeastOnce, b"before".to_vec())
         .await;
-    let before = within(inbound.recv()).await.expect("inbound open");
+    let before = within(WAIT_S, "an inbound message", inbound.recv())
+        .await
+        .expect("inbound open");
     assert_eq!(before.payload, Bytes::from_static(b"before"));
     drop(agent);
 
     mosquitto.kill();
-    eventually("the transport notices the broker is gone", || {
-        !transport.stats().connected
-    })
+    eventually(
+        WAIT_S,
+        "the transport notices the broker is gone",
+        async || !transport.stats().connected,
+    )
     .await;
     // While the broker is down the transport backs off between attempts.
-    eventually("at least one failed reconnect", || {
+    eventually(WAIT_S, "at least one failed reconnect", async || {
         transport.stats().connection_errors_total >= 2
     })
     .await;
-    let _mosquitto = Mosquitto::start(port).await;
-    eventually("the transport reconnects", || {
+    let _mosquitto = Mosquitto::start_on(port).await;
+    eventually(WAIT_S, "the transport reconnects", async || {
         let stats = transport.stats();
         stats.connected && stats.connects_total == 2
     })
@@ -120,7 +128,7 @@ async fn a_request_after_a_broker_restart_still_arrives() {
     // request arrives, each attempt with its own id, within the overall bound.
     let mut agent = TestClient::connect(addr, "drone-2").await;
     agent.subscribe("hk/v1/rsp/drone-2", QoS::AtLeastOnce).await;
-    let after = within(async {
+    let after = within(WAIT_S, "a request after the restart arrives", async {
         for attempt in 0u32.. {
             agent
                 .publish(
@@ -147,7 +155,9 @@ async fn a_request_after_a_broker_restart_still_arrives() {
         agent.next_publish().await.payload,
         Bytes::from_static(b"still answering")
     );
-    within(transport.shutdown()).await.expect("clean shutdown");
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
 }
 
 #[tokio::test]
@@ -155,7 +165,7 @@ async fn no_broker_at_start_is_a_clear_error_within_the_startup_timeout() {
     let port = free_port();
     let mut config = external_config(port, "hk-node-3");
     config.startup_timeout_ms = 1_000;
-    let error = within(Transport::start(config))
+    let error = within(WAIT_S, "the transport starts", Transport::start(config))
         .await
         .expect_err("nothing listens on the port");
     match &error {

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ConfigError;
 use crate::raft::{Member, NodeId, node_id_for};
 
 /// Whether the initial members form a new cluster or this node joins a running one.
@@ -51,68 +52,62 @@ impl ClusterConfig {
     }
 
     /// The initial members by id. Errors name the offending entry.
-    pub fn members(&self) -> Result<BTreeMap<NodeId, Member>, String> {
+    pub fn members(&self) -> Result<BTreeMap<NodeId, Member>, ConfigError> {
         let mut members = BTreeMap::new();
         for entry in self.initial_cluster.split(',').map(str::trim) {
-            let (name, addr) = entry
-                .split_once('=')
-                .ok_or_else(|| format!("initial_cluster entry {entry:?} is not name=host:port"))?;
+            let not_name_equals_addr = || ConfigError::MemberNotNameEqualsAddr {
+                entry: entry.to_string(),
+            };
+            let (name, addr) = entry.split_once('=').ok_or_else(not_name_equals_addr)?;
             let (name, addr) = (name.trim(), addr.trim());
             if name.is_empty() || addr.is_empty() {
-                return Err(format!(
-                    "initial_cluster entry {entry:?} is not name=host:port"
-                ));
+                return Err(not_name_equals_addr());
             }
             if addr
                 .rsplit_once(':')
                 .is_none_or(|(_, port)| port.parse::<u16>().is_err())
             {
-                return Err(format!(
-                    "initial_cluster entry {entry:?}: {addr:?} is not host:port"
-                ));
+                return Err(ConfigError::MemberAddrNotHostPort {
+                    entry: entry.to_string(),
+                    addr: addr.to_string(),
+                });
             }
             let member = Member {
                 name: name.to_string(),
                 addr: addr.to_string(),
             };
             if let Some(other) = members.insert(node_id_for(name), member) {
-                return Err(format!(
-                    "initial_cluster names {:?} twice (or two names share an id)",
-                    other.name
-                ));
+                return Err(ConfigError::MemberTwice { name: other.name });
             }
         }
         Ok(members)
     }
 
     /// This node's own entry.
-    pub fn me(&self) -> Result<Member, String> {
-        self.members()?.remove(&self.node_id()).ok_or_else(|| {
-            format!(
-                "this node's name {:?} is not in initial_cluster ({})",
-                self.name, self.initial_cluster
-            )
-        })
+    pub fn me(&self) -> Result<Member, ConfigError> {
+        self.members()?
+            .remove(&self.node_id())
+            .ok_or_else(|| ConfigError::NameNotInCluster {
+                name: self.name.clone(),
+                initial_cluster: self.initial_cluster.clone(),
+            })
     }
 
     /// The address to listen on for peers.
-    pub fn listen_addr(&self) -> Result<SocketAddr, String> {
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
         if let Some(addr) = self.peer_listen {
             return Ok(addr);
         }
         let me = self.me()?;
-        me.addr.parse().map_err(|_| {
-            format!(
-                "this node's address {:?} is not an IP:port to listen on; set peer_listen",
-                me.addr
-            )
-        })
+        me.addr
+            .parse()
+            .map_err(|_| ConfigError::PeerListenNotIp { addr: me.addr })
     }
 
     /// All the rules at once.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.name.is_empty() {
-            return Err("cluster name (--name) must not be empty".into());
+            return Err(ConfigError::ClusterNameEmpty);
         }
         self.listen_addr().map(|_| ())
     }
@@ -149,6 +144,14 @@ mod tests {
     #[test]
     fn mistakes_are_named() {
         let missing = config("n4", "n1=127.0.0.1:7401").validate().unwrap_err();
+        assert_eq!(
+            missing,
+            ConfigError::NameNotInCluster {
+                name: "n4".into(),
+                initial_cluster: "n1=127.0.0.1:7401".into(),
+            }
+        );
+        let missing = missing.to_string();
         assert!(
             missing.contains("\"n4\" is not in initial_cluster"),
             "{missing}"
@@ -156,10 +159,20 @@ mod tests {
         let twice = config("n1", "n1=127.0.0.1:7401,n1=127.0.0.1:7402")
             .validate()
             .unwrap_err();
-        assert!(twice.contains("twice"), "{twice}");
+        assert_eq!(twice, ConfigError::MemberTwice { name: "n1".into() });
+        assert!(twice.to_string().contains("twice"), "{twice}");
         let no_port = config("n1", "n1=127.0.0.1").validate().unwrap_err();
-        assert!(no_port.contains("not host:port"), "{no_port}");
+        assert!(no_port.to_string().contains("not host:port"), "{no_port}");
         let no_eq = config("n1", "n1@127.0.0.1:7401").validate().unwrap_err();
-        assert!(no_eq.contains("not name=host:port"), "{no_eq}");
+        assert!(no_eq.to_string().contains("not name=host:port"), "{no_eq}");
+        let unnamed = config("", "n1=127.0.0.1:7401").validate().unwrap_err();
+        assert_eq!(unnamed, ConfigError::ClusterNameEmpty);
+        let host_name = config("n1", "n1=node-1.local:7401").validate().unwrap_err();
+        assert_eq!(
+            host_name,
+            ConfigError::PeerListenNotIp {
+                addr: "node-1.local:7401".into()
+            }
+        );
     }
 }

@@ -1,11 +1,12 @@
-//! [`NodeConfig`]: a node's settings, with one set of defaults and `validate()` for the rules
-//! that tie fields together.
+//! [`NodeConfig`]: a node's settings, with one set of defaults ([`DEFAULTS`]) and `validate()`
+//! for the rules that tie fields together.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use super::ClusterConfig;
+use crate::ConfigError;
 use crate::raft::{self, RaftConfig};
 use crate::state_machine::Limits;
 
@@ -36,52 +37,92 @@ pub struct NodeConfig {
     pub propose_timeout_ms: u64,
 }
 
+/// Every default of [`NodeConfig`], in one place (a single node: no `cluster`).
+pub const DEFAULTS: Defaults = Defaults {
+    data_dir: "hivekeeper-data",
+    node_id: 1,
+    raft: RaftConfig::DEFAULTS,
+    limits: Limits::DEFAULTS,
+    ingress_max: 10_000,
+    batch_max: raft::BATCH_MAX,
+    keeper_tick_ms: 20,
+    propose_timeout_ms: 5_000,
+};
+
+/// The type of [`DEFAULTS`]: [`NodeConfig`]'s defaults as constants (the data dir a `&str`,
+/// since a `PathBuf` cannot be built in a `const`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    /// See [`NodeConfig::data_dir`].
+    pub data_dir: &'static str,
+    /// See [`NodeConfig::node_id`].
+    pub node_id: u64,
+    /// See [`NodeConfig::raft`].
+    pub raft: RaftConfig,
+    /// See [`NodeConfig::limits`].
+    pub limits: Limits,
+    /// See [`NodeConfig::ingress_max`].
+    pub ingress_max: usize,
+    /// See [`NodeConfig::batch_max`].
+    pub batch_max: usize,
+    /// See [`NodeConfig::keeper_tick_ms`].
+    pub keeper_tick_ms: u64,
+    /// See [`NodeConfig::propose_timeout_ms`].
+    pub propose_timeout_ms: u64,
+}
+
 impl NodeConfig {
-    /// The defaults, in one place.
+    /// The defaults: [`DEFAULTS`] as a config.
     pub fn defaults() -> NodeConfig {
         NodeConfig {
-            data_dir: PathBuf::from("hivekeeper-data"),
-            node_id: 1,
+            data_dir: PathBuf::from(DEFAULTS.data_dir),
+            node_id: DEFAULTS.node_id,
             cluster: None,
-            raft: RaftConfig::default(),
-            limits: Limits::DEFAULTS,
-            ingress_max: 10_000,
-            batch_max: raft::BATCH_MAX,
-            keeper_tick_ms: 20,
-            propose_timeout_ms: 5_000,
+            raft: DEFAULTS.raft,
+            limits: DEFAULTS.limits,
+            ingress_max: DEFAULTS.ingress_max,
+            batch_max: DEFAULTS.batch_max,
+            keeper_tick_ms: DEFAULTS.keeper_tick_ms,
+            propose_timeout_ms: DEFAULTS.propose_timeout_ms,
         }
     }
 
     /// Cross-field rules.
-    pub fn validate(&self) -> Result<(), String> {
-        self.limits.validate()?;
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // TODO(merge): `Limits::validate` gets its own typed error on the sm-crate branch.
+        self.limits.validate().map_err(ConfigError::Limits)?;
         self.raft.validate()?;
         // A lease must outlive a few heartbeats, or an ordinary hiccup expires it (DESIGN.md §2).
-        let heartbeats_min = 3 * self.raft.heartbeat_interval_ms;
-        if self.limits.lease_ttl_ms_min < heartbeats_min {
-            return Err(format!(
-                "limits.lease_ttl_ms_min ({} ms) must be at least three heartbeat intervals \
-                 ({heartbeats_min} ms)",
-                self.limits.lease_ttl_ms_min
-            ));
+        let heartbeats_min_ms = 3 * self.raft.heartbeat_interval_ms;
+        if self.limits.lease_ttl_ms_min < heartbeats_min_ms {
+            return Err(ConfigError::LeaseTtlBelowHeartbeats {
+                lease_ttl_ms_min: self.limits.lease_ttl_ms_min,
+                heartbeats_min_ms,
+            });
         }
-        if self.ingress_max == 0 || self.batch_max == 0 {
-            return Err("ingress_max and batch_max must be at least 1".into());
+        for (field, value) in [
+            ("ingress_max", self.ingress_max as u64),
+            ("batch_max", self.batch_max as u64),
+            ("keeper_tick_ms", self.keeper_tick_ms),
+            ("propose_timeout_ms", self.propose_timeout_ms),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::NotPositive { field });
+            }
         }
         if self.batch_max > raft::BATCH_MAX {
-            return Err(format!("batch_max must be at most {}", raft::BATCH_MAX));
-        }
-        if self.keeper_tick_ms == 0 || self.propose_timeout_ms == 0 {
-            return Err("keeper_tick_ms and propose_timeout_ms must be positive".into());
+            return Err(ConfigError::BatchAboveLimit {
+                batch_max: self.batch_max,
+                batch_max_limit: raft::BATCH_MAX,
+            });
         }
         // A failover must fit in the shortest lease: an election (at most the longest election
         // timeout) before a new leader gives every lease a fresh deadline.
         if self.raft.election_timeout_ms_max >= self.limits.lease_ttl_ms_min {
-            return Err(format!(
-                "raft.election_timeout_ms_max ({} ms) must be below limits.lease_ttl_ms_min \
-                 ({} ms): a failover must fit in the shortest lease",
-                self.raft.election_timeout_ms_max, self.limits.lease_ttl_ms_min
-            ));
+            return Err(ConfigError::FailoverLongerThanLease {
+                election_timeout_ms_max: self.raft.election_timeout_ms_max,
+                lease_ttl_ms_min: self.limits.lease_ttl_ms_min,
+            });
         }
         if let Some(cluster) = &self.cluster {
             cluster.validate()?;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use hivekeeper_protocol::ErrorCode;
 
+use crate::ConfigError;
 use crate::raft::{NodeId, RaftError};
 
 /// Why the node could not answer a request, start or stop.
@@ -62,7 +63,10 @@ pub enum NodeError {
         /// Why, for the operator.
         reason: String,
     },
-    /// The node could not start: its configuration, its data directory or its peer port.
+    /// The node's configuration was refused.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The node could not start: its data directory, its peer port or its components.
     #[error("{reason}")]
     Start {
         /// What failed, naming the setting, path or address.

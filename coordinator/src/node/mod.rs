@@ -60,7 +60,7 @@ use hivekeeper_protocol::Response;
 
 use crate::state_machine::Text;
 pub use cluster::{ClusterConfig, ClusterState};
-pub use config::NodeConfig;
+pub use config::{DEFAULTS, Defaults, NodeConfig};
 pub use error::NodeError;
 pub use handle::NodeHandle;
 pub use start::Node;

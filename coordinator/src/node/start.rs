@@ -55,9 +55,7 @@ impl Node {
         config: NodeConfig,
     ) -> Result<(Node, mpsc::UnboundedReceiver<Outbound>), NodeError> {
         let start_error = |reason: String| NodeError::Start { reason };
-        config
-            .validate()
-            .map_err(|error| start_error(error.to_string()))?;
+        config.validate()?;
         let failed = |error: RaftError| start_error(error.to_string());
         let node_id = config
             .cluster
@@ -68,9 +66,7 @@ impl Node {
         // Bound before the data file opens, so a taken port fails fast and names the port.
         let peer_listener = match &config.cluster {
             Some(cluster) => {
-                let addr = cluster
-                    .listen_addr()
-                    .map_err(|error| start_error(error.to_string()))?;
+                let addr = cluster.listen_addr()?;
                 let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| {
                     start_error(format!(
                         "cannot listen for peers on {addr}: {error} (is another node using it?)"
@@ -88,9 +84,7 @@ impl Node {
         match &config.cluster {
             None => raft.initialize_single_node().await.map_err(failed)?,
             Some(cluster) if cluster.initial_cluster_state == ClusterState::New => {
-                let members = cluster
-                    .members()
-                    .map_err(|error| start_error(error.to_string()))?;
+                let members = cluster.members()?;
                 raft.initialize_cluster(members).await.map_err(failed)?;
             }
             Some(_) => {}

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::RaftError;
+use crate::ConfigError;
 
 /// Local Raft settings. Units are in the names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,36 +45,40 @@ impl RaftConfig {
     };
 
     /// Cross-field rules.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.heartbeat_interval_ms == 0 {
-            return Err("heartbeat_interval_ms must be positive".into());
+            return Err(ConfigError::NotPositive {
+                field: "heartbeat_interval_ms",
+            });
         }
         if self.election_timeout_ms_min <= self.heartbeat_interval_ms {
-            return Err(format!(
-                "election_timeout_ms_min ({}) must be above heartbeat_interval_ms ({}), or \
-                 followers would start elections between heartbeats",
-                self.election_timeout_ms_min, self.heartbeat_interval_ms
-            ));
+            return Err(ConfigError::ElectionTimeoutWithinHeartbeat {
+                election_timeout_ms_min: self.election_timeout_ms_min,
+                heartbeat_interval_ms: self.heartbeat_interval_ms,
+            });
         }
-        if self.election_timeout_ms_max < 2 * self.heartbeat_interval_ms + 4 {
-            return Err(format!(
-                "election_timeout_ms_max ({}) must be at least two heartbeat intervals plus 4 ms \
-                 ({}): openraft waits a leader lease of half of it before its own timeout",
-                self.election_timeout_ms_max,
-                2 * self.heartbeat_interval_ms + 4
-            ));
+        let election_timeout_ms_max_min = 2 * self.heartbeat_interval_ms + 4;
+        if self.election_timeout_ms_max < election_timeout_ms_max_min {
+            return Err(ConfigError::ElectionTimeoutMaxTooShort {
+                election_timeout_ms_max: self.election_timeout_ms_max,
+                election_timeout_ms_max_min,
+            });
         }
         if self.election_timeout_ms_min >= self.election_timeout_ms_max {
-            return Err(format!(
-                "election_timeout_ms_min ({}) must be below election_timeout_ms_max ({})",
-                self.election_timeout_ms_min, self.election_timeout_ms_max
-            ));
+            return Err(ConfigError::ElectionWindowEmpty {
+                election_timeout_ms_min: self.election_timeout_ms_min,
+                election_timeout_ms_max: self.election_timeout_ms_max,
+            });
         }
         if self.replication_entries_max == 0 {
-            return Err("replication_entries_max must be positive".into());
+            return Err(ConfigError::NotPositive {
+                field: "replication_entries_max",
+            });
         }
         if self.snapshot_install_timeout_ms == 0 {
-            return Err("snapshot_install_timeout_ms must be positive".into());
+            return Err(ConfigError::NotPositive {
+                field: "snapshot_install_timeout_ms",
+            });
         }
         Ok(())
     }
@@ -102,7 +107,8 @@ impl RaftConfig {
 
     /// The openraft configuration for these settings.
     pub(crate) fn to_openraft(&self) -> Result<openraft::Config, RaftError> {
-        self.validate().map_err(RaftError::Config)?;
+        self.validate()
+            .map_err(|error| RaftError::Config(error.to_string()))?;
         let snapshot_policy = match self.snapshot_every_entries {
             0 => openraft::SnapshotPolicy::Never,
             entries => openraft::SnapshotPolicy::LogsSinceLast(entries),
@@ -195,6 +201,12 @@ mod tests {
             election_timeout_ms_min: 50,
             ..RaftConfig::DEFAULTS
         };
-        assert!(config.validate().is_err());
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::ElectionTimeoutWithinHeartbeat {
+                election_timeout_ms_min: 50,
+                heartbeat_interval_ms: 50,
+            })
+        );
     }
 }

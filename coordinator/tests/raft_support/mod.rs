@@ -1,24 +1,22 @@
 //! Helpers shared by the `raft_*` integration tests: commands, timeouts, applied-entry waits.
+//! The time bound on every wait ([`within`]) comes from `hivekeeper-test-support`.
 
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::future::Future;
+pub use hivekeeper_test_support::within;
+
 use std::time::Duration;
 
 use hivekeeper_coordinator::Command;
 use hivekeeper_coordinator::raft::{Applied, AppliedReceiver};
 use hivekeeper_protocol::{Op, Request};
 
-/// Every wait in these tests is bounded by this; a hang is a failure, not a stuck CI job.
-pub const WAIT: Duration = Duration::from_secs(20);
+/// Every wait in these tests is bounded by this, in seconds; a hang is a failure, not a stuck
+/// CI job.
+pub const WAIT_S: u64 = 20;
 
-/// Awaits `future`, failing the test after [`WAIT`].
-pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
-    }
-}
+/// [`WAIT_S`] as a duration, for the node's own bounded waits (`wait_for_leader`).
+pub const WAIT: Duration = Duration::from_secs(WAIT_S);
 
 /// `agent` sends request `id` with `op`.
 pub fn request(agent: &str, id: &str, op: Op) -> Command {
@@ -45,9 +43,9 @@ pub fn lock_try(name: &str, lease: &str) -> Op {
     }
 }
 
-/// The next applied entry on the channel (skipping nothing), within [`WAIT`].
+/// The next applied entry on the channel (skipping nothing), within [`WAIT_S`].
 pub async fn next_applied(applied: &mut AppliedReceiver) -> Applied {
-    within("an applied entry", applied.recv())
+    within(WAIT_S, "an applied entry", applied.recv())
         .await
         .expect("the state-machine store keeps the channel open while the node runs")
 }

@@ -1,51 +1,32 @@
-//! Helpers shared by the transport's integration tests: an MQTT test client, a mosquitto
-//! process guard, free loopback ports and a time bound on every wait.
+//! Helpers shared by the transport's integration tests: transport configs and an MQTT test
+//! client. Free ports, the mosquitto process guard and the time bound on every wait come from
+//! `hivekeeper-test-support`.
 //!
 //! Every wait goes through [`within`], so a broken transport fails a test instead of hanging
 //! it.
 
 #![allow(dead_code)] // Each test file uses a different subset.
 
-use std::future::Future;
-use std::io::Write;
+#[allow(unused_imports)] // Each test file uses a different subset.
+pub use hivekeeper_test_support::{Mosquitto, eventually, free_port, within};
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hivekeeper_mqtt::{Config, EmbeddedConfig, ExternalConfig, Mode};
+use hivekeeper_mqtt::{Config, EmbeddedConfig, ExternalConfig, Inbound, Mode, Transport};
 use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, Publish, QoS};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-/// Upper bound of any single wait in these tests. Generous: CI machines have 2 cores.
-pub const WAIT: Duration = Duration::from_secs(15);
+/// Upper bound of any single wait in these tests, in seconds. Generous: CI machines have 2
+/// cores.
+pub const WAIT_S: u64 = 15;
 
-/// Awaits `future`, failing the test after [`WAIT`].
-pub async fn within<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(WAIT, future)
+/// Starts the transport with `config`; fails the test unless it starts within [`WAIT_S`].
+pub async fn start_transport(config: Config) -> (Transport, mpsc::Receiver<Inbound>) {
+    within(WAIT_S, "the transport starts", Transport::start(config))
         .await
-        .expect("test step timed out")
-}
-
-/// Waits until `condition` holds, checking every few ms, failing the test after [`WAIT`].
-/// For counters that another thread updates just after the observable effect.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let waited = tokio::time::timeout(WAIT, async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "timed out waiting for: {what}");
-}
-
-/// A free loopback port: bind port 0, read the port, release it.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free loopback port")
+        .unwrap_or_else(|error| panic!("the transport starts: {error}"))
 }
 
 /// Embedded mode on a free loopback port (port 0: the transport picks and reports it).
@@ -139,18 +120,22 @@ impl TestClient {
         }
     }
 
-    /// The next event, within [`WAIT`].
+    /// The next event, within [`WAIT_S`].
     pub async fn next_event(&mut self) -> ClientEvent {
-        within(self.events.recv())
+        within(WAIT_S, "a test client event", self.events.recv())
             .await
             .expect("test client event loop ended")
     }
 
     /// Subscribes and waits for the SubAck.
     pub async fn subscribe(&mut self, filter: &str, qos: QoS) {
-        within(self.client.subscribe(filter, qos))
-            .await
-            .expect("subscribe queued");
+        within(
+            WAIT_S,
+            "a subscribe queued",
+            self.client.subscribe(filter, qos),
+        )
+        .await
+        .expect("subscribe queued");
         loop {
             match self.next_event().await {
                 ClientEvent::SubAck => return,
@@ -162,9 +147,13 @@ impl TestClient {
 
     /// Queues a publish.
     pub async fn publish(&self, topic: &str, qos: QoS, payload: impl Into<Vec<u8>>) {
-        within(self.client.publish(topic, qos, false, payload))
-            .await
-            .expect("publish queued");
+        within(
+            WAIT_S,
+            "a publish queued",
+            self.client.publish(topic, qos, false, payload),
+        )
+        .await
+        .expect("publish queued");
     }
 
     /// Waits for `count` PubAcks, failing on a connection error.
@@ -203,93 +192,5 @@ impl TestClient {
 impl Drop for TestClient {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-/// A mosquitto process on a loopback port, killed when dropped (also when a test panics).
-pub struct Mosquitto {
-    child: Child,
-    /// The port it listens on (127.0.0.1 only).
-    pub port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Mosquitto {
-    /// The mosquitto binary. A missing binary fails the test (never a silent skip): the
-    /// external-broker tests are the only proof that mode works.
-    pub fn binary() -> PathBuf {
-        let candidates = [
-            "/usr/sbin/mosquitto",
-            "/usr/bin/mosquitto",
-            "/usr/local/sbin/mosquitto",
-        ];
-        if let Some(found) = candidates.iter().map(Path::new).find(|path| path.exists()) {
-            return found.to_path_buf();
-        }
-        std::env::var_os("PATH")
-            .into_iter()
-            .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-            .map(|dir| dir.join("mosquitto"))
-            .find(|path| path.exists())
-            .unwrap_or_else(|| {
-                panic!(
-                    "mosquitto not found (looked in {candidates:?} and PATH): the external-broker \
-                     tests need it; install it with `apt-get install mosquitto`"
-                )
-            })
-    }
-
-    /// Starts mosquitto on 127.0.0.1:`port` and waits until it accepts TCP connections.
-    pub async fn start(port: u16) -> Mosquitto {
-        let dir = tempfile::tempdir().expect("temp dir for mosquitto");
-        let config_path = dir.path().join("mosquitto.conf");
-        let mut config = std::fs::File::create(&config_path).expect("write mosquitto.conf");
-        writeln!(
-            config,
-            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n\
-             set_tcp_nodelay true\nlog_dest stderr\nlog_type error\nlog_type warning\n\
-             log_type notice"
-        )
-        .expect("write mosquitto.conf");
-        let log = std::fs::File::create(dir.path().join("mosquitto.log")).expect("mosquitto log");
-        let child = Command::new(Self::binary())
-            .arg("-c")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn mosquitto");
-        let mut mosquitto = Mosquitto { child, port, dir };
-        let ready = tokio::time::timeout(WAIT, async {
-            loop {
-                if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .is_ok()
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        if ready.is_err() || mosquitto.child.try_wait().ok().flatten().is_some() {
-            let log = std::fs::read_to_string(mosquitto.dir.path().join("mosquitto.log"))
-                .unwrap_or_default();
-            panic!("mosquitto did not start on port {port}; its log:\n{log}");
-        }
-        mosquitto
-    }
-
-    /// Kills the process and waits for it (SIGKILL: like a crash, no clean goodbye).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Mosquitto {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

@@ -1,7 +1,6 @@
-//! A killable TCP proxy in front of a broker, shared by the SDK's tests and the end-to-end
-//! tests (`tests/common/mod.rs` includes this file by path): killing it closes every proxied
-//! connection and the listening socket, which is what an agent sees when its node or network
-//! dies.
+//! A killable TCP proxy in front of a broker: killing it closes every proxied connection and
+//! the listening socket, which is what an agent sees when its node or network dies (an
+//! embedded rumqttd cannot be stopped, and a killed node takes its state with it).
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};

@@ -1,6 +1,15 @@
-//! Small loopback helpers the bench and the end-to-end tests share: ports for the nodes they
-//! start, and a plain GET of a node's `/metrics` (which member leads, gauges and counters),
-//! with no HTTP crate.
+//! # hivekeeper-loopback: loopback helpers for the bench and the tests
+//!
+//! `hivekeeper bench` starts its own cluster of `hivekeeper serve` processes, and the test
+//! crates start nodes, brokers and proxies: both need ports that are free and must read a
+//! node's `/metrics` (which member leads, gauges and counters). This crate is that one
+//! implementation, with no HTTP crate. It is a crate of its own, not a module of the root
+//! package, so that the dev-only `hivekeeper-test-support` can depend on it without depending
+//! on the root package (whose tests depend on the test support: two copies of it).
+//!
+//! # Layout
+//! - [`free_ports`]: distinct ports on 127.0.0.1, every listener held until all are picked.
+//! - [`metrics_text`]: `GET /metrics` over HTTP/1.0, bounded by a timeout.
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -36,4 +45,18 @@ pub async fn metrics_text(port: u16, timeout: Duration) -> Option<String> {
         String::from_utf8(body).ok()
     };
     tokio::time::timeout(timeout, fetch).await.ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let ports = free_ports(16).expect("bind loopback ports");
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "{ports:?}");
+    }
 }

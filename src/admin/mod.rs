@@ -1,0 +1,111 @@
+//! The admin CLI: `hivekeeper status | inspect | leases | revoke | member`, an MQTT client of
+//! the wire protocol like any agent, so it works against any deployment an operator can reach.
+//!
+//! ```text
+//!  hivekeeper status  --broker a:1883,b:1883 ─▶ one Agent per broker ─▶ admin.status each
+//!                                               (each node answers for itself: a row per node)
+//!  hivekeeper inspect lock NAME              ─▶ inspect ─▶ admin.leases pages (time left)
+//!  hivekeeper leases                         ─▶ admin.leases, page after page
+//!  hivekeeper revoke LEASE                   ─▶ admin.revoke (through the log)
+//!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
+//! ```
+//!
+//! Requests go through the agent SDK (`Agent::request`): its same-id resends, backoff and
+//! broker failover are reused rather than written again. The CLI's agent id is
+//! `hk-admin-{pid}`; it takes no lease, so it holds nothing on the service. Output is a table
+//! for people, or JSON (`--json`) for scripts. A failure is one line on stderr and exit code 1.
+//!
+//! # Layout
+//! One file per subcommand (its arguments, its requests, its output): `status.rs`,
+//! `inspect.rs`, `leases.rs`, `revoke.rs`, `member.rs`. This file holds what they share: the
+//! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
+//! text output (a padded table, durations for people).
+
+mod inspect;
+mod leases;
+mod member;
+mod revoke;
+mod status;
+mod table;
+
+use anyhow::anyhow;
+use hivekeeper_agent::protocol::{Op, Success};
+use hivekeeper_agent::{Agent, AgentConfig, AgentError, DEFAULTS};
+
+pub use inspect::{InspectArgs, inspect};
+pub use leases::{LeasesArgs, leases};
+pub use member::{MemberArgs, member};
+pub use revoke::{RevokeArgs, revoke};
+pub use status::{StatusArgs, status};
+
+/// Flags every admin subcommand takes.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// Broker(s) to reach the service through, host:port. For `status`, a comma list asks each
+    /// node in turn (one row per node); for the other commands, the next broker of the list is
+    /// tried when one does not answer.
+    #[arg(
+        long,
+        value_name = "HOST:PORT[,...]",
+        default_value = DEFAULTS.broker,
+        value_delimiter = ','
+    )]
+    broker: Vec<String>,
+    /// Topic prefix of the service (`{prefix}/req/{agent}`).
+    #[arg(long, value_name = "PREFIX", default_value = DEFAULTS.topic_prefix)]
+    topic_prefix: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How long to try in all (connect, resends) before giving up, ms.
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    timeout_ms: u64,
+}
+
+/// Runs `future` on a small runtime of its own: the admin commands are one client each.
+fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| anyhow!("starting the async runtime: {error}"))?
+        .block_on(future)
+}
+
+/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows.
+async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
+    let timeout_ms = target.timeout_ms.max(1);
+    let request_timeout_ms = timeout_ms.min(DEFAULTS.request_timeout_ms);
+    let config = AgentConfig {
+        agent_id: format!("hk-admin-{}", std::process::id()),
+        brokers: brokers.to_vec(),
+        topic_prefix: target.topic_prefix.clone(),
+        request_timeout_ms,
+        request_deadline_ms: timeout_ms,
+        wait_resend_ms: DEFAULTS.wait_resend_ms.max(request_timeout_ms),
+        backoff_first_ms: DEFAULTS.backoff_first_ms.min(request_timeout_ms),
+        connect_timeout_s: timeout_ms
+            .div_ceil(1_000)
+            .clamp(1, DEFAULTS.connect_timeout_s),
+        ..AgentConfig::default()
+    };
+    Agent::connect(config).await.map_err(|error| match error {
+        AgentError::Unreachable { brokers, waited_ms } => {
+            anyhow!("no node reachable at {brokers} within {waited_ms} ms")
+        }
+        other => anyhow!("{other}"),
+    })
+}
+
+/// One request, its failure as one line: a refusal names its code.
+async fn request(agent: &Agent, op: Op) -> anyhow::Result<Success> {
+    let name = op.name();
+    agent.request(op).await.map_err(|error| match error {
+        AgentError::Service { code, message } => anyhow!("{name} refused: {code}: {message}"),
+        AgentError::Timeout { waited_ms, .. } => anyhow!(
+            "{name}: no answer within {waited_ms} ms (is a node serving this topic prefix, and \
+             does it have a leader?)"
+        ),
+        AgentError::Disconnected => anyhow!("{name}: lost the connection to every broker"),
+        other => anyhow!("{name}: {other}"),
+    })
+}

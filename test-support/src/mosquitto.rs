@@ -1,0 +1,148 @@
+//! A mosquitto broker process for the external-broker tests, with a generated config.
+//!
+//! A missing binary fails the test, saying what to install (never a silent skip): these tests
+//! are the only proof that the external-broker mode works.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ports::free_port;
+
+/// How long mosquitto may take to accept TCP connections (a busy 2-core machine).
+const START_WAIT: Duration = Duration::from_secs(15);
+
+/// How often a start on a port that turned out to be taken is retried with another port.
+const START_ATTEMPTS: usize = 5;
+
+/// A mosquitto process on 127.0.0.1, killed (SIGKILL) when dropped, also while a test panics
+/// (then its log is printed).
+pub struct Mosquitto {
+    child: Child,
+    /// The port it listens on (127.0.0.1 only).
+    pub port: u16,
+    /// Holds `mosquitto.conf` and `mosquitto.log`; removed on drop.
+    dir: tempfile::TempDir,
+}
+
+impl Mosquitto {
+    /// The mosquitto binary: where Debian and Ubuntu install it, or on `PATH`. Fails the test
+    /// when it is missing.
+    pub fn binary() -> PathBuf {
+        let candidates = [
+            "/usr/sbin/mosquitto",
+            "/usr/bin/mosquitto",
+            "/usr/local/sbin/mosquitto",
+        ];
+        if let Some(found) = candidates.iter().map(Path::new).find(|path| path.exists()) {
+            return found.to_path_buf();
+        }
+        std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+            .map(|dir| dir.join("mosquitto"))
+            .find(|path| path.exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "mosquitto not found (looked in {candidates:?} and PATH): the external-broker \
+                     tests need it; install it with `apt-get install mosquitto`"
+                )
+            })
+    }
+
+    /// Starts mosquitto on a free port and waits until it accepts TCP connections. On a port
+    /// taken meanwhile it tries another, a bounded number of times.
+    pub async fn start() -> Mosquitto {
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match Mosquitto::try_start(free_port()).await {
+                Ok(broker) => return broker,
+                Err(log) if log.contains("Address already in use") => last = log,
+                Err(log) => panic!("mosquitto did not start:\n{log}"),
+            }
+        }
+        panic!("mosquitto found its port taken {START_ATTEMPTS} times:\n{last}");
+    }
+
+    /// Starts mosquitto on 127.0.0.1:`port` (a broker coming back on the port of one that was
+    /// killed) and waits until it accepts TCP connections; fails the test otherwise.
+    pub async fn start_on(port: u16) -> Mosquitto {
+        Mosquitto::try_start(port)
+            .await
+            .unwrap_or_else(|log| panic!("mosquitto did not start:\n{log}"))
+    }
+
+    /// One start on `port`: the broker once it accepts connections, or why not, with its log.
+    async fn try_start(port: u16) -> Result<Mosquitto, String> {
+        let dir = tempfile::tempdir().expect("a temp dir for mosquitto");
+        let config_path = dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &config_path,
+            format!(
+                "listener {port} 127.0.0.1\n\
+                 allow_anonymous true\n\
+                 set_tcp_nodelay true\n\
+                 persistence false\n\
+                 log_dest stderr\n\
+                 log_type error\n\
+                 log_type warning\n\
+                 log_type notice\n"
+            ),
+        )
+        .expect("write mosquitto.conf");
+        let log = std::fs::File::create(dir.path().join("mosquitto.log")).expect("mosquitto.log");
+        let child = Command::new(Mosquitto::binary())
+            .arg("-c")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("a second handle on mosquitto.log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn mosquitto");
+        let mut broker = Mosquitto { child, port, dir };
+        let deadline = Instant::now() + START_WAIT;
+        loop {
+            if let Ok(Some(status)) = broker.child.try_wait() {
+                return Err(format!("exited with {status}:\n{}", broker.log()));
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Ok(broker);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "not listening on {port} within {START_WAIT:?}:\n{}",
+                    broker.log()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What mosquitto has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mosquitto.log")).unwrap_or_default()
+    }
+
+    /// Kills the process and waits for it (SIGKILL: like a crash, no clean goodbye).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        // Killed first: printing can panic (stderr a closed pipe), and a panic in a drop while
+        // unwinding aborts the process, which would leave the broker running.
+        self.kill();
+        if std::thread::panicking() {
+            let log = self.log();
+            let _ = std::panic::catch_unwind(|| eprintln!("--- mosquitto log ---\n{log}"));
+        }
+    }
+}

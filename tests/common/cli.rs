@@ -1,0 +1,54 @@
+//! One run of the `hivekeeper` binary as a command-line client (`status`, `inspect`, ...).
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::within;
+
+/// What one run of the `hivekeeper` binary printed.
+pub struct CliRun {
+    /// Whether it exited 0.
+    pub success: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl CliRun {
+    /// The standard output as JSON (for `--json`); fails the test with both streams otherwise.
+    pub fn json(&self) -> Value {
+        assert!(self.success, "the command failed:\n{}", self.stderr);
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "--json printed something that is not JSON ({e}):\n{}",
+                self.stdout
+            )
+        })
+    }
+}
+
+/// Runs `hivekeeper ARGS` (an admin subcommand) to completion, at most 30 s.
+pub async fn run_cli(args: &[&str]) -> CliRun {
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    let what = format!("hivekeeper {}", args.join(" "));
+    let output = within(
+        30,
+        &what,
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_hivekeeper"))
+                .args(&args)
+                .stdin(Stdio::null())
+                .output()
+        }),
+    )
+    .await
+    .expect("the blocking task ran")
+    .unwrap_or_else(|e| panic!("{what}: could not run: {e}"));
+    CliRun {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,178 @@
+//! A raw MQTT client that speaks the wire protocol without the SDK: any bytes on any topic,
+//! same-id resends, bad input.
+
+use std::time::Duration;
+
+use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{PREFIX, within};
+
+/// A raw MQTT client of the wire protocol, without the SDK: publishes any bytes on any topic
+/// and reads its agent's response topic. Re-subscribes after every reconnect.
+pub struct Raw {
+    client: AsyncClient,
+    agent: String,
+    responses: mpsc::UnboundedReceiver<Vec<u8>>,
+    /// Counts SubAcks: a new value means (re)subscribed.
+    subscribed: watch::Receiver<u64>,
+    task: JoinHandle<()>,
+}
+
+impl Raw {
+    /// Connects as MQTT client `raw-{agent}` and subscribes to `{PREFIX}/rsp/{agent}`.
+    pub async fn connect(port: u16, agent: &str) -> Raw {
+        let mut options = MqttOptions::new(format!("raw-{agent}"), "127.0.0.1", port);
+        options.set_keep_alive(Duration::from_secs(5));
+        options.set_clean_session(true);
+        options.set_max_packet_size(64 * 1024, 64 * 1024);
+        let (client, mut eventloop) = AsyncClient::new(options, 64);
+        let mut network = NetworkOptions::new();
+        network.set_tcp_nodelay(true);
+        network.set_connection_timeout(2);
+        eventloop.set_network_options(network);
+        let (responses_tx, responses) = mpsc::unbounded_channel();
+        let (subscribed_tx, subscribed) = watch::channel(0u64);
+        let response_topic = format!("{PREFIX}/rsp/{agent}");
+        let subscriber = client.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
+                        // try_: never block the polling task on its own request channel.
+                        let _ = subscriber.try_subscribe(response_topic.clone(), QoS::AtLeastOnce);
+                    }
+                    Ok(MqttEvent::Incoming(Packet::SubAck(_))) => {
+                        subscribed_tx.send_modify(|n| *n += 1);
+                    }
+                    Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
+                        if p.topic == response_topic {
+                            let _ = responses_tx.send(p.payload.to_vec());
+                        }
+                    }
+                    Ok(_) => {}
+                    // Broker down (a node restart): keep polling, which reconnects.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        });
+        let mut raw = Raw {
+            client,
+            agent: agent.to_string(),
+            responses,
+            subscribed,
+            task,
+        };
+        within(
+            10,
+            &format!("raw client {agent} subscribed"),
+            raw.subscribed.wait_for(|n| *n > 0),
+        )
+        .await
+        .expect("the raw client's task is running");
+        raw
+    }
+
+    /// Publishes `payload` on `topic` (QoS 1).
+    pub async fn publish_to(&self, topic: &str, payload: impl Into<Vec<u8>>) {
+        within(
+            5,
+            "raw publish",
+            self.client
+                .publish(topic, QoS::AtLeastOnce, false, payload.into()),
+        )
+        .await
+        .expect("the raw client's event loop is running");
+    }
+
+    /// Publishes `payload` on this agent's request topic.
+    pub async fn send(&self, payload: impl Into<Vec<u8>>) {
+        let topic = format!("{PREFIX}/req/{}", self.agent);
+        self.publish_to(&topic, payload).await;
+    }
+
+    /// The next response, or `None` after `ms`.
+    pub async fn try_next(&mut self, ms: u64) -> Option<Value> {
+        match tokio::time::timeout(Duration::from_millis(ms), self.responses.recv()).await {
+            Ok(Some(bytes)) => Some(
+                serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|e| panic!("a response that is not JSON ({e}): {bytes:?}")),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The next response; fails the test after `secs`.
+    pub async fn next(&mut self, secs: u64) -> Value {
+        match self.try_next(secs * 1_000).await {
+            Some(value) => value,
+            None => panic!("{}: no response within {secs} s", self.agent),
+        }
+    }
+
+    /// Sends `request` and returns the next response, which must carry the request's id.
+    pub async fn call(&mut self, request: Value) -> Value {
+        self.send(request.to_string()).await;
+        let response = self.next(10).await;
+        assert_eq!(
+            response["id"], request["id"],
+            "the response answers the request: {request} -> {response}"
+        );
+        response
+    }
+
+    /// Like [`Raw::call`], but first skips copies of `replayed`: the answers to same-id
+    /// resends of an earlier request, which may still be on their way (each resend is
+    /// answered with the first outcome once it is final). Anything else is the answer.
+    pub async fn call_after_resends(&mut self, request: Value, replayed: &Value) -> Value {
+        self.send(request.to_string()).await;
+        // Bounded: at most 100 replays skipped.
+        for _ in 0..100 {
+            let response = self.next(10).await;
+            if response == *replayed {
+                continue;
+            }
+            assert_eq!(
+                response["id"], request["id"],
+                "the response answers the request (or replays {replayed}): {request} -> \
+                 {response}"
+            );
+            return response;
+        }
+        panic!("more than 100 replays of {replayed}");
+    }
+
+    /// `lease.grant`, returning the lease id.
+    pub async fn grant(&mut self, id: &str, ttl_ms: u64) -> String {
+        let response = self
+            .call(serde_json::json!({"id": id, "op": "lease.grant", "ttl_ms": ttl_ms}))
+            .await;
+        assert_eq!(response["ok"], true, "{response}");
+        response["lease"]
+            .as_str()
+            .expect("a grant carries a lease")
+            .to_string()
+    }
+
+    /// `inspect`, returning the whole response.
+    pub async fn inspect(&mut self, id: &str, kind: &str, name: &str) -> Value {
+        let response = self
+            .call(serde_json::json!({"id": id, "op": "inspect", "kind": kind, "name": name}))
+            .await;
+        assert_eq!(response["ok"], true, "{response}");
+        response
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The error code of a response, `None` for a success.
+pub fn code(response: &Value) -> Option<&str> {
+    response["error"]["code"].as_str()
+}
