@@ -29,8 +29,9 @@
 
 pub mod node;
 pub mod raft;
-pub mod state_machine;
 pub mod transport;
+
+pub use hivekeeper_state_machine as state_machine;
 
 pub use state_machine::{
     Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply, ResourceKey,

@@ -11,16 +11,16 @@
 //! (`Granted` / `Done` / `Queued` as expected), so the figures are real grants, never cheap
 //! refusals; after timing it checks the machine's invariants.
 //!
-//! Run: `cargo bench -p hivekeeper-coordinator --bench apply -- --warm-up-time 1
+//! Run: `cargo bench -p hivekeeper-state-machine --bench apply -- --warm-up-time 1
 //! --measurement-time 5`. Results: `docs/BENCHMARKS.md`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use hivekeeper_coordinator::state_machine::M_PER_DEG;
-use hivekeeper_coordinator::{Command, Event, Limits, LogMeta, Reply, StateMachine};
 use hivekeeper_protocol::{Op, Request};
+use hivekeeper_state_machine::M_PER_DEG;
+use hivekeeper_state_machine::{Command, Event, Limits, LogMeta, Reply, StateMachine};
 
 /// Agents (one lease each) in the loaded machine.
 const AGENTS: usize = 10_000;

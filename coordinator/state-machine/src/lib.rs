@@ -197,7 +197,8 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub(crate) fn refused(code: ErrorCode, message: impl Into<String>) -> Reply {
+    /// A refusal with `code` and a message for a human.
+    pub fn refused(code: ErrorCode, message: impl Into<String>) -> Reply {
         Reply::Refused {
             code,
             message: message.into(),

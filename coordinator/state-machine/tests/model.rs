@@ -24,24 +24,24 @@
 //! Reproducing a failure: proptest shrinks it and prints the minimal `Case` and the failure
 //! with the resolved log that led to it (`#index term stamped: agent sends id: op`), which reads
 //! as a unit test of `StateMachine::apply`. The seed is saved in
-//! `coordinator/tests/model.proptest-regressions` and replayed first on the next run
+//! `coordinator/state-machine/tests/model.proptest-regressions` and replayed first on the next run
 //! (commit it when it records a real bug).
 //! `PROPTEST_CASES=20000` runs a longer hunt (256 cases by default, about 10 s in debug);
 //! `PROPTEST_RNG_SEED=<u64>` fixes the generator.
 //!
 //! ```text
-//! cargo test -p hivekeeper-coordinator --test model
-//! PROPTEST_CASES=20000 cargo test -p hivekeeper-coordinator --test model --release
-//! cargo test -p hivekeeper-coordinator --test model -- --nocapture generator   # coverage tally
+//! cargo test -p hivekeeper-state-machine --test model
+//! PROPTEST_CASES=20000 cargo test -p hivekeeper-state-machine --test model --release
+//! cargo test -p hivekeeper-state-machine --test model -- --nocapture generator   # coverage tally
 //! ```
 
 use std::collections::BTreeMap;
 
-use hivekeeper_coordinator::state_machine::areas_conflict;
-use hivekeeper_coordinator::{
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, Op, Request, ResourceKind, WaiterInfo};
+use hivekeeper_state_machine::areas_conflict;
+use hivekeeper_state_machine::{
     Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, Reply, StateMachine,
 };
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, Op, Request, ResourceKind, WaiterInfo};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{TestCaseError, TestRunner};
