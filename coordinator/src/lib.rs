@@ -30,6 +30,7 @@
 pub mod node;
 pub mod raft;
 pub mod transport;
+pub mod wire;
 
 pub use hivekeeper_state_machine as state_machine;
 

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use hivekeeper_coordinator::node::metrics::{RESOURCE_WAITERS, kind_label};
 use hivekeeper_coordinator::node::{NodeError, NodeHandle, Outbound};
 use hivekeeper_coordinator::state_machine::Reply;
+use hivekeeper_coordinator::wire;
 use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_histogram, gauge, histogram};
 use tokio::sync::{mpsc, watch};
@@ -166,7 +167,7 @@ pub async fn run(
                         agent,
                         request_id,
                         reply,
-                    } => match reply.to_response(&request_id) {
+                    } => match wire::response(&request_id, &reply) {
                         Some(response) => {
                             let topic = transport.topics().response(&agent);
                             let key = (agent.to_string(), request_id);
@@ -302,7 +303,7 @@ async fn answer(
         counter!(FENCE_CHECKS_TOTAL, "result" => result).increment(1);
     }
     let response = match reply {
-        Ok(reply) => match reply.to_response(id) {
+        Ok(reply) => match wire::response(id, &reply) {
             Some(response) => response,
             None => {
                 // Counted as a waiter unless its deferred answer was already published (it

@@ -74,8 +74,12 @@ impl NodeHandle {
     /// `admin.leases`: a page of live leases (linearizable, read-index), with the time left
     /// before each deadline when this node's keeper holds deadlines (a ready leader).
     pub(super) async fn admin_leases(&self, agent: &str, op: &Op) -> Result<Reply, NodeError> {
+        let op = match crate::wire::read(op) {
+            Ok(op) => op,
+            Err(not_read) => return Ok(not_read.refusal()),
+        };
         self.read_index.confirm().await?;
-        let reply = self.raft.query(|sm| sm.query(agent, op))?;
+        let reply = self.raft.query(|sm| sm.query(agent, &op))?;
         let Reply::Leases {
             mut leases,
             next_after,

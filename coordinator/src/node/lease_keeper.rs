@@ -21,13 +21,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hivekeeper_protocol::{ErrorCode, Op};
+use hivekeeper_protocol::ErrorCode;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
 use super::proposer::ProposerMsg;
 use crate::raft::RaftHandle;
-use crate::state_machine::{Command, LeaseId, Reply};
+use crate::state_machine::{Command, LeaseId, ReadOp, Reply};
 
 /// Messages of the lease keeper.
 pub enum KeeperMsg {
@@ -165,9 +165,10 @@ impl Actor for LeaseKeeper {
                         format!("lease {lease} expired: its TTL ran out before this keepalive"),
                     )
                 } else {
-                    let op = Op::LeaseKeepalive { lease };
+                    let op = ReadOp::LeaseKeepalive { lease };
                     let answer = state.raft.query(|sm| sm.query(&agent, &op))?;
-                    if let (Reply::Ttl { ttl_ms }, Op::LeaseKeepalive { lease }) = (&answer, &op)
+                    if let (Reply::Ttl { ttl_ms }, ReadOp::LeaseKeepalive { lease }) =
+                        (&answer, &op)
                         && let Some(id) = LeaseId::parse(lease)
                     {
                         let deadline = Instant::now() + Duration::from_millis(*ttl_ms);

@@ -542,16 +542,20 @@ impl NodeHandle {
             }
             Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
             op if !op.is_write() => {
-                self.read_index.confirm().await?;
-                Ok(self.raft.query(|sm| sm.query(agent, op))?)
-            }
-            _ => {
-                let command = Command::Request {
-                    agent: agent.to_string(),
-                    request,
+                let op = match crate::wire::read(op) {
+                    Ok(op) => op,
+                    Err(not_read) => return Ok(not_read.refusal()),
                 };
-                self.propose(command).await
+                self.read_index.confirm().await?;
+                Ok(self.raft.query(|sm| sm.query(agent, &op))?)
             }
+            _ => match crate::wire::command(agent, request) {
+                Ok(command) => self.propose(command).await,
+                Err(request) => Ok(crate::wire::NotARead::NodeOnly {
+                    op: request.op.name(),
+                }
+                .refusal()),
+            },
         }
     }
 
@@ -575,14 +579,7 @@ impl NodeHandle {
         let handle = self.clone();
         let agent = agent.to_string();
         // Ok: a write, enqueued (or refused) now. Err: a read or keepalive, submitted later.
-        let enqueued = if request.op.is_write() {
-            Ok(self.enqueue(Command::Request {
-                agent: agent.clone(),
-                request,
-            }))
-        } else {
-            Err(request)
-        };
+        let enqueued = crate::wire::command(&agent, request).map(|command| self.enqueue(command));
         async move {
             match enqueued {
                 Ok(Ok((permit, reply))) => {

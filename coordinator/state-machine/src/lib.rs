@@ -31,6 +31,7 @@ mod grant;
 mod lease;
 mod limits;
 mod lock;
+mod request;
 mod semaphore;
 mod snapshot;
 mod waypoint;
@@ -51,14 +52,14 @@ mod waypoint_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    ErrorCode, HolderInfo, LeaseInfo, NodeStatus, Op, Request, ResourceKind, Response, Success,
-    WaiterInfo, validate,
+    ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceKind, WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
 pub use grant::ResourceKey;
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::Limits;
+pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
 use grant::Core;
@@ -97,12 +98,12 @@ pub struct LogMeta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
-    /// A request from an agent, as received on `hk/v1/req/{agent}`.
+    /// A write request from an agent (the node converts the wire request at its edge).
     Request {
         /// The agent, from the request topic.
         agent: String,
         /// The request.
-        request: Request,
+        request: AgentRequest,
     },
     /// The leader found these leases past their deadline. Ignored when `term` is older than a
     /// term already applied: a deposed leader can never revoke.
@@ -203,45 +204,6 @@ impl Reply {
             code,
             message: message.into(),
         }
-    }
-
-    /// The wire response for request `id`, or `None` while the request is queued.
-    pub fn to_response(&self, id: &str) -> Option<Response> {
-        let success = match self {
-            Reply::Lease { lease, ttl_ms } => Success::lease(lease.to_string(), *ttl_ms),
-            Reply::Ttl { ttl_ms } => Success::ttl(*ttl_ms),
-            Reply::Granted { token } => Success::token(*token),
-            Reply::Done | Reply::Expired { .. } | Reply::Cancelled { .. } => Success::default(),
-            Reply::Queued => return None,
-            Reply::Fence { current, valid } => Success::fence(*current, *valid),
-            Reply::Inspect {
-                limit,
-                holders,
-                waiters,
-            } => Success {
-                limit: *limit,
-                holders: Some(holders.clone()),
-                waiters: Some(waiters.clone()),
-                ..Success::default()
-            },
-            Reply::Status(status) => Success {
-                status: Some(status.clone()),
-                ..Success::default()
-            },
-            Reply::Leases { leases, next_after } => Success {
-                leases: Some(leases.clone()),
-                next_after: next_after.clone(),
-                ..Success::default()
-            },
-            Reply::Refused { code, message } => {
-                return Some(Response::error(
-                    Some(id.to_string()),
-                    *code,
-                    message.clone(),
-                ));
-            }
-        };
-        Some(Response::ok(id, success))
     }
 }
 
@@ -461,17 +423,17 @@ impl StateMachine {
         Ok((reply, ctx.events))
     }
 
-    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`) without changing
-    /// anything. Write ops are refused: they must go through the log.
-    pub fn query(&self, agent: &str, op: &Op) -> Reply {
+    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`)
+    /// without changing anything.
+    pub fn query(&self, agent: &str, op: &ReadOp) -> Reply {
         match op {
-            Op::LeaseKeepalive { lease } => match self.core.live_lease(agent, lease) {
+            ReadOp::LeaseKeepalive { lease } => match self.core.live_lease(agent, lease) {
                 Ok(id) => Reply::Ttl {
                     ttl_ms: self.core.leases[&id].ttl_ms,
                 },
                 Err(refusal) => refusal,
             },
-            Op::FenceCheck {
+            ReadOp::FenceCheck {
                 resource,
                 kind,
                 token,
@@ -482,40 +444,17 @@ impl StateMachine {
                     valid: tokens.contains(token),
                 }
             }
-            Op::Inspect { kind, name } => self.inspect(*kind, name),
-            Op::AdminLeases { after } => self.lease_page(after.as_deref()),
-            // The machine cannot see Raft; the node answers this one (`node/admin.rs`).
-            Op::AdminStatus {} | Op::AdminMemberAdd { .. } | Op::AdminMemberRemove { .. } => {
-                Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "{} is answered by the node (Raft), not the state machine",
-                        op.name()
-                    ),
-                )
-            }
-            write => Reply::refused(
-                ErrorCode::BadRequest,
-                format!(
-                    "{} changes state and must be applied through the log",
-                    write.name()
-                ),
-            ),
+            ReadOp::Inspect { kind, name } => self.inspect(*kind, name),
+            ReadOp::AdminLeases { after } => self.lease_page(after.as_deref()),
         }
     }
 
-    fn request(&mut self, ctx: &mut Ctx, agent: String, request: Request) -> Reply {
+    fn request(&mut self, ctx: &mut Ctx, agent: String, request: AgentRequest) -> Reply {
         if let Err(message) = validate::agent_id(&agent) {
             return Reply::refused(ErrorCode::BadRequest, message);
         }
-        if let Err(message) = validate::request_id(&request.id).and(request.op.validate()) {
-            return Reply::refused(
-                ErrorCode::BadRequest,
-                format!("{}: {message}", request.op.name()),
-            );
-        }
-        if !request.op.is_write() {
-            return self.query(&agent, &request.op);
+        if let Err(invalid) = request.validate() {
+            return Reply::refused(ErrorCode::BadRequest, invalid.to_string());
         }
         let (known, agent) = match self.core.recall(&agent, &request.id) {
             (_, Some(reply)) => return reply,
@@ -526,30 +465,30 @@ impl StateMachine {
         };
         let id = request.id;
         let reply = match request.op {
-            Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
-            Op::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
+            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
+            AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
             // No owner check: the operator's own credential is checked before the log, once
             // the service has authentication (docs/PROTOCOL.md, admin ops).
-            Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
-            Op::LockAcquire {
+            AgentOp::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
+            AgentOp::LockAcquire {
                 name,
                 lease,
                 wait_ms,
             } => self.lock_acquire(ctx, &agent, &id, name, &lease, wait_ms),
-            Op::LockRelease { name, lease } => {
+            AgentOp::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, &agent, &name, &lease)
             }
-            Op::SemAcquire {
+            AgentOp::SemAcquire {
                 name,
                 limit,
                 lease,
                 permits,
                 wait_ms,
             } => self.sem_acquire(ctx, &agent, &id, name, limit, &lease, permits, wait_ms),
-            Op::SemRelease { name, lease } => {
+            AgentOp::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, &agent, &name, &lease)
             }
-            ref reserve @ Op::WaypointReserve {
+            ref reserve @ AgentOp::WaypointReserve {
                 ref name,
                 ref lease,
                 wait_ms,
@@ -560,17 +499,8 @@ impl StateMachine {
                     .expect("validated above: the geometry is well formed");
                 self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms)
             }
-            Op::WaypointRelease { name, lease } => {
+            AgentOp::WaypointRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
-            }
-            Op::LeaseKeepalive { .. }
-            | Op::FenceCheck { .. }
-            | Op::Inspect { .. }
-            | Op::AdminStatus {}
-            | Op::AdminLeases { .. }
-            | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. } => {
-                unreachable!("read ops were answered by query() above")
             }
         };
         if reply != Reply::Queued {
