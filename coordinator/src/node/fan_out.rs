@@ -151,12 +151,13 @@ impl Actor for FanOut {
                     agent,
                     request_id,
                     reply,
+                    ..
                 } => Some(Outbound::Respond {
                     agent,
                     request_id,
                     reply,
                 }),
-                Event::Granted { .. } | Event::Released { .. } => None,
+                Event::Granted { .. } | Event::Released { .. } | Event::Queued { .. } => None,
             };
             if let Some(outbound) = outbound
                 && !replayed

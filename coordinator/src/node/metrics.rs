@@ -257,7 +257,7 @@ impl NodeMetrics {
                             .record(*held_ms as f64 / 1_000.0);
                     }
                 }
-                Event::Respond { .. } => {}
+                Event::Queued { .. } | Event::Respond { .. } => {}
             }
         }
         if held_changed {

@@ -99,14 +99,16 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
                 key, agent, queued, ..
             } => format!("granted {key} to {agent} {queued}"),
             Event::Respond {
+                key,
                 agent,
                 request_id,
                 reply,
             } => match reply {
-                Reply::Refused { code, .. } => format!("answer {agent}/{request_id} {code}"),
-                Reply::Granted { .. } => format!("answer {agent}/{request_id} granted"),
-                other => format!("answer {agent}/{request_id} {other:?}"),
+                Reply::Refused { code, .. } => format!("answer {agent}/{request_id} {key} {code}"),
+                Reply::Granted { .. } => format!("answer {agent}/{request_id} {key} granted"),
+                other => format!("answer {agent}/{request_id} {key} {other:?}"),
             },
+            Event::Queued { key, agent, .. } => format!("queued {agent} on {key}"),
             Event::LeaseGranted { .. } => "lease granted".into(),
         })
         .collect();
@@ -117,13 +119,13 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
             "released lock:l1 LeaseEnded",
             "released sem:s LeaseEnded",
             "released waypoint:p LeaseEnded",
-            "answer a/a-waits-l2 lease_not_found",
+            "answer a/a-waits-l2 lock:l2 lease_not_found",
             "granted lock:l1 to b true",
-            "answer b/b-l1 granted",
+            "answer b/b-l1 lock:l1 granted",
             "granted sem:s to b true",
-            "answer b/b-s granted",
+            "answer b/b-s sem:s granted",
             "granted waypoint:p to b true",
-            "answer b/b-p granted",
+            "answer b/b-p waypoint:p granted",
         ]
     );
     assert_eq!(h.occupants(ResourceKind::Lock, "l1").0, vec!["b"]);
@@ -335,6 +337,7 @@ fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry()
                 reason: ReleaseReason::LeaseEnded,
             },
             Event::Respond {
+                key: ResourceKey::new(ResourceKind::Lock, &Arc::from("l2")),
                 agent: Arc::from("a"),
                 request_id: "a-l2".into(),
                 reply: Reply::refused(
@@ -351,6 +354,7 @@ fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry()
                 queued: true,
             },
             Event::Respond {
+                key: ResourceKey::new(ResourceKind::Lock, &Arc::from("l")),
                 agent: Arc::from("b"),
                 request_id: "b-l".into(),
                 reply: Reply::Granted { token: new_token },

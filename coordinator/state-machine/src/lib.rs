@@ -56,7 +56,7 @@ use hivekeeper_protocol::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use grant::ResourceKey;
+pub use grant::{ResourceKey, WaiterCounts};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::Limits;
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
@@ -282,8 +282,23 @@ pub enum Event {
         /// Released by its holder, or taken away with its lease.
         reason: ReleaseReason,
     },
-    /// The final answer to a request that was [`Reply::Queued`].
+    /// A request joined a resource's queue (its reply is [`Reply::Queued`]; a retry of a
+    /// request that already waits emits nothing). Every `Queued` is followed, in this entry or
+    /// a later one, by exactly one [`Event::Respond`] with the same key, agent and request id:
+    /// the node keeps its waiters gauge from these two alone.
+    Queued {
+        /// The resource waited for.
+        key: ResourceKey,
+        /// The waiting agent.
+        agent: Text,
+        /// The id of the waiting request.
+        request_id: String,
+    },
+    /// The final answer to a request that was [`Reply::Queued`]: it left the queue of `key`,
+    /// granted, timed out or with its lease ended.
     Respond {
+        /// The resource it waited for.
+        key: ResourceKey,
         /// The waiting agent.
         agent: Text,
         /// The request id being answered.
@@ -380,6 +395,13 @@ impl StateMachine {
     /// The machine's clock (largest `now_ms` applied).
     pub fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    /// How many requests wait right now, per resource kind. The node's waiters gauge starts
+    /// from this (at start, after a snapshot install) and then follows [`Event::Queued`] (+1)
+    /// and [`Event::Respond`] (-1). Costs the number of waiters, not of resources.
+    pub fn waiter_counts(&self) -> WaiterCounts {
+        self.core.waiter_counts()
     }
 
     /// Applies one committed entry.

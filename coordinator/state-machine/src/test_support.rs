@@ -179,6 +179,7 @@ pub fn responses(events: &[Event]) -> Vec<(String, String, Reply)> {
                 agent,
                 request_id,
                 reply,
+                ..
             } => Some((agent.to_string(), request_id.clone(), reply.clone())),
             _ => None,
         })

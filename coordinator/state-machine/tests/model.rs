@@ -41,7 +41,7 @@ use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo}
 use hivekeeper_state_machine::areas_conflict;
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp, Reply,
-    StateMachine,
+    ResourceKey, StateMachine,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -605,6 +605,7 @@ fn responds_of(events: &[Event]) -> Vec<Respond> {
                 agent,
                 request_id,
                 reply,
+                ..
             } => Some(Respond {
                 agent: agent.to_string(),
                 request_id: request_id.clone(),
@@ -1528,6 +1529,9 @@ struct Harness {
     sent: Vec<(usize, String, AgentOp)>,
     /// The final reply to each `(agent, id)`, as the machine first gave it (message included).
     final_replies: BTreeMap<(String, String), Reply>,
+    /// The requests the machine reported `Event::Queued` for and has not answered with an
+    /// `Event::Respond` yet, with the resource: what a node's waiters gauge would count.
+    queued: BTreeMap<(String, String), ResourceKey>,
     /// The log, and what the machine answered to each entry, for the replicas.
     log: Vec<(LogMeta, Command)>,
     outputs: Vec<(Reply, Vec<Event>)>,
@@ -1548,6 +1552,7 @@ impl Harness {
             next_request: 0,
             sent: Vec::new(),
             final_replies: BTreeMap::new(),
+            queued: BTreeMap::new(),
             log: Vec::new(),
             outputs: Vec::new(),
             trace: Vec::new(),
@@ -1741,15 +1746,47 @@ impl Harness {
                 self.final_replies.insert(key, reply.clone());
             }
         }
-        for respond in events.iter() {
-            if let Event::Respond {
-                agent,
-                request_id,
-                reply,
-            } = respond
-            {
-                let key = (agent.to_string(), request_id.clone());
-                self.final_replies.insert(key, reply.clone());
+        // A new queue slot, and only that, is an `Event::Queued`; every `Event::Respond`
+        // answers one, on the same resource: the node's waiters gauge follows these alone.
+        let queued_events = events
+            .iter()
+            .filter(|event| matches!(event, Event::Queued { .. }))
+            .count();
+        prop_assert_eq!(
+            queued_events,
+            usize::from(reply == Reply::Queued && !expected.replayed),
+            "Event::Queued exactly when a request joins a queue, events {:?}\n{}",
+            events,
+            self.recent_trace()
+        );
+        for event in events.iter() {
+            match event {
+                Event::Queued {
+                    key,
+                    agent,
+                    request_id,
+                } => {
+                    let waiter = (agent.to_string(), request_id.clone());
+                    let before = self.queued.insert(waiter, key.clone());
+                    prop_assert!(before.is_none(), "queued twice\n{}", self.recent_trace());
+                }
+                Event::Respond {
+                    key,
+                    agent,
+                    request_id,
+                    reply,
+                } => {
+                    let waiter = (agent.to_string(), request_id.clone());
+                    let was_queued_on = self.queued.remove(&waiter);
+                    prop_assert_eq!(
+                        was_queued_on.as_ref(),
+                        Some(key),
+                        "a Respond answers a Queued on the same resource\n{}",
+                        self.recent_trace()
+                    );
+                    self.final_replies.insert(waiter, reply.clone());
+                }
+                _ => {}
             }
         }
         self.tally_step(&command, &expected);
@@ -1844,6 +1881,18 @@ impl Harness {
             )));
         }
         prop_assert_eq!(self.sm.applied_index(), self.model.index);
+        let counts = self.sm.waiter_counts();
+        for kind in KINDS {
+            let in_model = self.model.waiters.iter().filter(|w| w.kind == kind).count();
+            let from_events = self.queued.values().filter(|key| key.kind == kind).count();
+            prop_assert_eq!(
+                (counts.get(kind), counts.get(kind)),
+                (in_model, from_events),
+                "{} waiters (left: waiter_counts, right: model and Queued - Respond)\n{}",
+                kind.as_str(),
+                self.recent_trace()
+            );
+        }
         prop_assert_eq!(
             self.sm.now_ms(),
             self.model.now_ms,
