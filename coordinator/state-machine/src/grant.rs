@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, HolderInfo, ResourceKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::dedup::{Dedup, Slot};
@@ -96,6 +96,19 @@ pub struct Hold {
     pub permits: u32,
     /// When it was granted (machine clock).
     pub since_ms: u64,
+}
+
+impl Hold {
+    /// The hold as `inspect` shows it; `permits` only for semaphores.
+    pub fn info(&self, permits: Option<u32>) -> HolderInfo {
+        HolderInfo {
+            agent: self.agent.to_string(),
+            lease: self.lease.to_string(),
+            token: self.token,
+            permits,
+            since_ms: self.since_ms,
+        }
+    }
 }
 
 /// One queued request.

@@ -27,6 +27,7 @@
 //! - `limits.rs`: the replicated bounds.
 
 mod dedup;
+mod fifo;
 mod grant;
 mod lease;
 mod limits;
@@ -638,11 +639,11 @@ impl StateMachine {
             ResourceKind::Lock => self
                 .locks
                 .get_mut(&key.name)
-                .and_then(|lock| lock::take_queued(&mut lock.waiters, agent, request_id)),
+                .and_then(|lock| lock.waiters.take(agent, request_id)),
             ResourceKind::Sem => self
                 .sems
                 .get_mut(&key.name)
-                .and_then(|sem| lock::take_queued(&mut sem.waiters, agent, request_id)),
+                .and_then(|sem| sem.waiters.take(agent, request_id)),
             ResourceKind::Waypoint => self.waypoints.take_waiter(&key.name, agent, request_id),
         };
         let waiter = waiter.expect("the pending-wait index points at a queued waiter");
@@ -669,6 +670,17 @@ impl StateMachine {
     /// reservations held or waiting), for `resources_max`.
     fn resources_in_use(&self) -> usize {
         self.locks.len() + self.sems.len() + self.waypoints.in_use()
+    }
+
+    /// The refusal for a request that would put one resource more in use than `resources_max`.
+    fn resources_exhausted(&self) -> Reply {
+        Reply::refused(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "{} resources are in use, the limit",
+                self.limits.resources_max
+            ),
+        )
     }
 
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls
