@@ -155,7 +155,7 @@ impl NodeConfig {
 
     /// Cross-field rules.
     pub fn validate(&self) -> Result<(), String> {
-        self.limits.validate()?;
+        self.limits.validate().map_err(|error| error.to_string())?;
         self.raft.validate()?;
         // A lease must outlive a few heartbeats, or an ordinary hiccup expires it (DESIGN.md §2).
         let heartbeats_min = 3 * self.raft.heartbeat_interval_ms;

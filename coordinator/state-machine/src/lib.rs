@@ -42,6 +42,8 @@ mod dedup_test;
 #[cfg(test)]
 mod lease_test;
 #[cfg(test)]
+mod limits_test;
+#[cfg(test)]
 mod lock_test;
 #[cfg(test)]
 mod semaphore_test;
@@ -59,7 +61,7 @@ use serde::{Deserialize, Serialize};
 
 pub use grant::{ResourceKey, WaiterCounts};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
-pub use limits::Limits;
+pub use limits::{Limits, LimitsError};
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
@@ -439,7 +441,7 @@ impl StateMachine {
                     self.core.dedup.set_limits(&self.limits);
                     Reply::Done
                 }
-                Err(message) => Reply::refused(ErrorCode::BadRequest, message),
+                Err(error) => Reply::refused(ErrorCode::BadRequest, error.to_string()),
             },
         };
         self.core.dedup.enforce(&self.limits);

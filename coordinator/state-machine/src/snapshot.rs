@@ -68,7 +68,10 @@ impl StateMachine {
             )));
         }
         let mut state = snapshot.state;
-        state.limits.validate().map_err(Error::Snapshot)?;
+        state
+            .limits
+            .validate()
+            .map_err(|error| Error::Snapshot(error.to_string()))?;
         state.core.dedup.set_limits(&state.limits);
         state.waypoints.rebuild_index();
         state.check_invariants().map_err(Error::Snapshot)?;
