@@ -1,30 +1,52 @@
-//! The coordination state machine: pure, deterministic, applied by every replica in log order.
+//! # hivekeeper-state-machine: the coordination state machine
 //!
-//! No tokio, no openraft, no clock, no randomness, no I/O. Time enters only through
-//! [`LogMeta::now_ms`], stamped by the leader into each entry; identity (lease ids, fencing
-//! tokens, queue order) comes from [`LogMeta::index`]. Two replicas fed the same log end in the
-//! same state, byte for byte ([`StateMachine::snapshot`]).
+//! Every lease, lock, permit and reservation decision of Hivekeeper is made here, by one pure,
+//! deterministic machine that every Raft replica applies in log order. The node
+//! (`hivekeeper-coordinator`) carries bytes and time around it and never decides.
+//!
+//! Pure by construction, not by convention: this crate depends on data types (the protocol's
+//! error codes, resource kinds and inspect rows), serde, a hasher, `libm` and `thiserror`,
+//! nothing else, so Cargo refuses a tokio, openraft or metrics import here. No clock, no
+//! randomness, no I/O: time enters only through [`LogMeta::now_ms`], stamped by the leader into
+//! each entry; identity (lease ids, fencing tokens, queue order) comes from [`LogMeta::index`].
+//! Two replicas fed the same log end in the same state, byte for byte
+//! ([`StateMachine::snapshot`]).
 //!
 //! ```text
-//!  apply(meta, Command::Request { agent, request })
-//!    ├─ read op (keepalive, fence.check, inspect) ─▶ query(): no state change
+//!  node: wire Request ─▶ hivekeeper_coordinator::wire ─┬─▶ Command (writes, through the log)
+//!                                                      └─▶ ReadOp  (reads, read-index first)
+//!
+//!  apply(meta, Command::Request { agent, request: AgentRequest })
+//!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ write op ─▶ lease / lock / semaphore / waypoint
-//!                    ├─ grant now ─▶ Reply::Granted { token }
-//!                    ├─ queue     ─▶ Reply::Queued; later Event::Respond from the entry that
-//!                    │               grants it, times it out or ends its lease
+//!    └─ AgentOp ─▶ lease / lock / semaphore / waypoint
+//!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
+//!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
+//!                    │              later, from the entry that grants it, times it out or ends
+//!                    │              its lease: Event::Respond { key, .. } (its queue exit)
 //!                    └─ refuse    ─▶ Reply::Refused { code, message } (state unchanged)
 //!  apply(meta, Command::ExpireLeases { term, leases })   leader only; stale terms ignored
 //!  apply(meta, Command::CancelWait { agent, request_id }) a `wait_ms` ran out
 //!  apply(meta, Command::Configure { limits })             replicated bounds
+//!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases: no change
+//!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
+//!        │
+//!        ▼
+//!  node: (Reply, Vec<Event>) ─▶ the proposer's answer; deferred responses, lost/expired
+//!        notices, the lease keeper, metrics (waiters: +1 Queued, -1 Respond)
 //! ```
 //!
 //! # Layout (one file per concept; each opens with its invariants)
+//! - `request.rs`: [`AgentRequest`]/[`AgentOp`] (writes) and [`ReadOp`] (reads), the machine's
+//!   own request types, with the log's serde shape.
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares.
+//! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds.
+//! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
+//!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 
 mod dedup;
 mod fifo;

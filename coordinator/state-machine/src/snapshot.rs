@@ -1,10 +1,11 @@
 //! Snapshots: the whole replicated state as bytes, and back.
 //!
 //! The bytes are JSON of the state with a format number. Deterministic by construction: every
-//! map is ordered (`BTreeMap`, never a hash map), derived indexes are left out and rebuilt, and
-//! floats round-trip exactly (`serde_json`'s `float_roundtrip`). So one state always gives the
-//! same bytes, and two replicas fed the same log give equal snapshots — which the model test
-//! checks.
+//! map is written in key order (`BTreeMap`s, and the hash maps through [`sorted`]), derived
+//! indexes are left out and rebuilt, and floats round-trip exactly (`serde_json`'s
+//! `float_roundtrip`). So one state always gives the same bytes, and two replicas fed the same
+//! log give equal snapshots — which the model test checks. `tests/format.rs` pins the layout
+//! against a snapshot written by data format 1.
 //!
 //! Invariants:
 //! 1. `restore(snapshot(s))` has the same snapshot as `s`, and passes `check_invariants()`.
