@@ -345,10 +345,30 @@ pub enum Error {
         /// The index offered.
         got: u64,
     },
-    /// A snapshot could not be read.
+    /// A snapshot's bytes are not JSON of a machine's state.
     #[error("snapshot is unreadable: {0}")]
-    Snapshot(String),
+    Snapshot(serde_json::Error),
+    /// A snapshot of another layout version.
+    #[error("snapshot is unreadable: format {found} is not the supported format {supported}")]
+    SnapshotFormat {
+        /// The snapshot's format number.
+        found: u32,
+        /// The one this build reads and writes.
+        supported: u32,
+    },
+    /// A snapshot whose limits break a rule.
+    #[error("snapshot is unreadable: {0}")]
+    SnapshotLimits(LimitsError),
+    /// A snapshot whose state breaks an invariant.
+    #[error("snapshot is unreadable: {0}")]
+    SnapshotInvariant(InvariantViolation),
 }
+
+/// A broken invariant, found by [`StateMachine::check_invariants`]: a bug in the machine, or a
+/// corrupt snapshot. The text says which invariant of which concept, with the values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvariantViolation(pub String);
 
 /// Per-apply context: where we are in the log and what has happened so far.
 pub(crate) struct Ctx {
@@ -709,7 +729,12 @@ impl StateMachine {
 
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls
     /// it on the state it read.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.check_concepts().map_err(InvariantViolation)
+    }
+
+    /// The concepts' own checks, in dependency order; each says what it found broken.
+    fn check_concepts(&self) -> Result<(), String> {
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
         let mut occupancy = grant::Occupancy::default();

@@ -223,8 +223,9 @@ impl AgentOp {
     }
 
     /// The reservation's cylinder for a `waypoint.reserve` with geometry; `Ok(None)` without
-    /// geometry or for another op.
-    pub fn area(&self) -> Result<Option<Area>, String> {
+    /// geometry or for another op. The error is the wire decoder's text ([`Self::check_fields`]
+    /// wraps it in an [`InvalidRequest`]).
+    pub(crate) fn area(&self) -> Result<Option<Area>, String> {
         match self {
             AgentOp::WaypointReserve {
                 lat,

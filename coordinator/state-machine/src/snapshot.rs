@@ -60,22 +60,18 @@ impl StateMachine {
     /// Reads a snapshot taken by [`StateMachine::snapshot`], rebuilding the derived indexes and
     /// checking every invariant, so a corrupt snapshot is refused rather than applied on.
     pub fn restore(bytes: &[u8]) -> Result<StateMachine, Error> {
-        let snapshot: SnapshotOwned =
-            serde_json::from_slice(bytes).map_err(|e| Error::Snapshot(e.to_string()))?;
+        let snapshot: SnapshotOwned = serde_json::from_slice(bytes).map_err(Error::Snapshot)?;
         if snapshot.format != SNAPSHOT_FORMAT {
-            return Err(Error::Snapshot(format!(
-                "format {} is not the supported format {SNAPSHOT_FORMAT}",
-                snapshot.format
-            )));
+            return Err(Error::SnapshotFormat {
+                found: snapshot.format,
+                supported: SNAPSHOT_FORMAT,
+            });
         }
         let mut state = snapshot.state;
-        state
-            .limits
-            .validate()
-            .map_err(|error| Error::Snapshot(error.to_string()))?;
+        state.limits.validate().map_err(Error::SnapshotLimits)?;
         state.core.dedup.set_limits(&state.limits);
         state.waypoints.rebuild_index();
-        state.check_invariants().map_err(Error::Snapshot)?;
+        state.check_invariants().map_err(Error::SnapshotInvariant)?;
         Ok(state)
     }
 }
