@@ -52,10 +52,8 @@ pub enum ConfigError {
         election_timeout_ms_max: u64,
     },
     /// The replicated limits refused themselves (`Limits::validate`).
-    // TODO(merge): the sm-crate branch gives `Limits::validate` its own typed error; carry it
-    // here (`Limits(#[from] LimitsError)`) instead of its message once both are on main.
     #[error("limits: {0}")]
-    Limits(String),
+    Limits(#[from] crate::state_machine::LimitsError),
     /// A lease could expire in an ordinary hiccup of a few missed heartbeats (DESIGN.md §2).
     #[error(
         "limits.lease_ttl_ms_min ({lease_ttl_ms_min} ms) must be at least three heartbeat \

@@ -1,36 +1,48 @@
 //! # hivekeeper-coordinator: the replicated core
 //!
-//! Every lease, lock, permit and reservation decision is made here, by one pure, deterministic
-//! state machine that each Raft replica applies in log order. Raft (openraft, on redb) and the
-//! node's actors (ractor) wrap it; they carry bytes and time, never decisions.
+//! Every lease, lock, permit and reservation decision is made by the pure, deterministic state
+//! machine (`hivekeeper-state-machine`, re-exported as [`state_machine`]), which each Raft
+//! replica applies in log order. This crate wraps it: Raft (openraft, on redb) and the node's
+//! actors (ractor) carry bytes and time, never decisions, and [`wire`] converts between the
+//! wire protocol and the machine's types.
 //!
 //! ```text
-//!  bridge (MQTT) ──Request──▶ leader stamps LogMeta { index, term, now_ms }
+//!  front door ─▶ NodeHandle::submit ─▶ wire::command / wire::read
+//!                                   │ write: Command      read: ReadOp (read-index first)
+//!                                   ▼
+//!            leader stamps LogMeta { index, term, now_ms }
 //!                                   │ Raft log (commit on a majority)
 //!                                   ▼
 //!            StateMachine::apply(meta, Command) ──▶ (Reply, Vec<Event>)
 //!                  │                                   │       └─▶ node: deferred responses,
 //!                  │                                   │           lost/expired notices,
 //!                  │                                   │           lease keeper, metrics
-//!                  │                                   └─▶ the proposer's answer
+//!                  │                                   └─▶ the proposer's answer ─▶ wire::response
 //!                  └─ snapshot() / restore(): the whole state as bytes
 //! ```
 //!
 //! # Layout
-//! - [`state_machine`]: the pure machine, one file per concept (lease, lock, semaphore,
-//!   waypoint, dedup, snapshot), each opening with its invariants.
+//! - [`state_machine`]: the pure machine (its own crate), one file per concept (lease, lock,
+//!   semaphore, waypoint, FIFO queues, dedup, snapshot), each opening with its invariants.
+//! - [`wire`]: wire `Request` to the machine's `Command` or `ReadOp`, and `Reply` to the wire
+//!   `Response`.
 //! - [`raft`]: the openraft adapter: log, vote and snapshots on redb (written by one
 //!   group-commit writer thread, fsync before acknowledge), the state machine behind openraft,
-//!   and [`raft::open`] to start a node from its data directory.
-//! - [`node`]: the ractor actors around Raft (proposer with batching, lease keeper, event
-//!   fan-out, under one supervisor) and [`node::NodeHandle`], what the MQTT bridge calls;
-//!   in a cluster a follower forwards to the leader.
+//!   the peer transport, and [`raft::open`] to start a node from its data directory. Nothing
+//!   outside it names openraft.
+//! - [`node`]: what runs around Raft and owns a request's lifecycle: [`node::NodeHandle`] (what
+//!   a front door calls: one request in, one final response out), the waits component
+//!   (pending requests and their deadlines), the proposer task (batching), the fan-out (Raft's
+//!   applied sink) and the lease keeper actor under a supervisor; in a cluster a follower
+//!   forwards to the leader. `docs/actors.md` draws the whole path.
 //! - [`ConfigError`]: why a node's configuration (Raft timers, membership, limits) was refused.
 
 mod config_error;
 pub mod node;
 pub mod raft;
-pub mod state_machine;
+pub mod wire;
+
+pub use hivekeeper_state_machine as state_machine;
 
 pub use config_error::ConfigError;
 pub use state_machine::{

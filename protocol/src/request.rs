@@ -333,11 +333,7 @@ impl Op {
         }
         validate::wait_ms(self.wait_ms())?;
         match self {
-            Op::LeaseGrant { ttl_ms } => {
-                if *ttl_ms == 0 {
-                    return Err("`ttl_ms` must be positive".into());
-                }
-            }
+            Op::LeaseGrant { ttl_ms } => validate::ttl_ms(*ttl_ms)?,
             Op::LeaseKeepalive { .. }
             | Op::LeaseRevoke { .. }
             | Op::AdminStatus {}
@@ -364,17 +360,7 @@ impl Op {
                 ..
             } => {
                 validate::name("name", name)?;
-                if *limit == 0 || *limit > validate::SEM_LIMIT_MAX {
-                    return Err(format!(
-                        "`limit` is {limit}, it must be in [1, {}]",
-                        validate::SEM_LIMIT_MAX
-                    ));
-                }
-                if *permits == 0 || permits > limit {
-                    return Err(format!(
-                        "`permits` is {permits}, it must be in [1, limit = {limit}]"
-                    ));
-                }
+                validate::sem_acquire(*limit, *permits)?;
             }
             Op::WaypointReserve { name, .. } => {
                 validate::name("name", name)?;
@@ -399,8 +385,23 @@ impl Op {
         else {
             return Ok(None);
         };
+        Area::from_fields(*lat, *lon, *alt_min_m, *alt_max_m, *radius_m)
+    }
+}
+
+impl Area {
+    /// The cylinder a `waypoint.reserve`'s optional geometry fields describe: `Ok(None)`
+    /// without `lat` and `lon`. Errors on partial or out-of-range geometry. Shared by the wire
+    /// decoder and the state machine, which checks a request again when it applies it.
+    pub fn from_fields(
+        lat: Option<f64>,
+        lon: Option<f64>,
+        alt_min_m: Option<f64>,
+        alt_max_m: Option<f64>,
+        radius_m: Option<f64>,
+    ) -> Result<Option<Area>, String> {
         let (lat, lon) = match (lat, lon) {
-            (Some(lat), Some(lon)) => (*lat, *lon),
+            (Some(lat), Some(lon)) => (lat, lon),
             (None, None) => {
                 if radius_m.is_some() || alt_min_m.is_some() || alt_max_m.is_some() {
                     return Err(
@@ -416,10 +417,10 @@ impl Op {
         let radius_m = radius_m.unwrap_or(0.0);
         validate::float_in("radius_m", radius_m, 0.0, validate::RADIUS_M_MAX)?;
         if let Some(alt) = alt_min_m {
-            validate::float_in("alt_min_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
+            validate::float_in("alt_min_m", alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
         }
         if let Some(alt) = alt_max_m {
-            validate::float_in("alt_max_m", *alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
+            validate::float_in("alt_max_m", alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
         }
         if let (Some(min), Some(max)) = (alt_min_m, alt_max_m)
             && min > max
@@ -430,8 +431,8 @@ impl Op {
             lat,
             lon,
             radius_m,
-            alt_min_m: *alt_min_m,
-            alt_max_m: *alt_max_m,
+            alt_min_m,
+            alt_max_m,
         }))
     }
 }

@@ -151,6 +151,31 @@ pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
     }
 }
 
+/// Checks a `lease.grant`'s `ttl_ms` (the service's configured range is the state machine's
+/// check; this is the wire's: positive).
+pub fn ttl_ms(ttl_ms: u64) -> Result<(), String> {
+    if ttl_ms == 0 {
+        return Err("`ttl_ms` must be positive".into());
+    }
+    Ok(())
+}
+
+/// Checks a `sem.acquire`'s capacity and weight: `limit` in `[1, SEM_LIMIT_MAX]`, `permits` in
+/// `[1, limit]`.
+pub fn sem_acquire(limit: u32, permits: u32) -> Result<(), String> {
+    if limit == 0 || limit > SEM_LIMIT_MAX {
+        return Err(format!(
+            "`limit` is {limit}, it must be in [1, {SEM_LIMIT_MAX}]"
+        ));
+    }
+    if permits == 0 || permits > limit {
+        return Err(format!(
+            "`permits` is {permits}, it must be in [1, limit = {limit}]"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that a float field is a finite number within `[min, max]`.
 pub fn float_in(field: &str, value: f64, min: f64, max: f64) -> Result<(), String> {
     if !value.is_finite() || value < min || value > max {

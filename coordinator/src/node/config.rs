@@ -89,8 +89,7 @@ impl NodeConfig {
 
     /// Cross-field rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        // TODO(merge): `Limits::validate` gets its own typed error on the sm-crate branch.
-        self.limits.validate().map_err(ConfigError::Limits)?;
+        self.limits.validate()?;
         self.raft.validate()?;
         // A lease must outlive a few heartbeats, or an ordinary hiccup expires it (DESIGN.md §2).
         let heartbeats_min_ms = 3 * self.raft.heartbeat_interval_ms;

@@ -9,7 +9,8 @@
 //!     Event::Respond             ─▶ Waits::deferred  (else Outbound::Respond: not pending here)
 //!     LeaseExpired/Revoked, lost ─▶ Outbound::Notify  ─▶ front door (evt topic)
 //!     LeaseGranted / LeaseEnded  ─▶ LeaseKeeper (cast)
-//!     every event                ─▶ NodeMetrics
+//!     every event                ─▶ NodeMetrics (waiters: the machine's count, read when an
+//!                                   entry queued or answered a waiter)
 //! ```
 //!
 //! It runs where the answer is produced, on openraft's state-machine worker right after the
@@ -65,7 +66,22 @@ impl FanOut {
             metrics: Mutex::new(NodeMetrics::new()),
         };
         fan_out.refresh_leases_active();
+        fan_out.refresh_waiters();
         fan_out
+    }
+
+    /// Sets `hivekeeper_resource_waiters` from the machine's own count, when an entry queued
+    /// or answered a waiter (its `Queued` and `Respond` events), or the machine was replaced.
+    /// Read from the machine rather than summed from events, so it is right from the first
+    /// entry whatever was applied before the fan-out was installed (a restart's replay).
+    fn refresh_waiters(&self) {
+        let Some(raft) = self.raft.upgrade() else {
+            return;
+        };
+        match raft.query(|sm| sm.waiter_counts()) {
+            Ok(counts) => NodeMetrics::waiters(|kind| counts.get(kind)),
+            Err(error) => tracing::warn!(%error, "could not count the waiters for metrics"),
+        }
     }
 
     /// Sets `hivekeeper_leases_active` from the machine: a scan of the leases, done only when
@@ -113,11 +129,18 @@ impl AppliedSink for FanOut {
                 self.keeper(KeeperMsg::Resync);
                 self.metrics().snapshot_installed();
                 self.refresh_leases_active();
+                self.refresh_waiters();
                 return;
             }
         };
         if self.metrics().entry(&events, replayed) {
             self.refresh_leases_active();
+        }
+        if events
+            .iter()
+            .any(|event| matches!(event, Event::Queued { .. } | Event::Respond { .. }))
+        {
+            self.refresh_waiters();
         }
         if let Some(origin) = &origin
             && !replayed
@@ -164,6 +187,7 @@ impl AppliedSink for FanOut {
                     agent,
                     request_id,
                     reply,
+                    ..
                 } if !replayed => {
                     let origin = Origin {
                         agent: agent.to_string(),
@@ -171,13 +195,16 @@ impl AppliedSink for FanOut {
                     };
                     self.waits
                         .deferred(&origin, reply)
-                        .and_then(|reply| reply.to_response(&origin.request_id))
+                        .and_then(|reply| crate::wire::response(&origin.request_id, &reply))
                         .map(|response| Outbound::Respond {
                             agent,
                             response: Box::new(response),
                         })
                 }
-                Event::Respond { .. } | Event::Granted { .. } | Event::Released { .. } => None,
+                Event::Respond { .. }
+                | Event::Queued { .. }
+                | Event::Granted { .. }
+                | Event::Released { .. } => None,
             };
             if let Some(notice) = notice
                 && !replayed

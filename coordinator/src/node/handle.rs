@@ -27,6 +27,7 @@ use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::ForwardHandler;
 use crate::raft::{self, Origin, RaftHandle};
 use crate::state_machine::{Command, LeaseId, Limits, Reply};
+use crate::wire;
 
 /// How long `admin.leases` waits for the keeper's deadlines before answering without them.
 const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -82,23 +83,26 @@ impl NodeHandle {
             };
             return answer_with(op, started, &request.id, Err(error), respond);
         };
-        if request.op.is_write() {
-            let origin = Origin {
-                agent: agent.to_string(),
-                request_id: request.id.clone(),
-            };
-            let wait_ms = request.op.wait_ms();
-            self.waits
-                .register(origin.clone(), op, wait_ms, permit, respond);
-            let command = Command::Request {
-                agent: agent.to_string(),
-                request,
-            };
-            if let Err(error) = self.proposer.submit(command, Answer::Agent(origin.clone())) {
-                self.waits.failed(&origin, &error);
+        let request = match wire::command(agent, request) {
+            Ok(command) => {
+                let Command::Request { request, .. } = &command else {
+                    unreachable!("wire::command makes agent requests only")
+                };
+                let origin = Origin {
+                    agent: agent.to_string(),
+                    request_id: request.id.clone(),
+                };
+                let wait_ms = request.op.wait_ms();
+                self.waits
+                    .register(origin.clone(), op, wait_ms, permit, respond);
+                if let Err(error) = self.proposer.submit(command, Answer::Agent(origin.clone())) {
+                    self.waits.failed(&origin, &error);
+                }
+                return;
             }
-            return;
-        }
+            // Not a write: a keepalive, a read or an admin op.
+            Err(request) => request,
+        };
         let handle = self.clone();
         let agent = agent.to_string();
         // Boxed: with the forwarding and read-index futures inline the task was kilobytes,
@@ -175,8 +179,12 @@ impl NodeHandle {
             Op::AdminMemberRemove { name } => membership_change(self.remove_member(name).await),
             Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
             op => {
+                let op = match wire::read(op) {
+                    Ok(op) => op,
+                    Err(not_read) => return Ok(not_read.refusal()),
+                };
                 self.raft.confirm_leadership().await?;
-                Ok(self.raft.query(|sm| sm.query(agent, op))?)
+                Ok(self.raft.query(|sm| sm.query(agent, &op))?)
             }
         }
     }
@@ -184,8 +192,12 @@ impl NodeHandle {
     /// `admin.leases`: a page of live leases (linearizable, read-index), with the time left
     /// before each deadline when this node's keeper holds deadlines (a ready leader).
     async fn admin_leases(&self, agent: &str, op: &Op) -> Result<Reply, NodeError> {
+        let op = match wire::read(op) {
+            Ok(op) => op,
+            Err(not_read) => return Ok(not_read.refusal()),
+        };
         self.raft.confirm_leadership().await?;
-        let reply = self.raft.query(|sm| sm.query(agent, op))?;
+        let reply = self.raft.query(|sm| sm.query(agent, &op))?;
         let Reply::Leases {
             mut leases,
             next_after,

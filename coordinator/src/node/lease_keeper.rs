@@ -22,14 +22,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hivekeeper_protocol::{ErrorCode, Op};
+use hivekeeper_protocol::ErrorCode;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
 use super::lessor::{Keepalive, Lessor};
 use super::proposer::Proposer;
 use crate::raft::RaftHandle;
-use crate::state_machine::{Command, LeaseId, Reply};
+use crate::state_machine::{Command, LeaseId, ReadOp, Reply};
 
 /// Messages of the lease keeper.
 pub enum KeeperMsg {
@@ -114,7 +114,7 @@ impl KeeperState {
             }
             Keepalive::Live { previous } => previous,
         };
-        let op = Op::LeaseKeepalive { lease };
+        let op = ReadOp::LeaseKeepalive { lease };
         let answer = self.raft.query(|sm| sm.query(agent, &op))?;
         if let (Reply::Ttl { ttl_ms }, Some(id)) = (&answer, id) {
             self.lessor.renew(Instant::now(), id, *ttl_ms);

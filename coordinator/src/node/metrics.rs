@@ -63,8 +63,8 @@ pub const RESOURCE_WAIT_SECONDS: &str = "hivekeeper_resource_wait_seconds";
 pub const RESOURCE_HOLD_SECONDS: &str = "hivekeeper_resource_hold_seconds";
 /// Holds now, by `kind` (gauge).
 pub const RESOURCE_HELD: &str = "hivekeeper_resource_held";
-/// Queued requests not answered yet, by `kind` (gauge, from applied `Queued` and `Respond`
-/// events).
+/// Queued requests not answered yet, by `kind` (gauge: the machine's count, read by the
+/// fan-out when an entry queues or answers a waiter).
 pub const RESOURCE_WAITERS: &str = "hivekeeper_resource_waiters";
 /// Final answers to decoded requests, by `op` and `code` (counter).
 pub const REQUESTS_TOTAL: &str = "hivekeeper_requests_total";
@@ -139,7 +139,8 @@ pub fn describe() {
     describe_gauge!(RESOURCE_HELD, "Holds now, by kind.");
     describe_gauge!(
         RESOURCE_WAITERS,
-        "Requests queued on a resource and not answered yet, by kind (kept by the bridge)."
+        "Requests queued on a resource and not answered yet, by kind (the state machine's \
+         count; the same on every member)."
     );
 }
 
@@ -220,6 +221,13 @@ impl NodeMetrics {
         metrics
     }
 
+    /// Sets `hivekeeper_resource_waiters` to `count(kind)` for every kind.
+    pub fn waiters(count: impl Fn(ResourceKind) -> usize) {
+        for kind in KINDS {
+            gauge!(RESOURCE_WAITERS, "kind" => kind_label(kind)).set(count(kind) as f64);
+        }
+    }
+
     /// Accounts for the events of one applied entry. Returns whether a lease was granted or
     /// ended, so the caller refreshes `hivekeeper_leases_active`.
     pub fn entry(&mut self, events: &[Event], replayed: bool) -> bool {
@@ -296,7 +304,7 @@ impl NodeMetrics {
                             .record(*held_ms as f64 / 1_000.0);
                     }
                 }
-                Event::Respond { .. } => {}
+                Event::Queued { .. } | Event::Respond { .. } => {}
             }
         }
         if held_changed {

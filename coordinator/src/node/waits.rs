@@ -326,7 +326,7 @@ pub(crate) fn answer_with(
             if let Reply::Fence { valid, .. } = &reply {
                 metrics::fence_checked(*valid);
             }
-            match reply.to_response(request_id) {
+            match crate::wire::response(request_id, &reply) {
                 Some(response) => response,
                 // Only a queueable write is answered `Queued`, and those are pending here.
                 None => Response::error(

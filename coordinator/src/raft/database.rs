@@ -41,6 +41,12 @@ use super::types::{LogId, NodeId, SnapshotMeta};
 pub const DATA_FILE_NAME: &str = "hivekeeper.redb";
 
 /// Version of the on-disk layout described at the top of this file. A reader refuses any other.
+///
+/// It covers the JSON inside the rows too: log entries (`Proposal`s of the state machine's
+/// `Command`s, whose requests have the wire's shape) and snapshots (`StateMachine::snapshot`).
+/// Golden bytes written by format 1 pin both (`tests/data_format.rs` here,
+/// `state-machine/tests/format.rs`); a change that breaks them needs a new format and a
+/// migration.
 pub const DATA_FORMAT: u32 = 1;
 
 /// The value of [`Identity::product`]: tells a Hivekeeper file from any other redb file.

@@ -64,8 +64,9 @@ pub const BATCH_MAX: usize = 128;
 ///
 /// Why several commands per entry: openraft 0.9.25 waits for each entry's fsync before it
 /// appends the next, so one command per entry costs one fsync per command. Commands proposed
-/// together share the entry, its fsync and its replication. Serialized as JSON in the log, so a
-/// command's JSON is the wire JSON and the log is readable by inspection tools.
+/// together share the entry, its fsync and its replication. Serialized as JSON in the log; the
+/// state machine's requests have the wire's JSON shape, so the log is readable by inspection
+/// tools ([`super::DATA_FORMAT`] says what is pinned).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     /// The proposer's wall clock when it proposed the entry, ms since the Unix epoch. Time enters

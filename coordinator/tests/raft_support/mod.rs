@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hivekeeper_coordinator::Command;
 use hivekeeper_coordinator::raft::{Applied, AppliedReceiver};
-use hivekeeper_protocol::{Op, Request};
+use hivekeeper_coordinator::state_machine::{AgentOp, AgentRequest};
 
 /// Every wait in these tests is bounded by this, in seconds; a hang is a failure, not a stuck
 /// CI job.
@@ -19,10 +19,10 @@ pub const WAIT_S: u64 = 20;
 pub const WAIT: Duration = Duration::from_secs(WAIT_S);
 
 /// `agent` sends request `id` with `op`.
-pub fn request(agent: &str, id: &str, op: Op) -> Command {
+pub fn request(agent: &str, id: &str, op: AgentOp) -> Command {
     Command::Request {
         agent: agent.to_string(),
-        request: Request {
+        request: AgentRequest {
             id: id.to_string(),
             op,
         },
@@ -30,13 +30,13 @@ pub fn request(agent: &str, id: &str, op: Op) -> Command {
 }
 
 /// `lease.grant` with a TTL of `ttl_ms`.
-pub fn lease_grant(ttl_ms: u64) -> Op {
-    Op::LeaseGrant { ttl_ms }
+pub fn lease_grant(ttl_ms: u64) -> AgentOp {
+    AgentOp::LeaseGrant { ttl_ms }
 }
 
 /// `lock.acquire` that does not wait.
-pub fn lock_try(name: &str, lease: &str) -> Op {
-    Op::LockAcquire {
+pub fn lock_try(name: &str, lease: &str) -> AgentOp {
+    AgentOp::LockAcquire {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms: Some(0),

@@ -167,6 +167,35 @@ mod tests {
         }
     }
 
+    /// A forwarded write is the state machine's own request type (a flattened, internally
+    /// tagged enum): it must survive MessagePack too, optional fields present and absent.
+    #[test]
+    fn a_forwarded_command_survives_the_codec() {
+        use crate::state_machine::{AgentOp, AgentRequest};
+        let reserve = |wait_ms, alt_max_m| Command::Request {
+            agent: "drone-1".into(),
+            request: AgentRequest {
+                id: "r-2".into(),
+                op: AgentOp::WaypointReserve {
+                    name: "pad/7".into(),
+                    lease: "0000000000000004".into(),
+                    lat: Some(51.500_044_966),
+                    lon: Some(-0.1),
+                    alt_min_m: None,
+                    alt_max_m,
+                    radius_m: Some(4.25),
+                    wait_ms,
+                },
+            },
+        };
+        let commands = vec![reserve(None, Some(120.5)), reserve(Some(0), None)];
+        let frame = encode(&PeerRequest::Propose(commands.clone())).expect("encodes");
+        match decode::<PeerRequest>(&frame).expect("decodes") {
+            PeerRequest::Propose(got) => assert_eq!(got, commands),
+            other => panic!("decoded as {other:?}"),
+        }
+    }
+
     #[test]
     fn garbage_is_a_codec_error_not_a_panic() {
         let result: Result<Envelope<PeerRequest>, _> = decode(b"\xc1\xff not msgpack");

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use hivekeeper_protocol::{ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
 
 use super::test_support::*;
 use super::{Command, Event, LeaseEnd, LeaseId, LogMeta, ReleaseReason, Reply, ResourceKey};
@@ -18,12 +18,12 @@ fn code(reply: &Reply) -> ErrorCode {
 fn ttl_outside_the_configured_range_is_bad_request_and_grants_nothing() {
     let mut h = Harness::new();
     for ttl_ms in [1, 499, 3_600_001] {
-        let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms });
+        let (reply, events) = h.send("a", AgentOp::LeaseGrant { ttl_ms });
         assert_eq!(code(&reply), ErrorCode::BadRequest, "ttl {ttl_ms}");
         assert!(events.is_empty());
     }
     assert_eq!(h.sm.leases().count(), 0);
-    let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms: 500 });
+    let (reply, events) = h.send("a", AgentOp::LeaseGrant { ttl_ms: 500 });
     assert_eq!(
         reply,
         Reply::Lease {
@@ -50,7 +50,7 @@ fn another_agents_lease_is_forbidden_and_an_unknown_one_not_found() {
         ErrorCode::Forbidden
     );
     assert_eq!(
-        code(&h.reply("b", Op::LeaseRevoke { lease: a.clone() })),
+        code(&h.reply("b", AgentOp::LeaseRevoke { lease: a.clone() })),
         ErrorCode::Forbidden
     );
     assert_eq!(
@@ -61,7 +61,7 @@ fn another_agents_lease_is_forbidden_and_an_unknown_one_not_found() {
         code(&h.reply("a", lock_acquire("l", "not-a-lease", None))),
         ErrorCode::LeaseNotFound
     );
-    let keepalive = Op::LeaseKeepalive { lease: a.clone() };
+    let keepalive = ReadOp::LeaseKeepalive { lease: a.clone() };
     assert_eq!(h.sm.query("a", &keepalive), Reply::Ttl { ttl_ms: 5_000 });
     assert_eq!(code(&h.sm.query("b", &keepalive)), ErrorCode::Forbidden);
 }
@@ -99,14 +99,16 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
                 key, agent, queued, ..
             } => format!("granted {key} to {agent} {queued}"),
             Event::Respond {
+                key,
                 agent,
                 request_id,
                 reply,
             } => match reply {
-                Reply::Refused { code, .. } => format!("answer {agent}/{request_id} {code}"),
-                Reply::Granted { .. } => format!("answer {agent}/{request_id} granted"),
-                other => format!("answer {agent}/{request_id} {other:?}"),
+                Reply::Refused { code, .. } => format!("answer {agent}/{request_id} {key} {code}"),
+                Reply::Granted { .. } => format!("answer {agent}/{request_id} {key} granted"),
+                other => format!("answer {agent}/{request_id} {key} {other:?}"),
             },
+            Event::Queued { key, agent, .. } => format!("queued {agent} on {key}"),
             Event::LeaseGranted { .. } => "lease granted".into(),
         })
         .collect();
@@ -117,13 +119,13 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
             "released lock:l1 LeaseEnded",
             "released sem:s LeaseEnded",
             "released waypoint:p LeaseEnded",
-            "answer a/a-waits-l2 lease_not_found",
+            "answer a/a-waits-l2 lock:l2 lease_not_found",
             "granted lock:l1 to b true",
-            "answer b/b-l1 granted",
+            "answer b/b-l1 lock:l1 granted",
             "granted sem:s to b true",
-            "answer b/b-s granted",
+            "answer b/b-s sem:s granted",
             "granted waypoint:p to b true",
-            "answer b/b-p granted",
+            "answer b/b-p waypoint:p granted",
         ]
     );
     assert_eq!(h.occupants(ResourceKind::Lock, "l1").0, vec!["b"]);
@@ -187,7 +189,7 @@ fn an_expiry_from_a_deposed_leaders_term_is_ignored() {
     let a = h.lease("a", 1_000);
     h.now_ms += 5_000;
     h.term = 2;
-    h.reply("b", Op::LeaseGrant { ttl_ms: 1_000 });
+    h.reply("b", AgentOp::LeaseGrant { ttl_ms: 1_000 });
     let stale = Command::ExpireLeases {
         term: 1,
         leases: vec![LeaseId::parse(&a).unwrap()],
@@ -204,7 +206,7 @@ fn revoke_releases_and_hands_over() {
     let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));
     let first = Harness::token(&h.reply("a", lock_acquire("l", &a, None)));
     h.reply("b", lock_acquire("l", &b, None));
-    let (reply, events) = h.send("a", Op::LeaseRevoke { lease: a.clone() });
+    let (reply, events) = h.send("a", AgentOp::LeaseRevoke { lease: a.clone() });
     assert_eq!(reply, Reply::Done);
     assert_eq!(
         events[..2],
@@ -226,7 +228,7 @@ fn revoke_releases_and_hands_over() {
     );
     assert_eq!(h.occupants(ResourceKind::Lock, "l").0, vec!["b"]);
     assert_eq!(
-        code(&h.reply("a", Op::LeaseRevoke { lease: a })),
+        code(&h.reply("a", AgentOp::LeaseRevoke { lease: a })),
         ErrorCode::LeaseNotFound
     );
 }
@@ -263,7 +265,7 @@ fn lease_count_is_bounded() {
     h.lease("a", 5_000);
     h.lease("b", 5_000);
     assert_eq!(
-        code(&h.reply("c", Op::LeaseGrant { ttl_ms: 5_000 })),
+        code(&h.reply("c", AgentOp::LeaseGrant { ttl_ms: 5_000 })),
         ErrorCode::ResourceExhausted
     );
 }
@@ -286,8 +288,8 @@ fn lease_ids_round_trip_through_their_wire_form_and_nothing_else_parses() {
     }
 }
 
-fn admin_revoke(lease: &str) -> Op {
-    Op::AdminRevoke {
+fn admin_revoke(lease: &str) -> AgentOp {
+    AgentOp::AdminRevoke {
         lease: lease.to_string(),
     }
 }
@@ -335,6 +337,7 @@ fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry()
                 reason: ReleaseReason::LeaseEnded,
             },
             Event::Respond {
+                key: ResourceKey::new(ResourceKind::Lock, &Arc::from("l2")),
                 agent: Arc::from("a"),
                 request_id: "a-l2".into(),
                 reply: Reply::refused(
@@ -351,6 +354,7 @@ fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry()
                 queued: true,
             },
             Event::Respond {
+                key: ResourceKey::new(ResourceKind::Lock, &Arc::from("l")),
                 agent: Arc::from("b"),
                 request_id: "b-l".into(),
                 reply: Reply::Granted { token: new_token },
@@ -371,7 +375,7 @@ fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry()
     );
     // The owner finds its lease gone.
     assert_eq!(
-        code(&h.reply("a", Op::LeaseRevoke { lease: a.clone() })),
+        code(&h.reply("a", AgentOp::LeaseRevoke { lease: a.clone() })),
         ErrorCode::LeaseNotFound
     );
 }
@@ -381,7 +385,7 @@ fn admin_revoke_of_a_lease_that_does_not_exist_is_lease_not_found_and_changes_no
     let mut h = Harness::new();
     let a = h.lease("a", 5_000);
     h.reply("a", lock_acquire("l", &a, None));
-    h.reply("a", Op::LeaseRevoke { lease: a.clone() });
+    h.reply("a", AgentOp::LeaseRevoke { lease: a.clone() });
     let b = h.lease("b", 5_000);
     h.reply("b", lock_acquire("l", &b, None));
     for lease in [a.as_str(), "00000000000000ff", "not-a-lease"] {
@@ -421,7 +425,8 @@ fn admin_leases_pages_every_live_lease_in_id_order() {
     let leases: Vec<String> = (0..count)
         .map(|n| h.lease(&format!("agent-{n}"), 5_000))
         .collect();
-    let page = |after: Option<String>| match h.sm.query("operator", &Op::AdminLeases { after }) {
+    let page = |after: Option<String>| match h.sm.query("operator", &ReadOp::AdminLeases { after })
+    {
         Reply::Leases { leases, next_after } => (leases, next_after),
         other => panic!("admin.leases failed: {other:?}"),
     };
@@ -450,7 +455,7 @@ fn admin_leases_pages_every_live_lease_in_id_order() {
             .chain(&second)
             .all(|info| info.remaining_ms.is_none())
     );
-    let garbage = Op::AdminLeases {
+    let garbage = ReadOp::AdminLeases {
         after: Some("not-a-lease".into()),
     };
     assert_eq!(

@@ -24,24 +24,25 @@
 //! Reproducing a failure: proptest shrinks it and prints the minimal `Case` and the failure
 //! with the resolved log that led to it (`#index term stamped: agent sends id: op`), which reads
 //! as a unit test of `StateMachine::apply`. The seed is saved in
-//! `coordinator/tests/model.proptest-regressions` and replayed first on the next run
+//! `coordinator/state-machine/tests/model.proptest-regressions` and replayed first on the next run
 //! (commit it when it records a real bug).
 //! `PROPTEST_CASES=20000` runs a longer hunt (256 cases by default, about 10 s in debug);
 //! `PROPTEST_RNG_SEED=<u64>` fixes the generator.
 //!
 //! ```text
-//! cargo test -p hivekeeper-coordinator --test model
-//! PROPTEST_CASES=20000 cargo test -p hivekeeper-coordinator --test model --release
-//! cargo test -p hivekeeper-coordinator --test model -- --nocapture generator   # coverage tally
+//! cargo test -p hivekeeper-state-machine --test model
+//! PROPTEST_CASES=20000 cargo test -p hivekeeper-state-machine --test model --release
+//! cargo test -p hivekeeper-state-machine --test model -- --nocapture generator   # coverage tally
 //! ```
 
 use std::collections::BTreeMap;
 
-use hivekeeper_coordinator::state_machine::areas_conflict;
-use hivekeeper_coordinator::{
-    Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, Reply, StateMachine,
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use hivekeeper_state_machine::areas_conflict;
+use hivekeeper_state_machine::{
+    AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp, Reply,
+    ResourceKey, StateMachine,
 };
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, Op, Request, ResourceKind, WaiterInfo};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{TestCaseError, TestRunner};
@@ -232,7 +233,7 @@ enum Clock {
 #[derive(Debug, Clone)]
 enum Action {
     /// A fresh request id.
-    Request {
+    AgentRequest {
         agent: usize,
         op: OpSpec,
     },
@@ -290,9 +291,6 @@ enum OpSpec {
     },
     /// An operator's `admin.revoke`: any agent's lease, no owner check.
     AdminRevoke {
-        lease: LeasePick,
-    },
-    LeaseKeepalive {
         lease: LeasePick,
     },
     LockAcquire {
@@ -439,7 +437,6 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
 fn op_spec() -> BoxedStrategy<OpSpec> {
     prop_oneof![
         70 => write_op_spec(),
-        2 => lease_pick().prop_map(|lease| OpSpec::LeaseKeepalive { lease }),
         1 => (0..5usize).prop_map(|which| OpSpec::Malformed { which }),
     ]
     .boxed()
@@ -447,7 +444,7 @@ fn op_spec() -> BoxedStrategy<OpSpec> {
 
 fn action() -> BoxedStrategy<Action> {
     prop_oneof![
-        70 => (0..AGENTS.len(), op_spec()).prop_map(|(agent, op)| Action::Request { agent, op }),
+        70 => (0..AGENTS.len(), op_spec()).prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
         8 => (0..6usize, any::<bool>(), write_op_spec())
             .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
         7 => (
@@ -493,7 +490,7 @@ fn opening_grant() -> BoxedStrategy<Step> {
         .prop_map(|(agent, ttl_ms)| Step {
             clock: Clock::Forward(0),
             new_term: false,
-            action: Action::Request {
+            action: Action::AgentRequest {
                 agent,
                 op: OpSpec::LeaseGrant { ttl_ms },
             },
@@ -608,6 +605,7 @@ fn responds_of(events: &[Event]) -> Vec<Respond> {
                 agent,
                 request_id,
                 reply,
+                ..
             } => Some(Respond {
                 agent: agent.to_string(),
                 request_id: request_id.clone(),
@@ -760,19 +758,9 @@ impl Model {
         }
     }
 
-    fn request(&mut self, agent: &str, request: &Request) -> Outcome {
+    fn request(&mut self, agent: &str, request: &AgentRequest) -> Outcome {
         if !op_is_valid(&request.op) {
             return refused(ErrorCode::BadRequest);
-        }
-        match &request.op {
-            Op::LeaseKeepalive { lease } => return self.keepalive(agent, lease),
-            Op::FenceCheck {
-                resource,
-                kind,
-                token,
-            } => return self.fence(*kind, resource, *token),
-            Op::Inspect { kind, name } => return self.inspect(*kind, name),
-            _ => {}
         }
         let id = request.id.as_str();
         if self
@@ -788,24 +776,28 @@ impl Model {
             return outcome;
         }
         let outcome = match &request.op {
-            Op::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
-            Op::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
-            Op::AdminRevoke { lease } => self.admin_revoke(lease),
-            Op::LockAcquire {
+            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
+            AgentOp::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
+            AgentOp::AdminRevoke { lease } => self.admin_revoke(lease),
+            AgentOp::LockAcquire {
                 name,
                 lease,
                 wait_ms,
             } => self.lock_acquire(agent, id, name, lease, *wait_ms),
-            Op::LockRelease { name, lease } => self.release(ResourceKind::Lock, agent, name, lease),
-            Op::SemAcquire {
+            AgentOp::LockRelease { name, lease } => {
+                self.release(ResourceKind::Lock, agent, name, lease)
+            }
+            AgentOp::SemAcquire {
                 name,
                 limit,
                 lease,
                 permits,
                 wait_ms,
             } => self.sem_acquire(agent, id, name, *limit, lease, *permits, *wait_ms),
-            Op::SemRelease { name, lease } => self.release(ResourceKind::Sem, agent, name, lease),
-            Op::WaypointReserve {
+            AgentOp::SemRelease { name, lease } => {
+                self.release(ResourceKind::Sem, agent, name, lease)
+            }
+            AgentOp::WaypointReserve {
                 name,
                 lease,
                 lat,
@@ -827,17 +819,8 @@ impl Model {
                 };
                 self.waypoint_reserve(agent, id, name, lease, area, *wait_ms)
             }
-            Op::WaypointRelease { name, lease } => {
+            AgentOp::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
-            }
-            Op::LeaseKeepalive { .. }
-            | Op::FenceCheck { .. }
-            | Op::Inspect { .. }
-            | Op::AdminStatus {}
-            | Op::AdminLeases { .. }
-            | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. } => {
-                unreachable!("read ops were answered above")
             }
         };
         if outcome != Outcome::Queued {
@@ -1498,22 +1481,16 @@ fn limits_are_valid(limits: &Limits) -> bool {
 }
 
 /// The protocol's field checks, for the requests this test can generate.
-fn op_is_valid(op: &Op) -> bool {
-    let wait_ms = match op {
-        Op::LockAcquire { wait_ms, .. }
-        | Op::SemAcquire { wait_ms, .. }
-        | Op::WaypointReserve { wait_ms, .. } => *wait_ms,
-        _ => None,
-    };
-    if wait_ms.is_some_and(|ms| ms > WAIT_MS_MAX) {
+fn op_is_valid(op: &AgentOp) -> bool {
+    if op.wait_ms().is_some_and(|ms| ms > WAIT_MS_MAX) {
         return false;
     }
     match op {
-        Op::LeaseGrant { ttl_ms } => *ttl_ms > 0,
-        Op::SemAcquire { limit, permits, .. } => {
+        AgentOp::LeaseGrant { ttl_ms } => *ttl_ms > 0,
+        AgentOp::SemAcquire { limit, permits, .. } => {
             (1..=1_000_000).contains(limit) && (1..=*limit).contains(permits)
         }
-        Op::WaypointReserve {
+        AgentOp::WaypointReserve {
             lat,
             lon,
             alt_min_m,
@@ -1549,9 +1526,12 @@ struct Harness {
     index: u64,
     next_request: u64,
     /// Write requests sent so far, `(agent, id, op)`, for retries and cancellations.
-    sent: Vec<(usize, String, Op)>,
+    sent: Vec<(usize, String, AgentOp)>,
     /// The final reply to each `(agent, id)`, as the machine first gave it (message included).
     final_replies: BTreeMap<(String, String), Reply>,
+    /// The requests the machine reported `Event::Queued` for and has not answered with an
+    /// `Event::Respond` yet, with the resource: what a node's waiters gauge would count.
+    queued: BTreeMap<(String, String), ResourceKey>,
     /// The log, and what the machine answered to each entry, for the replicas.
     log: Vec<(LogMeta, Command)>,
     outputs: Vec<(Reply, Vec<Event>)>,
@@ -1572,6 +1552,7 @@ impl Harness {
             next_request: 0,
             sent: Vec::new(),
             final_replies: BTreeMap::new(),
+            queued: BTreeMap::new(),
             log: Vec::new(),
             outputs: Vec::new(),
             trace: Vec::new(),
@@ -1602,7 +1583,7 @@ impl Harness {
         }
         let command = match &step.action {
             Action::Restore => return self.restore(),
-            Action::Request { agent, op } => {
+            Action::AgentRequest { agent, op } => {
                 let op = self.build_op(*agent, op);
                 self.next_request += 1;
                 let id = format!("r{}", self.next_request);
@@ -1686,13 +1667,11 @@ impl Harness {
         self.apply(command)
     }
 
-    fn request_command(&mut self, agent: usize, id: String, op: Op) -> Command {
-        if op.is_write() {
-            self.sent.push((agent, id.clone(), op.clone()));
-        }
+    fn request_command(&mut self, agent: usize, id: String, op: AgentOp) -> Command {
+        self.sent.push((agent, id.clone(), op.clone()));
         Command::Request {
             agent: AGENTS[agent].to_string(),
-            request: Request { id, op },
+            request: AgentRequest { id, op },
         }
     }
 
@@ -1752,8 +1731,7 @@ impl Harness {
         );
         if let Command::Request { agent, request } = &command {
             let key = (agent.clone(), request.id.clone());
-            if request.op.is_write() && !expected.replayed && self.final_replies.contains_key(&key)
-            {
+            if !expected.replayed && self.final_replies.contains_key(&key) {
                 self.count("retry ran again: its outcome was forgotten");
             }
             if expected.replayed && reply != Reply::Queued {
@@ -1768,15 +1746,47 @@ impl Harness {
                 self.final_replies.insert(key, reply.clone());
             }
         }
-        for respond in events.iter() {
-            if let Event::Respond {
-                agent,
-                request_id,
-                reply,
-            } = respond
-            {
-                let key = (agent.to_string(), request_id.clone());
-                self.final_replies.insert(key, reply.clone());
+        // A new queue slot, and only that, is an `Event::Queued`; every `Event::Respond`
+        // answers one, on the same resource: the node's waiters gauge follows these alone.
+        let queued_events = events
+            .iter()
+            .filter(|event| matches!(event, Event::Queued { .. }))
+            .count();
+        prop_assert_eq!(
+            queued_events,
+            usize::from(reply == Reply::Queued && !expected.replayed),
+            "Event::Queued exactly when a request joins a queue, events {:?}\n{}",
+            events,
+            self.recent_trace()
+        );
+        for event in events.iter() {
+            match event {
+                Event::Queued {
+                    key,
+                    agent,
+                    request_id,
+                } => {
+                    let waiter = (agent.to_string(), request_id.clone());
+                    let before = self.queued.insert(waiter, key.clone());
+                    prop_assert!(before.is_none(), "queued twice\n{}", self.recent_trace());
+                }
+                Event::Respond {
+                    key,
+                    agent,
+                    request_id,
+                    reply,
+                } => {
+                    let waiter = (agent.to_string(), request_id.clone());
+                    let was_queued_on = self.queued.remove(&waiter);
+                    prop_assert_eq!(
+                        was_queued_on.as_ref(),
+                        Some(key),
+                        "a Respond answers a Queued on the same resource\n{}",
+                        self.recent_trace()
+                    );
+                    self.final_replies.insert(waiter, reply.clone());
+                }
+                _ => {}
             }
         }
         self.tally_step(&command, &expected);
@@ -1871,6 +1881,18 @@ impl Harness {
             )));
         }
         prop_assert_eq!(self.sm.applied_index(), self.model.index);
+        let counts = self.sm.waiter_counts();
+        for kind in KINDS {
+            let in_model = self.model.waiters.iter().filter(|w| w.kind == kind).count();
+            let from_events = self.queued.values().filter(|key| key.kind == kind).count();
+            prop_assert_eq!(
+                (counts.get(kind), counts.get(kind)),
+                (in_model, from_events),
+                "{} waiters (left: waiter_counts, right: model and Queued - Respond)\n{}",
+                kind.as_str(),
+                self.recent_trace()
+            );
+        }
         prop_assert_eq!(
             self.sm.now_ms(),
             self.model.now_ms,
@@ -1890,7 +1912,7 @@ impl Harness {
         prop_assert_eq!(leases, expected, "live leases\n{}", self.recent_trace());
         for kind in KINDS {
             for name in ALL_NAMES {
-                let op = Op::Inspect {
+                let op = ReadOp::Inspect {
                     kind,
                     name: name.to_string(),
                 };
@@ -1903,7 +1925,7 @@ impl Harness {
                     self.recent_trace()
                 );
                 for token in self.model.fence_tokens(kind, name) {
-                    let op = Op::FenceCheck {
+                    let op = ReadOp::FenceCheck {
                         resource: name.to_string(),
                         kind,
                         token,
@@ -1928,7 +1950,7 @@ impl Harness {
             .chain(UNKNOWN_LEASES.iter().map(|text| text.to_string()));
         for lease in lease_texts {
             for agent in AGENTS {
-                let op = Op::LeaseKeepalive {
+                let op = ReadOp::LeaseKeepalive {
                     lease: lease.clone(),
                 };
                 prop_assert_eq!(
@@ -1995,32 +2017,29 @@ impl Harness {
 
     // --- resolving generated steps --------------------------------------------------------
 
-    fn build_op(&self, agent: usize, spec: &OpSpec) -> Op {
+    fn build_op(&self, agent: usize, spec: &OpSpec) -> AgentOp {
         use ResourceKind::{Lock, Sem, Waypoint};
         let lease = |pick: &LeasePick, resource: Option<(ResourceKind, &str)>| {
             self.lease_text(agent, pick, resource)
         };
         match spec {
-            OpSpec::LeaseGrant { ttl_ms } => Op::LeaseGrant { ttl_ms: *ttl_ms },
-            OpSpec::LeaseRevoke { lease: pick } => Op::LeaseRevoke {
+            OpSpec::LeaseGrant { ttl_ms } => AgentOp::LeaseGrant { ttl_ms: *ttl_ms },
+            OpSpec::LeaseRevoke { lease: pick } => AgentOp::LeaseRevoke {
                 lease: lease(pick, None),
             },
-            OpSpec::AdminRevoke { lease: pick } => Op::AdminRevoke {
-                lease: lease(pick, None),
-            },
-            OpSpec::LeaseKeepalive { lease: pick } => Op::LeaseKeepalive {
+            OpSpec::AdminRevoke { lease: pick } => AgentOp::AdminRevoke {
                 lease: lease(pick, None),
             },
             OpSpec::LockAcquire {
                 name,
                 lease: pick,
                 wait,
-            } => Op::LockAcquire {
+            } => AgentOp::LockAcquire {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
                 wait_ms: wait.wait_ms(),
             },
-            OpSpec::LockRelease { name, lease: pick } => Op::LockRelease {
+            OpSpec::LockRelease { name, lease: pick } => AgentOp::LockRelease {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
             },
@@ -2030,14 +2049,14 @@ impl Harness {
                 permits,
                 lease: pick,
                 wait,
-            } => Op::SemAcquire {
+            } => AgentOp::SemAcquire {
                 name: SEM_NAMES[*name].to_string(),
                 limit: SEM_LIMITS[*limit],
                 lease: lease(pick, Some((Sem, SEM_NAMES[*name]))),
                 permits: *permits,
                 wait_ms: wait.wait_ms(),
             },
-            OpSpec::SemRelease { name, lease: pick } => Op::SemRelease {
+            OpSpec::SemRelease { name, lease: pick } => AgentOp::SemRelease {
                 name: SEM_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Sem, SEM_NAMES[*name]))),
             },
@@ -2052,7 +2071,7 @@ impl Harness {
                 lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
                 wait.wait_ms(),
             ),
-            OpSpec::WaypointRelease { name, lease: pick } => Op::WaypointRelease {
+            OpSpec::WaypointRelease { name, lease: pick } => AgentOp::WaypointRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
             },
@@ -2140,9 +2159,9 @@ fn pick_recent<T>(items: &[T], back: usize) -> Option<&T> {
     items.get(items.len() - 1 - back % items.len())
 }
 
-fn reserve_op(name: &str, spot: Option<Spot>, lease: String, wait_ms: Option<u64>) -> Op {
+fn reserve_op(name: &str, spot: Option<Spot>, lease: String, wait_ms: Option<u64>) -> AgentOp {
     let lat_lon = spot.map(|spot| spot.lat_lon());
-    Op::WaypointReserve {
+    AgentOp::WaypointReserve {
         name: name.to_string(),
         lease,
         lat: lat_lon.map(|(lat, _)| lat),
@@ -2155,10 +2174,10 @@ fn reserve_op(name: &str, spot: Option<Spot>, lease: String, wait_ms: Option<u64
 }
 
 /// Requests the protocol validation refuses.
-fn malformed_op(which: usize, lease: String) -> Op {
+fn malformed_op(which: usize, lease: String) -> AgentOp {
     match which {
-        0 => Op::LeaseGrant { ttl_ms: 0 },
-        1 => Op::WaypointReserve {
+        0 => AgentOp::LeaseGrant { ttl_ms: 0 },
+        1 => AgentOp::WaypointReserve {
             name: "pad1".into(),
             lease,
             lat: Some(BASE.0),
@@ -2168,7 +2187,7 @@ fn malformed_op(which: usize, lease: String) -> Op {
             radius_m: None,
             wait_ms: None,
         },
-        2 => Op::WaypointReserve {
+        2 => AgentOp::WaypointReserve {
             name: "pad1".into(),
             lease,
             lat: Some(BASE.0),
@@ -2178,12 +2197,12 @@ fn malformed_op(which: usize, lease: String) -> Op {
             radius_m: Some(3.0),
             wait_ms: None,
         },
-        3 => Op::LockAcquire {
+        3 => AgentOp::LockAcquire {
             name: "alpha".into(),
             lease,
             wait_ms: Some(WAIT_MS_MAX + 1),
         },
-        _ => Op::SemAcquire {
+        _ => AgentOp::SemAcquire {
             name: "pool".into(),
             limit: 0,
             lease,
@@ -2256,8 +2275,9 @@ fn generator_reaches_every_path() {
         println!("  {count:6}  {label}");
     }
     let required = [
+        // No "Ttl": a keepalive is a read (`ReadOp`), never a log entry; `check_machine`
+        // queries every lease by every agent after each step instead.
         "Lease",
-        "Ttl",
         "Done",
         "Queued",
         "granted at once",

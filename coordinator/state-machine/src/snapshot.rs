@@ -1,10 +1,11 @@
 //! Snapshots: the whole replicated state as bytes, and back.
 //!
 //! The bytes are JSON of the state with a format number. Deterministic by construction: every
-//! map is ordered (`BTreeMap`, never a hash map), derived indexes are left out and rebuilt, and
-//! floats round-trip exactly (`serde_json`'s `float_roundtrip`). So one state always gives the
-//! same bytes, and two replicas fed the same log give equal snapshots — which the model test
-//! checks.
+//! map is written in key order (`BTreeMap`s, and the hash maps through [`sorted`]), derived
+//! indexes are left out and rebuilt, and floats round-trip exactly (`serde_json`'s
+//! `float_roundtrip`). So one state always gives the same bytes, and two replicas fed the same
+//! log give equal snapshots — which the model test checks. `tests/format.rs` pins the layout
+//! against a snapshot written by data format 1.
 //!
 //! Invariants:
 //! 1. `restore(snapshot(s))` has the same snapshot as `s`, and passes `check_invariants()`.
@@ -59,19 +60,18 @@ impl StateMachine {
     /// Reads a snapshot taken by [`StateMachine::snapshot`], rebuilding the derived indexes and
     /// checking every invariant, so a corrupt snapshot is refused rather than applied on.
     pub fn restore(bytes: &[u8]) -> Result<StateMachine, Error> {
-        let snapshot: SnapshotOwned =
-            serde_json::from_slice(bytes).map_err(|e| Error::Snapshot(e.to_string()))?;
+        let snapshot: SnapshotOwned = serde_json::from_slice(bytes).map_err(Error::Snapshot)?;
         if snapshot.format != SNAPSHOT_FORMAT {
-            return Err(Error::Snapshot(format!(
-                "format {} is not the supported format {SNAPSHOT_FORMAT}",
-                snapshot.format
-            )));
+            return Err(Error::SnapshotFormat {
+                found: snapshot.format,
+                supported: SNAPSHOT_FORMAT,
+            });
         }
         let mut state = snapshot.state;
-        state.limits.validate().map_err(Error::Snapshot)?;
+        state.limits.validate().map_err(Error::SnapshotLimits)?;
         state.core.dedup.set_limits(&state.limits);
         state.waypoints.rebuild_index();
-        state.check_invariants().map_err(Error::Snapshot)?;
+        state.check_invariants().map_err(Error::SnapshotInvariant)?;
         Ok(state)
     }
 }

@@ -1,9 +1,10 @@
 //! A small harness for the unit tests: applies commands at increasing indexes with a clock the
 //! test moves, checks every invariant after every entry, and builds requests tersely.
 
-use hivekeeper_protocol::{Op, Request, ResourceKind};
+use hivekeeper_protocol::ResourceKind;
 
-use super::{Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
+pub use super::{AgentOp, ReadOp};
+use super::{AgentRequest, Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
 
 /// A machine plus the log position and clock the next entry gets.
 pub struct Harness {
@@ -45,17 +46,17 @@ impl Harness {
     }
 
     /// A request with a fresh id.
-    pub fn send(&mut self, agent: &str, op: Op) -> (Reply, Vec<Event>) {
+    pub fn send(&mut self, agent: &str, op: AgentOp) -> (Reply, Vec<Event>) {
         self.next_id += 1;
         let id = format!("r{}", self.next_id);
         self.send_as(agent, &id, op)
     }
 
     /// A request with a given id (for retries).
-    pub fn send_as(&mut self, agent: &str, id: &str, op: Op) -> (Reply, Vec<Event>) {
+    pub fn send_as(&mut self, agent: &str, id: &str, op: AgentOp) -> (Reply, Vec<Event>) {
         self.apply(Command::Request {
             agent: agent.to_string(),
-            request: Request {
+            request: AgentRequest {
                 id: id.to_string(),
                 op,
             },
@@ -63,13 +64,13 @@ impl Harness {
     }
 
     /// The reply alone.
-    pub fn reply(&mut self, agent: &str, op: Op) -> Reply {
+    pub fn reply(&mut self, agent: &str, op: AgentOp) -> Reply {
         self.send(agent, op).0
     }
 
     /// Grants a lease and returns its wire id.
     pub fn lease(&mut self, agent: &str, ttl_ms: u64) -> String {
-        match self.reply(agent, Op::LeaseGrant { ttl_ms }) {
+        match self.reply(agent, AgentOp::LeaseGrant { ttl_ms }) {
             Reply::Lease { lease, .. } => lease.to_string(),
             other => panic!("lease.grant refused: {other:?}"),
         }
@@ -94,7 +95,7 @@ impl Harness {
 
     /// Holder agents and waiter agents of a resource, as `inspect` shows them.
     pub fn occupants(&self, kind: ResourceKind, name: &str) -> (Vec<String>, Vec<String>) {
-        let op = Op::Inspect {
+        let op = ReadOp::Inspect {
             kind,
             name: name.to_string(),
         };
@@ -110,23 +111,29 @@ impl Harness {
     }
 }
 
-pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
-    Op::LockAcquire {
+pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> AgentOp {
+    AgentOp::LockAcquire {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms,
     }
 }
 
-pub fn lock_release(name: &str, lease: &str) -> Op {
-    Op::LockRelease {
+pub fn lock_release(name: &str, lease: &str) -> AgentOp {
+    AgentOp::LockRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }
 }
 
-pub fn sem_acquire(name: &str, limit: u32, lease: &str, permits: u32, wait_ms: Option<u64>) -> Op {
-    Op::SemAcquire {
+pub fn sem_acquire(
+    name: &str,
+    limit: u32,
+    lease: &str,
+    permits: u32,
+    wait_ms: Option<u64>,
+) -> AgentOp {
+    AgentOp::SemAcquire {
         name: name.to_string(),
         limit,
         lease: lease.to_string(),
@@ -135,16 +142,16 @@ pub fn sem_acquire(name: &str, limit: u32, lease: &str, permits: u32, wait_ms: O
     }
 }
 
-pub fn sem_release(name: &str, lease: &str) -> Op {
-    Op::SemRelease {
+pub fn sem_release(name: &str, lease: &str) -> AgentOp {
+    AgentOp::SemRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }
 }
 
 /// A pad `north_m` metres north of a fixed origin, with a radius and no altitude band.
-pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> Op {
-    Op::WaypointReserve {
+pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> AgentOp {
+    AgentOp::WaypointReserve {
         name: name.to_string(),
         lease: lease.to_string(),
         lat: Some(51.5 + north_m / super::M_PER_DEG),
@@ -156,8 +163,8 @@ pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option
     }
 }
 
-pub fn waypoint_release(name: &str, lease: &str) -> Op {
-    Op::WaypointRelease {
+pub fn waypoint_release(name: &str, lease: &str) -> AgentOp {
+    AgentOp::WaypointRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }
@@ -172,6 +179,7 @@ pub fn responses(events: &[Event]) -> Vec<(String, String, Reply)> {
                 agent,
                 request_id,
                 reply,
+                ..
             } => Some((agent.to_string(), request_id.clone(), reply.clone())),
             _ => None,
         })

@@ -1,6 +1,6 @@
 //! Semaphores: capacity fixed while in use, weighted permits, strict FIFO.
 
-use hivekeeper_protocol::{ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
 
 use super::test_support::*;
 use super::{Limits, Reply};
@@ -52,7 +52,7 @@ fn the_first_acquirer_fixes_the_limit_until_the_semaphore_is_idle() {
         h.reply("b", sem_acquire("gw", 4, &b, 4, None)),
         Reply::Granted { .. }
     ));
-    let inspect = Op::Inspect {
+    let inspect = ReadOp::Inspect {
         kind: ResourceKind::Sem,
         name: "gw".into(),
     };

@@ -44,13 +44,18 @@ fn handover_happens_inside_the_releasing_entry() {
     );
     let first = Harness::token(&h.reply("a", lock_acquire("gateway/config", &a, None)));
     h.now_ms += 10;
+    let queued = |agent: &str, request_id: &str| Event::Queued {
+        key: gw(),
+        agent: Arc::from(agent),
+        request_id: request_id.into(),
+    };
     assert_eq!(
-        h.reply("b", lock_acquire("gateway/config", &b, None)),
-        Reply::Queued
+        h.send("b", lock_acquire("gateway/config", &b, None)),
+        (Reply::Queued, vec![queued("b", "r5")])
     );
     assert_eq!(
-        h.reply("c", lock_acquire("gateway/config", &c, None)),
-        Reply::Queued
+        h.send("c", lock_acquire("gateway/config", &c, None)),
+        (Reply::Queued, vec![queued("c", "r6")])
     );
     h.now_ms += 25;
     let (reply, events) = h.send("a", lock_release("gateway/config", &a));
@@ -76,6 +81,7 @@ fn handover_happens_inside_the_releasing_entry() {
                 queued: true,
             },
             Event::Respond {
+                key: gw(),
                 agent: Arc::from("b"),
                 request_id: "r5".into(),
                 reply: Reply::Granted {
@@ -161,6 +167,38 @@ fn reacquiring_a_held_lock_returns_the_same_token() {
     );
     assert_eq!(h.reply("a", lock_release("l", &a)), Reply::Done);
     assert_eq!(h.occupants(ResourceKind::Lock, "l").0, Vec::<String>::new());
+}
+
+#[test]
+fn a_retried_wait_is_queued_once_and_waiter_counts_follow_the_events() {
+    let mut h = Harness::new();
+    let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));
+    h.reply("a", lock_acquire("l", &a, None));
+    let (reply, events) = h.send_as("b", "b-l", lock_acquire("l", &b, None));
+    assert_eq!(reply, Reply::Queued);
+    assert_eq!(
+        events,
+        vec![Event::Queued {
+            key: ResourceKey::new(ResourceKind::Lock, &Arc::from("l")),
+            agent: Arc::from("b"),
+            request_id: "b-l".into(),
+        }]
+    );
+    // A retry finds its queue slot: the same answer, no second slot, no second event.
+    assert_eq!(
+        h.send_as("b", "b-l", lock_acquire("l", &b, None)),
+        (Reply::Queued, vec![])
+    );
+    let counts = h.sm.waiter_counts();
+    assert_eq!((counts.lock, counts.sem, counts.waypoint), (1, 0, 0));
+    assert_eq!(counts.get(ResourceKind::Lock), 1);
+    // The queue exit: one `Respond` on the same key, and the count is back to zero.
+    let (_, events) = h.send("a", lock_release("l", &a));
+    assert!(events.iter().any(|event| matches!(
+        event,
+        Event::Respond { key, request_id, .. } if key.name.as_ref() == "l" && request_id == "b-l"
+    )));
+    assert_eq!(h.sm.waiter_counts(), super::WaiterCounts::default());
 }
 
 #[test]

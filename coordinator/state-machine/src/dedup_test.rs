@@ -1,6 +1,6 @@
 //! Retries (dedup) and snapshots.
 
-use hivekeeper_protocol::{ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
 
 use super::test_support::*;
 use super::{Limits, Reply, StateMachine};
@@ -8,8 +8,8 @@ use super::{Limits, Reply, StateMachine};
 #[test]
 fn retry_returns_the_same_reply() {
     let mut h = Harness::new();
-    let (first, _) = h.send_as("a", "grant-1", Op::LeaseGrant { ttl_ms: 5_000 });
-    let (again, events) = h.send_as("a", "grant-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (first, _) = h.send_as("a", "grant-1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    let (again, events) = h.send_as("a", "grant-1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
     assert_eq!(first, again);
     assert!(events.is_empty(), "no second lease");
     assert_eq!(h.sm.leases().count(), 1);
@@ -73,22 +73,22 @@ fn dedup_memory_is_bounded_per_agent_and_in_agents() {
         ..Limits::DEFAULTS
     };
     let mut h = Harness::with_limits(limits);
-    let (one, _) = h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 });
-    h.send_as("a", "2", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (one, _) = h.send_as("a", "1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("a", "2", AgentOp::LeaseGrant { ttl_ms: 5_000 });
     assert_eq!(
-        h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 }).0,
+        h.send_as("a", "1", AgentOp::LeaseGrant { ttl_ms: 5_000 }).0,
         one,
         "still remembered"
     );
-    h.send_as("a", "3", Op::LeaseGrant { ttl_ms: 5_000 });
-    let (fresh, _) = h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("a", "3", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    let (fresh, _) = h.send_as("a", "1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
     assert_ne!(fresh, one, "the oldest of three outcomes was forgotten");
     // Three agents, room for two: the least recently active (b) is forgotten.
-    let (b_reply, _) = h.send_as("b", "x", Op::LeaseGrant { ttl_ms: 5_000 });
-    h.send_as("a", "4", Op::LeaseGrant { ttl_ms: 5_000 });
-    h.send_as("c", "x", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (b_reply, _) = h.send_as("b", "x", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("a", "4", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("c", "x", AgentOp::LeaseGrant { ttl_ms: 5_000 });
     assert_ne!(
-        h.send_as("b", "x", Op::LeaseGrant { ttl_ms: 5_000 }).0,
+        h.send_as("b", "x", AgentOp::LeaseGrant { ttl_ms: 5_000 }).0,
         b_reply
     );
 }

@@ -47,17 +47,17 @@ impl Limits {
 
     /// Cross-field rules. A limit of zero would make the service refuse everything, so every
     /// count must be at least one.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), LimitsError> {
         if self.lease_ttl_ms_min == 0 {
-            return Err("lease_ttl_ms_min must be positive".into());
+            return Err(LimitsError::LeaseTtlMinZero);
         }
         if self.lease_ttl_ms_min > self.lease_ttl_ms_max {
-            return Err(format!(
-                "lease_ttl_ms_min ({}) is above lease_ttl_ms_max ({})",
-                self.lease_ttl_ms_min, self.lease_ttl_ms_max
-            ));
+            return Err(LimitsError::LeaseTtlRange {
+                min_ms: self.lease_ttl_ms_min,
+                max_ms: self.lease_ttl_ms_max,
+            });
         }
-        for (name, value) in [
+        for (limit, value) in [
             ("leases_max", self.leases_max),
             ("resources_max", self.resources_max),
             ("waiters_per_resource_max", self.waiters_per_resource_max),
@@ -66,11 +66,33 @@ impl Limits {
             ("dedup_agents_max", self.dedup_agents_max),
         ] {
             if value == 0 {
-                return Err(format!("{name} must be at least 1"));
+                return Err(LimitsError::Zero { limit });
             }
         }
         Ok(())
     }
+}
+
+/// Limits that break a rule of [`Limits::validate`]; the text names the field and the values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    /// `lease_ttl_ms_min` is 0: every lease could expire at once.
+    #[error("lease_ttl_ms_min must be positive")]
+    LeaseTtlMinZero,
+    /// The TTL range is empty.
+    #[error("lease_ttl_ms_min ({min_ms}) is above lease_ttl_ms_max ({max_ms})")]
+    LeaseTtlRange {
+        /// `lease_ttl_ms_min`.
+        min_ms: u64,
+        /// `lease_ttl_ms_max`.
+        max_ms: u64,
+    },
+    /// A count limit is 0, so the service would refuse everything it bounds.
+    #[error("{limit} must be at least 1")]
+    Zero {
+        /// The limit's field name, e.g. `leases_max`.
+        limit: &'static str,
+    },
 }
 
 impl Default for Limits {

@@ -10,17 +10,19 @@
 //! 2. After every entry the head waiter, if any, does not fit (`used + head.permits > limit`):
 //!    whatever could be granted was granted.
 //! 3. A semaphore in the map has a holder or a waiter.
-//! 4. One hold per lease; a holding lease does not also wait; waiters are in `seq` order.
+//! 4. One hold per lease; a holding lease does not also wait.
+//! 5. The waiters are a FIFO queue (`fifo.rs`, its invariants 1 to 4): arrival order, one slot
+//!    per lease, bounded at enqueue, granted from the head only (strict FIFO, invariant 2).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
+use super::fifo::{self, Queue};
+use super::grant::{Hold, Occupancy, ResourceKey};
 use super::lease::LeaseId;
-use super::lock::{check_queue, holder_info, waiter_infos};
 use super::{Ctx, Reply, StateMachine, Text};
 
 /// One semaphore in use.
@@ -33,7 +35,7 @@ pub struct Semaphore {
     /// Holds by lease.
     pub holders: BTreeMap<LeaseId, Hold>,
     /// Waiters, head first.
-    pub waiters: VecDeque<Waiter>,
+    pub waiters: Queue,
 }
 
 impl StateMachine {
@@ -64,7 +66,7 @@ impl StateMachine {
                 limit,
                 used: 0,
                 holders: BTreeMap::new(),
-                waiters: VecDeque::new(),
+                waiters: Queue::default(),
             };
             self.sems.insert(name.clone(), idle);
         }
@@ -118,14 +120,9 @@ impl StateMachine {
                 ),
             );
         }
-        if sem.waiters.len() >= self.limits.waiters_per_resource_max as usize {
-            return Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "semaphore {name:?} already has {} waiters, the limit",
-                    sem.waiters.len()
-                ),
-            );
+        if let Some(refusal) = fifo::full(ResourceKind::Sem, &name, sem.waiters.len(), &self.limits)
+        {
+            return refusal;
         }
         let waiter = self
             .core
@@ -174,13 +171,13 @@ impl StateMachine {
         let mut holders: Vec<_> = sem
             .holders
             .values()
-            .map(|hold| holder_info(hold, Some(hold.permits)))
+            .map(|hold| hold.info(Some(hold.permits)))
             .collect();
         holders.sort_by_key(|holder| holder.token);
         Reply::Inspect {
             limit: Some(sem.limit),
             holders,
-            waiters: waiter_infos(&sem.waiters, true),
+            waiters: sem.waiters.infos(true),
         }
     }
 
@@ -204,19 +201,19 @@ impl StateMachine {
             if sem.holders.is_empty() && sem.waiters.is_empty() {
                 return Err(format!("semaphore {name:?} is idle but remembered"));
             }
-            check_queue(&key, &sem.waiters)?;
+            sem.waiters.check(&key)?;
             for (lease, hold) in &sem.holders {
                 if *lease != hold.lease {
                     return Err(format!(
                         "semaphore {name:?}: hold filed under the wrong lease"
                     ));
                 }
-                if sem.waiters.iter().any(|w| w.lease == *lease) {
+                if sem.waiters.has_lease(*lease) {
                     return Err(format!("semaphore {name:?}: lease {lease} holds and waits"));
                 }
                 occupancy.hold(&key, hold);
             }
-            for waiter in &sem.waiters {
+            for waiter in sem.waiters.iter() {
                 occupancy.wait(&key, waiter);
             }
         }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, HolderInfo, ResourceKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::dedup::{Dedup, Slot};
@@ -96,6 +96,19 @@ pub struct Hold {
     pub permits: u32,
     /// When it was granted (machine clock).
     pub since_ms: u64,
+}
+
+impl Hold {
+    /// The hold as `inspect` shows it; `permits` only for semaphores.
+    pub fn info(&self, permits: Option<u32>) -> HolderInfo {
+        HolderInfo {
+            agent: self.agent.to_string(),
+            lease: self.lease.to_string(),
+            token: self.token,
+            permits,
+            since_ms: self.since_ms,
+        }
+    }
 }
 
 /// One queued request.
@@ -216,6 +229,28 @@ pub struct Core {
     pub dedup: Dedup,
 }
 
+/// Requests waiting right now, per resource kind ([`crate::StateMachine::waiter_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaiterCounts {
+    /// Waiters in lock queues.
+    pub lock: usize,
+    /// Waiters in semaphore queues.
+    pub sem: usize,
+    /// Waiting waypoint reservations.
+    pub waypoint: usize,
+}
+
+impl WaiterCounts {
+    /// The count for one kind.
+    pub fn get(&self, kind: ResourceKind) -> usize {
+        match kind {
+            ResourceKind::Lock => self.lock,
+            ResourceKind::Sem => self.sem,
+            ResourceKind::Waypoint => self.waypoint,
+        }
+    }
+}
+
 /// What one lookup found out about a request's agent.
 pub struct Known {
     /// The agent's dedup slot, if it has remembered outcomes.
@@ -291,6 +326,20 @@ impl Core {
         (known, recall.reply.cloned())
     }
 
+    /// Waiters per resource kind, from the pending-wait index (invariant 3: it indexes exactly
+    /// the queued waiters), so the cost is the number of waiters, not of resources.
+    pub fn waiter_counts(&self) -> WaiterCounts {
+        let mut counts = WaiterCounts::default();
+        for (_, wait) in self.waiting.values().flatten() {
+            match wait.key.kind {
+                ResourceKind::Lock => counts.lock += 1,
+                ResourceKind::Sem => counts.sem += 1,
+                ResourceKind::Waypoint => counts.waypoint += 1,
+            }
+        }
+        counts
+    }
+
     /// The resource a pending request waits on.
     pub fn waiting_key(&self, agent: &str, request_id: &str) -> Option<ResourceKey> {
         Some(self.waiting.get(agent)?.get(request_id)?.key.clone())
@@ -350,10 +399,11 @@ impl Core {
         }
     }
 
-    /// Records a new waiter for `key`: the caller appends it to the resource's queue.
+    /// Records a new waiter for `key` and emits [`Event::Queued`]: the caller appends the
+    /// waiter to the resource's queue.
     pub fn enqueue(
         &mut self,
-        ctx: &Ctx,
+        ctx: &mut Ctx,
         key: &ResourceKey,
         lease: LeaseId,
         agent: &Text,
@@ -372,6 +422,11 @@ impl Core {
                 key: key.clone(),
             },
         );
+        ctx.events.push(Event::Queued {
+            key: key.clone(),
+            agent: agent.clone(),
+            request_id: request_id.to_string(),
+        });
         Waiter {
             lease,
             agent: agent.clone(),
@@ -404,6 +459,7 @@ impl Core {
         });
         self.respond(
             ctx,
+            key,
             &waiter.agent,
             waiter.request_id,
             Reply::Granted { token },
@@ -431,7 +487,7 @@ impl Core {
         }
         self.forget_wait(&waiter);
         let reply = Reply::refused(code, message);
-        self.respond(ctx, &waiter.agent, waiter.request_id, reply);
+        self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
     }
 
     /// Records the end of a hold in its lease (if the lease is still there) and in the events.
@@ -464,12 +520,21 @@ impl Core {
         }
     }
 
-    /// Answers a waiting request: remembers the reply for retries and emits it. The request
-    /// id is moved into the event, so answering copies it once (for the dedup memory).
-    fn respond(&mut self, ctx: &mut Ctx, agent: &Text, request_id: String, reply: Reply) {
+    /// Answers a request that waited on `key`: remembers the reply for retries and emits it.
+    /// The request id is moved into the event, so answering copies it once (for the dedup
+    /// memory).
+    fn respond(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        agent: &Text,
+        request_id: String,
+        reply: Reply,
+    ) {
         self.dedup
             .record(None, agent, request_id.clone(), reply.clone(), ctx.index);
         ctx.events.push(Event::Respond {
+            key: key.clone(),
             agent: agent.clone(),
             request_id,
             reply,

@@ -18,7 +18,7 @@ use std::ops::RangeInclusive;
 use hivekeeper_protocol::Area;
 
 use super::geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict};
-use crate::state_machine::LeaseId;
+use crate::LeaseId;
 
 /// Width of a level-0 cell, degrees (a power of two, so `x / width` is exact scaling).
 const BASE_CELL_DEG: f64 = 1.0 / 8192.0;

@@ -1,6 +1,6 @@
 //! Waypoints: conflicts by name and by cylinder, FIFO among conflicting requests only.
 
-use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{Area, ErrorCode, ResourceKind};
 
 use super::test_support::*;
 use super::{Reply, areas_conflict, distance_m};
@@ -90,7 +90,7 @@ fn a_name_conflicts_with_itself_whatever_the_geometry() {
             ..
         }
     ));
-    let bare = Op::WaypointReserve {
+    let bare = AgentOp::WaypointReserve {
         name: "pad-1".into(),
         lease: b.clone(),
         lat: None,
@@ -191,7 +191,7 @@ fn conflicts_are_found_across_the_antimeridian_and_near_a_pole() {
         h.lease("c", 5_000),
         h.lease("d", 5_000),
     );
-    let at = |name: &str, lease: &str, lat: f64, lon: f64| Op::WaypointReserve {
+    let at = |name: &str, lease: &str, lat: f64, lon: f64| AgentOp::WaypointReserve {
         name: name.into(),
         lease: lease.into(),
         lat: Some(lat),

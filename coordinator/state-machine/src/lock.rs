@@ -9,18 +9,17 @@
 //! 1. After every entry a lock in the map has a holder; a lock with neither holder nor waiters
 //!    is forgotten. (A holder-less lock exists only inside an apply, between a lease's end and
 //!    the handover.)
-//! 2. The holder's lease never also waits in the same queue, and no lease waits twice.
-//! 3. Waiters are ordered by `seq` (the log index that queued them), strictly increasing.
-//! 4. A waiter joins a queue only while it is shorter than `waiters_per_resource_max` (checked
-//!    at enqueue: a `Configure` that lowers the bound does not empty longer queues).
+//! 2. The holder's lease never also waits in the lock's queue.
+//! 3. The waiters are a FIFO queue (`fifo.rs`, its invariants 1 to 4): arrival order, one slot
+//!    per lease, bounded at enqueue, and the lock goes to the head alone.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use hivekeeper_protocol::{ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use super::grant::{Hold, Occupancy, ResourceKey, Waiter};
+use super::fifo::{self, Queue};
+use super::grant::{Hold, Occupancy, ResourceKey};
 use super::lease::LeaseId;
 use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
 
@@ -30,7 +29,7 @@ pub struct Lock {
     /// The holder; `None` only transiently inside an apply.
     pub holder: Option<Hold>,
     /// Waiters, head first.
-    pub waiters: VecDeque<Waiter>,
+    pub waiters: Queue,
 }
 
 impl StateMachine {
@@ -68,14 +67,10 @@ impl StateMachine {
                     format!("lock {name:?} is held by another lease"),
                 );
             }
-            if lock.waiters.len() >= self.limits.waiters_per_resource_max as usize {
-                return Reply::refused(
-                    ErrorCode::ResourceExhausted,
-                    format!(
-                        "lock {name:?} already has {} waiters, the limit",
-                        lock.waiters.len()
-                    ),
-                );
+            if let Some(refusal) =
+                fifo::full(ResourceKind::Lock, &name, lock.waiters.len(), &self.limits)
+            {
+                return refusal;
             }
             let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
             lock.waiters.push_back(waiter);
@@ -92,7 +87,7 @@ impl StateMachine {
             name,
             Lock {
                 holder: Some(hold),
-                waiters: VecDeque::new(),
+                waiters: Queue::default(),
             },
         );
         Reply::Granted { token }
@@ -159,12 +154,8 @@ impl StateMachine {
         };
         Reply::Inspect {
             limit: None,
-            holders: lock
-                .holder
-                .iter()
-                .map(|hold| holder_info(hold, None))
-                .collect(),
-            waiters: waiter_infos(&lock.waiters, false),
+            holders: lock.holder.iter().map(|hold| hold.info(None)).collect(),
+            waiters: lock.waiters.infos(false),
         }
     }
 
@@ -175,79 +166,14 @@ impl StateMachine {
                 return Err(format!("lock {name:?} has no holder after the entry"));
             };
             occupancy.hold(&key, holder);
-            check_queue(&key, &lock.waiters)?;
-            if lock.waiters.iter().any(|w| w.lease == holder.lease) {
+            lock.waiters.check(&key)?;
+            if lock.waiters.has_lease(holder.lease) {
                 return Err(format!("lock {name:?}: the holder's lease also waits"));
             }
-            for waiter in &lock.waiters {
+            for waiter in lock.waiters.iter() {
                 occupancy.wait(&key, waiter);
             }
         }
         Ok(())
     }
-
-    pub(super) fn resources_exhausted(&self) -> Reply {
-        Reply::refused(
-            ErrorCode::ResourceExhausted,
-            format!(
-                "{} resources are in use, the limit",
-                self.limits.resources_max
-            ),
-        )
-    }
-}
-
-/// Removes and returns the waiter of a FIFO queue (lock or semaphore) with this request id.
-pub(super) fn take_queued(
-    waiters: &mut VecDeque<Waiter>,
-    agent: &str,
-    request_id: &str,
-) -> Option<Waiter> {
-    let position = waiters
-        .iter()
-        .position(|w| &*w.agent == agent && w.request_id == request_id)?;
-    waiters.remove(position)
-}
-
-/// A holder as `inspect` shows it.
-pub(super) fn holder_info(hold: &Hold, permits: Option<u32>) -> HolderInfo {
-    HolderInfo {
-        agent: hold.agent.to_string(),
-        lease: hold.lease.to_string(),
-        token: hold.token,
-        permits,
-        since_ms: hold.since_ms,
-    }
-}
-
-/// A queue as `inspect` shows it, head first with position 1.
-pub(super) fn waiter_infos<'w>(
-    waiters: impl IntoIterator<Item = &'w Waiter>,
-    with_permits: bool,
-) -> Vec<WaiterInfo> {
-    waiters
-        .into_iter()
-        .zip(1u32..)
-        .map(|(waiter, position)| WaiterInfo {
-            agent: waiter.agent.to_string(),
-            position,
-            permits: with_permits.then_some(waiter.permits),
-            since_ms: waiter.since_ms,
-        })
-        .collect()
-}
-
-/// Queue invariants shared by locks and semaphores: FIFO by `seq`, one slot per lease.
-pub(super) fn check_queue(key: &ResourceKey, waiters: &VecDeque<Waiter>) -> Result<(), String> {
-    for pair in waiters.iter().collect::<Vec<_>>().windows(2) {
-        if pair[0].seq >= pair[1].seq {
-            return Err(format!("{key} queue is out of order"));
-        }
-    }
-    let mut leases: Vec<LeaseId> = waiters.iter().map(|w| w.lease).collect();
-    leases.sort_unstable();
-    if leases.windows(2).any(|pair| pair[0] == pair[1]) {
-        return Err(format!("{key} has a lease waiting twice"));
-    }
-    Ok(())
 }

@@ -29,9 +29,9 @@ use std::sync::Arc;
 use hivekeeper_protocol::{Area, ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
+use super::fifo;
 use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
-use super::lock::{holder_info, waiter_infos};
 use super::{Ctx, Limits, Reply, StateMachine, Text};
 use grid::{Entry, Grid};
 
@@ -381,11 +381,8 @@ impl StateMachine {
             .waiting_by_name
             .get(name)
             .map_or(0, BTreeSet::len);
-        if on_name >= limits.waiters_per_resource_max as usize {
-            return Some(Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!("waypoint {name:?} already has {on_name} waiters, the limit"),
-            ));
+        if let Some(refusal) = fifo::full(ResourceKind::Waypoint, name, on_name, limits) {
+            return Some(refusal);
         }
         if self.waypoints.waiters.len() >= limits.waypoint_waiters_max as usize {
             return Some(Reply::refused(
@@ -404,7 +401,7 @@ impl StateMachine {
             .waypoints
             .held
             .get(name)
-            .map(|reservation| holder_info(&reservation.hold, None))
+            .map(|reservation| reservation.hold.info(None))
             .into_iter()
             .collect();
         let waiting = self
@@ -418,7 +415,7 @@ impl StateMachine {
         Reply::Inspect {
             limit: None,
             holders,
-            waiters: waiter_infos(waiting, false),
+            waiters: fifo::infos(waiting, false),
         }
     }
 }

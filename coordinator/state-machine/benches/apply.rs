@@ -11,16 +11,17 @@
 //! (`Granted` / `Done` / `Queued` as expected), so the figures are real grants, never cheap
 //! refusals; after timing it checks the machine's invariants.
 //!
-//! Run: `cargo bench -p hivekeeper-coordinator --bench apply -- --warm-up-time 1
+//! Run: `cargo bench -p hivekeeper-state-machine --bench apply -- --warm-up-time 1
 //! --measurement-time 5`. Results: `docs/BENCHMARKS.md`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use hivekeeper_coordinator::state_machine::M_PER_DEG;
-use hivekeeper_coordinator::{Command, Event, Limits, LogMeta, Reply, StateMachine};
-use hivekeeper_protocol::{Op, Request};
+use hivekeeper_state_machine::M_PER_DEG;
+use hivekeeper_state_machine::{
+    AgentOp, AgentRequest, Command, Event, Limits, LogMeta, Reply, StateMachine,
+};
 
 /// Agents (one lease each) in the loaded machine.
 const AGENTS: usize = 10_000;
@@ -83,11 +84,11 @@ impl Harness {
     }
 
     /// A request with a fresh id, stamped with the next log position (not applied yet).
-    fn request(&mut self, agent: &str, op: Op) -> (LogMeta, Command) {
+    fn request(&mut self, agent: &str, op: AgentOp) -> (LogMeta, Command) {
         self.request_seq += 1;
         let command = Command::Request {
             agent: agent.to_string(),
-            request: Request {
+            request: AgentRequest {
                 id: format!("r{}", self.request_seq),
                 op,
             },
@@ -96,7 +97,7 @@ impl Harness {
     }
 
     /// Builds and applies one request now (setup, untimed).
-    fn apply(&mut self, agent: &str, op: Op) -> (Reply, Vec<Event>) {
+    fn apply(&mut self, agent: &str, op: AgentOp) -> (Reply, Vec<Event>) {
         let (meta, command) = self.request(agent, op);
         self.sm
             .apply(meta, command)
@@ -105,7 +106,7 @@ impl Harness {
 
     /// Grants a lease to `name`.
     fn agent(&mut self, name: String) -> Agent {
-        match self.apply(&name, Op::LeaseGrant { ttl_ms: TTL_MS }) {
+        match self.apply(&name, AgentOp::LeaseGrant { ttl_ms: TTL_MS }) {
             (Reply::Lease { lease, .. }, _) => Agent {
                 name,
                 lease: lease.to_string(),
@@ -121,16 +122,16 @@ impl Harness {
     }
 }
 
-fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> Op {
-    Op::LockAcquire {
+fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> AgentOp {
+    AgentOp::LockAcquire {
         name,
         lease: agent.lease.clone(),
         wait_ms,
     }
 }
 
-fn release(agent: &Agent, name: String) -> Op {
-    Op::LockRelease {
+fn release(agent: &Agent, name: String) -> AgentOp {
+    AgentOp::LockRelease {
         name,
         lease: agent.lease.clone(),
     }
@@ -300,8 +301,8 @@ fn lock_handover(c: &mut Criterion) {
     h.check_invariants();
 }
 
-fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> Op {
-    Op::WaypointReserve {
+fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
+    AgentOp::WaypointReserve {
         name,
         lease: agent.lease.clone(),
         lat: Some(lat),
@@ -315,8 +316,8 @@ fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> Op {
     }
 }
 
-fn waypoint_release(agent: &Agent, name: String) -> Op {
-    Op::WaypointRelease {
+fn waypoint_release(agent: &Agent, name: String) -> AgentOp {
+    AgentOp::WaypointRelease {
         name,
         lease: agent.lease.clone(),
     }

@@ -1,36 +1,60 @@
-//! The coordination state machine: pure, deterministic, applied by every replica in log order.
+//! # hivekeeper-state-machine: the coordination state machine
 //!
-//! No tokio, no openraft, no clock, no randomness, no I/O. Time enters only through
-//! [`LogMeta::now_ms`], stamped by the leader into each entry; identity (lease ids, fencing
-//! tokens, queue order) comes from [`LogMeta::index`]. Two replicas fed the same log end in the
-//! same state, byte for byte ([`StateMachine::snapshot`]).
+//! Every lease, lock, permit and reservation decision of Hivekeeper is made here, by one pure,
+//! deterministic machine that every Raft replica applies in log order. The node
+//! (`hivekeeper-coordinator`) carries bytes and time around it and never decides.
+//!
+//! Pure by construction, not by convention: this crate depends on data types (the protocol's
+//! error codes, resource kinds and inspect rows), serde, a hasher, `libm` and `thiserror`,
+//! nothing else, so Cargo refuses a tokio, openraft or metrics import here. No clock, no
+//! randomness, no I/O: time enters only through [`LogMeta::now_ms`], stamped by the leader into
+//! each entry; identity (lease ids, fencing tokens, queue order) comes from [`LogMeta::index`].
+//! Two replicas fed the same log end in the same state, byte for byte
+//! ([`StateMachine::snapshot`]).
 //!
 //! ```text
-//!  apply(meta, Command::Request { agent, request })
-//!    ├─ read op (keepalive, fence.check, inspect) ─▶ query(): no state change
+//!  node: wire Request ─▶ hivekeeper_coordinator::wire ─┬─▶ Command (writes, through the log)
+//!                                                      └─▶ ReadOp  (reads, read-index first)
+//!
+//!  apply(meta, Command::Request { agent, request: AgentRequest })
+//!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ write op ─▶ lease / lock / semaphore / waypoint
-//!                    ├─ grant now ─▶ Reply::Granted { token }
-//!                    ├─ queue     ─▶ Reply::Queued; later Event::Respond from the entry that
-//!                    │               grants it, times it out or ends its lease
+//!    └─ AgentOp ─▶ lease / lock / semaphore / waypoint
+//!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
+//!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
+//!                    │              later, from the entry that grants it, times it out or ends
+//!                    │              its lease: Event::Respond { key, .. } (its queue exit)
 //!                    └─ refuse    ─▶ Reply::Refused { code, message } (state unchanged)
 //!  apply(meta, Command::ExpireLeases { term, leases })   leader only; stale terms ignored
 //!  apply(meta, Command::CancelWait { agent, request_id }) a `wait_ms` ran out
 //!  apply(meta, Command::Configure { limits })             replicated bounds
+//!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases: no change
+//!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
+//!        │
+//!        ▼
+//!  node: (Reply, Vec<Event>) ─▶ the proposer's answer; deferred responses, lost/expired
+//!        notices, the lease keeper, metrics (waiters: +1 Queued, -1 Respond)
 //! ```
 //!
 //! # Layout (one file per concept; each opens with its invariants)
+//! - `request.rs`: [`AgentRequest`]/[`AgentOp`] (writes) and [`ReadOp`] (reads), the machine's
+//!   own request types, with the log's serde shape.
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares.
+//! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds.
+//! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
+//!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 
 mod dedup;
+mod fifo;
 mod grant;
 mod lease;
 mod limits;
 mod lock;
+mod request;
 mod semaphore;
 mod snapshot;
 mod waypoint;
@@ -39,6 +63,8 @@ mod waypoint;
 mod dedup_test;
 #[cfg(test)]
 mod lease_test;
+#[cfg(test)]
+mod limits_test;
 #[cfg(test)]
 mod lock_test;
 #[cfg(test)]
@@ -51,14 +77,14 @@ mod waypoint_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    ErrorCode, HolderInfo, LeaseInfo, NodeStatus, Op, Request, ResourceKind, Response, Success,
-    WaiterInfo, validate,
+    ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceKind, WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
-pub use grant::ResourceKey;
+pub use grant::{ResourceKey, WaiterCounts};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
-pub use limits::Limits;
+pub use limits::{Limits, LimitsError};
+pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
 use grant::Core;
@@ -97,12 +123,12 @@ pub struct LogMeta {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
-    /// A request from an agent, as received on `hk/v1/req/{agent}`.
+    /// A write request from an agent (the node converts the wire request at its edge).
     Request {
         /// The agent, from the request topic.
         agent: String,
         /// The request.
-        request: Request,
+        request: AgentRequest,
     },
     /// The leader found these leases past their deadline. Ignored when `term` is older than a
     /// term already applied: a deposed leader can never revoke.
@@ -197,50 +223,12 @@ pub enum Reply {
 }
 
 impl Reply {
-    pub(crate) fn refused(code: ErrorCode, message: impl Into<String>) -> Reply {
+    /// A refusal with `code` and a message for a human.
+    pub fn refused(code: ErrorCode, message: impl Into<String>) -> Reply {
         Reply::Refused {
             code,
             message: message.into(),
         }
-    }
-
-    /// The wire response for request `id`, or `None` while the request is queued.
-    pub fn to_response(&self, id: &str) -> Option<Response> {
-        let success = match self {
-            Reply::Lease { lease, ttl_ms } => Success::lease(lease.to_string(), *ttl_ms),
-            Reply::Ttl { ttl_ms } => Success::ttl(*ttl_ms),
-            Reply::Granted { token } => Success::token(*token),
-            Reply::Done | Reply::Expired { .. } | Reply::Cancelled { .. } => Success::default(),
-            Reply::Queued => return None,
-            Reply::Fence { current, valid } => Success::fence(*current, *valid),
-            Reply::Inspect {
-                limit,
-                holders,
-                waiters,
-            } => Success {
-                limit: *limit,
-                holders: Some(holders.clone()),
-                waiters: Some(waiters.clone()),
-                ..Success::default()
-            },
-            Reply::Status(status) => Success {
-                status: Some(status.clone()),
-                ..Success::default()
-            },
-            Reply::Leases { leases, next_after } => Success {
-                leases: Some(leases.clone()),
-                next_after: next_after.clone(),
-                ..Success::default()
-            },
-            Reply::Refused { code, message } => {
-                return Some(Response::error(
-                    Some(id.to_string()),
-                    *code,
-                    message.clone(),
-                ));
-            }
-        };
-        Some(Response::ok(id, success))
     }
 }
 
@@ -319,8 +307,23 @@ pub enum Event {
         /// Released by its holder, or taken away with its lease.
         reason: ReleaseReason,
     },
-    /// The final answer to a request that was [`Reply::Queued`].
+    /// A request joined a resource's queue (its reply is [`Reply::Queued`]; a retry of a
+    /// request that already waits emits nothing). Every `Queued` is followed, in this entry or
+    /// a later one, by exactly one [`Event::Respond`] with the same key, agent and request id:
+    /// the node keeps its waiters gauge from these two alone.
+    Queued {
+        /// The resource waited for.
+        key: ResourceKey,
+        /// The waiting agent.
+        agent: Text,
+        /// The id of the waiting request.
+        request_id: String,
+    },
+    /// The final answer to a request that was [`Reply::Queued`]: it left the queue of `key`,
+    /// granted, timed out or with its lease ended.
     Respond {
+        /// The resource it waited for.
+        key: ResourceKey,
         /// The waiting agent.
         agent: Text,
         /// The request id being answered.
@@ -342,10 +345,30 @@ pub enum Error {
         /// The index offered.
         got: u64,
     },
-    /// A snapshot could not be read.
+    /// A snapshot's bytes are not JSON of a machine's state.
     #[error("snapshot is unreadable: {0}")]
-    Snapshot(String),
+    Snapshot(serde_json::Error),
+    /// A snapshot of another layout version.
+    #[error("snapshot is unreadable: format {found} is not the supported format {supported}")]
+    SnapshotFormat {
+        /// The snapshot's format number.
+        found: u32,
+        /// The one this build reads and writes.
+        supported: u32,
+    },
+    /// A snapshot whose limits break a rule.
+    #[error("snapshot is unreadable: {0}")]
+    SnapshotLimits(LimitsError),
+    /// A snapshot whose state breaks an invariant.
+    #[error("snapshot is unreadable: {0}")]
+    SnapshotInvariant(InvariantViolation),
 }
+
+/// A broken invariant, found by [`StateMachine::check_invariants`]: a bug in the machine, or a
+/// corrupt snapshot. The text says which invariant of which concept, with the values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvariantViolation(pub String);
 
 /// Per-apply context: where we are in the log and what has happened so far.
 pub(crate) struct Ctx {
@@ -419,6 +442,13 @@ impl StateMachine {
         self.now_ms
     }
 
+    /// How many requests wait right now, per resource kind. The node's waiters gauge starts
+    /// from this (at start, after a snapshot install) and then follows [`Event::Queued`] (+1)
+    /// and [`Event::Respond`] (-1). Costs the number of waiters, not of resources.
+    pub fn waiter_counts(&self) -> WaiterCounts {
+        self.core.waiter_counts()
+    }
+
     /// Applies one committed entry.
     pub fn apply(&mut self, meta: LogMeta, command: Command) -> Result<(Reply, Vec<Event>), Error> {
         if meta.index <= self.index {
@@ -453,24 +483,24 @@ impl StateMachine {
                     self.core.dedup.set_limits(&self.limits);
                     Reply::Done
                 }
-                Err(message) => Reply::refused(ErrorCode::BadRequest, message),
+                Err(error) => Reply::refused(ErrorCode::BadRequest, error.to_string()),
             },
         };
         self.core.dedup.enforce(&self.limits);
         Ok((reply, ctx.events))
     }
 
-    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`) without changing
-    /// anything. Write ops are refused: they must go through the log.
-    pub fn query(&self, agent: &str, op: &Op) -> Reply {
+    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`)
+    /// without changing anything.
+    pub fn query(&self, agent: &str, op: &ReadOp) -> Reply {
         match op {
-            Op::LeaseKeepalive { lease } => match self.core.live_lease(agent, lease) {
+            ReadOp::LeaseKeepalive { lease } => match self.core.live_lease(agent, lease) {
                 Ok(id) => Reply::Ttl {
                     ttl_ms: self.core.leases[&id].ttl_ms,
                 },
                 Err(refusal) => refusal,
             },
-            Op::FenceCheck {
+            ReadOp::FenceCheck {
                 resource,
                 kind,
                 token,
@@ -481,40 +511,17 @@ impl StateMachine {
                     valid: tokens.contains(token),
                 }
             }
-            Op::Inspect { kind, name } => self.inspect(*kind, name),
-            Op::AdminLeases { after } => self.lease_page(after.as_deref()),
-            // The machine cannot see Raft; the node answers this one (`node/admin.rs`).
-            Op::AdminStatus {} | Op::AdminMemberAdd { .. } | Op::AdminMemberRemove { .. } => {
-                Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "{} is answered by the node (Raft), not the state machine",
-                        op.name()
-                    ),
-                )
-            }
-            write => Reply::refused(
-                ErrorCode::BadRequest,
-                format!(
-                    "{} changes state and must be applied through the log",
-                    write.name()
-                ),
-            ),
+            ReadOp::Inspect { kind, name } => self.inspect(*kind, name),
+            ReadOp::AdminLeases { after } => self.lease_page(after.as_deref()),
         }
     }
 
-    fn request(&mut self, ctx: &mut Ctx, agent: String, request: Request) -> Reply {
+    fn request(&mut self, ctx: &mut Ctx, agent: String, request: AgentRequest) -> Reply {
         if let Err(message) = validate::agent_id(&agent) {
             return Reply::refused(ErrorCode::BadRequest, message);
         }
-        if let Err(message) = validate::request_id(&request.id).and(request.op.validate()) {
-            return Reply::refused(
-                ErrorCode::BadRequest,
-                format!("{}: {message}", request.op.name()),
-            );
-        }
-        if !request.op.is_write() {
-            return self.query(&agent, &request.op);
+        if let Err(invalid) = request.validate() {
+            return Reply::refused(ErrorCode::BadRequest, invalid.to_string());
         }
         let (known, agent) = match self.core.recall(&agent, &request.id) {
             (_, Some(reply)) => return reply,
@@ -525,30 +532,30 @@ impl StateMachine {
         };
         let id = request.id;
         let reply = match request.op {
-            Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
-            Op::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
+            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
+            AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
             // No owner check: the operator's own credential is checked before the log, once
             // the service has authentication (docs/PROTOCOL.md, admin ops).
-            Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
-            Op::LockAcquire {
+            AgentOp::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
+            AgentOp::LockAcquire {
                 name,
                 lease,
                 wait_ms,
             } => self.lock_acquire(ctx, &agent, &id, name, &lease, wait_ms),
-            Op::LockRelease { name, lease } => {
+            AgentOp::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, &agent, &name, &lease)
             }
-            Op::SemAcquire {
+            AgentOp::SemAcquire {
                 name,
                 limit,
                 lease,
                 permits,
                 wait_ms,
             } => self.sem_acquire(ctx, &agent, &id, name, limit, &lease, permits, wait_ms),
-            Op::SemRelease { name, lease } => {
+            AgentOp::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, &agent, &name, &lease)
             }
-            ref reserve @ Op::WaypointReserve {
+            ref reserve @ AgentOp::WaypointReserve {
                 ref name,
                 ref lease,
                 wait_ms,
@@ -559,17 +566,8 @@ impl StateMachine {
                     .expect("validated above: the geometry is well formed");
                 self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms)
             }
-            Op::WaypointRelease { name, lease } => {
+            AgentOp::WaypointRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
-            }
-            Op::LeaseKeepalive { .. }
-            | Op::FenceCheck { .. }
-            | Op::Inspect { .. }
-            | Op::AdminStatus {}
-            | Op::AdminLeases { .. }
-            | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. } => {
-                unreachable!("read ops were answered by query() above")
             }
         };
         if reply != Reply::Queued {
@@ -685,11 +683,11 @@ impl StateMachine {
             ResourceKind::Lock => self
                 .locks
                 .get_mut(&key.name)
-                .and_then(|lock| lock::take_queued(&mut lock.waiters, agent, request_id)),
+                .and_then(|lock| lock.waiters.take(agent, request_id)),
             ResourceKind::Sem => self
                 .sems
                 .get_mut(&key.name)
-                .and_then(|sem| lock::take_queued(&mut sem.waiters, agent, request_id)),
+                .and_then(|sem| sem.waiters.take(agent, request_id)),
             ResourceKind::Waypoint => self.waypoints.take_waiter(&key.name, agent, request_id),
         };
         let waiter = waiter.expect("the pending-wait index points at a queued waiter");
@@ -718,9 +716,25 @@ impl StateMachine {
         self.locks.len() + self.sems.len() + self.waypoints.in_use()
     }
 
+    /// The refusal for a request that would put one resource more in use than `resources_max`.
+    fn resources_exhausted(&self) -> Reply {
+        Reply::refused(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "{} resources are in use, the limit",
+                self.limits.resources_max
+            ),
+        )
+    }
+
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls
     /// it on the state it read.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.check_concepts().map_err(InvariantViolation)
+    }
+
+    /// The concepts' own checks, in dependency order; each says what it found broken.
+    fn check_concepts(&self) -> Result<(), String> {
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
         let mut occupancy = grant::Occupancy::default();
