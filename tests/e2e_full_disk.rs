@@ -111,6 +111,8 @@ async fn a_full_disk_stops_the_node_with_its_cause_and_loses_nothing_acknowledge
     node.ready(1).await;
 
     let mut agent = Raw::connect(mqtt_port, "filler").await;
+    // Its subscriptions to the first serve; one more means it is back on the second.
+    let subscriptions = agent.subscriptions();
     let lease = agent.grant("g", 600_000).await;
     // Long names fill the log faster; each acquire is its own entry.
     let name = |i: usize| format!("disk/{i:05}/{}", "x".repeat(90));
@@ -158,8 +160,11 @@ async fn a_full_disk_stops_the_node_with_its_cause_and_loses_nothing_acknowledge
         "the error names the cause: {failure}"
     );
 
-    // Room again: everything acknowledged is still there, held by the same lease.
+    // Room again: everything acknowledged is still there, held by the same lease. The client
+    // reconnects by itself; a request sent before it subscribed again would be answered to
+    // nobody.
     node.ready(2).await;
+    agent.resubscribed(subscriptions).await;
     for (i, lock) in acknowledged.iter().enumerate() {
         let answer = agent.inspect(&format!("i{i}"), "lock", lock).await;
         assert_eq!(

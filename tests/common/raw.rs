@@ -75,6 +75,23 @@ impl Raw {
         raw
     }
 
+    /// How many times this client has subscribed so far (once per connection).
+    pub fn subscriptions(&self) -> u64 {
+        *self.subscribed.borrow()
+    }
+
+    /// Waits until this client has subscribed more than `seen` times: after a node restart, a
+    /// request sent before the client re-subscribed is answered while nobody listens.
+    pub async fn resubscribed(&mut self, seen: u64) {
+        within(
+            15,
+            &format!("raw client {} subscribed again", self.agent),
+            self.subscribed.wait_for(|n| *n > seen),
+        )
+        .await
+        .expect("the raw client's task is running");
+    }
+
     /// Publishes `payload` on `topic` (QoS 1).
     pub async fn publish_to(&self, topic: &str, payload: impl Into<Vec<u8>>) {
         within(

@@ -4,8 +4,8 @@
 //! everything published on `{prefix}/req/+` comes out of a bounded queue as an [`Inbound`]
 //! (topic and payload, not parsed), and [`Transport::publish`] puts responses on
 //! `{prefix}/rsp/{agent}` and events on `{prefix}/evt/{agent}`. The bridge built on top
-//! decodes requests (`Request::decode`), forwards them to the coordinator and correlates the
-//! responses.
+//! decodes requests (`Request::decode`), submits them to the node and publishes what the node
+//! answers; the node keeps each request until its final answer.
 //!
 //! Two backends behind one handle (DESIGN.md §4):
 //! - **embedded** (default): rumqttd 0.20 runs in this process, listening on 127.0.0.1:1883;
@@ -30,8 +30,7 @@
 //! (DESIGN.md §2, "Retries are safe").
 //!
 //! # Layout
-//! - [`bridge`]: decode, hand to the node, one final response per request id, events
-//!   ([`bridge::run`]).
+//! - [`bridge`]: decode, submit to the node, publish its answers and events ([`bridge::run`]).
 //! - [`config`]: [`Config`] with one [`DEFAULTS`] and `validate()`; [`Mode`] picks
 //!   [`EmbeddedConfig`] or [`ExternalConfig`].
 //! - `transport`: [`Transport`] (start, publish, stats, shutdown), [`Inbound`], [`Stats`],
