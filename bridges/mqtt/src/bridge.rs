@@ -3,17 +3,19 @@
 //! request is granted, times out or loses its lease), and publishes events.
 //!
 //! ```text
-//!  Inbound{topic, payload} ─▶ agent id from topic ──(bad: counted, dropped: no one to answer)
+//!  Inbound{topic, payload, route} ─▶ agent id from topic ──(bad: counted, dropped)
 //!        ─▶ Request::decode ──(bad: error response with the precise code)
 //!        ─▶ node.submit_ordered(agent, request)  (a write enters the proposer's queue now,
 //!           in arrival order) ─▶ task: await its reply
-//!              ├ final reply ─▶ publish {prefix}/rsp/{agent}
+//!              ├ final reply ─▶ publish_response(route): {prefix}/rsp/{agent} or the MQTT 5
+//!              │                Response Topic with its Correlation Data
 //!              ├ Queued      ─▶ (wait_ms = n > 0) timer n ms ─▶ node.cancel_wait, unless
 //!              │                the final answer is published first (the task ends then)
 //!              └ NodeError   ─▶ publish `unavailable` (the agent retries the same id)
-//!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}    (a queued request's final answer)
-//!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}    (lease.expired, lock.lost, ...;
-//!                      refused while the outbound queue is 3/4 full: responses first)
+//!  Outbound::Respond ─▶ publish_response(route kept in `Pending`)  (a queued request's
+//!                      final answer)
+//!  Outbound::Notify  ─▶ publish_event {prefix}/evt/{agent}    (lease.expired, lock.lost, ...;
+//!                      events yield to responses: `Transport::publish_event`)
 //! ```
 //!
 //! # Metrics
@@ -45,7 +47,7 @@ use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_histogram, gauge, histogram};
 use tokio::sync::{mpsc, watch};
 
-use crate::{Inbound, Transport};
+use crate::{Inbound, ReplyRoute, Transport};
 
 /// Final answers to decoded requests, by `op` and `code` (counter).
 pub const REQUESTS_TOTAL: &str = "hivekeeper_requests_total";
@@ -103,6 +105,9 @@ struct Pending {
     started: Instant,
     /// Whether it was answered `Queued` (and so counted in the waiters gauge).
     queued: bool,
+    /// Where its final answer goes (the MQTT 5 Response Topic and Correlation Data of the
+    /// send that registered it, or the default route).
+    route: ReplyRoute,
     /// Dropped with the entry, when the final answer is published: that wakes the tasks
     /// holding a receiver (waiting out this request's `wait_ms`), so they end with the request
     /// instead of sleeping out the whole wait after a grant.
@@ -168,18 +173,22 @@ pub async fn run(
                         reply,
                     } => match reply.to_response(&request_id) {
                         Some(response) => {
-                            let topic = transport.topics().response(&agent);
                             let key = (agent.to_string(), request_id);
                             // Absent when it was queued before this process started: its
-                            // op and start are unknown, so it is not counted.
-                            if let Some(waiter) = lock(&pending).remove(&key) {
-                                if waiter.queued {
-                                    gauge!(RESOURCE_WAITERS, "kind" => kind_label(waiter.kind))
-                                        .decrement(1.0);
+                            // op, start and route are unknown, so it is not counted and goes
+                            // to the default route.
+                            let route = match lock(&pending).remove(&key) {
+                                Some(waiter) => {
+                                    if waiter.queued {
+                                        gauge!(RESOURCE_WAITERS, "kind" => kind_label(waiter.kind))
+                                            .decrement(1.0);
+                                    }
+                                    count_answer(waiter.op, waiter.started, &response);
+                                    waiter.route
                                 }
-                                count_answer(waiter.op, waiter.started, &response);
-                            }
-                            published(respond(&transport, topic, &response));
+                                None => ReplyRoute::default(),
+                            };
+                            published(respond(&transport, &route, &key.0, &response));
                         }
                         None => continue,
                     },
@@ -193,7 +202,12 @@ pub async fn run(
             }
         })
     };
-    while let Some(Inbound { topic, payload }) = inbound.recv().await {
+    while let Some(Inbound {
+        topic,
+        payload,
+        route,
+    }) = inbound.recv().await
+    {
         let started = Instant::now();
         let agent = match transport.topics().parse_request_topic(&topic) {
             Ok(agent) => agent.to_string(),
@@ -207,8 +221,7 @@ pub async fn run(
             Ok(request) => request,
             Err(error) => {
                 counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
-                let topic = transport.topics().response(&agent);
-                published(transport.publish(topic, error.to_response().encode()));
+                published(transport.publish_response(&route, &agent, error.to_response().encode()));
                 continue;
             }
         };
@@ -226,6 +239,7 @@ pub async fn run(
                     kind,
                     started,
                     queued: false,
+                    route: route.clone(),
                     answered: watch::channel(()).0,
                 })
                 .answered
@@ -243,6 +257,7 @@ pub async fn run(
         let (transport, node) = (transport.clone(), node.clone());
         let asked = Asked {
             agent,
+            route,
             id,
             op,
             started,
@@ -261,6 +276,8 @@ pub async fn run(
 struct Asked {
     /// The asking agent.
     agent: String,
+    /// Where its answer goes.
+    route: ReplyRoute,
     /// Its request id.
     id: String,
     /// The op's wire name.
@@ -286,6 +303,7 @@ async fn answer(
 ) {
     let Asked {
         agent,
+        route,
         id,
         op,
         started,
@@ -293,7 +311,6 @@ async fn answer(
         answered,
         pending,
     } = asked;
-    let topic = transport.topics().response(&agent);
     let key = (agent, id);
     let (agent, id) = (&key.0, &key.1);
     let reply = reply.await;
@@ -343,7 +360,7 @@ async fn answer(
         }
     }
     count_answer(op, started, &response);
-    published(respond(transport, topic, &response));
+    published(respond(transport, &route, agent, &response));
 }
 
 /// Publishes a response, cut to fit one packet: an `inspect` of a long queue lists the first
@@ -351,11 +368,12 @@ async fn answer(
 /// Refused for its size it would never be answered, since every retry gets the same answer.
 fn respond(
     transport: &Transport,
-    topic: String,
+    route: &ReplyRoute,
+    agent: &str,
     response: &Response,
 ) -> Result<(), crate::MqttError> {
-    let payload = response.encode_within(transport.payload_bytes_max(&topic));
-    transport.publish(topic, payload)
+    let payload = response.encode_within(transport.response_payload_bytes_max(route, agent));
+    transport.publish_response(route, agent, payload)
 }
 
 /// Waits for `timer` unless the request's final answer is published first (its `answered`
