@@ -159,6 +159,7 @@ async fn a_full_disk_stops_the_node_with_its_cause_and_loses_nothing_acknowledge
 
     // Room again: everything acknowledged is still there, held by the same lease.
     node.ready(2).await;
+    agent.resubscribed(10).await;
     for (i, lock) in acknowledged.iter().enumerate() {
         let answer = agent.inspect(&format!("i{i}"), "lock", lock).await;
         assert_eq!(

@@ -690,6 +690,20 @@ impl Raw {
         raw
     }
 
+    /// Waits until this client subscribed again after its connection dropped (a node
+    /// restart). A request sent before that races its own response, which is dropped if it
+    /// comes before the subscription (PROTOCOL.md §2, "Subscribe first"); fails the test after
+    /// `secs`.
+    pub async fn resubscribed(&mut self, secs: u64) {
+        within(
+            secs,
+            &format!("raw client {} subscribed again", self.agent),
+            self.subscribed.changed(),
+        )
+        .await
+        .expect("the raw client's task is running");
+    }
+
     /// Publishes `payload` on `topic` (QoS 1).
     pub async fn publish_to(&self, topic: &str, payload: impl Into<Vec<u8>>) {
         within(
