@@ -42,6 +42,9 @@ const WRITE_BATCH_BYTES: usize = 64 * 1024;
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Initial read buffer: a CONNECT or a request fits.
 const READ_BUFFER_BYTES: usize = 1024;
+/// A buffer grown past this (one large packet or batch) is given back once empty, so an idle
+/// agent costs its small buffers again, not its largest moment.
+const BUFFER_KEEP_BYTES: usize = 16 * 1024;
 
 /// Why a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,6 +321,7 @@ impl Session {
             let more = self.drain(&mut wbuf);
             if !wbuf.is_empty() {
                 match tokio::time::timeout(write_timeout, stream.write_all(&wbuf)).await {
+                    Ok(Ok(())) if wbuf.capacity() > BUFFER_KEEP_BYTES => wbuf = BytesMut::new(),
                     Ok(Ok(())) => wbuf.clear(),
                     Ok(Err(_)) => return End::Io,
                     Err(_) => return End::SlowConsumer,
@@ -331,6 +335,9 @@ impl Session {
             }
             if more {
                 continue;
+            }
+            if rbuf.is_empty() && rbuf.capacity() > BUFFER_KEEP_BYTES {
+                *rbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
             }
             let keepalive_deadline = self
                 .keepalive_timeout
