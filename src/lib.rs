@@ -12,7 +12,7 @@
 //! ```text
 //!  Service::start(NodeConfig, mqtt Config)
 //!    ├─ Node::start: data dir (redb), Raft, actors ── outbound ──┐
-//!    ├─ Transport::start: embedded rumqttd or external broker    │
+//!    ├─ Transport::start: agent endpoint or external broker      │
 //!    ├─ bridge::run(transport, inbound, node, outbound) ◀───────┘
 //!    └─ counters copied into `metrics` once a second (no-ops without a recorder)
 //!  Service::shutdown: transport, bridge, node, in that order

@@ -107,7 +107,7 @@ fn main() -> std::process::ExitCode {
         // every 75 ms); the transport reports an outage once, every 30 s, and when it ends.
         Command::Serve(_) => {
             "info,openraft=warn,openraft::replication=off,\
-             openraft::engine::handler::replication_handler=error,rumqttd=warn"
+             openraft::engine::handler::replication_handler=error"
         }
         Command::Bench(_) => "warn",
         _ => "error",

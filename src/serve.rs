@@ -4,8 +4,8 @@
 //!  config (defaults < TOML file < flags)
 //!    ├─ metrics listener (Prometheus text on /metrics)
 //!    └─ hivekeeper::Service::start (src/service.rs, shared with the examples):
-//!         Node::start (redb, Raft, actors), Transport::start (embedded rumqttd or external
-//!         broker), bridge::run between them, counters copied into metrics once a second
+//!         Node::start (redb, Raft, actors), Transport::start (the agent endpoint or an
+//!         external broker), bridge::run between them, counters copied into metrics once a second
 //!  Ctrl-C / SIGTERM / an actor failure ─▶ transport, bridge, node shut down in that order
 //! ```
 
@@ -38,7 +38,7 @@ const SECONDS_BUCKETS: [f64; 16] = [
 pub struct ServeConfig {
     /// The node: data dir, Raft timing, replicated limits, ingress bounds.
     pub node: NodeConfig,
-    /// The MQTT side: embedded broker or external, topic prefix, queue sizes.
+    /// The MQTT side: the agent endpoint or an external broker, topic prefix, queue sizes.
     pub mqtt: hivekeeper_mqtt::Config,
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
@@ -78,7 +78,7 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         match &mut config.mqtt.mode {
             Mode::Embedded(embedded) => embedded.listen = listen,
             Mode::External(_) => bail!(
-                "--mqtt-listen is for the embedded broker, but the config file selects an external one"
+                "--mqtt-listen is for the agent endpoint, but the config file selects an external one"
             ),
         }
     }
@@ -118,7 +118,7 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         // Every member subscribes to every request on its broker: through one shared broker
         // each request would be carried out by every member and answered three times.
         bail!(
-            "a cluster member needs its own embedded broker: an external broker shared by the \
+            "a cluster member needs its own agent endpoint: an external broker shared by the \
              members is not supported yet (drop --mqtt-url, or run a single node)"
         );
     }
@@ -164,7 +164,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Mode::Embedded(_) => service
             .mqtt_addrs()
             .iter()
-            .map(|addr| format!("embedded broker on {addr}"))
+            .map(|addr| format!("agent endpoint on {addr}"))
             .collect::<Vec<_>>()
             .join(", "),
         Mode::External(external) => format!("external broker {}", external.url),

@@ -261,9 +261,11 @@ async fn garbage_on_a_topic_without_a_valid_agent_is_counted_and_dropped() {
     let port = node.mqtt_port();
     let mut raw = Raw::connect(port, "drone-7").await;
     let lease = raw.grant("g", 60_000).await;
+    // The agent endpoint refuses a publish outside the agent's own request topic before it
+    // reaches the bridge: counted as a refused publish.
     let before = wait_metric_sum(
         node.metrics_port,
-        "hivekeeper_mqtt_bad_topics_total",
+        "hivekeeper_endpoint_publishes_refused_total",
         10,
         |_| true,
     )
@@ -289,12 +291,12 @@ async fn garbage_on_a_topic_without_a_valid_agent_is_counted_and_dropped() {
     let sent = (topics.len() * payloads.len()) as f64;
     let after = wait_metric_sum(
         node.metrics_port,
-        "hivekeeper_mqtt_bad_topics_total",
+        "hivekeeper_endpoint_publishes_refused_total",
         15,
         |n| n >= before + sent,
     )
     .await;
-    eprintln!("bad_topics_total {before} -> {after} after {sent} messages on bad topics");
+    eprintln!("publishes_refused_total {before} -> {after} after {sent} messages on bad topics");
 
     // Still up, still serving, nothing was done for the bad topics.
     assert!(node.is_running(), "the node died:\n{}", node.log_tail(30));

@@ -149,7 +149,7 @@ fn a_taken_peer_port_and_bad_cluster_flags_are_clear_errors() {
         .stderr(Stdio::piped())
         .output()
         .expect("hivekeeper runs");
-    assert_refused(&output, "needs its own embedded broker");
+    assert_refused(&output, "needs its own agent endpoint");
 }
 
 #[tokio::test]

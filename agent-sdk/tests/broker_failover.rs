@@ -1,6 +1,6 @@
 //! Broker failover over real MQTT: two brokers served by one fake service (shared state, like
 //! a replicated service's nodes). The first broker sits behind a proxy; killing the proxy is
-//! what an agent sees when a node dies (rumqttd cannot be stopped in-process).
+//! what an agent sees when a node dies (a killable TCP proxy in front of each broker).
 
 mod common;
 

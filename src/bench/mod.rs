@@ -91,10 +91,9 @@ enum Scenario {
     /// Many idle agents holding leases kept alive while a contended run goes on: keepalive
     /// success, latencies under that load, node memory.
     ///
-    /// The embedded broker (rumqttd 0.20) slows down past a few thousand agents and collapses
-    /// at 10,000; for that many, run the node against Mosquitto (`serve --mqtt-url`) and give
-    /// its address as --brokers (docs/OPERATIONS.md). Raise `ulimit -n` above the agent count
-    /// for the bench and the broker.
+    /// Against the agent endpoint (`hivekeeper serve`) or a node behind Mosquitto
+    /// (`serve --mqtt-url`, give the broker's address as --brokers; docs/OPERATIONS.md). Raise
+    /// `ulimit -n` above the agent count for the bench and the node or broker.
     Scale {
         #[command(flatten)]
         common: Common,

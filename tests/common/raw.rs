@@ -22,9 +22,10 @@ pub struct Raw {
 }
 
 impl Raw {
-    /// Connects as MQTT client `raw-{agent}` and subscribes to `{PREFIX}/rsp/{agent}`.
+    /// Connects as MQTT client `{agent}` (the agent endpoint takes the client id as the agent
+    /// id) and subscribes to `{PREFIX}/rsp/{agent}`.
     pub async fn connect(port: u16, agent: &str) -> Raw {
-        let mut options = MqttOptions::new(format!("raw-{agent}"), "127.0.0.1", port);
+        let mut options = MqttOptions::new(agent, "127.0.0.1", port);
         options.set_keep_alive(Duration::from_secs(5));
         options.set_clean_session(true);
         options.set_max_packet_size(64 * 1024, 64 * 1024);

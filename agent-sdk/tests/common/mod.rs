@@ -1,6 +1,6 @@
-//! Test support: an embedded rumqttd broker and a fake Hivekeeper service with scripted
-//! behaviour. Ports, bounded waits and the killable TCP proxy (rumqttd itself cannot be
-//! stopped) come from `hivekeeper-test-support`.
+//! Test support: a mosquitto broker per test (Debian's, as `.ci/run` installs it) and a fake
+//! Hivekeeper service with scripted behaviour. Ports, bounded waits, the mosquitto binary and
+//! the killable TCP proxy come from `hivekeeper-test-support`.
 //!
 //! The SDK must not depend on the coordinator, so [`Fake`] plays the service: a rumqttc client
 //! subscribed to `hk/v1/req/+` that keeps leases, holders and request outcomes in memory and
@@ -17,59 +17,59 @@
 #[allow(unused_imports)] // Each test binary uses a different part of this module.
 pub use hivekeeper_test_support::{Proxy, eventually, free_port, within};
 
+use hivekeeper_test_support::Mosquitto;
+
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hivekeeper_agent::AgentConfig;
 use hivekeeper_agent::protocol::{ErrorCode, Event, Op, Request, Response, Success};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
-use rumqttd::{Broker, Config, ConnectionSettings, RouterConfig, ServerSettings};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// Starts an embedded rumqttd broker on its own OS thread (`Broker::start` blocks) and returns
-/// its port. The broker lives until the test process ends.
+/// Starts a mosquitto broker on a free loopback port and returns the port once it accepts
+/// TCP connections. The broker lives until the test process ends: it runs under `sh`, which
+/// waits on its stdin (a pipe this process holds) and kills the broker when the pipe closes,
+/// i.e. when the test process exits, however it exits.
+///
+/// A general-purpose broker is needed here (the fake service is itself an MQTT client
+/// subscribed to every agent's request topic), which the agent endpoint deliberately is not.
 pub fn start_broker() -> u16 {
+    let mosquitto = Mosquitto::binary();
     let port = free_port();
-    let listen: SocketAddr = ([127, 0, 0, 1], port).into();
-    let server = ServerSettings {
-        name: format!("v4-{port}"),
-        listen,
-        tls: None,
-        next_connection_delay_ms: 1,
-        connections: ConnectionSettings {
-            connection_timeout_ms: 5_000,
-            max_payload_size: 64 * 1024,
-            max_inflight_count: 100,
-            auth: None,
-            external_auth: None,
-            dynamic_filters: true,
-        },
-    };
-    let config = Config {
-        id: 0,
-        router: RouterConfig {
-            max_connections: 64,
-            max_outgoing_packet_count: 200,
-            max_segment_size: 1024 * 1024,
-            max_segment_count: 4,
-            ..RouterConfig::default()
-        },
-        v4: Some(HashMap::from([("1".to_string(), server)])),
-        ..Config::default()
-    };
-    std::thread::Builder::new()
-        .name(format!("broker-{port}"))
-        .spawn(move || {
-            let mut broker = Broker::new(config);
-            if let Err(e) = broker.start() {
-                eprintln!("broker on {port} stopped: {e}");
-            }
-        })
-        .expect("spawn the broker thread");
-    port
+    let dir = std::env::temp_dir().join(format!("hk-sdk-mosquitto-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir for mosquitto.conf");
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
+             persistence false\nmax_queued_messages 10000\n"
+        ),
+    )
+    .expect("write mosquitto.conf");
+    let script = format!(
+        "'{}' -c '{}' >/dev/null 2>&1 & broker=$!; read _; kill $broker",
+        mosquitto.display(),
+        conf.display()
+    );
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn mosquitto under sh");
+    // Keep the stdin pipe open for the life of the process: its close is the stop signal.
+    std::mem::forget(child);
+    for _ in 0..500 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("mosquitto did not listen on {port} within 5 s");
 }
 
 /// Settings for a test agent: short timeouts so retries happen within a test's time.

@@ -3,8 +3,8 @@
 //! on `hk/v1/rsp/bench`, 1,000 times one after another; prints p50/p90/p99/max.
 //!
 //! ```text
-//! cargo run --release -p hivekeeper-mqtt --example latency                 # embedded, TCP_NODELAY on the listener
-//! cargo run --release -p hivekeeper-mqtt --example latency -- --no-nodelay # embedded, stock rumqttd sockets
+//! cargo run --release -p hivekeeper-mqtt --example latency                 # agent endpoint, TCP_NODELAY on accepted sockets
+//! cargo run --release -p hivekeeper-mqtt --example latency -- --no-nodelay # agent endpoint without TCP_NODELAY
 //! cargo run --release -p hivekeeper-mqtt --example latency -- --qos0       # QoS 0 requests
 //! cargo run --release -p hivekeeper-mqtt --example latency -- --external mqtt://127.0.0.1:1883
 //! ```

@@ -3,14 +3,17 @@
 //! request's final answer is published from wherever the node produces it.
 //!
 //! ```text
-//!  Inbound{topic, payload} ─▶ agent id from topic ──(bad: counted, dropped: no one to answer)
-//!        ─▶ Request::decode ──(bad: error response with the precise code)
+//!  Inbound{topic, payload, route} ─▶ agent id from topic ──(bad: counted, dropped)
+//!        ─▶ Request::decode ──(bad: error response with the precise code, along its route)
 //!        ─▶ node.submit(agent, request, respond)   (a write enters the proposer's queue now,
 //!                                                   in arrival order)
-//!              respond(response) ─▶ publish {prefix}/rsp/{agent}   (called by the node, once)
-//!  Outbound::Respond ─▶ publish {prefix}/rsp/{agent}   (a queued request not pending here)
-//!  Outbound::Notify  ─▶ publish {prefix}/evt/{agent}   (lease.expired, lock.lost, ...;
-//!                      refused while the outbound queue is 3/4 full: responses first)
+//!              respond(response) ─▶ publish_response(route)   (called by the node, once):
+//!                                   {prefix}/rsp/{agent}, or the MQTT 5 Response Topic with
+//!                                   its Correlation Data
+//!  Outbound::Respond ─▶ {prefix}/rsp/{agent}   (a queued request not pending here: its route
+//!                      is unknown, so the default one)
+//!  Outbound::Notify  ─▶ publish_event {prefix}/evt/{agent}   (lease.expired, lock.lost, ...;
+//!                      events yield to responses: `Transport::publish_event`)
 //! ```
 //!
 //! # Metrics
@@ -26,7 +29,7 @@ use hivekeeper_protocol::{Request, Response, Topics};
 use metrics::{counter, describe_counter};
 use tokio::sync::mpsc;
 
-use crate::{Inbound, Transport};
+use crate::{Inbound, ReplyRoute, Transport};
 
 /// Messages that could not be decoded into a request, by `code` (counter).
 pub const MQTT_BAD_REQUESTS_TOTAL: &str = "hivekeeper_mqtt_bad_requests_total";
@@ -111,12 +114,14 @@ pub async fn run(
     while let Some(message) = inbound.recv().await {
         match decode(transport.topics(), &message) {
             Decoded::NoAgent => {}
-            Decoded::Refused { agent, response } => respond(&transport, &agent, &response),
+            Decoded::Refused { agent, response } => {
+                respond(&transport, &message.route, &agent, &response);
+            }
             // Handed to the node here, in arrival order: the node queues a write before
             // `submit` returns, so one agent's pipelined writes reach the log in the order
             // they were sent.
             Decoded::Request { agent, request } => {
-                let respond = responder(&transport, &agent);
+                let respond = responder(&transport, message.route, &agent);
                 node.submit(&agent, request, respond);
             }
         }
@@ -124,11 +129,11 @@ pub async fn run(
     publisher.abort();
 }
 
-/// Where the node answers a request from `agent`: its response topic.
-fn responder(transport: &Transport, agent: &str) -> Respond {
+/// Where the node answers a request from `agent`: along the request's route.
+fn responder(transport: &Transport, route: ReplyRoute, agent: &str) -> Respond {
     let transport = transport.clone();
     let agent = agent.to_string();
-    Box::new(move |response| respond(&transport, &agent, &response))
+    Box::new(move |response| respond(&transport, &route, &agent, &response))
 }
 
 /// Publishes what the node sends besides answers: notices, and final answers of requests not
@@ -136,7 +141,9 @@ fn responder(transport: &Transport, agent: &str) -> Respond {
 async fn publish_outbound(transport: Transport, mut outbound: mpsc::UnboundedReceiver<Outbound>) {
     while let Some(message) = outbound.recv().await {
         match message {
-            Outbound::Respond { agent, response } => respond(&transport, &agent, &response),
+            Outbound::Respond { agent, response } => {
+                respond(&transport, &ReplyRoute::default(), &agent, &response);
+            }
             // Events yield to responses when the queue runs full (see
             // `Transport::publish_event`).
             Outbound::Notify { agent, event } => {
@@ -147,14 +154,13 @@ async fn publish_outbound(transport: Transport, mut outbound: mpsc::UnboundedRec
     }
 }
 
-/// Publishes a response on `agent`'s response topic, cut to fit one packet: an `inspect` of a
-/// long queue lists the first holders and waiters that fit and says how many there are
-/// (`Response::encode_within`). Refused for its size it would never be answered, since every
-/// retry gets the same answer.
-fn respond(transport: &Transport, agent: &str, response: &Response) {
-    let topic = transport.topics().response(agent);
-    let payload = response.encode_within(transport.payload_bytes_max(&topic));
-    published(transport.publish(topic, payload));
+/// Publishes a response along `route` (`agent`'s response topic by default), cut to fit one
+/// packet: an `inspect` of a long queue lists the first holders and waiters that fit and says
+/// how many there are (`Response::encode_within`). Refused for its size it would never be
+/// answered, since every retry gets the same answer.
+fn respond(transport: &Transport, route: &ReplyRoute, agent: &str, response: &Response) {
+    let payload = response.encode_within(transport.response_payload_bytes_max(route, agent));
+    published(transport.publish_response(route, agent, payload));
 }
 
 /// Counts and logs a response or event the transport refused.
@@ -175,6 +181,7 @@ mod tests {
         Inbound {
             topic: topic.to_string(),
             payload: crate::Bytes::copy_from_slice(payload.as_bytes()),
+            route: ReplyRoute::default(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! One [`DEFAULTS`] holds every default value; `Default` impls and serde's `#[serde(default)]`
 //! read from it, so a default is written down exactly once. [`Config::validate`] checks the
 //! rules that cross fields or that the underlying crates would otherwise answer with a panic
-//! (rumqttd panics on a segment under 1 KiB, rumqttc on a keepalive under one second).
+//! (rumqttc panics on a keepalive under one second).
 //!
 //! Example (JSON; the node's own config file nests this under its `mqtt` key):
 //!
@@ -59,14 +59,12 @@ pub struct Defaults {
     pub connect_packet_timeout_ms: u16,
     /// See [`EmbeddedConfig::inflight_max`].
     pub inflight_max: usize,
-    /// See [`EmbeddedConfig::segment_bytes_max`].
-    pub segment_bytes_max: usize,
-    /// See [`EmbeddedConfig::segment_count_max`].
-    pub segment_count_max: usize,
-    /// See [`EmbeddedConfig::request_segment_bytes_max`].
-    pub request_segment_bytes_max: usize,
-    /// See [`EmbeddedConfig::request_segment_count_max`].
-    pub request_segment_count_max: usize,
+    /// See [`EmbeddedConfig::connect_rate_per_s_max`].
+    pub connect_rate_per_s_max: u32,
+    /// See [`EmbeddedConfig::connection_queue_max`].
+    pub connection_queue_max: usize,
+    /// See [`EmbeddedConfig::write_timeout_ms`].
+    pub write_timeout_ms: u64,
     /// See [`ExternalConfig::url`].
     pub url: &'static str,
     /// See [`ExternalConfig::client_id`].
@@ -81,16 +79,16 @@ pub struct Defaults {
     pub reconnect_delay_ms_max: u64,
 }
 
-/// The defaults. `hivekeeper serve` with no flags runs an embedded broker on 127.0.0.1:1883
+/// The defaults. `hivekeeper serve` with no flags runs the agent endpoint on 127.0.0.1:1883
 /// (DESIGN.md §4): loopback only, so a fresh install exposes nothing to the network.
 pub const DEFAULTS: Defaults = Defaults {
     topic_prefix: DEFAULT_PREFIX,
     // 64 KiB = REQUEST_BYTES_MAX (8 KiB) + 56 KiB of margin. A request over 8 KiB must still
     // reach the bridge so the agent gets `too_large` on its response topic instead of a silent
-    // disconnect by the broker (rumqttd drops a connection whose packet exceeds this limit
-    // before reading it). Valid requests are under 1 KiB (every field is bounded), so anything
+    // disconnect (the endpoint closes a connection whose packet exceeds this limit before
+    // reading it). Valid requests are under 1 KiB (every field is bounded), so anything
     // larger is a client bug, and 8x the limit covers such bugs without letting one connection
-    // make the broker buffer megabytes.
+    // make the node buffer megabytes.
     packet_bytes_max: 64 * 1024,
     // A burst of 4096 requests (a fleet reconnecting at once) fits without dropping; at about
     // 200 bytes a request that is under 1 MiB of queued payload.
@@ -99,24 +97,18 @@ pub const DEFAULTS: Defaults = Defaults {
     startup_timeout_ms: 10_000,
     listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 1883),
     tcp_nodelay: true,
-    // DESIGN.md §7 load-tested rumqttd to 10k connections.
-    connections_max: 10_000,
+    // The scale target is 10,000 agents a node with room for 20,000 idle ones; each
+    // connection costs a task, a read buffer and its queue (docs/BENCHMARKS.md).
+    connections_max: 20_000,
     connect_packet_timeout_ms: 5_000,
     inflight_max: 100,
-    // rumqttd keeps the last `count` segments of every filter whether or not they were delivered,
-    // so each agent's response filter holds its most recent responses: with 16 KiB segments
-    // that was about 330 responses, some 125 KB per agent once a long-lived swarm had filled
-    // them (docs/BENCHMARKS.md, "scale"). 1 KiB (rumqttd's minimum) x 2 keeps the last 11 to 22
-    // responses of about 90 bytes, some 8 KB. The router moves a response out of the log as
-    // soon as its agent's connection has room (fewer than 100 unacknowledged QoS 1 messages,
-    // rumqttd's fixed window), so one is lost only when more than about 11 pile up first; the
-    // SDK resends the same request id and gets the same answer (DESIGN.md §2).
-    segment_bytes_max: 1024,
-    segment_count_max: 2,
-    // The request filter carries every agent's requests: a larger log lets the bridge's link
-    // fall behind by a few thousand requests before rumqttd overwrites unread ones.
-    request_segment_bytes_max: 1024 * 1024,
-    request_segment_count_max: 4,
+    // 10,000 agents reconnecting after a restart are in within about 5 s (a 2,000 burst, then
+    // 2,000 a second); the SDK's jittered backoff spreads the ones refused.
+    connect_rate_per_s_max: 2_000,
+    // An agent has a handful of requests in flight; 256 messages is far more than a healthy
+    // one ever has waiting, so only a consumer that stopped reading reaches it.
+    connection_queue_max: 256,
+    write_timeout_ms: 10_000,
     url: "mqtt://127.0.0.1:1883",
     client_id: "hivekeeper",
     keepalive_s: 30,
@@ -129,8 +121,8 @@ pub const DEFAULTS: Defaults = Defaults {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Embedded broker (the default: nothing else to install) or a client of an external
-    /// broker (when the swarm outgrows one broker, DESIGN.md §4).
+    /// The agent endpoint (the default: nothing else to install) or a client of an external
+    /// broker (general pub/sub, or when the swarm outgrows one node, DESIGN.md §4).
     pub mode: Mode,
     /// Topic prefix, `hk/v1` by default. Configurable so two services can share one broker.
     /// Checked by [`Topics::new`] (no wildcards, no empty level).
@@ -138,21 +130,23 @@ pub struct Config {
     /// Largest MQTT packet accepted from a client, in bytes of remaining length (topic,
     /// properties and payload). Above `REQUEST_BYTES_MAX` on purpose, see [`DEFAULTS`]: an
     /// oversized request must reach the bridge to be answered `too_large`. Also caps what
-    /// [`crate::Transport::publish`] accepts, so a response never exceeds what the broker
-    /// takes from us, and is the rumqttc packet limit in external mode.
+    /// [`crate::Transport::publish`] accepts, and is the rumqttc packet limit in external
+    /// mode. The endpoint closes a connection that sends a larger packet
+    /// ([`crate::Stats::packets_too_large_total`]) and announces the limit to MQTT 5 clients.
     pub packet_bytes_max: usize,
     /// Capacity of the inbound queue (messages from `{prefix}/req/+` waiting for the bridge).
     /// When the bridge falls this far behind, new requests are dropped and counted in
-    /// [`crate::Stats::inbound_dropped_total`] rather than stalling the broker link; the agent
+    /// [`crate::Stats::inbound_dropped_total`] rather than stalling the connections; the agent
     /// retries with the same request id, which is safe (DESIGN.md §2).
     pub inbound_capacity: usize,
-    /// Capacity of the outbound queue (responses and events waiting to be published). When
-    /// full, [`crate::Transport::publish`] fails at once with [`MqttError::OutboundFull`]
-    /// instead of blocking the caller.
+    /// Capacity of the outbound queue to an external broker (responses and events waiting to
+    /// be published). When full, [`crate::Transport::publish`] fails at once with
+    /// [`MqttError::OutboundFull`] instead of blocking the caller. The agent endpoint has a
+    /// queue per connection instead ([`EmbeddedConfig::connection_queue_max`]).
     pub outbound_capacity: usize,
-    /// How long [`crate::Transport::start`] waits for the broker: the embedded listeners to
-    /// answer an MQTT CONNECT, or the external broker to accept the connection and the
-    /// request subscription. Past it, start fails with a clear error instead of hanging.
+    /// How long [`crate::Transport::start`] waits for the external broker to accept the
+    /// connection and the request subscription. Past it, start fails with a clear error
+    /// instead of hanging. (The endpoint's listeners are bound before start returns.)
     pub startup_timeout_ms: u64,
 }
 
@@ -173,7 +167,7 @@ impl Default for Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Mode {
-    /// Run rumqttd inside this process.
+    /// Run the agent endpoint, Hivekeeper's own MQTT 3.1.1/5.0 server, in this process.
     Embedded(EmbeddedConfig),
     /// Connect to a broker that runs elsewhere (Mosquitto, EMQX, HiveMQ, ...).
     ///
@@ -189,41 +183,58 @@ impl Default for Mode {
     }
 }
 
-/// The embedded rumqttd broker.
+/// The agent endpoint: Hivekeeper's own MQTT server, serving only its topics
+/// (docs/PROTOCOL.md §1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EmbeddedConfig {
-    /// MQTT 3.1.1 listener address. Loopback by default, so nothing is exposed until the
-    /// operator says so. Port 0 picks a free port; [`crate::Transport::listeners`] tells which.
+    /// Listener address. Loopback by default, so nothing is exposed until the operator says
+    /// so. Port 0 picks a free port; [`crate::Transport::listeners`] tells which. Serves MQTT
+    /// 3.1.1 and 5.0 alike (the version is read from each CONNECT).
     pub listen: SocketAddr,
-    /// Optional MQTT 5 listener address (rumqttd serves v4 and v5 on separate ports).
+    /// Optional second listener address (kept from the rumqttd days, when 5.0 needed its own
+    /// port); serves both versions like `listen`.
     pub listen_v5: Option<SocketAddr>,
-    /// Set TCP_NODELAY on the listening sockets, which Linux copies to every accepted socket.
-    /// Without it each QoS 1 request waits about 40 ms: the broker writes the PUBACK, then
-    /// Nagle holds the response until the client's delayed ACK (DESIGN.md §7). rumqttd binds
-    /// the socket itself and offers no option, see `listener_nodelay.rs` for how it is done.
+    /// Set TCP_NODELAY on every accepted socket. Without it each QoS 1 request waits about
+    /// 40 ms: the endpoint writes the PUBACK, then Nagle holds the response until the
+    /// client's delayed ACK (DESIGN.md §7).
     pub tcp_nodelay: bool,
-    /// Most concurrent connections rumqttd accepts (its router pre-allocates this many slots).
+    /// Most open agent connections (sockets accepted and not yet closed, CONNECT or not).
+    /// Past it a new socket is closed at once and counted in
+    /// [`crate::Stats::connections_refused_total`].
     pub connections_max: usize,
-    /// How long a new TCP connection may take to send its MQTT CONNECT before rumqttd drops
-    /// it, in ms. Bounds what half-open or idle probes cost.
+    /// How long a new socket may take to send its CONNECT before it is closed, in ms. Bounds
+    /// what half-open sockets and idle probes cost.
     pub connect_packet_timeout_ms: u16,
-    /// Most QoS 1/2 messages in flight to one client; also how many packets rumqttd reads from
-    /// one connection in a batch.
+    /// Most QoS 1 messages in flight (sent, not acknowledged) to one agent; also the Receive
+    /// Maximum announced to MQTT 5 clients and the most QoS 2 requests one agent may have
+    /// awaiting PUBREL.
     pub inflight_max: usize,
-    /// Size of one in-memory log segment of a subscription filter, in bytes (at least 1 KiB,
-    /// rumqttd panics below). Every filter (one per agent response and event topic) keeps up to
-    /// `segment_count_max` segments of recent messages, delivered or not, so this bounds memory
-    /// per agent; an agent that falls further behind than they hold loses the oldest (the SDK
-    /// resends by request id).
-    pub segment_bytes_max: usize,
-    /// How many segments a filter keeps, the one being written included (at least 1).
-    pub segment_count_max: usize,
-    /// Segment size for the request filter `{prefix}/req/+`, in bytes. If the bridge's link
-    /// falls further behind than this log holds, rumqttd overwrites unread requests.
-    pub request_segment_bytes_max: usize,
-    /// Segment count for the request filter.
-    pub request_segment_count_max: usize,
+    /// Most new connections accepted a second (a token bucket holding one second's worth).
+    /// Past it a new socket is closed at once and counted in
+    /// [`crate::Stats::connects_rate_limited_total`]. 0: no limit.
+    pub connect_rate_per_s_max: u32,
+    /// Messages waiting for one agent's connection. Events may fill at most half of it (an
+    /// event beyond is dropped, [`crate::Stats::events_dropped_total`]); a response that
+    /// finds it full evicts the oldest event, and if only responses are waiting the agent is
+    /// a slow consumer and is disconnected ([`crate::Stats::slow_consumer_disconnects_total`]).
+    pub connection_queue_max: usize,
+    /// Longest one socket write may take, in ms, before the agent is disconnected as a slow
+    /// consumer (it stopped reading and its TCP window is shut).
+    pub write_timeout_ms: u64,
+    /// Ignored: a rumqttd setting (its per-filter log segments), accepted so that config files
+    /// written for it still load. A warning is logged when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_bytes_max: Option<usize>,
+    /// Ignored, like `segment_bytes_max`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_count_max: Option<usize>,
+    /// Ignored, like `segment_bytes_max`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_segment_bytes_max: Option<usize>,
+    /// Ignored, like `segment_bytes_max`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_segment_count_max: Option<usize>,
 }
 
 impl Default for EmbeddedConfig {
@@ -235,10 +246,13 @@ impl Default for EmbeddedConfig {
             connections_max: DEFAULTS.connections_max,
             connect_packet_timeout_ms: DEFAULTS.connect_packet_timeout_ms,
             inflight_max: DEFAULTS.inflight_max,
-            segment_bytes_max: DEFAULTS.segment_bytes_max,
-            segment_count_max: DEFAULTS.segment_count_max,
-            request_segment_bytes_max: DEFAULTS.request_segment_bytes_max,
-            request_segment_count_max: DEFAULTS.request_segment_count_max,
+            connect_rate_per_s_max: DEFAULTS.connect_rate_per_s_max,
+            connection_queue_max: DEFAULTS.connection_queue_max,
+            write_timeout_ms: DEFAULTS.write_timeout_ms,
+            segment_bytes_max: None,
+            segment_count_max: None,
+            request_segment_bytes_max: None,
+            request_segment_count_max: None,
         }
     }
 }
@@ -365,27 +379,38 @@ impl EmbeddedConfig {
             1,
             usize::from(u16::MAX),
         )?;
-        // rumqttd's CommitLog::new panics under 1 KiB or with 0 segments: refuse it here.
         check_range(
-            "mode.segment_bytes_max",
-            self.segment_bytes_max,
-            1024,
-            1 << 30,
-        )?;
-        check_range("mode.segment_count_max", self.segment_count_max, 1, 1024)?;
-        check_range(
-            "mode.request_segment_bytes_max",
-            self.request_segment_bytes_max,
-            1024,
-            1 << 30,
+            "mode.connect_rate_per_s_max",
+            self.connect_rate_per_s_max,
+            0,
+            1_000_000,
         )?;
         check_range(
-            "mode.request_segment_count_max",
-            self.request_segment_count_max,
-            1,
-            1024,
+            "mode.connection_queue_max",
+            self.connection_queue_max,
+            2,
+            1_000_000,
         )?;
+        check_range("mode.write_timeout_ms", self.write_timeout_ms, 10, 600_000)?;
         Ok(())
+    }
+
+    /// Logs a warning for each rumqttd-only key still set in the config (ignored).
+    pub(crate) fn warn_ignored_keys(&self) {
+        let keys = [
+            ("segment_bytes_max", self.segment_bytes_max),
+            ("segment_count_max", self.segment_count_max),
+            ("request_segment_bytes_max", self.request_segment_bytes_max),
+            ("request_segment_count_max", self.request_segment_count_max),
+        ];
+        for (key, value) in keys {
+            if value.is_some() {
+                tracing::warn!(
+                    key,
+                    "ignored: a setting of the rumqttd broker the agent endpoint replaced"
+                );
+            }
+        }
     }
 }
 
@@ -557,12 +582,12 @@ mod tests {
             (
                 Config {
                     mode: Mode::Embedded(EmbeddedConfig {
-                        segment_bytes_max: 1023,
+                        connection_queue_max: 1,
                         ..EmbeddedConfig::default()
                     }),
                     ..Config::default()
                 },
-                "mode.segment_bytes_max",
+                "mode.connection_queue_max",
             ),
             (
                 Config {

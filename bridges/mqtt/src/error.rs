@@ -15,7 +15,7 @@ pub enum MqttError {
         reason: String,
     },
 
-    /// The embedded broker's listen address is taken by another process (or another broker in
+    /// The agent endpoint's listen address is taken by another process (or another endpoint in
     /// this one).
     #[error(
         "cannot listen on {addr}: address already in use (is another broker or Hivekeeper node \
@@ -26,31 +26,13 @@ pub enum MqttError {
         addr: SocketAddr,
     },
 
-    /// The embedded broker could not listen on an address for another reason (permission,
-    /// no such interface), or its listener thread ended.
-    #[error("embedded broker cannot listen on {addr}: {reason}")]
+    /// The agent endpoint could not listen on an address for another reason (permission, no
+    /// such interface).
+    #[error("agent endpoint cannot listen on {addr}: {reason}")]
     Listen {
         /// The listener's address.
         addr: SocketAddr,
-        /// What rumqttd or the OS reported.
-        reason: String,
-    },
-
-    /// An embedded listener did not answer an MQTT CONNECT within the startup timeout.
-    #[error(
-        "embedded broker listener on {addr} did not accept an MQTT connection within {waited_ms} ms"
-    )]
-    ListenerNotReady {
-        /// The listener's address.
-        addr: SocketAddr,
-        /// How long start waited.
-        waited_ms: u64,
-    },
-
-    /// The transport's own link into the embedded broker failed (connect or subscribe).
-    #[error("local link into the embedded broker failed: {reason}")]
-    LocalLink {
-        /// What went wrong.
+        /// What the OS reported.
         reason: String,
     },
 
@@ -76,14 +58,16 @@ pub enum MqttError {
         filter: String,
     },
 
-    /// The outbound queue is full: the broker connection is down or slower than the bridge.
-    /// Nothing was queued; the caller counts it and moves on (an agent retries a lost
-    /// response with the same request id).
+    /// The message was not queued: the external broker connection is down or slower than the
+    /// bridge (the transport's queue is full), or, on the agent endpoint, the agent's own
+    /// queue dropped it (an event under pressure, or a response overflowing a slow consumer's
+    /// queue, which disconnects it). The caller counts it and moves on (an agent retries a
+    /// lost response with the same request id).
     #[error("outbound queue full ({capacity} messages waiting); message to {topic} not sent")]
     OutboundFull {
         /// The topic of the message that was not queued.
         topic: String,
-        /// The queue's capacity.
+        /// The capacity that was reached.
         capacity: usize,
     },
 
@@ -116,14 +100,5 @@ pub enum MqttError {
     Shutdown {
         /// Which parts did not stop in time.
         reason: String,
-    },
-
-    /// The OS refused a thread or runtime the transport needs.
-    #[error("cannot start {what}: {source}")]
-    Spawn {
-        /// What was being started.
-        what: &'static str,
-        /// The OS error.
-        source: std::io::Error,
     },
 }

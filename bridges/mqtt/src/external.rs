@@ -38,6 +38,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::MqttError;
 use crate::config::{Config, ExternalConfig, parse_broker_url};
+use crate::reply_route::ReplyRoute;
 use crate::transport::{Counters, Delivery, Inbound, Outbound, deliver};
 
 /// Capacity of rumqttc's own request channel between `AsyncClient` and the event loop. Small:
@@ -273,6 +274,7 @@ async fn run_poll(mut eventloop: EventLoop, mut context: PollContext) {
                     &context.counters,
                     publish.topic,
                     publish.payload,
+                    ReplyRoute::default(),
                 );
                 if delivery == Delivery::ReceiverGone {
                     // Keep polling: responses still go out; requests are dropped.

@@ -1,5 +1,6 @@
-//! [`Transport`]: the handle the bridge holds. Starts a backend (embedded or external), owns
-//! the outbound queue and counts what passes through.
+//! [`Transport`]: the handle the bridge holds. Starts a backend (the agent endpoint or an
+//! external broker's client), routes what the bridge publishes to it and counts what passes
+//! through.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,13 +12,14 @@ use tokio::sync::{Mutex, mpsc};
 use tracing::{info, warn};
 
 use crate::config::{Config, Mode};
-use crate::{MqttError, embedded, external};
+use crate::reply_route::ReplyRoute;
+use crate::{MqttError, endpoint, external};
 
-/// Most bytes an MQTT PUBLISH carries besides topic and payload: the fixed header (1 byte and
-/// a remaining length of up to 4), the topic's 2-byte length, the packet id and an MQTT 5
-/// property length. [`Transport::publish`] checks against [`Config::packet_bytes_max`] with
-/// it, because rumqttc compares the whole packet with its outgoing limit and, when a queued
-/// packet exceeds it, drops the connection rather than the packet.
+/// Most bytes an MQTT PUBLISH carries besides topic, payload and properties: the fixed header
+/// (1 byte and a remaining length of up to 4), the topic's 2-byte length, the packet id and an
+/// MQTT 5 property length. [`Transport::publish`] checks against [`Config::packet_bytes_max`]
+/// with it, because rumqttc compares the whole packet with its outgoing limit and, when a
+/// queued packet exceeds it, drops the connection rather than the packet.
 const PUBLISH_OVERHEAD_BYTES: usize = 1 + 4 + 2 + 2 + 1;
 
 /// One message received on `{prefix}/req/+`. The transport does not parse it: the bridge
@@ -28,32 +30,37 @@ pub struct Inbound {
     pub topic: String,
     /// The payload as received, not copied.
     pub payload: Bytes,
+    /// Where its answer goes: give it to [`Transport::publish_response`]. The default route
+    /// (`{prefix}/rsp/{agent}`) unless an MQTT 5 request named a Response Topic or carried
+    /// Correlation Data.
+    pub route: ReplyRoute,
 }
 
-/// The MQTT protocol a listener speaks.
+/// Which listener of the agent endpoint: the main one (`listen`) or the optional second one
+/// (`listen_v5`). Both serve MQTT 3.1.1 and 5.0 alike (the version is read from each
+/// CONNECT); the names stay from the rumqttd days, when each port served one version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MqttVersion {
-    /// MQTT 3.1.1 (rumqttd's "v4").
+    /// The `listen` address.
     V311,
-    /// MQTT 5.
+    /// The `listen_v5` address.
     V5,
 }
 
-/// One listener of the embedded broker, as it is running.
+/// One listener of the agent endpoint, as it is running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerInfo {
     /// Protocol served.
     pub version: MqttVersion,
     /// Bound address (the real port when the config asked for port 0).
     pub addr: SocketAddr,
-    /// Whether TCP_NODELAY was read back as set on the listening socket (so accepted sockets
-    /// inherit it). `false` when disabled in the config or when it could not be set; the
-    /// reason is logged at start.
+    /// Whether TCP_NODELAY is set on every accepted socket (`tcp_nodelay` in the config).
     pub tcp_nodelay: bool,
 }
 
 /// Counters of the transport since start, for the node's metrics. A snapshot: each field is
-/// read separately, so two fields can be a message apart.
+/// read separately, so two fields can be a message apart. The `Endpoint:` fields stay 0 with
+/// an external broker.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Messages from `{prefix}/req/+` handed to the inbound queue.
@@ -62,19 +69,47 @@ pub struct Stats {
     pub inbound_dropped_total: u64,
     /// Messages dropped because their topic was not UTF-8 (never from a conforming broker).
     pub inbound_invalid_total: u64,
-    /// Messages handed to the broker by the outbound side.
+    /// Messages written to agents (endpoint) or handed to the broker (external).
     pub outbound_published_total: u64,
-    /// [`Transport::publish`] calls refused because the outbound queue was full.
+    /// [`Transport::publish`] calls refused because the outbound queue was full (external mode).
     pub outbound_rejected_total: u64,
-    /// Successful connections to the broker: 1 for the embedded link, one per ConnAck for an
-    /// external broker (so reconnects are this minus one).
+    /// Successful connections: agents accepted by the endpoint, or ConnAcks from an external broker (reconnects are this minus one).
     pub connects_total: u64,
     /// Connection errors seen by the external client (each followed by a backoff delay).
     pub connection_errors_total: u64,
-    /// Times the embedded broker paused the transport's link because 200 messages were
-    /// waiting, and the link woke it again (`Notification::Unschedule`).
-    pub link_unschedules_total: u64,
-    /// Whether the broker connection is up right now.
+    /// Endpoint: sockets closed at accept because `connections_max` connections were open.
+    pub connections_refused_total: u64,
+    /// Endpoint: sockets closed at accept by the connect-rate limit.
+    pub connects_rate_limited_total: u64,
+    /// Endpoint: CONNECTs answered with a refusal (bad client id, unsupported protocol, credentials, shutting down).
+    pub connects_refused_total: u64,
+    /// Endpoint: sockets that sent no complete CONNECT within `connect_packet_timeout_ms`.
+    pub connect_timeouts_total: u64,
+    /// Endpoint: sockets closed by the peer before a complete CONNECT.
+    pub connects_abandoned_total: u64,
+    /// Endpoint: connections closed because the same client id connected again.
+    pub takeovers_total: u64,
+    /// Endpoint: connections closed after 1.5 x their keepalive without a packet.
+    pub keepalive_timeouts_total: u64,
+    /// Endpoint: connections closed because their outbound queue overflowed with responses or a write did not finish within `write_timeout_ms`.
+    pub slow_consumer_disconnects_total: u64,
+    /// Endpoint: connections closed because the codec refused a packet.
+    pub malformed_packets_total: u64,
+    /// Endpoint: connections closed because a packet exceeded `packet_bytes_max`.
+    pub packets_too_large_total: u64,
+    /// Endpoint: connections closed for a packet out of place (first packet not CONNECT, a second CONNECT, ...).
+    pub protocol_errors_total: u64,
+    /// Endpoint: PUBLISHes outside the agent's own request topic (or naming another Response Topic): refused, never routed.
+    pub publishes_refused_total: u64,
+    /// Endpoint: subscription filters other than the agent's own response and event topics: refused.
+    pub subscribes_refused_total: u64,
+    /// Endpoint: events dropped by an agent's full queue (events yield to responses).
+    pub events_dropped_total: u64,
+    /// Endpoint: messages for an agent that is not connected or not subscribed to the topic (dropped, as a broker would).
+    pub outbound_unrouted_total: u64,
+    /// Endpoint: messages over an MQTT 5 client's Maximum Packet Size (dropped).
+    pub outbound_too_large_total: u64,
+    /// Whether the broker connection is up (external) or the endpoint is listening.
     pub connected: bool,
 }
 
@@ -88,7 +123,22 @@ pub(crate) struct Counters {
     pub(crate) outbound_rejected_total: AtomicU64,
     pub(crate) connects_total: AtomicU64,
     pub(crate) connection_errors_total: AtomicU64,
-    pub(crate) link_unschedules_total: AtomicU64,
+    pub(crate) connections_refused_total: AtomicU64,
+    pub(crate) connects_rate_limited_total: AtomicU64,
+    pub(crate) connects_refused_total: AtomicU64,
+    pub(crate) connect_timeouts_total: AtomicU64,
+    pub(crate) connects_abandoned_total: AtomicU64,
+    pub(crate) takeovers_total: AtomicU64,
+    pub(crate) keepalive_timeouts_total: AtomicU64,
+    pub(crate) slow_consumer_disconnects_total: AtomicU64,
+    pub(crate) malformed_packets_total: AtomicU64,
+    pub(crate) packets_too_large_total: AtomicU64,
+    pub(crate) protocol_errors_total: AtomicU64,
+    pub(crate) publishes_refused_total: AtomicU64,
+    pub(crate) subscribes_refused_total: AtomicU64,
+    pub(crate) events_dropped_total: AtomicU64,
+    pub(crate) outbound_unrouted_total: AtomicU64,
+    pub(crate) outbound_too_large_total: AtomicU64,
     pub(crate) connected: AtomicBool,
     /// Set while the inbound queue is full, so the drop is logged once per episode rather than
     /// once per message.
@@ -109,7 +159,24 @@ impl Counters {
             outbound_rejected_total: self.outbound_rejected_total.load(Ordering::Relaxed),
             connects_total: self.connects_total.load(Ordering::Relaxed),
             connection_errors_total: self.connection_errors_total.load(Ordering::Relaxed),
-            link_unschedules_total: self.link_unschedules_total.load(Ordering::Relaxed),
+            connections_refused_total: self.connections_refused_total.load(Ordering::Relaxed),
+            connects_rate_limited_total: self.connects_rate_limited_total.load(Ordering::Relaxed),
+            connects_refused_total: self.connects_refused_total.load(Ordering::Relaxed),
+            connect_timeouts_total: self.connect_timeouts_total.load(Ordering::Relaxed),
+            connects_abandoned_total: self.connects_abandoned_total.load(Ordering::Relaxed),
+            takeovers_total: self.takeovers_total.load(Ordering::Relaxed),
+            keepalive_timeouts_total: self.keepalive_timeouts_total.load(Ordering::Relaxed),
+            slow_consumer_disconnects_total: self
+                .slow_consumer_disconnects_total
+                .load(Ordering::Relaxed),
+            malformed_packets_total: self.malformed_packets_total.load(Ordering::Relaxed),
+            packets_too_large_total: self.packets_too_large_total.load(Ordering::Relaxed),
+            protocol_errors_total: self.protocol_errors_total.load(Ordering::Relaxed),
+            publishes_refused_total: self.publishes_refused_total.load(Ordering::Relaxed),
+            subscribes_refused_total: self.subscribes_refused_total.load(Ordering::Relaxed),
+            events_dropped_total: self.events_dropped_total.load(Ordering::Relaxed),
+            outbound_unrouted_total: self.outbound_unrouted_total.load(Ordering::Relaxed),
+            outbound_too_large_total: self.outbound_too_large_total.load(Ordering::Relaxed),
             connected: self.connected.load(Ordering::Relaxed),
         }
     }
@@ -148,8 +215,13 @@ pub(crate) fn deliver(
     counters: &Counters,
     topic: String,
     payload: Bytes,
+    route: ReplyRoute,
 ) -> Delivery {
-    match inbound_tx.try_send(Inbound { topic, payload }) {
+    match inbound_tx.try_send(Inbound {
+        topic,
+        payload,
+        route,
+    }) {
         Ok(()) => {
             Counters::add(&counters.inbound_received_total);
             if counters.inbound_dropping.swap(false, Ordering::Relaxed) {
@@ -178,14 +250,22 @@ pub(crate) fn deliver(
 
 /// The running backend, taken out by [`Transport::shutdown`].
 enum Backend {
-    Embedded(embedded::Running),
+    Endpoint(endpoint::Running),
     External(external::Running),
+}
+
+/// Where publishes go.
+enum OutboundPath {
+    /// Straight into the agent's own queue on the endpoint.
+    Endpoint(Arc<endpoint::Shared>),
+    /// Through the transport's queue to the external client's publish task.
+    External(mpsc::Sender<Outbound>),
 }
 
 struct Inner {
     topics: Topics,
     packet_bytes_max: usize,
-    outbound_tx: mpsc::Sender<Outbound>,
+    outbound: OutboundPath,
     /// Set at the start of shutdown so a publish racing it gets [`MqttError::Closed`] instead
     /// of queueing behind the stop marker and vanishing.
     closed: AtomicBool,
@@ -194,8 +274,8 @@ struct Inner {
     backend: Mutex<Option<Backend>>,
 }
 
-/// The handle to a running MQTT transport. Cheap to clone: every clone publishes into the same
-/// outbound queue, and [`Transport::shutdown`] on any clone stops it for all.
+/// The handle to a running MQTT transport. Cheap to clone: every clone publishes through the
+/// same backend, and [`Transport::shutdown`] on any clone stops it for all.
 #[derive(Clone)]
 pub struct Transport {
     inner: Arc<Inner>,
@@ -212,33 +292,34 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
-    /// Validates `config`, starts the broker (embedded) or connects to it (external),
-    /// subscribes `{prefix}/req/+` and returns once requests can flow: the handle and the
-    /// receiver of everything published on the request filter.
+    /// Validates `config`, starts the agent endpoint (embedded mode: its listeners are bound
+    /// when this returns) or connects to the external broker and subscribes `{prefix}/req/+`,
+    /// and returns once requests can flow: the handle and the receiver of every request.
     ///
-    /// The receiver yields `None` once the transport has stopped: after [`Transport::shutdown`],
-    /// or if the embedded broker's router or a listener died (logged as an error). A node
-    /// treats that as fatal.
+    /// The receiver yields `None` once the transport has stopped ([`Transport::shutdown`]).
     pub async fn start(config: Config) -> Result<(Transport, mpsc::Receiver<Inbound>), MqttError> {
         config.validate()?;
         let topics = config.topics()?;
         let counters = Arc::new(Counters::default());
         let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_capacity);
-        let (outbound_tx, outbound_rx) = mpsc::channel(config.outbound_capacity);
-        let (backend, listeners) = match &config.mode {
+        let (backend, outbound, listeners) = match &config.mode {
             Mode::Embedded(embedded_config) => {
-                let (running, listeners) = embedded::start(
+                let (running, shared, listeners) = endpoint::start(
                     &config,
                     embedded_config,
                     &topics,
                     inbound_tx,
-                    outbound_rx,
                     counters.clone(),
                 )
                 .await?;
-                (Backend::Embedded(running), listeners)
+                (
+                    Backend::Endpoint(running),
+                    OutboundPath::Endpoint(shared),
+                    listeners,
+                )
             }
             Mode::External(external_config) => {
+                let (outbound_tx, outbound_rx) = mpsc::channel(config.outbound_capacity);
                 let running = external::start(
                     &config,
                     external_config,
@@ -248,14 +329,18 @@ impl Transport {
                     counters.clone(),
                 )
                 .await?;
-                (Backend::External(running), Vec::new())
+                (
+                    Backend::External(running),
+                    OutboundPath::External(outbound_tx),
+                    Vec::new(),
+                )
             }
         };
         let transport = Transport {
             inner: Arc::new(Inner {
                 topics,
                 packet_bytes_max: config.packet_bytes_max,
-                outbound_tx,
+                outbound,
                 closed: AtomicBool::new(false),
                 counters,
                 listeners,
@@ -265,48 +350,82 @@ impl Transport {
         Ok((transport, inbound_rx))
     }
 
-    /// Queues one message for publication (a response on `{prefix}/rsp/{agent}` or an event
-    /// on `{prefix}/evt/{agent}`) and returns at once; it never waits for the broker.
+    /// Publishes one message (a response on `{prefix}/rsp/{agent}` or an event on
+    /// `{prefix}/evt/{agent}`) and returns at once; it never waits for a socket or a broker.
     ///
-    /// Delivery: QoS 1 to an external broker; QoS 0 into the embedded broker, because a
-    /// rumqttd local link can only publish QoS 0. The broker then forwards at the agent's
-    /// subscription QoS, and the hop into it is in-process, so nothing is lost there; a
-    /// response lost on a dropped agent connection is recovered by the agent retrying the
-    /// same request id, which returns the remembered outcome (DESIGN.md §2).
+    /// Agent endpoint: the message goes into the agent's own bounded queue and its connection
+    /// writes it at the QoS the agent subscribed with (at most 1). An agent that is not
+    /// connected or not subscribed to the topic does not get it (counted in
+    /// [`Stats::outbound_unrouted_total`]), as with any broker. External broker: queued for the
+    /// publish task, QoS 1.
     ///
-    /// Errors: [`MqttError::OutboundFull`] when the queue is full (count it; the message was
-    /// not queued), [`MqttError::InvalidTopic`], [`MqttError::PayloadTooLarge`],
-    /// [`MqttError::Closed`] after shutdown.
+    /// Either way a lost response is recovered by the agent retrying the same request id,
+    /// which returns the remembered outcome (DESIGN.md §2).
+    ///
+    /// Errors: [`MqttError::OutboundFull`] when the message was not queued (external: the
+    /// transport's queue is full; endpoint: the agent is a slow consumer whose queue
+    /// overflowed, and it is being disconnected), [`MqttError::InvalidTopic`],
+    /// [`MqttError::PayloadTooLarge`], [`MqttError::Closed`] after shutdown.
     pub fn publish(
         &self,
         topic: impl Into<String>,
         payload: impl Into<Bytes>,
     ) -> Result<(), MqttError> {
-        self.enqueue(topic.into(), payload.into(), 0)
+        self.send(topic.into(), payload.into(), None, 0)
     }
 
-    /// Like [`Transport::publish`], for an event: refused with [`MqttError::OutboundFull`]
-    /// once the queue is three quarters full, so the last quarter stays for responses. A mass
-    /// expiry (thousands of `lease.expired` at once) then cannot crowd out the answers to
-    /// keepalives, which is what turned an overload into a collapse (docs/BENCHMARKS.md,
-    /// "scale"). Events are a courtesy (docs/PROTOCOL.md): an agent learns of a lost lease from
-    /// its next keepalive too.
+    /// Publishes the response to one request along its [`ReplyRoute`] (from
+    /// [`Inbound::route`]): on `{prefix}/rsp/{agent}` by default, or on the MQTT 5 Response
+    /// Topic with the request's Correlation Data. Otherwise as [`Transport::publish`].
+    pub fn publish_response(
+        &self,
+        route: &ReplyRoute,
+        agent: &str,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), MqttError> {
+        let topic = match route.response_topic() {
+            Some(topic) => topic.to_string(),
+            None => self.inner.topics.response(agent),
+        };
+        self.send(topic, payload.into(), route.correlation_data().cloned(), 0)
+    }
+
+    /// Like [`Transport::publish`], for an event. Events yield to responses when an agent or
+    /// the transport falls behind, because events are a courtesy (docs/PROTOCOL.md: an agent
+    /// learns of a lost lease from its next keepalive too) and a mass expiry must not crowd
+    /// out the answers to keepalives:
+    /// - agent endpoint: an event that finds the agent's queue half full is dropped
+    ///   ([`MqttError::OutboundFull`], counted in [`Stats::events_dropped_total`]), and a
+    ///   response evicts a queued event before it would overflow the queue;
+    /// - external broker: refused once the transport's queue is three quarters full, so the
+    ///   last quarter stays for responses.
     pub fn publish_event(
         &self,
         topic: impl Into<String>,
         payload: impl Into<Bytes>,
     ) -> Result<(), MqttError> {
-        let reserved = self.inner.outbound_tx.max_capacity() / 4;
-        self.enqueue(topic.into(), payload.into(), reserved)
+        let reserved = match &self.inner.outbound {
+            OutboundPath::Endpoint(_) => 0,
+            OutboundPath::External(outbound_tx) => outbound_tx.max_capacity() / 4,
+        };
+        self.send(topic.into(), payload.into(), None, reserved)
     }
 
-    /// Queues one message if more than `reserved` slots are free.
-    fn enqueue(&self, topic: String, payload: Bytes, reserved: usize) -> Result<(), MqttError> {
+    /// Checks and routes one message; on the external path, queues it if more than
+    /// `reserved` slots are free.
+    fn send(
+        &self,
+        topic: String,
+        payload: Bytes,
+        correlation_data: Option<Bytes>,
+        reserved: usize,
+    ) -> Result<(), MqttError> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(MqttError::Closed);
         }
         check_topic_name(&topic)?;
-        let bytes = topic.len() + payload.len() + PUBLISH_OVERHEAD_BYTES;
+        let properties = correlation_data.as_ref().map_or(0, |data| data.len() + 3);
+        let bytes = topic.len() + payload.len() + properties + PUBLISH_OVERHEAD_BYTES;
         if bytes > self.inner.packet_bytes_max {
             return Err(MqttError::PayloadTooLarge {
                 topic,
@@ -314,7 +433,12 @@ impl Transport {
                 bytes_max: self.inner.packet_bytes_max,
             });
         }
-        let outbound_tx = &self.inner.outbound_tx;
+        let outbound_tx = match &self.inner.outbound {
+            OutboundPath::Endpoint(shared) => {
+                return shared.route(topic, payload, correlation_data);
+            }
+            OutboundPath::External(outbound_tx) => outbound_tx,
+        };
         let full = |topic| {
             Counters::add(&self.inner.counters.outbound_rejected_total);
             Err(MqttError::OutboundFull {
@@ -340,25 +464,35 @@ impl Transport {
             .saturating_sub(topic.len() + PUBLISH_OVERHEAD_BYTES)
     }
 
+    /// The largest response payload [`Transport::publish_response`] takes for `agent` along
+    /// `route` (its topic and Correlation Data count against the packet limit).
+    pub fn response_payload_bytes_max(&self, route: &ReplyRoute, agent: &str) -> usize {
+        let topic_len = match route.response_topic() {
+            Some(topic) => topic.len(),
+            None => self.inner.topics.response(agent).len(),
+        };
+        self.inner
+            .packet_bytes_max
+            .saturating_sub(topic_len + route.overhead_bytes() + PUBLISH_OVERHEAD_BYTES)
+    }
+
     /// The topics under the configured prefix.
     pub fn topics(&self) -> &Topics {
         &self.inner.topics
     }
 
-    /// The embedded broker's listeners as bound (empty in external mode).
+    /// The agent endpoint's listeners as bound (empty in external mode).
     pub fn listeners(&self) -> &[ListenerInfo] {
         &self.inner.listeners
     }
 
-    /// MQTT clients connected to the embedded broker now (established TCP connections on its
-    /// listeners, from the kernel: rumqttd reports none); `None` with an external broker, or
-    /// where the kernel's socket table cannot be read.
+    /// Agents connected to the endpoint now (connections past CONNACK); `None` with an
+    /// external broker, which alone knows its clients.
     pub fn connected_clients(&self) -> Option<u64> {
-        let ports: Vec<u16> = self.listeners().iter().map(|l| l.addr.port()).collect();
-        if ports.is_empty() {
-            return None;
+        match &self.inner.outbound {
+            OutboundPath::Endpoint(shared) => Some(shared.connected() as u64),
+            OutboundPath::External(_) => None,
         }
-        crate::connections::established_on(&ports)
     }
 
     /// A snapshot of the transport's counters.
@@ -366,22 +500,23 @@ impl Transport {
         self.inner.counters.snapshot()
     }
 
-    /// Stops the transport: flushes the messages already queued for publication, leaves the
-    /// broker cleanly (an MQTT DISCONNECT), stops receiving (the inbound receiver then yields
-    /// `None`) and, in embedded mode, closes the listeners and every client connection, which
-    /// frees the port. Idempotent; later [`Transport::publish`] calls get
+    /// Stops the transport. Endpoint: closes the listeners (the port is free again), then
+    /// every connection writes what its queue holds, says goodbye (MQTT 5: DISCONNECT 0x8B)
+    /// and closes. External: flushes the queued messages and leaves the broker with an MQTT
+    /// DISCONNECT. Then the inbound receiver yields `None`. Idempotent; later publishes get
     /// [`MqttError::Closed`].
-    ///
-    /// Limit: rumqttd 0.20 has no way to stop its router thread (rumqtt#771), so after an
-    /// embedded shutdown one idle thread remains until the process exits.
     pub async fn shutdown(&self) -> Result<(), MqttError> {
         self.inner.closed.store(true, Ordering::Release);
         let Some(backend) = self.inner.backend.lock().await.take() else {
             return Ok(());
         };
-        let result = match backend {
-            Backend::Embedded(running) => running.shutdown(&self.inner.outbound_tx).await,
-            Backend::External(running) => running.shutdown(&self.inner.outbound_tx).await,
+        let result = match (backend, &self.inner.outbound) {
+            (Backend::Endpoint(running), _) => running.shutdown().await,
+            (Backend::External(running), OutboundPath::External(outbound_tx)) => {
+                running.shutdown(outbound_tx).await
+            }
+            // `start` never pairs the external backend with the endpoint's path.
+            (Backend::External(_), OutboundPath::Endpoint(_)) => Ok(()),
         };
         self.inner
             .counters
@@ -393,8 +528,8 @@ impl Transport {
 }
 
 /// MQTT topic names (not filters) must be non-empty and free of wildcards and NUL
-/// (MQTT 3.1.1 §4.7). rumqttc checks this itself but a rumqttd local link does not, and a
-/// wildcard in a published name would corrupt the embedded router's topic matching.
+/// (MQTT 3.1.1 §4.7). Checked before anything is queued, so a bad name is the caller's
+/// error at once rather than a dropped connection later.
 fn check_topic_name(topic: &str) -> Result<(), MqttError> {
     let reason = if topic.is_empty() {
         "an empty topic name"
@@ -434,17 +569,35 @@ mod tests {
         let (inbound_tx, mut inbound_rx) = mpsc::channel(1);
         let payload = Bytes::from_static(b"{}");
         assert_eq!(
-            deliver(&inbound_tx, &counters, "a".into(), payload.clone()),
+            deliver(
+                &inbound_tx,
+                &counters,
+                "a".into(),
+                payload.clone(),
+                ReplyRoute::default()
+            ),
             Delivery::Queued
         );
         assert_eq!(
-            deliver(&inbound_tx, &counters, "b".into(), payload.clone()),
+            deliver(
+                &inbound_tx,
+                &counters,
+                "b".into(),
+                payload.clone(),
+                ReplyRoute::default()
+            ),
             Delivery::Dropped
         );
         assert!(counters.inbound_dropping.load(Ordering::Relaxed));
         assert_eq!(inbound_rx.try_recv().expect("first is queued").topic, "a");
         assert_eq!(
-            deliver(&inbound_tx, &counters, "c".into(), payload.clone()),
+            deliver(
+                &inbound_tx,
+                &counters,
+                "c".into(),
+                payload.clone(),
+                ReplyRoute::default()
+            ),
             Delivery::Queued
         );
         assert!(!counters.inbound_dropping.load(Ordering::Relaxed));
@@ -453,7 +606,13 @@ mod tests {
         assert_eq!(stats.inbound_dropped_total, 1);
         drop(inbound_rx);
         assert_eq!(
-            deliver(&inbound_tx, &counters, "d".into(), payload),
+            deliver(
+                &inbound_tx,
+                &counters,
+                "d".into(),
+                payload,
+                ReplyRoute::default()
+            ),
             Delivery::ReceiverGone
         );
     }

@@ -1,0 +1,597 @@
+//! One connection's task: CONNECT, then reading packets, answering them (PUBACK, SUBACK,
+//! PINGRESP, ... all written by this task, never behind anyone else's work), handing requests
+//! to the inbound queue, and writing what the agent's outbound queue holds.
+//!
+//! ```text
+//!  socket ──read──▶ codec::decode ──▶ handle ──PUBLISH on own req──▶ transport::deliver ─▶ bridge
+//!    ▲                                  │ acks, PINGRESP, SUBACK
+//!    │                                  ▼
+//!    └──write (bounded by write_timeout)── wbuf ◀── drain ◀── OutQueue ◀── Transport::publish*
+//! ```
+//!
+//! Each loop turn: move queued messages into the write buffer (as many as the QoS 1 window
+//! allows), write it, then wait for whichever comes first: bytes from the socket, a queued
+//! message, the keepalive deadline, a takeover or shutdown.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::Shared;
+use super::codec::{
+    self, Connect, DecodeError, DisconnectReason, EncodeError, Incoming, Outgoing, Qos, Refusal,
+    Version,
+};
+use super::credentials::{self, Credentials};
+use super::queue::OutMessage;
+use super::registry::{Client, NOT_SUBSCRIBED};
+use crate::reply_route::ReplyRoute;
+use crate::transport::{Counters, Inbound, deliver};
+
+/// Write buffer size past which the drain stops to write before taking more.
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
+/// Time bound of the last words (a 5.0 DISCONNECT, the final flush) on a closing connection.
+const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Initial read buffer: a CONNECT or a request fits.
+const READ_BUFFER_BYTES: usize = 1024;
+/// A buffer grown past this (one large packet or batch) is given back once empty, so an idle
+/// agent costs its small buffers again, not its largest moment.
+const BUFFER_KEEP_BYTES: usize = 16 * 1024;
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The client sent DISCONNECT or closed its socket.
+    Client,
+    /// A read or write failed (reset, broken pipe).
+    Io,
+    /// Another connection with the same client id took over.
+    TakenOver,
+    /// The endpoint is shutting down.
+    Shutdown,
+    /// Nothing received for 1.5 × the keepalive.
+    KeepAliveTimeout,
+    /// The outbound queue overflowed with responses, or a write did not finish in time.
+    SlowConsumer,
+    /// The codec refused a packet.
+    Malformed,
+    /// A packet over `packet_bytes_max`.
+    TooLarge,
+    /// A packet the protocol forbids here (a second CONNECT, a CONNACK, ...).
+    ProtocolError,
+    /// More unacknowledged QoS 2 publishes than the Receive Maximum the endpoint gave.
+    ReceiveMaximumExceeded,
+}
+
+impl End {
+    /// The 5.0 DISCONNECT reason sent for this end, if any.
+    fn disconnect_reason(self) -> Option<DisconnectReason> {
+        match self {
+            End::Client | End::Io => None,
+            End::TakenOver => Some(DisconnectReason::SessionTakenOver),
+            End::Shutdown => Some(DisconnectReason::ShuttingDown),
+            End::KeepAliveTimeout => Some(DisconnectReason::KeepAliveTimeout),
+            End::SlowConsumer => Some(DisconnectReason::QuotaExceeded),
+            End::Malformed => Some(DisconnectReason::Malformed),
+            End::TooLarge => Some(DisconnectReason::PacketTooLarge),
+            End::ProtocolError => Some(DisconnectReason::ProtocolError),
+            End::ReceiveMaximumExceeded => Some(DisconnectReason::ReceiveMaximumExceeded),
+        }
+    }
+}
+
+/// Serves one accepted socket until it ends. Never panics on input; every way out is counted.
+pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
+    let mut stop = shared.stop_rx.clone();
+    let Some(inbound_tx) = shared.inbound_sender() else {
+        return;
+    };
+    let counters = shared.counters.clone();
+    let mut rbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let connect_timeout = Duration::from_millis(shared.settings.connect_packet_timeout_ms);
+    let connect = tokio::select! {
+        connect = tokio::time::timeout(
+            connect_timeout,
+            read_connect(&mut stream, &mut rbuf, shared.settings.packet_bytes_max),
+        ) => connect,
+        () = stopped(&mut stop) => return,
+    };
+    let connect = match connect {
+        Err(_) => {
+            Counters::add(&counters.connect_timeouts_total);
+            return;
+        }
+        Ok(Err(ConnectFailure::Closed)) => {
+            Counters::add(&counters.connects_abandoned_total);
+            return;
+        }
+        Ok(Err(ConnectFailure::Decode(error))) => {
+            refuse_connect(&mut stream, &counters, error).await;
+            return;
+        }
+        Ok(Ok(connect)) => connect,
+    };
+    let version = connect.version;
+    let refusal = if hivekeeper_protocol::validate::agent_id(&connect.client_id).is_err() {
+        Some(Refusal::BadClientId)
+    } else if *stop.borrow() {
+        Some(Refusal::Unavailable)
+    } else {
+        credentials::check(Credentials {
+            agent: &connect.client_id,
+            username: connect.username.as_deref(),
+            password: connect.password.as_deref(),
+        })
+        .err()
+    };
+    if let Some(refusal) = refusal {
+        Counters::add(&counters.connects_refused_total);
+        debug!(client_id = %connect.client_id, ?refusal, "CONNECT refused");
+        let mut out = BytesMut::new();
+        if codec::encode(version, Outgoing::ConnRefused(refusal), &mut out, None).is_ok() {
+            let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
+        }
+        return;
+    }
+
+    let client = Arc::new(Client::new(
+        shared.registry.next_conn_id(),
+        shared.settings.connection_queue_max,
+    ));
+    if shared
+        .registry
+        .register(&connect.client_id, client.clone())
+        .is_some()
+    {
+        Counters::add(&counters.takeovers_total);
+    }
+    Counters::add(&counters.connects_total);
+    let mut session = Session::new(&shared, &connect, client.clone(), inbound_tx);
+    let end = session.run(&mut stream, &mut rbuf, &mut stop).await;
+    shared
+        .registry
+        .unregister(&connect.client_id, client.conn_id);
+    client.queue.close();
+    match end {
+        End::KeepAliveTimeout => Counters::add(&counters.keepalive_timeouts_total),
+        End::SlowConsumer => Counters::add(&counters.slow_consumer_disconnects_total),
+        End::Malformed => Counters::add(&counters.malformed_packets_total),
+        End::TooLarge => Counters::add(&counters.packets_too_large_total),
+        End::ProtocolError | End::ReceiveMaximumExceeded => {
+            Counters::add(&counters.protocol_errors_total);
+        }
+        End::Client | End::Io | End::TakenOver | End::Shutdown => {}
+    }
+    debug!(agent = %connect.client_id, ?end, "connection ended");
+    // Last words: the queued responses on shutdown, and a 5.0 DISCONNECT with the reason.
+    let mut out = BytesMut::new();
+    if end == End::Shutdown {
+        session.drain(&mut out);
+    }
+    if version == Version::V5
+        && let Some(reason) = end.disconnect_reason()
+    {
+        let _ = codec::encode(version, Outgoing::Disconnect(reason), &mut out, None);
+    }
+    if !out.is_empty() {
+        let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
+    }
+    let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.shutdown()).await;
+}
+
+/// Why no CONNECT was read.
+enum ConnectFailure {
+    /// The socket closed (or failed) before a whole CONNECT arrived.
+    Closed,
+    /// The first packet was not a usable CONNECT.
+    Decode(DecodeError),
+}
+
+async fn read_connect(
+    stream: &mut TcpStream,
+    rbuf: &mut BytesMut,
+    packet_bytes_max: usize,
+) -> Result<Connect, ConnectFailure> {
+    loop {
+        match codec::decode_connect(rbuf, packet_bytes_max) {
+            Ok(Some(connect)) => return Ok(connect),
+            Ok(None) => {}
+            Err(error) => return Err(ConnectFailure::Decode(error)),
+        }
+        match stream.read_buf(rbuf).await {
+            Ok(0) | Err(_) => return Err(ConnectFailure::Closed),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Counts a bad first packet and, for an unsupported protocol, answers with the CONNACK the
+/// spec asks for (3.1.1 §3.1.2.2: return code 0x01) before closing.
+async fn refuse_connect(stream: &mut TcpStream, counters: &Counters, error: DecodeError) {
+    match error {
+        DecodeError::UnsupportedProtocol => {
+            Counters::add(&counters.connects_refused_total);
+            let mut out = BytesMut::new();
+            // 3.1.1 encoding: a client of another version reads its first bytes the same way.
+            let refused = Outgoing::ConnRefused(Refusal::UnsupportedProtocol);
+            if codec::encode(Version::V311, refused, &mut out, None).is_ok() {
+                let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
+            }
+        }
+        DecodeError::TooLarge { .. } => Counters::add(&counters.packets_too_large_total),
+        DecodeError::NotConnect => Counters::add(&counters.protocol_errors_total),
+        DecodeError::Malformed(_) | DecodeError::BareDisconnect => {
+            Counters::add(&counters.malformed_packets_total);
+        }
+    }
+}
+
+/// A connected agent's state, owned by its task.
+struct Session {
+    shared: Arc<Shared>,
+    client: Arc<Client>,
+    inbound_tx: mpsc::Sender<Inbound>,
+    version: Version,
+    /// `{prefix}/req/{agent}`: the only topic this agent may publish on.
+    request_topic: String,
+    /// `{prefix}/rsp/{agent}`.
+    response_topic: String,
+    /// `{prefix}/evt/{agent}`.
+    event_topic: String,
+    /// 1.5 × the client's keepalive; `None` when it asked for none.
+    keepalive_timeout: Option<Duration>,
+    /// QoS 1 messages sent and not yet acknowledged, by packet id.
+    inflight: HashSet<u16>,
+    /// Most unacknowledged QoS 1 messages to this client.
+    inflight_max: usize,
+    next_pkid: u16,
+    /// The client's QoS 2 publishes delivered and awaiting PUBREL, by packet id.
+    awaiting_release: HashSet<u16>,
+    /// The client's Maximum Packet Size (5.0).
+    client_packet_max: Option<u32>,
+    /// The client asked for a session that outlives the connection (5.0 Session Expiry
+    /// Interval > 0): the CONNACK says 0, none is kept.
+    session_expiry_asked: bool,
+}
+
+impl Session {
+    fn new(
+        shared: &Arc<Shared>,
+        connect: &Connect,
+        client: Arc<Client>,
+        inbound_tx: mpsc::Sender<Inbound>,
+    ) -> Session {
+        let topics = &shared.topics;
+        let agent = &connect.client_id;
+        let client_window = usize::from(connect.receive_maximum.unwrap_or(u16::MAX)).max(1);
+        Session {
+            shared: shared.clone(),
+            client,
+            inbound_tx,
+            version: connect.version,
+            request_topic: topics.request(agent),
+            response_topic: topics.response(agent),
+            event_topic: topics.event(agent),
+            keepalive_timeout: (connect.keep_alive_s > 0)
+                .then(|| Duration::from_millis(u64::from(connect.keep_alive_s) * 1500)),
+            inflight: HashSet::new(),
+            inflight_max: shared.settings.inflight_max.min(client_window),
+            next_pkid: 0,
+            awaiting_release: HashSet::new(),
+            client_packet_max: connect.max_packet_size,
+            session_expiry_asked: connect.session_expiry_s.is_some_and(|s| s > 0),
+        }
+    }
+
+    /// The receive maximum the endpoint announces and enforces for QoS 2.
+    fn receive_maximum(&self) -> u16 {
+        u16::try_from(self.shared.settings.inflight_max).unwrap_or(u16::MAX)
+    }
+
+    async fn run(
+        &mut self,
+        stream: &mut TcpStream,
+        rbuf: &mut BytesMut,
+        stop: &mut watch::Receiver<bool>,
+    ) -> End {
+        let mut wbuf = BytesMut::new();
+        self.write_packet(
+            Outgoing::ConnAck {
+                packet_bytes_max: self.shared.settings.packet_bytes_max,
+                receive_maximum: self.receive_maximum(),
+                session_expiry_zeroed: self.session_expiry_asked,
+            },
+            &mut wbuf,
+        );
+        // Anything that arrived behind the CONNECT is handled before the first wait.
+        if let Some(end) = self.handle_buffered(rbuf, &mut wbuf) {
+            return end;
+        }
+        let write_timeout = Duration::from_millis(self.shared.settings.write_timeout_ms);
+        let mut last_received = Instant::now();
+        loop {
+            let more = self.drain(&mut wbuf);
+            if !wbuf.is_empty() {
+                match tokio::time::timeout(write_timeout, stream.write_all(&wbuf)).await {
+                    Ok(Ok(())) if wbuf.capacity() > BUFFER_KEEP_BYTES => wbuf = BytesMut::new(),
+                    Ok(Ok(())) => wbuf.clear(),
+                    Ok(Err(_)) => return End::Io,
+                    Err(_) => return End::SlowConsumer,
+                }
+            }
+            if self.client.queue.overflowed() {
+                return End::SlowConsumer;
+            }
+            if self.client.taken_over.load(Ordering::Acquire) {
+                return End::TakenOver;
+            }
+            if more {
+                continue;
+            }
+            if rbuf.is_empty() && rbuf.capacity() > BUFFER_KEEP_BYTES {
+                *rbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+            }
+            let keepalive_deadline = self
+                .keepalive_timeout
+                .map(|timeout| last_received + timeout);
+            tokio::select! {
+                read = stream.read_buf(rbuf) => match read {
+                    Ok(0) => return End::Client,
+                    Ok(_) => {
+                        last_received = Instant::now();
+                        if let Some(end) = self.handle_buffered(rbuf, &mut wbuf) {
+                            // Acknowledgements already encoded still go out.
+                            let _ = tokio::time::timeout(
+                                CLOSE_WRITE_TIMEOUT,
+                                stream.write_all(&wbuf),
+                            )
+                            .await;
+                            return end;
+                        }
+                    }
+                    Err(_) => return End::Io,
+                },
+                () = self.client.queue.ready.notified() => {}
+                () = self.client.kick.notified() => {}
+                () = sleep_until_or_forever(keepalive_deadline) => return End::KeepAliveTimeout,
+                () = stopped(stop) => return End::Shutdown,
+            }
+        }
+    }
+
+    /// Handles every complete packet in `rbuf`.
+    fn handle_buffered(&mut self, rbuf: &mut BytesMut, wbuf: &mut BytesMut) -> Option<End> {
+        loop {
+            let packet =
+                match codec::decode(self.version, rbuf, self.shared.settings.packet_bytes_max) {
+                    Ok(Some(packet)) => packet,
+                    Ok(None) => return None,
+                    Err(DecodeError::TooLarge { .. }) => return Some(End::TooLarge),
+                    Err(DecodeError::BareDisconnect) => return Some(End::Client),
+                    Err(_) => return Some(End::Malformed),
+                };
+            if let Some(end) = self.handle(packet, wbuf) {
+                return Some(end);
+            }
+        }
+    }
+
+    fn handle(&mut self, packet: Incoming, wbuf: &mut BytesMut) -> Option<End> {
+        match packet {
+            Incoming::Publish(publish) => return self.handle_publish(publish, wbuf),
+            Incoming::PubAck(pkid) => {
+                self.inflight.remove(&pkid);
+            }
+            Incoming::PubRel(pkid) => {
+                self.awaiting_release.remove(&pkid);
+                self.write_packet(Outgoing::PubComp(pkid), wbuf);
+            }
+            Incoming::Subscribe(pkid, filters) => {
+                let codes = filters
+                    .into_iter()
+                    .map(|(filter, qos)| self.subscribe(&filter, qos))
+                    .collect();
+                self.write_packet(Outgoing::SubAck(pkid, codes), wbuf);
+            }
+            Incoming::Unsubscribe(pkid, filters) => {
+                let existed = filters
+                    .iter()
+                    .map(|filter| self.unsubscribe(filter))
+                    .collect();
+                self.write_packet(Outgoing::UnsubAck(pkid, existed), wbuf);
+            }
+            Incoming::PingReq => self.write_packet(Outgoing::PingResp, wbuf),
+            Incoming::Disconnect => return Some(End::Client),
+            Incoming::Unexpected(_) => return Some(End::ProtocolError),
+        }
+        None
+    }
+
+    fn handle_publish(&mut self, publish: codec::Publish, wbuf: &mut BytesMut) -> Option<End> {
+        let counters = &self.shared.counters;
+        let own_topic = publish.topic.as_deref() == Some(self.request_topic.as_str());
+        let own_response_topic = publish
+            .response_topic
+            .as_deref()
+            .is_none_or(|topic| topic == self.response_topic);
+        let allowed = own_topic && own_response_topic;
+        if !allowed {
+            Counters::add(&counters.publishes_refused_total);
+        }
+        let pkid = publish.pkid;
+        match publish.qos {
+            2 if allowed && self.awaiting_release.contains(&pkid) => {
+                // A resend of a QoS 2 publish already delivered: acknowledge, do not deliver.
+                self.write_packet(
+                    Outgoing::PubRec {
+                        pkid,
+                        refused: false,
+                    },
+                    wbuf,
+                );
+                return None;
+            }
+            2 if allowed && self.awaiting_release.len() >= usize::from(self.receive_maximum()) => {
+                return Some(End::ReceiveMaximumExceeded);
+            }
+            _ => {}
+        }
+        if allowed {
+            let route = if publish.response_topic.is_some() || publish.correlation_data.is_some() {
+                ReplyRoute::v5(self.response_topic.clone(), publish.correlation_data)
+            } else {
+                ReplyRoute::default()
+            };
+            // A full inbound queue drops the request (counted); the agent retries by id.
+            let _ = deliver(
+                &self.inbound_tx,
+                counters,
+                self.request_topic.clone(),
+                publish.payload,
+                route,
+            );
+        }
+        match publish.qos {
+            0 => {}
+            1 => self.write_packet(
+                Outgoing::PubAck {
+                    pkid,
+                    refused: !allowed,
+                },
+                wbuf,
+            ),
+            _ => {
+                // 3.1.1 has no refusal code: a refused QoS 2 publish runs the whole exchange
+                // (PUBREL is answered whatever the id); 5.0's 0x87 ends it at PUBREC.
+                if allowed {
+                    self.awaiting_release.insert(pkid);
+                }
+                self.write_packet(
+                    Outgoing::PubRec {
+                        pkid,
+                        refused: !allowed,
+                    },
+                    wbuf,
+                );
+            }
+        }
+        None
+    }
+
+    /// Grants a subscription to the agent's own response or event topic (at most QoS 1: the
+    /// endpoint sends nothing at QoS 2, which §3.8.4 allows), refuses anything else.
+    fn subscribe(&self, filter: &str, qos: Qos) -> Option<Qos> {
+        let slot = if filter == self.response_topic {
+            &self.client.rsp_qos
+        } else if filter == self.event_topic {
+            &self.client.evt_qos
+        } else {
+            Counters::add(&self.shared.counters.subscribes_refused_total);
+            return None;
+        };
+        let granted = qos.min(1);
+        slot.store(granted, Ordering::Release);
+        Some(granted)
+    }
+
+    /// Drops a subscription; whether there was one.
+    fn unsubscribe(&self, filter: &str) -> bool {
+        let slot = if filter == self.response_topic {
+            &self.client.rsp_qos
+        } else if filter == self.event_topic {
+            &self.client.evt_qos
+        } else {
+            return false;
+        };
+        slot.swap(NOT_SUBSCRIBED, Ordering::AcqRel) != NOT_SUBSCRIBED
+    }
+
+    /// Moves queued messages into `wbuf` while the QoS 1 window has room. Whether more are
+    /// waiting and could be sent now (the caller writes and comes back without waiting).
+    fn drain(&mut self, wbuf: &mut BytesMut) -> bool {
+        while self.inflight.len() < self.inflight_max {
+            if wbuf.len() >= WRITE_BATCH_BYTES {
+                return true;
+            }
+            let Some(message) = self.client.queue.pop() else {
+                return false;
+            };
+            self.write_message(message, wbuf);
+        }
+        false
+    }
+
+    fn write_message(&mut self, message: OutMessage, wbuf: &mut BytesMut) {
+        let slot = match message.class {
+            super::queue::Class::Response => &self.client.rsp_qos,
+            super::queue::Class::Event => &self.client.evt_qos,
+        };
+        // Unsubscribed since it was queued: dropped, as a broker would.
+        let Some(qos) = Client::granted(slot) else {
+            Counters::add(&self.shared.counters.outbound_unrouted_total);
+            return;
+        };
+        let pkid = if qos >= 1 { self.allocate_pkid() } else { 0 };
+        let packet = Outgoing::Publish {
+            topic: message.topic,
+            qos: qos.min(1),
+            pkid,
+            payload: message.payload,
+            correlation_data: message.correlation_data,
+        };
+        let mark = wbuf.len();
+        match codec::encode(self.version, packet, wbuf, self.client_packet_max) {
+            Ok(()) => {
+                if pkid != 0 {
+                    self.inflight.insert(pkid);
+                }
+                Counters::add(&self.shared.counters.outbound_published_total);
+            }
+            Err(error) => {
+                wbuf.truncate(mark);
+                if error == EncodeError::TooLarge {
+                    Counters::add(&self.shared.counters.outbound_too_large_total);
+                } else {
+                    debug!(?error, "message not encodable; dropped");
+                }
+            }
+        }
+    }
+
+    /// A packet id not in flight (there is always one: the window is below 65,535).
+    fn allocate_pkid(&mut self) -> u16 {
+        loop {
+            self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
+            if !self.inflight.contains(&self.next_pkid) {
+                return self.next_pkid;
+            }
+        }
+    }
+
+    fn write_packet(&self, packet: Outgoing, wbuf: &mut BytesMut) {
+        if let Err(error) = codec::encode(self.version, packet, wbuf, self.client_packet_max) {
+            debug!(?error, "control packet not encodable; skipped");
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves once shutdown began (or the endpoint is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
