@@ -380,6 +380,24 @@ mod tests {
             .expect("a fresh semaphore has a permit")
     }
 
+    /// The timer task, with a cancel that panics: the test must not reach a wait deadline.
+    fn timer_that_must_not_cancel(waits: &Arc<Waits>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(
+            waits
+                .clone()
+                .run_timer(|origin| panic!("cancelled {origin:?}")),
+        )
+    }
+
+    /// Stops a timer task that must still be running (a panic inside it ends it early).
+    fn stop(timer: tokio::task::JoinHandle<()>) {
+        assert!(
+            !timer.is_finished(),
+            "the timer task ended: it cancelled a wait"
+        );
+        timer.abort();
+    }
+
     fn responses(seen: &Arc<StdMutex<Vec<Response>>>) -> Vec<Response> {
         seen.lock().expect("test lock").clone()
     }
@@ -441,11 +459,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_queued_request_without_wait_ms_has_no_deadline() {
         let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
-        let timer = tokio::spawn(
-            waits
-                .clone()
-                .run_timer(|origin| panic!("cancelled {origin:?}")),
-        );
+        let timer = timer_that_must_not_cancel(&waits);
         let (seen, respond) = recorder();
         waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
         waits.replied(&origin("a1"), Reply::Queued);
@@ -453,17 +467,13 @@ mod tests {
         tokio::time::sleep(COMMIT_TIMEOUT * 3).await;
         assert!(responses(&seen).is_empty());
         assert_eq!(waits.len(), 1);
-        timer.abort();
+        stop(timer);
     }
 
     #[tokio::test(start_paused = true)]
     async fn no_commit_in_time_is_answered_unavailable() {
         let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
-        let timer = tokio::spawn(
-            waits
-                .clone()
-                .run_timer(|origin| panic!("cancelled {origin:?}")),
-        );
+        let timer = timer_that_must_not_cancel(&waits);
         let (seen, respond) = recorder();
         waits.register(origin("g1"), "lease.grant", None, permit(), respond);
         tokio::time::sleep(COMMIT_TIMEOUT + Duration::from_millis(1)).await;
@@ -476,7 +486,7 @@ mod tests {
             )]
         );
         assert_eq!(waits.len(), 0);
-        timer.abort();
+        stop(timer);
     }
 
     #[tokio::test(start_paused = true)]
