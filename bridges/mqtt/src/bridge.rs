@@ -3,7 +3,9 @@
 //! request's final answer is published from wherever the node produces it.
 //!
 //! ```text
-//!  Inbound{topic, payload, route} ─▶ agent id from topic ──(bad: counted, dropped)
+//!  Inbound{topic, payload, route}, on the task that received it (an endpoint connection's
+//!  task, the external client's event loop: `Transport::deliver_to`)
+//!        ─▶ agent id from topic ──(bad: counted, dropped)
 //!        ─▶ Request::decode ──(bad: error response with the precise code, along its route)
 //!        ─▶ node.submit(agent, request, respond)   (a write enters the proposer's queue now,
 //!                                                   in arrival order)
@@ -99,8 +101,9 @@ fn decode(topics: &Topics, inbound: &Inbound) -> Decoded {
     }
 }
 
-/// Runs the bridge until the inbound stream ends (transport shut down). Spawns the publisher of
-/// the node's outbound stream, which ends with it.
+/// Runs the bridge until the transport stops. Installs the handler that decodes and submits
+/// every request on the task that received it (no hop through a bridge task), and spawns the
+/// publisher of the node's outbound stream, which ends with it.
 pub async fn run(
     transport: Transport,
     mut inbound: mpsc::Receiver<Inbound>,
@@ -111,22 +114,30 @@ pub async fn run(
     // should never move.
     counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
     let publisher = tokio::spawn(publish_outbound(transport.clone(), outbound));
-    while let Some(message) = inbound.recv().await {
-        match decode(transport.topics(), &message) {
-            Decoded::NoAgent => {}
-            Decoded::Refused { agent, response } => {
-                respond(&transport, &message.route, &agent, &response);
-            }
-            // Handed to the node here, in arrival order: the node queues a write before
-            // `submit` returns, so one agent's pipelined writes reach the log in the order
-            // they were sent.
-            Decoded::Request { agent, request } => {
-                let respond = responder(&transport, message.route, &agent);
-                node.submit(&agent, request, respond);
-            }
+    let handler = {
+        let transport = transport.clone();
+        move |message: Inbound| handle(&transport, &node, message)
+    };
+    transport.deliver_to(std::sync::Arc::new(handler), &mut inbound);
+    // Nothing more is queued; the receiver ends when the transport stops.
+    while inbound.recv().await.is_some() {}
+    publisher.abort();
+}
+
+/// One received message: decoded and submitted to the node, which queues a write before
+/// `submit` returns, so one agent's pipelined writes (delivered in order by its connection's
+/// task) reach the log in the order they were sent.
+fn handle(transport: &Transport, node: &NodeHandle, message: Inbound) {
+    match decode(transport.topics(), &message) {
+        Decoded::NoAgent => {}
+        Decoded::Refused { agent, response } => {
+            respond(transport, &message.route, &agent, &response);
+        }
+        Decoded::Request { agent, request } => {
+            let respond = responder(transport, message.route, &agent);
+            node.submit(&agent, request, respond);
         }
     }
-    publisher.abort();
 }
 
 /// Where the node answers a request from `agent`: along the request's route.

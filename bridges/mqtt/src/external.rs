@@ -39,7 +39,7 @@ use tracing::{debug, error, info, warn};
 use crate::MqttError;
 use crate::config::{Config, ExternalConfig, parse_broker_url};
 use crate::reply_route::ReplyRoute;
-use crate::transport::{Counters, Delivery, Inbound, Outbound, deliver};
+use crate::transport::{Counters, Delivery, Inlet, Outbound, deliver};
 
 /// Capacity of rumqttc's own request channel between `AsyncClient` and the event loop. Small:
 /// the transport's outbound queue is the real buffer, and this one only smooths the handoff.
@@ -76,7 +76,7 @@ pub(crate) async fn start(
     config: &Config,
     external: &ExternalConfig,
     topics: &Topics,
-    inbound_tx: mpsc::Sender<Inbound>,
+    inbound_tx: Inlet,
     outbound_rx: mpsc::Receiver<Outbound>,
     counters: Arc<Counters>,
 ) -> Result<Running, MqttError> {
@@ -227,7 +227,7 @@ impl Running {
 
 /// What the poll task needs besides the event loop.
 struct PollContext {
-    inbound_tx: mpsc::Sender<Inbound>,
+    inbound_tx: Inlet,
     counters: Arc<Counters>,
     state_tx: watch::Sender<LinkState>,
     resubscribe: Arc<Notify>,

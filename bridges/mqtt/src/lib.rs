@@ -54,7 +54,7 @@ mod transport;
 pub use config::{Config, DEFAULTS, EmbeddedConfig, ExternalConfig, Mode};
 pub use error::MqttError;
 pub use reply_route::ReplyRoute;
-pub use transport::{Inbound, ListenerInfo, MqttVersion, Stats, Transport};
+pub use transport::{Inbound, InboundHandler, ListenerInfo, MqttVersion, Stats, Transport};
 
 /// The payload type of [`Inbound`] and [`Transport::publish`].
 pub use bytes::Bytes;

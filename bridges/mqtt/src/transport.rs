@@ -3,8 +3,8 @@
 //! through.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use hivekeeper_protocol::Topics;
@@ -208,20 +208,76 @@ pub(crate) enum Delivery {
     ReceiverGone,
 }
 
-/// Hands one received message to the inbound queue without waiting: a full queue drops the
-/// message (counted) so the broker link never stalls behind a slow bridge.
+/// Takes one received message on the task that read it (a connection's task, the external
+/// client's event loop). It must not block: the bridge's handler decodes and submits to the
+/// node, whose every step is a non-blocking send.
+pub type InboundHandler = Arc<dyn Fn(Inbound) + Send + Sync>;
+
+/// Where the backends hand received messages: the bounded inbound queue, until a handler is
+/// installed ([`Transport::deliver_to`]), then that handler, called on the receiving task.
+#[derive(Clone)]
+pub(crate) struct Inlet {
+    /// The queue, read by whoever holds the receiver until a handler takes over.
+    tx: mpsc::Sender<Inbound>,
+    /// The handler, once installed; read-locked by every delivery, write-locked once.
+    handler: Arc<RwLock<Option<InboundHandler>>>,
+}
+
+impl Inlet {
+    /// An inlet on a queue of `capacity`, and the queue's receiver.
+    fn new(capacity: usize) -> (Inlet, mpsc::Receiver<Inbound>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let inlet = Inlet {
+            tx,
+            handler: Arc::default(),
+        };
+        (inlet, rx)
+    }
+}
+
+/// Fills `slot` with `handler` after handing it what `inbound` holds, with deliveries held back
+/// meanwhile (the write lock): what was queued is handled first, in order.
+fn install(
+    slot: &RwLock<Option<InboundHandler>>,
+    handler: InboundHandler,
+    inbound: &mut mpsc::Receiver<Inbound>,
+) {
+    let mut slot = slot
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    while let Ok(queued) = inbound.try_recv() {
+        handler(queued);
+    }
+    *slot = Some(handler);
+}
+
+/// Hands one received message to the handler, or to the inbound queue without waiting: a full
+/// queue drops the message (counted) so the broker link never stalls behind a slow bridge.
 pub(crate) fn deliver(
-    inbound_tx: &mpsc::Sender<Inbound>,
+    inlet: &Inlet,
     counters: &Counters,
     topic: String,
     payload: Bytes,
     route: ReplyRoute,
 ) -> Delivery {
-    match inbound_tx.try_send(Inbound {
+    let inbound = Inbound {
         topic,
         payload,
         route,
-    }) {
+    };
+    {
+        let handler = inlet
+            .handler
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(handler) = handler.as_ref() {
+            Counters::add(&counters.inbound_received_total);
+            handler(inbound);
+            return Delivery::Queued;
+        }
+    }
+    let inbound_tx = &inlet.tx;
+    match inbound_tx.try_send(inbound) {
         Ok(()) => {
             Counters::add(&counters.inbound_received_total);
             if counters.inbound_dropping.swap(false, Ordering::Relaxed) {
@@ -272,6 +328,8 @@ struct Inner {
     counters: Arc<Counters>,
     listeners: Vec<ListenerInfo>,
     backend: Mutex<Option<Backend>>,
+    /// The inlet's handler slot, filled by [`Transport::deliver_to`].
+    handler: Arc<RwLock<Option<InboundHandler>>>,
 }
 
 /// The handle to a running MQTT transport. Cheap to clone: every clone publishes through the
@@ -301,7 +359,8 @@ impl Transport {
         config.validate()?;
         let topics = config.topics()?;
         let counters = Arc::new(Counters::default());
-        let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_capacity);
+        let (inbound_tx, inbound_rx) = Inlet::new(config.inbound_capacity);
+        let handler = inbound_tx.handler.clone();
         let (backend, outbound, listeners) = match &config.mode {
             Mode::Embedded(embedded_config) => {
                 let (running, shared, listeners) = endpoint::start(
@@ -345,9 +404,20 @@ impl Transport {
                 counters,
                 listeners,
                 backend: Mutex::new(Some(backend)),
+                handler,
             }),
         };
         Ok((transport, inbound_rx))
+    }
+
+    /// From now on hands every received message to `handler`, on the task that received it
+    /// (a connection's task on the endpoint: a request goes from its socket's task straight
+    /// into the node), instead of the inbound queue. Messages already queued go to `handler`
+    /// first, in order, with deliveries held back meanwhile, so no agent's requests are
+    /// reordered. `inbound` is the receiver [`Transport::start`] returned; it still yields
+    /// `None` once the transport has stopped.
+    pub fn deliver_to(&self, handler: InboundHandler, inbound: &mut mpsc::Receiver<Inbound>) {
+        install(&self.inner.handler, handler, inbound);
     }
 
     /// Publishes one message (a response on `{prefix}/rsp/{agent}` or an event on
@@ -564,9 +634,38 @@ mod tests {
     }
 
     #[test]
+    fn a_handler_gets_the_queued_messages_first_then_every_delivery_in_order() {
+        let counters = Counters::default();
+        let (inlet, mut inbound_rx) = Inlet::new(8);
+        let deliver_one = |topic: &str| {
+            deliver(
+                &inlet,
+                &counters,
+                topic.into(),
+                Bytes::from_static(b"{}"),
+                ReplyRoute::default(),
+            )
+        };
+        assert_eq!(deliver_one("a"), Delivery::Queued);
+        assert_eq!(deliver_one("b"), Delivery::Queued);
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler: InboundHandler = {
+            let seen = seen.clone();
+            Arc::new(move |inbound: Inbound| {
+                seen.lock().expect("test lock").push(inbound.topic);
+            })
+        };
+        install(&inlet.handler, handler, &mut inbound_rx);
+        assert_eq!(deliver_one("c"), Delivery::Queued);
+        assert_eq!(*seen.lock().expect("test lock"), ["a", "b", "c"]);
+        assert!(inbound_rx.try_recv().is_err(), "nothing is queued any more");
+        assert_eq!(counters.inbound_received_total.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
     fn a_full_inbound_queue_drops_and_counts_then_recovers() {
         let counters = Counters::default();
-        let (inbound_tx, mut inbound_rx) = mpsc::channel(1);
+        let (inbound_tx, mut inbound_rx) = Inlet::new(1);
         let payload = Bytes::from_static(b"{}");
         assert_eq!(
             deliver(

@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -34,7 +34,7 @@ use super::credentials::{self, Credentials};
 use super::queue::OutMessage;
 use super::registry::{Client, NOT_SUBSCRIBED};
 use crate::reply_route::ReplyRoute;
-use crate::transport::{Counters, Inbound, deliver};
+use crate::transport::{Counters, Inlet, deliver};
 
 /// Write buffer size past which the drain stops to write before taking more.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
@@ -238,7 +238,7 @@ async fn refuse_connect(stream: &mut TcpStream, counters: &Counters, error: Deco
 struct Session {
     shared: Arc<Shared>,
     client: Arc<Client>,
-    inbound_tx: mpsc::Sender<Inbound>,
+    inbound_tx: Inlet,
     version: Version,
     /// `{prefix}/req/{agent}`: the only topic this agent may publish on.
     request_topic: String,
@@ -267,7 +267,7 @@ impl Session {
         shared: &Arc<Shared>,
         connect: &Connect,
         client: Arc<Client>,
-        inbound_tx: mpsc::Sender<Inbound>,
+        inbound_tx: Inlet,
     ) -> Session {
         let topics = &shared.topics;
         let agent = &connect.client_id;

@@ -57,13 +57,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hivekeeper_protocol::Topics;
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::MqttError;
 use crate::config::{Config, EmbeddedConfig};
-use crate::transport::{Counters, Inbound, ListenerInfo, MqttVersion};
+use crate::transport::{Counters, Inlet, ListenerInfo, MqttVersion};
 use limits::ConnectRate;
 use queue::{Class, OutMessage, Push};
 use registry::{Client, Registry};
@@ -100,7 +100,7 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// The inbound queue's sender; taken at shutdown so the bridge's receiver ends once the
     /// connections (each holding a clone) are gone.
-    inbound_tx: Mutex<Option<mpsc::Sender<Inbound>>>,
+    inbound_tx: Mutex<Option<Inlet>>,
     /// `true` once shutdown began.
     pub(crate) stop_rx: watch::Receiver<bool>,
     /// Connection tasks alive (accepted, not yet ended), for `connections_max` and shutdown.
@@ -112,7 +112,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// A clone of the inbound sender, or `None` once shutdown took it.
-    pub(crate) fn inbound_sender(&self) -> Option<mpsc::Sender<Inbound>> {
+    pub(crate) fn inbound_sender(&self) -> Option<Inlet> {
         self.inbound_tx
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -215,7 +215,7 @@ pub(crate) async fn start(
     config: &Config,
     embedded: &EmbeddedConfig,
     topics: &Topics,
-    inbound_tx: mpsc::Sender<Inbound>,
+    inbound_tx: Inlet,
     counters: Arc<Counters>,
 ) -> Result<(Running, Arc<Shared>, Vec<ListenerInfo>), MqttError> {
     embedded.warn_ignored_keys();
