@@ -83,16 +83,13 @@ impl NodeHandle {
             };
             return answer_with(op, started, &request.id, Err(error), respond);
         };
+        let origin = Origin {
+            agent: agent.to_string(),
+            request_id: request.id.clone(),
+        };
+        let wait_ms = request.op.wait_ms();
         let request = match wire::command(agent, request) {
             Ok(command) => {
-                let Command::Request { request, .. } = &command else {
-                    unreachable!("wire::command makes agent requests only")
-                };
-                let origin = Origin {
-                    agent: agent.to_string(),
-                    request_id: request.id.clone(),
-                };
-                let wait_ms = request.op.wait_ms();
                 self.waits
                     .register(origin.clone(), op, wait_ms, permit, respond);
                 if let Err(error) = self.proposer.submit(command, Answer::Agent(origin.clone())) {
