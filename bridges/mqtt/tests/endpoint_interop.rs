@@ -25,10 +25,9 @@ async fn start_echo() -> (Transport, u16) {
         }),
         ..Config::default()
     };
-    let (transport, mut inbound) =
-        within(WAIT_S, "Transport::start(config)", Transport::start(config))
-            .await
-            .expect("the endpoint starts");
+    let (transport, mut inbound) = within(WAIT_S, "the transport starts", Transport::start(config))
+        .await
+        .expect("the endpoint starts");
     let responder = transport.clone();
     tokio::spawn(async move {
         while let Some(request) = inbound.recv().await {
@@ -110,7 +109,9 @@ async fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() 
         sub.is_finished()
     })
     .await;
-    let output = within(WAIT_S, "sub", sub).await.expect("mosquitto_sub ran");
+    let output = within(WAIT_S, "mosquitto_sub exits", sub)
+        .await
+        .expect("mosquitto_sub ran");
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(
         text(&output.stdout),
@@ -140,7 +141,7 @@ async fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() 
         transport.stats().inbound_received_total == before + 1
     })
     .await;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
 }
@@ -170,7 +171,7 @@ async fn mosquitto_rr_gets_its_answer_by_response_topic() {
     let output = run("mosquitto_rr", args, "mosquitto-clients").await;
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout), "echo:question");
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
 }
@@ -230,7 +231,7 @@ sys.exit(0 if ok else 1)
         );
         assert_eq!(text(&output.stdout), expected, "paho {version}");
     }
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
 }

@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use common::{TestClient, WAIT_S, eventually, within};
 use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, Transport};
 use rumqttc::mqttbytes::v4;
+use rumqttc::v5::mqttbytes::QoS as QoS5;
 use rumqttc::v5::mqttbytes::v5;
 use rumqttc::{QoS, SubscribeReasonCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,7 +33,7 @@ async fn start(
         mode: Mode::Embedded(embedded),
         ..Config::default()
     };
-    within(WAIT_S, "Transport::start(config)", Transport::start(config))
+    within(WAIT_S, "the transport starts", Transport::start(config))
         .await
         .expect("the endpoint starts")
 }
@@ -104,11 +105,42 @@ async fn read_v5(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<v5::Packe
     .await
 }
 
+/// A TCP connection to the endpoint, nothing sent yet.
+async fn open_tcp(addr: SocketAddr) -> TcpStream {
+    within(
+        WAIT_S,
+        "a TCP connection to the endpoint",
+        TcpStream::connect(addr),
+    )
+    .await
+    .expect("the endpoint accepts TCP connections")
+}
+
+/// Stops the transport; fails the test unless it stops cleanly within [`WAIT_S`].
+async fn shutdown(transport: Transport) {
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
+}
+
+/// Connects with 5.0 as `client_id` and reads the CONNACK.
+async fn connected_v5(addr: SocketAddr, client_id: &str) -> (TcpStream, BytesMut) {
+    let mut stream = open_tcp(addr).await;
+    stream
+        .write_all(&v5_connect(client_id))
+        .await
+        .expect("write");
+    let mut buf = BytesMut::new();
+    assert!(matches!(
+        read_v5(&mut stream, &mut buf).await,
+        Some(v5::Packet::ConnAck(_))
+    ));
+    (stream, buf)
+}
+
 /// Connects with 3.1.1 as `client_id` and reads the CONNACK.
 async fn connected_v4(addr: SocketAddr, client_id: &str) -> (TcpStream, BytesMut) {
-    let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut stream = open_tcp(addr).await;
     stream
         .write_all(&v4_connect(client_id, 30))
         .await
@@ -127,22 +159,21 @@ async fn connected_v4(addr: SocketAddr, client_id: &str) -> (TcpStream, BytesMut
 /// Asserts the endpoint closes `stream` (nothing but a possible 5.0 DISCONNECT first).
 async fn assert_closed(stream: &mut TcpStream) {
     let mut rest = Vec::new();
-    let read = within(
+    // The check is the bound: `read_to_end` returns only once the endpoint closed (or reset)
+    // the connection; a connection left open fails the test after WAIT_S.
+    let _closed_or_reset = within(
         WAIT_S,
-        "stream.read_to_end(&mut rest)",
+        "the endpoint closes the connection",
         stream.read_to_end(&mut rest),
     )
     .await;
-    assert!(read.is_ok() || read.is_err(), "closed");
 }
 
 #[tokio::test]
 async fn a_first_packet_that_is_not_connect_closes_the_connection() {
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
-    let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut stream = open_tcp(addr).await;
     stream
         .write_all(&v4_packet(v4::Packet::PingReq))
         .await
@@ -156,9 +187,7 @@ async fn a_first_packet_that_is_not_connect_closes_the_connection() {
         transport.stats().protocol_errors_total == 1
     })
     .await;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -169,9 +198,7 @@ async fn an_unsupported_protocol_level_gets_connack_0x01_and_a_close() {
         let mut connect = v4_connect(&format!("drone-level-{level}"), 30);
         // Byte 8 is the protocol level: fixed header (2), name length (2), "MQTT" (4).
         connect[8] = level;
-        let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-            .await
-            .expect("connect");
+        let mut stream = open_tcp(addr).await;
         stream.write_all(&connect).await.expect("write");
         let mut buf = BytesMut::new();
         match read_v4(&mut stream, &mut buf).await {
@@ -186,9 +213,7 @@ async fn an_unsupported_protocol_level_gets_connack_0x01_and_a_close() {
         );
     }
     assert_eq!(transport.stats().connects_refused_total, 2);
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -196,9 +221,7 @@ async fn a_client_id_that_is_not_an_agent_id_is_refused() {
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     for bad in ["", "has space", "a/b", "+"] {
-        let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-            .await
-            .expect("connect");
+        let mut stream = open_tcp(addr).await;
         stream.write_all(&v4_connect(bad, 30)).await.expect("write");
         let mut buf = BytesMut::new();
         match read_v4(&mut stream, &mut buf).await {
@@ -208,9 +231,7 @@ async fn a_client_id_that_is_not_an_agent_id_is_refused() {
             other => panic!("{bad:?}: expected CONNACK 0x02, got {other:?}"),
         }
     }
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -260,9 +281,13 @@ async fn subscribe_and_publish_outside_the_agents_own_topics_are_refused_and_nev
         .write_all(&v4_packet(v4::Packet::Publish(own)))
         .await
         .expect("write");
-    let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-        .await
-        .expect("inbound open");
+    let received = within(
+        WAIT_S,
+        "a request reaches the inbound queue",
+        inbound.recv(),
+    )
+    .await
+    .expect("inbound open");
     assert_eq!(received.topic, "hk/v1/req/drone-a");
     assert_eq!(
         received.payload,
@@ -272,18 +297,14 @@ async fn subscribe_and_publish_outside_the_agents_own_topics_are_refused_and_nev
     let stats = transport.stats();
     assert_eq!(stats.publishes_refused_total, 1);
     assert_eq!(stats.subscribes_refused_total, 2);
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
 async fn mqtt5_refusals_carry_reason_codes() {
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
-    let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut stream = open_tcp(addr).await;
     stream
         .write_all(&v5_connect("drone-v5"))
         .await
@@ -333,30 +354,15 @@ async fn mqtt5_refusals_carry_reason_codes() {
         }
         other => panic!("expected SUBACK 0x87, got {other:?}"),
     }
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
-
-use rumqttc::v5::mqttbytes::QoS as QoS5;
 
 #[tokio::test]
 async fn the_same_client_id_takes_over_and_the_old_connection_is_closed() {
     let (transport, mut inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     // The first one speaks 5.0, so it is told why it goes.
-    let mut first = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    first
-        .write_all(&v5_connect("drone-twin"))
-        .await
-        .expect("write");
-    let mut first_buf = BytesMut::new();
-    assert!(matches!(
-        read_v5(&mut first, &mut first_buf).await,
-        Some(v5::Packet::ConnAck(_))
-    ));
+    let (mut first, mut first_buf) = connected_v5(addr, "drone-twin").await;
     let (mut second, mut second_buf) = connected_v4(addr, "drone-twin").await;
     match read_v5(&mut first, &mut first_buf).await {
         Some(v5::Packet::Disconnect(disconnect)) => assert_eq!(
@@ -384,9 +390,13 @@ async fn the_same_client_id_takes_over_and_the_old_connection_is_closed() {
         .write_all(&v4_packet(v4::Packet::Publish(request)))
         .await
         .expect("write");
-    let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-        .await
-        .expect("inbound open");
+    let received = within(
+        WAIT_S,
+        "a request reaches the inbound queue",
+        inbound.recv(),
+    )
+    .await
+    .expect("inbound open");
     transport
         .publish_response(&received.route, "drone-twin", "answer")
         .expect("queued");
@@ -399,18 +409,14 @@ async fn the_same_client_id_takes_over_and_the_old_connection_is_closed() {
     }
     assert_eq!(transport.stats().takeovers_total, 1);
     assert_eq!(transport.connected_clients(), Some(1));
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
 async fn a_silent_client_is_closed_after_one_and_a_half_keepalives() {
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
-    let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut stream = open_tcp(addr).await;
     stream
         .write_all(&v4_connect("drone-quiet", 1))
         .await
@@ -440,9 +446,7 @@ async fn a_silent_client_is_closed_after_one_and_a_half_keepalives() {
         transport.stats().keepalive_timeouts_total == 1
     })
     .await;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -450,9 +454,7 @@ async fn a_half_open_socket_that_never_sends_connect_is_closed_after_the_connect
     let (transport, _inbound) = start(|embedded| embedded.connect_packet_timeout_ms = 300).await;
     let addr = transport.listeners()[0].addr;
     let started = Instant::now();
-    let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut stream = open_tcp(addr).await;
     // Half a CONNECT, then silence.
     let connect = v4_connect("drone-half", 30);
     stream.write_all(&connect[..5]).await.expect("write");
@@ -466,9 +468,7 @@ async fn a_half_open_socket_that_never_sends_connect_is_closed_after_the_connect
         transport.stats().connect_timeouts_total == 1
     })
     .await;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -497,17 +497,19 @@ async fn a_malformed_packet_closes_that_connection_only() {
         .write_all(&v4_packet(v4::Packet::Publish(request)))
         .await
         .expect("write");
-    let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-        .await
-        .expect("inbound open");
+    let received = within(
+        WAIT_S,
+        "a request reaches the inbound queue",
+        inbound.recv(),
+    )
+    .await
+    .expect("inbound open");
     assert_eq!(received.payload, Bytes::from_static(b"still here"));
     eventually(WAIT_S, "counted", async || {
         transport.stats().malformed_packets_total == 2
     })
     .await;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 /// Random bytes after a valid CONNECT, 200 connections' worth: each ends in a close (or
@@ -536,17 +538,19 @@ async fn random_bytes_never_take_the_endpoint_down() {
         .await
         .expect("write");
     loop {
-        let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-            .await
-            .expect("inbound open");
+        let received = within(
+            WAIT_S,
+            "a request reaches the inbound queue",
+            inbound.recv(),
+        )
+        .await
+        .expect("inbound open");
         if received.topic == "hk/v1/req/after-the-noise" {
             assert_eq!(received.payload, Bytes::from_static(b"fine"));
             break;
         }
     }
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 /// 1,000 sockets that open, send part of a CONNECT and drop: bounded in count and time, and
@@ -559,9 +563,7 @@ async fn a_thousand_connections_dropped_mid_connect_leave_nothing_behind() {
     let started = Instant::now();
     let connect = v4_connect("drone-dropped", 30);
     for _ in 0..SOCKETS {
-        let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-            .await
-            .expect("connect");
+        let mut stream = open_tcp(addr).await;
         let _ = stream.write_all(&connect[..connect.len() / 2]).await;
         drop(stream);
     }
@@ -582,9 +584,7 @@ async fn a_thousand_connections_dropped_mid_connect_leave_nothing_behind() {
         transport.connected_clients() == Some(1)
     })
     .await;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -593,9 +593,7 @@ async fn connections_past_the_limit_are_refused_and_counted() {
     let addr = transport.listeners()[0].addr;
     let _one = connected_v4(addr, "drone-1").await;
     let _two = connected_v4(addr, "drone-2").await;
-    let mut third = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
+    let mut third = open_tcp(addr).await;
     let _ = third.write_all(&v4_connect("drone-3", 30)).await;
     let mut buf = BytesMut::new();
     assert!(
@@ -603,9 +601,7 @@ async fn connections_past_the_limit_are_refused_and_counted() {
         "closed at accept"
     );
     assert_eq!(transport.stats().connections_refused_total, 1);
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 #[tokio::test]
@@ -639,15 +635,17 @@ async fn qos2_requests_are_delivered_once() {
     assert!(
         matches!(read_v4(&mut stream, &mut buf).await, Some(v4::Packet::PubComp(comp)) if comp.pkid == 9)
     );
-    let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-        .await
-        .expect("inbound open");
+    let received = within(
+        WAIT_S,
+        "a request reaches the inbound queue",
+        inbound.recv(),
+    )
+    .await
+    .expect("inbound open");
     assert_eq!(received.payload, Bytes::from_static(b"exactly"));
     let again = tokio::time::timeout(Duration::from_millis(300), inbound.recv()).await;
     assert!(again.is_err(), "delivered once: {again:?}");
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 /// An agent that stops reading: its responses pile up behind a full socket until a write
@@ -702,9 +700,7 @@ async fn a_slow_consumer_loses_events_then_is_disconnected() {
         "events went first"
     );
     let _ = refused;
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 /// MQTT 5 request/response: a request naming the agent's own response topic and carrying
@@ -714,18 +710,7 @@ async fn a_slow_consumer_loses_events_then_is_disconnected() {
 async fn mqtt5_response_topic_and_correlation_data_round_trip() {
     let (transport, mut inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
-    let mut stream = within(WAIT_S, "TcpStream::connect(addr)", TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    stream
-        .write_all(&v5_connect("drone-rr"))
-        .await
-        .expect("write");
-    let mut buf = BytesMut::new();
-    assert!(matches!(
-        read_v5(&mut stream, &mut buf).await,
-        Some(v5::Packet::ConnAck(_))
-    ));
+    let (mut stream, mut buf) = connected_v5(addr, "drone-rr").await;
     let mut out = BytesMut::new();
     v5::Packet::Subscribe(v5::Subscribe {
         pkid: 1,
@@ -771,9 +756,13 @@ async fn mqtt5_response_topic_and_correlation_data_round_trip() {
     assert!(
         matches!(read_v5(&mut stream, &mut buf).await, Some(v5::Packet::PubAck(ack)) if ack.reason == v5::PubAckReason::Success)
     );
-    let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-        .await
-        .expect("inbound open");
+    let received = within(
+        WAIT_S,
+        "a request reaches the inbound queue",
+        inbound.recv(),
+    )
+    .await
+    .expect("inbound open");
     assert_eq!(received.payload, Bytes::from_static(b"question"));
     assert_eq!(received.route.response_topic(), Some("hk/v1/rsp/drone-rr"));
     assert_eq!(
@@ -795,9 +784,7 @@ async fn mqtt5_response_topic_and_correlation_data_round_trip() {
         }
         other => panic!("expected the answer, got {other:?}"),
     }
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
 
 /// The SDK's client library against the endpoint: connect, subscribe, request, answer.
@@ -812,16 +799,18 @@ async fn rumqttc_round_trip() {
     agent
         .publish("hk/v1/req/drone-rumqttc", QoS::AtLeastOnce, "ping")
         .await;
-    let received = within(WAIT_S, "inbound.recv()", inbound.recv())
-        .await
-        .expect("inbound open");
+    let received = within(
+        WAIT_S,
+        "a request reaches the inbound queue",
+        inbound.recv(),
+    )
+    .await
+    .expect("inbound open");
     transport
         .publish_response(&received.route, "drone-rumqttc", "pong")
         .expect("queued");
     let answer = agent.next_publish().await;
     assert_eq!(answer.topic, "hk/v1/rsp/drone-rumqttc");
     assert_eq!(answer.payload, Bytes::from_static(b"pong"));
-    within(WAIT_S, "transport.shutdown()", transport.shutdown())
-        .await
-        .expect("clean shutdown");
+    shutdown(transport).await;
 }
