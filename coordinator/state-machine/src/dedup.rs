@@ -4,8 +4,12 @@
 //! While the request waits in a queue the retry finds it through the pending-wait index
 //! (`Core::waiting`) and gets `Queued` again, never a second slot; once it completed, the
 //! retry finds its final reply here. Memory is bounded twice: per agent (the newest
-//! `dedup_per_agent_max` outcomes) and in agents (`dedup_agents_max`): when an entry leaves more
-//! agents than that, the least recently active tenth are forgotten at once. Eviction in batches
+//! `dedup_per_agent_max` outcomes, so an agent's new ids push out only its own oldest ones) and
+//! in agents (`dedup_agents_max`): when an entry leaves more agents than that, a tenth are
+//! forgotten at once, whole agents, those with no live lease first (their retries can take
+//! nothing: every acquire names a lease), then the least recently active. So a flood of
+//! requests under fresh agent ids forgets the flood's own agents before any agent that holds
+//! a lease, and never the newest outcomes of an agent it keeps. Eviction in batches
 //! keeps the apply path free of a recency index (which cost a third of a lock apply): the sort
 //! it needs runs once per tenth of the bound in new agents, and it orders by (last touched
 //! index, agent name), a pure function of the state, so a restored replica forgets exactly the
@@ -17,6 +21,9 @@
 //! 2. An agent is remembered only with at least one outcome.
 //! 3. `slots` maps exactly the remembered agents to their memo's place, and every outcome's
 //!    fingerprint is its request id's ([`Dedup::check_invariants`]).
+//! 4. Recording an outcome forgets only outcomes of the same agent; the agent bound forgets
+//!    whole agents, every agent without a live lease before any agent with one
+//!    ([`Dedup::enforce`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
@@ -45,8 +52,7 @@ pub struct Dedup {
 }
 
 /// Where an agent's memo is. Valid until the end of the entry that returned it: agents are
-/// forgotten (and slots reassigned) only by [`Dedup::enforce`] and [`Dedup::set_limits`],
-/// which run between requests.
+/// forgotten (and slots reassigned) only by [`Dedup::enforce`], which runs between requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot(u32);
 
@@ -159,7 +165,8 @@ impl Dedup {
         });
     }
 
-    /// Applies new limits: trims every agent to the per-agent bound, then the agent count.
+    /// Applies new limits: trims every agent to the per-agent bound. The agent bound is
+    /// applied by the next [`Dedup::enforce`] (at the end of the entry, or by the restore).
     pub fn set_limits(&mut self, limits: &Limits) {
         self.per_agent_max = limits.dedup_per_agent_max as usize;
         for memo in &mut self.memos {
@@ -167,31 +174,30 @@ impl Dedup {
                 memo.recent.pop_front();
             }
         }
-        self.enforce(limits);
     }
 
-    /// When more agents than the bound are remembered, forgets the least recently active until
-    /// nine tenths of the bound remain.
-    pub fn enforce(&mut self, limits: &Limits) {
+    /// When more agents than the bound are remembered, forgets whole agents until nine tenths
+    /// of the bound remain: agents that are not `active` (no live lease, so nothing held or
+    /// waited for) first, the least recently active first (invariant 4).
+    pub fn enforce(&mut self, limits: &Limits, active: impl Fn(&str) -> bool) {
         let agents_max = limits.dedup_agents_max as usize;
         if self.memos.len() <= agents_max {
             return;
         }
         let keep = agents_max - agents_max / 10;
-        let mut by_age: Vec<(u64, &Text)> = self
+        let rank = |memo: &Memo| (active(&memo.agent), memo.touched_index);
+        let mut ranked: Vec<((bool, u64), &Text)> = self
             .memos
             .iter()
-            .map(|memo| (memo.touched_index, &memo.agent))
+            .map(|memo| (rank(memo), &memo.agent))
             .collect();
-        by_age.sort_unstable();
-        let cutoff = (
-            by_age[by_age.len() - keep].0,
-            by_age[by_age.len() - keep].1.clone(),
-        );
-        // Keeps exactly the `keep` newest by (touched index, name): names are unique, so the
-        // order is total and the cut is the same on every replica.
+        ranked.sort_unstable();
+        let (cut_rank, cut_agent) = ranked[ranked.len() - keep];
+        let cut_agent = cut_agent.clone();
+        // Keeps exactly the `keep` highest by (active, touched index, name): names are unique,
+        // so the order is total and the cut is the same on every replica.
         self.memos
-            .retain(|memo| (memo.touched_index, &memo.agent) >= (cutoff.0, &cutoff.1));
+            .retain(|memo| (rank(memo), &memo.agent) >= (cut_rank, &cut_agent));
         self.reindex();
     }
 

@@ -94,6 +94,82 @@ fn dedup_memory_is_bounded_per_agent_and_in_agents() {
 }
 
 #[test]
+fn one_agents_new_ids_never_forget_another_agents_outcomes() {
+    let limits = Limits {
+        dedup_per_agent_max: 4,
+        ..Limits::DEFAULTS
+    };
+    let mut h = Harness::with_limits(limits);
+    let (victim, _) = h.send_as("victim", "v-1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    // A flood under one agent id: a hundred refused requests, each remembered.
+    for i in 0..100 {
+        h.send_as(
+            "flood",
+            &format!("f-{i}"),
+            lock_release("l", "0000000000000001"),
+        );
+    }
+    assert_eq!(
+        h.send_as("victim", "v-1", AgentOp::LeaseGrant { ttl_ms: 5_000 })
+            .0,
+        victim,
+        "the victim's outcome is still remembered"
+    );
+    assert_eq!(h.sm.lease_count(), 1, "the retry took no second lease");
+}
+
+#[test]
+fn the_agent_bound_forgets_agents_without_a_lease_first() {
+    let limits = Limits {
+        dedup_agents_max: 3,
+        ..Limits::DEFAULTS
+    };
+    let mut h = Harness::with_limits(limits);
+    // The victim's last request is the oldest of all.
+    let (victim, _) = h.send_as("victim", "v-1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    // A flood under fresh agent ids, each with a refused request and no lease.
+    for i in 0..10 {
+        h.send_as(
+            &format!("flood-{i}"),
+            "x",
+            lock_release("l", "0000000000000001"),
+        );
+    }
+    assert_eq!(
+        h.send_as("victim", "v-1", AgentOp::LeaseGrant { ttl_ms: 5_000 })
+            .0,
+        victim,
+        "the agent with a live lease is kept, though least recently active"
+    );
+    // The flood's oldest agents were forgotten: a retry is applied afresh (here refused the
+    // same way, but answered from the machine, so the agent bound still holds).
+    assert_eq!(h.sm.lease_count(), 1);
+    // Without a live lease the victim is only as old as its last request.
+    let Reply::Lease { lease, .. } = victim else {
+        panic!("{victim:?}")
+    };
+    h.send_as(
+        "victim",
+        "v-2",
+        AgentOp::LeaseRevoke {
+            lease: lease.to_string(),
+        },
+    );
+    for i in 10..13 {
+        h.send_as(
+            &format!("flood-{i}"),
+            "x",
+            lock_release("l", "0000000000000001"),
+        );
+    }
+    let (again, _) = h.send_as("victim", "v-1", AgentOp::LeaseGrant { ttl_ms: 5_000 });
+    assert_ne!(
+        again, victim,
+        "forgotten once it had no lease and went quiet"
+    );
+}
+
+#[test]
 fn tokens_keep_increasing_across_snapshot_restore() {
     let mut h = Harness::new();
     let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));

@@ -21,6 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::dedup::{Dedup, Slot};
 use super::lease::{Lease, LeaseId};
+use super::quota::Usage;
 use super::{Ctx, Event, NameMap, ReleaseReason, Reply, Text};
 
 /// Tokens are `position << TOKEN_INDEX_SHIFT` (plus a count when one command grants several), so
@@ -227,6 +228,10 @@ pub struct Core {
     pub waiting: NameMap<PendingWaits>,
     /// Outcomes of recent completed requests, for retries.
     pub dedup: Dedup,
+    /// Live leases and holds per agent, for the per-agent quotas (`quota.rs`). Derived from
+    /// `leases`: not in the snapshot, rebuilt on restore.
+    #[serde(skip)]
+    pub usage: Usage,
 }
 
 /// Requests waiting right now, per resource kind ([`crate::StateMachine::waiter_counts`]).
@@ -326,6 +331,12 @@ impl Core {
         (known, recall.reply.cloned())
     }
 
+    /// Applies the dedup memory's agent bound: agents with a live lease are forgotten last.
+    pub fn enforce_dedup(&mut self, limits: &super::Limits) {
+        let Core { dedup, usage, .. } = self;
+        dedup.enforce(limits, |agent| usage.has_lease(agent));
+    }
+
     /// Waiters per resource kind, from the pending-wait index (invariant 3: it indexes exactly
     /// the queued waiters), so the cost is the number of waiters, not of resources.
     pub fn waiter_counts(&self) -> WaiterCounts {
@@ -382,6 +393,7 @@ impl Core {
             .expect("the caller checked the lease is live")
             .holds
             .insert(key.clone());
+        self.usage.held(agent);
         ctx.events.push(Event::Granted {
             key: key.clone(),
             agent: agent.clone(),
@@ -448,6 +460,7 @@ impl Core {
             .expect("a queued waiter's lease is alive: lease ends remove their waiters first");
         record.waits.remove(key);
         record.holds.insert(key.clone());
+        self.usage.held(&waiter.agent);
         self.forget_wait(&waiter);
         ctx.events.push(Event::Granted {
             key: key.clone(),
@@ -501,6 +514,7 @@ impl Core {
         if let Some(record) = self.leases.get_mut(&hold.lease) {
             record.holds.remove(key);
         }
+        self.usage.released(&hold.agent);
         ctx.events.push(Event::Released {
             key: key.clone(),
             agent: hold.agent.clone(),
@@ -594,6 +608,7 @@ impl Core {
                 }
             }
         }
+        self.usage.check(&self.leases)?;
         self.dedup.check_invariants()
     }
 

@@ -104,6 +104,9 @@ impl StateMachine {
                 ),
             );
         }
+        if let Some(refusal) = self.core.lease_quota(agent, limits) {
+            return refusal;
+        }
         if self.core.leases.len() >= limits.leases_max as usize {
             return Reply::refused(
                 ErrorCode::ResourceExhausted,
@@ -121,6 +124,7 @@ impl StateMachine {
                 waits: BTreeMap::new(),
             },
         );
+        self.core.usage.lease_granted(agent);
         ctx.events.push(Event::LeaseGranted {
             agent: agent.clone(),
             lease,
@@ -248,6 +252,7 @@ impl StateMachine {
                 );
                 touched.insert(key);
             }
+            self.core.usage.lease_ended(&lease.agent);
         }
         let touched: Vec<ResourceKey> = touched.into_iter().collect();
         self.settle(ctx, &touched);

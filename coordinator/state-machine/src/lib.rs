@@ -44,7 +44,8 @@
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
-//! - `limits.rs`: the replicated bounds.
+//! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
+//!   agent, waits per lease) and the per-agent counts they need.
 //! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
 //!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 
@@ -54,6 +55,7 @@ mod grant;
 mod lease;
 mod limits;
 mod lock;
+mod quota;
 mod request;
 mod semaphore;
 mod snapshot;
@@ -67,6 +69,8 @@ mod lease_test;
 mod limits_test;
 #[cfg(test)]
 mod lock_test;
+#[cfg(test)]
+mod quota_test;
 #[cfg(test)]
 mod semaphore_test;
 #[cfg(test)]
@@ -486,7 +490,7 @@ impl StateMachine {
                 Err(error) => Reply::refused(ErrorCode::BadRequest, error.to_string()),
             },
         };
-        self.core.dedup.enforce(&self.limits);
+        self.core.enforce_dedup(&self.limits);
         Ok((reply, ctx.events))
     }
 

@@ -28,8 +28,36 @@ pub struct Limits {
     pub waypoint_waiters_max: u32,
     /// Completed request outcomes remembered per agent for retries.
     pub dedup_per_agent_max: u32,
-    /// Agents whose outcomes are remembered; the least recently active is forgotten first.
+    /// Agents whose outcomes are remembered; agents with no live lease and no wait are
+    /// forgotten first, the least recently active first (`dedup.rs`).
     pub dedup_agents_max: u32,
+    /// Most leases one agent has alive at once: 1% of the default `leases_max`, so one agent
+    /// cannot take the whole lease table from the others. An agent needs one lease per
+    /// independent liveness (the SDK's session is one); a thousand is far above any real use.
+    /// Absent from snapshots and logs written before it existed (serde default) and left out
+    /// of the bytes while it has its default, so format-1 bytes stay as they were.
+    #[serde(skip_serializing_if = "is_default_leases_per_agent_max")]
+    pub leases_per_agent_max: u32,
+    /// Most requests one lease has waiting at once, over all resources: a lease that queues
+    /// for everything would hold a slot in every queue.
+    #[serde(skip_serializing_if = "is_default_waits_per_lease_max")]
+    pub waits_per_lease_max: u32,
+    /// Most resources one agent holds or waits for at once, over all its leases (a waiter
+    /// counts: it becomes a hold without asking again): 1% of the default `resources_max`.
+    #[serde(skip_serializing_if = "is_default_holds_per_agent_max")]
+    pub holds_per_agent_max: u32,
+}
+
+fn is_default_leases_per_agent_max(value: &u32) -> bool {
+    *value == Limits::DEFAULTS.leases_per_agent_max
+}
+
+fn is_default_waits_per_lease_max(value: &u32) -> bool {
+    *value == Limits::DEFAULTS.waits_per_lease_max
+}
+
+fn is_default_holds_per_agent_max(value: &u32) -> bool {
+    *value == Limits::DEFAULTS.holds_per_agent_max
 }
 
 impl Limits {
@@ -43,6 +71,9 @@ impl Limits {
         waypoint_waiters_max: 10_000,
         dedup_per_agent_max: 16,
         dedup_agents_max: 50_000,
+        leases_per_agent_max: 1_000,
+        waits_per_lease_max: 100,
+        holds_per_agent_max: 10_000,
     };
 
     /// Cross-field rules. A limit of zero would make the service refuse everything, so every
@@ -64,6 +95,9 @@ impl Limits {
             ("waypoint_waiters_max", self.waypoint_waiters_max),
             ("dedup_per_agent_max", self.dedup_per_agent_max),
             ("dedup_agents_max", self.dedup_agents_max),
+            ("leases_per_agent_max", self.leases_per_agent_max),
+            ("waits_per_lease_max", self.waits_per_lease_max),
+            ("holds_per_agent_max", self.holds_per_agent_max),
         ] {
             if value == 0 {
                 return Err(LimitsError::Zero { limit });

@@ -44,4 +44,17 @@ fn each_rule_names_the_offending_values() {
         }
     );
     assert_eq!(error.to_string(), "dedup_agents_max must be at least 1");
+    for limit in [
+        "leases_per_agent_max",
+        "waits_per_lease_max",
+        "holds_per_agent_max",
+    ] {
+        let mut zero = Limits::DEFAULTS;
+        match limit {
+            "leases_per_agent_max" => zero.leases_per_agent_max = 0,
+            "waits_per_lease_max" => zero.waits_per_lease_max = 0,
+            _ => zero.holds_per_agent_max = 0,
+        }
+        assert_eq!(zero.validate(), Err(LimitsError::Zero { limit }));
+    }
 }

@@ -61,11 +61,17 @@ impl StateMachine {
             if self.core.is_waiting(lease, &key) {
                 return self.core.already_waiting(lease, &key);
             }
+            if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
+                return refusal;
+            }
             if wait_ms == Some(0) {
                 return Reply::refused(
                     ErrorCode::WouldBlock,
                     format!("lock {name:?} is held by another lease"),
                 );
+            }
+            if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
+                return refusal;
             }
             if let Some(refusal) =
                 fifo::full(ResourceKind::Lock, &name, lock.waiters.len(), &self.limits)
@@ -75,6 +81,9 @@ impl StateMachine {
             let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
             lock.waiters.push_back(waiter);
             return Reply::Queued;
+        }
+        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
+            return refusal;
         }
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return self.resources_exhausted();

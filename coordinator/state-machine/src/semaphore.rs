@@ -58,7 +58,13 @@ impl StateMachine {
         let in_use = self.resources_in_use();
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Sem, &name);
+        // Checked before an idle semaphore is made, and returned after the checks that answer
+        // a lease that already holds or waits (those take nothing new).
+        let over_quota = self.core.holds_quota(agent, &self.limits);
         if !self.sems.contains_key(&name) {
+            if let Some(refusal) = over_quota {
+                return refusal;
+            }
             if in_use >= self.limits.resources_max as usize {
                 return self.resources_exhausted();
             }
@@ -100,6 +106,9 @@ impl StateMachine {
         if self.core.is_waiting(lease, &key) {
             return self.core.already_waiting(lease, &key);
         }
+        if let Some(refusal) = over_quota {
+            return refusal;
+        }
         if sem.waiters.is_empty() && sem.used + permits <= sem.limit {
             let hold = self.core.grant_now(ctx, &key, lease, agent, permits);
             let token = hold.token;
@@ -119,6 +128,9 @@ impl StateMachine {
                     sem.waiters.len()
                 ),
             );
+        }
+        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
+            return refusal;
         }
         if let Some(refusal) = fifo::full(ResourceKind::Sem, &name, sem.waiters.len(), &self.limits)
         {

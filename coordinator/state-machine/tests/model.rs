@@ -190,6 +190,9 @@ fn preset_limits(preset: usize) -> Limits {
             waypoint_waiters_max: 3,
             dedup_per_agent_max: 4,
             dedup_agents_max: 3,
+            leases_per_agent_max: 3,
+            waits_per_lease_max: 2,
+            holds_per_agent_max: 3,
             ..Limits::DEFAULTS
         },
         // Invalid: refused, nothing changes.
@@ -864,6 +867,10 @@ impl Model {
         if ttl_ms < self.limits.lease_ttl_ms_min || ttl_ms > self.limits.lease_ttl_ms_max {
             return refused(ErrorCode::BadRequest);
         }
+        let agent_leases = self.leases.iter().filter(|l| l.agent == agent).count();
+        if agent_leases >= self.limits.leases_per_agent_max as usize {
+            return refused(ErrorCode::ResourceExhausted);
+        }
         if self.leases.len() >= self.limits.leases_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
@@ -1066,6 +1073,9 @@ impl Model {
         };
         let kind = ResourceKind::Lock;
         let Some(holder) = self.holds_of(kind, name).next() else {
+            if self.over_holds_quota(agent) {
+                return refused(ErrorCode::ResourceExhausted);
+            }
             if self.resources_in_use() >= self.limits.resources_max as usize {
                 return refused(ErrorCode::ResourceExhausted);
             }
@@ -1079,8 +1089,14 @@ impl Model {
         if self.is_waiting(lease, kind, name) {
             return refused(ErrorCode::BadRequest);
         }
+        if self.over_holds_quota(agent) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
+        }
+        if self.over_waits_quota(lease) {
+            return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
@@ -1107,6 +1123,9 @@ impl Model {
         let capacity = match self.sem_capacity(name) {
             Some(capacity) => capacity,
             None => {
+                if self.over_holds_quota(agent) {
+                    return refused(ErrorCode::ResourceExhausted);
+                }
                 if self.resources_in_use() >= self.limits.resources_max as usize {
                     return refused(ErrorCode::ResourceExhausted);
                 }
@@ -1126,6 +1145,9 @@ impl Model {
         if self.is_waiting(lease, kind, name) {
             return refused(ErrorCode::BadRequest);
         }
+        if self.over_holds_quota(agent) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
         let nobody_waits = self.waiters_of(kind, name).next().is_none();
         if nobody_waits && self.sem_used(name) + permits <= capacity {
             return self.grant_now(kind, name, lease, agent, permits, capacity, None);
@@ -1133,12 +1155,28 @@ impl Model {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
+        if self.over_waits_quota(lease) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
         self.enqueue(
             kind, name, lease, agent, request_id, permits, capacity, None,
         )
+    }
+
+    /// Whether `agent` holds and waits for `holds_per_agent_max` resources already.
+    fn over_holds_quota(&self, agent: &str) -> bool {
+        let holds = self.holds.iter().filter(|hold| hold.agent == agent).count();
+        let waits = self.waiters.iter().filter(|w| w.agent == agent).count();
+        holds + waits >= self.limits.holds_per_agent_max as usize
+    }
+
+    /// Whether `lease` waits for `waits_per_lease_max` resources already.
+    fn over_waits_quota(&self, lease: u64) -> bool {
+        let waits = self.waiters.iter().filter(|w| w.lease == lease).count();
+        waits >= self.limits.waits_per_lease_max as usize
     }
 
     /// The capacity of a semaphore in use (held or waited for); an idle one has none.
@@ -1218,6 +1256,9 @@ impl Model {
         if self.is_waiting(lease, kind, name) {
             return refused(ErrorCode::BadRequest);
         }
+        if self.over_holds_quota(agent) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
@@ -1226,6 +1267,9 @@ impl Model {
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
+        }
+        if self.over_waits_quota(lease) {
+            return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
@@ -1368,8 +1412,8 @@ impl Model {
     }
 
     /// At the end of every entry: each agent keeps its newest `dedup_per_agent_max` outcomes,
-    /// and the least recently touched agents (ties: smallest agent id) are forgotten beyond
-    /// `dedup_agents_max`.
+    /// and beyond `dedup_agents_max` agents are forgotten whole: agents without a live lease
+    /// first, then the least recently touched (ties: smallest agent id).
     fn forget_old_outcomes(&mut self) {
         let per_agent_max = self.limits.dedup_per_agent_max as usize;
         for memory in &mut self.memories {
@@ -1381,9 +1425,11 @@ impl Model {
             let oldest = (0..self.memories.len())
                 .min_by(|a, b| {
                     let key = |i: &usize| {
+                        let agent = &self.memories[*i].agent;
                         (
+                            self.leases.iter().any(|lease| &lease.agent == agent),
                             self.memories[*i].touched_index,
-                            self.memories[*i].agent.clone(),
+                            agent.clone(),
                         )
                     };
                     key(a).cmp(&key(b))
@@ -1475,6 +1521,9 @@ fn limits_are_valid(limits: &Limits) -> bool {
             limits.waypoint_waiters_max,
             limits.dedup_per_agent_max,
             limits.dedup_agents_max,
+            limits.leases_per_agent_max,
+            limits.waits_per_lease_max,
+            limits.holds_per_agent_max,
         ]
         .iter()
         .all(|value| *value >= 1)

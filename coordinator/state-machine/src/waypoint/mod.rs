@@ -345,6 +345,9 @@ impl StateMachine {
         if self.core.is_waiting(lease, &key) {
             return self.core.already_waiting(lease, &key);
         }
+        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
+            return refusal;
+        }
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return self.resources_exhausted();
         }
@@ -362,6 +365,9 @@ impl StateMachine {
                 ErrorCode::WouldBlock,
                 format!("waypoint {name:?} conflicts with a held or earlier waiting reservation"),
             );
+        }
+        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
+            return refusal;
         }
         if let Some(refusal) = self.waypoint_queue_full(&name) {
             return refusal;
