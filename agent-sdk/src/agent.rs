@@ -7,7 +7,7 @@
 //!  ┌▶ Connect: wait for a subscribed link ───────────────(deadline)──▶ Err(Disconnected)
 //!  │   │ publish (caller's task, QoS 1)
 //!  │  Attempt: wait for the response ──── ok / refusal ─────────────▶ Ok / Err(typed)
-//!  │   │ attempt timeout, link lost, or `unavailable`
+//!  │   │ attempt timeout, link lost, `unavailable` or `rate_limited`
 //!  │  Pause: jittered backoff (a late response still completes it) ─(deadline)──▶ Err(Timeout)
 //!  └───┘ resend the SAME id: the service answers it with the first outcome
 //! ```
@@ -223,7 +223,8 @@ impl Agent {
     }
 
     /// Sends one request and waits for its final response, resending the same id on timeouts,
-    /// lost connections and `unavailable` answers, with jittered exponential backoff.
+    /// lost connections and `unavailable` or `rate_limited` answers, with jittered exponential
+    /// backoff.
     ///
     /// Patience depends on the op. Ordinary ops wait `request_timeout_ms` per attempt and
     /// `request_deadline_ms` in all. An acquire with `wait_ms: n` waits up to `n` plus those.
@@ -232,8 +233,9 @@ impl Agent {
     /// grant was lost; cancel it by dropping the future, or use [`Session::lock`], which also
     /// gives up when the session is lost.
     ///
-    /// Every refusal except `unavailable` is returned at once (see [`AgentError`]). Dropping
-    /// the future stops the resends; a response that still arrives is dropped and counted.
+    /// Every refusal except `unavailable` and `rate_limited` is returned at once (see
+    /// [`AgentError`]). Dropping the future stops the resends; a response that still arrives is
+    /// dropped and counted.
     pub async fn request(&self, op: Op) -> Result<Success, AgentError> {
         let patience = self.patience_for(&op);
         self.call(op, patience, None).await
@@ -310,8 +312,12 @@ impl Agent {
             phase = match wake {
                 Wake::Reply(response) => match response.outcome {
                     Ok(success) => return Ok(success),
-                    Err(body) if body.code == ErrorCode::Unavailable => {
-                        debug!(id = %reply.id, "unavailable; resending after a pause");
+                    // Both change nothing and pass: no leader yet, or this agent is over its
+                    // request rate. The same id again after a jittered pause.
+                    Err(body)
+                        if matches!(body.code, ErrorCode::Unavailable | ErrorCode::RateLimited) =>
+                    {
+                        debug!(id = %reply.id, code = %body.code, "resending after a pause");
                         reply.rearm();
                         self.pause(&mut backoff, deadline)
                     }

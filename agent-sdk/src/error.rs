@@ -3,8 +3,9 @@
 //! The service's own refusals arrive as [`AgentError::Service`] with the protocol's
 //! [`ErrorCode`], except the two an application branches on every day, which get variants of
 //! their own: `would_block` ([`AgentError::WouldBlock`]) and `timeout`
-//! ([`AgentError::WaitTimeout`]). `unavailable` never reaches the application: the SDK retries
-//! it with the same request id until the request's deadline.
+//! ([`AgentError::WaitTimeout`]). `unavailable` and `rate_limited` never reach the application:
+//! the SDK retries them with the same request id, after a jittered backoff, until the request's
+//! deadline.
 
 use hivekeeper_protocol::{ErrorBody, ErrorCode, ResourceKind};
 

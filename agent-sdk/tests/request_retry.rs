@@ -1,5 +1,5 @@
-//! Requests over real MQTT against the fake service: a lost response or an `unavailable`
-//! answer is retried under the SAME id, other refusals come back typed, responses nobody
+//! Requests over real MQTT against the fake service: a lost response or an `unavailable` or
+//! `rate_limited` answer is retried under the SAME id, other refusals come back typed, responses nobody
 //! waits for are dropped and counted, and an unanswered request ends at its deadline.
 
 mod common;
@@ -36,14 +36,24 @@ async fn lost_response_is_retried_under_the_same_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unavailable_is_retried_under_the_same_id() {
+    passing_refusals_are_retried_under_the_same_id(ErrorCode::Unavailable).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_is_retried_under_the_same_id() {
+    passing_refusals_are_retried_under_the_same_id(ErrorCode::RateLimited).await;
+}
+
+/// Two `code` answers to a `lease.grant`, then the grant: three sends of one id.
+async fn passing_refusals_are_retried_under_the_same_id(code: ErrorCode) {
     let (port, fake) = broker_with_fake().await;
     let agent = within(10, "connect", Agent::connect(agent_config("d1", &[port])))
         .await
         .expect("connect");
-    fake.unavailable("lease.grant", 2);
+    fake.transient("lease.grant", code, 2);
     let session = within(10, "session", agent.session(1_000))
         .await
-        .expect("granted after two unavailable answers");
+        .unwrap_or_else(|error| panic!("granted after two {code} answers: {error}"));
     let sent = fake.received_op("lease.grant");
     assert_eq!(sent.len(), 3, "two refusals, then the grant");
     assert!(sent.iter().all(|r| r.id == sent[0].id), "one id throughout");

@@ -33,11 +33,15 @@ pub enum ErrorCode {
     /// Addition to DESIGN.md §3: a configured bound is reached (leases, waiters on one
     /// resource, resources). Retrying later may succeed; retrying at once will not.
     ResourceExhausted,
+    /// Addition (issue 14): the agent sent requests faster than its configured rate
+    /// (`rate_per_s_max` per agent, a token bucket). Nothing was done; retry the same request
+    /// with backoff, as for `unavailable`.
+    RateLimited,
 }
 
 impl ErrorCode {
     /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownOp,
         ErrorCode::TooLarge,
@@ -49,6 +53,7 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::Forbidden,
         ErrorCode::ResourceExhausted,
+        ErrorCode::RateLimited,
     ];
 
     /// The code as it appears on the wire, e.g. `"bad_request"`.
@@ -65,6 +70,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::ResourceExhausted => "resource_exhausted",
+            ErrorCode::RateLimited => "rate_limited",
         }
     }
 }

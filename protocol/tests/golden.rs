@@ -754,6 +754,7 @@ fn wire_name(code: ErrorCode) -> &'static str {
         ErrorCode::Unavailable => "unavailable",
         ErrorCode::Forbidden => "forbidden",
         ErrorCode::ResourceExhausted => "resource_exhausted",
+        ErrorCode::RateLimited => "rate_limited",
     }
 }
 
@@ -800,6 +801,7 @@ fn error_code_list_is_closed_and_ordered() {
             "unavailable",
             "forbidden",
             "resource_exhausted",
+            "rate_limited",
         ]
     );
     for code in ErrorCode::ALL {
@@ -991,6 +993,18 @@ fn error_code_resource_exhausted() {
         "too many waiters on lock \"door\"",
         r#"{"id":"7","ok":false,"error":{"code":"resource_exhausted",
             "message":"too many waiters on lock \"door\""}}"#,
+    );
+}
+
+#[test]
+fn error_code_rate_limited() {
+    assert_error_golden(
+        Some("7"),
+        ErrorCode::RateLimited,
+        "agent drone-7 is over its request rate: rate_per_s_max is 500 a second, \
+         rate_burst_max 1000; retry with backoff",
+        r#"{"id":"7","ok":false,"error":{"code":"rate_limited",
+            "message":"agent drone-7 is over its request rate: rate_per_s_max is 500 a second, rate_burst_max 1000; retry with backoff"}}"#,
     );
 }
 

@@ -148,8 +148,9 @@ struct FakeState {
     keepalive: Option<KeepaliveMode>,
     /// Ops whose next n responses are computed but not sent (a lost reply).
     drop_responses: HashMap<&'static str, u32>,
-    /// Ops whose next n requests are answered `unavailable` (no state change).
-    unavailable: HashMap<&'static str, u32>,
+    /// Ops whose next n requests are answered with a code the SDK retries (`unavailable`,
+    /// `rate_limited`), with no state change.
+    transient: HashMap<&'static str, (ErrorCode, u32)>,
     /// Ops never answered.
     silent: HashSet<&'static str>,
     responders: Vec<AsyncClient>,
@@ -305,15 +306,16 @@ impl Fake {
             state.received.push(received);
             return Action::Nothing;
         }
-        if let Some(left) = state.unavailable.get_mut(op_name)
+        if let Some((code, left)) = state.transient.get_mut(op_name)
             && *left > 0
         {
             *left -= 1;
+            let code = *code;
             state.received.push(received);
             return Action::Answer(Response::error(
                 Some(request.id),
-                ErrorCode::Unavailable,
-                "fake: no leader",
+                code,
+                format!("fake: {code}"),
             ));
         }
         let id = request.id.clone();
@@ -492,9 +494,9 @@ impl Fake {
         self.state().drop_responses.insert(op, n);
     }
 
-    /// Answers the next `n` requests for `op` with `unavailable`.
-    pub fn unavailable(&self, op: &'static str, n: u32) {
-        self.state().unavailable.insert(op, n);
+    /// Answers the next `n` requests for `op` with `code`, changing nothing.
+    pub fn transient(&self, op: &'static str, code: ErrorCode, n: u32) {
+        self.state().transient.insert(op, (code, n));
     }
 
     /// Never answers `op` from now on.
