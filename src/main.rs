@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// 0.0.0.0:7401 while peers dial 10.0.0.5:7401).
     #[arg(long, value_name = "ADDR", requires = "name")]
     peer_listen: Option<SocketAddr>,
+    /// Requests a second one agent may send to this node (a token bucket per agent; past it
+    /// the answer is `rate_limited`). 0 turns the limit off. Default 5000 (`[node]
+    /// rate_per_s_max`).
+    #[arg(long, value_name = "N")]
+    rate_per_s_max: Option<u32>,
 }
 
 /// `--initial-cluster-state`.

@@ -94,6 +94,9 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
     if let Some(listen) = args.metrics_listen {
         config.metrics.listen = listen;
     }
+    if let Some(rate_per_s_max) = args.rate_per_s_max {
+        config.node.rate_per_s_max = rate_per_s_max;
+    }
     if let (Some(name), Some(initial_cluster)) = (args.name, args.initial_cluster) {
         config.node.cluster = Some(ClusterConfig {
             name,

@@ -28,6 +28,17 @@ pub struct NodeConfig {
     /// Requests admitted at once (proposals in flight, reads, keepalives); past it the answer is
     /// `unavailable` instead of an ever-growing queue (ractor mailboxes are unbounded).
     pub ingress_max: usize,
+    /// `lease.keepalive` requests admitted at once, in a lane of their own beside
+    /// `ingress_max`: a flood of other requests can fill `ingress_max` but never refuses or
+    /// delays a keepalive, so it never expires another agent's lease.
+    pub keepalive_ingress_max: usize,
+    /// Requests a second one agent may send (a token bucket per agent, checked before
+    /// anything else); past it the answer is `rate_limited` and the SDK retries after a
+    /// backoff. 0: no limit. Well above what one agent does flat out (docs/BENCHMARKS.md), so
+    /// only a flood meets it.
+    pub rate_per_s_max: u32,
+    /// The bucket's size: requests one agent may send at once after a quiet spell.
+    pub rate_burst_max: u32,
     /// Most commands in one log entry: many requests share one fsync.
     pub batch_max: usize,
     /// How often the lease keeper looks for overdue leases. The reclaim delay after a TTL is at
@@ -44,6 +55,9 @@ pub const DEFAULTS: Defaults = Defaults {
     raft: RaftConfig::DEFAULTS,
     limits: Limits::DEFAULTS,
     ingress_max: 10_000,
+    keepalive_ingress_max: 10_000,
+    rate_per_s_max: 5_000,
+    rate_burst_max: 10_000,
     batch_max: raft::BATCH_MAX,
     keeper_tick_ms: 20,
     propose_timeout_ms: 5_000,
@@ -63,6 +77,12 @@ pub struct Defaults {
     pub limits: Limits,
     /// See [`NodeConfig::ingress_max`].
     pub ingress_max: usize,
+    /// See [`NodeConfig::keepalive_ingress_max`].
+    pub keepalive_ingress_max: usize,
+    /// See [`NodeConfig::rate_per_s_max`].
+    pub rate_per_s_max: u32,
+    /// See [`NodeConfig::rate_burst_max`].
+    pub rate_burst_max: u32,
     /// See [`NodeConfig::batch_max`].
     pub batch_max: usize,
     /// See [`NodeConfig::keeper_tick_ms`].
@@ -81,6 +101,9 @@ impl NodeConfig {
             raft: DEFAULTS.raft,
             limits: DEFAULTS.limits,
             ingress_max: DEFAULTS.ingress_max,
+            keepalive_ingress_max: DEFAULTS.keepalive_ingress_max,
+            rate_per_s_max: DEFAULTS.rate_per_s_max,
+            rate_burst_max: DEFAULTS.rate_burst_max,
             batch_max: DEFAULTS.batch_max,
             keeper_tick_ms: DEFAULTS.keeper_tick_ms,
             propose_timeout_ms: DEFAULTS.propose_timeout_ms,
@@ -101,6 +124,7 @@ impl NodeConfig {
         }
         for (field, value) in [
             ("ingress_max", self.ingress_max as u64),
+            ("keepalive_ingress_max", self.keepalive_ingress_max as u64),
             ("batch_max", self.batch_max as u64),
             ("keeper_tick_ms", self.keeper_tick_ms),
             ("propose_timeout_ms", self.propose_timeout_ms),
@@ -108,6 +132,12 @@ impl NodeConfig {
             if value == 0 {
                 return Err(ConfigError::NotPositive { field });
             }
+        }
+        // A bucket of no tokens would refuse every request of every agent.
+        if self.rate_per_s_max > 0 && self.rate_burst_max == 0 {
+            return Err(ConfigError::NotPositive {
+                field: "rate_burst_max",
+            });
         }
         if self.batch_max > raft::BATCH_MAX {
             return Err(ConfigError::BatchAboveLimit {

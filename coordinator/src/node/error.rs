@@ -1,8 +1,9 @@
 //! [`NodeError`]: why the node could not answer a request, or could not start or stop.
 //!
-//! On the wire every variant but [`NodeError::BadRequest`] is answered `unavailable` (the agent
-//! retries the same request id, which the dedup memory makes safe); `BadRequest` is answered
-//! `bad_request` (retrying cannot help).
+//! On the wire every variant but [`NodeError::BadRequest`] and [`NodeError::RateLimited`] is
+//! answered `unavailable` (the agent retries the same request id, which the dedup memory makes
+//! safe); `BadRequest` is answered `bad_request` (retrying cannot help), `RateLimited` is
+//! answered `rate_limited` (retry the same id after a backoff).
 
 use std::sync::Arc;
 
@@ -19,6 +20,19 @@ pub enum NodeError {
     Overloaded {
         /// The configured bound (`ingress_max`).
         in_flight: usize,
+    },
+    /// The agent sent requests faster than its rate (`node/rate.rs`): nothing was done.
+    #[error(
+        "agent {agent} is over its request rate: rate_per_s_max is {rate_per_s_max} a second, \
+         rate_burst_max {rate_burst_max}; retry with backoff"
+    )]
+    RateLimited {
+        /// The agent.
+        agent: String,
+        /// The configured rate (`rate_per_s_max`).
+        rate_per_s_max: u32,
+        /// The configured burst (`rate_burst_max`).
+        rate_burst_max: u32,
     },
     /// This node does not lead, and the request is one only the leader may answer here
     /// (membership changes) or the leader refused it because it was deposed meanwhile.
@@ -79,6 +93,7 @@ impl NodeError {
     pub fn code(&self) -> ErrorCode {
         match self {
             NodeError::BadRequest { .. } => ErrorCode::BadRequest,
+            NodeError::RateLimited { .. } => ErrorCode::RateLimited,
             _ => ErrorCode::Unavailable,
         }
     }

@@ -1,7 +1,9 @@
 //! [`NodeHandle`]: what a front door calls. One request in, one final response out.
 //!
 //! ```text
-//!  submit(agent, request, respond)                 (ingress permit, or `unavailable` at once)
+//!  submit(agent, request, respond)   (the agent's rate, or `rate_limited` at once; then an
+//!    │                                ingress permit, or `unavailable` at once: keepalives
+//!    │                                have a lane of their own, so a flood never delays them)
 //!    ├ write op ─▶ Waits::register ─▶ Proposer (queued now, in call order) ─▶ Raft
 //!    │             the answer comes back to Waits from the fan-out or the proposer
 //!    │             ─▶ respond(final response)     (Queued: later, from the entry that grants,
@@ -23,6 +25,7 @@ use super::cluster::{ClusterConfig, ClusterState};
 use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
 use super::proposer::{Answer, Proposer};
+use super::rate::AgentRates;
 use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::ForwardHandler;
 use crate::raft::{self, Origin, RaftHandle};
@@ -41,7 +44,16 @@ pub struct NodeHandle {
     pub(super) waits: Arc<Waits>,
     /// Requests admitted at once; a permit is held until the request is queued or answered.
     pub(super) ingress: Arc<Semaphore>,
+    /// The bound of `ingress` (`ingress_max`), for the `Overloaded` message.
     pub(super) ingress_max: usize,
+    /// The keepalive lane: `lease.keepalive` requests admitted at once, apart from `ingress`,
+    /// so that a flood of other requests filling `ingress` never refuses or delays the
+    /// keepalives that keep the other agents' leases alive.
+    pub(super) keepalive_ingress: Arc<Semaphore>,
+    /// The bound of `keepalive_ingress` (`keepalive_ingress_max`).
+    pub(super) keepalive_ingress_max: usize,
+    /// Requests a second per agent (`rate_per_s_max`), checked before any permit.
+    pub(super) rates: Arc<AgentRates>,
     pub(super) propose_timeout: Duration,
     /// To the leader, in a cluster.
     pub(super) forwarder: Option<Forwarder>,
@@ -77,10 +89,11 @@ impl NodeHandle {
     pub fn submit(&self, agent: &str, request: Request, respond: Respond) {
         let started = Instant::now();
         let op = request.op.name();
-        let Ok(permit) = self.ingress.clone().try_acquire_owned() else {
-            let error = NodeError::Overloaded {
-                in_flight: self.ingress_max,
-            };
+        if let Err(error) = self.rates.check(agent) {
+            return answer_with(op, started, &request.id, Err(error), respond);
+        }
+        let Ok(permit) = self.admit(&request.op) else {
+            let error = self.overloaded(&request.op);
             return answer_with(op, started, &request.id, Err(error), respond);
         };
         let origin = Origin {
@@ -110,6 +123,27 @@ impl NodeHandle {
             drop(permit);
             answer_with(op, started, &id, answer, respond);
         }));
+    }
+
+    /// An ingress permit for `op` from its lane: keepalives from their own.
+    fn admit(
+        &self,
+        op: &Op,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::TryAcquireError> {
+        match op {
+            Op::LeaseKeepalive { .. } => self.keepalive_ingress.clone().try_acquire_owned(),
+            _ => self.ingress.clone().try_acquire_owned(),
+        }
+    }
+
+    /// The refusal when `op`'s lane is full.
+    fn overloaded(&self, op: &Op) -> NodeError {
+        NodeError::Overloaded {
+            in_flight: match op {
+                Op::LeaseKeepalive { .. } => self.keepalive_ingress_max,
+                _ => self.ingress_max,
+            },
+        }
     }
 
     /// Like [`NodeHandle::submit`], for callers that await the answer (tests, tools).
@@ -334,10 +368,11 @@ impl ForwardHandler for NodeHandle {
         if !self.raft.is_leader() {
             return Err(format!("node {} is not the leader", self.raft.node_id()));
         }
+        // The follower checked the agent's rate; the leader bounds what it answers, in the
+        // request's lane.
         let _permit = self
-            .ingress
-            .try_acquire()
-            .map_err(|_| format!("node overloaded: {} requests in flight", self.ingress_max))?;
+            .admit(&request.op)
+            .map_err(|_| self.overloaded(&request.op).to_string())?;
         self.answer_here(&agent, request)
             .await
             .map_err(|error| error.to_string())

@@ -7,8 +7,9 @@
 //! # How a request flows (one page; docs/actors.md draws the threads)
 //!
 //! ```text
-//!  front door: decode ─▶ NodeHandle::submit(agent, request, respond) ─┐  ingress permit
-//!                                                                     │  (`unavailable` past it)
+//!  front door: decode ─▶ NodeHandle::submit(agent, request, respond) ─┐  agent's rate, then
+//!                                                                     │  ingress permit (own
+//!                                                                     │  lane for keepalives)
 //!   write ─▶ Waits::register ─▶ Proposer task: batch ─▶ Raft (append, fsync, replicate, commit)
 //!                                                          │
 //!   sm worker: StateMachine::apply ─▶ FanOut (same task) ─┬─ reply ─▶ Waits ─▶ respond ─▶ publish
@@ -39,6 +40,7 @@
 //!   leader; expiry proposals.
 //! - `supervisor.rs`: starts the keeper linked, watches the tasks; any failure stops the node.
 //! - `forward.rs`: forwarding to the leader.
+//! - `rate.rs`: the request rate per agent (`rate_limited`), checked at submit.
 //! - `metrics.rs`: request, lease and resource metrics (names and help texts).
 //! - `config.rs`: [`NodeConfig`]. `cluster.rs`: [`ClusterConfig`]. `error.rs`: [`NodeError`].
 
@@ -52,6 +54,7 @@ mod lease_keeper;
 mod lessor;
 pub mod metrics;
 mod proposer;
+mod rate;
 mod start;
 mod supervisor;
 mod waits;

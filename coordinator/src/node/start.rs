@@ -17,6 +17,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use super::fan_out::FanOut;
 use super::forward::Forwarder;
 use super::proposer::Proposer;
+use super::rate::AgentRates;
 use super::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use super::waits::Waits;
 use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
@@ -145,6 +146,12 @@ impl Node {
             waits: waits.clone(),
             ingress: Arc::new(Semaphore::new(config.ingress_max)),
             ingress_max: config.ingress_max,
+            keepalive_ingress: Arc::new(Semaphore::new(config.keepalive_ingress_max)),
+            keepalive_ingress_max: config.keepalive_ingress_max,
+            rates: Arc::new(AgentRates::new(
+                config.rate_per_s_max,
+                config.rate_burst_max,
+            )),
             propose_timeout,
             forwarder,
         };
