@@ -69,6 +69,8 @@ async fn bench_uncontended_and_contended_report_json_with_exclusion_checked() {
     .await;
     assert_eq!(uncontended["scenario"], "uncontended");
     assert_sane(&uncontended, 3);
+    assert_eq!(uncontended["parameters"]["flood"], false);
+    assert!(uncontended.get("flood").is_none(), "{uncontended}");
     // Every agent has its own lock: nobody ever waits for another.
     assert_eq!(uncontended["handover"]["count"], 0, "{uncontended}");
 
@@ -162,4 +164,41 @@ async fn bench_failover_kills_the_leader_of_its_own_cluster_and_reports_the_gap(
     assert!(gaps[0].as_f64().expect("a gap") > 0.0);
     assert!(report["cycles"].as_u64().expect("cycles") > 0, "{report}");
     assert_eq!(report["mutual_exclusion"]["ok"], true, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_uncontended_flood_reports_the_flood_and_the_swarms_sessions() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    // A low rate and burst, so the one-second flood meets them.
+    let config = dir.path().join("fair.toml");
+    std::fs::write(
+        &config,
+        "[node]\nrate_per_s_max = 100\nrate_burst_max = 100\n",
+    )
+    .expect("write the config");
+    let config = config.to_str().expect("a UTF-8 temp path");
+    let node = Node::start_with_args(&dir.path().join("data"), &["--config", config]).await;
+    let report = bench(
+        &node,
+        &[
+            "uncontended",
+            "--agents",
+            "3",
+            "--duration-s",
+            "1",
+            "--flood",
+        ],
+    )
+    .await;
+    assert_sane(&report, 3);
+    assert_eq!(report["parameters"]["flood"], true);
+    let flood = &report["flood"];
+    assert!(flood["sent"].as_u64().expect("sent") > 0, "{report}");
+    assert!(
+        flood["answered"]["rate_limited"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "the flooder met its rate: {report}"
+    );
+    assert_eq!(flood["sessions_lost"], 0, "{report}");
 }

@@ -17,11 +17,13 @@
 //! - `reclaim`: a holder whose keepalives stop with a waiter queued.
 //! - `scale`: an idle swarm kept alive while a contended run goes on; node memory.
 //! - `failover`: a cluster the bench starts itself, its leader killed again and again.
+//! - `flood`: `uncontended --flood`, one raw client flooding while the swarm runs.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
 
 mod cycles;
 mod failover;
+mod flood;
 mod history;
 mod reclaim;
 mod report;
@@ -52,6 +54,12 @@ enum Scenario {
         /// Number of agents (each one MQTT connection and one lease).
         #[arg(long, default_value_t = 100)]
         agents: usize,
+        /// One more agent floods the service meanwhile: a raw MQTT client publishing writes
+        /// as fast as its client takes them, without backoff (issue 14's measurement). The
+        /// report adds what it sent, how it was answered (`rate_limited` past its rate) and
+        /// how many of the swarm's sessions were lost.
+        #[arg(long)]
+        flood: bool,
     },
     /// N agents on K locks (agent i on lock i mod K): FIFO handovers. K = 1 is one hot lock.
     Contended {
@@ -191,17 +199,21 @@ async fn scenario(scenario: Scenario) -> anyhow::Result<(Report, bool)> {
     let run = swarm::RunId::new();
     let (report, common, name, parameters): (Report, Common, &str, Vec<(&str, Value)>) =
         match scenario {
-            Scenario::Uncontended { common, agents } => {
+            Scenario::Uncontended {
+                common,
+                agents,
+                flood,
+            } => {
                 let resources = (0..agents)
                     .map(|i| Resource::lock(run.resource(&format!("lock-{i}"))))
                     .collect();
-                let report = cycles::run(&common, &run, agents, resources, 1).await?;
-                (
-                    report,
-                    common,
-                    "uncontended",
-                    vec![("agents", agents.into())],
-                )
+                let report = if flood {
+                    flood::run(&common, &run, agents, resources).await?
+                } else {
+                    cycles::run(&common, &run, agents, resources, 1).await?
+                };
+                let parameters = vec![("agents", agents.into()), ("flood", flood.into())];
+                (report, common, "uncontended", parameters)
             }
             Scenario::Contended {
                 common,

@@ -113,6 +113,9 @@ pub struct Report {
     /// `failover`: the gaps after each leader kill.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failover: Option<super::failover::FailoverFigures>,
+    /// `uncontended --flood`: what the flooding agent sent and was answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flood: Option<super::flood::FloodFigures>,
 }
 
 /// Reclaim times at one TTL.
@@ -263,6 +266,26 @@ impl Report {
                     "{:.0} ms, beginning {}",
                     failover.longest_no_grant_ms, failover.longest_no_grant_began
                 ),
+            ));
+        }
+        if let Some(flood) = &self.flood {
+            let answered: Vec<String> = flood
+                .answered
+                .iter()
+                .map(|(code, count)| format!("{code} {count}"))
+                .collect();
+            rows.push((
+                "flood".into(),
+                format!(
+                    "{} sent ({:.0}/s), answered: {}",
+                    flood.sent,
+                    flood.sent_per_s,
+                    answered.join(", ")
+                ),
+            ));
+            rows.push((
+                "sessions lost".into(),
+                format!("{} (of the swarm, during the flood)", flood.sessions_lost),
             ));
         }
         for (what, value) in rows {
