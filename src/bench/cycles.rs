@@ -33,15 +33,7 @@ pub async fn run(
     resources: Vec<Resource>,
     capacity: usize,
 ) -> anyhow::Result<Report> {
-    anyhow::ensure!(agents >= 1, "--agents must be at least 1");
-    let (members, connect_errors) = swarm::connect_agents(
-        &common.brokers,
-        run,
-        agents,
-        common.session_ttl_ms,
-        common.connect_concurrency,
-    )
-    .await?;
+    let (members, connect_errors) = connect(common, run, agents).await?;
     let mut report = measure(
         common,
         members.into_iter().zip(resources).collect(),
@@ -50,6 +42,24 @@ pub async fn run(
     .await;
     report.errors.merge(connect_errors);
     Ok(report)
+}
+
+/// Connects the `agents` that cycle (role `agent`), with the common flags' TTL and
+/// concurrency: those that connected, and the connect errors.
+pub async fn connect(
+    common: &Common,
+    run: &RunId,
+    agents: usize,
+) -> anyhow::Result<(Vec<Member>, Errors)> {
+    anyhow::ensure!(agents >= 1, "--agents must be at least 1");
+    swarm::connect_agents(
+        &common.brokers,
+        run,
+        agents,
+        common.session_ttl_ms,
+        common.connect_concurrency,
+    )
+    .await
 }
 
 /// The measured phase over connected agents, each paired with its resource.

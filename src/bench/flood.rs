@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use super::Common;
 use super::cycles;
 use super::report::Report;
-use super::swarm::{self, RunId};
+use super::swarm::RunId;
 
 /// The topic prefix the bench's agents use (the SDK's default).
 const PREFIX: &str = "hk/v1";
@@ -183,15 +183,7 @@ pub async fn run(
     agents: usize,
     resources: Vec<Resource>,
 ) -> anyhow::Result<Report> {
-    anyhow::ensure!(agents >= 1, "--agents must be at least 1");
-    let (members, connect_errors) = swarm::connect_agents(
-        &common.brokers,
-        run,
-        agents,
-        common.session_ttl_ms,
-        common.connect_concurrency,
-    )
-    .await?;
+    let (members, connect_errors) = cycles::connect(common, run, agents).await?;
     let sessions: Vec<Session> = members.iter().map(|m| m.session.clone()).collect();
     let broker = common
         .brokers
