@@ -87,7 +87,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", requires = "name")]
     peer_listen: Option<SocketAddr>,
     /// Requests a second one agent may send to this node (a token bucket per agent; past it
-    /// the answer is `rate_limited`). 0 turns the limit off. Default 5000 (`[node]
+    /// the answer is `rate_limited`). 0 turns the limit off. Default 2000 (`[node]
     /// rate_per_s_max`).
     #[arg(long, value_name = "N")]
     rate_per_s_max: Option<u32>,
