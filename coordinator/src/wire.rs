@@ -158,7 +158,10 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::Lease { lease, ttl_ms } => Success::lease(lease.to_string(), *ttl_ms),
         Reply::Ttl { ttl_ms } => Success::ttl(*ttl_ms),
         Reply::Granted { token } => Success::token(*token),
-        Reply::Done | Reply::Expired { .. } | Reply::Cancelled { .. } => Success::default(),
+        Reply::Done
+        | Reply::Expired { .. }
+        | Reply::WaitsExpired { .. }
+        | Reply::Cancelled { .. } => Success::default(),
         Reply::Queued => return None,
         Reply::Fence { current, valid } => Success::fence(*current, *valid),
         Reply::Inspect {
