@@ -3,9 +3,12 @@
 //!
 //! A client is a handle to a connection task. The task dials on the first call, says hello,
 //! then writes calls as they come and matches answers to calls by id, so many calls can be in
-//! flight on one connection (a follower forwards many agents' keepalives at once). When the
-//! connection breaks, its calls in flight fail and the next call dials again; after a failed
-//! dial, calls fail at once until a jittered, growing backoff has passed.
+//! flight on one connection (a follower forwards many agents' keepalives at once), up to
+//! [`wire::IN_FLIGHT_MAX`]: past it the task waits for answers before it sends more (the
+//! server reads no further frame past that bound), and a call whose caller gave up meanwhile
+//! is dropped unsent. When the connection breaks, its calls in flight fail and the next call
+//! dials again; after a failed dial, calls fail at once until a jittered, growing backoff has
+//! passed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +42,8 @@ pub(crate) struct Dialler {
     pub cluster: String,
     /// Links cut on purpose.
     pub faults: NetworkFaults,
+    /// The bound on frames after the hello ([`wire::frame_max_bytes`]).
+    pub frame_max_bytes: usize,
 }
 
 /// One call waiting for its answer.
@@ -254,7 +259,10 @@ impl Connection {
                 .ok_or_else(|| self.unreachable("closed during the hello"))?
                 .map_err(|error| self.unreachable(error.to_string()))?;
             match wire::decode::<HelloReply>(&reply)? {
-                HelloReply::Welcome => Ok(link),
+                HelloReply::Welcome => {
+                    wire::raise_bound(link.codec_mut(), self.dialler.frame_max_bytes);
+                    Ok(link)
+                }
                 HelloReply::Refused(reason) => Err(TransportError::Refused {
                     peer: self.peer,
                     addr: self.addr.clone(),
@@ -287,6 +295,10 @@ impl Connection {
                         .send(Err(TransportError::CutOff { peer: self.peer }));
                     break "cut off by a network fault".to_string();
                 }
+                // The caller timed out while the call waited for room: nothing to send.
+                if call.answer.is_closed() {
+                    continue;
+                }
                 next_id += 1;
                 let frame = match wire::encode(&Envelope {
                     id: next_id,
@@ -304,8 +316,9 @@ impl Connection {
                 }
                 continue;
             }
+            let room = in_flight.len() < wire::IN_FLIGHT_MAX;
             tokio::select! {
-                call = queue.recv() => match call {
+                call = queue.recv(), if room => match call {
                     Some(call) => pending = Some(call),
                     None => return,
                 },

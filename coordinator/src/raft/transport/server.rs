@@ -1,9 +1,14 @@
 //! The listening side: accepts peers' connections and answers their frames.
 //!
 //! Each connection starts with a [`Hello`] that must name this cluster and this node (a
-//! membership entry with a stale address fails loudly instead of talking to the wrong node).
-//! Then every frame is answered by its own task, so a slow forwarded proposal never delays a
-//! heartbeat behind it, and answers go back through one writer in completion order.
+//! membership entry with a stale address fails loudly instead of talking to the wrong node);
+//! until it is welcome, no frame above [`wire::HELLO_FRAME_MAX_BYTES`] is read. Then every
+//! frame is answered by its own task, so a slow forwarded proposal never delays a heartbeat
+//! behind it, and answers go back through one writer in completion order. At most
+//! [`wire::IN_FLIGHT_MAX`] requests of one connection are in flight, from the frame's read to
+//! its answer's write: past it the connection's next frame is not read (the dialler, which
+//! keeps to the same bound, is never held back; one that does not is slowed by TCP). A frame
+//! above the connection's bound or one that does not decode drops the connection.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,21 +17,22 @@ use futures_util::{SinkExt, StreamExt};
 use hivekeeper_protocol::Request;
 use openraft::raft::AppendEntriesResponse;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
-use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
+use super::wire::{self, AgentWrite, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use crate::raft::{ElectionClock, NodeId, RaftHandle};
-use crate::state_machine::{Command, Reply};
+use crate::state_machine::Reply;
 
 /// What the node layer does with requests forwarded by followers. Errors are strings: they
 /// travel back and become `unavailable` on the follower.
 pub trait ForwardHandler: Clone + Send + Sync + 'static {
-    /// Proposes `commands` as one entry (this node believes it leads); one reply per command.
+    /// Proposes agents' `writes` as one entry (this node believes it leads); one reply per
+    /// write.
     fn propose(
         &self,
-        commands: Vec<Command>,
+        writes: Vec<AgentWrite>,
     ) -> impl Future<Output = Result<Vec<Reply>, String>> + Send;
 
     /// Answers a request that is not a write (keepalive, read), as the leader.
@@ -39,10 +45,13 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
 
 /// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft` (and what
 /// they say about the leader's liveness to `election`), forwarded requests to `handler`.
+/// Frames after the hello are bounded by `frame_max_bytes` ([`wire::frame_max_bytes`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve<H: ForwardHandler>(
     listener: TcpListener,
     me: NodeId,
     cluster: String,
+    frame_max_bytes: usize,
     raft: Arc<RaftHandle>,
     election: Arc<ElectionClock>,
     handler: H,
@@ -62,6 +71,7 @@ pub async fn serve<H: ForwardHandler>(
         let peer = PeerConnection {
             me,
             cluster: cluster.clone(),
+            frame_max_bytes,
             raft: raft.clone(),
             election: election.clone(),
             handler: handler.clone(),
@@ -74,6 +84,8 @@ pub async fn serve<H: ForwardHandler>(
 struct PeerConnection<H> {
     me: NodeId,
     cluster: String,
+    /// The bound on frames after the hello.
+    frame_max_bytes: usize,
     raft: Arc<RaftHandle>,
     election: Arc<ElectionClock>,
     handler: H,
@@ -86,16 +98,33 @@ impl<H: ForwardHandler> PeerConnection<H> {
         let Some(from) = self.hello(&mut link).await else {
             return;
         };
+        wire::raise_bound(link.codec_mut(), self.frame_max_bytes);
         let (mut sink, mut frames) = link.split();
-        let (answers, mut outgoing) = mpsc::unbounded_channel::<bytes::Bytes>();
+        // Each answer carries its request's permit to the writer: a request holds one from
+        // its frame's read until its answer is written.
+        let (answers, mut outgoing) =
+            mpsc::unbounded_channel::<(bytes::Bytes, OwnedSemaphorePermit)>();
         let writer = tokio::spawn(async move {
-            while let Some(frame) = outgoing.recv().await {
+            while let Some((frame, _permit)) = outgoing.recv().await {
                 if sink.send(frame).await.is_err() {
                     break;
                 }
             }
         });
-        while let Some(Ok(frame)) = frames.next().await {
+        let in_flight = Arc::new(Semaphore::new(wire::IN_FLIGHT_MAX));
+        loop {
+            // Backpressure: past the bound, the next frame stays unread.
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                break;
+            };
+            let frame = match frames.next().await {
+                Some(Ok(frame)) => frame,
+                Some(Err(error)) => {
+                    tracing::warn!(peer = from, %error, "bad frame from a peer; closing");
+                    break;
+                }
+                None => break,
+            };
             if self.faults.is_cut(from) {
                 break;
             }
@@ -122,7 +151,7 @@ impl<H: ForwardHandler> PeerConnection<H> {
                     body,
                 }) {
                     Ok(frame) => {
-                        let _ = answers.send(frame);
+                        let _ = answers.send((frame, permit));
                     }
                     Err(error) => tracing::warn!(%error, "an answer to a peer did not encode"),
                 }
@@ -206,7 +235,7 @@ async fn answer<H: ForwardHandler>(
             }
             PeerResponse::InstallSnapshot(result)
         }
-        PeerRequest::Propose(commands) => PeerResponse::Replies(handler.propose(commands).await),
+        PeerRequest::Writes(writes) => PeerResponse::Replies(handler.propose(writes).await),
         PeerRequest::Submit { agent, request } => PeerResponse::Replies(
             handler
                 .submit(agent, request)
