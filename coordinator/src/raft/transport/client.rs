@@ -184,7 +184,7 @@ fn log_outage(report: OutageReport, peer: NodeId, addr: &str, error: Option<&Tra
     }
 }
 
-type Link = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
+type Link = Framed<TcpStream, wire::PeerCodec>;
 
 impl Connection {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Call>) {

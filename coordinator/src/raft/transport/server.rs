@@ -19,7 +19,7 @@ use openraft::raft::AppendEntriesResponse;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
+use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
 use super::wire::{self, AgentWrite, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
@@ -112,7 +112,7 @@ impl<H: ForwardHandler> PeerConnection<H> {
     }
 
     /// Reads and checks the hello; returns the dialler's id if it is welcome.
-    async fn hello(&self, link: &mut Framed<TcpStream, LengthDelimitedCodec>) -> Option<NodeId> {
+    async fn hello(&self, link: &mut Framed<TcpStream, wire::PeerCodec>) -> Option<NodeId> {
         let frame = tokio::time::timeout(std::time::Duration::from_secs(2), link.next())
             .await
             .ok()??
@@ -152,7 +152,7 @@ impl<H: ForwardHandler> PeerConnection<H> {
 /// `answer`, at most [`wire::IN_FLIGHT_MAX`] at once, until the link breaks, a frame is bad
 /// (over the bound, undecodable) or `from` is cut off.
 async fn serve_frames<S, A, F>(
-    link: Framed<S, LengthDelimitedCodec>,
+    link: Framed<S, wire::PeerCodec>,
     from: NodeId,
     faults: &NetworkFaults,
     answer: A,

@@ -22,6 +22,7 @@
 //! is refused; every later frame at most [`frame_max_bytes`] of the Raft settings; at most
 //! [`IN_FLIGHT_MAX`] requests in flight per connection.
 
+use bytes::BytesMut;
 use hivekeeper_protocol::Request;
 use hivekeeper_protocol::validate::{AGENT_ID_BYTES_MAX, REQUEST_BYTES_MAX};
 use openraft::error::{InstallSnapshotError, RaftError};
@@ -30,7 +31,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use tokio_util::codec::LengthDelimitedCodec;
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 use super::TransportError;
 use crate::raft::config::SNAPSHOT_CHUNK_BYTES;
@@ -73,17 +74,72 @@ pub fn frame_max_bytes(config: &RaftConfig) -> usize {
     append.max(chunk).saturating_add(FRAME_OVERHEAD_BYTES)
 }
 
+/// The frames' codec: a big-endian u32 length and the body, with a bound on the length.
+///
+/// tokio-util's `LengthDelimitedCodec` reserves a frame's whole length as soon as it has read
+/// the prefix, so a peer could make a node allocate the bound with four bytes. This wrapper
+/// hands a frame to it only once the whole frame has arrived (the prefix is checked against
+/// the bound first), so the memory a connection holds grows with the bytes it really sent.
+#[derive(Debug)]
+pub(crate) struct PeerCodec {
+    /// The length-prefixed framing itself.
+    inner: LengthDelimitedCodec,
+    /// The bound in force: [`HELLO_FRAME_MAX_BYTES`], then the connection's.
+    frame_max_bytes: usize,
+}
+
+/// Bytes of a frame's length prefix.
+const PREFIX_BYTES: usize = 4;
+
 /// The codec of a new connection: frames up to [`HELLO_FRAME_MAX_BYTES`] until the hello is
 /// done, then [`raise_bound`] to the connection's bound.
-pub(super) fn codec() -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder()
-        .max_frame_length(HELLO_FRAME_MAX_BYTES)
-        .new_codec()
+pub(super) fn codec() -> PeerCodec {
+    PeerCodec {
+        inner: LengthDelimitedCodec::builder()
+            .length_field_length(PREFIX_BYTES)
+            .max_frame_length(HELLO_FRAME_MAX_BYTES)
+            .new_codec(),
+        frame_max_bytes: HELLO_FRAME_MAX_BYTES,
+    }
 }
 
 /// After a welcome: frames up to `frame_max_bytes` (see [`frame_max_bytes`]).
-pub(super) fn raise_bound(codec: &mut LengthDelimitedCodec, frame_max_bytes: usize) {
-    codec.set_max_frame_length(frame_max_bytes);
+pub(super) fn raise_bound(codec: &mut PeerCodec, frame_max_bytes: usize) {
+    codec.inner.set_max_frame_length(frame_max_bytes);
+    codec.frame_max_bytes = frame_max_bytes;
+}
+
+impl Decoder for PeerCodec {
+    type Item = BytesMut;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, std::io::Error> {
+        if let Some(prefix) = src.get(..PREFIX_BYTES) {
+            let prefix: [u8; PREFIX_BYTES] = prefix.try_into().expect("sliced to the prefix");
+            let length = usize::try_from(u32::from_be_bytes(prefix)).unwrap_or(usize::MAX);
+            if length > self.frame_max_bytes {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "a frame of {length} bytes is over the bound of {} bytes",
+                        self.frame_max_bytes
+                    ),
+                ));
+            }
+            if src.len() < PREFIX_BYTES + length {
+                return Ok(None);
+            }
+        }
+        self.inner.decode(src)
+    }
+}
+
+impl Encoder<bytes::Bytes> for PeerCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, frame: bytes::Bytes, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+        self.inner.encode(frame, dst)
+    }
 }
 
 /// The first frame on a connection: who dials whom, in which cluster.
@@ -306,6 +362,36 @@ mod tests {
         // Few entries per append: a snapshot chunk is the larger.
         config.replication_entries_max = 0;
         assert_eq!(frame_max_bytes(&config), (1 << 20) + FRAME_OVERHEAD_BYTES);
+    }
+
+    /// A length prefix alone reserves nothing: the buffer grows with the bytes that came.
+    /// Over the bound, the prefix alone is an error.
+    #[test]
+    fn a_frame_is_buffered_as_it_arrives_and_refused_over_the_bound() {
+        let mut peer = codec();
+        raise_bound(&mut peer, 1 << 20);
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&(1_u32 << 20).to_be_bytes());
+        src.extend_from_slice(b"abc");
+        assert!(peer.decode(&mut src).expect("within the bound").is_none());
+        assert!(
+            src.capacity() < 4 << 10,
+            "reserved {} bytes",
+            src.capacity()
+        );
+        let mut whole = BytesMut::new();
+        whole.extend_from_slice(&3_u32.to_be_bytes());
+        whole.extend_from_slice(b"abc");
+        let frame = peer.decode(&mut whole).expect("decodes").expect("a frame");
+        assert_eq!(&frame[..], b"abc");
+        let mut over = BytesMut::new();
+        over.extend_from_slice(&((1_u32 << 20) + 1).to_be_bytes());
+        assert!(peer.decode(&mut over).is_err());
+        // Before the hello, the small bound.
+        let mut fresh = codec();
+        let mut hello = BytesMut::new();
+        hello.extend_from_slice(&(HELLO_FRAME_MAX_BYTES as u32 + 1).to_be_bytes());
+        assert!(fresh.decode(&mut hello).is_err());
     }
 
     #[test]
