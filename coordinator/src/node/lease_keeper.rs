@@ -141,9 +141,7 @@ impl KeeperState {
         }
         Ok(answer)
     }
-}
 
-impl KeeperState {
     /// Proposes `ExpireWaits` when this node is a ready leader, none is in flight, and its
     /// clock has reached the machine's earliest wait deadline.
     fn expire_waits(&mut self, myself: &ActorRef<KeeperMsg>) -> Result<(), ActorProcessingErr> {

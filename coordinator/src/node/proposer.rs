@@ -224,7 +224,10 @@ impl Task {
         self.propose_here(writes, &origins, own, callers).await;
     }
 
-    /// Proposes `writes` and `own` in one entry on this node (it leads) and answers each.
+    /// Proposes `writes` and `own` in one entry on this node (it leads) and answers each. The
+    /// writes come first, in their order, then the node's own commands: all arrived while the
+    /// previous entry was in flight, so either order is one the log could have had, and one
+    /// agent's writes keep theirs.
     async fn propose_here(
         &self,
         writes: Vec<AgentWrite>,
@@ -248,7 +251,9 @@ impl Task {
             .map_err(NodeError::from);
         match replies {
             Ok(mut replies) => {
-                let own_replies = replies.split_off(origins.len());
+                // One reply per command (`propose_batch`); a short answer leaves the callers
+                // past it unanswered (`Stopping` when dropped), never a panic here.
+                let own_replies = replies.split_off(origins.len().min(replies.len()));
                 self.answer_writes(origins, Ok(replies));
                 for (caller, reply) in callers.into_iter().zip(own_replies) {
                     let _ = caller.send(Ok(reply));
