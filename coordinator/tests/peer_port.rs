@@ -145,8 +145,9 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     let dir = tempfile::tempdir().expect("a temp dir");
     let (node, addr) = start_member(&dir, "forge1").await;
     let handle = node.handle();
-    // The victim keeps a 1 s lease alive with keepalives (which are not log entries)...
-    let lease = success(&handle, "victim", "g1", Op::LeaseGrant { ttl_ms: 1_000 })
+    // The victim keeps a 2 s lease alive with keepalives every 200 ms (which are not log
+    // entries)...
+    let lease = success(&handle, "victim", "g1", Op::LeaseGrant { ttl_ms: 2_000 })
         .await
         .lease
         .expect("a lease");
@@ -165,10 +166,10 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
             }
         }
     });
-    // ...so that after 1.2 s the machine's clock (moved by the next entry) is past its first
+    // ...so that after 2.2 s the machine's clock (moved by the next entry) is past its first
     // TTL: the machine alone would let an `ExpireLeases` naming it end it. Only the leader's
     // keeper, which saw the keepalives, may propose that, and it does not.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
     let holder = success(&handle, "holder", "g2", Op::LeaseGrant { ttl_ms: 60_000 })
         .await
         .lease
@@ -241,7 +242,7 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     // and the limits are the configured ones: a third lease is granted, which the forged
     // `leases_max: 2` would have refused.
     let kept = success(&handle, "victim", "kx", Op::LeaseKeepalive { lease }).await;
-    assert_eq!(kept.ttl_ms, Some(1_000));
+    assert_eq!(kept.ttl_ms, Some(2_000));
     let seen = success(&handle, "tester", "i1", inspect).await;
     let waiters: Vec<String> = seen
         .waiters
