@@ -13,15 +13,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hivekeeper_protocol::{Op, Request, Response};
+use hivekeeper_protocol::{Op, Request, Response, Role};
 use ractor::ActorRef;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::NodeError;
+use super::auth;
 use super::cluster::{ClusterConfig, ClusterState};
 use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
+use super::metrics;
 use super::proposer::{Answer, Proposer};
 use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::ForwardHandler;
@@ -45,6 +47,8 @@ pub struct NodeHandle {
     pub(super) propose_timeout: Duration,
     /// To the leader, in a cluster.
     pub(super) forwarder: Option<Forwarder>,
+    /// Whether accounts and roles are enforced (`NodeConfig::auth_enabled`).
+    pub(super) auth_enabled: bool,
 }
 
 impl NodeHandle {
@@ -74,15 +78,35 @@ impl NodeHandle {
     /// acquire and the release published right after it). A queued acquire's final answer
     /// comes when it is granted, its `wait_ms` runs out or its lease ends. A resend of a
     /// request still pending here replaces the first one's `respond`.
+    ///
+    /// With authentication on, this is the one place roles are checked, for both front doors:
+    /// an op the agent's role may not send is answered `forbidden` here, before the log
+    /// (`auth.rs`).
     pub fn submit(&self, agent: &str, request: Request, respond: Respond) {
         let started = Instant::now();
         let op = request.op.name();
+        let role = self.role_for(agent, &request.op);
+        if !role.allows(Role::needed_for(&request.op)) {
+            let refusal = auth::forbidden(&request.op, agent, role);
+            return answer_with(op, started, &request.id, Ok(refusal), respond);
+        }
         let Ok(permit) = self.ingress.clone().try_acquire_owned() else {
             let error = NodeError::Overloaded {
                 in_flight: self.ingress_max,
             };
             return answer_with(op, started, &request.id, Err(error), respond);
         };
+        if request.op.makes_secret() {
+            let handle = self.clone();
+            let agent = agent.to_string();
+            tokio::spawn(Box::pin(async move {
+                let response = handle.answer_secret(&agent, request).await;
+                drop(permit);
+                metrics::answered(op, started, &response);
+                respond(response);
+            }));
+            return;
+        }
         let origin = Origin {
             agent: agent.to_string(),
             request_id: request.id.clone(),
@@ -106,7 +130,11 @@ impl NodeHandle {
         // copied at spawn (see docs/BENCHMARKS.md).
         tokio::spawn(Box::pin(async move {
             let id = request.id.clone();
-            let answer = handle.answer_read(&agent, request).await;
+            let inspect = matches!(request.op, Op::Inspect { .. });
+            let mut answer = handle.answer_read(&agent, request).await;
+            if inspect && !role.allows(Role::Admin) {
+                answer = answer.map(|reply| auth::redact_inspect(&agent, reply));
+            }
             drop(permit);
             answer_with(op, started, &id, answer, respond);
         }));
