@@ -125,11 +125,17 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
     } else if *stop.borrow() {
         Some(Refusal::Unavailable)
     } else {
-        credentials::check(Credentials {
-            agent: &connect.client_id,
-            username: connect.username.as_deref(),
-            password: connect.password.as_deref(),
-        })
+        credentials::check(
+            shared.authenticator.as_deref(),
+            Credentials {
+                agent: &connect.client_id,
+                username: connect.username.as_deref(),
+                password: connect.password.as_deref(),
+                // A plain-TCP listener has no client certificate.
+                certificate_cn: None,
+            },
+        )
+        .await
         .err()
     };
     if let Some(refusal) = refusal {

@@ -90,6 +90,18 @@ impl Registry {
         previous
     }
 
+    /// Removes and closes `client_id`'s connection, as a takeover would but with no
+    /// successor. Returns whether it was connected.
+    pub(crate) fn kick(&self, client_id: &str) -> bool {
+        let removed = self.lock().remove(client_id);
+        if let Some(client) = &removed {
+            client.taken_over.store(true, Ordering::Release);
+            client.queue.close();
+            client.kick.notify_one();
+        }
+        removed.is_some()
+    }
+
     /// Removes `client_id` if it is still connection `conn_id` (invariant 2).
     pub(crate) fn unregister(&self, client_id: &str, conn_id: u64) {
         let mut clients = self.lock();
