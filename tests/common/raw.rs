@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
+use rumqttc::{
+    AsyncClient, ConnectReturnCode, ConnectionError, Event as MqttEvent, MqttOptions,
+    NetworkOptions, Packet, QoS,
+};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -18,6 +21,8 @@ pub struct Raw {
     responses: mpsc::UnboundedReceiver<Vec<u8>>,
     /// Counts SubAcks: a new value means (re)subscribed.
     subscribed: watch::Receiver<u64>,
+    /// Counts connection errors (the server closed the connection, or refused a reconnect).
+    errors: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
 
@@ -25,7 +30,16 @@ impl Raw {
     /// Connects as MQTT client `{agent}` (the agent endpoint takes the client id as the agent
     /// id) and subscribes to `{PREFIX}/rsp/{agent}`.
     pub async fn connect(port: u16, agent: &str) -> Raw {
+        Raw::connect_with(port, agent, None).await
+    }
+
+    /// [`Raw::connect`] with the agent's secret (username = the agent id), for a node with
+    /// authentication on.
+    pub async fn connect_with(port: u16, agent: &str, secret: Option<&str>) -> Raw {
         let mut options = MqttOptions::new(agent, "127.0.0.1", port);
+        if let Some(secret) = secret {
+            options.set_credentials(agent, secret);
+        }
         options.set_keep_alive(Duration::from_secs(5));
         options.set_clean_session(true);
         options.set_max_packet_size(64 * 1024, 64 * 1024);
@@ -36,6 +50,7 @@ impl Raw {
         eventloop.set_network_options(network);
         let (responses_tx, responses) = mpsc::unbounded_channel();
         let (subscribed_tx, subscribed) = watch::channel(0u64);
+        let (errors_tx, errors) = watch::channel(0u64);
         let response_topic = format!("{PREFIX}/rsp/{agent}");
         let subscriber = client.clone();
         let task = tokio::spawn(async move {
@@ -55,7 +70,10 @@ impl Raw {
                     }
                     Ok(_) => {}
                     // Broker down (a node restart): keep polling, which reconnects.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    Err(_) => {
+                        errors_tx.send_modify(|n| *n += 1);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
             }
         });
@@ -64,6 +82,7 @@ impl Raw {
             agent: agent.to_string(),
             responses,
             subscribed,
+            errors,
             task,
         };
         within(
@@ -88,6 +107,19 @@ impl Raw {
             15,
             &format!("raw client {} subscribed again", self.agent),
             self.subscribed.wait_for(|n| *n > seen),
+        )
+        .await
+        .expect("the raw client's task is running");
+    }
+
+    /// Waits until the server has closed this client's connection (or refused a reconnect)
+    /// after the errors seen so far, at most `secs`.
+    pub async fn disconnected(&mut self, secs: u64) {
+        let seen = *self.errors.borrow();
+        within(
+            secs,
+            &format!("raw client {} disconnected", self.agent),
+            self.errors.wait_for(|n| *n > seen),
         )
         .await
         .expect("the raw client's task is running");
@@ -188,6 +220,36 @@ impl Drop for Raw {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// One MQTT 3.1.1 CONNECT as `client_id` with `login` (username, password): `Ok` on a CONNACK
+/// that accepts, `Err` with the refusal's return code otherwise. The connection is closed
+/// right after.
+pub async fn connack(
+    port: u16,
+    client_id: &str,
+    login: Option<(&str, &str)>,
+) -> Result<(), ConnectReturnCode> {
+    let mut options = MqttOptions::new(client_id, "127.0.0.1", port);
+    options.set_keep_alive(Duration::from_secs(5));
+    if let Some((username, password)) = login {
+        options.set_credentials(username, password);
+    }
+    let (_client, mut eventloop) = AsyncClient::new(options, 8);
+    let mut network = NetworkOptions::new();
+    network.set_connection_timeout(2);
+    eventloop.set_network_options(network);
+    within(10, &format!("CONNECT as {client_id}"), async {
+        loop {
+            match eventloop.poll().await {
+                Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => return Ok(()),
+                Ok(_) => {}
+                Err(ConnectionError::ConnectionRefused(code)) => return Err(code),
+                Err(error) => panic!("CONNECT as {client_id}: {error}"),
+            }
+        }
+    })
+    .await
 }
 
 /// The error code of a response, `None` for a success.
