@@ -344,3 +344,61 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
         Err(ConnectReturnCode::BadUserNamePassword)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_with_an_admin_user_gives_each_agent_an_account_and_removes_them_after() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let (node, secret_file) = auth_node(dir.path()).await;
+    let port = node.mqtt_port();
+    let broker = format!("127.0.0.1:{port}");
+    let secret_path = secret_file.to_str().expect("a UTF-8 temp path");
+    let args = [
+        "bench",
+        "contended",
+        "--agents",
+        "3",
+        "--duration-s",
+        "1",
+        "--brokers",
+        &broker,
+        "--user",
+        "admin",
+        "--password-file",
+        secret_path,
+        "--json",
+    ];
+    let report = within(120, "hivekeeper bench with --user", run_cli_long(&args)).await;
+    assert_eq!(report["scenario"], "contended", "{report}");
+    assert!(report["cycles"].as_u64().expect("cycles") > 0, "{report}");
+    assert_eq!(report["mutual_exclusion"]["ok"], true, "{report}");
+    assert_eq!(report["errors"]["total"], 0, "{report}");
+    let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
+        .await
+        .json();
+    assert_eq!(
+        listed,
+        json!({"accounts": [{"agent": "admin", "role": "admin"}]}),
+        "the run's accounts are removed"
+    );
+}
+
+/// Runs the CLI for longer than `run_cli`'s 30 s (a bench) and parses its JSON output.
+async fn run_cli_long(args: &[&str]) -> Value {
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hivekeeper"))
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+    })
+    .await
+    .expect("the blocking task ran")
+    .expect("hivekeeper runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}

@@ -40,6 +40,7 @@ use hivekeeper_agent::{Agent, AgentConfig, AgentError, DEFAULTS};
 pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
 pub use leases::{LeasesArgs, leases};
+pub use login::Login;
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
 pub use status::{StatusArgs, status};
