@@ -8,7 +8,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Node, Raw, agent_config, code, connack, run_cli, within};
+use common::cluster::ProcessCluster;
+use common::{Mosquitto, Node, Raw, agent_config, code, connack, eventually, run_cli, within};
 use hivekeeper_agent::{Agent, SessionState};
 use rumqttc::ConnectReturnCode;
 use serde_json::{Value, json};
@@ -401,4 +402,87 @@ async fn run_cli_long(args: &[&str]) -> Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_leader_creates_the_admin_and_every_member_checks_the_accounts_it_applied() {
+    let cluster = ProcessCluster::start(3, &["--auth"]).await;
+    let leader = cluster.leader(30).await;
+    let secret_file = cluster
+        .root()
+        .join(format!("n{}", leader + 1))
+        .join("admin.secret");
+    eventually(20, "the leader writes admin.secret", || async {
+        secret_file.exists().then_some(())
+    })
+    .await;
+    let ports = cluster.mqtt_ports();
+    // The admin's account reaches every member: the CLI authenticates on each.
+    let secret = eventually(20, "agent add through the leader", || async {
+        let added = admin_cli(
+            ports[leader],
+            &secret_file,
+            &["agent", "add", "drone-1", "--json"],
+        )
+        .await;
+        added
+            .success
+            .then(|| added.json()["secret"].as_str().map(str::to_string))
+            .flatten()
+    })
+    .await;
+    let follower = (leader + 1) % 3;
+    eventually(20, "the follower applied the new account", || async {
+        (connack(ports[follower], "drone-1", Some(("drone-1", &secret))).await == Ok(()))
+            .then_some(())
+    })
+    .await;
+    // A role is checked on the member the request arrives at.
+    let mut drone = Raw::connect_with(ports[follower], "drone-1", Some(&secret)).await;
+    let refused = drone.call(json!({"id": "s1", "op": "admin.status"})).await;
+    assert_eq!(code(&refused), Some("forbidden"), "{refused}");
+    let lease = drone.grant("g1", 30_000).await;
+    assert_eq!(
+        lease.len(),
+        16,
+        "a follower forwards the agent's own writes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_an_external_broker_the_topics_agent_gets_the_roles() {
+    let broker = Mosquitto::start().await;
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let _node = Node::start_external_with_args(dir.path(), broker.port, &["--auth"]).await;
+    // Mosquitto (here without a password file) authenticates the clients; the service takes
+    // the request topic's agent id as the identity: without an account, the agent role.
+    let mut drone = Raw::connect(broker.port, "drone-1").await;
+    let lease = drone.grant("g1", 30_000).await;
+    let refused = drone
+        .call(json!({"id": "a1", "op": "admin.revoke", "lease": lease}))
+        .await;
+    assert_eq!(code(&refused), Some("forbidden"), "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "admin.revoke needs the admin role; agent \"drone-1\" has the agent role"
+    );
+    // The admin account created at the first start works through the broker's topics too.
+    let secret_file = dir.path().join("admin.secret");
+    let listed = run_cli(&[
+        "agent",
+        "list",
+        "--json",
+        "--broker",
+        &format!("127.0.0.1:{}", broker.port),
+        "--user",
+        "admin",
+        "--password-file",
+        secret_file.to_str().expect("a UTF-8 temp path"),
+    ])
+    .await
+    .json();
+    assert_eq!(
+        listed,
+        json!({"accounts": [{"agent": "admin", "role": "admin"}]})
+    );
 }

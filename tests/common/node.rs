@@ -59,6 +59,15 @@ impl Node {
         Node::start_picking(data_dir, |_| Mqtt::External(broker_port), &[]).await
     }
 
+    /// [`Node::start_external`] with more `serve` arguments.
+    pub async fn start_external_with_args(
+        data_dir: &Path,
+        broker_port: u16,
+        extra_args: &[&str],
+    ) -> Node {
+        Node::start_picking(data_dir, |_| Mqtt::External(broker_port), extra_args).await
+    }
+
     /// Starts a node on free ports: `mqtt` gets a free port for the MQTT side (an embedded
     /// broker's), the metrics port is the other one picked with it. A port picked by
     /// [`free_ports`] can be taken before the node binds it (by another test's node or an
