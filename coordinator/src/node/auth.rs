@@ -146,8 +146,13 @@ pub const ADMIN_SECRET_FILE: &str = "admin.secret";
 /// The account the first leader with authentication on creates.
 pub const ADMIN_ACCOUNT: &str = "admin";
 
-/// The agent id the node's own account proposals are made as (dedup memory only; never an
-/// agent's, since it contains no character an MQTT client id could not, but no agent is told).
+/// The hash an unknown agent's secret is checked against (made once per process, from a
+/// secret nobody keeps).
+static UNKNOWN_AGENT_HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The agent id the node's own `admin` proposal is made as: it only keys the proposal's
+/// remembered outcome (its request id carries 64 random bits, so no agent's request can
+/// collide with it), and nobody is answered or told under it.
 const NODE_AGENT: &str = "hivekeeper.node";
 
 impl NodeHandle {
@@ -199,24 +204,30 @@ impl NodeHandle {
             .map_err(|error| AuthError::Unavailable {
                 reason: error.to_string(),
             })?;
-        let Some(account) = account else {
-            return Err(AuthError::NoAccount {
-                agent: agent.to_string(),
-            });
-        };
+        // An unknown agent costs one verify too (against a hash nobody has the secret of), so
+        // the time of a refusal does not tell which agent ids have accounts.
+        let hash = account.as_ref().map_or_else(
+            || {
+                UNKNOWN_AGENT_HASH
+                    .get_or_init(|| hash_secret(&new_secret()))
+                    .clone()
+            },
+            |account| account.secret_hash.clone(),
+        );
         let secret = secret.to_string();
-        let hash = account.secret_hash;
         let verified = tokio::task::spawn_blocking(move || verify_secret(&secret, &hash))
             .await
             .map_err(|error| AuthError::Unavailable {
                 reason: error.to_string(),
             })?;
-        if verified {
-            Ok(account.role)
-        } else {
-            Err(AuthError::WrongSecret {
+        match account {
+            Some(account) if verified => Ok(account.role),
+            Some(_) => Err(AuthError::WrongSecret {
                 agent: agent.to_string(),
-            })
+            }),
+            None => Err(AuthError::NoAccount {
+                agent: agent.to_string(),
+            }),
         }
     }
 
