@@ -309,6 +309,14 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
         .await
         .expect("a session");
 
+    // An SDK agent whose account is removed hears `lease.revoked` before its connection
+    // closes (the endpoint flushes its queue first), so its session ends at once.
+    let doomed_secret = add_agent(port, &secret_file, "drone-7", "agent").await;
+    let doomed = sdk_agent("drone-7", port, &doomed_secret).await;
+    let doomed_session = within(10, "drone-7 session", doomed.session(60_000))
+        .await
+        .expect("a session");
+
     let removed = admin_cli(
         port,
         &secret_file,
@@ -318,6 +326,18 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
     .json();
     assert_eq!(removed, json!({"removed": "drone-9"}));
     drone.disconnected(10).await;
+    let removed = admin_cli(
+        port,
+        &secret_file,
+        &["agent", "remove", "drone-7", "--json"],
+    )
+    .await
+    .json();
+    assert_eq!(removed, json!({"removed": "drone-7"}));
+    eventually(10, "drone-7's session ends", || async {
+        (doomed_session.state() == SessionState::Expired).then_some(())
+    })
+    .await;
 
     // Its lease is gone (the removal's entry revoked it), so the lock is free; drone-8's
     // session is untouched.

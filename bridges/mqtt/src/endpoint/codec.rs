@@ -379,6 +379,8 @@ pub(crate) enum DisconnectReason {
     ShuttingDown,
     /// 0x8D Keep Alive timeout.
     KeepAliveTimeout,
+    /// 0x87 Not authorized: the account was removed or its secret rotated.
+    NotAuthorized,
     /// 0x8E Session taken over.
     SessionTakenOver,
     /// 0x93 Receive Maximum exceeded.
@@ -397,6 +399,7 @@ impl DisconnectReason {
             DisconnectReason::ProtocolError => "protocol error",
             DisconnectReason::ShuttingDown => "hivekeeper is shutting down",
             DisconnectReason::KeepAliveTimeout => "nothing received for 1.5 x the keepalive",
+            DisconnectReason::NotAuthorized => "the account was removed or its secret rotated",
             DisconnectReason::SessionTakenOver => "another connection with this client id",
             DisconnectReason::ReceiveMaximumExceeded => "receive maximum exceeded",
             DisconnectReason::PacketTooLarge => "packet larger than the maximum packet size",
@@ -603,6 +606,7 @@ fn encode_v5(
                 DisconnectReason::ProtocolError => m5::DisconnectReasonCode::ProtocolError,
                 DisconnectReason::ShuttingDown => m5::DisconnectReasonCode::ServerShuttingDown,
                 DisconnectReason::KeepAliveTimeout => m5::DisconnectReasonCode::KeepAliveTimeout,
+                DisconnectReason::NotAuthorized => m5::DisconnectReasonCode::NotAuthorized,
                 DisconnectReason::SessionTakenOver => m5::DisconnectReasonCode::SessionTakenOver,
                 DisconnectReason::ReceiveMaximumExceeded => {
                     m5::DisconnectReasonCode::ReceiveMaximumExceeded
