@@ -14,6 +14,19 @@ use hivekeeper_agent::{Agent, SessionState};
 use rumqttc::ConnectReturnCode;
 use serde_json::{Value, json};
 
+/// One CONNECT as `client_id` with `login`: `Ok` when accepted, the refusal's code otherwise.
+async fn connect_result(
+    port: u16,
+    client_id: &str,
+    login: Option<(&str, &str)>,
+) -> Result<(), ConnectReturnCode> {
+    match connack(port, client_id, login).await {
+        Ok(ConnectReturnCode::Success) => Ok(()),
+        Ok(refused) => Err(refused),
+        Err(error) => panic!("CONNECT as {client_id}: {error}"),
+    }
+}
+
 /// A node with `--auth` on free ports, and the path of its admin secret.
 async fn auth_node(dir: &Path) -> (Node, PathBuf) {
     let node = Node::start_with_args(dir, &["--auth"]).await;
@@ -90,7 +103,7 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
 
     let secret = add_agent(port, &secret_file, "drone-1", "agent").await;
     assert_eq!(
-        connack(port, "drone-1", Some(("drone-1", &secret))).await,
+        connect_result(port, "drone-1", Some(("drone-1", &secret))).await,
         Ok(())
     );
 
@@ -116,12 +129,12 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
     let new_secret = rotated["secret"].as_str().expect("a new secret");
     assert_ne!(new_secret, secret);
     assert_eq!(
-        connack(port, "drone-1", Some(("drone-1", &secret))).await,
+        connect_result(port, "drone-1", Some(("drone-1", &secret))).await,
         Err(ConnectReturnCode::BadUserNamePassword),
         "the old secret stops working"
     );
     assert_eq!(
-        connack(port, "drone-1", Some(("drone-1", new_secret))).await,
+        connect_result(port, "drone-1", Some(("drone-1", new_secret))).await,
         Ok(())
     );
 
@@ -134,7 +147,7 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
     .json();
     assert_eq!(removed, json!({"removed": "drone-1"}));
     assert_eq!(
-        connack(port, "drone-1", Some(("drone-1", new_secret))).await,
+        connect_result(port, "drone-1", Some(("drone-1", new_secret))).await,
         Err(ConnectReturnCode::BadUserNamePassword)
     );
     let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
@@ -167,19 +180,23 @@ async fn anonymous_wrong_and_borrowed_credentials_are_refused_and_a_takeover_fai
     let other = add_agent(port, &secret_file, "mallory", "agent").await;
 
     let refused = Err(ConnectReturnCode::BadUserNamePassword);
-    assert_eq!(connack(port, "victim", None).await, refused, "anonymous");
     assert_eq!(
-        connack(port, "victim", Some(("victim", "wrong"))).await,
+        connect_result(port, "victim", None).await,
+        refused,
+        "anonymous"
+    );
+    assert_eq!(
+        connect_result(port, "victim", Some(("victim", "wrong"))).await,
         refused,
         "wrong secret"
     );
     assert_eq!(
-        connack(port, "victim", Some(("mallory", &other))).await,
+        connect_result(port, "victim", Some(("mallory", &other))).await,
         refused,
         "another agent's good credentials under the victim's client id"
     );
     assert_eq!(
-        connack(port, "nobody", Some(("nobody", &secret))).await,
+        connect_result(port, "nobody", Some(("nobody", &secret))).await,
         refused,
         "no account"
     );
@@ -194,10 +211,10 @@ async fn anonymous_wrong_and_borrowed_credentials_are_refused_and_a_takeover_fai
         .await
         .expect("the lock is free");
     assert_eq!(
-        connack(port, "victim", Some(("victim", "not-the-secret"))).await,
+        connect_result(port, "victim", Some(("victim", "not-the-secret"))).await,
         refused
     );
-    assert_eq!(connack(port, "victim", None).await, refused);
+    assert_eq!(connect_result(port, "victim", None).await, refused);
     let mut mallory = Raw::connect_with(port, "mallory", Some(&other)).await;
     let inspected = mallory.inspect("i1", "lock", "pad-1").await;
     assert_eq!(inspected["holders"][0]["agent"], "victim", "{inspected}");
@@ -361,7 +378,7 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
     assert_eq!(inspected["holders"], json!([]), "{inspected}");
     assert_eq!(session.state(), SessionState::Live);
     assert_eq!(
-        connack(port, "drone-9", Some(("drone-9", &secret))).await,
+        connect_result(port, "drone-9", Some(("drone-9", &secret))).await,
         Err(ConnectReturnCode::BadUserNamePassword)
     );
 }
@@ -453,7 +470,7 @@ async fn a_cluster_leader_creates_the_admin_and_every_member_checks_the_accounts
     .await;
     let follower = (leader + 1) % 3;
     eventually(20, "the follower applied the new account", || async {
-        (connack(ports[follower], "drone-1", Some(("drone-1", &secret))).await == Ok(()))
+        (connect_result(ports[follower], "drone-1", Some(("drone-1", &secret))).await == Ok(()))
             .then_some(())
     })
     .await;

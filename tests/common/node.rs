@@ -56,10 +56,10 @@ impl Node {
 
     /// A node using the external broker on `broker_port`, metrics on a free port.
     pub async fn start_external(data_dir: &Path, broker_port: u16) -> Node {
-        Node::start_picking(data_dir, |_| Mqtt::External(broker_port), &[]).await
+        Node::start_external_with_args(data_dir, broker_port, &[]).await
     }
 
-    /// [`Node::start_external`] with more `serve` arguments.
+    /// A node using the external broker on `broker_port`, with more `serve` arguments.
     pub async fn start_external_with_args(
         data_dir: &Path,
         broker_port: u16,

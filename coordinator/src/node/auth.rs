@@ -24,9 +24,14 @@ use std::path::Path;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
-use hivekeeper_protocol::{ErrorCode, HolderInfo, Op, Request, Response, Role};
+use hivekeeper_protocol::{ErrorCode, HolderInfo, Op, Request, Role};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 
+use super::waits::{Respond, Reveal, answer_with};
 use super::{NodeError, NodeHandle};
+use crate::raft::Origin;
+use crate::raft::transport::AgentWrite;
 use crate::state_machine::Reply;
 
 /// Bytes of randomness in a secret: 256 bits.
@@ -231,56 +236,52 @@ impl NodeHandle {
         }
     }
 
-    /// `admin.agent.add` and `admin.agent.rotate`: a new secret, its hash through the log, and
-    /// the secret in the answer only when the entry stored this request's hash. A same-id
-    /// retry is answered from the dedup memory with the first attempt's hash: it gets the
-    /// account without a secret (the secret is in no log; rotate again).
-    pub(super) async fn answer_secret(&self, agent: &str, request: Request) -> Response {
+    /// `admin.agent.add` and `admin.agent.rotate`: a new secret, its hash (made on the
+    /// blocking pool) through the log as an agent write, and the secret in the answer only
+    /// when the applied entry stored this request's hash ([`Waits::register_revealing`]). A
+    /// same-id retry is answered from the dedup memory with the first attempt's hash: it gets
+    /// the account without a secret (the secret is in no log; rotate again).
+    ///
+    /// [`Waits::register_revealing`]: super::waits::Waits::register_revealing
+    pub(super) async fn write_secret(
+        &self,
+        agent: &str,
+        request: Request,
+        permit: OwnedSemaphorePermit,
+        respond: Respond,
+        started: Instant,
+    ) {
+        let op = request.op.name();
         let secret = new_secret();
-        let hash = match tokio::task::spawn_blocking({
+        let hash = tokio::task::spawn_blocking({
             let secret = secret.clone();
             move || hash_secret(&secret)
         })
-        .await
-        {
-            Ok(hash) => hash,
-            Err(_) => {
-                let error = NodeError::Stopping;
-                return Response::error(Some(request.id), error.code(), error.to_string());
-            }
+        .await;
+        let Ok(hash) = hash else {
+            return answer_with(op, started, &request.id, Err(NodeError::Stopping), respond);
         };
-        let id = request.id.clone();
-        let Some(command) = crate::wire::account_command(agent, request, hash.clone()) else {
-            return Response::error(
-                Some(id),
+        let origin = Origin {
+            agent: agent.to_string(),
+            request_id: request.id.clone(),
+        };
+        let Some(request) = crate::wire::account_request(request, hash.clone()) else {
+            let refusal = Reply::refused(
                 ErrorCode::BadRequest,
                 "only admin.agent.add and admin.agent.rotate make a secret",
             );
+            return answer_with(op, started, &origin.request_id, Ok(refusal), respond);
         };
-        let reply = match tokio::time::timeout(self.propose_timeout, self.proposer.propose(command))
-            .await
-        {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(error)) => return Response::error(Some(id), error.code(), error.to_string()),
-            Err(_) => {
-                let error = NodeError::CommitTimeout {
-                    timeout_ms: u64::try_from(self.propose_timeout.as_millis()).unwrap_or(u64::MAX),
-                };
-                return Response::error(Some(id), error.code(), error.to_string());
-            }
+        let reveal = Reveal { secret, hash };
+        self.waits
+            .register_revealing(origin.clone(), op, permit, respond, reveal);
+        let write = AgentWrite {
+            agent: agent.to_string(),
+            request,
         };
-        let fresh = matches!(&reply, Reply::Account { secret_hash, .. } if *secret_hash == hash);
-        let mut response = crate::wire::response(&id, &reply).unwrap_or_else(|| {
-            Response::error(
-                Some(id.clone()),
-                ErrorCode::Unavailable,
-                "an account op was answered `queued`",
-            )
-        });
-        if fresh && let Ok(success) = &mut response.outcome {
-            success.secret = Some(secret);
+        if let Err(error) = self.proposer.write(write, origin.clone()) {
+            self.waits.failed(&origin, &error);
         }
-        response
     }
 
     /// On the first start of a cluster with authentication (no account has the `admin` role
@@ -298,12 +299,6 @@ impl NodeHandle {
             return Ok(());
         }
         let secret = new_secret();
-        let hash = tokio::task::spawn_blocking({
-            let secret = secret.clone();
-            move || hash_secret(&secret)
-        })
-        .await
-        .map_err(|_| NodeError::Stopping)?;
         let path = data_dir.join(ADMIN_SECRET_FILE);
         write_secret_file(&path, &secret).map_err(|error| NodeError::Start {
             reason: format!(
@@ -318,18 +313,52 @@ impl NodeHandle {
                 role: Some(Role::Admin),
             },
         };
-        let command = crate::wire::account_command(NODE_AGENT, request, hash)
-            .expect("admin.agent.add makes a secret");
-        match self.proposer.propose(command).await? {
-            Reply::Account { .. } => {
+        let permit = self
+            .ingress
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| NodeError::Stopping)?;
+        let hash = tokio::task::spawn_blocking({
+            let secret = secret.clone();
+            move || hash_secret(&secret)
+        })
+        .await
+        .map_err(|_| NodeError::Stopping)?;
+        let request = crate::wire::account_request(request, hash)
+            .expect("admin.agent.add is an op that makes a secret");
+        let origin = Origin {
+            agent: NODE_AGENT.to_string(),
+            request_id: request.id.clone(),
+        };
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        let respond: Respond = Box::new(move |response| {
+            let _ = answered.send(response);
+        });
+        self.waits
+            .register(origin.clone(), "admin.agent.add", permit, respond);
+        let write = AgentWrite {
+            agent: NODE_AGENT.to_string(),
+            request,
+        };
+        if let Err(error) = self.proposer.write(write, origin.clone()) {
+            self.waits.failed(&origin, &error);
+        }
+        let response = answer.await.map_err(|_| NodeError::Stopping)?;
+        match response.outcome {
+            Ok(_) => {
                 tracing::info!(
                     path = %path.display(),
                     "created the `admin` account; its secret is in this file (mode 0600)"
                 );
                 Ok(())
             }
-            other => Err(NodeError::Start {
-                reason: format!("the machine refused the admin account: {other:?}"),
+            Err(error) => Err(NodeError::Start {
+                reason: format!(
+                    "the admin account was not created: {}: {}",
+                    error.code.as_str(),
+                    error.message
+                ),
             }),
         }
     }

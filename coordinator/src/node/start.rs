@@ -150,15 +150,13 @@ impl Node {
             forwarder,
             auth_enabled: config.auth_enabled,
         };
-        let timer = {
-            let proposer = handle.proposer.clone();
-            tokio::spawn(waits.run_timer(move |origin| proposer.cancel_wait(origin)))
-        };
+        let timer = tokio::spawn(waits.run_timer());
         let peer_server = peer_listener.map(|listener| {
             tokio::spawn(transport::serve(
                 listener,
                 node_id,
                 CLUSTER_NAME.to_string(),
+                transport::frame_max_bytes(&config.raft),
                 raft.clone(),
                 network.election_clock(),
                 handle.clone(),

@@ -62,6 +62,7 @@ impl TcpNetwork {
             me,
             cluster: cluster.into(),
             faults,
+            frame_max_bytes: crate::raft::transport::frame_max_bytes(config),
         };
         TcpNetwork {
             raft_pool: PeerPool::new(dialler.clone()),

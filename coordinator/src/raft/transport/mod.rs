@@ -36,7 +36,9 @@ mod wire;
 pub use client::{PeerClient, PeerPool};
 pub use faults::NetworkFaults;
 pub use server::{ForwardHandler, serve};
-pub use wire::{FRAME_MAX_BYTES, PeerRequest, PeerResponse};
+pub use wire::{
+    AgentWrite, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse, frame_max_bytes,
+};
 
 use crate::raft::NodeId;
 
