@@ -1,5 +1,5 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
-//! `revoke` and `member` are the operator's commands (an MQTT client of the service,
+//! `revoke`, `member` and `agent` are the operator's commands (an MQTT client of the service,
 //! `admin/`); `bench` measures a running service.
 
 mod admin;
@@ -38,6 +38,8 @@ enum Command {
     Revoke(admin::RevokeArgs),
     /// The cluster's members: list them, add one (learner, then voter once caught up), remove one.
     Member(admin::MemberArgs),
+    /// Accounts (with `serve --auth`): add one (prints its secret once), list, remove, rotate.
+    Agent(admin::AgentArgs),
     /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
@@ -93,6 +95,12 @@ pub struct ServeArgs {
     /// rate_per_s_max`).
     #[arg(long, value_name = "N")]
     rate_per_s_max: Option<u32>,
+    /// Authentication and roles: agents connect with username = client id = agent id and
+    /// their account's secret (`hivekeeper agent add`). The first start creates the `admin`
+    /// account and writes its secret to <data-dir>/admin.secret (mode 0600). Same as
+    /// `[auth] enabled = true` in the config file.
+    #[arg(long)]
+    auth: bool,
 }
 
 /// `--initial-cluster-state`.
@@ -133,6 +141,7 @@ fn main() -> std::process::ExitCode {
         Command::Leases(args) => admin::leases(args),
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),
+        Command::Agent(args) => admin::agent(args),
         Command::Bench(args) => bench::run(args),
     };
     match result {

@@ -42,6 +42,19 @@ pub struct ServeConfig {
     pub mqtt: hivekeeper_mqtt::Config,
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
+    /// Accounts and roles.
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: accounts and roles (docs/PROTOCOL.md, authentication).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Agents must connect with username = client id = their agent id and their account's
+    /// secret, and each request is checked against the account's role. The first leader
+    /// creates the `admin` account and writes its secret to `<data-dir>/admin.secret`.
+    /// Off by default: the loopback quickstart needs no account.
+    pub enabled: bool,
 }
 
 /// Where /metrics is served.
@@ -103,6 +116,10 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
     if let Some(rate_per_s_max) = args.rate_per_s_max {
         config.node.rate_per_s_max = rate_per_s_max;
     }
+    if args.auth {
+        config.auth.enabled = true;
+    }
+    config.node.auth_enabled = config.auth.enabled;
     if let (Some(name), Some(initial_cluster)) = (args.name, args.initial_cluster) {
         config.node.cluster = Some(ClusterConfig {
             name,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hivekeeper_coordinator::node::{Node, NodeConfig, NodeError};
 use hivekeeper_mqtt::bridge;
-use hivekeeper_mqtt::{MqttError, Transport};
+use hivekeeper_mqtt::{Authenticator, MqttError, Transport};
 use tokio::task::JoinHandle;
 
 /// How long [`Service::shutdown`] waits for the bridge to drain after the transport closed.
@@ -65,10 +65,14 @@ impl Service {
         mqtt: hivekeeper_mqtt::Config,
     ) -> Result<Service, ServiceError> {
         let data_dir = node.data_dir.display().to_string();
+        let auth_enabled = node.auth_enabled;
         let (node, outbound) = Node::start(node)
             .await
             .map_err(|source| ServiceError::Node { data_dir, source })?;
-        let (transport, inbound) = match Transport::start(mqtt).await {
+        // With authentication on, the agent endpoint checks each CONNECT with the node.
+        let authenticator = auth_enabled
+            .then(|| std::sync::Arc::new(node.handle()) as std::sync::Arc<dyn Authenticator>);
+        let (transport, inbound) = match Transport::start_with(mqtt, authenticator).await {
             Ok(started) => started,
             Err(error) => {
                 let _ = node.shutdown().await;

@@ -103,6 +103,35 @@ pub struct AgentConfig {
     /// How long one TCP connect plus MQTT CONNECT may take, seconds, before the next broker is
     /// tried.
     pub connect_timeout_s: u64,
+    /// The agent's secret, for a service with authentication on (`hivekeeper agent add`
+    /// prints it): sent as the MQTT password, with the agent id as the username. Absent: an
+    /// anonymous CONNECT, which such a service refuses. Set it with
+    /// [`AgentConfig::credentials`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+}
+
+/// An agent's secret: shown as `***` by `Debug`, so a logged config never gives it away.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(secret: impl Into<String>) -> Secret {
+        Secret(secret.into())
+    }
+
+    /// The secret itself, for the MQTT CONNECT.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
 }
 
 impl Default for AgentConfig {
@@ -120,6 +149,7 @@ impl Default for AgentConfig {
             keepalive_every_ms: None,
             mqtt_keepalive_s: DEFAULTS.mqtt_keepalive_s,
             connect_timeout_s: DEFAULTS.connect_timeout_s,
+            secret: None,
         }
     }
 }
@@ -132,6 +162,13 @@ impl AgentConfig {
             brokers: brokers.iter().map(|b| b.to_string()).collect(),
             ..AgentConfig::default()
         }
+    }
+
+    /// Authenticates with `secret` (username = the agent id, password = `secret`), for a
+    /// service with authentication on.
+    pub fn credentials(mut self, secret: impl Into<String>) -> AgentConfig {
+        self.secret = Some(Secret::new(secret));
+        self
     }
 
     /// Checks every field and the rules between them. [`crate::Agent::connect`] calls it, so a
@@ -187,6 +224,15 @@ impl AgentConfig {
         }
         if self.connect_timeout_s == 0 {
             return fail("connect_timeout_s must be positive".into());
+        }
+        if self
+            .secret
+            .as_ref()
+            .is_some_and(|secret| secret.0.is_empty())
+        {
+            return fail(
+                "secret: empty (leave it out for a service without authentication)".into(),
+            );
         }
         Ok(())
     }
@@ -260,6 +306,20 @@ mod tests {
 
     fn valid() -> AgentConfig {
         AgentConfig::new("drone-7", &["127.0.0.1:1883"])
+    }
+
+    #[test]
+    fn credentials_set_the_secret_and_debug_hides_it() {
+        let config = valid().credentials("s3cret");
+        assert_eq!(config.secret.as_ref().map(Secret::expose), Some("s3cret"));
+        assert!(config.validate().is_ok());
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains("Secret(***)"), "{debug}");
+        assert!(matches!(
+            valid().credentials("").validate(),
+            Err(AgentError::Config(m)) if m.starts_with("secret")
+        ));
     }
 
     #[test]

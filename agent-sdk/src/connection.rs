@@ -123,6 +123,10 @@ pub(crate) fn mqtt_options(config: &AgentConfig, broker: &BrokerAddr) -> MqttOpt
         .set_clean_session(true)
         .set_max_packet_size(INCOMING_PACKET_BYTES_MAX, OUTGOING_PACKET_BYTES_MAX)
         .set_request_channel_capacity(REQUEST_CHANNEL_CAPACITY);
+    if let Some(secret) = &config.secret {
+        // Username = the agent id: the service checks it equals the client id.
+        options.set_credentials(config.agent_id.clone(), secret.expose());
+    }
     options
 }
 

@@ -66,7 +66,7 @@ pub mod session;
 
 pub use agent::{Agent, AgentStats};
 pub use backoff::Backoff;
-pub use config::{AgentConfig, BrokerAddr, DEFAULTS, Defaults};
+pub use config::{AgentConfig, BrokerAddr, DEFAULTS, Defaults, Secret};
 pub use error::AgentError;
 pub use guard::{Geometry, Guard, Resource, Wait};
 pub use session::{Session, SessionState};

@@ -46,6 +46,6 @@ pub use hivekeeper_state_machine as state_machine;
 
 pub use config_error::ConfigError;
 pub use state_machine::{
-    Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply, ResourceKey,
-    StateMachine,
+    AccountChange, Command, Error, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply,
+    ResourceKey, StateMachine,
 };

@@ -76,7 +76,12 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
         },
         Op::WaypointRelease { name, lease } => AgentOp::WaypointRelease { name, lease },
         Op::AdminRevoke { lease } => AgentOp::AdminRevoke { lease },
-        op @ (Op::LeaseKeepalive { .. }
+        Op::AdminAgentRemove { name } => AgentOp::AdminAgentRemove { name },
+        // Writes the node completes first: it makes the secret ([`account_request`]).
+        op @ (Op::AdminAgentAdd { .. }
+        | Op::AdminAgentRotate { .. }
+        | Op::AdminAgentList { .. }
+        | Op::LeaseKeepalive { .. }
         | Op::FenceCheck { .. }
         | Op::Inspect { .. }
         | Op::AdminStatus {}
@@ -85,6 +90,23 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
         | Op::AdminMemberRemove { .. }) => return Err(Request { id, op }),
     };
     Ok(AgentRequest { id, op })
+}
+
+/// The state machine's request for an `admin.agent.add` or `admin.agent.rotate`, with the
+/// hash of the secret the node made for it (the log never carries a secret). `None` for any
+/// other op.
+pub fn account_request(request: Request, secret_hash: String) -> Option<AgentRequest> {
+    let Request { id, op } = request;
+    let op = match op {
+        Op::AdminAgentAdd { name, role } => AgentOp::AdminAgentAdd {
+            name,
+            role: role.unwrap_or_default(),
+            secret_hash,
+        },
+        Op::AdminAgentRotate { name } => AgentOp::AdminAgentRotate { name, secret_hash },
+        _ => return None,
+    };
+    Some(AgentRequest { id, op })
 }
 
 /// Why a wire op is not a read the state machine answers.
@@ -133,6 +155,9 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         Op::AdminLeases { after } => Ok(ReadOp::AdminLeases {
             after: after.clone(),
         }),
+        Op::AdminAgentList { after } => Ok(ReadOp::AdminAgentList {
+            after: after.clone(),
+        }),
         Op::AdminStatus {} | Op::AdminMemberAdd { .. } | Op::AdminMemberRemove { .. } => {
             Err(NotARead::NodeOnly { op: op.name() })
         }
@@ -144,7 +169,10 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         | Op::SemRelease { .. }
         | Op::WaypointReserve { .. }
         | Op::WaypointRelease { .. }
-        | Op::AdminRevoke { .. } => Err(NotARead::Write { op: op.name() }),
+        | Op::AdminRevoke { .. }
+        | Op::AdminAgentAdd { .. }
+        | Op::AdminAgentRemove { .. }
+        | Op::AdminAgentRotate { .. } => Err(NotARead::Write { op: op.name() }),
     }
 }
 
@@ -177,6 +205,21 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         },
         Reply::Leases { leases, next_after } => Success {
             leases: Some(leases.clone()),
+            next_after: next_after.clone(),
+            ..Success::default()
+        },
+        // The hash stays in the node: the secret, when this answer may carry it, is added by
+        // the node that made it (`NodeHandle::submit`).
+        Reply::Account { agent, role, .. } => Success {
+            agent: Some(agent.to_string()),
+            role: Some(*role),
+            ..Success::default()
+        },
+        Reply::Accounts {
+            accounts,
+            next_after,
+        } => Success {
+            accounts: Some(accounts.clone()),
             next_after: next_after.clone(),
             ..Success::default()
         },
@@ -255,6 +298,17 @@ mod tests {
                 addr: "10.0.0.4:7000".into(),
             },
             Op::AdminMemberRemove { name: "n4".into() },
+            Op::AdminAgentAdd {
+                name: "drone-1".into(),
+                role: None,
+            },
+            Op::AdminAgentList { after: None },
+            Op::AdminAgentRemove {
+                name: "drone-1".into(),
+            },
+            Op::AdminAgentRotate {
+                name: "drone-1".into(),
+            },
         ]
     }
 
@@ -277,6 +331,14 @@ mod tests {
                     let json = serde_json::to_value(&request).expect("encodes");
                     assert_eq!(json, wire_json, "{} changed shape", op.name());
                     assert_eq!(read(&op), Err(NotARead::Write { op: op.name() }));
+                }
+                Err(back) if op.makes_secret() => {
+                    assert!(op.is_write(), "{} makes a secret for the log", op.name());
+                    assert_eq!(back.op, op, "the request comes back untouched");
+                    assert_eq!(read(&op), Err(NotARead::Write { op: op.name() }));
+                    let request = account_request(back, "$argon2id$x".into())
+                        .unwrap_or_else(|| panic!("{} has an account request", op.name()));
+                    assert_eq!(request.op.name(), op.name());
                 }
                 Err(back) => {
                     assert!(!op.is_write(), "{} was refused as a command", op.name());

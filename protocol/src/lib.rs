@@ -19,6 +19,7 @@
 //!   malformed message (`bad_request`) from an unknown op (`unknown_op`) from one too large
 //!   (`too_large`).
 //! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
+//! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
 //! - [`error`]: [`ErrorCode`], the closed list of codes, and [`ProtocolError`].
 //! - [`topic`]: building and parsing `hk/v1/{req,rsp,evt}/{agent}`.
@@ -28,6 +29,7 @@ pub mod error;
 pub mod event;
 pub mod request;
 pub mod response;
+pub mod role;
 pub mod topic;
 pub mod validate;
 
@@ -35,7 +37,8 @@ pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
 pub use request::{Area, Op, Request, ResourceKind};
 pub use response::{
-    ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo, Response, Success,
-    WaiterInfo,
+    AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,
+    Response, Success, WaiterInfo,
 };
+pub use role::{Role, UnknownRole};
 pub use topic::Topics;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorCode, ProtocolError};
+use crate::role::Role;
 use crate::validate;
 
 /// One request: the agent's id for it, and what to do.
@@ -201,6 +202,39 @@ pub enum Op {
         /// The member's `--name`.
         name: String,
     },
+    /// Addition: create the account of agent `name` with a new secret, answered once with
+    /// the secret (only its hash is kept). Needs `admin`.
+    #[serde(rename = "admin.agent.add")]
+    AdminAgentAdd {
+        /// The agent id the account is for (the MQTT username and client id).
+        name: String,
+        /// Its role; absent: `agent`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<Role>,
+    },
+    /// Addition: one page of accounts (name and role, never a secret or its hash), in name
+    /// order. Needs `admin`.
+    #[serde(rename = "admin.agent.list")]
+    AdminAgentList {
+        /// Only accounts after this name (the previous page's `next_after`); absent: from the
+        /// first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+    },
+    /// Addition: delete the account of agent `name`: its connections are closed and its
+    /// leases revoked. Needs `admin`.
+    #[serde(rename = "admin.agent.remove")]
+    AdminAgentRemove {
+        /// The agent id.
+        name: String,
+    },
+    /// Addition: give agent `name` a new secret, answered once; the old secret stops working
+    /// and its connections are closed. Needs `admin`.
+    #[serde(rename = "admin.agent.rotate")]
+    AdminAgentRotate {
+        /// The agent id.
+        name: String,
+    },
 }
 
 fn one() -> u32 {
@@ -224,7 +258,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 16] = [
+    pub const NAMES: [&'static str; 20] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -241,6 +275,10 @@ impl Op {
         "admin.revoke",
         "admin.member.add",
         "admin.member.remove",
+        "admin.agent.add",
+        "admin.agent.list",
+        "admin.agent.remove",
+        "admin.agent.rotate",
     ];
 
     /// The op's wire name, e.g. `"lock.acquire"`.
@@ -262,6 +300,10 @@ impl Op {
             Op::AdminRevoke { .. } => "admin.revoke",
             Op::AdminMemberAdd { .. } => "admin.member.add",
             Op::AdminMemberRemove { .. } => "admin.member.remove",
+            Op::AdminAgentAdd { .. } => "admin.agent.add",
+            Op::AdminAgentList { .. } => "admin.agent.list",
+            Op::AdminAgentRemove { .. } => "admin.agent.remove",
+            Op::AdminAgentRotate { .. } => "admin.agent.rotate",
         }
     }
 
@@ -283,13 +325,19 @@ impl Op {
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
             | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. } => None,
+            | Op::AdminMemberRemove { .. }
+            | Op::AdminAgentAdd { .. }
+            | Op::AdminAgentList { .. }
+            | Op::AdminAgentRemove { .. }
+            | Op::AdminAgentRotate { .. } => None,
         }
     }
 
     /// Whether the op is a command for the state machine (and so goes through the Raft log
     /// as one). Keepalives, fence checks, inspections, the admin reads and membership changes
     /// are not: the last change Raft's own configuration, through openraft, on the leader.
+    /// `admin.agent.add` and `admin.agent.rotate` are writes the node completes first: it
+    /// generates the secret and puts only its hash in the command ([`Op::makes_secret`]).
     pub fn is_write(&self) -> bool {
         !matches!(
             self,
@@ -300,20 +348,20 @@ impl Op {
                 | Op::AdminLeases { .. }
                 | Op::AdminMemberAdd { .. }
                 | Op::AdminMemberRemove { .. }
+                | Op::AdminAgentList { .. }
         )
     }
 
-    /// Whether the op is an operator's (`admin.*`): it will need the admin credential once the
-    /// service has authentication.
+    /// Whether the node answers the op with a new secret it generates (`admin.agent.add`,
+    /// `admin.agent.rotate`): the log carries only the secret's hash.
+    pub fn makes_secret(&self) -> bool {
+        matches!(self, Op::AdminAgentAdd { .. } | Op::AdminAgentRotate { .. })
+    }
+
+    /// Whether the op is an operator's (`admin.*`): with authentication on it needs the
+    /// `observer` or `admin` role ([`Role::needed_for`]).
     pub fn is_admin(&self) -> bool {
-        matches!(
-            self,
-            Op::AdminStatus {}
-                | Op::AdminLeases { .. }
-                | Op::AdminRevoke { .. }
-                | Op::AdminMemberAdd { .. }
-                | Op::AdminMemberRemove { .. }
-        )
+        Role::needed_for(self) > Role::Agent
     }
 
     /// The `wait_ms` of an acquire or reserve.
@@ -348,6 +396,14 @@ impl Op {
                 validate::member_addr(addr)?;
             }
             Op::AdminMemberRemove { name } => validate::member_name(name)?,
+            Op::AdminAgentAdd { name, .. }
+            | Op::AdminAgentRemove { name }
+            | Op::AdminAgentRotate { name } => validate::account_name(name)?,
+            Op::AdminAgentList { after } => {
+                if let Some(after) = after {
+                    validate::account_name(after)?;
+                }
+            }
             Op::LockAcquire { name, .. }
             | Op::LockRelease { name, .. }
             | Op::SemRelease { name, .. }

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
+use crate::role::Role;
 
 /// One final response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,9 +73,33 @@ pub struct Success {
     /// `admin.leases`: one page of live leases, in lease id order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leases: Option<Vec<LeaseInfo>>,
-    /// `admin.leases`: present when more leases follow; send it as `after` for the next page.
+    /// `admin.leases`, `admin.agent.list`: present when more follow; send it as `after` for
+    /// the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
+    /// `admin.agent.add`, `admin.agent.rotate`: the account's agent id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `admin.agent.add`, `admin.agent.rotate`: the account's role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// `admin.agent.add`, `admin.agent.rotate`: the new secret, sent this once (the service
+    /// keeps only its hash). Absent in the answer to a same-id retry, which cannot send it
+    /// again: rotate to get a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// `admin.agent.list`: one page of accounts, in name order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounts: Option<Vec<AccountInfo>>,
+}
+
+/// One account in an `admin.agent.list` result: never its secret or the secret's hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountInfo {
+    /// The agent id it authenticates.
+    pub agent: String,
+    /// What it may do.
+    pub role: Role,
 }
 
 /// The result of `admin.status`: one node's own view, not a linearizable read. Log indexes are
@@ -162,7 +187,10 @@ pub struct LeaseInfo {
 pub struct HolderInfo {
     /// The holding agent.
     pub agent: String,
-    /// The lease the hold is bound to.
+    /// The lease the hold is bound to. With authentication on, an `inspect` answered to a
+    /// non-admin leaves out other agents' leases (the empty string, not sent): a lease id is
+    /// what a request would need to act on a hold, so only its owner and admins see it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lease: String,
     /// The hold's fencing token.
     pub token: u64,

@@ -71,6 +71,12 @@ pub fn member_name(name: &str) -> Result<(), String> {
     agent_id(name).map_err(|message| message.replacen("agent id", "member name", 1))
 }
 
+/// Checks an account's name, which is the agent id it authenticates (so the same rules, with
+/// `name` in the message).
+pub fn account_name(name: &str) -> Result<(), String> {
+    agent_id(name).map_err(|message| message.replacen("agent id", "`name` (an agent id)", 1))
+}
+
 /// Checks a member's inter-node address: `host:port` with a numeric port, at most 256 bytes.
 pub fn member_addr(addr: &str) -> Result<(), String> {
     bounded_text("addr", addr, NAME_BYTES_MAX)?;

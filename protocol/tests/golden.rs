@@ -12,8 +12,9 @@ use hivekeeper_protocol::validate::{
     WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
-    Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, Op,
-    ProtocolError, ReplicationInfo, Request, ResourceKind, Response, Success, Topics, WaiterInfo,
+    AccountInfo, Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus,
+    Op, ProtocolError, ReplicationInfo, Request, ResourceKind, Response, Role, Success, Topics,
+    WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -598,6 +599,93 @@ fn op_admin_member_remove() {
     );
 }
 
+#[test]
+fn op_admin_agent_add() {
+    assert_request(
+        r#"{"id":"r31","op":"admin.agent.add","name":"drone-7"}"#,
+        &req(
+            "r31",
+            Op::AdminAgentAdd {
+                name: "drone-7".into(),
+                role: None,
+            },
+        ),
+        &json!({"id": "r31", "op": "admin.agent.add", "name": "drone-7"}),
+    );
+    for (wire, role) in [
+        ("agent", Role::Agent),
+        ("observer", Role::Observer),
+        ("admin", Role::Admin),
+    ] {
+        assert_request(
+            &format!(r#"{{"id":"r32","op":"admin.agent.add","name":"ops","role":"{wire}"}}"#),
+            &req(
+                "r32",
+                Op::AdminAgentAdd {
+                    name: "ops".into(),
+                    role: Some(role),
+                },
+            ),
+            &json!({"id": "r32", "op": "admin.agent.add", "name": "ops", "role": wire}),
+        );
+    }
+    bad(
+        r#"{"id":"7","op":"admin.agent.add","name":"a/b"}"#,
+        Some("7"),
+        "admin.agent.add: `name` (an agent id) \"a/b\" contains '/'; allowed are A-Z a-z 0-9 _ . -",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"8","op":"admin.agent.add","name":"x","role":"root"}"#,
+        Some("8"),
+        "admin.agent.add: ",
+        &["root"],
+    );
+}
+
+#[test]
+fn op_admin_agent_list_remove_rotate() {
+    assert_request(
+        r#"{"id":"r33","op":"admin.agent.list"}"#,
+        &req("r33", Op::AdminAgentList { after: None }),
+        &json!({"id": "r33", "op": "admin.agent.list"}),
+    );
+    assert_request(
+        r#"{"id":"r34","op":"admin.agent.list","after":"drone-7"}"#,
+        &req(
+            "r34",
+            Op::AdminAgentList {
+                after: Some("drone-7".into()),
+            },
+        ),
+        &json!({"id": "r34", "op": "admin.agent.list", "after": "drone-7"}),
+    );
+    assert_request(
+        r#"{"id":"r35","op":"admin.agent.remove","name":"drone-7"}"#,
+        &req(
+            "r35",
+            Op::AdminAgentRemove {
+                name: "drone-7".into(),
+            },
+        ),
+        &json!({"id": "r35", "op": "admin.agent.remove", "name": "drone-7"}),
+    );
+    assert_request(
+        r#"{"id":"r36","op":"admin.agent.rotate","name":"drone-7"}"#,
+        &req(
+            "r36",
+            Op::AdminAgentRotate {
+                name: "drone-7".into(),
+            },
+        ),
+        &json!({"id": "r36", "op": "admin.agent.rotate", "name": "drone-7"}),
+    );
+    bad(
+        r#"{"id":"9","op":"admin.agent.rotate","name":""}"#,
+        Some("9"),
+        "admin.agent.rotate: `name` (an agent id) must be 1 to 64 characters, got 0",
+    );
+}
+
 /// The admin ops, and only they, are marked as needing the admin credential.
 #[test]
 fn only_admin_ops_are_admin() {
@@ -611,6 +699,10 @@ fn only_admin_ops_are_admin() {
             }
             "admin.member.remove" => {
                 r#"{"id":"a","op":"admin.member.remove","name":"n"}"#.to_string()
+            }
+            "admin.agent.list" => r#"{"id":"a","op":"admin.agent.list"}"#.to_string(),
+            "admin.agent.add" | "admin.agent.remove" | "admin.agent.rotate" => {
+                format!(r#"{{"id":"a","op":"{name}","name":"n"}}"#)
             }
             _ => continue,
         };
@@ -698,6 +790,22 @@ fn op_names_are_complete_and_consistent() {
             None,
             false,
         ),
+        (
+            r#"{"id":"a","op":"admin.agent.add","name":"n"}"#,
+            None,
+            true,
+        ),
+        (r#"{"id":"a","op":"admin.agent.list"}"#, None, false),
+        (
+            r#"{"id":"a","op":"admin.agent.remove","name":"n"}"#,
+            None,
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"admin.agent.rotate","name":"n"}"#,
+            None,
+            true,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -731,6 +839,10 @@ fn op_names_are_complete_and_consistent() {
             "admin.revoke",
             "admin.member.add",
             "admin.member.remove",
+            "admin.agent.add",
+            "admin.agent.list",
+            "admin.agent.remove",
+            "admin.agent.rotate",
         ]
     );
 }
@@ -857,7 +969,8 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.revoke, admin.member.add, admin.member.remove",
+         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.revoke, admin.member.add, admin.member.remove, \
+         admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -1654,6 +1767,66 @@ fn success_admin_leases() {
         &Response::ok("r30", last),
         &json!({"id": "r30", "ok": true, "leases": []}),
     );
+}
+
+#[test]
+fn success_admin_agent_add_rotate_and_list() {
+    let added = Success {
+        agent: Some("drone-7".into()),
+        role: Some(Role::Agent),
+        secret: Some("5e".repeat(32)),
+        ..Success::default()
+    };
+    assert_response_golden(
+        &Response::ok("r31", added),
+        &json!({"id": "r31", "ok": true, "agent": "drone-7", "role": "agent",
+            "secret": "5e".repeat(32)}),
+    );
+    // A same-id retry: the account, without the secret (only the lost answer had it).
+    let retried = Success {
+        agent: Some("drone-7".into()),
+        role: Some(Role::Observer),
+        ..Success::default()
+    };
+    assert_response_golden(
+        &Response::ok("r31", retried),
+        &json!({"id": "r31", "ok": true, "agent": "drone-7", "role": "observer"}),
+    );
+    let page = Success {
+        accounts: Some(vec![
+            AccountInfo {
+                agent: "admin".into(),
+                role: Role::Admin,
+            },
+            AccountInfo {
+                agent: "drone-7".into(),
+                role: Role::Agent,
+            },
+        ]),
+        next_after: Some("drone-7".into()),
+        ..Success::default()
+    };
+    assert_response_golden(
+        &Response::ok("r33", page),
+        &json!({"id": "r33", "ok": true,
+            "accounts": [{"agent": "admin", "role": "admin"}, {"agent": "drone-7", "role": "agent"}],
+            "next_after": "drone-7"}),
+    );
+}
+
+#[test]
+fn inspect_holder_without_lease_leaves_the_field_out() {
+    let holder = HolderInfo {
+        agent: "other".into(),
+        lease: String::new(),
+        token: 9,
+        permits: None,
+        since_ms: 5,
+    };
+    let value = serde_json::to_value(&holder).expect("encodes");
+    assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
+    let back: HolderInfo = serde_json::from_value(value).expect("decodes");
+    assert_eq!(back, holder);
 }
 
 #[test]

@@ -8,21 +8,26 @@
 //!  hivekeeper leases                         ─▶ admin.leases, page after page
 //!  hivekeeper revoke LEASE                   ─▶ admin.revoke (through the log)
 //!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
+//!  hivekeeper agent add | list | remove | rotate  ─▶ admin.agent.*
 //! ```
 //!
 //! Requests go through the agent SDK (`Agent::request`): its same-id resends, backoff and
 //! broker failover are reused rather than written again. The CLI's agent id is
-//! `hk-admin-{pid}`; it takes no lease, so it holds nothing on the service. Output is a table
+//! `hk-admin-{pid}`, or the `--user` it authenticates as (`login.rs`); it takes no lease, so it
+//! holds nothing on the service. Output is a table
 //! for people, or JSON (`--json`) for scripts. A failure is one line on stderr and exit code 1.
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `leases.rs`, `revoke.rs`, `member.rs`. This file holds what they share: the
+//! `inspect.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`; `login.rs` the credential
+//! flags. This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
 
+mod agent;
 mod inspect;
 mod leases;
+mod login;
 mod member;
 mod revoke;
 mod status;
@@ -32,8 +37,10 @@ use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success};
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, DEFAULTS};
 
+pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
 pub use leases::{LeasesArgs, leases};
+pub use login::Login;
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
 pub use status::{StatusArgs, status};
@@ -60,6 +67,8 @@ pub struct Target {
     /// How long to try in all (connect, resends) before giving up, ms.
     #[arg(long, value_name = "MS", default_value_t = 5_000)]
     timeout_ms: u64,
+    #[command(flatten)]
+    login: login::Login,
 }
 
 /// Runs `future` on a small runtime of its own: the admin commands are one client each.
@@ -88,10 +97,17 @@ async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
             .clamp(1, DEFAULTS.connect_timeout_s),
         ..AgentConfig::default()
     };
+    let config = target.login.apply(config)?;
+    let authenticated = config.secret.is_some();
     Agent::connect(config).await.map_err(|error| match error {
-        AgentError::Unreachable { brokers, waited_ms } => {
-            anyhow!("no node reachable at {brokers} within {waited_ms} ms")
-        }
+        AgentError::Unreachable { brokers, waited_ms } if authenticated => anyhow!(
+            "no node reachable at {brokers} within {waited_ms} ms, or the credentials were \
+             refused (check --user and the password)"
+        ),
+        AgentError::Unreachable { brokers, waited_ms } => anyhow!(
+            "no node reachable at {brokers} within {waited_ms} ms (a service with \
+             authentication on refuses a CONNECT without --user and --password-file)"
+        ),
         other => anyhow!("{other}"),
     })
 }

@@ -12,6 +12,7 @@
 //! # Layout
 //! - `swarm`: connecting many agents with bounded concurrency; unique agent and resource
 //!   names per run.
+//! - `accounts`: with `--user`, an account per agent (a service with `--auth`).
 //! - `cycles`: the acquire → release loop shared by `uncontended`, `contended`, `semaphore`
 //!   and the busy part of `scale`.
 //! - `reclaim`: a holder whose keepalives stop with a waiter queued.
@@ -21,6 +22,7 @@
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
 
+mod accounts;
 mod cycles;
 mod failover;
 mod flood;
@@ -169,6 +171,11 @@ struct Common {
     /// Print the report as JSON (for scripts) instead of a table.
     #[arg(long)]
     json: bool,
+    /// With `--user` (an admin account), each agent gets an account of its own before it
+    /// connects, removed at the end (a service with `--auth`). Not used by `failover`, which
+    /// runs its own cluster without authentication.
+    #[command(flatten)]
+    login: crate::admin::Login,
 }
 
 /// Runs `hivekeeper bench`.
@@ -196,7 +203,37 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 }
 
 async fn scenario(scenario: Scenario) -> anyhow::Result<(Report, bool)> {
-    let run = swarm::RunId::new();
+    let accounts = match &scenario {
+        Scenario::Failover { .. } => None,
+        other => accounts::Accounts::open(other.common()).await?,
+    };
+    let run = swarm::RunId::new().with_accounts(accounts);
+    let result = run_scenario(scenario, &run).await;
+    if let Some(accounts) = run.accounts() {
+        let failed = accounts.remove_all().await;
+        if failed > 0 {
+            eprintln!("hivekeeper bench: {failed} of the run's accounts could not be removed");
+        }
+    }
+    result
+}
+
+impl Scenario {
+    /// The flags every scenario shares.
+    fn common(&self) -> &Common {
+        match self {
+            Scenario::Uncontended { common, .. }
+            | Scenario::Contended { common, .. }
+            | Scenario::Semaphore { common, .. }
+            | Scenario::Reclaim { common, .. }
+            | Scenario::Scale { common, .. }
+            | Scenario::Failover { common, .. } => common,
+        }
+    }
+}
+
+async fn run_scenario(scenario: Scenario, run: &swarm::RunId) -> anyhow::Result<(Report, bool)> {
+    let run = run.clone();
     let (report, common, name, parameters): (Report, Common, &str, Vec<(&str, Value)>) =
         match scenario {
             Scenario::Uncontended {

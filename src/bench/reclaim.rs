@@ -36,12 +36,12 @@ pub async fn run(
     let Some(Some(waiter)) = waiters.into_iter().next() else {
         anyhow::bail!("the waiter could not connect: {:?}", errors.samples);
     };
-    let holder = Agent::connect(AgentConfig {
+    let holder = AgentConfig {
         agent_id: run.agent("holder", 0),
         brokers: common.brokers.clone(),
         ..AgentConfig::default()
-    })
-    .await?;
+    };
+    let holder = Agent::connect(run.authenticate(holder).await?).await?;
     let started = Instant::now();
     let mut grants = Vec::new();
     let mut figures = Vec::new();

@@ -8,12 +8,14 @@ use hivekeeper_agent::{Agent, AgentConfig, Session};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::accounts::Accounts;
 use super::report::Errors;
 
 /// Names of one bench run: `bench-{run}-...`, the run being the start time in ms (base 36)
-/// and the process id, so runs started in the same millisecond differ too.
+/// and the process id, so runs started in the same millisecond differ too. Carries the
+/// run's [`Accounts`] when `--user` is given.
 #[derive(Debug, Clone)]
-pub struct RunId(String);
+pub struct RunId(String, Option<Arc<Accounts>>);
 
 impl RunId {
     /// A fresh run id.
@@ -21,11 +23,29 @@ impl RunId {
         let ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_millis() as u64);
-        RunId(format!(
-            "{}{}",
-            base36(ms),
-            base36(u64::from(std::process::id()))
-        ))
+        RunId(
+            format!("{}{}", base36(ms), base36(u64::from(std::process::id()))),
+            None,
+        )
+    }
+
+    /// This run, creating an account for each agent through `accounts`.
+    pub fn with_accounts(self, accounts: Option<Accounts>) -> RunId {
+        RunId(self.0, accounts.map(Arc::new))
+    }
+
+    /// The run's accounts, if it creates them.
+    pub fn accounts(&self) -> Option<&Accounts> {
+        self.1.as_deref()
+    }
+
+    /// `config` as it connects in this run: with an account of its own when the run creates
+    /// them, unchanged otherwise.
+    pub async fn authenticate(&self, config: AgentConfig) -> anyhow::Result<AgentConfig> {
+        match self.accounts() {
+            Some(accounts) => accounts.credentials(config).await,
+            None => Ok(config),
+        }
     }
 
     /// The id of agent `role`-`index` (`[A-Za-z0-9_.-]`, well under 64 characters).
@@ -85,8 +105,10 @@ pub async fn connect(
             brokers: rotated,
             ..AgentConfig::default()
         };
+        let run = run.clone();
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
+            let config = run.authenticate(config).await.map_err(|e| e.to_string())?;
             let agent = Agent::connect(config).await.map_err(|e| e.to_string())?;
             let session = agent.session(ttl_ms).await.map_err(|e| e.to_string())?;
             Ok::<_, String>((index, Member { session }))

@@ -23,6 +23,8 @@ pub struct Raw {
     elsewhere: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
     /// Counts SubAcks: a new value means (re)subscribed.
     subscribed: watch::Receiver<u64>,
+    /// Counts connection errors (the server closed the connection, or refused a reconnect).
+    errors: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
 
@@ -33,6 +35,12 @@ impl Raw {
         Raw::connect_login(port, agent, None).await
     }
 
+    /// [`Raw::connect`] with the agent's secret (username = the agent id), for a node with
+    /// authentication on.
+    pub async fn connect_with(port: u16, agent: &str, secret: Option<&str>) -> Raw {
+        Raw::connect_login(port, agent, secret.map(|secret| (agent, secret))).await
+    }
+
     /// Like [`Raw::connect`], logging in with `login` (username, password) when given.
     pub async fn connect_login(port: u16, agent: &str, login: Option<(&str, &str)>) -> Raw {
         let (client, mut eventloop) = AsyncClient::new(options(port, agent, login), 64);
@@ -40,6 +48,7 @@ impl Raw {
         let (responses_tx, responses) = mpsc::unbounded_channel();
         let (elsewhere_tx, elsewhere) = mpsc::unbounded_channel();
         let (subscribed_tx, subscribed) = watch::channel(0u64);
+        let (errors_tx, errors) = watch::channel(0u64);
         let response_topic = format!("{PREFIX}/rsp/{agent}");
         let subscriber = client.clone();
         let task = tokio::spawn(async move {
@@ -61,7 +70,10 @@ impl Raw {
                     }
                     Ok(_) => {}
                     // Broker down (a node restart): keep polling, which reconnects.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    Err(_) => {
+                        errors_tx.send_modify(|n| *n += 1);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
             }
         });
@@ -71,6 +83,7 @@ impl Raw {
             responses,
             elsewhere,
             subscribed,
+            errors,
             task,
         };
         within(
@@ -95,6 +108,19 @@ impl Raw {
             15,
             &format!("raw client {} subscribed again", self.agent),
             self.subscribed.wait_for(|n| *n > seen),
+        )
+        .await
+        .expect("the raw client's task is running");
+    }
+
+    /// Waits until the server has closed this client's connection (or refused a reconnect)
+    /// after the errors seen so far, at most `secs`.
+    pub async fn disconnected(&mut self, secs: u64) {
+        let seen = *self.errors.borrow();
+        within(
+            secs,
+            &format!("raw client {} disconnected", self.agent),
+            self.errors.wait_for(|n| *n > seen),
         )
         .await
         .expect("the raw client's task is running");

@@ -427,7 +427,11 @@ impl Fake {
             | Op::AdminLeases { .. }
             | Op::AdminRevoke { .. }
             | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. } => {
+            | Op::AdminMemberRemove { .. }
+            | Op::AdminAgentAdd { .. }
+            | Op::AdminAgentList { .. }
+            | Op::AdminAgentRemove { .. }
+            | Op::AdminAgentRotate { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)
             }
         };

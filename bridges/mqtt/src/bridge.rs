@@ -16,6 +16,7 @@
 //!                      is unknown, so the default one)
 //!  Outbound::Notify  ─▶ publish_event {prefix}/evt/{agent}   (lease.expired, lock.lost, ...;
 //!                      events yield to responses: `Transport::publish_event`)
+//!  Outbound::Disconnect ─▶ Transport::disconnect   (account removed or secret rotated)
 //! ```
 //!
 //! # Metrics
@@ -160,6 +161,13 @@ async fn publish_outbound(transport: Transport, mut outbound: mpsc::UnboundedRec
             Outbound::Notify { agent, event } => {
                 let topic = transport.topics().event(&agent);
                 published(transport.publish_event(topic, event.encode()));
+            }
+            // Its account was removed or its secret rotated (an external broker's clients are
+            // the broker's to close).
+            Outbound::Disconnect { agent } => {
+                if transport.disconnect(&agent) {
+                    tracing::info!(%agent, "closed the connection of an agent whose account changed");
+                }
             }
         }
     }

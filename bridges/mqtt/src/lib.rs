@@ -52,6 +52,7 @@ mod reply_route;
 mod transport;
 
 pub use config::{Config, DEFAULTS, EmbeddedConfig, ExternalConfig, Mode};
+pub use endpoint::Authenticator;
 pub use error::MqttError;
 pub use reply_route::ReplyRoute;
 pub use transport::{Inbound, InboundHandler, ListenerInfo, MqttVersion, Stats, Transport};

@@ -356,6 +356,17 @@ impl Transport {
     ///
     /// The receiver yields `None` once the transport has stopped ([`Transport::shutdown`]).
     pub async fn start(config: Config) -> Result<(Transport, mpsc::Receiver<Inbound>), MqttError> {
+        Transport::start_with(config, None).await
+    }
+
+    /// [`Transport::start`], with authentication when `authenticator` is given: the agent
+    /// endpoint then accepts a CONNECT only with the agent's credentials
+    /// ([`Authenticator`](crate::Authenticator)). An external broker checks its own clients
+    /// (its password file and ACLs), so there it is not used.
+    pub async fn start_with(
+        config: Config,
+        authenticator: Option<Arc<dyn crate::Authenticator>>,
+    ) -> Result<(Transport, mpsc::Receiver<Inbound>), MqttError> {
         config.validate()?;
         let topics = config.topics()?;
         let counters = Arc::new(Counters::default());
@@ -369,6 +380,7 @@ impl Transport {
                     &topics,
                     inbound_tx,
                     counters.clone(),
+                    authenticator,
                 )
                 .await?;
                 (
@@ -418,6 +430,16 @@ impl Transport {
     /// `None` once the transport has stopped.
     pub fn deliver_to(&self, handler: InboundHandler, inbound: &mut mpsc::Receiver<Inbound>) {
         install(&self.inner.handler, handler, inbound);
+    }
+
+    /// Closes `agent`'s connection to the agent endpoint, if it has one (its account was
+    /// removed or its secret rotated). Returns whether one was closed; always `false` with an
+    /// external broker, whose clients this service does not hold.
+    pub fn disconnect(&self, agent: &str) -> bool {
+        match &self.inner.outbound {
+            OutboundPath::Endpoint(shared) => shared.disconnect(agent),
+            OutboundPath::External(_) => false,
+        }
     }
 
     /// Publishes one message (a response on `{prefix}/rsp/{agent}` or an event on

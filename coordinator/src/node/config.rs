@@ -46,6 +46,13 @@ pub struct NodeConfig {
     pub keeper_tick_ms: u64,
     /// How long a request may wait for its commit before it is answered `unavailable`.
     pub propose_timeout_ms: u64,
+    /// Authentication and roles (`serve --auth`, `[auth] enabled`): agents connect with an
+    /// account's secret, and each request is checked against the account's role. Off: every
+    /// client may do everything, as before accounts existed. The leader creates the `admin`
+    /// account on the first start with it on (`<data_dir>/admin.secret`). Not a key of the
+    /// node's own config section: `serve` sets it from `[auth] enabled` and `--auth`.
+    #[serde(skip)]
+    pub auth_enabled: bool,
 }
 
 /// Every default of [`NodeConfig`], in one place (a single node: no `cluster`).
@@ -61,6 +68,7 @@ pub const DEFAULTS: Defaults = Defaults {
     batch_max: raft::BATCH_MAX,
     keeper_tick_ms: 20,
     propose_timeout_ms: 5_000,
+    auth_enabled: false,
 };
 
 /// The type of [`DEFAULTS`]: [`NodeConfig`]'s defaults as constants (the data dir a `&str`,
@@ -89,6 +97,8 @@ pub struct Defaults {
     pub keeper_tick_ms: u64,
     /// See [`NodeConfig::propose_timeout_ms`].
     pub propose_timeout_ms: u64,
+    /// See [`NodeConfig::auth_enabled`].
+    pub auth_enabled: bool,
 }
 
 impl NodeConfig {
@@ -107,6 +117,7 @@ impl NodeConfig {
             batch_max: DEFAULTS.batch_max,
             keeper_tick_ms: DEFAULTS.keeper_tick_ms,
             propose_timeout_ms: DEFAULTS.propose_timeout_ms,
+            auth_enabled: DEFAULTS.auth_enabled,
         }
     }
 

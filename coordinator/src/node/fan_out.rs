@@ -8,6 +8,8 @@
 //!     reply to an agent's command ─▶ Waits::replied   (answered at once, or Queued)
 //!     Event::Respond             ─▶ Waits::deferred  (else Outbound::Respond: not pending here)
 //!     LeaseExpired/Revoked, lost ─▶ Outbound::Notify  ─▶ front door (evt topic)
+//!     AccountChanged (rotated,   ─▶ Outbound::Disconnect ─▶ front door closes its connections
+//!       removed)
 //!     LeaseGranted / LeaseEnded  ─▶ LeaseKeeper (cast)
 //!     every event                ─▶ NodeMetrics (waiters: the machine's count, read when an
 //!                                   entry queued or answered a waiter)
@@ -32,7 +34,7 @@ use super::lease_keeper::KeeperMsg;
 use super::metrics::NodeMetrics;
 use super::waits::Waits;
 use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
-use crate::state_machine::{Event, LeaseEnd, ReleaseReason};
+use crate::state_machine::{AccountChange, Event, LeaseEnd, ReleaseReason};
 
 /// The fan-out: the node's [`AppliedSink`].
 pub(crate) struct FanOut {
@@ -201,7 +203,15 @@ impl AppliedSink for FanOut {
                             response: Box::new(response),
                         })
                 }
-                Event::Respond { .. }
+                Event::AccountChanged {
+                    agent,
+                    change: AccountChange::Rotated | AccountChange::Removed,
+                } => Some(Outbound::Disconnect { agent }),
+                Event::AccountChanged {
+                    change: AccountChange::Added,
+                    ..
+                }
+                | Event::Respond { .. }
                 | Event::Queued { .. }
                 | Event::Granted { .. }
                 | Event::Released { .. } => None,

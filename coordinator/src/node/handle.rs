@@ -15,12 +15,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hivekeeper_protocol::{Op, Request, Response};
+use hivekeeper_protocol::{Op, Request, Response, Role};
 use ractor::ActorRef;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::NodeError;
+use super::auth;
 use super::cluster::{ClusterConfig, ClusterState};
 use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
@@ -57,6 +58,8 @@ pub struct NodeHandle {
     pub(super) propose_timeout: Duration,
     /// To the leader, in a cluster.
     pub(super) forwarder: Option<Forwarder>,
+    /// Whether accounts and roles are enforced (`NodeConfig::auth_enabled`).
+    pub(super) auth_enabled: bool,
 }
 
 impl NodeHandle {
@@ -86,16 +89,35 @@ impl NodeHandle {
     /// acquire and the release published right after it). A queued acquire's final answer
     /// comes when it is granted, its `wait_ms` runs out or its lease ends. A resend of a
     /// request still pending here replaces the first one's `respond`.
+    ///
+    /// With authentication on, this is the one place roles are checked, for both front doors:
+    /// an op the agent's role may not send is answered `forbidden` here, before the log
+    /// (`auth.rs`).
     pub fn submit(&self, agent: &str, request: Request, respond: Respond) {
         let started = Instant::now();
         let op = request.op.name();
         if let Err(error) = self.rates.check(agent) {
             return answer_with(op, started, &request.id, Err(error), respond);
         }
+        let role = self.role_for(agent, &request.op);
+        if !role.allows(Role::needed_for(&request.op)) {
+            let refusal = auth::forbidden(&request.op, agent, role);
+            return answer_with(op, started, &request.id, Ok(refusal), respond);
+        }
         let Ok(permit) = self.admit(&request.op) else {
             let error = self.overloaded(&request.op);
             return answer_with(op, started, &request.id, Err(error), respond);
         };
+        if request.op.makes_secret() {
+            let handle = self.clone();
+            let agent = agent.to_string();
+            tokio::spawn(Box::pin(async move {
+                handle
+                    .write_secret(&agent, request, permit, respond, started)
+                    .await;
+            }));
+            return;
+        }
         let origin = Origin {
             agent: agent.to_string(),
             request_id: request.id.clone(),
@@ -121,7 +143,11 @@ impl NodeHandle {
         // copied at spawn (see docs/BENCHMARKS.md).
         tokio::spawn(Box::pin(async move {
             let id = request.id.clone();
-            let answer = handle.answer_read(&agent, request).await;
+            let inspect = matches!(request.op, Op::Inspect { .. });
+            let mut answer = handle.answer_read(&agent, request).await;
+            if inspect && !role.allows(Role::Admin) {
+                answer = answer.map(|reply| auth::redact_inspect(&agent, reply));
+            }
             drop(permit);
             answer_with(op, started, &id, answer, respond);
         }));

@@ -304,7 +304,7 @@ impl NodeMetrics {
                             .record(*held_ms as f64 / 1_000.0);
                     }
                 }
-                Event::Queued { .. } | Event::Respond { .. } => {}
+                Event::Queued { .. } | Event::Respond { .. } | Event::AccountChanged { .. } => {}
             }
         }
         if held_changed {

@@ -36,6 +36,8 @@
 //!
 //! # Layout
 //! - `start.rs`: [`Node`]: start and shutdown.
+//! - `auth.rs`: account secrets, [`NodeHandle::authenticate`], the role check in `submit`, and
+//!   the first `admin` account.
 //! - `handle.rs`: [`NodeHandle`]: submit, the reads, membership.
 //! - `waits.rs`: pending requests and their commit deadlines; final answers.
 //! - `proposer.rs`: the task that batches agents' writes and the node's own commands into log
@@ -49,6 +51,7 @@
 //! - `metrics.rs`: request, lease and resource metrics (names and help texts).
 //! - `config.rs`: [`NodeConfig`]. `cluster.rs`: [`ClusterConfig`]. `error.rs`: [`NodeError`].
 
+mod auth;
 mod cluster;
 mod config;
 mod error;
@@ -67,6 +70,10 @@ mod waits;
 use hivekeeper_protocol::Response;
 
 use crate::state_machine::Text;
+pub use auth::{
+    ADMIN_ACCOUNT, ADMIN_SECRET_FILE, ARGON2_M_COST_KIB, ARGON2_P_COST, ARGON2_T_COST, AuthError,
+    SECRET_BYTES, hash_secret, new_secret, verify_secret,
+};
 pub use cluster::{ClusterConfig, ClusterState};
 pub use config::{DEFAULTS, Defaults, NodeConfig};
 pub use error::NodeError;
@@ -92,5 +99,12 @@ pub enum Outbound {
         agent: Text,
         /// What happened.
         event: hivekeeper_protocol::Event,
+    },
+    /// Close the agent's connections: its account was removed, or its secret rotated, so the
+    /// credentials they were opened with are no longer good. A front door that does not hold
+    /// the connections (an external broker's clients) does nothing.
+    Disconnect {
+        /// The agent.
+        agent: Text,
     },
 }

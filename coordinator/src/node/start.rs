@@ -8,6 +8,7 @@
 //!        time it takes office
 //! ```
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,6 +155,7 @@ impl Node {
             )),
             propose_timeout,
             forwarder,
+            auth_enabled: config.auth_enabled,
         };
         let timer = tokio::spawn(waits.run_timer());
         let peer_server = peer_listener.map(|listener| {
@@ -173,10 +175,12 @@ impl Node {
                 .await
                 .map_err(failed)?;
             handle.configure(&config.limits).await?;
+            handle.bootstrap_admin(&config.data_dir).await?;
         } else {
             tokio::spawn(configure_when_leading(
                 handle.clone(),
                 config.limits.clone(),
+                config.data_dir.clone(),
             ));
         }
         let node = Node {
@@ -238,8 +242,9 @@ impl Node {
 
 /// In a cluster: each time this node takes office, makes its configured limits the replicated
 /// ones (the members should all be configured alike; the latest leader's win). A failure is
-/// logged and retried at the next term: limits are not worth stopping a node for.
-async fn configure_when_leading(handle: NodeHandle, limits: Limits) {
+/// logged and retried at the next term: limits are not worth stopping a node for. With
+/// authentication on, it then creates the first `admin` account if there is none.
+async fn configure_when_leading(handle: NodeHandle, limits: Limits, data_dir: PathBuf) {
     let mut leadership = handle.raft.leadership();
     let mut configured_term = None;
     loop {
@@ -251,6 +256,9 @@ async fn configure_when_leading(handle: NodeHandle, limits: Limits) {
             configured_term = Some(term);
             if let Err(error) = handle.configure(&limits).await {
                 tracing::warn!(%error, term, "could not make the configured limits the replicated ones");
+            }
+            if let Err(error) = handle.bootstrap_admin(&data_dir).await {
+                tracing::warn!(%error, term, "could not create the first admin account");
             }
         }
         if leadership.changed().await.is_err() {

@@ -64,6 +64,17 @@ struct Pending {
     permit: Option<OwnedSemaphorePermit>,
     /// The armed commit deadline, if any (invariant 2).
     deadline: Option<DeadlineKey>,
+    /// `admin.agent.add`/`rotate`: the secret the node made and its hash. The secret goes into
+    /// the answer only when the applied entry stored this hash (`auth.rs`).
+    reveal: Option<Reveal>,
+}
+
+/// A secret to put into an account op's answer, and the hash that must match.
+pub(crate) struct Reveal {
+    /// The secret.
+    pub(crate) secret: String,
+    /// Its hash, as the command carried it.
+    pub(crate) hash: String,
 }
 
 /// The map and the deadlines, changed together under one lock.
@@ -134,6 +145,25 @@ impl Waits {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// [`Waits::register`] for an `admin.agent.add`/`rotate`, whose answer gets `reveal`'s
+    /// secret when the entry stored its hash. A resend of a pending id keeps the first's
+    /// secret: its hash is the one the entry stores.
+    pub(crate) fn register_revealing(
+        &self,
+        origin: Origin,
+        op: &'static str,
+        permit: OwnedSemaphorePermit,
+        respond: Respond,
+        reveal: Reveal,
+    ) {
+        self.register(origin.clone(), op, permit, respond);
+        if let Some(pending) = self.lock().pending.get_mut(&origin)
+            && pending.reveal.is_none()
+        {
+            pending.reveal = Some(reveal);
+        }
+    }
+
     /// Takes a write of `origin` before it is handed to the proposer (its answer can come back
     /// before the proposer's caller would look). A resend of a pending id keeps the first's
     /// entry, start and permit, with the resend's `respond`.
@@ -159,6 +189,7 @@ impl Waits {
                 queued: false,
                 permit: Some(permit),
                 deadline: None,
+                reveal: None,
             },
         );
         let at = now + self.commit_timeout;
@@ -271,13 +302,19 @@ impl Waits {
 
 /// Hands `pending`'s final answer to its `respond`, counted.
 fn finish(pending: Pending, request_id: &str, answer: Result<Reply, NodeError>) {
-    answer_with(
-        pending.op,
-        pending.started,
-        request_id,
-        answer,
-        pending.respond,
-    );
+    let respond = match (pending.reveal, &answer) {
+        (Some(reveal), Ok(Reply::Account { secret_hash, .. })) if *secret_hash == reveal.hash => {
+            let respond = pending.respond;
+            Box::new(move |mut response: Response| {
+                if let Ok(success) = &mut response.outcome {
+                    success.secret = Some(reveal.secret);
+                }
+                respond(response);
+            })
+        }
+        (_, _) => pending.respond,
+    };
+    answer_with(pending.op, pending.started, request_id, answer, respond);
 }
 
 /// Builds the wire response of a final answer, counts it, and hands it to `respond`. Used for

@@ -221,7 +221,7 @@ impl StateMachine {
     /// Ends leases in two phases, so that no grant goes to a lease ending in the same entry:
     /// first every lease is removed with its holds and waits, then every touched resource
     /// grants what became grantable.
-    fn end_leases(&mut self, ctx: &mut Ctx, ids: &[LeaseId], reason: LeaseEnd) {
+    pub(super) fn end_leases(&mut self, ctx: &mut Ctx, ids: &[LeaseId], reason: LeaseEnd) {
         let ended: Vec<(LeaseId, Lease)> = ids
             .iter()
             .filter_map(|id| self.core.leases.remove(id).map(|lease| (*id, lease)))

@@ -110,6 +110,7 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
             },
             Event::Queued { key, agent, .. } => format!("queued {agent} on {key}"),
             Event::LeaseGranted { .. } => "lease granted".into(),
+            Event::AccountChanged { agent, change } => format!("account {agent} {change:?}"),
         })
         .collect();
     assert_eq!(

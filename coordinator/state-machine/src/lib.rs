@@ -31,7 +31,8 @@
 //!                                                         has passed on the machine's clock
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
-//!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases: no change
+//!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
+//!                          admin.agent.list: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
 //!        ▼
@@ -47,12 +48,14 @@
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
+//! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
 //!   agent, waits per lease) and the per-agent counts they need.
 //! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
 //!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 
+mod account;
 mod dedup;
 mod fifo;
 mod grant;
@@ -66,6 +69,8 @@ mod snapshot;
 mod wait_deadline;
 mod waypoint;
 
+#[cfg(test)]
+mod account_test;
 #[cfg(test)]
 mod dedup_test;
 #[cfg(test)]
@@ -88,10 +93,12 @@ mod waypoint_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceKind, WaiterInfo, validate,
+    AccountInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceKind, Role, WaiterInfo,
+    validate,
 };
 use serde::{Deserialize, Serialize};
 
+pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange};
 pub use grant::{ResourceKey, WaiterCounts};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
@@ -247,6 +254,24 @@ pub enum Reply {
         /// Present when more leases follow: the `after` of the next page.
         next_after: Option<String>,
     },
+    /// `admin.agent.add`, `admin.agent.rotate`: the account as it now is. The node answers
+    /// the secret only when `secret_hash` is the hash it made for this request, so a same-id
+    /// retry (answered from the dedup memory) never gets a secret it cannot know.
+    Account {
+        /// The account's agent id.
+        agent: Text,
+        /// Its role.
+        role: Role,
+        /// The hash the entry stored (never sent on the wire).
+        secret_hash: String,
+    },
+    /// `admin.agent.list`: one page of accounts.
+    Accounts {
+        /// Accounts in name order, without hashes.
+        accounts: Vec<AccountInfo>,
+        /// Present when more accounts follow: the `after` of the next page.
+        next_after: Option<String>,
+    },
 }
 
 impl Reply {
@@ -358,6 +383,14 @@ pub enum Event {
         /// The answer: `Granted`, or `Refused` with `timeout` or `lease_not_found`.
         reply: Reply,
     },
+    /// An account was added, rotated or removed; on a rotation or removal the node closes the
+    /// agent's connections (a removal's lease ends come in the same entry).
+    AccountChanged {
+        /// The account's agent id.
+        agent: Text,
+        /// What happened.
+        change: AccountChange,
+    },
 }
 
 /// A broken machine: something that cannot happen when the log is well formed. A refusal of a
@@ -428,6 +461,11 @@ pub struct StateMachine {
     sems: NameMap<Semaphore>,
     /// Waypoint reservations and their waiters.
     waypoints: Waypoints,
+    /// Accounts, by agent id. Absent from a snapshot while there are none, so a snapshot of a
+    /// cluster without authentication keeps data format 1's bytes, and one written before
+    /// accounts existed still loads.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    accounts: account::Accounts,
 }
 
 impl Default for StateMachine {
@@ -451,6 +489,7 @@ impl StateMachine {
             locks: NameMap::default(),
             sems: NameMap::default(),
             waypoints: Waypoints::default(),
+            accounts: account::Accounts::new(),
         }
     }
 
@@ -541,6 +580,7 @@ impl StateMachine {
             }
             ReadOp::Inspect { kind, name } => self.inspect(*kind, name),
             ReadOp::AdminLeases { after } => self.lease_page(after.as_deref()),
+            ReadOp::AdminAgentList { after } => self.account_page(after.as_deref()),
         }
     }
 
@@ -562,8 +602,8 @@ impl StateMachine {
         let reply = match request.op {
             AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
             AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
-            // No owner check: the operator's own credential is checked before the log, once
-            // the service has authentication (docs/PROTOCOL.md, admin ops).
+            // No owner check: with authentication on, the node checks the operator's role
+            // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
             AgentOp::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
             AgentOp::LockAcquire {
                 name,
@@ -597,6 +637,16 @@ impl StateMachine {
             AgentOp::WaypointRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
             }
+            // The operator's role is checked by the node before the log, like admin.revoke.
+            AgentOp::AdminAgentAdd {
+                name,
+                role,
+                secret_hash,
+            } => self.account_add(ctx, &name, role, secret_hash),
+            AgentOp::AdminAgentRotate { name, secret_hash } => {
+                self.account_rotate(ctx, &name, secret_hash)
+            }
+            AgentOp::AdminAgentRemove { name } => self.account_remove(ctx, &name),
         };
         if reply != Reply::Queued {
             self.core
@@ -757,6 +807,7 @@ impl StateMachine {
         self.check_lock_invariants(&mut occupancy)?;
         self.check_sem_invariants(&mut occupancy)?;
         self.waypoints.check_invariants(&mut occupancy)?;
-        self.core.check_occupancy(&occupancy)
+        self.core.check_occupancy(&occupancy)?;
+        self.check_account_invariants()
     }
 }

@@ -13,12 +13,15 @@
 //! against bytes written by that build; changing it means a new data format and a migration.
 //!
 //! Invariants:
-//! 1. Every variant's serde form is the wire form of the op of the same name, field for field.
+//! 1. Every variant's serde form is the wire form of the op of the same name, field for field,
+//!    except the account ops that set a secret (`admin.agent.add`, `admin.agent.rotate`): the
+//!    node generates the secret, so their form carries `secret_hash` (the secret's salted
+//!    hash, never the secret) and always a `role` for an add.
 //! 2. A request is checked by [`AgentRequest::validate`] when it is applied, with the wire
 //!    decoder's rules and messages (the same `hivekeeper_protocol::validate` helpers), so a
 //!    request read back from the log is exactly as valid as one read from the wire.
 
-use hivekeeper_protocol::{Area, ResourceKind, validate};
+use hivekeeper_protocol::{Area, ResourceKind, Role, validate};
 use serde::{Deserialize, Serialize};
 
 /// A write request from an agent, as the log carries it: its id and what to change.
@@ -132,6 +135,30 @@ pub enum AgentOp {
         /// The lease to end.
         lease: String,
     },
+    /// Create agent `name`'s account (`account.rs`).
+    #[serde(rename = "admin.agent.add")]
+    AdminAgentAdd {
+        /// The agent id the account authenticates.
+        name: String,
+        /// Its role.
+        role: Role,
+        /// The secret's salted hash, a PHC string made by the node.
+        secret_hash: String,
+    },
+    /// Replace agent `name`'s secret.
+    #[serde(rename = "admin.agent.rotate")]
+    AdminAgentRotate {
+        /// The agent id.
+        name: String,
+        /// The new secret's salted hash, a PHC string made by the node.
+        secret_hash: String,
+    },
+    /// Delete agent `name`'s account and revoke its leases.
+    #[serde(rename = "admin.agent.remove")]
+    AdminAgentRemove {
+        /// The agent id.
+        name: String,
+    },
 }
 
 fn one() -> u32 {
@@ -168,6 +195,11 @@ pub enum ReadOp {
         /// Only leases after this lease id; absent: from the first.
         after: Option<String>,
     },
+    /// One page of accounts, in name order, without their hashes.
+    AdminAgentList {
+        /// Only accounts after this name; absent: from the first.
+        after: Option<String>,
+    },
 }
 
 /// A request that fails the wire's field checks, found when it is applied (answered
@@ -194,6 +226,9 @@ impl AgentOp {
             AgentOp::WaypointReserve { .. } => "waypoint.reserve",
             AgentOp::WaypointRelease { .. } => "waypoint.release",
             AgentOp::AdminRevoke { .. } => "admin.revoke",
+            AgentOp::AdminAgentAdd { .. } => "admin.agent.add",
+            AgentOp::AdminAgentRotate { .. } => "admin.agent.rotate",
+            AgentOp::AdminAgentRemove { .. } => "admin.agent.remove",
         }
     }
 
@@ -208,7 +243,10 @@ impl AgentOp {
             | AgentOp::WaypointReserve { lease, .. }
             | AgentOp::WaypointRelease { lease, .. }
             | AgentOp::AdminRevoke { lease } => Some(lease),
-            AgentOp::LeaseGrant { .. } => None,
+            AgentOp::LeaseGrant { .. }
+            | AgentOp::AdminAgentAdd { .. }
+            | AgentOp::AdminAgentRotate { .. }
+            | AgentOp::AdminAgentRemove { .. } => None,
         }
     }
 
@@ -261,6 +299,9 @@ impl AgentOp {
             AgentOp::WaypointReserve { name, .. } => {
                 validate::name("name", name).and(self.area().map(drop))
             }
+            AgentOp::AdminAgentAdd { name, .. }
+            | AgentOp::AdminAgentRotate { name, .. }
+            | AgentOp::AdminAgentRemove { name } => validate::account_name(name),
         }
     }
 }
@@ -285,6 +326,7 @@ impl ReadOp {
             ReadOp::FenceCheck { .. } => "fence.check",
             ReadOp::Inspect { .. } => "inspect",
             ReadOp::AdminLeases { .. } => "admin.leases",
+            ReadOp::AdminAgentList { .. } => "admin.agent.list",
         }
     }
 }

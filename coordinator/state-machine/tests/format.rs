@@ -110,3 +110,30 @@ fn the_wait_expiry_command_has_a_pinned_shape() {
     let back: Command = serde_json::from_str(&json).expect("decodes");
     assert_eq!(back, command);
 }
+
+/// The account commands' log form (added after format 1, read by this build and every later
+/// one): the wire op with the node's `secret_hash` in place of a secret, and the snapshot's
+/// `accounts` map, present only when there are accounts (so a format-1 snapshot stays valid).
+#[test]
+fn account_commands_and_their_snapshot_have_a_fixed_shape() {
+    const HASH: &str = "$argon2id$v=19$m=64,t=1,p=1$c2FsdA$aGFzaA";
+    let log = format!(
+        r#"[{{"request":{{"agent":"admin","request":{{"id":"a1","op":"admin.agent.add","name":"drone-1","role":"observer","secret_hash":"{HASH}"}}}}}},{{"request":{{"agent":"admin","request":{{"id":"a2","op":"admin.agent.rotate","name":"drone-1","secret_hash":"{HASH}"}}}}}},{{"request":{{"agent":"admin","request":{{"id":"a3","op":"admin.agent.add","name":"drone-2","role":"agent","secret_hash":"{HASH}"}}}}}},{{"request":{{"agent":"admin","request":{{"id":"a4","op":"admin.agent.remove","name":"drone-2"}}}}}}]"#
+    );
+    let commands: Vec<Command> = serde_json::from_str(&log).expect("the account log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the account commands changed shape"
+    );
+    let mut machine = StateMachine::default();
+    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    let snapshot: serde_json::Value =
+        serde_json::from_slice(&machine.snapshot()).expect("a snapshot is JSON");
+    assert_eq!(
+        snapshot["state"]["accounts"],
+        serde_json::json!({"drone-1": {"role": "observer", "secret_hash": HASH}})
+    );
+}

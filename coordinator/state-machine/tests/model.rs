@@ -607,7 +607,11 @@ fn outcome_of(reply: &Reply) -> Outcome {
         },
         Reply::Refused { code, .. } => refused(*code),
         // The admin reads are the node's; the model never sends them.
-        Reply::Status(_) | Reply::Leases { .. } => panic!("an admin read in the model: {reply:?}"),
+        Reply::Status(_) | Reply::Leases { .. } | Reply::Accounts { .. } => {
+            panic!("an admin read in the model: {reply:?}")
+        }
+        // Accounts are covered by `account_test.rs`; the model sends no account ops.
+        Reply::Account { .. } => panic!("an account op in the model: {reply:?}"),
     }
 }
 
@@ -807,6 +811,10 @@ impl Model {
             return outcome;
         }
         let outcome = match &request.op {
+            // Accounts are covered by `account_test.rs`; the model sends no account ops.
+            op @ (AgentOp::AdminAgentAdd { .. }
+            | AgentOp::AdminAgentRotate { .. }
+            | AgentOp::AdminAgentRemove { .. }) => panic!("an account op in the model: {op:?}"),
             AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
             AgentOp::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
             AgentOp::AdminRevoke { lease } => self.admin_revoke(lease),

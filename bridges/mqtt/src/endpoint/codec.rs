@@ -301,16 +301,13 @@ pub(crate) enum Refusal {
     UnsupportedProtocol,
     /// The client id is not a valid agent id (3.1.1: 0x02; 5.0: 0x85).
     BadClientId,
-    /// Bad username or password (3.1.1: 0x04; 5.0: 0x86).
-    #[expect(
-        dead_code,
-        reason = "returned by the credentials hook once the security issue fills it"
-    )]
+    /// Bad username or password (3.1.1: 0x04; 5.0: 0x86): every credentials refusal.
     BadCredentials,
     /// Not authorized (3.1.1: 0x05; 5.0: 0x87).
     #[expect(
         dead_code,
-        reason = "returned by the credentials hook once the security issue fills it"
+        reason = "for a refusal by policy rather than by credentials; the credentials hook \
+                  answers every refusal with BadCredentials, so as not to tell which part was wrong"
     )]
     NotAuthorized,
     /// The endpoint is shutting down (3.1.1: 0x03; 5.0: 0x88).
@@ -382,6 +379,8 @@ pub(crate) enum DisconnectReason {
     ShuttingDown,
     /// 0x8D Keep Alive timeout.
     KeepAliveTimeout,
+    /// 0x87 Not authorized: the account was removed or its secret rotated.
+    NotAuthorized,
     /// 0x8E Session taken over.
     SessionTakenOver,
     /// 0x93 Receive Maximum exceeded.
@@ -400,6 +399,7 @@ impl DisconnectReason {
             DisconnectReason::ProtocolError => "protocol error",
             DisconnectReason::ShuttingDown => "hivekeeper is shutting down",
             DisconnectReason::KeepAliveTimeout => "nothing received for 1.5 x the keepalive",
+            DisconnectReason::NotAuthorized => "the account was removed or its secret rotated",
             DisconnectReason::SessionTakenOver => "another connection with this client id",
             DisconnectReason::ReceiveMaximumExceeded => "receive maximum exceeded",
             DisconnectReason::PacketTooLarge => "packet larger than the maximum packet size",
@@ -606,6 +606,7 @@ fn encode_v5(
                 DisconnectReason::ProtocolError => m5::DisconnectReasonCode::ProtocolError,
                 DisconnectReason::ShuttingDown => m5::DisconnectReasonCode::ServerShuttingDown,
                 DisconnectReason::KeepAliveTimeout => m5::DisconnectReasonCode::KeepAliveTimeout,
+                DisconnectReason::NotAuthorized => m5::DisconnectReasonCode::NotAuthorized,
                 DisconnectReason::SessionTakenOver => m5::DisconnectReasonCode::SessionTakenOver,
                 DisconnectReason::ReceiveMaximumExceeded => {
                     m5::DisconnectReasonCode::ReceiveMaximumExceeded

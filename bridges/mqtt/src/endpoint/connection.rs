@@ -40,6 +40,10 @@ use crate::transport::{Counters, Inlet, deliver};
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Time bound of the last words (a 5.0 DISCONNECT, the final flush) on a closing connection.
 const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a revoked connection waits, after its last words, for the client to answer them
+/// (the PUBACK of its `lease.revoked` notice) before the socket closes: a client that reads
+/// the close together with the notice may drop the notice (rumqttc does).
+const REVOKED_LINGER: Duration = Duration::from_millis(500);
 /// Initial read buffer: a CONNECT or a request fits.
 const READ_BUFFER_BYTES: usize = 1024;
 /// A buffer grown past this (one large packet or batch) is given back once empty, so an idle
@@ -55,6 +59,8 @@ enum End {
     Io,
     /// Another connection with the same client id took over.
     TakenOver,
+    /// The agent's account was removed or its secret rotated.
+    Revoked,
     /// The endpoint is shutting down.
     Shutdown,
     /// Nothing received for 1.5 × the keepalive.
@@ -77,6 +83,7 @@ impl End {
         match self {
             End::Client | End::Io => None,
             End::TakenOver => Some(DisconnectReason::SessionTakenOver),
+            End::Revoked => Some(DisconnectReason::NotAuthorized),
             End::Shutdown => Some(DisconnectReason::ShuttingDown),
             End::KeepAliveTimeout => Some(DisconnectReason::KeepAliveTimeout),
             End::SlowConsumer => Some(DisconnectReason::QuotaExceeded),
@@ -125,11 +132,17 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
     } else if *stop.borrow() {
         Some(Refusal::Unavailable)
     } else {
-        credentials::check(Credentials {
-            agent: &connect.client_id,
-            username: connect.username.as_deref(),
-            password: connect.password.as_deref(),
-        })
+        credentials::check(
+            shared.authenticator.as_deref(),
+            Credentials {
+                agent: &connect.client_id,
+                username: connect.username.as_deref(),
+                password: connect.password.as_deref(),
+                // A plain-TCP listener has no client certificate.
+                certificate_cn: None,
+            },
+        )
+        .await
         .err()
     };
     if let Some(refusal) = refusal {
@@ -168,12 +181,13 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
         End::ProtocolError | End::ReceiveMaximumExceeded => {
             Counters::add(&counters.protocol_errors_total);
         }
-        End::Client | End::Io | End::TakenOver | End::Shutdown => {}
+        End::Client | End::Io | End::TakenOver | End::Revoked | End::Shutdown => {}
     }
     debug!(agent = %connect.client_id, ?end, "connection ended");
-    // Last words: the queued responses on shutdown, and a 5.0 DISCONNECT with the reason.
+    // Last words: the queued messages on shutdown or revocation (a removed agent's
+    // `lease.revoked` notices), and a 5.0 DISCONNECT with the reason.
     let mut out = BytesMut::new();
-    if end == End::Shutdown {
+    if matches!(end, End::Shutdown | End::Revoked) {
         session.drain(&mut out);
     }
     if version == Version::V5
@@ -183,6 +197,10 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
     }
     if !out.is_empty() {
         let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
+    }
+    if end == End::Revoked {
+        let mut answer = [0u8; 64];
+        let _ = tokio::time::timeout(REVOKED_LINGER, stream.read(&mut answer)).await;
     }
     let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.shutdown()).await;
 }
@@ -332,6 +350,9 @@ impl Session {
             }
             if self.client.taken_over.load(Ordering::Acquire) {
                 return End::TakenOver;
+            }
+            if self.client.revoked.load(Ordering::Acquire) && !more {
+                return End::Revoked;
             }
             if more {
                 continue;

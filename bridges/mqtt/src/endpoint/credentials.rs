@@ -1,11 +1,58 @@
-//! The credentials hook: where a CONNECT's username and password are checked.
+//! The credentials hook: where a CONNECT's identity is checked (DESIGN.md §8).
 //!
-//! Today every well-formed CONNECT whose client id is a valid agent id is accepted, as with
-//! the rumqttd broker this endpoint replaced. The security issue (DESIGN.md §8: username =
-//! agent id + secret, or a client certificate) fills this in; the connection already turns a
-//! refusal into the right CONNACK code for 3.1.1 and 5.0.
+//! With authentication off (no [`Authenticator`] given to [`Transport::start_with`]) every
+//! well-formed CONNECT whose client id is a valid agent id is accepted, as before. With it on,
+//! the client id is the agent id and the connection must prove it, one of two ways:
+//! - a verified client certificate whose CN is the client id: authenticated by the
+//!   certificate, no password needed (its role is its account's, `agent` without one);
+//! - username = the client id and password = the account's secret, checked by the node
+//!   against its own replica ([`Authenticator::authenticate`]).
+//!
+//! Anything else (anonymous, another username, a wrong secret, an unknown agent, a certificate
+//! naming someone else) is refused with "bad username or password" (3.1.1 0x04, 5.0 0x86), and
+//! the reason goes to the server's debug log only. So a takeover by client id needs the
+//! victim's secret or certificate.
+//!
+//! [`Transport::start_with`]: crate::Transport::start_with
+
+use std::future::Future;
+use std::pin::Pin;
+
+use hivekeeper_coordinator::node::{AuthError, NodeHandle};
+use hivekeeper_protocol::Role;
+use tracing::debug;
 
 use super::codec::Refusal;
+
+/// What the endpoint asks about a connecting agent. The node implements it
+/// ([`NodeHandle::authenticate`] and [`NodeHandle::role_of`]); the endpoint never reads the
+/// state machine itself.
+pub trait Authenticator: Send + Sync + 'static {
+    /// Checks `secret` for `agent`; its role when it matches.
+    fn authenticate<'a>(
+        &'a self,
+        agent: &'a str,
+        secret: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Role, AuthError>> + Send + 'a>>;
+
+    /// The role of an agent proven some other way (a client certificate): its account's,
+    /// `agent` when it has none.
+    fn role_of(&self, agent: &str) -> Role;
+}
+
+impl Authenticator for NodeHandle {
+    fn authenticate<'a>(
+        &'a self,
+        agent: &'a str,
+        secret: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Role, AuthError>> + Send + 'a>> {
+        Box::pin(NodeHandle::authenticate(self, agent, secret))
+    }
+
+    fn role_of(&self, agent: &str) -> Role {
+        NodeHandle::role_of(self, agent)
+    }
+}
 
 /// What the hook sees of a CONNECT.
 #[derive(Debug, Clone, Copy)]
@@ -16,14 +63,147 @@ pub(crate) struct Credentials<'a> {
     pub(crate) username: Option<&'a str>,
     /// The password, if one was sent.
     pub(crate) password: Option<&'a str>,
+    /// The CN of the client certificate the TLS listener verified, if any (`None` on a
+    /// plain-TCP listener).
+    pub(crate) certificate_cn: Option<&'a str>,
 }
 
-/// Accepts or refuses a connection's credentials. Accepts all for now (module doc).
-pub(crate) fn check(credentials: Credentials<'_>) -> Result<(), Refusal> {
-    let _ = (
-        credentials.agent,
-        credentials.username,
-        credentials.password,
-    );
-    Ok(())
+/// Accepts or refuses a connection's credentials (module doc); on acceptance, the agent's role
+/// (`None` with authentication off: every client may do everything).
+pub(crate) async fn check(
+    authenticator: Option<&dyn Authenticator>,
+    credentials: Credentials<'_>,
+) -> Result<Option<Role>, Refusal> {
+    let Some(authenticator) = authenticator else {
+        return Ok(None);
+    };
+    let agent = credentials.agent;
+    if let Some(cn) = credentials.certificate_cn {
+        if cn == agent {
+            return Ok(Some(authenticator.role_of(agent)));
+        }
+        debug!(
+            agent,
+            cn, "CONNECT refused: the certificate names another agent"
+        );
+        return Err(Refusal::BadCredentials);
+    }
+    let (Some(username), Some(password)) = (credentials.username, credentials.password) else {
+        debug!(agent, "CONNECT refused: no username and password");
+        return Err(Refusal::BadCredentials);
+    };
+    if username != agent {
+        debug!(
+            agent,
+            username, "CONNECT refused: the username is not the client id"
+        );
+        return Err(Refusal::BadCredentials);
+    }
+    authenticator
+        .authenticate(agent, password)
+        .await
+        .map(Some)
+        .map_err(|error| {
+            debug!(agent, %error, "CONNECT refused");
+            Refusal::BadCredentials
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Knows one agent, `a`, with secret `s` and the observer role.
+    struct One;
+
+    impl Authenticator for One {
+        fn authenticate<'a>(
+            &'a self,
+            agent: &'a str,
+            secret: &'a str,
+        ) -> Pin<Box<dyn Future<Output = Result<Role, AuthError>> + Send + 'a>> {
+            Box::pin(async move {
+                match (agent, secret) {
+                    ("a", "s") => Ok(Role::Observer),
+                    ("a", _) => Err(AuthError::WrongSecret { agent: "a".into() }),
+                    (other, _) => Err(AuthError::NoAccount {
+                        agent: other.into(),
+                    }),
+                }
+            })
+        }
+
+        fn role_of(&self, agent: &str) -> Role {
+            if agent == "a" {
+                Role::Observer
+            } else {
+                Role::Agent
+            }
+        }
+    }
+
+    fn credentials<'a>(
+        agent: &'a str,
+        username: Option<&'a str>,
+        password: Option<&'a str>,
+        certificate_cn: Option<&'a str>,
+    ) -> Credentials<'a> {
+        Credentials {
+            agent,
+            username,
+            password,
+            certificate_cn,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_way_in_and_each_refusal() {
+        let one: &dyn Authenticator = &One;
+        let cases = [
+            (
+                credentials("a", Some("a"), Some("s"), None),
+                Ok(Some(Role::Observer)),
+            ),
+            (
+                credentials("a", None, None, None),
+                Err(Refusal::BadCredentials),
+            ),
+            (
+                credentials("a", Some("a"), Some("x"), None),
+                Err(Refusal::BadCredentials),
+            ),
+            (
+                credentials("a", Some("b"), Some("s"), None),
+                Err(Refusal::BadCredentials),
+            ),
+            (
+                credentials("b", Some("b"), Some("s"), None),
+                Err(Refusal::BadCredentials),
+            ),
+            (
+                credentials("a", None, None, Some("a")),
+                Ok(Some(Role::Observer)),
+            ),
+            (
+                credentials("c", None, None, Some("c")),
+                Ok(Some(Role::Agent)),
+            ),
+            (
+                credentials("a", Some("a"), Some("s"), Some("b")),
+                Err(Refusal::BadCredentials),
+            ),
+        ];
+        for (credentials, expected) in cases {
+            assert_eq!(
+                check(Some(one), credentials).await,
+                expected,
+                "{credentials:?}"
+            );
+        }
+        assert_eq!(
+            check(None, credentials("a", None, None, None)).await,
+            Ok(None),
+            "authentication off"
+        );
+    }
 }

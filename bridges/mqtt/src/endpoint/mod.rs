@@ -39,11 +39,13 @@
 //! - `registry`: client id → connection, takeover.
 //! - `queue`: the per-connection outbound queue and its slow-consumer policy.
 //! - `limits`: the connect-rate token bucket.
-//! - `credentials`: the hook where CONNECT credentials will be checked (security issue).
+//! - `credentials`: the hook where a CONNECT's identity is checked ([`Authenticator`]).
 
 mod codec;
 mod connection;
 mod credentials;
+
+pub use credentials::Authenticator;
 mod limits;
 mod queue;
 mod registry;
@@ -108,6 +110,8 @@ pub(crate) struct Shared {
     /// Notified whenever a connection task ends.
     ended: Notify,
     connect_rate: ConnectRate,
+    /// Checks CONNECT credentials; `None` with authentication off.
+    pub(crate) authenticator: Option<Arc<dyn Authenticator>>,
 }
 
 impl Shared {
@@ -122,6 +126,12 @@ impl Shared {
     /// Connected agents now.
     pub(crate) fn connected(&self) -> usize {
         self.registry.len()
+    }
+
+    /// Closes `agent`'s connection, if it has one (its account was removed or its secret
+    /// rotated). Returns whether one was closed.
+    pub(crate) fn disconnect(&self, agent: &str) -> bool {
+        self.registry.kick(agent)
     }
 
     /// Queues one message for an agent: `topic` must be its response or event topic.
@@ -217,6 +227,7 @@ pub(crate) async fn start(
     topics: &Topics,
     inbound_tx: Inlet,
     counters: Arc<Counters>,
+    authenticator: Option<Arc<dyn Authenticator>>,
 ) -> Result<(Running, Arc<Shared>, Vec<ListenerInfo>), MqttError> {
     embedded.warn_ignored_keys();
     let mut wanted = vec![(MqttVersion::V311, embedded.listen)];
@@ -258,6 +269,7 @@ pub(crate) async fn start(
         live: AtomicUsize::new(0),
         ended: Notify::new(),
         connect_rate: ConnectRate::new(embedded.connect_rate_per_s_max),
+        authenticator,
     });
     let accept_tasks = listeners
         .into_iter()

@@ -33,6 +33,9 @@ pub(crate) struct Client {
     pub(crate) evt_qos: AtomicU8,
     /// Set, then `kick` notified, when another connection took this client id over.
     pub(crate) taken_over: AtomicBool,
+    /// Set, then `kick` notified, when the agent's account was removed or its secret rotated:
+    /// the connection flushes what is queued for it (its `lease.revoked` notices) and closes.
+    pub(crate) revoked: AtomicBool,
     /// Wakes the connection task to end it (takeover).
     pub(crate) kick: Notify,
 }
@@ -46,6 +49,7 @@ impl Client {
             rsp_qos: AtomicU8::new(NOT_SUBSCRIBED),
             evt_qos: AtomicU8::new(NOT_SUBSCRIBED),
             taken_over: AtomicBool::new(false),
+            revoked: AtomicBool::new(false),
             kick: Notify::new(),
         }
     }
@@ -88,6 +92,18 @@ impl Registry {
             previous.kick.notify_one();
         }
         previous
+    }
+
+    /// Removes and closes `client_id`'s connection, whose credentials are no longer good (no
+    /// successor, unlike a takeover). Returns whether it was connected.
+    pub(crate) fn kick(&self, client_id: &str) -> bool {
+        let removed = self.lock().remove(client_id);
+        if let Some(client) = &removed {
+            client.revoked.store(true, Ordering::Release);
+            client.queue.close();
+            client.kick.notify_one();
+        }
+        removed.is_some()
     }
 
     /// Removes `client_id` if it is still connection `conn_id` (invariant 2).

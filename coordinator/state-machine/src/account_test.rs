@@ -1,0 +1,223 @@
+//! Accounts: add, rotate, remove (with its leases), list pages, and the refusals.
+
+use std::sync::Arc;
+
+use hivekeeper_protocol::{AccountInfo, ErrorCode, Role};
+
+use super::test_support::*;
+use super::{AccountChange, Event, LeaseEnd, LeaseId, Reply, StateMachine};
+
+const HASH_1: &str = "$argon2id$v=19$m=64,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
+const HASH_2: &str = "$argon2id$v=19$m=64,t=1,p=1$c2FsdDI$aGFzaDI";
+
+fn add(name: &str, role: Role, hash: &str) -> AgentOp {
+    AgentOp::AdminAgentAdd {
+        name: name.into(),
+        role,
+        secret_hash: hash.into(),
+    }
+}
+
+fn changed(agent: &str, change: AccountChange) -> Event {
+    Event::AccountChanged {
+        agent: Arc::from(agent),
+        change,
+    }
+}
+
+#[test]
+fn an_added_account_is_answered_with_its_hash_and_a_second_add_is_refused() {
+    let mut h = Harness::new();
+    let (reply, events) = h.send("admin", add("drone-1", Role::Agent, HASH_1));
+    assert_eq!(
+        reply,
+        Reply::Account {
+            agent: Arc::from("drone-1"),
+            role: Role::Agent,
+            secret_hash: HASH_1.into()
+        }
+    );
+    assert_eq!(events, vec![changed("drone-1", AccountChange::Added)]);
+    let account = h.sm.account("drone-1").expect("added");
+    assert_eq!(
+        (account.role, account.secret_hash.as_str()),
+        (Role::Agent, HASH_1)
+    );
+
+    let (reply, events) = h.send("admin", add("drone-1", Role::Admin, HASH_2));
+    assert_eq!(
+        reply,
+        Reply::refused(
+            ErrorCode::BadRequest,
+            "admin.agent.add: agent \"drone-1\" already has an account (admin.agent.rotate gives \
+             it a new secret)"
+        )
+    );
+    assert!(events.is_empty());
+    assert_eq!(h.sm.account("drone-1").expect("kept").secret_hash, HASH_1);
+}
+
+#[test]
+fn a_same_id_retry_of_an_add_gets_the_first_reply_with_the_first_hash() {
+    let mut h = Harness::new();
+    let first = h.send_as("admin", "a1", add("drone-1", Role::Observer, HASH_1));
+    let (reply, events) = h.send_as("admin", "a1", add("drone-1", Role::Observer, HASH_2));
+    assert_eq!(reply, first.0);
+    assert!(events.is_empty(), "a retry changes nothing");
+    assert_eq!(h.sm.account("drone-1").expect("kept").secret_hash, HASH_1);
+}
+
+#[test]
+fn a_secret_in_place_of_a_hash_is_refused() {
+    let mut h = Harness::new();
+    let (reply, events) = h.send("admin", add("drone-1", Role::Agent, "plain-secret"));
+    assert_eq!(
+        reply,
+        Reply::refused(ErrorCode::BadRequest, "`secret_hash` is not a PHC string")
+    );
+    assert!(events.is_empty());
+    assert_eq!(h.sm.account_count(), 0);
+}
+
+#[test]
+fn rotate_replaces_the_hash_and_keeps_the_role() {
+    let mut h = Harness::new();
+    h.send("admin", add("obs", Role::Observer, HASH_1));
+    let rotate = AgentOp::AdminAgentRotate {
+        name: "obs".into(),
+        secret_hash: HASH_2.into(),
+    };
+    let (reply, events) = h.send("admin", rotate);
+    assert_eq!(
+        reply,
+        Reply::Account {
+            agent: Arc::from("obs"),
+            role: Role::Observer,
+            secret_hash: HASH_2.into()
+        }
+    );
+    assert_eq!(events, vec![changed("obs", AccountChange::Rotated)]);
+    assert_eq!(h.sm.account("obs").expect("kept").secret_hash, HASH_2);
+
+    let unknown = AgentOp::AdminAgentRotate {
+        name: "ghost".into(),
+        secret_hash: HASH_2.into(),
+    };
+    assert_eq!(
+        h.reply("admin", unknown),
+        Reply::refused(
+            ErrorCode::BadRequest,
+            "admin.agent.rotate: agent \"ghost\" has no account"
+        )
+    );
+}
+
+#[test]
+fn remove_revokes_the_agents_leases_and_hands_its_lock_over_in_the_same_entry() {
+    let mut h = Harness::new();
+    h.send("admin", add("drone-1", Role::Agent, HASH_1));
+    let mine = h.lease("drone-1", 5_000);
+    let other = h.lease("drone-2", 5_000);
+    h.reply("drone-1", lock_acquire("gw", &mine, None));
+    assert_eq!(
+        h.reply("drone-2", lock_acquire("gw", &other, None)),
+        Reply::Queued
+    );
+
+    let (reply, events) = h.send(
+        "admin",
+        AgentOp::AdminAgentRemove {
+            name: "drone-1".into(),
+        },
+    );
+    assert_eq!(reply, Reply::Done);
+    assert_eq!(
+        events.last(),
+        Some(&changed("drone-1", AccountChange::Removed)),
+        "the removal comes after the lease ends: {events:?}"
+    );
+    assert_eq!(
+        events[0],
+        Event::LeaseEnded {
+            agent: Arc::from("drone-1"),
+            lease: LeaseId::parse(&mine).expect("a lease id"),
+            reason: LeaseEnd::AdminRevoked,
+        }
+    );
+    assert!(
+        events.iter().any(|event| matches!(
+            event,
+            Event::Granted { agent, .. } if &**agent == "drone-2"
+        )),
+        "drone-2 is granted the lock in the removal's entry: {events:?}"
+    );
+    assert!(h.sm.account("drone-1").is_none());
+    assert_eq!(h.sm.leases().count(), 1, "drone-2's lease lives on");
+
+    assert_eq!(
+        h.reply(
+            "admin",
+            AgentOp::AdminAgentRemove {
+                name: "drone-1".into()
+            }
+        ),
+        Reply::refused(
+            ErrorCode::BadRequest,
+            "admin.agent.remove: agent \"drone-1\" has no account"
+        )
+    );
+}
+
+#[test]
+fn the_list_is_paged_in_name_order_without_hashes() {
+    let mut h = Harness::new();
+    for index in 0..=super::ACCOUNT_PAGE_MAX {
+        h.send("admin", add(&format!("a{index:04}"), Role::Agent, HASH_1));
+    }
+    let Reply::Accounts {
+        accounts,
+        next_after,
+    } = h.sm.query("admin", &ReadOp::AdminAgentList { after: None })
+    else {
+        panic!("a page of accounts");
+    };
+    assert_eq!(accounts.len(), super::ACCOUNT_PAGE_MAX);
+    assert_eq!(
+        accounts[0],
+        AccountInfo {
+            agent: "a0000".into(),
+            role: Role::Agent
+        }
+    );
+    assert_eq!(next_after.as_deref(), Some("a0255"));
+    assert_eq!(
+        h.sm.query(
+            "admin",
+            &ReadOp::AdminAgentList {
+                after: next_after.clone()
+            }
+        ),
+        Reply::Accounts {
+            accounts: vec![AccountInfo {
+                agent: "a0256".into(),
+                role: Role::Agent
+            }],
+            next_after: None,
+        }
+    );
+}
+
+#[test]
+fn accounts_survive_a_snapshot_and_a_machine_without_accounts_writes_none() {
+    let mut h = Harness::new();
+    let empty = String::from_utf8(h.sm.snapshot()).expect("JSON");
+    assert!(!empty.contains("accounts"), "no accounts key while empty");
+    h.send("admin", add("drone-1", Role::Admin, HASH_1));
+    let bytes = h.sm.snapshot();
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert_eq!(restored.snapshot(), bytes);
+    assert_eq!(
+        restored.account("drone-1").expect("restored").role,
+        Role::Admin
+    );
+}

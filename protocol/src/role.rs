@@ -1,0 +1,139 @@
+//! [`Role`]: what an authenticated agent may do, and the role each op needs.
+//!
+//! Three roles, ordered: `agent` < `observer` < `admin`; a role may do everything the roles
+//! below it may. The roles live with the accounts in the replicated state (etcd's auth store is
+//! the model); the node checks them in one place, where every request enters it, so both front
+//! doors (the agent endpoint and the external-broker bridge) enforce the same rules.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::request::Op;
+
+/// What an account may do. Ordered by power: a role allows everything the roles before it do.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Its own leases and resources, and `inspect` (other holders shown by agent id only).
+    #[default]
+    Agent,
+    /// Also `admin.status` and `admin.leases`: watching the service, changing nothing.
+    Observer,
+    /// Everything: `admin.revoke`, membership and accounts.
+    Admin,
+}
+
+impl Role {
+    /// Every role, weakest first.
+    pub const ALL: [Role; 3] = [Role::Agent, Role::Observer, Role::Admin];
+
+    /// The role's wire name: `agent`, `observer` or `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Observer => "observer",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// Whether this role may do what `needed` may.
+    pub fn allows(self, needed: Role) -> bool {
+        self >= needed
+    }
+
+    /// The weakest role that may send `op`.
+    pub fn needed_for(op: &Op) -> Role {
+        match op {
+            Op::AdminStatus {} | Op::AdminLeases { .. } => Role::Observer,
+            Op::AdminRevoke { .. }
+            | Op::AdminMemberAdd { .. }
+            | Op::AdminMemberRemove { .. }
+            | Op::AdminAgentAdd { .. }
+            | Op::AdminAgentList { .. }
+            | Op::AdminAgentRemove { .. }
+            | Op::AdminAgentRotate { .. } => Role::Admin,
+            Op::LeaseGrant { .. }
+            | Op::LeaseKeepalive { .. }
+            | Op::LeaseRevoke { .. }
+            | Op::LockAcquire { .. }
+            | Op::LockRelease { .. }
+            | Op::SemAcquire { .. }
+            | Op::SemRelease { .. }
+            | Op::WaypointReserve { .. }
+            | Op::WaypointRelease { .. }
+            | Op::FenceCheck { .. }
+            | Op::Inspect { .. } => Role::Agent,
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A role name that is none of `agent`, `observer`, `admin`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role {0:?}; the roles are agent, observer, admin")]
+pub struct UnknownRole(pub String);
+
+impl FromStr for Role {
+    type Err = UnknownRole;
+
+    fn from_str(text: &str) -> Result<Role, UnknownRole> {
+        Role::ALL
+            .into_iter()
+            .find(|role| role.as_str() == text)
+            .ok_or_else(|| UnknownRole(text.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_are_ordered_and_parse_from_their_wire_names() {
+        assert!(Role::Admin.allows(Role::Observer));
+        assert!(Role::Observer.allows(Role::Agent));
+        assert!(!Role::Observer.allows(Role::Admin));
+        assert!(!Role::Agent.allows(Role::Observer));
+        for role in Role::ALL {
+            assert_eq!(role.as_str().parse::<Role>(), Ok(role));
+            assert_eq!(
+                serde_json::to_string(&role).expect("encodes"),
+                format!("\"{role}\"")
+            );
+        }
+        assert_eq!("root".parse::<Role>(), Err(UnknownRole("root".to_string())));
+    }
+
+    #[test]
+    fn each_op_needs_the_role_the_issue_names() {
+        let inspect = Op::Inspect {
+            kind: crate::ResourceKind::Lock,
+            name: "gw".into(),
+        };
+        assert_eq!(Role::needed_for(&inspect), Role::Agent);
+        assert_eq!(Role::needed_for(&Op::AdminStatus {}), Role::Observer);
+        assert_eq!(
+            Role::needed_for(&Op::AdminLeases { after: None }),
+            Role::Observer
+        );
+        assert_eq!(
+            Role::needed_for(&Op::AdminRevoke {
+                lease: "0000000000000002".into()
+            }),
+            Role::Admin
+        );
+        assert_eq!(
+            Role::needed_for(&Op::AdminAgentList { after: None }),
+            Role::Admin
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! `hivekeeper agent add | list | remove | rotate`: the service's accounts (authentication
+//! on). `add` and `rotate` print the new secret once: the service keeps only its hash.
+
+use anyhow::{anyhow, bail};
+use hivekeeper_agent::protocol::{AccountInfo, Op, Role, Success};
+use serde_json::json;
+
+use super::table::Table;
+use super::{Target, block_on, connect, request};
+
+/// Most `admin.agent.list` pages read by one command: the service's account bound (100,000)
+/// at 256 a page is 391 pages.
+const ACCOUNT_PAGES_MAX: usize = 1_000;
+
+/// `hivekeeper agent ...`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    #[command(subcommand)]
+    action: AgentAction,
+}
+
+/// What `hivekeeper agent` does.
+#[derive(Debug, clap::Subcommand)]
+enum AgentAction {
+    /// Create an account and print its secret, once (`--json`: {"agent", "role", "secret"}).
+    /// The agent connects with username = NAME = its client id, and the secret as password.
+    Add {
+        /// The agent id.
+        name: String,
+        /// What it may do: agent (its own leases and resources, inspect), observer (also
+        /// admin.status and admin.leases) or admin (everything).
+        #[arg(long, default_value = "agent")]
+        role: Role,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every account: name and role (never a secret).
+    List {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete an account: its connections are closed and its leases revoked.
+    Remove {
+        /// The agent id.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Give an account a new secret and print it, once; the old one stops working and its
+    /// connections are closed.
+    Rotate {
+        /// The agent id.
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// `hivekeeper agent add | list | remove | rotate`.
+pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
+    block_on(async move {
+        match args.action {
+            AgentAction::Add { name, role, target } => {
+                let op = Op::AdminAgentAdd {
+                    name,
+                    role: Some(role),
+                };
+                print_secret(&target, request_on(&target, op).await?)
+            }
+            AgentAction::Rotate { name, target } => {
+                let op = Op::AdminAgentRotate { name };
+                print_secret(&target, request_on(&target, op).await?)
+            }
+            AgentAction::Remove { name, target } => {
+                request_on(&target, Op::AdminAgentRemove { name: name.clone() }).await?;
+                if target.json {
+                    println!("{}", json!({ "removed": name }));
+                } else {
+                    println!(
+                        "removed agent {name}: its connections are closed, its leases revoked"
+                    );
+                }
+                Ok(())
+            }
+            AgentAction::List { target } => list(&target).await,
+        }
+    })
+}
+
+/// One request through a fresh connection to `target`.
+async fn request_on(target: &Target, op: Op) -> anyhow::Result<Success> {
+    let agent = connect(target, &target.broker).await?;
+    request(&agent, op).await
+}
+
+/// Prints an add's or rotate's answer: the secret once, or why there is none.
+fn print_secret(target: &Target, success: Success) -> anyhow::Result<()> {
+    let agent = success
+        .agent
+        .ok_or_else(|| anyhow!("the answer names no agent"))?;
+    let role = success
+        .role
+        .ok_or_else(|| anyhow!("the answer names no role"))?;
+    let Some(secret) = success.secret else {
+        // A same-id resend after a lost answer: the account changed, but its secret was only
+        // in the lost answer.
+        bail!(
+            "the service changed agent {agent}'s account but its answer with the secret was \
+             lost; run `hivekeeper agent rotate {agent}` for a new secret"
+        );
+    };
+    if target.json {
+        println!(
+            "{}",
+            json!({ "agent": agent, "role": role, "secret": secret })
+        );
+    } else {
+        println!("agent {agent} (role {role}): secret {secret}");
+        println!("it is shown once: the service keeps only its hash");
+    }
+    Ok(())
+}
+
+/// `hivekeeper agent list`: every page.
+async fn list(target: &Target) -> anyhow::Result<()> {
+    let agent = connect(target, &target.broker).await?;
+    let mut accounts: Vec<AccountInfo> = Vec::new();
+    let mut after = None;
+    let mut complete = false;
+    for _ in 0..ACCOUNT_PAGES_MAX {
+        let page = request(&agent, Op::AdminAgentList { after }).await?;
+        accounts.extend(page.accounts.unwrap_or_default());
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => {
+                complete = true;
+                break;
+            }
+        }
+    }
+    if !complete {
+        bail!("admin.agent.list: more than {ACCOUNT_PAGES_MAX} pages; stopped");
+    }
+    if target.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "accounts": accounts }))?
+        );
+    } else if accounts.is_empty() {
+        println!("no accounts");
+    } else {
+        let mut table = Table::new(&["AGENT", "ROLE"]);
+        for account in &accounts {
+            table.row(vec![account.agent.clone(), account.role.to_string()]);
+        }
+        print!("{}", table.render());
+    }
+    Ok(())
+}

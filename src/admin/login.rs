@@ -1,0 +1,65 @@
+//! `--user NAME --password-file FILE` (or `HIVEKEEPER_USER` / `HIVEKEEPER_PASSWORD`): the
+//! account the CLI authenticates as, against a service with authentication on. With a user,
+//! the CLI's MQTT client id is the user (the service requires client id = username).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use hivekeeper_agent::AgentConfig;
+
+/// The credential flags every command that talks to the service takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Login {
+    /// The account to authenticate as (its agent id; the MQTT username and client id).
+    #[arg(long, value_name = "NAME", env = "HIVEKEEPER_USER")]
+    user: Option<String>,
+    /// A file holding the account's secret (e.g. <data-dir>/admin.secret); surrounding
+    /// whitespace is ignored.
+    #[arg(long, value_name = "FILE", conflicts_with = "password")]
+    password_file: Option<PathBuf>,
+    /// The account's secret, from the environment only (a flag would show it in `ps`).
+    #[arg(
+        long,
+        env = "HIVEKEEPER_PASSWORD",
+        hide = true,
+        hide_env_values = true,
+        value_name = "SECRET"
+    )]
+    password: Option<String>,
+}
+
+impl Login {
+    /// `config` authenticated as the user, if one is given: client id = the user, password =
+    /// the secret. Without a user, `config` unchanged (anonymous, for a service without
+    /// authentication).
+    pub fn apply(&self, config: AgentConfig) -> anyhow::Result<AgentConfig> {
+        let Some(user) = &self.user else {
+            if self.password_file.is_some() || self.password.is_some() {
+                return Err(anyhow!(
+                    "a password was given without --user (or HIVEKEEPER_USER)"
+                ));
+            }
+            return Ok(config);
+        };
+        let secret = match (&self.password_file, &self.password) {
+            (Some(path), _) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading the password file {}", path.display()))?
+                .trim()
+                .to_string(),
+            (None, Some(secret)) => secret.trim().to_string(),
+            (None, None) => {
+                return Err(anyhow!(
+                    "--user {user} needs --password-file FILE (or HIVEKEEPER_PASSWORD)"
+                ));
+            }
+        };
+        if secret.is_empty() {
+            return Err(anyhow!("the password for --user {user} is empty"));
+        }
+        Ok(AgentConfig {
+            agent_id: user.clone(),
+            ..config
+        }
+        .credentials(secret))
+    }
+}
