@@ -26,7 +26,7 @@ enum Command {
     /// ./hivekeeper-data, an embedded MQTT broker on 127.0.0.1:1883 and Prometheus metrics on
     /// 127.0.0.1:9464. Flags override the config file, which overrides the defaults. Stops
     /// cleanly on Ctrl-C or SIGTERM.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Each node's view of the cluster: role, leader, term, log indexes, members.
     Status(admin::StatusArgs),
     /// Who holds a lock, semaphore or waypoint (tokens, lease time left) and who waits, in order.
@@ -59,6 +59,22 @@ pub struct ServeArgs {
     /// 0.0.0.0:1883 to accept agents from the network.
     #[arg(long, value_name = "ADDR", conflicts_with = "mqtt_url")]
     mqtt_listen: Option<SocketAddr>,
+    /// PEM certificate chain for the agent endpoint: with --mqtt-tls-key, it speaks MQTT over
+    /// TLS only (`mode.tls_cert` in the config file).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "mqtt_tls_key",
+        conflicts_with = "mqtt_url"
+    )]
+    mqtt_tls_cert: Option<PathBuf>,
+    /// PEM private key of --mqtt-tls-cert (`mode.tls_key`).
+    #[arg(long, value_name = "FILE", requires = "mqtt_tls_cert")]
+    mqtt_tls_key: Option<PathBuf>,
+    /// PEM CA for mutual TLS on the agent endpoint (`mode.client_ca`): every agent must present
+    /// a certificate signed by it, whose CN is its agent id (the client id must equal it).
+    #[arg(long, value_name = "FILE", requires = "mqtt_tls_cert")]
+    mqtt_client_ca: Option<PathBuf>,
     /// Use an existing broker instead of the embedded one, e.g. mqtt://127.0.0.1:1883
     /// (Mosquitto: set `set_tcp_nodelay true`, or every round trip costs about 44 ms).
     #[arg(long, value_name = "URL")]
@@ -120,7 +136,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Status(args) => admin::status(args),
         Command::Inspect(args) => admin::inspect(args),
         Command::Leases(args) => admin::leases(args),

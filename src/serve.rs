@@ -82,6 +82,24 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             ),
         }
     }
+    if args.mqtt_tls_cert.is_some() || args.mqtt_tls_key.is_some() || args.mqtt_client_ca.is_some()
+    {
+        let Mode::Embedded(embedded) = &mut config.mqtt.mode else {
+            bail!(
+                "--mqtt-tls-cert, --mqtt-tls-key and --mqtt-client-ca are for the agent endpoint, \
+                 but the config file selects an external broker"
+            );
+        };
+        if let Some(cert) = args.mqtt_tls_cert {
+            embedded.tls_cert = Some(cert);
+        }
+        if let Some(key) = args.mqtt_tls_key {
+            embedded.tls_key = Some(key);
+        }
+        if let Some(ca) = args.mqtt_client_ca {
+            embedded.client_ca = Some(ca);
+        }
+    }
     if let Some(url) = args.mqtt_url {
         config.mqtt.mode = Mode::External(ExternalConfig {
             url,

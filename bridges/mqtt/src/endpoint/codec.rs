@@ -308,10 +308,6 @@ pub(crate) enum Refusal {
     )]
     BadCredentials,
     /// Not authorized (3.1.1: 0x05; 5.0: 0x87).
-    #[expect(
-        dead_code,
-        reason = "returned by the credentials hook once the security issue fills it"
-    )]
     NotAuthorized,
     /// The endpoint is shutting down (3.1.1: 0x03; 5.0: 0x88).
     Unavailable,

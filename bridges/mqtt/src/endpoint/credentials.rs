@@ -16,10 +16,19 @@ pub(crate) struct Credentials<'a> {
     pub(crate) username: Option<&'a str>,
     /// The password, if one was sent.
     pub(crate) password: Option<&'a str>,
+    /// The CN of the client certificate the TLS handshake verified (mutual TLS, `client_ca`);
+    /// `None` without mutual TLS. The agent's identity: the client id must equal it.
+    pub(crate) certificate_cn: Option<&'a str>,
 }
 
-/// Accepts or refuses a connection's credentials. Accepts all for now (module doc).
+/// Accepts or refuses a connection's credentials. A verified client certificate must name
+/// the client id (else not authorized); the rest accepts all for now (module doc).
 pub(crate) fn check(credentials: Credentials<'_>) -> Result<(), Refusal> {
+    if let Some(cn) = credentials.certificate_cn
+        && cn != credentials.agent
+    {
+        return Err(Refusal::NotAuthorized);
+    }
     let _ = (
         credentials.agent,
         credentials.username,

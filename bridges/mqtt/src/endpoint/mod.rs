@@ -9,7 +9,7 @@
 //! ```text
 //!   agent ──TCP (TCP_NODELAY)──▶ accept loop ── limits: connections_max, connect rate ──┐
 //!                                  (one per listener)                                 spawn
-//!                                                                                        ▼
+//!                                             [TLS handshake, on the connection's task] ▼
 //!   agent ◀──────────────────────────────────────────────────────────────▶ connection task
 //!       CONNECT → CONNACK; SUBSCRIBE own rsp/evt → SUBACK; PINGREQ → PINGRESP;              │
 //!       PUBLISH {prefix}/req/{self} → PUBACK ──▶ transport::deliver ──▶ mpsc<Inbound> ──▶ bridge
@@ -39,7 +39,9 @@
 //! - `registry`: client id → connection, takeover.
 //! - `queue`: the per-connection outbound queue and its slow-consumer policy.
 //! - `limits`: the connect-rate token bucket.
-//! - `credentials`: the hook where CONNECT credentials will be checked (security issue).
+//! - `credentials`: the hook where CONNECT credentials are checked (security issue).
+//! - `tls`: the TLS handshake of an accepted socket (`mode.tls_cert`, mutual TLS with
+//!   `mode.client_ca`: the certificate's CN must be the client id).
 
 mod codec;
 mod connection;
@@ -47,6 +49,7 @@ mod credentials;
 mod limits;
 mod queue;
 mod registry;
+mod tls;
 
 use std::io;
 use std::net::SocketAddr;
@@ -67,6 +70,7 @@ use crate::transport::{Counters, Inlet, ListenerInfo, MqttVersion};
 use limits::ConnectRate;
 use queue::{Class, OutMessage, Push};
 use registry::{Client, Registry};
+use tls::EndpointTls;
 
 /// Time bound for the connections to flush and close at shutdown.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -108,6 +112,8 @@ pub(crate) struct Shared {
     /// Notified whenever a connection task ends.
     ended: Notify,
     connect_rate: ConnectRate,
+    /// TLS, when `mode.tls_cert` is set: every socket handshakes before its CONNECT.
+    tls: Option<EndpointTls>,
 }
 
 impl Shared {
@@ -219,6 +225,14 @@ pub(crate) async fn start(
     counters: Arc<Counters>,
 ) -> Result<(Running, Arc<Shared>, Vec<ListenerInfo>), MqttError> {
     embedded.warn_ignored_keys();
+    // Read and checked before anything is bound: a bad file fails start, naming it.
+    let tls = match embedded.tls_files() {
+        Some((cert_key, client_ca)) => Some(EndpointTls {
+            acceptor: hivekeeper_tls::server_config(&cert_key, client_ca)?.into(),
+            mutual: client_ca.is_some(),
+        }),
+        None => None,
+    };
     let mut wanted = vec![(MqttVersion::V311, embedded.listen)];
     if let Some(listen_v5) = embedded.listen_v5 {
         wanted.push((MqttVersion::V5, listen_v5));
@@ -258,13 +272,19 @@ pub(crate) async fn start(
         live: AtomicUsize::new(0),
         ended: Notify::new(),
         connect_rate: ConnectRate::new(embedded.connect_rate_per_s_max),
+        tls,
     });
     let accept_tasks = listeners
         .into_iter()
         .map(|listener| tokio::spawn(accept_loop(listener, shared.clone())))
         .collect();
     counters.connected.store(true, Ordering::Relaxed);
-    info!(listeners = ?infos, "agent endpoint listening");
+    info!(
+        listeners = ?infos,
+        tls = shared.tls.is_some(),
+        mutual_tls = shared.tls.as_ref().is_some_and(|tls| tls.mutual),
+        "agent endpoint listening"
+    );
     Ok((
         Running {
             shared: shared.clone(),
@@ -346,7 +366,20 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let guard = LiveGuard(shared.clone());
         tokio::spawn(async move {
             let guard = guard;
-            connection::serve(guard.0.clone(), stream).await;
+            let shared = guard.0.clone();
+            // One deadline for the TLS handshake and the CONNECT together.
+            let deadline = tokio::time::Instant::now()
+                + Duration::from_millis(shared.settings.connect_packet_timeout_ms);
+            match &shared.tls {
+                None => connection::serve(shared.clone(), stream, None, deadline).await,
+                Some(endpoint_tls) => {
+                    if let Some((stream, cn)) =
+                        tls::handshake(&shared, endpoint_tls, stream, deadline).await
+                    {
+                        connection::serve(shared.clone(), stream, cn, deadline).await;
+                    }
+                }
+            }
         });
     }
 }
