@@ -1,9 +1,11 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
 //! `revoke` and `member` are the operator's commands (an MQTT client of the service,
-//! `admin/`); `bench` measures a running service.
+//! `admin/`); `bench` measures a running service; `certs dev` writes development certificates.
 
 mod admin;
 mod bench;
+mod certs;
+mod client_tls;
 mod serve;
 
 use std::net::SocketAddr;
@@ -43,6 +45,9 @@ enum Command {
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
     /// reclaim, scale.
     Bench(bench::BenchArgs),
+    /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
+    /// client and peer certificates, to try TLS and mutual TLS in a minute.
+    Certs(certs::CertsArgs),
 }
 
 /// Flags of `hivekeeper serve`.
@@ -143,6 +148,7 @@ fn main() -> std::process::ExitCode {
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),
         Command::Bench(args) => bench::run(args),
+        Command::Certs(args) => certs::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

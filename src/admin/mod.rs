@@ -60,6 +60,9 @@ pub struct Target {
     /// How long to try in all (connect, resends) before giving up, ms.
     #[arg(long, value_name = "MS", default_value_t = 5_000)]
     timeout_ms: u64,
+    /// TLS to the brokers.
+    #[command(flatten)]
+    tls: crate::client_tls::TlsArgs,
 }
 
 /// Runs `future` on a small runtime of its own: the admin commands are one client each.
@@ -71,7 +74,8 @@ fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> 
         .block_on(future)
 }
 
-/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows.
+/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows. Its id is
+/// `hk-admin-{pid}`, or the CN of `--tls-cert`.
 async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
     let timeout_ms = target.timeout_ms.max(1);
     let request_timeout_ms = timeout_ms.min(DEFAULTS.request_timeout_ms);
@@ -88,6 +92,7 @@ async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
             .clamp(1, DEFAULTS.connect_timeout_s),
         ..AgentConfig::default()
     };
+    let config = target.tls.apply(config)?;
     Agent::connect(config).await.map_err(|error| match error {
         AgentError::Unreachable { brokers, waited_ms } => {
             anyhow!("no node reachable at {brokers} within {waited_ms} ms")

@@ -35,7 +35,7 @@ pub async fn run(
 ) -> anyhow::Result<Report> {
     anyhow::ensure!(agents >= 1, "--agents must be at least 1");
     let (members, connect_errors) = swarm::connect_agents(
-        &common.brokers,
+        &common.agent_base()?,
         run,
         agents,
         common.session_ttl_ms,

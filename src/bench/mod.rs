@@ -30,7 +30,7 @@ mod swarm;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hivekeeper_agent::Resource;
+use hivekeeper_agent::{AgentConfig, Resource};
 use serde_json::Value;
 
 use report::Report;
@@ -161,6 +161,24 @@ struct Common {
     /// Print the report as JSON (for scripts) instead of a table.
     #[arg(long)]
     json: bool,
+    /// TLS to the brokers (not for `failover`, which runs its own plaintext cluster).
+    #[command(flatten)]
+    tls: crate::client_tls::TlsArgs,
+}
+
+impl Common {
+    /// The settings every bench agent starts from: the brokers and TLS.
+    fn agent_base(&self) -> anyhow::Result<AgentConfig> {
+        anyhow::ensure!(
+            self.tls.tls_cert.is_none(),
+            "--tls-cert: the bench runs many agent ids and one client certificate names one \
+             (its CN); measure TLS against an endpoint without --mqtt-client-ca"
+        );
+        self.tls.apply(AgentConfig {
+            brokers: self.brokers.clone(),
+            ..AgentConfig::default()
+        })
+    }
 }
 
 /// Runs `hivekeeper bench`.

@@ -52,6 +52,13 @@ impl PeerIdentity {
         })
     }
 
+    /// The names of the first (leaf) certificate of the PEM file `path`: what a client's own
+    /// certificate will tell the server (the CLI takes its CN as its client id).
+    pub fn from_pem_file(path: &std::path::Path) -> Result<PeerIdentity, TlsError> {
+        let certificates = crate::pem::certificates(path, "certificate")?;
+        PeerIdentity::from_der(&certificates[0])
+    }
+
     /// The identity of a connection's verified peer (its leaf certificate), or `None` when the
     /// peer presented no certificate.
     pub fn of(connection: &rustls::CommonState) -> Option<PeerIdentity> {
