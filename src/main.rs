@@ -107,6 +107,18 @@ pub struct ServeArgs {
     /// 0.0.0.0:7401 while peers dial 10.0.0.5:7401).
     #[arg(long, value_name = "ADDR", requires = "name")]
     peer_listen: Option<SocketAddr>,
+    /// This member's PEM certificate for mutual TLS on the peer port (`peer_tls_cert`); it
+    /// must name the member (--name) as its CN or a SAN DNS name, and peers dialling it check
+    /// a SAN DNS name. Needs --peer-tls-key and --peer-ca.
+    #[arg(long, value_name = "FILE", requires_all = ["name", "peer_tls_key", "peer_ca"])]
+    peer_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --peer-tls-cert (`peer_tls_key`).
+    #[arg(long, value_name = "FILE", requires = "peer_tls_cert")]
+    peer_tls_key: Option<PathBuf>,
+    /// The PEM CA of every member's peer certificate (`peer_ca`): a peer is accepted only with
+    /// a certificate of this CA naming a member of the current configuration.
+    #[arg(long, value_name = "FILE", requires = "peer_tls_cert")]
+    peer_ca: Option<PathBuf>,
 }
 
 /// `--initial-cluster-state`.

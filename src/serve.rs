@@ -118,6 +118,9 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             initial_cluster,
             initial_cluster_state: ClusterState::New,
             peer_listen: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_ca: None,
         });
     }
     if let Some(cluster) = &mut config.node.cluster {
@@ -129,6 +132,15 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         }
         if let Some(listen) = args.peer_listen {
             cluster.peer_listen = Some(listen);
+        }
+        if let Some(cert) = args.peer_tls_cert {
+            cluster.peer_tls_cert = Some(cert);
+        }
+        if let Some(key) = args.peer_tls_key {
+            cluster.peer_tls_key = Some(key);
+        }
+        if let Some(ca) = args.peer_ca {
+            cluster.peer_ca = Some(ca);
         }
     }
     config.node.validate().context("node settings")?;
@@ -253,6 +265,11 @@ mod tests {
         let cluster = config.node.cluster.clone().expect("a cluster section");
         assert_eq!(cluster.name, "n1");
         assert_eq!(cluster.members().expect("members").len(), 3);
+        let tls = cluster
+            .peer_tls()
+            .expect("all three")
+            .expect("peer TLS set");
+        assert_eq!(tls.ca, std::path::PathBuf::from("certs/ca.crt"));
         config.node.validate().expect("valid");
     }
 

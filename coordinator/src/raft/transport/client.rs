@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
+use super::tls::{PeerConnector, PeerStream};
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use super::{NetworkFaults, TransportError};
 use crate::raft::NodeId;
@@ -39,6 +40,8 @@ pub(crate) struct Dialler {
     pub cluster: String,
     /// Links cut on purpose.
     pub faults: NetworkFaults,
+    /// Mutual TLS to every peer (`--peer-tls-cert`); `None`: plain TCP.
+    pub tls: Option<PeerConnector>,
 }
 
 /// One call waiting for its answer.
@@ -57,14 +60,15 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
-    /// A client for `peer` at `addr`. Must be called inside a tokio runtime.
-    pub(crate) fn new(dialler: Dialler, peer: NodeId, addr: String) -> PeerClient {
+    /// A client for `peer`, member `name`, at `addr`. Must be called inside a tokio runtime.
+    pub(crate) fn new(dialler: Dialler, peer: NodeId, name: String, addr: String) -> PeerClient {
         let (calls, queue) = mpsc::unbounded_channel();
         let faults = dialler.faults.clone();
         tokio::spawn(
             Connection {
                 dialler,
                 peer,
+                name,
                 addr,
             }
             .run(queue),
@@ -113,6 +117,8 @@ impl PeerClient {
 struct Connection {
     dialler: Dialler,
     peer: NodeId,
+    /// Its member name: with TLS, the name its certificate must carry.
+    name: String,
     addr: String,
 }
 
@@ -179,7 +185,7 @@ fn log_outage(report: OutageReport, peer: NodeId, addr: &str, error: Option<&Tra
     }
 }
 
-type Link = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
+type Link = Framed<PeerStream, tokio_util::codec::LengthDelimitedCodec>;
 
 impl Connection {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Call>) {
@@ -239,6 +245,16 @@ impl Connection {
             stream
                 .set_nodelay(true)
                 .map_err(|error| self.unreachable(error.to_string()))?;
+            let stream: PeerStream = match &self.dialler.tls {
+                None => Box::new(stream),
+                Some(tls) => tls.connect(&self.name, stream).await.map_err(|reason| {
+                    TransportError::Refused {
+                        peer: self.peer,
+                        addr: self.addr.clone(),
+                        reason,
+                    }
+                })?,
+            };
             let mut link = Framed::new(stream, wire::codec());
             let hello = Hello {
                 cluster: self.dialler.cluster.clone(),
@@ -350,8 +366,8 @@ impl PeerPool {
         }
     }
 
-    /// The client for `peer` at `addr`.
-    pub fn client(&self, peer: NodeId, addr: &str) -> PeerClient {
+    /// The client for `peer`, member `name`, at `addr`.
+    pub fn client(&self, peer: NodeId, name: &str, addr: &str) -> PeerClient {
         let mut clients = self
             .clients
             .lock()
@@ -359,7 +375,12 @@ impl PeerPool {
         match clients.get(&peer) {
             Some((known, client)) if known == addr => client.clone(),
             _ => {
-                let client = PeerClient::new(self.dialler.clone(), peer, addr.to_string());
+                let client = PeerClient::new(
+                    self.dialler.clone(),
+                    peer,
+                    name.to_string(),
+                    addr.to_string(),
+                );
                 clients.insert(peer, (addr.to_string(), client.clone()));
                 client
             }
