@@ -277,8 +277,8 @@ impl Default for EmbeddedConfig {
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExternalConfig {
-    /// Broker URL, `mqtt://host:port` (or `tcp://`); the port defaults to 1883. TLS is not
-    /// built in (rumqttc is compiled without it): terminate TLS in front of the broker.
+    /// Broker URL, `mqtt://host:port` (or `tcp://`); the port defaults to 1883. TLS to an
+    /// external broker is not supported yet: terminate TLS in front of the broker.
     pub url: String,
     /// MQTT client id of this node. Must differ between nodes sharing a broker: a broker
     /// disconnects the older of two connections with the same id.
