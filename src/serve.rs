@@ -251,6 +251,78 @@ mod tests {
 
     use super::ServeConfig;
 
+    /// `serve`'s argument list, parsed as the command line would be.
+    fn serve_args(args: &[&str]) -> Result<crate::ServeArgs, clap::Error> {
+        use clap::Parser;
+        let cli = crate::Cli::try_parse_from(["hivekeeper", "serve"].iter().chain(args))?;
+        match cli.command {
+            crate::Command::Serve(args) => Ok(*args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tls_flags_become_the_config_keys_and_go_together() {
+        let args = serve_args(&[
+            "--name",
+            "n1",
+            "--initial-cluster",
+            "n1=127.0.0.1:7401",
+            "--mqtt-tls-cert",
+            "s.crt",
+            "--mqtt-tls-key",
+            "s.key",
+            "--mqtt-client-ca",
+            "ca.crt",
+            "--peer-tls-cert",
+            "p.crt",
+            "--peer-tls-key",
+            "p.key",
+            "--peer-ca",
+            "ca.crt",
+        ])
+        .expect("parses");
+        let config = super::load(args).expect("loads");
+        let hivekeeper_mqtt::Mode::Embedded(embedded) = &config.mqtt.mode else {
+            panic!("the agent endpoint");
+        };
+        let path = |p: &str| Some(std::path::PathBuf::from(p));
+        assert_eq!(
+            (&embedded.tls_cert, &embedded.tls_key, &embedded.client_ca),
+            (&path("s.crt"), &path("s.key"), &path("ca.crt"))
+        );
+        let cluster = config.node.cluster.expect("a member");
+        assert_eq!(
+            (
+                &cluster.peer_tls_cert,
+                &cluster.peer_tls_key,
+                &cluster.peer_ca
+            ),
+            (&path("p.crt"), &path("p.key"), &path("ca.crt"))
+        );
+        for partial in [
+            &["--mqtt-tls-cert", "s.crt"][..],
+            &["--mqtt-client-ca", "ca.crt"],
+            &[
+                "--name",
+                "n1",
+                "--initial-cluster",
+                "n1=127.0.0.1:7401",
+                "--peer-tls-cert",
+                "p.crt",
+                "--peer-tls-key",
+                "p.key",
+            ],
+        ] {
+            let error = serve_args(partial).expect_err("an incomplete set is refused");
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "{partial:?}"
+            );
+        }
+    }
+
     /// The commented cluster block of the example, uncommented, is a valid member config.
     #[test]
     fn the_example_cluster_block_parses_and_validates() {
