@@ -81,7 +81,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "mqtt_tls_cert")]
     mqtt_client_ca: Option<PathBuf>,
     /// Use an existing broker instead of the embedded one, e.g. mqtt://127.0.0.1:1883
-    /// (Mosquitto: set `set_tcp_nodelay true`, or every round trip costs about 44 ms).
+    /// (Mosquitto: set `set_tcp_nodelay true`, or every round trip costs about 44 ms). With a
+    /// config file whose [mqtt.mode] is external, this replaces only its `url`: the file's
+    /// `username`, `password` and `client_id` still apply (docs/SECURITY.md).
     #[arg(long, value_name = "URL")]
     mqtt_url: Option<String>,
     /// Topic prefix: agents use {prefix}/req/{agent}, {prefix}/rsp/{agent}, {prefix}/evt/{agent}.

@@ -101,10 +101,16 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         }
     }
     if let Some(url) = args.mqtt_url {
-        config.mqtt.mode = Mode::External(ExternalConfig {
-            url,
-            ..ExternalConfig::default()
-        });
+        match &mut config.mqtt.mode {
+            // The flag names the broker; the file's login and client id still apply.
+            Mode::External(external) => external.url = url,
+            Mode::Embedded(_) => {
+                config.mqtt.mode = Mode::External(ExternalConfig {
+                    url,
+                    ..ExternalConfig::default()
+                })
+            }
+        }
     }
     if let Some(prefix) = args.topic_prefix {
         config.mqtt.topic_prefix = prefix;

@@ -7,7 +7,7 @@
 //! wire protocol and the machine's types.
 //!
 //! ```text
-//!  front door ─▶ NodeHandle::submit ─▶ wire::command / wire::read
+//!  front door ─▶ NodeHandle::submit ─▶ wire::write / wire::read
 //!                                   │ write: Command      read: ReadOp (read-index first)
 //!                                   ▼
 //!            leader stamps LogMeta { index, term, now_ms }

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!  Request (decoded and validated by a front door)
-//!    ├─ command(agent, request) ── Ok(Command::Request) ─▶ proposer ─▶ log ─▶ apply
+//!    ├─ write(request) ── Ok(AgentRequest) ─▶ proposer ─▶ log (Command::Request) ─▶ apply
 //!    │                          └─ Err(request): not a write, handed back untouched
 //!    └─ read(&op) ── Ok(ReadOp) ─▶ read-index or lease keeper ─▶ StateMachine::query
 //!                 └─ Err(NotARead): a write, or an op only the node answers (admin.status,
@@ -18,15 +18,15 @@
 
 use hivekeeper_protocol::{ErrorCode, Op, Request, Response, Success};
 
-use crate::state_machine::{AgentOp, AgentRequest, Command, ReadOp, Reply};
+use crate::state_machine::{AgentOp, AgentRequest, ReadOp, Reply};
 
-/// The `Command` that applies a write request from `agent`. `Err` hands the request back
-/// untouched when its op is not a write (a read, or an op the node answers itself): the
-/// caller answers it another way.
+/// The state machine's request for a write request (the log's `Command::Request` carries it
+/// with its agent). `Err` hands the request back untouched when its op is not a write (a read,
+/// or an op the node answers itself): the caller answers it another way.
 // The `Err` is the request itself, handed back by value: as large as the `Ok`, and boxing it
 // would allocate for every read that passes through here.
 #[allow(clippy::result_large_err)]
-pub fn command(agent: &str, request: Request) -> Result<Command, Request> {
+pub fn write(request: Request) -> Result<AgentRequest, Request> {
     let Request { id, op } = request;
     let op = match op {
         Op::LeaseGrant { ttl_ms } => AgentOp::LeaseGrant { ttl_ms },
@@ -84,16 +84,13 @@ pub fn command(agent: &str, request: Request) -> Result<Command, Request> {
         | Op::AdminMemberAdd { .. }
         | Op::AdminMemberRemove { .. }) => return Err(Request { id, op }),
     };
-    Ok(Command::Request {
-        agent: agent.to_string(),
-        request: AgentRequest { id, op },
-    })
+    Ok(AgentRequest { id, op })
 }
 
 /// Why a wire op is not a read the state machine answers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotARead {
-    /// The op changes state: it goes through the log ([`command`]).
+    /// The op changes state: it goes through the log ([`write`]).
     #[error("{op} changes state and must be applied through the log")]
     Write {
         /// The op's wire name.
@@ -158,7 +155,10 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::Lease { lease, ttl_ms } => Success::lease(lease.to_string(), *ttl_ms),
         Reply::Ttl { ttl_ms } => Success::ttl(*ttl_ms),
         Reply::Granted { token } => Success::token(*token),
-        Reply::Done | Reply::Expired { .. } | Reply::Cancelled { .. } => Success::default(),
+        Reply::Done
+        | Reply::Expired { .. }
+        | Reply::WaitsExpired { .. }
+        | Reply::Cancelled { .. } => Success::default(),
         Reply::Queued => return None,
         Reply::Fence { current, valid } => Success::fence(*current, *valid),
         Reply::Inspect {
@@ -270,16 +270,14 @@ mod tests {
                 op: op.clone(),
             };
             let wire_json = serde_json::to_value(&request).expect("encodes");
-            match command("a", request) {
-                Ok(Command::Request { agent, request }) => {
+            match write(request) {
+                Ok(request) => {
                     assert!(op.is_write(), "{} became a command", op.name());
-                    assert_eq!(agent, "a");
                     assert_eq!(request.op.name(), op.name());
                     let json = serde_json::to_value(&request).expect("encodes");
                     assert_eq!(json, wire_json, "{} changed shape", op.name());
                     assert_eq!(read(&op), Err(NotARead::Write { op: op.name() }));
                 }
-                Ok(other) => panic!("{} became {other:?}", op.name()),
                 Err(back) => {
                     assert!(!op.is_write(), "{} was refused as a command", op.name());
                     assert_eq!(back.op, op, "the request comes back untouched");

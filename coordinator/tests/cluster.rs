@@ -585,3 +585,109 @@ async fn peer_mutual_tls_elects_replicates_and_refuses_strangers_before_any_fram
     assert_eq!(seen, vec![("drone-1".to_string(), token)]);
     cluster.shutdown().await;
 }
+
+/// The final answer a waiting acquire gets when its `wait_ms` runs out.
+fn wait_elapsed(id: &str) -> Response {
+    Response::error(
+        Some(id.to_string()),
+        ErrorCode::Timeout,
+        "wait_ms elapsed before the resource was granted",
+    )
+}
+
+/// `drone-2` takes `name` through the leader and keeps it: the waiter in these tests can only
+/// time out.
+async fn hold(cluster: &Cluster, name: &str) {
+    let leader = cluster.handle(cluster.leader().await);
+    let lease = grant(&leader, "drone-2", "h-g").await;
+    match leader
+        .call("drone-2", request("h-a", try_lock(name, &lease)))
+        .await
+        .outcome
+    {
+        Ok(Success { token: Some(_), .. }) => {}
+        other => panic!("the holder's acquire answered {other:?}"),
+    }
+}
+
+fn wait_lock(name: &str, lease: &str, wait_ms: u64) -> Op {
+    Op::LockAcquire {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        wait_ms: Some(wait_ms),
+    }
+}
+
+/// A follower arms no wait timer and forwards no cancel: the deadline is in the replicated
+/// state, the leader's keeper proposes the expiry, and the follower answers its agent from the
+/// entry it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_waiting_client_is_answered_timeout_by_the_leaders_expiry() {
+    let cluster = Cluster::start("wexp").await;
+    hold(&cluster, "dock").await;
+    let follower = cluster.handle((cluster.leader().await + 1) % 3);
+    let lease = grant(&follower, "drone-1", "g1").await;
+    let answer = hivekeeper_test_support::within(
+        10,
+        "the timed-out wait's answer",
+        follower.call("drone-1", request("w1", wait_lock("dock", &lease, 300))),
+    )
+    .await;
+    assert_eq!(answer, wait_elapsed("w1"));
+    // The holder keeps the lock; nobody waits any more.
+    let leader = cluster.handle(cluster.leader().await);
+    let seen = leader.call("tester", request("i1", inspect("dock"))).await;
+    match seen.outcome {
+        Ok(Success {
+            holders: Some(holders),
+            waiters: Some(waiters),
+            ..
+        }) => {
+            assert_eq!(holders.len(), 1);
+            assert_eq!(holders[0].agent, "drone-2");
+            assert!(waiters.is_empty(), "{waiters:?}");
+        }
+        other => panic!("inspect answered {other:?}"),
+    }
+    cluster.shutdown().await;
+}
+
+/// The leader goes away while a follower's agent waits: the next leader finds the wait's
+/// deadline in the state it took over and ends it, so the agent still gets its final answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_still_times_out_when_the_leader_changes_while_it_waits() {
+    let cluster = Cluster::start("wfail").await;
+    hold(&cluster, "dock").await;
+    let old = cluster.leader().await;
+    let follower = cluster.handle((old + 1) % 3);
+    let lease = grant(&follower, "drone-1", "g1").await;
+    let waiting = tokio::spawn({
+        let follower = follower.clone();
+        async move {
+            follower
+                .call("drone-1", request("w1", wait_lock("dock", &lease, 2_000)))
+                .await
+        }
+    });
+    // Queued (replicated) before the leader goes.
+    hivekeeper_test_support::eventually(5, "the wait queued", async || {
+        let seen = follower
+            .call("tester", request("i0", inspect("dock")))
+            .await;
+        matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+    })
+    .await;
+    // The leader is cut off from both followers (as if it had died: `Node::shutdown` does
+    // not stop Raft while other tasks hold the node's handle). The two elect another.
+    cluster.isolate(old);
+    let answer = hivekeeper_test_support::within(30, "the wait's answer after failover", waiting)
+        .await
+        .expect("the waiting task");
+    assert_eq!(answer, wait_elapsed("w1"));
+    let new_leader = (0..3)
+        .filter(|i| *i != old)
+        .find(|i| cluster.handle(*i).is_leader());
+    assert!(new_leader.is_some(), "the majority leads on");
+    cluster.heal(old);
+    cluster.shutdown().await;
+}

@@ -55,9 +55,24 @@ impl Mosquitto {
     /// Starts mosquitto on a free port and waits until it accepts TCP connections. On a port
     /// taken meanwhile it tries another, a bounded number of times.
     pub async fn start() -> Mosquitto {
+        Mosquitto::start_picking(&Access::Anonymous).await
+    }
+
+    /// Starts mosquitto hardened as docs/SECURITY.md says: `deploy/mosquitto/hivekeeper.conf`
+    /// and `hivekeeper.acl` from this repository (so the tests check what the docs give), with
+    /// a password file holding `users` (name, password).
+    pub async fn start_secured(users: &[(&str, &str)]) -> Mosquitto {
+        let users = users
+            .iter()
+            .map(|(name, password)| (name.to_string(), password.to_string()))
+            .collect();
+        Mosquitto::start_picking(&Access::Secured(users)).await
+    }
+
+    async fn start_picking(access: &Access) -> Mosquitto {
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            match Mosquitto::try_start(free_port()).await {
+            match Mosquitto::try_start(free_port(), access).await {
                 Ok(broker) => return broker,
                 Err(log) if log.contains("Address already in use") => last = log,
                 Err(log) => panic!("mosquitto did not start:\n{log}"),
@@ -69,21 +84,24 @@ impl Mosquitto {
     /// Starts mosquitto on 127.0.0.1:`port` (a broker coming back on the port of one that was
     /// killed) and waits until it accepts TCP connections; fails the test otherwise.
     pub async fn start_on(port: u16) -> Mosquitto {
-        Mosquitto::try_start(port)
+        Mosquitto::try_start(port, &Access::Anonymous)
             .await
             .unwrap_or_else(|log| panic!("mosquitto did not start:\n{log}"))
     }
 
     /// One start on `port`: the broker once it accepts connections, or why not, with its log.
-    async fn try_start(port: u16) -> Result<Mosquitto, String> {
+    async fn try_start(port: u16, access: &Access) -> Result<Mosquitto, String> {
         let dir = tempfile::tempdir().expect("a temp dir for mosquitto");
         let config_path = dir.path().join("mosquitto.conf");
+        let access_settings = match access {
+            Access::Anonymous => "allow_anonymous true\nset_tcp_nodelay true\n".to_string(),
+            Access::Secured(users) => secured_settings(dir.path(), users),
+        };
         std::fs::write(
             &config_path,
             format!(
                 "listener {port} 127.0.0.1\n\
-                 allow_anonymous true\n\
-                 set_tcp_nodelay true\n\
+                 {access_settings}\n\
                  persistence false\n\
                  log_dest stderr\n\
                  log_type error\n\
@@ -133,6 +151,53 @@ impl Mosquitto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Who may connect to a test broker.
+enum Access {
+    /// Anyone, anywhere (the plain external-broker tests).
+    Anonymous,
+    /// The repository's hardened settings with these users (name, password).
+    Secured(Vec<(String, String)>),
+}
+
+/// The repository's hardened settings (`deploy/mosquitto/`), pointed at `dir`: the ACL file
+/// copied there and a password file for `users` made there with `mosquitto_passwd`.
+fn secured_settings(dir: &Path, users: &[(String, String)]) -> String {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/mosquitto");
+    let read = |name: &str| {
+        std::fs::read_to_string(deploy.join(name))
+            .unwrap_or_else(|e| panic!("read deploy/mosquitto/{name}: {e}"))
+    };
+    std::fs::write(dir.join("hivekeeper.acl"), read("hivekeeper.acl")).expect("write the ACL file");
+    let passwords = dir.join("hivekeeper.passwd");
+    for (n, (name, password)) in users.iter().enumerate() {
+        // -c creates the file with the first user; -b takes the password from the arguments.
+        let mut command = Command::new(mosquitto_passwd());
+        if n == 0 {
+            command.arg("-c");
+        }
+        let status = command
+            .arg("-b")
+            .arg(&passwords)
+            .arg(name)
+            .arg(password)
+            .stdout(Stdio::null())
+            .status()
+            .expect("run mosquitto_passwd");
+        assert!(status.success(), "mosquitto_passwd for {name}: {status}");
+    }
+    let dir = format!("{}/", dir.display());
+    read("hivekeeper.conf").replace("/etc/mosquitto/", &dir)
+}
+
+/// `mosquitto_passwd`, beside the broker (Debian's mosquitto package ships both).
+fn mosquitto_passwd() -> PathBuf {
+    ["/usr/bin/mosquitto_passwd", "/usr/sbin/mosquitto_passwd"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists())
+        .unwrap_or_else(|| PathBuf::from("mosquitto_passwd"))
 }
 
 impl Drop for Mosquitto {

@@ -36,7 +36,7 @@ pub use hivekeeper_test_support::{Mosquitto, Proxy, eventually, free_port, free_
 pub use log::Log;
 pub use metrics::{metric, metric_sum, metrics_text, wait_metric, wait_metric_sum};
 pub use node::{Mqtt, Node};
-pub use raw::{Raw, code};
+pub use raw::{Raw, code, connack};
 
 /// The default topic prefix.
 pub const PREFIX: &str = "hk/v1";

@@ -56,7 +56,16 @@ impl Node {
 
     /// A node using the external broker on `broker_port`, metrics on a free port.
     pub async fn start_external(data_dir: &Path, broker_port: u16) -> Node {
-        Node::start_picking(data_dir, |_| Mqtt::External(broker_port), &[]).await
+        Node::start_external_with_args(data_dir, broker_port, &[]).await
+    }
+
+    /// A node using the external broker on `broker_port`, with more `serve` arguments.
+    pub async fn start_external_with_args(
+        data_dir: &Path,
+        broker_port: u16,
+        extra_args: &[&str],
+    ) -> Node {
+        Node::start_picking(data_dir, |_| Mqtt::External(broker_port), extra_args).await
     }
 
     /// Starts a node on free ports: `mqtt` gets a free port for the MQTT side (an embedded

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
+use rumqttc::{
+    AsyncClient, ConnectReturnCode, ConnectionError, Event as MqttEvent, MqttOptions,
+    NetworkOptions, Packet, QoS,
+};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -16,6 +19,8 @@ pub struct Raw {
     client: AsyncClient,
     agent: String,
     responses: mpsc::UnboundedReceiver<Vec<u8>>,
+    /// Messages on any other topic (from [`Raw::subscribe`]): (topic, payload).
+    elsewhere: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
     /// Counts SubAcks: a new value means (re)subscribed.
     subscribed: watch::Receiver<u64>,
     task: JoinHandle<()>,
@@ -25,16 +30,15 @@ impl Raw {
     /// Connects as MQTT client `{agent}` (the agent endpoint takes the client id as the agent
     /// id) and subscribes to `{PREFIX}/rsp/{agent}`.
     pub async fn connect(port: u16, agent: &str) -> Raw {
-        let mut options = MqttOptions::new(agent, "127.0.0.1", port);
-        options.set_keep_alive(Duration::from_secs(5));
-        options.set_clean_session(true);
-        options.set_max_packet_size(64 * 1024, 64 * 1024);
-        let (client, mut eventloop) = AsyncClient::new(options, 64);
-        let mut network = NetworkOptions::new();
-        network.set_tcp_nodelay(true);
-        network.set_connection_timeout(2);
-        eventloop.set_network_options(network);
+        Raw::connect_login(port, agent, None).await
+    }
+
+    /// Like [`Raw::connect`], logging in with `login` (username, password) when given.
+    pub async fn connect_login(port: u16, agent: &str, login: Option<(&str, &str)>) -> Raw {
+        let (client, mut eventloop) = AsyncClient::new(options(port, agent, login), 64);
+        eventloop.set_network_options(network_options());
         let (responses_tx, responses) = mpsc::unbounded_channel();
+        let (elsewhere_tx, elsewhere) = mpsc::unbounded_channel();
         let (subscribed_tx, subscribed) = watch::channel(0u64);
         let response_topic = format!("{PREFIX}/rsp/{agent}");
         let subscriber = client.clone();
@@ -51,6 +55,8 @@ impl Raw {
                     Ok(MqttEvent::Incoming(Packet::Publish(p))) => {
                         if p.topic == response_topic {
                             let _ = responses_tx.send(p.payload.to_vec());
+                        } else {
+                            let _ = elsewhere_tx.send((p.topic.clone(), p.payload.to_vec()));
                         }
                     }
                     Ok(_) => {}
@@ -63,6 +69,7 @@ impl Raw {
             client,
             agent: agent.to_string(),
             responses,
+            elsewhere,
             subscribed,
             task,
         };
@@ -91,6 +98,36 @@ impl Raw {
         )
         .await
         .expect("the raw client's task is running");
+    }
+
+    /// Subscribes to `filter` too (QoS 1) and waits for the SUBACK; what arrives there is read
+    /// with [`Raw::try_next_elsewhere`]. A broker may grant the SUBACK and still deliver
+    /// nothing (Mosquitto's ACLs filter at delivery).
+    pub async fn subscribe(&mut self, filter: &str) {
+        let seen = self.subscriptions();
+        within(
+            5,
+            "raw subscribe",
+            self.client.subscribe(filter, QoS::AtLeastOnce),
+        )
+        .await
+        .expect("the raw client's event loop is running");
+        within(
+            10,
+            &format!("{} subscribed to {filter}", self.agent),
+            self.subscribed.wait_for(|n| *n > seen),
+        )
+        .await
+        .expect("the raw client's task is running");
+    }
+
+    /// The next message on a topic other than this agent's response topic, or `None` after
+    /// `ms`.
+    pub async fn try_next_elsewhere(&mut self, ms: u64) -> Option<(String, Vec<u8>)> {
+        tokio::time::timeout(Duration::from_millis(ms), self.elsewhere.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Publishes `payload` on `topic` (QoS 1).
@@ -188,6 +225,51 @@ impl Drop for Raw {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// What the server answers to a CONNECT from `client_id` with `login`: the CONNACK's return
+/// code, or the connection error (the server closed the socket first, say).
+pub async fn connack(
+    port: u16,
+    client_id: &str,
+    login: Option<(&str, &str)>,
+) -> Result<ConnectReturnCode, ConnectionError> {
+    let (_client, mut eventloop) = AsyncClient::new(options(port, client_id, login), 8);
+    eventloop.set_network_options(network_options());
+    within(10, &format!("a CONNACK for {client_id}"), async {
+        // Bounded: the CONNACK is the first packet a server sends; a few events at most.
+        for _ in 0..10 {
+            match eventloop.poll().await {
+                Ok(MqttEvent::Incoming(Packet::ConnAck(connack))) => return Ok(connack.code),
+                Ok(_) => {}
+                // rumqttc reports a refusing CONNACK as an error carrying its code.
+                Err(ConnectionError::ConnectionRefused(code)) => return Ok(code),
+                Err(error) => return Err(error),
+            }
+        }
+        panic!("no CONNACK among the first 10 events");
+    })
+    .await
+}
+
+/// The MQTT options of a test client: a 5 s keepalive, a clean session, 64 KiB packets.
+fn options(port: u16, client_id: &str, login: Option<(&str, &str)>) -> MqttOptions {
+    let mut options = MqttOptions::new(client_id, "127.0.0.1", port);
+    options.set_keep_alive(Duration::from_secs(5));
+    options.set_clean_session(true);
+    options.set_max_packet_size(64 * 1024, 64 * 1024);
+    if let Some((username, password)) = login {
+        options.set_credentials(username, password);
+    }
+    options
+}
+
+/// TCP_NODELAY (a QoS 1 round trip costs 44 ms without it) and a 2 s connect timeout.
+fn network_options() -> NetworkOptions {
+    let mut network = NetworkOptions::new();
+    network.set_tcp_nodelay(true);
+    network.set_connection_timeout(2);
+    network
 }
 
 /// The error code of a response, `None` for a success.

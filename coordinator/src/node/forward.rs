@@ -2,10 +2,15 @@
 //! over the inter-node transport, and gives the answer to its own bridge.
 //!
 //! ```text
-//!  follower proposer ─ Propose(batch) ─▶ leader: raft.propose_batch ─▶ replies
+//!  follower proposer ─ Writes(agents' writes) ─▶ leader: each wrapped into Command::Request,
+//!                                                 raft.propose_batch ─▶ replies
 //!  follower submit   ─ Submit(agent, keepalive | read) ─▶ leader: answered as the leader
 //!  leader gone (refused / deposed) ─▶ wait for the next leader (≤ leader_wait) ─▶ once more
 //! ```
+//!
+//! Only agents' requests are forwarded; the types allow nothing else ([`AgentWrite`] has no
+//! room for a node's command). Lease and wait expiry and limits are proposed by the leader
+//! itself (`proposer.rs`), and a follower's waits arm no timer that would need to reach it.
 //!
 //! Deferred answers (a queued acquire's grant) and notices do not travel back this way: every
 //! replica applies the same entries and emits the same events, so the follower's own fan-out
@@ -19,9 +24,9 @@ use std::time::Duration;
 use hivekeeper_protocol::Request;
 
 use super::NodeError;
-use crate::raft::transport::{PeerPool, PeerRequest, PeerResponse, TransportError};
+use crate::raft::transport::{AgentWrite, PeerPool, PeerRequest, PeerResponse, TransportError};
 use crate::raft::{Member, NodeId, RaftHandle};
-use crate::state_machine::{Command, Reply};
+use crate::state_machine::Reply;
 
 /// Sends requests to the current leader.
 #[derive(Clone)]
@@ -145,20 +150,17 @@ impl Forwarder {
         }
     }
 
-    /// Proposes `commands` through the leader, as one entry: one reply per command, or the
-    /// commands back when this node leads.
+    /// Proposes agents' `writes` through the leader, as one entry: one reply per write, or
+    /// the writes back when this node leads.
     pub(crate) async fn propose(
         &self,
-        commands: Vec<Command>,
-    ) -> Result<Result<Vec<Reply>, Vec<Command>>, NodeError> {
-        let expected = commands.len();
+        writes: Vec<AgentWrite>,
+    ) -> Result<Result<Vec<Reply>, Vec<AgentWrite>>, NodeError> {
+        let expected = writes.len();
         Ok(
-            match self
-                .forward(PeerRequest::Propose(commands), expected)
-                .await?
-            {
+            match self.forward(PeerRequest::Writes(writes), expected).await? {
                 Forwarded::Answered(replies) => Ok(replies),
-                Forwarded::Here(PeerRequest::Propose(commands)) => Err(commands),
+                Forwarded::Here(PeerRequest::Writes(writes)) => Err(writes),
                 Forwarded::Here(_) => unreachable_request(),
             },
         )

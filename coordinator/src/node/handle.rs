@@ -22,11 +22,11 @@ use super::NodeError;
 use super::cluster::{ClusterConfig, ClusterState};
 use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
-use super::proposer::{Answer, Proposer};
+use super::proposer::{NodeCommand, Proposer};
 use super::waits::{Respond, Waits, answer_with};
-use crate::raft::transport::ForwardHandler;
+use crate::raft::transport::{AgentWrite, ForwardHandler};
 use crate::raft::{self, Origin, RaftHandle};
-use crate::state_machine::{Command, LeaseId, Limits, Reply};
+use crate::state_machine::{LeaseId, Limits, Reply};
 use crate::wire;
 
 /// How long `admin.leases` waits for the keeper's deadlines before answering without them.
@@ -87,12 +87,14 @@ impl NodeHandle {
             agent: agent.to_string(),
             request_id: request.id.clone(),
         };
-        let wait_ms = request.op.wait_ms();
-        let request = match wire::command(agent, request) {
-            Ok(command) => {
-                self.waits
-                    .register(origin.clone(), op, wait_ms, permit, respond);
-                if let Err(error) = self.proposer.submit(command, Answer::Agent(origin.clone())) {
+        let request = match wire::write(request) {
+            Ok(request) => {
+                self.waits.register(origin.clone(), op, permit, respond);
+                let write = AgentWrite {
+                    agent: agent.to_string(),
+                    request,
+                };
+                if let Err(error) = self.proposer.write(write, origin.clone()) {
                     self.waits.failed(&origin, &error);
                 }
                 return;
@@ -292,7 +294,7 @@ impl NodeHandle {
         if &current == limits {
             return Ok(());
         }
-        let command = Command::Configure {
+        let command = NodeCommand::Configure {
             limits: limits.clone(),
         };
         match self.proposer.propose(command).await? {
@@ -318,13 +320,16 @@ fn membership_change(result: Result<(), NodeError>) -> Result<Reply, NodeError> 
     }
 }
 
-/// What other nodes forward here: this node answers as the leader, or refuses (it was deposed
-/// since the follower looked) and the follower answers `unavailable`.
+/// What other nodes forward here: agents' requests only (the peer wire has no encoding for
+/// anything else). This node answers as the leader, wrapping each write into the log's
+/// command itself, or refuses (it was deposed since the follower looked) and the follower
+/// answers `unavailable`.
 impl ForwardHandler for NodeHandle {
-    async fn propose(&self, commands: Vec<Command>) -> Result<Vec<Reply>, String> {
+    async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
         if !self.raft.is_leader() {
             return Err(format!("node {} is not the leader", self.raft.node_id()));
         }
+        let commands = writes.into_iter().map(AgentWrite::into_command).collect();
         let proposed = self
             .raft
             .propose_batch(commands)

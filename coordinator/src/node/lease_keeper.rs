@@ -1,6 +1,12 @@
-//! The lease keeper: keepalive deadlines in memory on the leader, and expiry proposals. The
-//! deadlines themselves are the sans-I/O [`Lessor`]'s; this actor feeds it the clock, the
-//! applied events and the leadership, checks keepalives against the machine and proposes.
+//! The lease keeper: keepalive deadlines in memory on the leader, and expiry proposals, for
+//! leases and for waits. The lease deadlines themselves are the sans-I/O [`Lessor`]'s; this
+//! actor feeds it the clock, the applied events and the leadership, checks keepalives against
+//! the machine and proposes. Wait deadlines are in the replicated state (the machine's
+//! `wait_deadline.rs`): at each tick a ready leader reads the earliest and, once its clock
+//! (the one it stamps entries with) has reached it, proposes `ExpireWaits { term }`; the
+//! entry ends exactly the waits due on the machine's clock. A new leader finds the deadlines
+//! in the state it took over, so a wait still ends about on time across a failover (late by
+//! at most the time without a ready leader, never early).
 //!
 //! Keepalives are not Raft writes (DESIGN.md §2): like etcd's lessor, the leader keeps each
 //! lease's deadline in memory and only an expiry goes through the log, as `ExpireLeases`
@@ -16,8 +22,13 @@
 //!                                        (counted: hivekeeper_leases_keepalives_total, and
 //!                                        the TTL used since the last renewal: a histogram)
 //!  Tick (every tick_ms)               ─▶ overdue leases ─▶ proposer: ExpireLeases { term }
+//!                                     ─▶ machine's earliest wait deadline ≤ clock_ms?
+//!                                        ─▶ proposer: ExpireWaits { term } (one at a time)
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
+//!
+//! Both proposals are the node's own commands: the proposer refuses them on a follower
+//! (`NotLeader`) and never forwards them, so they reach the log only from the leader.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +38,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
 use super::lessor::{Keepalive, Lessor};
-use super::proposer::Proposer;
+use super::proposer::{NodeCommand, Proposer};
 use crate::raft::RaftHandle;
-use crate::state_machine::{Command, LeaseId, ReadOp, Reply};
+use crate::state_machine::{LeaseId, ReadOp, Reply};
 
 /// Messages of the lease keeper.
 pub enum KeeperMsg {
@@ -51,6 +62,8 @@ pub enum KeeperMsg {
     Tick,
     /// An expiry proposal completed; these leases may be proposed again if still overdue.
     ExpiryDone(Vec<LeaseId>),
+    /// A wait expiry proposal completed; another may be proposed.
+    WaitsExpiryDone,
     /// Time left before each lease's deadline, ms, for `admin.leases`: `None` for a lease
     /// without a deadline here (this node is not a ready leader, or the lease is unknown).
     Remaining {
@@ -74,6 +87,9 @@ pub struct KeeperState {
     raft: Arc<RaftHandle>,
     proposer: Proposer,
     lessor: Lessor,
+    /// Whether an `ExpireWaits` is in flight: one at a time, so a slow commit does not pile
+    /// up proposals that would each find nothing left to end.
+    expiring_waits: bool,
 }
 
 impl KeeperState {
@@ -125,6 +141,30 @@ impl KeeperState {
         }
         Ok(answer)
     }
+
+    /// Proposes `ExpireWaits` when this node is a ready leader, none is in flight, and its
+    /// clock has reached the machine's earliest wait deadline.
+    fn expire_waits(&mut self, myself: &ActorRef<KeeperMsg>) -> Result<(), ActorProcessingErr> {
+        if !self.lessor.is_ready() || self.expiring_waits {
+            return Ok(());
+        }
+        let next_ms = self.raft.query(|sm| sm.wait_deadline_next_ms())?;
+        if next_ms.is_none_or(|deadline_ms| deadline_ms > RaftHandle::clock_ms()) {
+            return Ok(());
+        }
+        self.expiring_waits = true;
+        let command = NodeCommand::ExpireWaits {
+            term: self.lessor.term(),
+        };
+        let (proposer, myself) = (self.proposer.clone(), myself.clone());
+        tokio::spawn(async move {
+            if let Err(error) = proposer.propose(command).await {
+                tracing::debug!(%error, "a wait expiry proposal failed; retried at the next tick");
+            }
+            let _ = myself.cast(KeeperMsg::WaitsExpiryDone);
+        });
+        Ok(())
+    }
 }
 
 /// A refusal, as the machine would word it.
@@ -149,6 +189,7 @@ impl Actor for LeaseKeeper {
             raft: args.raft,
             proposer: args.proposer,
             lessor: Lessor::default(),
+            expiring_waits: false,
         })
     }
 
@@ -182,11 +223,12 @@ impl Actor for LeaseKeeper {
                 }
             }
             KeeperMsg::Tick => {
+                state.expire_waits(&myself)?;
                 let overdue = state.lessor.overdue(Instant::now());
                 if overdue.is_empty() {
                     return Ok(());
                 }
-                let command = Command::ExpireLeases {
+                let command = NodeCommand::ExpireLeases {
                     term: state.lessor.term(),
                     leases: overdue.clone(),
                 };
@@ -199,6 +241,7 @@ impl Actor for LeaseKeeper {
                 });
             }
             KeeperMsg::ExpiryDone(leases) => state.lessor.expiry_done(&leases),
+            KeeperMsg::WaitsExpiryDone => state.expiring_waits = false,
             KeeperMsg::Remaining { leases, reply } => {
                 let _ = reply.send(state.lessor.remaining(Instant::now(), &leases));
             }

@@ -1,30 +1,34 @@
 //! The node: the components that do a Hivekeeper node's I/O and orchestration around Raft and
 //! the pure state machine, and own every request's lifecycle from submission to its one final
 //! answer. No domain logic lives here: decisions are the state machine's; this layer batches
-//! proposals, keeps lease deadlines and wait deadlines, routes applied events and bounds its
-//! ingress.
+//! proposals, keeps lease deadlines and commit deadlines, proposes expiry as the leader,
+//! routes applied events and bounds its ingress.
 //!
 //! # How a request flows (one page; docs/actors.md draws the threads)
 //!
 //! ```text
 //!  front door: decode ─▶ NodeHandle::submit(agent, request, respond) ─┐  ingress permit
 //!                                                                     │  (`unavailable` past it)
-//!   write ─▶ Waits::register ─▶ Proposer task: batch ─▶ Raft (append, fsync, replicate, commit)
+//!   write ─▶ Waits::register ─▶ Proposer::write ─▶ task: batch ─▶ Raft (append, fsync, commit)
 //!                                                          │
 //!   sm worker: StateMachine::apply ─▶ FanOut (same task) ─┬─ reply ─▶ Waits ─▶ respond ─▶ publish
 //!                                                         ├─ Event::Respond (a queued request's
 //!                                                         │   grant/timeout) ─▶ Waits ─▶ respond
 //!                                                         ├─ notices ─▶ Outbound ─▶ front door
 //!                                                         └─ LeaseGranted/Ended ─▶ LeaseKeeper
-//!   Waits timer: wait_ms ran out ─▶ Proposer: CancelWait;  no commit in time ─▶ `unavailable`
+//!   Waits timer: no commit in time ─▶ `unavailable`
 //!   keepalive ─▶ task: read-index (RaftHandle) ─▶ LeaseKeeper (deadline = now + TTL) ─▶ respond
 //!   fence.check / inspect / admin reads ─▶ task: read-index ─▶ StateMachine::query ─▶ respond
-//!   LeaseKeeper tick ─▶ overdue ─▶ Proposer: ExpireLeases { term }
+//!   LeaseKeeper tick (leader) ─▶ overdue leases ─▶ Proposer::propose: ExpireLeases { term }
+//!                             ─▶ a replicated wait deadline passed ─▶ ExpireWaits { term }
 //! ```
 //!
-//! In a cluster, a follower's proposer forwards its batches to the leader, and a follower's
-//! keepalives and reads are forwarded too (`forward.rs`); the peer server answers what other
-//! nodes forward here. A follower's pending writes are answered by whichever comes first, the
+//! In a cluster, a follower's proposer forwards its batches of agents' writes to the leader,
+//! and a follower's keepalives and reads are forwarded too (`forward.rs`); the peer server
+//! answers what other nodes forward here. Only agents' requests cross the peer port, by the
+//! types: the node's own commands (`proposer::NodeCommand`) are proposed only by a leader and
+//! have no encoding on the peer wire. A queued request's `wait_ms` is a deadline in the
+//! replicated state, so no node times a wait itself and a new leader loses none. A follower's pending writes are answered by whichever comes first, the
 //! leader's forwarded reply or this node applying the entry; deferred answers and notices come
 //! from this node's own applied entries: every replica applies the same log, so an agent hears
 //! them from whichever node it is connected to.
@@ -32,11 +36,12 @@
 //! # Layout
 //! - `start.rs`: [`Node`]: start and shutdown.
 //! - `handle.rs`: [`NodeHandle`]: submit, the reads, membership.
-//! - `waits.rs`: pending requests and their deadlines; final answers.
-//! - `proposer.rs`: the task that batches commands into log entries.
+//! - `waits.rs`: pending requests and their commit deadlines; final answers.
+//! - `proposer.rs`: the task that batches agents' writes and the node's own commands into log
+//!   entries.
 //! - `fan_out.rs`: applied entries to waits, front door, keeper and metrics.
 //! - `lease_keeper.rs`: the actor around `lessor.rs`, the sans-I/O keepalive deadlines on the
-//!   leader; expiry proposals.
+//!   leader; lease and wait expiry proposals.
 //! - `supervisor.rs`: starts the keeper linked, watches the tasks; any failure stops the node.
 //! - `forward.rs`: forwarding to the leader.
 //! - `metrics.rs`: request, lease and resource metrics (names and help texts).

@@ -5,13 +5,21 @@
 //! flight wait in the channel and go out together in the next entry.
 //!
 //! ```text
-//!  Proposer::submit(cmd, answer) ─▶ channel ─▶ task: recv_many(batch_max)
-//!                                               ─▶ raft.propose_batch  (or, on a follower,
-//!                                                  forwarded to the leader whole)
-//!                                               ─▶ each reply to its answer: an agent's to the
-//!                                                  waits component, the node's own to its caller
-//!                                               ─▶ the next batch
+//!  Proposer::write(AgentWrite, origin) ─┐
+//!  Proposer::propose(NodeCommand)  ─────┴▶ channel ─▶ task: recv_many(batch_max)
+//!     agents' writes ─▶ on a follower: forwarded to the leader whole (PeerRequest::Writes)
+//!     the node's own  ─▶ on a follower: refused NotLeader, never forwarded
+//!     the rest        ─▶ raft.propose_batch (this node leads)
+//!     ─▶ each reply to its answer: an agent's to the waits component, the node's own to its
+//!        caller ─▶ the next batch
 //! ```
+//!
+//! Two kinds of proposal, two types: an agent's write ([`AgentWrite`], answered through the
+//! waits component) may be forwarded to the leader; the node's own commands ([`NodeCommand`]:
+//! lease expiry, wait expiry, limits, answered to their caller) are proposed only by a leader,
+//! with its own term, and have no way onto the peer port (the forwarder takes `AgentWrite`s
+//! only). A follower's keeper or configuration step that proposes gets
+//! [`NodeError::NotLeader`].
 //!
 //! A task, not an actor: the batch is proposed and answered inline, so a command crosses one
 //! channel on its way to Raft (an actor would need a task per batch and a message back when it
@@ -30,39 +38,64 @@ use tokio::sync::{mpsc, oneshot};
 use super::NodeError;
 use super::forward::Forwarder;
 use super::waits::Waits;
+use crate::raft::transport::AgentWrite;
 use crate::raft::{Origin, RaftHandle};
-use crate::state_machine::{Command, Reply};
+use crate::state_machine::{Command, LeaseId, Limits, Reply};
 
-/// Where the reply to a proposed command goes.
-pub(crate) enum Answer {
-    /// An agent's write: to the waits component, which answers the agent.
-    Agent(Origin),
-    /// The node's own command (expiry, a wait's cancel, limits): to its caller.
-    Caller(oneshot::Sender<Result<Reply, NodeError>>),
+/// A command the node proposes on its own behalf, only while it leads.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum NodeCommand {
+    /// The keeper found these leases past their deadline.
+    ExpireLeases {
+        /// The leader's term.
+        term: u64,
+        /// The overdue leases.
+        leases: Vec<LeaseId>,
+    },
+    /// The keeper found a wait deadline passed.
+    ExpireWaits {
+        /// The leader's term.
+        term: u64,
+    },
+    /// The configured limits differ from the replicated ones.
+    Configure {
+        /// The new limits.
+        limits: Limits,
+    },
 }
 
-impl Answer {
-    fn send(self, waits: &Waits, result: Result<Reply, NodeError>) {
-        match (self, result) {
-            (Answer::Agent(origin), Ok(reply)) => waits.replied(&origin, reply),
-            (Answer::Agent(origin), Err(error)) => waits.failed(&origin, &error),
-            // The caller may have given up (its timeout): nothing to do then.
-            (Answer::Caller(caller), result) => {
-                let _ = caller.send(result);
-            }
+impl NodeCommand {
+    /// The log's command.
+    fn into_command(self) -> Command {
+        match self {
+            NodeCommand::ExpireLeases { term, leases } => Command::ExpireLeases { term, leases },
+            NodeCommand::ExpireWaits { term } => Command::ExpireWaits { term },
+            NodeCommand::Configure { limits } => Command::Configure { limits },
         }
     }
+}
+
+/// What waits in the channel: an agent's write or one of the node's own commands, each with
+/// where its reply goes.
+enum Queued {
+    /// An agent's write: its reply goes to the waits component, keyed by `origin`.
+    Write { write: AgentWrite, origin: Origin },
+    /// The node's own command: its reply goes to the caller.
+    Own {
+        command: NodeCommand,
+        caller: oneshot::Sender<Result<Reply, NodeError>>,
+    },
 }
 
 /// A handle to the proposer task. Cheap to clone; the task ends when the last handle is dropped.
 #[derive(Clone)]
 pub(crate) struct Proposer {
-    queue: mpsc::UnboundedSender<(Command, Answer)>,
+    queue: mpsc::UnboundedSender<Queued>,
 }
 
 impl Proposer {
-    /// Starts the task. `batch_max` bounds the commands in one entry; `forwarder` sends batches
-    /// to the leader in a cluster.
+    /// Starts the task. `batch_max` bounds the commands in one entry; `forwarder` sends
+    /// agents' writes to the leader in a cluster.
     pub(crate) fn start(
         raft: Arc<RaftHandle>,
         waits: Arc<Waits>,
@@ -76,43 +109,33 @@ impl Proposer {
         let task = tokio::spawn(async move {
             // Fires when the task ends in any way: returns, panics or is aborted.
             let _ended = Ended(Some(ended_tx));
-            run(raft, waits, forwarder, batch_max.max(1), receiver).await;
+            let task = Task {
+                raft,
+                waits,
+                forwarder,
+            };
+            task.run(batch_max.max(1), receiver).await;
         });
         (Proposer { queue }, task, ended)
     }
 
-    /// Queues `command` for the next entry, now: commands are proposed in the order of the
-    /// calls (one agent's pipelined writes reach the log in the order it sent them).
-    pub(crate) fn submit(&self, command: Command, answer: Answer) -> Result<(), NodeError> {
+    /// Queues an agent's write for the next entry, now: writes are proposed in the order of
+    /// the calls (one agent's pipelined writes reach the log in the order it sent them). Its
+    /// reply goes to the waits component under `origin`.
+    pub(crate) fn write(&self, write: AgentWrite, origin: Origin) -> Result<(), NodeError> {
         self.queue
-            .send((command, answer))
+            .send(Queued::Write { write, origin })
             .map_err(|_| NodeError::Stopping)
     }
 
-    /// Proposes one of the node's own commands and waits for its reply.
-    pub(crate) async fn propose(&self, command: Command) -> Result<Reply, NodeError> {
+    /// Proposes one of the node's own commands and waits for its reply. On a node that does
+    /// not lead: [`NodeError::NotLeader`], and nothing leaves the node.
+    pub(crate) async fn propose(&self, command: NodeCommand) -> Result<Reply, NodeError> {
         let (caller, reply) = oneshot::channel();
-        self.submit(command, Answer::Caller(caller))?;
+        self.queue
+            .send(Queued::Own { command, caller })
+            .map_err(|_| NodeError::Stopping)?;
         reply.await.map_err(|_| NodeError::Stopping)?
-    }
-}
-
-impl Proposer {
-    /// Cancels a waiter whose `wait_ms` ran out (a grant that came first wins). Its entry
-    /// answers the waiting request (`timeout`), through the fan-out.
-    pub(crate) fn cancel_wait(&self, origin: Origin) {
-        let proposer = self.clone();
-        tokio::spawn(async move {
-            let command = Command::CancelWait {
-                agent: origin.agent.clone(),
-                request_id: origin.request_id.clone(),
-            };
-            if let Err(error) = proposer.propose(command).await {
-                // The agent's SDK resends the same id, which re-arms the wait.
-                tracing::warn!(agent = %origin.agent, id = %origin.request_id, %error,
-                    "could not cancel a timed-out wait");
-            }
-        });
     }
 }
 
@@ -127,41 +150,135 @@ impl Drop for Ended {
     }
 }
 
-/// The task: one batch at a time, in arrival order.
-async fn run(
+/// The task's parts.
+struct Task {
     raft: Arc<RaftHandle>,
     waits: Arc<Waits>,
     forwarder: Option<Forwarder>,
-    batch_max: usize,
-    mut queue: mpsc::UnboundedReceiver<(Command, Answer)>,
-) {
-    let mut batch = Vec::with_capacity(batch_max);
-    while queue.recv_many(&mut batch, batch_max).await > 0 {
-        let (commands, answers): (Vec<Command>, Vec<Answer>) = batch.drain(..).unzip();
-        // On a follower the batch goes to the leader; it comes back when this node leads (a
+}
+
+impl Task {
+    /// One batch at a time, in arrival order.
+    async fn run(&self, batch_max: usize, mut queue: mpsc::UnboundedReceiver<Queued>) {
+        let mut batch = Vec::with_capacity(batch_max);
+        while queue.recv_many(&mut batch, batch_max).await > 0 {
+            let mut writes = Vec::new();
+            let mut origins = Vec::new();
+            let mut own = Vec::new();
+            let mut callers = Vec::new();
+            for queued in batch.drain(..) {
+                match queued {
+                    Queued::Write { write, origin } => {
+                        writes.push(write);
+                        origins.push(origin);
+                    }
+                    Queued::Own { command, caller } => {
+                        own.push(command);
+                        callers.push(caller);
+                    }
+                }
+            }
+            self.propose(writes, origins, own, callers).await;
+        }
+    }
+
+    /// Proposes one batch: the writes through the leader (forwarded when this node follows),
+    /// the node's own commands only here, and only while this node leads.
+    async fn propose(
+        &self,
+        writes: Vec<AgentWrite>,
+        origins: Vec<Origin>,
+        own: Vec<NodeCommand>,
+        callers: Vec<oneshot::Sender<Result<Reply, NodeError>>>,
+    ) {
+        // On a follower the writes go to the leader; they come back when this node leads (a
         // single node, or a follower that won an election meanwhile).
-        let local = match &forwarder {
-            Some(forwarder) => forwarder.propose(commands).await,
-            None => Ok(Err(commands)),
+        let (writes, origins) = match &self.forwarder {
+            Some(forwarder) if !writes.is_empty() => match forwarder.propose(writes).await {
+                Ok(Ok(replies)) => {
+                    self.answer_writes(&origins, Ok(replies));
+                    (Vec::new(), Vec::new())
+                }
+                Ok(Err(writes)) => (writes, origins),
+                Err(error) => {
+                    self.answer_writes(&origins, Err(error));
+                    (Vec::new(), Vec::new())
+                }
+            },
+            _ => (writes, origins),
         };
-        let replies = match local {
-            Ok(Ok(replies)) => Ok(replies),
-            Ok(Err(commands)) => raft
-                .propose_batch(commands)
-                .await
-                .map(|proposed| proposed.into_iter().map(|p| p.reply).collect())
-                .map_err(NodeError::from),
-            Err(error) => Err(error),
+        // The node's own commands are never forwarded: a follower refuses them.
+        let (own, callers) = if own.is_empty() || self.raft.is_leader() {
+            (own, callers)
+        } else {
+            let error = NodeError::NotLeader {
+                node: self.raft.node_id(),
+                leader: self.raft.leader().map(|(id, _)| id),
+            };
+            for caller in callers {
+                // The caller may have given up (its timeout): nothing to do then.
+                let _ = caller.send(Err(error.clone()));
+            }
+            (Vec::new(), Vec::new())
         };
+        self.propose_here(writes, &origins, own, callers).await;
+    }
+
+    /// Proposes `writes` and `own` in one entry on this node (it leads) and answers each. The
+    /// writes come first, in their order, then the node's own commands: all arrived while the
+    /// previous entry was in flight, so either order is one the log could have had, and one
+    /// agent's writes keep theirs.
+    async fn propose_here(
+        &self,
+        writes: Vec<AgentWrite>,
+        origins: &[Origin],
+        own: Vec<NodeCommand>,
+        callers: Vec<oneshot::Sender<Result<Reply, NodeError>>>,
+    ) {
+        if writes.is_empty() && own.is_empty() {
+            return;
+        }
+        let commands: Vec<Command> = writes
+            .into_iter()
+            .map(AgentWrite::into_command)
+            .chain(own.into_iter().map(NodeCommand::into_command))
+            .collect();
+        let replies = self
+            .raft
+            .propose_batch(commands)
+            .await
+            .map(|proposed| proposed.into_iter().map(|p| p.reply).collect::<Vec<_>>())
+            .map_err(NodeError::from);
         match replies {
-            Ok(replies) => {
-                for (answer, reply) in answers.into_iter().zip(replies) {
-                    answer.send(&waits, Ok(reply));
+            Ok(mut replies) => {
+                // One reply per command (`propose_batch`); a short answer leaves the callers
+                // past it unanswered (`Stopping` when dropped), never a panic here.
+                let own_replies = replies.split_off(origins.len().min(replies.len()));
+                self.answer_writes(origins, Ok(replies));
+                for (caller, reply) in callers.into_iter().zip(own_replies) {
+                    let _ = caller.send(Ok(reply));
                 }
             }
             Err(error) => {
-                for answer in answers {
-                    answer.send(&waits, Err(error.clone()));
+                self.answer_writes(origins, Err(error.clone()));
+                for caller in callers {
+                    let _ = caller.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// Hands the writes' replies (or the batch's failure) to the waits component.
+    fn answer_writes(&self, origins: &[Origin], replies: Result<Vec<Reply>, NodeError>) {
+        match replies {
+            Ok(replies) => {
+                for (origin, reply) in origins.iter().zip(replies) {
+                    self.waits.replied(origin, reply);
+                }
+            }
+            Err(error) => {
+                for origin in origins {
+                    self.waits.failed(origin, &error);
                 }
             }
         }

@@ -163,10 +163,7 @@ impl Node {
             propose_timeout,
             forwarder,
         };
-        let timer = {
-            let proposer = handle.proposer.clone();
-            tokio::spawn(waits.run_timer(move |origin| proposer.cancel_wait(origin)))
-        };
+        let timer = tokio::spawn(waits.run_timer());
         let peer_acceptor = match &peer_tls {
             Some(files) => Some(
                 PeerAcceptor::new(files, raft.clone())
@@ -179,6 +176,7 @@ impl Node {
                 listener,
                 node_id,
                 CLUSTER_NAME.to_string(),
+                transport::frame_max_bytes(&config.raft),
                 raft.clone(),
                 network.election_clock(),
                 handle.clone(),

@@ -1,25 +1,30 @@
 //! The waits component: every agent write this node has taken and not answered yet, with its
-//! deadlines. It owns a request's lifecycle from submission to its one final answer, so a front
-//! door only decodes, submits and publishes.
+//! commit deadline. It owns a request's lifecycle from submission to its one final answer, so
+//! a front door only decodes, submits and publishes.
 //!
 //! ```text
 //!  NodeHandle::submit(write) ─▶ register(origin, respond)   commit deadline = now + propose_timeout
 //!  its command applied (fan-out, on the sm worker) or the proposer's result (a follower's
 //!  forwarded batch), whichever comes first:
-//!      replied(origin, Queued) ─▶ queued: permit released; wait deadline = now + wait_ms (n > 0)
+//!      replied(origin, Queued) ─▶ queued: permit released, commit deadline disarmed
 //!      replied(origin, other)  ─▶ respond(final answer)
 //!  a queued request's Event::Respond (grant, timeout, lease end) ─▶ respond(final answer)
 //!  proposer failed (no leader, overloaded, ...) ─▶ failed(origin, error) ─▶ respond(unavailable)
 //!  timer task: commit deadline ─▶ respond(unavailable: no commit within ...)
-//!              wait deadline   ─▶ cancel(origin): CancelWait through the log; its entry
-//!                                 answers `timeout` (or the grant won the race)
 //! ```
+//!
+//! A queued request's `wait_ms` is not timed here: its deadline is in the replicated state
+//! (the machine's `wait_deadline.rs`) and the leader's keeper proposes its end, whose entry
+//! answers `timeout` on every node through `Event::Respond`. So this node arms no wait timer
+//! and proposes nothing: a follower whose leader is gone while its agent waits still gets the
+//! final answer, from the entry the next leader's keeper proposes (the deadline was in the
+//! state it took over); a node cut off from the majority answers when it hears the log again.
 //!
 //! Invariants:
 //! 1. An entry leaves the map exactly when its final answer is handed to `respond`, so a
 //!    request gets at most one final answer from this node, and none after it.
-//! 2. An entry has at most one armed deadline: the commit deadline while it is not queued, the
-//!    wait deadline (if any) while it is queued. `deadlines` holds exactly the armed ones.
+//! 2. An entry has at most one armed deadline, its commit deadline, and only while it is not
+//!    queued. `deadlines` holds exactly the armed ones.
 //! 3. A resend of a pending request id (the SDK's same-id retry) does not take a second entry:
 //!    its `respond` replaces the first (the newest connection or reply route is the live one).
 //! 4. `respond` is never called with the map locked.
@@ -41,17 +46,9 @@ use crate::state_machine::Reply;
 /// most; dropped uncalled when a resend of the same id replaced it.
 pub type Respond = Box<dyn FnOnce(Response) + Send>;
 
-/// One armed deadline's key: when, then a sequence number to keep keys distinct.
+/// One armed commit deadline's key: when, then a sequence number to keep keys distinct. When
+/// it passes, the request was not answered within `propose_timeout`: `unavailable`.
 type DeadlineKey = (Instant, u64);
-
-/// What a deadline does when it passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Deadline {
-    /// The request was not answered within `propose_timeout`: answer `unavailable`.
-    Commit,
-    /// A queued request's `wait_ms` ran out: cancel it through the log.
-    Wait,
-}
 
 /// A request waiting for its final answer.
 struct Pending {
@@ -61,14 +58,12 @@ struct Pending {
     op: &'static str,
     /// When it was submitted (the first send, for a resend).
     started: Instant,
-    /// Its `wait_ms`, for an acquire or reserve.
-    wait_ms: Option<u64>,
     /// Whether the machine queued it.
     queued: bool,
     /// Its ingress permit, held until it is queued or answered.
     permit: Option<OwnedSemaphorePermit>,
-    /// The armed deadline, if any (invariant 2).
-    deadline: Option<(DeadlineKey, Deadline)>,
+    /// The armed commit deadline, if any (invariant 2).
+    deadline: Option<DeadlineKey>,
 }
 
 /// The map and the deadlines, changed together under one lock.
@@ -83,20 +78,20 @@ struct Inner {
 }
 
 impl Inner {
-    /// Arms `kind` for `origin`'s entry at `at`, replacing what it had armed.
-    fn arm(&mut self, origin: &Origin, kind: Deadline, at: Instant) {
+    /// Arms `origin`'s commit deadline at `at`, replacing what it had armed.
+    fn arm(&mut self, origin: &Origin, at: Instant) {
         self.disarm(origin);
         self.seq += 1;
         let key = (at, self.seq);
         if let Some(pending) = self.pending.get_mut(origin) {
-            pending.deadline = Some((key, kind));
+            pending.deadline = Some(key);
             self.deadlines.insert(key, origin.clone());
         }
     }
 
     /// Disarms `origin`'s deadline, if any.
     fn disarm(&mut self, origin: &Origin) {
-        if let Some((key, _)) = self
+        if let Some(key) = self
             .pending
             .get_mut(origin)
             .and_then(|pending| pending.deadline.take())
@@ -146,7 +141,6 @@ impl Waits {
         &self,
         origin: Origin,
         op: &'static str,
-        wait_ms: Option<u64>,
         permit: OwnedSemaphorePermit,
         respond: Respond,
     ) {
@@ -162,7 +156,6 @@ impl Waits {
                 respond,
                 op,
                 started: now,
-                wait_ms,
                 queued: false,
                 permit: Some(permit),
                 deadline: None,
@@ -174,16 +167,17 @@ impl Waits {
             .keys()
             .next()
             .is_none_or(|(first, _)| at < *first);
-        inner.arm(&origin, Deadline::Commit, at);
+        inner.arm(&origin, at);
         drop(inner);
         if earliest {
             self.wake.notify_one();
         }
     }
 
-    /// The machine's direct reply to `origin`'s command: `Queued` arms its wait, anything else
-    /// is its final answer. Nothing happens when the request is not pending here (answered
-    /// already, or submitted on another member).
+    /// The machine's direct reply to `origin`'s command: `Queued` means committed (the commit
+    /// deadline no longer applies; the final answer comes from the log), anything else is its
+    /// final answer. Nothing happens when the request is not pending here (answered already,
+    /// or submitted on another member).
     pub(crate) fn replied(&self, origin: &Origin, reply: Reply) {
         let mut inner = self.lock();
         let Some(pending) = inner.pending.get_mut(origin) else {
@@ -195,24 +189,10 @@ impl Waits {
             finish(pending, &origin.request_id, Ok(reply));
             return;
         }
-        let first_time = !pending.queued;
         pending.queued = true;
         pending.permit = None;
-        let wait_ms = pending.wait_ms.filter(|ms| *ms > 0);
-        let armed = pending.deadline.map(|(_, kind)| kind);
-        match wait_ms {
-            // A queued request's wait starts when it is queued; a resend that finds it queued
-            // re-arms a wait whose cancel failed (nothing armed then).
-            Some(wait_ms) if first_time || armed != Some(Deadline::Wait) => {
-                let at = Instant::now() + Duration::from_millis(wait_ms);
-                inner.arm(origin, Deadline::Wait, at);
-                drop(inner);
-                self.wake.notify_one();
-            }
-            Some(_) => {}
-            // Waits until granted or its lease ends: no deadline.
-            None => inner.disarm(origin),
-        }
+        // Its wait, if it has a `wait_ms`, is timed by the log (the module's doc).
+        inner.disarm(origin);
     }
 
     /// The final answer of a queued request (an applied `Event::Respond`). Returns the reply
@@ -248,15 +228,13 @@ impl Waits {
         self.lock().pending.len()
     }
 
-    /// Runs the deadlines until aborted (at the node's shutdown): a passed commit deadline
-    /// answers `unavailable`, a passed wait deadline calls `cancel` (which proposes
-    /// `CancelWait`).
-    pub(crate) async fn run_timer(self: Arc<Self>, cancel: impl Fn(Origin) + Send + 'static) {
+    /// Runs the commit deadlines until aborted (at the node's shutdown): a passed one answers
+    /// `unavailable`.
+    pub(crate) async fn run_timer(self: Arc<Self>) {
         let commit_timeout_ms = u64::try_from(self.commit_timeout.as_millis()).unwrap_or(u64::MAX);
         loop {
             let now = Instant::now();
             let mut expired = Vec::new();
-            let mut cancels = Vec::new();
             let next = {
                 let mut inner = self.lock();
                 while let Some((&key, _)) = inner.deadlines.first_key_value() {
@@ -264,16 +242,9 @@ impl Waits {
                         break;
                     }
                     let origin = inner.deadlines.remove(&key).expect("the first key exists");
-                    let Some(pending) = inner.pending.get_mut(&origin) else {
-                        continue;
-                    };
-                    match pending.deadline.take() {
-                        Some((_, Deadline::Commit)) => {
-                            let pending = inner.pending.remove(&origin).expect("found above");
-                            expired.push((origin, pending));
-                        }
-                        Some((_, Deadline::Wait)) => cancels.push(origin),
-                        None => {}
+                    if let Some(mut pending) = inner.pending.remove(&origin) {
+                        pending.deadline = None;
+                        expired.push((origin, pending));
                     }
                 }
                 inner.deadlines.keys().next().map(|(at, _)| *at)
@@ -283,9 +254,6 @@ impl Waits {
                     timeout_ms: commit_timeout_ms,
                 };
                 finish(pending, &origin.request_id, Err(error));
-            }
-            for origin in cancels {
-                cancel(origin);
             }
             let woken = self.wake.notified();
             match next {
@@ -380,21 +348,14 @@ mod tests {
             .expect("a fresh semaphore has a permit")
     }
 
-    /// The timer task, with a cancel that panics: the test must not reach a wait deadline.
-    fn timer_that_must_not_cancel(waits: &Arc<Waits>) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(
-            waits
-                .clone()
-                .run_timer(|origin| panic!("cancelled {origin:?}")),
-        )
+    /// The timer task.
+    fn timer(waits: &Arc<Waits>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(waits.clone().run_timer())
     }
 
     /// Stops a timer task that must still be running (a panic inside it ends it early).
     fn stop(timer: tokio::task::JoinHandle<()>) {
-        assert!(
-            !timer.is_finished(),
-            "the timer task ended: it cancelled a wait"
-        );
+        assert!(!timer.is_finished(), "the timer task ended early");
         timer.abort();
     }
 
@@ -406,7 +367,7 @@ mod tests {
     async fn an_immediate_reply_is_the_final_answer_and_ends_the_entry() {
         let waits = Waits::new(COMMIT_TIMEOUT);
         let (seen, respond) = recorder();
-        waits.register(origin("a1"), "lock.acquire", Some(0), permit(), respond);
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
         waits.replied(&origin("a1"), Reply::Granted { token: 7 });
         assert_eq!(
             responses(&seen),
@@ -418,30 +379,25 @@ mod tests {
         assert_eq!(responses(&seen).len(), 1);
     }
 
+    /// A queued request's `wait_ms` is timed by the log, not here: past it (and past the commit
+    /// timeout) nothing happens on this node until the entry that ends the wait is applied.
     #[tokio::test(start_paused = true)]
-    async fn a_queued_request_is_cancelled_when_its_wait_runs_out_and_answered_by_the_log() {
+    async fn a_queued_wait_is_answered_by_the_log_never_by_a_timer_here() {
         let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
-        let cancelled = Arc::new(StdMutex::new(Vec::new()));
-        let timer = {
-            let cancelled = cancelled.clone();
-            tokio::spawn(waits.clone().run_timer(move |origin| {
-                cancelled.lock().expect("test lock").push(origin);
-            }))
-        };
+        let timer = timer(&waits);
         let (seen, respond) = recorder();
-        waits.register(origin("a1"), "lock.acquire", Some(300), permit(), respond);
+        // A `lock.acquire` with `wait_ms: 300`, queued.
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
         waits.replied(&origin("a1"), Reply::Queued);
-        tokio::time::sleep(Duration::from_millis(299)).await;
-        assert!(cancelled.lock().expect("test lock").is_empty());
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        assert_eq!(*cancelled.lock().expect("test lock"), vec![origin("a1")]);
+        tokio::time::sleep(COMMIT_TIMEOUT + Duration::from_millis(301)).await;
         assert!(
             responses(&seen).is_empty(),
-            "the cancel's entry answers, not the timer"
+            "no timer answers a queued wait"
         );
+        assert_eq!(waits.len(), 1);
         let timeout = Reply::Refused {
             code: ErrorCode::Timeout,
-            message: "waited 300 ms".into(),
+            message: "wait_ms elapsed before the resource was granted".into(),
         };
         assert_eq!(waits.deferred(&origin("a1"), timeout), None);
         assert_eq!(
@@ -449,33 +405,19 @@ mod tests {
             vec![Response::error(
                 Some("a1".into()),
                 ErrorCode::Timeout,
-                "waited 300 ms"
+                "wait_ms elapsed before the resource was granted"
             )]
         );
         assert_eq!(waits.len(), 0);
-        timer.abort();
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_queued_request_without_wait_ms_has_no_deadline() {
-        let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
-        let timer = timer_that_must_not_cancel(&waits);
-        let (seen, respond) = recorder();
-        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
-        waits.replied(&origin("a1"), Reply::Queued);
-        // Past the commit deadline too: queued means committed.
-        tokio::time::sleep(COMMIT_TIMEOUT * 3).await;
-        assert!(responses(&seen).is_empty());
-        assert_eq!(waits.len(), 1);
         stop(timer);
     }
 
     #[tokio::test(start_paused = true)]
     async fn no_commit_in_time_is_answered_unavailable() {
         let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
-        let timer = timer_that_must_not_cancel(&waits);
+        let timer = timer(&waits);
         let (seen, respond) = recorder();
-        waits.register(origin("g1"), "lease.grant", None, permit(), respond);
+        waits.register(origin("g1"), "lease.grant", permit(), respond);
         tokio::time::sleep(COMMIT_TIMEOUT + Duration::from_millis(1)).await;
         assert_eq!(
             responses(&seen),
@@ -493,10 +435,10 @@ mod tests {
     async fn a_resend_replaces_the_first_respond_and_is_answered_once() {
         let waits = Waits::new(COMMIT_TIMEOUT);
         let (first, respond) = recorder();
-        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
         waits.replied(&origin("a1"), Reply::Queued);
         let (second, respond) = recorder();
-        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
         // The resend's own reply is `Queued` again (the dedup memory): still one entry.
         waits.replied(&origin("a1"), Reply::Queued);
         assert_eq!(waits.len(), 1);
@@ -515,7 +457,7 @@ mod tests {
     async fn a_failure_ends_a_request_not_yet_queued_but_not_a_queued_one() {
         let waits = Waits::new(COMMIT_TIMEOUT);
         let (seen, respond) = recorder();
-        waits.register(origin("a1"), "lock.acquire", None, permit(), respond);
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
         waits.replied(&origin("a1"), Reply::Queued);
         waits.failed(&origin("a1"), &NodeError::Stopping);
         assert!(
@@ -523,7 +465,7 @@ mod tests {
             "a resend's failure leaves the queued first"
         );
         let (seen, respond) = recorder();
-        waits.register(origin("g1"), "lease.grant", None, permit(), respond);
+        waits.register(origin("g1"), "lease.grant", permit(), respond);
         waits.failed(&origin("g1"), &NodeError::NoLeader { waited_ms: 2_000 });
         let [response] = &responses(&seen)[..] else {
             panic!("one answer");

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::error::RaftError;
 use crate::ConfigError;
 
+/// Largest snapshot chunk openraft sends in one `InstallSnapshot`: 1 MiB, so a chunk never
+/// holds a heartbeat back for long.
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
+
 /// Local Raft settings. Units are in the names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -127,9 +131,9 @@ impl RaftConfig {
             snapshot_policy,
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
             purge_batch_size: 1,
-            // Snapshot chunks of 1 MiB: a chunk never holds a heartbeat back for long, and
-            // stays far under the transport's frame bound.
-            snapshot_max_chunk_size: 1 << 20,
+            // Snapshot chunks of 1 MiB: a chunk never holds a heartbeat back for long; the
+            // transport's frame bound is sized from it (`transport::frame_max_bytes`).
+            snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
             // Followers campaign on Hivekeeper's timer (`election.rs`), not on openraft's tick.
             enable_elect: false,
             ..openraft::Config::default()

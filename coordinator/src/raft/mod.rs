@@ -399,16 +399,23 @@ impl RaftHandle {
                 max: BATCH_MAX,
             });
         }
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| {
-                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            });
+        let now_ms = RaftHandle::clock_ms();
         let response = self
             .raft
             .client_write(Proposal { now_ms, commands })
             .await?;
         Ok(response.data)
+    }
+
+    /// The clock a leader stamps into its entries (`Proposal::now_ms`): wall-clock ms since
+    /// the Unix epoch. The leader's keeper compares the machine's wait deadlines with it, so
+    /// it proposes a wait's expiry when the entry's own stamp will have reached the deadline.
+    pub fn clock_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| {
+                u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+            })
     }
 
     /// Reads the machine as applied on this node so far. Not linearizable: a follower may lag

@@ -93,6 +93,7 @@ impl TcpNetwork {
             cluster,
             faults,
             tls,
+            frame_max_bytes: crate::raft::transport::frame_max_bytes(config),
         };
         TcpNetwork {
             raft_pool: PeerPool::new(dialler.clone()),

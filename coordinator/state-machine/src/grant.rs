@@ -21,6 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::dedup::{Dedup, Slot};
 use super::lease::{Lease, LeaseId};
+use super::wait_deadline::WaitDeadlines;
 use super::{Ctx, Event, NameMap, ReleaseReason, Reply, Text};
 
 /// Tokens are `position << TOKEN_INDEX_SHIFT` (plus a count when one command grants several), so
@@ -128,13 +129,19 @@ pub struct Waiter {
     pub seq: u64,
 }
 
-/// Where a pending request waits.
+/// Where a pending request waits, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Wait {
     /// The lease it waits under.
     pub lease: LeaseId,
     /// The resource.
     pub key: ResourceKey,
+    /// When its `wait_ms` runs out on the machine's clock (`since + wait_ms`), absent for a
+    /// request that waits until granted or its lease ends. Absent too for a wait queued by a
+    /// build before deadlines were replicated (data format 1 without this field): such a
+    /// wait keeps waiting, as it did across a failover then. See `wait_deadline.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
 }
 
 /// One agent's pending waits by request id: a vector sorted by id, serialized as the map it
@@ -221,10 +228,13 @@ pub struct Core {
     pub leases: HashMap<LeaseId, Lease, foldhash::fast::RandomState>,
     /// The last token handed out (0 before the first grant).
     pub token_last: u64,
-    /// Pending waits by agent, then request id: how a retry or a `CancelWait` finds its queue
-    /// slot.
+    /// Pending waits by agent, then request id: how a retry or an expiry finds its queue slot.
     #[serde(serialize_with = "super::snapshot::sorted")]
     pub waiting: NameMap<PendingWaits>,
+    /// The waits of `waiting` that have a deadline, earliest first: derived from `waiting`,
+    /// left out of the snapshot and rebuilt on restore.
+    #[serde(skip)]
+    pub deadlines: WaitDeadlines,
     /// Outcomes of recent completed requests, for retries.
     pub dedup: Dedup,
 }
@@ -400,7 +410,9 @@ impl Core {
     }
 
     /// Records a new waiter for `key` and emits [`Event::Queued`]: the caller appends the
-    /// waiter to the resource's queue.
+    /// waiter to the resource's queue. A `wait_ms` gives the wait its deadline, `now + wait_ms`
+    /// on the machine's clock (`wait_deadline.rs`).
+    #[allow(clippy::too_many_arguments)]
     pub fn enqueue(
         &mut self,
         ctx: &mut Ctx,
@@ -409,7 +421,12 @@ impl Core {
         agent: &Text,
         request_id: &str,
         permits: u32,
+        wait_ms: Option<u64>,
     ) -> Waiter {
+        let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
+        if let Some(deadline_ms) = deadline_ms {
+            self.deadlines.insert(deadline_ms, agent, request_id);
+        }
         self.leases
             .get_mut(&lease)
             .expect("the caller checked the lease is live")
@@ -420,6 +437,7 @@ impl Core {
             Wait {
                 lease,
                 key: key.clone(),
+                deadline_ms,
             },
         );
         ctx.events.push(Event::Queued {
@@ -513,7 +531,13 @@ impl Core {
 
     fn forget_wait(&mut self, waiter: &Waiter) {
         if let Some(waits) = self.waiting.get_mut(&waiter.agent) {
-            waits.remove(&waiter.request_id);
+            if let Some(deadline_ms) = waits
+                .remove(&waiter.request_id)
+                .and_then(|wait| wait.deadline_ms)
+            {
+                self.deadlines
+                    .remove(deadline_ms, &waiter.agent, &waiter.request_id);
+            }
             if waits.is_empty() {
                 self.waiting.remove(&waiter.agent);
             }
@@ -582,18 +606,14 @@ impl Core {
                     .waiting
                     .get(&lease.agent)
                     .and_then(|waits| waits.get(request_id));
-                if indexed
-                    != Some(&Wait {
-                        lease: *id,
-                        key: key.clone(),
-                    })
-                {
+                if indexed.is_none_or(|wait| wait.lease != *id || wait.key != *key) {
                     return Err(format!(
                         "lease {id} waits for {key} as {request_id:?}, but the index disagrees"
                     ));
                 }
             }
         }
+        self.deadlines.check_invariants(&self.waiting)?;
         self.dedup.check_invariants()
     }
 

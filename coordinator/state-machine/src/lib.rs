@@ -26,7 +26,10 @@
 //!                    │              its lease: Event::Respond { key, .. } (its queue exit)
 //!                    └─ refuse    ─▶ Reply::Refused { code, message } (state unchanged)
 //!  apply(meta, Command::ExpireLeases { term, leases })   leader only; stale terms ignored
-//!  apply(meta, Command::CancelWait { agent, request_id }) a `wait_ms` ran out
+//!  apply(meta, Command::ExpireWaits { term })             leader only; ends the waits whose
+//!                                                         deadline_ms (queued at now + wait_ms)
+//!                                                         has passed on the machine's clock
+//!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
 //!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
@@ -42,6 +45,7 @@
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares.
 //! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
+//! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds.
@@ -57,6 +61,7 @@ mod lock;
 mod request;
 mod semaphore;
 mod snapshot;
+mod wait_deadline;
 mod waypoint;
 
 #[cfg(test)]
@@ -71,6 +76,8 @@ mod lock_test;
 mod semaphore_test;
 #[cfg(test)]
 mod test_support;
+#[cfg(test)]
+mod wait_deadline_test;
 #[cfg(test)]
 mod waypoint_test;
 
@@ -138,12 +145,23 @@ pub enum Command {
         /// The leases to expire.
         leases: Vec<LeaseId>,
     },
-    /// A waiter's `wait_ms` ran out: cancel it unless it was granted first.
+    /// Legacy: what nodes proposed when a waiter's `wait_ms` ran out, before wait deadlines
+    /// were replicated. No node proposes it now ([`Command::ExpireWaits`] replaced it); an
+    /// old log's entry still applies as it did: the named waiter is cancelled unless it was
+    /// granted first.
     CancelWait {
         /// The waiting agent.
         agent: String,
         /// The id of the waiting request.
         request_id: String,
+    },
+    /// The leader found waits past their deadline: ends every wait whose `deadline_ms` has
+    /// passed on the machine's clock (none other, whatever the proposer believed), each
+    /// answered `timeout` through [`Event::Respond`]. Ignored when `term` is older than a term
+    /// already applied, like [`Command::ExpireLeases`] (`wait_deadline.rs`).
+    ExpireWaits {
+        /// The proposing leader's term.
+        term: u64,
     },
     /// Replace the replicated limits.
     Configure {
@@ -198,7 +216,12 @@ pub enum Reply {
         /// Leases expired by this entry.
         leases: Vec<LeaseId>,
     },
-    /// `CancelWait`: whether a waiter was cancelled (false when the grant won the race).
+    /// `ExpireWaits`: how many waits ended (0 for a stale term or when none was due).
+    WaitsExpired {
+        /// Waits answered `timeout` by this entry.
+        count: u64,
+    },
+    /// `CancelWait` (legacy): whether a waiter was cancelled (false when the grant won).
     Cancelled {
         /// True if the waiter was still queued and is now answered `timeout`.
         cancelled: bool,
@@ -474,6 +497,7 @@ impl StateMachine {
                     self.expire_leases(&mut ctx, &leases)
                 }
             }
+            Command::ExpireWaits { term } => self.expire_waits(&mut ctx, term),
             Command::CancelWait { agent, request_id } => {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
@@ -602,18 +626,6 @@ impl StateMachine {
             ResourceKind::Sem => self.sem_inspect(name),
             ResourceKind::Waypoint => self.waypoint_inspect(name),
         }
-    }
-
-    /// Cancels a waiter whose `wait_ms` ran out. If the grant came first there is nothing to do:
-    /// a grant is never taken back by a timeout.
-    fn cancel_wait(&mut self, ctx: &mut Ctx, agent: &str, request_id: &str) -> Reply {
-        let Some(key) = self.core.waiting_key(agent, request_id) else {
-            return Reply::Cancelled { cancelled: false };
-        };
-        let message = "wait_ms elapsed before the resource was granted";
-        self.remove_waiter(ctx, &key, agent, request_id, ErrorCode::Timeout, message);
-        self.settle(ctx, std::slice::from_ref(&key));
-        Reply::Cancelled { cancelled: true }
     }
 
     /// `lock.release`, `sem.release`, `waypoint.release`: ends the lease's hold and grants what

@@ -72,7 +72,9 @@ impl StateMachine {
             {
                 return refusal;
             }
-            let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
+            let waiter = self
+                .core
+                .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
             lock.waiters.push_back(waiter);
             return Reply::Queued;
         }

@@ -54,8 +54,8 @@ pub enum AgentOp {
         name: String,
         /// The lease the lock will be bound to.
         lease: String,
-        /// Absent: wait while the lease lives. `0`: try once. `n`: wait at most n ms (the node
-        /// proposes the `CancelWait`).
+        /// Absent: wait while the lease lives. `0`: try once. `n`: wait at most n ms (a queued
+        /// request's deadline is replicated; the leader proposes `ExpireWaits`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },

@@ -126,7 +126,7 @@ impl StateMachine {
         }
         let waiter = self
             .core
-            .enqueue(ctx, &key, lease, agent, request_id, permits);
+            .enqueue(ctx, &key, lease, agent, request_id, permits, wait_ms);
         sem.waiters.push_back(waiter);
         Reply::Queued
     }

@@ -17,6 +17,7 @@ use std::hash::BuildHasher;
 
 use serde::{Deserialize, Serialize, Serializer};
 
+use super::wait_deadline::WaitDeadlines;
 use super::{Error, StateMachine};
 
 /// Serializes a hash map in key order, so the bytes do not depend on the hasher's seed or on
@@ -71,6 +72,7 @@ impl StateMachine {
         state.limits.validate().map_err(Error::SnapshotLimits)?;
         state.core.dedup.set_limits(&state.limits);
         state.waypoints.rebuild_index();
+        state.core.deadlines = WaitDeadlines::rebuild(&state.core.waiting);
         state.check_invariants().map_err(Error::SnapshotInvariant)?;
         Ok(state)
     }

@@ -76,6 +76,11 @@ impl Harness {
         }
     }
 
+    /// One lease of `ttl_ms` for each agent, granted in order; their wire ids.
+    pub fn leases<const N: usize>(&mut self, agents: [&str; N], ttl_ms: u64) -> [String; N] {
+        agents.map(|agent| self.lease(agent, ttl_ms))
+    }
+
     /// The token of a grant reply.
     pub fn token(reply: &Reply) -> u64 {
         match reply {

@@ -1,6 +1,7 @@
 //! The log and snapshot formats do not drift: bytes written by data format 1 (the build at
 //! commit 4e87a8e, before the machine had request types of its own and the log stored the
-//! wire `Request`) still decode, re-encode to the same bytes and lead to the same state.
+//! wire `Request`) still decode, re-encode to the same bytes and lead to the same state (plus
+//! the wait deadlines the machine has replicated since: `wait_deadline.rs`).
 //!
 //! `tests/data/commands-format1.json` is a log of 32 commands (`Vec<Command>` as JSON, as a
 //! Raft entry's `Proposal::commands` stores them), covering every command and every write op,
@@ -72,10 +73,40 @@ fn replaying_the_format1_log_gives_the_format1_snapshot() {
         }
     }
     // Replies are in the snapshot too (the dedup memory), so equal bytes mean the same
-    // replies as well as the same state.
+    // replies as well as the same state. Since wait deadlines are replicated, the two waits
+    // still queued with a `wait_ms` (r4: 60 s, r11: 20 s) also carry their deadline, queued
+    // time + wait_ms; nothing else differs. A format 1 snapshot, which has no deadlines,
+    // still restores to its own bytes (above).
+    let golden = String::from_utf8(SNAPSHOT.to_vec()).expect("the golden snapshot is UTF-8");
+    let with_deadlines = golden
+        .replacen(
+            r#""r11":{"lease":3,"key":"waypoint:pad2"}"#,
+            r#""r11":{"lease":3,"key":"waypoint:pad2","deadline_ms":1700000037952}"#,
+            1,
+        )
+        .replacen(
+            r#""r4":{"lease":5,"key":"lock:gw/config"}"#,
+            r#""r4":{"lease":5,"key":"lock:gw/config","deadline_ms":1700000070315}"#,
+            1,
+        );
+    assert_eq!(
+        with_deadlines.len(),
+        golden.len() + 2 * r#","deadline_ms":1700000000000"#.len()
+    );
     assert!(
-        machine.snapshot() == SNAPSHOT,
+        machine.snapshot() == with_deadlines.as_bytes(),
         "replaying the log gave another state:\n{}",
         String::from_utf8_lossy(&machine.snapshot())
     );
+}
+
+/// Commands added after format 1 are additive: old entries keep their bytes, and the new
+/// command's shape is pinned here (a log written now must decode the same later).
+#[test]
+fn the_wait_expiry_command_has_a_pinned_shape() {
+    let command = Command::ExpireWaits { term: 7 };
+    let json = serde_json::to_string(&command).expect("encodes");
+    assert_eq!(json, r#"{"expire_waits":{"term":7}}"#);
+    let back: Command = serde_json::from_str(&json).expect("decodes");
+    assert_eq!(back, command);
 }

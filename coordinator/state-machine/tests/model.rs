@@ -254,7 +254,18 @@ enum Action {
         back: usize,
         early_ms: u64,
     },
-    /// Cancel the `back`-th most recent request's wait (or an id never sent).
+    /// The leader's wait expiry: ends every wait whose deadline has passed.
+    ExpireWaits {
+        term: TermPick,
+    },
+    /// Stamp the entry exactly at a pending wait's deadline (`early_ms` 0) or 1 ms before it
+    /// (`early_ms` 1): the wait ends at `queued_ms + wait_ms`, not before.
+    ExpireWaitsAtDeadline {
+        back: usize,
+        early_ms: u64,
+    },
+    /// The legacy `CancelWait` of the `back`-th most recent request's wait (or an id never
+    /// sent): old logs carry it and must replay the same.
     CancelWait {
         back: usize,
         unknown_id: bool,
@@ -457,8 +468,12 @@ fn action() -> BoxedStrategy<Action> {
             .prop_map(|(term, leases)| Action::Expire { term, leases }),
         3 => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireAtDeadline { back, early_ms }),
-        6 => (0..6usize, prop::bool::weighted(0.1))
+        3 => (0..6usize, prop::bool::weighted(0.1))
             .prop_map(|(back, unknown_id)| Action::CancelWait { back, unknown_id }),
+        3 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
+            .prop_map(|term| Action::ExpireWaits { term }),
+        3 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
         3 => Just(Action::Restore),
         1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
     ]
@@ -545,6 +560,9 @@ enum Outcome {
     Cancelled {
         cancelled: bool,
     },
+    WaitsExpired {
+        count: u64,
+    },
     Refused {
         code: ErrorCode,
     },
@@ -580,6 +598,7 @@ fn outcome_of(reply: &Reply) -> Outcome {
         Reply::Expired { leases } => Outcome::Expired {
             leases: leases.iter().map(|lease| lease.0).collect(),
         },
+        Reply::WaitsExpired { count } => Outcome::WaitsExpired { count: *count },
         Reply::Cancelled { cancelled } => Outcome::Cancelled {
             cancelled: *cancelled,
         },
@@ -651,6 +670,8 @@ struct ModelWaiter {
     permits: u32,
     since_ms: u64,
     seq: u64,
+    /// `since_ms + wait_ms` when the request had a `wait_ms`.
+    deadline_ms: Option<u64>,
     sem_limit: u32,
     area: Option<Area>,
 }
@@ -739,6 +760,13 @@ impl Model {
                 }
             }
             Command::CancelWait { agent, request_id } => self.cancel_wait(agent, request_id),
+            Command::ExpireWaits { term } => {
+                if *term < self.term_max {
+                    Outcome::WaitsExpired { count: 0 }
+                } else {
+                    self.expire_waits()
+                }
+            }
             Command::Configure { limits } => {
                 if limits_are_valid(limits) {
                     self.limits = limits.clone();
@@ -955,6 +983,39 @@ impl Model {
         Outcome::Cancelled { cancelled: true }
     }
 
+    /// Ends every wait whose deadline has passed on the machine clock: all of them leave
+    /// their queues first (answered `timeout` in deadline, agent, request id order), then
+    /// whatever became free is granted.
+    fn expire_waits(&mut self) -> Outcome {
+        let now_ms = self.now_ms;
+        let mut due: Vec<ModelWaiter> = self
+            .waiters
+            .iter()
+            .filter(|w| {
+                w.deadline_ms
+                    .is_some_and(|deadline_ms| deadline_ms <= now_ms)
+            })
+            .cloned()
+            .collect();
+        self.waiters
+            .retain(|w| w.deadline_ms.is_none_or(|deadline_ms| deadline_ms > now_ms));
+        due.sort_by(|a, b| {
+            (a.deadline_ms, &a.agent, &a.request_id).cmp(&(b.deadline_ms, &b.agent, &b.request_id))
+        });
+        for waiter in &due {
+            self.respond(waiter, refused(ErrorCode::Timeout));
+        }
+        self.grant_what_is_grantable();
+        Outcome::WaitsExpired {
+            count: due.len() as u64,
+        }
+    }
+
+    /// The earliest deadline of a pending wait.
+    fn wait_deadline_next_ms(&self) -> Option<u64> {
+        self.waiters.iter().filter_map(|w| w.deadline_ms).min()
+    }
+
     // --- resources ----------------------------------------------------------------------
 
     fn holds_of(&self, kind: ResourceKind, name: &str) -> impl Iterator<Item = &ModelHold> {
@@ -1036,8 +1097,10 @@ impl Model {
         permits: u32,
         sem_limit: u32,
         area: Option<Area>,
+        wait_ms: Option<u64>,
     ) -> Outcome {
         self.waiters.push(ModelWaiter {
+            deadline_ms: wait_ms.map(|wait_ms| self.now_ms + wait_ms),
             kind,
             name: name.to_string(),
             lease,
@@ -1085,7 +1148,7 @@ impl Model {
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        self.enqueue(kind, name, lease, agent, request_id, 1, 0, None)
+        self.enqueue(kind, name, lease, agent, request_id, 1, 0, None, wait_ms)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1137,7 +1200,7 @@ impl Model {
             return refused(ErrorCode::ResourceExhausted);
         }
         self.enqueue(
-            kind, name, lease, agent, request_id, permits, capacity, None,
+            kind, name, lease, agent, request_id, permits, capacity, None, wait_ms,
         )
     }
 
@@ -1234,7 +1297,7 @@ impl Model {
         if waypoint_waiters >= self.limits.waypoint_waiters_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        self.enqueue(kind, name, lease, agent, request_id, 1, 0, area)
+        self.enqueue(kind, name, lease, agent, request_id, 1, 0, area, wait_ms)
     }
 
     fn release(&mut self, kind: ResourceKind, agent: &str, name: &str, lease: &str) -> Outcome {
@@ -1622,29 +1685,48 @@ impl Harness {
                 Command::ExpireLeases { term, leases }
             }
             Action::ExpireAtDeadline { back, early_ms } => {
-                let now_ms = self.model.now_ms;
-                let mut deadlines: Vec<(u64, u64)> = self
+                let deadlines: Vec<(u64, u64)> = self
                     .model
                     .leases
                     .iter()
-                    .map(|lease| (lease.id, lease.granted_ms + lease.ttl_ms - early_ms))
-                    .filter(|(_, stamp_ms)| *stamp_ms >= now_ms)
+                    .map(|lease| (lease.id, lease.granted_ms + lease.ttl_ms))
                     .collect();
-                // The nearest deadlines first: a small step of the clock, not an hour's.
-                deadlines.sort_by_key(|(_, stamp_ms)| std::cmp::Reverse(*stamp_ms));
-                let Some((lease, stamp_ms)) = pick_recent(&deadlines, *back).copied() else {
+                let labels = ["expire at the deadline", "expire 1 ms before the deadline"];
+                let Some(lease) = self.stamp_at_deadline(deadlines, *back, *early_ms, labels)
+                else {
                     return Ok(());
                 };
-                self.wall_ms = stamp_ms;
-                self.count(if *early_ms == 0 {
-                    "expire at the deadline"
-                } else {
-                    "expire 1 ms before the deadline"
-                });
                 Command::ExpireLeases {
                     term: self.term,
                     leases: vec![LeaseId(lease)],
                 }
+            }
+            Action::ExpireWaits { term } => {
+                let term = match term {
+                    TermPick::Current => self.term,
+                    TermPick::Stale(k) => self.term.saturating_sub(1 + k),
+                };
+                Command::ExpireWaits { term }
+            }
+            Action::ExpireWaitsAtDeadline { back, early_ms } => {
+                let deadlines: Vec<((), u64)> = self
+                    .model
+                    .waiters
+                    .iter()
+                    .filter_map(|w| w.deadline_ms)
+                    .map(|deadline_ms| ((), deadline_ms))
+                    .collect();
+                let labels = [
+                    "expire waits at the deadline",
+                    "expire waits 1 ms before the deadline",
+                ];
+                if self
+                    .stamp_at_deadline(deadlines, *back, *early_ms, labels)
+                    .is_none()
+                {
+                    return Ok(());
+                }
+                Command::ExpireWaits { term: self.term }
             }
             Action::CancelWait { back, unknown_id } => {
                 let Some((agent, id, _)) = pick_recent(&self.sent, *back).cloned() else {
@@ -1665,6 +1747,29 @@ impl Harness {
             },
         };
         self.apply(command)
+    }
+
+    /// Picks the `back`-th nearest of `deadlines` (`(what, deadline_ms)`) still ahead of the
+    /// machine clock, less `early_ms`, and stamps the next entry there: a small step of the
+    /// clock, not an hour's. Counts `labels[0]` at the deadline, `labels[1]` 1 ms before.
+    fn stamp_at_deadline<T: Copy>(
+        &mut self,
+        deadlines: Vec<(T, u64)>,
+        back: usize,
+        early_ms: u64,
+        labels: [&'static str; 2],
+    ) -> Option<T> {
+        let now_ms = self.model.now_ms;
+        let mut stamps: Vec<(T, u64)> = deadlines
+            .into_iter()
+            .map(|(what, deadline_ms)| (what, deadline_ms - early_ms))
+            .filter(|(_, stamp_ms)| *stamp_ms >= now_ms)
+            .collect();
+        stamps.sort_by_key(|(_, stamp_ms)| std::cmp::Reverse(*stamp_ms));
+        let (what, stamp_ms) = pick_recent(&stamps, back).copied()?;
+        self.wall_ms = stamp_ms;
+        self.count(labels[usize::from(early_ms != 0)]);
+        Some(what)
     }
 
     fn request_command(&mut self, agent: usize, id: String, op: AgentOp) -> Command {
@@ -1799,6 +1904,8 @@ impl Harness {
             (Outcome::Expired { leases }, _) if leases.is_empty() => "expired none".into(),
             (Outcome::Expired { .. }, _) => "expired some".into(),
             (Outcome::Cancelled { cancelled }, _) => format!("cancelled: {cancelled}"),
+            (Outcome::WaitsExpired { count: 0 }, _) => "waits expired: none".into(),
+            (Outcome::WaitsExpired { .. }, _) => "waits expired: some".into(),
             (Outcome::Granted { .. }, _) => "granted at once".into(),
             (outcome, _) => format!("{outcome:?}")
                 .split([' ', '{'])
@@ -1807,6 +1914,13 @@ impl Harness {
                 .to_string(),
         };
         self.count(label);
+        if let Command::ExpireWaits { term } = command {
+            if *term < self.term {
+                self.count("stale wait expiry");
+            } else if self.model.wait_deadline_next_ms().is_some() {
+                self.count("wait expiry left a wait alone");
+            }
+        }
         if let Command::ExpireLeases { term, .. } = command
             && *term < self.term
         {
@@ -1897,6 +2011,12 @@ impl Harness {
             self.sm.now_ms(),
             self.model.now_ms,
             "the machine's clock must be the largest stamp so far"
+        );
+        prop_assert_eq!(
+            self.sm.wait_deadline_next_ms(),
+            self.model.wait_deadline_next_ms(),
+            "the earliest wait deadline (left: machine, right: model)\n{}",
+            self.recent_trace()
         );
         let leases: Vec<(u64, String, u64)> = self
             .sm
@@ -2298,6 +2418,12 @@ fn generator_reaches_every_path() {
         "several queued grants in one entry",
         "expire at the deadline",
         "expire 1 ms before the deadline",
+        "waits expired: some",
+        "waits expired: none",
+        "stale wait expiry",
+        "wait expiry left a wait alone",
+        "expire waits at the deadline",
+        "expire waits 1 ms before the deadline",
         "retry ran again: its outcome was forgotten",
         "refused: bad_request",
         "refused: lease_not_found",

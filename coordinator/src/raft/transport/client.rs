@@ -3,9 +3,12 @@
 //!
 //! A client is a handle to a connection task. The task dials on the first call, says hello,
 //! then writes calls as they come and matches answers to calls by id, so many calls can be in
-//! flight on one connection (a follower forwards many agents' keepalives at once). When the
-//! connection breaks, its calls in flight fail and the next call dials again; after a failed
-//! dial, calls fail at once until a jittered, growing backoff has passed.
+//! flight on one connection (a follower forwards many agents' keepalives at once), up to
+//! [`wire::IN_FLIGHT_MAX`]: past it the task waits for answers before it sends more (the
+//! server reads no further frame past that bound), and a call whose caller gave up meanwhile
+//! is dropped unsent. When the connection breaks, its calls in flight fail and the next call
+//! dials again; after a failed dial, calls fail at once until a jittered, growing backoff has
+//! passed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +45,8 @@ pub(crate) struct Dialler {
     pub faults: NetworkFaults,
     /// Mutual TLS to every peer (`--peer-tls-cert`); `None`: plain TCP.
     pub tls: Option<PeerConnector>,
+    /// The bound on frames after the hello ([`wire::frame_max_bytes`]).
+    pub frame_max_bytes: usize,
 }
 
 /// One call waiting for its answer.
@@ -185,7 +190,7 @@ fn log_outage(report: OutageReport, peer: NodeId, addr: &str, error: Option<&Tra
     }
 }
 
-type Link = Framed<PeerStream, tokio_util::codec::LengthDelimitedCodec>;
+type Link = Framed<PeerStream, wire::PeerCodec>;
 
 impl Connection {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Call>) {
@@ -270,7 +275,10 @@ impl Connection {
                 .ok_or_else(|| self.unreachable("closed during the hello"))?
                 .map_err(|error| self.unreachable(error.to_string()))?;
             match wire::decode::<HelloReply>(&reply)? {
-                HelloReply::Welcome => Ok(link),
+                HelloReply::Welcome => {
+                    wire::raise_bound(link.codec_mut(), self.dialler.frame_max_bytes);
+                    Ok(link)
+                }
                 HelloReply::Refused(reason) => Err(TransportError::Refused {
                     peer: self.peer,
                     addr: self.addr.clone(),
@@ -303,6 +311,10 @@ impl Connection {
                         .send(Err(TransportError::CutOff { peer: self.peer }));
                     break "cut off by a network fault".to_string();
                 }
+                // The caller timed out while the call waited for room: nothing to send.
+                if call.answer.is_closed() {
+                    continue;
+                }
                 next_id += 1;
                 let frame = match wire::encode(&Envelope {
                     id: next_id,
@@ -320,8 +332,9 @@ impl Connection {
                 }
                 continue;
             }
+            let room = in_flight.len() < wire::IN_FLIGHT_MAX;
             tokio::select! {
-                call = queue.recv() => match call {
+                call = queue.recv(), if room => match call {
                     Some(call) => pending = Some(call),
                     None => return,
                 },
@@ -390,7 +403,113 @@ impl PeerPool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use hivekeeper_protocol::{Op, Request};
+    use tokio::net::TcpListener;
+
     use super::*;
+
+    /// A peer that welcomes the client, then reads frames without answering until told: the
+    /// client never has more than `IN_FLIGHT_MAX` calls on the wire, and sends the rest as
+    /// answers come back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_dialler_keeps_at_most_in_flight_max_calls_on_the_wire() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = listener.local_addr().expect("an address").to_string();
+        let read = Arc::new(AtomicUsize::new(0));
+        let (release_tx, release) = oneshot::channel::<()>();
+        let peer = tokio::spawn({
+            let read = read.clone();
+            async move {
+                let (stream, _) = listener.accept().await.expect("accepts");
+                let mut link = Framed::new(stream, wire::codec());
+                link.next().await.expect("a hello").expect("a frame");
+                let welcome = wire::encode(&HelloReply::Welcome).expect("encodes");
+                link.send(welcome).await.expect("sent");
+                let mut release = Some(release);
+                let mut held = Vec::new();
+                loop {
+                    let next = link.next();
+                    let frame = match release.as_mut() {
+                        Some(released) => tokio::select! {
+                            frame = next => frame,
+                            _ = released => {
+                                release = None;
+                                // Answer every call read so far.
+                                for id in held.drain(..) {
+                                    let answer = wire::encode(&Envelope {
+                                        id,
+                                        body: PeerResponse::Replies(Ok(Vec::new())),
+                                    })
+                                    .expect("encodes");
+                                    link.send(answer).await.expect("sent");
+                                }
+                                continue;
+                            }
+                        },
+                        None => next.await,
+                    };
+                    let Some(Ok(frame)) = frame else { return };
+                    let envelope: Envelope<PeerRequest> = wire::decode(&frame).expect("decodes");
+                    read.fetch_add(1, Ordering::SeqCst);
+                    if release.is_some() {
+                        held.push(envelope.id);
+                    } else {
+                        let answer = wire::encode(&Envelope {
+                            id: envelope.id,
+                            body: PeerResponse::Replies(Ok(Vec::new())),
+                        })
+                        .expect("encodes");
+                        link.send(answer).await.expect("sent");
+                    }
+                }
+            }
+        });
+        let dialler = Dialler {
+            me: 1,
+            cluster: "hivekeeper".into(),
+            faults: NetworkFaults::default(),
+            frame_max_bytes: 1 << 20,
+            tls: None,
+        };
+        let client = PeerClient::new(dialler, 2, "n2".into(), addr);
+        let total = wire::IN_FLIGHT_MAX + 16;
+        let calls: Vec<_> = (0..total)
+            .map(|id| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let request = PeerRequest::Submit {
+                        agent: "drone-1".into(),
+                        request: Request {
+                            id: format!("k{id}"),
+                            op: Op::AdminStatus {},
+                        },
+                    };
+                    client.call(request, Duration::from_secs(10)).await
+                })
+            })
+            .collect();
+        for _ in 0..500 {
+            if read.load(Ordering::SeqCst) >= wire::IN_FLIGHT_MAX {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Every call has had time to go out; none past the bound did.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(read.load(Ordering::SeqCst), wire::IN_FLIGHT_MAX);
+        release_tx.send(()).expect("the peer waits");
+        for call in calls {
+            let answer = call.await.expect("the call task");
+            assert!(
+                matches!(answer, Ok(PeerResponse::Replies(Ok(_)))),
+                "{answer:?}"
+            );
+        }
+        assert_eq!(read.load(Ordering::SeqCst), total);
+        peer.abort();
+    }
 
     #[test]
     fn an_outage_is_reported_when_it_starts_every_30_s_and_when_it_ends() {

@@ -43,7 +43,9 @@ pub use client::{PeerClient, PeerPool};
 pub use faults::NetworkFaults;
 pub use server::{ForwardHandler, serve};
 pub use tls::{PeerAcceptor, PeerTlsFiles};
-pub use wire::{FRAME_MAX_BYTES, PeerRequest, PeerResponse};
+pub use wire::{
+    AgentWrite, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse, frame_max_bytes,
+};
 
 use crate::raft::NodeId;
 

@@ -1,9 +1,14 @@
 //! The listening side: accepts peers' connections and answers their frames.
 //!
 //! Each connection starts with a [`Hello`] that must name this cluster and this node (a
-//! membership entry with a stale address fails loudly instead of talking to the wrong node).
-//! Then every frame is answered by its own task, so a slow forwarded proposal never delays a
-//! heartbeat behind it, and answers go back through one writer in completion order.
+//! membership entry with a stale address fails loudly instead of talking to the wrong node);
+//! until it is welcome, no frame above [`wire::HELLO_FRAME_MAX_BYTES`] is read. Then every
+//! frame is answered by its own task, so a slow forwarded proposal never delays a heartbeat
+//! behind it, and answers go back through one writer in completion order. At most
+//! [`wire::IN_FLIGHT_MAX`] requests of one connection are in flight, from the frame's read to
+//! its answer's write: past it the connection's next frame is not read (the dialler, which
+//! keeps to the same bound, is never held back; one that does not is slowed by TCP). A frame
+//! above the connection's bound or one that does not decode drops the connection.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,23 +17,25 @@ use futures_util::{SinkExt, StreamExt};
 use hivekeeper_protocol::Request;
 use hivekeeper_tls::PeerIdentity;
 use openraft::raft::AppendEntriesResponse;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
 use super::tls::{self, PeerAcceptor, PeerStream};
-use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
+use super::wire::{self, AgentWrite, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use crate::raft::{ElectionClock, NodeId, RaftHandle};
-use crate::state_machine::{Command, Reply};
+use crate::state_machine::Reply;
 
 /// What the node layer does with requests forwarded by followers. Errors are strings: they
 /// travel back and become `unavailable` on the follower.
 pub trait ForwardHandler: Clone + Send + Sync + 'static {
-    /// Proposes `commands` as one entry (this node believes it leads); one reply per command.
+    /// Proposes agents' `writes` as one entry (this node believes it leads); one reply per
+    /// write.
     fn propose(
         &self,
-        commands: Vec<Command>,
+        writes: Vec<AgentWrite>,
     ) -> impl Future<Output = Result<Vec<Reply>, String>> + Send;
 
     /// Answers a request that is not a write (keepalive, read), as the leader.
@@ -41,16 +48,15 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
 
 /// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft` (and what
 /// they say about the leader's liveness to `election`), forwarded requests to `handler`.
+/// Frames after the hello are bounded by `frame_max_bytes` ([`wire::frame_max_bytes`]).
 /// With `tls`, each connection's TLS handshake (on its own task) must admit the peer before
 /// its first frame is read.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the server's parts, each from a different owner at start"
-)]
+#[allow(clippy::too_many_arguments)]
 pub async fn serve<H: ForwardHandler>(
     listener: TcpListener,
     me: NodeId,
     cluster: String,
+    frame_max_bytes: usize,
     raft: Arc<RaftHandle>,
     election: Arc<ElectionClock>,
     handler: H,
@@ -71,6 +77,7 @@ pub async fn serve<H: ForwardHandler>(
         let peer = PeerConnection {
             me,
             cluster: cluster.clone(),
+            frame_max_bytes,
             raft: raft.clone(),
             election: election.clone(),
             handler: handler.clone(),
@@ -92,6 +99,8 @@ pub async fn serve<H: ForwardHandler>(
 struct PeerConnection<H> {
     me: NodeId,
     cluster: String,
+    /// The bound on frames after the hello.
+    frame_max_bytes: usize,
     raft: Arc<RaftHandle>,
     election: Arc<ElectionClock>,
     handler: H,
@@ -105,56 +114,23 @@ impl<H: ForwardHandler> PeerConnection<H> {
         let Some(from) = self.hello(&mut link, identity.as_ref()).await else {
             return;
         };
-        let (mut sink, mut frames) = link.split();
-        let (answers, mut outgoing) = mpsc::unbounded_channel::<bytes::Bytes>();
-        let writer = tokio::spawn(async move {
-            while let Some(frame) = outgoing.recv().await {
-                if sink.send(frame).await.is_err() {
-                    break;
-                }
-            }
-        });
-        while let Some(Ok(frame)) = frames.next().await {
-            if self.faults.is_cut(from) {
-                break;
-            }
-            let envelope = match wire::decode::<Envelope<PeerRequest>>(&frame) {
-                Ok(envelope) => envelope,
-                Err(error) => {
-                    tracing::warn!(peer = from, %error, "undecodable frame from a peer; closing");
-                    break;
-                }
-            };
-            let (raft, election, handler, answers) = (
-                self.raft.clone(),
-                self.election.clone(),
-                self.handler.clone(),
-                answers.clone(),
-            );
-            tokio::spawn(async move {
-                // Boxed: inline, `answer`'s future (openraft's append and vote handling, a
-                // forwarded proposal) made this task 3,904 bytes, copied at spawn for every
-                // frame; boxed, 400.
-                let body = Box::pin(answer(&raft, &election, &handler, envelope.body)).await;
-                match wire::encode(&Envelope {
-                    id: envelope.id,
-                    body,
-                }) {
-                    Ok(frame) => {
-                        let _ = answers.send(frame);
-                    }
-                    Err(error) => tracing::warn!(%error, "an answer to a peer did not encode"),
-                }
-            });
-        }
-        writer.abort();
+        wire::raise_bound(link.codec_mut(), self.frame_max_bytes);
+        let (raft, election, handler) = (self.raft, self.election, self.handler);
+        let answer = move |request| {
+            let (raft, election, handler) = (raft.clone(), election.clone(), handler.clone());
+            // Boxed: inline, `answer`'s future (openraft's append and vote handling, a
+            // forwarded proposal) made each frame's task 3,904 bytes, copied at spawn; boxed,
+            // 400.
+            Box::pin(async move { answer(&raft, &election, &handler, request).await })
+        };
+        serve_frames(link, from, &self.faults, answer).await;
     }
 
     /// Reads and checks the hello; returns the dialler's id if it is welcome. With TLS the
     /// hello must come from the member the certificate names.
     async fn hello(
         &self,
-        link: &mut Framed<PeerStream, tokio_util::codec::LengthDelimitedCodec>,
+        link: &mut Framed<PeerStream, wire::PeerCodec>,
         identity: Option<&PeerIdentity>,
     ) -> Option<NodeId> {
         let frame = tokio::time::timeout(std::time::Duration::from_secs(2), link.next())
@@ -199,6 +175,72 @@ impl<H: ForwardHandler> PeerConnection<H> {
     }
 }
 
+/// Answers the frames of a welcomed connection from `from`, each by its own task running
+/// `answer`, at most [`wire::IN_FLIGHT_MAX`] at once, until the link breaks, a frame is bad
+/// (over the bound, undecodable) or `from` is cut off.
+async fn serve_frames<S, A, F>(
+    link: Framed<S, wire::PeerCodec>,
+    from: NodeId,
+    faults: &NetworkFaults,
+    answer: A,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+    A: Fn(PeerRequest) -> F,
+    F: Future<Output = PeerResponse> + Send + 'static,
+{
+    let (mut sink, mut frames) = link.split();
+    // Each answer carries its request's permit to the writer: a request holds one from its
+    // frame's read until its answer is written.
+    let (answers, mut outgoing) = mpsc::unbounded_channel::<(bytes::Bytes, OwnedSemaphorePermit)>();
+    let writer = tokio::spawn(async move {
+        while let Some((frame, _permit)) = outgoing.recv().await {
+            if sink.send(frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    let in_flight = Arc::new(Semaphore::new(wire::IN_FLIGHT_MAX));
+    loop {
+        // Backpressure: past the bound, the next frame stays unread.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let frame = match frames.next().await {
+            Some(Ok(frame)) => frame,
+            Some(Err(error)) => {
+                tracing::warn!(peer = from, %error, "bad frame from a peer; closing");
+                break;
+            }
+            None => break,
+        };
+        if faults.is_cut(from) {
+            break;
+        }
+        let envelope = match wire::decode::<Envelope<PeerRequest>>(&frame) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                tracing::warn!(peer = from, %error, "undecodable frame from a peer; closing");
+                break;
+            }
+        };
+        let answering = answer(envelope.body);
+        let answers = answers.clone();
+        tokio::spawn(async move {
+            let body = answering.await;
+            match wire::encode(&Envelope {
+                id: envelope.id,
+                body,
+            }) {
+                Ok(frame) => {
+                    let _ = answers.send((frame, permit));
+                }
+                Err(error) => tracing::warn!(%error, "an answer to a peer did not encode"),
+            }
+        });
+    }
+    writer.abort();
+}
+
 async fn answer<H: ForwardHandler>(
     raft: &RaftHandle,
     election: &ElectionClock,
@@ -234,12 +276,105 @@ async fn answer<H: ForwardHandler>(
             }
             PeerResponse::InstallSnapshot(result)
         }
-        PeerRequest::Propose(commands) => PeerResponse::Replies(handler.propose(commands).await),
+        PeerRequest::Writes(writes) => PeerResponse::Replies(handler.propose(writes).await),
         PeerRequest::Submit { agent, request } => PeerResponse::Replies(
             handler
                 .submit(agent, request)
                 .await
                 .map(|reply| vec![reply]),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use tokio::net::TcpStream;
+
+    use hivekeeper_protocol::{Op, Request};
+
+    use super::*;
+
+    /// A welcomed connection whose requests never finish until `gate` opens: the server
+    /// starts exactly `IN_FLIGHT_MAX` of them and reads no further frame; once they finish,
+    /// every request is answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_has_at_most_in_flight_max_requests_started() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let addr = listener.local_addr().expect("an address");
+        let dialler = TcpStream::connect(addr).await.expect("connects");
+        let (accepted, _) = listener.accept().await.expect("accepts");
+        let started = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Semaphore::new(0));
+        let answer = {
+            let (started, gate) = (started.clone(), gate.clone());
+            move |_request| {
+                started.fetch_add(1, Ordering::SeqCst);
+                let gate = gate.clone();
+                async move {
+                    let _open = gate.acquire().await.expect("the gate stays");
+                    PeerResponse::Replies(Ok(Vec::new()))
+                }
+            }
+        };
+        let server = Framed::new(accepted, wire::codec());
+        tokio::spawn(async move {
+            serve_frames(server, 7, &NetworkFaults::default(), answer).await;
+        });
+
+        let total = wire::IN_FLIGHT_MAX + 16;
+        let (mut sink, mut answers) = Framed::new(dialler, wire::codec()).split();
+        // Sent from a task: past the bound the server stops reading, so these writes may wait.
+        let sender = tokio::spawn(async move {
+            for id in 0..total {
+                let request = PeerRequest::Submit {
+                    agent: "drone-1".into(),
+                    request: Request {
+                        id: format!("k{id}"),
+                        op: Op::AdminStatus {},
+                    },
+                };
+                let frame = wire::encode(&Envelope {
+                    id: id as u64,
+                    body: request,
+                })
+                .expect("encodes");
+                sink.send(frame).await.expect("sent");
+            }
+            sink
+        });
+        let wait_for = |count: usize| {
+            let started = started.clone();
+            async move {
+                for _ in 0..500 {
+                    if started.load(Ordering::SeqCst) >= count {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("{count} requests did not start within 5 s");
+            }
+        };
+        wait_for(wire::IN_FLIGHT_MAX).await;
+        // Every frame has had time to arrive; none past the bound was started.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(started.load(Ordering::SeqCst), wire::IN_FLIGHT_MAX);
+
+        gate.add_permits(total);
+        let mut answered = 0;
+        while answered < total {
+            let frame = tokio::time::timeout(Duration::from_secs(5), answers.next())
+                .await
+                .expect("answers keep coming")
+                .expect("the connection stays")
+                .expect("a frame");
+            let envelope: Envelope<PeerResponse> = wire::decode(&frame).expect("decodes");
+            assert!(matches!(envelope.body, PeerResponse::Replies(Ok(_))));
+            answered += 1;
+        }
+        assert_eq!(started.load(Ordering::SeqCst), total);
+        let _sink = sender.await.expect("every frame was sent");
     }
 }

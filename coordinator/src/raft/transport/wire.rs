@@ -9,31 +9,137 @@
 //! A connection opens with one [`Hello`] from the dialler and one [`HelloReply`]; then the
 //! dialler sends [`Envelope`]s of [`PeerRequest`] and the server answers each with an
 //! [`Envelope`] of [`PeerResponse`] carrying the same id, in any order.
+//!
+//! What a follower may ask of the leader is in the types, not in a check: agents' writes as
+//! [`AgentWrite`]s (the state machine's request, which the leader wraps into
+//! `Command::Request` itself) and agents' other requests as [`PeerRequest::Submit`]. No
+//! state-machine `Command` can be written in a [`PeerRequest`], so the node's own commands
+//! (lease and wait expiry, limits) never cross the peer port: a frame shaped like one does not
+//! decode, and the connection is dropped.
+//!
+//! Bounds (docs/CLUSTER.md, "The peer port"): the hello frames at most
+//! [`HELLO_FRAME_MAX_BYTES`], so a stranger cannot make a node buffer more than that before it
+//! is refused; every later frame at most [`frame_max_bytes`] of the Raft settings; at most
+//! [`IN_FLIGHT_MAX`] requests in flight per connection.
 
+use bytes::BytesMut;
 use hivekeeper_protocol::Request;
+use hivekeeper_protocol::validate::{AGENT_ID_BYTES_MAX, REQUEST_BYTES_MAX};
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use tokio_util::codec::LengthDelimitedCodec;
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 use super::TransportError;
-use crate::raft::{NodeId, TypeConfig};
-use crate::state_machine::{Command, Reply};
+use crate::raft::config::SNAPSHOT_CHUNK_BYTES;
+use crate::raft::{BATCH_MAX, NodeId, RaftConfig, TypeConfig};
+use crate::state_machine::{AgentRequest, Command, Reply};
 
-/// Largest frame accepted. A snapshot travels in chunks of at most
-/// [`crate::raft::RaftConfig`]'s chunk size (1 MiB), an append in at most
-/// `replication_entries_max` entries of at most `BATCH_MAX` commands of at most 8 KiB: well
-/// under this. A larger length prefix is a broken or hostile peer: the connection is dropped.
-pub const FRAME_MAX_BYTES: usize = 64 << 20;
+/// Largest hello or hello reply: a cluster name, two node ids and a refusal's reason. The
+/// codec starts at this bound and is raised to [`frame_max_bytes`] only after a welcome, so a
+/// stranger's first length prefix cannot make the node reserve more.
+pub const HELLO_FRAME_MAX_BYTES: usize = 4 << 10;
 
-/// The codec for both directions.
-pub(super) fn codec() -> LengthDelimitedCodec {
-    LengthDelimitedCodec::builder()
-        .max_frame_length(FRAME_MAX_BYTES)
-        .new_codec()
+/// Most requests one connection has in flight: the dialler sends no more until answers come
+/// back, and the server reads no further frame past it (backpressure: the dialler's writes
+/// block). 256 lets a follower forward a burst of keepalives on one connection; each request
+/// costs the server a task and a queued answer at most, so one connection's memory is bounded
+/// by this times [`frame_max_bytes`] in the worst case, and in practice by small replies.
+pub const IN_FLIGHT_MAX: usize = 256;
+
+/// Bytes one state-machine command may take in a frame: a request of at most
+/// `REQUEST_BYTES_MAX` as JSON (MessagePack is no larger but for its floats: 9 bytes each
+/// where JSON may spend 1), its agent id, and the enum's and fields' names.
+const COMMAND_BYTES_MAX: usize = REQUEST_BYTES_MAX + AGENT_ID_BYTES_MAX + 512;
+
+/// Room for an envelope, an entry's log id, vote and membership around the payload.
+const FRAME_OVERHEAD_BYTES: usize = 64 << 10;
+
+/// Largest frame after the hello, in either direction, for these Raft settings: the larger of
+/// a snapshot chunk and a full append (`replication_entries_max` entries of [`BATCH_MAX`]
+/// commands, each at most `COMMAND_BYTES_MAX`), plus room for the envelope. A forwarded batch
+/// of writes (at most `BATCH_MAX` commands) and every answer are smaller. A larger length
+/// prefix is a broken or hostile peer: the connection is dropped. With the defaults (300
+/// entries) about 321 MiB: the worst case of a full append, which needs 38,400 agent requests
+/// of 8 KiB in flight; lower `replication_entries_max` to lower it.
+pub fn frame_max_bytes(config: &RaftConfig) -> usize {
+    let entries = usize::try_from(config.replication_entries_max).unwrap_or(usize::MAX);
+    let append = entries
+        .saturating_mul(BATCH_MAX)
+        .saturating_mul(COMMAND_BYTES_MAX);
+    let chunk = usize::try_from(SNAPSHOT_CHUNK_BYTES).unwrap_or(usize::MAX);
+    append.max(chunk).saturating_add(FRAME_OVERHEAD_BYTES)
+}
+
+/// The frames' codec: a big-endian u32 length and the body, with a bound on the length.
+///
+/// tokio-util's `LengthDelimitedCodec` reserves a frame's whole length as soon as it has read
+/// the prefix, so a peer could make a node allocate the bound with four bytes. This wrapper
+/// hands a frame to it only once the whole frame has arrived (the prefix is checked against
+/// the bound first), so the memory a connection holds grows with the bytes it really sent.
+#[derive(Debug)]
+pub(crate) struct PeerCodec {
+    /// The length-prefixed framing itself.
+    inner: LengthDelimitedCodec,
+    /// The bound in force: [`HELLO_FRAME_MAX_BYTES`], then the connection's.
+    frame_max_bytes: usize,
+}
+
+/// Bytes of a frame's length prefix.
+const PREFIX_BYTES: usize = 4;
+
+/// The codec of a new connection: frames up to [`HELLO_FRAME_MAX_BYTES`] until the hello is
+/// done, then [`raise_bound`] to the connection's bound.
+pub(super) fn codec() -> PeerCodec {
+    PeerCodec {
+        inner: LengthDelimitedCodec::builder()
+            .length_field_length(PREFIX_BYTES)
+            .max_frame_length(HELLO_FRAME_MAX_BYTES)
+            .new_codec(),
+        frame_max_bytes: HELLO_FRAME_MAX_BYTES,
+    }
+}
+
+/// After a welcome: frames up to `frame_max_bytes` (see [`frame_max_bytes`]).
+pub(super) fn raise_bound(codec: &mut PeerCodec, frame_max_bytes: usize) {
+    codec.inner.set_max_frame_length(frame_max_bytes);
+    codec.frame_max_bytes = frame_max_bytes;
+}
+
+impl Decoder for PeerCodec {
+    type Item = BytesMut;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, std::io::Error> {
+        if let Some(prefix) = src.get(..PREFIX_BYTES) {
+            let prefix: [u8; PREFIX_BYTES] = prefix.try_into().expect("sliced to the prefix");
+            let length = usize::try_from(u32::from_be_bytes(prefix)).unwrap_or(usize::MAX);
+            if length > self.frame_max_bytes {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "a frame of {length} bytes is over the bound of {} bytes",
+                        self.frame_max_bytes
+                    ),
+                ));
+            }
+            if src.len() < PREFIX_BYTES + length {
+                return Ok(None);
+            }
+        }
+        self.inner.decode(src)
+    }
+}
+
+impl Encoder<bytes::Bytes> for PeerCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, frame: bytes::Bytes, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+        self.inner.encode(frame, dst)
+    }
 }
 
 /// The first frame on a connection: who dials whom, in which cluster.
@@ -76,9 +182,11 @@ pub enum PeerRequest {
     Vote(VoteRequest<NodeId>),
     /// openraft: one chunk of a snapshot.
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
-    /// A follower forwards a batch of commands for the leader to propose as one entry, in
-    /// order; answered [`PeerResponse::Replies`] with one reply per command.
-    Propose(Vec<Command>),
+    /// A follower forwards a batch of agents' writes for the leader to propose as one entry,
+    /// in order (at most `BATCH_MAX`); answered [`PeerResponse::Replies`] with one reply per
+    /// write. Only agents' writes can be written here: the node's own commands have no
+    /// encoding on this port (the module's doc).
+    Writes(Vec<AgentWrite>),
     /// A follower forwards a request that is not a write (a keepalive, a read, an admin
     /// query) for the leader to answer; answered [`PeerResponse::Replies`] with one reply.
     Submit {
@@ -87,6 +195,27 @@ pub enum PeerRequest {
         /// The request.
         request: Request,
     },
+}
+
+/// One agent's write, as a follower forwards it: the agent (from its request topic or
+/// connection) and the state machine's request. The leader makes the log's command of it
+/// ([`AgentWrite::into_command`]); nothing else becomes a command on the leader's behalf.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentWrite {
+    /// The agent that sent it.
+    pub agent: String,
+    /// The request.
+    pub request: AgentRequest,
+}
+
+impl AgentWrite {
+    /// The log's command for this write.
+    pub fn into_command(self) -> Command {
+        Command::Request {
+            agent: self.agent,
+            request: self.request,
+        }
+    }
 }
 
 /// What a node answers.
@@ -170,9 +299,9 @@ mod tests {
     /// A forwarded write is the state machine's own request type (a flattened, internally
     /// tagged enum): it must survive MessagePack too, optional fields present and absent.
     #[test]
-    fn a_forwarded_command_survives_the_codec() {
-        use crate::state_machine::{AgentOp, AgentRequest};
-        let reserve = |wait_ms, alt_max_m| Command::Request {
+    fn a_forwarded_write_survives_the_codec() {
+        use crate::state_machine::AgentOp;
+        let reserve = |wait_ms, alt_max_m| AgentWrite {
             agent: "drone-1".into(),
             request: AgentRequest {
                 id: "r-2".into(),
@@ -188,12 +317,81 @@ mod tests {
                 },
             },
         };
-        let commands = vec![reserve(None, Some(120.5)), reserve(Some(0), None)];
-        let frame = encode(&PeerRequest::Propose(commands.clone())).expect("encodes");
+        let writes = vec![reserve(None, Some(120.5)), reserve(Some(0), None)];
+        let frame = encode(&PeerRequest::Writes(writes.clone())).expect("encodes");
         match decode::<PeerRequest>(&frame).expect("decodes") {
-            PeerRequest::Propose(got) => assert_eq!(got, commands),
+            PeerRequest::Writes(got) => assert_eq!(got, writes),
             other => panic!("decoded as {other:?}"),
         }
+    }
+
+    /// The largest write a front door accepts, as a command in a frame, stays within
+    /// `COMMAND_BYTES_MAX`: the frame bound is sized from it.
+    #[test]
+    fn a_command_of_the_largest_request_fits_its_bound() {
+        use crate::state_machine::AgentOp;
+        let name = "n".repeat(REQUEST_BYTES_MAX - 200);
+        let write = AgentWrite {
+            agent: "a".repeat(AGENT_ID_BYTES_MAX),
+            request: AgentRequest {
+                id: "r".repeat(64),
+                op: AgentOp::WaypointReserve {
+                    name,
+                    lease: "0000000000000004".into(),
+                    lat: Some(1.0),
+                    lon: Some(1.0),
+                    alt_min_m: Some(1.0),
+                    alt_max_m: Some(2.0),
+                    radius_m: Some(1.0),
+                    wait_ms: Some(1),
+                },
+            },
+        };
+        let bytes = encode(&write.into_command()).expect("encodes").len();
+        assert!(bytes <= COMMAND_BYTES_MAX, "{bytes} bytes");
+    }
+
+    #[test]
+    fn the_frame_bound_follows_the_raft_settings() {
+        let mut config = RaftConfig::DEFAULTS;
+        config.replication_entries_max = 300;
+        assert_eq!(
+            frame_max_bytes(&config),
+            300 * BATCH_MAX * COMMAND_BYTES_MAX + FRAME_OVERHEAD_BYTES
+        );
+        // Few entries per append: a snapshot chunk is the larger.
+        config.replication_entries_max = 0;
+        assert_eq!(frame_max_bytes(&config), (1 << 20) + FRAME_OVERHEAD_BYTES);
+    }
+
+    /// A length prefix alone reserves nothing: the buffer grows with the bytes that came.
+    /// Over the bound, the prefix alone is an error.
+    #[test]
+    fn a_frame_is_buffered_as_it_arrives_and_refused_over_the_bound() {
+        let mut peer = codec();
+        raise_bound(&mut peer, 1 << 20);
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&(1_u32 << 20).to_be_bytes());
+        src.extend_from_slice(b"abc");
+        assert!(peer.decode(&mut src).expect("within the bound").is_none());
+        assert!(
+            src.capacity() < 4 << 10,
+            "reserved {} bytes",
+            src.capacity()
+        );
+        let mut whole = BytesMut::new();
+        whole.extend_from_slice(&3_u32.to_be_bytes());
+        whole.extend_from_slice(b"abc");
+        let frame = peer.decode(&mut whole).expect("decodes").expect("a frame");
+        assert_eq!(&frame[..], b"abc");
+        let mut over = BytesMut::new();
+        over.extend_from_slice(&((1_u32 << 20) + 1).to_be_bytes());
+        assert!(peer.decode(&mut over).is_err());
+        // Before the hello, the small bound.
+        let mut fresh = codec();
+        let mut hello = BytesMut::new();
+        hello.extend_from_slice(&(HELLO_FRAME_MAX_BYTES as u32 + 1).to_be_bytes());
+        assert!(fresh.decode(&mut hello).is_err());
     }
 
     #[test]

@@ -366,7 +366,9 @@ impl StateMachine {
         if let Some(refusal) = self.waypoint_queue_full(&name) {
             return refusal;
         }
-        let waiter = self.core.enqueue(ctx, &key, lease, agent, request_id, 1);
+        let waiter = self
+            .core
+            .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
         let pending = Pending { name, waiter, area };
         self.waypoints.index.add_waiter(ctx.index, &pending);
         self.waypoints.waiters.insert(ctx.index, pending);
