@@ -1,9 +1,11 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
 //! `revoke`, `member` and `agent` are the operator's commands (an MQTT client of the service,
-//! `admin/`); `bench` measures a running service.
+//! `admin/`); `bench` measures a running service; `certs dev` writes development certificates.
 
 mod admin;
 mod bench;
+mod certs;
+mod client_tls;
 mod serve;
 
 use std::net::SocketAddr;
@@ -26,7 +28,7 @@ enum Command {
     /// ./hivekeeper-data, an embedded MQTT broker on 127.0.0.1:1883 and Prometheus metrics on
     /// 127.0.0.1:9464. Flags override the config file, which overrides the defaults. Stops
     /// cleanly on Ctrl-C or SIGTERM.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Each node's view of the cluster: role, leader, term, log indexes, members.
     Status(admin::StatusArgs),
     /// Who holds a lock, semaphore or waypoint (tokens, lease time left) and who waits, in order.
@@ -45,6 +47,9 @@ enum Command {
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
     /// reclaim, scale.
     Bench(bench::BenchArgs),
+    /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
+    /// client and peer certificates, to try TLS and mutual TLS in a minute.
+    Certs(certs::CertsArgs),
 }
 
 /// Flags of `hivekeeper serve`.
@@ -61,6 +66,22 @@ pub struct ServeArgs {
     /// 0.0.0.0:1883 to accept agents from the network.
     #[arg(long, value_name = "ADDR", conflicts_with = "mqtt_url")]
     mqtt_listen: Option<SocketAddr>,
+    /// PEM certificate chain for the agent endpoint: with --mqtt-tls-key, it speaks MQTT over
+    /// TLS only (`mode.tls_cert` in the config file).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "mqtt_tls_key",
+        conflicts_with = "mqtt_url"
+    )]
+    mqtt_tls_cert: Option<PathBuf>,
+    /// PEM private key of --mqtt-tls-cert (`mode.tls_key`).
+    #[arg(long, value_name = "FILE", requires = "mqtt_tls_cert")]
+    mqtt_tls_key: Option<PathBuf>,
+    /// PEM CA for mutual TLS on the agent endpoint (`mode.client_ca`): every agent must present
+    /// a certificate signed by it, whose CN is its agent id (the client id must equal it).
+    #[arg(long, value_name = "FILE", requires = "mqtt_tls_cert")]
+    mqtt_client_ca: Option<PathBuf>,
     /// Use an existing broker instead of the embedded one, e.g. mqtt://127.0.0.1:1883
     /// (Mosquitto: set `set_tcp_nodelay true`, or every round trip costs about 44 ms). With a
     /// config file whose [mqtt.mode] is external, this replaces only its `url`: the file's
@@ -101,6 +122,18 @@ pub struct ServeArgs {
     /// `[auth] enabled = true` in the config file.
     #[arg(long)]
     auth: bool,
+    /// This member's PEM certificate for mutual TLS on the peer port (`peer_tls_cert`); it
+    /// must name the member (--name) as its CN or a SAN DNS name, and peers dialling it check
+    /// a SAN DNS name. Needs --peer-tls-key and --peer-ca.
+    #[arg(long, value_name = "FILE", requires_all = ["name", "peer_tls_key", "peer_ca"])]
+    peer_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --peer-tls-cert (`peer_tls_key`).
+    #[arg(long, value_name = "FILE", requires = "peer_tls_cert")]
+    peer_tls_key: Option<PathBuf>,
+    /// The PEM CA of every member's peer certificate (`peer_ca`): a peer is accepted only with
+    /// a certificate of this CA naming a member of the current configuration.
+    #[arg(long, value_name = "FILE", requires = "peer_tls_cert")]
+    peer_ca: Option<PathBuf>,
 }
 
 /// `--initial-cluster-state`.
@@ -135,7 +168,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Status(args) => admin::status(args),
         Command::Inspect(args) => admin::inspect(args),
         Command::Leases(args) => admin::leases(args),
@@ -143,6 +176,7 @@ fn main() -> std::process::ExitCode {
         Command::Member(args) => admin::member(args),
         Command::Agent(args) => admin::agent(args),
         Command::Bench(args) => bench::run(args),
+        Command::Certs(args) => certs::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

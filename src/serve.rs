@@ -95,6 +95,24 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             ),
         }
     }
+    if args.mqtt_tls_cert.is_some() || args.mqtt_tls_key.is_some() || args.mqtt_client_ca.is_some()
+    {
+        let Mode::Embedded(embedded) = &mut config.mqtt.mode else {
+            bail!(
+                "--mqtt-tls-cert, --mqtt-tls-key and --mqtt-client-ca are for the agent endpoint, \
+                 but the config file selects an external broker"
+            );
+        };
+        if let Some(cert) = args.mqtt_tls_cert {
+            embedded.tls_cert = Some(cert);
+        }
+        if let Some(key) = args.mqtt_tls_key {
+            embedded.tls_key = Some(key);
+        }
+        if let Some(ca) = args.mqtt_client_ca {
+            embedded.client_ca = Some(ca);
+        }
+    }
     if let Some(url) = args.mqtt_url {
         match &mut config.mqtt.mode {
             // The flag names the broker; the file's login and client id still apply.
@@ -126,6 +144,9 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             initial_cluster,
             initial_cluster_state: ClusterState::New,
             peer_listen: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_ca: None,
         });
     }
     if let Some(cluster) = &mut config.node.cluster {
@@ -137,6 +158,15 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         }
         if let Some(listen) = args.peer_listen {
             cluster.peer_listen = Some(listen);
+        }
+        if let Some(cert) = args.peer_tls_cert {
+            cluster.peer_tls_cert = Some(cert);
+        }
+        if let Some(key) = args.peer_tls_key {
+            cluster.peer_tls_key = Some(key);
+        }
+        if let Some(ca) = args.peer_ca {
+            cluster.peer_ca = Some(ca);
         }
     }
     config.node.validate().context("node settings")?;
@@ -247,6 +277,78 @@ mod tests {
 
     use super::ServeConfig;
 
+    /// `serve`'s argument list, parsed as the command line would be.
+    fn serve_args(args: &[&str]) -> Result<crate::ServeArgs, clap::Error> {
+        use clap::Parser;
+        let cli = crate::Cli::try_parse_from(["hivekeeper", "serve"].iter().chain(args))?;
+        match cli.command {
+            crate::Command::Serve(args) => Ok(*args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tls_flags_become_the_config_keys_and_go_together() {
+        let args = serve_args(&[
+            "--name",
+            "n1",
+            "--initial-cluster",
+            "n1=127.0.0.1:7401",
+            "--mqtt-tls-cert",
+            "s.crt",
+            "--mqtt-tls-key",
+            "s.key",
+            "--mqtt-client-ca",
+            "ca.crt",
+            "--peer-tls-cert",
+            "p.crt",
+            "--peer-tls-key",
+            "p.key",
+            "--peer-ca",
+            "ca.crt",
+        ])
+        .expect("parses");
+        let config = super::load(args).expect("loads");
+        let hivekeeper_mqtt::Mode::Embedded(embedded) = &config.mqtt.mode else {
+            panic!("the agent endpoint");
+        };
+        let path = |p: &str| Some(std::path::PathBuf::from(p));
+        assert_eq!(
+            (&embedded.tls_cert, &embedded.tls_key, &embedded.client_ca),
+            (&path("s.crt"), &path("s.key"), &path("ca.crt"))
+        );
+        let cluster = config.node.cluster.expect("a member");
+        assert_eq!(
+            (
+                &cluster.peer_tls_cert,
+                &cluster.peer_tls_key,
+                &cluster.peer_ca
+            ),
+            (&path("p.crt"), &path("p.key"), &path("ca.crt"))
+        );
+        for partial in [
+            &["--mqtt-tls-cert", "s.crt"][..],
+            &["--mqtt-client-ca", "ca.crt"],
+            &[
+                "--name",
+                "n1",
+                "--initial-cluster",
+                "n1=127.0.0.1:7401",
+                "--peer-tls-cert",
+                "p.crt",
+                "--peer-tls-key",
+                "p.key",
+            ],
+        ] {
+            let error = serve_args(partial).expect_err("an incomplete set is refused");
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "{partial:?}"
+            );
+        }
+    }
+
     /// The commented cluster block of the example, uncommented, is a valid member config.
     #[test]
     fn the_example_cluster_block_parses_and_validates() {
@@ -261,6 +363,11 @@ mod tests {
         let cluster = config.node.cluster.clone().expect("a cluster section");
         assert_eq!(cluster.name, "n1");
         assert_eq!(cluster.members().expect("members").len(), 3);
+        let tls = cluster
+            .peer_tls()
+            .expect("all three")
+            .expect("peer TLS set");
+        assert_eq!(tls.ca, std::path::PathBuf::from("certs/ca.crt"));
         config.node.validate().expect("valid");
     }
 

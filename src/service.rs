@@ -192,6 +192,10 @@ fn export_endpoint_counters(mqtt: &hivekeeper_mqtt::Stats) {
             "hivekeeper_endpoint_connects_abandoned_total",
             mqtt.connects_abandoned_total,
         ),
+        (
+            "hivekeeper_endpoint_tls_handshake_failures_total",
+            mqtt.tls_handshake_failures_total,
+        ),
         ("hivekeeper_endpoint_takeovers_total", mqtt.takeovers_total),
         (
             "hivekeeper_endpoint_keepalive_timeouts_total",

@@ -126,11 +126,12 @@ impl Agent {
     pub async fn connect(config: AgentConfig) -> Result<Agent, AgentError> {
         config.validate()?;
         let brokers = config.broker_addrs()?;
+        let tls = config.tls_client_config()?;
         let topics =
             Topics::new(&config.topic_prefix).map_err(|e| AgentError::Config(e.message))?;
         let config = Arc::new(config);
         let (client, mut eventloop) = AsyncClient::new(
-            connection::mqtt_options(&config, &brokers[0]),
+            connection::mqtt_options(&config, &brokers[0], tls.as_ref()),
             REQUEST_CHANNEL_CAPACITY,
         );
         eventloop.set_network_options(connection::network_options(&config));
@@ -141,6 +142,7 @@ impl Agent {
                 eventloop,
                 config: config.clone(),
                 brokers: brokers.clone(),
+                tls,
                 response_topic: topics.response(&config.agent_id),
                 event_topic: topics.event(&config.agent_id),
                 shared: shared.clone(),

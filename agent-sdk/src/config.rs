@@ -4,6 +4,9 @@
 //! Every duration carries its unit in its name. The MQTT-level settings are in seconds because
 //! that is rumqttc's resolution for them (its keepalive refuses anything below one second).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use hivekeeper_protocol::{Topics, validate};
@@ -109,6 +112,19 @@ pub struct AgentConfig {
     /// [`AgentConfig::credentials`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<Secret>,
+    /// PEM CA certificate(s) the brokers' certificates must chain to; set, every broker is
+    /// reached over TLS (the same `host:port` forms), and its certificate must name the host
+    /// as written in [`AgentConfig::brokers`] (a SAN DNS name or IP address). Absent: plain TCP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (with [`AgentConfig::tls_key`] and
+    /// [`AgentConfig::tls_ca`]); the agent endpoint takes its CN as the agent's identity, so it
+    /// must equal [`AgentConfig::agent_id`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of [`AgentConfig::tls_cert`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// An agent's secret: shown as `***` by `Debug`, so a logged config never gives it away.
@@ -150,6 +166,9 @@ impl Default for AgentConfig {
             mqtt_keepalive_s: DEFAULTS.mqtt_keepalive_s,
             connect_timeout_s: DEFAULTS.connect_timeout_s,
             secret: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -168,6 +187,25 @@ impl AgentConfig {
     /// service with authentication on.
     pub fn credentials(mut self, secret: impl Into<String>) -> AgentConfig {
         self.secret = Some(Secret::new(secret));
+        self
+    }
+
+    /// The same config, reaching its brokers over TLS: their certificates must chain to the CA
+    /// in the PEM file `ca`.
+    pub fn tls(mut self, ca: impl Into<PathBuf>) -> AgentConfig {
+        self.tls_ca = Some(ca.into());
+        self
+    }
+
+    /// The same config, presenting a client certificate (mutual TLS; its CN must be the agent
+    /// id). Needs [`AgentConfig::tls`] too.
+    pub fn client_certificate(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> AgentConfig {
+        self.tls_cert = Some(cert.into());
+        self.tls_key = Some(key.into());
         self
     }
 
@@ -234,7 +272,37 @@ impl AgentConfig {
                 "secret: empty (leave it out for a service without authentication)".into(),
             );
         }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return fail(
+                "tls_cert and tls_key go together: a client certificate needs its key".into(),
+            );
+        }
+        if self.tls_cert.is_some() && self.tls_ca.is_none() {
+            return fail(
+                "tls_cert needs tls_ca: a client certificate is only sent over TLS".into(),
+            );
+        }
         Ok(())
+    }
+
+    /// The rustls client config of [`AgentConfig::tls_ca`] (and the client certificate), read
+    /// from the files now; `None` without TLS. Call after [`AgentConfig::validate`].
+    pub(crate) fn tls_client_config(
+        &self,
+    ) -> Result<Option<Arc<hivekeeper_tls::rustls::ClientConfig>>, AgentError> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        let cert_key = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(hivekeeper_tls::CertKey {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        hivekeeper_tls::client_config(ca, cert_key.as_ref())
+            .map(Some)
+            .map_err(|error| AgentError::Config(format!("tls: {error}")))
     }
 
     /// The brokers, parsed. Call after [`AgentConfig::validate`].
@@ -256,8 +324,8 @@ pub struct BrokerAddr {
 }
 
 impl BrokerAddr {
-    /// Parses one entry of [`AgentConfig::brokers`]. TLS and WebSocket schemes are refused: the
-    /// SDK builds rumqttc without them.
+    /// Parses one entry of [`AgentConfig::brokers`]. URL schemes other than `mqtt://` and
+    /// `tcp://` are refused: TLS is chosen by [`AgentConfig::tls_ca`], not by the address.
     pub fn parse(text: &str) -> Result<BrokerAddr, String> {
         let bad = |why: &str| Err(format!("broker {text:?}: {why}"));
         let rest = match text.split_once("://") {
@@ -377,6 +445,11 @@ mod tests {
             ),
             ("mqtt_keepalive_s", Box::new(|c| c.mqtt_keepalive_s = 0)),
             ("connect_timeout_s", Box::new(|c| c.connect_timeout_s = 0)),
+            ("tls_key", Box::new(|c| c.tls_cert = Some("c.crt".into()))),
+            (
+                "tls_ca",
+                Box::new(|c| *c = valid().client_certificate("c.crt", "c.key")),
+            ),
         ];
         for (field, spoil) in cases {
             let mut config = valid();

@@ -21,9 +21,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use hivekeeper_tls::rustls::ClientConfig;
 use rumqttc::{
     ConnectionError, Event as MqttEvent, EventLoop, MqttOptions, NetworkOptions, Packet, QoS,
-    Request as MqttRequest, Subscribe, SubscribeFilter, SubscribeReasonCode,
+    Request as MqttRequest, Subscribe, SubscribeFilter, SubscribeReasonCode, TlsConfiguration,
+    Transport,
 };
 use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{debug, info, warn};
@@ -114,8 +116,18 @@ impl Counters {
 /// The MQTT options for one broker. Rebuilt on every failover: rumqttc keeps the address in
 /// its options, and the event loop's `mqtt_options` field is public so they can be replaced
 /// between connections.
-pub(crate) fn mqtt_options(config: &AgentConfig, broker: &BrokerAddr) -> MqttOptions {
+/// With `tls`, the connection is TLS and the broker's certificate must name `broker.host`.
+pub(crate) fn mqtt_options(
+    config: &AgentConfig,
+    broker: &BrokerAddr,
+    tls: Option<&Arc<ClientConfig>>,
+) -> MqttOptions {
     let mut options = MqttOptions::new(config.agent_id.clone(), broker.host.clone(), broker.port);
+    if let Some(tls) = tls {
+        options.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
+            tls.clone(),
+        )));
+    }
     options
         .set_keep_alive(Duration::from_secs(config.mqtt_keepalive_s))
         // A clean session: the SDK resends by request id itself, and a broker-side session
@@ -144,6 +156,8 @@ pub(crate) struct Connection {
     pub eventloop: EventLoop,
     pub config: Arc<AgentConfig>,
     pub brokers: Vec<BrokerAddr>,
+    /// TLS to every broker ([`AgentConfig::tls_ca`]), read once at connect.
+    pub tls: Option<Arc<ClientConfig>>,
     pub response_topic: String,
     pub event_topic: String,
     pub shared: Arc<Shared>,
@@ -215,7 +229,8 @@ impl Connection {
                     "connection failed: {why}"
                 );
                 tokio::time::sleep(delay).await;
-                self.eventloop.mqtt_options = mqtt_options(&self.config, &self.brokers[broker]);
+                self.eventloop.mqtt_options =
+                    mqtt_options(&self.config, &self.brokers[broker], self.tls.as_ref());
             }
         }
     }

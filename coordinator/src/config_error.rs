@@ -124,4 +124,13 @@ pub enum ConfigError {
         /// This node's address in `initial_cluster`.
         addr: String,
     },
+    /// Mutual TLS on the peer port needs a certificate, its key and the peer CA together.
+    #[error(
+        "{missing} is not set: mutual TLS on the peer port needs peer_tls_cert, peer_tls_key \
+         and peer_ca (--peer-tls-cert, --peer-tls-key, --peer-ca) together"
+    )]
+    PeerTlsIncomplete {
+        /// The first setting of the three that is missing.
+        missing: &'static str,
+    },
 }

@@ -10,17 +10,24 @@ use std::time::Duration;
 
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
 use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response, Success};
-use hivekeeper_test_support::{free_port, free_ports};
+use hivekeeper_test_support::{TestCerts, free_port, free_ports, within};
 
 struct Cluster {
     nodes: Vec<Option<Node>>,
     _dirs: Vec<tempfile::TempDir>,
+    /// Peer certificates (`peer-{name}`) of mutual TLS between the members; `None`: plain TCP.
+    tls: Option<TestCerts>,
 }
 
 impl Cluster {
     /// Three members named `{prefix}1..3`: tests run in one process, and ractor's actor
     /// registry (names carry the node id) is per process.
     async fn start(prefix: &str) -> Cluster {
+        Cluster::start_with(prefix, None).await
+    }
+
+    /// [`Cluster::start`] with mutual TLS on the peer port, from `tls`'s peer certificates.
+    async fn start_with(prefix: &str, tls: Option<TestCerts>) -> Cluster {
         let names: Vec<String> = (1..=3).map(|i| format!("{prefix}{i}")).collect();
         let ports = free_ports(names.len());
         let list = names
@@ -32,6 +39,7 @@ impl Cluster {
         let mut cluster = Cluster {
             nodes: Vec::new(),
             _dirs: Vec::new(),
+            tls,
         };
         for name in &names {
             cluster.spawn(name, &list, ClusterState::New).await;
@@ -49,6 +57,9 @@ impl Cluster {
                 initial_cluster: list.to_string(),
                 initial_cluster_state: state,
                 peer_listen: None,
+                peer_tls_cert: self.tls.as_ref().map(|certs| certs.peer(name).cert),
+                peer_tls_key: self.tls.as_ref().map(|certs| certs.peer(name).key),
+                peer_ca: self.tls.as_ref().map(TestCerts::ca),
             }),
             // Short, so a request stuck in a minority is answered within the test.
             propose_timeout_ms: 1_500,
@@ -135,6 +146,20 @@ async fn grant(node: &NodeHandle, agent: &str, id: &str) -> String {
     }
 }
 
+/// Takes lock `name` at once through `node` for `agent`'s `lease`; its fencing token.
+async fn acquired(node: &NodeHandle, agent: &str, id: &str, name: &str, lease: &str) -> u64 {
+    match node
+        .call(agent, request(id, try_lock(name, lease)))
+        .await
+        .outcome
+    {
+        Ok(Success {
+            token: Some(token), ..
+        }) => token,
+        other => panic!("lock.acquire of {name} answered {other:?}"),
+    }
+}
+
 fn try_lock(name: &str, lease: &str) -> Op {
     Op::LockAcquire {
         name: name.to_string(),
@@ -175,16 +200,7 @@ async fn followers_forward_writes_keepalives_and_reads_to_the_leader() {
     let node = cluster.handle(follower);
 
     let lease = grant(&node, "drone-1", "g1").await;
-    let token = match node
-        .call("drone-1", request("a1", try_lock("pad/1", &lease)))
-        .await
-        .outcome
-    {
-        Ok(Success {
-            token: Some(token), ..
-        }) => token,
-        other => panic!("lock.acquire through a follower answered {other:?}"),
-    };
+    let token = acquired(&node, "drone-1", "a1", "pad/1", &lease).await;
     match node
         .call(
             "drone-1",
@@ -339,7 +355,21 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
-    let mut cluster = Cluster::start("memb").await;
+    join_and_remove("memb", None).await;
+}
+
+/// The same with mutual TLS between the members: the joiner, with no membership yet, accepts
+/// the leader's certificate; the removed member is no longer a current one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_peer_mutual_tls_a_member_joins_and_a_removed_one_is_refused() {
+    let names = ["mtls1", "mtls2", "mtls3", "mtls4"];
+    join_and_remove("mtls", Some(TestCerts::new(&names, &[]))).await;
+}
+
+/// A fourth member `{prefix}4` joins, then a follower is removed.
+async fn join_and_remove(prefix: &str, tls: Option<TestCerts>) {
+    let mut cluster = Cluster::start_with(prefix, tls).await;
+    let fourth = format!("{prefix}4");
     let leader = cluster.leader().await;
     let node = cluster.handle(leader);
     let lease = grant(&node, "drone-1", "g1").await;
@@ -357,11 +387,11 @@ async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
     // A fresh node, started to join: it initializes nothing and waits to be added.
     let addr = format!("127.0.0.1:{}", free_port());
     let joiner = cluster
-        .spawn("memb4", &format!("memb4={addr}"), ClusterState::Existing)
+        .spawn(&fourth, &format!("{fourth}={addr}"), ClusterState::Existing)
         .await;
     assert!(cluster.handle(joiner).members().is_empty());
     let added = node
-        .add_member("memb4", &addr)
+        .add_member(&fourth, &addr)
         .await
         .expect("the leader adds it");
     assert!(added.voter);
@@ -381,16 +411,30 @@ async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
     }
     assert_eq!(seen, vec![("drone-1".to_string(), token)]);
     // Adding it again changes nothing.
-    node.add_member("memb4", &addr).await.expect("idempotent");
+    node.add_member(&fourth, &addr).await.expect("idempotent");
     assert_eq!(node.members().len(), 4);
 
     // Remove a follower that is not the new one; three voters remain and still commit.
     let removed = (0..3).find(|i| *i != leader).expect("a follower");
-    let removed_name = format!("memb{}", removed + 1);
+    let removed_name = format!("{prefix}{}", removed + 1);
     node.remove_member(&removed_name).await.expect("removed");
     let members = node.members();
     assert_eq!(members.len(), 3, "{members:?}");
     assert!(!members.iter().any(|info| info.member.name == removed_name));
+    if let Some(certs) = &cluster.tls {
+        // The removed member's certificate no longer opens the leader's peer port.
+        let leader_addr = members
+            .iter()
+            .find(|info| info.id == node.node_id())
+            .map(|info| info.member.addr.clone())
+            .expect("the leader is a member");
+        let removed_cert = certs.peer(&removed_name);
+        let client = hivekeeper_tls::client_config(&certs.ca(), Some(&removed_cert)).expect("c");
+        assert_eq!(
+            stranger(&leader_addr, Some(client)).await,
+            "read: received fatal alert: AccessDenied"
+        );
+    }
     let lease2 = grant(&joined, "drone-2", "g2").await;
     match joined
         .call("drone-2", request("a2", try_lock("dock-2", &lease2)))
@@ -411,10 +455,134 @@ async fn a_fourth_member_joins_as_learner_then_voter_and_a_member_is_removed() {
     assert!(unknown.to_string().contains("not a member"), "{unknown}");
     let follower = cluster.handle((0..3).find(|i| *i != leader && *i != removed).expect("one"));
     let refused = follower
-        .add_member("memb5", "127.0.0.1:1")
+        .add_member(&format!("{prefix}5"), "127.0.0.1:1")
         .await
         .expect_err("not the leader");
     assert!(refused.to_string().contains("not the leader"), "{refused}");
+    cluster.shutdown().await;
+}
+
+/// Each node's term and the leader it follows, through `admin.status`.
+async fn terms_and_leaders(cluster: &Cluster) -> Vec<(u64, Option<u64>)> {
+    let mut seen = Vec::new();
+    for index in 0..cluster.nodes.len() {
+        let reply = cluster
+            .handle(index)
+            .call("tester", request(&format!("s{index}"), Op::AdminStatus {}))
+            .await;
+        match reply.outcome {
+            Ok(Success {
+                status: Some(status),
+                ..
+            }) => seen.push((status.term, status.leader_id)),
+            other => panic!("admin.status answered {other:?}"),
+        }
+    }
+    seen
+}
+
+/// A stranger on a member's peer port: TLS with `client` (or plain TCP without), then a
+/// would-be hello frame. Returns why the connection ended; it must end before any answer.
+async fn stranger(
+    addr: &str,
+    client: Option<std::sync::Arc<hivekeeper_tls::rustls::ClientConfig>>,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("the peer port accepts TCP");
+    // Any frame will do: the member must not read it. A length prefix and junk.
+    let frame = [0_u8, 0, 0, 4, 0x81, 0xa1, b'x', 0x01];
+    let mut answer = Vec::new();
+    let read = match client {
+        None => {
+            let mut tcp = tcp;
+            tcp.write_all(&frame).await.expect("written");
+            within(10, "the member closes", tcp.read_to_end(&mut answer)).await
+        }
+        Some(client) => {
+            let name = hivekeeper_tls::server_name("localhost").expect("a name");
+            let connector = hivekeeper_tls::tokio_rustls::TlsConnector::from(client);
+            let mut tls = match within(10, "the handshake", connector.connect(name, tcp)).await {
+                Ok(tls) => tls,
+                Err(error) => return format!("handshake: {error}"),
+            };
+            // TLS 1.3: the client finishes first; the server's verdict comes on the next read.
+            let _ = tls.write_all(&frame).await;
+            let _ = tls.flush().await;
+            within(10, "the member closes", tls.read_to_end(&mut answer)).await
+        }
+    };
+    match read {
+        // Plain TCP: the member's TLS answers the junk with an alert record (type 21) at most.
+        Ok(_) => {
+            assert!(
+                answer.is_empty() || answer[0] == 21,
+                "the member answered a stranger: {answer:?}"
+            );
+            format!("closed after {} bytes", answer.len())
+        }
+        Err(error) => format!("read: {error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_mutual_tls_elects_replicates_and_refuses_strangers_before_any_frame() {
+    let certs = TestCerts::new(&["ptls1", "ptls2", "ptls3", "ptls9"], &[]);
+    let cluster = Cluster::start_with("ptls", Some(certs)).await;
+    let leader = cluster.leader().await;
+
+    // Elected over mutual TLS; a write through a follower replicates to the third member.
+    let follower = cluster.handle((leader + 1) % 3);
+    let lease = grant(&follower, "drone-1", "g1").await;
+    let token = acquired(&follower, "drone-1", "a1", "pad/1", &lease).await;
+    let third = cluster.handle((leader + 2) % 3);
+    let seen = holders(third.call("tester", request("i1", inspect("pad/1"))).await);
+    assert_eq!(seen, vec![("drone-1".to_string(), token)]);
+
+    let before = terms_and_leaders(&cluster).await;
+    let tls = cluster.tls.as_ref().expect("TLS certificates");
+    let other_ca = TestCerts::new(&["ptls2"], &[]);
+    let ca = tls.ca();
+    let members = cluster.handle(leader).members();
+    assert_eq!(members.len(), 3);
+    for member in &members {
+        let addr = member.member.addr.as_str();
+        let plain = stranger(addr, None).await;
+        let anonymous = stranger(
+            addr,
+            Some(hivekeeper_tls::client_config(&ca, None).expect("c")),
+        )
+        .await;
+        let foreign = stranger(
+            addr,
+            Some(hivekeeper_tls::client_config(&ca, Some(&other_ca.peer("ptls2"))).expect("c")),
+        )
+        .await;
+        let non_member = stranger(
+            addr,
+            Some(hivekeeper_tls::client_config(&ca, Some(&tls.peer("ptls9"))).expect("c")),
+        )
+        .await;
+        // Each refused by the member's TLS, inside the handshake: a plaintext client gets an
+        // alert record (7 bytes) for its first bytes, the others the alert that names why.
+        assert_eq!(
+            [plain, anonymous, foreign, non_member],
+            [
+                "closed after 7 bytes",
+                "read: received fatal alert: CertificateRequired",
+                "read: received fatal alert: DecryptError",
+                "read: received fatal alert: AccessDenied",
+            ],
+            "{}",
+            member.member.name
+        );
+    }
+
+    // Nothing changed: same terms and leader everywhere, and the holder still holds.
+    assert_eq!(terms_and_leaders(&cluster).await, before);
+    let seen = holders(third.call("tester", request("i2", inspect("pad/1"))).await);
+    assert_eq!(seen, vec![("drone-1".to_string(), token)]);
     cluster.shutdown().await;
 }
 

@@ -63,6 +63,9 @@ async fn start_member(dir: &tempfile::TempDir, name: &str) -> (Node, String) {
             initial_cluster: format!("{name}={addr}"),
             initial_cluster_state: ClusterState::New,
             peer_listen: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_ca: None,
         }),
         ..NodeConfig::default()
     };

@@ -69,6 +69,9 @@ pub struct Target {
     timeout_ms: u64,
     #[command(flatten)]
     login: login::Login,
+    /// TLS to the brokers.
+    #[command(flatten)]
+    tls: crate::client_tls::TlsArgs,
 }
 
 /// Runs `future` on a small runtime of its own: the admin commands are one client each.
@@ -80,7 +83,8 @@ fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> 
         .block_on(future)
 }
 
-/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows.
+/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows. Its id is
+/// `hk-admin-{pid}`, or the CN of `--tls-cert`.
 async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
     let timeout_ms = target.timeout_ms.max(1);
     let request_timeout_ms = timeout_ms.min(DEFAULTS.request_timeout_ms);
@@ -99,6 +103,8 @@ async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
     };
     let config = target.login.apply(config)?;
     let authenticated = config.secret.is_some();
+    // With --tls-cert the client id becomes the certificate's CN (the endpoint's identity).
+    let config = target.tls.apply(config)?;
     Agent::connect(config).await.map_err(|error| match error {
         AgentError::Unreachable { brokers, waited_ms } if authenticated => anyhow!(
             "no node reachable at {brokers} within {waited_ms} ms, or the credentials were \

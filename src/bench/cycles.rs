@@ -53,7 +53,7 @@ pub async fn connect(
 ) -> anyhow::Result<(Vec<Member>, Errors)> {
     anyhow::ensure!(agents >= 1, "--agents must be at least 1");
     swarm::connect_agents(
-        &common.brokers,
+        &common.agent_base()?,
         run,
         agents,
         common.session_ttl_ms,

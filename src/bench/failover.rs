@@ -273,7 +273,10 @@ pub async fn run(
         probes.push(probe(run, &brokers, home).await?);
     }
     let (members, connect_errors) = swarm::connect_agents(
-        &brokers,
+        &AgentConfig {
+            brokers: brokers.clone(),
+            ..AgentConfig::default()
+        },
         run,
         agents,
         common.session_ttl_ms,

@@ -34,7 +34,7 @@ mod swarm;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hivekeeper_agent::Resource;
+use hivekeeper_agent::{AgentConfig, Resource};
 use serde_json::Value;
 
 use report::Report;
@@ -176,6 +176,24 @@ struct Common {
     /// runs its own cluster without authentication.
     #[command(flatten)]
     login: crate::admin::Login,
+    /// TLS to the brokers (not for `failover`, which runs its own plaintext cluster).
+    #[command(flatten)]
+    tls: crate::client_tls::TlsArgs,
+}
+
+impl Common {
+    /// The settings every bench agent starts from: the brokers and TLS.
+    fn agent_base(&self) -> anyhow::Result<AgentConfig> {
+        anyhow::ensure!(
+            self.tls.tls_cert.is_none(),
+            "--tls-cert: the bench runs many agent ids and one client certificate names one \
+             (its CN); measure TLS against an endpoint without --mqtt-client-ca"
+        );
+        self.tls.apply(AgentConfig {
+            brokers: self.brokers.clone(),
+            ..AgentConfig::default()
+        })
+    }
 }
 
 /// Runs `hivekeeper bench`.

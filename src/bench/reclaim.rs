@@ -31,15 +31,15 @@ pub async fn run(
     rounds: usize,
 ) -> anyhow::Result<Report> {
     anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
+    let base = common.agent_base()?;
     let (waiters, mut errors) =
-        swarm::connect(&common.brokers, run, "waiter", 1, common.session_ttl_ms, 1).await;
+        swarm::connect(&base, run, "waiter", 1, common.session_ttl_ms, 1).await;
     let Some(Some(waiter)) = waiters.into_iter().next() else {
         anyhow::bail!("the waiter could not connect: {:?}", errors.samples);
     };
     let holder = AgentConfig {
         agent_id: run.agent("holder", 0),
-        brokers: common.brokers.clone(),
-        ..AgentConfig::default()
+        ..base
     };
     let holder = Agent::connect(run.authenticate(holder).await?).await?;
     let started = Instant::now();

@@ -26,8 +26,9 @@ pub async fn run(
     anyhow::ensure!(agents >= 1, "--agents must be at least 1");
     let node_pid = node_pid.or_else(|| discover_node_pid(&common.brokers));
     let connect_started = Instant::now();
+    let base = common.agent_base()?;
     let (idle, mut errors) = swarm::connect(
-        &common.brokers,
+        &base,
         run,
         "idle",
         idle_agents,
@@ -38,7 +39,7 @@ pub async fn run(
     let connect_s = connect_started.elapsed().as_secs_f64();
     let idle: Vec<Member> = idle.into_iter().flatten().collect();
     let (busy, busy_errors) = swarm::connect(
-        &common.brokers,
+        &base,
         run,
         "agent",
         agents,

@@ -80,11 +80,12 @@ pub struct Member {
     pub session: Session,
 }
 
-/// Connects `count` agents named `run.agent(role, i)`, at most `concurrency` at once, each
-/// taking a session of `ttl_ms`; agent i's first broker is `brokers[i % n]`. Returns them in index order (`None` where connecting
-/// failed; the failure is counted in the errors).
+/// Connects `count` agents named `run.agent(role, i)` with the settings of `base` (brokers,
+/// TLS), at most `concurrency` at once, each taking a session of `ttl_ms`; agent i's first
+/// broker is `brokers[i % n]`. Returns them in index order (`None` where connecting failed;
+/// the failure is counted in the errors).
 pub async fn connect(
-    brokers: &[String],
+    base: &AgentConfig,
     run: &RunId,
     role: &str,
     count: usize,
@@ -97,13 +98,14 @@ pub async fn connect(
         let permits = permits.clone();
         // Agent i starts at broker i mod n and fails over along the rest: a cluster's load
         // spreads over its members, as a real swarm's would.
+        let brokers = &base.brokers;
         let rotated = (0..brokers.len())
             .map(|k| brokers[(index + k) % brokers.len()].clone())
             .collect();
         let config = AgentConfig {
             agent_id: run.agent(role, index),
             brokers: rotated,
-            ..AgentConfig::default()
+            ..base.clone()
         };
         let run = run.clone();
         tasks.spawn(async move {
@@ -129,18 +131,18 @@ pub async fn connect(
 /// The traffic's agents (role `agent`): only those that connected, and their connect errors;
 /// an error when none did.
 pub async fn connect_agents(
-    brokers: &[String],
+    base: &AgentConfig,
     run: &RunId,
     count: usize,
     ttl_ms: u64,
     concurrency: usize,
 ) -> anyhow::Result<(Vec<Member>, Errors)> {
-    let (members, errors) = connect(brokers, run, "agent", count, ttl_ms, concurrency).await;
+    let (members, errors) = connect(base, run, "agent", count, ttl_ms, concurrency).await;
     let members: Vec<Member> = members.into_iter().flatten().collect();
     anyhow::ensure!(
         !members.is_empty(),
         "no agent could connect to {}: {:?}",
-        brokers.join(","),
+        base.brokers.join(","),
         errors.samples
     );
     Ok((members, errors))

@@ -31,7 +31,16 @@ impl CliRun {
 
 /// Runs `hivekeeper ARGS` (an admin subcommand) to completion, at most 30 s.
 pub async fn run_cli(args: &[&str]) -> CliRun {
+    run_cli_with_env(args, &[]).await
+}
+
+/// [`run_cli`] with environment variables set (`HIVEKEEPER_TLS_CA=...`).
+pub async fn run_cli_with_env(args: &[&str], env: &[(&str, &str)]) -> CliRun {
     let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
     let what = format!("hivekeeper {}", args.join(" "));
     let output = within(
         30,
@@ -39,6 +48,7 @@ pub async fn run_cli(args: &[&str]) -> CliRun {
         tokio::task::spawn_blocking(move || {
             Command::new(env!("CARGO_BIN_EXE_hivekeeper"))
                 .args(&args)
+                .envs(env)
                 .stdin(Stdio::null())
                 .output()
         }),

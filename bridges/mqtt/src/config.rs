@@ -16,6 +16,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 
 use hivekeeper_protocol::Topics;
 use hivekeeper_protocol::topic::DEFAULT_PREFIX;
@@ -222,6 +223,18 @@ pub struct EmbeddedConfig {
     /// Longest one socket write may take, in ms, before the agent is disconnected as a slow
     /// consumer (it stopped reading and its TCP window is shut).
     pub write_timeout_ms: u64,
+    /// PEM certificate chain the agent endpoint presents; with [`EmbeddedConfig::tls_key`] every
+    /// listener speaks MQTT over TLS only (`serve --mqtt-tls-cert`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (`serve --mqtt-tls-key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificate(s) for mutual TLS (`serve --mqtt-client-ca`): every client must
+    /// present a certificate signed by one of them, and its CN is the agent's identity (the
+    /// client id must equal it, else CONNACK not authorized). Needs `tls_cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
     /// Ignored: a rumqttd setting (its per-filter log segments), accepted so that config files
     /// written for it still load. A warning is logged when set.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -249,6 +262,9 @@ impl Default for EmbeddedConfig {
             connect_rate_per_s_max: DEFAULTS.connect_rate_per_s_max,
             connection_queue_max: DEFAULTS.connection_queue_max,
             write_timeout_ms: DEFAULTS.write_timeout_ms,
+            tls_cert: None,
+            tls_key: None,
+            client_ca: None,
             segment_bytes_max: None,
             segment_count_max: None,
             request_segment_bytes_max: None,
@@ -261,8 +277,8 @@ impl Default for EmbeddedConfig {
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExternalConfig {
-    /// Broker URL, `mqtt://host:port` (or `tcp://`); the port defaults to 1883. TLS is not
-    /// built in (rumqttc is compiled without it): terminate TLS in front of the broker.
+    /// Broker URL, `mqtt://host:port` (or `tcp://`); the port defaults to 1883. TLS to an
+    /// external broker is not supported yet: terminate TLS in front of the broker.
     pub url: String,
     /// MQTT client id of this node. Must differ between nodes sharing a broker: a broker
     /// disconnects the older of two connections with the same id.
@@ -392,7 +408,39 @@ impl EmbeddedConfig {
             1_000_000,
         )?;
         check_range("mode.write_timeout_ms", self.write_timeout_ms, 10, 600_000)?;
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "mode.tls_key",
+                    "is missing: `tls_cert` needs its private key".to_string(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "mode.tls_cert",
+                    "is missing: `tls_key` is set without a certificate".to_string(),
+                ));
+            }
+            _ => {}
+        }
+        if self.client_ca.is_some() && self.tls_cert.is_none() {
+            return Err(invalid(
+                "mode.client_ca",
+                "needs `tls_cert` and `tls_key`: client certificates are asked for during the \
+                 TLS handshake"
+                    .to_string(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The certificate and key, and the client CA, when TLS is on (after `validate`).
+    pub(crate) fn tls_files(&self) -> Option<(hivekeeper_tls::CertKey, Option<&Path>)> {
+        let cert_key = hivekeeper_tls::CertKey {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+        };
+        Some((cert_key, self.client_ca.as_deref()))
     }
 
     /// Logs a warning for each rumqttd-only key still set in the config (ignored).

@@ -6,6 +6,11 @@ use std::net::SocketAddr;
 /// operator needs to act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum MqttError {
+    /// The agent endpoint's TLS files could not be used (`mode.tls_cert`, `mode.tls_key`,
+    /// `mode.client_ca`): the error names the file and what is wrong.
+    #[error("agent endpoint TLS: {0}")]
+    Tls(#[from] hivekeeper_tls::TlsError),
+
     /// A configuration field is out of range or inconsistent with another.
     #[error("invalid MQTT config: `{field}` {reason}")]
     InvalidConfig {

@@ -85,6 +85,10 @@ pub struct Stats {
     pub connects_refused_total: u64,
     /// Endpoint: sockets that sent no complete CONNECT within `connect_packet_timeout_ms`.
     pub connect_timeouts_total: u64,
+    /// Endpoint with TLS: sockets closed because the TLS handshake failed or did not finish
+    /// within `connect_packet_timeout_ms` (a plaintext client, an unknown or missing client
+    /// certificate, a client certificate without a CN).
+    pub tls_handshake_failures_total: u64,
     /// Endpoint: sockets closed by the peer before a complete CONNECT.
     pub connects_abandoned_total: u64,
     /// Endpoint: connections closed because the same client id connected again.
@@ -127,6 +131,7 @@ pub(crate) struct Counters {
     pub(crate) connects_rate_limited_total: AtomicU64,
     pub(crate) connects_refused_total: AtomicU64,
     pub(crate) connect_timeouts_total: AtomicU64,
+    pub(crate) tls_handshake_failures_total: AtomicU64,
     pub(crate) connects_abandoned_total: AtomicU64,
     pub(crate) takeovers_total: AtomicU64,
     pub(crate) keepalive_timeouts_total: AtomicU64,
@@ -163,6 +168,7 @@ impl Counters {
             connects_rate_limited_total: self.connects_rate_limited_total.load(Ordering::Relaxed),
             connects_refused_total: self.connects_refused_total.load(Ordering::Relaxed),
             connect_timeouts_total: self.connect_timeouts_total.load(Ordering::Relaxed),
+            tls_handshake_failures_total: self.tls_handshake_failures_total.load(Ordering::Relaxed),
             connects_abandoned_total: self.connects_abandoned_total.load(Ordering::Relaxed),
             takeovers_total: self.takeovers_total.load(Ordering::Relaxed),
             keepalive_timeouts_total: self.keepalive_timeouts_total.load(Ordering::Relaxed),

@@ -10,10 +10,12 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
+use crate::raft::transport::PeerTlsFiles;
 use crate::raft::{Member, NodeId, node_id_for};
 
 /// Whether the initial members form a new cluster or this node joins a running one.
@@ -43,6 +45,18 @@ pub struct ClusterConfig {
     /// listen on another interface (0.0.0.0:7401) than the one peers dial.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_listen: Option<SocketAddr>,
+    /// This member's PEM certificate for mutual TLS on the peer port (`--peer-tls-cert`); its
+    /// CN or a SAN DNS name must be this member's `name`, and peers dialling it check a SAN
+    /// DNS name. With `peer_tls_key` and `peer_ca`: all three or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// The PEM private key of `peer_tls_cert` (`--peer-tls-key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_tls_key: Option<PathBuf>,
+    /// The PEM CA that signs every member's peer certificate (`--peer-ca`). A peer is accepted
+    /// only with a certificate of this CA naming a member of the current configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_ca: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -104,11 +118,36 @@ impl ClusterConfig {
             .map_err(|_| ConfigError::PeerListenNotIp { addr: me.addr })
     }
 
+    /// The peer port's TLS files, when mutual TLS is configured; an error names the missing
+    /// setting when only some of the three are set.
+    pub fn peer_tls(&self) -> Result<Option<PeerTlsFiles>, ConfigError> {
+        match (&self.peer_tls_cert, &self.peer_tls_key, &self.peer_ca) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(PeerTlsFiles {
+                cert_key: hivekeeper_tls::CertKey {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                },
+                ca: ca.clone(),
+            })),
+            (cert, key, _) => Err(ConfigError::PeerTlsIncomplete {
+                missing: if cert.is_none() {
+                    "peer_tls_cert"
+                } else if key.is_none() {
+                    "peer_tls_key"
+                } else {
+                    "peer_ca"
+                },
+            }),
+        }
+    }
+
     /// All the rules at once.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.name.is_empty() {
             return Err(ConfigError::ClusterNameEmpty);
         }
+        self.peer_tls()?;
         self.listen_addr().map(|_| ())
     }
 }
@@ -123,6 +162,9 @@ mod tests {
             initial_cluster: list.into(),
             initial_cluster_state: ClusterState::New,
             peer_listen: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_ca: None,
         }
     }
 

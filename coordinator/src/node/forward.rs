@@ -92,7 +92,7 @@ impl Forwarder {
         expected: usize,
     ) -> Result<Vec<Reply>, Failure> {
         let leader = *leader;
-        let client = self.pool.client(leader, &member.addr);
+        let client = self.pool.client(leader, &member.name, &member.addr);
         match client.call(request, self.timeout).await {
             Ok(PeerResponse::Replies(Ok(replies))) if replies.len() == expected => Ok(replies),
             Ok(PeerResponse::Replies(Ok(replies))) => Err(Failure::Other(NodeError::Forward {

@@ -294,6 +294,9 @@ impl NodeHandle {
             initial_cluster: format!("{name}={addr}"),
             initial_cluster_state: ClusterState::Existing,
             peer_listen: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_ca: None,
         };
         let member = entry.me().map_err(|error| NodeError::BadRequest {
             reason: error.to_string(),

@@ -22,7 +22,7 @@ use super::rate::AgentRates;
 use super::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use super::waits::Waits;
 use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
-use crate::raft::transport::{self, NetworkFaults};
+use crate::raft::transport::{self, NetworkFaults, PeerAcceptor};
 use crate::raft::{self, RaftError, TcpNetwork};
 use crate::state_machine::Limits;
 
@@ -64,7 +64,22 @@ impl Node {
             .as_ref()
             .map_or(config.node_id, ClusterConfig::node_id);
         let faults = NetworkFaults::default();
-        let network = TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone(), &config.raft);
+        let peer_tls = match &config.cluster {
+            Some(cluster) => cluster.peer_tls()?,
+            None => None,
+        };
+        // The peer TLS files are read here, before anything is bound or opened.
+        let network = match &peer_tls {
+            None => TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone(), &config.raft),
+            Some(files) => TcpNetwork::with_peer_tls(
+                node_id,
+                CLUSTER_NAME,
+                faults.clone(),
+                &config.raft,
+                files,
+            )
+            .map_err(|error| start_error(format!("peer TLS: {error}")))?,
+        };
         // Bound before the data file opens, so a taken port fails fast and names the port.
         let peer_listener = match &config.cluster {
             Some(cluster) => {
@@ -158,6 +173,13 @@ impl Node {
             auth_enabled: config.auth_enabled,
         };
         let timer = tokio::spawn(waits.run_timer());
+        let peer_acceptor = match &peer_tls {
+            Some(files) => Some(
+                PeerAcceptor::new(files, raft.clone())
+                    .map_err(|error| start_error(format!("peer TLS: {error}")))?,
+            ),
+            None => None,
+        };
         let peer_server = peer_listener.map(|listener| {
             tokio::spawn(transport::serve(
                 listener,
@@ -168,6 +190,7 @@ impl Node {
                 network.election_clock(),
                 handle.clone(),
                 faults.clone(),
+                peer_acceptor,
             ))
         });
         if config.cluster.is_none() {

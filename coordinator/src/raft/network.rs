@@ -25,8 +25,9 @@ use super::RaftConfig;
 use super::election::{ElectionClock, ElectionTiming};
 use super::types::{Node, NodeId, TypeConfig};
 use crate::raft::transport::client::Dialler;
+use crate::raft::transport::tls::PeerConnector;
 use crate::raft::transport::{
-    NetworkFaults, PeerClient, PeerPool, PeerRequest, PeerResponse, TransportError,
+    NetworkFaults, PeerClient, PeerPool, PeerRequest, PeerResponse, PeerTlsFiles, TransportError,
 };
 
 /// The network factory: dials peers at the address their membership entry records.
@@ -57,11 +58,41 @@ impl TcpNetwork {
         faults: NetworkFaults,
         config: &RaftConfig,
     ) -> TcpNetwork {
+        TcpNetwork::build(me, cluster.into(), faults, config, None)
+    }
+
+    /// [`TcpNetwork::new`] dialling every peer over mutual TLS with `tls`'s certificate; the
+    /// files are read now (errors name the file).
+    pub fn with_peer_tls(
+        me: NodeId,
+        cluster: impl Into<String>,
+        faults: NetworkFaults,
+        config: &RaftConfig,
+        tls: &PeerTlsFiles,
+    ) -> Result<TcpNetwork, hivekeeper_tls::TlsError> {
+        let connector = PeerConnector::new(tls)?;
+        Ok(TcpNetwork::build(
+            me,
+            cluster.into(),
+            faults,
+            config,
+            Some(connector),
+        ))
+    }
+
+    fn build(
+        me: NodeId,
+        cluster: String,
+        faults: NetworkFaults,
+        config: &RaftConfig,
+        tls: Option<PeerConnector>,
+    ) -> TcpNetwork {
         let retry_unreachable = Duration::from_millis(config.heartbeat_interval_ms);
         let dialler = Dialler {
             me,
-            cluster: cluster.into(),
+            cluster,
             faults,
+            tls,
             frame_max_bytes: crate::raft::transport::frame_max_bytes(config),
         };
         TcpNetwork {
@@ -97,7 +128,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> TcpPeer {
         TcpPeer {
-            client: self.raft_pool.client(target, &node.addr),
+            client: self.raft_pool.client(target, &node.name, &node.addr),
             retry_unreachable: self.retry_unreachable,
             election: self.election.clone(),
         }

@@ -304,11 +304,6 @@ pub(crate) enum Refusal {
     /// Bad username or password (3.1.1: 0x04; 5.0: 0x86): every credentials refusal.
     BadCredentials,
     /// Not authorized (3.1.1: 0x05; 5.0: 0x87).
-    #[expect(
-        dead_code,
-        reason = "for a refusal by policy rather than by credentials; the credentials hook \
-                  answers every refusal with BadCredentials, so as not to tell which part was wrong"
-    )]
     NotAuthorized,
     /// The endpoint is shutting down (3.1.1: 0x03; 5.0: 0x88).
     Unavailable,

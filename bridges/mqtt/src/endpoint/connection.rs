@@ -19,8 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
@@ -95,18 +94,24 @@ impl End {
     }
 }
 
-/// Serves one accepted socket until it ends. Never panics on input; every way out is counted.
-pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
+/// Serves one accepted socket (plain TCP, or TLS after its handshake) until it ends. The
+/// CONNECT must arrive by `connect_deadline`. `certificate_cn` is the CN of the client
+/// certificate TLS verified (mutual TLS only). Never panics on input; every way out is counted.
+pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    mut stream: S,
+    certificate_cn: Option<String>,
+    connect_deadline: Instant,
+) {
     let mut stop = shared.stop_rx.clone();
     let Some(inbound_tx) = shared.inbound_sender() else {
         return;
     };
     let counters = shared.counters.clone();
     let mut rbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    let connect_timeout = Duration::from_millis(shared.settings.connect_packet_timeout_ms);
     let connect = tokio::select! {
-        connect = tokio::time::timeout(
-            connect_timeout,
+        connect = tokio::time::timeout_at(
+            connect_deadline,
             read_connect(&mut stream, &mut rbuf, shared.settings.packet_bytes_max),
         ) => connect,
         () = stopped(&mut stop) => return,
@@ -138,8 +143,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, mut stream: TcpStream) {
                 agent: &connect.client_id,
                 username: connect.username.as_deref(),
                 password: connect.password.as_deref(),
-                // A plain-TCP listener has no client certificate.
-                certificate_cn: None,
+                certificate_cn: certificate_cn.as_deref(),
             },
         )
         .await
@@ -213,8 +217,8 @@ enum ConnectFailure {
     Decode(DecodeError),
 }
 
-async fn read_connect(
-    stream: &mut TcpStream,
+async fn read_connect<S: AsyncRead + Unpin>(
+    stream: &mut S,
     rbuf: &mut BytesMut,
     packet_bytes_max: usize,
 ) -> Result<Connect, ConnectFailure> {
@@ -233,7 +237,11 @@ async fn read_connect(
 
 /// Counts a bad first packet and, for an unsupported protocol, answers with the CONNACK the
 /// spec asks for (3.1.1 §3.1.2.2: return code 0x01) before closing.
-async fn refuse_connect(stream: &mut TcpStream, counters: &Counters, error: DecodeError) {
+async fn refuse_connect<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    counters: &Counters,
+    error: DecodeError,
+) {
     match error {
         DecodeError::UnsupportedProtocol => {
             Counters::add(&counters.connects_refused_total);
@@ -314,9 +322,9 @@ impl Session {
         u16::try_from(self.shared.settings.inflight_max).unwrap_or(u16::MAX)
     }
 
-    async fn run(
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut S,
         rbuf: &mut BytesMut,
         stop: &mut watch::Receiver<bool>,
     ) -> End {

@@ -8,10 +8,11 @@
 //! - username = the client id and password = the account's secret, checked by the node
 //!   against its own replica ([`Authenticator::authenticate`]).
 //!
-//! Anything else (anonymous, another username, a wrong secret, an unknown agent, a certificate
-//! naming someone else) is refused with "bad username or password" (3.1.1 0x04, 5.0 0x86), and
-//! the reason goes to the server's debug log only. So a takeover by client id needs the
-//! victim's secret or certificate.
+//! A certificate naming someone else is refused "not authorized" (3.1.1 0x05, 5.0 0x87),
+//! with authentication on or off: under mutual TLS the certificate is the identity. Anything
+//! else (anonymous, another username, a wrong secret, an unknown agent) is refused with "bad
+//! username or password" (3.1.1 0x04, 5.0 0x86), and the reason goes to the server's debug
+//! log only. So a takeover by client id needs the victim's secret or certificate.
 //!
 //! [`Transport::start_with`]: crate::Transport::start_with
 
@@ -74,19 +75,22 @@ pub(crate) async fn check(
     authenticator: Option<&dyn Authenticator>,
     credentials: Credentials<'_>,
 ) -> Result<Option<Role>, Refusal> {
-    let Some(authenticator) = authenticator else {
-        return Ok(None);
-    };
     let agent = credentials.agent;
-    if let Some(cn) = credentials.certificate_cn {
-        if cn == agent {
-            return Ok(Some(authenticator.role_of(agent)));
-        }
+    // A verified certificate is an identity with or without accounts: it must name the client.
+    if let Some(cn) = credentials.certificate_cn
+        && cn != agent
+    {
         debug!(
             agent,
             cn, "CONNECT refused: the certificate names another agent"
         );
-        return Err(Refusal::BadCredentials);
+        return Err(Refusal::NotAuthorized);
+    }
+    let Some(authenticator) = authenticator else {
+        return Ok(None);
+    };
+    if credentials.certificate_cn.is_some() {
+        return Ok(Some(authenticator.role_of(agent)));
     }
     let (Some(username), Some(password)) = (credentials.username, credentials.password) else {
         debug!(agent, "CONNECT refused: no username and password");
@@ -190,7 +194,7 @@ mod tests {
             ),
             (
                 credentials("a", Some("a"), Some("s"), Some("b")),
-                Err(Refusal::BadCredentials),
+                Err(Refusal::NotAuthorized),
             ),
         ];
         for (credentials, expected) in cases {
@@ -204,6 +208,11 @@ mod tests {
             check(None, credentials("a", None, None, None)).await,
             Ok(None),
             "authentication off"
+        );
+        assert_eq!(
+            check(None, credentials("a", None, None, Some("b"))).await,
+            Err(Refusal::NotAuthorized),
+            "authentication off: a certificate must still name the client"
         );
     }
 }

@@ -9,7 +9,7 @@
 //! ```text
 //!   agent ──TCP (TCP_NODELAY)──▶ accept loop ── limits: connections_max, connect rate ──┐
 //!                                  (one per listener)                                 spawn
-//!                                                                                        ▼
+//!                                             [TLS handshake, on the connection's task] ▼
 //!   agent ◀──────────────────────────────────────────────────────────────▶ connection task
 //!       CONNECT → CONNACK; SUBSCRIBE own rsp/evt → SUBACK; PINGREQ → PINGRESP;              │
 //!       PUBLISH {prefix}/req/{self} → PUBACK ──▶ transport::deliver ──▶ mpsc<Inbound> ──▶ bridge
@@ -40,6 +40,9 @@
 //! - `queue`: the per-connection outbound queue and its slow-consumer policy.
 //! - `limits`: the connect-rate token bucket.
 //! - `credentials`: the hook where a CONNECT's identity is checked ([`Authenticator`]).
+//! - `credentials`: the hook where CONNECT credentials are checked (security issue).
+//! - `tls`: the TLS handshake of an accepted socket (`mode.tls_cert`, mutual TLS with
+//!   `mode.client_ca`: the certificate's CN must be the client id).
 
 mod codec;
 mod connection;
@@ -49,6 +52,7 @@ pub use credentials::Authenticator;
 mod limits;
 mod queue;
 mod registry;
+mod tls;
 
 use std::io;
 use std::net::SocketAddr;
@@ -69,6 +73,7 @@ use crate::transport::{Counters, Inlet, ListenerInfo, MqttVersion};
 use limits::ConnectRate;
 use queue::{Class, OutMessage, Push};
 use registry::{Client, Registry};
+use tls::EndpointTls;
 
 /// Time bound for the connections to flush and close at shutdown.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -112,6 +117,8 @@ pub(crate) struct Shared {
     connect_rate: ConnectRate,
     /// Checks CONNECT credentials; `None` with authentication off.
     pub(crate) authenticator: Option<Arc<dyn Authenticator>>,
+    /// TLS, when `mode.tls_cert` is set: every socket handshakes before its CONNECT.
+    tls: Option<EndpointTls>,
 }
 
 impl Shared {
@@ -230,6 +237,14 @@ pub(crate) async fn start(
     authenticator: Option<Arc<dyn Authenticator>>,
 ) -> Result<(Running, Arc<Shared>, Vec<ListenerInfo>), MqttError> {
     embedded.warn_ignored_keys();
+    // Read and checked before anything is bound: a bad file fails start, naming it.
+    let tls = match embedded.tls_files() {
+        Some((cert_key, client_ca)) => Some(EndpointTls {
+            acceptor: hivekeeper_tls::server_config(&cert_key, client_ca)?.into(),
+            mutual: client_ca.is_some(),
+        }),
+        None => None,
+    };
     let mut wanted = vec![(MqttVersion::V311, embedded.listen)];
     if let Some(listen_v5) = embedded.listen_v5 {
         wanted.push((MqttVersion::V5, listen_v5));
@@ -270,13 +285,19 @@ pub(crate) async fn start(
         ended: Notify::new(),
         connect_rate: ConnectRate::new(embedded.connect_rate_per_s_max),
         authenticator,
+        tls,
     });
     let accept_tasks = listeners
         .into_iter()
         .map(|listener| tokio::spawn(accept_loop(listener, shared.clone())))
         .collect();
     counters.connected.store(true, Ordering::Relaxed);
-    info!(listeners = ?infos, "agent endpoint listening");
+    info!(
+        listeners = ?infos,
+        tls = shared.tls.is_some(),
+        mutual_tls = shared.tls.as_ref().is_some_and(|tls| tls.mutual),
+        "agent endpoint listening"
+    );
     Ok((
         Running {
             shared: shared.clone(),
@@ -358,7 +379,20 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let guard = LiveGuard(shared.clone());
         tokio::spawn(async move {
             let guard = guard;
-            connection::serve(guard.0.clone(), stream).await;
+            let shared = guard.0.clone();
+            // One deadline for the TLS handshake and the CONNECT together.
+            let deadline = tokio::time::Instant::now()
+                + Duration::from_millis(shared.settings.connect_packet_timeout_ms);
+            match &shared.tls {
+                None => connection::serve(shared.clone(), stream, None, deadline).await,
+                Some(endpoint_tls) => {
+                    if let Some((stream, cn)) =
+                        tls::handshake(&shared, endpoint_tls, stream, deadline).await
+                    {
+                        connection::serve(shared.clone(), stream, cn, deadline).await;
+                    }
+                }
+            }
         });
     }
 }

@@ -11,10 +11,13 @@
 pub use hivekeeper_test_support::{Mosquitto, eventually, free_port, within};
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hivekeeper_mqtt::{Config, EmbeddedConfig, ExternalConfig, Inbound, Mode, Transport};
-use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, Publish, QoS};
+use rumqttc::{
+    AsyncClient, Event, MqttOptions, NetworkOptions, Packet, Publish, QoS, TlsConfiguration,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -83,7 +86,23 @@ pub struct TestClient {
 impl TestClient {
     /// Connects to `addr` as `client_id` and waits for the ConnAck.
     pub async fn connect(addr: SocketAddr, client_id: &str) -> TestClient {
-        let mut options = MqttOptions::new(client_id, addr.ip().to_string(), addr.port());
+        TestClient::connect_to(&addr.ip().to_string(), addr.port(), client_id, None).await
+    }
+
+    /// Connects to `host:port` as `client_id`, over TLS with `tls` (the server's certificate is
+    /// checked against `host`), and waits for the ConnAck.
+    pub async fn connect_to(
+        host: &str,
+        port: u16,
+        client_id: &str,
+        tls: Option<Arc<hivekeeper_tls::rustls::ClientConfig>>,
+    ) -> TestClient {
+        let mut options = MqttOptions::new(client_id, host, port);
+        if let Some(tls) = tls {
+            options.set_transport(rumqttc::Transport::tls_with_config(
+                TlsConfiguration::Rustls(tls),
+            ));
+        }
         options.set_keep_alive(Duration::from_secs(30));
         options.set_max_packet_size(1024 * 1024, 1024 * 1024);
         let (client, mut eventloop) = AsyncClient::new(options, 2000);

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
+use super::tls::{PeerConnector, PeerStream};
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use super::{NetworkFaults, TransportError};
 use crate::raft::NodeId;
@@ -42,6 +43,8 @@ pub(crate) struct Dialler {
     pub cluster: String,
     /// Links cut on purpose.
     pub faults: NetworkFaults,
+    /// Mutual TLS to every peer (`--peer-tls-cert`); `None`: plain TCP.
+    pub tls: Option<PeerConnector>,
     /// The bound on frames after the hello ([`wire::frame_max_bytes`]).
     pub frame_max_bytes: usize,
 }
@@ -62,14 +65,15 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
-    /// A client for `peer` at `addr`. Must be called inside a tokio runtime.
-    pub(crate) fn new(dialler: Dialler, peer: NodeId, addr: String) -> PeerClient {
+    /// A client for `peer`, member `name`, at `addr`. Must be called inside a tokio runtime.
+    pub(crate) fn new(dialler: Dialler, peer: NodeId, name: String, addr: String) -> PeerClient {
         let (calls, queue) = mpsc::unbounded_channel();
         let faults = dialler.faults.clone();
         tokio::spawn(
             Connection {
                 dialler,
                 peer,
+                name,
                 addr,
             }
             .run(queue),
@@ -118,6 +122,8 @@ impl PeerClient {
 struct Connection {
     dialler: Dialler,
     peer: NodeId,
+    /// Its member name: with TLS, the name its certificate must carry.
+    name: String,
     addr: String,
 }
 
@@ -184,7 +190,7 @@ fn log_outage(report: OutageReport, peer: NodeId, addr: &str, error: Option<&Tra
     }
 }
 
-type Link = Framed<TcpStream, wire::PeerCodec>;
+type Link = Framed<PeerStream, wire::PeerCodec>;
 
 impl Connection {
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Call>) {
@@ -244,6 +250,16 @@ impl Connection {
             stream
                 .set_nodelay(true)
                 .map_err(|error| self.unreachable(error.to_string()))?;
+            let stream: PeerStream = match &self.dialler.tls {
+                None => Box::new(stream),
+                Some(tls) => tls.connect(&self.name, stream).await.map_err(|reason| {
+                    TransportError::Refused {
+                        peer: self.peer,
+                        addr: self.addr.clone(),
+                        reason,
+                    }
+                })?,
+            };
             let mut link = Framed::new(stream, wire::codec());
             let hello = Hello {
                 cluster: self.dialler.cluster.clone(),
@@ -363,8 +379,8 @@ impl PeerPool {
         }
     }
 
-    /// The client for `peer` at `addr`.
-    pub fn client(&self, peer: NodeId, addr: &str) -> PeerClient {
+    /// The client for `peer`, member `name`, at `addr`.
+    pub fn client(&self, peer: NodeId, name: &str, addr: &str) -> PeerClient {
         let mut clients = self
             .clients
             .lock()
@@ -372,7 +388,12 @@ impl PeerPool {
         match clients.get(&peer) {
             Some((known, client)) if known == addr => client.clone(),
             _ => {
-                let client = PeerClient::new(self.dialler.clone(), peer, addr.to_string());
+                let client = PeerClient::new(
+                    self.dialler.clone(),
+                    peer,
+                    name.to_string(),
+                    addr.to_string(),
+                );
                 clients.insert(peer, (addr.to_string(), client.clone()));
                 client
             }
@@ -450,8 +471,9 @@ mod tests {
             cluster: "hivekeeper".into(),
             faults: NetworkFaults::default(),
             frame_max_bytes: 1 << 20,
+            tls: None,
         };
-        let client = PeerClient::new(dialler, 2, addr);
+        let client = PeerClient::new(dialler, 2, "n2".into(), addr);
         let total = wire::IN_FLIGHT_MAX + 16;
         let calls: Vec<_> = (0..total)
             .map(|id| {

@@ -23,19 +23,26 @@
 //! a connect storm. [`NetworkFaults`] cuts a node off from chosen peers in both directions: the
 //! in-process cluster tests use it to partition a node.
 //!
+//! Security: with [`PeerTlsFiles`] (`serve --peer-tls-cert --peer-tls-key --peer-ca`) every
+//! connection is mutual TLS, and a peer is accepted only if its certificate names a member of
+//! the current configuration, inside the handshake, before any frame is read (`tls.rs`).
+//!
 //! # Layout
 //! - `wire.rs`: the frames and the codec. `client.rs`: [`PeerClient`], [`PeerPool`].
 //! - `server.rs`: [`serve`] and the [`ForwardHandler`] the node implements.
+//! - `tls.rs`: [`PeerTlsFiles`], [`PeerAcceptor`] and the dialler's connector.
 //! - `faults.rs`: [`NetworkFaults`].
 
 pub(crate) mod client;
 mod faults;
 mod server;
+pub(crate) mod tls;
 mod wire;
 
 pub use client::{PeerClient, PeerPool};
 pub use faults::NetworkFaults;
 pub use server::{ForwardHandler, serve};
+pub use tls::{PeerAcceptor, PeerTlsFiles};
 pub use wire::{
     AgentWrite, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse, frame_max_bytes,
 };

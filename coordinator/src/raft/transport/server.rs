@@ -15,13 +15,15 @@ use std::sync::Arc;
 
 use futures_util::{SinkExt, StreamExt};
 use hivekeeper_protocol::Request;
+use hivekeeper_tls::PeerIdentity;
 use openraft::raft::AppendEntriesResponse;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
+use super::tls::{self, PeerAcceptor, PeerStream};
 use super::wire::{self, AgentWrite, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use crate::raft::{ElectionClock, NodeId, RaftHandle};
 use crate::state_machine::Reply;
@@ -47,6 +49,8 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
 /// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft` (and what
 /// they say about the leader's liveness to `election`), forwarded requests to `handler`.
 /// Frames after the hello are bounded by `frame_max_bytes` ([`wire::frame_max_bytes`]).
+/// With `tls`, each connection's TLS handshake (on its own task) must admit the peer before
+/// its first frame is read.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve<H: ForwardHandler>(
     listener: TcpListener,
@@ -57,6 +61,7 @@ pub async fn serve<H: ForwardHandler>(
     election: Arc<ElectionClock>,
     handler: H,
     faults: NetworkFaults,
+    tls: Option<PeerAcceptor>,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -78,7 +83,16 @@ pub async fn serve<H: ForwardHandler>(
             handler: handler.clone(),
             faults: faults.clone(),
         };
-        tokio::spawn(peer.run(stream));
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => peer.run(Box::new(stream), None).await,
+                Some(tls) => match tls.accept(stream).await {
+                    Ok((stream, identity)) => peer.run(stream, Some(identity)).await,
+                    Err(reason) => tracing::warn!(%reason, "refused a peer connection"),
+                },
+            }
+        });
     }
 }
 
@@ -94,9 +108,10 @@ struct PeerConnection<H> {
 }
 
 impl<H: ForwardHandler> PeerConnection<H> {
-    async fn run(self, stream: TcpStream) {
+    /// Serves one connection; `identity` is who the peer's verified certificate names (TLS).
+    async fn run(self, stream: PeerStream, identity: Option<PeerIdentity>) {
         let mut link = Framed::new(stream, wire::codec());
-        let Some(from) = self.hello(&mut link).await else {
+        let Some(from) = self.hello(&mut link, identity.as_ref()).await else {
             return;
         };
         wire::raise_bound(link.codec_mut(), self.frame_max_bytes);
@@ -111,8 +126,13 @@ impl<H: ForwardHandler> PeerConnection<H> {
         serve_frames(link, from, &self.faults, answer).await;
     }
 
-    /// Reads and checks the hello; returns the dialler's id if it is welcome.
-    async fn hello(&self, link: &mut Framed<TcpStream, wire::PeerCodec>) -> Option<NodeId> {
+    /// Reads and checks the hello; returns the dialler's id if it is welcome. With TLS the
+    /// hello must come from the member the certificate names.
+    async fn hello(
+        &self,
+        link: &mut Framed<PeerStream, wire::PeerCodec>,
+        identity: Option<&PeerIdentity>,
+    ) -> Option<NodeId> {
         let frame = tokio::time::timeout(std::time::Duration::from_secs(2), link.next())
             .await
             .ok()??
@@ -127,6 +147,13 @@ impl<H: ForwardHandler> PeerConnection<H> {
             Some(format!(
                 "this is node {}, not node {}: the membership has a wrong address",
                 self.me, hello.to
+            ))
+        } else if let Some(identity) = identity
+            && !tls::names_node(identity, hello.from)
+        {
+            Some(format!(
+                "the certificate names {:?}, not node {}",
+                identity.common_name, hello.from
             ))
         } else if self.faults.is_cut(hello.from) {
             Some("cut off by a network fault".into())
@@ -263,6 +290,8 @@ async fn answer<H: ForwardHandler>(
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
+
+    use tokio::net::TcpStream;
 
     use hivekeeper_protocol::{Op, Request};
 
