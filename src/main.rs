@@ -6,6 +6,7 @@ mod admin;
 mod bench;
 mod certs;
 mod client_tls;
+mod exposure;
 mod serve;
 
 use std::net::SocketAddr;
@@ -122,6 +123,12 @@ pub struct ServeArgs {
     /// `[auth] enabled = true` in the config file.
     #[arg(long)]
     auth: bool,
+    /// Start even though a listener faces the network unprotected: the agent endpoint on a
+    /// non-loopback address without --auth and TLS, the peer port without mutual TLS, or
+    /// /metrics anywhere but loopback. Without it `serve` refuses, naming them; with it, it
+    /// logs one WARN line naming them at every start (docs/SECURITY.md).
+    #[arg(long)]
+    insecure: bool,
     /// This member's PEM certificate for mutual TLS on the peer port (`peer_tls_cert`); it
     /// must name the member (--name) as its CN or a SAN DNS name, and peers dialling it check
     /// a SAN DNS name. Needs --peer-tls-key and --peer-ca.
@@ -153,9 +160,11 @@ fn main() -> std::process::ExitCode {
     let default_filter = match cli.command {
         // openraft logs every failed replication RPC and heartbeat to a dead peer (four lines
         // every 75 ms); the transport reports an outage once, every 30 s, and when it ends.
+        // rustls warns for every client that sends an IP address as SNI (mosquitto_pub
+        // does); failed handshakes are counted in hivekeeper_endpoint_tls_handshake_failures_total.
         Command::Serve(_) => {
             "info,openraft=warn,openraft::replication=off,\
-             openraft::engine::handler::replication_handler=error"
+             openraft::engine::handler::replication_handler=error,rustls=error"
         }
         Command::Bench(_) => "warn",
         _ => "error",

@@ -184,7 +184,19 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
 
 /// Runs `serve` to completion.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let insecure = args.insecure;
     let config = load(args)?;
+    let exposed = crate::exposure::exposed(&config);
+    if !exposed.is_empty() {
+        let what = crate::exposure::describe(&exposed);
+        if !insecure {
+            bail!(
+                "refusing to start: {what}. Turn on what is missing, listen on loopback, or \
+                 pass --insecure to start anyway"
+            );
+        }
+        tracing::warn!("--insecure: {what}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

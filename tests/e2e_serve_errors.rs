@@ -172,3 +172,38 @@ async fn sigterm_stops_the_node_cleanly_and_it_restarts_on_the_same_data() {
         vec![token]
     );
 }
+
+/// Secure by default: a listener facing the network without its protection is refused before
+/// anything binds (so this test opens nothing beyond loopback), naming the listener, what it
+/// lacks and the way out.
+#[test]
+fn a_public_listener_without_its_protection_is_refused() {
+    let data = tempfile::tempdir().expect("tempdir");
+    let port = free_ports(1)[0];
+    let public = format!("0.0.0.0:{port}");
+    let output = serve(&[
+        "--data-dir",
+        data.path().to_str().expect("utf-8"),
+        "--mqtt-listen",
+        &public,
+    ]);
+    assert_refused(
+        &output,
+        &format!(
+            "refusing to start: the agent endpoint on {public} without authentication and TLS \
+             (--auth, --mqtt-tls-cert, --mqtt-tls-key)"
+        ),
+    );
+    assert_refused(&output, "pass --insecure to start anyway");
+    let output = serve(&[
+        "--data-dir",
+        data.path().to_str().expect("utf-8"),
+        "--auth",
+        "--metrics-listen",
+        &public,
+    ]);
+    assert_refused(
+        &output,
+        &format!("/metrics on {public} without authentication and TLS"),
+    );
+}
