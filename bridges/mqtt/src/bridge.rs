@@ -27,12 +27,12 @@
 //! Requests, their durations, fence checks and waiters are counted by the node
 //! (`hivekeeper_coordinator::node::metrics`), where their answers are produced.
 
-use hivekeeper_coordinator::node::{NodeHandle, Outbound, Respond};
+use hivekeeper_coordinator::node::{NodeHandle, Outbound, Respond, Submitted};
 use hivekeeper_protocol::{Request, Response, Topics};
 use metrics::{counter, describe_counter};
 use tokio::sync::mpsc;
 
-use crate::{Inbound, ReplyRoute, Transport};
+use crate::{Flow, Inbound, ReplyRoute, Transport};
 
 /// Messages that could not be decoded into a request, by `code` (counter).
 pub const MQTT_BAD_REQUESTS_TOTAL: &str = "hivekeeper_mqtt_bad_requests_total";
@@ -128,15 +128,19 @@ pub async fn run(
 /// One received message: decoded and submitted to the node, which queues a write before
 /// `submit` returns, so one agent's pipelined writes (delivered in order by its connection's
 /// task) reach the log in the order they were sent.
-fn handle(transport: &Transport, node: &NodeHandle, message: Inbound) {
+fn handle(transport: &Transport, node: &NodeHandle, message: Inbound) -> Flow {
     match decode(transport.topics(), &message) {
-        Decoded::NoAgent => {}
+        Decoded::NoAgent => Flow::Continue,
         Decoded::Refused { agent, response } => {
             respond(transport, &message.route, &agent, &response);
+            Flow::Continue
         }
         Decoded::Request { agent, request } => {
             let respond = responder(transport, message.route, &agent);
-            node.submit(&agent, request, respond);
+            match node.submit(&agent, request, respond) {
+                Submitted::Taken => Flow::Continue,
+                Submitted::OverRate { wait } => Flow::Pause(wait),
+            }
         }
     }
 }

@@ -55,7 +55,7 @@ pub use config::{Config, DEFAULTS, EmbeddedConfig, ExternalConfig, Mode};
 pub use endpoint::Authenticator;
 pub use error::MqttError;
 pub use reply_route::ReplyRoute;
-pub use transport::{Inbound, InboundHandler, ListenerInfo, MqttVersion, Stats, Transport};
+pub use transport::{Flow, Inbound, InboundHandler, ListenerInfo, MqttVersion, Stats, Transport};
 
 /// The payload type of [`Inbound`] and [`Transport::publish`].
 pub use bytes::Bytes;

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hivekeeper_protocol::Topics;
@@ -212,12 +213,25 @@ pub(crate) enum Delivery {
     Dropped,
     /// The inbound receiver is gone: nobody will ever read, the backend may stop receiving.
     ReceiverGone,
+    /// Handled, and the sender is over its rate: read nothing more from it for this long.
+    Pause(Duration),
 }
 
 /// Takes one received message on the task that read it (a connection's task, the external
 /// client's event loop). It must not block: the bridge's handler decodes and submits to the
 /// node, whose every step is a non-blocking send.
-pub type InboundHandler = Arc<dyn Fn(Inbound) + Send + Sync>;
+pub type InboundHandler = Arc<dyn Fn(Inbound) -> Flow + Send + Sync>;
+
+/// What the handler asks of the connection a message came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on reading.
+    Continue,
+    /// The sender is over its request rate: read nothing more from it for this long. The
+    /// agent endpoint obeys (backpressure: the flooder's own TCP window fills); the external
+    /// broker's one connection carries every agent, so it ignores this.
+    Pause(Duration),
+}
 
 /// Where the backends hand received messages: the bounded inbound queue, until a handler is
 /// installed ([`Transport::deliver_to`]), then that handler, called on the receiving task.
@@ -278,8 +292,10 @@ pub(crate) fn deliver(
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(handler) = handler.as_ref() {
             Counters::add(&counters.inbound_received_total);
-            handler(inbound);
-            return Delivery::Queued;
+            return match handler(inbound) {
+                Flow::Continue => Delivery::Queued,
+                Flow::Pause(wait) => Delivery::Pause(wait),
+            };
         }
     }
     let inbound_tx = &inlet.tx;
@@ -681,6 +697,7 @@ mod tests {
             let seen = seen.clone();
             Arc::new(move |inbound: Inbound| {
                 seen.lock().expect("test lock").push(inbound.topic);
+                Flow::Continue
             })
         };
         install(&inlet.handler, handler, &mut inbound_rx);

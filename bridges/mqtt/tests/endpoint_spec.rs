@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use common::{TestClient, WAIT_S, eventually, within};
-use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, Transport};
+use hivekeeper_mqtt::{Config, EmbeddedConfig, Flow, Mode, Transport};
 use rumqttc::mqttbytes::v4;
 use rumqttc::v5::mqttbytes::QoS as QoS5;
 use rumqttc::v5::mqttbytes::v5;
@@ -645,6 +645,65 @@ async fn qos2_requests_are_delivered_once() {
     assert_eq!(received.payload, Bytes::from_static(b"exactly"));
     let again = tokio::time::timeout(Duration::from_millis(300), inbound.recv()).await;
     assert!(again.is_err(), "delivered once: {again:?}");
+    shutdown(transport).await;
+}
+
+/// A handler that answers `Flow::Pause` (the node found the agent over its request rate)
+/// stops the endpoint reading that connection for the pause: the next request, already sent,
+/// is handed over only after it. Other connections are not held back.
+#[tokio::test]
+async fn a_paused_connection_is_not_read_until_the_pause_ends() {
+    const PAUSE: Duration = Duration::from_millis(400);
+    let (transport, mut inbound) = start(|_| {}).await;
+    let (handled_tx, mut handled) = tokio::sync::mpsc::unbounded_channel();
+    let handler: hivekeeper_mqtt::InboundHandler = std::sync::Arc::new(move |message| {
+        let first = message.payload == Bytes::from_static(b"first");
+        let _ = handled_tx.send((message.topic, message.payload, Instant::now()));
+        if first {
+            Flow::Pause(PAUSE)
+        } else {
+            Flow::Continue
+        }
+    });
+    transport.deliver_to(handler, &mut inbound);
+    let addr = transport.listeners()[0].addr;
+    let (mut flooder, _) = connected_v4(addr, "drone-fast").await;
+    let (mut calm, _) = connected_v4(addr, "drone-calm").await;
+    let publish = |topic: &str, payload: &'static str| {
+        v4_packet(v4::Packet::Publish(v4::Publish::new(
+            topic,
+            QoS::AtMostOnce,
+            payload,
+        )))
+    };
+    // Both of the flooder's requests in one write: the second is already buffered.
+    let mut both = publish("hk/v1/req/drone-fast", "first");
+    both.extend_from_slice(&publish("hk/v1/req/drone-fast", "second"));
+    flooder.write_all(&both).await.expect("write");
+    let (_, payload, first_at) = within(WAIT_S, "a request handled", handled.recv())
+        .await
+        .expect("handler alive");
+    assert_eq!(payload, Bytes::from_static(b"first"));
+    calm.write_all(&publish("hk/v1/req/drone-calm", "calm"))
+        .await
+        .expect("write");
+    let (topic, _, _) = within(WAIT_S, "a request handled", handled.recv())
+        .await
+        .expect("handler alive");
+    assert_eq!(
+        topic, "hk/v1/req/drone-calm",
+        "another agent is not held back"
+    );
+    let (_, payload, second_at) = within(WAIT_S, "a request handled", handled.recv())
+        .await
+        .expect("handler alive");
+    assert_eq!(payload, Bytes::from_static(b"second"));
+    // A lower bound only: a slow machine makes the gap longer, never shorter.
+    assert!(
+        second_at.duration_since(first_at) >= PAUSE,
+        "handled {:?} after the first",
+        second_at.duration_since(first_at)
+    );
     shutdown(transport).await;
 }
 

@@ -33,6 +33,9 @@ pub enum NodeError {
         rate_per_s_max: u32,
         /// The configured burst (`rate_burst_max`).
         rate_burst_max: u32,
+        /// How long until the agent's bucket has a token again: the agent endpoint reads
+        /// nothing more from the connection for that long (backpressure, `Submitted`).
+        retry_after: std::time::Duration,
     },
     /// This node does not lead, and the request is one only the leader may answer here
     /// (membership changes) or the leader refused it because it was deposed meanwhile.

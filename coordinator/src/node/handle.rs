@@ -62,6 +62,21 @@ pub struct NodeHandle {
     pub(super) auth_enabled: bool,
 }
 
+/// What [`NodeHandle::submit`] did with a request, for the front door's flow control (the
+/// request's answer goes to its `respond` either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// Taken: answered now or later through `respond`.
+    Taken,
+    /// Refused `rate_limited`: the agent's bucket is empty for `wait`. A front door that can
+    /// (the agent endpoint) reads nothing more from that agent's connection meanwhile, so
+    /// TCP paces a flooder to its rate instead of the node refusing it at full speed.
+    OverRate {
+        /// Until the agent's bucket has a token again.
+        wait: std::time::Duration,
+    },
+}
+
 impl NodeHandle {
     /// This node's id.
     pub fn node_id(&self) -> u64 {
@@ -93,12 +108,25 @@ impl NodeHandle {
     /// With authentication on, this is the one place roles are checked, for both front doors:
     /// an op the agent's role may not send is answered `forbidden` here, before the log
     /// (`auth.rs`).
-    pub fn submit(&self, agent: &str, request: Request, respond: Respond) {
+    pub fn submit(&self, agent: &str, request: Request, respond: Respond) -> Submitted {
         let started = Instant::now();
         let op = request.op.name();
         if let Err(error) = self.rates.check(agent) {
-            return answer_with(op, started, &request.id, Err(error), respond);
+            let wait = match &error {
+                NodeError::RateLimited { retry_after, .. } => *retry_after,
+                _ => std::time::Duration::ZERO,
+            };
+            answer_with(op, started, &request.id, Err(error), respond);
+            return Submitted::OverRate { wait };
         }
+        self.route(agent, request, respond, started);
+        Submitted::Taken
+    }
+
+    /// [`NodeHandle::submit`] past the rate check: the role, the ingress permit, then the
+    /// proposer (a write) or a task (anything else).
+    fn route(&self, agent: &str, request: Request, respond: Respond, started: Instant) {
+        let op = request.op.name();
         let role = self.role_for(agent, &request.op);
         if !role.allows(Role::needed_for(&request.op)) {
             let refusal = auth::forbidden(&request.op, agent, role);
@@ -178,7 +206,8 @@ impl NodeHandle {
     pub async fn call(&self, agent: &str, request: Request) -> Response {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let id = request.id.clone();
-        self.submit(
+        // The answer comes through `respond` also when over the rate.
+        let _ = self.submit(
             agent,
             request,
             Box::new(move |response| {

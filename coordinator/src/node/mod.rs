@@ -77,7 +77,7 @@ pub use auth::{
 pub use cluster::{ClusterConfig, ClusterState};
 pub use config::{DEFAULTS, Defaults, NodeConfig};
 pub use error::NodeError;
-pub use handle::NodeHandle;
+pub use handle::{NodeHandle, Submitted};
 pub use start::Node;
 pub use waits::Respond;
 

@@ -88,10 +88,11 @@ impl<C: Clock> AgentRates<C> {
         }
         limiter
             .check_key(&agent.to_string())
-            .map_err(|_| NodeError::RateLimited {
+            .map_err(|not_until| NodeError::RateLimited {
                 agent: agent.to_string(),
                 rate_per_s_max: self.rate_per_s_max,
                 rate_burst_max: self.rate_burst_max,
+                retry_after: not_until.wait_time_from(limiter.clock().now()),
             })
     }
 

@@ -33,7 +33,7 @@ use super::credentials::{self, Credentials};
 use super::queue::OutMessage;
 use super::registry::{Client, NOT_SUBSCRIBED};
 use crate::reply_route::ReplyRoute;
-use crate::transport::{Counters, Inlet, deliver};
+use crate::transport::{Counters, Delivery, Inlet, deliver};
 
 /// Write buffer size past which the drain stops to write before taking more.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
@@ -286,6 +286,10 @@ struct Session {
     /// The client asked for a session that outlives the connection (5.0 Session Expiry
     /// Interval > 0): the CONNACK says 0, none is kept.
     session_expiry_asked: bool,
+    /// The agent is over its request rate until then: nothing more is read or handled from
+    /// its connection meanwhile (backpressure: its TCP window fills, so a flooder is paced to
+    /// its rate instead of costing the node a refusal per request at full speed).
+    paused_until: Option<Instant>,
 }
 
 impl Session {
@@ -314,6 +318,7 @@ impl Session {
             awaiting_release: HashSet::new(),
             client_packet_max: connect.max_packet_size,
             session_expiry_asked: connect.session_expiry_s.is_some_and(|s| s > 0),
+            paused_until: None,
         }
     }
 
@@ -371,34 +376,41 @@ impl Session {
             let keepalive_deadline = self
                 .keepalive_timeout
                 .map(|timeout| last_received + timeout);
-            tokio::select! {
-                read = stream.read_buf(rbuf) => match read {
+            let paused = self.paused_until;
+            let handled = tokio::select! {
+                // Over its rate: no reading until the pause ends, then what is buffered first.
+                () = sleep_until_or_forever(paused), if paused.is_some() => {
+                    self.paused_until = None;
+                    self.handle_buffered(rbuf, &mut wbuf)
+                }
+                read = stream.read_buf(rbuf), if paused.is_none() => match read {
                     Ok(0) => return End::Client,
                     Ok(_) => {
                         last_received = Instant::now();
-                        if let Some(end) = self.handle_buffered(rbuf, &mut wbuf) {
-                            // Acknowledgements already encoded still go out.
-                            let _ = tokio::time::timeout(
-                                CLOSE_WRITE_TIMEOUT,
-                                stream.write_all(&wbuf),
-                            )
-                            .await;
-                            return end;
-                        }
+                        self.handle_buffered(rbuf, &mut wbuf)
                     }
                     Err(_) => return End::Io,
                 },
-                () = self.client.queue.ready.notified() => {}
-                () = self.client.kick.notified() => {}
+                () = self.client.queue.ready.notified() => None,
+                () = self.client.kick.notified() => None,
                 () = sleep_until_or_forever(keepalive_deadline) => return End::KeepAliveTimeout,
                 () = stopped(stop) => return End::Shutdown,
+            };
+            if let Some(end) = handled {
+                // Acknowledgements already encoded still go out.
+                let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&wbuf)).await;
+                return end;
             }
         }
     }
 
-    /// Handles every complete packet in `rbuf`.
+    /// Handles every complete packet in `rbuf`, or those before a pause (the rest wait in
+    /// `rbuf` until it ends).
     fn handle_buffered(&mut self, rbuf: &mut BytesMut, wbuf: &mut BytesMut) -> Option<End> {
         loop {
+            if self.paused_until.is_some() {
+                return None;
+            }
             let packet =
                 match codec::decode(self.version, rbuf, self.shared.settings.packet_bytes_max) {
                     Ok(Some(packet)) => packet,
@@ -480,13 +492,16 @@ impl Session {
                 ReplyRoute::default()
             };
             // A full inbound queue drops the request (counted); the agent retries by id.
-            let _ = deliver(
+            let delivery = deliver(
                 &self.inbound_tx,
                 counters,
                 self.request_topic.clone(),
                 publish.payload,
                 route,
             );
+            if let Delivery::Pause(wait) = delivery {
+                self.paused_until = Some(Instant::now() + wait);
+            }
         }
         match publish.qos {
             0 => {}
