@@ -23,10 +23,10 @@ pub struct Accounts {
 impl Accounts {
     /// The admin connection, when `--user` is given.
     pub async fn open(common: &Common) -> anyhow::Result<Option<Accounts>> {
+        // The brokers and TLS of every bench agent.
         let config = AgentConfig {
             agent_id: format!("hk-bench-{}", std::process::id()),
-            brokers: common.brokers.clone(),
-            ..AgentConfig::default()
+            ..common.agent_base()?
         };
         let config = common.login.apply(config)?;
         if config.secret.is_none() {
