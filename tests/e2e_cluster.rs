@@ -456,3 +456,24 @@ fn the_history_checker_flags_overlaps_and_token_regressions() {
     let backwards = check_history(&[hold("a", 5, 0, 10), hold("b", 4, 11, 20)]);
     assert_eq!(backwards.len(), 1, "{backwards:?}");
 }
+
+/// A paused leader (SIGSTOP: a GC or VM stall) keeps its sockets open and answers nothing. A
+/// request a follower forwarded to it must not wait for the forward's timeout: once the
+/// follower learns of the new leader, the request goes there. Without that, the agent got
+/// `unavailable: no commit within 5000 ms` (issue 15's measurement); here it gets its grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_forwarded_to_a_paused_leader_goes_to_the_new_one() {
+    let cluster = ProcessCluster::start(3, &[]).await;
+    let leader = cluster.leader(30).await;
+    let follower = (leader + 1) % 3;
+    let mut raw = Raw::connect(cluster.nodes[follower].mqtt_port(), "drone-paused").await;
+    let lease = raw.grant("g1", 60_000).await;
+
+    cluster.nodes[leader].signal("STOP");
+    let acquired = raw
+        .call(json!({"id": "a1", "op": "lock.acquire", "name": "pad-p", "lease": lease}))
+        .await;
+    cluster.nodes[leader].signal("CONT");
+    assert_eq!(acquired["ok"], true, "{acquired}");
+    assert_eq!(code(&acquired), None, "{acquired}");
+}

@@ -9,6 +9,8 @@
 //!     ├─ a probe agent homed on a survivor: try-lock + release with fresh ids
 //!     │    until one is granted                       ── t_grant: gap = t_grant − t_kill
 //!     └─ restart the killed member on its data dir (it catches up)
+//!  with --pause-s S: SIGSTOP instead of kill -9 (t_kill), the same probe, then SIGCONT S
+//!  seconds after the SIGSTOP (a GC or VM stall: its sockets stay open and silent)
 //!  report: gap per kill (median, max), the longest time with no grant at all in the
 //!          traffic, and the mutual-exclusion check over every grant
 //! ```
@@ -37,8 +39,8 @@ use super::swarm::{self, RunId};
 pub struct FailoverFigures {
     /// Members in the cluster.
     pub members: usize,
-    /// Each kill's gap: from the SIGKILL of the leader to the first grant a probe got through
-    /// a surviving member, ms.
+    /// Each fault's gap: from the SIGKILL (or, with `--pause-s`, the SIGSTOP) of the leader to
+    /// the first grant a probe got through a surviving member, ms.
     pub gap_ms: Vec<f64>,
     /// Median of `gap_ms`.
     pub gap_ms_median: f64,
@@ -46,9 +48,9 @@ pub struct FailoverFigures {
     pub gap_ms_max: f64,
     /// The longest time in the measured phase with no grant to any agent of the traffic, ms.
     pub longest_no_grant_ms: f64,
-    /// Where that longest time began, relative to the last kill or restart before it (e.g.
-    /// "12 ms after kill 3", "850 ms after restart 5"): a hole right after a kill is the
-    /// failover, one after a restart is the rejoin.
+    /// Where that longest time began, relative to the last fault or recovery before it (e.g.
+    /// "12 ms after kill 3", "850 ms after restart 5", "5 ms after pause 2"): a hole right
+    /// after a fault is the failover, one after a restart or continue is the rejoin.
     pub longest_no_grant_began: String,
 }
 
@@ -75,6 +77,24 @@ impl ClusterMember {
             .spawn()
             .with_context(|| format!("starting member {}", self.name))?;
         self.child = Some(child);
+        Ok(())
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) with kill(1): the workspace forbids `unsafe`.
+    fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let child = self
+            .child
+            .as_ref()
+            .with_context(|| format!("member {} is not running", self.name))?;
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status()
+            .context("running kill(1)")?;
+        anyhow::ensure!(
+            status.success(),
+            "SIG{signal} to member {}: {status}",
+            self.name
+        );
         Ok(())
     }
 
@@ -248,13 +268,24 @@ async fn first_grant(session: &Session, lock: &str, within: Duration) -> anyhow:
     }
 }
 
+/// What is done to the leader each time.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// SIGKILL, then a restart on its data dir once a survivor granted.
+    Kill,
+    /// SIGSTOP for this long, then SIGCONT: its sockets stay open and silent meanwhile.
+    Pause(Duration),
+}
+
 /// Runs the scenario.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     common: &Common,
     run: &RunId,
     size: usize,
     kills: usize,
     kill_every: Duration,
+    fault: Fault,
     agents: usize,
     locks: usize,
 ) -> anyhow::Result<Report> {
@@ -288,7 +319,11 @@ pub async fn run(
         .collect();
     // The traffic runs through every kill and a little after the last one.
     let mut traffic_common = common.clone();
-    traffic_common.duration_s = (kill_every.as_secs() + 2) * kills as u64 + 2;
+    let paused_s = match fault {
+        Fault::Pause(pause) => pause.as_secs(),
+        Fault::Kill => 0,
+    };
+    traffic_common.duration_s = (kill_every.as_secs() + paused_s + 2) * kills as u64 + 2;
     let traffic = tokio::spawn(async move {
         cycles::measure_with_grants(
             &traffic_common,
@@ -306,13 +341,30 @@ pub async fn run(
         tokio::time::sleep(kill_every).await;
         let leader = cluster.leader(Duration::from_secs(30)).await?;
         let killed_at = Instant::now();
-        cluster.members[leader].kill();
-        moments.push((killed_at, format!("kill {kill}")));
+        match fault {
+            Fault::Kill => {
+                cluster.members[leader].kill();
+                moments.push((killed_at, format!("kill {kill}")));
+            }
+            Fault::Pause(_) => {
+                cluster.members[leader].signal("STOP")?;
+                moments.push((killed_at, format!("pause {kill}")));
+            }
+        }
         let home = (leader + 1) % size;
         let granted = first_grant(&probes[home], &probe_lock, Duration::from_secs(30)).await?;
         gaps_us.push(micros(granted - killed_at));
-        moments.push((Instant::now(), format!("restart {kill}")));
-        cluster.members[leader].spawn()?;
+        match fault {
+            Fault::Kill => {
+                moments.push((Instant::now(), format!("restart {kill}")));
+                cluster.members[leader].spawn()?;
+            }
+            Fault::Pause(pause) => {
+                tokio::time::sleep_until(killed_at + pause).await;
+                moments.push((Instant::now(), format!("continue {kill}")));
+                cluster.members[leader].signal("CONT")?;
+            }
+        }
         cluster.wait_up(leader, Duration::from_secs(30)).await?;
     }
     let (mut report, grants) = traffic.await.context("the traffic task")?;

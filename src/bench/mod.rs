@@ -144,6 +144,11 @@ enum Scenario {
         /// Number of lock names.
         #[arg(long, default_value_t = 10)]
         locks: usize,
+        /// Pause the leader (SIGSTOP) for this many seconds, then continue it (SIGCONT),
+        /// instead of killing and restarting it: a GC or VM stall, whose sockets stay open
+        /// and silent. The gap is then from the SIGSTOP.
+        #[arg(long, value_name = "S")]
+        pause_s: Option<u64>,
     },
 }
 
@@ -334,13 +339,21 @@ async fn run_scenario(scenario: Scenario, run: &swarm::RunId) -> anyhow::Result<
                 kill_every_s,
                 agents,
                 locks,
+                pause_s,
             } => {
                 let kill_every = std::time::Duration::from_secs(kill_every_s);
-                let report =
-                    failover::run(&common, &run, members, kills, kill_every, agents, locks).await?;
+                let fault = match pause_s {
+                    Some(s) => failover::Fault::Pause(std::time::Duration::from_secs(s)),
+                    None => failover::Fault::Kill,
+                };
+                let report = failover::run(
+                    &common, &run, members, kills, kill_every, fault, agents, locks,
+                )
+                .await?;
                 let parameters = vec![
                     ("members", members.into()),
                     ("kills", kills.into()),
+                    ("pause_s", pause_s.into()),
                     ("agents", agents.into()),
                     ("locks", locks.into()),
                     // The traffic ran through its own cluster, for as long as the kills took.

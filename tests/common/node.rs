@@ -206,6 +206,19 @@ impl Node {
         }
     }
 
+    /// Sends `signal` (a name kill(1) takes, e.g. `STOP`, `CONT`) to the running process.
+    pub fn signal(&self, signal: &str) {
+        let Some(child) = self.child.as_ref() else {
+            panic!("SIG{signal}: the node is not running");
+        };
+        let pid = child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill(1) runs");
+        assert!(sent.success(), "SIG{signal} to {pid} failed");
+    }
+
     /// `kill -9`: no shutdown, no flush beyond what was already fsynced.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -5,7 +5,8 @@
 //!  follower proposer ─ Writes(agents' writes) ─▶ leader: each wrapped into Command::Request,
 //!                                                 raft.propose_batch ─▶ replies
 //!  follower submit   ─ Submit(agent, keepalive | read) ─▶ leader: answered as the leader
-//!  leader gone (refused / deposed) ─▶ wait for the next leader (≤ leader_wait) ─▶ once more
+//!  leader gone (refused / deposed / silent while another leader is elected)
+//!      ─▶ wait for the next leader (≤ leader_wait) ─▶ once more
 //! ```
 //!
 //! Only agents' requests are forwarded; the types allow nothing else ([`AgentWrite`] has no
@@ -93,7 +94,20 @@ impl Forwarder {
     ) -> Result<Vec<Reply>, Failure> {
         let leader = *leader;
         let client = self.pool.client(leader, &member.name, &member.addr);
-        match client.call(request, self.timeout).await {
+        // A leader that stopped answering without closing its sockets (paused: a GC or VM
+        // stall, SIGSTOP; or cut off by a partition that drops packets) would hold the call
+        // for the whole timeout. Once this node learns of another leader, the call is over:
+        // the request goes to the new one (safe, as for a dead leader: the request id makes a
+        // write the old leader did commit come back from the dedup memory).
+        let answer = tokio::select! {
+            answer = client.call(request, self.timeout) => answer,
+            Some(next) = self.raft.wait_for_new_leader(Some(leader), self.timeout) => {
+                return Err(Failure::Gone(format!(
+                    "node {next} leads now; node {leader} did not answer in time"
+                )));
+            }
+        };
+        match answer {
             Ok(PeerResponse::Replies(Ok(replies))) if replies.len() == expected => Ok(replies),
             Ok(PeerResponse::Replies(Ok(replies))) => Err(Failure::Other(NodeError::Forward {
                 reason: format!(
