@@ -476,4 +476,25 @@ async fn a_request_forwarded_to_a_paused_leader_goes_to_the_new_one() {
     cluster.nodes[leader].signal("CONT");
     assert_eq!(acquired["ok"], true, "{acquired}");
     assert_eq!(code(&acquired), None, "{acquired}");
+
+    // Continued, the old leader learns it was deposed and its clients' writes go to the new
+    // leader. Until it learns, `unavailable` is a fair answer: retried with the same id, as
+    // the SDK does, a bounded number of times.
+    let mut back = Raw::connect(cluster.nodes[leader].mqtt_port(), "drone-back").await;
+    let grant = json!({"id": "g2", "op": "lease.grant", "ttl_ms": 60_000});
+    let mut answers = Vec::new();
+    for _ in 0..40 {
+        let answer = back.call(grant.clone()).await;
+        let granted = answer["ok"] == true;
+        answers.push(answer);
+        if granted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        answers.last().map(|answer| answer["ok"].clone()),
+        Some(json!(true)),
+        "the continued member never took a write: {answers:?}"
+    );
 }

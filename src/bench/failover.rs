@@ -340,6 +340,12 @@ pub async fn run(
     for kill in 1..=kills {
         tokio::time::sleep(kill_every).await;
         let leader = cluster.leader(Duration::from_secs(30)).await?;
+        let home = (leader + 1) % size;
+        // A probe whose lease ended in an earlier fault (one homed on a member that was paused
+        // longer than its TTL) is replaced: the gap is the service's, not the probe's.
+        if probes[home].state().is_ended() {
+            probes[home] = probe(run, &brokers, home).await?;
+        }
         let killed_at = Instant::now();
         match fault {
             Fault::Kill => {
@@ -351,7 +357,6 @@ pub async fn run(
                 moments.push((killed_at, format!("pause {kill}")));
             }
         }
-        let home = (leader + 1) % size;
         let granted = first_grant(&probes[home], &probe_lock, Duration::from_secs(30)).await?;
         gaps_us.push(micros(granted - killed_at));
         match fault {
