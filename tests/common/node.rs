@@ -153,7 +153,9 @@ impl Node {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 let log = self.log.tail(40);
                 self.child = None;
-                return Err(if log.contains("Address already in use") {
+                // The OS's words ("Address already in use") or the endpoint's own ("cannot
+                // listen on ...: address already in use").
+                return Err(if log.to_lowercase().contains("address already in use") {
                     StartError::PortInUse(log)
                 } else {
                     StartError::Failed(format!(
