@@ -31,25 +31,7 @@ impl Mosquitto {
     /// The mosquitto binary: where Debian and Ubuntu install it, or on `PATH`. Fails the test
     /// when it is missing.
     pub fn binary() -> PathBuf {
-        let candidates = [
-            "/usr/sbin/mosquitto",
-            "/usr/bin/mosquitto",
-            "/usr/local/sbin/mosquitto",
-        ];
-        if let Some(found) = candidates.iter().map(Path::new).find(|path| path.exists()) {
-            return found.to_path_buf();
-        }
-        std::env::var_os("PATH")
-            .into_iter()
-            .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-            .map(|dir| dir.join("mosquitto"))
-            .find(|path| path.exists())
-            .unwrap_or_else(|| {
-                panic!(
-                    "mosquitto not found (looked in {candidates:?} and PATH): the external-broker \
-                     tests need it; install it with `apt-get install mosquitto`"
-                )
-            })
+        installed("mosquitto")
     }
 
     /// Starts mosquitto on a free port and waits until it accepts TCP connections. On a port
@@ -173,7 +155,7 @@ fn secured_settings(dir: &Path, users: &[(String, String)]) -> String {
     let passwords = dir.join("hivekeeper.passwd");
     for (n, (name, password)) in users.iter().enumerate() {
         // -c creates the file with the first user; -b takes the password from the arguments.
-        let mut command = Command::new(mosquitto_passwd());
+        let mut command = Command::new(installed("mosquitto_passwd"));
         if n == 0 {
             command.arg("-c");
         }
@@ -191,13 +173,25 @@ fn secured_settings(dir: &Path, users: &[(String, String)]) -> String {
     read("hivekeeper.conf").replace("/etc/mosquitto/", &dir)
 }
 
-/// `mosquitto_passwd`, beside the broker (Debian's mosquitto package ships both).
-fn mosquitto_passwd() -> PathBuf {
-    ["/usr/bin/mosquitto_passwd", "/usr/sbin/mosquitto_passwd"]
-        .iter()
-        .map(PathBuf::from)
+/// A program of Debian's mosquitto package (`mosquitto`, `mosquitto_passwd`): where Debian and
+/// Ubuntu install it, or on `PATH`. Fails the test when it is missing.
+fn installed(name: &str) -> PathBuf {
+    let candidates =
+        ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].map(|dir| Path::new(dir).join(name));
+    if let Some(found) = candidates.iter().find(|path| path.exists()) {
+        return found.clone();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
         .find(|path| path.exists())
-        .unwrap_or_else(|| PathBuf::from("mosquitto_passwd"))
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} not found (looked in {candidates:?} and PATH): the external-broker \
+                 tests need it; install it with `apt-get install mosquitto`"
+            )
+        })
 }
 
 impl Drop for Mosquitto {
