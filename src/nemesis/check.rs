@@ -21,6 +21,8 @@
 //! 4. **Leases.** No lease was found gone before `TTL` after the send time of its last
 //!    acknowledged keepalive (the service received it after it was sent, so the lease lived at
 //!    least that long).
+//! 5. **Answers.** No well-formed acquire was answered `bad_request` or `internal` (or failed
+//!    in the SDK for a reason other than time, connection or the session).
 
 use std::collections::HashMap;
 
@@ -59,6 +61,8 @@ pub struct Verdicts {
     pub semaphore: Verdict,
     /// 4: the leases.
     pub leases: Verdict,
+    /// 5: the answers.
+    pub answers: Verdict,
 }
 
 impl Verdicts {
@@ -83,7 +87,26 @@ pub fn check(
         mutex: mutex(&history.lock_holds),
         semaphore: semaphore(&history.sem_holds, sem_limit, fifo_gap_us, quiet),
         leases: leases(history),
+        answers: answers(history),
     }
+}
+
+/// Check 5.
+fn answers(history: &History) -> Verdict {
+    let mut verdict = Verdict::default();
+    for wait in &history.waits {
+        verdict.ops += 1;
+        if super::workload::unexpected(&wait.outcome) {
+            verdict.anomaly(format!(
+                "{}'s acquire sent at {} µs was answered {}: {}",
+                wait.agent,
+                wait.invoke_us,
+                wait.outcome,
+                wait.detail.as_deref().unwrap_or("(no detail)")
+            ));
+        }
+    }
+    verdict
 }
 
 /// Check 1.

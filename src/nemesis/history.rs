@@ -117,6 +117,10 @@ pub struct Wait {
     pub complete_us: u64,
     /// `granted`, or the error's code or kind.
     pub outcome: String,
+    /// The error's full text, for outcomes a well-formed request should never get
+    /// (`bad_request`, `internal`, `other`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Everything recorded in one run.

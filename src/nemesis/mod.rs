@@ -505,6 +505,7 @@ fn print_table(report: &NemesisReport) {
         ("mutex", &checks.mutex),
         ("semaphore", &checks.semaphore),
         ("leases", &checks.leases),
+        ("answers", &checks.answers),
     ] {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",

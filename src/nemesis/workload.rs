@@ -99,12 +99,31 @@ impl Context {
 
     /// Records an acquire's wait.
     pub fn wait(&self, agent: &str, home: usize, invoke_us: u64, outcome: String) {
+        self.wait_detailed(agent, home, invoke_us, outcome, None);
+    }
+
+    /// Records an acquire that failed with `error`.
+    pub fn failed(&self, agent: &str, home: usize, invoke_us: u64, error: &AgentError) {
+        let outcome = outcome(error);
+        let detail = unexpected(&outcome).then(|| error.to_string());
+        self.wait_detailed(agent, home, invoke_us, outcome, detail);
+    }
+
+    fn wait_detailed(
+        &self,
+        agent: &str,
+        home: usize,
+        invoke_us: u64,
+        outcome: String,
+        detail: Option<String>,
+    ) {
         let wait = Wait {
             agent: agent.to_string(),
             home,
             invoke_us,
             complete_us: self.timeline.now_us(),
             outcome,
+            detail,
         };
         self.recorder.with(|history| history.waits.push(wait));
     }
@@ -121,6 +140,11 @@ pub fn outcome(error: &AgentError) -> String {
             _ => "other".into(),
         },
     }
+}
+
+/// Whether a well-formed acquire should never end this way: the service or the SDK misbehaved.
+pub fn unexpected(outcome: &str) -> bool {
+    matches!(outcome, "bad_request" | "internal" | "other")
 }
 
 /// Releases `guard` and says how the hold ended.
@@ -199,7 +223,7 @@ async fn cycle<F, W>(
                 });
             }
             Err(error) => {
-                ctx.wait(agent_id, home, invoke_us, outcome(&error));
+                ctx.failed(agent_id, home, invoke_us, &error);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -305,7 +329,7 @@ pub async fn probe(ctx: Context, home: usize) {
                 ctx.wait(&agent_id, home, invoke_us, "granted".into());
                 let _ = guard.release().await;
             }
-            Err(error) => ctx.wait(&agent_id, home, invoke_us, outcome(&error)),
+            Err(error) => ctx.failed(&agent_id, home, invoke_us, &error),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
