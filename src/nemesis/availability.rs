@@ -60,39 +60,47 @@ pub fn window(history: &History, span: Span<'_>) -> Window {
         *outcomes.entry(wait.outcome.clone()).or_insert(0) += 1;
         longest_wait = longest_wait.max(wait.complete_us.saturating_sub(wait.invoke_us));
     }
-    // The probes: per member, the longest gap between grants, and for the members hit, the
-    // longest wait for any answer.
-    let probe = |home: usize| format!("-probe{home}");
-    let mut probe_gap_ms = Vec::new();
+    // The probes, by the member each was connected to when it sent its try-lock. A probe
+    // tries every 100 ms, so its wait for a grant runs from its first try after its last grant
+    // to its next grant, counted where it made them (a probe that moved members starts
+    // afresh there). Per member, the longest such wait (`None`: no probe there); for the
+    // members hit, also the longest any single try waited for an answer.
+    let mut gaps_us: Vec<Option<u64>> = vec![None; span.members];
     let mut hit_answer_us: Option<u64> = None;
-    for home in 0..span.members {
-        let suffix = probe(home);
-        let waits: Vec<_> = history
-            .waits
-            .iter()
-            .filter(|w| w.agent.ends_with(&suffix))
-            .filter(|w| w.complete_us > from && w.invoke_us <= to)
-            .collect();
-        let mut previous = from;
-        let mut gap = 0;
-        for wait in waits.iter().filter(|w| w.outcome == "granted") {
-            gap = gap.max(wait.complete_us.saturating_sub(previous));
-            previous = wait.complete_us;
+    let mut probes: Vec<&super::history::Wait> = history
+        .waits
+        .iter()
+        .filter(|w| w.agent.contains("-probe"))
+        .filter(|w| w.complete_us > from && w.invoke_us <= to)
+        .collect();
+    probes.sort_by_key(|w| (w.agent.as_str(), w.invoke_us));
+    let mut since: Option<(&str, Option<usize>, u64)> = None;
+    for wait in probes {
+        let Some(member) = wait.member else {
+            since = None;
+            continue;
+        };
+        if span.hit.contains(&member) {
+            let took = wait.complete_us - wait.invoke_us;
+            hit_answer_us = Some(hit_answer_us.unwrap_or(0).max(took));
         }
-        gap = gap.max(to.saturating_sub(previous));
-        probe_gap_ms.push(ms(gap));
-        if span.hit.contains(&home) {
-            let longest = waits
-                .iter()
-                .map(|w| w.complete_us - w.invoke_us)
-                .max()
-                .unwrap_or(0);
-            hit_answer_us = Some(hit_answer_us.unwrap_or(0).max(longest));
+        let start = match since {
+            Some((agent, at, start)) if agent == wait.agent && at == Some(member) => start,
+            _ => wait.invoke_us,
+        };
+        if wait.outcome == "granted" {
+            let gap = wait.complete_us - start;
+            gaps_us[member] = Some(gaps_us[member].unwrap_or(0).max(gap));
+            since = None;
+        } else {
+            gaps_us[member] = Some(gaps_us[member].unwrap_or(0));
+            since = Some((wait.agent.as_str(), wait.member, start));
         }
     }
+    let probe_gap_ms: Vec<Option<f64>> = gaps_us.iter().map(|gap| gap.map(ms)).collect();
     let majority_probe_gap_ms = (0..span.members)
-        .filter(|home| !span.hit.contains(home))
-        .map(|home| probe_gap_ms[home])
+        .filter(|member| !span.hit.contains(member))
+        .filter_map(|member| probe_gap_ms[member])
         .fold(0.0, f64::max);
     let reclaim_ms = (span.fault == FaultKind::PauseClient)
         .then(|| {

@@ -205,7 +205,7 @@ impl PausableClient {
                             (Some("GRANT"), Some(token), _) => {
                                 let token: u64 = token.parse().context("GRANT token")?;
                                 grant = Some((token, now_us));
-                                ctx.wait(&agent_id, home, invoke_us, "granted".into());
+                                ctx.wait(&agent_id, None, invoke_us, "granted".into());
                                 // A refused read: the child is told a value it cannot write
                                 // (its write is refused too), so the protocol stays one shape.
                                 let value = store.read(&lock, &agent_id, token).unwrap_or(0);
@@ -231,7 +231,7 @@ impl PausableClient {
                                 }
                             }
                             (Some("FAIL"), Some(what), _) => {
-                                ctx.wait(&agent_id, home, invoke_us, what.to_string());
+                                ctx.wait(&agent_id, None, invoke_us, what.to_string());
                             }
                             _ => anyhow::bail!("the pausable client said {line:?}"),
                         }

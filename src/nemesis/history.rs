@@ -109,8 +109,9 @@ pub struct LeaseLife {
 pub struct Wait {
     /// The client.
     pub agent: String,
-    /// The member its broker list starts with.
-    pub home: usize,
+    /// The member it was connected to when it sent the request (`None`: reconnecting, or not
+    /// known). Not its home: a client that failed over stays where it went.
+    pub member: Option<usize>,
     /// When it was sent.
     pub invoke_us: u64,
     /// When the client had its answer (a grant or an error).

@@ -122,9 +122,10 @@ pub struct Window {
     pub longest_no_grant_ms: f64,
     /// The longest any acquire sent in that span took to be answered (queueing included).
     pub longest_wait_ms: f64,
-    /// Per member, the longest time its probe (an uncontended try-lock every 100 ms, homed
-    /// there) went without a grant in that span: the service's own unavailability.
-    pub probe_gap_ms: Vec<f64>,
+    /// Per member, the longest time the probes connected to it (each an uncontended try-lock
+    /// every 100 ms) went without a grant in that span: the service's own unavailability;
+    /// `None` when no probe was connected there.
+    pub probe_gap_ms: Vec<Option<f64>>,
     /// The largest `probe_gap_ms` among members the fault did not hit (killed, paused or cut
     /// off): what a client of the majority saw.
     pub majority_probe_gap_ms: f64,

@@ -97,29 +97,35 @@ impl Context {
         }
     }
 
+    /// The member `agent` is connected to now, if any.
+    pub fn member_of(&self, agent: &Agent) -> Option<usize> {
+        let broker = agent.broker()?;
+        self.brokers.iter().position(|b| *b == broker)
+    }
+
     /// Records an acquire's wait.
-    pub fn wait(&self, agent: &str, home: usize, invoke_us: u64, outcome: String) {
-        self.wait_detailed(agent, home, invoke_us, outcome, None);
+    pub fn wait(&self, agent: &str, member: Option<usize>, invoke_us: u64, outcome: String) {
+        self.wait_detailed(agent, member, invoke_us, outcome, None);
     }
 
     /// Records an acquire that failed with `error`.
-    pub fn failed(&self, agent: &str, home: usize, invoke_us: u64, error: &AgentError) {
+    pub fn failed(&self, agent: &str, member: Option<usize>, invoke_us: u64, error: &AgentError) {
         let outcome = outcome(error);
         let detail = unexpected(&outcome).then(|| error.to_string());
-        self.wait_detailed(agent, home, invoke_us, outcome, detail);
+        self.wait_detailed(agent, member, invoke_us, outcome, detail);
     }
 
     fn wait_detailed(
         &self,
         agent: &str,
-        home: usize,
+        member: Option<usize>,
         invoke_us: u64,
         outcome: String,
         detail: Option<String>,
     ) {
         let wait = Wait {
             agent: agent.to_string(),
-            home,
+            member,
             invoke_us,
             complete_us: self.timeline.now_us(),
             outcome,
@@ -201,11 +207,12 @@ async fn cycle<F, W>(
             continue;
         };
         let invoke_us = ctx.timeline.now_us();
+        let at = ctx.member_of(&agent);
         let wait = SdkWait::AtMost(Duration::from_millis(ctx.wait_ms));
         match live.acquire(resource.clone(), wait).await {
             Ok(guard) => {
                 let granted_us = ctx.timeline.now_us();
-                ctx.wait(agent_id, home, invoke_us, "granted".into());
+                ctx.wait(agent_id, at, invoke_us, "granted".into());
                 let token = guard.token();
                 work(token).await;
                 let end = release(&ctx.timeline, guard).await;
@@ -223,7 +230,7 @@ async fn cycle<F, W>(
                 });
             }
             Err(error) => {
-                ctx.failed(agent_id, home, invoke_us, &error);
+                ctx.failed(agent_id, at, invoke_us, &error);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -324,12 +331,13 @@ pub async fn probe(ctx: Context, home: usize) {
             continue;
         };
         let invoke_us = ctx.timeline.now_us();
+        let at = ctx.member_of(&agent);
         match live.try_lock(lock.clone()).await {
             Ok(guard) => {
-                ctx.wait(&agent_id, home, invoke_us, "granted".into());
+                ctx.wait(&agent_id, at, invoke_us, "granted".into());
                 let _ = guard.release().await;
             }
-            Err(error) => ctx.failed(&agent_id, home, invoke_us, &error),
+            Err(error) => ctx.failed(&agent_id, at, invoke_us, &error),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
