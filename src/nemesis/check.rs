@@ -15,9 +15,10 @@
 //!    `[grant, observed]`; one with no answer ended after its last release attempt, or never.
 //! 3. **Semaphore.** Per semaphore, tokens are distinct and at no instant more than `limit`
 //!    holds are certainly held (from the grant's arrival to the release's send, for a release
-//!    the service acknowledged). FIFO: of two acquires both waiting in a quiet period (no fault
-//!    in it), the one sent `fifo_gap_us` earlier and still waiting when the other was sent is
-//!    granted first (a smaller token).
+//!    the service acknowledged). FIFO: whenever the service showed its queue (`inspect`, a
+//!    linearizable read) with A ahead of B, and both of those waits ended in a grant, A's token
+//!    is the smaller. (Send times prove nothing about arrival order under load, so the queue
+//!    the service reported is the evidence.)
 //! 4. **Leases.** No lease was found gone before `TTL` after the send time of its last
 //!    acknowledged keepalive (the service received it after it was sent, so the lease lived at
 //!    least that long).
@@ -28,7 +29,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::history::{History, Hold, HoldEnd};
+use super::history::{History, Hold, HoldEnd, QueueView};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -75,17 +76,12 @@ impl Verdicts {
     }
 }
 
-/// Runs every check. `quiet(from_us, to_us)` says whether no fault touched that span.
-pub fn check(
-    history: &History,
-    sem_limit: u32,
-    fifo_gap_us: u64,
-    quiet: &dyn Fn(u64, u64) -> bool,
-) -> Verdicts {
+/// Runs every check.
+pub fn check(history: &History, sem_limit: u32) -> Verdicts {
     Verdicts {
         register: register(history),
         mutex: mutex(&history.lock_holds),
-        semaphore: semaphore(&history.sem_holds, sem_limit, fifo_gap_us, quiet),
+        semaphore: semaphore(&history.sem_holds, sem_limit, &history.queue_views),
         leases: leases(history),
         answers: answers(history),
     }
@@ -222,12 +218,7 @@ fn mutex(holds: &[Hold]) -> Verdict {
 }
 
 /// Check 3.
-fn semaphore(
-    holds: &[Hold],
-    limit: u32,
-    fifo_gap_us: u64,
-    quiet: &dyn Fn(u64, u64) -> bool,
-) -> Verdict {
+fn semaphore(holds: &[Hold], limit: u32, views: &[QueueView]) -> Verdict {
     let mut verdict = Verdict::default();
     let grouped = per_resource(holds, &mut verdict);
     for (name, list) in grouped {
@@ -252,29 +243,38 @@ fn semaphore(
                 ));
             }
         }
-        // FIFO among waiters in quiet periods.
-        let mut by_invoke = list.clone();
-        by_invoke.sort_by_key(|hold| hold.invoke_us);
-        for (i, a) in by_invoke.iter().enumerate() {
-            for b in &by_invoke[i + 1..] {
-                if b.invoke_us < a.invoke_us + fifo_gap_us {
+    }
+    // FIFO against the queue the service showed. A wait of `agent` sent before the inspect
+    // was sent and granted after its answer arrived was pending all through the inspect, so
+    // it is the wait the view listed (an agent has one acquire at a time); a wait that only
+    // overlaps the inspect proves nothing and is left out.
+    let pending = |agent: &str, view: &QueueView| {
+        holds.iter().find(|h| {
+            h.agent == agent && h.invoke_us <= view.invoke_us && h.granted_us >= view.complete_us
+        })
+    };
+    for view in views {
+        for (i, ahead) in view.waiters.iter().enumerate() {
+            let Some(a) = pending(ahead, view) else {
+                continue;
+            };
+            for behind in &view.waiters[i + 1..] {
+                let Some(b) = pending(behind, view) else {
                     continue;
-                }
-                if a.granted_us <= b.invoke_us {
-                    // a no longer waited when b was sent.
-                    continue;
-                }
-                if !quiet(a.invoke_us, a.granted_us.max(b.granted_us)) {
-                    continue;
-                }
+                };
+                verdict.ops += 1;
                 if b.token < a.token {
                     verdict.anomaly(format!(
-                        "{name}: {} (sent at {} µs) was granted before {} (sent {} µs earlier \
-                         and still waiting): FIFO broken",
-                        b.agent,
-                        b.invoke_us,
+                        "{}: the queue seen at {} µs had {} ahead of {}, yet {} got token {} \
+                         before {}'s {}: FIFO broken",
+                        a.resource,
+                        view.invoke_us,
                         a.agent,
-                        b.invoke_us - a.invoke_us
+                        b.agent,
+                        b.agent,
+                        b.token,
+                        a.agent,
+                        a.token
                     ));
                 }
             }
@@ -404,19 +404,29 @@ mod tests {
             hold("b", 2, 0, 12, released(50, 55)),
             hold("c", 3, 0, 14, released(50, 55)),
         ];
-        let always = |_: u64, _: u64| true;
-        let verdict = semaphore(&holds, 2, 1_000, &always);
+        let verdict = semaphore(&holds, 2, &[]);
         assert_eq!(verdict.anomalies, 1, "{:?}", verdict.samples);
-        // FIFO: d sent 2 ms before e, both waiting, e granted first.
+        // FIFO: the service showed d ahead of e while both waited, and e was granted first.
         let holds = vec![
             hold("d", 9, 0, 5_000, released(6_000, 6_100)),
             hold("e", 8, 2_000, 4_000, released(4_500, 4_600)),
         ];
-        let verdict = semaphore(&holds, 1, 1_000, &always);
+        let view = |waiters: &[&str]| QueueView {
+            invoke_us: 3_000,
+            complete_us: 3_100,
+            waiters: waiters.iter().map(|w| w.to_string()).collect(),
+        };
+        let verdict = semaphore(&holds, 1, &[view(&["d", "e"])]);
         assert_eq!(verdict.anomalies, 1, "{:?}", verdict.samples);
         assert!(verdict.samples[0].contains("FIFO"));
-        let never = |_: u64, _: u64| false;
-        assert_eq!(semaphore(&holds, 1, 1_000, &never).anomalies, 0);
+        // Shown the other way round, or with d's wait not pending then: nothing proven.
+        assert_eq!(semaphore(&holds, 1, &[view(&["e", "d"])]).anomalies, 0);
+        let late = QueueView {
+            invoke_us: 3_900,
+            complete_us: 4_100,
+            ..view(&["d", "e"])
+        };
+        assert_eq!(semaphore(&holds, 1, &[late]).anomalies, 0);
     }
 
     #[test]

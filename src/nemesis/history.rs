@@ -124,6 +124,18 @@ pub struct Wait {
     pub detail: Option<String>,
 }
 
+/// One `inspect` of the semaphore: its queue, head first, as the service showed it at some
+/// point between `invoke_us` and `complete_us` (a linearizable read).
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueView {
+    /// When the inspect was sent.
+    pub invoke_us: u64,
+    /// When its answer arrived.
+    pub complete_us: u64,
+    /// The waiting agents, head first.
+    pub waiters: Vec<String>,
+}
+
 /// Everything recorded in one run.
 #[derive(Debug, Default, Serialize)]
 pub struct History {
@@ -137,6 +149,8 @@ pub struct History {
     pub leases: Vec<LeaseLife>,
     /// Every acquire's wait.
     pub waits: Vec<Wait>,
+    /// The semaphore's queue, seen by an observer every 100 ms.
+    pub queue_views: Vec<QueueView>,
 }
 
 /// The history, shared by the workload tasks.

@@ -314,6 +314,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     for home in 0..args.members {
         tasks.spawn(workload::probe(ctx.clone(), home));
     }
+    tasks.spawn(workload::observer(ctx.clone(), semaphore.clone()));
     let (pause_tx, pause_rx) = mpsc::channel(1);
     let paused_lock = locks[0].clone();
     let pausable = client::PausableClient::start(
@@ -390,12 +391,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         let text = serde_json::to_string(&history).context("encoding the history")?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    let spans: Vec<(u64, u64)> = windows
-        .iter()
-        .map(|w| (w.2.saturating_sub(1_000_000), w.4 + 2_000_000))
-        .collect();
-    let quiet = |from: u64, to: u64| spans.iter().all(|&(a, b)| to < a || from > b);
-    let checks = check::check(&history, args.sem_limit, 250_000, &quiet);
+    let checks = check::check(&history, args.sem_limit);
     let windows: Vec<Window> = windows
         .into_iter()
         .map(

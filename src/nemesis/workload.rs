@@ -7,6 +7,7 @@
 //!  semaphore        ─ 1 permit of S (limit) ─▶ hold_ms ─▶ release      records: Wait, Hold
 //!  leases           ─ lease.grant, then lease.keepalive every TTL/3 by hand, until the
 //!                     service says lease_not_found                    records: LeaseLife
+//!  observer         ─ inspect of the semaphore every 100 ms: its queue order   records: QueueView
 //!  probes           ─ one per member, homed there: try-lock its own lock and release, every
 //!                     100 ms: how long the service (not a queue) made a client wait  records: Wait
 //! ```
@@ -20,7 +21,7 @@ use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Resource, Session,
 use hivekeeper_protocol::{ErrorCode, Op};
 use tokio::time::Instant;
 
-use super::history::{Hold, HoldEnd, LeaseLife, Recorder, Timeline, Wait};
+use super::history::{Hold, HoldEnd, LeaseLife, QueueView, Recorder, Timeline, Wait};
 use super::store::FencedStore;
 
 /// What every workload task shares.
@@ -338,6 +339,36 @@ pub async fn probe(ctx: Context, home: usize) {
                 let _ = guard.release().await;
             }
             Err(error) => ctx.failed(&agent_id, at, invoke_us, &error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The observer: the semaphore's queue as the service shows it, every 100 ms, so the FIFO check
+/// compares grant order with a queue order the service itself reported.
+pub async fn observer(ctx: Context, name: String) {
+    let agent_id = format!("{}-observer", ctx.run);
+    let Some(agent) = ctx.connect(&agent_id, 0).await else {
+        return;
+    };
+    while !ctx.stopped() {
+        let invoke_us = ctx.timeline.now_us();
+        let op = Op::Inspect {
+            kind: hivekeeper_protocol::ResourceKind::Sem,
+            name: name.clone(),
+        };
+        if let Ok(success) = agent.request(op).await {
+            let view = QueueView {
+                invoke_us,
+                complete_us: ctx.timeline.now_us(),
+                waiters: success
+                    .waiters
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|waiter| waiter.agent)
+                    .collect(),
+            };
+            ctx.recorder.with(|history| history.queue_views.push(view));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
