@@ -1,0 +1,64 @@
+"""Same-id retries: a request whose answer is lost with its connection is sent again under
+the same id on the next one, and the service answers it without taking a second queue slot.
+Also the backoff's full jitter, which spaces those retries."""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+
+import hivekeeper
+from conftest import FAST, eventually, wait_for_waiters
+
+
+def test_a_queued_acquire_survives_a_lost_connection_under_the_same_id(agents, names, proxy):
+    lock = names("lock")
+    holder = agents("holder")
+    with hivekeeper.Agent(names("waiter"), [proxy.broker], **FAST) as waiter:
+        with holder.session(ttl_ms=10_000) as held_by, waiter.session(ttl_ms=10_000) as session:
+            held = held_by.lock(lock)
+            got: "queue.Queue[hivekeeper.Guard]" = queue.Queue()
+            thread = threading.Thread(target=lambda: got.put(session.lock(lock)))
+            thread.start()
+            wait_for_waiters(holder, "lock", lock, 1)
+            proxy.cut()
+            eventually(
+                "the waiter reconnected and resent its acquire",
+                lambda: (
+                    True
+                    if waiter.stats().connects_total >= 2 and waiter.stats().resends_total >= 1
+                    else None
+                ),
+            )
+            # One queue slot: a resend under another id would have been refused
+            # (`bad_request`: already waiting under another request id).
+            waiters = holder.inspect("lock", lock).waiters
+            assert [(w.agent, w.position) for w in waiters] == [(waiter.agent_id, 1)]
+            held.release()
+            guard = got.get(timeout=20)
+            thread.join(timeout=5)
+            assert guard.token > held.token
+            assert session.state is hivekeeper.SessionState.LIVE
+            guard.release()
+
+
+def test_backoff_bounds_double_to_the_cap_and_delays_are_fully_jittered():
+    backoff = hivekeeper.Backoff(30, 2_000)
+    bounds = [round(backoff.next_bound_s() * 1000) for _ in range(10)]
+    assert bounds == [30, 60, 120, 240, 480, 960, 1920, 2000, 2000, 2000]
+    backoff.reset()
+    assert round(backoff.next_bound_s() * 1000) == 30
+    # Full jitter: each delay uniform in [0, bound]; seeded, so the check is deterministic.
+    rng = random.Random(7)
+    delays = []
+    for _ in range(400):
+        jittered = hivekeeper.Backoff(30, 2_000, rng=rng)
+        delays.append([jittered.next_delay_s() for _ in range(9)])
+    for step in range(9):
+        bound = min(2.0, 0.030 * 2**step)
+        column = [run[step] for run in delays]
+        assert all(0.0 <= d <= bound for d in column)
+        assert min(column) < bound / 10, "full jitter reaches near zero"
+        mean = sum(column) / len(column)
+        assert 0.4 * bound < mean < 0.6 * bound, (step, mean, bound)
