@@ -61,3 +61,21 @@ def test_reconnects_to_the_next_member_when_the_first_is_killed(cluster, names):
             assert agent.stats().connection_errors_total >= 1
             assert agent.stats().connects_total >= 2
             guard.release()
+
+
+def test_a_member_without_a_majority_answers_unavailable(cluster, names):
+    cluster[0].kill()
+    cluster[1].kill()
+    with hivekeeper.Agent(
+        names("drone"),
+        [cluster[2].broker],
+        request_timeout_ms=500,
+        request_deadline_ms=4_000,
+        backoff_first_ms=20,
+        backoff_cap_ms=200,
+    ) as agent:
+        # Resent under the same id with backoff until the deadline, then raised.
+        with pytest.raises(hivekeeper.Unavailable) as unavailable:
+            agent.fence_check(names("pad"), 1)
+        assert unavailable.value.code == "unavailable"
+        assert agent.stats().resends_total >= 1

@@ -89,3 +89,32 @@ def test_events_reach_the_handlers(agents, names):
         {"event": "lease.revoked", "lease": session.lease},
         {"event": "lock.lost", "name": names("lock"), "token": guard.token},
     ]
+
+
+def test_closing_the_agent_revokes_its_sessions(agents, names, node):
+    observer = agents("observer")
+    agent = hivekeeper.Agent(names("closing"), [node.broker], **FAST)
+    session = agent.session(ttl_ms=30_000)
+    session.lock(names("lock"))
+
+    def live_leases() -> set:
+        return {lease["lease"] for lease in observer.request("admin.leases")["leases"]}
+
+    assert session.lease in live_leases()
+    agent.close()
+    assert session.state is hivekeeper.SessionState.REVOKED
+    assert session.lease not in live_leases()
+    with observer.session(ttl_ms=10_000) as other, other.lock(names("lock"), wait_ms=0):
+        pass
+    with pytest.raises(hivekeeper.Disconnected):
+        agent.request("inspect", kind="lock", name=names("lock"))
+
+
+def test_keepalives_hold_a_short_lease_through_several_ttls(agents, names):
+    agent = agents("a")
+    with agent.session(ttl_ms=1_500) as session:
+        guard = session.lock(names("lock"))
+        # Three TTLs: without keepalives (every TTL/3) the lease would have expired twice.
+        lost = session.wait_lost(timeout=4.5)
+        assert lost is None, f"the session was lost: {lost}"
+        assert guard.fence_check() == hivekeeper.FenceCheck(valid=True, current=guard.token)

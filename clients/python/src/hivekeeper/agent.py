@@ -178,9 +178,12 @@ class Agent:
         self.close()
 
     def close(self) -> None:
-        """Revokes the sessions still live (best effort, one attempt each), then closes the
-        connection. Idempotent. Waits in the client's queues end with
-        :class:`~hivekeeper.Disconnected`."""
+        """Revokes the sessions not yet ended (best effort, one attempt each), then closes the
+        connection. Idempotent. Every session of the agent ends (REVOKED: nothing keeps its
+        lease alive any more; a lease whose revoke was lost expires after its TTL), and waits
+        in the client end with :class:`~hivekeeper.Disconnected`."""
+        from .session import SessionState
+
         with self._shared.cond:
             if self._shared.closed:
                 return
@@ -190,6 +193,7 @@ class Agent:
                 session._revoke(Patience(self._attempt_s(), self._attempt_s()))
             except HivekeeperError as error:
                 log.debug("revoke at close failed (the lease will expire): %s", error)
+                session._request_end(SessionState.REVOKED)
         self._connection.stop()
         self._thread.join(timeout=10.0)
 

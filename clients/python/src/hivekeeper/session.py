@@ -185,8 +185,15 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.revoke()
+    def __exit__(self, exc_type: Optional[type], *_: object) -> None:
+        if exc_type is None:
+            self.revoke()
+            return
+        # The block failed: revoke, but do not hide its exception behind ours.
+        try:
+            self.revoke()
+        except HivekeeperError as error:
+            log.debug("revoke of lease %s failed (it will expire): %s", self.lease, error)
 
     def revoke(self) -> None:
         """Ends the lease now: the service releases everything it holds and drops its waits in
