@@ -62,3 +62,43 @@ def test_backoff_bounds_double_to_the_cap_and_delays_are_fully_jittered():
         assert min(column) < bound / 10, "full jitter reaches near zero"
         mean = sum(column) / len(column)
         assert 0.4 * bound < mean < 0.6 * bound, (step, mean, bound)
+
+
+class Interrupted(Exception):
+    """Raised inside a waiting thread, as Ctrl-C would be in the main one."""
+
+
+def test_an_abandoned_acquire_releases_the_grant_that_arrives_later(agents, names):
+    import ctypes
+
+    lock = names("lock")
+    holder, waiter = agents("holder"), agents("waiter")
+    with holder.session(ttl_ms=10_000) as held_by, waiter.session(ttl_ms=10_000) as session:
+        held = held_by.lock(lock)
+        outcome: "queue.Queue[BaseException]" = queue.Queue()
+
+        def wait() -> None:
+            try:
+                session.lock(lock)
+            except BaseException as error:  # noqa: BLE001 - the test inspects it
+                outcome.put(error)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        wait_for_waiters(holder, "lock", lock, 1)
+        # The caller leaves while its acquire is queued at the service.
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(Interrupted)
+        )
+        assert isinstance(outcome.get(timeout=20), Interrupted)
+        thread.join(timeout=5)
+        assert waiter.stats().requests_abandoned_total == 1
+        held.release()
+        # The service grants the queued request; the client gives it back at once.
+        eventually(
+            "the abandoned grant is released",
+            lambda: True if holder.inspect("lock", lock).holders == [] else None,
+        )
+        assert session.state is hivekeeper.SessionState.LIVE
+        with session.lock(lock, wait_ms=0) as again:
+            assert again.token > held.token
