@@ -355,7 +355,10 @@ class Agent:
                     until = _min(time.monotonic() + patience.attempt_s, deadline)
                     assert client is not None
                     # A publish that fails (the link just died) lapses below like a lost one.
-                    client.publish(self._topics.request, payload, qos=1)
+                    try:
+                        client.publish(self._topics.request, payload, qos=1)
+                    except Exception as error:  # noqa: BLE001 - paho on a dying socket
+                        log.debug("%s %s: publish failed: %s", op, request_id, error)
                     phase = "attempt"
                 elif wake in ("lapsed", "link_lost"):
                     if deadline is not None and time.monotonic() >= deadline:

@@ -13,6 +13,7 @@ goes with its session (revoking a session releases everything it holds).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Optional
 
 from .errors import HivekeeperError, LeaseNotFound, SessionLost
@@ -57,8 +58,13 @@ class Guard:
         self.release()
 
     @property
-    def lost(self) -> bool:
-        """Whether the session is not LIVE: stop acting under this guard."""
+    def lost(self) -> threading.Event:
+        """The session's :attr:`Session.lost <hivekeeper.Session.lost>`: set while the
+        session is not LIVE, when the grant may be taken away before the client can tell."""
+        return self.session.lost
+
+    def is_lost(self) -> bool:
+        """Whether the session is not LIVE right now: stop acting under this guard."""
         return not self.session.state.is_live()
 
     def fence_check(self) -> FenceCheck:
