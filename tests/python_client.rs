@@ -22,13 +22,22 @@ const SCRATCH: &str = env!("CARGO_TARGET_TMPDIR");
 const SUITE_S_MAX: u64 = 900;
 /// A `pip install` may download from PyPI on the first run.
 const INSTALL_S_MAX: u64 = 600;
+/// Python code that exits 0 on Python 3.9 or newer, 3 on an older one.
+const AT_LEAST_3_9: &str = "import sys; sys.exit(0 if sys.version_info >= (3, 9) else 3)";
 
 #[test]
 fn python_client_suite_passes_against_real_nodes() {
     let python = python_with_venv();
     let venv = Path::new(SCRATCH).join("python-client-venv");
     let venv_python = venv.join("bin").join("python");
-    if !venv_python.is_file() {
+    // A venv left by an interpreter that is gone (or another version) is made anew.
+    let usable = Command::new(&venv_python)
+        .args(["-c", AT_LEAST_3_9])
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !usable {
+        let _ = std::fs::remove_dir_all(&venv);
         let created = run(
             Command::new(&python).arg("-m").arg("venv").arg(&venv),
             INSTALL_S_MAX,
@@ -101,11 +110,11 @@ fn python_with_venv() -> PathBuf {
     }
     candidates.push("python3".into());
     candidates.push("/usr/bin/python3".into());
-    let probe = "import sys, venv, ensurepip; sys.exit(0 if sys.version_info >= (3, 9) else 3)";
+    let probe = format!("import venv, ensurepip; {AT_LEAST_3_9}");
     let mut tried = Vec::new();
     for candidate in candidates {
         let outcome = Command::new(&candidate)
-            .args(["-c", probe])
+            .args(["-c", &probe])
             .stdin(Stdio::null())
             .output();
         match outcome {
