@@ -108,6 +108,15 @@ class Shared:
     closed: bool = False
     #: Why the last connection attempt failed, for :class:`~hivekeeper.Unreachable`.
     last_error: Optional[str] = None
+    #: Called (condition held) on every change, besides waking the threads waiting on
+    #: :attr:`cond`: how an asyncio loop learns of one (``hivekeeper.aio``). They must not block.
+    watchers: List[Callable[[], None]] = field(default_factory=list)
+
+    def notify(self) -> None:
+        """Wakes every waiter, threads and event loops alike; call with :attr:`cond` held."""
+        self.cond.notify_all()
+        for watcher in self.watchers:
+            watcher()
 
 
 def tls_context(config: AgentConfig) -> Optional[ssl.SSLContext]:
@@ -155,7 +164,7 @@ class Connection:
             client = self.shared.client
             self.shared.client = None
             self.shared.link.ready = False
-            self.shared.cond.notify_all()
+            self.shared.notify()
         self.stopping.set()
         for c in (client, self._current):
             if c is not None:
@@ -178,7 +187,7 @@ class Connection:
                 self.shared.link.ready = False
                 self.shared.counters.connection_errors_total += 1
                 self.shared.last_error = f"{broker}: {why}"
-                self.shared.cond.notify_all()
+                self.shared.notify()
             delay_s = backoff.next_delay_s()
             index = (index + 1) % len(self.brokers)
             log.warning(
@@ -233,7 +242,7 @@ class Connection:
                 self.shared.link.epoch += 1
                 self.shared.link.broker = index
                 self.shared.last_error = None
-                self.shared.cond.notify_all()
+                self.shared.notify()
 
         def on_message(_c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
             self._route(message.topic, bytes(message.payload))
@@ -305,7 +314,7 @@ class Connection:
                 slot.on_late(response)
             else:
                 slot.response = response
-                shared.cond.notify_all()
+                shared.notify()
 
     def _deliver_event(self, event: Dict[str, Any]) -> None:
         with self.shared.cond:

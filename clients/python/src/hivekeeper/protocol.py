@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
-from .errors import BadRequest, TooLarge
+from .errors import BadRequest, MalformedResponse, TooLarge
 
 #: The largest request payload the service reads (PROTOCOL.md section 5).
 REQUEST_BYTES_MAX = 8192
@@ -128,6 +128,14 @@ class FenceCheck:
     #: The newest token held on the resource right now; 0 when it is free.
     current: int
 
+    @staticmethod
+    def from_result(result: Mapping[str, Any]) -> "FenceCheck":
+        """Builds it from a success's fields; :class:`MalformedResponse` when they lack it."""
+        try:
+            return FenceCheck(valid=bool(result["valid"]), current=int(result["current"]))
+        except (KeyError, TypeError, ValueError):
+            raise MalformedResponse(f"fence.check answered {dict(result)}") from None
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -176,7 +184,14 @@ class Inspection:
 
     @staticmethod
     def from_result(result: Mapping[str, Any]) -> "Inspection":
-        """Builds it from a success's fields; raises ``KeyError``/``TypeError`` when malformed."""
+        """Builds it from a success's fields; :class:`MalformedResponse` when they lack it."""
+        try:
+            return Inspection._from(result)
+        except (KeyError, TypeError):
+            raise MalformedResponse(f"inspect answered {dict(result)}") from None
+
+    @staticmethod
+    def _from(result: Mapping[str, Any]) -> "Inspection":
         holders = [
             Holder(
                 agent=h["agent"],

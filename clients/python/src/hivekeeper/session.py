@@ -44,7 +44,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Set, Tuple
 
-from .agent import Abandon, Patience
 from .errors import (
     AlreadyHeld,
     ConfigError,
@@ -54,9 +53,10 @@ from .errors import (
     SessionLost,
 )
 from .protocol import ACQUIRE_OP, RELEASE_OP, FenceCheck, Inspection, Response
+from .request_loop import Abandon, Patience
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .agent import Agent, AgentBase
     from .guard import Guard
 
 log = logging.getLogger("hivekeeper")
@@ -87,7 +87,271 @@ class SessionState(enum.Enum):
         return self.value
 
 
-class Session:
+def check_ttl(agent: "AgentBase", ttl_ms: int) -> None:
+    """Refuses a TTL the keepalive settings cannot serve (:class:`ConfigError`)."""
+    config = agent.config
+    margin_ms = config.keepalive_margin_ms
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+        raise ConfigError(f"ttl_ms must be an integer, not {ttl_ms!r}")
+    if ttl_ms <= 2 * margin_ms:
+        raise ConfigError(
+            f"ttl_ms ({ttl_ms}) must be more than twice keepalive_margin_ms ({margin_ms}), "
+            "or the session would be in jeopardy before its second keepalive"
+        )
+    every_ms = config.keepalive_every_ms
+    if every_ms is not None and ttl_ms <= 2 * every_ms:
+        raise ConfigError(
+            f"ttl_ms ({ttl_ms}) must be more than twice keepalive_every_ms ({every_ms}): "
+            "one lost keepalive must not cost the lease"
+        )
+
+
+class SessionBase:
+    """What the threaded :class:`Session` and ``hivekeeper.aio.Session`` share: the state,
+    the deadline and the keepalive cadence (decided by :meth:`_step`), the claims, and the
+    bookkeeping around acquires. Each only sends and waits its own way."""
+
+    def __init__(
+        self,
+        agent: "AgentBase",
+        ttl_ms: int,
+        granted: Dict[str, Any],
+        sent: float,
+        on_lost: Optional[Callable[[SessionState], None]],
+    ) -> None:
+        lease = granted.get("lease")
+        if not isinstance(lease, str):
+            raise MalformedResponse(f"lease.grant succeeded without a `lease`: {granted}")
+        granted_ttl_ms = granted.get("ttl_ms", ttl_ms)
+        ttl_s = granted_ttl_ms / 1000.0
+        config = agent.config
+        #: The agent the lease belongs to.
+        self.agent = agent
+        #: The opaque lease id, as the service granted it.
+        self.lease: str = lease
+        #: The lease's TTL as the service granted it.
+        self.ttl_ms: int = granted_ttl_ms
+        #: Set while the session is not LIVE (jeopardy, expired, revoked); cleared if a
+        #: keepalive brings it back from jeopardy. ``session.lost.wait(t)`` races a critical
+        #: section against the loss.
+        self.lost = threading.Event()
+        #: Called by the keeper with each new state that is not LIVE.
+        self._on_lost = on_lost
+        #: How much earlier than the TTL the session gives up, seconds.
+        self._margin_s = min(config.keepalive_margin_ms / 1000.0, ttl_s / 2)
+        #: How often a keepalive goes out, seconds. The service may grant another TTL than
+        #: asked: the period follows the granted one.
+        every_ms = config.keepalive_every_ms
+        self._period_s = ttl_s / 3 if every_ms is None else min(every_ms / 1000.0, ttl_s / 2)
+        #: Everything below is guarded by the agent's condition.
+        self._cond = agent._shared.cond
+        #: The state; changed only through :meth:`_set_state`.
+        self._state = SessionState.LIVE
+        #: Send time (monotonic) of the last acknowledged keepalive (or the grant) + TTL - margin.
+        #: ``sent`` was taken before the grant's first send: the lease cannot have been
+        #: created earlier, so this is on the safe side even if a retry was answered.
+        self._deadline = sent + ttl_s - self._margin_s
+        #: When the next keepalive goes out (monotonic).
+        self._next_keepalive = sent + self._period_s
+        #: A lease end seen elsewhere (an event, a ``lease_not_found`` answer, a revoke) for the
+        #: keeper to apply.
+        self._end_requested: Optional[SessionState] = None
+        #: What this session holds or is acquiring: ``(kind, name)``. A second guard for a
+        #: hold would release it under the first one's feet.
+        self._claims: Set[Tuple[str, str]] = set()
+
+    def _register(self) -> None:
+        with self._cond:
+            self.agent._sessions.append(self)
+            self.agent._shared.event_handlers.append(self._on_event)
+        log.info("session granted: lease %s, ttl %d ms", self.lease, self.ttl_ms)
+
+    # -- what the session is ----------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        """The state right now."""
+        with self._cond:
+            return self._state
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(lease={self.lease!r}, ttl_ms={self.ttl_ms}, state={self.state})"
+        )
+
+    # -- acquiring: the parts before and after the request ------------------------------------
+
+    def _begin_acquire(
+        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
+    ) -> Tuple[str, Dict[str, Any], Patience, Abandon]:
+        """Claims the resource; the request's op, fields, patience and abandon plan."""
+        key = (kind, name)
+        with self._cond:
+            if not self._state.is_live():
+                raise SessionLost(self._state)
+            if key in self._claims:
+                raise AlreadyHeld(kind, name)
+            self._claims.add(key)
+        op = ACQUIRE_OP[kind]
+        fields: Dict[str, Any] = {"name": name, "lease": self.lease, **extra, "wait_ms": wait_ms}
+        abandon = Abandon(on_late=self._late_answer(kind, name), owner=self)
+        return op, fields, self.agent._patience_for(op, wait_ms), abandon
+
+    def _acquire_failed(self, kind: str, name: str, error: BaseException) -> None:
+        self._unclaim((kind, name))
+        if isinstance(error, LeaseNotFound):
+            self._request_end(SessionState.EXPIRED)
+
+    def _granted(self, kind: str, name: str, result: Dict[str, Any]) -> int:
+        """The grant's token; :class:`SessionLost` (and the grant given back) if the session
+        was lost meanwhile."""
+        token = result.get("token")
+        if isinstance(token, bool) or not isinstance(token, int):
+            self._unclaim((kind, name))
+            raise MalformedResponse(f"{ACQUIRE_OP[kind]} granted without a `token`: {result}")
+        with self._cond:
+            state = self._state
+        if not state.is_live():
+            self._unclaim((kind, name))
+            self._release_later(kind, name)
+            raise SessionLost(state)
+        return token
+
+    def _interrupt(self) -> Optional[HivekeeperError]:
+        """Ends an acquire's wait when the session is lost (called under the condition)."""
+        return None if self._state.is_live() else SessionLost(self._state)
+
+    def _late_answer(self, kind: str, name: str) -> Callable[[Response], None]:
+        """What to do with the answer of an acquire its caller left: release a grant."""
+
+        def on_late(response: Response) -> None:
+            # On the connection thread, condition held: never block here.
+            if response.ok and not self._state.is_ended():
+                log.debug("releasing the grant of an abandoned acquire of %s %r", kind, name)
+                self._release_later(kind, name)
+
+        return on_late
+
+    def _release_later(self, kind: str, name: str) -> None:
+        """Releases ``kind`` ``name`` in the background; never blocks (any thread)."""
+        raise NotImplementedError
+
+    def _unclaim(self, key: Tuple[str, str]) -> None:
+        with self._cond:
+            self._claims.discard(key)
+
+    # -- the keeper's decisions ---------------------------------------------------------------
+
+    def _request_end(self, state: SessionState) -> None:
+        """Asks the keeper to end the session (an expiry seen elsewhere, or a revoke)."""
+        with self._cond:
+            if self._end_requested is None:
+                self._end_requested = state
+            self.agent._shared.notify()
+
+    def _on_event(self, event: Dict[str, Any]) -> None:
+        # An operator's admin.revoke ends the lease as surely as an expiry.
+        if (
+            event.get("event") in ("lease.expired", "lease.revoked")
+            and event.get("lease") == self.lease
+        ):
+            self._request_end(SessionState.EXPIRED)
+
+    def _set_state(self, state: SessionState) -> None:
+        """Changes the state (condition held) and the :attr:`lost` event with it."""
+        self._state = state
+        if state.is_live():
+            self.lost.clear()
+        else:
+            self.lost.set()
+        self.agent._shared.notify()
+
+    def _step(self, now: float) -> Tuple[str, Optional[float]]:
+        """The keeper's next move (condition held): ``("end", None)``, ``("jeopardy", None)``,
+        ``("send", None)`` (a keepalive is due) or ``("wait", until)``."""
+        if self._end_requested is not None:
+            self._end(self._end_requested)
+            return "end", None
+        if self._state is SessionState.LIVE and now >= self._deadline:
+            log.warning(
+                "lease %s: no keepalive acknowledged in time: session in jeopardy", self.lease
+            )
+            self._set_state(SessionState.JEOPARDY)
+            return "jeopardy", None
+        if now >= self._next_keepalive:
+            # After a stall: one keepalive now and the cadence from there.
+            self._next_keepalive = max(self._next_keepalive + self._period_s, now)
+            return "send", None
+        wake = self._next_keepalive
+        if self._state is SessionState.LIVE:
+            wake = min(wake, self._deadline)
+        return "wait", wake
+
+    def _reported(self, state: SessionState, reported: SessionState) -> SessionState:
+        """Calls ``on_lost`` when ``state`` is a new state that is not LIVE; the keeper's
+        keeper thread or task calls it with no lock held."""
+        if state is not reported and not state.is_live() and self._on_lost is not None:
+            try:
+                self._on_lost(state)
+            except Exception:  # noqa: BLE001 - the application's callback must not stop the keeper
+                log.exception("on_lost callback failed")
+        return state
+
+    def _end(self, state: SessionState) -> None:
+        """Final state (condition held): stop listening for this lease."""
+        log.info("lease %s: session %s", self.lease, state)
+        self._set_state(state)
+        self._claims.clear()
+        shared = self.agent._shared
+        if self._on_event in shared.event_handlers:
+            shared.event_handlers.remove(self._on_event)
+        if self in self.agent._sessions:
+            self.agent._sessions.remove(self)
+        self.agent._forget_abandoned(self)
+
+    def _keepalive_patience(self) -> Patience:
+        """One attempt for a keepalive's whole useful life: its send time can move the deadline
+        only until TTL - margin (see the module doc)."""
+        useful_s = self.ttl_ms / 1000.0 - self._margin_s
+        return Patience(useful_s, useful_s)
+
+    def _keepalive_failed(self, error: HivekeeperError) -> None:
+        if isinstance(error, LeaseNotFound):
+            self._request_end(SessionState.EXPIRED)
+        else:
+            log.debug("lease %s: keepalive failed: %s", self.lease, error)
+
+    def _acked(self, sent: float) -> None:
+        """A keepalive sent at ``sent`` was acknowledged: the service received it after
+        ``sent``, so the lease lives at least until ``sent`` + TTL."""
+        with self._cond:
+            deadline = sent + self.ttl_ms / 1000.0 - self._margin_s
+            if deadline > self._deadline:
+                self._deadline = deadline
+            if self._state is SessionState.JEOPARDY and self._deadline > time.monotonic():
+                log.info("lease %s: keepalive acknowledged in time: session live again", self.lease)
+                self._set_state(SessionState.LIVE)
+            self.agent._shared.notify()
+
+
+def geometry(
+    lat: Optional[float],
+    lon: Optional[float],
+    radius_m: Optional[float],
+    alt_min_m: Optional[float],
+    alt_max_m: Optional[float],
+) -> Dict[str, Any]:
+    """A waypoint reservation's geometry fields (``None`` ones are left out of the request)."""
+    return {
+        "lat": lat,
+        "lon": lon,
+        "radius_m": radius_m,
+        "alt_min_m": alt_min_m,
+        "alt_max_m": alt_max_m,
+    }
+
+
+class Session(SessionBase):
     """A lease held by this agent and kept alive in the background; locks, semaphore permits
     and waypoint reservations are taken through it, each as a :class:`~hivekeeper.Guard`
     carrying its fencing token.
@@ -99,87 +363,30 @@ class Session:
     def __init__(
         self,
         agent: "Agent",
-        lease: str,
         ttl_ms: int,
-        margin_s: float,
-        period_s: float,
+        granted: Dict[str, Any],
         sent: float,
         on_lost: Optional[Callable[[SessionState], None]],
     ) -> None:
-        #: The agent the lease belongs to.
-        self.agent = agent
-        #: The opaque lease id, as the service granted it.
-        self.lease = lease
-        #: The lease's TTL as the service granted it.
-        self.ttl_ms = ttl_ms
-        #: Set while the session is not LIVE (jeopardy, expired, revoked); cleared if a
-        #: keepalive brings it back from jeopardy. ``session.lost.wait(t)`` races a critical
-        #: section against the loss.
-        self.lost = threading.Event()
-        #: Called on the keeper thread with each new state that is not LIVE.
-        self._on_lost = on_lost
-        #: How much earlier than the TTL the session gives up, seconds.
-        self._margin_s = margin_s
-        #: How often a keepalive goes out, seconds.
-        self._period_s = period_s
-        #: Everything below is guarded by the agent's condition.
-        self._cond = agent._shared.cond
-        #: The state; changed only through :meth:`_set_state`.
-        self._state = SessionState.LIVE
-        #: Send time (monotonic) of the last acknowledged keepalive (or the grant) + TTL - margin.
-        self._deadline = sent + ttl_ms / 1000.0 - margin_s
-        #: When the next keepalive goes out (monotonic).
-        self._next_keepalive = sent + period_s
-        #: A lease end seen elsewhere (an event, a ``lease_not_found`` answer, a revoke) for the
-        #: keeper to apply.
-        self._end_requested: Optional[SessionState] = None
-        #: What this session holds or is acquiring: ``(kind, name)``. A second guard for a
-        #: hold would release it under the first one's feet.
-        self._claims: Set[Tuple[str, str]] = set()
+        super().__init__(agent, ttl_ms, granted, sent, on_lost)
+        #: The agent, typed as the threaded one.
+        self.agent: "Agent" = agent
+        #: The keeper thread: keepalives on their cadence, the deadline, the state.
         self._keeper = threading.Thread(
-            target=self._keep, name=f"hivekeeper-session-{lease}", daemon=True
+            target=self._keep, name=f"hivekeeper-session-{self.lease}", daemon=True
         )
-
-    # -- granting and ending --------------------------------------------------------------------
 
     @staticmethod
     def _grant(
         agent: "Agent", ttl_ms: int, on_lost: Optional[Callable[[SessionState], None]]
     ) -> "Session":
         """``lease.grant``, then the keeper thread. See :meth:`Agent.session`."""
-        config = agent.config
-        margin_ms = config.keepalive_margin_ms
-        if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
-            raise ConfigError(f"ttl_ms must be an integer, not {ttl_ms!r}")
-        if ttl_ms <= 2 * margin_ms:
-            raise ConfigError(
-                f"ttl_ms ({ttl_ms}) must be more than twice keepalive_margin_ms ({margin_ms}), "
-                "or the session would be in jeopardy before its second keepalive"
-            )
-        every_ms = config.keepalive_every_ms
-        if every_ms is not None and ttl_ms <= 2 * every_ms:
-            raise ConfigError(
-                f"ttl_ms ({ttl_ms}) must be more than twice keepalive_every_ms ({every_ms}): "
-                "one lost keepalive must not cost the lease"
-            )
-        # Taken before the first send: the lease cannot have been created earlier, so a
-        # deadline counted from here is on the safe side even if a retry was the one answered.
+        check_ttl(agent, ttl_ms)
         sent = time.monotonic()
         granted = agent.request("lease.grant", ttl_ms=ttl_ms)
-        lease = granted.get("lease")
-        if not isinstance(lease, str):
-            raise MalformedResponse(f"lease.grant succeeded without a `lease`: {granted}")
-        granted_ttl_ms = granted.get("ttl_ms", ttl_ms)
-        ttl_s = granted_ttl_ms / 1000.0
-        margin_s = min(margin_ms / 1000.0, ttl_s / 2)
-        # The service may grant another TTL than asked: the period follows the granted one.
-        period_s = ttl_s / 3 if every_ms is None else min(every_ms / 1000.0, ttl_s / 2)
-        session = Session(agent, lease, granted_ttl_ms, margin_s, period_s, sent, on_lost)
-        with agent._shared.cond:
-            agent._sessions.append(session)
-            agent._shared.event_handlers.append(session._on_event)
+        session = Session(agent, ttl_ms, granted, sent, on_lost)
+        session._register()
         session._keeper.start()
-        log.info("session granted: lease %s, ttl %d ms", lease, granted_ttl_ms)
         return session
 
     def __enter__(self) -> "Session":
@@ -211,14 +418,6 @@ class Session:
         self._request_end(SessionState.REVOKED)
         if threading.current_thread() is not self._keeper:
             self._keeper.join(timeout=5.0)
-
-    # -- what the session is ----------------------------------------------------------------
-
-    @property
-    def state(self) -> SessionState:
-        """The state right now."""
-        with self._cond:
-            return self._state
 
     def wait_lost(self, timeout: Optional[float] = None) -> Optional[SessionState]:
         """Blocks until the session is not LIVE (at most ``timeout`` seconds); returns that
@@ -262,14 +461,8 @@ class Session:
         It conflicts with a reservation of the same name, or one whose cylinder is closer than
         the sum of the radii with an overlapping altitude band. ``wait_ms`` as for
         :meth:`lock`."""
-        geometry = {
-            "lat": lat,
-            "lon": lon,
-            "radius_m": radius_m,
-            "alt_min_m": alt_min_m,
-            "alt_max_m": alt_max_m,
-        }
-        return self._acquire("waypoint", name, geometry, wait_ms)
+        area = geometry(lat, lon, radius_m, alt_min_m, alt_max_m)
+        return self._acquire("waypoint", name, area, wait_ms)
 
     def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
         """``fence.check`` (see :meth:`Agent.fence_check`); needs no live session."""
@@ -284,174 +477,52 @@ class Session:
     ) -> "Guard":
         from .guard import Guard
 
-        key = (kind, name)
-        with self._cond:
-            if not self._state.is_live():
-                raise SessionLost(self._state)
-            if key in self._claims:
-                raise AlreadyHeld(kind, name)
-            self._claims.add(key)
-        op = ACQUIRE_OP[kind]
-        fields: Dict[str, Any] = {"name": name, "lease": self.lease, **extra, "wait_ms": wait_ms}
-        abandon = Abandon(on_late=self._late_answer(kind, name), owner=self)
+        op, fields, patience, abandon = self._begin_acquire(kind, name, extra, wait_ms)
         try:
             result = self.agent._call(
-                op,
-                fields,
-                self.agent._patience_for(op, wait_ms),
-                interrupt=self._interrupt,
-                abandon=abandon,
+                op, fields, patience, interrupt=self._interrupt, abandon=abandon
             )
-        except LeaseNotFound:
-            self._unclaim(key)
-            self._request_end(SessionState.EXPIRED)
+        except BaseException as error:
+            self._acquire_failed(kind, name, error)
             raise
-        except BaseException:
-            self._unclaim(key)
-            raise
-        token = result.get("token")
-        if isinstance(token, bool) or not isinstance(token, int):
-            self._unclaim(key)
-            raise MalformedResponse(f"{op} granted without a `token`: {result}")
-        guard = Guard(self, kind, name, token)
-        with self._cond:
-            state = self._state
-        if not state.is_live():
-            # Granted, but the session was lost meanwhile: give it back, and say so.
-            threading.Thread(target=guard._release_quietly, daemon=True).start()
-            raise SessionLost(state)
-        return guard
+        return Guard(self, kind, name, self._granted(kind, name, result))
 
-    def _interrupt(self) -> Optional[HivekeeperError]:
-        """Ends an acquire's wait when the session is lost (called under the condition)."""
-        return None if self._state.is_live() else SessionLost(self._state)
+    def _release_later(self, kind: str, name: str) -> None:
+        threading.Thread(target=self._release_now, args=(kind, name), daemon=True).start()
 
-    def _late_answer(self, kind: str, name: str) -> Callable[[Response], None]:
-        """What to do with the answer of an acquire its caller left: release a grant."""
-
-        def on_late(response: Response) -> None:
-            # On the connection thread, condition held: never block here.
-            if response.ok and not self._state.is_ended():
-                log.debug("releasing the grant of an abandoned acquire of %s %r", kind, name)
-                threading.Thread(
-                    target=self._release_abandoned, args=(kind, name), daemon=True
-                ).start()
-
-        return on_late
-
-    def _release_abandoned(self, kind: str, name: str) -> None:
+    def _release_now(self, kind: str, name: str) -> None:
         try:
             self.agent.request(RELEASE_OP[kind], name=name, lease=self.lease)
         except HivekeeperError as error:
-            log.debug("release after an abandoned acquire failed: %s", error)
-
-    def _unclaim(self, key: Tuple[str, str]) -> None:
-        with self._cond:
-            self._claims.discard(key)
+            log.debug("background release of %s %r failed: %s", kind, name, error)
 
     # -- the keeper -------------------------------------------------------------------------
 
-    def _request_end(self, state: SessionState) -> None:
-        """Asks the keeper to end the session (an expiry seen elsewhere, or a revoke)."""
-        with self._cond:
-            if self._end_requested is None:
-                self._end_requested = state
-            self._cond.notify_all()
-
-    def _on_event(self, event: Dict[str, Any]) -> None:
-        # An operator's admin.revoke ends the lease as surely as an expiry.
-        if (
-            event.get("event") in ("lease.expired", "lease.revoked")
-            and event.get("lease") == self.lease
-        ):
-            self._request_end(SessionState.EXPIRED)
-
-    def _set_state(self, state: SessionState) -> None:
-        """Changes the state (condition held) and the :attr:`lost` event with it."""
-        self._state = state
-        if state.is_live():
-            self.lost.clear()
-        else:
-            self.lost.set()
-        self._cond.notify_all()
-
     def _keep(self) -> None:
-        """The keeper thread: keepalives on their cadence, the deadline, the state."""
+        """The keeper thread: waits as :meth:`_step` says, sends keepalives on their own
+        threads, reports losses."""
         reported = SessionState.LIVE
         while True:
-            send = False
             with self._cond:
                 while True:
                     now = time.monotonic()
-                    if self._end_requested is not None:
-                        self._end(self._end_requested)
+                    action, until = self._step(now)
+                    if action != "wait" or until is None:
                         break
-                    if self._state is SessionState.LIVE and now >= self._deadline:
-                        log.warning(
-                            "lease %s: no keepalive acknowledged in time: session in jeopardy",
-                            self.lease,
-                        )
-                        self._set_state(SessionState.JEOPARDY)
-                        break
-                    if now >= self._next_keepalive:
-                        # After a stall: one keepalive now and the cadence from there.
-                        self._next_keepalive = max(self._next_keepalive + self._period_s, now)
-                        send = True
-                        break
-                    wake = self._next_keepalive
-                    if self._state is SessionState.LIVE:
-                        wake = min(wake, self._deadline)
-                    self._cond.wait(wake - now)
+                    self._cond.wait(until - now)
                 state = self._state
-            if send:
+            if action == "send":
                 threading.Thread(target=self._keepalive, daemon=True).start()
-            if state is not reported and not state.is_live():
-                self._report(state)
-            reported = state
+            reported = self._reported(state, reported)
             if state.is_ended():
                 return
-
-    def _report(self, state: SessionState) -> None:
-        if self._on_lost is None:
-            return
-        try:
-            self._on_lost(state)
-        except Exception:  # noqa: BLE001 - the application's callback must not stop the keeper
-            log.exception("on_lost callback failed")
-
-    def _end(self, state: SessionState) -> None:
-        """Final state (condition held): stop listening for this lease."""
-        log.info("lease %s: session %s", self.lease, state)
-        self._set_state(state)
-        self._claims.clear()
-        shared = self.agent._shared
-        if self._on_event in shared.event_handlers:
-            shared.event_handlers.remove(self._on_event)
-        if self in self.agent._sessions:
-            self.agent._sessions.remove(self)
-        self.agent._forget_abandoned(self)
 
     def _keepalive(self) -> None:
         """One keepalive, under its own request id, retried only across lost connections."""
         sent = time.monotonic()
-        useful_s = self.ttl_ms / 1000.0 - self._margin_s
         try:
-            self.agent._call("lease.keepalive", {"lease": self.lease}, Patience(useful_s, useful_s))
-        except LeaseNotFound:
-            self._request_end(SessionState.EXPIRED)
-            return
+            self.agent._call("lease.keepalive", {"lease": self.lease}, self._keepalive_patience())
         except HivekeeperError as error:
-            log.debug("lease %s: keepalive failed: %s", self.lease, error)
+            self._keepalive_failed(error)
             return
-        with self._cond:
-            # The service received it after `sent`: the lease lives at least until sent + TTL.
-            deadline = sent + self.ttl_ms / 1000.0 - self._margin_s
-            if deadline > self._deadline:
-                self._deadline = deadline
-            if self._state is SessionState.JEOPARDY and self._deadline > time.monotonic():
-                log.info("lease %s: keepalive acknowledged in time: session live again", self.lease)
-                self._set_state(SessionState.LIVE)
-            self._cond.notify_all()
-
-    def __repr__(self) -> str:
-        return f"Session(lease={self.lease!r}, ttl_ms={self.ttl_ms}, state={self.state})"
+        self._acked(sent)
