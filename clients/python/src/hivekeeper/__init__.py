@@ -16,10 +16,15 @@ service could hand its resources to someone else. The same semantics as the Rust
             with s.lock("pad-3", wait_ms=2000) as g:
                 land(fencing_token=g.token)
 
-Layout: ``config`` (AgentConfig, DEFAULTS), ``agent`` (Agent and the request loop),
-``connection`` (the paho-mqtt thread: failover, routing), ``session`` (Session, the keeper
-thread, jeopardy), ``guard`` (Guard), ``backoff`` (full jitter), ``protocol`` (wire
-encoding, typed results), ``errors`` (one exception per protocol code).
+For asyncio, ``hivekeeper.aio`` has the same ``Agent``, ``Session`` and ``Guard`` with
+``await``, on the same protocol core.
+
+Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases, no I/O),
+``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
+routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
+keeper thread), ``guard`` (Guard), ``aio`` (the asyncio Agent, Session and Guard),
+``backoff`` (full jitter), ``protocol`` (wire encoding, typed results), ``errors`` (one
+exception per protocol code).
 """
 
 from .agent import Agent

@@ -15,7 +15,8 @@ queue of unacknowledged publishes on the new connection. The client resends by r
 itself (the service deduplicates), so nothing of an old connection is worth keeping.
 
 Everything the request side waits on (the pending map, the link) is guarded by ONE condition,
-:attr:`Shared.cond`, notified on every change. paho is never called while it is held: paho
+:attr:`Shared.cond`, notified on every change (:meth:`Shared.notify`, which also wakes the
+event loop of a ``hivekeeper.aio`` agent). paho is never called while it is held: paho
 calls our callbacks under its own locks, so holding ours while calling paho could deadlock.
 """
 

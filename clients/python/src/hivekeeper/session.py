@@ -26,7 +26,8 @@ and tokens intact, as in Chubby: :attr:`Session.lost` is cleared again. EXPIRED 
 are final.
 
 Keepalives go out every TTL/3 (or ``keepalive_every_ms``) from the grant's send time, each
-under a fresh request id on its own short-lived thread, so a slow one never delays the next.
+under a fresh request id on its own short-lived thread (a task in ``hivekeeper.aio``), so a
+slow one never delays the next.
 Each gives up after TTL - margin, when its send time can no longer move the deadline; it is
 resent only when the connection was lost before its answer, never on a mere timeout (the next
 keepalive, with a later send time, does better, and resends would multiply the load on a
@@ -34,6 +35,8 @@ service that is already too slow).
 
 All session state lives under the agent's one condition (``Shared.cond``), which every wait
 of the client watches: a request waiting for a grant sees the session's loss at once.
+:class:`SessionBase` decides (the deadline, jeopardy, the cadence: :meth:`SessionBase._step`);
+:class:`Session` and ``hivekeeper.aio.Session`` only wait and send, each its own way.
 """
 
 from __future__ import annotations
