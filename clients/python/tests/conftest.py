@@ -299,7 +299,9 @@ class Proxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         #: Both sockets of every connection it carries, for :meth:`cut`.
         self.sockets: List[socket.socket] = []
-        #: Guards ``sockets``.
+        #: Every byte the clients sent, over all connections: the requests as published.
+        self.sent = bytearray()
+        #: Guards ``sockets`` and ``sent``.
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -322,16 +324,20 @@ class Proxy:
             upstream.settimeout(None)
             with self.lock:
                 self.sockets += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, record in ((client, upstream, True), (upstream, client, False)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, record), daemon=True
+                ).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
         try:
             while True:
                 data = source.recv(65536)
                 if not data:
                     break
+                if record:
+                    with self.lock:
+                        self.sent += data
                 sink.sendall(data)
         except OSError:
             pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import random
+import re
 import threading
 
 import hivekeeper
@@ -31,8 +32,12 @@ def test_a_queued_acquire_survives_a_lost_connection_under_the_same_id(agents, n
                     else None
                 ),
             )
-            # One queue slot: a resend under another id would have been refused
-            # (`bad_request`: already waiting under another request id).
+            # The acquire went out twice, on the two connections, under ONE id.
+            with proxy.lock:
+                sent = bytes(proxy.sent)
+            ids = re.findall(rb'\{"id":"([^"]+)","op":"lock\.acquire"', sent)
+            assert len(ids) >= 2 and len(set(ids)) == 1, ids
+            # And it holds one queue slot.
             waiters = holder.inspect("lock", lock).waiters
             assert [(w.agent, w.position) for w in waiters] == [(waiter.agent_id, 1)]
             held.release()
