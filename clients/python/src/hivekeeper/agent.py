@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .config import AgentConfig, BrokerAddr, config_from
-from .connection import Connection, Counters, Shared, Slot, tls_context
+from .connection import UNAVAILABLE_FAILOVER_S, Connection, Counters, Shared, Slot, tls_context
 from .errors import ConfigError, Disconnected, HivekeeperError, Unreachable
 from .protocol import FenceCheck, Inspection, Response, Topics, encode_request
 from .request_loop import Abandon, Action, Patience, RequestIds, RequestLoop, Wake
@@ -152,6 +152,17 @@ class AgentBase:
     def _step(self, loop: RequestLoop, wake: Wake, link_ready: bool) -> Optional[Dict[str, Any]]:
         """Advances the loop; publishes when it says so; the result once it is done."""
         action: Action = loop.advance(wake, time.monotonic(), link_ready)
+        if action.leave is not None:
+            log.warning(
+                "%s: the broker answered only unavailable for %.0f ms (its node reaches no "
+                "leader); trying the next broker",
+                loop.op,
+                UNAVAILABLE_FAILOVER_S * 1000,
+            )
+            try:
+                action.leave.disconnect()
+            except Exception:  # noqa: BLE001 - a dying socket; the connection thread moves on
+                pass
         if action.kind == "done":
             return action.result
         if action.kind == "publish":

@@ -27,7 +27,7 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -37,6 +37,12 @@ from .config import AgentConfig, BrokerAddr
 from .protocol import Response, Topics, decode_event, decode_response
 
 log = logging.getLogger("hivekeeper")
+
+#: How long a broker may keep answering ``unavailable`` before the agent leaves it for the next
+#: one (as the Rust SDK): longer than an election takes to settle (a node waits for the new
+#: leader before it answers at all), short enough that a client of a member cut off from the
+#: majority moves before its session's keepalives run out.
+UNAVAILABLE_FAILOVER_S = 0.5
 
 #: paho's default of 20 unacknowledged QoS 1 publishes would queue a pipelining agent's
 #: requests inside paho; a request is small, so allow many more in flight.
@@ -112,6 +118,30 @@ class Shared:
     #: Called (condition held) on every change, besides waking the threads waiting on
     #: :attr:`cond`: how an asyncio loop learns of one (``hivekeeper.aio``). They must not block.
     watchers: List[Callable[[], None]] = field(default_factory=list)
+    #: How many brokers the agent has (leaving one makes sense only with another to go to).
+    brokers_total: int = 1
+    #: Since when the link of this epoch has answered only ``unavailable``: ``(epoch, t)``.
+    unavailable_since: Optional[Tuple[int, float]] = None
+
+    def note_unavailable(self, epoch: int, now: float) -> Optional[mqtt.Client]:
+        """A request sent under link ``epoch`` was answered ``unavailable``; call with
+        :attr:`cond` held. Returns the paho client to disconnect (outside the condition) once
+        that link has answered nothing else for :data:`UNAVAILABLE_FAILOVER_S`: a member cut
+        off from the majority answers ``unavailable`` to everything, and stays connected."""
+        since = self.unavailable_since
+        if since is None or since[0] != epoch:
+            self.unavailable_since = (epoch, now)
+            return None
+        if now - since[1] < UNAVAILABLE_FAILOVER_S or self.brokers_total < 2:
+            return None
+        self.unavailable_since = None
+        if self.link.ready and self.link.epoch == epoch:
+            return self.client
+        return None
+
+    def note_answered(self) -> None:
+        """Any other answer: the link's node reaches a leader; call with :attr:`cond` held."""
+        self.unavailable_since = None
 
     def notify(self) -> None:
         """Wakes every waiter, threads and event loops alike; call with :attr:`cond` held."""
@@ -153,6 +183,7 @@ class Connection:
         self.tls = tls
         #: State shared with the request side.
         self.shared = shared
+        shared.brokers_total = len(brokers)
         #: Set by :meth:`stop`: wakes a backoff sleep at once.
         self.stopping = threading.Event()
         #: The paho client of the connection being made or served, for :meth:`stop`.

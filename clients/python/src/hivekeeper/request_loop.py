@@ -78,6 +78,9 @@ class Wake(NamedTuple):
     client: Optional["mqtt.Client"] = None
     #: The link's epoch, for ``"ready"``.
     epoch: int = 0
+    #: A paho client to disconnect (its node answered only ``unavailable`` for a while), for
+    #: ``"reply"``.
+    leave: Optional["mqtt.Client"] = None
 
 
 class Action(NamedTuple):
@@ -92,6 +95,8 @@ class Action(NamedTuple):
     client: Optional["mqtt.Client"] = None
     #: Whether the publish sends the id again (counted in ``resends_total``).
     resend: bool = False
+    #: A paho client to disconnect before waiting: the agent leaves that broker.
+    leave: Optional["mqtt.Client"] = None
 
 
 @dataclass
@@ -183,7 +188,12 @@ class RequestLoop:
         # A response wins over everything else that is ready at the same time.
         if slot.response is not None:
             response, slot.response = slot.response, None
-            return Wake("reply", response)
+            leave = None
+            if response.code == "unavailable":
+                leave = shared.note_unavailable(self.epoch, now)
+            else:
+                shared.note_answered()
+            return Wake("reply", response, leave=leave)
         if shared.closed:
             return Wake("closed")
         if interrupt is not None:
@@ -215,7 +225,7 @@ class RequestLoop:
             log.debug("%s %s: %s; resending after a pause", self.op, self.request_id, error.code)
             self.last_refusal = error
             self._pause(now)
-            return Action("wait")
+            return Action("wait", leave=wake.leave)
         if wake.kind == "ready":
             self.attempts += 1
             self.epoch = wake.epoch
