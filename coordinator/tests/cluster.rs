@@ -111,6 +111,15 @@ impl Cluster {
         self.running(index).faults().cut_off(others);
     }
 
+    /// Silences node `index`'s links with the other two: nothing arrives, nothing fails fast.
+    fn isolate_silently(&self, index: usize) {
+        let others: Vec<u64> = (0..self.nodes.len())
+            .filter(|i| *i != index)
+            .map(|i| self.handle(i).node_id())
+            .collect();
+        self.running(index).faults().silence(others);
+    }
+
     fn heal(&self, index: usize) {
         self.running(index).faults().heal();
     }
@@ -294,6 +303,35 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(seen, vec![("drone-2".to_string(), token)]);
+    cluster.shutdown().await;
+}
+
+/// A follower whose links go silent (packets dropped, as in a real partition) stops waiting for
+/// its silent leader as soon as it no longer knows it as leader (its own election timer fires),
+/// and answers `unavailable` saying no leader is known, instead of holding the request until
+/// the commit timeout (issue 15: found by `hivekeeper nemesis`, partition-minority).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_cut_off_follower_answers_that_no_leader_is_known() {
+    let cluster = Cluster::start("silf").await;
+    let leader = cluster.leader().await;
+    let cut = (leader + 1) % 3;
+    let node = cluster.handle(cut);
+    let lease = grant(&node, "drone-1", "g1").await;
+
+    cluster.isolate_silently(cut);
+
+    let acquire = node
+        .call("drone-1", request("a1", try_lock("pad/1", &lease)))
+        .await;
+    let message = match &acquire.outcome {
+        Err(error) if error.code == ErrorCode::Unavailable => error.message.clone(),
+        other => panic!("a silently cut-off follower answered {other:?}"),
+    };
+    assert!(
+        message.starts_with("no leader known after"),
+        "the answer should say no leader is known, not wait out a commit: {message}"
+    );
+    cluster.heal(cut);
     cluster.shutdown().await;
 }
 

@@ -99,6 +99,14 @@ impl PeerClient {
         if self.faults.is_cut(self.peer) {
             return Err(TransportError::CutOff { peer: self.peer });
         }
+        if self.faults.is_silenced(self.peer) {
+            // Lost on the way: the caller hears nothing until its timeout.
+            tokio::time::sleep(timeout).await;
+            return Err(TransportError::Timeout {
+                peer: self.peer,
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
         let (answer, answered) = oneshot::channel();
         let broken = || TransportError::Broken {
             peer: self.peer,

@@ -1,8 +1,12 @@
 //! Deliberate network faults: cut this node off from chosen peers, in both directions.
 //!
 //! Production never sets one. The in-process cluster tests use it to put a node in a minority
-//! partition (DESIGN.md §6.3) without root, iptables or namespaces: this node's calls to a
-//! cut-off peer fail at once, and its server drops connections and frames from that peer.
+//! partition (DESIGN.md §6.3) without root, iptables or namespaces. Two kinds:
+//! - **cut** ([`NetworkFaults::cut_off`]): this node's calls to the peer fail at once, and its
+//!   server drops connections and frames from that peer (a refused connection);
+//! - **silenced** ([`NetworkFaults::silence`]): calls to the peer get no answer until their
+//!   timeout, and frames from it are dropped without a word (packets lost on the way, as in a
+//!   real partition: nothing fails fast).
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
@@ -13,6 +17,7 @@ use crate::raft::NodeId;
 #[derive(Debug, Clone, Default)]
 pub struct NetworkFaults {
     cut: Arc<RwLock<HashSet<NodeId>>>,
+    silenced: Arc<RwLock<HashSet<NodeId>>>,
 }
 
 impl NetworkFaults {
@@ -21,9 +26,29 @@ impl NetworkFaults {
         self.write().extend(peers);
     }
 
+    /// Silences the links with `peers`: nothing arrives either way, and nothing fails fast.
+    pub fn silence(&self, peers: impl IntoIterator<Item = NodeId>) {
+        self.silenced
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(peers);
+    }
+
+    /// Whether traffic with `peer` is silenced.
+    pub fn is_silenced(&self, peer: NodeId) -> bool {
+        self.silenced
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&peer)
+    }
+
     /// Restores every link.
     pub fn heal(&self) {
         self.write().clear();
+        self.silenced
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 
     /// Whether traffic with `peer` is cut.

@@ -216,6 +216,11 @@ async fn serve_frames<S, A, F>(
         if faults.is_cut(from) {
             break;
         }
+        if faults.is_silenced(from) {
+            // Lost on the way: no answer, and the connection stays up.
+            drop(permit);
+            continue;
+        }
         let envelope = match wire::decode::<Envelope<PeerRequest>>(&frame) {
             Ok(envelope) => envelope,
             Err(error) => {
