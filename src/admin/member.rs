@@ -92,6 +92,8 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
                 let op = Op::AdminMemberAdd {
                     name: name.to_string(),
                     addr: addr.to_string(),
+                    catch_up_timeout_ms: None,
+                    catch_up_lag_entries_max: None,
                 };
                 request(&agent, op).await?;
                 if target.json {
