@@ -7,6 +7,8 @@ mod bench;
 mod certs;
 mod client_tls;
 mod exposure;
+mod metrics_port;
+mod process_metrics;
 mod serve;
 
 use std::net::SocketAddr;

@@ -1,9 +1,16 @@
-//! A node's `/metrics`: the Prometheus text over a plain HTTP GET, one value or the sum of a
-//! metric's series, and waits until a value holds.
+//! A node's metrics port: the Prometheus text of `/metrics` over a plain HTTP GET, one value
+//! or the sum of a metric's series, waits until a value holds, and any other path
+//! (`/health`, `/ready`) with its status code.
 
 use std::time::Duration;
 
 use super::eventually;
+
+/// GET `path` of a node's metrics port (`/health`, `/ready`), with the status code (at most
+/// 5 s; `None` if the node does not answer).
+pub async fn http_get(port: u16, path: &str) -> Option<hivekeeper_loopback::HttpAnswer> {
+    hivekeeper_loopback::http_get(port, path, Duration::from_secs(5)).await
+}
 
 /// GET /metrics (at most 5 s; `None` if the node does not answer).
 pub async fn metrics_text(port: u16) -> Option<String> {
