@@ -3,11 +3,20 @@
 //!
 //! ```text
 //!  RaftHandle::quorum() (raft/quorum.rs), committed and applied index ─▶ Health
-//!    healthy = has_quorum                       /health: 200 or 503
-//!    ready   = has_quorum and applied ≥ committed   /ready: 200 or 503
+//!    healthy = has_quorum                                         /health: 200 or 503
+//!    ready   = has_quorum and committed − applied ≤ 100 entries     /ready: 200 or 503
 //! ```
+//!
+//! Ready allows a small apply lag: an entry is applied a moment after it commits, so a busy
+//! node is always a few entries behind its commit index; what `/ready` keeps traffic from is
+//! a node replaying its log after a restart or installing a snapshot, thousands behind.
 
 use super::handle::NodeHandle;
+use crate::raft;
+
+/// The apply lag, in entries, below which a node with a quorum is ready: well above what a
+/// busy node's pipeline holds (a few entries), well below a replay after a restart.
+pub const READY_APPLY_LAG_ENTRIES_MAX: u64 = 100;
 
 /// A node's health as a load balancer or an orchestrator asks for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,8 +25,9 @@ pub struct Health {
     /// voters within an election timeout, or a follower that knows a leader). Without one,
     /// every request it gets is answered `unavailable`.
     pub healthy: bool,
-    /// `/ready`: healthy, and the node has applied every entry it knows committed, so what
-    /// it answers from its own state (a forwarded request's follow-ups, events) is current.
+    /// `/ready`: healthy, and the node has applied what it knows committed (to within
+    /// [`READY_APPLY_LAG_ENTRIES_MAX`] entries), so what it answers from its own state (a
+    /// forwarded request's follow-ups, events) is current.
     pub ready: bool,
     /// One line for people: why, with the figures.
     pub detail: String,
@@ -29,7 +39,8 @@ impl NodeHandle {
         let quorum = self.raft.quorum();
         let status = self.raft.status();
         let (committed, applied) = (status.committed_index, status.applied_index);
-        let caught_up = committed <= applied;
+        let caught_up =
+            raft::metrics::entries_behind(committed, applied) <= READY_APPLY_LAG_ENTRIES_MAX;
         let role = if quorum.leading { "leader" } else { "follower" };
         let detail = if quorum.has_quorum && caught_up {
             format!("ok: {role} with a quorum, applied up to {}", index(applied))

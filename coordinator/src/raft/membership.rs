@@ -63,7 +63,10 @@ pub(crate) fn lag_entries(metrics: &RaftMetrics, id: NodeId, at_least: u64) -> O
     if matched < at_least {
         return None;
     }
-    Some(metrics.last_log_index.unwrap_or(0).saturating_sub(matched))
+    Some(super::metrics::entries_behind(
+        metrics.last_log_index,
+        Some(matched),
+    ))
 }
 
 impl RaftHandle {

@@ -157,16 +157,17 @@ fn export_peers(raft: &RaftHandle, m: &RaftMetrics, quorum: &Quorum) {
             .as_ref()
             .and_then(|replication| replication.get(id).copied().flatten())
             .map(|log_id| log_id.index);
-        gauge!(RAFT_PEER_LAG_ENTRIES, "peer" => peer).set(peer_lag(last_log, matched) as f64);
+        gauge!(RAFT_PEER_LAG_ENTRIES, "peer" => peer).set(entries_behind(last_log, matched) as f64);
     }
 }
 
-/// Entries of a log ending at `last_log` not matched by a peer that matched up to `matched`
-/// (openraft's indexes start at 0: nothing matched of a log holding 0..=n is n + 1 entries).
-fn peer_lag(last_log: Option<u64>, matched: Option<u64>) -> u64 {
-    match (last_log, matched) {
-        (Some(last), Some(matched)) => last.saturating_sub(matched),
-        (Some(last), None) => last + 1,
+/// How many entries up to index `ahead` a reader that reached index `behind` still lacks: a
+/// peer's lag behind the leader's last entry, the entries committed but not applied here.
+/// openraft's indexes start at 0: with nothing reached, a log holding 0..=n lacks n + 1.
+pub fn entries_behind(ahead: Option<u64>, behind: Option<u64>) -> u64 {
+    match (ahead, behind) {
+        (Some(ahead), Some(behind)) => ahead.saturating_sub(behind),
+        (Some(ahead), None) => ahead + 1,
         (None, _) => 0,
     }
 }
@@ -199,11 +200,7 @@ impl Observed {
         gauge!(RAFT_COMMIT_INDEX).set(or_zero(committed));
         gauge!(RAFT_APPLIED_INDEX).set(or_zero(applied));
         gauge!(RAFT_SNAPSHOT_INDEX).set(or_zero(snapshot));
-        gauge!(RAFT_APPLY_LAG_ENTRIES).set(match (committed, applied) {
-            (Some(committed), Some(applied)) => committed.saturating_sub(applied) as f64,
-            (Some(committed), None) => committed as f64 + 1.0,
-            _ => 0.0,
-        });
+        gauge!(RAFT_APPLY_LAG_ENTRIES).set(entries_behind(committed, applied) as f64);
         // Indexes start at 0 in openraft: a log holding 0..=n has n + 1 entries.
         gauge!(RAFT_LOG_ENTRIES).set(match (last_log, purged) {
             (Some(last), Some(purged)) => last.saturating_sub(purged) as f64,
@@ -236,13 +233,13 @@ impl Observed {
 
 #[cfg(test)]
 mod tests {
-    use super::peer_lag;
+    use super::entries_behind;
 
     #[test]
-    fn a_peer_lags_by_the_entries_it_has_not_matched() {
-        assert_eq!(peer_lag(Some(120), Some(120)), 0);
-        assert_eq!(peer_lag(Some(120), Some(100)), 20);
-        assert_eq!(peer_lag(Some(120), None), 121);
-        assert_eq!(peer_lag(None, None), 0);
+    fn a_reader_lacks_the_entries_it_has_not_reached() {
+        assert_eq!(entries_behind(Some(120), Some(120)), 0);
+        assert_eq!(entries_behind(Some(120), Some(100)), 20);
+        assert_eq!(entries_behind(Some(120), None), 121);
+        assert_eq!(entries_behind(None, None), 0);
     }
 }
