@@ -96,6 +96,17 @@ async fn a_leader_left_alone_says_no_quorum_everywhere() {
     })
     .await;
 
+    // Idle for several election timeouts: heartbeats alone keep the quorum acknowledged.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let idle = http_get(port, "/health").await.expect("an answer");
+    assert_eq!(idle.status, 200, "{idle:?}");
+    let text = metrics_text(port).await.expect("a scrape");
+    assert_eq!(
+        metric(&text, "hivekeeper_raft_has_quorum"),
+        Some(1.0),
+        "{text}"
+    );
+
     for follower in &followers {
         cluster.nodes[*follower].kill9();
     }
