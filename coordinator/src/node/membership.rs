@@ -43,14 +43,20 @@ pub(super) struct MembershipDesk {
 
 /// A membership request: what to change.
 pub(super) enum MemberChange<'a> {
-    /// Add `name` at `addr`, promoting it once it caught up within `catch_up`.
+    /// Add a member, promoting it once it caught up.
     Add {
+        /// Its `--name`.
         name: &'a str,
+        /// Its inter-node address, `host:port`.
         addr: &'a str,
+        /// How close and how soon it must catch up to be made a voter.
         catch_up: CatchUp,
     },
-    /// Remove `name`.
-    Remove { name: &'a str },
+    /// Remove a member.
+    Remove {
+        /// Its `--name`.
+        name: &'a str,
+    },
 }
 
 impl NodeHandle {

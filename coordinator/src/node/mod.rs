@@ -84,7 +84,7 @@ pub use cluster::{ClusterConfig, ClusterState};
 pub use config::{DEFAULTS, Defaults, NodeConfig};
 pub use error::NodeError;
 pub use handle::{NodeHandle, Submitted};
-pub use health::Health;
+pub use health::{Health, READY_APPLY_LAG_ENTRIES_MAX};
 pub use start::Node;
 pub use waits::Respond;
 

@@ -3,7 +3,7 @@
 //!
 //! openraft is pinned (`=0.9.25`) and nothing outside this module names it, so a move to 0.10
 //! stays here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
-//! [`Leadership`], membership, status), [`Applied`] through its [`AppliedSink`], and
+//! [`Leadership`], membership, quorum, status), [`Applied`] through its [`AppliedSink`], and
 //! [`RaftError`].
 //!
 //! # How a write flows
@@ -53,6 +53,10 @@
 //! - `leadership.rs`: [`Leadership`], one watch for every watcher of who leads.
 //! - `read_index.rs`: leadership confirmations shared by concurrent reads and keepalives.
 //! - `status.rs`: `admin.status` from openraft's metrics. `metrics.rs`: the Raft metrics.
+//! - `membership.rs`: adding a member (dialled, a learner, a voter once caught up: [`CatchUp`])
+//!   and removing one.
+//! - `quorum.rs`: [`Quorum`], whether this node is backed by a quorum now; `contact.rs`:
+//!   [`PeerContact`], when each peer last answered.
 //! - `config.rs`: [`RaftConfig`]. `error.rs`: [`RaftError`].
 
 mod config;
