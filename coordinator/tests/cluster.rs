@@ -441,8 +441,9 @@ async fn a_leader_without_a_quorum_says_so_and_refuses_at_once() {
 }
 
 /// Nothing listening at the address: refused before anything is proposed. A member that
-/// answers the dial but never catches up (its link from the leader cut after the dial): left a
-/// learner, not a voter, so the quorum is unchanged; then removed.
+/// answers the dial but never catches up (the leader's link to it cut; the dial is not): left
+/// a learner, not a voter, so the quorum is unchanged. A resend of the same request id gets
+/// the same answer; a new request, once the link is back, promotes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_phantom_is_refused_and_a_learner_that_cannot_catch_up_never_votes() {
     let mut cluster = Cluster::start("phan").await;
@@ -530,9 +531,39 @@ async fn a_phantom_is_refused_and_a_learner_that_cannot_catch_up_never_votes() {
     // The quorum is what it was: writes commit.
     grant(&node, "drone-1", "g1").await;
 
+    // Through the wire: a final `timeout`, and a resend of the same request id gets that
+    // answer again, even once the learner could catch up: the change is carried out once.
+    let add = |id: &str, timeout_ms| {
+        request(
+            id,
+            Op::AdminMemberAdd {
+                name: "phan4".into(),
+                addr: addr.clone(),
+                catch_up_timeout_ms: timeout_ms,
+                catch_up_lag_entries_max: Some(0),
+            },
+        )
+    };
+    let first = node.call("operator", add("m2", Some(1_000))).await;
+    match &first.outcome {
+        Err(error) => {
+            assert_eq!(error.code, ErrorCode::Timeout);
+            assert_eq!(error.message, behind.to_string());
+        }
+        other => panic!("a learner that cannot catch up answered {other:?}"),
+    }
+    cluster.heal(leader);
+    let again = node.call("operator", add("m2", Some(1_000))).await;
+    assert_eq!(again, first);
+    assert_eq!(voters(&node), 3, "a resend made the learner a voter");
+    // A new request catches the learner up now and promotes it.
+    let promoted = node.call("operator", add("m3", None)).await;
+    assert!(promoted.outcome.is_ok(), "{promoted:?}");
+    assert_eq!(voters(&node), 4);
+
     node.remove_member("phan4")
         .await
-        .expect("a learner is removed");
+        .expect("a member is removed");
     assert_eq!(node.members().len(), 3);
     assert_eq!(voters(&node), 3);
     cluster.shutdown().await;
