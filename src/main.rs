@@ -94,7 +94,7 @@ pub struct ServeArgs {
     /// Topic prefix: agents use {prefix}/req/{agent}, {prefix}/rsp/{agent}, {prefix}/evt/{agent}.
     #[arg(long, value_name = "PREFIX")]
     topic_prefix: Option<String>,
-    /// Address of the Prometheus /metrics endpoint.
+    /// Address of the metrics port: Prometheus /metrics, and /health and /ready for probes.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
     /// This node's name in a cluster (etcd's --name); it must appear in --initial-cluster.

@@ -63,7 +63,7 @@ pub struct AuthConfig {
     pub enabled: bool,
 }
 
-/// Where /metrics is served.
+/// Where the metrics port (/metrics, /health, /ready) is served.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
