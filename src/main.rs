@@ -7,7 +7,9 @@ mod bench;
 mod certs;
 mod client_tls;
 mod exposure;
+mod local_cluster;
 mod metrics_port;
+mod nemesis;
 mod process_metrics;
 mod serve;
 
@@ -50,6 +52,15 @@ enum Command {
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
     /// reclaim, scale.
     Bench(bench::BenchArgs),
+    /// Fault testing: start a cluster of `serve` processes on this machine, run workloads through
+    /// real SDK clients, inject faults (kill, pause, partition, clock jumps, full disk) on a
+    /// schedule and check the whole history (fenced register, mutex linearizability, semaphore,
+    /// leases). Exits non-zero on any anomaly. Partitions and disk-full need root; clock faults
+    /// need Debian's faketime.
+    Nemesis(nemesis::NemesisArgs),
+    /// The pausable client of `nemesis` (a child process it starts and stops).
+    #[command(hide = true)]
+    NemesisClient(nemesis::ClientArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
     Certs(certs::CertsArgs),
@@ -169,6 +180,8 @@ fn main() -> std::process::ExitCode {
              openraft::engine::handler::replication_handler=error,rustls=error"
         }
         Command::Bench(_) => "warn",
+        // Its SDK clients warn at every jeopardy and reconnect, which faults cause by design.
+        Command::Nemesis(_) | Command::NemesisClient(_) => "error",
         _ => "error",
     };
     tracing_subscriber::fmt()
@@ -188,6 +201,12 @@ fn main() -> std::process::ExitCode {
         Command::Agent(args) => admin::agent(args),
         Command::Bench(args) => bench::run(args),
         Command::Certs(args) => certs::run(args),
+        Command::Nemesis(args) => nemesis::run(args),
+        Command::NemesisClient(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(nemesis::client_child(args))),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

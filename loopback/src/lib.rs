@@ -9,10 +9,10 @@
 //!
 //! # Layout
 //! - [`free_ports`]: distinct ports on 127.0.0.1, every listener held until all are picked.
-//! - [`metrics_text`]: `GET /metrics` over HTTP/1.0, bounded by a timeout; [`http_get`] any
-//!   path of the metrics port (`/health`, `/ready`), with the status code.
+//! - [`metrics_text`], [`metrics_text_at`]: `GET /metrics` over HTTP/1.0, bounded by a timeout;
+//!   [`http_get`] any path of the metrics port (`/health`, `/ready`), with the status code.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,7 +35,13 @@ pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
 /// `GET /metrics` on `127.0.0.1:port` over HTTP/1.0: the whole answer (headers, then the
 /// Prometheus text) once the server closes, or `None` if it does not answer within `timeout`.
 pub async fn metrics_text(port: u16, timeout: Duration) -> Option<String> {
-    get(port, "/metrics", timeout).await
+    metrics_text_at(SocketAddr::from(([127, 0, 0, 1], port)), timeout).await
+}
+
+/// `GET /metrics` at any address (a member in a network namespace of the test's own), as
+/// [`metrics_text`].
+pub async fn metrics_text_at(addr: SocketAddr, timeout: Duration) -> Option<String> {
+    get(addr, "/metrics", timeout).await
 }
 
 /// One HTTP answer: its status code and its body.
@@ -50,7 +56,7 @@ pub struct HttpAnswer {
 /// `GET path` on `127.0.0.1:port` over HTTP/1.0; `None` if the server does not answer within
 /// `timeout` or the answer is not HTTP.
 pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Option<HttpAnswer> {
-    let answer = get(port, path, timeout).await?;
+    let answer = get(SocketAddr::from(([127, 0, 0, 1], port)), path, timeout).await?;
     let (head, body) = answer.split_once("\r\n\r\n")?;
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some(HttpAnswer {
@@ -59,11 +65,11 @@ pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Option<HttpAn
     })
 }
 
-/// The whole answer to `GET path` once the server closes (HTTP/1.0: one request per
-/// connection).
-async fn get(port: u16, path: &str, timeout: Duration) -> Option<String> {
+/// The whole answer to `GET path` at `addr` once the server closes (HTTP/1.0: one request
+/// per connection).
+async fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Option<String> {
     let fetch = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut stream = TcpStream::connect(addr).await.ok()?;
         let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut body = Vec::new();
