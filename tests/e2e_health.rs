@@ -10,7 +10,10 @@
 mod common;
 
 use common::cluster::ProcessCluster;
-use common::{Node, Raw, code, eventually, http_get, metric, metric_sum, metrics_text, run_cli};
+use common::{
+    Node, Raw, code, eventually, http_get, metric, metric_sum, metrics_text, run_cli,
+    wait_http_status,
+};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -20,12 +23,7 @@ async fn a_single_node_is_healthy_ready_and_says_what_it_runs() {
     let node = Node::start(dir.path()).await;
     let port = node.metrics_port;
     // Ready once it leads and has applied its own first entry.
-    let ready = eventually(10, "/ready answers 200", || async {
-        http_get(port, "/ready")
-            .await
-            .filter(|answer| answer.status == 200)
-    })
-    .await;
+    let ready = wait_http_status(port, "/ready", 200, 10).await;
     assert!(
         ready
             .body
@@ -111,12 +109,7 @@ async fn a_leader_left_alone_says_no_quorum_everywhere() {
         cluster.nodes[*follower].kill9();
     }
     let broker = format!("127.0.0.1:{}", cluster.nodes[leader].mqtt_port());
-    let health = eventually(10, "/health answers 503", || async {
-        http_get(port, "/health")
-            .await
-            .filter(|answer| answer.status == 503)
-    })
-    .await;
+    let health = wait_http_status(port, "/health", 503, 10).await;
     assert!(
         health
             .body

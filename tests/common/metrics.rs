@@ -12,6 +12,22 @@ pub async fn http_get(port: u16, path: &str) -> Option<hivekeeper_loopback::Http
     hivekeeper_loopback::http_get(port, path, Duration::from_secs(5)).await
 }
 
+/// Polls `path` of a node's metrics port until it answers `status` (at most `secs`); returns
+/// that answer.
+pub async fn wait_http_status(
+    port: u16,
+    path: &str,
+    status: u16,
+    secs: u64,
+) -> hivekeeper_loopback::HttpAnswer {
+    eventually(secs, &format!("{path} answers {status}"), || async {
+        http_get(port, path)
+            .await
+            .filter(|answer| answer.status == status)
+    })
+    .await
+}
+
 /// GET /metrics (at most 5 s; `None` if the node does not answer).
 pub async fn metrics_text(port: u16) -> Option<String> {
     hivekeeper_loopback::metrics_text(port, Duration::from_secs(5)).await

@@ -34,7 +34,9 @@ pub use cli::{CliRun, run_cli, run_cli_with_env};
 pub use fifo::fifo_scenario;
 pub use hivekeeper_test_support::{Mosquitto, Proxy, eventually, free_port, free_ports, within};
 pub use log::Log;
-pub use metrics::{http_get, metric, metric_sum, metrics_text, wait_metric, wait_metric_sum};
+pub use metrics::{
+    http_get, metric, metric_sum, metrics_text, wait_http_status, wait_metric, wait_metric_sum,
+};
 pub use node::{Mqtt, Node};
 pub use raw::{Raw, code, connack};
 
