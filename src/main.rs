@@ -8,7 +8,9 @@ mod certs;
 mod client_tls;
 mod exposure;
 mod local_cluster;
+mod metrics_port;
 mod nemesis;
+mod process_metrics;
 mod serve;
 
 use std::net::SocketAddr;
@@ -103,7 +105,7 @@ pub struct ServeArgs {
     /// Topic prefix: agents use {prefix}/req/{agent}, {prefix}/rsp/{agent}, {prefix}/evt/{agent}.
     #[arg(long, value_name = "PREFIX")]
     topic_prefix: Option<String>,
-    /// Address of the Prometheus /metrics endpoint.
+    /// Address of the metrics port: Prometheus /metrics, and /health and /ready for probes.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
     /// This node's name in a cluster (etcd's --name); it must appear in --initial-cluster.

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  config (defaults < TOML file < flags)
-//!    ├─ metrics listener (Prometheus text on /metrics)
+//!    ├─ metrics port (metrics_port.rs): /metrics, /health, /ready
 //!    └─ hivekeeper::Service::start (src/service.rs, shared with the examples):
 //!         Node::start (redb, Raft, actors), Transport::start (the agent endpoint or an
 //!         external broker), bridge::run between them, counters copied into metrics once a second
@@ -10,18 +10,21 @@
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use hivekeeper::Service;
 use hivekeeper_coordinator::node::metrics::{
     LEASES_KEEPALIVE_TTL_USED_RATIO, TTL_USED_RATIO_BUCKETS,
 };
-use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, NodeConfig};
+use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Health, NodeConfig};
 use hivekeeper_mqtt::bridge;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
-use crate::{ClusterStateArg, ServeArgs};
+use crate::metrics_port::{self, HealthSource};
+use crate::{ClusterStateArg, ServeArgs, process_metrics};
 
 /// Upper bounds of the buckets of every `*_seconds` histogram, so they export as Prometheus
 /// histograms (aggregatable across nodes) rather than summaries. From half a millisecond (a
@@ -31,6 +34,9 @@ const SECONDS_BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];
+
+/// How often the metrics recorder drains histogram samples into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 
 /// Everything `serve` can be configured with; the TOML file has the same shape.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -57,7 +63,7 @@ pub struct AuthConfig {
     pub enabled: bool,
 }
 
-/// Where /metrics is served.
+/// Where the metrics port (/metrics, /health, /ready) is served.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
@@ -205,8 +211,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(config.metrics.listen)
+    let metrics_listener = tokio::net::TcpListener::bind(config.metrics.listen)
+        .await
+        .with_context(|| format!("serving /metrics on {}", config.metrics.listen))?;
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
             &SECONDS_BUCKETS,
@@ -217,17 +225,42 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             &TTL_USED_RATIO_BUCKETS,
         )
         .context("histogram buckets")?
-        .install()
-        .with_context(|| format!("serving /metrics on {}", config.metrics.listen))?;
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    // Histograms are drained into their buckets by the upkeep; the exporter's own listener
+    // ran it every 5 s, so does this.
+    let upkeep = prometheus.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(METRICS_UPKEEP).await;
+            upkeep.run_upkeep();
+        }
+    });
+    let health: HealthSource = Arc::default();
+    tokio::spawn(metrics_port::serve(
+        metrics_listener,
+        prometheus,
+        health.clone(),
+    ));
     // Help texts go to the recorder just installed; described before, they would be lost.
     hivekeeper_coordinator::node::metrics::describe();
     bridge::describe_metrics();
+    process_metrics::export_build_info();
     let data_dir = config.node.data_dir.clone();
     let cluster = config.node.cluster.as_ref().map_or_else(
         || "single node".to_string(),
         |cluster| format!("member {} of {}", cluster.name, cluster.initial_cluster),
     );
-    let service = Service::start(config.node, config.mqtt.clone()).await?;
+    let service = Arc::new(Service::start(config.node, config.mqtt.clone()).await?);
+    let probed = Arc::downgrade(&service);
+    let _ = health.set(Box::new(move || match probed.upgrade() {
+        Some(service) => service.health(),
+        None => Health {
+            healthy: false,
+            ready: false,
+            detail: "stopping: the node is shutting down".into(),
+        },
+    }));
     let mqtt = match &config.mqtt.mode {
         Mode::Embedded(_) => service
             .mqtt_addrs()
@@ -249,6 +282,7 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         reason = service.failed() => Some(reason),
     };
     tracing::info!("shutting down");
+    let service = unshared(service).await?;
     let stopped = service.shutdown().await;
     // The failure that ended the node is the news; a failing shutdown after it (a full disk
     // also fails the final flush) must not hide it.
@@ -259,6 +293,19 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
         (None, stopped) => Ok(stopped?),
     }
+}
+
+/// The service once no health probe holds it (the metrics port holds it only for the moment
+/// of a `/health` or `/ready`, through a weak reference).
+async fn unshared(mut service: Arc<Service>) -> anyhow::Result<Service> {
+    for _ in 0..100 {
+        match Arc::try_unwrap(service) {
+            Ok(service) => return Ok(service),
+            Err(shared) => service = shared,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    bail!("the service was still in use by a health probe after 1 s: not stopped cleanly")
 }
 
 /// Ctrl-C or SIGTERM.

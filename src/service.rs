@@ -104,6 +104,11 @@ impl Service {
             .collect()
     }
 
+    /// The node's health now (`/health`, `/ready` on the metrics port).
+    pub fn health(&self) -> hivekeeper_coordinator::node::Health {
+        self.node.handle().health()
+    }
+
     /// Resolves with the reason when an actor of the node fails; the service should then stop.
     pub async fn failed(&self) -> String {
         self.node.failed().await

@@ -344,8 +344,8 @@ async fn member_add_and_remove_through_the_cli() {
                 .json()
         }
     };
-    let names = |members: &serde_json::Value| -> Vec<(String, bool)> {
-        let mut names: Vec<(String, bool)> = members
+    let names = |listing: &serde_json::Value| -> Vec<(String, bool)> {
+        let mut names: Vec<(String, bool)> = listing["members"]
             .as_array()
             .expect("a list")
             .iter()

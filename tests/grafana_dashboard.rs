@@ -97,6 +97,7 @@ fn the_dashboard_is_a_well_formed_grafana_dashboard() {
     let queried: BTreeSet<String> = expressions.iter().flat_map(|e| metric_names(e)).collect();
     for wanted in [
         "hivekeeper_raft_is_leader",
+        "hivekeeper_raft_has_quorum",
         "hivekeeper_raft_term",
         "hivekeeper_requests_total",
         "hivekeeper_request_duration_seconds_bucket",
@@ -112,6 +113,43 @@ fn the_dashboard_is_a_well_formed_grafana_dashboard() {
             "the dashboard does not show {wanted}"
         );
     }
+}
+
+/// Counted (or kept) by every member as it applies the log, so every member shows the same
+/// value (docs/OPERATIONS.md, "Where a metric counts"): summed over the members they count
+/// each event once per member.
+const APPLY_SIDE: [&str; 8] = [
+    "hivekeeper_leases_active",
+    "hivekeeper_leases_granted_total",
+    "hivekeeper_leases_ended_total",
+    "hivekeeper_resource_grants_total",
+    "hivekeeper_resource_handovers_total",
+    "hivekeeper_resource_releases_total",
+    "hivekeeper_resource_held",
+    "hivekeeper_resource_waiters",
+];
+
+/// Issue 16: `sum()` over the members over-counted every apply-side metric three times in a
+/// three-member cluster. They are aggregated with `max` (any member's value is the cluster's).
+#[test]
+fn apply_side_metrics_are_never_summed_across_members() {
+    let mut checked = 0;
+    for expr in expressions(&dashboard()) {
+        let names = metric_names(&expr);
+        if !names.iter().any(|name| APPLY_SIDE.contains(&name.as_str())) {
+            continue;
+        }
+        checked += 1;
+        assert!(
+            !expr.contains("sum(") && !expr.contains("sum by"),
+            "an apply-side metric summed over the members: {expr}"
+        );
+        assert!(
+            expr.starts_with("max(") || expr.starts_with("max by"),
+            "an apply-side metric not taken as the max over the members: {expr}"
+        );
+    }
+    assert_eq!(checked, 8, "the dashboard's apply-side panels moved");
 }
 
 #[test]

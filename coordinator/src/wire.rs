@@ -296,6 +296,8 @@ mod tests {
             Op::AdminMemberAdd {
                 name: "n4".into(),
                 addr: "10.0.0.4:7000".into(),
+                catch_up_timeout_ms: None,
+                catch_up_lag_entries_max: None,
             },
             Op::AdminMemberRemove { name: "n4".into() },
             Op::AdminAgentAdd {

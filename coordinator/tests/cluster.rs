@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
+use hivekeeper_coordinator::raft::{CatchUp, node_id_for};
 use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response, Success};
 use hivekeeper_test_support::{TestCerts, free_port, free_ports, within};
 
@@ -126,6 +127,12 @@ impl Cluster {
 
     fn running(&self, index: usize) -> &Node {
         self.nodes[index].as_ref().expect("node running")
+    }
+
+    /// Stops member `index` cleanly; it stays in the list, not running.
+    async fn stop(&mut self, index: usize) {
+        let node = self.nodes[index].take().expect("node running");
+        node.shutdown().await.expect("a node stops cleanly");
     }
 
     async fn shutdown(mut self) {
@@ -386,8 +393,235 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     assert_eq!(seen[0].0, "drone-2");
 
     cluster.heal(old);
-    let node = cluster.nodes[old].take().expect("running");
-    node.shutdown().await.expect("stops");
+    cluster.stop(old).await;
+    cluster.shutdown().await;
+}
+
+/// A leader cut off from both followers (openraft 0.9 never steps down on its own) says within
+/// an election timeout that it has no quorum, and answers `unavailable` at once with that
+/// reason instead of holding each request for its commit timeout. Healed, it is healthy again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_without_a_quorum_says_so_and_refuses_at_once() {
+    let mut cluster = Cluster::start("noq").await;
+    let old = cluster.leader().await;
+    let node = cluster.handle(old);
+    let lease = grant(&node, "drone-1", "g1").await;
+    assert!(node.health().healthy, "{:?}", node.health());
+    cluster.isolate(old);
+
+    let mut status = None;
+    for _ in 0..200 {
+        let reply = node.call("tester", request("s1", Op::AdminStatus {})).await;
+        let Ok(Success {
+            status: Some(seen), ..
+        }) = reply.outcome
+        else {
+            panic!("admin.status answered {reply:?}");
+        };
+        if seen.has_quorum == Some(false) {
+            status = Some(seen);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.expect("the cut-off leader reports no quorum within 10 s");
+    assert!(
+        status.is_leader,
+        "it still leads in its own view: {status:?}"
+    );
+    assert!(status.quorum_ack_age_ms.is_some_and(|age| age > 300));
+
+    let mut others: Vec<String> = (0..3)
+        .filter(|i| *i != old)
+        .map(|i| format!("noq{}", i + 1))
+        .collect();
+    others.sort();
+    let acquire = node
+        .call("drone-1", request("a1", try_lock("pad/q", &lease)))
+        .await;
+    let Err(error) = &acquire.outcome else {
+        panic!("a leader without a quorum answered {acquire:?}");
+    };
+    assert_eq!(error.code, ErrorCode::Unavailable);
+    assert!(
+        error.message.starts_with(
+            "no quorum: this leader has not heard from a majority of its 3 voters for "
+        ),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.ends_with(&format!(
+            " ms (more than the 300 ms election timeout); unreachable: {}; nothing can commit \
+             until enough members are back",
+            others.join(", ")
+        )),
+        "{}",
+        error.message
+    );
+    let health = node.health();
+    assert!(!health.healthy && !health.ready, "{health:?}");
+    assert!(health.detail.starts_with("no quorum: leader"), "{health:?}");
+
+    // Healed: the majority's leader (a higher term) takes it back as a follower.
+    cluster.heal(old);
+    let mut healthy = false;
+    for _ in 0..200 {
+        if node.health().healthy && !node.is_leader() {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(healthy, "still {:?}", node.health());
+    cluster.stop(old).await;
+    cluster.shutdown().await;
+}
+
+/// Nothing listening at the address: refused before anything is proposed. A member that
+/// answers the dial but never catches up (the leader's link to it cut; the dial is not): left
+/// a learner, not a voter, so the quorum is unchanged. A resend of the same request id gets
+/// the same answer; a new request, once the link is back, promotes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phantom_is_refused_and_a_learner_that_cannot_catch_up_never_votes() {
+    let mut cluster = Cluster::start("phan").await;
+    let leader = cluster.leader().await;
+    let node = cluster.handle(leader);
+    let voters = |node: &NodeHandle| node.members().iter().filter(|info| info.voter).count();
+
+    let phantom = format!("127.0.0.1:{}", free_port());
+    let refused = node
+        .add_member("phan4", &phantom)
+        .await
+        .expect_err("nothing listens there")
+        .to_string();
+    assert!(
+        refused.starts_with(&format!(
+            "nothing answers as member phan4 at {phantom} (its peer port): Connection refused"
+        )),
+        "{refused}"
+    );
+    assert!(
+        refused.ends_with(&format!(
+            "Nothing was changed: start phan4 first (hivekeeper serve --name phan4 \
+             --initial-cluster phan4={phantom} --initial-cluster-state existing), then add it"
+        )),
+        "{refused}"
+    );
+    assert_eq!(node.members().len(), 3);
+
+    // Through the wire: a final `bad_request`, not an `unavailable` to retry.
+    let answer = node
+        .call(
+            "operator",
+            request(
+                "m1",
+                Op::AdminMemberAdd {
+                    name: "phan4".into(),
+                    addr: phantom.clone(),
+                    catch_up_timeout_ms: None,
+                    catch_up_lag_entries_max: None,
+                },
+            ),
+        )
+        .await;
+    match &answer.outcome {
+        Err(error) => {
+            assert_eq!(error.code, ErrorCode::BadRequest);
+            assert_eq!(error.message, refused);
+        }
+        other => panic!("a phantom add answered {other:?}"),
+    }
+
+    let addr = format!("127.0.0.1:{}", free_port());
+    cluster
+        .spawn("phan4", &format!("phan4={addr}"), ClusterState::Existing)
+        .await;
+    cluster
+        .running(leader)
+        .faults()
+        .cut_off([node_id_for("phan4")]);
+    let behind = node
+        .add_member_with(
+            "phan4",
+            &addr,
+            CatchUp {
+                timeout_ms: 1_000,
+                lag_entries_max: 0,
+            },
+        )
+        .await
+        .expect_err("cut off, it cannot catch up");
+    assert_eq!(
+        behind.to_string(),
+        "phan4 did not catch up within 1000 ms (it has not answered the leader yet, at most 0 \
+         allowed), so it was not made a voter: it is left as a learner, which does not vote. \
+         Remove it with `hivekeeper member remove phan4`, or run `member add` again once it \
+         keeps up"
+    );
+    let learner = node
+        .members()
+        .into_iter()
+        .find(|info| info.member.name == "phan4")
+        .expect("a learner");
+    assert!(!learner.voter);
+    assert_eq!(voters(&node), 3);
+    // The quorum is what it was: writes commit.
+    grant(&node, "drone-1", "g1").await;
+
+    // Through the wire: a final `timeout`, and a resend of the same request id gets that
+    // answer again, even once the learner could catch up: the change is carried out once.
+    let add = |id: &str, timeout_ms| {
+        request(
+            id,
+            Op::AdminMemberAdd {
+                name: "phan4".into(),
+                addr: addr.clone(),
+                catch_up_timeout_ms: timeout_ms,
+                catch_up_lag_entries_max: Some(0),
+            },
+        )
+    };
+    let first = node.call("operator", add("m2", Some(1_000))).await;
+    match &first.outcome {
+        Err(error) => {
+            assert_eq!(error.code, ErrorCode::Timeout);
+            assert_eq!(error.message, behind.to_string());
+        }
+        other => panic!("a learner that cannot catch up answered {other:?}"),
+    }
+    cluster.heal(leader);
+    let again = node.call("operator", add("m2", Some(1_000))).await;
+    assert_eq!(again, first);
+    assert_eq!(voters(&node), 3, "a resend made the learner a voter");
+    // A new request catches the learner up now and promotes it.
+    let promoted = node.call("operator", add("m3", None)).await;
+    assert!(promoted.outcome.is_ok(), "{promoted:?}");
+    assert_eq!(voters(&node), 4);
+
+    node.remove_member("phan4")
+        .await
+        .expect("a member is removed");
+    assert_eq!(node.members().len(), 3);
+    assert_eq!(voters(&node), 3);
+    cluster.shutdown().await;
+}
+
+/// A member that is down is removed like any other, and the rest keep taking writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_is_down_is_removed_and_writes_go_on() {
+    let mut cluster = Cluster::start("dead").await;
+    let leader = cluster.leader().await;
+    let node = cluster.handle(leader);
+    let down = (leader + 1) % 3;
+    cluster.stop(down).await;
+    let name = format!("dead{}", down + 1);
+    node.remove_member(&name).await.expect("removed while down");
+    let members = node.members();
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(!members.iter().any(|info| info.member.name == name));
+    let lease = grant(&node, "drone-1", "g1").await;
+    acquired(&node, "drone-1", "a1", "pad/d", &lease).await;
     cluster.shutdown().await;
 }
 

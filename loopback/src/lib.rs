@@ -9,7 +9,8 @@
 //!
 //! # Layout
 //! - [`free_ports`]: distinct ports on 127.0.0.1, every listener held until all are picked.
-//! - [`metrics_text`], [`metrics_text_at`]: `GET /metrics` over HTTP/1.0, bounded by a timeout.
+//! - [`metrics_text`], [`metrics_text_at`]: `GET /metrics` over HTTP/1.0, bounded by a timeout;
+//!   [`http_get`] any path of the metrics port (`/health`, `/ready`), with the status code.
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
@@ -40,12 +41,37 @@ pub async fn metrics_text(port: u16, timeout: Duration) -> Option<String> {
 /// `GET /metrics` at any address (a member in a network namespace of the test's own), as
 /// [`metrics_text`].
 pub async fn metrics_text_at(addr: SocketAddr, timeout: Duration) -> Option<String> {
+    get(addr, "/metrics", timeout).await
+}
+
+/// One HTTP answer: its status code and its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpAnswer {
+    /// The status code (200, 404, 503, ...).
+    pub status: u16,
+    /// The body, after the headers.
+    pub body: String,
+}
+
+/// `GET path` on `127.0.0.1:port` over HTTP/1.0; `None` if the server does not answer within
+/// `timeout` or the answer is not HTTP.
+pub async fn http_get(port: u16, path: &str, timeout: Duration) -> Option<HttpAnswer> {
+    let answer = get(SocketAddr::from(([127, 0, 0, 1], port)), path, timeout).await?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some(HttpAnswer {
+        status,
+        body: body.to_string(),
+    })
+}
+
+/// The whole answer to `GET path` at `addr` once the server closes (HTTP/1.0: one request
+/// per connection).
+async fn get(addr: SocketAddr, path: &str, timeout: Duration) -> Option<String> {
     let fetch = async {
         let mut stream = TcpStream::connect(addr).await.ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
         let mut body = Vec::new();
         stream.read_to_end(&mut body).await.ok()?;
         String::from_utf8(body).ok()

@@ -187,14 +187,24 @@ pub enum Op {
         /// The lease to end.
         lease: String,
     },
-    /// Addition: add a member to a running cluster: as a learner until it has caught up, then
-    /// as a voter. Answered by the leader (forwarded there) once it votes.
+    /// Addition: add a member to a running cluster. The leader dials it first (refused
+    /// `bad_request` when nothing answers there), adds it as a learner, and makes it a voter
+    /// once it has caught up (refused `timeout` when it does not in time: it stays a learner).
+    /// Answered by the leader (forwarded there) once it votes.
     #[serde(rename = "admin.member.add")]
     AdminMemberAdd {
         /// The new member's `--name` (its id is derived from it).
         name: String,
         /// Where the members reach it, `host:port` (its inter-node address).
         addr: String,
+        /// Addition (issue 16): how long the leader waits for the learner to catch up, ms;
+        /// absent: 10,000. At most [`crate::validate::CATCH_UP_TIMEOUT_MS_MAX`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        catch_up_timeout_ms: Option<u64>,
+        /// Addition (issue 16): how many entries behind the leader's log the learner may be
+        /// and count as caught up; absent: 100.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        catch_up_lag_entries_max: Option<u64>,
     },
     /// Addition: remove a member from a running cluster. Answered by the leader.
     #[serde(rename = "admin.member.remove")]
@@ -391,9 +401,17 @@ impl Op {
                     validate::name("after", after)?;
                 }
             }
-            Op::AdminMemberAdd { name, addr } => {
+            Op::AdminMemberAdd {
+                name,
+                addr,
+                catch_up_timeout_ms,
+                ..
+            } => {
                 validate::member_name(name)?;
                 validate::member_addr(addr)?;
+                if let Some(timeout_ms) = catch_up_timeout_ms {
+                    validate::catch_up_timeout_ms(*timeout_ms)?;
+                }
             }
             Op::AdminMemberRemove { name } => validate::member_name(name)?,
             Op::AdminAgentAdd { name, .. }

@@ -136,6 +136,16 @@ pub struct NodeStatus {
     /// (an empty list on a single node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<Vec<ReplicationInfo>>,
+    /// Addition (issue 16): whether the node is backed by a quorum. On the leader: a majority
+    /// of the voters acknowledged it within the longest election timeout (`false`: it answers
+    /// every request `unavailable` at once, `status` shows `NO QUORUM`). On a follower: it
+    /// knows a leader. Absent from nodes older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub has_quorum: Option<bool>,
+    /// Addition (issue 16): on the leader only, ms since a majority of the voters last
+    /// acknowledged it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_ack_age_ms: Option<u64>,
 }
 
 /// One member in an `admin.status` result.

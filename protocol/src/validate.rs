@@ -77,13 +77,60 @@ pub fn account_name(name: &str) -> Result<(), String> {
     agent_id(name).map_err(|message| message.replacen("agent id", "`name` (an agent id)", 1))
 }
 
-/// Checks a member's inter-node address: `host:port` with a numeric port, at most 256 bytes.
+/// Checks a member's inter-node address: `host:port`, at most 256 bytes, where host is a
+/// host name (`node-4.local`), an IPv4 address or a bracketed IPv6 address (`[fd00::4]`), and
+/// port is 1 to 65535. Checked before anything is proposed: a typo must not reach the
+/// membership.
 pub fn member_addr(addr: &str) -> Result<(), String> {
     bounded_text("addr", addr, NAME_BYTES_MAX)?;
-    match addr.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
-        _ => Err(format!("`addr` {addr:?} is not host:port")),
+    let not_host_port = || format!("`addr` {addr:?} is not host:port");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(not_host_port)?;
+    if host.is_empty() {
+        return Err(not_host_port());
     }
+    match port.parse::<u16>() {
+        Ok(0) => return Err(format!("`addr` {addr:?} has port 0: give the peer port")),
+        Ok(_) => {}
+        Err(_) => return Err(not_host_port()),
+    }
+    let ipv6 = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .is_some_and(|inner| inner.parse::<std::net::Ipv6Addr>().is_ok());
+    if ipv6 || host.parse::<std::net::Ipv4Addr>().is_ok() || is_host_name(host) {
+        return Ok(());
+    }
+    Err(format!(
+        "`addr` {addr:?}: {host:?} is not a host name, an IPv4 address or a bracketed IPv6 address"
+    ))
+}
+
+/// A DNS host name: dot-separated labels of 1 to 63 letters, digits and hyphens, no label
+/// starting or ending with a hyphen, 253 bytes at most.
+fn is_host_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// Most a leader waits for a new member to catch up (`admin.member.add`'s
+/// `catch_up_timeout_ms`): ten minutes, enough for a large snapshot over a slow link.
+pub const CATCH_UP_TIMEOUT_MS_MAX: u64 = 600_000;
+
+/// Checks `admin.member.add`'s `catch_up_timeout_ms`: in `[1, CATCH_UP_TIMEOUT_MS_MAX]`.
+pub fn catch_up_timeout_ms(timeout_ms: u64) -> Result<(), String> {
+    if timeout_ms == 0 || timeout_ms > CATCH_UP_TIMEOUT_MS_MAX {
+        return Err(format!(
+            "`catch_up_timeout_ms` is {timeout_ms}, it must be in [1, {CATCH_UP_TIMEOUT_MS_MAX}]"
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a request id: 1 to 128 bytes, no control characters.

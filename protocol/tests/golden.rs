@@ -569,9 +569,41 @@ fn op_admin_member_add() {
             Op::AdminMemberAdd {
                 name: "n4".into(),
                 addr: "10.0.0.4:7401".into(),
+                catch_up_timeout_ms: None,
+                catch_up_lag_entries_max: None,
             },
         ),
         &json!({"id": "r27", "op": "admin.member.add", "name": "n4", "addr": "10.0.0.4:7401"}),
+    );
+    // Issue 16: the catch-up bounds, and host names.
+    assert_request(
+        r#"{"id":"r29","op":"admin.member.add","name":"n4","addr":"node-4.local:7401","catch_up_timeout_ms":30000,"catch_up_lag_entries_max":10}"#,
+        &req(
+            "r29",
+            Op::AdminMemberAdd {
+                name: "n4".into(),
+                addr: "node-4.local:7401".into(),
+                catch_up_timeout_ms: Some(30_000),
+                catch_up_lag_entries_max: Some(10),
+            },
+        ),
+        &json!({"id": "r29", "op": "admin.member.add", "name": "n4", "addr": "node-4.local:7401",
+                "catch_up_timeout_ms": 30000, "catch_up_lag_entries_max": 10}),
+    );
+    bad(
+        r#"{"id":"10","op":"admin.member.add","name":"n4","addr":"10.0.0.4:7401","catch_up_timeout_ms":0}"#,
+        Some("10"),
+        "admin.member.add: `catch_up_timeout_ms` is 0, it must be in [1, 600000]",
+    );
+    bad(
+        r#"{"id":"11","op":"admin.member.add","name":"n4","addr":"10.0.0.4:0"}"#,
+        Some("11"),
+        "admin.member.add: `addr` \"10.0.0.4:0\" has port 0: give the peer port",
+    );
+    bad(
+        r#"{"id":"12","op":"admin.member.add","name":"n4","addr":"node 4:7401"}"#,
+        Some("12"),
+        "admin.member.add: `addr` \"node 4:7401\": \"node 4\" is not a host name, an IPv4 address or a bracketed IPv6 address",
     );
     bad(
         r#"{"id":"7","op":"admin.member.add","name":"n 4","addr":"10.0.0.4:7401"}"#,
@@ -1685,6 +1717,8 @@ fn success_admin_status_of_a_leader_and_a_follower() {
                 matched_index: None,
             },
         ]),
+        has_quorum: Some(true),
+        quorum_ack_age_ms: Some(40),
     };
     assert_response_golden(
         &Response::ok(
@@ -1700,7 +1734,8 @@ fn success_admin_status_of_a_leader_and_a_follower() {
             "snapshot_index": 100, "purged_index": 90,
             "members": [{"id": 1, "name": "n1", "addr": "10.0.0.1:7400", "voter": true},
                         {"id": 2, "name": "n2", "addr": "10.0.0.2:7400", "voter": false}],
-            "replication": [{"id": 1, "matched_index": 120}, {"id": 2}]}}),
+            "replication": [{"id": 1, "matched_index": 120}, {"id": 2}],
+            "has_quorum": true, "quorum_ack_age_ms": 40}}),
     );
     // A follower that knows no leader and has an empty log: absent, not null or 0.
     let lost = NodeStatus {
@@ -1715,6 +1750,8 @@ fn success_admin_status_of_a_leader_and_a_follower() {
         purged_index: None,
         members: vec![],
         replication: None,
+        has_quorum: None,
+        quorum_ack_age_ms: None,
     };
     assert_response_golden(
         &Response::ok(

@@ -1,5 +1,6 @@
 //! `hivekeeper status`: every broker's node answers for itself, a row each; the leader adds
-//! how far each follower has replicated.
+//! how far each follower has replicated. A node without a quorum says `NO QUORUM` in its row
+//! and why under the table.
 
 use anyhow::{anyhow, bail};
 use hivekeeper_agent::protocol::{NodeStatus, Op};
@@ -83,6 +84,7 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
         "MEMBERS",
     ]);
     let mut replication = String::new();
+    let mut no_quorum = String::new();
     for (broker, answer) in rows {
         match answer {
             Ok(status) => {
@@ -99,15 +101,22 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
                     })
                     .collect();
                 members.sort();
+                let name = name_of(status, status.node_id);
+                let role = if status.is_leader {
+                    "leader"
+                } else {
+                    "follower"
+                };
+                let role = if status.has_quorum == Some(false) {
+                    no_quorum.push_str(&no_quorum_line(status, &name));
+                    format!("{role} NO QUORUM")
+                } else {
+                    role.to_string()
+                };
                 table.row(vec![
                     broker.clone(),
-                    name_of(status, status.node_id),
-                    if status.is_leader {
-                        "leader"
-                    } else {
-                        "follower"
-                    }
-                    .into(),
+                    name,
+                    role,
                     status
                         .leader_id
                         .map_or_else(|| "-".into(), |id| name_of(status, id)),
@@ -135,5 +144,81 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
         out.push_str("replication:\n");
         out.push_str(&replication);
     }
+    out.push_str(&no_quorum);
     out
+}
+
+/// Why node `name` has no quorum, one line.
+fn no_quorum_line(status: &NodeStatus, name: &str) -> String {
+    match (status.is_leader, status.quorum_ack_age_ms) {
+        (true, Some(age_ms)) => format!(
+            "NO QUORUM: {name} leads, but no majority of its voters has acknowledged it for \
+             {age_ms} ms: it answers every request `unavailable`\n"
+        ),
+        (true, None) => format!(
+            "NO QUORUM: {name} leads, but no majority of its voters acknowledges it: it answers \
+             every request `unavailable`\n"
+        ),
+        (false, _) => format!(
+            "NO QUORUM: {name} knows no leader (an election is under way, or it is cut off \
+             from the majority)\n"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hivekeeper_agent::protocol::MemberInfo;
+
+    use super::*;
+
+    /// n1's own view after n2 and n3 stopped: it still leads in its term, without a quorum.
+    fn lonely_leader() -> NodeStatus {
+        NodeStatus {
+            node_id: 1,
+            term: 2,
+            is_leader: true,
+            leader_id: Some(1),
+            last_log_index: Some(9),
+            committed_index: Some(9),
+            applied_index: Some(9),
+            snapshot_index: None,
+            purged_index: None,
+            members: (1..=3)
+                .map(|id| MemberInfo {
+                    id,
+                    name: format!("n{id}"),
+                    addr: format!("127.0.0.1:740{id}"),
+                    voter: true,
+                })
+                .collect(),
+            replication: None,
+            has_quorum: Some(false),
+            quorum_ack_age_ms: Some(2_300),
+        }
+    }
+
+    #[test]
+    fn a_leader_without_a_quorum_is_shown_as_such() {
+        let rows = vec![
+            ("127.0.0.1:1883".to_string(), Ok(Box::new(lonely_leader()))),
+            ("127.0.0.1:1884".to_string(), Err("no answer".to_string())),
+        ];
+        assert_eq!(
+            status_table(&rows),
+            "BROKER          NODE  ROLE              LEADER  TERM  LAST_LOG  COMMITTED  APPLIED  \
+             SNAPSHOT  MEMBERS\n\
+             127.0.0.1:1883  n1    leader NO QUORUM  n1      2     9         9          9        \
+             -         n1,n2,n3\n\
+             127.0.0.1:1884  error: no answer\n\
+             NO QUORUM: n1 leads, but no majority of its voters has acknowledged it for 2300 ms: \
+             it answers every request `unavailable`\n"
+        );
+        let with_quorum = NodeStatus {
+            has_quorum: Some(true),
+            ..lonely_leader()
+        };
+        let table = status_table(&[("b".to_string(), Ok(Box::new(with_quorum)))]);
+        assert!(!table.contains("NO QUORUM"), "{table}");
+    }
 }

@@ -1,9 +1,32 @@
-//! A node's `/metrics`: the Prometheus text over a plain HTTP GET, one value or the sum of a
-//! metric's series, and waits until a value holds.
+//! A node's metrics port: the Prometheus text of `/metrics` over a plain HTTP GET, one value
+//! or the sum of a metric's series, waits until a value holds, and any other path
+//! (`/health`, `/ready`) with its status code.
 
 use std::time::Duration;
 
 use super::eventually;
+
+/// GET `path` of a node's metrics port (`/health`, `/ready`), with the status code (at most
+/// 5 s; `None` if the node does not answer).
+pub async fn http_get(port: u16, path: &str) -> Option<hivekeeper_loopback::HttpAnswer> {
+    hivekeeper_loopback::http_get(port, path, Duration::from_secs(5)).await
+}
+
+/// Polls `path` of a node's metrics port until it answers `status` (at most `secs`); returns
+/// that answer.
+pub async fn wait_http_status(
+    port: u16,
+    path: &str,
+    status: u16,
+    secs: u64,
+) -> hivekeeper_loopback::HttpAnswer {
+    eventually(secs, &format!("{path} answers {status}"), || async {
+        http_get(port, path)
+            .await
+            .filter(|answer| answer.status == status)
+    })
+    .await
+}
 
 /// GET /metrics (at most 5 s; `None` if the node does not answer).
 pub async fn metrics_text(port: u16) -> Option<String> {

@@ -5,7 +5,7 @@
 //! - [`raw`]: a raw MQTT client that speaks the wire protocol without the SDK ([`Raw`]);
 //! - [`agents`]: SDK agents with test-sized timeouts, `inspect` and queue waits;
 //! - [`fifo`]: the FIFO lock scenario both broker modes run;
-//! - [`metrics`]: a plain HTTP GET of /metrics and the values in it;
+//! - [`metrics`]: a plain HTTP GET of /metrics and the values in it, and of /health, /ready;
 //! - [`cli`]: runs of the `hivekeeper` binary as an admin client ([`CliRun`]).
 //!
 //! Free ports, the bounded waits ([`within`], [`eventually`]), the killable TCP proxy and the
@@ -34,7 +34,9 @@ pub use cli::{CliRun, run_cli, run_cli_with_env};
 pub use fifo::fifo_scenario;
 pub use hivekeeper_test_support::{Mosquitto, Proxy, eventually, free_port, free_ports, within};
 pub use log::Log;
-pub use metrics::{metric, metric_sum, metrics_text, wait_metric, wait_metric_sum};
+pub use metrics::{
+    http_get, metric, metric_sum, metrics_text, wait_http_status, wait_metric, wait_metric_sum,
+};
 pub use node::{Mqtt, Node};
 pub use raw::{Raw, code, connack};
 

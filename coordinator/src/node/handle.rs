@@ -22,14 +22,14 @@ use tokio::time::Instant;
 
 use super::NodeError;
 use super::auth;
-use super::cluster::{ClusterConfig, ClusterState};
 use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
+use super::membership::{MemberChange, MembershipDesk};
 use super::proposer::{NodeCommand, Proposer};
 use super::rate::AgentRates;
 use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::{AgentWrite, ForwardHandler};
-use crate::raft::{self, Origin, RaftHandle};
+use crate::raft::{self, CatchUp, Origin, RaftHandle};
 use crate::state_machine::{LeaseId, Limits, Reply};
 use crate::wire;
 
@@ -60,6 +60,8 @@ pub struct NodeHandle {
     pub(super) forwarder: Option<Forwarder>,
     /// Whether accounts and roles are enforced (`NodeConfig::auth_enabled`).
     pub(super) auth_enabled: bool,
+    /// Membership changes, one at a time, with their answers kept for resends.
+    pub(super) membership: Arc<MembershipDesk>,
 }
 
 /// What [`NodeHandle::submit`] did with a request, for the front door's flow control (the
@@ -131,6 +133,13 @@ impl NodeHandle {
         if !role.allows(Role::needed_for(&request.op)) {
             let refusal = auth::forbidden(&request.op, agent, role);
             return answer_with(op, started, &request.id, Ok(refusal), respond);
+        }
+        // A leader without a quorum can commit nothing: say so now, not after the commit
+        // timeout. `admin.status` still answers: it is how an operator sees this.
+        if !matches!(request.op, Op::AdminStatus {})
+            && let Err(error) = self.raft.check_quorum()
+        {
+            return answer_with(op, started, &request.id, Err(error.into()), respond);
         }
         let Ok(permit) = self.admit(&request.op) else {
             let error = self.overloaded(&request.op);
@@ -261,10 +270,28 @@ impl NodeHandle {
                 }
             }
             Op::AdminStatus {} => Ok(Reply::Status(Box::new(self.raft.status()))),
-            Op::AdminMemberAdd { name, addr } => {
-                membership_change(self.add_member(name, addr).await.map(|_| ()))
+            Op::AdminMemberAdd {
+                name,
+                addr,
+                catch_up_timeout_ms,
+                catch_up_lag_entries_max,
+            } => {
+                let catch_up = CatchUp {
+                    timeout_ms: catch_up_timeout_ms.unwrap_or(CatchUp::DEFAULTS.timeout_ms),
+                    lag_entries_max: catch_up_lag_entries_max
+                        .unwrap_or(CatchUp::DEFAULTS.lag_entries_max),
+                };
+                let change = MemberChange::Add {
+                    name,
+                    addr,
+                    catch_up,
+                };
+                self.change_membership(agent, &request.id, change).await
             }
-            Op::AdminMemberRemove { name } => membership_change(self.remove_member(name).await),
+            Op::AdminMemberRemove { name } => {
+                let change = MemberChange::Remove { name };
+                self.change_membership(agent, &request.id, change).await
+            }
             Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
             op => {
                 let op = match wire::read(op) {
@@ -314,69 +341,6 @@ impl NodeHandle {
         Ok(Reply::Leases { leases, next_after })
     }
 
-    /// Adds member `name` reachable at `addr` (host:port): as a learner until it has caught up,
-    /// then as a voter. This node must lead. The new node is started with
-    /// `initial_cluster_state = existing` (before or after this call).
-    pub async fn add_member(&self, name: &str, addr: &str) -> Result<raft::MemberInfo, NodeError> {
-        let entry = ClusterConfig {
-            name: name.to_string(),
-            initial_cluster: format!("{name}={addr}"),
-            initial_cluster_state: ClusterState::Existing,
-            peer_listen: None,
-            peer_tls_cert: None,
-            peer_tls_key: None,
-            peer_ca: None,
-        };
-        let member = entry.me().map_err(|error| NodeError::BadRequest {
-            reason: error.to_string(),
-        })?;
-        self.must_lead()?;
-        let id = entry.node_id();
-        if let Some(known) = self.members().into_iter().find(|info| info.id == id)
-            && known.member == member
-            && known.voter
-        {
-            return Ok(known);
-        }
-        self.raft.add_member(id, member.clone()).await?;
-        Ok(raft::MemberInfo {
-            id,
-            member,
-            voter: true,
-        })
-    }
-
-    /// Removes member `name`. This node must lead.
-    pub async fn remove_member(&self, name: &str) -> Result<(), NodeError> {
-        self.must_lead()?;
-        let id = raft::node_id_for(name);
-        if !self.members().iter().any(|info| info.id == id) {
-            return Err(NodeError::BadRequest {
-                reason: format!("{name:?} is not a member"),
-            });
-        }
-        Ok(self.raft.remove_member(id).await?)
-    }
-
-    /// Membership changes need the inter-node transport and the leader.
-    fn must_lead(&self) -> Result<(), NodeError> {
-        if self.forwarder.is_none() {
-            return Err(NodeError::BadRequest {
-                reason: "this node runs alone (started without --name and --initial-cluster): \
-                         it has no inter-node transport to add members to"
-                    .into(),
-            });
-        }
-        if self.raft.is_leader() {
-            Ok(())
-        } else {
-            Err(NodeError::NotLeader {
-                node: self.raft.node_id(),
-                leader: self.leader_id(),
-            })
-        }
-    }
-
     /// Proposes `limits` if the replicated ones differ (this node must lead).
     pub(super) async fn configure(&self, limits: &Limits) -> Result<(), NodeError> {
         let current = self.raft.query(|sm| sm.limits().clone())?;
@@ -395,20 +359,6 @@ impl NodeHandle {
     }
 }
 
-/// The answer to a membership op: `Done`; a refusal for one that cannot succeed as asked (a
-/// single node, an unknown name), as a reply so that it survives forwarding; or the error, for
-/// `unavailable` and a retry.
-fn membership_change(result: Result<(), NodeError>) -> Result<Reply, NodeError> {
-    match result {
-        Ok(()) => Ok(Reply::Done),
-        Err(NodeError::BadRequest { reason }) => Ok(Reply::Refused {
-            code: hivekeeper_protocol::ErrorCode::BadRequest,
-            message: reason,
-        }),
-        Err(error) => Err(error),
-    }
-}
-
 /// What other nodes forward here: agents' requests only (the peer wire has no encoding for
 /// anything else). This node answers as the leader, wrapping each write into the log's
 /// command itself, or refuses (it was deposed since the follower looked) and the follower
@@ -418,6 +368,9 @@ impl ForwardHandler for NodeHandle {
         if !self.raft.is_leader() {
             return Err(format!("node {} is not the leader", self.raft.node_id()));
         }
+        self.raft
+            .check_quorum()
+            .map_err(|error| error.to_string())?;
         let commands = writes.into_iter().map(AgentWrite::into_command).collect();
         let proposed = self
             .raft
@@ -431,6 +384,9 @@ impl ForwardHandler for NodeHandle {
         if !self.raft.is_leader() {
             return Err(format!("node {} is not the leader", self.raft.node_id()));
         }
+        self.raft
+            .check_quorum()
+            .map_err(|error| error.to_string())?;
         // The follower checked the agent's rate; the leader bounds what it answers, in the
         // request's lane.
         let _permit = self

@@ -8,8 +8,10 @@
 //!
 //! ```text
 //!  front door: decode ─▶ NodeHandle::submit(agent, request, respond) ─┐  agent's rate, then
-//!                                                                     │  ingress permit (own
-//!                                                                     │  lane for keepalives)
+//!                                                                     │  a leader without a
+//!                                                                     │  quorum: `unavailable`
+//!                                                                     │  at once; ingress permit
+//!                                                                     │  (own lane: keepalives)
 //!   write ─▶ Waits::register ─▶ Proposer::write ─▶ task: batch ─▶ Raft (append, fsync, commit)
 //!                                                          │
 //!   sm worker: StateMachine::apply ─▶ FanOut (same task) ─┬─ reply ─▶ Waits ─▶ respond ─▶ publish
@@ -38,7 +40,9 @@
 //! - `start.rs`: [`Node`]: start and shutdown.
 //! - `auth.rs`: account secrets, [`NodeHandle::authenticate`], the role check in `submit`, and
 //!   the first `admin` account.
-//! - `handle.rs`: [`NodeHandle`]: submit, the reads, membership.
+//! - `handle.rs`: [`NodeHandle`]: submit, the reads.
+//! - `membership.rs`: `admin.member.add` / `.remove`, one at a time, once per request id.
+//! - `health.rs`: [`Health`]: what `/health` and `/ready` answer.
 //! - `waits.rs`: pending requests and their commit deadlines; final answers.
 //! - `proposer.rs`: the task that batches agents' writes and the node's own commands into log
 //!   entries.
@@ -58,8 +62,10 @@ mod error;
 mod fan_out;
 mod forward;
 mod handle;
+mod health;
 mod lease_keeper;
 mod lessor;
+mod membership;
 pub mod metrics;
 mod proposer;
 mod rate;
@@ -78,6 +84,7 @@ pub use cluster::{ClusterConfig, ClusterState};
 pub use config::{DEFAULTS, Defaults, NodeConfig};
 pub use error::NodeError;
 pub use handle::{NodeHandle, Submitted};
+pub use health::{Health, READY_APPLY_LAG_ENTRIES_MAX};
 pub use start::Node;
 pub use waits::Respond;
 

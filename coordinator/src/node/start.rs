@@ -171,6 +171,7 @@ impl Node {
             propose_timeout,
             forwarder,
             auth_enabled: config.auth_enabled,
+            membership: Arc::default(),
         };
         let timer = tokio::spawn(waits.run_timer());
         let peer_acceptor = match &peer_tls {

@@ -111,6 +111,71 @@ pub enum RaftError {
         /// The bound, [`super::BATCH_MAX`].
         max: usize,
     },
+    /// A member to add does not answer on its peer port, or someone else does: nothing was
+    /// proposed.
+    #[error(
+        "nothing answers as member {name} at {addr} (its peer port): {reason}. Nothing was \
+         changed: start {name} first (hivekeeper serve --name {name} --initial-cluster \
+         {name}={addr} --initial-cluster-state existing), then add it"
+    )]
+    MemberUnreachable {
+        /// The member's name.
+        name: String,
+        /// The address it was to be reached at.
+        addr: String,
+        /// What the dial or the hello said.
+        reason: String,
+    },
+    /// The name is a member already, at another address.
+    #[error(
+        "{name} is a member already, at {known_addr}, not {addr}: remove it first \
+         (hivekeeper member remove {name}), then add it at its new address"
+    )]
+    MemberElsewhere {
+        /// The member's name.
+        name: String,
+        /// The address asked for.
+        addr: String,
+        /// The address the membership records.
+        known_addr: String,
+    },
+    /// A learner did not catch up in time, so it was not made a voter: it stays a learner
+    /// (it does not vote, the quorum is unchanged).
+    #[error(
+        "{name} did not catch up within {timeout_ms} ms ({}, at most {lag_entries_max} \
+         allowed), so it was not made a voter: it is left as a learner, which does not vote. \
+         Remove it with `hivekeeper member remove {name}`, or run `member add` again once it \
+         keeps up", lag_entries.map_or_else(|| "it has not answered the leader yet".to_string(),
+         |lag| format!("{lag} entries behind")),
+    )]
+    LearnerBehind {
+        /// The member's name.
+        name: String,
+        /// How far behind it was at the end, if it answered at all.
+        lag_entries: Option<u64>,
+        /// The bound.
+        lag_entries_max: u64,
+        /// How long the leader waited.
+        timeout_ms: u64,
+    },
+    /// This node leads but no quorum of voters acknowledged it within an election timeout:
+    /// nothing it does can commit until enough of them are back.
+    #[error(
+        "no quorum: this leader has not heard from a majority of its {voters} voters for \
+         {ack_age_ms} ms (more than the {timeout_ms} ms election timeout){}; nothing can \
+         commit until enough members are back", if unreachable.is_empty() { String::new() }
+         else { format!("; unreachable: {}", unreachable.join(", ")) },
+    )]
+    NoQuorum {
+        /// The voters of the membership.
+        voters: usize,
+        /// Time since a quorum last acknowledged this leader, ms.
+        ack_age_ms: u64,
+        /// The bound: the longest election timeout, ms.
+        timeout_ms: u64,
+        /// The voters that have not answered within the election timeout, by name.
+        unreachable: Vec<String>,
+    },
     /// Waiting for a Raft condition took longer than allowed.
     #[error("timed out after {timeout_ms} ms waiting for {what}")]
     Timeout {

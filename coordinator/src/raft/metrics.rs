@@ -2,9 +2,10 @@
 //! the commit index openraft hands the log store (openraft 0.9's metrics have none).
 //!
 //! ```text
-//!  raft.metrics() watch ──changed, or every second──▶ RaftGauges::observe(m, committed)
-//!     gauges:   term, is_leader, last_log / commit / applied / snapshot index, apply lag,
-//!               log entries, time since the leader's last quorum ack
+//!  raft.metrics() watch ──changed, or every second──▶ Observed::observe(m, committed, quorum)
+//!     gauges:   term, is_leader, has_quorum, last_log / commit / applied / snapshot index,
+//!               apply lag, log entries, time since the leader's last quorum ack
+//!     on the leader, per peer (label `peer` = member name): reachable, lag in entries
 //!     counters: elections (term rose), leader changes (another leader seen), snapshots
 //!               (snapshot index moved: built here or installed from the leader)
 //! ```
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
-use super::{LogId, RaftHandle, RaftMetrics};
+use super::{LogId, Quorum, RaftHandle, RaftMetrics};
 
 /// The current Raft term (gauge).
 pub const RAFT_TERM: &str = "hivekeeper_raft_term";
@@ -37,6 +38,15 @@ pub const RAFT_APPLY_LAG_ENTRIES: &str = "hivekeeper_raft_apply_lag_entries";
 pub const RAFT_LOG_ENTRIES: &str = "hivekeeper_raft_log_entries";
 /// Last index covered by the latest snapshot (gauge).
 pub const RAFT_SNAPSHOT_INDEX: &str = "hivekeeper_raft_snapshot_index";
+/// 1 while this node is backed by a quorum (a leader acknowledged by a majority within the
+/// election timeout, a follower that knows a leader), 0 otherwise (gauge).
+pub const RAFT_HAS_QUORUM: &str = "hivekeeper_raft_has_quorum";
+/// On the leader, per peer (`peer` = member name): 1 if it answered within the election
+/// timeout (gauge).
+pub const RAFT_PEER_REACHABLE: &str = "hivekeeper_raft_peer_reachable";
+/// On the leader, per peer (`peer` = member name): entries of the leader's log the peer has
+/// not matched yet (gauge).
+pub const RAFT_PEER_LAG_ENTRIES: &str = "hivekeeper_raft_peer_lag_entries";
 /// On the leader: time since a quorum last acknowledged it (gauge, seconds; absent elsewhere).
 pub const RAFT_QUORUM_ACK_AGE_SECONDS: &str = "hivekeeper_raft_quorum_ack_age_seconds";
 /// Term increases observed: elections started somewhere in the cluster (counter).
@@ -53,6 +63,20 @@ const REFRESH: Duration = Duration::from_secs(1);
 pub fn describe() {
     describe_gauge!(RAFT_TERM, "The current Raft term.");
     describe_gauge!(RAFT_IS_LEADER, "1 on the leader, 0 elsewhere.");
+    describe_gauge!(
+        RAFT_HAS_QUORUM,
+        "1 while backed by a quorum: on the leader, a majority of the voters acknowledged it \
+         within the election timeout; on a follower, it knows a leader. 0: requests fail."
+    );
+    describe_gauge!(
+        RAFT_PEER_REACHABLE,
+        "On the leader, per peer: 1 if it answered within the election timeout (values on a \
+         member that no longer leads are its last as leader)."
+    );
+    describe_gauge!(
+        RAFT_PEER_LAG_ENTRIES,
+        "On the leader, per peer: entries of the leader's log it has not matched yet."
+    );
     describe_gauge!(
         RAFT_LAST_LOG_INDEX,
         "Index of the last entry in this node's log."
@@ -102,13 +126,50 @@ pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
         let mut seen = Observed::default();
         loop {
             let metrics = watch.borrow_and_update().clone();
-            seen.observe(&metrics, raft.committed_index());
+            let quorum = raft.quorum();
+            seen.observe(&metrics, raft.committed_index(), &quorum);
+            if quorum.leading {
+                export_peers(&raft, &metrics, &quorum);
+            }
             tokio::select! {
                 changed = watch.changed() => if changed.is_err() { break },
                 _ = refresh.tick() => {}
             }
         }
     })
+}
+
+/// On the leader: each other member's reachability and lag, labelled by its name.
+fn export_peers(raft: &RaftHandle, m: &RaftMetrics, quorum: &Quorum) {
+    let timeout = Duration::from_millis(quorum.timeout_ms);
+    let last_log = m.last_log_index;
+    for (id, member) in m.membership_config.membership().nodes() {
+        if *id == m.id {
+            continue;
+        }
+        let peer = member.name.clone();
+        let reachable = raft
+            .peer_silent_for(*id)
+            .is_some_and(|silent| silent <= timeout);
+        gauge!(RAFT_PEER_REACHABLE, "peer" => peer.clone()).set(if reachable { 1.0 } else { 0.0 });
+        let matched = m
+            .replication
+            .as_ref()
+            .and_then(|replication| replication.get(id).copied().flatten())
+            .map(|log_id| log_id.index);
+        gauge!(RAFT_PEER_LAG_ENTRIES, "peer" => peer).set(entries_behind(last_log, matched) as f64);
+    }
+}
+
+/// How many entries up to index `ahead` a reader that reached index `behind` still lacks: a
+/// peer's lag behind the leader's last entry, the entries committed but not applied here.
+/// openraft's indexes start at 0: with nothing reached, a log holding 0..=n lacks n + 1.
+pub fn entries_behind(ahead: Option<u64>, behind: Option<u64>) -> u64 {
+    match (ahead, behind) {
+        (Some(ahead), Some(behind)) => ahead.saturating_sub(behind),
+        (Some(ahead), None) => ahead + 1,
+        (None, _) => 0,
+    }
 }
 
 /// What the last look saw, to count changes.
@@ -124,7 +185,7 @@ struct Observed {
 
 impl Observed {
     /// Exports one look at the metrics.
-    fn observe(&mut self, m: &RaftMetrics, committed: Option<u64>) {
+    fn observe(&mut self, m: &RaftMetrics, committed: Option<u64>, quorum: &Quorum) {
         let index = |log_id: Option<LogId>| log_id.map(|id| id.index);
         let applied = index(m.last_applied);
         let purged = index(m.purged);
@@ -133,16 +194,13 @@ impl Observed {
         let leads = m.current_leader == Some(m.id);
         gauge!(RAFT_TERM).set(m.current_term as f64);
         gauge!(RAFT_IS_LEADER).set(if leads { 1.0 } else { 0.0 });
+        gauge!(RAFT_HAS_QUORUM).set(if quorum.has_quorum { 1.0 } else { 0.0 });
         let or_zero = |index: Option<u64>| index.unwrap_or(0) as f64;
         gauge!(RAFT_LAST_LOG_INDEX).set(or_zero(last_log));
         gauge!(RAFT_COMMIT_INDEX).set(or_zero(committed));
         gauge!(RAFT_APPLIED_INDEX).set(or_zero(applied));
         gauge!(RAFT_SNAPSHOT_INDEX).set(or_zero(snapshot));
-        gauge!(RAFT_APPLY_LAG_ENTRIES).set(match (committed, applied) {
-            (Some(committed), Some(applied)) => committed.saturating_sub(applied) as f64,
-            (Some(committed), None) => committed as f64 + 1.0,
-            _ => 0.0,
-        });
+        gauge!(RAFT_APPLY_LAG_ENTRIES).set(entries_behind(committed, applied) as f64);
         // Indexes start at 0 in openraft: a log holding 0..=n has n + 1 entries.
         gauge!(RAFT_LOG_ENTRIES).set(match (last_log, purged) {
             (Some(last), Some(purged)) => last.saturating_sub(purged) as f64,
@@ -170,5 +228,18 @@ impl Observed {
         counter!(RAFT_ELECTIONS_TOTAL).increment(0);
         counter!(RAFT_LEADER_CHANGES_TOTAL).increment(0);
         counter!(RAFT_SNAPSHOTS_TOTAL).increment(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries_behind;
+
+    #[test]
+    fn a_reader_lacks_the_entries_it_has_not_reached() {
+        assert_eq!(entries_behind(Some(120), Some(120)), 0);
+        assert_eq!(entries_behind(Some(120), Some(100)), 20);
+        assert_eq!(entries_behind(Some(120), None), 121);
+        assert_eq!(entries_behind(None, None), 0);
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! openraft is pinned (`=0.9.25`) and nothing outside this module names it, so a move to 0.10
 //! stays here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
-//! [`Leadership`], membership, status), [`Applied`] through its [`AppliedSink`], and
+//! [`Leadership`], membership, quorum, status), [`Applied`] through its [`AppliedSink`], and
 //! [`RaftError`].
 //!
 //! # How a write flows
@@ -53,16 +53,23 @@
 //! - `leadership.rs`: [`Leadership`], one watch for every watcher of who leads.
 //! - `read_index.rs`: leadership confirmations shared by concurrent reads and keepalives.
 //! - `status.rs`: `admin.status` from openraft's metrics. `metrics.rs`: the Raft metrics.
+//! - `membership.rs`: adding a member (dialled, a learner, a voter once caught up: [`CatchUp`])
+//!   and removing one.
+//! - `quorum.rs`: [`Quorum`], whether this node is backed by a quorum now; `contact.rs`:
+//!   [`PeerContact`], when each peer last answered.
 //! - `config.rs`: [`RaftConfig`]. `error.rs`: [`RaftError`].
 
 mod config;
+mod contact;
 mod database;
 mod election;
 mod error;
 mod leadership;
 mod log_store;
+mod membership;
 pub mod metrics;
 mod network;
+mod quorum;
 mod read_index;
 mod state_machine_store;
 mod status;
@@ -78,12 +85,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use openraft::error::InitializeError;
 
 pub use config::RaftConfig;
+pub use contact::PeerContact;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
 pub use election::ElectionClock;
 pub use error::{RaftError, StoreError};
 pub use leadership::Leadership;
 pub use log_store::{LogStatus, LogStore};
+pub use membership::CatchUp;
 pub use network::{TcpNetwork, TcpPeer};
+pub use quorum::Quorum;
 pub use state_machine_store::{
     Applied, AppliedReceiver, AppliedSink, Origin, SnapshotBuilder, StateMachineStore,
 };
@@ -95,8 +105,10 @@ pub use writer::WriterStats;
 
 use crate::state_machine::{Command, StateMachine};
 use database::Db;
+use quorum::LeaderSince;
 use read_index::ReadIndex;
 use tokio::sync::watch;
+use transport::client::Dialler;
 use writer::Store;
 
 /// How long closing the data file may take at shutdown (the writer finishes its last commit).
@@ -192,6 +204,7 @@ pub async fn open_with_network(
 ) -> Result<RaftHandle, RaftError> {
     let openraft_config = Arc::new(config.to_openraft()?);
     let election = network.election_clock();
+    let (contact, dialler) = (network.contact(), network.dialler());
     let storage = Storage::open(data_dir, node_id).await?;
     let Storage {
         log_store,
@@ -222,6 +235,10 @@ pub async fn open_with_network(
         store,
         log_store,
         state_machine,
+        contact,
+        dialler,
+        leader_since: LeaderSince::default(),
+        quorum_timeout: Duration::from_millis(config.election_timeout_ms_max),
     };
     Ok(handle)
 }
@@ -267,6 +284,15 @@ pub struct RaftHandle {
     log_store: LogStore,
     /// The machine, for local reads.
     state_machine: StateMachineStore,
+    /// When each peer last answered a Raft call (the leader's view of who is reachable).
+    contact: Arc<PeerContact>,
+    /// Dials a member being added before it is proposed (`membership.rs`).
+    dialler: Dialler,
+    /// When this node took office, for the quorum of a leader not yet acknowledged.
+    leader_since: LeaderSince,
+    /// How long a leader may go without a quorum's acknowledgement and still claim one: the
+    /// longest election timeout (`quorum.rs`).
+    quorum_timeout: Duration,
 }
 
 impl RaftHandle {
@@ -349,30 +375,48 @@ impl RaftHandle {
         members_of(&self.raft.metrics().borrow())
     }
 
-    /// Adds a member: first as a learner, returning once it has caught up with the log (or a
-    /// snapshot), then as a voter. Must run on the leader; an id already voting is left as is.
-    pub async fn add_member(&self, id: NodeId, member: Member) -> Result<(), RaftError> {
-        self.raft.add_learner(id, member, true).await?;
-        let change = openraft::ChangeMembers::AddVoterIds(std::collections::BTreeSet::from([id]));
-        self.raft.change_membership(change, false).await?;
-        Ok(())
+    /// Whether this node is backed by a quorum now (see `quorum.rs` for the rules).
+    pub fn quorum(&self) -> Quorum {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let leading_for = self.leader_since.leading_for(&metrics);
+        quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
+            self.contact.silent_for(peer)
+        })
     }
 
-    /// Removes a member (voter or learner) from the cluster. Must run on the leader; a leader
-    /// that removes itself steps down once the change is committed.
-    pub async fn remove_member(&self, id: NodeId) -> Result<(), RaftError> {
-        let voter = self
-            .members()
-            .iter()
-            .any(|info| info.id == id && info.voter);
-        let ids = std::collections::BTreeSet::from([id]);
-        let change = if voter {
-            openraft::ChangeMembers::RemoveVoters(ids)
-        } else {
-            openraft::ChangeMembers::RemoveNodes(ids)
-        };
-        self.raft.change_membership(change, false).await?;
-        Ok(())
+    /// `Err(NoQuorum)` at once when this node leads without a quorum: nothing it proposes or
+    /// confirms can commit until enough voters are back, so a request should not wait for
+    /// its commit timeout to learn that. `Ok` elsewhere (a follower forwards, and a
+    /// candidate's requests wait for an election as before).
+    pub fn check_quorum(&self) -> Result<(), RaftError> {
+        // On every request: the common answers without allocating or locking.
+        {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            let acknowledged = metrics
+                .millis_since_quorum_ack
+                .is_some_and(|age_ms| Duration::from_millis(age_ms) <= self.quorum_timeout);
+            if metrics.current_leader != Some(self.node_id) || acknowledged {
+                return Ok(());
+            }
+        }
+        let quorum = self.quorum();
+        if !quorum.leading || quorum.has_quorum {
+            return Ok(());
+        }
+        Err(RaftError::NoQuorum {
+            voters: quorum.voters,
+            ack_age_ms: quorum.ack_age_ms.unwrap_or(0),
+            timeout_ms: quorum.timeout_ms,
+            unreachable: quorum.unreachable,
+        })
+    }
+
+    /// When peer `id` last answered one of this node's Raft calls (only a leader calls every
+    /// peer, so only a leader's answer is current).
+    pub fn peer_silent_for(&self, id: NodeId) -> Option<Duration> {
+        self.contact.silent_for(id)
     }
 
     /// Proposes one command in its own entry; returns once it is committed (durable on a

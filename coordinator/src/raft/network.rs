@@ -22,6 +22,7 @@ use openraft::raft::{
 use openraft::{RaftNetwork, RaftNetworkFactory};
 
 use super::RaftConfig;
+use super::contact::PeerContact;
 use super::election::{ElectionClock, ElectionTiming};
 use super::types::{Node, NodeId, TypeConfig};
 use crate::raft::transport::client::Dialler;
@@ -40,6 +41,8 @@ pub struct TcpNetwork {
     retry_unreachable: Duration,
     /// The election timer's view of votes refused (see `election.rs`).
     election: Arc<ElectionClock>,
+    /// When each peer last answered (see `contact.rs`).
+    contact: Arc<PeerContact>,
 }
 
 impl TcpNetwork {
@@ -100,6 +103,7 @@ impl TcpNetwork {
             dialler,
             retry_unreachable,
             election: ElectionClock::new(ElectionTiming::of(config)),
+            contact: Arc::default(),
         }
     }
 
@@ -107,6 +111,16 @@ impl TcpNetwork {
     /// election driver reads it.
     pub fn election_clock(&self) -> Arc<ElectionClock> {
         self.election.clone()
+    }
+
+    /// When each peer last answered one of this node's Raft calls.
+    pub(crate) fn contact(&self) -> Arc<PeerContact> {
+        self.contact.clone()
+    }
+
+    /// Who this node is when it dials: for the one-off check of a member being added.
+    pub(crate) fn dialler(&self) -> Dialler {
+        self.dialler.clone()
     }
 
     /// A separate pool of clients for forwarded requests (never sharing a connection with
@@ -121,6 +135,8 @@ pub struct TcpPeer {
     client: PeerClient,
     retry_unreachable: Duration,
     election: Arc<ElectionClock>,
+    /// Told of every answer.
+    contact: Arc<PeerContact>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -131,6 +147,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             client: self.raft_pool.client(target, &node.name, &node.addr),
             retry_unreachable: self.retry_unreachable,
             election: self.election.clone(),
+            contact: self.contact.clone(),
         }
     }
 }
@@ -142,15 +159,16 @@ impl TcpPeer {
         request: PeerRequest,
         timeout: Duration,
     ) -> Result<PeerResponse, RPCError<NodeId, Node, E>> {
-        self.client
-            .call(request, timeout)
-            .await
-            .map_err(|error| match error {
-                TransportError::Unreachable { .. }
-                | TransportError::Refused { .. }
-                | TransportError::CutOff { .. } => RPCError::Unreachable(Unreachable::new(&error)),
-                _ => RPCError::Network(NetworkError::new(&error)),
-            })
+        let answer = self.client.call(request, timeout).await;
+        if answer.is_ok() {
+            self.contact.answered(self.client.peer());
+        }
+        answer.map_err(|error| match error {
+            TransportError::Unreachable { .. }
+            | TransportError::Refused { .. }
+            | TransportError::CutOff { .. } => RPCError::Unreachable(Unreachable::new(&error)),
+            _ => RPCError::Network(NetworkError::new(&error)),
+        })
     }
 
     fn unexpected<E: std::error::Error>(

@@ -1,7 +1,7 @@
 //! `admin.status`: this node's own view of Raft, as the wire protocol's [`NodeStatus`].
 //!
 //! ```text
-//!  openraft metrics + the committed index the writer keeps ─▶ NodeStatus
+//!  openraft metrics + the committed index the writer keeps + the quorum (quorum.rs) ─▶ NodeStatus
 //! ```
 //!
 //! Answered without a quorum round: not linearizable (a deposed leader may still call itself
@@ -9,18 +9,23 @@
 
 use hivekeeper_protocol::{MemberInfo as WireMember, NodeStatus, ReplicationInfo};
 
-use super::{RaftHandle, RaftMetrics, members_of};
+use super::{Quorum, RaftHandle, RaftMetrics, members_of};
 
 impl RaftHandle {
     /// This node's status now.
     pub fn status(&self) -> NodeStatus {
-        status_of(&self.raft.metrics().borrow(), self.committed_index())
+        let quorum = self.quorum();
+        status_of(
+            &self.raft.metrics().borrow(),
+            self.committed_index(),
+            &quorum,
+        )
     }
 }
 
 /// The status `metrics` describe. openraft 0.9's metrics have no commit index, so it is passed
-/// in (see [`RaftHandle::committed_index`]).
-fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>) -> NodeStatus {
+/// in (see [`RaftHandle::committed_index`]), and so is the quorum.
+fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>, quorum: &Quorum) -> NodeStatus {
     let members = members_of(metrics)
         .into_iter()
         .map(|info| WireMember {
@@ -53,5 +58,7 @@ fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>) -> NodeStatus 
         purged_index: metrics.purged.map(|log_id| log_id.index),
         members,
         replication,
+        has_quorum: Some(quorum.has_quorum),
+        quorum_ack_age_ms: quorum.ack_age_ms,
     }
 }

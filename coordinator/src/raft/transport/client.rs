@@ -49,6 +49,28 @@ pub(crate) struct Dialler {
     pub frame_max_bytes: usize,
 }
 
+impl Dialler {
+    /// Dials `addr`, says hello to member `name` (id `peer`) and hangs up: whether a member of
+    /// this cluster with that name answers there, before anything names it in the membership
+    /// (`member add`). A refusal says who answered instead (another node, another cluster, a
+    /// certificate that names someone else). [`NetworkFaults`] are not consulted: they cut
+    /// Raft's calls and forwarded requests, not this one-off check.
+    pub(crate) async fn probe(
+        &self,
+        peer: NodeId,
+        name: &str,
+        addr: &str,
+    ) -> Result<(), TransportError> {
+        let connection = Connection {
+            dialler: self.clone(),
+            peer,
+            name: name.to_string(),
+            addr: addr.to_string(),
+        };
+        connection.dial().await.map(drop)
+    }
+}
+
 /// One call waiting for its answer.
 struct Call {
     request: PeerRequest,

@@ -1,0 +1,225 @@
+//! Membership changes, etcd's learner promotion as the model: a member is added only once it
+//! has shown it can keep up, and a member that is down can still be removed.
+//!
+//! ```text
+//!  add_member(n4 at addr, catch_up)
+//!    1. already a voter at addr? ─▶ done (a retry)      at another addr? ─▶ MemberElsewhere
+//!    2. dial addr, hello to n4 ─ nothing / someone else answers ─▶ MemberUnreachable
+//!                                                        (nothing proposed, nothing changed)
+//!    3. add_learner(n4)          (a learner does not vote: the quorum is unchanged)
+//!    4. wait ≤ catch_up.timeout_ms until n4 matched the learner entry and is at most
+//!       catch_up.lag_entries_max entries behind the leader's log
+//!         ─ not in time ─▶ LearnerBehind (n4 stays a learner: `member remove n4`, or add again)
+//!    5. change_membership(AddVoterIds n4)   (joint consensus; n4 votes from here on)
+//!
+//!  remove_member(n2)  ─▶ change_membership(RemoveVoters | RemoveNodes)
+//!    needs a majority of the old and of the new voters, never n2 itself: works with n2 down
+//! ```
+//!
+//! Why the checks: openraft adds a voter at any address it is given. A typo made a phantom a
+//! voter, so a three-member cluster needed three of four votes and lost its quorum at the next
+//! failure (issue 16).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::error::RaftError;
+use super::transport::TransportError;
+use super::types::{Member, NodeId, RaftMetrics};
+use super::{MemberInfo, RaftHandle};
+
+/// How close a learner must come, and how soon, before it is made a voter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchUp {
+    /// How long the leader waits for the learner to catch up before it refuses to promote it.
+    pub timeout_ms: u64,
+    /// How many entries behind the leader's last log entry the learner may be and still count
+    /// as caught up (entries written while it catches up keep coming).
+    pub lag_entries_max: u64,
+}
+
+impl CatchUp {
+    /// The defaults: within 10 s, at most 100 entries behind. A fresh member receives the
+    /// latest snapshot and the log after it; on a LAN that takes well under a second for a
+    /// state of tens of MB, so 10 s leaves room for a busy leader without letting a member
+    /// that cannot keep up vote.
+    pub const DEFAULTS: CatchUp = CatchUp {
+        timeout_ms: 10_000,
+        lag_entries_max: 100,
+    };
+}
+
+impl Default for CatchUp {
+    fn default() -> Self {
+        CatchUp::DEFAULTS
+    }
+}
+
+/// How far learner (or follower) `id` is behind the leader's log, per the leader's `metrics`,
+/// if it has matched the leader's log at `at_least` or later; `None` on a node that does not
+/// lead, for an unknown id, or while `id` has not matched `at_least` yet.
+pub(crate) fn lag_entries(metrics: &RaftMetrics, id: NodeId, at_least: u64) -> Option<u64> {
+    let matched = metrics.replication.as_ref()?.get(&id)?.as_ref()?.index;
+    if matched < at_least {
+        return None;
+    }
+    Some(super::metrics::entries_behind(
+        metrics.last_log_index,
+        Some(matched),
+    ))
+}
+
+impl RaftHandle {
+    /// Adds `member` as voter `id` once it has caught up as a learner (see the module doc).
+    /// Must run on the leader. Returns the member as the membership now records it.
+    pub async fn add_member(
+        &self,
+        id: NodeId,
+        member: Member,
+        catch_up: CatchUp,
+    ) -> Result<MemberInfo, RaftError> {
+        let known = self.members().into_iter().find(|info| info.id == id);
+        if let Some(known) = &known {
+            if known.member.addr != member.addr {
+                return Err(RaftError::MemberElsewhere {
+                    name: member.name,
+                    addr: member.addr,
+                    known_addr: known.member.addr.clone(),
+                });
+            }
+            if known.voter {
+                return Ok(known.clone());
+            }
+        }
+        self.dialler
+            .probe(id, &member.name, &member.addr)
+            .await
+            .map_err(|error| RaftError::MemberUnreachable {
+                name: member.name.clone(),
+                addr: member.addr.clone(),
+                reason: probe_failure(error),
+            })?;
+        // A learner already (an earlier add that did not catch up): wait again, from now.
+        let since = match known {
+            Some(_) => self.metrics().last_log_index.unwrap_or(0),
+            None => {
+                let added = self.raft.add_learner(id, member.clone(), false).await?;
+                added.log_id.index
+            }
+        };
+        let me = self.node_id;
+        let lag_max = catch_up.lag_entries_max;
+        let waited = self
+            .wait_for(
+                Duration::from_millis(catch_up.timeout_ms),
+                "a learner to catch up",
+                move |m| {
+                    m.current_leader != Some(me)
+                        || lag_entries(m, id, since).is_some_and(|lag| lag <= lag_max)
+                },
+            )
+            .await;
+        let metrics = self.metrics();
+        let caught_up =
+            waited.is_ok() && lag_entries(&metrics, id, since).is_some_and(|lag| lag <= lag_max);
+        if !caught_up {
+            if metrics.current_leader != Some(me) {
+                return Err(RaftError::NotLeader {
+                    leader: metrics.current_leader,
+                });
+            }
+            return Err(RaftError::LearnerBehind {
+                name: member.name,
+                lag_entries: lag_entries(&metrics, id, 0),
+                lag_entries_max: lag_max,
+                timeout_ms: catch_up.timeout_ms,
+            });
+        }
+        let change = openraft::ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+        self.raft.change_membership(change, false).await?;
+        Ok(MemberInfo {
+            id,
+            member,
+            voter: true,
+        })
+    }
+
+    /// Removes a member (voter or learner) from the cluster. Must run on the leader; a leader
+    /// that removes itself steps down once the change is committed. The member itself takes
+    /// no part: the change needs a majority of the voters before and after it, so a member
+    /// that is down is removed like any other.
+    pub async fn remove_member(&self, id: NodeId) -> Result<(), RaftError> {
+        let voter = self
+            .members()
+            .iter()
+            .any(|info| info.id == id && info.voter);
+        let ids = BTreeSet::from([id]);
+        let change = if voter {
+            openraft::ChangeMembers::RemoveVoters(ids)
+        } else {
+            openraft::ChangeMembers::RemoveNodes(ids)
+        };
+        self.raft.change_membership(change, false).await?;
+        Ok(())
+    }
+}
+
+/// What a failed probe says, without the numeric id (the error names the member).
+fn probe_failure(error: TransportError) -> String {
+    match error {
+        TransportError::Unreachable { reason, .. } => reason,
+        TransportError::Refused { reason, .. } => {
+            format!("something answered but refused: {reason}")
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::raft::LogId;
+
+    fn leader_metrics(last_log_index: u64, matched: Option<u64>) -> RaftMetrics {
+        let mut metrics = RaftMetrics::new_initial(1);
+        metrics.current_leader = Some(1);
+        metrics.last_log_index = Some(last_log_index);
+        let log_id = |index| LogId::new(openraft::CommittedLeaderId::new(2, 1), index);
+        metrics.replication = Some(BTreeMap::from([
+            (1, Some(log_id(last_log_index))),
+            (4, matched.map(log_id)),
+        ]));
+        metrics
+    }
+
+    #[test]
+    fn a_learner_is_behind_by_the_entries_it_has_not_matched() {
+        assert_eq!(
+            lag_entries(&leader_metrics(500, Some(430)), 4, 400),
+            Some(70)
+        );
+        assert_eq!(
+            lag_entries(&leader_metrics(500, Some(500)), 4, 400),
+            Some(0)
+        );
+    }
+
+    /// A learner that never answered must not look caught up, however short the log: before
+    /// this, a phantom at a mistyped address became a voter.
+    #[test]
+    fn a_learner_that_has_not_matched_its_own_entry_is_not_caught_up() {
+        assert_eq!(lag_entries(&leader_metrics(12, None), 4, 11), None);
+        assert_eq!(lag_entries(&leader_metrics(12, Some(10)), 4, 11), None);
+        assert_eq!(lag_entries(&leader_metrics(12, Some(11)), 4, 11), Some(1));
+    }
+
+    #[test]
+    fn only_a_leader_knows_a_lag() {
+        let mut follower = leader_metrics(12, Some(12));
+        follower.replication = None;
+        assert_eq!(lag_entries(&follower, 4, 0), None);
+        assert_eq!(lag_entries(&leader_metrics(12, Some(12)), 9, 0), None);
+    }
+}
