@@ -7,6 +7,7 @@ mod bench;
 mod certs;
 mod client_tls;
 mod exposure;
+mod log;
 mod serve;
 
 use std::net::SocketAddr;
@@ -141,6 +142,14 @@ pub struct ServeArgs {
     /// a certificate of this CA naming a member of the current configuration.
     #[arg(long, value_name = "FILE", requires = "peer_tls_cert")]
     peer_ca: Option<PathBuf>,
+    /// The least severe log level written: error, warn, info, debug or trace. `RUST_LOG`, when
+    /// set, overrides it (e.g. `RUST_LOG=info,openraft=debug`).
+    #[arg(long, value_name = "LEVEL", value_enum, default_value_t = log::LogLevel::Info)]
+    log_level: log::LogLevel,
+    /// `text` (one line per event) or `json` (one JSON object per line). Either way a WARN or
+    /// ERROR line that repeats is written once a minute, with a `suppressed` count of the rest.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = log::LogFormat::Text)]
+    log_format: log::LogFormat,
 }
 
 /// `--initial-cluster-state`.
@@ -157,25 +166,12 @@ fn main() -> std::process::ExitCode {
     // The admin commands print their own one-line errors; the SDK's reconnect chatter would
     // only bury them. The bench runs thousands of SDK agents, each logging its session at info:
     // by default only warnings, so the report is not buried.
-    let default_filter = match cli.command {
-        // openraft logs every failed replication RPC and heartbeat to a dead peer (four lines
-        // every 75 ms); the transport reports an outage once, every 30 s, and when it ends.
-        // rustls warns for every client that sends an IP address as SNI (mosquitto_pub
-        // does); failed handshakes are counted in hivekeeper_endpoint_tls_handshake_failures_total.
-        Command::Serve(_) => {
-            "info,openraft=warn,openraft::replication=off,\
-             openraft::engine::handler::replication_handler=error,rustls=error"
-        }
-        Command::Bench(_) => "warn",
-        _ => "error",
+    let (default_filter, format) = match &cli.command {
+        Command::Serve(args) => (log::serve_filter(args.log_level), args.log_format),
+        Command::Bench(_) => ("warn".to_string(), log::LogFormat::Text),
+        _ => ("error".to_string(), log::LogFormat::Text),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    log::init(&default_filter, format);
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Status(args) => admin::status(args),

@@ -127,6 +127,7 @@ impl NodeHandle {
     /// proposer (a write) or a task (anything else).
     fn route(&self, agent: &str, request: Request, respond: Respond, started: Instant) {
         let op = request.op.name();
+        let respond = super::audit::audited(agent, &request.op, respond);
         let role = self.role_for(agent, &request.op);
         if !role.allows(Role::needed_for(&request.op)) {
             let refusal = auth::forbidden(&request.op, agent, role);
@@ -371,8 +372,8 @@ impl NodeHandle {
             Ok(())
         } else {
             Err(NodeError::NotLeader {
-                node: self.raft.node_id(),
-                leader: self.leader_id(),
+                node: self.raft.member_name(self.raft.node_id()),
+                leader: self.raft.leader().map(|(_, member)| member.name),
             })
         }
     }
@@ -416,7 +417,10 @@ fn membership_change(result: Result<(), NodeError>) -> Result<Reply, NodeError> 
 impl ForwardHandler for NodeHandle {
     async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
         if !self.raft.is_leader() {
-            return Err(format!("node {} is not the leader", self.raft.node_id()));
+            return Err(format!(
+                "member {} is not the leader",
+                self.raft.member_name(self.raft.node_id())
+            ));
         }
         let commands = writes.into_iter().map(AgentWrite::into_command).collect();
         let proposed = self
@@ -429,7 +433,10 @@ impl ForwardHandler for NodeHandle {
 
     async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {
         if !self.raft.is_leader() {
-            return Err(format!("node {} is not the leader", self.raft.node_id()));
+            return Err(format!(
+                "member {} is not the leader",
+                self.raft.member_name(self.raft.node_id())
+            ));
         }
         // The follower checked the agent's rate; the leader bounds what it answers, in the
         // request's lane.

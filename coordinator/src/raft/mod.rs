@@ -222,6 +222,7 @@ pub async fn open_with_network(
         store,
         log_store,
         state_machine,
+        election_timeout_ms_max: config.election_timeout_ms_max,
     };
     Ok(handle)
 }
@@ -267,6 +268,9 @@ pub struct RaftHandle {
     log_store: LogStore,
     /// The machine, for local reads.
     state_machine: StateMachineStore,
+    /// The configured `election_timeout_ms_max` (openraft is given other values, see
+    /// [`RaftConfig::openraft_election_timeouts_ms`]).
+    election_timeout_ms_max: u64,
 }
 
 impl RaftHandle {
@@ -347,6 +351,39 @@ impl RaftHandle {
     /// (a learner being caught up does not).
     pub fn members(&self) -> Vec<MemberInfo> {
         members_of(&self.raft.metrics().borrow())
+    }
+
+    /// How long ago a quorum of voters last acknowledged this node as their leader, ms;
+    /// `None` when this node does not lead (or openraft has no acknowledgement yet). openraft
+    /// refreshes it at least once a heartbeat interval on a leader.
+    pub fn quorum_ack_age_ms(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_leader != Some(self.node_id) {
+            return None;
+        }
+        metrics.millis_since_quorum_ack
+    }
+
+    /// The longest election timeout as configured (`election_timeout_ms_max`), ms: a leader
+    /// that has not heard from a quorum for longer has lost it (the others may have elected
+    /// another leader meanwhile).
+    pub fn election_timeout_ms_max(&self) -> u64 {
+        self.election_timeout_ms_max
+    }
+
+    /// The name operators know node `id` by (`--name`, e.g. `n2`), for log lines and errors;
+    /// the number itself for an id outside the membership this node knows (a removed member,
+    /// a stranger dialling the peer port).
+    pub fn member_name(&self, id: NodeId) -> String {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .filter(|member| !member.name.is_empty())
+            .map_or_else(|| id.to_string(), |member| member.name.clone())
     }
 
     /// Adds a member: first as a learner, returning once it has caught up with the log (or a
