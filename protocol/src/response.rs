@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
+use crate::request::ResourceKind;
 use crate::role::Role;
 
 /// One final response.
@@ -73,8 +74,11 @@ pub struct Success {
     /// `admin.leases`: one page of live leases, in lease id order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leases: Option<Vec<LeaseInfo>>,
-    /// `admin.leases`, `admin.agent.list`: present when more follow; send it as `after` for
-    /// the next page.
+    /// `admin.resources`: one page of resources held or waited for, in (kind, name) order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<ResourceInfo>>,
+    /// `admin.leases`, `admin.resources`, `admin.agent.list`: present when more follow; send
+    /// it as `after` for the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
     /// `admin.agent.add`, `admin.agent.rotate`: the account's agent id.
@@ -165,6 +169,19 @@ pub struct ReplicationInfo {
     /// The highest log index known to match the leader's; absent when nothing matched yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matched_index: Option<u64>,
+}
+
+/// One resource in an `admin.resources` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceInfo {
+    /// Its kind.
+    pub kind: ResourceKind,
+    /// Its name.
+    pub name: String,
+    /// How many leases hold it (0 for a waypoint name only waited for).
+    pub holders: u64,
+    /// How many requests wait for it.
+    pub waiters: u64,
 }
 
 /// One live lease in an `admin.leases` result.

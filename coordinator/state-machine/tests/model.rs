@@ -607,7 +607,10 @@ fn outcome_of(reply: &Reply) -> Outcome {
         },
         Reply::Refused { code, .. } => refused(*code),
         // The admin reads are the node's; the model never sends them.
-        Reply::Status(_) | Reply::Leases { .. } | Reply::Accounts { .. } => {
+        Reply::Status(_)
+        | Reply::Leases { .. }
+        | Reply::Resources { .. }
+        | Reply::Accounts { .. } => {
             panic!("an admin read in the model: {reply:?}")
         }
         // Accounts are covered by `account_test.rs`; the model sends no account ops.

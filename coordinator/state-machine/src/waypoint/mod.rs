@@ -139,6 +139,27 @@ impl Waypoints {
         self.held.get_key_value(name).map(|(name, _)| name.clone())
     }
 
+    /// Every waypoint name held or waited for that `keep` accepts, in name order, with its
+    /// holder count (0 or 1) and waiter count (`admin.resources`).
+    pub fn occupancy<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<(&'a str, usize, usize)> {
+        let mut names: BTreeMap<&'a str, (usize, usize)> = BTreeMap::new();
+        for name in self.held.keys().filter(|name| keep(name)) {
+            names.entry(name).or_default().0 = 1;
+        }
+        for (name, seqs) in self
+            .index
+            .waiting_by_name
+            .iter()
+            .filter(|(name, _)| keep(name))
+        {
+            names.entry(name).or_default().1 = seqs.len();
+        }
+        names
+            .into_iter()
+            .map(|(name, (holders, waiters))| (name, holders, waiters))
+            .collect()
+    }
+
     /// The token held on waypoint `name`.
     pub fn held_token(&self, name: &str) -> Option<u64> {
         self.held
