@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
-use crate::request::ResourceKind;
+use crate::request::{Area, ResourceKind};
 use crate::role::Role;
 
 /// One final response.
@@ -200,7 +200,7 @@ pub struct LeaseInfo {
 }
 
 /// One holder in an `inspect` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HolderInfo {
     /// The holding agent.
     pub agent: String,
@@ -216,10 +216,13 @@ pub struct HolderInfo {
     pub permits: Option<u32>,
     /// When it was granted, milliseconds since the Unix epoch on the leader's clock.
     pub since_ms: u64,
+    /// The reservation's cylinder (waypoints reserved with geometry only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub area: Option<Area>,
 }
 
 /// One waiter in an `inspect` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaiterInfo {
     /// The waiting agent.
     pub agent: String,
@@ -230,6 +233,9 @@ pub struct WaiterInfo {
     pub permits: Option<u32>,
     /// When it started waiting, milliseconds since the Unix epoch on the leader's clock.
     pub since_ms: u64,
+    /// The cylinder it asks for (waypoints reserved with geometry only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub area: Option<Area>,
 }
 
 impl Success {
@@ -438,6 +444,7 @@ mod tests {
             token: i as u64,
             permits: Some(1),
             since_ms: 1_764_500_000_000,
+            area: None,
         }
     }
 
@@ -447,6 +454,7 @@ mod tests {
             position: u32::try_from(i + 1).unwrap(),
             permits: None,
             since_ms: 1_764_500_000_000,
+            area: None,
         }
     }
 

@@ -1951,6 +1951,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         token: 9,
         permits: None,
         since_ms: 5,
+        area: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2009,6 +2010,51 @@ fn success_fence_check() {
     );
 }
 
+/// A waypoint's holder and waiter carry the cylinder they reserve or ask for (`area`, absent
+/// for a name-only reservation); an unbounded altitude side is `null`.
+#[test]
+fn success_inspect_waypoint_with_geometry() {
+    let pad = Area {
+        lat: 51.5,
+        lon: -0.1,
+        radius_m: 3.0,
+        alt_min_m: None,
+        alt_max_m: Some(120.0),
+    };
+    let response = Response::ok(
+        "r23",
+        Success {
+            holders: Some(vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "L-17".into(),
+                token: 42,
+                permits: None,
+                since_ms: 1000,
+                area: Some(pad),
+            }]),
+            waiters: Some(vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1100,
+                area: None,
+            }]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r23",
+            "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1000,
+                         "area": {"lat": 51.5, "lon": -0.1, "radius_m": 3.0,
+                                  "alt_min_m": null, "alt_max_m": 120.0}}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1100}]
+        }),
+    );
+}
+
 #[test]
 fn success_inspect_lock() {
     let response = Response::ok(
@@ -2020,6 +2066,7 @@ fn success_inspect_lock() {
                 token: 42,
                 permits: None,
                 since_ms: 1_764_500_000_000,
+                area: None,
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -2027,12 +2074,14 @@ fn success_inspect_lock() {
                     position: 1,
                     permits: None,
                     since_ms: 1_764_500_000_100,
+                    area: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
                     position: 2,
                     permits: None,
                     since_ms: 1_764_500_000_200,
+                    area: None,
                 },
             ]),
             ..Success::default()
@@ -2067,6 +2116,7 @@ fn success_inspect_sem() {
                     token: 40,
                     permits: Some(1),
                     since_ms: 1000,
+                    area: None,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -2074,6 +2124,7 @@ fn success_inspect_sem() {
                     token: 41,
                     permits: Some(2),
                     since_ms: 1001,
+                    area: None,
                 },
             ]),
             waiters: Some(vec![WaiterInfo {
@@ -2081,6 +2132,7 @@ fn success_inspect_sem() {
                 position: 1,
                 permits: Some(3),
                 since_ms: 1002,
+                area: None,
             }]),
             ..Success::default()
         },

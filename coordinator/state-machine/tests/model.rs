@@ -1533,6 +1533,7 @@ impl Model {
                     token: hold.token,
                     permits: is_sem.then_some(hold.permits),
                     since_ms: hold.since_ms,
+                    area: hold.area,
                 })
                 .collect(),
             waiters: self
@@ -1543,6 +1544,7 @@ impl Model {
                     position: i as u32 + 1,
                     permits: is_sem.then_some(w.permits),
                     since_ms: w.since_ms,
+                    area: w.area,
                 })
                 .collect(),
         }

@@ -26,7 +26,7 @@ mod grid;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hivekeeper_protocol::{Area, ErrorCode, ResourceKind};
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
 use super::fifo;
@@ -430,7 +430,10 @@ impl StateMachine {
             .waypoints
             .held
             .get(name)
-            .map(|reservation| reservation.hold.info(None))
+            .map(|reservation| HolderInfo {
+                area: reservation.area,
+                ..reservation.hold.info(None)
+            })
             .into_iter()
             .collect();
         let waiting = self
@@ -440,11 +443,20 @@ impl StateMachine {
             .get(name)
             .into_iter()
             .flatten()
-            .map(|seq| &self.waypoints.waiters[seq].waiter);
+            .map(|seq| &self.waypoints.waiters[seq]);
+        // Each waiter with the cylinder it asks for.
+        let waiters = fifo::infos(waiting.clone().map(|pending| &pending.waiter), false)
+            .into_iter()
+            .zip(waiting)
+            .map(|(info, pending)| WaiterInfo {
+                area: pending.area,
+                ..info
+            })
+            .collect();
         Reply::Inspect {
             limit: None,
             holders,
-            waiters: fifo::infos(waiting, false),
+            waiters,
         }
     }
 }
