@@ -35,10 +35,14 @@ enum Command {
     Status(admin::StatusArgs),
     /// Who holds a lock, semaphore or waypoint (tokens, lease time left) and who waits, in order.
     Inspect(admin::InspectArgs),
-    /// Every live lease: id, agent, TTL and time left.
+    /// The resources in use (locks, semaphores, waypoints), with how many hold and wait for
+    /// each: find a name for `inspect`.
+    Ls(admin::LsArgs),
+    /// Every live lease (or one agent's, --agent): id, agent, TTL and time left.
     Leases(admin::LeasesArgs),
-    /// End any agent's lease now (an operator's force-release): what it held goes to the next
-    /// waiters, with higher tokens, and the agent is told.
+    /// End any agent's lease now, or every lease of one agent (--agent), an operator's
+    /// force-release: what it held goes to the next waiters, with higher tokens, and the agent
+    /// is told.
     Revoke(admin::RevokeArgs),
     /// The cluster's members: list them, add one (learner, then voter once caught up), remove one.
     Member(admin::MemberArgs),
@@ -176,6 +180,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Status(args) => admin::status(args),
         Command::Inspect(args) => admin::inspect(args),
+        Command::Ls(args) => admin::ls(args),
         Command::Leases(args) => admin::leases(args),
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),

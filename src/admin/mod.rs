@@ -5,8 +5,9 @@
 //!  hivekeeper status  --broker a:1883,b:1883 ─▶ one Agent per broker ─▶ admin.status each
 //!                                               (each node answers for itself: a row per node)
 //!  hivekeeper inspect lock NAME              ─▶ inspect ─▶ admin.leases pages (time left)
-//!  hivekeeper leases                         ─▶ admin.leases, page after page
-//!  hivekeeper revoke LEASE                   ─▶ admin.revoke (through the log)
+//!  hivekeeper ls [KIND] [--prefix P]          ─▶ admin.resources, page after page
+//!  hivekeeper leases [--agent A]              ─▶ admin.leases, page after page
+//!  hivekeeper revoke LEASE | --agent A        ─▶ (admin.leases pages,) admin.revoke each
 //!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
 //!  hivekeeper agent add | list | remove | rotate  ─▶ admin.agent.*
 //! ```
@@ -19,7 +20,7 @@
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`; `login.rs` the credential
+//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`; `login.rs` the credential
 //! flags. This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
@@ -28,6 +29,7 @@ mod agent;
 mod inspect;
 mod leases;
 mod login;
+mod ls;
 mod member;
 mod revoke;
 mod status;
@@ -41,6 +43,7 @@ pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
 pub use leases::{LeasesArgs, leases};
 pub use login::Login;
+pub use ls::{LsArgs, ls};
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
 pub use status::{StatusArgs, status};
