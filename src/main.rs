@@ -51,11 +51,18 @@ enum Command {
     /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
-    /// reclaim, scale.
+    /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses).
     Bench(bench::BenchArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
     Certs(certs::CertsArgs),
+    /// Print a shell completion script: `hivekeeper completions bash > /etc/bash_completion.d/hivekeeper`
+    /// (also zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Flags of `hivekeeper serve`.
@@ -68,9 +75,10 @@ pub struct ServeArgs {
     /// disk: every grant waits for its fsync.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Address of the embedded MQTT broker (MQTT 3.1.1). Loopback by default: give
-    /// 0.0.0.0:1883 to accept agents from the network.
-    #[arg(long, value_name = "ADDR", conflicts_with = "mqtt_url")]
+    /// Address of the embedded MQTT broker (MQTT 3.1.1): an IP address or a hostname
+    /// (`localhost:1883`), and a port. Loopback by default: give 0.0.0.0:1883 to accept agents
+    /// from the network.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "mqtt_url", value_parser = serve::parse_listen)]
     mqtt_listen: Option<SocketAddr>,
     /// PEM certificate chain for the agent endpoint: with --mqtt-tls-key, it speaks MQTT over
     /// TLS only (`mode.tls_cert` in the config file).
@@ -97,8 +105,8 @@ pub struct ServeArgs {
     /// Topic prefix: agents use {prefix}/req/{agent}, {prefix}/rsp/{agent}, {prefix}/evt/{agent}.
     #[arg(long, value_name = "PREFIX")]
     topic_prefix: Option<String>,
-    /// Address of the Prometheus /metrics endpoint.
-    #[arg(long, value_name = "ADDR")]
+    /// Address of the Prometheus /metrics endpoint (an IP address or a hostname, and a port).
+    #[arg(long, value_name = "HOST:PORT", value_parser = serve::parse_listen)]
     metrics_listen: Option<SocketAddr>,
     /// This node's name in a cluster (etcd's --name); it must appear in --initial-cluster.
     /// Without it the node runs alone.
@@ -115,7 +123,7 @@ pub struct ServeArgs {
     initial_cluster_state: Option<ClusterStateArg>,
     /// Listen for peers here instead of at this node's --initial-cluster address (e.g.
     /// 0.0.0.0:7401 while peers dial 10.0.0.5:7401).
-    #[arg(long, value_name = "ADDR", requires = "name")]
+    #[arg(long, value_name = "HOST:PORT", requires = "name", value_parser = serve::parse_listen)]
     peer_listen: Option<SocketAddr>,
     /// Requests a second one agent may send to this node (a token bucket per agent; past it
     /// the answer is `rate_limited`). 0 turns the limit off. Default 2000 (`[node]
@@ -187,12 +195,76 @@ fn main() -> std::process::ExitCode {
         Command::Agent(args) => admin::agent(args),
         Command::Bench(args) => bench::run(args),
         Command::Certs(args) => certs::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "hivekeeper",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("hivekeeper: {error:#}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `hivekeeper bench --help` names every scenario in its summary, and so does `--help`.
+    #[test]
+    fn the_bench_summary_names_every_scenario() {
+        let cli = Cli::command();
+        let bench = cli.find_subcommand("bench").expect("bench");
+        let about = bench.get_about().expect("a summary").to_string();
+        let scenarios: Vec<&str> = bench.get_subcommands().map(|s| s.get_name()).collect();
+        assert_eq!(
+            scenarios,
+            [
+                "uncontended",
+                "contended",
+                "semaphore",
+                "reclaim",
+                "scale",
+                "failover"
+            ]
+        );
+        for scenario in scenarios {
+            assert!(about.contains(scenario), "{scenario} missing from: {about}");
+        }
+    }
+
+    /// The completion script knows the subcommands and the flags, in each shell asked for.
+    #[test]
+    fn completions_cover_the_commands_in_bash_zsh_and_fish() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "hivekeeper", &mut script);
+            let script = String::from_utf8(script).expect("UTF-8");
+            for word in [
+                "serve",
+                "ls",
+                "inspect",
+                "completions",
+                "log-format",
+                "brokers",
+            ] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
         }
     }
 }

@@ -73,6 +73,31 @@ impl Default for MetricsConfig {
     }
 }
 
+/// A listen address from the command line: an IP address and port (`0.0.0.0:1883`,
+/// `[::1]:1883`), or a hostname and port (`localhost:1883`), resolved once at start to its
+/// first IPv4 address (its first address if it has none).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let not_an_address = || {
+        format!("{text:?} is not HOST:PORT (an IP address or a hostname that resolves, and a port)")
+    };
+    let (host, port) = text.rsplit_once(':').ok_or_else(not_an_address)?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(not_an_address());
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|error| format!("{text:?}: cannot resolve {host:?}: {error}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?}: {host:?} resolves to no address"))
+}
+
 /// Defaults, then the file, then the flags.
 fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
     let mut config = match &args.config {
@@ -218,7 +243,13 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         )
         .context("histogram buckets")?
         .install()
-        .with_context(|| format!("serving /metrics on {}", config.metrics.listen))?;
+        .with_context(|| {
+            format!(
+                "serving /metrics on {} (give another --metrics-listen, or `listen` in the \
+                 config file's [metrics])",
+                config.metrics.listen
+            )
+        })?;
     // Help texts go to the recorder just installed; described before, they would be lost.
     hivekeeper_coordinator::node::metrics::describe();
     bridge::describe_metrics();
@@ -410,6 +441,36 @@ mod tests {
             .expect("hivekeeper.example.toml parses");
         let defaults = ServeConfig::default();
         assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn listen_flags_take_hostnames_as_well_as_addresses() {
+        let args = serve_args(&[
+            "--mqtt-listen",
+            "localhost:18830",
+            "--metrics-listen",
+            "127.0.0.1:19464",
+        ])
+        .expect("parses");
+        let config = super::load(args).expect("loads");
+        let hivekeeper_mqtt::Mode::Embedded(embedded) = &config.mqtt.mode else {
+            panic!("the agent endpoint");
+        };
+        assert_eq!(embedded.listen.to_string(), "127.0.0.1:18830");
+        assert_eq!(config.metrics.listen.to_string(), "127.0.0.1:19464");
+        assert_eq!(
+            super::parse_listen("[::1]:1883").map(|addr| addr.to_string()),
+            Ok("[::1]:1883".to_string())
+        );
+        for bad in [
+            "localhost",
+            "localhost:http",
+            ":1883",
+            "no-such-host.invalid:1883",
+        ] {
+            let error = serve_args(&["--mqtt-listen", bad]).expect_err(bad);
+            assert!(error.to_string().contains(bad), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -494,3 +494,29 @@ async fn ls_leases_and_revoke_by_agent_find_and_free_what_an_agent_holds() {
         neither.stderr
     );
 }
+
+/// A broker address where nothing listens fails at once, naming the refusal, instead of
+/// redialling for all of `--timeout-ms` (it used to wait the full 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_a_clear_error_at_once() {
+    let dead = format!("127.0.0.1:{}", common::free_port());
+    for command in [
+        &["leases"][..],
+        &["ls", "lock"],
+        &["inspect", "lock", "door"],
+    ] {
+        let mut args = command.to_vec();
+        // Long enough that only the refusal, not the timeout, can end the run within the
+        // harness's 30 s.
+        args.extend(["--brokers", &dead, "--timeout-ms", "120000"]);
+        let run = run_cli(&args).await;
+        assert!(!run.success, "{}", run.stdout);
+        assert_eq!(
+            run.stderr.trim(),
+            format!(
+                "hivekeeper: no node reachable at {dead}: connection refused (is `hivekeeper \
+                 serve` running there, and is --brokers its agent endpoint's address?)"
+            )
+        );
+    }
+}
