@@ -8,7 +8,9 @@
 //! (`suppressed=41` in text, `"suppressed":41` in JSON). INFO and below pass untouched.
 //!
 //! A kind is a call site and the peer the line is about (its `peer` or `target` field: openraft
-//! names the peer `target`), so one dead peer's lines never hide another's.
+//! names the peer `target`), so one dead peer's lines never hide another's. Lines of the
+//! target `hivekeeper::cluster` (a peer lost or back, quorum lost or regained) are never held
+//! back: each reports a change, once, and a flapping peer's second outage is news too.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,6 +25,10 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// How long after writing a WARN or ERROR line the same kind of line is only counted.
 pub const REPEAT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The target whose lines are written every time (`hivekeeper_coordinator::raft::CLUSTER_TARGET`,
+/// not imported: the binary's log set-up does not depend on the coordinator for a string).
+const ALWAYS_WRITTEN_TARGET: &str = "hivekeeper::cluster";
 
 /// Most kinds remembered at once: past it the oldest windows are forgotten (their next line
 /// is written), so a flood of distinct peers cannot grow the map without bound.
@@ -142,7 +148,7 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let metadata = event.metadata();
-        if *metadata.level() > Level::WARN {
+        if *metadata.level() > Level::WARN || metadata.target() == ALWAYS_WRITTEN_TARGET {
             return self.inner.format_event(ctx, writer, event);
         }
         let mut peer = PeerField::default();
@@ -273,6 +279,19 @@ mod tests {
                 " INFO t: routine\n",
                 " INFO t: routine\n",
             )
+        );
+    }
+
+    #[test]
+    fn cluster_changes_are_never_held_back() {
+        let lost = || tracing::warn!(target: "hivekeeper::cluster", peer = "n3", "peer lost");
+        let text = logged(false, Duration::from_secs(60), || {
+            lost();
+            lost();
+        });
+        assert_eq!(
+            text,
+            " WARN hivekeeper::cluster: peer lost peer=\"n3\"\n WARN hivekeeper::cluster: peer lost peer=\"n3\"\n"
         );
     }
 

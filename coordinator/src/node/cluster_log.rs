@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::raft::{MemberInfo, RaftHandle};
+use crate::raft::{CLUSTER_TARGET, MemberInfo, RaftHandle};
 
 /// How often the task looks: a few heartbeats, well under an election timeout.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -82,19 +82,23 @@ pub(super) async fn run(raft: Arc<RaftHandle>) {
         looks.tick().await;
         match quorum.look(raft.quorum_ack_age_ms(), limit_ms) {
             Some(QuorumChange::Lost { age_ms }) => tracing::warn!(
+                target: CLUSTER_TARGET,
                 age_ms,
                 "quorum lost: no majority of voters has answered this leader for {age_ms} ms; \
                  writes and linearizable reads wait, then answer `unavailable`"
             ),
             Some(QuorumChange::Regained) => {
-                tracing::warn!("quorum regained: a majority of voters answers this leader again")
+                tracing::warn!(
+                    target: CLUSTER_TARGET,
+                    "quorum regained: a majority of voters answers this leader again"
+                )
             }
             None => {}
         }
         let now = describe(&raft.members());
         if now != membership {
             let (voters, learners) = &now;
-            tracing::info!(%voters, %learners, "membership changed");
+            tracing::info!(target: CLUSTER_TARGET, %voters, %learners, "membership changed");
             membership = now;
         }
     }

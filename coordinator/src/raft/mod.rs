@@ -99,6 +99,11 @@ use read_index::ReadIndex;
 use tokio::sync::watch;
 use writer::Store;
 
+/// The target of the lines that report a change in the cluster (a peer lost or back, quorum
+/// lost or regained, membership changed). Each is written once per change by construction, so
+/// the binary's repeat limiter lets them all through (`serve`'s log set-up).
+pub const CLUSTER_TARGET: &str = "hivekeeper::cluster";
+
 /// How long closing the data file may take at shutdown (the writer finishes its last commit).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -24,7 +24,7 @@ use tokio_util::codec::Framed;
 use super::tls::{PeerConnector, PeerStream};
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use super::{NetworkFaults, TransportError};
-use crate::raft::NodeId;
+use crate::raft::{CLUSTER_TARGET, NodeId};
 
 /// How long dialling and the hello may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -137,37 +137,51 @@ struct Connection {
     addr: String,
 }
 
+/// How long a peer that was never reached may stay unreachable before it is reported: members
+/// of a new cluster start one after another, and a peer still starting is not news.
+const START_GRACE: Duration = Duration::from_secs(5);
+
 /// A peer's unreachability as the log tells it: one WARN when it starts, one WARN when it
 /// ends, nothing in between however long it lasts (`hivekeeper_raft_*` metrics show it
-/// meanwhile). The dials themselves go on every 10–100 ms, and openraft logs each failed
-/// replication RPC and heartbeat (several lines per heartbeat interval per dead peer), which
-/// `serve` turns off by default for this summary.
+/// meanwhile); a peer never reached yet only once it has been unreachable for [`START_GRACE`].
+/// The dials themselves go on every 10–100 ms, and openraft logs each failed replication RPC
+/// and heartbeat (several lines per heartbeat interval per dead peer), which `serve` turns off
+/// by default for this summary.
 #[derive(Debug, Default)]
 struct Outage {
     /// When the first failed dial of the current outage was.
     since: Option<Instant>,
+    /// Whether the current outage was reported (so its end is too).
+    reported: bool,
+    /// Whether a dial ever succeeded.
+    ever_up: bool,
 }
 
 /// What [`Outage`] has to say about a dial.
 #[derive(Debug, PartialEq, Eq)]
 enum OutageReport {
-    /// The first failed dial after a success (or at start).
+    /// The first failed dial after a success, or [`START_GRACE`] of failures at start.
     Down,
-    /// A dial succeeded after failures.
+    /// A dial succeeded after a reported outage.
     Up { down_ms: u64 },
 }
 
 impl Outage {
     fn failed(&mut self, now: Instant) -> Option<OutageReport> {
-        if self.since.is_some() {
+        let since = *self.since.get_or_insert(now);
+        if self.reported || (!self.ever_up && now.duration_since(since) < START_GRACE) {
             return None;
         }
-        self.since = Some(now);
+        self.reported = true;
         Some(OutageReport::Down)
     }
 
     fn ended(&mut self, now: Instant) -> Option<OutageReport> {
+        self.ever_up = true;
         let since = self.since.take()?;
+        if !std::mem::take(&mut self.reported) {
+            return None;
+        }
         let down_ms = u64::try_from(now.duration_since(since).as_millis()).unwrap_or(u64::MAX);
         Some(OutageReport::Up { down_ms })
     }
@@ -178,10 +192,10 @@ fn log_outage(report: OutageReport, peer: &str, addr: &str, error: Option<&Trans
     let error = error.map(ToString::to_string).unwrap_or_default();
     match report {
         OutageReport::Down => {
-            tracing::warn!(%peer, %addr, %error, "peer lost: unreachable, redialling every 10-100 ms");
+            tracing::warn!(target: CLUSTER_TARGET, %peer, %addr, %error, "peer lost: unreachable, redialling every 10-100 ms");
         }
         OutageReport::Up { down_ms } => {
-            tracing::warn!(%peer, %addr, down_ms, "peer back: reachable again");
+            tracing::warn!(target: CLUSTER_TARGET, %peer, %addr, down_ms, "peer back: reachable again");
         }
     }
 }
@@ -512,18 +526,31 @@ mod tests {
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
         let mut outage = Outage::default();
-        assert_eq!(outage.ended(at(0)), None, "no outage yet: nothing to say");
-        assert_eq!(outage.failed(at(0)), Some(OutageReport::Down));
+        // A peer still starting: quiet for START_GRACE, and its arrival is no news.
+        assert_eq!(outage.failed(at(0)), None);
+        assert_eq!(outage.failed(at(4_900)), None);
+        assert_eq!(outage.ended(at(4_950)), None);
+        // Up once, then gone: reported at the first failed dial.
+        assert_eq!(outage.failed(at(10_000)), Some(OutageReport::Down));
         // The redials every 10-100 ms stay quiet, however long the peer stays away.
-        for ms in (100..600_000).step_by(100) {
+        for ms in (10_100..600_000).step_by(100) {
             assert_eq!(outage.failed(at(ms)), None, "at {ms} ms");
         }
         assert_eq!(
             outage.ended(at(601_500)),
-            Some(OutageReport::Up { down_ms: 601_500 })
+            Some(OutageReport::Up { down_ms: 591_500 })
         );
         // A new outage starts over.
         assert_eq!(outage.ended(at(602_000)), None);
         assert_eq!(outage.failed(at(610_000)), Some(OutageReport::Down));
+        // A peer never reached is reported once START_GRACE has passed.
+        let mut never = Outage::default();
+        assert_eq!(never.failed(at(0)), None);
+        assert_eq!(never.failed(at(5_000)), Some(OutageReport::Down));
+        assert_eq!(never.failed(at(5_100)), None);
+        assert_eq!(
+            never.ended(at(6_000)),
+            Some(OutageReport::Up { down_ms: 6_000 })
+        );
     }
 }
