@@ -61,7 +61,8 @@ pub struct AuthConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Listen address; loopback by default.
+    /// Listen address; loopback by default. A hostname is resolved when the file is read.
+    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize")]
     pub listen: SocketAddr,
 }
 
@@ -73,29 +74,10 @@ impl Default for MetricsConfig {
     }
 }
 
-/// A listen address from the command line: an IP address and port (`0.0.0.0:1883`,
-/// `[::1]:1883`), or a hostname and port (`localhost:1883`), resolved once at start to its
-/// first IPv4 address (its first address if it has none).
+/// A listen address from the command line (`hivekeeper_coordinator::listen::resolve`: an IP
+/// address or a hostname, and a port).
 pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    let not_an_address = || {
-        format!("{text:?} is not HOST:PORT (an IP address or a hostname that resolves, and a port)")
-    };
-    let (host, port) = text.rsplit_once(':').ok_or_else(not_an_address)?;
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(not_an_address());
-    }
-    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
-        .map_err(|error| format!("{text:?}: cannot resolve {host:?}: {error}"))?
-        .collect();
-    addrs
-        .iter()
-        .find(|addr| addr.is_ipv4())
-        .or_else(|| addrs.first())
-        .copied()
-        .ok_or_else(|| format!("{text:?}: {host:?} resolves to no address"))
+    hivekeeper_coordinator::listen::resolve(text)
 }
 
 /// Defaults, then the file, then the flags.
@@ -471,6 +453,30 @@ mod tests {
             let error = serve_args(&["--mqtt-listen", bad]).expect_err(bad);
             assert!(error.to_string().contains(bad), "{bad}: {error}");
         }
+    }
+
+    /// The config file's listen keys take hostnames too.
+    #[test]
+    fn config_listen_keys_take_hostnames() {
+        let config: ServeConfig = toml::from_str(
+            "[mqtt.mode]\nkind = \"embedded\"\nlisten = \"localhost:1883\"\n[metrics]\nlisten = \"localhost:9464\"\n\
+             [node.cluster]\nname = \"n1\"\ninitial_cluster = \"n1=127.0.0.1:7401\"\n\
+             peer_listen = \"localhost:7401\"\n",
+        )
+        .expect("parses");
+        let hivekeeper_mqtt::Mode::Embedded(embedded) = &config.mqtt.mode else {
+            panic!("the agent endpoint");
+        };
+        assert_eq!(embedded.listen.to_string(), "127.0.0.1:1883");
+        assert_eq!(config.metrics.listen.to_string(), "127.0.0.1:9464");
+        let cluster = config.node.cluster.expect("a member");
+        assert_eq!(
+            cluster.peer_listen.map(|addr| addr.to_string()),
+            Some("127.0.0.1:7401".into())
+        );
+        let error = toml::from_str::<ServeConfig>("[metrics]\nlisten = \"localhost\"\n")
+            .expect_err("no port");
+        assert!(error.to_string().contains("is not HOST:PORT"), "{error}");
     }
 
     #[test]
