@@ -425,6 +425,7 @@ impl Fake {
             | Op::Inspect { .. }
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
+            | Op::AdminResources { .. }
             | Op::AdminRevoke { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }
