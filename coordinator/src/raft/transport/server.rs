@@ -222,6 +222,17 @@ async fn serve_frames<S, A, F>(
         };
         let frame = match frames.next().await {
             Some(Ok(frame)) => frame,
+            // A peer that stopped resets its connections: routine, and the dialling side
+            // reports the outage (`peer lost`).
+            Some(Err(error))
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                tracing::debug!(peer = %from.name, %error, "peer connection reset; closing");
+                break;
+            }
             Some(Err(error)) => {
                 tracing::warn!(peer = %from.name, %error, "bad frame from a peer; closing");
                 break;
