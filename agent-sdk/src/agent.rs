@@ -313,17 +313,27 @@ impl Agent {
             };
             phase = match wake {
                 Wake::Reply(response) => match response.outcome {
-                    Ok(success) => return Ok(success),
+                    Ok(success) => {
+                        self.inner.shared.answered();
+                        return Ok(success);
+                    }
                     // Both change nothing and pass: no leader yet, or this agent is over its
-                    // request rate. The same id again after a jittered pause.
+                    // request rate. The same id again after a jittered pause; a broker whose
+                    // node keeps answering `unavailable` is left for the next one.
                     Err(body)
                         if matches!(body.code, ErrorCode::Unavailable | ErrorCode::RateLimited) =>
                     {
+                        if body.code == ErrorCode::Unavailable {
+                            self.inner.shared.unavailable(link.borrow().epoch);
+                        }
                         debug!(id = %reply.id, code = %body.code, "resending after a pause");
                         reply.rearm();
                         self.pause(&mut backoff, deadline)
                     }
-                    Err(body) => return Err(AgentError::from_service(body)),
+                    Err(body) => {
+                        self.inner.shared.answered();
+                        return Err(AgentError::from_service(body));
+                    }
                 },
                 Wake::Ready(epoch) => {
                     attempts += 1;

@@ -27,7 +27,8 @@ use rumqttc::{
     Request as MqttRequest, Subscribe, SubscribeFilter, SubscribeReasonCode, TlsConfiguration,
     Transport,
 };
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{Notify, broadcast, oneshot, watch};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use hivekeeper_protocol::{Event, Response, validate};
@@ -58,6 +59,12 @@ pub(crate) struct Link {
     pub broker: usize,
 }
 
+/// How long a broker may keep answering `unavailable` before the agent leaves it for the next
+/// one. Longer than an election takes to settle (a node waits for the new leader before it
+/// answers at all), short enough that a client of a member cut off from the majority moves
+/// before its session's keepalives run out.
+pub(crate) const UNAVAILABLE_FAILOVER: Duration = Duration::from_millis(500);
+
 /// What the connection task shares with the request side.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -70,6 +77,10 @@ pub(crate) struct Shared {
     pub link: watch::Sender<Link>,
     /// Counters, for tests and for an application's own metrics.
     pub counters: Counters,
+    /// Since when the current connection (its epoch) has answered only `unavailable`.
+    unavailable_since: Mutex<Option<(u64, Instant)>>,
+    /// Tells the connection task to leave the current broker.
+    move_on: Notify,
 }
 
 impl Shared {
@@ -83,7 +94,38 @@ impl Shared {
                 broker: 0,
             }),
             counters: Counters::default(),
+            unavailable_since: Mutex::new(None),
+            move_on: Notify::new(),
         }
+    }
+
+    /// A request sent under link `epoch` was answered `unavailable`. Once the same connection
+    /// has answered nothing else for [`UNAVAILABLE_FAILOVER`], the connection task is told to
+    /// try the next broker (a member cut off from the majority answers `unavailable` to
+    /// everything, and stays connected).
+    pub(crate) fn unavailable(&self, epoch: u64) {
+        let mut since = self
+            .unavailable_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        match *since {
+            Some((at_epoch, first)) if at_epoch == epoch => {
+                if now.duration_since(first) >= UNAVAILABLE_FAILOVER {
+                    *since = None;
+                    self.move_on.notify_one();
+                }
+            }
+            _ => *since = Some((epoch, now)),
+        }
+    }
+
+    /// Any other answer: the broker's node reaches a leader.
+    pub(crate) fn answered(&self) {
+        *self
+            .unavailable_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// The pending map. A panic while holding the lock cannot leave the map inconsistent
@@ -173,8 +215,18 @@ impl Connection {
             Duration::from_millis(self.config.backoff_cap_ms),
         );
         loop {
-            let failure = match self.eventloop.poll().await {
-                Ok(MqttEvent::Incoming(Packet::ConnAck(_))) => {
+            // `None`: leave this broker. The connection is dropped below, so whatever poll()
+            // was doing goes with it.
+            let polled = tokio::select! {
+                polled = self.eventloop.poll() => Some(polled),
+                () = self.shared.move_on.notified(), if self.brokers.len() > 1 => None,
+            };
+            let failure = match polled {
+                None => Some(format!(
+                    "it answered only unavailable for {} ms (its node reaches no leader)",
+                    UNAVAILABLE_FAILOVER.as_millis()
+                )),
+                Some(Ok(MqttEvent::Incoming(Packet::ConnAck(_)))) => {
                     Counters::bump(&self.shared.counters.connects);
                     info!(broker = %self.brokers[broker], "connected; subscribing");
                     // No reconnect event exists (rumqttc#250) and the session is clean, so
@@ -188,7 +240,7 @@ impl Connection {
                         .push_back(MqttRequest::Subscribe(subscribe));
                     None
                 }
-                Ok(MqttEvent::Incoming(Packet::SubAck(ack))) => {
+                Some(Ok(MqttEvent::Incoming(Packet::SubAck(ack)))) => {
                     if ack
                         .return_codes
                         .iter()
@@ -205,13 +257,13 @@ impl Connection {
                         None
                     }
                 }
-                Ok(MqttEvent::Incoming(Packet::Publish(publish))) => {
+                Some(Ok(MqttEvent::Incoming(Packet::Publish(publish)))) => {
                     self.route(&publish.topic, &publish.payload);
                     None
                 }
-                Ok(_) => None,
-                Err(ConnectionError::RequestsDone) => return,
-                Err(e) => Some(e.to_string()),
+                Some(Ok(_)) => None,
+                Some(Err(ConnectionError::RequestsDone)) => return,
+                Some(Err(e)) => Some(e.to_string()),
             };
             if let Some(why) = failure {
                 self.shared.link.send_modify(|link| link.ready = false);

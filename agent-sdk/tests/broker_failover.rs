@@ -89,3 +89,45 @@ async fn connect_skips_a_dead_broker() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(session.state(), SessionState::Live);
 }
+
+/// A node cut off from the majority keeps its broker up and answers every request
+/// `unavailable`: the agent leaves that broker for the next one once it has heard nothing else
+/// for a while, and the request (same id) succeeds there; the session lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_answers_only_unavailable_is_left_for_the_next_one() {
+    let (port_a, port_b) = (start_broker(), start_broker());
+    let fake = Fake::new();
+    let responder_a = fake.serve(port_a).await;
+    let responder_b = fake.serve(port_b).await;
+    let agent = within(
+        10,
+        "connect",
+        Agent::connect(agent_config("d1", &[port_a, port_b])),
+    )
+    .await
+    .expect("connect");
+    let session = within(10, "session", agent.session(5_000))
+        .await
+        .expect("session");
+    fake.cut_off(responder_a);
+    let guard = within(10, "lock through the next broker", session.lock("pad-1"))
+        .await
+        .expect("granted through broker B");
+    assert_eq!(agent.broker(), Some(format!("127.0.0.1:{port_b}")));
+    let acquires = fake.received_op("lock.acquire");
+    assert!(
+        acquires
+            .iter()
+            .any(|r| r.responder == responder_a && !r.answered_ok),
+        "first refused by the cut-off node: {acquires:?}"
+    );
+    let last = acquires.last().expect("an acquire");
+    assert_eq!(last.responder, responder_b);
+    assert!(last.answered_ok);
+    assert!(
+        acquires.iter().all(|r| r.id == acquires[0].id),
+        "one id throughout"
+    );
+    assert_eq!(session.state(), SessionState::Live);
+    drop(guard);
+}

@@ -9,9 +9,9 @@
 //!
 //! # Layout
 //! - [`free_ports`]: distinct ports on 127.0.0.1, every listener held until all are picked.
-//! - [`metrics_text`]: `GET /metrics` over HTTP/1.0, bounded by a timeout.
+//! - [`metrics_text`], [`metrics_text_at`]: `GET /metrics` over HTTP/1.0, bounded by a timeout.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,8 +34,14 @@ pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
 /// `GET /metrics` on `127.0.0.1:port` over HTTP/1.0: the whole answer (headers, then the
 /// Prometheus text) once the server closes, or `None` if it does not answer within `timeout`.
 pub async fn metrics_text(port: u16, timeout: Duration) -> Option<String> {
+    metrics_text_at(SocketAddr::from(([127, 0, 0, 1], port)), timeout).await
+}
+
+/// `GET /metrics` at any address (a member in a network namespace of the test's own), as
+/// [`metrics_text`].
+pub async fn metrics_text_at(addr: SocketAddr, timeout: Duration) -> Option<String> {
     let fetch = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut stream = TcpStream::connect(addr).await.ok()?;
         stream
             .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
             .await

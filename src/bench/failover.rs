@@ -19,8 +19,6 @@
 //! the first commit of the new leader, and the SDK's own retry. Killing the member the probe is
 //! homed on is avoided (a probe homed on the dead member would measure its reconnect instead).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -33,6 +31,7 @@ use super::cycles;
 use super::history::micros;
 use super::report::{Latency, Report};
 use super::swarm::{self, RunId};
+use crate::local_cluster::{Cluster, Options};
 
 /// What `failover` measured.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -52,186 +51,6 @@ pub struct FailoverFigures {
     /// "12 ms after kill 3", "850 ms after restart 5", "5 ms after pause 2"): a hole right
     /// after a fault is the failover, one after a restart or continue is the rejoin.
     pub longest_no_grant_began: String,
-}
-
-/// One member: its child process and how to start it again.
-struct ClusterMember {
-    name: String,
-    args: Vec<String>,
-    log: PathBuf,
-    mqtt_port: u16,
-    metrics_port: u16,
-    child: Option<Child>,
-}
-
-impl ClusterMember {
-    fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::File::create(&self.log)
-            .with_context(|| format!("creating {}", self.log.display()))?;
-        let exe = std::env::current_exe().context("finding the hivekeeper binary")?;
-        let child = Command::new(exe)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting member {}", self.name))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`) with kill(1): the workspace forbids `unsafe`.
-    fn signal(&self, signal: &str) -> anyhow::Result<()> {
-        let child = self
-            .child
-            .as_ref()
-            .with_context(|| format!("member {} is not running", self.name))?;
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), child.id().to_string()])
-            .status()
-            .context("running kill(1)")?;
-        anyhow::ensure!(
-            status.success(),
-            "SIG{signal} to member {}: {status}",
-            self.name
-        );
-        Ok(())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for ClusterMember {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The cluster the bench runs: members, their data under a temporary directory.
-struct Cluster {
-    members: Vec<ClusterMember>,
-    root: PathBuf,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for member in &mut self.members {
-            member.kill();
-        }
-        if let Err(error) = std::fs::remove_dir_all(&self.root) {
-            eprintln!(
-                "hivekeeper bench: could not remove {}: {error}",
-                self.root.display()
-            );
-        }
-    }
-}
-
-impl Cluster {
-    async fn start(run: &RunId, size: usize) -> anyhow::Result<Cluster> {
-        // One path segment (a resource name has a `/`, which made the parent outlive the run).
-        let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
-        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        // Per member: peer, MQTT and metrics ports, all distinct.
-        let ports = hivekeeper_loopback::free_ports(3 * size)?;
-        let mut peers = Vec::new();
-        for i in 1..=size {
-            peers.push(format!("n{i}=127.0.0.1:{}", ports[3 * (i - 1)]));
-        }
-        let list = peers.join(",");
-        let mut cluster = Cluster {
-            members: Vec::new(),
-            root,
-        };
-        for i in 1..=size {
-            let name = format!("n{i}");
-            let (mqtt_port, metrics_port) = (ports[3 * (i - 1) + 1], ports[3 * (i - 1) + 2]);
-            let data = cluster.root.join(&name);
-            let args = vec![
-                "serve".to_string(),
-                "--name".into(),
-                name.clone(),
-                "--initial-cluster".into(),
-                list.clone(),
-                "--data-dir".into(),
-                data.display().to_string(),
-                "--mqtt-listen".into(),
-                format!("127.0.0.1:{mqtt_port}"),
-                "--metrics-listen".into(),
-                format!("127.0.0.1:{metrics_port}"),
-            ];
-            let mut member = ClusterMember {
-                log: cluster.root.join(format!("{name}.log")),
-                name,
-                args,
-                mqtt_port,
-                metrics_port,
-                child: None,
-            };
-            member.spawn()?;
-            cluster.members.push(member);
-        }
-        cluster.leader(Duration::from_secs(30)).await?;
-        Ok(cluster)
-    }
-
-    fn brokers(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|member| format!("127.0.0.1:{}", member.mqtt_port))
-            .collect()
-    }
-
-    /// The index of the one running member whose /metrics says it leads.
-    async fn leader(&self, within: Duration) -> anyhow::Result<usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            let mut leaders = Vec::new();
-            for (index, member) in self.members.iter().enumerate() {
-                if member.child.is_some()
-                    && let Some(text) = scrape(member.metrics_port).await
-                    && text
-                        .lines()
-                        .any(|line| line.trim() == "hivekeeper_raft_is_leader 1")
-                {
-                    leaders.push(index);
-                }
-            }
-            if let [leader] = leaders[..] {
-                return Ok(leader);
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "no single leader among the members within {} s (logs in {})",
-                    within.as_secs(),
-                    self.root.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until member `index` serves /metrics again after a restart.
-    async fn wait_up(&self, index: usize, within: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + within;
-        while scrape(self.members[index].metrics_port).await.is_none() {
-            if Instant::now() > deadline {
-                bail!("member {} did not come back", self.members[index].name);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
-    }
-}
-
-/// GET /metrics, at most 2 s; `None` when the member does not answer.
-async fn scrape(port: u16) -> Option<String> {
-    hivekeeper_loopback::metrics_text(port, Duration::from_secs(2)).await
 }
 
 /// A probe homed on one member: a session through that member first.
@@ -297,7 +116,13 @@ pub async fn run(
         locks >= 1 && agents >= 1,
         "--agents and --locks must be at least 1"
     );
-    let mut cluster = Cluster::start(run, size).await?;
+    // One path segment (a resource name has a `/`, which made the parent outlive the run).
+    let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
+    let options = Options {
+        size,
+        ..Options::default()
+    };
+    let mut cluster = Cluster::start(root, &options).await?;
     let brokers = cluster.brokers();
     let mut probes = Vec::new();
     for home in 0..size {

@@ -153,6 +153,9 @@ struct FakeState {
     transient: HashMap<&'static str, (ErrorCode, u32)>,
     /// Ops never answered.
     silent: HashSet<&'static str>,
+    /// Responders whose node is cut off from the majority: everything they receive is
+    /// answered `unavailable`.
+    cut_off: HashSet<usize>,
     responders: Vec<AsyncClient>,
 }
 
@@ -305,6 +308,14 @@ impl Fake {
         if state.silent.contains(op_name) {
             state.received.push(received);
             return Action::Nothing;
+        }
+        if state.cut_off.contains(&responder) {
+            state.received.push(received);
+            return Action::Answer(Response::error(
+                Some(request.id),
+                ErrorCode::Unavailable,
+                "fake: cut off from the majority",
+            ));
         }
         if let Some((code, left)) = state.transient.get_mut(op_name)
             && *left > 0
@@ -502,6 +513,12 @@ impl Fake {
     /// Answers the next `n` requests for `op` with `code`, changing nothing.
     pub fn transient(&self, op: &'static str, code: ErrorCode, n: u32) {
         self.state().transient.insert(op, (code, n));
+    }
+
+    /// Answers everything that reaches `responder` with `unavailable` from now on (its node is
+    /// cut off from the majority, its broker still up).
+    pub fn cut_off(&self, responder: usize) {
+        self.state().cut_off.insert(responder);
     }
 
     /// Never answers `op` from now on.

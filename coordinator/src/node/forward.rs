@@ -72,9 +72,7 @@ impl Forwarder {
             Some(leader) => leader,
             None => {
                 let _ = self.raft.wait_for_new_leader(None, self.leader_wait).await;
-                self.raft.leader().ok_or(NodeError::NoLeader {
-                    waited_ms: u64::try_from(self.leader_wait.as_millis()).unwrap_or(u64::MAX),
-                })?
+                self.raft.leader().ok_or_else(|| self.no_leader())?
             }
         };
         Ok(if leader.0 == self.raft.node_id() {
@@ -82,6 +80,13 @@ impl Forwarder {
         } else {
             Route::Leader(leader.0, leader.1)
         })
+    }
+
+    /// The error when no leader became known within the leader wait.
+    fn no_leader(&self) -> NodeError {
+        NodeError::NoLeader {
+            waited_ms: u64::try_from(self.leader_wait.as_millis()).unwrap_or(u64::MAX),
+        }
     }
 
     /// One forwarded call to `leader`. `Err(Gone)` when the leader could not be reached or
@@ -99,14 +104,23 @@ impl Forwarder {
         // for the whole timeout. Once this node learns of another leader, the call is over:
         // the request goes to the new one (safe, as for a dead leader: the request id makes a
         // write the old leader did commit come back from the dedup memory).
+        // Likewise once this node no longer knows `leader` as the leader at all: it campaigns
+        // because it heard nothing (a partition that cut it off), and the request should fail
+        // over to `unavailable` within the next leader wait, not sit out the whole timeout.
         let answer = tokio::select! {
             answer = client.call(request, self.timeout) => answer,
-            Some(next) = self.raft.wait_for_new_leader(Some(leader), self.timeout) => {
-                return Err(Failure::Gone(format!(
-                    "member {} leads now; member {} did not answer in time",
-                    self.raft.member_name(next),
-                    member.name
-                )));
+            next = self.raft.wait_for_leader_change(leader, self.timeout) => {
+                return Err(Failure::Gone(match next {
+                    Some(next) => format!(
+                        "member {} leads now; member {} did not answer in time",
+                        self.raft.member_name(next),
+                        member.name
+                    ),
+                    None => format!(
+                        "member {} is no longer known to lead and did not answer",
+                        member.name
+                    ),
+                }));
             }
         };
         let leader = &member.name;
@@ -160,6 +174,11 @@ impl Forwarder {
                         .raft
                         .wait_for_new_leader(Some(gone), self.leader_wait)
                         .await;
+                    // Waited once already: a node that still knows no leader (cut off from
+                    // the majority) answers now rather than after a second wait.
+                    if self.raft.leader().is_none() {
+                        return Err(self.no_leader());
+                    }
                 }
                 Err(Failure::Gone(reason)) => return Err(NodeError::Forward { reason }),
                 Err(Failure::Other(error)) => return Err(error),

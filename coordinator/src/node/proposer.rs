@@ -193,6 +193,7 @@ impl Task {
     ) {
         // On a follower the writes go to the leader; they come back when this node leads (a
         // single node, or a follower that won an election meanwhile).
+        let started = tokio::time::Instant::now();
         let (writes, origins) = match &self.forwarder {
             Some(forwarder) if !writes.is_empty() => match forwarder.propose(writes).await {
                 Ok(Ok(replies)) => {
@@ -221,7 +222,18 @@ impl Task {
             }
             (Vec::new(), Vec::new())
         };
+        let forwarded_ms = started.elapsed().as_millis();
+        let here = writes.len() + own.len();
         self.propose_here(writes, &origins, own, callers).await;
+        let elapsed_ms = started.elapsed().as_millis();
+        if elapsed_ms > 500 {
+            tracing::debug!(
+                elapsed_ms,
+                forwarded_ms,
+                here,
+                "a slow batch: the proposer took over 500 ms"
+            );
+        }
     }
 
     /// Proposes `writes` and `own` in one entry on this node (it leads) and answers each. The

@@ -500,6 +500,29 @@ impl RaftHandle {
         found.ok()?.ok()?.leader
     }
 
+    /// Waits until `leader` is no longer the leader this node knows (another leads, or none is
+    /// known: an election under way), and returns the new leader if one is known. If that
+    /// does not happen within `timeout` (or Raft stops), it never returns: it is meant to race
+    /// a call to `leader` in a `select!`, whose own timeout then decides.
+    pub async fn wait_for_leader_change(
+        &self,
+        leader: NodeId,
+        timeout: Duration,
+    ) -> Option<NodeId> {
+        let mut leadership = self.leadership();
+        let changed = tokio::time::timeout(
+            timeout,
+            leadership.wait_for(|now| now.leader != Some(leader)),
+        )
+        .await
+        .ok()
+        .and_then(|found| found.ok().map(|now| now.leader));
+        match changed {
+            Some(next) => next,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Waits until some node is leader; returns its id.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, RaftError> {
         let metrics = self

@@ -70,6 +70,25 @@ impl Queue {
         self.0.remove(position)
     }
 
+    /// The waiter of `agent`'s request `request_id`.
+    pub fn get(&self, agent: &str, request_id: &str) -> Option<&Waiter> {
+        self.0
+            .iter()
+            .find(|w| &*w.agent == agent && w.request_id == request_id)
+    }
+
+    /// Moves a waiter to another request id of the same agent, keeping its place (a wait taken
+    /// over by a new request: `Core::take_over_wait`).
+    pub fn rename(&mut self, agent: &str, old_id: &str, new_id: &str) {
+        if let Some(waiter) = self
+            .0
+            .iter_mut()
+            .find(|w| &*w.agent == agent && w.request_id == old_id)
+        {
+            waiter.request_id = new_id.to_string();
+        }
+    }
+
     /// Whether `lease` waits in this queue.
     pub fn has_lease(&self, lease: LeaseId) -> bool {
         self.0.iter().any(|w| w.lease == lease)

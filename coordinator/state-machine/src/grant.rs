@@ -374,13 +374,75 @@ impl Core {
             .is_some_and(|record| record.waits.contains_key(key))
     }
 
-    /// The refusal for a second wait by one lease on one resource.
-    pub fn already_waiting(&self, lease: LeaseId, key: &ResourceKey) -> Reply {
-        let request_id = self.leases[&lease].waits[key].clone();
+    /// The request id under which `lease` waits on `key` (the caller checked
+    /// [`Core::is_waiting`]).
+    pub fn waiting_id(&self, lease: LeaseId, key: &ResourceKey) -> &str {
+        &self.leases[&lease].waits[key]
+    }
+
+    /// The refusal for a second wait by one lease on one resource that asks for something else
+    /// (other permits, other geometry).
+    pub fn already_waiting(&self, lease: LeaseId, key: &ResourceKey, what: &str) -> Reply {
+        let request_id = self.waiting_id(lease, key);
         Reply::refused(
             ErrorCode::BadRequest,
-            format!("lease {lease} already waits for {key} (request id {request_id:?})"),
+            format!(
+                "lease {lease} already waits for {key} (request id {request_id:?}) with {what}"
+            ),
         )
+    }
+
+    /// A second acquire of `key` by a lease that already waits for it, under `request_id`:
+    /// the wait moves to the new request (its place in the queue kept, its deadline now the
+    /// new request's `wait_ms`), and the earlier request is answered `timeout` ("superseded").
+    /// This is what a client that gave up on its request (a lost answer, a session in
+    /// jeopardy) and asks again under a fresh id needs: its place, not a refusal. The caller
+    /// renames the waiter in the resource's queue (`Queue::rename`) with the returned old id.
+    pub fn take_over_wait(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        lease: LeaseId,
+        agent: &Text,
+        request_id: &str,
+        wait_ms: Option<u64>,
+    ) -> String {
+        let record = self
+            .leases
+            .get_mut(&lease)
+            .expect("the caller checked the lease is live");
+        let old_id = record
+            .waits
+            .insert(key.clone(), request_id.to_string())
+            .expect("the caller checked the lease waits on key");
+        let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
+        let waits = self.waiting.entry(agent.clone()).or_default();
+        if let Some(old_deadline_ms) = waits.remove(&old_id).and_then(|wait| wait.deadline_ms) {
+            self.deadlines.remove(old_deadline_ms, agent, &old_id);
+        }
+        waits.insert(
+            request_id.to_string(),
+            Wait {
+                lease,
+                key: key.clone(),
+                deadline_ms,
+            },
+        );
+        if let Some(deadline_ms) = deadline_ms {
+            self.deadlines.insert(deadline_ms, agent, request_id);
+        }
+        let reply = Reply::refused(
+            ErrorCode::Timeout,
+            format!("superseded by request id {request_id:?}: the wait for {key} goes on under it"),
+        );
+        self.respond(ctx, key, agent, old_id.clone(), reply);
+        // The new request joins the queue (in the old one's place).
+        ctx.events.push(Event::Queued {
+            key: key.clone(),
+            agent: agent.clone(),
+            request_id: request_id.to_string(),
+        });
+        old_id
     }
 
     fn next_token(&mut self, index: u64) -> u64 {

@@ -59,7 +59,21 @@ impl StateMachine {
                 };
             }
             if self.core.is_waiting(lease, &key) {
-                return self.core.already_waiting(lease, &key);
+                if wait_ms == Some(0) {
+                    return Reply::refused(
+                        ErrorCode::WouldBlock,
+                        format!(
+                            "lock {name:?} is held by another lease (this lease already waits \
+                             for it, request id {:?})",
+                            self.core.waiting_id(lease, &key)
+                        ),
+                    );
+                }
+                let old_id = self
+                    .core
+                    .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+                lock.waiters.rename(agent, &old_id, request_id);
+                return Reply::Queued;
             }
             if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
                 return refusal;

@@ -202,20 +202,67 @@ fn a_retried_wait_is_queued_once_and_waiter_counts_follow_the_events() {
 }
 
 #[test]
-fn a_lease_cannot_wait_twice_for_one_lock() {
+fn a_second_acquire_by_a_waiting_lease_takes_over_its_wait_in_place() {
     let mut h = Harness::new();
-    let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));
+    let (a, b, c) = (
+        h.lease("a", 5_000),
+        h.lease("b", 5_000),
+        h.lease("c", 5_000),
+    );
     h.reply("a", lock_acquire("l", &a, None));
-    assert_eq!(h.reply("b", lock_acquire("l", &b, None)), Reply::Queued);
-    let reply = h.reply("b", lock_acquire("l", &b, None));
-    assert!(matches!(
+    assert_eq!(
+        h.send_as("b", "b-1", lock_acquire("l", &b, Some(60_000))).0,
+        Reply::Queued
+    );
+    assert_eq!(h.reply("c", lock_acquire("l", &c, None)), Reply::Queued);
+    // A try while waiting: would_block, and the wait is untouched.
+    let (reply, events) = h.send_as("b", "b-try", lock_acquire("l", &b, Some(0)));
+    assert_eq!(
         reply,
+        Reply::refused(
+            ErrorCode::WouldBlock,
+            "lock \"l\" is held by another lease (this lease already waits for it, request id \"b-1\")"
+        )
+    );
+    assert_eq!(events, vec![]);
+    // Under a new id (the client gave up on b-1): b-1 is answered, b keeps its place ahead of c.
+    let (reply, events) = h.send_as("b", "b-2", lock_acquire("l", &b, None));
+    assert_eq!(reply, Reply::Queued);
+    assert!(matches!(
+        &events[..],
+        [Event::Respond { .. }, Event::Queued { request_id, .. }] if request_id == "b-2"
+    ));
+    assert_eq!(
+        responses(&events),
+        vec![(
+            "b".to_string(),
+            "b-1".to_string(),
+            Reply::refused(
+                ErrorCode::Timeout,
+                "superseded by request id \"b-2\": the wait for lock:l goes on under it"
+            )
+        )]
+    );
+    assert_eq!(h.occupants(ResourceKind::Lock, "l").1, vec!["b", "c"]);
+    // A retry of b-1 gets its answer again; one of b-2 is still queued.
+    assert!(matches!(
+        h.send_as("b", "b-1", lock_acquire("l", &b, None)).0,
         Reply::Refused {
-            code: ErrorCode::BadRequest,
+            code: ErrorCode::Timeout,
             ..
         }
     ));
-    assert_eq!(h.occupants(ResourceKind::Lock, "l").1, vec!["b"]);
+    assert_eq!(
+        h.send_as("b", "b-2", lock_acquire("l", &b, None)).0,
+        Reply::Queued
+    );
+    // b-1's deadline went with it: b-2 (no wait_ms) is granted at the release, not timed out.
+    let (_, events) = h.send("a", lock_release("l", &a));
+    let answered: Vec<(String, String)> = responses(&events)
+        .into_iter()
+        .map(|(agent, id, _)| (agent, id))
+        .collect();
+    assert_eq!(answered, vec![("b".to_string(), "b-2".to_string())]);
 }
 
 #[test]

@@ -104,7 +104,26 @@ impl StateMachine {
             };
         }
         if self.core.is_waiting(lease, &key) {
-            return self.core.already_waiting(lease, &key);
+            let old_id = self.core.waiting_id(lease, &key).to_string();
+            let waited = sem.waiters.get(agent, &old_id).map_or(0, |w| w.permits);
+            if waited != permits {
+                return self
+                    .core
+                    .already_waiting(lease, &key, &format!("{waited} permits"));
+            }
+            if wait_ms == Some(0) {
+                return Reply::refused(
+                    ErrorCode::WouldBlock,
+                    format!(
+                        "semaphore {name:?} has no {permits} permits free (this lease already \
+                         waits for them, request id {old_id:?})"
+                    ),
+                );
+            }
+            self.core
+                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+            sem.waiters.rename(agent, &old_id, request_id);
+            return Reply::Queued;
         }
         if let Some(refusal) = over_quota {
             return refusal;

@@ -81,16 +81,27 @@ fn head_of_line_request_is_not_starved_by_smaller_ones() {
         h.reply("small", sem_acquire("gw", 4, &small, 1, None)),
         Reply::Queued
     );
+    // A try while waiting does not jump the queue either; asking for other permits while
+    // waiting is refused.
     let try_small = h.reply("small", sem_acquire("gw", 4, &small, 1, Some(0)));
     assert!(
         matches!(
             try_small,
             Reply::Refused {
-                code: ErrorCode::BadRequest,
+                code: ErrorCode::WouldBlock,
                 ..
             }
         ),
-        "already waits"
+        "{try_small:?}"
+    );
+    let other_permits = h.reply("small", sem_acquire("gw", 4, &small, 2, None));
+    assert!(
+        matches!(
+            &other_permits,
+            Reply::Refused { code: ErrorCode::BadRequest, message }
+                if message.ends_with("with 1 permits")
+        ),
+        "{other_permits:?}"
     );
     let (_, events) = h.send("a", sem_release("gw", &a));
     let granted: Vec<String> = responses(&events)

@@ -1052,6 +1052,43 @@ impl Model {
         self.waiters_of(kind, name).any(|w| w.lease == lease)
     }
 
+    /// A second acquire by a lease that already waits: a try is `would_block` and changes
+    /// nothing; a request that asks for something else (permits, geometry) is `bad_request`;
+    /// otherwise the wait moves to the new request id, in place, with the new request's
+    /// deadline, and the earlier request is answered `timeout`.
+    #[allow(clippy::too_many_arguments)]
+    fn take_over(
+        &mut self,
+        kind: ResourceKind,
+        name: &str,
+        lease: u64,
+        request_id: &str,
+        permits: u32,
+        area: Option<&Area>,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        let position = self
+            .waiters
+            .iter()
+            .position(|w| w.kind == kind && w.name == name && w.lease == lease)
+            .expect("the caller checked the lease waits");
+        let waiter = self.waiters[position].clone();
+        if waiter.permits != permits
+            || (kind == ResourceKind::Waypoint && waiter.area.as_ref() != area)
+        {
+            return refused(ErrorCode::BadRequest);
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        self.respond(&waiter, refused(ErrorCode::Timeout));
+        let now_ms = self.now_ms;
+        let moved = &mut self.waiters[position];
+        moved.request_id = request_id.to_string();
+        moved.deadline_ms = wait_ms.map(|wait_ms| now_ms + wait_ms);
+        Outcome::Queued
+    }
+
     /// Locks held, semaphores held or waited for, waypoint reservations held or waiting.
     fn resources_in_use(&self) -> usize {
         let mut names: Vec<(ResourceKind, &str)> = Vec::new();
@@ -1161,7 +1198,7 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
-            return refused(ErrorCode::BadRequest);
+            return self.take_over(kind, name, lease, request_id, 1, None, wait_ms);
         }
         if self.over_holds_quota(agent) {
             return refused(ErrorCode::ResourceExhausted);
@@ -1217,7 +1254,7 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
-            return refused(ErrorCode::BadRequest);
+            return self.take_over(kind, name, lease, request_id, permits, None, wait_ms);
         }
         if self.over_holds_quota(agent) {
             return refused(ErrorCode::ResourceExhausted);
@@ -1328,7 +1365,7 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
-            return refused(ErrorCode::BadRequest);
+            return self.take_over(kind, name, lease, request_id, 1, area.as_ref(), wait_ms);
         }
         if self.over_holds_quota(agent) {
             return refused(ErrorCode::ResourceExhausted);

@@ -123,6 +123,15 @@ impl Index {
 }
 
 impl Waypoints {
+    /// The waiting reservation of `lease` on `name`, if any.
+    fn pending_mut(&mut self, name: &str, lease: LeaseId) -> Option<&mut Pending> {
+        let seqs = self.index.waiting_by_name.get(name)?;
+        let seq = *seqs
+            .iter()
+            .find(|seq| self.waiters[*seq].waiter.lease == lease)?;
+        self.waiters.get_mut(&seq)
+    }
+
     /// Rebuilds the derived indexes (after a restore).
     pub fn rebuild_index(&mut self) {
         self.index = Index::build(&self.held, &self.waiters);
@@ -364,7 +373,28 @@ impl StateMachine {
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Waypoint, &name);
         if self.core.is_waiting(lease, &key) {
-            return self.core.already_waiting(lease, &key);
+            let old_id = self.core.waiting_id(lease, &key).to_string();
+            let Some(pending) = self.waypoints.pending_mut(&name, lease) else {
+                return self
+                    .core
+                    .already_waiting(lease, &key, "a reservation not found");
+            };
+            if pending.area != area {
+                return self.core.already_waiting(lease, &key, "other geometry");
+            }
+            if wait_ms == Some(0) {
+                return Reply::refused(
+                    ErrorCode::WouldBlock,
+                    format!(
+                        "waypoint {name:?} conflicts with a held or earlier waiting reservation \
+                         (this lease already waits for it, request id {old_id:?})"
+                    ),
+                );
+            }
+            pending.waiter.request_id = request_id.to_string();
+            self.core
+                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+            return Reply::Queued;
         }
         if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
             return refusal;

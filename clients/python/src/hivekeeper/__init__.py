@@ -1,0 +1,98 @@
+"""hivekeeper: the Python agent client of Hivekeeper.
+
+A drone, a sensor or a service takes FIFO locks, counting-semaphore permits and waypoint
+reservations from a Hivekeeper service over MQTT. A :class:`Session` is a lease the client
+keeps alive in the background; each grant is a :class:`Guard` carrying its fencing token.
+The client retries safely (a resend reuses the request id, which the service deduplicates),
+backs off with full jitter, fails over between brokers, and gives up on a lease *before* the
+service could hand its resources to someone else. The same semantics as the Rust SDK
+(``agent-sdk/``); the wire protocol is docs/PROTOCOL.md.
+
+::
+
+    import hivekeeper
+    with hivekeeper.Agent("drone-7", brokers=["127.0.0.1:1883"]) as agent:
+        with agent.session(ttl_ms=5000) as s:
+            with s.lock("pad-3", wait_ms=2000) as g:
+                land(fencing_token=g.token)
+
+For asyncio, ``hivekeeper.aio`` has the same ``Agent``, ``Session`` and ``Guard`` with
+``await``, on the same protocol core.
+
+Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases, no I/O),
+``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
+routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
+keeper thread), ``guard`` (Guard), ``aio`` (the asyncio Agent, Session and Guard),
+``backoff`` (full jitter), ``protocol`` (wire encoding, typed results), ``errors`` (one
+exception per protocol code).
+"""
+
+from .agent import Agent
+from .backoff import Backoff
+from .config import DEFAULTS, AgentConfig, BrokerAddr
+from .connection import Counters
+from .errors import (
+    AlreadyHeld,
+    BadRequest,
+    ConfigError,
+    Disconnected,
+    Forbidden,
+    HivekeeperError,
+    LeaseNotFound,
+    LimitMismatch,
+    MalformedResponse,
+    NoResponse,
+    NotHolder,
+    RateLimited,
+    ResourceExhausted,
+    ServiceError,
+    SessionLost,
+    Timeout,
+    TooLarge,
+    Unavailable,
+    UnknownOp,
+    Unreachable,
+    WouldBlock,
+)
+from .guard import Guard
+from .protocol import FenceCheck, Holder, Inspection, Waiter
+from .session import Session, SessionState
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AlreadyHeld",
+    "Backoff",
+    "BadRequest",
+    "BrokerAddr",
+    "ConfigError",
+    "Counters",
+    "DEFAULTS",
+    "Disconnected",
+    "FenceCheck",
+    "Forbidden",
+    "Guard",
+    "HivekeeperError",
+    "Holder",
+    "Inspection",
+    "LeaseNotFound",
+    "LimitMismatch",
+    "MalformedResponse",
+    "NoResponse",
+    "NotHolder",
+    "RateLimited",
+    "ResourceExhausted",
+    "ServiceError",
+    "Session",
+    "SessionLost",
+    "SessionState",
+    "Timeout",
+    "TooLarge",
+    "Unavailable",
+    "UnknownOp",
+    "Unreachable",
+    "Waiter",
+    "WouldBlock",
+]

@@ -1,0 +1,442 @@
+"""``hivekeeper.aio``: the client for asyncio programs, on the same protocol core.
+
+::
+
+    import hivekeeper.aio
+    async with hivekeeper.aio.Agent("drone-7", brokers=["127.0.0.1:1883"]) as agent:
+        async with agent.session(ttl_ms=5000) as s:
+            async with s.lock("pad-3", wait_ms=2000) as g:
+                await land(fencing_token=g.token)
+
+The same semantics as the threaded client, because the same code decides them: the request's
+phases (``request_loop.RequestLoop``: same-id resends, backoff, deadlines), the session's
+deadline, jeopardy and keepalive cadence (``session.SessionBase._step``), the guard's release
+bookkeeping (``guard.GuardBase``), and the connection thread that owns paho-mqtt (failover,
+routing). What differs is only how a request or a session waits: a coroutine on its event loop,
+woken through ``Shared.notify`` (``loop.call_soon_threadsafe``) instead of a thread on the
+shared condition. Keepalives are tasks instead of threads.
+
+**Cancellation.** Cancelling a task that waits for a grant (``task.cancel()``,
+``asyncio.wait_for``) is safe: the request may still be queued at the service, so a grant that
+arrives later is released, as the Rust SDK does for a dropped future. The connection thread
+and the shared condition are held only for instants, never across an ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    Generic,
+    Optional,
+    Sequence,
+    Set,
+    TypeVar,
+)
+
+from .agent import AgentBase
+from .errors import Disconnected, HivekeeperError, LeaseNotFound
+from .guard import GuardBase
+from .protocol import RELEASE_OP, FenceCheck, Inspection
+from .request_loop import Abandon, Patience
+from .session import SessionBase, SessionState, check_ttl, geometry
+
+__all__ = ["Agent", "Guard", "Session"]
+
+log = logging.getLogger("hivekeeper")
+
+T = TypeVar("T")
+
+
+class Opening(Generic[T]):
+    """An awaitable that is also an ``async with`` of what it yields: ``s = await
+    agent.session(...)`` or ``async with agent.session(...) as s:``."""
+
+    def __init__(self, opening: Awaitable[T]) -> None:
+        #: The coroutine that makes the session or guard.
+        self._opening = opening
+        #: What it made, for ``__aexit__``.
+        self._opened: Optional[Any] = None
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> T:
+        opened = await self._opening
+        self._opened = opened
+        return opened
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._opened is not None:
+            await self._opened.__aexit__(*exc)
+
+
+class Agent(AgentBase):
+    """The asyncio agent: ``async with hivekeeper.aio.Agent(agent_id, brokers, **settings) as
+    agent`` connects (or ``await Agent.connect(...)``) and closes at the end.
+
+    Settings, errors and semantics are those of :class:`hivekeeper.Agent`. Use it from one
+    event loop; the connection runs on its own thread as in the threaded client.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        brokers: Optional[Sequence[str]] = None,
+        **settings: Any,
+    ) -> None:
+        super().__init__(agent_id, brokers, settings)
+        #: The event loop the agent runs on, set when it connects.
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        #: Set (and replaced) on every change of the shared state: what coroutines wait on.
+        #: Made on the agent's loop by :meth:`_start` (an Event made elsewhere may belong to
+        #: another loop on Python 3.9).
+        self._changed: asyncio.Event
+        #: Keepalives and background releases in flight: the loop keeps only weak references.
+        self._tasks: Set["asyncio.Task[Any]"] = set()
+
+    @classmethod
+    async def connect(
+        cls, agent_id: str, brokers: Optional[Sequence[str]] = None, **settings: Any
+    ) -> "Agent":
+        """Creates the agent and waits until a broker accepted its subscriptions (at most
+        ``request_deadline_ms``; :class:`~hivekeeper.Unreachable` otherwise)."""
+        agent = cls(agent_id, brokers, **settings)
+        await agent._start()
+        return agent
+
+    async def __aenter__(self) -> "Agent":
+        if self._loop is None:
+            await self._start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        with self._shared.cond:
+            self._shared.watchers.append(self._wake)
+        self._thread.start()
+        deadline = time.monotonic() + self.config.request_deadline_ms / 1000.0
+        while True:
+            changed = self._changed
+            with self._shared.cond:
+                ready = self._shared.link.ready
+            now = time.monotonic()
+            if ready:
+                return
+            if now >= deadline:
+                raise await self._loop.run_in_executor(None, self._unreachable)
+            await self._wait_changed(changed, deadline - now)
+
+    def _wake(self) -> None:
+        """A change of the shared state, from any thread (condition held): wake the loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._bump)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting any more
+
+    def _bump(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _wait_changed(self, changed: asyncio.Event, timeout_s: Optional[float]) -> None:
+        """Waits until the state changes after ``changed`` was taken, or ``timeout_s``."""
+        try:
+            await asyncio.wait_for(changed.wait(), None if timeout_s is None else max(timeout_s, 0))
+        except asyncio.TimeoutError:
+            pass
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        """Runs ``work`` as a task of the agent's loop; callable from any thread."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def start() -> None:
+            task = asyncio.ensure_future(work)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        try:
+            loop.call_soon_threadsafe(start)
+        except RuntimeError:
+            pass  # the loop is closed
+
+    async def close(self) -> None:
+        """Revokes the sessions not yet ended (one attempt each), then closes the connection;
+        every session ends. Idempotent."""
+        for session in self._sessions_to_close():
+            try:
+                await session._revoke(self._close_patience())
+            except HivekeeperError as error:
+                log.debug("revoke at close failed (the lease will expire): %s", error)
+                session._request_end(SessionState.REVOKED)
+        if self._loop is not None:
+            await self._loop.run_in_executor(None, self._stop_connection)
+
+    def session(
+        self,
+        ttl_ms: int,
+        on_lost: Optional[Callable[[SessionState], None]] = None,
+    ) -> "Opening[Session]":
+        """Takes a lease of ``ttl_ms`` and keeps it alive in the background; ``await`` it, or
+        ``async with`` it to revoke the lease at the end. ``on_lost`` is called on the loop
+        with each new state that is not LIVE."""
+        return Opening(Session._grant(self, ttl_ms, on_lost))
+
+    async def request(self, op: str, **fields: Any) -> Dict[str, Any]:
+        """Sends any op and returns the success's result fields (see
+        :meth:`hivekeeper.Agent.request`)."""
+        return await self._call(op, fields, self._patience_for(op, fields.get("wait_ms")))
+
+    async def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
+        """``fence.check``: whether ``token`` is held right now on ``resource``."""
+        return FenceCheck.from_result(
+            await self.request("fence.check", resource=resource, kind=kind, token=token)
+        )
+
+    async def inspect(self, kind: str, name: str) -> Inspection:
+        """``inspect``: who holds ``name`` and who waits for it, in queue order."""
+        return Inspection.from_result(await self.request("inspect", kind=kind, name=name))
+
+    async def _call(
+        self,
+        op: str,
+        fields: Dict[str, Any],
+        patience: Patience,
+        interrupt: Optional[Callable[[], Optional[HivekeeperError]]] = None,
+        abandon: Optional[Abandon] = None,
+    ) -> Dict[str, Any]:
+        """The request loop of ``request_loop``, waiting on the event loop."""
+        if self._loop is None:
+            raise Disconnected("not connected: use `async with Agent(...)` or `Agent.connect`")
+        loop, slot = self._begin(op, fields, patience)
+        try:
+            while True:
+                while True:
+                    changed = self._changed
+                    wake, link_ready, now = self._check(loop, slot, interrupt)
+                    if wake is not None:
+                        break
+                    until = loop.wait_until()
+                    await self._wait_changed(changed, None if until is None else until - now)
+                result = self._step(loop, wake, link_ready)
+                if result is not None:
+                    return result
+        finally:
+            # Also on cancellation: an acquire left while queued releases a late grant.
+            self._settle(loop, slot, abandon)
+
+
+class Session(SessionBase):
+    """A lease kept alive by a keeper task; see :class:`hivekeeper.Session`."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        ttl_ms: int,
+        granted: Dict[str, Any],
+        sent: float,
+        on_lost: Optional[Callable[[SessionState], None]],
+    ) -> None:
+        super().__init__(agent, ttl_ms, granted, sent, on_lost)
+        #: The agent, typed as the asyncio one.
+        self.agent: Agent = agent
+        #: The keeper task, started by :meth:`_grant`.
+        self._keeper: Optional["asyncio.Task[None]"] = None
+
+    @staticmethod
+    async def _grant(
+        agent: Agent, ttl_ms: int, on_lost: Optional[Callable[[SessionState], None]]
+    ) -> "Session":
+        check_ttl(agent, ttl_ms)
+        sent = time.monotonic()
+        granted = await agent.request("lease.grant", ttl_ms=ttl_ms)
+        session = Session(agent, ttl_ms, granted, sent, on_lost)
+        session._register()
+        session._keeper = asyncio.ensure_future(session._keep())
+        return session
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[type], *_: Any) -> None:
+        if exc_type is None:
+            await self.revoke()
+            return
+        try:
+            await self.revoke()
+        except HivekeeperError as error:
+            log.debug("revoke of lease %s failed (it will expire): %s", self.lease, error)
+
+    async def revoke(self) -> None:
+        """Ends the lease now; see :meth:`hivekeeper.Session.revoke`."""
+        await self._revoke(self.agent._patience_for("lease.revoke", None))
+
+    async def _revoke(self, patience: Patience) -> None:
+        if self.state.is_ended():
+            return
+        try:
+            await self.agent._call("lease.revoke", {"lease": self.lease}, patience)
+        except LeaseNotFound:
+            pass
+        self._request_end(SessionState.REVOKED)
+        keeper = self._keeper
+        if keeper is not None and keeper is not asyncio.current_task():
+            try:
+                await asyncio.wait_for(asyncio.shield(keeper), 5.0)
+            except asyncio.TimeoutError:
+                log.debug("lease %s: the keeper did not stop within 5 s", self.lease)
+
+    async def wait_lost(self, timeout: Optional[float] = None) -> Optional[SessionState]:
+        """Waits until the session is not LIVE (at most ``timeout`` seconds); returns that
+        state, or ``None`` if it stayed live."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            changed = self.agent._changed
+            state = self.state
+            if not state.is_live():
+                return state
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            await self.agent._wait_changed(changed, None if deadline is None else deadline - now)
+
+    def lock(self, name: str, wait_ms: Optional[int] = None) -> "Opening[Guard]":
+        """Takes the FIFO lock ``name``; see :meth:`hivekeeper.Session.lock`. ``await`` it, or
+        ``async with`` it to release at the end."""
+        return Opening(self._acquire("lock", name, {}, wait_ms))
+
+    def semaphore(
+        self, name: str, limit: int, permits: int = 1, wait_ms: Optional[int] = None
+    ) -> "Opening[Guard]":
+        """Takes ``permits`` of the semaphore ``name``; see
+        :meth:`hivekeeper.Session.semaphore`."""
+        return Opening(self._acquire("sem", name, {"limit": limit, "permits": permits}, wait_ms))
+
+    def waypoint(
+        self,
+        name: str,
+        lat: Optional[float] = None,
+        lon: Optional[float] = None,
+        radius_m: Optional[float] = None,
+        alt_min_m: Optional[float] = None,
+        alt_max_m: Optional[float] = None,
+        wait_ms: Optional[int] = None,
+    ) -> "Opening[Guard]":
+        """Reserves the waypoint ``name``; see :meth:`hivekeeper.Session.waypoint`."""
+        area = geometry(lat, lon, radius_m, alt_min_m, alt_max_m)
+        return Opening(self._acquire("waypoint", name, area, wait_ms))
+
+    async def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
+        """``fence.check``; needs no live session."""
+        return await self.agent.fence_check(resource, token, kind)
+
+    async def inspect(self, kind: str, name: str) -> Inspection:
+        """``inspect``; needs no live session."""
+        return await self.agent.inspect(kind, name)
+
+    async def _acquire(
+        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
+    ) -> "Guard":
+        op, fields, patience, abandon = self._begin_acquire(kind, name, extra, wait_ms)
+        try:
+            result = await self.agent._call(
+                op, fields, patience, interrupt=self._interrupt, abandon=abandon
+            )
+        except BaseException as error:
+            self._acquire_failed(kind, name, error)
+            raise
+        return Guard(self, kind, name, self._granted(kind, name, result))
+
+    def _release_later(self, kind: str, name: str) -> None:
+        self.agent._spawn(self._release_now(kind, name))
+
+    async def _release_now(self, kind: str, name: str) -> None:
+        try:
+            await self.agent.request(RELEASE_OP[kind], name=name, lease=self.lease)
+        except HivekeeperError as error:
+            log.debug("background release of %s %r failed: %s", kind, name, error)
+
+    async def _keep(self) -> None:
+        """The keeper task: waits as :meth:`_step` says, sends keepalives as tasks, reports
+        losses."""
+        reported = SessionState.LIVE
+        while True:
+            while True:
+                changed = self.agent._changed
+                with self._cond:
+                    now = time.monotonic()
+                    action, until = self._step(now)
+                    state = self._state
+                if action != "wait" or until is None:
+                    break
+                await self.agent._wait_changed(changed, until - now)
+            if action == "send":
+                self.agent._spawn(self._keepalive())
+            reported = self._reported(state, reported)
+            if state.is_ended():
+                return
+
+    async def _keepalive(self) -> None:
+        sent = time.monotonic()
+        try:
+            await self.agent._call(
+                "lease.keepalive", {"lease": self.lease}, self._keepalive_patience()
+            )
+        except HivekeeperError as error:
+            self._keepalive_failed(error)
+            return
+        self._acked(sent)
+
+
+class Guard(GuardBase):
+    """A grant with its fencing token; see :class:`hivekeeper.Guard`."""
+
+    def __init__(self, session: Session, kind: str, name: str, token: int) -> None:
+        super().__init__(session, kind, name, token)
+        #: The session, typed as the asyncio one.
+        self.session: Session = session
+
+    async def __aenter__(self) -> "Guard":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[type], *_: Any) -> None:
+        if self._skip_release_at_exit():
+            return
+        if exc_type is None:
+            await self.release()
+            return
+        try:
+            await self.release()
+        except HivekeeperError as error:
+            log.debug("release of %s %r failed: %s", self.kind, self.name, error)
+
+    async def fence_check(self) -> FenceCheck:
+        """``fence.check`` of this guard's own token on its resource."""
+        return await self.session.agent.fence_check(self.name, self.token, self.kind)
+
+    async def release(self) -> None:
+        """Releases the grant; see :meth:`hivekeeper.Guard.release`."""
+        request = self._release_request()
+        if request is None:
+            return
+        try:
+            await self.session.agent.request(**request)
+        except BaseException as error:
+            self._release_failed(error)
+            raise
+        finally:
+            self._forget()

@@ -1,0 +1,220 @@
+"""The wire protocol v1 as this client speaks it: topics, request encoding, response and
+event decoding, and the typed results of ``fence.check`` and ``inspect``.
+
+Pure: no I/O, no threads. docs/PROTOCOL.md is the reference; this module only checks locally
+what the service could not answer under the request's id (a payload over 8192 bytes, or one
+that is not JSON, is answered with ``"id": null``, which no caller could match).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional
+
+from .errors import BadRequest, MalformedResponse, TooLarge
+
+#: The largest request payload the service reads (PROTOCOL.md section 5).
+REQUEST_BYTES_MAX = 8192
+
+#: The ops that take a resource and may wait for it; their patience depends on ``wait_ms``.
+ACQUIRE_OPS = frozenset({"lock.acquire", "sem.acquire", "waypoint.reserve"})
+
+#: Resource kinds, as ``fence.check`` and ``inspect`` name them.
+KINDS = ("lock", "sem", "waypoint")
+
+#: The acquire and release op of each kind.
+ACQUIRE_OP = {"lock": "lock.acquire", "sem": "sem.acquire", "waypoint": "waypoint.reserve"}
+RELEASE_OP = {"lock": "lock.release", "sem": "sem.release", "waypoint": "waypoint.release"}
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The three topics of one agent under a prefix (PROTOCOL.md section 1)."""
+
+    #: ``{prefix}/req/{agent}``: requests, agent to service.
+    request: str
+    #: ``{prefix}/rsp/{agent}``: exactly one final response per request id.
+    response: str
+    #: ``{prefix}/evt/{agent}``: unsolicited events.
+    event: str
+
+    @staticmethod
+    def of(prefix: str, agent_id: str) -> "Topics":
+        """The topics of ``agent_id``; a trailing ``/`` of the prefix is dropped."""
+        prefix = prefix.rstrip("/")
+        return Topics(
+            request=f"{prefix}/req/{agent_id}",
+            response=f"{prefix}/rsp/{agent_id}",
+            event=f"{prefix}/evt/{agent_id}",
+        )
+
+
+def encode_request(request_id: str, op: str, fields: Mapping[str, Any]) -> bytes:
+    """The JSON payload of one request; fields whose value is ``None`` are left out.
+
+    Raises :class:`BadRequest` for a value JSON cannot carry (NaN, infinity, an object) and
+    :class:`TooLarge` past 8192 bytes: the service would answer both with ``"id": null``.
+    """
+    body: Dict[str, Any] = {"id": request_id, "op": op}
+    for key, value in fields.items():
+        if key in ("id", "op"):
+            raise BadRequest("bad_request", f"{op}: `{key}` is not a field of the op")
+        if value is not None:
+            body[key] = value
+    try:
+        payload = json.dumps(body, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        bad = [k for k, v in body.items() if isinstance(v, float) and not math.isfinite(v)]
+        why = f"`{bad[0]}` is not a finite number" if bad else str(error)
+        raise BadRequest("bad_request", f"{op}: {why}") from None
+    if len(payload) > REQUEST_BYTES_MAX:
+        raise TooLarge(
+            "too_large",
+            f"payload is {len(payload)} bytes, the maximum is {REQUEST_BYTES_MAX}",
+        )
+    return payload
+
+
+@dataclass(frozen=True)
+class Response:
+    """One decoded response: ``id`` (``None`` when the service could not read it), and either
+    the success's fields or the error's code and message."""
+
+    #: The request id it answers.
+    id: Optional[str]
+    #: Whether it is a success.
+    ok: bool
+    #: The result fields of a success (everything but ``id`` and ``ok``).
+    result: Dict[str, Any]
+    #: The error code of a failure.
+    code: Optional[str]
+    #: The error message of a failure.
+    message: Optional[str]
+
+
+def decode_response(payload: bytes) -> Response:
+    """Decodes a response; raises ``ValueError`` when it is not one."""
+    body = json.loads(payload)
+    if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        raise ValueError("not a response object")
+    request_id = body.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ValueError("the id is not a string")
+    if body["ok"]:
+        result = {k: v for k, v in body.items() if k not in ("id", "ok")}
+        return Response(request_id, True, result, None, None)
+    error = body.get("error")
+    if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+        raise ValueError("a failure without error.code")
+    return Response(request_id, False, {}, error["code"], str(error.get("message", "")))
+
+
+def decode_event(payload: bytes) -> Dict[str, Any]:
+    """Decodes an event (``{"event": name, ...}``); raises ``ValueError`` when it is not one."""
+    body = json.loads(payload)
+    if not isinstance(body, dict) or not isinstance(body.get("event"), str):
+        raise ValueError("not an event object")
+    return body
+
+
+@dataclass(frozen=True)
+class FenceCheck:
+    """The answer of ``fence.check``."""
+
+    #: Whether the checked token is held right now, on that resource, by a live holder.
+    valid: bool
+    #: The newest token held on the resource right now; 0 when it is free.
+    current: int
+
+    @staticmethod
+    def from_result(result: Mapping[str, Any]) -> "FenceCheck":
+        """Builds it from a success's fields; :class:`MalformedResponse` when they lack it."""
+        try:
+            return FenceCheck(valid=bool(result["valid"]), current=int(result["current"]))
+        except (KeyError, TypeError, ValueError):
+            raise MalformedResponse(f"fence.check answered {dict(result)}") from None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One holder in an ``inspect`` answer."""
+
+    #: The holding agent.
+    agent: str
+    #: The hold's fencing token.
+    token: int
+    #: When it was granted, ms since the Unix epoch on the leader's clock.
+    since_ms: int
+    #: The lease the hold is bound to; ``None`` where authentication hides another agent's.
+    lease: Optional[str] = None
+    #: Permits held (semaphores only).
+    permits: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """One waiter in an ``inspect`` answer, in queue order."""
+
+    #: The waiting agent.
+    agent: str
+    #: 1 = the next to be granted.
+    position: int
+    #: When it started waiting, ms since the Unix epoch on the leader's clock.
+    since_ms: int
+    #: Permits asked for (semaphores only).
+    permits: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """The answer of ``inspect``: who holds a resource and who waits for it."""
+
+    #: The holders.
+    holders: List[Holder]
+    #: The waiters, in queue order.
+    waiters: List[Waiter]
+    #: The capacity (semaphores only).
+    limit: Optional[int] = None
+    #: The real number of holders, only when the answer was cut to fit one packet.
+    holders_total: Optional[int] = None
+    #: The real number of waiters, only when the answer was cut to fit one packet.
+    waiters_total: Optional[int] = None
+
+    @staticmethod
+    def from_result(result: Mapping[str, Any]) -> "Inspection":
+        """Builds it from a success's fields; :class:`MalformedResponse` when they lack it."""
+        try:
+            return Inspection._from(result)
+        except (KeyError, TypeError):
+            raise MalformedResponse(f"inspect answered {dict(result)}") from None
+
+    @staticmethod
+    def _from(result: Mapping[str, Any]) -> "Inspection":
+        holders = [
+            Holder(
+                agent=h["agent"],
+                token=h["token"],
+                since_ms=h["since_ms"],
+                lease=h.get("lease"),
+                permits=h.get("permits"),
+            )
+            for h in result["holders"]
+        ]
+        waiters = [
+            Waiter(
+                agent=w["agent"],
+                position=w["position"],
+                since_ms=w["since_ms"],
+                permits=w.get("permits"),
+            )
+            for w in result["waiters"]
+        ]
+        return Inspection(
+            holders=holders,
+            waiters=waiters,
+            limit=result.get("limit"),
+            holders_total=result.get("holders_total"),
+            waiters_total=result.get("waiters_total"),
+        )

@@ -1,0 +1,531 @@
+"""``Session``: a lease kept alive in the background, and the client's own deadline on it.
+
+The Rust SDK's ``session.rs``, with threads::
+
+               keepalive acked, new deadline in the future
+           ┌──────────────────────────────────────────────┐
+           ▼                                              │
+         LIVE ── deadline passes (no ack in time) ──▶ JEOPARDY
+           │                                              │
+           ├── lease.expired / lease.revoked event,  ─────┴──▶ EXPIRED   (final)
+           │   or a lease_not_found answer
+           └── revoke() / the `with` block ends ──────────────▶ REVOKED   (final)
+
+     deadline = send time of the last acknowledged keepalive + TTL - keepalive_margin
+
+**The client gives up first (DESIGN.md section 5.3).** The service expires a lease no earlier
+than TTL after it *received* the last keepalive, which it received after it was sent. So while
+the local monotonic clock has not passed the deadline above, the lease is certainly alive;
+once it has, the session is in *jeopardy*: :attr:`Session.lost` is set and ``on_lost`` is
+called, still ``margin`` before the service could expire the lease and grant what it held to
+anyone else.
+
+Jeopardy is not the end. Keepalives continue, and one acknowledged in time proves the lease
+alive (a live lease has lost nothing it held), so the session returns to LIVE with its guards
+and tokens intact, as in Chubby: :attr:`Session.lost` is cleared again. EXPIRED and REVOKED
+are final.
+
+Keepalives go out every TTL/3 (or ``keepalive_every_ms``) from the grant's send time, each
+under a fresh request id on its own short-lived thread (a task in ``hivekeeper.aio``), so a
+slow one never delays the next.
+Each gives up after TTL - margin, when its send time can no longer move the deadline; it is
+resent only when the connection was lost before its answer, never on a mere timeout (the next
+keepalive, with a later send time, does better, and resends would multiply the load on a
+service that is already too slow).
+
+All session state lives under the agent's one condition (``Shared.cond``), which every wait
+of the client watches: a request waiting for a grant sees the session's loss at once.
+:class:`SessionBase` decides (the deadline, jeopardy, the cadence: :meth:`SessionBase._step`);
+:class:`Session` and ``hivekeeper.aio.Session`` only wait and send, each its own way.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Set, Tuple
+
+from .errors import (
+    AlreadyHeld,
+    ConfigError,
+    HivekeeperError,
+    LeaseNotFound,
+    MalformedResponse,
+    SessionLost,
+)
+from .protocol import ACQUIRE_OP, RELEASE_OP, FenceCheck, Inspection, Response
+from .request_loop import Abandon, Patience
+
+if TYPE_CHECKING:
+    from .agent import Agent, AgentBase
+    from .guard import Guard
+
+log = logging.getLogger("hivekeeper")
+
+
+class SessionState(enum.Enum):
+    """Where a session stands, as the client knows it."""
+
+    #: The lease is certainly alive: the deadline is in the future.
+    LIVE = "live"
+    #: The deadline passed without an acknowledged keepalive: the lease may be about to
+    #: expire. Treat guards as lost; a late acknowledgement can bring LIVE back.
+    JEOPARDY = "jeopardy"
+    #: The service said the lease is gone (``lease.expired`` event or ``lease_not_found``).
+    EXPIRED = "expired"
+    #: The session was revoked.
+    REVOKED = "revoked"
+
+    def is_live(self) -> bool:
+        """Whether the session can be used: only LIVE."""
+        return self is SessionState.LIVE
+
+    def is_ended(self) -> bool:
+        """Whether the lease is known to be over: EXPIRED or REVOKED."""
+        return self in (SessionState.EXPIRED, SessionState.REVOKED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def check_ttl(agent: "AgentBase", ttl_ms: int) -> None:
+    """Refuses a TTL the keepalive settings cannot serve (:class:`ConfigError`)."""
+    config = agent.config
+    margin_ms = config.keepalive_margin_ms
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+        raise ConfigError(f"ttl_ms must be an integer, not {ttl_ms!r}")
+    if ttl_ms <= 2 * margin_ms:
+        raise ConfigError(
+            f"ttl_ms ({ttl_ms}) must be more than twice keepalive_margin_ms ({margin_ms}), "
+            "or the session would be in jeopardy before its second keepalive"
+        )
+    every_ms = config.keepalive_every_ms
+    if every_ms is not None and ttl_ms <= 2 * every_ms:
+        raise ConfigError(
+            f"ttl_ms ({ttl_ms}) must be more than twice keepalive_every_ms ({every_ms}): "
+            "one lost keepalive must not cost the lease"
+        )
+
+
+class SessionBase:
+    """What the threaded :class:`Session` and ``hivekeeper.aio.Session`` share: the state,
+    the deadline and the keepalive cadence (decided by :meth:`_step`), the claims, and the
+    bookkeeping around acquires. Each only sends and waits its own way."""
+
+    def __init__(
+        self,
+        agent: "AgentBase",
+        ttl_ms: int,
+        granted: Dict[str, Any],
+        sent: float,
+        on_lost: Optional[Callable[[SessionState], None]],
+    ) -> None:
+        lease = granted.get("lease")
+        if not isinstance(lease, str):
+            raise MalformedResponse(f"lease.grant succeeded without a `lease`: {granted}")
+        granted_ttl_ms = granted.get("ttl_ms", ttl_ms)
+        ttl_s = granted_ttl_ms / 1000.0
+        config = agent.config
+        #: The agent the lease belongs to.
+        self.agent = agent
+        #: The opaque lease id, as the service granted it.
+        self.lease: str = lease
+        #: The lease's TTL as the service granted it.
+        self.ttl_ms: int = granted_ttl_ms
+        #: Set while the session is not LIVE (jeopardy, expired, revoked); cleared if a
+        #: keepalive brings it back from jeopardy. ``session.lost.wait(t)`` races a critical
+        #: section against the loss.
+        self.lost = threading.Event()
+        #: Called by the keeper with each new state that is not LIVE.
+        self._on_lost = on_lost
+        #: How much earlier than the TTL the session gives up, seconds.
+        self._margin_s = min(config.keepalive_margin_ms / 1000.0, ttl_s / 2)
+        #: How often a keepalive goes out, seconds. The service may grant another TTL than
+        #: asked: the period follows the granted one.
+        every_ms = config.keepalive_every_ms
+        self._period_s = ttl_s / 3 if every_ms is None else min(every_ms / 1000.0, ttl_s / 2)
+        #: Everything below is guarded by the agent's condition.
+        self._cond = agent._shared.cond
+        #: The state; changed only through :meth:`_set_state`.
+        self._state = SessionState.LIVE
+        #: Send time (monotonic) of the last acknowledged keepalive (or the grant) + TTL - margin.
+        #: ``sent`` was taken before the grant's first send: the lease cannot have been
+        #: created earlier, so this is on the safe side even if a retry was answered.
+        self._deadline = sent + ttl_s - self._margin_s
+        #: When the next keepalive goes out (monotonic).
+        self._next_keepalive = sent + self._period_s
+        #: A lease end seen elsewhere (an event, a ``lease_not_found`` answer, a revoke) for the
+        #: keeper to apply.
+        self._end_requested: Optional[SessionState] = None
+        #: What this session holds or is acquiring: ``(kind, name)``. A second guard for a
+        #: hold would release it under the first one's feet.
+        self._claims: Set[Tuple[str, str]] = set()
+
+    def _register(self) -> None:
+        with self._cond:
+            self.agent._sessions.append(self)
+            self.agent._shared.event_handlers.append(self._on_event)
+        log.info("session granted: lease %s, ttl %d ms", self.lease, self.ttl_ms)
+
+    # -- what the session is ----------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        """The state right now."""
+        with self._cond:
+            return self._state
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(lease={self.lease!r}, ttl_ms={self.ttl_ms}, state={self.state})"
+        )
+
+    # -- acquiring: the parts before and after the request ------------------------------------
+
+    def _begin_acquire(
+        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
+    ) -> Tuple[str, Dict[str, Any], Patience, Abandon]:
+        """Claims the resource; the request's op, fields, patience and abandon plan."""
+        key = (kind, name)
+        with self._cond:
+            if not self._state.is_live():
+                raise SessionLost(self._state)
+            if key in self._claims:
+                raise AlreadyHeld(kind, name)
+            self._claims.add(key)
+        op = ACQUIRE_OP[kind]
+        fields: Dict[str, Any] = {"name": name, "lease": self.lease, **extra, "wait_ms": wait_ms}
+        abandon = Abandon(on_late=self._late_answer(kind, name), owner=self)
+        return op, fields, self.agent._patience_for(op, wait_ms), abandon
+
+    def _acquire_failed(self, kind: str, name: str, error: BaseException) -> None:
+        self._unclaim((kind, name))
+        if isinstance(error, LeaseNotFound):
+            self._request_end(SessionState.EXPIRED)
+
+    def _granted(self, kind: str, name: str, result: Dict[str, Any]) -> int:
+        """The grant's token; :class:`SessionLost` (and the grant given back) if the session
+        was lost meanwhile."""
+        token = result.get("token")
+        if isinstance(token, bool) or not isinstance(token, int):
+            self._unclaim((kind, name))
+            raise MalformedResponse(f"{ACQUIRE_OP[kind]} granted without a `token`: {result}")
+        with self._cond:
+            state = self._state
+        if not state.is_live():
+            self._unclaim((kind, name))
+            self._release_later(kind, name)
+            raise SessionLost(state)
+        return token
+
+    def _interrupt(self) -> Optional[HivekeeperError]:
+        """Ends an acquire's wait when the session is lost (called under the condition)."""
+        return None if self._state.is_live() else SessionLost(self._state)
+
+    def _late_answer(self, kind: str, name: str) -> Callable[[Response], None]:
+        """What to do with the answer of an acquire its caller left: release a grant."""
+
+        def on_late(response: Response) -> None:
+            # On the connection thread, condition held: never block here.
+            if response.ok and not self._state.is_ended():
+                log.debug("releasing the grant of an abandoned acquire of %s %r", kind, name)
+                self._release_later(kind, name)
+
+        return on_late
+
+    def _release_later(self, kind: str, name: str) -> None:
+        """Releases ``kind`` ``name`` in the background; never blocks (any thread)."""
+        raise NotImplementedError
+
+    def _unclaim(self, key: Tuple[str, str]) -> None:
+        with self._cond:
+            self._claims.discard(key)
+
+    # -- the keeper's decisions ---------------------------------------------------------------
+
+    def _request_end(self, state: SessionState) -> None:
+        """Asks the keeper to end the session (an expiry seen elsewhere, or a revoke)."""
+        with self._cond:
+            if self._end_requested is None:
+                self._end_requested = state
+            self.agent._shared.notify()
+
+    def _on_event(self, event: Dict[str, Any]) -> None:
+        # An operator's admin.revoke ends the lease as surely as an expiry.
+        if (
+            event.get("event") in ("lease.expired", "lease.revoked")
+            and event.get("lease") == self.lease
+        ):
+            self._request_end(SessionState.EXPIRED)
+
+    def _set_state(self, state: SessionState) -> None:
+        """Changes the state (condition held) and the :attr:`lost` event with it."""
+        self._state = state
+        if state.is_live():
+            self.lost.clear()
+        else:
+            self.lost.set()
+        self.agent._shared.notify()
+
+    def _step(self, now: float) -> Tuple[str, Optional[float]]:
+        """The keeper's next move (condition held): ``("end", None)``, ``("jeopardy", None)``,
+        ``("send", None)`` (a keepalive is due) or ``("wait", until)``."""
+        if self._end_requested is not None:
+            self._end(self._end_requested)
+            return "end", None
+        if self._state is SessionState.LIVE and now >= self._deadline:
+            log.warning(
+                "lease %s: no keepalive acknowledged in time: session in jeopardy", self.lease
+            )
+            self._set_state(SessionState.JEOPARDY)
+            return "jeopardy", None
+        if now >= self._next_keepalive:
+            # After a stall: one keepalive now and the cadence from there.
+            self._next_keepalive = max(self._next_keepalive + self._period_s, now)
+            return "send", None
+        wake = self._next_keepalive
+        if self._state is SessionState.LIVE:
+            wake = min(wake, self._deadline)
+        return "wait", wake
+
+    def _reported(self, state: SessionState, reported: SessionState) -> SessionState:
+        """Calls ``on_lost`` when ``state`` is a new state that is not LIVE; the keeper's
+        keeper thread or task calls it with no lock held."""
+        if state is not reported and not state.is_live() and self._on_lost is not None:
+            try:
+                self._on_lost(state)
+            except Exception:  # noqa: BLE001 - the application's callback must not stop the keeper
+                log.exception("on_lost callback failed")
+        return state
+
+    def _end(self, state: SessionState) -> None:
+        """Final state (condition held): stop listening for this lease."""
+        log.info("lease %s: session %s", self.lease, state)
+        self._set_state(state)
+        self._claims.clear()
+        shared = self.agent._shared
+        if self._on_event in shared.event_handlers:
+            shared.event_handlers.remove(self._on_event)
+        if self in self.agent._sessions:
+            self.agent._sessions.remove(self)
+        self.agent._forget_abandoned(self)
+
+    def _keepalive_patience(self) -> Patience:
+        """One attempt for a keepalive's whole useful life: its send time can move the deadline
+        only until TTL - margin (see the module doc)."""
+        useful_s = self.ttl_ms / 1000.0 - self._margin_s
+        return Patience(useful_s, useful_s)
+
+    def _keepalive_failed(self, error: HivekeeperError) -> None:
+        if isinstance(error, LeaseNotFound):
+            self._request_end(SessionState.EXPIRED)
+        else:
+            log.debug("lease %s: keepalive failed: %s", self.lease, error)
+
+    def _acked(self, sent: float) -> None:
+        """A keepalive sent at ``sent`` was acknowledged: the service received it after
+        ``sent``, so the lease lives at least until ``sent`` + TTL."""
+        with self._cond:
+            deadline = sent + self.ttl_ms / 1000.0 - self._margin_s
+            if deadline > self._deadline:
+                self._deadline = deadline
+            if self._state is SessionState.JEOPARDY and self._deadline > time.monotonic():
+                log.info("lease %s: keepalive acknowledged in time: session live again", self.lease)
+                self._set_state(SessionState.LIVE)
+            self.agent._shared.notify()
+
+
+def geometry(
+    lat: Optional[float],
+    lon: Optional[float],
+    radius_m: Optional[float],
+    alt_min_m: Optional[float],
+    alt_max_m: Optional[float],
+) -> Dict[str, Any]:
+    """A waypoint reservation's geometry fields (``None`` ones are left out of the request)."""
+    return {
+        "lat": lat,
+        "lon": lon,
+        "radius_m": radius_m,
+        "alt_min_m": alt_min_m,
+        "alt_max_m": alt_max_m,
+    }
+
+
+class Session(SessionBase):
+    """A lease held by this agent and kept alive in the background; locks, semaphore permits
+    and waypoint reservations are taken through it, each as a :class:`~hivekeeper.Guard`
+    carrying its fencing token.
+
+    Made by :meth:`Agent.session`. As a context manager, the lease is revoked when the block
+    ends (releasing everything it holds, in one log entry).
+    """
+
+    def __init__(
+        self,
+        agent: "Agent",
+        ttl_ms: int,
+        granted: Dict[str, Any],
+        sent: float,
+        on_lost: Optional[Callable[[SessionState], None]],
+    ) -> None:
+        super().__init__(agent, ttl_ms, granted, sent, on_lost)
+        #: The agent, typed as the threaded one.
+        self.agent: "Agent" = agent
+        #: The keeper thread: keepalives on their cadence, the deadline, the state.
+        self._keeper = threading.Thread(
+            target=self._keep, name=f"hivekeeper-session-{self.lease}", daemon=True
+        )
+
+    @staticmethod
+    def _grant(
+        agent: "Agent", ttl_ms: int, on_lost: Optional[Callable[[SessionState], None]]
+    ) -> "Session":
+        """``lease.grant``, then the keeper thread. See :meth:`Agent.session`."""
+        check_ttl(agent, ttl_ms)
+        sent = time.monotonic()
+        granted = agent.request("lease.grant", ttl_ms=ttl_ms)
+        session = Session(agent, ttl_ms, granted, sent, on_lost)
+        session._register()
+        session._keeper.start()
+        return session
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type: Optional[type], *_: object) -> None:
+        if exc_type is None:
+            self.revoke()
+            return
+        # The block failed: revoke, but do not hide its exception behind ours.
+        try:
+            self.revoke()
+        except HivekeeperError as error:
+            log.debug("revoke of lease %s failed (it will expire): %s", self.lease, error)
+
+    def revoke(self) -> None:
+        """Ends the lease now: the service releases everything it holds and drops its waits in
+        one log entry. Guards of this session become inert. Revoking a lease that is already
+        gone is a success."""
+        self._revoke(self.agent._patience_for("lease.revoke", None))
+
+    def _revoke(self, patience: Patience) -> None:
+        if self.state.is_ended():
+            return
+        try:
+            self.agent._call("lease.revoke", {"lease": self.lease}, patience)
+        except LeaseNotFound:
+            pass
+        self._request_end(SessionState.REVOKED)
+        if threading.current_thread() is not self._keeper:
+            self._keeper.join(timeout=5.0)
+
+    def wait_lost(self, timeout: Optional[float] = None) -> Optional[SessionState]:
+        """Blocks until the session is not LIVE (at most ``timeout`` seconds); returns that
+        state, or ``None`` if it stayed live."""
+        with self._cond:
+            if self._cond.wait_for(lambda: not self._state.is_live(), timeout):
+                return self._state
+            return None
+
+    # -- acquiring --------------------------------------------------------------------------
+
+    def lock(self, name: str, wait_ms: Optional[int] = None) -> "Guard":
+        """Takes the FIFO lock ``name``.
+
+        ``wait_ms=None`` waits in the service's queue while the session is live; ``0`` tries
+        once (:class:`~hivekeeper.WouldBlock` if taken); ``n`` waits at most ``n`` ms
+        (:class:`~hivekeeper.Timeout`). :class:`~hivekeeper.SessionLost` if the session stops
+        being live first."""
+        return self._acquire("lock", name, {}, wait_ms)
+
+    def semaphore(
+        self, name: str, limit: int, permits: int = 1, wait_ms: Optional[int] = None
+    ) -> "Guard":
+        """Takes ``permits`` of the counting semaphore ``name`` of capacity ``limit`` (the first
+        acquirer fixes it; another value is :class:`~hivekeeper.LimitMismatch`). ``wait_ms``
+        as for :meth:`lock`."""
+        return self._acquire("sem", name, {"limit": limit, "permits": permits}, wait_ms)
+
+    def waypoint(
+        self,
+        name: str,
+        lat: Optional[float] = None,
+        lon: Optional[float] = None,
+        radius_m: Optional[float] = None,
+        alt_min_m: Optional[float] = None,
+        alt_max_m: Optional[float] = None,
+        wait_ms: Optional[int] = None,
+    ) -> "Guard":
+        """Reserves the waypoint ``name`` and, with ``lat``/``lon``, the vertical cylinder of
+        ``radius_m`` around it between ``alt_min_m`` and ``alt_max_m`` (absent: unbounded).
+        It conflicts with a reservation of the same name, or one whose cylinder is closer than
+        the sum of the radii with an overlapping altitude band. ``wait_ms`` as for
+        :meth:`lock`."""
+        area = geometry(lat, lon, radius_m, alt_min_m, alt_max_m)
+        return self._acquire("waypoint", name, area, wait_ms)
+
+    def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
+        """``fence.check`` (see :meth:`Agent.fence_check`); needs no live session."""
+        return self.agent.fence_check(resource, token, kind)
+
+    def inspect(self, kind: str, name: str) -> Inspection:
+        """``inspect`` (see :meth:`Agent.inspect`); needs no live session."""
+        return self.agent.inspect(kind, name)
+
+    def _acquire(
+        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
+    ) -> "Guard":
+        from .guard import Guard
+
+        op, fields, patience, abandon = self._begin_acquire(kind, name, extra, wait_ms)
+        try:
+            result = self.agent._call(
+                op, fields, patience, interrupt=self._interrupt, abandon=abandon
+            )
+        except BaseException as error:
+            self._acquire_failed(kind, name, error)
+            raise
+        return Guard(self, kind, name, self._granted(kind, name, result))
+
+    def _release_later(self, kind: str, name: str) -> None:
+        threading.Thread(target=self._release_now, args=(kind, name), daemon=True).start()
+
+    def _release_now(self, kind: str, name: str) -> None:
+        try:
+            self.agent.request(RELEASE_OP[kind], name=name, lease=self.lease)
+        except HivekeeperError as error:
+            log.debug("background release of %s %r failed: %s", kind, name, error)
+
+    # -- the keeper -------------------------------------------------------------------------
+
+    def _keep(self) -> None:
+        """The keeper thread: waits as :meth:`_step` says, sends keepalives on their own
+        threads, reports losses."""
+        reported = SessionState.LIVE
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    action, until = self._step(now)
+                    if action != "wait" or until is None:
+                        break
+                    self._cond.wait(until - now)
+                state = self._state
+            if action == "send":
+                threading.Thread(target=self._keepalive, daemon=True).start()
+            reported = self._reported(state, reported)
+            if state.is_ended():
+                return
+
+    def _keepalive(self) -> None:
+        """One keepalive, under its own request id, retried only across lost connections."""
+        sent = time.monotonic()
+        try:
+            self.agent._call("lease.keepalive", {"lease": self.lease}, self._keepalive_patience())
+        except HivekeeperError as error:
+            self._keepalive_failed(error)
+            return
+        self._acked(sent)

@@ -1,0 +1,525 @@
+//! `hivekeeper nemesis`: a cluster of real `hivekeeper serve` processes, workloads through
+//! real SDK clients over MQTT, faults on a schedule, and the whole history checked at the end.
+//!
+//! ```text
+//!  local_cluster::Cluster::start ── N members (network namespaces when partitions are asked
+//!        │                          for, libfaketime for clock faults, tmpfs for disk-full)
+//!  workloads, all through the run (workload.rs, client.rs):
+//!        register/mutex agents ── fenced store (store.rs)      ┐
+//!        semaphore agents, lease agents, the pausable client   ├─▶ history (history.rs)
+//!  schedule: quiet ─▶ inject ─▶ hold ─▶ undo ─▶ recovered      ┘   + one window per fault
+//!        (faults.rs; every class in turn until --duration-s)
+//!  stop ─▶ check.rs (register, mutex, semaphore, leases) + availability per window
+//!       ─▶ report (table or --json); exit status 1 on any anomaly or harness error
+//! ```
+//!
+//! Bounded: the faults stop at `--duration-s`, the workloads a few seconds later, every wait
+//! for the cluster is bounded (30 s), and the cluster (processes, namespaces, mounts, files) is
+//! stopped and removed when the run ends, whatever its outcome.
+
+mod availability;
+mod check;
+mod client;
+mod faults;
+mod history;
+mod store;
+mod workload;
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+pub use client::{ClientArgs, child as client_child};
+use faults::{FaultKind, Tools};
+use history::{Recorder, Timeline};
+use store::FencedStore;
+use workload::Context;
+
+use crate::local_cluster::{Cluster, LIBFAKETIME, Options};
+
+/// Flags of `hivekeeper nemesis`.
+#[derive(Debug, Args)]
+pub struct NemesisArgs {
+    /// Members of the cluster it starts (3 or 5).
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// How long faults are injected, seconds; the workloads run a few seconds more.
+    #[arg(long, default_value_t = 120)]
+    duration_s: u64,
+    /// The fault classes to cycle through, comma-separated. Default: every class this machine
+    /// can run (partitions and disk-full need root, clock faults Debian's `faketime`); the
+    /// report lists the ones left out and why.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    faults: Vec<FaultKind>,
+    /// How long each fault lasts, seconds: longer than an election timeout and than --ttl-ms.
+    #[arg(long, default_value_t = 5)]
+    fault_s: u64,
+    /// Quiet time before each fault, seconds.
+    #[arg(long, default_value_t = 3)]
+    quiet_s: u64,
+    /// The clients' lease TTL, ms.
+    #[arg(long, default_value_t = 3_000)]
+    ttl_ms: u64,
+    /// How far the clock faults move a wall clock, seconds (more than the TTL).
+    #[arg(long, default_value_t = 30)]
+    clock_jump_s: i64,
+    /// Locks of the fenced-register workload (one register each).
+    #[arg(long, default_value_t = 3)]
+    locks: usize,
+    /// Agents of the fenced-register workload, spread over the locks and the members.
+    #[arg(long, default_value_t = 9)]
+    lock_agents: usize,
+    /// Agents of the semaphore workload (one semaphore).
+    #[arg(long, default_value_t = 4)]
+    sem_agents: usize,
+    /// The semaphore's limit.
+    #[arg(long, default_value_t = 2)]
+    sem_limit: u32,
+    /// Agents of the lease workload.
+    #[arg(long, default_value_t = 3)]
+    lease_agents: usize,
+    /// How long a holder keeps what it got, ms.
+    #[arg(long, default_value_t = 20)]
+    hold_ms: u64,
+    /// How long an acquire waits in the queue, ms.
+    #[arg(long, default_value_t = 4_000)]
+    wait_ms: u64,
+    /// Seed of the random choices (which member, which side); default: from the clock.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Write every record of the run (holds, writes, leases, waits; times in µs since the
+    /// run's start) to this file as JSON, for a closer look at a window.
+    #[arg(long, value_name = "FILE")]
+    history: Option<std::path::PathBuf>,
+    /// Keep the members' data and logs (under the temporary directory; the report names it).
+    /// They are always kept when the run finds an anomaly or an error.
+    #[arg(long)]
+    keep_logs: bool,
+}
+
+/// One fault as it happened, and what the clients saw around it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    /// The fault class.
+    pub fault: FaultKind,
+    /// Which members (or client) it hit.
+    pub target: String,
+    /// When it was injected, ms into the run.
+    pub inject_ms: f64,
+    /// When it was undone.
+    pub undo_ms: f64,
+    /// When the cluster had a leader again with every member up.
+    pub recovered_ms: f64,
+    /// The longest time from the injection to the recovery + 1 s without a grant to anyone.
+    pub longest_no_grant_ms: f64,
+    /// The longest any acquire sent in that span took to be answered (queueing included).
+    pub longest_wait_ms: f64,
+    /// Per member, the longest time the probes connected to it (each an uncontended try-lock
+    /// every 100 ms) went without a grant in that span: the service's own unavailability;
+    /// `None` when no probe was connected there.
+    pub probe_gap_ms: Vec<Option<f64>>,
+    /// The largest `probe_gap_ms` among members the fault did not hit (killed, paused or cut
+    /// off): what a client of the majority saw.
+    pub majority_probe_gap_ms: f64,
+    /// The longest the probes homed on members the fault hit waited for any answer (a grant,
+    /// or an error such as `unavailable`) to one try-lock; `None` when it hit no member.
+    pub hit_probe_answer_ms: Option<f64>,
+    /// Acquires sent in that span, by outcome.
+    pub outcomes: std::collections::BTreeMap<String, u64>,
+    /// `pause-client`: from the pause to the next grant of its lock to another agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_ms: Option<f64>,
+    /// A member that exited by itself, with its status (a full disk's member is expected to).
+    pub exited: Vec<String>,
+}
+
+/// The run's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct NemesisReport {
+    /// Members.
+    pub members: usize,
+    /// The seed of the random choices.
+    pub seed: u64,
+    /// Wall-clock time of the run's start (Unix ms), to match the members' logs.
+    pub wall_start_ms: u64,
+    /// Fault classes left out, with why.
+    pub not_run: Vec<String>,
+    /// Every fault.
+    pub windows: Vec<Window>,
+    /// The checks.
+    pub checks: check::Verdicts,
+    /// The registers' final values.
+    pub registers: std::collections::BTreeMap<String, u64>,
+    /// Problems of the run itself (a cluster that did not recover, a workload that failed).
+    pub errors: Vec<String>,
+    /// Anomalies + errors: non-zero fails the run.
+    pub anomalies: u64,
+    /// Where the members' data and logs were kept, if they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<String>,
+}
+
+/// Runs `hivekeeper nemesis`.
+pub fn run(args: NemesisArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let json = args.json;
+    let report = runtime.block_on(nemesis(args))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    } else {
+        print_table(&report);
+    }
+    anyhow::ensure!(
+        report.anomalies == 0,
+        "{} anomalies or errors (see the report)",
+        report.anomalies
+    );
+    Ok(())
+}
+
+/// Whether this process runs as root (network namespaces, mounts).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The classes to run, and the ones left out with why.
+fn plan(asked: &[FaultKind]) -> anyhow::Result<(Vec<FaultKind>, Vec<String>)> {
+    let root = is_root();
+    let faketime = Path::new(LIBFAKETIME).exists();
+    let why_not = |kind: FaultKind| {
+        if kind.needs_root() && !root {
+            Some("needs root (network namespaces, tmpfs)")
+        } else if kind.needs_faketime() && !faketime {
+            Some("needs Debian's faketime (libfaketime)")
+        } else {
+            None
+        }
+    };
+    if asked.is_empty() {
+        let mut run = Vec::new();
+        let mut not_run = Vec::new();
+        for kind in FaultKind::ALL {
+            match why_not(kind) {
+                Some(why) => not_run.push(format!("{}: {why}", kind.name())),
+                None => run.push(kind),
+            }
+        }
+        return Ok((run, not_run));
+    }
+    for &kind in asked {
+        if let Some(why) = why_not(kind) {
+            anyhow::bail!("fault {} {why}", kind.name());
+        }
+    }
+    Ok((asked.to_vec(), Vec::new()))
+}
+
+async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
+    anyhow::ensure!(
+        args.members >= 3,
+        "--members must be at least 3 (a majority must survive one fault)"
+    );
+    anyhow::ensure!(
+        args.locks >= 1 && args.lock_agents >= 1,
+        "--locks and --lock-agents must be at least 1"
+    );
+    anyhow::ensure!(args.sem_limit >= 1, "--sem-limit must be at least 1");
+    let (kinds, not_run) = plan(&args.faults)?;
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let run_id = format!("nem{}x{}", std::process::id(), seed % 10_000);
+    let options = Options {
+        size: args.members,
+        netns: kinds
+            .iter()
+            .any(|k| k.needs_root() && *k != FaultKind::DiskFull),
+        faketime: kinds.iter().any(|k| k.needs_faketime()),
+        tmpfs_mib: kinds.contains(&FaultKind::DiskFull).then_some(128),
+        extra_args: Vec::new(),
+    };
+    let root = std::env::temp_dir().join(format!("hivekeeper-{run_id}"));
+    let mut cluster = Cluster::start(root, &options).await?;
+    let wall_start_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let timeline = Timeline::start();
+    let recorder = Recorder::default();
+    let store = FencedStore::new(recorder.clone(), timeline);
+    let faults_until = Instant::now() + Duration::from_secs(args.duration_s);
+    let ctx = Context {
+        brokers: cluster.brokers(),
+        run: run_id.clone(),
+        ttl_ms: args.ttl_ms,
+        wait_ms: args.wait_ms,
+        hold_ms: args.hold_ms,
+        stop_at: faults_until + Duration::from_secs(args.quiet_s.max(3)),
+        timeline,
+        recorder: recorder.clone(),
+    };
+    let locks: Vec<String> = (0..args.locks)
+        .map(|i| format!("{run_id}-lock{i}"))
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..args.lock_agents {
+        let lock = locks[i % locks.len()].clone();
+        // Each lock's agents on different members (agent i on lock i mod L would otherwise
+        // put all of a lock's agents on one member when L = N).
+        let home = (i + i / locks.len()) % args.members;
+        tasks.spawn(workload::register(
+            ctx.clone(),
+            store.clone(),
+            i,
+            lock,
+            home,
+        ));
+    }
+    let semaphore = format!("{run_id}-sem");
+    for i in 0..args.sem_agents {
+        tasks.spawn(workload::semaphore(
+            ctx.clone(),
+            i,
+            semaphore.clone(),
+            args.sem_limit,
+        ));
+    }
+    for i in 0..args.lease_agents {
+        tasks.spawn(workload::lease(ctx.clone(), i));
+    }
+    for home in 0..args.members {
+        tasks.spawn(workload::probe(ctx.clone(), home));
+    }
+    tasks.spawn(workload::observer(ctx.clone(), semaphore.clone()));
+    let (pause_tx, pause_rx) = mpsc::channel(1);
+    let paused_lock = locks[0].clone();
+    let pausable = client::PausableClient::start(
+        ctx.clone(),
+        store.clone(),
+        paused_lock.clone(),
+        1 % args.members,
+        pause_rx,
+    )?;
+
+    let mut windows = Vec::new();
+    let mut errors = Vec::new();
+    let fault_time = Duration::from_secs(args.quiet_s + args.fault_s);
+    let mut next = 0;
+    while Instant::now() + fault_time < faults_until && !kinds.is_empty() {
+        let kind = kinds[next % kinds.len()];
+        next += 1;
+        tokio::time::sleep(Duration::from_secs(args.quiet_s)).await;
+        let inject_us = timeline.now_us();
+        let tools = Tools {
+            rng: &mut rng,
+            pause_client: &pause_tx,
+            hold: Duration::from_secs(args.fault_s),
+            clock_jump_s: args.clock_jump_s,
+        };
+        let injected = match faults::inject(kind, &mut cluster, tools).await {
+            Ok(injected) => injected,
+            Err(error) => {
+                errors.push(format!("injecting {}: {error:#}", kind.name()));
+                continue;
+            }
+        };
+        // A pause-client counts its hold from the stop; the others from now.
+        tokio::time::sleep(Duration::from_secs(args.fault_s)).await;
+        let undo_us = timeline.now_us();
+        if let Err(error) = faults::undo(&injected.undo, &mut cluster) {
+            errors.push(format!("undoing {}: {error:#}", kind.name()));
+        }
+        let mut exited = Vec::new();
+        let recovered_us = match recover(&mut cluster, kind, &mut exited, &mut errors).await {
+            Ok(()) => timeline.now_us(),
+            Err(error) => {
+                errors.push(format!("after {}: {error:#}", kind.name()));
+                timeline.now_us()
+            }
+        };
+        windows.push((kind, injected, inject_us, undo_us, recovered_us, exited));
+    }
+    drop(pause_tx);
+
+    // The workloads end at ctx.stop_at; a request in flight then ends within its deadline.
+    let join_by = ctx.stop_at + Duration::from_secs(40);
+    while let Ok(Some(joined)) = tokio::time::timeout_at(join_by, tasks.join_next()).await {
+        if let Err(error) = joined {
+            errors.push(format!("a workload task failed: {error}"));
+        }
+    }
+    if !tasks.is_empty() {
+        errors.push(format!(
+            "{} workload tasks did not stop in time",
+            tasks.len()
+        ));
+        tasks.abort_all();
+    }
+    match tokio::time::timeout_at(join_by, pausable).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => errors.push(format!("the pausable client: {error:#}")),
+        Ok(Err(error)) => errors.push(format!("the pausable client's driver: {error}")),
+        Err(_) => errors.push("the pausable client did not stop in time".into()),
+    }
+    let end_us = timeline.now_us();
+    let history = recorder.take();
+    if let Some(path) = &args.history {
+        let text = serde_json::to_string(&history).context("encoding the history")?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let checks = check::check(&history, args.sem_limit);
+    let windows: Vec<Window> = windows
+        .into_iter()
+        .map(
+            |(fault, injected, inject_us, undo_us, recovered_us, exited)| {
+                availability::window(
+                    &history,
+                    availability::Span {
+                        fault,
+                        target: injected.target,
+                        hit: injected.hit,
+                        inject_us,
+                        undo_us,
+                        recovered_us,
+                        end_us,
+                        exited,
+                        members: args.members,
+                        paused_lock: &paused_lock,
+                    },
+                )
+            },
+        )
+        .collect();
+    let anomalies = checks.anomalies() + errors.len() as u64;
+    let logs =
+        (anomalies > 0 || args.keep_logs).then(|| cluster.keep_files().display().to_string());
+    drop(cluster);
+    Ok(NemesisReport {
+        members: args.members,
+        seed,
+        wall_start_ms,
+        not_run,
+        windows,
+        checks,
+        registers: store.values().into_iter().collect(),
+        errors,
+        anomalies,
+        logs,
+    })
+}
+
+/// Waits until every member answers and one leads, at most 30 s. A member that exited by
+/// itself is noted and started again (an error, but for `disk-full`, whose member stops at its
+/// next write, which may come only after the disk was freed).
+async fn recover(
+    cluster: &mut Cluster,
+    kind: FaultKind,
+    exited: &mut Vec<String>,
+    errors: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for member in &mut cluster.members {
+            if let Some(status) = member.exited() {
+                exited.push(format!("{}: {status}", member.name));
+                if kind != FaultKind::DiskFull {
+                    errors.push(format!(
+                        "member {} exited during {} ({status}); its log: {}",
+                        member.name,
+                        kind.name(),
+                        member.log().display()
+                    ));
+                }
+                member.spawn()?;
+            }
+        }
+        let mut up = true;
+        for member in &cluster.members {
+            up &= crate::local_cluster::scrape(member.metrics).await.is_some();
+        }
+        if up && cluster.leader_now().await.is_some() {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the cluster had no leader with every member up within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn print_table(report: &NemesisReport) {
+    println!(
+        "nemesis: {} members, seed {}, {} faults",
+        report.members,
+        report.seed,
+        report.windows.len()
+    );
+    println!(
+        "{:<20} {:<30} {:>10} {:>12} {:>10} {:>10}",
+        "fault", "target", "no grant", "longest wait", "majority", "reclaim"
+    );
+    for window in &report.windows {
+        println!(
+            "{:<20} {:<30} {:>8.0}ms {:>10.0}ms {:>8.0}ms {:>10}",
+            window.fault.name(),
+            window.target,
+            window.longest_no_grant_ms,
+            window.longest_wait_ms,
+            window.majority_probe_gap_ms,
+            window
+                .reclaim_ms
+                .map_or(String::from("-"), |ms| format!("{ms:.0}ms"))
+        );
+    }
+    let checks = &report.checks;
+    for (name, verdict) in [
+        ("register", &checks.register),
+        ("mutex", &checks.mutex),
+        ("semaphore", &checks.semaphore),
+        ("leases", &checks.leases),
+        ("answers", &checks.answers),
+    ] {
+        println!(
+            "check {name:<10} {:>6} ops  {} anomalies",
+            verdict.ops, verdict.anomalies
+        );
+        for sample in &verdict.samples {
+            println!("    {sample}");
+        }
+    }
+    for line in &report.not_run {
+        println!("not run: {line}");
+    }
+    for error in &report.errors {
+        println!("error: {error}");
+    }
+    println!("anomalies: {}", report.anomalies);
+    if let Some(logs) = &report.logs {
+        println!("members' logs: {logs}");
+    }
+}
