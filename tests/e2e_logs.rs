@@ -158,3 +158,44 @@ async fn a_stopped_member_is_one_warn_by_name_and_openrafts_read_errors_are_not_
     })
     .await;
 }
+
+/// A leader whose followers are both gone says so once (`quorum lost`), and once more when
+/// one of them is back (`quorum regained`). A leader that steps down instead (a node may give
+/// up leadership without a quorum) says `no longer leading`: either way, one line, no repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_says_once_that_it_lost_its_quorum_and_once_that_it_is_back() {
+    let mut cluster = ProcessCluster::start(3, &[]).await;
+    let leader = cluster.leader(30).await;
+    let before = cluster.nodes[leader].log_tail(usize::MAX).lines().count();
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for follower in &followers {
+        cluster.nodes[*follower].kill9();
+    }
+    let count = |cluster: &ProcessCluster, needle: &str| {
+        cluster.nodes[leader]
+            .log_tail(usize::MAX)
+            .lines()
+            .skip(before)
+            .filter(|line| line.contains(needle))
+            .count()
+    };
+    eventually(20, "the quorum lost (or stepped down) line", || async {
+        count(&cluster, "quorum lost: no majority of voters") == 1
+            || count(&cluster, "no longer leading") >= 1
+    })
+    .await;
+    // Still without a quorum a while later: no repeat.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(count(&cluster, "quorum lost") <= 1);
+    let stepped_down = count(&cluster, "no longer leading") >= 1;
+    cluster.nodes[followers[0]].restart().await;
+    if !stepped_down {
+        eventually(30, "the quorum regained (or stepped down) line", || async {
+            count(&cluster, "quorum regained: a majority of voters answers") == 1
+                || count(&cluster, "no longer leading") >= 1
+        })
+        .await;
+    }
+    assert!(count(&cluster, "quorum lost") <= 1);
+    assert!(count(&cluster, "quorum regained") <= 1);
+}
