@@ -8,6 +8,7 @@ mod certs;
 mod client_tls;
 mod exposure;
 mod local_cluster;
+mod log;
 mod metrics_port;
 mod nemesis;
 mod process_metrics;
@@ -38,10 +39,14 @@ enum Command {
     Status(admin::StatusArgs),
     /// Who holds a lock, semaphore or waypoint (tokens, lease time left) and who waits, in order.
     Inspect(admin::InspectArgs),
-    /// Every live lease: id, agent, TTL and time left.
+    /// The resources in use (locks, semaphores, waypoints), with how many hold and wait for
+    /// each: find a name for `inspect`.
+    Ls(admin::LsArgs),
+    /// Every live lease (or one agent's, --agent): id, agent, TTL and time left.
     Leases(admin::LeasesArgs),
-    /// End any agent's lease now (an operator's force-release): what it held goes to the next
-    /// waiters, with higher tokens, and the agent is told.
+    /// End any agent's lease now, or every lease of one agent (--agent), an operator's
+    /// force-release: what it held goes to the next waiters, with higher tokens, and the agent
+    /// is told.
     Revoke(admin::RevokeArgs),
     /// The cluster's members: list them, add one (learner, then voter once caught up), remove one.
     Member(admin::MemberArgs),
@@ -50,7 +55,7 @@ enum Command {
     /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
-    /// reclaim, scale.
+    /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses).
     Bench(bench::BenchArgs),
     /// Fault testing: start a cluster of `serve` processes on this machine, run workloads through
     /// real SDK clients, inject faults (kill, pause, partition, clock jumps, full disk) on a
@@ -64,6 +69,13 @@ enum Command {
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
     Certs(certs::CertsArgs),
+    /// Print a shell completion script: `hivekeeper completions bash > /etc/bash_completion.d/hivekeeper`
+    /// (also zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Flags of `hivekeeper serve`.
@@ -76,9 +88,10 @@ pub struct ServeArgs {
     /// disk: every grant waits for its fsync.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Address of the embedded MQTT broker (MQTT 3.1.1). Loopback by default: give
-    /// 0.0.0.0:1883 to accept agents from the network.
-    #[arg(long, value_name = "ADDR", conflicts_with = "mqtt_url")]
+    /// Address of the embedded MQTT broker (MQTT 3.1.1): an IP address or a hostname
+    /// (`localhost:1883`), and a port. Loopback by default: give 0.0.0.0:1883 to accept agents
+    /// from the network.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "mqtt_url", value_parser = serve::parse_listen)]
     mqtt_listen: Option<SocketAddr>,
     /// PEM certificate chain for the agent endpoint: with --mqtt-tls-key, it speaks MQTT over
     /// TLS only (`mode.tls_cert` in the config file).
@@ -105,8 +118,9 @@ pub struct ServeArgs {
     /// Topic prefix: agents use {prefix}/req/{agent}, {prefix}/rsp/{agent}, {prefix}/evt/{agent}.
     #[arg(long, value_name = "PREFIX")]
     topic_prefix: Option<String>,
-    /// Address of the metrics port: Prometheus /metrics, and /health and /ready for probes.
-    #[arg(long, value_name = "ADDR")]
+    /// Address of the metrics port: Prometheus /metrics, and /health and /ready for probes
+    /// (an IP address or a hostname, and a port).
+    #[arg(long, value_name = "HOST:PORT", value_parser = serve::parse_listen)]
     metrics_listen: Option<SocketAddr>,
     /// This node's name in a cluster (etcd's --name); it must appear in --initial-cluster.
     /// Without it the node runs alone.
@@ -123,7 +137,7 @@ pub struct ServeArgs {
     initial_cluster_state: Option<ClusterStateArg>,
     /// Listen for peers here instead of at this node's --initial-cluster address (e.g.
     /// 0.0.0.0:7401 while peers dial 10.0.0.5:7401).
-    #[arg(long, value_name = "ADDR", requires = "name")]
+    #[arg(long, value_name = "HOST:PORT", requires = "name", value_parser = serve::parse_listen)]
     peer_listen: Option<SocketAddr>,
     /// Requests a second one agent may send to this node (a token bucket per agent; past it
     /// the answer is `rate_limited`). 0 turns the limit off. Default 2000 (`[node]
@@ -154,6 +168,14 @@ pub struct ServeArgs {
     /// a certificate of this CA naming a member of the current configuration.
     #[arg(long, value_name = "FILE", requires = "peer_tls_cert")]
     peer_ca: Option<PathBuf>,
+    /// The least severe log level written: error, warn, info, debug or trace. `RUST_LOG`, when
+    /// set, overrides it (e.g. `RUST_LOG=info,openraft=debug`).
+    #[arg(long, value_name = "LEVEL", value_enum, default_value_t = log::LogLevel::Info)]
+    log_level: log::LogLevel,
+    /// `text` (one line per event) or `json` (one JSON object per line). Either way a WARN or
+    /// ERROR line that repeats is written once a minute, with a `suppressed` count of the rest.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = log::LogFormat::Text)]
+    log_format: log::LogFormat,
 }
 
 /// `--initial-cluster-state`.
@@ -170,31 +192,21 @@ fn main() -> std::process::ExitCode {
     // The admin commands print their own one-line errors; the SDK's reconnect chatter would
     // only bury them. The bench runs thousands of SDK agents, each logging its session at info:
     // by default only warnings, so the report is not buried.
-    let default_filter = match cli.command {
-        // openraft logs every failed replication RPC and heartbeat to a dead peer (four lines
-        // every 75 ms); the transport reports an outage once, every 30 s, and when it ends.
-        // rustls warns for every client that sends an IP address as SNI (mosquitto_pub
-        // does); failed handshakes are counted in hivekeeper_endpoint_tls_handshake_failures_total.
-        Command::Serve(_) => {
-            "info,openraft=warn,openraft::replication=off,\
-             openraft::engine::handler::replication_handler=error,rustls=error"
-        }
-        Command::Bench(_) => "warn",
+    let (default_filter, format) = match &cli.command {
+        Command::Serve(args) => (log::serve_filter(args.log_level), args.log_format),
+        Command::Bench(_) => ("warn".to_string(), log::LogFormat::Text),
         // Its SDK clients warn at every jeopardy and reconnect, which faults cause by design.
-        Command::Nemesis(_) | Command::NemesisClient(_) => "error",
-        _ => "error",
+        Command::Nemesis(_) | Command::NemesisClient(_) => {
+            ("error".to_string(), log::LogFormat::Text)
+        }
+        _ => ("error".to_string(), log::LogFormat::Text),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    log::init(&default_filter, format);
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Status(args) => admin::status(args),
         Command::Inspect(args) => admin::inspect(args),
+        Command::Ls(args) => admin::ls(args),
         Command::Leases(args) => admin::leases(args),
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),
@@ -207,12 +219,76 @@ fn main() -> std::process::ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|runtime| runtime.block_on(nemesis::client_child(args))),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "hivekeeper",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("hivekeeper: {error:#}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `hivekeeper bench --help` names every scenario in its summary, and so does `--help`.
+    #[test]
+    fn the_bench_summary_names_every_scenario() {
+        let cli = Cli::command();
+        let bench = cli.find_subcommand("bench").expect("bench");
+        let about = bench.get_about().expect("a summary").to_string();
+        let scenarios: Vec<&str> = bench.get_subcommands().map(|s| s.get_name()).collect();
+        assert_eq!(
+            scenarios,
+            [
+                "uncontended",
+                "contended",
+                "semaphore",
+                "reclaim",
+                "scale",
+                "failover"
+            ]
+        );
+        for scenario in scenarios {
+            assert!(about.contains(scenario), "{scenario} missing from: {about}");
+        }
+    }
+
+    /// The completion script knows the subcommands and the flags, in each shell asked for.
+    #[test]
+    fn completions_cover_the_commands_in_bash_zsh_and_fish() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "hivekeeper", &mut script);
+            let script = String::from_utf8(script).expect("UTF-8");
+            for word in [
+                "serve",
+                "ls",
+                "inspect",
+                "completions",
+                "log-format",
+                "brokers",
+            ] {
+                assert!(script.contains(word), "{shell}: no {word}");
+            }
         }
     }
 }

@@ -67,7 +67,8 @@ pub struct AuthConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// Listen address; loopback by default.
+    /// Listen address; loopback by default. A hostname is resolved when the file is read.
+    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize")]
     pub listen: SocketAddr,
 }
 
@@ -77,6 +78,12 @@ impl Default for MetricsConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464),
         }
     }
+}
+
+/// A listen address from the command line (`hivekeeper_coordinator::listen::resolve`: an IP
+/// address or a hostname, and a port).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    hivekeeper_coordinator::listen::resolve(text)
 }
 
 /// Defaults, then the file, then the flags.
@@ -213,7 +220,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics.listen)
         .await
-        .with_context(|| format!("serving /metrics on {}", config.metrics.listen))?;
+        .with_context(|| {
+            format!(
+                "serving /metrics on {} (give another --metrics-listen, or `listen` in the \
+                 config file's [metrics])",
+                config.metrics.listen
+            )
+        })?;
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
@@ -457,6 +470,60 @@ mod tests {
             .expect("hivekeeper.example.toml parses");
         let defaults = ServeConfig::default();
         assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn listen_flags_take_hostnames_as_well_as_addresses() {
+        let args = serve_args(&[
+            "--mqtt-listen",
+            "localhost:18830",
+            "--metrics-listen",
+            "127.0.0.1:19464",
+        ])
+        .expect("parses");
+        let config = super::load(args).expect("loads");
+        let hivekeeper_mqtt::Mode::Embedded(embedded) = &config.mqtt.mode else {
+            panic!("the agent endpoint");
+        };
+        assert_eq!(embedded.listen.to_string(), "127.0.0.1:18830");
+        assert_eq!(config.metrics.listen.to_string(), "127.0.0.1:19464");
+        assert_eq!(
+            super::parse_listen("[::1]:1883").map(|addr| addr.to_string()),
+            Ok("[::1]:1883".to_string())
+        );
+        for bad in [
+            "localhost",
+            "localhost:http",
+            ":1883",
+            "no-such-host.invalid:1883",
+        ] {
+            let error = serve_args(&["--mqtt-listen", bad]).expect_err(bad);
+            assert!(error.to_string().contains(bad), "{bad}: {error}");
+        }
+    }
+
+    /// The config file's listen keys take hostnames too.
+    #[test]
+    fn config_listen_keys_take_hostnames() {
+        let config: ServeConfig = toml::from_str(
+            "[mqtt.mode]\nkind = \"embedded\"\nlisten = \"localhost:1883\"\n[metrics]\nlisten = \"localhost:9464\"\n\
+             [node.cluster]\nname = \"n1\"\ninitial_cluster = \"n1=127.0.0.1:7401\"\n\
+             peer_listen = \"localhost:7401\"\n",
+        )
+        .expect("parses");
+        let hivekeeper_mqtt::Mode::Embedded(embedded) = &config.mqtt.mode else {
+            panic!("the agent endpoint");
+        };
+        assert_eq!(embedded.listen.to_string(), "127.0.0.1:1883");
+        assert_eq!(config.metrics.listen.to_string(), "127.0.0.1:9464");
+        let cluster = config.node.cluster.expect("a member");
+        assert_eq!(
+            cluster.peer_listen.map(|addr| addr.to_string()),
+            Some("127.0.0.1:7401".into())
+        );
+        let error = toml::from_str::<ServeConfig>("[metrics]\nlisten = \"localhost\"\n")
+            .expect_err("no port");
+        assert!(error.to_string().contains("is not HOST:PORT"), "{error}");
     }
 
     #[test]

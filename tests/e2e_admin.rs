@@ -11,17 +11,23 @@ use hivekeeper_agent::SessionState;
 use hivekeeper_agent::protocol::Event;
 use serde_json::{Value, json};
 
+/// `hivekeeper ARGS --broker BROKER`.
+fn cli_at(
+    broker: &str,
+    args: &[&str],
+) -> impl std::future::Future<Output = common::CliRun> + use<> {
+    let mut all: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    all.extend(["--broker".to_string(), broker.to_string()]);
+    async move { run_cli(&all.iter().map(String::as_str).collect::<Vec<_>>()).await }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_leases_and_revoke_hand_a_stuck_lock_to_the_next_waiter() {
     let dir = tempfile::tempdir().expect("temp data dir");
     let node = Node::start(dir.path()).await;
     let port = node.mqtt_port();
     let broker = format!("127.0.0.1:{port}");
-    let cli = |args: &[&str]| {
-        let mut all: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
-        all.extend(["--broker".to_string(), broker.clone()]);
-        async move { run_cli(&all.iter().map(String::as_str).collect::<Vec<_>>()).await }
-    };
+    let cli = |args: &[&str]| cli_at(&broker, args);
 
     // drone-a holds the lock through the SDK; drone-b then drone-c queue behind it.
     let observer = agent("observer", port).await;
@@ -313,4 +319,204 @@ async fn inspect_of_a_queue_too_long_for_one_packet_lists_the_first_waiters_and_
         "{more:?} not in:\n{}",
         shown.stdout
     );
+}
+
+/// Discovery: `ls` lists what is in use with holder and waiter counts (filtered and cut by
+/// `--limit`), `leases --agent` one agent's leases, `inspect` a waypoint's cylinder and how
+/// long each has held or waited, and `revoke --agent` ends every lease of an agent, saying
+/// which, after which the next waiter holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_leases_and_revoke_by_agent_find_and_free_what_an_agent_holds() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let broker = format!("127.0.0.1:{port}");
+    let cli = |args: &[&str]| cli_at(&broker, args);
+    let ok = |answer: Value| assert_eq!(answer["ok"], true, "{answer}");
+
+    // drone-a: door/1 under one lease; door/2, 1 of 4 chargers and pad-1 under another.
+    // drone-b: 2 chargers, and it waits for door/2.
+    let mut a = Raw::connect(port, "drone-a").await;
+    let mut b = Raw::connect(port, "drone-b").await;
+    let a1 = a.grant("g1", 60_000).await;
+    let a2 = a.grant("g2", 60_000).await;
+    let lease_b = b.grant("g", 60_000).await;
+    ok(
+        a.call(json!({"id": "1", "op": "lock.acquire", "name": "door/1", "lease": a1}))
+            .await,
+    );
+    ok(
+        a.call(json!({"id": "2", "op": "lock.acquire", "name": "door/2", "lease": a2}))
+            .await,
+    );
+    ok(a.call(
+        json!({"id": "3", "op": "sem.acquire", "name": "chargers", "limit": 4, "lease": a2}),
+    )
+    .await);
+    ok(a.call(
+        json!({"id": "4", "op": "waypoint.reserve", "name": "pad-1", "lease": a2,
+                     "lat": 51.5, "lon": -0.1, "radius_m": 3.0, "alt_max_m": 120.0}),
+    )
+    .await);
+    ok(b.call(json!({"id": "1", "op": "sem.acquire", "name": "chargers", "limit": 4, "lease": lease_b, "permits": 2})).await);
+    b.send(
+        json!({"id": "2", "op": "lock.acquire", "name": "door/2", "lease": lease_b}).to_string(),
+    )
+    .await;
+    let observer = agent("observer", port).await;
+    wait_for_waiters(&observer, "door/2", &["drone-b".into()]).await;
+
+    let listed = cli(&["ls"]).await;
+    assert!(listed.success, "{}", listed.stderr);
+    assert_eq!(
+        listed.stdout,
+        "KIND      NAME      HOLDERS  WAITERS\n\
+         lock      door/1    1        0\n\
+         lock      door/2    1        1\n\
+         sem       chargers  2        0\n\
+         waypoint  pad-1     1        0\n"
+    );
+    let doors = cli(&["ls", "lock", "--prefix", "door/", "--limit", "1"]).await;
+    assert_eq!(
+        doors.stdout,
+        "KIND  NAME    HOLDERS  WAITERS\n\
+         lock  door/1  1        0\n\
+         ... and more (the first 1 shown; raise --limit or narrow with --prefix)\n",
+        "{}",
+        doors.stderr
+    );
+    assert_eq!(
+        cli(&["ls", "sem", "--json"]).await.json(),
+        json!({"resources": [{"kind": "sem", "name": "chargers", "holders": 2, "waiters": 0}]})
+    );
+    assert_eq!(
+        cli(&["ls", "waypoint", "--prefix", "gate"]).await.stdout,
+        "no resources in use\n"
+    );
+
+    let of_b = cli(&["leases", "--agent", "drone-b", "--json"])
+        .await
+        .json();
+    let of_b: Vec<(&str, &str)> = of_b["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .map(|l| {
+            (
+                l["lease"].as_str().unwrap_or(""),
+                l["agent"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(of_b, vec![(lease_b.as_str(), "drone-b")]);
+
+    // inspect: the cylinder of the holder, how long it has held.
+    let pad = cli(&["inspect", "waypoint", "pad-1"]).await;
+    let lines: Vec<&str> = pad.stdout.lines().collect();
+    assert_eq!(lines[0], "waypoint \"pad-1\"", "{}", pad.stdout);
+    assert!(
+        lines[1].starts_with("HOLDER")
+            && lines[1].contains("HELD_FOR")
+            && lines[1].ends_with("AREA"),
+        "{}",
+        pad.stdout
+    );
+    assert!(lines[2].starts_with("drone-a"), "{}", pad.stdout);
+    assert!(
+        lines[2].ends_with("51.500000,-0.100000 r=3m alt=..120m"),
+        "{}",
+        pad.stdout
+    );
+    assert_eq!(lines[3], "waiters: none", "{}", pad.stdout);
+    let json = cli(&["inspect", "waypoint", "pad-1", "--json"])
+        .await
+        .json();
+    assert_eq!(
+        json["holders"][0]["area"],
+        json!({"lat": 51.5, "lon": -0.1, "radius_m": 3.0, "alt_min_m": null, "alt_max_m": 120.0})
+    );
+    assert!(
+        json["holders"][0]["held_for_ms"].as_u64().is_some(),
+        "{json}"
+    );
+    let door = cli(&["inspect", "lock", "door/2", "--json", "--limit", "0"])
+        .await
+        .json();
+    assert_eq!(door["waiters"], json!([]), "{door}");
+    assert_eq!(door["waiters_total"], 1, "{door}");
+
+    // revoke --agent: both of drone-a's leases, in lease order; drone-b gets door/2.
+    let revoked = cli(&["revoke", "--agent", "drone-a"]).await;
+    assert_eq!(
+        revoked.stdout,
+        format!(
+            "revoked lease {a1} of agent drone-a\n\
+             revoked lease {a2} of agent drone-a\n\
+             2 lease(s) of agent drone-a revoked: everything they held is released and handed \
+             to the next waiters\n"
+        ),
+        "{}",
+        revoked.stderr
+    );
+    let granted = b.next(10).await;
+    assert_eq!(
+        (&granted["id"], &granted["ok"]),
+        (&json!("2"), &json!(true)),
+        "{granted}"
+    );
+    assert_eq!(
+        cli(&["ls"]).await.stdout,
+        "KIND  NAME      HOLDERS  WAITERS\n\
+         lock  door/2    1        0\n\
+         sem   chargers  1        0\n"
+    );
+    assert_eq!(
+        cli(&["revoke", "--agent", "drone-a", "--json"])
+            .await
+            .json(),
+        json!({"agent": "drone-a", "revoked": []})
+    );
+    assert_eq!(
+        cli(&["revoke", "--agent", "nobody"]).await.stdout,
+        "agent nobody has no live lease: nothing revoked\n"
+    );
+    // A lease and --agent together, or neither, is a usage error.
+    let both = cli(&["revoke", &lease_b, "--agent", "drone-b"]).await;
+    assert!(
+        !both.success && both.stderr.contains("cannot be used with"),
+        "{}",
+        both.stderr
+    );
+    let neither = cli(&["revoke"]).await;
+    assert!(
+        !neither.success && neither.stderr.contains("required"),
+        "{}",
+        neither.stderr
+    );
+}
+
+/// A broker address where nothing listens fails at once, naming the refusal, instead of
+/// redialling for all of `--timeout-ms` (it used to wait the full 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_a_clear_error_at_once() {
+    let dead = format!("127.0.0.1:{}", common::free_port());
+    for command in [
+        &["leases"][..],
+        &["ls", "lock"],
+        &["inspect", "lock", "door"],
+    ] {
+        let mut args = command.to_vec();
+        // Long enough that only the refusal, not the timeout, can end the run within the
+        // harness's 30 s.
+        args.extend(["--brokers", &dead, "--timeout-ms", "120000"]);
+        let run = run_cli(&args).await;
+        assert!(!run.success, "{}", run.stdout);
+        assert_eq!(
+            run.stderr.trim(),
+            format!(
+                "hivekeeper: no node reachable at {dead}: connection refused (is `hivekeeper \
+                 serve` running there, and is --brokers its agent endpoint's address?)"
+            )
+        );
+    }
 }

@@ -66,6 +66,8 @@ fn a_taken_mqtt_port_is_a_clear_error() {
         dir.to_str().expect("utf-8"),
     ]);
     assert_refused(&output, "address already in use");
+    // The hint names the flag the operator typed, not only a config key.
+    assert_refused(&output, "another --mqtt-listen");
 }
 
 #[test]
@@ -81,6 +83,7 @@ fn a_taken_metrics_port_is_a_clear_error() {
         dir.to_str().expect("utf-8"),
     ]);
     assert_refused(&output, "serving /metrics");
+    assert_refused(&output, "another --metrics-listen");
 }
 
 #[test]

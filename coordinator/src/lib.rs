@@ -38,6 +38,7 @@
 //! - [`ConfigError`]: why a node's configuration (Raft timers, membership, limits) was refused.
 
 mod config_error;
+pub mod listen;
 pub mod node;
 pub mod raft;
 pub mod wire;

@@ -86,6 +86,7 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
         | Op::Inspect { .. }
         | Op::AdminStatus {}
         | Op::AdminLeases { .. }
+        | Op::AdminResources { .. }
         | Op::AdminMemberAdd { .. }
         | Op::AdminMemberRemove { .. }) => return Err(Request { id, op }),
     };
@@ -139,12 +140,8 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         Op::LeaseKeepalive { lease } => Ok(ReadOp::LeaseKeepalive {
             lease: lease.clone(),
         }),
-        Op::FenceCheck {
-            resource,
-            kind,
-            token,
-        } => Ok(ReadOp::FenceCheck {
-            resource: resource.clone(),
+        Op::FenceCheck { name, kind, token } => Ok(ReadOp::FenceCheck {
+            resource: name.clone(),
             kind: *kind,
             token: *token,
         }),
@@ -154,6 +151,17 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         }),
         Op::AdminLeases { after } => Ok(ReadOp::AdminLeases {
             after: after.clone(),
+        }),
+        Op::AdminResources {
+            kind,
+            prefix,
+            after,
+            limit,
+        } => Ok(ReadOp::AdminResources {
+            kind: *kind,
+            prefix: prefix.clone(),
+            after: after.clone(),
+            limit: *limit,
         }),
         Op::AdminAgentList { after } => Ok(ReadOp::AdminAgentList {
             after: after.clone(),
@@ -205,6 +213,14 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         },
         Reply::Leases { leases, next_after } => Success {
             leases: Some(leases.clone()),
+            next_after: next_after.clone(),
+            ..Success::default()
+        },
+        Reply::Resources {
+            resources,
+            next_after,
+        } => Success {
+            resources: Some(resources.clone()),
             next_after: next_after.clone(),
             ..Success::default()
         },
@@ -282,7 +298,7 @@ mod tests {
                 lease: lease(),
             },
             Op::FenceCheck {
-                resource: name(),
+                name: name(),
                 kind: ResourceKind::Sem,
                 token: 7,
             },
@@ -292,6 +308,12 @@ mod tests {
             },
             Op::AdminStatus {},
             Op::AdminLeases { after: None },
+            Op::AdminResources {
+                kind: Some(ResourceKind::Lock),
+                prefix: Some("door/".into()),
+                after: None,
+                limit: Some(10),
+            },
             Op::AdminRevoke { lease: lease() },
             Op::AdminMemberAdd {
                 name: "n4".into(),

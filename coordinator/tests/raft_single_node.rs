@@ -222,7 +222,7 @@ async fn a_follower_without_a_leader_refuses_proposals_with_not_leader() {
     )
     .await;
     assert!(
-        matches!(refused, Err(RaftError::NotLeader { leader: None })),
+        matches!(refused, Err(RaftError::NotLeader { leader: None, .. })),
         "{refused:?}"
     );
     within(WAIT_S, "shutdown", node.shutdown())

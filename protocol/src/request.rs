@@ -24,7 +24,8 @@ pub struct Request {
     pub op: Op,
 }
 
-/// The kinds of resource an agent can hold. `inspect` and `fence.check` name one.
+/// The kinds of resource an agent can hold. `inspect`, `fence.check` and `admin.resources`
+/// name one.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
@@ -40,6 +41,20 @@ pub enum ResourceKind {
 }
 
 impl ResourceKind {
+    /// Every kind, in the order `admin.resources` lists them.
+    pub const ALL: [ResourceKind; 3] = [
+        ResourceKind::Lock,
+        ResourceKind::Sem,
+        ResourceKind::Waypoint,
+    ];
+
+    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`).
+    pub fn parse(text: &str) -> Option<ResourceKind> {
+        ResourceKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+    }
+
     /// The kind as it appears on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -152,8 +167,10 @@ pub enum Op {
     /// Ask whether `token` is held right now on a resource.
     #[serde(rename = "fence.check")]
     FenceCheck {
-        /// The resource's name.
-        resource: String,
+        /// The resource's name. `resource` is accepted as an alias (the field's first name,
+        /// DESIGN.md §3); `name` is what every other op calls it.
+        #[serde(alias = "resource")]
+        name: String,
         /// Addition to DESIGN.md §3: the resource's kind, `lock` by default.
         #[serde(default)]
         kind: ResourceKind,
@@ -179,6 +196,25 @@ pub enum Op {
         /// the first.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
+    },
+    /// Addition: the resources held or waited for now, a page at a time, in (kind, name)
+    /// order, each with its holder and waiter counts. A linearizable read, for operators who
+    /// do not know a resource's exact name.
+    #[serde(rename = "admin.resources")]
+    AdminResources {
+        /// Only this kind; absent: every kind (locks, then semaphores, then waypoints).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<ResourceKind>,
+        /// Only names that start with this.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+        /// Only resources after this cursor (the previous page's `next_after`, `kind/name`);
+        /// absent: from the first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Most resources in the page, 1 to 100; absent: 100.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
     },
     /// Addition: end any agent's lease, as its own `lease.revoke` would, without the owner
     /// check. For operators freeing a stuck resource.
@@ -268,7 +304,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 21] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -282,6 +318,7 @@ impl Op {
         "inspect",
         "admin.status",
         "admin.leases",
+        "admin.resources",
         "admin.revoke",
         "admin.member.add",
         "admin.member.remove",
@@ -307,6 +344,7 @@ impl Op {
             Op::Inspect { .. } => "inspect",
             Op::AdminStatus {} => "admin.status",
             Op::AdminLeases { .. } => "admin.leases",
+            Op::AdminResources { .. } => "admin.resources",
             Op::AdminRevoke { .. } => "admin.revoke",
             Op::AdminMemberAdd { .. } => "admin.member.add",
             Op::AdminMemberRemove { .. } => "admin.member.remove",
@@ -334,6 +372,7 @@ impl Op {
             | Op::Inspect { .. }
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
+            | Op::AdminResources { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }
             | Op::AdminAgentAdd { .. }
@@ -356,6 +395,7 @@ impl Op {
                 | Op::Inspect { .. }
                 | Op::AdminStatus {}
                 | Op::AdminLeases { .. }
+                | Op::AdminResources { .. }
                 | Op::AdminMemberAdd { .. }
                 | Op::AdminMemberRemove { .. }
                 | Op::AdminAgentList { .. }
@@ -401,6 +441,12 @@ impl Op {
                     validate::name("after", after)?;
                 }
             }
+            Op::AdminResources {
+                prefix,
+                after,
+                limit,
+                ..
+            } => validate::resource_page(prefix.as_deref(), after.as_deref(), *limit)?,
             Op::AdminMemberAdd {
                 name,
                 addr,
@@ -440,7 +486,7 @@ impl Op {
                 validate::name("name", name)?;
                 self.area()?;
             }
-            Op::FenceCheck { resource, .. } => validate::name("resource", resource)?,
+            Op::FenceCheck { name, .. } => validate::name("name", name)?,
         }
         Ok(())
     }

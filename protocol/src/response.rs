@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
+use crate::request::{Area, ResourceKind};
 use crate::role::Role;
 
 /// One final response.
@@ -73,8 +74,11 @@ pub struct Success {
     /// `admin.leases`: one page of live leases, in lease id order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leases: Option<Vec<LeaseInfo>>,
-    /// `admin.leases`, `admin.agent.list`: present when more follow; send it as `after` for
-    /// the next page.
+    /// `admin.resources`: one page of resources held or waited for, in (kind, name) order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<ResourceInfo>>,
+    /// `admin.leases`, `admin.resources`, `admin.agent.list`: present when more follow; send
+    /// it as `after` for the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
     /// `admin.agent.add`, `admin.agent.rotate`: the account's agent id.
@@ -177,6 +181,19 @@ pub struct ReplicationInfo {
     pub matched_index: Option<u64>,
 }
 
+/// One resource in an `admin.resources` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceInfo {
+    /// Its kind.
+    pub kind: ResourceKind,
+    /// Its name.
+    pub name: String,
+    /// How many leases hold it (0 for a waypoint name only waited for).
+    pub holders: u64,
+    /// How many requests wait for it.
+    pub waiters: u64,
+}
+
 /// One live lease in an `admin.leases` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseInfo {
@@ -193,7 +210,7 @@ pub struct LeaseInfo {
 }
 
 /// One holder in an `inspect` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HolderInfo {
     /// The holding agent.
     pub agent: String,
@@ -209,10 +226,13 @@ pub struct HolderInfo {
     pub permits: Option<u32>,
     /// When it was granted, milliseconds since the Unix epoch on the leader's clock.
     pub since_ms: u64,
+    /// The reservation's cylinder (waypoints reserved with geometry only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub area: Option<Area>,
 }
 
 /// One waiter in an `inspect` result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaiterInfo {
     /// The waiting agent.
     pub agent: String,
@@ -223,6 +243,9 @@ pub struct WaiterInfo {
     pub permits: Option<u32>,
     /// When it started waiting, milliseconds since the Unix epoch on the leader's clock.
     pub since_ms: u64,
+    /// The cylinder it asks for (waypoints reserved with geometry only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub area: Option<Area>,
 }
 
 impl Success {
@@ -431,6 +454,7 @@ mod tests {
             token: i as u64,
             permits: Some(1),
             since_ms: 1_764_500_000_000,
+            area: None,
         }
     }
 
@@ -440,6 +464,7 @@ mod tests {
             position: u32::try_from(i + 1).unwrap(),
             permits: None,
             since_ms: 1_764_500_000_000,
+            area: None,
         }
     }
 

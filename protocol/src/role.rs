@@ -48,7 +48,9 @@ impl Role {
     /// The weakest role that may send `op`.
     pub fn needed_for(op: &Op) -> Role {
         match op {
-            Op::AdminStatus {} | Op::AdminLeases { .. } => Role::Observer,
+            Op::AdminStatus {} | Op::AdminLeases { .. } | Op::AdminResources { .. } => {
+                Role::Observer
+            }
             Op::AdminRevoke { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }
@@ -125,6 +127,13 @@ mod tests {
             Role::needed_for(&Op::AdminLeases { after: None }),
             Role::Observer
         );
+        let resources = Op::AdminResources {
+            kind: None,
+            prefix: None,
+            after: None,
+            limit: None,
+        };
+        assert_eq!(Role::needed_for(&resources), Role::Observer);
         assert_eq!(
             Role::needed_for(&Op::AdminRevoke {
                 lease: "0000000000000002".into()

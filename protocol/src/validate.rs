@@ -144,6 +144,43 @@ pub fn name(field: &str, value: &str) -> Result<(), String> {
     bounded_text(field, value, NAME_BYTES_MAX)
 }
 
+/// Most resources in one `admin.resources` page, and the default: a name is at most 256
+/// bytes, so a page stays well inside the default 64 KiB MQTT packet.
+pub const RESOURCE_PAGE_MAX: u32 = 100;
+
+/// Checks `admin.resources`' paging fields: a `prefix` of at most 256 bytes, an `after`
+/// cursor `kind/name`, a `limit` from 1 to [`RESOURCE_PAGE_MAX`].
+pub fn resource_page(
+    prefix: Option<&str>,
+    after: Option<&str>,
+    limit: Option<u32>,
+) -> Result<(), String> {
+    if let Some(prefix) = prefix {
+        name("prefix", prefix)?;
+    }
+    if let Some(after) = after {
+        resource_cursor(after)?;
+    }
+    match limit {
+        Some(limit) if limit == 0 || limit > RESOURCE_PAGE_MAX => Err(format!(
+            "`limit` is {limit}, it must be from 1 to {RESOURCE_PAGE_MAX}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Splits an `admin.resources` cursor, `kind/name` (the `next_after` of a page), into its
+/// kind and name.
+pub fn resource_cursor(after: &str) -> Result<(crate::ResourceKind, &str), String> {
+    let parsed = after.split_once('/').and_then(|(kind, rest)| {
+        let kind = crate::ResourceKind::parse(kind)?;
+        name("after", rest).ok().map(|()| (kind, rest))
+    });
+    parsed.ok_or_else(|| {
+        format!("`after` is {after:?}, not a cursor `kind/name` (a page's `next_after`)")
+    })
+}
+
 fn bounded_text(field: &str, value: &str, bytes_max: usize) -> Result<(), String> {
     if value.is_empty() {
         return Err(format!("`{field}` must not be empty"));

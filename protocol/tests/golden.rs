@@ -13,8 +13,8 @@ use hivekeeper_protocol::validate::{
 };
 use hivekeeper_protocol::{
     AccountInfo, Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus,
-    Op, ProtocolError, ReplicationInfo, Request, ResourceKind, Response, Role, Success, Topics,
-    WaiterInfo,
+    Op, ProtocolError, ReplicationInfo, Request, ResourceInfo, ResourceKind, Response, Role,
+    Success, Topics, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -441,46 +441,88 @@ fn op_waypoint_release() {
 
 #[test]
 fn op_fence_check() {
-    // kind defaults to "lock" and is always encoded.
+    // kind defaults to "lock" and is always encoded; the resource's field is `name`, as in
+    // every other op.
     assert_request(
-        r#"{"id":"r19","op":"fence.check","resource":"door","token":42}"#,
+        r#"{"id":"r19","op":"fence.check","name":"door","token":42}"#,
         &req(
             "r19",
             Op::FenceCheck {
-                resource: "door".into(),
+                name: "door".into(),
                 kind: ResourceKind::Lock,
                 token: 42,
             },
         ),
-        &json!({"id": "r19", "op": "fence.check", "resource": "door", "kind": "lock",
+        &json!({"id": "r19", "op": "fence.check", "name": "door", "kind": "lock",
                 "token": 42}),
     );
     assert_request(
-        r#"{"id":"r20","op":"fence.check","resource":"chargers","kind":"sem","token":0}"#,
+        r#"{"id":"r20","op":"fence.check","name":"chargers","kind":"sem","token":0}"#,
         &req(
             "r20",
             Op::FenceCheck {
-                resource: "chargers".into(),
+                name: "chargers".into(),
                 kind: ResourceKind::Sem,
                 token: 0,
             },
         ),
-        &json!({"id": "r20", "op": "fence.check", "resource": "chargers", "kind": "sem",
+        &json!({"id": "r20", "op": "fence.check", "name": "chargers", "kind": "sem",
                 "token": 0}),
     );
     assert_request(
-        r#"{"id":"r21","op":"fence.check","resource":"pad-3","kind":"waypoint",
+        r#"{"id":"r21","op":"fence.check","name":"pad-3","kind":"waypoint",
             "token":18446744073709551615}"#,
         &req(
             "r21",
             Op::FenceCheck {
-                resource: "pad-3".into(),
+                name: "pad-3".into(),
                 kind: ResourceKind::Waypoint,
                 token: u64::MAX,
             },
         ),
-        &json!({"id": "r21", "op": "fence.check", "resource": "pad-3", "kind": "waypoint",
+        &json!({"id": "r21", "op": "fence.check", "name": "pad-3", "kind": "waypoint",
                 "token": u64::MAX}),
+    );
+    bad(
+        r#"{"id":"8","op":"fence.check","name":"","token":1}"#,
+        Some("8"),
+        "fence.check: `name` must not be empty",
+    );
+}
+
+/// `resource`, fence.check's first name for the field, is still accepted (an alias); the
+/// service answers the same, and encodes it as `name`. Both at once is a duplicate.
+#[test]
+fn op_fence_check_accepts_resource_as_an_alias_of_name() {
+    assert_eq!(
+        decode_ok(r#"{"id":"r19","op":"fence.check","resource":"door","token":42}"#),
+        req(
+            "r19",
+            Op::FenceCheck {
+                name: "door".into(),
+                kind: ResourceKind::Lock,
+                token: 42,
+            },
+        )
+    );
+    assert_eq!(
+        to_json(
+            &decode_ok(
+                r#"{"id":"r1","op":"fence.check","resource":"pad-3","kind":"waypoint","token":7}"#
+            )
+            .encode()
+        ),
+        json!({"id": "r1", "op": "fence.check", "name": "pad-3", "kind": "waypoint", "token": 7})
+    );
+    let both = decode_err(br#"{"id":"2","op":"fence.check","name":"a","resource":"b","token":1}"#);
+    assert_eq!(
+        (both.id.as_deref(), both.code),
+        (Some("2"), ErrorCode::BadRequest)
+    );
+    assert!(
+        both.message.contains("duplicate field `name`"),
+        "{}",
+        both.message
     );
 }
 
@@ -544,6 +586,89 @@ fn op_admin_leases() {
         Some("7"),
         "admin.leases: `after` must not be empty",
     );
+}
+
+#[test]
+fn op_admin_resources() {
+    assert_request(
+        r#"{"id":"r40","op":"admin.resources"}"#,
+        &req(
+            "r40",
+            Op::AdminResources {
+                kind: None,
+                prefix: None,
+                after: None,
+                limit: None,
+            },
+        ),
+        &json!({"id": "r40", "op": "admin.resources"}),
+    );
+    assert_request(
+        r#"{"id":"r41","op":"admin.resources","kind":"lock","prefix":"door/","after":"lock/door/2","limit":50}"#,
+        &req(
+            "r41",
+            Op::AdminResources {
+                kind: Some(ResourceKind::Lock),
+                prefix: Some("door/".into()),
+                after: Some("lock/door/2".into()),
+                limit: Some(50),
+            },
+        ),
+        &json!({"id": "r41", "op": "admin.resources", "kind": "lock", "prefix": "door/",
+                "after": "lock/door/2", "limit": 50}),
+    );
+    bad(
+        r#"{"id":"7","op":"admin.resources","limit":0}"#,
+        Some("7"),
+        "admin.resources: `limit` is 0, it must be from 1 to 100",
+    );
+    bad(
+        r#"{"id":"7","op":"admin.resources","limit":101}"#,
+        Some("7"),
+        "admin.resources: `limit` is 101, it must be from 1 to 100",
+    );
+    bad(
+        r#"{"id":"7","op":"admin.resources","after":"door/2"}"#,
+        Some("7"),
+        "admin.resources: `after` is \"door/2\", not a cursor `kind/name` (a page's `next_after`)",
+    );
+    bad(
+        r#"{"id":"7","op":"admin.resources","prefix":""}"#,
+        Some("7"),
+        "admin.resources: `prefix` must not be empty",
+    );
+}
+
+#[test]
+fn success_admin_resources() {
+    let success = Success {
+        resources: Some(vec![
+            ResourceInfo {
+                kind: ResourceKind::Lock,
+                name: "door/2".into(),
+                holders: 1,
+                waiters: 2,
+            },
+            ResourceInfo {
+                kind: ResourceKind::Waypoint,
+                name: "pad-2".into(),
+                holders: 0,
+                waiters: 1,
+            },
+        ]),
+        next_after: Some("waypoint/pad-2".into()),
+        ..Success::default()
+    };
+    let response = Response::ok("r40", success.clone());
+    let wire = json!({"id": "r40", "ok": true,
+        "resources": [
+            {"kind": "lock", "name": "door/2", "holders": 1, "waiters": 2},
+            {"kind": "waypoint", "name": "pad-2", "holders": 0, "waiters": 1}
+        ],
+        "next_after": "waypoint/pad-2"});
+    assert_eq!(to_json(&response.encode()), wire);
+    let back: Response = serde_json::from_value(wire).expect("decodes");
+    assert_eq!(back.outcome, Ok(success));
 }
 
 #[test]
@@ -725,6 +850,7 @@ fn only_admin_ops_are_admin() {
         let wire = match name {
             "admin.status" => r#"{"id":"a","op":"admin.status"}"#.to_string(),
             "admin.leases" => r#"{"id":"a","op":"admin.leases"}"#.to_string(),
+            "admin.resources" => r#"{"id":"a","op":"admin.resources"}"#.to_string(),
             "admin.revoke" => r#"{"id":"a","op":"admin.revoke","lease":"L"}"#.to_string(),
             "admin.member.add" => {
                 r#"{"id":"a","op":"admin.member.add","name":"n","addr":"h:1"}"#.to_string()
@@ -743,7 +869,7 @@ fn only_admin_ops_are_admin() {
     let ordinary = [
         r#"{"id":"a","op":"lease.revoke","lease":"L"}"#,
         r#"{"id":"a","op":"inspect","kind":"lock","name":"n"}"#,
-        r#"{"id":"a","op":"fence.check","resource":"n","token":1}"#,
+        r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
     ];
     for wire in ordinary {
         assert!(!decode_ok(wire).op.is_admin(), "{wire}");
@@ -796,7 +922,7 @@ fn op_names_are_complete_and_consistent() {
             true,
         ),
         (
-            r#"{"id":"a","op":"fence.check","resource":"n","token":1}"#,
+            r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
             None,
             false,
         ),
@@ -807,6 +933,7 @@ fn op_names_are_complete_and_consistent() {
         ),
         (r#"{"id":"a","op":"admin.status"}"#, None, false),
         (r#"{"id":"a","op":"admin.leases","after":"L"}"#, None, false),
+        (r#"{"id":"a","op":"admin.resources"}"#, None, false),
         (
             r#"{"id":"a","op":"admin.revoke","lease":"L"}"#,
             Some("L"),
@@ -868,6 +995,7 @@ fn op_names_are_complete_and_consistent() {
             "inspect",
             "admin.status",
             "admin.leases",
+            "admin.resources",
             "admin.revoke",
             "admin.member.add",
             "admin.member.remove",
@@ -1001,7 +1129,8 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.revoke, admin.member.add, admin.member.remove, \
+         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.resources, \
+         admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",
     );
     // Op names are case-sensitive.
@@ -1286,8 +1415,8 @@ fn bad_request_missing_fields() {
         (r#"{"id":"7","op":"sem.release","lease":"L"}"#, "name"),
         (r#"{"id":"7","op":"waypoint.reserve","name":"n"}"#, "lease"),
         (r#"{"id":"7","op":"waypoint.release","lease":"L"}"#, "name"),
-        (r#"{"id":"7","op":"fence.check","resource":"r"}"#, "token"),
-        (r#"{"id":"7","op":"fence.check","token":1}"#, "resource"),
+        (r#"{"id":"7","op":"fence.check","name":"r"}"#, "token"),
+        (r#"{"id":"7","op":"fence.check","token":1}"#, "name"),
         (r#"{"id":"7","op":"inspect","name":"n"}"#, "kind"),
         (r#"{"id":"7","op":"inspect","kind":"lock"}"#, "name"),
     ] {
@@ -1400,9 +1529,9 @@ fn bad_request_unknown_fields() {
             "radius",
         ),
         (
-            r#"{"id":"7","op":"fence.check","resource":"r","token":1,"name":"r"}"#,
+            r#"{"id":"7","op":"fence.check","name":"r","token":1,"lease":"L"}"#,
             "fence.check: ",
-            "name",
+            "lease",
         ),
         (
             r#"{"id":"7","op":"inspect","kind":"lock","name":"n","lease":"L"}"#,
@@ -1491,7 +1620,7 @@ fn bad_request_names_and_leases() {
     bad(
         r#"{"id":"7","op":"fence.check","resource":"","token":1}"#,
         Some("7"),
-        "fence.check: `resource` must not be empty",
+        "fence.check: `name` must not be empty",
     );
     bad(
         r#"{"id":"7","op":"inspect","kind":"sem","name":""}"#,
@@ -1859,6 +1988,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         token: 9,
         permits: None,
         since_ms: 5,
+        area: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -1917,6 +2047,51 @@ fn success_fence_check() {
     );
 }
 
+/// A waypoint's holder and waiter carry the cylinder they reserve or ask for (`area`, absent
+/// for a name-only reservation); an unbounded altitude side is `null`.
+#[test]
+fn success_inspect_waypoint_with_geometry() {
+    let pad = Area {
+        lat: 51.5,
+        lon: -0.1,
+        radius_m: 3.0,
+        alt_min_m: None,
+        alt_max_m: Some(120.0),
+    };
+    let response = Response::ok(
+        "r23",
+        Success {
+            holders: Some(vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "L-17".into(),
+                token: 42,
+                permits: None,
+                since_ms: 1000,
+                area: Some(pad),
+            }]),
+            waiters: Some(vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1100,
+                area: None,
+            }]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r23",
+            "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1000,
+                         "area": {"lat": 51.5, "lon": -0.1, "radius_m": 3.0,
+                                  "alt_min_m": null, "alt_max_m": 120.0}}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1100}]
+        }),
+    );
+}
+
 #[test]
 fn success_inspect_lock() {
     let response = Response::ok(
@@ -1928,6 +2103,7 @@ fn success_inspect_lock() {
                 token: 42,
                 permits: None,
                 since_ms: 1_764_500_000_000,
+                area: None,
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -1935,12 +2111,14 @@ fn success_inspect_lock() {
                     position: 1,
                     permits: None,
                     since_ms: 1_764_500_000_100,
+                    area: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
                     position: 2,
                     permits: None,
                     since_ms: 1_764_500_000_200,
+                    area: None,
                 },
             ]),
             ..Success::default()
@@ -1975,6 +2153,7 @@ fn success_inspect_sem() {
                     token: 40,
                     permits: Some(1),
                     since_ms: 1000,
+                    area: None,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -1982,6 +2161,7 @@ fn success_inspect_sem() {
                     token: 41,
                     permits: Some(2),
                     since_ms: 1001,
+                    area: None,
                 },
             ]),
             waiters: Some(vec![WaiterInfo {
@@ -1989,6 +2169,7 @@ fn success_inspect_sem() {
                 position: 1,
                 permits: Some(3),
                 since_ms: 1002,
+                area: None,
             }]),
             ..Success::default()
         },

@@ -1,8 +1,9 @@
-//! `hivekeeper inspect KIND NAME`: holders and waiters of one resource, in queue order, with
-//! the time each holder's lease has left.
+//! `hivekeeper inspect KIND NAME [--limit N]`: holders and waiters of one resource, in queue
+//! order, with how long each has held or waited, the time each holder's lease has left and a
+//! waypoint's cylinders; the first `--limit` waiters, then how many more.
 
 use clap::ValueEnum;
-use hivekeeper_agent::protocol::{HolderInfo, Op, ResourceKind, WaiterInfo};
+use hivekeeper_agent::protocol::{Area, HolderInfo, Op, ResourceKind, WaiterInfo};
 use serde::Serialize;
 
 use super::leases::all_leases;
@@ -15,15 +16,18 @@ pub struct InspectArgs {
     /// What kind of resource.
     #[arg(value_enum)]
     kind: Kind,
-    /// The resource's name.
+    /// The resource's name (`hivekeeper ls` lists them).
     name: String,
+    /// Show at most this many waiters, the first in queue order (then how many more).
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    limit: usize,
     #[command(flatten)]
     target: Target,
 }
 
 /// A resource kind on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Kind {
+pub(super) enum Kind {
     /// A FIFO lock.
     Lock,
     /// A counting semaphore.
@@ -50,23 +54,45 @@ struct Inspection {
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
     holders: Vec<Holder>,
-    waiters: Vec<WaiterInfo>,
+    waiters: Vec<Waiter>,
     /// How many hold it, when `holders` lists only the first ones (the answer had to fit one
     /// MQTT packet).
     #[serde(skip_serializing_if = "Option::is_none")]
     holders_total: Option<u64>,
-    /// How many wait, when `waiters` lists only the first ones.
+    /// How many wait, when `waiters` lists only the first ones (`--limit`, or the answer had
+    /// to fit one MQTT packet).
     #[serde(skip_serializing_if = "Option::is_none")]
     waiters_total: Option<u64>,
 }
 
-/// A holder and the time its lease has left, when the answering node knows it.
+/// A holder, how long it has held, and the time its lease has left, when the answering node
+/// knows it.
 #[derive(Serialize)]
 struct Holder {
     #[serde(flatten)]
     info: HolderInfo,
+    /// Now (this machine's clock) less `since_ms` (the leader's), at least 0.
+    held_for_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     remaining_ms: Option<u64>,
+}
+
+/// A waiter and how long it has waited.
+#[derive(Serialize)]
+struct Waiter {
+    #[serde(flatten)]
+    info: WaiterInfo,
+    /// Now (this machine's clock) less `since_ms` (the leader's), at least 0.
+    waited_for_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch on this machine's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// `hivekeeper inspect KIND NAME`.
@@ -97,13 +123,28 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             .await
             .unwrap_or_default()
         };
+        let now_ms = now_ms();
         let holders = holders
             .into_iter()
             .map(|info| Holder {
+                held_for_ms: now_ms.saturating_sub(info.since_ms),
                 remaining_ms: leases
                     .iter()
                     .find(|lease| lease.lease == info.lease)
                     .and_then(|lease| lease.remaining_ms),
+                info,
+            })
+            .collect();
+        let mut waiters = success.waiters.unwrap_or_default();
+        let mut waiters_total = success.waiters_total;
+        if waiters.len() > args.limit {
+            waiters_total = waiters_total.or(Some(waiters.len() as u64));
+            waiters.truncate(args.limit);
+        }
+        let waiters = waiters
+            .into_iter()
+            .map(|info| Waiter {
+                waited_for_ms: now_ms.saturating_sub(info.since_ms),
                 info,
             })
             .collect();
@@ -112,9 +153,9 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             name: args.name,
             limit: success.limit,
             holders,
-            waiters: success.waiters.unwrap_or_default(),
+            waiters,
             holders_total: success.holders_total,
-            waiters_total: success.waiters_total,
+            waiters_total,
         };
         if target.json {
             println!("{}", serde_json::to_string_pretty(&inspection)?);
@@ -135,15 +176,32 @@ fn inspection_text(inspection: &Inspection) -> String {
     if inspection.holders.is_empty() {
         out.push_str("holders: none\n");
     } else {
-        let mut table = Table::new(&["HOLDER", "LEASE", "TOKEN", "PERMITS", "LEASE_LEFT"]);
+        let mut headers = vec![
+            "HOLDER",
+            "LEASE",
+            "TOKEN",
+            "PERMITS",
+            "HELD_FOR",
+            "LEASE_LEFT",
+        ];
+        let with_area = inspection.kind == ResourceKind::Waypoint;
+        if with_area {
+            headers.push("AREA");
+        }
+        let mut table = Table::new(&headers);
         for holder in &inspection.holders {
-            table.row(vec![
+            let mut row = vec![
                 holder.info.agent.clone(),
                 holder.info.lease.clone(),
                 holder.info.token.to_string(),
                 index(holder.info.permits.map(u64::from)),
+                human_ms(holder.held_for_ms),
                 holder.remaining_ms.map_or_else(|| "?".into(), human_ms),
-            ]);
+            ];
+            if with_area {
+                row.push(area_text(holder.info.area.as_ref()));
+            }
+            table.row(row);
         }
         out.push_str(&table.render());
     }
@@ -155,13 +213,23 @@ fn inspection_text(inspection: &Inspection) -> String {
     if inspection.waiters.is_empty() {
         out.push_str("waiters: none\n");
     } else {
-        let mut table = Table::new(&["POSITION", "WAITER", "PERMITS"]);
+        let with_area = inspection.kind == ResourceKind::Waypoint;
+        let mut headers = vec!["POSITION", "WAITER", "PERMITS", "WAITED_FOR"];
+        if with_area {
+            headers.push("AREA");
+        }
+        let mut table = Table::new(&headers);
         for waiter in &inspection.waiters {
-            table.row(vec![
-                waiter.position.to_string(),
-                waiter.agent.clone(),
-                index(waiter.permits.map(u64::from)),
-            ]);
+            let mut row = vec![
+                waiter.info.position.to_string(),
+                waiter.info.agent.clone(),
+                index(waiter.info.permits.map(u64::from)),
+                human_ms(waiter.waited_for_ms),
+            ];
+            if with_area {
+                row.push(area_text(waiter.info.area.as_ref()));
+            }
+            table.row(row);
         }
         out.push_str(&table.render());
     }
@@ -173,14 +241,92 @@ fn inspection_text(inspection: &Inspection) -> String {
     out
 }
 
-/// The line under a list the service cut to fit one packet, or nothing.
+/// The line under a list cut short (by `--limit`, or by the service to fit one packet), or
+/// nothing.
 fn more(shown: usize, total: Option<u64>, what: &str) -> String {
     match total {
         Some(total) => format!(
-            "... and {} more {what} ({total} in all; the answer lists the first ones that fit \
-             one MQTT packet)\n",
+            "... and {} more {what} ({total} in all; the first {shown} shown)\n",
             total.saturating_sub(shown as u64)
         ),
         None => String::new(),
+    }
+}
+
+/// A waypoint's cylinder for people: `51.500000,-0.100000 r=3m alt=..120m`, or `-` for a
+/// name-only reservation.
+fn area_text(area: Option<&Area>) -> String {
+    let Some(area) = area else {
+        return "-".into();
+    };
+    let side = |alt: Option<f64>| alt.map_or_else(String::new, |alt| format!("{alt}"));
+    let band = match (area.alt_min_m, area.alt_max_m) {
+        (None, None) => String::new(),
+        (min, max) => format!(" alt={}..{}m", side(min), side(max)),
+    };
+    format!("{:.6},{:.6} r={}m{band}", area.lat, area.lon, area.radius_m)
+}
+
+#[cfg(test)]
+mod tests {
+    use hivekeeper_agent::protocol::{Area, HolderInfo, ResourceKind, WaiterInfo};
+
+    use super::{Holder, Inspection, Waiter, area_text, inspection_text};
+
+    #[test]
+    fn a_waypoint_shows_durations_cylinders_and_how_many_more_wait() {
+        let pad = Area {
+            lat: 51.5,
+            lon: -0.1,
+            radius_m: 3.0,
+            alt_min_m: None,
+            alt_max_m: Some(120.0),
+        };
+        let inspection = Inspection {
+            kind: ResourceKind::Waypoint,
+            name: "pad-1".into(),
+            limit: None,
+            holders: vec![Holder {
+                info: HolderInfo {
+                    agent: "drone-7".into(),
+                    lease: "0000000000000011".into(),
+                    token: 42,
+                    permits: None,
+                    since_ms: 1,
+                    area: Some(pad),
+                },
+                held_for_ms: 65_000,
+                remaining_ms: Some(4_200),
+            }],
+            waiters: vec![Waiter {
+                info: WaiterInfo {
+                    agent: "drone-9".into(),
+                    position: 1,
+                    permits: None,
+                    since_ms: 1,
+                    area: None,
+                },
+                waited_for_ms: 850,
+            }],
+            holders_total: None,
+            waiters_total: Some(125),
+        };
+        assert_eq!(
+            inspection_text(&inspection),
+            "waypoint \"pad-1\"\n\
+             HOLDER   LEASE             TOKEN  PERMITS  HELD_FOR  LEASE_LEFT  AREA\n\
+             drone-7  0000000000000011  42     -        1m05s     4.2s        51.500000,-0.100000 r=3m alt=..120m\n\
+             POSITION  WAITER   PERMITS  WAITED_FOR  AREA\n\
+             1         drone-9  -        850ms       -\n\
+             ... and 124 more waiters (125 in all; the first 1 shown)\n"
+        );
+        assert_eq!(
+            area_text(Some(&Area {
+                alt_min_m: Some(10.0),
+                alt_max_m: Some(50.5),
+                ..pad
+            })),
+            "51.500000,-0.100000 r=3m alt=10..50.5m"
+        );
     }
 }

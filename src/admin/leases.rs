@@ -1,4 +1,5 @@
-//! `hivekeeper leases`: every live lease, its agent, TTL and time left.
+//! `hivekeeper leases [--agent A]`: every live lease (or one agent's), its agent, TTL and time
+//! left.
 
 use anyhow::bail;
 use hivekeeper_agent::Agent;
@@ -15,6 +16,9 @@ const LEASE_PAGES_MAX: usize = 10_000;
 /// `hivekeeper leases`.
 #[derive(Debug, clap::Args)]
 pub struct LeasesArgs {
+    /// Only the leases of this agent.
+    #[arg(long, value_name = "A")]
+    agent: Option<String>,
     #[command(flatten)]
     target: Target,
 }
@@ -43,14 +47,20 @@ pub fn leases(args: LeasesArgs) -> anyhow::Result<()> {
     block_on(async move {
         let target = &args.target;
         let agent = connect(target, &target.broker).await?;
-        let leases = all_leases(&agent, |_| false).await?;
+        let mut leases = all_leases(&agent, |_| false).await?;
+        if let Some(wanted) = &args.agent {
+            leases.retain(|lease| lease.agent == *wanted);
+        }
         if target.json {
             println!(
                 "{}",
                 serde_json::to_string_pretty(&json!({"leases": leases}))?
             );
         } else if leases.is_empty() {
-            println!("no live leases");
+            match &args.agent {
+                Some(wanted) => println!("agent {wanted} has no live lease"),
+                None => println!("no live leases"),
+            }
         } else {
             let mut table = Table::new(&["LEASE", "AGENT", "TTL", "LEFT"]);
             for lease in &leases {

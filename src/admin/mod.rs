@@ -2,11 +2,12 @@
 //! the wire protocol like any agent, so it works against any deployment an operator can reach.
 //!
 //! ```text
-//!  hivekeeper status  --broker a:1883,b:1883 ─▶ one Agent per broker ─▶ admin.status each
+//!  hivekeeper status  --brokers a:1883,b:1883─▶ one Agent per broker ─▶ admin.status each
 //!                                               (each node answers for itself: a row per node)
 //!  hivekeeper inspect lock NAME              ─▶ inspect ─▶ admin.leases pages (time left)
-//!  hivekeeper leases                         ─▶ admin.leases, page after page
-//!  hivekeeper revoke LEASE                   ─▶ admin.revoke (through the log)
+//!  hivekeeper ls [KIND] [--prefix P]          ─▶ admin.resources, page after page
+//!  hivekeeper leases [--agent A]              ─▶ admin.leases, page after page
+//!  hivekeeper revoke LEASE | --agent A        ─▶ (admin.leases pages,) admin.revoke each
 //!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
 //!  hivekeeper agent add | list | remove | rotate  ─▶ admin.agent.*
 //! ```
@@ -19,7 +20,7 @@
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`; `login.rs` the credential
+//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`; `login.rs` the credential
 //! flags. This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
@@ -28,6 +29,7 @@ mod agent;
 mod inspect;
 mod leases;
 mod login;
+mod ls;
 mod member;
 mod revoke;
 mod status;
@@ -35,12 +37,13 @@ mod table;
 
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success};
-use hivekeeper_agent::{Agent, AgentConfig, AgentError, DEFAULTS};
+use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS};
 
 pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
 pub use leases::{LeasesArgs, leases};
 pub use login::Login;
+pub use ls::{LsArgs, ls};
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
 pub use status::{StatusArgs, status};
@@ -50,9 +53,11 @@ pub use status::{StatusArgs, status};
 pub struct Target {
     /// Broker(s) to reach the service through, host:port. For `status`, a comma list asks each
     /// node in turn (one row per node); for the other commands, the next broker of the list is
-    /// tried when one does not answer.
+    /// tried when one does not answer. `--broker` is a hidden alias (the flag's first name);
+    /// `bench` and the examples take `--brokers` too.
     #[arg(
-        long,
+        long = "brokers",
+        alias = "broker",
         value_name = "HOST:PORT[,...]",
         default_value = DEFAULTS.broker,
         value_delimiter = ','
@@ -83,9 +88,38 @@ fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> 
         .block_on(future)
 }
 
-/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows. Its id is
-/// `hk-admin-{pid}`, or the CN of `--tls-cert`.
+/// How long the refused-connection probe waits for one broker's TCP answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `Some(error)` when every broker of `brokers` refuses a TCP connection (nothing listens
+/// there): the SDK would redial until `--timeout-ms` ran out, so the command fails at once
+/// instead. Anything else (a broker that accepts, one that does not answer in time, a name
+/// that does not resolve) leaves the decision to the SDK.
+async fn refused_everywhere(brokers: &[String]) -> Option<anyhow::Error> {
+    let mut refusals = Vec::new();
+    for broker in brokers {
+        let addr = BrokerAddr::parse(broker).ok()?;
+        let dial = tokio::net::TcpStream::connect((addr.host.as_str(), addr.port));
+        match tokio::time::timeout(PROBE_TIMEOUT, dial).await {
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                refusals.push(broker.as_str());
+            }
+            _ => return None,
+        }
+    }
+    Some(anyhow!(
+        "no node reachable at {}: connection refused (is `hivekeeper serve` running there, \
+         and is --brokers its agent endpoint's address?)",
+        refusals.join(",")
+    ))
+}
+
+/// An SDK agent for `brokers`, as patient as `--timeout-ms` allows, or an error at once when
+/// every broker refuses the connection. Its id is `hk-admin-{pid}`, or the CN of `--tls-cert`.
 async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
+    if let Some(refused) = refused_everywhere(brokers).await {
+        return Err(refused);
+    }
     let timeout_ms = target.timeout_ms.max(1);
     let request_timeout_ms = timeout_ms.min(DEFAULTS.request_timeout_ms);
     let config = AgentConfig {

@@ -155,8 +155,14 @@ enum Scenario {
 /// Flags every scenario takes.
 #[derive(Debug, Clone, Args)]
 struct Common {
-    /// Brokers of the service, `host:port,...` (any node of a cluster).
-    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:1883")]
+    /// Brokers of the service, `host:port,...` (any node of a cluster). `--broker` is a
+    /// hidden alias, as for the admin commands.
+    #[arg(
+        long,
+        alias = "broker",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:1883"
+    )]
     brokers: Vec<String>,
     /// Length of the measured phase, seconds (after every agent connected).
     #[arg(long, default_value_t = 10)]

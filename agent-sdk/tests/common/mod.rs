@@ -436,6 +436,7 @@ impl Fake {
             | Op::Inspect { .. }
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
+            | Op::AdminResources { .. }
             | Op::AdminRevoke { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }

@@ -191,10 +191,13 @@ impl Default for Mode {
 pub struct EmbeddedConfig {
     /// Listener address. Loopback by default, so nothing is exposed until the operator says
     /// so. Port 0 picks a free port; [`crate::Transport::listeners`] tells which. Serves MQTT
-    /// 3.1.1 and 5.0 alike (the version is read from each CONNECT).
+    /// 3.1.1 and 5.0 alike (the version is read from each CONNECT). A hostname
+    /// (`localhost:1883`) is resolved when the file is read.
+    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize")]
     pub listen: SocketAddr,
     /// Optional second listener address (kept from the rumqttd days, when 5.0 needed its own
     /// port); serves both versions like `listen`.
+    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize_option")]
     pub listen_v5: Option<SocketAddr>,
     /// Set TCP_NODELAY on every accepted socket. Without it each QoS 1 request waits about
     /// 40 ms: the endpoint writes the PUBACK, then Nagle holds the response until the

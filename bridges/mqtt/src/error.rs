@@ -24,7 +24,8 @@ pub enum MqttError {
     /// this one).
     #[error(
         "cannot listen on {addr}: address already in use (is another broker or Hivekeeper node \
-         running on this port? change `mode.listen`)"
+         running on this port? give `hivekeeper serve` another --mqtt-listen, or another \
+         `listen` in the config file's [mqtt.mode])"
     )]
     ListenAddrInUse {
         /// The address that could not be bound.

@@ -411,6 +411,7 @@ mod tests {
             token: 7,
             permits: None,
             since_ms: 1,
+            area: None,
         };
         let reply = Reply::Inspect {
             limit: None,

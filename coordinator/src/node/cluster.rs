@@ -42,8 +42,13 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub initial_cluster_state: ClusterState,
     /// Where to listen for peers; default: this node's address in `initial_cluster`. Set it to
-    /// listen on another interface (0.0.0.0:7401) than the one peers dial.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// listen on another interface (0.0.0.0:7401) than the one peers dial. A hostname is
+    /// resolved when the file is read.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::listen::deserialize_option"
+    )]
     pub peer_listen: Option<SocketAddr>,
     /// This member's PEM certificate for mutual TLS on the peer port (`--peer-tls-cert`); its
     /// CN or a SAN DNS name must be this member's `name`, and peers dialling it check a SAN

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hivekeeper_protocol::ErrorCode;
 
 use crate::ConfigError;
-use crate::raft::{NodeId, RaftError};
+use crate::raft::RaftError;
 
 /// Why the node could not answer a request, start or stop.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -39,12 +39,12 @@ pub enum NodeError {
     },
     /// This node does not lead, and the request is one only the leader may answer here
     /// (membership changes) or the leader refused it because it was deposed meanwhile.
-    #[error("node {node} is not the leader (leader: {leader:?})")]
+    #[error("member {node} is not the leader (leader: {})", leader.as_deref().unwrap_or("none known"))]
     NotLeader {
-        /// This node.
-        node: NodeId,
-        /// The leader it knows of, if any.
-        leader: Option<NodeId>,
+        /// This node's member name.
+        node: String,
+        /// The member name of the leader it knows of, if any.
+        leader: Option<String>,
     },
     /// No leader is known after waiting for an election.
     #[error(

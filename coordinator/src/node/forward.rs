@@ -111,25 +111,33 @@ impl Forwarder {
             answer = client.call(request, self.timeout) => answer,
             next = self.raft.wait_for_leader_change(leader, self.timeout) => {
                 return Err(Failure::Gone(match next {
-                    Some(next) => format!("node {next} leads now; node {leader} did not answer in time"),
-                    None => format!("node {leader} is no longer known to lead and did not answer"),
+                    Some(next) => format!(
+                        "member {} leads now; member {} did not answer in time",
+                        self.raft.member_name(next),
+                        member.name
+                    ),
+                    None => format!(
+                        "member {} is no longer known to lead and did not answer",
+                        member.name
+                    ),
                 }));
             }
         };
+        let leader = &member.name;
         match answer {
             Ok(PeerResponse::Replies(Ok(replies))) if replies.len() == expected => Ok(replies),
             Ok(PeerResponse::Replies(Ok(replies))) => Err(Failure::Other(NodeError::Forward {
                 reason: format!(
-                    "the leader (node {leader}) answered {} replies for {expected} commands",
+                    "the leader ({leader}) answered {} replies for {expected} commands",
                     replies.len()
                 ),
             })),
             Ok(PeerResponse::Replies(Err(reason))) => Err(Failure::Gone(format!(
-                "the leader (node {leader}) could not answer: {reason}"
+                "the leader ({leader}) could not answer: {reason}"
             ))),
             Ok(other) => Err(Failure::Other(NodeError::Forward {
                 reason: format!(
-                    "the leader (node {leader}) answered a forwarded request with {}",
+                    "the leader ({leader}) answered a forwarded request with {}",
                     other.kind()
                 ),
             })),

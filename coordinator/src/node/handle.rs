@@ -129,6 +129,7 @@ impl NodeHandle {
     /// proposer (a write) or a task (anything else).
     fn route(&self, agent: &str, request: Request, respond: Respond, started: Instant) {
         let op = request.op.name();
+        let respond = super::audit::audited(agent, &request.op, respond);
         let role = self.role_for(agent, &request.op);
         if !role.allows(Role::needed_for(&request.op)) {
             let refusal = auth::forbidden(&request.op, agent, role);
@@ -366,7 +367,10 @@ impl NodeHandle {
 impl ForwardHandler for NodeHandle {
     async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
         if !self.raft.is_leader() {
-            return Err(format!("node {} is not the leader", self.raft.node_id()));
+            return Err(format!(
+                "member {} is not the leader",
+                self.raft.member_name(self.raft.node_id())
+            ));
         }
         self.raft
             .check_quorum()
@@ -382,7 +386,10 @@ impl ForwardHandler for NodeHandle {
 
     async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {
         if !self.raft.is_leader() {
-            return Err(format!("node {} is not the leader", self.raft.node_id()));
+            return Err(format!(
+                "member {} is not the leader",
+                self.raft.member_name(self.raft.node_id())
+            ));
         }
         self.raft
             .check_quorum()

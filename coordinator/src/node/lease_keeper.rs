@@ -234,8 +234,15 @@ impl Actor for LeaseKeeper {
                 };
                 let proposer = state.proposer.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = proposer.propose(command).await {
-                        tracing::debug!(%error, "an expiry proposal failed; retried at the next tick");
+                    match proposer.propose(command).await {
+                        // One line per tick that expired any, however many.
+                        Ok(Reply::Expired { leases }) if !leases.is_empty() => {
+                            tracing::info!(count = leases.len(), "leases expired");
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::debug!(%error, "an expiry proposal failed; retried at the next tick");
+                        }
                     }
                     let _ = myself.cast(KeeperMsg::ExpiryDone(overdue));
                 });

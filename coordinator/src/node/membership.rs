@@ -151,8 +151,8 @@ impl NodeHandle {
             Ok(())
         } else {
             Err(NodeError::NotLeader {
-                node: self.raft.node_id(),
-                leader: self.leader_id(),
+                node: self.raft.member_name(self.raft.node_id()),
+                leader: self.raft.leader().map(|(_, member)| member.name),
             })
         }
     }

@@ -51,12 +51,17 @@
 //!   leader; lease and wait expiry proposals.
 //! - `supervisor.rs`: starts the keeper linked, watches the tasks; any failure stops the node.
 //! - `forward.rs`: forwarding to the leader.
+//! - `audit.rs`: the INFO line of each operator action (who, what, on what, outcome).
+//! - `cluster_log.rs`: WARN when this leader loses and regains its quorum, INFO on membership
+//!   changes.
 //! - `rate.rs`: the request rate per agent (`rate_limited`), checked at submit.
 //! - `metrics.rs`: request, lease and resource metrics (names and help texts).
 //! - `config.rs`: [`NodeConfig`]. `cluster.rs`: [`ClusterConfig`]. `error.rs`: [`NodeError`].
 
+mod audit;
 mod auth;
 mod cluster;
+mod cluster_log;
 mod config;
 mod error;
 mod fan_out;

@@ -213,8 +213,8 @@ impl Task {
             (own, callers)
         } else {
             let error = NodeError::NotLeader {
-                node: self.raft.node_id(),
-                leader: self.raft.leader().map(|(id, _)| id),
+                node: self.raft.member_name(self.raft.node_id()),
+                leader: self.raft.leader().map(|(_, member)| member.name),
             };
             for caller in callers {
                 // The caller may have given up (its timeout): nothing to do then.

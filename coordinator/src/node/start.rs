@@ -86,7 +86,9 @@ impl Node {
                 let addr = cluster.listen_addr()?;
                 let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| {
                     start_error(format!(
-                        "cannot listen for peers on {addr}: {error} (is another node using it?)"
+                        "cannot listen for peers on {addr}: {error} (is another node using it? \
+                         give `hivekeeper serve` another --peer-listen, or fix this member's \
+                         address in --initial-cluster)"
                     ))
                 })?;
                 Some(listener)

@@ -94,6 +94,7 @@ impl Actor for Supervisor {
                 proposer_watch,
                 leadership,
                 crate::raft::metrics::spawn(args.raft.clone()),
+                tokio::spawn(super::cluster_log::run(args.raft.clone())),
             ],
         })
     }
@@ -158,7 +159,7 @@ fn fail(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, reason: Strin
 /// taking and losing office.
 async fn follow_leadership(raft: Arc<RaftHandle>, keeper: ActorRef<KeeperMsg>) {
     let mut leadership = raft.leadership();
-    let me = raft.node_id();
+    let me = raft.member_name(raft.node_id());
     let mut was_ready = false;
     loop {
         let (ready, term) = {
@@ -168,9 +169,9 @@ async fn follow_leadership(raft: Arc<RaftHandle>, keeper: ActorRef<KeeperMsg>) {
         if ready != was_ready {
             was_ready = ready;
             if ready {
-                tracing::info!(node = me, term, "leading the cluster");
+                tracing::info!(member = %me, term, "leading the cluster");
             } else {
-                tracing::info!(node = me, term, "no longer leading");
+                tracing::info!(member = %me, term, "no longer leading");
             }
         }
         if keeper.cast(KeeperMsg::Leadership { ready, term }).is_err()

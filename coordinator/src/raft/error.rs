@@ -95,10 +95,12 @@ pub enum RaftError {
     #[error("raft stopped: {0}")]
     Fatal(String),
     /// This node is not the leader; the proposal must go to `leader` (if one is known).
-    #[error("not the leader (leader: {leader:?})")]
+    #[error("not the leader (leader: {})", leader_name.as_deref().unwrap_or("none known"))]
     NotLeader {
         /// The current leader, when this node knows it.
         leader: Option<NodeId>,
+        /// Its member name (`--name`), when this node knows it, for people.
+        leader_name: Option<String>,
     },
     /// openraft refused the request for another reason (membership change in progress, ...).
     #[error("raft refused the request: {0}")]
@@ -192,7 +194,13 @@ impl RaftError {
     /// their message.
     pub(crate) fn duplicate(&self) -> RaftError {
         match self {
-            RaftError::NotLeader { leader } => RaftError::NotLeader { leader: *leader },
+            RaftError::NotLeader {
+                leader,
+                leader_name,
+            } => RaftError::NotLeader {
+                leader: *leader,
+                leader_name: leader_name.clone(),
+            },
             RaftError::Fatal(reason) => RaftError::Fatal(reason.clone()),
             RaftError::Store(error) => RaftError::Store(error.clone()),
             RaftError::Timeout { what, timeout_ms } => RaftError::Timeout {
@@ -212,6 +220,7 @@ pub(crate) fn check_is_leader_error(
         openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => {
             RaftError::NotLeader {
                 leader: forward.leader_id,
+                leader_name: forward.leader_node.map(|member| member.name),
             }
         }
         openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
@@ -231,6 +240,7 @@ impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> fo
             openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
                 RaftError::NotLeader {
                     leader: forward.leader_id,
+                    leader_name: forward.leader_node.map(|member| member.name),
                 }
             }
             openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),

@@ -126,6 +126,9 @@ impl RaftHandle {
             if metrics.current_leader != Some(me) {
                 return Err(RaftError::NotLeader {
                     leader: metrics.current_leader,
+                    leader_name: metrics
+                        .current_leader
+                        .map(|leader| self.member_name(leader)),
                 });
             }
             return Err(RaftError::LearnerBehind {

@@ -111,6 +111,11 @@ use tokio::sync::watch;
 use transport::client::Dialler;
 use writer::Store;
 
+/// The target of the lines that report a change in the cluster (a peer lost or back, quorum
+/// lost or regained, membership changed). Each is written once per change by construction, so
+/// the binary's repeat limiter lets them all through (`serve`'s log set-up).
+pub const CLUSTER_TARGET: &str = "hivekeeper::cluster";
+
 /// How long closing the data file may take at shutdown (the writer finishes its last commit).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -239,6 +244,7 @@ pub async fn open_with_network(
         dialler,
         leader_since: LeaderSince::default(),
         quorum_timeout: Duration::from_millis(config.election_timeout_ms_max),
+        election_timeout_ms_max: config.election_timeout_ms_max,
     };
     Ok(handle)
 }
@@ -293,6 +299,9 @@ pub struct RaftHandle {
     /// How long a leader may go without a quorum's acknowledgement and still claim one: the
     /// longest election timeout (`quorum.rs`).
     quorum_timeout: Duration,
+    /// The configured `election_timeout_ms_max` (openraft is given other values, see
+    /// [`RaftConfig::openraft_election_timeouts_ms`]).
+    election_timeout_ms_max: u64,
 }
 
 impl RaftHandle {
@@ -383,6 +392,39 @@ impl RaftHandle {
         quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
             self.contact.silent_for(peer)
         })
+    }
+
+    /// How long ago a quorum of voters last acknowledged this node as their leader, ms;
+    /// `None` when this node does not lead (or openraft has no acknowledgement yet). openraft
+    /// refreshes it at least once a heartbeat interval on a leader.
+    pub fn quorum_ack_age_ms(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        if metrics.current_leader != Some(self.node_id) {
+            return None;
+        }
+        metrics.millis_since_quorum_ack
+    }
+
+    /// The longest election timeout as configured (`election_timeout_ms_max`), ms: a leader
+    /// that has not heard from a quorum for longer has lost it (the others may have elected
+    /// another leader meanwhile).
+    pub fn election_timeout_ms_max(&self) -> u64 {
+        self.election_timeout_ms_max
+    }
+
+    /// The name operators know node `id` by (`--name`, e.g. `n2`), for log lines and errors;
+    /// the number itself for an id outside the membership this node knows (a removed member,
+    /// a stranger dialling the peer port).
+    pub fn member_name(&self, id: NodeId) -> String {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .filter(|member| !member.name.is_empty())
+            .map_or_else(|| id.to_string(), |member| member.name.clone())
     }
 
     /// `Err(NoQuorum)` at once when this node leads without a quorum: nothing it proposes or

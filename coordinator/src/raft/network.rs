@@ -177,7 +177,7 @@ impl TcpPeer {
         got: &PeerResponse,
     ) -> RPCError<NodeId, Node, E> {
         RPCError::Network(NetworkError::new(&TransportError::Unexpected {
-            peer: self.client.peer(),
+            peer: self.client.name().to_string(),
             expected,
             got: got.kind(),
         }))

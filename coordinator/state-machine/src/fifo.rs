@@ -136,6 +136,7 @@ pub fn infos<'w>(
             position,
             permits: with_permits.then_some(waiter.permits),
             since_ms: waiter.since_ms,
+            area: None,
         })
         .collect()
 }

@@ -109,6 +109,7 @@ impl Hold {
             token: self.token,
             permits,
             since_ms: self.since_ms,
+            area: None,
         }
     }
 }

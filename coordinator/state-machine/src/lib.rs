@@ -32,7 +32,7 @@
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
 //!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
-//!                          admin.agent.list: no change
+//!                          admin.resources, admin.agent.list: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
 //!        ▼
@@ -54,6 +54,7 @@
 //!   agent, waits per lease) and the per-agent counts they need.
 //! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
 //!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
+//! - `resources.rs`: `admin.resources`, the paged list of resources (discovery).
 
 mod account;
 mod dedup;
@@ -64,6 +65,7 @@ mod limits;
 mod lock;
 mod quota;
 mod request;
+mod resources;
 mod semaphore;
 mod snapshot;
 mod wait_deadline;
@@ -82,6 +84,8 @@ mod lock_test;
 #[cfg(test)]
 mod quota_test;
 #[cfg(test)]
+mod resources_test;
+#[cfg(test)]
 mod semaphore_test;
 #[cfg(test)]
 mod test_support;
@@ -93,8 +97,8 @@ mod waypoint_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    AccountInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceKind, Role, WaiterInfo,
-    validate,
+    AccountInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceInfo, ResourceKind, Role,
+    WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +107,7 @@ pub use grant::{ResourceKey, WaiterCounts};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
+pub use resources::ResourceQuery;
 pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
 use grant::Core;
@@ -252,6 +257,13 @@ pub enum Reply {
         /// Leases in id order; the node adds `remaining_ms` from its keeper's deadlines.
         leases: Vec<LeaseInfo>,
         /// Present when more leases follow: the `after` of the next page.
+        next_after: Option<String>,
+    },
+    /// `admin.resources`: one page of resources held or waited for.
+    Resources {
+        /// Resources in (kind, name) order, with their counts.
+        resources: Vec<ResourceInfo>,
+        /// Present when more follow: the `after` (`kind/name`) of the next page.
         next_after: Option<String>,
     },
     /// `admin.agent.add`, `admin.agent.rotate`: the account as it now is. The node answers
@@ -580,6 +592,17 @@ impl StateMachine {
             }
             ReadOp::Inspect { kind, name } => self.inspect(*kind, name),
             ReadOp::AdminLeases { after } => self.lease_page(after.as_deref()),
+            ReadOp::AdminResources {
+                kind,
+                prefix,
+                after,
+                limit,
+            } => self.resource_page(ResourceQuery {
+                kind: *kind,
+                prefix: prefix.as_deref(),
+                after: after.as_deref(),
+                limit: *limit,
+            }),
             ReadOp::AdminAgentList { after } => self.account_page(after.as_deref()),
         }
     }

@@ -195,6 +195,17 @@ pub enum ReadOp {
         /// Only leases after this lease id; absent: from the first.
         after: Option<String>,
     },
+    /// One page of resources held or waited for, in (kind, name) order.
+    AdminResources {
+        /// Only this kind; absent: every kind.
+        kind: Option<ResourceKind>,
+        /// Only names starting with this.
+        prefix: Option<String>,
+        /// Only resources after this cursor (`kind/name`).
+        after: Option<String>,
+        /// Most resources in the page.
+        limit: Option<u32>,
+    },
     /// One page of accounts, in name order, without their hashes.
     AdminAgentList {
         /// Only accounts after this name; absent: from the first.
@@ -326,6 +337,7 @@ impl ReadOp {
             ReadOp::FenceCheck { .. } => "fence.check",
             ReadOp::Inspect { .. } => "inspect",
             ReadOp::AdminLeases { .. } => "admin.leases",
+            ReadOp::AdminResources { .. } => "admin.resources",
             ReadOp::AdminAgentList { .. } => "admin.agent.list",
         }
     }

@@ -3,7 +3,7 @@
 use hivekeeper_protocol::{Area, ErrorCode, ResourceKind};
 
 use super::test_support::*;
-use super::{Reply, areas_conflict, distance_m};
+use super::{M_PER_DEG, Reply, areas_conflict, distance_m};
 
 fn area(north_m: f64, radius_m: f64, band: (Option<f64>, Option<f64>)) -> Area {
     Area {
@@ -235,4 +235,30 @@ fn inspect_shows_holder_and_waiters_of_a_name_in_order() {
     let (holders, waiters) = h.occupants(ResourceKind::Waypoint, "p");
     assert_eq!(holders, vec!["a"]);
     assert_eq!(waiters, vec!["b", "c"]);
+}
+
+#[test]
+fn inspect_shows_the_cylinder_of_the_holder_and_of_each_waiter() {
+    let mut h = Harness::new();
+    let [a, b] = h.leases(["a", "b"], 5_000);
+    h.reply("a", pad("p", &a, 0.0, 3.0, None));
+    h.reply("b", pad("p", &b, 1.0, 2.0, None));
+    let reply = h.sm.query(
+        "inspector",
+        &ReadOp::Inspect {
+            kind: ResourceKind::Waypoint,
+            name: "p".into(),
+        },
+    );
+    let Reply::Inspect {
+        holders, waiters, ..
+    } = reply
+    else {
+        panic!("inspect failed: {reply:?}");
+    };
+    let radius = |area: Option<Area>| area.map(|area| area.radius_m);
+    assert_eq!(radius(holders[0].area), Some(3.0));
+    assert_eq!(radius(waiters[0].area), Some(2.0));
+    let lat = waiters[0].area.expect("geometry").lat;
+    assert!((lat - (51.5 + 1.0 / M_PER_DEG)).abs() < 1e-12, "{lat}");
 }

@@ -607,7 +607,10 @@ fn outcome_of(reply: &Reply) -> Outcome {
         },
         Reply::Refused { code, .. } => refused(*code),
         // The admin reads are the node's; the model never sends them.
-        Reply::Status(_) | Reply::Leases { .. } | Reply::Accounts { .. } => {
+        Reply::Status(_)
+        | Reply::Leases { .. }
+        | Reply::Resources { .. }
+        | Reply::Accounts { .. } => {
             panic!("an admin read in the model: {reply:?}")
         }
         // Accounts are covered by `account_test.rs`; the model sends no account ops.
@@ -1567,6 +1570,7 @@ impl Model {
                     token: hold.token,
                     permits: is_sem.then_some(hold.permits),
                     since_ms: hold.since_ms,
+                    area: hold.area,
                 })
                 .collect(),
             waiters: self
@@ -1577,6 +1581,7 @@ impl Model {
                     position: i as u32 + 1,
                     permits: is_sem.then_some(w.permits),
                     since_ms: w.since_ms,
+                    area: w.area,
                 })
                 .collect(),
         }

@@ -289,7 +289,7 @@ class Agent(AgentBase):
         """``fence.check``: whether ``token`` is held right now on ``resource`` (a lock by
         default; pass ``kind="sem"`` or ``"waypoint"`` for the others)."""
         return FenceCheck.from_result(
-            self.request("fence.check", resource=resource, kind=kind, token=token)
+            self.request("fence.check", name=resource, kind=kind, token=token)
         )
 
     def inspect(self, kind: str, name: str) -> Inspection:

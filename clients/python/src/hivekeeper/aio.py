@@ -204,7 +204,7 @@ class Agent(AgentBase):
     async def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
         """``fence.check``: whether ``token`` is held right now on ``resource``."""
         return FenceCheck.from_result(
-            await self.request("fence.check", resource=resource, kind=kind, token=token)
+            await self.request("fence.check", name=resource, kind=kind, token=token)
         )
 
     async def inspect(self, kind: str, name: str) -> Inspection:

@@ -24,7 +24,7 @@ use tokio_util::codec::Framed;
 use super::tls::{PeerConnector, PeerStream};
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use super::{NetworkFaults, TransportError};
-use crate::raft::NodeId;
+use crate::raft::{CLUSTER_TARGET, NodeId};
 
 /// How long dialling and the hello may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -82,6 +82,8 @@ struct Call {
 #[derive(Clone)]
 pub struct PeerClient {
     peer: NodeId,
+    /// The peer's member name, for errors and log lines.
+    name: String,
     faults: NetworkFaults,
     calls: mpsc::UnboundedSender<Call>,
 }
@@ -95,13 +97,14 @@ impl PeerClient {
             Connection {
                 dialler,
                 peer,
-                name,
+                name: name.clone(),
                 addr,
             }
             .run(queue),
         );
         PeerClient {
             peer,
+            name,
             faults,
             calls,
         }
@@ -112,6 +115,11 @@ impl PeerClient {
         self.peer
     }
 
+    /// The peer's member name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Sends `request` and waits for its answer, at most `timeout`.
     pub async fn call(
         &self,
@@ -119,19 +127,21 @@ impl PeerClient {
         timeout: Duration,
     ) -> Result<PeerResponse, TransportError> {
         if self.faults.is_cut(self.peer) {
-            return Err(TransportError::CutOff { peer: self.peer });
+            return Err(TransportError::CutOff {
+                peer: self.name.clone(),
+            });
         }
         if self.faults.is_silenced(self.peer) {
             // Lost on the way: the caller hears nothing until its timeout.
             tokio::time::sleep(timeout).await;
             return Err(TransportError::Timeout {
-                peer: self.peer,
+                peer: self.name.clone(),
                 timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             });
         }
         let (answer, answered) = oneshot::channel();
         let broken = || TransportError::Broken {
-            peer: self.peer,
+            peer: self.name.clone(),
             reason: "the connection task ended".into(),
         };
         self.calls
@@ -141,7 +151,7 @@ impl PeerClient {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(broken()),
             Err(_) => Err(TransportError::Timeout {
-                peer: self.peer,
+                peer: self.name.clone(),
                 timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             }),
         }
@@ -157,65 +167,65 @@ struct Connection {
     addr: String,
 }
 
-/// How often a peer that stays unreachable is reported again.
-const OUTAGE_REPORT_EVERY: Duration = Duration::from_secs(30);
+/// How long a peer that was never reached may stay unreachable before it is reported: members
+/// of a new cluster start one after another, and a peer still starting is not news.
+const START_GRACE: Duration = Duration::from_secs(5);
 
-/// A peer's unreachability as the log tells it: once when it starts, every
-/// [`OUTAGE_REPORT_EVERY`] while it lasts, once when it ends. The dials themselves go on every
-/// 10–100 ms, and openraft logs each failed replication RPC and heartbeat (several lines per
-/// heartbeat interval per dead peer), which `serve` turns off by default for this summary.
+/// A peer's unreachability as the log tells it: one WARN when it starts, one WARN when it
+/// ends, nothing in between however long it lasts (`hivekeeper_raft_*` metrics show it
+/// meanwhile); a peer never reached yet only once it has been unreachable for [`START_GRACE`].
+/// The dials themselves go on every 10–100 ms, and openraft logs each failed replication RPC
+/// and heartbeat (several lines per heartbeat interval per dead peer), which `serve` turns off
+/// by default for this summary.
 #[derive(Debug, Default)]
 struct Outage {
-    /// When the first failed dial of the current outage was, and when it was last reported.
-    since: Option<(Instant, Instant)>,
+    /// When the first failed dial of the current outage was.
+    since: Option<Instant>,
+    /// Whether the current outage was reported (so its end is too).
+    reported: bool,
+    /// Whether a dial ever succeeded.
+    ever_up: bool,
 }
 
 /// What [`Outage`] has to say about a dial.
 #[derive(Debug, PartialEq, Eq)]
 enum OutageReport {
-    /// The first failed dial after a success (or at start).
+    /// The first failed dial after a success, or [`START_GRACE`] of failures at start.
     Down,
-    /// Still failing, `OUTAGE_REPORT_EVERY` after the last report.
-    StillDown { down_s: u64 },
-    /// A dial succeeded after failures.
+    /// A dial succeeded after a reported outage.
     Up { down_ms: u64 },
 }
 
 impl Outage {
     fn failed(&mut self, now: Instant) -> Option<OutageReport> {
-        match &mut self.since {
-            None => {
-                self.since = Some((now, now));
-                Some(OutageReport::Down)
-            }
-            Some((since, reported)) if now.duration_since(*reported) >= OUTAGE_REPORT_EVERY => {
-                *reported = now;
-                let down_s = now.duration_since(*since).as_secs();
-                Some(OutageReport::StillDown { down_s })
-            }
-            Some(_) => None,
+        let since = *self.since.get_or_insert(now);
+        if self.reported || (!self.ever_up && now.duration_since(since) < START_GRACE) {
+            return None;
         }
+        self.reported = true;
+        Some(OutageReport::Down)
     }
 
     fn ended(&mut self, now: Instant) -> Option<OutageReport> {
-        let (since, _) = self.since.take()?;
+        self.ever_up = true;
+        let since = self.since.take()?;
+        if !std::mem::take(&mut self.reported) {
+            return None;
+        }
         let down_ms = u64::try_from(now.duration_since(since).as_millis()).unwrap_or(u64::MAX);
         Some(OutageReport::Up { down_ms })
     }
 }
 
-/// Logs an [`OutageReport`] about `peer`; `error` is the failed dial's (none for `Up`).
-fn log_outage(report: OutageReport, peer: NodeId, addr: &str, error: Option<&TransportError>) {
+/// Logs an [`OutageReport`] about member `peer`; `error` is the failed dial's (none for `Up`).
+fn log_outage(report: OutageReport, peer: &str, addr: &str, error: Option<&TransportError>) {
     let error = error.map(ToString::to_string).unwrap_or_default();
     match report {
         OutageReport::Down => {
-            tracing::warn!(peer, %addr, %error, "peer unreachable; redialling every 10-100 ms");
-        }
-        OutageReport::StillDown { down_s } => {
-            tracing::warn!(peer, %addr, %error, down_s, "peer still unreachable");
+            tracing::warn!(target: CLUSTER_TARGET, %peer, %addr, %error, "peer lost: unreachable, redialling every 10-100 ms");
         }
         OutageReport::Up { down_ms } => {
-            tracing::info!(peer, %addr, down_ms, "peer reachable again");
+            tracing::warn!(target: CLUSTER_TARGET, %peer, %addr, down_ms, "peer back: reachable again");
         }
     }
 }
@@ -238,14 +248,14 @@ impl Connection {
                 Ok(link) => {
                     backoff = self.backoff();
                     if let Some(report) = outage.ended(Instant::now()) {
-                        log_outage(report, self.peer, &self.addr, None);
+                        log_outage(report, &self.name, &self.addr, None);
                     }
                     self.serve_calls(link, call, &mut queue).await;
                 }
                 Err(error) => {
                     redial_at = Instant::now() + backoff.next().unwrap_or(REDIAL_MAX);
                     if let Some(report) = outage.failed(Instant::now()) {
-                        log_outage(report, self.peer, &self.addr, Some(&error));
+                        log_outage(report, &self.name, &self.addr, Some(&error));
                     }
                     let _ = call.answer.send(Err(error));
                 }
@@ -264,7 +274,7 @@ impl Connection {
 
     fn unreachable(&self, reason: impl Into<String>) -> TransportError {
         TransportError::Unreachable {
-            peer: self.peer,
+            peer: self.name.clone(),
             addr: self.addr.clone(),
             reason: reason.into(),
         }
@@ -284,7 +294,7 @@ impl Connection {
                 None => Box::new(stream),
                 Some(tls) => tls.connect(&self.name, stream).await.map_err(|reason| {
                     TransportError::Refused {
-                        peer: self.peer,
+                        peer: self.name.clone(),
                         addr: self.addr.clone(),
                         reason,
                     }
@@ -310,7 +320,7 @@ impl Connection {
                     Ok(link)
                 }
                 HelloReply::Refused(reason) => Err(TransportError::Refused {
-                    peer: self.peer,
+                    peer: self.name.clone(),
                     addr: self.addr.clone(),
                     reason,
                 }),
@@ -336,9 +346,9 @@ impl Connection {
         let reason = loop {
             if let Some(call) = pending.take() {
                 if self.dialler.faults.is_cut(self.peer) {
-                    let _ = call
-                        .answer
-                        .send(Err(TransportError::CutOff { peer: self.peer }));
+                    let _ = call.answer.send(Err(TransportError::CutOff {
+                        peer: self.name.clone(),
+                    }));
                     break "cut off by a network fault".to_string();
                 }
                 // The caller timed out while the call waited for room: nothing to send.
@@ -382,10 +392,10 @@ impl Connection {
                 },
             }
         };
-        tracing::debug!(peer = self.peer, addr = %self.addr, %reason, "peer connection closed");
+        tracing::debug!(peer = %self.name, addr = %self.addr, %reason, "peer connection closed");
         for (_, answer) in in_flight {
             let _ = answer.send(Err(TransportError::Broken {
-                peer: self.peer,
+                peer: self.name.clone(),
                 reason: reason.clone(),
             }));
         }
@@ -542,28 +552,35 @@ mod tests {
     }
 
     #[test]
-    fn an_outage_is_reported_when_it_starts_every_30_s_and_when_it_ends() {
+    fn an_outage_is_reported_once_when_it_starts_and_once_when_it_ends() {
         let start = Instant::now();
         let at = |ms: u64| start + Duration::from_millis(ms);
         let mut outage = Outage::default();
-        assert_eq!(outage.ended(at(0)), None, "no outage yet: nothing to say");
-        assert_eq!(outage.failed(at(0)), Some(OutageReport::Down));
-        // The redials every 10-100 ms stay quiet...
-        for ms in (100..30_000).step_by(100) {
+        // A peer still starting: quiet for START_GRACE, and its arrival is no news.
+        assert_eq!(outage.failed(at(0)), None);
+        assert_eq!(outage.failed(at(4_900)), None);
+        assert_eq!(outage.ended(at(4_950)), None);
+        // Up once, then gone: reported at the first failed dial.
+        assert_eq!(outage.failed(at(10_000)), Some(OutageReport::Down));
+        // The redials every 10-100 ms stay quiet, however long the peer stays away.
+        for ms in (10_100..600_000).step_by(100) {
             assert_eq!(outage.failed(at(ms)), None, "at {ms} ms");
         }
-        // ...until 30 s after the last report.
         assert_eq!(
-            outage.failed(at(30_000)),
-            Some(OutageReport::StillDown { down_s: 30 })
-        );
-        assert_eq!(outage.failed(at(30_100)), None);
-        assert_eq!(
-            outage.ended(at(31_500)),
-            Some(OutageReport::Up { down_ms: 31_500 })
+            outage.ended(at(601_500)),
+            Some(OutageReport::Up { down_ms: 591_500 })
         );
         // A new outage starts over.
-        assert_eq!(outage.ended(at(32_000)), None);
-        assert_eq!(outage.failed(at(40_000)), Some(OutageReport::Down));
+        assert_eq!(outage.ended(at(602_000)), None);
+        assert_eq!(outage.failed(at(610_000)), Some(OutageReport::Down));
+        // A peer never reached is reported once START_GRACE has passed.
+        let mut never = Outage::default();
+        assert_eq!(never.failed(at(0)), None);
+        assert_eq!(never.failed(at(5_000)), Some(OutageReport::Down));
+        assert_eq!(never.failed(at(5_100)), None);
+        assert_eq!(
+            never.ended(at(6_000)),
+            Some(OutageReport::Up { down_ms: 6_000 })
+        );
     }
 }

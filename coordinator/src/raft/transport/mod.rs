@@ -47,18 +47,16 @@ pub use wire::{
     AgentWrite, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse, frame_max_bytes,
 };
 
-use crate::raft::NodeId;
-
 /// Why a call to a peer failed. The caller decides what it means (openraft: unreachable or a
 /// network error; a forwarded request: `unavailable`, retried by the agent).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TransportError {
     /// The peer could not be dialled (down, wrong address, or still backing off after a failed
     /// dial).
-    #[error("node {peer} at {addr} is unreachable: {reason}")]
+    #[error("member {peer} at {addr} is unreachable: {reason}")]
     Unreachable {
-        /// The peer.
-        peer: NodeId,
+        /// The peer's member name (`--name`), as operators know it.
+        peer: String,
         /// Its address.
         addr: String,
         /// Why.
@@ -66,45 +64,45 @@ pub enum TransportError {
     },
     /// The peer refused the connection's hello (another cluster, or another node at that
     /// address).
-    #[error("node {peer} at {addr} refused the connection: {reason}")]
+    #[error("member {peer} at {addr} refused the connection: {reason}")]
     Refused {
-        /// The peer.
-        peer: NodeId,
+        /// The peer's member name (`--name`), as operators know it.
+        peer: String,
         /// Its address.
         addr: String,
         /// What it said.
         reason: String,
     },
     /// The connection broke while the call was in flight.
-    #[error("connection to node {peer} lost: {reason}")]
+    #[error("connection to member {peer} lost: {reason}")]
     Broken {
-        /// The peer.
-        peer: NodeId,
+        /// The peer's member name (`--name`), as operators know it.
+        peer: String,
         /// Why.
         reason: String,
     },
     /// No answer within the call's timeout.
-    #[error("node {peer} did not answer within {timeout_ms} ms")]
+    #[error("member {peer} did not answer within {timeout_ms} ms")]
     Timeout {
-        /// The peer.
-        peer: NodeId,
+        /// The peer's member name (`--name`), as operators know it.
+        peer: String,
         /// The timeout.
         timeout_ms: u64,
     },
     /// This node is cut off from the peer on purpose ([`NetworkFaults`]).
-    #[error("node {peer} is cut off by a network fault")]
+    #[error("member {peer} is cut off by a network fault")]
     CutOff {
-        /// The peer.
-        peer: NodeId,
+        /// The peer's member name (`--name`), as operators know it.
+        peer: String,
     },
     /// A frame could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(String),
     /// The peer answered a call with an answer of another kind.
-    #[error("node {peer} answered with {got}, not {expected}")]
+    #[error("member {peer} answered with {got}, not {expected}")]
     Unexpected {
-        /// The peer.
-        peer: NodeId,
+        /// The peer's member name (`--name`), as operators know it.
+        peer: String,
         /// What the call wanted.
         expected: &'static str,
         /// What came.

@@ -115,6 +115,10 @@ impl<H: ForwardHandler> PeerConnection<H> {
             return;
         };
         wire::raise_bound(link.codec_mut(), self.frame_max_bytes);
+        let peer = Peer {
+            id: from,
+            name: self.raft.member_name(from),
+        };
         let (raft, election, handler) = (self.raft, self.election, self.handler);
         let answer = move |request| {
             let (raft, election, handler) = (raft.clone(), election.clone(), handler.clone());
@@ -123,7 +127,7 @@ impl<H: ForwardHandler> PeerConnection<H> {
             // 400.
             Box::pin(async move { answer(&raft, &election, &handler, request).await })
         };
-        serve_frames(link, from, &self.faults, answer).await;
+        serve_frames(link, &peer, &self.faults, answer).await;
     }
 
     /// Reads and checks the hello; returns the dialler's id if it is welcome. With TLS the
@@ -145,15 +149,17 @@ impl<H: ForwardHandler> PeerConnection<H> {
             ))
         } else if hello.to != self.me {
             Some(format!(
-                "this is node {}, not node {}: the membership has a wrong address",
-                self.me, hello.to
+                "this is member {}, not {}: the membership has a wrong address",
+                self.raft.member_name(self.me),
+                self.raft.member_name(hello.to)
             ))
         } else if let Some(identity) = identity
             && !tls::names_node(identity, hello.from)
         {
             Some(format!(
-                "the certificate names {:?}, not node {}",
-                identity.common_name, hello.from
+                "the certificate names {:?}, not member {}",
+                identity.common_name,
+                self.raft.member_name(hello.from)
             ))
         } else if self.faults.is_cut(hello.from) {
             Some("cut off by a network fault".into())
@@ -167,7 +173,8 @@ impl<H: ForwardHandler> PeerConnection<H> {
         link.send(wire::encode(&reply).ok()?).await.ok()?;
         match refusal {
             Some(reason) => {
-                tracing::warn!(peer = hello.from, %reason, "refused a peer connection");
+                let peer = self.raft.member_name(hello.from);
+                tracing::warn!(%peer, %reason, "refused a peer connection");
                 None
             }
             None => Some(hello.from),
@@ -175,12 +182,20 @@ impl<H: ForwardHandler> PeerConnection<H> {
     }
 }
 
+/// A welcomed peer: its id, and its member name for log lines.
+struct Peer {
+    /// The id its hello gave.
+    id: NodeId,
+    /// Its `--name` (the id, for a node outside the known membership).
+    name: String,
+}
+
 /// Answers the frames of a welcomed connection from `from`, each by its own task running
 /// `answer`, at most [`wire::IN_FLIGHT_MAX`] at once, until the link breaks, a frame is bad
 /// (over the bound, undecodable) or `from` is cut off.
 async fn serve_frames<S, A, F>(
     link: Framed<S, wire::PeerCodec>,
-    from: NodeId,
+    from: &Peer,
     faults: &NetworkFaults,
     answer: A,
 ) where
@@ -207,16 +222,27 @@ async fn serve_frames<S, A, F>(
         };
         let frame = match frames.next().await {
             Some(Ok(frame)) => frame,
+            // A peer that stopped resets its connections: routine, and the dialling side
+            // reports the outage (`peer lost`).
+            Some(Err(error))
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                tracing::debug!(peer = %from.name, %error, "peer connection reset; closing");
+                break;
+            }
             Some(Err(error)) => {
-                tracing::warn!(peer = from, %error, "bad frame from a peer; closing");
+                tracing::warn!(peer = %from.name, %error, "bad frame from a peer; closing");
                 break;
             }
             None => break,
         };
-        if faults.is_cut(from) {
+        if faults.is_cut(from.id) {
             break;
         }
-        if faults.is_silenced(from) {
+        if faults.is_silenced(from.id) {
             // Lost on the way: no answer, and the connection stays up.
             drop(permit);
             continue;
@@ -224,7 +250,7 @@ async fn serve_frames<S, A, F>(
         let envelope = match wire::decode::<Envelope<PeerRequest>>(&frame) {
             Ok(envelope) => envelope,
             Err(error) => {
-                tracing::warn!(peer = from, %error, "undecodable frame from a peer; closing");
+                tracing::warn!(peer = %from.name, %error, "undecodable frame from a peer; closing");
                 break;
             }
         };
@@ -326,7 +352,11 @@ mod tests {
         };
         let server = Framed::new(accepted, wire::codec());
         tokio::spawn(async move {
-            serve_frames(server, 7, &NetworkFaults::default(), answer).await;
+            let peer = super::Peer {
+                id: 7,
+                name: "n7".into(),
+            };
+            serve_frames(server, &peer, &NetworkFaults::default(), answer).await;
         });
 
         let total = wire::IN_FLIGHT_MAX + 16;

@@ -26,7 +26,7 @@ mod grid;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hivekeeper_protocol::{Area, ErrorCode, ResourceKind};
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
 use super::fifo;
@@ -146,6 +146,27 @@ impl Waypoints {
     /// The map's own name for a held waypoint (shared, not copied).
     pub fn held_name(&self, name: &str) -> Option<Text> {
         self.held.get_key_value(name).map(|(name, _)| name.clone())
+    }
+
+    /// Every waypoint name held or waited for that `keep` accepts, in name order, with its
+    /// holder count (0 or 1) and waiter count (`admin.resources`).
+    pub fn occupancy<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<(&'a str, usize, usize)> {
+        let mut names: BTreeMap<&'a str, (usize, usize)> = BTreeMap::new();
+        for name in self.held.keys().filter(|name| keep(name)) {
+            names.entry(name).or_default().0 = 1;
+        }
+        for (name, seqs) in self
+            .index
+            .waiting_by_name
+            .iter()
+            .filter(|(name, _)| keep(name))
+        {
+            names.entry(name).or_default().1 = seqs.len();
+        }
+        names
+            .into_iter()
+            .map(|(name, (holders, waiters))| (name, holders, waiters))
+            .collect()
     }
 
     /// The token held on waypoint `name`.
@@ -439,7 +460,10 @@ impl StateMachine {
             .waypoints
             .held
             .get(name)
-            .map(|reservation| reservation.hold.info(None))
+            .map(|reservation| HolderInfo {
+                area: reservation.area,
+                ..reservation.hold.info(None)
+            })
             .into_iter()
             .collect();
         let waiting = self
@@ -449,11 +473,20 @@ impl StateMachine {
             .get(name)
             .into_iter()
             .flatten()
-            .map(|seq| &self.waypoints.waiters[seq].waiter);
+            .map(|seq| &self.waypoints.waiters[seq]);
+        // Each waiter with the cylinder it asks for.
+        let waiters = fifo::infos(waiting.clone().map(|pending| &pending.waiter), false)
+            .into_iter()
+            .zip(waiting)
+            .map(|(info, pending)| WaiterInfo {
+                area: pending.area,
+                ..info
+            })
+            .collect();
         Reply::Inspect {
             limit: None,
             holders,
-            waiters: fifo::infos(waiting, false),
+            waiters,
         }
     }
 }
