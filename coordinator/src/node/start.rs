@@ -223,6 +223,13 @@ impl Node {
         &self.faults
     }
 
+    /// Fault injection: this member stamps entries with its wall clock moved by `offset_ms`
+    /// (a clock that runs ahead, or jumps back when set to less). For tests and fault-injection
+    /// harnesses ([`crate::raft::RaftHandle::set_clock_offset_ms`]).
+    pub fn set_clock_offset_ms(&self, offset_ms: i64) {
+        self.handle.raft.set_clock_offset_ms(offset_ms);
+    }
+
     /// A handle for a front door.
     pub fn handle(&self) -> NodeHandle {
         self.handle.clone()

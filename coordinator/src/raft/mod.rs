@@ -73,6 +73,7 @@ mod writer;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::error::InitializeError;
@@ -222,6 +223,7 @@ pub async fn open_with_network(
         store,
         log_store,
         state_machine,
+        clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
 }
@@ -267,6 +269,9 @@ pub struct RaftHandle {
     log_store: LogStore,
     /// The machine, for local reads.
     state_machine: StateMachineStore,
+    /// Added to the wall clock this node stamps entries with ([`RaftHandle::clock_ms`]): 0,
+    /// except when a test or a fault-injection harness makes this member's clock jump.
+    clock_offset_ms: AtomicI64,
 }
 
 impl RaftHandle {
@@ -399,7 +404,7 @@ impl RaftHandle {
                 max: BATCH_MAX,
             });
         }
-        let now_ms = RaftHandle::clock_ms();
+        let now_ms = self.clock_ms();
         let response = self
             .raft
             .client_write(Proposal { now_ms, commands })
@@ -408,14 +413,24 @@ impl RaftHandle {
     }
 
     /// The clock a leader stamps into its entries (`Proposal::now_ms`): wall-clock ms since
-    /// the Unix epoch. The leader's keeper compares the machine's wait deadlines with it, so
-    /// it proposes a wait's expiry when the entry's own stamp will have reached the deadline.
-    pub fn clock_ms() -> u64 {
-        SystemTime::now()
+    /// the Unix epoch, plus the fault-injection offset (normally 0). The leader's keeper asks
+    /// the machine whether a wait is due at the clock an entry stamped now would get, so it
+    /// proposes a wait's expiry when the entry will end it.
+    pub fn clock_ms(&self) -> u64 {
+        let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| {
                 u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            })
+            });
+        wall_ms.saturating_add_signed(self.clock_offset_ms.load(Ordering::Relaxed))
+    }
+
+    /// Fault injection: moves the clock this node stamps entries with by `offset_ms` from
+    /// the wall clock (a member whose clock runs ahead, or jumps back), as the state machine
+    /// must survive (`clock.rs` there). Replaces the previous offset; 0 restores the wall
+    /// clock. For tests and fault-injection harnesses; nothing else sets it.
+    pub fn set_clock_offset_ms(&self, offset_ms: i64) {
+        self.clock_offset_ms.store(offset_ms, Ordering::Relaxed);
     }
 
     /// Reads the machine as applied on this node so far. Not linearizable: a follower may lag
