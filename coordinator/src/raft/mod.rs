@@ -81,7 +81,7 @@ use openraft::error::InitializeError;
 pub use config::RaftConfig;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
 pub use election::ElectionClock;
-pub use error::{RaftError, StoreError};
+pub use error::{ApplyPanic, RaftError, StoreError};
 pub use leadership::Leadership;
 pub use log_store::{LogStatus, LogStore};
 pub use network::{TcpNetwork, TcpPeer};
@@ -227,6 +227,12 @@ pub async fn open_with_network(
     };
     Ok(handle)
 }
+
+/// The exit status of `hivekeeper serve` when the state machine panicked applying an entry
+/// ([`ApplyPanic`]): 70, sysexits' `EX_SOFTWARE` (an internal software error), distinct from
+/// the 1 of every other failure, so a supervisor can tell "a bug stopped this node, and will
+/// stop it again on this entry at restart" from a refusal to start or a full disk.
+pub const EXIT_APPLY_PANICKED: u8 = 70;
 
 /// The members `metrics` record: id, name and address, and whether each votes.
 fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
@@ -431,6 +437,12 @@ impl RaftHandle {
     /// clock. For tests and fault-injection harnesses; nothing else sets it.
     pub fn set_clock_offset_ms(&self, offset_ms: i64) {
         self.clock_offset_ms.store(offset_ms, Ordering::Relaxed);
+    }
+
+    /// The panic that stopped this node's state machine, if an apply panicked (Raft stops
+    /// then; `hivekeeper serve` exits with [`EXIT_APPLY_PANICKED`]).
+    pub fn apply_panic(&self) -> Option<ApplyPanic> {
+        self.state_machine.apply_panic()
     }
 
     /// Reads the machine as applied on this node so far. Not linearizable: a follower may lag

@@ -186,6 +186,20 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// What the command is, for logs: the op's wire name for an agent's request
+    /// (`"lock.acquire"`), the command's own for the node's (`"expire_leases"`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Request { request, .. } => request.op.name(),
+            Command::ExpireLeases { .. } => "expire_leases",
+            Command::CancelWait { .. } => "cancel_wait",
+            Command::ExpireWaits { .. } => "expire_waits",
+            Command::Configure { .. } => "configure",
+        }
+    }
+}
+
 /// The machine's answer to the entry's proposer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
