@@ -736,3 +736,40 @@ async fn a_lease_granted_while_the_leaders_clock_ran_an_hour_ahead_is_still_recl
     assert!(token_b > token, "tokens increase: {token_b} after {token}");
     cluster.shutdown().await;
 }
+
+/// Issue 15, for waits: an agent queued with `wait_ms` while the leader's clock ran an hour
+/// ahead, then the clock came back with no other entry. The keeper's expiry check projects the
+/// machine's clock from the last stamp, which is an hour ahead of the leader's clock now, so
+/// it saw nothing due until the leader's clock caught up; it now proposes an entry that
+/// re-anchors the steps, and the wait times out about `wait_ms` later. Fails without that
+/// (no answer within 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_queued_while_the_leaders_clock_ran_ahead_still_times_out() {
+    let cluster = Cluster::start("wclk").await;
+    let leader = cluster.leader().await;
+    cluster.running(leader).set_clock_offset_ms(3_600_000);
+    let node = cluster.handle(leader);
+    // Leases of a minute, so that no lease expiry comes as an entry during the test (one
+    // would re-anchor the clock's steps as well and hide the fault).
+    let holder = grant_ttl(&node, "drone-2", "h-g", 60_000).await;
+    acquired(&node, "drone-2", "h-a", "dock", &holder).await;
+    let lease = grant_ttl(&node, "drone-1", "g1", 60_000).await;
+    let waiting = tokio::spawn({
+        let node = node.clone();
+        async move {
+            node.call("drone-1", request("w1", wait_lock("dock", &lease, 2_000)))
+                .await
+        }
+    });
+    hivekeeper_test_support::eventually(5, "the wait queued", async || {
+        let seen = node.call("tester", request("i0", inspect("dock"))).await;
+        matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+    })
+    .await;
+    cluster.running(leader).set_clock_offset_ms(0);
+    let answer = hivekeeper_test_support::within(20, "the wait's answer", waiting)
+        .await
+        .expect("the waiting task");
+    assert_eq!(answer, wait_elapsed("w1"));
+    cluster.shutdown().await;
+}

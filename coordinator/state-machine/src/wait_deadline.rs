@@ -111,10 +111,13 @@ impl StateMachine {
     }
 
     /// Whether an `ExpireWaits` stamped `stamp_ms` (the leader's clock now) is worth
-    /// proposing: it would end a wait, or its step would be a full `clock_step_ms_max` towards
-    /// the earliest deadline. The second case matters only for a wait longer than a step with
-    /// no other entry for as long: the machine's clock moves one step per entry at most, so
-    /// the keeper's proposals carry it to the deadline step by step.
+    /// proposing while a wait has a deadline: it would end a wait; or its step would be a full
+    /// `clock_step_ms_max` towards the deadline (a wait longer than a step with no other entry
+    /// for as long: the clock moves one step per entry at most, so the keeper's proposals carry
+    /// it there step by step); or the stamp is behind the previous entry's (the leader's clock
+    /// went back): that entry moves the clock by nothing, but the next steps are measured from
+    /// it, so without it the clock would not move towards the deadline until the leader's
+    /// clock caught up with the old stamp.
     pub fn wait_expiry_due(&self, stamp_ms: u64) -> bool {
         let Some(deadline_ms) = self.wait_deadline_next_ms() else {
             return false;
@@ -122,6 +125,7 @@ impl StateMachine {
         let clock_ms = self.clock_at(stamp_ms);
         deadline_ms <= clock_ms
             || clock_ms.saturating_sub(self.now_ms()) >= self.clock_step_ms_max()
+            || stamp_ms < self.stamp_last_ms()
     }
 
     /// `ExpireWaits { term }`: ends every wait whose deadline has passed on the machine's
