@@ -19,6 +19,7 @@ use hivekeeper_coordinator::node::metrics::{
     LEASES_KEEPALIVE_TTL_USED_RATIO, TTL_USED_RATIO_BUCKETS,
 };
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Health, NodeConfig};
+use hivekeeper_coordinator::raft::{ApplyPanic, EXIT_APPLY_PANICKED};
 use hivekeeper_mqtt::bridge;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
@@ -214,7 +215,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config))
+    let served = runtime.block_on(serve(config));
+    drop(runtime);
+    // A panic in the state machine is a bug that every replica hits on the same entry, at
+    // every restart: its own exit status (docs/OPERATIONS.md), so a supervisor does not take
+    // it for an ordinary failure and restart the node into it forever unnoticed.
+    if let Err(error) = &served
+        && error.downcast_ref::<ApplyPanic>().is_some()
+    {
+        eprintln!("hivekeeper: {error:#}");
+        std::process::exit(i32::from(EXIT_APPLY_PANICKED));
+    }
+    served
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -296,7 +308,11 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     };
     tracing::info!("shutting down");
     let service = unshared(service).await?;
+    let apply_panic = service.apply_panic();
     let stopped = service.shutdown().await;
+    if let Some(panic) = apply_panic {
+        return Err(anyhow::Error::new(panic).context("the node failed"));
+    }
     // The failure that ended the node is the news; a failing shutdown after it (a full disk
     // also fails the final flush) must not hide it.
     match (ended_by, stopped) {

@@ -114,6 +114,12 @@ impl Service {
         self.node.failed().await
     }
 
+    /// The panic that stopped the node's state machine, if an apply panicked (`serve` then
+    /// exits with [`hivekeeper_coordinator::raft::EXIT_APPLY_PANICKED`]).
+    pub fn apply_panic(&self) -> Option<hivekeeper_coordinator::raft::ApplyPanic> {
+        self.node.apply_panic()
+    }
+
     /// Stops the transport (no more requests), gives the bridge a moment to drain, then stops
     /// the node.
     pub async fn shutdown(self) -> Result<(), ServiceError> {

@@ -150,8 +150,13 @@ fn request(id: &str, op: Op) -> Request {
 }
 
 async fn grant(node: &NodeHandle, agent: &str, id: &str) -> String {
+    grant_ttl(node, agent, id, 10_000).await
+}
+
+/// A lease of `ttl_ms` for `agent`; its wire id.
+async fn grant_ttl(node: &NodeHandle, agent: &str, id: &str, ttl_ms: u64) -> String {
     match node
-        .call(agent, request(id, Op::LeaseGrant { ttl_ms: 10_000 }))
+        .call(agent, request(id, Op::LeaseGrant { ttl_ms }))
         .await
         .outcome
     {
@@ -961,5 +966,82 @@ async fn a_wait_still_times_out_when_the_leader_changes_while_it_waits() {
         .find(|i| cluster.handle(*i).is_leader());
     assert!(new_leader.is_some(), "the majority leads on");
     cluster.heal(old);
+    cluster.shutdown().await;
+}
+
+/// Issue 15: a leader whose clock ran an hour ahead granted a lease (stamped an hour in the
+/// future), then its clock came back. The machine used to keep the largest stamp as its clock,
+/// so the lease could not expire until real time caught up an hour later (the keeper proposed
+/// the refused expiry every tick). Now the machine's clock steps by stamps (`clock.rs`): the
+/// lease's lock is reclaimed a few seconds after its 1 s TTL and goes to the next agent with a
+/// higher token. Fails without the stepped clock (the lock is still held after 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_while_the_leaders_clock_ran_an_hour_ahead_is_still_reclaimed() {
+    let cluster = Cluster::start("clk").await;
+    let leader = cluster.leader().await;
+    let node = cluster.handle(leader);
+    cluster.running(leader).set_clock_offset_ms(3_600_000);
+    let lease = grant_ttl(&node, "a", "a-grant", 1_000).await;
+    let token = acquired(&node, "a", "a-lock", "l", &lease).await;
+    // The clock comes back; agent a never keeps its lease alive.
+    cluster.running(leader).set_clock_offset_ms(0);
+    let mut reclaimed = false;
+    for attempt in 0..200 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let reply = node
+            .call(
+                "observer",
+                request(&format!("inspect-{attempt}"), inspect("l")),
+            )
+            .await;
+        if holders(reply).is_empty() {
+            reclaimed = true;
+            break;
+        }
+    }
+    assert!(
+        reclaimed,
+        "lock l is still held 20 s after its lease's 1 s TTL"
+    );
+    let lease_b = grant_ttl(&node, "b", "b-grant", 1_000).await;
+    let token_b = acquired(&node, "b", "b-lock", "l", &lease_b).await;
+    assert!(token_b > token, "tokens increase: {token_b} after {token}");
+    cluster.shutdown().await;
+}
+
+/// Issue 15, for waits: an agent queued with `wait_ms` while the leader's clock ran an hour
+/// ahead, then the clock came back with no other entry. The keeper's expiry check projects the
+/// machine's clock from the last stamp, which is an hour ahead of the leader's clock now, so
+/// it saw nothing due until the leader's clock caught up; it now proposes an entry that
+/// re-anchors the steps, and the wait times out about `wait_ms` later. Fails without that
+/// (no answer within 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_queued_while_the_leaders_clock_ran_ahead_still_times_out() {
+    let cluster = Cluster::start("wclk").await;
+    let leader = cluster.leader().await;
+    cluster.running(leader).set_clock_offset_ms(3_600_000);
+    let node = cluster.handle(leader);
+    // Leases of a minute, so that no lease expiry comes as an entry during the test (one
+    // would re-anchor the clock's steps as well and hide the fault).
+    let holder = grant_ttl(&node, "drone-2", "h-g", 60_000).await;
+    acquired(&node, "drone-2", "h-a", "dock", &holder).await;
+    let lease = grant_ttl(&node, "drone-1", "g1", 60_000).await;
+    let waiting = tokio::spawn({
+        let node = node.clone();
+        async move {
+            node.call("drone-1", request("w1", wait_lock("dock", &lease, 2_000)))
+                .await
+        }
+    });
+    hivekeeper_test_support::eventually(5, "the wait queued", async || {
+        let seen = node.call("tester", request("i0", inspect("dock"))).await;
+        matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+    })
+    .await;
+    cluster.running(leader).set_clock_offset_ms(0);
+    let answer = hivekeeper_test_support::within(20, "the wait's answer", waiting)
+        .await
+        .expect("the waiting task");
+    assert_eq!(answer, wait_elapsed("w1"));
     cluster.shutdown().await;
 }

@@ -22,7 +22,11 @@
 //!                                        (counted: hivekeeper_leases_keepalives_total, and
 //!                                        the TTL used since the last renewal: a histogram)
 //!  Tick (every tick_ms)               ─▶ overdue leases ─▶ proposer: ExpireLeases { term }
-//!                                     ─▶ machine's earliest wait deadline ≤ clock_ms?
+//!                                        ─▶ ExpiryDone: leases the machine did not end (its
+//!                                           clock is behind) back off, 100 ms doubling to 5 s
+//!                                           (hivekeeper_leases_expiry_refused_total)
+//!                                     ─▶ machine's earliest wait deadline due at the clock
+//!                                        an entry stamped now would get (`wait_expiry_due`)?
 //!                                        ─▶ proposer: ExpireWaits { term } (one at a time)
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
@@ -61,7 +65,12 @@ pub enum KeeperMsg {
     /// Look for overdue leases.
     Tick,
     /// An expiry proposal completed; these leases may be proposed again if still overdue.
-    ExpiryDone(Vec<LeaseId>),
+    /// `ended` is what the machine expired (`None`: the proposal failed, retried at the next
+    /// tick); the others were refused as not yet due and back off.
+    ExpiryDone {
+        proposed: Vec<LeaseId>,
+        ended: Option<Vec<LeaseId>>,
+    },
     /// A wait expiry proposal completed; another may be proposed.
     WaitsExpiryDone,
     /// Time left before each lease's deadline, ms, for `admin.leases`: `None` for a lease
@@ -142,14 +151,39 @@ impl KeeperState {
         Ok(answer)
     }
 
+    /// The machine applied an expiry of `proposed` and ended only `ended`: the rest were not
+    /// due on its clock (behind this leader's, `clock.rs`). Each backs off before it is
+    /// proposed again, and is counted.
+    fn expiry_refused(&mut self, proposed: &[LeaseId], ended: &[LeaseId]) {
+        let refused: Vec<LeaseId> = proposed
+            .iter()
+            .filter(|lease| !ended.contains(lease))
+            .copied()
+            .collect();
+        if refused.is_empty() {
+            return;
+        }
+        let count = self.lessor.expiry_refused(Instant::now(), &refused);
+        if count > 0 {
+            super::metrics::expiry_refused(count);
+            tracing::debug!(
+                leases = ?refused,
+                "the machine refused an expiry (not due on its clock, which is behind this \
+                 leader's); backing off"
+            );
+        }
+    }
+
     /// Proposes `ExpireWaits` when this node is a ready leader, none is in flight, and its
     /// clock has reached the machine's earliest wait deadline.
     fn expire_waits(&mut self, myself: &ActorRef<KeeperMsg>) -> Result<(), ActorProcessingErr> {
         if !self.lessor.is_ready() || self.expiring_waits {
             return Ok(());
         }
-        let next_ms = self.raft.query(|sm| sm.wait_deadline_next_ms())?;
-        if next_ms.is_none_or(|deadline_ms| deadline_ms > RaftHandle::clock_ms()) {
+        // Due on the clock an entry stamped now would get, not on this node's wall clock: the
+        // machine's clock steps by stamps (`clock.rs`) and may differ from it after a jump.
+        let stamp_ms = self.raft.clock_ms();
+        if !self.raft.query(|sm| sm.wait_expiry_due(stamp_ms))? {
             return Ok(());
         }
         self.expiring_waits = true;
@@ -234,20 +268,36 @@ impl Actor for LeaseKeeper {
                 };
                 let proposer = state.proposer.clone();
                 tokio::spawn(async move {
-                    match proposer.propose(command).await {
-                        // One line per tick that expired any, however many.
-                        Ok(Reply::Expired { leases }) if !leases.is_empty() => {
-                            tracing::info!(count = leases.len(), "leases expired");
+                    let ended = match proposer.propose(command).await {
+                        Ok(Reply::Expired { leases }) => {
+                            // One line per tick that expired any, however many.
+                            if !leases.is_empty() {
+                                tracing::info!(count = leases.len(), "leases expired");
+                            }
+                            Some(leases)
                         }
-                        Ok(_) => {}
+                        Ok(other) => {
+                            tracing::warn!(reply = ?other, "an expiry proposal got an unexpected reply");
+                            None
+                        }
                         Err(error) => {
                             tracing::debug!(%error, "an expiry proposal failed; retried at the next tick");
+                            None
                         }
-                    }
-                    let _ = myself.cast(KeeperMsg::ExpiryDone(overdue));
+                    };
+                    let done = KeeperMsg::ExpiryDone {
+                        proposed: overdue,
+                        ended,
+                    };
+                    let _ = myself.cast(done);
                 });
             }
-            KeeperMsg::ExpiryDone(leases) => state.lessor.expiry_done(&leases),
+            KeeperMsg::ExpiryDone { proposed, ended } => {
+                state.lessor.expiry_done(&proposed);
+                if let Some(ended) = ended {
+                    state.expiry_refused(&proposed, &ended);
+                }
+            }
             KeeperMsg::WaitsExpiryDone => state.expiring_waits = false,
             KeeperMsg::Remaining { leases, reply } => {
                 let _ = reply.send(state.lessor.remaining(Instant::now(), &leases));

@@ -7,7 +7,10 @@
 //!  granted(now, lease, ttl)  ─▶ deadline = now + TTL        (leader only)
 //!  keepalive(now, lease)     ─▶ Live (ttl used so far) ─▶ the caller checks the machine,
 //!                               then renew(now, lease, ttl) | Overdue | NotLeader
-//!  overdue(now)              ─▶ leases past their deadline, not already being expired
+//!  overdue(now)              ─▶ leases past their deadline, not already being expired and
+//!                               not backing off a refusal
+//!  expiry_refused(now, leases) ─▶ the machine said "not yet" (its clock is behind the
+//!                               leader's, `clock.rs`): retry each after a growing delay
 //!  expiry_done(leases), ended(lease), step_down()
 //! ```
 //!
@@ -18,13 +21,36 @@
 //! 3. A lease past its deadline is never renewed: the agent is told it expired (the expiry is
 //!    proposed, or will be at the next tick), so it never believes it holds while its
 //!    resources go to someone else.
+//! 4. A lease whose expiry the machine refused (applied, but not due on the machine's clock)
+//!    is not proposed again before its backoff ends: exponential from
+//!    [`EXPIRY_RETRY_MS_MIN`] to [`EXPIRY_RETRY_MS_MAX`], so a clock disagreement costs a
+//!    proposal every few seconds, not one every tick. Its deadline stays passed, so
+//!    keepalives stay refused (invariant 3).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use tokio::time::Instant;
 
 use crate::state_machine::LeaseId;
+
+/// The first wait before a refused expiry is proposed again: a few keeper ticks, since the
+/// machine's clock usually trails the leader's by one entry's step at most.
+pub(crate) const EXPIRY_RETRY_MS_MIN: u64 = 100;
+
+/// The longest wait between proposals of a refused expiry: once the machine's clock reaches
+/// the lease's end, the lease is reclaimed at most this late.
+pub(crate) const EXPIRY_RETRY_MS_MAX: u64 = 5_000;
+
+/// A refused expiry's backoff: when it may be proposed again, and the delays after that.
+#[derive(Debug)]
+struct Retry {
+    /// Not proposed again before this.
+    at: Instant,
+    /// The next delays (exponential, capped, no jitter: one leader, no herd to spread).
+    delays: ExponentialBackoff,
+}
 
 /// What a keepalive finds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,6 +79,8 @@ pub(crate) struct Lessor {
     deadlines: HashMap<LeaseId, (Instant, u64)>,
     /// Leases in an expiry proposal that has not completed yet (not proposed twice).
     expiring: HashSet<LeaseId>,
+    /// Leases whose expiry the machine refused, backing off (invariant 4).
+    refused: HashMap<LeaseId, Retry>,
     /// Whether this node is a leader that has applied an entry of its own term.
     ready: bool,
     /// The term it leads in.
@@ -79,6 +107,7 @@ impl Lessor {
         if !ready {
             self.deadlines.clear();
             self.expiring.clear();
+            self.refused.clear();
         }
         took_office
     }
@@ -95,6 +124,7 @@ impl Lessor {
             .map(|(lease, ttl_ms)| (lease, (now + Duration::from_millis(ttl_ms), ttl_ms)))
             .collect();
         self.expiring.clear();
+        self.refused.clear();
     }
 
     /// A lease was granted (an applied entry).
@@ -109,6 +139,7 @@ impl Lessor {
     pub(crate) fn ended(&mut self, lease: &LeaseId) {
         self.deadlines.remove(lease);
         self.expiring.remove(lease);
+        self.refused.remove(lease);
     }
 
     /// What a keepalive of `lease` finds at `now` (`None`: not a lease id at all).
@@ -134,8 +165,8 @@ impl Lessor {
             .insert(lease, (now + Duration::from_millis(ttl_ms), ttl_ms));
     }
 
-    /// Leases past their deadline at `now` and not already being expired, sorted; they are
-    /// marked as being expired (invariant 2). Empty unless ready.
+    /// Leases past their deadline at `now`, not already being expired and not backing off a
+    /// refusal, sorted; they are marked as being expired (invariant 2). Empty unless ready.
     pub(crate) fn overdue(&mut self, now: Instant) -> Vec<LeaseId> {
         if !self.ready {
             return Vec::new();
@@ -143,7 +174,11 @@ impl Lessor {
         let mut overdue: Vec<LeaseId> = self
             .deadlines
             .iter()
-            .filter(|(lease, (deadline, _))| *deadline <= now && !self.expiring.contains(lease))
+            .filter(|(lease, (deadline, _))| {
+                *deadline <= now
+                    && !self.expiring.contains(lease)
+                    && self.refused.get(lease).is_none_or(|retry| retry.at <= now)
+            })
             .map(|(lease, _)| *lease)
             .collect();
         overdue.sort_unstable();
@@ -156,6 +191,34 @@ impl Lessor {
         for lease in leases {
             self.expiring.remove(lease);
         }
+    }
+
+    /// The machine applied an expiry of these leases at `now` and ended none of them (not due
+    /// on its clock): each is proposed again only after its backoff (invariant 4), which grows
+    /// with every refusal in a row. Leases that ended meanwhile, or that this node no longer
+    /// keeps, are left alone. Returns how many were refused.
+    pub(crate) fn expiry_refused(&mut self, now: Instant, leases: &[LeaseId]) -> usize {
+        let mut refused = 0;
+        for lease in leases {
+            if !self.deadlines.contains_key(lease) {
+                continue;
+            }
+            let retry = self.refused.entry(*lease).or_insert_with(|| Retry {
+                at: now,
+                delays: ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(EXPIRY_RETRY_MS_MIN))
+                    .with_max_delay(Duration::from_millis(EXPIRY_RETRY_MS_MAX))
+                    .without_max_times()
+                    .build(),
+            });
+            let delay = retry
+                .delays
+                .next()
+                .unwrap_or(Duration::from_millis(EXPIRY_RETRY_MS_MAX));
+            retry.at = now + delay;
+            refused += 1;
+        }
+        refused
     }
 
     /// Time left before each lease's deadline at `now`, ms: `None` for a lease without a
@@ -205,6 +268,46 @@ mod tests {
         assert_eq!(lessor.overdue(start + ms(1_200)), vec![lease(1)]);
         lessor.ended(&lease(1));
         assert!(lessor.overdue(start + ms(5_000)).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_expiry_backs_off_exponentially_up_to_the_cap() {
+        let mut lessor = Lessor::default();
+        lessor.leadership(true, 1);
+        let start = Instant::now();
+        lessor.granted(start, lease(1), 1_000);
+        lessor.granted(start, lease(2), 1_000);
+        let mut now = start + ms(1_000);
+        assert_eq!(lessor.overdue(now), vec![lease(1), lease(2)]);
+        // The machine ended lease 2 and refused lease 1 (its clock is behind).
+        lessor.expiry_done(&[lease(1), lease(2)]);
+        lessor.ended(&lease(2));
+        assert_eq!(lessor.expiry_refused(now, &[lease(1), lease(2)]), 1);
+        // Proposed again after 100, 200, 400, ... ms, never more than 5 s apart; not before
+        // (it used to be at every tick, 20 ms).
+        let mut delays_ms = Vec::new();
+        for _ in 0..9 {
+            let at = lessor.refused[&lease(1)].at;
+            delays_ms.push(at.duration_since(now).as_millis());
+            // Still overdue for keepalives while it backs off, and not proposed.
+            assert!(lessor.overdue(at - ms(1)).is_empty());
+            assert!(matches!(
+                lessor.keepalive(at - ms(1), Some(lease(1))),
+                Keepalive::Overdue { .. }
+            ));
+            now = at;
+            assert_eq!(lessor.overdue(now), vec![lease(1)]);
+            lessor.expiry_done(&[lease(1)]);
+            assert_eq!(lessor.expiry_refused(now, &[lease(1)]), 1);
+        }
+        assert_eq!(
+            delays_ms,
+            vec![100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000, 5_000]
+        );
+        // Ended at last: nothing left to retry. A new office starts afresh.
+        lessor.ended(&lease(1));
+        assert!(lessor.overdue(now + ms(60_000)).is_empty());
+        assert!(lessor.refused.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,6 +8,7 @@
 //!     counters, histograms: entries applied for the first time only (not `replayed`)
 //!     gauges: every entry, replayed or not (they mirror state, not activity)
 //!  LeaseKeeper: a keepalive answered `Ttl` ─▶ hivekeeper_leases_keepalives_total
+//!              an expiry the machine refused ─▶ hivekeeper_leases_expiry_refused_total
 //!              every keepalive on a known deadline ─▶ hivekeeper_leases_keepalive_ttl_used_ratio
 //! ```
 //!
@@ -42,6 +43,11 @@ pub const LEASES_GRANTED_TOTAL: &str = "hivekeeper_leases_granted_total";
 pub const LEASES_ENDED_TOTAL: &str = "hivekeeper_leases_ended_total";
 /// Keepalives that moved a lease's deadline (counter).
 pub const LEASES_KEEPALIVES_TOTAL: &str = "hivekeeper_leases_keepalives_total";
+/// Lease expiries the leader proposed that the machine applied but refused, each lease
+/// counted once per refusal (counter): the machine's clock is behind the leader's (a leader
+/// clock that went back, or a member whose clock is slow), `clock.rs` in the state machine.
+/// The keeper backs each off (100 ms doubling to 5 s); a steady rise means clocks disagree.
+pub const LEASES_EXPIRY_REFUSED_TOTAL: &str = "hivekeeper_leases_expiry_refused_total";
 /// The fraction of its TTL a lease had used up when a keepalive arrived (histogram, a ratio):
 /// time since the previous renewal (or grant, or the leader taking office) over the TTL. The
 /// SDK keeps alive every TTL/3, so a healthy swarm sits near 0.33; values near 1 mean agents
@@ -109,6 +115,11 @@ pub fn describe() {
         LEASES_KEEPALIVES_TOTAL,
         "Keepalives that moved a lease's deadline (answered on the leader)."
     );
+    describe_counter!(
+        LEASES_EXPIRY_REFUSED_TOTAL,
+        "Lease expiries proposed by this leader that the machine refused as not yet due (its \
+         clock is behind the leader's); each is retried with backoff."
+    );
     describe_histogram!(
         LEASES_KEEPALIVE_TTL_USED_RATIO,
         "Fraction of the TTL used since the previous renewal when a keepalive arrived (about \
@@ -168,6 +179,11 @@ pub(super) fn fence_checked(valid: bool) {
 /// Counts a keepalive that moved a deadline.
 pub(super) fn keepalive() {
     counter!(LEASES_KEEPALIVES_TOTAL).increment(1);
+}
+
+/// Counts leases whose proposed expiry the machine refused.
+pub(super) fn expiry_refused(leases: usize) {
+    counter!(LEASES_EXPIRY_REFUSED_TOTAL).increment(u64::try_from(leases).unwrap_or(u64::MAX));
 }
 
 /// Records how much of its TTL a lease had used when a keepalive arrived at `now`, given the

@@ -226,6 +226,20 @@ impl Node {
         &self.faults
     }
 
+    /// The panic that stopped this node's state machine, if an apply panicked: the node has
+    /// failed then ([`Node::failed`] says so too), and `hivekeeper serve` exits with
+    /// [`crate::raft::EXIT_APPLY_PANICKED`].
+    pub fn apply_panic(&self) -> Option<crate::raft::ApplyPanic> {
+        self.handle.raft.apply_panic()
+    }
+
+    /// Fault injection: this member stamps entries with its wall clock moved by `offset_ms`
+    /// (a clock that runs ahead, or jumps back when set to less). For tests and fault-injection
+    /// harnesses ([`crate::raft::RaftHandle::set_clock_offset_ms`]).
+    pub fn set_clock_offset_ms(&self, offset_ms: i64) {
+        self.handle.raft.set_clock_offset_ms(offset_ms);
+    }
+
     /// A handle for a front door.
     pub fn handle(&self) -> NodeHandle {
         self.handle.clone()

@@ -8,6 +8,8 @@
 //!    due = heard + (retrying its own election ? 0 : lease) + jitter (+ smaller-log backoff
 //!          while behind); a sole voter elects itself at once
 //!    at `due`, still not leading and a voter ─▶ raft.trigger().elect()  (openraft votes)
+//!      └─ an error: logged once per kind (WARN), counted; the driver keeps going (the
+//!         silence restarts, so it tries again after its jitter); it ends only with Raft
 //! ```
 //!
 //! openraft 0.9.25 decides *that* a node is elected; this module decides only *when* a follower
@@ -32,12 +34,19 @@
 //! the configured window (201–300 ms by default; [`super::RaftConfig::openraft_election_timeouts_ms`]).
 //! Safety does not depend on any of this: openraft counts the votes.
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use openraft::error::Fatal;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::types::{LogId, NodeId, Raft, Vote};
+use super::types::{LogId, Node, NodeId, Raft, Vote};
+
+/// openraft's metrics as the driver reads them.
+type Metrics = openraft::RaftMetrics<NodeId, Node>;
 
 /// What the election timer knows, shared by the peer server, the network and the driver.
 #[derive(Debug)]
@@ -225,10 +234,60 @@ fn another_leads(
     deposed || vote_moved_to_a_leader
 }
 
+/// The errors `elect()` returned, by kind: the first of each kind is logged at WARN, the
+/// rest only counted (at debug), so a fault that repeats at every election timeout cannot
+/// flood the log, and a new kind of failure is still seen.
+#[derive(Debug, Default)]
+struct ElectErrors {
+    /// How many of each kind so far.
+    counts: BTreeMap<&'static str, u64>,
+}
+
+impl ElectErrors {
+    /// The kind of an `elect()` error, for the log and the counts.
+    fn kind(error: &Fatal<NodeId>) -> &'static str {
+        match error {
+            Fatal::StorageError(_) => "storage_error",
+            Fatal::Panicked => "panicked",
+            Fatal::Stopped => "stopped",
+        }
+    }
+
+    /// Records one error; true when it is the first of its kind (the caller logs it).
+    fn first_of_its_kind(&mut self, error: &Fatal<NodeId>) -> bool {
+        let count = self.counts.entry(Self::kind(error)).or_default();
+        *count += 1;
+        *count == 1
+    }
+}
+
 /// Runs the election timer of node `me` until openraft shuts down. openraft's own timer must
 /// be off (`enable_elect: false` in its configuration).
 pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
-    let mut metrics = raft.metrics();
+    let metrics = raft.metrics();
+    let elect = move || {
+        let raft = raft.clone();
+        async move { raft.trigger().elect().await }
+    };
+    drive_with(metrics, me, clock, elect).await;
+}
+
+/// [`drive`] with the metrics and the election trigger passed in, so a test can make the
+/// trigger fail. An `elect()` error does not end the driver: it used to, and a node whose
+/// trigger failed once never campaigned again, a follower that could not replace a dead
+/// leader. The error is logged (once per kind, [`ElectErrors`]) and the silence restarts, so
+/// the next attempt comes after the jitter, not at once. The driver ends when Raft does: its
+/// metrics report `Shutdown`, or their sender is gone.
+async fn drive_with<F, Fut>(
+    mut metrics: watch::Receiver<Metrics>,
+    me: NodeId,
+    clock: Arc<ElectionClock>,
+    mut elect: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), Fatal<NodeId>>>,
+{
+    let mut errors = ElectErrors::default();
     let mut was_leading = false;
     let mut seen_vote = None;
     loop {
@@ -273,8 +332,24 @@ pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
                     node = me,
                     "no leader heard within the election timeout: campaigning"
                 );
-                if raft.trigger().elect().await.is_err() {
-                    return;
+                if let Err(error) = elect().await {
+                    if metrics.has_changed().is_err() {
+                        // Raft is gone (shut down, or stopped by a fatal error it reports
+                        // itself): there is nothing left to elect.
+                        return;
+                    }
+                    let kind = ElectErrors::kind(&error);
+                    if errors.first_of_its_kind(&error) {
+                        tracing::warn!(
+                            node = me,
+                            %error,
+                            kind,
+                            "could not start an election; retrying after the jitter (further \
+                             errors of this kind are logged at debug)"
+                        );
+                    } else {
+                        tracing::debug!(node = me, %error, kind, count = errors.counts[kind], "could not start an election");
+                    }
                 }
             }
             Some(due) => tokio::time::sleep_until(due).await,
@@ -284,7 +359,75 @@ pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    /// Metrics of node 1, the only voter of its cluster (it elects itself as soon as due).
+    fn sole_voter_metrics() -> Metrics {
+        let mut metrics = Metrics::new_initial(1);
+        let membership = openraft::Membership::new(
+            vec![BTreeSet::from([1])],
+            BTreeMap::from([(1, super::super::types::Member::default())]),
+        );
+        metrics.membership_config = Arc::new(openraft::StoredMembership::new(None, membership));
+        metrics
+    }
+
+    /// Issue 15: the driver used to return at the first `elect()` error, and the node never
+    /// campaigned again. Now it keeps trying (after its jitter each time) and ends only with
+    /// Raft. Fails on the old driver: one call, then the task had ended.
+    #[tokio::test(start_paused = true)]
+    async fn the_election_driver_survives_elect_errors_and_ends_only_with_raft() {
+        let (metrics_tx, metrics) = watch::channel(sole_voter_metrics());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let elect = {
+            let calls = calls.clone();
+            move || {
+                let call = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match call {
+                        0 | 2 => Err(Fatal::Panicked),
+                        1 => Err(Fatal::Stopped),
+                        _ => Ok(()),
+                    }
+                }
+            }
+        };
+        let clock = ElectionClock::new(timing());
+        let driver = tokio::spawn(drive_with(metrics, 1, clock, elect));
+        // Jitter is at most 150 ms: in 2 s it campaigns again and again, errors or not.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            !driver.is_finished(),
+            "the driver ended after an elect() error"
+        );
+        assert!(
+            calls.load(Ordering::SeqCst) >= 10,
+            "elect() was called {} times in 2 s",
+            calls.load(Ordering::SeqCst)
+        );
+        // Raft shuts down: the driver ends.
+        metrics_tx.send_modify(|metrics| metrics.state = openraft::ServerState::Shutdown);
+        tokio::time::timeout(Duration::from_secs(1), driver)
+            .await
+            .expect("the driver ends once Raft reports Shutdown")
+            .expect("the driver did not panic");
+    }
+
+    #[test]
+    fn elect_errors_are_logged_once_per_kind() {
+        let mut errors = ElectErrors::default();
+        assert!(errors.first_of_its_kind(&Fatal::Panicked));
+        assert!(!errors.first_of_its_kind(&Fatal::Panicked));
+        assert!(errors.first_of_its_kind(&Fatal::Stopped));
+        assert!(!errors.first_of_its_kind(&Fatal::Panicked));
+        assert_eq!(
+            errors.counts,
+            BTreeMap::from([("panicked", 3), ("stopped", 1)])
+        );
+    }
 
     fn timing() -> ElectionTiming {
         ElectionTiming {

@@ -283,6 +283,30 @@ pub enum StoreError {
     /// The store was closed (shutdown) before the request was carried out.
     #[error("the store is closed")]
     Closed,
+    /// The state machine panicked applying an entry: the node stops (a fatal stop, exit code
+    /// [`super::EXIT_APPLY_PANICKED`] from `hivekeeper serve`), and the machine, maybe half
+    /// changed, is read no more.
+    #[error("{0}")]
+    ApplyPanicked(ApplyPanic),
+}
+
+/// A panic inside `StateMachine::apply`, caught at the store boundary: which entry, which
+/// command, and the panic's message. The same log replays the same panic on every replica and
+/// at every restart (the machine is deterministic), so this names the entry to report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the state machine panicked applying log entry {log_id} (command {command_index} of the \
+     entry, {command}): {message}"
+)]
+pub struct ApplyPanic {
+    /// The entry's log id in openraft's form, `T{term}-N{leader node}-{index}`.
+    pub log_id: String,
+    /// The command's position inside the entry (a batch holds several), from 0.
+    pub command_index: usize,
+    /// What the command was (`Command::kind`: an op name, or `expire_leases` ...).
+    pub command: &'static str,
+    /// The panic's message.
+    pub message: String,
 }
 
 impl StoreError {

@@ -219,3 +219,35 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(StoreError::write_logs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::decode_entry;
+
+    /// A log entry of data format 1 (`tests/data_format.rs` pins it).
+    const ENTRY: &[u8] = include_bytes!("../../tests/data/log-entry-format1.json");
+
+    proptest! {
+        /// Issue 15: a log row of arbitrary bytes is a decode error, never a panic.
+        #[test]
+        fn fuzz_log_entry_decode_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_entry(&bytes);
+        }
+
+        /// A real entry cut short or with one byte changed: a decode error or an entry,
+        /// never a panic.
+        #[test]
+        fn fuzz_log_entry_decode_a_damaged_entry(at in any::<usize>(), byte in any::<u8>(), cut in any::<bool>()) {
+            let mut row = ENTRY.to_vec();
+            let at = at % row.len();
+            if cut {
+                row.truncate(at);
+            } else {
+                row[at] = byte;
+            }
+            let _ = decode_entry(&row);
+        }
+    }
+}

@@ -80,6 +80,7 @@ mod writer;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::error::InitializeError;
@@ -88,7 +89,7 @@ pub use config::RaftConfig;
 pub use contact::PeerContact;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
 pub use election::ElectionClock;
-pub use error::{RaftError, StoreError};
+pub use error::{ApplyPanic, RaftError, StoreError};
 pub use leadership::Leadership;
 pub use log_store::{LogStatus, LogStore};
 pub use membership::CatchUp;
@@ -245,9 +246,16 @@ pub async fn open_with_network(
         leader_since: LeaderSince::default(),
         quorum_timeout: Duration::from_millis(config.election_timeout_ms_max),
         election_timeout_ms_max: config.election_timeout_ms_max,
+        clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
 }
+
+/// The exit status of `hivekeeper serve` when the state machine panicked applying an entry
+/// ([`ApplyPanic`]): 70, sysexits' `EX_SOFTWARE` (an internal software error), distinct from
+/// the 1 of every other failure, so a supervisor can tell "a bug stopped this node, and will
+/// stop it again on this entry at restart" from a refusal to start or a full disk.
+pub const EXIT_APPLY_PANICKED: u8 = 70;
 
 /// The members `metrics` record: id, name and address, and whether each votes.
 fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
@@ -302,6 +310,9 @@ pub struct RaftHandle {
     /// The configured `election_timeout_ms_max` (openraft is given other values, see
     /// [`RaftConfig::openraft_election_timeouts_ms`]).
     election_timeout_ms_max: u64,
+    /// Added to the wall clock this node stamps entries with ([`RaftHandle::clock_ms`]): 0,
+    /// except when a test or a fault-injection harness makes this member's clock jump.
+    clock_offset_ms: AtomicI64,
 }
 
 impl RaftHandle {
@@ -485,7 +496,7 @@ impl RaftHandle {
                 max: BATCH_MAX,
             });
         }
-        let now_ms = RaftHandle::clock_ms();
+        let now_ms = self.clock_ms();
         let response = self
             .raft
             .client_write(Proposal { now_ms, commands })
@@ -494,14 +505,30 @@ impl RaftHandle {
     }
 
     /// The clock a leader stamps into its entries (`Proposal::now_ms`): wall-clock ms since
-    /// the Unix epoch. The leader's keeper compares the machine's wait deadlines with it, so
-    /// it proposes a wait's expiry when the entry's own stamp will have reached the deadline.
-    pub fn clock_ms() -> u64 {
-        SystemTime::now()
+    /// the Unix epoch, plus the fault-injection offset (normally 0). The leader's keeper asks
+    /// the machine whether a wait is due at the clock an entry stamped now would get, so it
+    /// proposes a wait's expiry when the entry will end it.
+    pub fn clock_ms(&self) -> u64 {
+        let wall_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| {
                 u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-            })
+            });
+        wall_ms.saturating_add_signed(self.clock_offset_ms.load(Ordering::Relaxed))
+    }
+
+    /// Fault injection: moves the clock this node stamps entries with by `offset_ms` from
+    /// the wall clock (a member whose clock runs ahead, or jumps back), as the state machine
+    /// must survive (`clock.rs` there). Replaces the previous offset; 0 restores the wall
+    /// clock. For tests and fault-injection harnesses; nothing else sets it.
+    pub fn set_clock_offset_ms(&self, offset_ms: i64) {
+        self.clock_offset_ms.store(offset_ms, Ordering::Relaxed);
+    }
+
+    /// The panic that stopped this node's state machine, if an apply panicked (Raft stops
+    /// then; `hivekeeper serve` exits with [`EXIT_APPLY_PANICKED`]).
+    pub fn apply_panic(&self) -> Option<ApplyPanic> {
+        self.state_machine.apply_panic()
     }
 
     /// Reads the machine as applied on this node so far. Not linearizable: a follower may lag

@@ -16,7 +16,13 @@
 //!                             │                         Applied::Entry (after the lock is
 //!                             │                         released) ─▶ AppliedSink, called on
 //!                             │                         this same task (the node's fan-out)
-//!                             └─ Err(broken log)     ─▶ fatal StorageError, Raft stops
+//!                             ├─ Err(broken log)     ─▶ fatal StorageError, Raft stops
+//!                             └─ panic               ─▶ caught here (catch_unwind): one ERROR
+//!                                naming the entry's log id and command kind, the machine
+//!                                marked broken (every later read or apply refused with
+//!                                StoreError::ApplyPanicked, no poisoned mutex), and a fatal
+//!                                StorageError: Raft stops, the node fails, `hivekeeper serve`
+//!                                exits with EXIT_APPLY_PANICKED (docs/OPERATIONS.md)
 //!  build_snapshot: copy of the machine (taken on the sm worker) ─▶ snapshot() bytes
 //!                  ─▶ redb `snapshot` table (fsync) ─▶ openraft purges the log behind it
 //! ```
@@ -33,8 +39,12 @@
 //!    one lock, and both go into every snapshot's metadata.
 //! 2. A snapshot's bytes are exactly `StateMachine::snapshot()` of the machine after
 //!    `last_applied`; a snapshot that does not restore is an error, never a panic.
+//! 3. A panic in `StateMachine::apply` never escapes this store and never poisons its lock:
+//!    it is caught, and from then on the store answers [`StoreError::ApplyPanicked`] (the
+//!    machine may be half changed), so the node stops with that named error.
 
 use std::io::Cursor;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -43,7 +53,7 @@ use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, Storag
 use tokio::sync::mpsc;
 
 use super::database::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, SNAPSHOT, get_json};
-use super::error::StoreError;
+use super::error::{ApplyPanic, StoreError};
 use super::types::{
     Entry, LogId, Proposed, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -142,6 +152,9 @@ struct Applier {
     last_applied: Option<LogId>,
     /// The last membership applied.
     membership: StoredMembership,
+    /// Set when an apply panicked: the machine may be half changed, so nothing reads it any
+    /// more (invariant 3).
+    broken: Option<ApplyPanic>,
 }
 
 struct Inner {
@@ -154,6 +167,9 @@ struct Inner {
     delivery: Mutex<Delivery>,
     /// Entries up to this index were committed before this start: applying them is a replay.
     replay_upto: Option<u64>,
+    /// Test only: an apply of a request from this agent panics (the store's panic path).
+    #[cfg(test)]
+    panic_on_agent: Mutex<Option<String>>,
 }
 
 /// The state machine as openraft sees it. Cheap to clone: clones share the machine.
@@ -174,11 +190,13 @@ impl StateMachineStore {
                 machine: StateMachine::default(),
                 last_applied: None,
                 membership: StoredMembership::default(),
+                broken: None,
             },
             Some((meta, data)) => Applier {
                 machine: StateMachine::restore(&data)?,
                 last_applied: meta.last_log_id,
                 membership: meta.last_membership,
+                broken: None,
             },
         };
         let inner = Inner {
@@ -186,6 +204,8 @@ impl StateMachineStore {
             applier: Mutex::new(applier),
             delivery: Mutex::new(Delivery::Keep(Vec::new())),
             replay_upto,
+            #[cfg(test)]
+            panic_on_agent: Mutex::new(None),
         };
         Ok(StateMachineStore {
             inner: Arc::new(inner),
@@ -212,8 +232,60 @@ impl StateMachineStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The applier, unless an apply panicked (invariant 3): then the named error.
     fn lock(&self) -> Result<MutexGuard<'_, Applier>, StoreError> {
-        self.inner.applier.lock().map_err(|_| StoreError::Poisoned)
+        let applier = self
+            .inner
+            .applier
+            .lock()
+            .map_err(|_| StoreError::Poisoned)?;
+        match &applier.broken {
+            Some(panic) => Err(StoreError::ApplyPanicked(panic.clone())),
+            None => Ok(applier),
+        }
+    }
+
+    /// The panic that stopped this store, if an apply panicked.
+    pub fn apply_panic(&self) -> Option<ApplyPanic> {
+        match self.inner.applier.lock() {
+            Ok(applier) => applier.broken.clone(),
+            Err(_) => None,
+        }
+    }
+
+    /// Test only: from now on, applying a request of `agent` panics.
+    #[cfg(test)]
+    pub(crate) fn panic_on_agent(&self, agent: &str) {
+        *self.inner.panic_on_agent.lock().expect("only tests set it") = Some(agent.to_string());
+    }
+
+    /// Applies one command, catching a panic (invariant 3). `Ok(Err(..))` is the machine's own
+    /// error (a broken log); `Err(..)` a panic, with its message.
+    fn apply_one(
+        &self,
+        machine: &mut StateMachine,
+        meta: LogMeta,
+        command: Command,
+    ) -> Result<Result<(Reply, Vec<Event>), crate::state_machine::Error>, String> {
+        #[cfg(test)]
+        let panics = {
+            let agent = self.inner.panic_on_agent.lock().expect("only tests set it");
+            matches!((&*agent, &command), (Some(boom), Command::Request { agent, .. }) if boom == agent)
+        };
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if panics {
+                panic!("test hook: apply panics on this agent's requests");
+            }
+            machine.apply(meta, command)
+        }))
+        .map_err(|payload| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into())
+        })
     }
 
     /// Runs `read` on the machine as applied so far on this node (not linearizable by itself).
@@ -282,13 +354,39 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         .inner
                         .replay_upto
                         .is_some_and(|upto| log_id.index <= upto);
-                    for command in proposal.commands.iter().cloned() {
+                    for (command_index, command) in proposal.commands.iter().cloned().enumerate() {
                         let meta = proposal.meta(&log_id, applier.machine.applied_index());
                         let origin = Origin::of(&command);
+                        let kind = command.kind();
                         let (reply, events) =
-                            applier.machine.apply(meta, command).map_err(|error| {
-                                StorageIOError::apply(log_id, AnyError::new(&error))
-                            })?;
+                            match self.apply_one(&mut applier.machine, meta, command) {
+                                Ok(applied) => applied.map_err(|error| {
+                                    StorageIOError::apply(log_id, AnyError::new(&error))
+                                })?,
+                                Err(message) => {
+                                    let panic = ApplyPanic {
+                                        log_id: log_id.to_string(),
+                                        command_index,
+                                        command: kind,
+                                        message,
+                                    };
+                                    tracing::error!(
+                                        log_id = %log_id,
+                                        log_index = log_id.index,
+                                        command_index,
+                                        command = kind,
+                                        "{panic}; stopping this node (fatal: every replica \
+                                         applies this entry alike, report it)"
+                                    );
+                                    applier.broken = Some(panic.clone());
+                                    let error = StoreError::ApplyPanicked(panic);
+                                    return Err(StorageIOError::apply(
+                                        log_id,
+                                        AnyError::new(&error),
+                                    )
+                                    .into());
+                                }
+                            };
                         notices.push(Applied::Entry {
                             meta,
                             origin,
@@ -428,5 +526,93 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::raft::{self, ApplyPanic, RaftConfig, RaftError, StoreError};
+    use crate::state_machine::{AgentOp, AgentRequest, Command, Reply};
+
+    fn grant(agent: &str, id: &str) -> Command {
+        Command::Request {
+            agent: agent.into(),
+            request: AgentRequest {
+                id: id.into(),
+                op: AgentOp::LeaseGrant { ttl_ms: 5_000 },
+            },
+        }
+    }
+
+    /// Issue 15: a panic inside apply used to poison the applier's mutex (every later read
+    /// failed with "poisoned", on every replica) with nothing naming the entry. Now it is
+    /// caught at this store: the node's Raft stops with a named error giving the entry's log
+    /// id and command, reads are refused with the same error, and the node can tell
+    /// `hivekeeper serve` to exit with its own status.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_in_apply_is_a_named_fatal_stop_not_a_poisoned_lock() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (node, _applied) = raft::open(dir.path(), 1, &RaftConfig::DEFAULTS)
+            .await
+            .expect("the data directory opens");
+        node.initialize_single_node().await.expect("initialize");
+        node.wait_for_leader(Duration::from_secs(20))
+            .await
+            .expect("a leader");
+        let granted = node
+            .propose(grant("a", "a1"))
+            .await
+            .expect("a grant commits");
+        assert!(matches!(granted.reply, Reply::Lease { .. }), "{granted:?}");
+        let index = granted.meta.index;
+        node.state_machine.panic_on_agent("boom");
+        // The second command of the batch panics; the batch's entry is the next log entry.
+        // Bounded: before the panic was caught, the worker died and this never returned.
+        let failed = tokio::time::timeout(
+            Duration::from_secs(20),
+            node.propose_batch(vec![grant("a", "a2"), grant("boom", "b1")]),
+        )
+        .await
+        .expect("the proposal is answered within 20 s");
+        assert!(failed.is_err(), "a panicking apply answered {failed:?}");
+        let expected = ApplyPanic {
+            log_id: format!("T1-N1-{}", index + 1),
+            command_index: 1,
+            command: "lease.grant",
+            message: "test hook: apply panics on this agent's requests".into(),
+        };
+        assert_eq!(node.apply_panic(), Some(expected.clone()));
+        assert_eq!(
+            expected.to_string(),
+            format!(
+                "the state machine panicked applying log entry T1-N1-{} (command 1 of the entry, \
+                 lease.grant): test hook: apply panics on this agent's requests",
+                index + 1
+            )
+        );
+        // Reads get the named error, not a poisoned lock.
+        match node.query(|machine| machine.lease_count()) {
+            Err(RaftError::Store(StoreError::ApplyPanicked(panic))) => assert_eq!(panic, expected),
+            other => panic!("a read after the panic answered {other:?}"),
+        }
+        // Raft stopped with the reason, which names the entry.
+        let mut leadership = node.leadership();
+        let stopped = tokio::time::timeout(
+            Duration::from_secs(20),
+            leadership.wait_for(|now| now.stopped.is_some()),
+        )
+        .await
+        .expect("Raft stops within 20 s")
+        .expect("the leadership watch lives")
+        .stopped
+        .clone()
+        .expect("stopped");
+        assert!(
+            stopped.contains(&expected.to_string()),
+            "Raft stopped with {stopped:?}"
+        );
+        let _ = node.shutdown().await;
     }
 }

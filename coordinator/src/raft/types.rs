@@ -89,7 +89,7 @@ impl Proposal {
     /// log and on the machine's own applied index, which snapshots carry: deterministic.
     pub fn meta(&self, log_id: &LogId, applied_index: u64) -> LogMeta {
         LogMeta {
-            index: log_id.index.max(applied_index + 1),
+            index: log_id.index.max(applied_index.saturating_add(1)),
             term: log_id.leader_id.term,
             now_ms: self.now_ms,
         }

@@ -43,6 +43,8 @@
 //! # Layout (one file per concept; each opens with its invariants)
 //! - `request.rs`: [`AgentRequest`]/[`AgentOp`] (writes) and [`ReadOp`] (reads), the machine's
 //!   own request types, with the log's serde shape.
+//! - `clock.rs`: the replicated clock, stepped by each entry's stamp (a jumping leader clock
+//!   cannot freeze expiry).
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares.
 //! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
@@ -57,6 +59,7 @@
 //! - `resources.rs`: `admin.resources`, the paged list of resources (discovery).
 
 mod account;
+mod clock;
 mod dedup;
 mod fifo;
 mod grant;
@@ -73,6 +76,8 @@ mod waypoint;
 
 #[cfg(test)]
 mod account_test;
+#[cfg(test)]
+mod clock_test;
 #[cfg(test)]
 mod dedup_test;
 #[cfg(test)]
@@ -137,8 +142,8 @@ pub struct LogMeta {
     /// The term of the leader that appended the entry.
     pub term: u64,
     /// The leader's wall clock when it proposed the entry, ms since the Unix epoch. The machine
-    /// keeps its own clock monotonic: an entry stamped earlier than the last one does not move
-    /// time backwards.
+    /// does not take it as the time: its clock moves by the stamp's advance over the previous
+    /// entry's stamp, never backwards and at most `lease_ttl_ms_max` at once (`clock.rs`).
     pub now_ms: u64,
 }
 
@@ -184,6 +189,20 @@ pub enum Command {
         /// The new limits; they bound what comes after, nothing already granted is taken back.
         limits: Limits,
     },
+}
+
+impl Command {
+    /// What the command is, for logs: the op's wire name for an agent's request
+    /// (`"lock.acquire"`), the command's own for the node's (`"expire_leases"`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Request { request, .. } => request.op.name(),
+            Command::ExpireLeases { .. } => "expire_leases",
+            Command::CancelWait { .. } => "cancel_wait",
+            Command::ExpireWaits { .. } => "expire_waits",
+            Command::Configure { .. } => "configure",
+        }
+    }
 }
 
 /// The machine's answer to the entry's proposer.
@@ -461,8 +480,14 @@ pub struct StateMachine {
     index: u64,
     /// Highest term seen in an applied entry; an `ExpireLeases` from an older term is stale.
     term_max: u64,
-    /// The machine's clock: the largest `now_ms` applied so far.
+    /// The machine's clock: the first entry's stamp plus every later entry's clamped step
+    /// (`clock.rs`).
     now_ms: u64,
+    /// The last applied entry's stamp, when it differs from `now_ms` (a stamp went back or
+    /// jumped ahead by more than a step); the next step is measured from it. Absent from
+    /// the snapshot otherwise, so an honest log's snapshot keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stamp_last_ms: Option<u64>,
     /// Leases, tokens, pending waits and remembered outcomes.
     core: Core,
     /// Locks in use (held, or being handed over inside an apply), by name.
@@ -497,6 +522,7 @@ impl StateMachine {
             index: 0,
             term_max: 0,
             now_ms: 0,
+            stamp_last_ms: None,
             core,
             locks: NameMap::default(),
             sems: NameMap::default(),
@@ -515,7 +541,7 @@ impl StateMachine {
         self.index
     }
 
-    /// The machine's clock (largest `now_ms` applied).
+    /// The machine's clock (`clock.rs`).
     pub fn now_ms(&self) -> u64 {
         self.now_ms
     }
@@ -535,9 +561,9 @@ impl StateMachine {
                 got: meta.index,
             });
         }
+        self.advance_clock(meta.now_ms);
         self.index = meta.index;
         self.term_max = self.term_max.max(meta.term);
-        self.now_ms = self.now_ms.max(meta.now_ms);
         let mut ctx = Ctx {
             index: meta.index,
             now_ms: self.now_ms,
@@ -824,6 +850,7 @@ impl StateMachine {
 
     /// The concepts' own checks, in dependency order; each says what it found broken.
     fn check_concepts(&self) -> Result<(), String> {
+        self.check_clock_invariants()?;
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
         let mut occupancy = grant::Occupancy::default();

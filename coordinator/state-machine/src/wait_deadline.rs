@@ -13,11 +13,12 @@
 //! 1. `WaitDeadlines` indexes exactly the pending waits that have a deadline, each once, under
 //!    the deadline its `Wait` records: no deadline without a queued waiter, none twice.
 //! 2. A wait never ends by time before its deadline on the machine's clock: an
-//!    `ExpireWaits` ends only waits with `deadline_ms <= now_ms`, and the machine's clock is
-//!    the largest stamp applied. A leader whose clock lags proposes late (the wait lasts
-//!    longer); an entry applied early — a forged or confused one — leaves every wait whose
-//!    deadline is still ahead alone. What a fast leader clock does is the same as for leases:
-//!    it moves the machine's clock for every replica (DESIGN.md §2, time comes from the log).
+//!    `ExpireWaits` ends only waits with `deadline_ms <= now_ms` on the machine's clock
+//!    (`clock.rs`). A leader whose clock lags proposes late (the wait lasts longer); an entry
+//!    applied early — a forged or confused one — leaves every wait whose deadline is still
+//!    ahead alone. A leader clock that jumps ahead moves the machine's clock by at most one
+//!    step (`clock_step_ms_max`), so waits queued before the jump may end early by that much,
+//!    once (DESIGN.md §2, time comes from the log).
 //! 3. A deposed leader cannot end waits: an `ExpireWaits` whose term is older than a term
 //!    already applied does nothing (the lease expiry's stale-term rule).
 //! 4. A grant is never taken back by time: a granted request left the pending-wait index (and
@@ -107,6 +108,24 @@ impl StateMachine {
     /// request has a `wait_ms`.
     pub fn wait_deadline_next_ms(&self) -> Option<u64> {
         self.core.deadlines.next_ms()
+    }
+
+    /// Whether an `ExpireWaits` stamped `stamp_ms` (the leader's clock now) is worth
+    /// proposing while a wait has a deadline: it would end a wait; or its step would be a full
+    /// `clock_step_ms_max` towards the deadline (a wait longer than a step with no other entry
+    /// for as long: the clock moves one step per entry at most, so the keeper's proposals carry
+    /// it there step by step); or the stamp is behind the previous entry's (the leader's clock
+    /// went back): that entry moves the clock by nothing, but the next steps are measured from
+    /// it, so without it the clock would not move towards the deadline until the leader's
+    /// clock caught up with the old stamp.
+    pub fn wait_expiry_due(&self, stamp_ms: u64) -> bool {
+        let Some(deadline_ms) = self.wait_deadline_next_ms() else {
+            return false;
+        };
+        let clock_ms = self.clock_at(stamp_ms);
+        deadline_ms <= clock_ms
+            || clock_ms.saturating_sub(self.now_ms()) >= self.clock_step_ms_max()
+            || stamp_ms < self.stamp_last_ms()
     }
 
     /// `ExpireWaits { term }`: ends every wait whose deadline has passed on the machine's

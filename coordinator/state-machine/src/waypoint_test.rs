@@ -262,3 +262,29 @@ fn inspect_shows_the_cylinder_of_the_holder_and_of_each_waiter() {
     let lat = waiters[0].area.expect("geometry").lat;
     assert!((lat - (51.5 + 1.0 / M_PER_DEG)).abs() < 1e-12, "{lat}");
 }
+
+/// Found by `tests/fuzz.rs` (`fuzz_restore_a_snapshot_with_one_value_changed`): a snapshot
+/// whose held cylinder has a longitude past 180 made `restore` panic in the spatial index's
+/// search (a column range that starts after it ends). It is refused now, naming the waypoint.
+#[test]
+fn a_snapshot_with_a_cylinder_out_of_range_is_refused_not_a_panic() {
+    let mut h = Harness::new();
+    let [a, b] = h.leases(["a", "b"], 5_000);
+    h.reply("a", pad("pad-1", &a, 0.0, 3.0, None));
+    h.reply("b", pad("pad-2", &b, 100.0, 3.0, None));
+    let mut snapshot: serde_json::Value =
+        serde_json::from_slice(&h.sm.snapshot()).expect("a snapshot is JSON");
+    let held = &mut snapshot["state"]["waypoints"]["held"]["pad-1"]["area"];
+    assert!(held["lon"].is_number(), "the snapshot's layout: {snapshot}");
+    held["lon"] = serde_json::json!(181.0);
+    let bytes = serde_json::to_vec(&snapshot).expect("JSON encodes");
+    match super::StateMachine::restore(&bytes) {
+        Err(super::Error::SnapshotInvariant(broken)) => assert_eq!(
+            broken.to_string(),
+            "waypoint \"pad-1\" has a cylinder out of range: `lon` is 181, it must be in \
+             [-180, 180]"
+        ),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a cylinder at longitude 181 was restored"),
+    }
+}

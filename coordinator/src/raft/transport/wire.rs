@@ -399,4 +399,19 @@ mod tests {
         let result: Result<Envelope<PeerRequest>, _> = decode(b"\xc1\xff not msgpack");
         assert!(matches!(result, Err(TransportError::Codec(_))));
     }
+
+    proptest::proptest! {
+        /// Issue 15: whatever bytes a peer (or a stranger) sends, every frame type decodes to
+        /// a value or a codec error, never a panic or an allocation the frame cannot back.
+        /// `PROPTEST_CASES=1000000 cargo test --release -p hivekeeper-coordinator --lib fuzz`.
+        #[test]
+        fn fuzz_peer_frames_decode_arbitrary_bytes(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+        ) {
+            let _ = decode::<Hello>(&bytes);
+            let _ = decode::<HelloReply>(&bytes);
+            let _ = decode::<Envelope<PeerRequest>>(&bytes);
+            let _ = decode::<Envelope<PeerResponse>>(&bytes);
+        }
+    }
 }

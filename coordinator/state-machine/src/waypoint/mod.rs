@@ -19,6 +19,10 @@
 //! 3. The spatial index and the by-name waiter index are exactly what the reservations and
 //!    waiters imply (they are derived, rebuilt after a restore).
 //! 4. A lease never waits for a name it holds.
+//! 5. Every cylinder, held or waiting, is within the wire's ranges (`Area::from_fields`):
+//!    latitude, longitude, radius and altitude band. Checked first, so a snapshot with a
+//!    cylinder out of range (a corrupt one) is refused before the spatial index is searched
+//!    with it (its search window assumes a longitude in [-180, 180]: found by fuzzing).
 
 mod geo;
 mod grid;
@@ -280,10 +284,29 @@ impl Waypoints {
         }
     }
 
-    /// Invariants 1 to 4, and the holds and waits for the cross-check with leases.
+    /// Invariants 1 to 5, and the holds and waits for the cross-check with leases.
     pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
+        }
+        let held = self.held.iter().map(|(name, held)| (name, &held.area));
+        let waiting = self
+            .waiters
+            .values()
+            .map(|pending| (&pending.name, &pending.area));
+        for (name, area) in held.chain(waiting) {
+            if let Some(area) = area {
+                Area::from_fields(
+                    Some(area.lat),
+                    Some(area.lon),
+                    area.alt_min_m,
+                    area.alt_max_m,
+                    Some(area.radius_m),
+                )
+                .map_err(|reason| {
+                    format!("waypoint {name:?} has a cylinder out of range: {reason}")
+                })?;
+            }
         }
         if self.index != Index::build(&self.held, &self.waiters) {
             return Err("the waypoint indexes disagree with the reservations".into());
