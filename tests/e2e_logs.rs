@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::cluster::ProcessCluster;
-use common::{Log, Node, eventually, free_ports, inspect_lock, run_cli};
+use common::{Log, Node, eventually, free_ports, inspect_lock, metric_sum, metrics_text, run_cli};
 use serde_json::Value;
 
 /// Every line `node` printed, parsed as JSON.
@@ -111,6 +111,19 @@ async fn a_stopped_member_is_one_warn_by_name_and_openrafts_read_errors_are_not_
     let leader = cluster.leader(30).await;
     let stopped = (leader + 1) % 3;
     let name = format!("n{}", stopped + 1);
+    // The leader must have reached the member once: a member never reached is news only
+    // after the start-up grace (members of a new cluster start one after another).
+    let leader_metrics = cluster.nodes[leader].metrics_port;
+    eventually(
+        10,
+        "the leader reached the member it will lose",
+        async || {
+            let text = metrics_text(leader_metrics).await?;
+            let reachable = metric_sum(&text, "hivekeeper_raft_peer_reachable", &[("peer", &name)]);
+            (reachable == 1.0).then_some(())
+        },
+    )
+    .await;
     // Only what the leader writes from the kill on (a slow start may have had its own).
     let before = cluster.nodes[leader].log_tail(usize::MAX).lines().count();
     cluster.nodes[stopped].kill9();
