@@ -89,12 +89,17 @@ def test_bad_settings_are_config_errors(node):
 
 
 def test_no_broker_is_unreachable():
-    from conftest import free_ports
+    import socket
 
-    (port,) = free_ports(1)
-    with pytest.raises(hivekeeper.Unreachable) as unreachable:
-        hivekeeper.Agent(
-            "lonely", [f"127.0.0.1:{port}"], request_timeout_ms=200, request_deadline_ms=600
-        )
+    # A port bound but not listening: connections to it are refused for as long as this socket
+    # holds it, and nothing else can take it meanwhile (a port picked free and released could
+    # be taken by another test's node, which then answered: seen once in CI).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        with pytest.raises(hivekeeper.Unreachable) as unreachable:
+            hivekeeper.Agent(
+                "lonely", [f"127.0.0.1:{port}"], request_timeout_ms=200, request_deadline_ms=600
+            )
     assert unreachable.value.waited_ms == 600
     assert "refused" in str(unreachable.value).lower()
