@@ -69,8 +69,8 @@ pub struct AgentConfig {
     /// Brokers to try in order, `host:port` or `mqtt://host:port`; at least one. On every
     /// connection error the agent moves to the next one (every node of a replicated service
     /// serves every agent, so any of them will do), and also when a broker's node has answered
-    /// nothing but `unavailable` for 500 ms (a node cut off from the majority keeps its broker
-    /// up; an election settles before a node answers at all).
+    /// nothing but `unavailable` for 250 ms after its first (a node cut off from the majority
+    /// keeps its broker up; a node answers `unavailable` only after waiting for a leader).
     pub brokers: Vec<String>,
     /// Topic prefix shared with the service, `hk/v1` by default.
     pub topic_prefix: String,

@@ -59,11 +59,13 @@ pub(crate) struct Link {
     pub broker: usize,
 }
 
-/// How long a broker may keep answering `unavailable` before the agent leaves it for the next
-/// one. Longer than an election takes to settle (a node waits for the new leader before it
-/// answers at all), short enough that a client of a member cut off from the majority moves
-/// before its session's keepalives run out.
-pub(crate) const UNAVAILABLE_FAILOVER: Duration = Duration::from_millis(500);
+/// How long a broker may go on answering `unavailable`, and nothing else, after its first
+/// `unavailable` before the agent leaves it for the next one. A node answers `unavailable` only
+/// after it has waited for a leader or found itself without a quorum or cut off from the
+/// cluster (so the answer is already evidence); this short grace keeps an agent on a broker
+/// whose next answer is fine (a one-off refusal during an election) and lets the clients of a
+/// cut-off member move within a second of the cut (issue 15).
+pub(crate) const UNAVAILABLE_FAILOVER: Duration = Duration::from_millis(250);
 
 /// What the connection task shares with the request side.
 #[derive(Debug)]
@@ -99,25 +101,40 @@ impl Shared {
         }
     }
 
-    /// A request sent under link `epoch` was answered `unavailable`. Once the same connection
-    /// has answered nothing else for [`UNAVAILABLE_FAILOVER`], the connection task is told to
-    /// try the next broker (a member cut off from the majority answers `unavailable` to
-    /// everything, and stays connected).
-    pub(crate) fn unavailable(&self, epoch: u64) {
-        let mut since = self
-            .unavailable_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        match *since {
-            Some((at_epoch, first)) if at_epoch == epoch => {
-                if now.duration_since(first) >= UNAVAILABLE_FAILOVER {
-                    *since = None;
-                    self.move_on.notify_one();
+    /// A request sent under link `epoch` was answered `unavailable`. The first such answer
+    /// arms a timer: if the same connection has answered nothing else when it fires,
+    /// [`UNAVAILABLE_FAILOVER`] later, the connection task is told to try the next broker (a
+    /// member cut off from the majority answers `unavailable` to everything, and stays
+    /// connected). Timed rather than checked at the next answer, which the request's backoff
+    /// could put off well past the grace.
+    pub(crate) fn unavailable(self: &Arc<Self>, epoch: u64) {
+        let first = {
+            let mut since = self
+                .unavailable_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match *since {
+                Some((at_epoch, _)) if at_epoch == epoch => return,
+                _ => {
+                    let first = (epoch, Instant::now());
+                    *since = Some(first);
+                    first
                 }
             }
-            _ => *since = Some((epoch, now)),
-        }
+        };
+        let shared = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(first.1 + UNAVAILABLE_FAILOVER).await;
+            let mut since = shared
+                .unavailable_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Still the same run of `unavailable` on the same connection: leave it.
+            if *since == Some(first) && shared.link.borrow().epoch == first.0 {
+                *since = None;
+                shared.move_on.notify_one();
+            }
+        });
     }
 
     /// Any other answer: the broker's node reaches a leader.
@@ -326,5 +343,44 @@ impl Connection {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the connection task was told to leave (consumes the notice).
+    async fn told_to_leave(shared: &Shared) -> bool {
+        tokio::time::timeout(Duration::ZERO, shared.move_on.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_unavailable_and_nothing_else_for_the_grace_leaves_the_broker() {
+        let shared = Arc::new(Shared::new());
+        shared.link.send_modify(|link| link.epoch = 3);
+        shared.unavailable(3);
+        tokio::time::sleep(UNAVAILABLE_FAILOVER - Duration::from_millis(1)).await;
+        assert!(!told_to_leave(&shared).await, "not before the grace");
+        // More `unavailable` within the run do not restart it.
+        shared.unavailable(3);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(told_to_leave(&shared).await, "without waiting for another answer");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_answer_or_a_new_connection_within_the_grace_stays() {
+        let shared = Arc::new(Shared::new());
+        shared.link.send_modify(|link| link.epoch = 3);
+        shared.unavailable(3);
+        shared.answered();
+        tokio::time::sleep(UNAVAILABLE_FAILOVER * 2).await;
+        assert!(!told_to_leave(&shared).await, "answered meanwhile");
+        shared.unavailable(3);
+        shared.link.send_modify(|link| link.epoch = 4);
+        tokio::time::sleep(UNAVAILABLE_FAILOVER * 2).await;
+        assert!(!told_to_leave(&shared).await, "that connection is gone already");
     }
 }

@@ -339,12 +339,104 @@ async fn a_silently_cut_off_follower_answers_that_no_leader_is_known() {
         Err(error) if error.code == ErrorCode::Unavailable => error.message.clone(),
         other => panic!("a silently cut-off follower answered {other:?}"),
     };
+    // Whichever comes first: the cluster watch finding the member cut off (400 ms of silence),
+    // or the forward giving up after its leader wait. Never the commit timeout.
+    let member = format!("silf{}", cut + 1);
     assert!(
-        message.starts_with("no leader known after"),
-        "the answer should say no leader is known, not wait out a commit: {message}"
+        message.starts_with(&format!(
+            "cut off: member {member} knows no leader, and only 1 of the 3 voters"
+        )) || message.starts_with("no leader known after"),
+        "the answer should say the member is cut off, not wait out a commit: {message}"
     );
     cluster.heal(cut);
     cluster.shutdown().await;
+}
+
+/// Issue 15: a member cut off from the cluster answers the agents that wait in a queue there,
+/// which would otherwise hear nothing until the partition heals (a queued wait has no commit
+/// deadline: its answer comes from the log, which a cut-off member no longer hears). Their
+/// waits stay queued in the replicated state: a resend of the same id at a member of the
+/// majority is granted there once the holder lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_member_answers_its_waiting_agents_and_their_waits_go_on_elsewhere() {
+    for (prefix, silently, cut_leader) in [("cwl", false, true), ("cwf", true, false)] {
+        let cluster = Cluster::start(prefix).await;
+        let leader = cluster.leader().await;
+        let cut = if cut_leader { leader } else { (leader + 1) % 3 };
+        let majority = cluster.handle((cut + 2) % 3);
+        let node = cluster.handle(cut);
+        // drone-2 holds the dock through a member of the majority.
+        let holder = grant(&majority, "drone-2", "h-g").await;
+        let held = acquired(&majority, "drone-2", "h-a", "dock", &holder).await;
+        let lease = grant_ttl(&node, "drone-1", "g1", 60_000).await;
+        let waiting = tokio::spawn({
+            let node = node.clone();
+            let lease = lease.clone();
+            async move {
+                node.call("drone-1", request("w1", wait_lock("dock", &lease, 60_000)))
+                    .await
+            }
+        });
+        hivekeeper_test_support::eventually(5, "the wait queued", async || {
+            let seen = node.call("tester", request("i0", inspect("dock"))).await;
+            matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+        })
+        .await;
+        if silently {
+            cluster.isolate_silently(cut);
+        } else {
+            cluster.isolate(cut);
+        }
+        let answer = within(
+            10,
+            "the cut-off member's answer to its waiting agent",
+            waiting,
+        )
+        .await
+        .expect("the waiting task");
+        let message = match &answer.outcome {
+            Err(error) if error.code == ErrorCode::Unavailable => error.message.clone(),
+            other => panic!("{prefix}: the cut-off member answered its waiter {other:?}"),
+        };
+        let expected = if cut_leader {
+            "no quorum: this leader has not heard from a majority of its 3 voters".to_string()
+        } else {
+            format!("cut off: member {prefix}{} knows no leader", cut + 1)
+        };
+        assert!(message.starts_with(&expected), "{prefix}: {message}");
+        // New requests there are refused at once with the same reason.
+        let again = node.call("drone-1", request("w2", inspect("dock"))).await;
+        assert!(is_unavailable(&again), "{prefix}: {again:?}");
+        // The holder lets go through the majority; the wait, still queued in the replicated
+        // state, is granted, and the agent's resend of its id there gets the grant.
+        let released = majority
+            .call(
+                "drone-2",
+                request(
+                    "h-r",
+                    Op::LockRelease {
+                        name: "dock".into(),
+                        lease: holder.clone(),
+                    },
+                ),
+            )
+            .await;
+        assert!(released.outcome.is_ok(), "{prefix}: {released:?}");
+        let resend = within(
+            10,
+            "the resend's grant at the majority",
+            majority.call("drone-1", request("w1", wait_lock("dock", &lease, 60_000))),
+        )
+        .await;
+        match resend.outcome {
+            Ok(Success {
+                token: Some(token), ..
+            }) => assert!(token > held, "{prefix}: token {token} after {held}"),
+            other => panic!("{prefix}: the resend at the majority answered {other:?}"),
+        }
+        cluster.heal(cut);
+        cluster.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

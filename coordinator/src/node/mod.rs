@@ -52,8 +52,9 @@
 //! - `supervisor.rs`: starts the keeper linked, watches the tasks; any failure stops the node.
 //! - `forward.rs`: forwarding to the leader.
 //! - `audit.rs`: the INFO line of each operator action (who, what, on what, outcome).
-//! - `cluster_log.rs`: WARN when this leader loses and regains its quorum, INFO on membership
-//!   changes.
+//! - `cluster_watch.rs`: when this leader loses its quorum or this member is cut off, every
+//!   pending request answered `unavailable` at once, and a WARN line; WARN when it is back;
+//!   INFO on membership changes.
 //! - `rate.rs`: the request rate per agent (`rate_limited`), checked at submit.
 //! - `metrics.rs`: request, lease and resource metrics (names and help texts).
 //! - `config.rs`: [`NodeConfig`]. `cluster.rs`: [`ClusterConfig`]. `error.rs`: [`NodeError`].
@@ -61,7 +62,7 @@
 mod audit;
 mod auth;
 mod cluster;
-mod cluster_log;
+mod cluster_watch;
 mod config;
 mod error;
 mod fan_out;

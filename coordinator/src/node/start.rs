@@ -137,6 +137,7 @@ impl Node {
                 proposer_ended,
                 keeper_tick_ms: config.keeper_tick_ms,
                 failure: failure_tx,
+                waits: waits.clone(),
             },
         )
         .await

@@ -9,7 +9,8 @@
 //!  Supervisor ── LeaseKeeper  (deadlines, expiry proposals, keepalives; linked)
 //!  tasks watched: proposer (its end stops the node)
 //!  tasks owned:   leadership ─▶ LeaseKeeper (ready, term), a log line on taking office and
-//!                 on losing it; Raft's metrics exporter
+//!                 on losing it; Raft's metrics exporter; the cluster watch (quorum lost, cut
+//!                 off: pending requests answered, WARN lines; membership changes)
 //! ```
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use super::lease_keeper::{KeeperArgs, KeeperMsg, LeaseKeeper};
 use super::proposer::Proposer;
+use super::waits::Waits;
 use crate::raft::RaftHandle;
 
 /// The supervisor's behaviour.
@@ -36,6 +38,8 @@ pub struct SupervisorArgs {
     pub keeper_tick_ms: u64,
     /// Set to the reason when a child fails.
     pub failure: watch::Sender<Option<String>>,
+    /// The pending requests, answered by the cluster watch when this node loses contact.
+    pub(crate) waits: Arc<Waits>,
 }
 
 /// The children, for the node handle.
@@ -94,7 +98,7 @@ impl Actor for Supervisor {
                 proposer_watch,
                 leadership,
                 crate::raft::metrics::spawn(args.raft.clone()),
-                tokio::spawn(super::cluster_log::run(args.raft.clone())),
+                tokio::spawn(super::cluster_watch::run(args.raft.clone(), args.waits)),
             ],
         })
     }

@@ -11,7 +11,13 @@
 //!  a queued request's Event::Respond (grant, timeout, lease end) ─▶ respond(final answer)
 //!  proposer failed (no leader, overloaded, ...) ─▶ failed(origin, error) ─▶ respond(unavailable)
 //!  timer task: commit deadline ─▶ respond(unavailable: no commit within ...)
+//!  cluster watch: this node lost its quorum or is cut off ─▶ fail_all(error)
+//!                 ─▶ respond(unavailable) to every pending request, queued ones too
 //! ```
+//!
+//! A queued request answered `unavailable` by `fail_all` is not withdrawn: it still waits in
+//! the replicated queue. The agent resends its id (to another member, typically), and a
+//! resend of a queued id is answered when it is granted (PROTOCOL.md §7).
 //!
 //! A queued request's `wait_ms` is not timed here: its deadline is in the replicated state
 //! (the machine's `wait_deadline.rs`) and the leader's keeper proposes its end, whose entry
@@ -251,6 +257,23 @@ impl Waits {
         let pending = inner.take(origin).expect("the entry was just found");
         drop(inner);
         finish(pending, &origin.request_id, Err(error.clone()));
+    }
+
+    /// Answers every pending request with `error`, queued ones too: this node can no longer
+    /// commit (a leader without quorum) or hear the log (a member cut off), so nothing here
+    /// would answer them until the cluster is whole again. Returns how many were answered.
+    pub(crate) fn fail_all(&self, error: &NodeError) -> usize {
+        let drained: Vec<(Origin, Pending)> = {
+            let mut inner = self.lock();
+            inner.deadlines.clear();
+            inner.pending.drain().collect()
+        };
+        let count = drained.len();
+        for (origin, mut pending) in drained {
+            pending.deadline = None;
+            finish(pending, &origin.request_id, Err(error.clone()));
+        }
+        count
     }
 
     /// Requests pending now.
@@ -514,6 +537,39 @@ mod tests {
             "{}",
             error.message
         );
+    }
+
+    /// A node that lost its quorum (or is cut off) answers everything pending at once, the
+    /// queued wait too, and the log's later answer for it is handed back to be published.
+    #[tokio::test(start_paused = true)]
+    async fn fail_all_answers_every_pending_request_queued_or_not_once() {
+        let waits = Arc::new(Waits::new(COMMIT_TIMEOUT));
+        let timer = timer(&waits);
+        let (queued, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
+        waits.replied(&origin("a1"), Reply::Queued);
+        let (proposed, respond) = recorder();
+        waits.register(origin("g1"), "lease.grant", permit(), respond);
+        let error = NodeError::Stopping;
+        assert_eq!(waits.fail_all(&error), 2);
+        assert_eq!(waits.len(), 0);
+        for (id, seen) in [("a1", &queued), ("g1", &proposed)] {
+            assert_eq!(
+                responses(seen),
+                vec![Response::error(
+                    Some(id.into()),
+                    ErrorCode::Unavailable,
+                    "the node is stopping"
+                )]
+            );
+        }
+        // The commit deadline went with it: nothing more when it passes.
+        tokio::time::sleep(COMMIT_TIMEOUT + Duration::from_millis(1)).await;
+        assert_eq!(responses(&proposed).len(), 1);
+        let grant = Reply::Granted { token: 4 };
+        assert_eq!(waits.deferred(&origin("a1"), grant.clone()), Some(grant));
+        assert_eq!(waits.fail_all(&error), 0);
+        stop(timer);
     }
 
     #[test]

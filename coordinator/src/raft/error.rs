@@ -178,6 +178,24 @@ pub enum RaftError {
         /// The voters that have not answered within the election timeout, by name.
         unreachable: Vec<String>,
     },
+    /// This member does not lead, knows no leader, and too few voters have talked with it
+    /// lately to make a majority (`quorum.rs`, rule 4): it is cut off from the cluster, and
+    /// another member may well serve the request now.
+    #[error(
+        "cut off: member {member} knows no leader, and only {in_touch} of the {voters} voters \
+         (itself counted when it votes) have talked with it within {timeout_ms} ms, short of a \
+         majority; retry on another member"
+    )]
+    CutOff {
+        /// This member's name.
+        member: String,
+        /// The voters in touch within the bound (this member counted when it votes).
+        in_touch: usize,
+        /// The voters of the membership.
+        voters: usize,
+        /// The bound: the longest election timeout plus two heartbeat intervals, ms.
+        timeout_ms: u64,
+    },
     /// Waiting for a Raft condition took longer than allowed.
     #[error("timed out after {timeout_ms} ms waiting for {what}")]
     Timeout {

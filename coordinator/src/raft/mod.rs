@@ -245,7 +245,9 @@ pub async fn open_with_network(
         dialler,
         leader_since: LeaderSince::default(),
         quorum_timeout: Duration::from_millis(config.election_timeout_ms_max),
-        election_timeout_ms_max: config.election_timeout_ms_max,
+        cut_off_timeout: Duration::from_millis(
+            config.election_timeout_ms_max + 2 * config.heartbeat_interval_ms,
+        ),
         clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
@@ -307,9 +309,9 @@ pub struct RaftHandle {
     /// How long a leader may go without a quorum's acknowledgement and still claim one: the
     /// longest election timeout (`quorum.rs`).
     quorum_timeout: Duration,
-    /// The configured `election_timeout_ms_max` (openraft is given other values, see
-    /// [`RaftConfig::openraft_election_timeouts_ms`]).
-    election_timeout_ms_max: u64,
+    /// How long a member without a leader may be out of touch with a majority before it is
+    /// cut off: the longest election timeout plus two heartbeat intervals (`quorum.rs`, rule 4).
+    cut_off_timeout: Duration,
     /// Added to the wall clock this node stamps entries with ([`RaftHandle::clock_ms`]): 0,
     /// except when a test or a fault-injection harness makes this member's clock jump.
     clock_offset_ms: AtomicI64,
@@ -405,25 +407,6 @@ impl RaftHandle {
         })
     }
 
-    /// How long ago a quorum of voters last acknowledged this node as their leader, ms;
-    /// `None` when this node does not lead (or openraft has no acknowledgement yet). openraft
-    /// refreshes it at least once a heartbeat interval on a leader.
-    pub fn quorum_ack_age_ms(&self) -> Option<u64> {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        if metrics.current_leader != Some(self.node_id) {
-            return None;
-        }
-        metrics.millis_since_quorum_ack
-    }
-
-    /// The longest election timeout as configured (`election_timeout_ms_max`), ms: a leader
-    /// that has not heard from a quorum for longer has lost it (the others may have elected
-    /// another leader meanwhile).
-    pub fn election_timeout_ms_max(&self) -> u64 {
-        self.election_timeout_ms_max
-    }
-
     /// The name operators know node `id` by (`--name`, e.g. `n2`), for log lines and errors;
     /// the number itself for an id outside the membership this node knows (a removed member,
     /// a stranger dialling the peer port).
@@ -440,18 +423,48 @@ impl RaftHandle {
 
     /// `Err(NoQuorum)` at once when this node leads without a quorum: nothing it proposes or
     /// confirms can commit until enough voters are back, so a request should not wait for
-    /// its commit timeout to learn that. `Ok` elsewhere (a follower forwards, and a
-    /// candidate's requests wait for an election as before).
+    /// its commit timeout to learn that. `Err(CutOff)` when it knows no leader and too few
+    /// voters have talked with it lately (`quorum.rs`, rule 4): its requests could only wait
+    /// for a leader it cannot hear. `Ok` elsewhere (a follower forwards, and a candidate in
+    /// touch with the others waits for the election as before).
     pub fn check_quorum(&self) -> Result<(), RaftError> {
         // On every request: the common answers without allocating or locking.
         {
             let metrics = self.raft.metrics();
             let metrics = metrics.borrow();
-            let acknowledged = metrics
-                .millis_since_quorum_ack
-                .is_some_and(|age_ms| Duration::from_millis(age_ms) <= self.quorum_timeout);
-            if metrics.current_leader != Some(self.node_id) || acknowledged {
-                return Ok(());
+            match metrics.current_leader {
+                Some(leader) if leader != self.node_id => return Ok(()),
+                Some(_) => {
+                    let acknowledged = metrics
+                        .millis_since_quorum_ack
+                        .is_some_and(|age_ms| Duration::from_millis(age_ms) <= self.quorum_timeout);
+                    if acknowledged {
+                        return Ok(());
+                    }
+                }
+                None => {
+                    let cut_off = quorum::cut_off_of(&metrics, self.cut_off_timeout, |peer| {
+                        self.contact.out_of_touch_for(peer)
+                    });
+                    let Some((in_touch, voters)) = cut_off else {
+                        return Ok(());
+                    };
+                    // Named from the metrics in hand: a second borrow of the watch while
+                    // this one is held could deadlock behind a waiting writer.
+                    let member = metrics
+                        .membership_config
+                        .membership()
+                        .get_node(&self.node_id)
+                        .filter(|member| !member.name.is_empty())
+                        .map_or_else(|| self.node_id.to_string(), |member| member.name.clone());
+                    return Err(RaftError::CutOff {
+                        member,
+                        in_touch,
+                        voters,
+                        timeout_ms: u64::try_from(self.cut_off_timeout.as_millis())
+                            .unwrap_or(u64::MAX),
+                    });
+                }
             }
         }
         let quorum = self.quorum();

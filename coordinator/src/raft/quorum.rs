@@ -22,6 +22,14 @@
 //! 2. A follower has a quorum when it knows a leader (it heard from it within its election
 //!    timeout, or it would have campaigned and forgotten it). A candidate has none.
 //! 3. A single-member cluster's leader is its own quorum, always.
+//! 4. A member that does not lead and knows no leader is *cut off* when fewer voters than a
+//!    majority (itself counted when it votes) have talked with it, either way, within the
+//!    longest election timeout plus two heartbeat intervals (400 ms by default). A follower
+//!    hears its leader every heartbeat; during an ordinary election the first member to
+//!    campaign does so within the longest election timeout of the last heartbeat, and the
+//!    others hear it or answer it at once; only a member that hears from too few of them is cut
+//!    off, and its requests are answered `unavailable` at once rather than after a leader wait
+//!    (issue 15: the clients of a partitioned member move to another within a second).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -120,6 +128,26 @@ pub(crate) fn quorum_of(
         unreachable,
         timeout_ms,
     }
+}
+
+/// Rule 4 for the member `metrics` describe: `Some((in_touch, voters))` when it is cut off,
+/// with `out_of_touch_for` telling how long each peer has not talked with it and `timeout`
+/// the bound. `None` when it leads, knows a leader, or is in touch with a majority.
+pub(crate) fn cut_off_of(
+    metrics: &RaftMetrics,
+    timeout: Duration,
+    out_of_touch_for: impl Fn(NodeId) -> Duration,
+) -> Option<(usize, usize)> {
+    if metrics.current_leader.is_some() {
+        return None;
+    }
+    let membership = metrics.membership_config.membership();
+    let voters: Vec<NodeId> = membership.voter_ids().collect();
+    let in_touch = voters
+        .iter()
+        .filter(|id| **id == metrics.id || out_of_touch_for(**id) <= timeout)
+        .count();
+    (in_touch <= voters.len() / 2 && !voters.is_empty()).then_some((in_touch, voters.len()))
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -244,6 +272,39 @@ mod tests {
         assert!(alone.has_quorum);
         assert_eq!(alone.voters, 1);
         assert!(alone.unreachable.is_empty());
+    }
+
+    #[test]
+    fn a_member_without_a_leader_is_cut_off_only_when_a_majority_is_out_of_touch() {
+        let (recent, old) = (Duration::from_millis(40), Duration::from_millis(2_000));
+        // A follower that knows its leader is never cut off, whatever it heard.
+        assert_eq!(
+            cut_off_of(&metrics(3, Some(2), None), TIMEOUT, |_| old),
+            None
+        );
+        // An election: no leader, but the others campaign or answer its campaign.
+        assert_eq!(
+            cut_off_of(&metrics(3, None, None), TIMEOUT, |_| recent),
+            None
+        );
+        // One of two peers heard: itself and it make two of three, a majority.
+        let one = |id: NodeId| if id == 2 { recent } else { old };
+        assert_eq!(cut_off_of(&metrics(3, None, None), TIMEOUT, one), None);
+        // Neither peer: cut off, in touch with itself alone.
+        assert_eq!(
+            cut_off_of(&metrics(3, None, None), TIMEOUT, |_| old),
+            Some((1, 3))
+        );
+        // Five voters, a minority of two talking to each other: cut off.
+        assert_eq!(
+            cut_off_of(&metrics(5, None, None), TIMEOUT, one),
+            Some((2, 5))
+        );
+        // Exactly at the bound still counts as in touch.
+        assert_eq!(
+            cut_off_of(&metrics(3, None, None), TIMEOUT, |_| TIMEOUT),
+            None
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,7 +42,7 @@ log = logging.getLogger("hivekeeper")
 #: one (as the Rust SDK): longer than an election takes to settle (a node waits for the new
 #: leader before it answers at all), short enough that a client of a member cut off from the
 #: majority moves before its session's keepalives run out.
-UNAVAILABLE_FAILOVER_S = 0.5
+UNAVAILABLE_FAILOVER_S = 0.25
 
 #: paho's default of 20 unacknowledged QoS 1 publishes would queue a pipelining agent's
 #: requests inside paho; a request is small, so allow many more in flight.

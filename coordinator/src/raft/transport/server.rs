@@ -121,6 +121,9 @@ impl<H: ForwardHandler> PeerConnection<H> {
         };
         let (raft, election, handler) = (self.raft, self.election, self.handler);
         let answer = move |request| {
+            // Every frame that reaches this point is the peer talking to this node: a follower
+            // hears its leader this way, and a cut-off node hears no one (`quorum.rs`, rule 4).
+            raft.contact.heard(from);
             let (raft, election, handler) = (raft.clone(), election.clone(), handler.clone());
             // Boxed: inline, `answer`'s future (openraft's append and vote handling, a
             // forwarded proposal) made each frame's task 3,904 bytes, copied at spawn; boxed,
