@@ -367,7 +367,10 @@ mod tests {
         // More `unavailable` within the run do not restart it.
         shared.unavailable(3);
         tokio::time::sleep(Duration::from_millis(2)).await;
-        assert!(told_to_leave(&shared).await, "without waiting for another answer");
+        assert!(
+            told_to_leave(&shared).await,
+            "without waiting for another answer"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -381,6 +384,9 @@ mod tests {
         shared.unavailable(3);
         shared.link.send_modify(|link| link.epoch = 4);
         tokio::time::sleep(UNAVAILABLE_FAILOVER * 2).await;
-        assert!(!told_to_leave(&shared).await, "that connection is gone already");
+        assert!(
+            !told_to_leave(&shared).await,
+            "that connection is gone already"
+        );
     }
 }

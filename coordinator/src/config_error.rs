@@ -73,6 +73,17 @@ pub enum ConfigError {
         /// The most the Raft layer takes in one entry (`raft::BATCH_MAX`).
         batch_max_limit: usize,
     },
+    /// A batch hold so long that the proposer would spin for milliseconds per entry.
+    #[error(
+        "batch_hold_us ({batch_hold_us}) must be at most {batch_hold_us_max}: a hold longer than \
+         a durable commit delays every request more than it can save"
+    )]
+    BatchHoldAboveLimit {
+        /// The configured hold.
+        batch_hold_us: u64,
+        /// The most allowed.
+        batch_hold_us_max: u64,
+    },
     /// A failover (an election, at most the longest election timeout) would not fit in the
     /// shortest lease, so a lease could expire while nobody leads.
     #[error(

@@ -41,6 +41,11 @@ pub struct NodeConfig {
     pub rate_burst_max: u32,
     /// Most commands in one log entry: many requests share one fsync.
     pub batch_max: usize,
+    /// A batch that starts while the proposer is idle stays open while more requests arrive
+    /// within this many microseconds of each other (at most three times it in all), while that
+    /// pays: one entry then carries both reactions to a lock's handover. 0: never held
+    /// (`node/batch_hold.rs`, docs/BENCHMARKS.md).
+    pub batch_hold_us: u64,
     /// How often the lease keeper looks for overdue leases. The reclaim delay after a TTL is at
     /// most this plus one commit.
     pub keeper_tick_ms: u64,
@@ -55,6 +60,9 @@ pub struct NodeConfig {
     pub auth_enabled: bool,
 }
 
+/// The longest `batch_hold_us` accepted: 1 ms, about a durable commit on one node.
+pub const BATCH_HOLD_US_MAX: u64 = 1_000;
+
 /// Every default of [`NodeConfig`], in one place (a single node: no `cluster`).
 pub const DEFAULTS: Defaults = Defaults {
     data_dir: "hivekeeper-data",
@@ -66,6 +74,7 @@ pub const DEFAULTS: Defaults = Defaults {
     rate_per_s_max: 2_000,
     rate_burst_max: 4_000,
     batch_max: raft::BATCH_MAX,
+    batch_hold_us: 100,
     keeper_tick_ms: 20,
     propose_timeout_ms: 5_000,
     auth_enabled: false,
@@ -93,6 +102,8 @@ pub struct Defaults {
     pub rate_burst_max: u32,
     /// See [`NodeConfig::batch_max`].
     pub batch_max: usize,
+    /// See [`NodeConfig::batch_hold_us`].
+    pub batch_hold_us: u64,
     /// See [`NodeConfig::keeper_tick_ms`].
     pub keeper_tick_ms: u64,
     /// See [`NodeConfig::propose_timeout_ms`].
@@ -115,6 +126,7 @@ impl NodeConfig {
             rate_per_s_max: DEFAULTS.rate_per_s_max,
             rate_burst_max: DEFAULTS.rate_burst_max,
             batch_max: DEFAULTS.batch_max,
+            batch_hold_us: DEFAULTS.batch_hold_us,
             keeper_tick_ms: DEFAULTS.keeper_tick_ms,
             propose_timeout_ms: DEFAULTS.propose_timeout_ms,
             auth_enabled: DEFAULTS.auth_enabled,
@@ -156,6 +168,12 @@ impl NodeConfig {
                 batch_max_limit: raft::BATCH_MAX,
             });
         }
+        if self.batch_hold_us > BATCH_HOLD_US_MAX {
+            return Err(ConfigError::BatchHoldAboveLimit {
+                batch_hold_us: self.batch_hold_us,
+                batch_hold_us_max: BATCH_HOLD_US_MAX,
+            });
+        }
         // A failover must fit in the shortest lease: an election (at most the longest election
         // timeout) before a new leader gives every lease a fresh deadline.
         if self.raft.election_timeout_ms_max >= self.limits.lease_ttl_ms_min {
@@ -174,5 +192,26 @@ impl NodeConfig {
 impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig::defaults()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_hold_is_off_at_zero_and_refused_past_a_millisecond() {
+        let mut config = NodeConfig {
+            batch_hold_us: 0,
+            ..NodeConfig::default()
+        };
+        assert!(config.validate().is_ok(), "0 turns the hold off");
+        config.batch_hold_us = BATCH_HOLD_US_MAX + 1;
+        let error = config.validate().expect_err("past the bound");
+        assert_eq!(
+            error.to_string(),
+            "batch_hold_us (1001) must be at most 1000: a hold longer than a durable commit \
+             delays every request more than it can save"
+        );
     }
 }

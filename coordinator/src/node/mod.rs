@@ -45,7 +45,7 @@
 //! - `health.rs`: [`Health`]: what `/health` and `/ready` answer.
 //! - `waits.rs`: pending requests and their commit deadlines; final answers.
 //! - `proposer.rs`: the task that batches agents' writes and the node's own commands into log
-//!   entries.
+//!   entries; `batch_hold.rs`: when it holds a batch open for the requests about to follow.
 //! - `fan_out.rs`: applied entries to waits, front door, keeper and metrics.
 //! - `lease_keeper.rs`: the actor around `lessor.rs`, the sans-I/O keepalive deadlines on the
 //!   leader; lease and wait expiry proposals.
@@ -61,6 +61,7 @@
 
 mod audit;
 mod auth;
+mod batch_hold;
 mod cluster;
 mod cluster_watch;
 mod config;

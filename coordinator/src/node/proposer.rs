@@ -2,11 +2,14 @@
 //! stamps the leader's clock into each entry) but it *batches*: openraft 0.9 appends one entry
 //! per `client_write` and waits for that entry's fsync before it submits the next, so one
 //! command per entry would cost one fsync per request. Commands that arrive while an entry is in
-//! flight wait in the channel and go out together in the next entry.
+//! flight wait in the channel and go out together in the next entry. Commands that arrive
+//! together while the proposer is idle (the two reactions to a lock's handover) are kept
+//! together by holding the batch open for a moment, while that pays (`batch_hold.rs`).
 //!
 //! ```text
 //!  Proposer::write(AgentWrite, origin) ─┐
 //!  Proposer::propose(NodeCommand)  ─────┴▶ channel ─▶ task: recv_many(batch_max)
+//!     ─▶ held open while more arrive within batch_hold_us of each other (batch_hold.rs)
 //!     agents' writes ─▶ on a follower: forwarded to the leader whole (PeerRequest::Writes)
 //!     the node's own  ─▶ on a follower: refused NotLeader, never forwarded
 //!     the rest        ─▶ raft.propose_batch (this node leads)
@@ -32,10 +35,12 @@
 //! come before this node applies the entry.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::NodeError;
+use super::batch_hold::BatchHold;
 use super::forward::Forwarder;
 use super::waits::Waits;
 use crate::raft::transport::AgentWrite;
@@ -94,13 +99,15 @@ pub(crate) struct Proposer {
 }
 
 impl Proposer {
-    /// Starts the task. `batch_max` bounds the commands in one entry; `forwarder` sends
-    /// agents' writes to the leader in a cluster.
+    /// Starts the task. `batch_max` bounds the commands in one entry; `batch_hold` is how
+    /// close together arrivals keep a batch open (zero: never held); `forwarder` sends agents'
+    /// writes to the leader in a cluster.
     pub(crate) fn start(
         raft: Arc<RaftHandle>,
         waits: Arc<Waits>,
         forwarder: Option<Forwarder>,
         batch_max: usize,
+        batch_hold: Duration,
     ) -> (Proposer, tokio::task::JoinHandle<()>, oneshot::Receiver<()>) {
         // Unbounded: the ingress permits bound what an agent can put here, and the node's own
         // commands are few.
@@ -114,7 +121,8 @@ impl Proposer {
                 waits,
                 forwarder,
             };
-            task.run(batch_max.max(1), receiver).await;
+            task.run(batch_max.max(1), BatchHold::new(batch_hold), receiver)
+                .await;
         });
         (Proposer { queue }, task, ended)
     }
@@ -139,6 +147,40 @@ impl Proposer {
     }
 }
 
+/// Adds to `batch` what arrives while arrivals come within `gap` of the last (at most
+/// `3 × gap` in all, and up to `batch_max`); returns how many. The wait spins, yielding to the
+/// runtime between looks: tokio's timers have millisecond resolution, a thousand times the
+/// gap, and the arrivals come from other tasks, which the yield lets run.
+async fn hold_open(
+    queue: &mut mpsc::UnboundedReceiver<Queued>,
+    batch: &mut Vec<Queued>,
+    batch_max: usize,
+    gap: Duration,
+) -> usize {
+    // The wall clock, not tokio's: a paused test clock would never let the spin end.
+    let start = std::time::Instant::now();
+    let mut last = start;
+    let mut caught = 0;
+    while batch.len() < batch_max {
+        match queue.try_recv() {
+            Ok(queued) => {
+                batch.push(queued);
+                caught += 1;
+                last = std::time::Instant::now();
+            }
+            Err(mpsc::error::TryRecvError::Empty) => {
+                let now = std::time::Instant::now();
+                if now.duration_since(last) >= gap || now.duration_since(start) >= 3 * gap {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+        }
+    }
+    caught
+}
+
 /// Tells the supervisor that the task ended, when dropped with it.
 struct Ended(Option<oneshot::Sender<()>>);
 
@@ -159,9 +201,20 @@ struct Task {
 
 impl Task {
     /// One batch at a time, in arrival order.
-    async fn run(&self, batch_max: usize, mut queue: mpsc::UnboundedReceiver<Queued>) {
+    async fn run(
+        &self,
+        batch_max: usize,
+        mut hold: BatchHold,
+        mut queue: mpsc::UnboundedReceiver<Queued>,
+    ) {
         let mut batch = Vec::with_capacity(batch_max);
         while queue.recv_many(&mut batch, batch_max).await > 0 {
+            if batch.len() < batch_max
+                && let Some(gap) = hold.should_hold()
+            {
+                let caught = hold_open(&mut queue, &mut batch, batch_max, gap).await;
+                hold.held(caught);
+            }
             let mut writes = Vec::new();
             let mut origins = Vec::new();
             let mut own = Vec::new();
@@ -294,5 +347,40 @@ impl Task {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node command for the channel; its reply is never read.
+    fn queued() -> Queued {
+        let (caller, _) = oneshot::channel();
+        Queued::Own {
+            command: NodeCommand::ExpireWaits { term: 1 },
+            caller,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_batch_takes_what_has_arrived_up_to_the_bound_then_closes() {
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        for _ in 0..5 {
+            sender.send(queued()).expect("open");
+        }
+        let mut batch = vec![queued()];
+        let gap = Duration::from_micros(100);
+        assert_eq!(hold_open(&mut queue, &mut batch, 4, gap).await, 3);
+        assert_eq!(batch.len(), 4, "never past batch_max");
+        let mut batch = Vec::new();
+        assert_eq!(hold_open(&mut queue, &mut batch, 4, gap).await, 2);
+        // Nothing more arrives: the hold ends after the gap with nothing caught.
+        let started = std::time::Instant::now();
+        let mut batch = Vec::new();
+        assert_eq!(hold_open(&mut queue, &mut batch, 4, gap).await, 0);
+        assert!(started.elapsed() >= gap);
+        drop(sender);
+        assert_eq!(hold_open(&mut queue, &mut batch, 4, gap).await, 0);
     }
 }

@@ -125,6 +125,7 @@ impl Node {
             waits.clone(),
             forwarder.clone(),
             config.batch_max,
+            Duration::from_micros(config.batch_hold_us),
         );
         let (failure_tx, failure) = watch::channel(None);
         tokio::spawn(report_raft_stop(raft.leadership(), failure_tx.clone()));
