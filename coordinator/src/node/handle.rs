@@ -361,9 +361,9 @@ impl NodeHandle {
 }
 
 /// What other nodes forward here: agents' requests only (the peer wire has no encoding for
-/// anything else). This node answers as the leader, wrapping each write into the log's
-/// command itself, or refuses (it was deposed since the follower looked) and the follower
-/// answers `unavailable`.
+/// anything else). This node answers as the leader, its proposer putting the writes into its
+/// next entry beside its own agents' (`proposer.rs`), or refuses (it was deposed since the
+/// follower looked) and the follower answers `unavailable`.
 impl ForwardHandler for NodeHandle {
     async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
         if !self.raft.is_leader() {
@@ -375,13 +375,12 @@ impl ForwardHandler for NodeHandle {
         self.raft
             .check_quorum()
             .map_err(|error| error.to_string())?;
-        let commands = writes.into_iter().map(AgentWrite::into_command).collect();
-        let proposed = self
-            .raft
-            .propose_batch(commands)
+        // Through this leader's proposer: the writes share its next entry with its own agents'
+        // and other followers' writes.
+        self.proposer
+            .forwarded(writes)
             .await
-            .map_err(|error| error.to_string())?;
-        Ok(proposed.into_iter().map(|p| p.reply).collect())
+            .map_err(|error| error.to_string())
     }
 
     async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {

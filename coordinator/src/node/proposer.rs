@@ -11,10 +11,11 @@
 //!  Proposer::propose(NodeCommand)  ─────┴▶ channel ─▶ task: recv_many(batch_max)
 //!     ─▶ held open while more arrive within batch_hold_us of each other (batch_hold.rs)
 //!     agents' writes ─▶ on a follower: forwarded to the leader whole (PeerRequest::Writes)
-//!     the node's own  ─▶ on a follower: refused NotLeader, never forwarded
-//!     the rest        ─▶ raft.propose_batch (this node leads)
-//!     ─▶ each reply to its answer: an agent's to the waits component, the node's own to its
-//!        caller ─▶ the next batch
+//!     a follower's forwarded writes (on the leader, Proposer::forwarded) ─┐
+//!     the node's own  ─▶ on a follower: refused NotLeader, never forwarded │
+//!     the rest        ─▶ raft.propose_batch (this node leads) ◀───────────┘ one entry
+//!     ─▶ each reply to its answer: an agent's to the waits component, a forwarded group's to
+//!        the follower's call, the node's own to its caller ─▶ the next batch
 //! ```
 //!
 //! Two kinds of proposal, two types: an agent's write ([`AgentWrite`], answered through the
@@ -85,6 +86,14 @@ impl NodeCommand {
 enum Queued {
     /// An agent's write: its reply goes to the waits component, keyed by `origin`.
     Write { write: AgentWrite, origin: Origin },
+    /// A follower's batch of agents' writes, on the leader: the replies go back to the
+    /// follower's forwarding call, in order. It joins the leader's next entry with the
+    /// leader's own agents' writes, so the requests a handover sets off share an entry
+    /// whichever members their agents are connected to.
+    Forwarded {
+        writes: Vec<AgentWrite>,
+        reply: oneshot::Sender<Result<Vec<Reply>, NodeError>>,
+    },
     /// The node's own command: its reply goes to the caller.
     Own {
         command: NodeCommand,
@@ -136,6 +145,17 @@ impl Proposer {
             .map_err(|_| NodeError::Stopping)
     }
 
+    /// Proposes a follower's forwarded `writes` in this leader's next entry and waits for
+    /// their replies, in order. On a node that does not lead (deposed meanwhile):
+    /// [`NodeError::NotLeader`]; they are never forwarded again from here.
+    pub(crate) async fn forwarded(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, NodeError> {
+        let (reply, replies) = oneshot::channel();
+        self.queue
+            .send(Queued::Forwarded { writes, reply })
+            .map_err(|_| NodeError::Stopping)?;
+        replies.await.map_err(|_| NodeError::Stopping)?
+    }
+
     /// Proposes one of the node's own commands and waits for its reply. On a node that does
     /// not lead: [`NodeError::NotLeader`], and nothing leaves the node.
     pub(crate) async fn propose(&self, command: NodeCommand) -> Result<Reply, NodeError> {
@@ -181,6 +201,12 @@ async fn hold_open(
     caught
 }
 
+/// A follower's forwarded writes and where their replies go.
+type Forwarded = (
+    Vec<AgentWrite>,
+    oneshot::Sender<Result<Vec<Reply>, NodeError>>,
+);
+
 /// Tells the supervisor that the task ended, when dropped with it.
 struct Ended(Option<oneshot::Sender<()>>);
 
@@ -217,6 +243,7 @@ impl Task {
             }
             let mut writes = Vec::new();
             let mut origins = Vec::new();
+            let mut forwarded = Vec::new();
             let mut own = Vec::new();
             let mut callers = Vec::new();
             for queued in batch.drain(..) {
@@ -225,22 +252,25 @@ impl Task {
                         writes.push(write);
                         origins.push(origin);
                     }
+                    Queued::Forwarded { writes, reply } => forwarded.push((writes, reply)),
                     Queued::Own { command, caller } => {
                         own.push(command);
                         callers.push(caller);
                     }
                 }
             }
-            self.propose(writes, origins, own, callers).await;
+            self.propose(writes, origins, forwarded, own, callers).await;
         }
     }
 
     /// Proposes one batch: the writes through the leader (forwarded when this node follows),
-    /// the node's own commands only here, and only while this node leads.
+    /// a follower's forwarded writes and the node's own commands only here, and only while
+    /// this node leads.
     async fn propose(
         &self,
         writes: Vec<AgentWrite>,
         origins: Vec<Origin>,
+        forwarded: Vec<Forwarded>,
         own: Vec<NodeCommand>,
         callers: Vec<oneshot::Sender<Result<Reply, NodeError>>>,
     ) {
@@ -261,23 +291,34 @@ impl Task {
             },
             _ => (writes, origins),
         };
-        // The node's own commands are never forwarded: a follower refuses them.
-        let (own, callers) = if own.is_empty() || self.raft.is_leader() {
-            (own, callers)
-        } else {
-            let error = NodeError::NotLeader {
-                node: self.raft.member_name(self.raft.node_id()),
-                leader: self.raft.leader().map(|(_, member)| member.name),
+        // The node's own commands, and writes forwarded here, are never forwarded again: a
+        // follower refuses them (the forwarding follower tries the next leader).
+        let ((forwarded, own, callers), refused) =
+            if (own.is_empty() && forwarded.is_empty()) || self.raft.is_leader() {
+                ((forwarded, own, callers), None)
+            } else {
+                let error = NodeError::NotLeader {
+                    node: self.raft.member_name(self.raft.node_id()),
+                    leader: self.raft.leader().map(|(_, member)| member.name),
+                };
+                (
+                    (Vec::new(), Vec::new(), Vec::new()),
+                    Some((error, forwarded, callers)),
+                )
             };
+        if let Some((error, forwarded, callers)) = refused {
+            // Callers may have given up (their timeouts): nothing to do then.
+            for (_, reply) in forwarded {
+                let _ = reply.send(Err(error.clone()));
+            }
             for caller in callers {
-                // The caller may have given up (its timeout): nothing to do then.
                 let _ = caller.send(Err(error.clone()));
             }
-            (Vec::new(), Vec::new())
-        };
+        }
         let forwarded_ms = started.elapsed().as_millis();
-        let here = writes.len() + own.len();
-        self.propose_here(writes, &origins, own, callers).await;
+        let here = writes.len() + forwarded.iter().map(|(w, _)| w.len()).sum::<usize>() + own.len();
+        self.propose_here(writes, &origins, forwarded, own, callers)
+            .await;
         let elapsed_ms = started.elapsed().as_millis();
         if elapsed_ms > 500 {
             tracing::debug!(
@@ -289,23 +330,32 @@ impl Task {
         }
     }
 
-    /// Proposes `writes` and `own` in one entry on this node (it leads) and answers each. The
-    /// writes come first, in their order, then the node's own commands: all arrived while the
-    /// previous entry was in flight, so either order is one the log could have had, and one
-    /// agent's writes keep theirs.
+    /// Proposes `writes`, the `forwarded` groups and `own` in one entry on this node (it
+    /// leads) and answers each. This node's agents' writes come first, in their order, then
+    /// each forwarded group in its order, then the node's own commands: all arrived while the
+    /// previous entry was in flight, so any order is one the log could have had, and one
+    /// agent's writes (which all come through one member at a time) keep theirs.
     async fn propose_here(
         &self,
         writes: Vec<AgentWrite>,
         origins: &[Origin],
+        forwarded: Vec<Forwarded>,
         own: Vec<NodeCommand>,
         callers: Vec<oneshot::Sender<Result<Reply, NodeError>>>,
     ) {
-        if writes.is_empty() && own.is_empty() {
+        if writes.is_empty() && forwarded.is_empty() && own.is_empty() {
             return;
+        }
+        let mut groups = Vec::with_capacity(forwarded.len());
+        let mut forwarded_commands = Vec::new();
+        for (writes, reply) in forwarded {
+            groups.push((writes.len(), reply));
+            forwarded_commands.extend(writes.into_iter().map(AgentWrite::into_command));
         }
         let commands: Vec<Command> = writes
             .into_iter()
             .map(AgentWrite::into_command)
+            .chain(forwarded_commands)
             .chain(own.into_iter().map(NodeCommand::into_command))
             .collect();
         let replies = self
@@ -318,14 +368,21 @@ impl Task {
             Ok(mut replies) => {
                 // One reply per command (`propose_batch`); a short answer leaves the callers
                 // past it unanswered (`Stopping` when dropped), never a panic here.
-                let own_replies = replies.split_off(origins.len().min(replies.len()));
+                let mut rest = replies.split_off(origins.len().min(replies.len()));
                 self.answer_writes(origins, Ok(replies));
-                for (caller, reply) in callers.into_iter().zip(own_replies) {
+                for (count, reply) in groups {
+                    let after = rest.split_off(count.min(rest.len()));
+                    let _ = reply.send(Ok(std::mem::replace(&mut rest, after)));
+                }
+                for (caller, reply) in callers.into_iter().zip(rest) {
                     let _ = caller.send(Ok(reply));
                 }
             }
             Err(error) => {
                 self.answer_writes(origins, Err(error.clone()));
+                for (_, reply) in groups {
+                    let _ = reply.send(Err(error.clone()));
+                }
                 for caller in callers {
                     let _ = caller.send(Err(error.clone()));
                 }
