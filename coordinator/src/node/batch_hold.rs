@@ -5,9 +5,12 @@
 //! about 30 µs apart (docs/BENCHMARKS.md, "What falls short"). Proposed as they come, the first
 //! goes out alone and the second waits a whole commit behind it: 1.6–1.8 entries per handover.
 //! Held open until the second arrives, the batch carries both: one entry, one fsync round.
+//! Only a batch of one is held: when two or more are there already they arrived together
+//! while the last entry was in flight, and holding would only delay them (nor would a hold
+//! that catches nothing then say anything about the traffic).
 //!
 //! ```text
-//!  proposer: recv_many (the first arrivals, at once) ─▶ should_hold?
+//!  proposer: recv_many (the first arrivals, at once) ─▶ one command, and should_hold?
 //!     no  ─▶ propose now
 //!     yes ─▶ take what arrives while arrivals come within `gap` of each other (at most
 //!            3 × gap in all, or until the batch is full) ─▶ held(caught) ─▶ propose

@@ -41,7 +41,7 @@ pub struct NodeConfig {
     pub rate_burst_max: u32,
     /// Most commands in one log entry: many requests share one fsync.
     pub batch_max: usize,
-    /// A batch that starts while the proposer is idle stays open while more requests arrive
+    /// A batch of one command stays open while more requests arrive
     /// within this many microseconds of each other (at most three times it in all), while that
     /// pays: one entry then carries both reactions to a lock's handover. 0: never held
     /// (`node/batch_hold.rs`, docs/BENCHMARKS.md).

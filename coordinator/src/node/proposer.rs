@@ -4,12 +4,13 @@
 //! command per entry would cost one fsync per request. Commands that arrive while an entry is in
 //! flight wait in the channel and go out together in the next entry. Commands that arrive
 //! together while the proposer is idle (the two reactions to a lock's handover) are kept
-//! together by holding the batch open for a moment, while that pays (`batch_hold.rs`).
+//! together by holding a batch of one open for a moment, while that pays (`batch_hold.rs`).
 //!
 //! ```text
 //!  Proposer::write(AgentWrite, origin) ─┐
 //!  Proposer::propose(NodeCommand)  ─────┴▶ channel ─▶ task: recv_many(batch_max)
-//!     ─▶ held open while more arrive within batch_hold_us of each other (batch_hold.rs)
+//!     ─▶ a batch of one held open while more arrive within batch_hold_us of each other
+//!        (batch_hold.rs)
 //!     agents' writes ─▶ on a follower: forwarded to the leader whole (PeerRequest::Writes)
 //!     a follower's forwarded writes (on the leader, Proposer::forwarded) ─┐
 //!     the node's own  ─▶ on a follower: refused NotLeader, never forwarded │
@@ -235,7 +236,11 @@ impl Task {
     ) {
         let mut batch = Vec::with_capacity(batch_max);
         while queue.recv_many(&mut batch, batch_max).await > 0 {
-            if batch.len() < batch_max
+            // Only a batch of one is held: two or more arrived together already (the reactions
+            // to the last entry, gathered while it was in flight), and a hold would only delay
+            // them.
+            if batch.len() == 1
+                && batch_max > 1
                 && let Some(gap) = hold.should_hold()
             {
                 let caught = hold_open(&mut queue, &mut batch, batch_max, gap).await;
