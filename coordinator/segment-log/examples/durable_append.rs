@@ -3,7 +3,8 @@
 //!
 //! ```sh
 //! cargo run --release -p hivekeeper-segment-log --example durable_append -- \
-//!     [--rounds 6] [--batches 2000] [--dir /var/tmp/durable-append] [--only redb|segment-log]
+//!     [--rounds 6] [--batches 2000] [--dir /var/tmp/durable-append] \
+//!     [--only redb|segment-log|bare-fdatasync]
 //! ```
 //!
 //! - **redb**: the node's layout (`coordinator/src/raft/database.rs`): a `log` table keyed by
@@ -11,14 +12,17 @@
 //!   inserting the batch's rows and the committed log id (the node's writer writes it with every
 //!   transaction while commits advance), exactly as `writer.rs` commits.
 //! - **segment-log**: `SegmentLog::append` of the same rows, 64 MiB segments.
+//! - **bare-fdatasync**: the floor: the same bytes written over one already-written page of a
+//!   file, then fdatasync (no framing, no index, nothing else).
 //!
-//! Each round runs both, in alternating order, each on a fresh directory (after 200 unmeasured
+//! Each round runs every mode, the order rotating from round to round, each on a fresh directory (after 200 unmeasured
 //! batches), so a noisy neighbour on the machine hits both alike. Per mode and round it prints
 //! the median, p90 and p99 latency of one durable batch, and per batch the write system calls,
 //! bytes passed to them, and bytes sent to the block layer (`syscw`, `wchar`, `write_bytes` of
 //! `/proc/self/io`). fdatasync counts need strace: run one mode under
 //! `strace -f -c -e trace=pwrite64,write,fdatasync,fsync` (docs/BENCHMARKS.md).
 
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -102,6 +106,44 @@ impl Store for RedbStore {
     }
 }
 
+/// The floor: the batch's bytes written over the same offset of a file whose blocks are
+/// already written, then fdatasync. No framing, no index, no metadata change.
+struct BareStore {
+    file: std::fs::File,
+    entries: u64,
+}
+
+impl BareStore {
+    fn create(dir: &Path) -> anyhow::Result<BareStore> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("bare"))?;
+        file.write_all_at(&[1u8; 4096], 0)?;
+        file.sync_all()?;
+        Ok(BareStore { file, entries: 0 })
+    }
+}
+
+impl Store for BareStore {
+    fn append(&mut self, rows: &[(u64, Vec<u8>)]) -> anyhow::Result<()> {
+        let bytes: Vec<u8> = rows
+            .iter()
+            .flat_map(|(_, row)| row.iter().copied())
+            .collect();
+        self.file.write_all_at(&bytes, 0)?;
+        self.file.sync_data()?;
+        self.entries += rows.len() as u64;
+        Ok(())
+    }
+
+    fn entries(&self) -> anyhow::Result<u64> {
+        Ok(self.entries)
+    }
+}
+
 struct SegmentStore {
     log: SegmentLog,
 }
@@ -118,12 +160,15 @@ impl Store for SegmentStore {
     }
 }
 
-/// The write counters of `/proc/self/io`.
+/// The write counters of `/proc/self/io`, and the CPU time the process has used.
 #[derive(Debug, Clone, Copy, Default)]
 struct Io {
     syscw: u64,
     wchar: u64,
     write_bytes: u64,
+    /// On-CPU time of the main thread (the only one that writes),
+    /// from `/proc/self/schedstat`, nanoseconds: user and system time, at nanosecond resolution.
+    cpu_ns: u64,
 }
 
 fn io_now() -> anyhow::Result<Io> {
@@ -141,6 +186,13 @@ fn io_now() -> anyhow::Result<Io> {
             _ => {}
         }
     }
+    let schedstat =
+        std::fs::read_to_string("/proc/self/schedstat").context("reading /proc/self/schedstat")?;
+    io.cpu_ns = schedstat
+        .split_whitespace()
+        .next()
+        .and_then(|ns| ns.parse().ok())
+        .context("the first field of /proc/self/schedstat")?;
     Ok(io)
 }
 
@@ -184,6 +236,7 @@ fn measure(store: &mut dyn Store, batches: u64) -> anyhow::Result<Measured> {
             syscw: end_io.syscw - start_io.syscw,
             wchar: end_io.wchar - start_io.wchar,
             write_bytes: end_io.write_bytes - start_io.write_bytes,
+            cpu_ns: end_io.cpu_ns - start_io.cpu_ns,
         },
     })
 }
@@ -197,6 +250,7 @@ fn percentile(sorted: &[Duration], fraction: f64) -> f64 {
 enum Mode {
     Redb,
     SegmentLog,
+    BareFdatasync,
 }
 
 impl Mode {
@@ -204,6 +258,7 @@ impl Mode {
         match self {
             Mode::Redb => "redb",
             Mode::SegmentLog => "segment-log",
+            Mode::BareFdatasync => "bare-fdatasync",
         }
     }
 
@@ -213,6 +268,7 @@ impl Mode {
             Mode::SegmentLog => Box::new(SegmentStore {
                 log: SegmentLog::open(dir, SegmentLogConfig::default())?,
             }),
+            Mode::BareFdatasync => Box::new(BareStore::create(dir)?),
         })
     }
 }
@@ -229,7 +285,7 @@ fn parse_args() -> anyhow::Result<Args> {
         rounds: 6,
         batches: 2000,
         dir: PathBuf::from("/var/tmp/durable-append"),
-        modes: vec![Mode::Redb, Mode::SegmentLog],
+        modes: vec![Mode::Redb, Mode::SegmentLog, Mode::BareFdatasync],
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -244,7 +300,8 @@ fn parse_args() -> anyhow::Result<Args> {
                 args.modes = match value.as_str() {
                     "redb" => vec![Mode::Redb],
                     "segment-log" => vec![Mode::SegmentLog],
-                    other => bail!("--only redb|segment-log, not {other:?}"),
+                    "bare-fdatasync" => vec![Mode::BareFdatasync],
+                    other => bail!("--only redb|segment-log|bare-fdatasync, not {other:?}"),
                 }
             }
             other => bail!("unknown flag {other:?}"),
@@ -266,14 +323,14 @@ fn main() -> anyhow::Result<()> {
         args.dir.display()
     );
     println!(
-        "round  mode          entries  p50 µs  p90 µs  p99 µs  batches/s  syscw/batch  wchar/batch  write_bytes/batch"
+        "round  mode           entries  p50 µs  p90 µs  p99 µs  batches/s  cpu µs/batch  syscw/batch  wchar/batch  write_bytes/batch"
     );
     let mut medians: Vec<(Mode, f64)> = Vec::new();
     for round in 0..args.rounds {
+        // Rotate the order each round, so no mode always runs first or after the same one.
         let mut order = args.modes.clone();
-        if round % 2 == 1 {
-            order.reverse();
-        }
+        let turn = round as usize % order.len();
+        order.rotate_left(turn);
         for mode in order {
             let dir = args.dir.join(format!("{}-{round}", mode.name()));
             if dir.exists() {
@@ -289,13 +346,14 @@ fn main() -> anyhow::Result<()> {
             let p50 = percentile(&measured.latencies, 0.5);
             medians.push((mode, p50));
             println!(
-                "{round:>5}  {:<12} {:>8} {:>7.0} {:>7.0} {:>7.0} {:>10.0} {:>12.1} {:>12.0} {:>18.0}",
+                "{round:>5}  {:<14} {:>6} {:>7.0} {:>7.0} {:>7.0} {:>10.0} {:>13.1} {:>12.1} {:>12.0} {:>18.0}",
                 mode.name(),
                 measured.entries,
                 p50,
                 percentile(&measured.latencies, 0.9),
                 percentile(&measured.latencies, 0.99),
                 args.batches as f64 / total,
+                per_batch(measured.io.cpu_ns) / 1000.0,
                 per_batch(measured.io.syscw),
                 per_batch(measured.io.wchar),
                 per_batch(measured.io.write_bytes),
