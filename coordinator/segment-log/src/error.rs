@@ -79,6 +79,13 @@ pub enum SegmentLogError {
         found: u64,
     },
 
+    /// An entry at `u64::MAX`: no entry could follow it, so the log refuses it.
+    #[error("entry index {index} is the largest there is; the log cannot continue after it")]
+    IndexMax {
+        /// The index.
+        index: u64,
+    },
+
     /// An entry is larger than one segment can hold.
     #[error("entry {index} is {payload_bytes} bytes; a segment holds at most {payload_bytes_max}")]
     TooLarge {

@@ -29,6 +29,10 @@
 //! the last batch but not an earlier one looks like mid-log damage; the node then needs an
 //! operator (the batch was never acknowledged, so cutting at the reported offset is safe).
 //!
+//! Costs: opening reads every segment whole (64 MiB each by default) to rebuild the record
+//! offsets, which the log keeps in memory (8 bytes per entry); a log purged behind snapshots
+//! has one or two segments. A read is one `pread` per segment it touches.
+//!
 //! What the log does not do: it keeps no vote, no commit index and no snapshot (those stay in
 //! redb), it never interprets the bytes, and it serves one writer (`&mut self`); reads take
 //! `&self`. It is not wired into Raft here: the adapter maps openraft's entries to bytes, keeps

@@ -215,7 +215,11 @@ impl SegmentLog {
             record::encode(index, payload, &mut chunk.bytes);
             chunk.sizes.push(size);
             room -= size;
-            expected = Some(index + 1);
+            expected = Some(
+                index
+                    .checked_add(1)
+                    .ok_or(SegmentLogError::IndexMax { index })?,
+            );
         }
         if chunks.is_empty() {
             return Ok(());

@@ -204,6 +204,23 @@ fn a_bad_batch_writes_nothing() {
 }
 
 #[test]
+fn the_largest_index_is_refused_rather_than_overflowing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = open(dir.path());
+    let error = log
+        .append([(u64::MAX, b"last")])
+        .expect_err("no room after it");
+    assert_eq!(
+        error.to_string(),
+        "entry index 18446744073709551615 is the largest there is; the log cannot continue after it"
+    );
+    assert_eq!(segments(dir.path()).len(), 0);
+    log.purge_upto(u64::MAX)
+        .expect("nothing can follow it: a no-op");
+    assert_eq!(log.next_index(), None);
+}
+
+#[test]
 fn an_empty_batch_is_a_no_op() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut log = open(dir.path());
