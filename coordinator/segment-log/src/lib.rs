@@ -12,6 +12,8 @@
 //!       LOCK                                                      ▲
 //!                                  then one fdatasync ────────────┘  durable when append returns
 //!
+//!  write(batch) + sync()  ── the same in two steps: entries readable after write (&mut self),
+//!                           durable after sync (&self), so reads need not wait for the disk
 //!  read(range)       ── pread of the records, CRC checked again
 //!  truncate_after(i) ── delete newer segments, cut the one holding i, zero its tail, fdatasync
 //!  purge_upto(i)     ── delete whole old segments whose entries are all ≤ i
@@ -34,8 +36,9 @@
 //! has one or two segments. A read is one `pread` per segment it touches.
 //!
 //! What the log does not do: it keeps no vote, no commit index and no snapshot (those stay in
-//! redb), it never interprets the bytes, and it serves one writer (`&mut self`); reads take
-//! `&self`. It is not wired into Raft here: the adapter maps openraft's entries to bytes, keeps
+//! redb), it never interprets the bytes, and it serves one writer (`&mut self`); reads and
+//! [`SegmentLog::sync`] take `&self`, so behind an `RwLock` a leader can read the entries it is
+//! flushing while the fdatasync runs. It is not wired into Raft here: the adapter maps openraft's entries to bytes, keeps
 //! the last purged log id beside the vote, and calls [`SegmentLog::append`] from its writer
 //! thread.
 //!

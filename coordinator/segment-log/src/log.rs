@@ -23,6 +23,7 @@ use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::config::SegmentLogConfig;
 use crate::error::{Result, SegmentLogError, io};
@@ -42,8 +43,9 @@ pub struct SegmentLog {
     config: SegmentLogConfig,
     /// Oldest first (invariant 1).
     segments: Vec<Segment>,
-    /// The first failure of a write; set, nothing more is written (invariant 4).
-    failed: Option<String>,
+    /// The first failure of a write or sync; set, nothing more is written (invariant 4). A
+    /// `OnceLock` so that [`SegmentLog::sync`], which takes `&self`, can set it.
+    failed: OnceLock<String>,
     /// What recovery cut from the newest segment at open, if anything.
     recovered: Option<TornTail>,
     /// The locked LOCK file, held while the log is open (the lock goes with the descriptor).
@@ -132,7 +134,7 @@ impl SegmentLog {
             dir: dir.to_path_buf(),
             config,
             segments,
-            failed: None,
+            failed: OnceLock::new(),
             recovered,
             _lock: lock,
         })
@@ -171,8 +173,27 @@ impl SegmentLog {
 
     /// Appends entries (`(index, bytes)`, indexes continuing the log) and makes them durable:
     /// one write and one fdatasync for the batch (two of each when it crosses into a new
-    /// segment). Nothing is written unless every entry is valid.
+    /// segment). Nothing is written unless every entry is valid. The same as [`write`]
+    /// then [`sync`].
+    ///
+    /// [`write`]: SegmentLog::write
+    /// [`sync`]: SegmentLog::sync
     pub fn append<I, B>(&mut self, entries: I) -> Result<()>
+    where
+        I: IntoIterator<Item = (u64, B)>,
+        B: AsRef<[u8]>,
+    {
+        self.write(entries)?;
+        self.sync()
+    }
+
+    /// Writes entries like [`SegmentLog::append`] but without the final fdatasync: they are
+    /// readable at once and durable only once [`SegmentLog::sync`] returns. For a caller that
+    /// shares the log behind a lock: write under the exclusive lock, then sync under a shared
+    /// one, so reads (a leader replicating the entries it is flushing) do not wait for the
+    /// disk. A batch that crosses into a new segment syncs the old one before the new one
+    /// holds anything (crash safety), so only the newest segment is ever unsynced.
+    pub fn write<I, B>(&mut self, entries: I) -> Result<()>
     where
         I: IntoIterator<Item = (u64, B)>,
         B: AsRef<[u8]>,
@@ -228,13 +249,27 @@ impl SegmentLog {
         self.fail_on_error(written)
     }
 
-    /// Writes planned chunks, rolling segments where planned, then syncs.
+    /// Makes every write before it durable: one fdatasync of the newest segment (the only one
+    /// that can hold unsynced records). A failure poisons the log (invariant 4): the kernel
+    /// may have dropped the pages it could not write, so nothing after it can be trusted until
+    /// the log is reopened and recovered.
+    pub fn sync(&self) -> Result<()> {
+        self.check_not_failed()?;
+        let synced = match self.segments.last() {
+            Some(active) => active.sync(),
+            None => Ok(()),
+        };
+        self.fail_on_error(synced)
+    }
+
+    /// Writes planned chunks, rolling segments where planned (not syncing the last).
     fn write_chunks(&mut self, chunks: &[Chunk]) -> Result<()> {
-        let mut dirty = false;
         for chunk in chunks {
             if let Some(first_index) = chunk.new_segment_at {
-                if dirty && let Some(active) = self.segments.last() {
-                    // Seal the old segment before the new one holds anything (crash safety).
+                if let Some(active) = self.segments.last() {
+                    // Seal the old segment (this batch's records and any earlier unsynced
+                    // ones) before the new one holds anything: only the newest segment may
+                    // end in a torn write.
                     active.sync()?;
                 }
                 let segment = Segment::create(&self.dir, first_index, self.config.segment_bytes)?;
@@ -246,12 +281,8 @@ impl SegmentLog {
                 .last_mut()
                 .expect("a chunk goes to an existing segment or a new one");
             active.write(&chunk.bytes, &chunk.sizes)?;
-            dirty = true;
         }
-        match self.segments.last() {
-            Some(active) if dirty => active.sync(),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     /// Entries with indexes in `range` that the log holds, in order.
@@ -418,7 +449,7 @@ impl SegmentLog {
     }
 
     fn check_not_failed(&self) -> Result<()> {
-        match &self.failed {
+        match self.failed.get() {
             Some(first) => Err(SegmentLogError::Poisoned {
                 first: first.clone(),
             }),
@@ -426,12 +457,11 @@ impl SegmentLog {
         }
     }
 
-    /// Remembers the first failed write (invariant 4) and passes the result on.
-    fn fail_on_error(&mut self, result: Result<()>) -> Result<()> {
-        if let Err(error) = &result
-            && self.failed.is_none()
-        {
-            self.failed = Some(error.to_string());
+    /// Remembers the first failed write or sync (invariant 4) and passes the result on.
+    fn fail_on_error(&self, result: Result<()>) -> Result<()> {
+        if let Err(error) = &result {
+            // Only the first failure is kept; a later one loses the race harmlessly.
+            let _ = self.failed.set(error.to_string());
         }
         result
     }

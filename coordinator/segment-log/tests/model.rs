@@ -9,8 +9,13 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// Append a batch with these payload sizes (each payload's bytes come from `seed`).
-    Append { sizes: Vec<usize>, seed: u8 },
+    /// Append a batch with these payload sizes (each payload's bytes come from `seed`); with
+    /// `split`, as `write` then `sync`.
+    Append {
+        sizes: Vec<usize>,
+        seed: u8,
+        split: bool,
+    },
     /// Append one entry `skip + 1` past the next index: refused, nothing changes.
     AppendOutOfOrder { skip: u64 },
     /// `truncate_after(last - back)`.
@@ -25,8 +30,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (prop::collection::vec(0usize..200, 1..5), any::<u8>())
-            .prop_map(|(sizes, seed)| Op::Append { sizes, seed }),
+        6 => (prop::collection::vec(0usize..200, 1..5), any::<u8>(), any::<bool>())
+            .prop_map(|(sizes, seed, split)| Op::Append { sizes, seed, split }),
         1 => (0u64..3).prop_map(|skip| Op::AppendOutOfOrder { skip }),
         2 => (0u64..12).prop_map(|back| Op::TruncateAfter { back }),
         2 => (0u64..30).prop_map(|ahead| Op::PurgeUpto { ahead }),
@@ -100,7 +105,7 @@ proptest! {
         let mut model = Model::default();
         for op in ops {
             match op {
-                Op::Append { sizes, seed } => {
+                Op::Append { sizes, seed, split } => {
                     let start = model.next.unwrap_or(1);
                     let batch: Vec<(u64, Vec<u8>)> = sizes
                         .iter()
@@ -110,7 +115,15 @@ proptest! {
                             (index, payload(index, size, seed))
                         })
                         .collect();
-                    log.append(batch.clone()).map_err(fail)?;
+                    if split {
+                        log.write(batch.clone()).map_err(fail)?;
+                        // Readable before the sync.
+                        let written = log.read(start..).map_err(fail)?;
+                        prop_assert_eq!(&written, &batch);
+                        log.sync().map_err(fail)?;
+                    } else {
+                        log.append(batch.clone()).map_err(fail)?;
+                    }
                     model.next = Some(start + batch.len() as u64);
                     model.entries.extend(batch);
                 }

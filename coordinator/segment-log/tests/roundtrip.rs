@@ -220,6 +220,59 @@ fn the_largest_index_is_refused_rather_than_overflowing() {
     assert_eq!(log.next_index(), None);
 }
 
+/// `write` makes entries readable at once; `sync` makes them durable. Unsynced writes that
+/// cross several segments are sealed at each roll, so the log reopens whole.
+#[test]
+fn written_entries_are_readable_before_the_sync_and_survive_a_reopen_after_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = open(dir.path());
+    log.write((1..=3).map(|index| (index, payload(index))))
+        .expect("writes");
+    assert_eq!(log.read(..).expect("reads"), expected(1, 3));
+    for index in 4..=40 {
+        log.write([(index, payload(index))]).expect("writes");
+    }
+    assert!(segments(dir.path()).len() >= 3);
+    log.sync().expect("syncs");
+    log.check_invariants().expect("invariants hold");
+    drop(log);
+    let log = open(dir.path());
+    assert_eq!(log.recovered(), None);
+    assert_eq!(log.read(..).expect("reads"), expected(1, 40));
+}
+
+/// The adapter's shape: one writer thread writes under the exclusive lock and syncs under a
+/// shared one, while another thread reads under shared locks; every read sees a prefix.
+#[test]
+fn a_reader_thread_reads_while_the_writer_syncs() {
+    use std::sync::{Arc, RwLock};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = Arc::new(RwLock::new(open(dir.path())));
+    let reader_log = log.clone();
+    let reader = std::thread::spawn(move || {
+        for _ in 0..200 {
+            let entries = reader_log
+                .read()
+                .expect("not poisoned")
+                .read(..)
+                .expect("reads");
+            assert_eq!(entries, expected(1, entries.len() as u64));
+        }
+    });
+    for index in 1..=60 {
+        log.write()
+            .expect("not poisoned")
+            .write([(index, payload(index))])
+            .expect("writes");
+        log.read().expect("not poisoned").sync().expect("syncs");
+    }
+    reader.join().expect("the reader ends");
+    assert_eq!(
+        log.read().expect("not poisoned").read(..).expect("reads"),
+        expected(1, 60)
+    );
+}
+
 #[test]
 fn an_empty_batch_is_a_no_op() {
     let dir = tempfile::tempdir().expect("temp dir");
