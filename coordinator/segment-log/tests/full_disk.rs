@@ -1,0 +1,76 @@
+//! A full disk is an error, never a panic: the log fills a 64 KiB tmpfs, the preallocation of
+//! the next segment fails with ENOSPC, later writes are refused, and a reopen finds every entry
+//! that was acknowledged.
+//!
+//! Mounting a tmpfs needs root (CI and the dev machines run as root); elsewhere the test says
+//! it was skipped and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hivekeeper_segment_log::{SegmentLog, SegmentLogConfig, SegmentLogError};
+
+/// Unmounts the tmpfs however the test ends.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn mount_tiny(at: &Path) -> Option<Mounted> {
+    std::fs::create_dir_all(at).expect("the mount point");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(at)
+        .output()
+        .ok()?;
+    mounted.status.success().then(|| Mounted(at.to_path_buf()))
+}
+
+#[test]
+fn a_full_disk_is_an_error_and_the_log_reopens_with_every_acknowledged_entry() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let mount_point = root.path().join("tiny");
+    let Some(_mounted) = mount_tiny(&mount_point) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let dir = mount_point.join("log");
+    let config = SegmentLogConfig {
+        segment_bytes: 16 * 1024,
+    };
+    let mut log = SegmentLog::open(&dir, config).expect("opens");
+    let entry = vec![0x5au8; 3000];
+    let mut acknowledged = 0u64;
+    let error = loop {
+        assert!(acknowledged < 100, "64 KiB cannot hold 100 entries of 3 KB");
+        match log.append([(acknowledged + 1, entry.as_slice())]) {
+            Ok(()) => acknowledged += 1,
+            Err(error) => break error,
+        }
+    };
+    match &error {
+        SegmentLogError::Io {
+            operation, source, ..
+        } => {
+            assert_eq!(*operation, "preallocating a segment");
+            assert_eq!(source.raw_os_error(), Some(28), "ENOSPC: {source}");
+        }
+        other => panic!("expected ENOSPC, got {other:?}"),
+    }
+    assert!(acknowledged >= 10, "{acknowledged} entries fit");
+    let refused = log.append([(acknowledged + 1, entry.as_slice())]);
+    assert!(
+        matches!(refused, Err(SegmentLogError::Poisoned { .. })),
+        "{refused:?}"
+    );
+    drop(log);
+    let log = SegmentLog::open(&dir, config).expect("reopens");
+    assert_eq!(log.recovered(), None);
+    assert_eq!(log.last_index(), Some(acknowledged));
+    let entries = log.read(..).expect("reads");
+    assert_eq!(entries.len() as u64, acknowledged);
+    assert!(entries.iter().all(|(_, bytes)| *bytes == entry));
+}
