@@ -52,8 +52,8 @@ enum Command {
     Member(admin::MemberArgs),
     /// Accounts (with `serve --auth`): add one (prints its secret once), list, remove, rotate.
     Agent(admin::AgentArgs),
-    /// Backups: `save FILE` takes a consistent snapshot of the running cluster from its leader
-    /// (online); `restore FILE --data-dir DIR` seeds a new cluster's member from one (offline).
+    /// Backups: `save FILE` (online, a consistent snapshot from the leader) and `restore FILE
+    /// --data-dir DIR` (offline, seeds a new cluster's member).
     Snapshot(admin::SnapshotArgs),
     /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
@@ -287,6 +287,7 @@ mod tests {
                 "serve",
                 "ls",
                 "inspect",
+                "snapshot",
                 "completions",
                 "log-format",
                 "brokers",

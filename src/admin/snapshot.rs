@@ -42,11 +42,12 @@ pub struct SnapshotArgs {
 /// What `hivekeeper snapshot` does.
 #[derive(Debug, clap::Subcommand)]
 enum SnapshotAction {
-    /// Save a consistent snapshot of the running cluster to FILE (online, needs the admin
-    /// role with authentication on): the state at one log index, read from the leader after
-    /// a read-index round, page by page. Written to FILE.tmp, synced, then renamed to FILE.
-    /// The file holds everything, account secret hashes included: keep it like a data
-    /// directory.
+    /// Save a consistent snapshot of the running cluster to FILE (online).
+    ///
+    /// The state at one log index, read from the leader after a read-index round, page by
+    /// page (`admin.snapshot`; with authentication on, it needs the admin role). Written to
+    /// FILE.tmp, synced, then renamed to FILE. The file holds everything, account secret
+    /// hashes included: keep it like a data directory.
     Save {
         /// Where to write the backup.
         #[arg(value_name = "FILE")]
@@ -58,13 +59,14 @@ enum SnapshotAction {
         #[command(flatten)]
         target: Target,
     },
-    /// Seed an empty data directory from a backup, offline, for a NEW cluster: run it for
-    /// every member with the same FILE and the same --initial-cluster, then start each with
-    /// `hivekeeper serve` on its directory (and the same --name and --initial-cluster). Every
-    /// lease, hold with its token, permit, reservation, waiter and account is restored; a
-    /// restored lease gets its full TTL again from when the new cluster's first leader takes
-    /// office, and new tokens are higher than every restored one. Without --name: a single
-    /// node.
+    /// Seed an empty data directory for a NEW cluster from FILE (offline).
+    ///
+    /// Run it for every member with the same FILE and the same --initial-cluster, then start
+    /// each with `hivekeeper serve` on its directory (and the same --name and
+    /// --initial-cluster). Without --name: a single node. Every lease, hold with its token,
+    /// permit, reservation, waiter and account is restored; a restored lease gets its full
+    /// TTL again from when the new cluster's first leader takes office, and new tokens are
+    /// higher than every restored one.
     Restore {
         /// The backup written by `snapshot save`.
         #[arg(value_name = "FILE")]
