@@ -56,7 +56,7 @@ async fn a_restored_node_starts_on_the_state_and_goes_on_from_it() {
     let file = BackupFile::decode(&file.encode()).expect("reads back");
     let restored_dir = tempdir();
     let data_dir = restored_dir.path().join("data");
-    let restored = backup::restore(&file, &data_dir, &Seat::single_node())
+    let restored = backup::restore(&file, &data_dir, &Seat::single_node(1))
         .expect("an empty directory is seeded");
     assert_eq!(
         (restored.index, restored.leases, restored.resources),
@@ -133,7 +133,7 @@ async fn a_directory_with_anything_in_it_or_a_bad_state_is_refused() {
     // A directory holding anything at all, even a stray file, is refused and left alone.
     let dir = tempdir();
     std::fs::write(dir.path().join("notes.txt"), "mine").expect("write");
-    let error = backup::restore(&file, dir.path(), &Seat::single_node()).unwrap_err();
+    let error = backup::restore(&file, dir.path(), &Seat::single_node(1)).unwrap_err();
     assert!(
         matches!(error, BackupError::DataDirNotEmpty { .. }),
         "{error:?}"
@@ -149,7 +149,7 @@ async fn a_directory_with_anything_in_it_or_a_bad_state_is_refused() {
         "mine"
     );
     // The live data directory of a node is refused the same way.
-    let error = backup::restore(&file, source_dir.path(), &Seat::single_node()).unwrap_err();
+    let error = backup::restore(&file, source_dir.path(), &Seat::single_node(1)).unwrap_err();
     assert!(
         matches!(error, BackupError::DataDirNotEmpty { .. }),
         "{error:?}"
@@ -165,7 +165,7 @@ async fn a_directory_with_anything_in_it_or_a_bad_state_is_refused() {
         ..file.clone()
     };
     let empty = tempdir();
-    let error = backup::restore(&bad, empty.path(), &Seat::single_node()).unwrap_err();
+    let error = backup::restore(&bad, empty.path(), &Seat::single_node(1)).unwrap_err();
     assert_eq!(
         error.to_string(),
         "the state in the file cannot be restored: snapshot is unreadable: format 2 is not the \
@@ -176,7 +176,7 @@ async fn a_directory_with_anything_in_it_or_a_bad_state_is_refused() {
     // A member restored for a cluster it is not in.
     let seat = Seat {
         node_id: 7,
-        members: Seat::single_node().members,
+        members: Seat::single_node(1).members,
     };
     let error = backup::restore(&file, empty.path(), &seat).unwrap_err();
     assert_eq!(

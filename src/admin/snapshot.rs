@@ -22,7 +22,7 @@ use hivekeeper_agent::protocol::validate::{SNAPSHOT_PAGE_BYTES_DEFAULT, SNAPSHOT
 use hivekeeper_agent::protocol::{ErrorCode, Op};
 use hivekeeper_agent::{Agent, AgentError};
 use hivekeeper_coordinator::backup::{self, BackupFile, PageJoiner, Seat};
-use hivekeeper_coordinator::node::ClusterConfig;
+use hivekeeper_coordinator::node::{ClusterConfig, DEFAULTS as NODE_DEFAULTS};
 use hivekeeper_coordinator::state_machine::StateMachine;
 use serde_json::json;
 
@@ -82,6 +82,9 @@ enum SnapshotAction {
         /// list for every member restored.
         #[arg(long, value_name = "NAME=HOST:PORT,...", requires = "name")]
         initial_cluster: Option<String>,
+        /// A single node's id, as its config file's `[node] node_id` says (without --name).
+        #[arg(long, value_name = "N", default_value_t = NODE_DEFAULTS.node_id, conflicts_with = "name")]
+        node_id: u64,
         /// Print JSON instead of a sentence.
         #[arg(long)]
         json: bool,
@@ -101,8 +104,17 @@ pub fn snapshot(args: SnapshotArgs) -> anyhow::Result<()> {
             data_dir,
             name,
             initial_cluster,
+            node_id,
             json,
-        } => restore(&file, &data_dir, name, initial_cluster, json),
+        } => {
+            let seat = match (name, initial_cluster) {
+                (Some(name), Some(initial_cluster)) => {
+                    Seat::member(&ClusterConfig::new(name, initial_cluster))?
+                }
+                _ => Seat::single_node(node_id),
+            };
+            restore(&file, &data_dir, &seat, json)
+        }
     }
 }
 
@@ -218,24 +230,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn restore(
-    path: &Path,
-    data_dir: &Path,
-    name: Option<String>,
-    initial_cluster: Option<String>,
-    json: bool,
-) -> anyhow::Result<()> {
+fn restore(path: &Path, data_dir: &Path, seat: &Seat, json: bool) -> anyhow::Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let file = BackupFile::decode(&bytes).with_context(|| format!("{}", path.display()))?;
-    let (seat, serve_flags) = match (name, initial_cluster) {
-        (Some(name), Some(initial_cluster)) => {
-            let flags = format!(" --name {name} --initial-cluster {initial_cluster}");
-            let seat = Seat::member(&ClusterConfig::new(name, initial_cluster))?;
-            (seat, flags)
-        }
-        _ => (Seat::single_node(), String::new()),
-    };
-    let restored = backup::restore(&file, data_dir, &seat)
+    let restored = backup::restore(&file, data_dir, seat)
         .with_context(|| format!("restoring {}", path.display()))?;
     if json {
         println!(
@@ -247,8 +245,9 @@ fn restore(
     } else {
         println!(
             "restored the state at log index {} (term {}) into {}: {} bytes, {} leases, {} \
-             resources. Start it with `hivekeeper serve --data-dir {}{serve_flags}`; restored \
-             leases get their full TTL from when the new cluster's first leader takes office.",
+             resources. Start it with `hivekeeper serve --data-dir {}` (and the --name and \
+             --initial-cluster given here, for a cluster member); restored leases get their full \
+             TTL from when the new cluster's first leader takes office.",
             restored.index,
             restored.term,
             data_dir.display(),

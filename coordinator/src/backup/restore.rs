@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::{BackupError, BackupFile};
 use crate::ConfigError;
-use crate::node::{ClusterConfig, DEFAULTS as NODE_DEFAULTS};
+use crate::node::ClusterConfig;
 use crate::raft::{self, Member, NodeId, Seed};
 use crate::state_machine::StateMachine;
 
@@ -31,10 +31,10 @@ pub struct Seat {
 }
 
 impl Seat {
-    /// A single node (`serve` without `--name`): node [`NODE_DEFAULTS`]`.node_id`, alone, with
-    /// the empty name and address a single node's membership has.
-    pub fn single_node() -> Seat {
-        let node_id = NODE_DEFAULTS.node_id;
+    /// A single node (`serve` without `--name`) whose `[node] node_id` is `node_id` (1 by
+    /// default, [`crate::node::DEFAULTS`]), alone, with the empty name and address a single node's
+    /// membership has.
+    pub fn single_node(node_id: NodeId) -> Seat {
         Seat {
             node_id,
             members: BTreeMap::from([(node_id, Member::default())]),
