@@ -82,6 +82,33 @@ async fn cli_json(args: &[&str]) -> Value {
     run_cli(&args).await.json()
 }
 
+/// `args` run as the `admin` account through `brokers`, its secret in `secret_file`.
+fn as_admin<'a>(args: &[&'a str], brokers: &'a str, secret_file: &'a str) -> Vec<&'a str> {
+    let login = [
+        "--brokers",
+        brokers,
+        "--user",
+        "admin",
+        "--password-file",
+        secret_file,
+    ];
+    [args, &login[..]].concat()
+}
+
+/// `snapshot restore FILE` for a single node into `dir/restored`; checks that it restored the
+/// state `saved` (a `snapshot save --json`) named. Returns the directory and the answer.
+async fn restore_single(
+    file: &str,
+    dir: &std::path::Path,
+    saved: &Value,
+) -> (std::path::PathBuf, Value) {
+    let restored_dir = dir.join("restored");
+    let restored_text = restored_dir.to_string_lossy().to_string();
+    let restored = cli_json(&["snapshot", "restore", file, "--data-dir", &restored_text]).await;
+    assert_eq!(restored["index"], saved["index"], "{restored}");
+    (restored_dir, restored)
+}
+
 /// `hivekeeper snapshot restore FILE --data-dir DIR --name NAME --initial-cluster LIST`.
 async fn restore(file: &str, dir: &str, name: &str, list: &str, json: bool) -> CliRun {
     let mut args = vec![
@@ -381,19 +408,69 @@ async fn small_packets_shrink_the_pages_and_a_single_node_restores() {
     );
     drop((guards, holder, agent, node));
 
-    let restored_dir = dir.path().join("restored");
-    let restored_text = restored_dir.to_string_lossy().to_string();
-    let restored = cli_json(&[
-        "snapshot",
-        "restore",
-        &file_text,
-        "--data-dir",
-        &restored_text,
-    ])
-    .await;
-    assert_eq!(restored["index"], saved["index"], "{restored}");
+    let (restored_dir, restored) = restore_single(&file_text, dir.path(), &saved).await;
     assert_eq!(restored["resources"], LOCKS, "{restored}");
     let node = common::Node::start(&restored_dir).await;
     let observer = common::agent("observer", node.mqtt_port()).await;
     assert_eq!(seen(&observer, &resources).await, before);
+}
+
+/// With authentication: a backup needs the admin role (an observer is refused `forbidden`:
+/// the state holds every account's secret hash), and accounts are restored with the rest,
+/// so the old admin secret works on the restored node, which writes no new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_needs_the_admin_role_and_restores_the_accounts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let node = common::Node::start_with_args(&data, &["--auth"]).await;
+    let brokers = format!("127.0.0.1:{}", node.mqtt_port());
+    let secret_file = data.join("admin.secret");
+    let secret_text = secret_file.to_string_lossy().to_string();
+    let added = cli_json(&as_admin(
+        &["agent", "add", "watcher", "--role", "observer"],
+        &brokers,
+        &secret_text,
+    ))
+    .await;
+    let observer_secret = added["secret"].as_str().expect("the secret").to_string();
+    let mut watcher =
+        common::Raw::connect_with(node.mqtt_port(), "watcher", Some(&observer_secret)).await;
+    let refused = watcher
+        .call(serde_json::json!({"id": "s1", "op": "admin.snapshot"}))
+        .await;
+    assert_eq!(common::code(&refused), Some("forbidden"), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("needs the admin role; agent \"watcher\" has the observer role"),
+        "{refused}"
+    );
+
+    let file = dir.path().join("backup.hkb");
+    let file_text = file.to_string_lossy().to_string();
+    let saved = cli_json(&as_admin(
+        &["snapshot", "save", &file_text],
+        &brokers,
+        &secret_text,
+    ))
+    .await;
+    drop((watcher, node));
+
+    let (restored_dir, _) = restore_single(&file_text, dir.path(), &saved).await;
+    let node = common::Node::start_with_args(&restored_dir, &["--auth"]).await;
+    let brokers = format!("127.0.0.1:{}", node.mqtt_port());
+    // The old cluster's admin secret.
+    let listed = cli_json(&as_admin(&["agent", "list"], &brokers, &secret_text)).await;
+    let agents: Vec<&str> = listed["accounts"]
+        .as_array()
+        .expect("accounts")
+        .iter()
+        .map(|account| account["agent"].as_str().expect("agent"))
+        .collect();
+    assert_eq!(agents, ["admin", "watcher"], "{listed}");
+    assert!(
+        !restored_dir.join("admin.secret").exists(),
+        "the restored admin account keeps its secret: no new one is made"
+    );
 }
