@@ -1,5 +1,5 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
-//! `revoke`, `member` and `agent` are the operator's commands (an MQTT client of the service,
+//! `revoke`, `member`, `agent` and `snapshot` are the operator's commands (an MQTT client of the service,
 //! `admin/`); `bench` measures a running service; `certs dev` writes development certificates.
 
 mod admin;
@@ -52,6 +52,9 @@ enum Command {
     Member(admin::MemberArgs),
     /// Accounts (with `serve --auth`): add one (prints its secret once), list, remove, rotate.
     Agent(admin::AgentArgs),
+    /// Backups: `save FILE` (online, a consistent snapshot from the leader) and `restore FILE
+    /// --data-dir DIR` (offline, seeds a new cluster's member).
+    Snapshot(admin::SnapshotArgs),
     /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
@@ -211,6 +214,7 @@ fn main() -> std::process::ExitCode {
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),
         Command::Agent(args) => admin::agent(args),
+        Command::Snapshot(args) => admin::snapshot(args),
         Command::Bench(args) => bench::run(args),
         Command::Certs(args) => certs::run(args),
         Command::Nemesis(args) => nemesis::run(args),
@@ -283,6 +287,7 @@ mod tests {
                 "serve",
                 "ls",
                 "inspect",
+                "snapshot",
                 "completions",
                 "log-format",
                 "brokers",

@@ -153,15 +153,7 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
     }
     config.node.auth_enabled = config.auth.enabled;
     if let (Some(name), Some(initial_cluster)) = (args.name, args.initial_cluster) {
-        config.node.cluster = Some(ClusterConfig {
-            name,
-            initial_cluster,
-            initial_cluster_state: ClusterState::New,
-            peer_listen: None,
-            peer_tls_cert: None,
-            peer_tls_key: None,
-            peer_ca: None,
-        });
+        config.node.cluster = Some(ClusterConfig::new(name, initial_cluster));
     }
     if let Some(cluster) = &mut config.node.cluster {
         if let Some(state) = args.initial_cluster_state {

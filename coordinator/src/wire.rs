@@ -87,6 +87,7 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
         | Op::AdminStatus {}
         | Op::AdminLeases { .. }
         | Op::AdminResources { .. }
+        | Op::AdminSnapshot { .. }
         | Op::AdminMemberAdd { .. }
         | Op::AdminMemberRemove { .. }) => return Err(Request { id, op }),
     };
@@ -119,7 +120,8 @@ pub enum NotARead {
         /// The op's wire name.
         op: &'static str,
     },
-    /// The op is about Raft (`admin.status`, `admin.member.*`): the node answers it.
+    /// The op is about Raft (`admin.status`, `admin.member.*`, `admin.snapshot`): the node
+    /// answers it.
     #[error("{op} is answered by the node (Raft), not the state machine")]
     NodeOnly {
         /// The op's wire name.
@@ -166,9 +168,10 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         Op::AdminAgentList { after } => Ok(ReadOp::AdminAgentList {
             after: after.clone(),
         }),
-        Op::AdminStatus {} | Op::AdminMemberAdd { .. } | Op::AdminMemberRemove { .. } => {
-            Err(NotARead::NodeOnly { op: op.name() })
-        }
+        Op::AdminStatus {}
+        | Op::AdminSnapshot { .. }
+        | Op::AdminMemberAdd { .. }
+        | Op::AdminMemberRemove { .. } => Err(NotARead::NodeOnly { op: op.name() }),
         Op::LeaseGrant { .. }
         | Op::LeaseRevoke { .. }
         | Op::LockAcquire { .. }
@@ -211,6 +214,7 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
             status: Some(status.clone()),
             ..Success::default()
         },
+        Reply::Snapshot(page) => Success::snapshot(page.as_ref().clone()),
         Reply::Leases { leases, next_after } => Success {
             leases: Some(leases.clone()),
             next_after: next_after.clone(),
@@ -313,6 +317,11 @@ mod tests {
                 prefix: Some("door/".into()),
                 after: None,
                 limit: Some(10),
+            },
+            Op::AdminSnapshot {
+                index: Some(120),
+                offset: Some(0),
+                page_bytes_max: None,
             },
             Op::AdminRevoke { lease: lease() },
             Op::AdminMemberAdd {

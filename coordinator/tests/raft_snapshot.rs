@@ -8,52 +8,20 @@
 
 mod raft_support;
 
-use hivekeeper_coordinator::Reply;
 use hivekeeper_coordinator::raft::{self, RaftConfig, RaftError, RaftHandle};
-use raft_support::{WAIT, WAIT_S, lease_grant, lock_try, request, tempdir, within};
+use raft_support::{WAIT, WAIT_S, lease_grant, request, tempdir, within};
 
 /// Opens a node in `dir`, initializes it and waits until it leads.
 async fn start(dir: &std::path::Path, config: &RaftConfig) -> RaftHandle {
-    let (node, _applied) = within(WAIT_S, "open", raft::open(dir, 1, config))
-        .await
-        .expect("the data directory opens");
-    within(WAIT_S, "initialize", node.initialize_single_node())
-        .await
-        .expect("initialize");
-    within(WAIT_S, "leader", node.wait_for_leader(WAIT))
-        .await
-        .expect("a leader");
-    node
+    raft_support::start_single(dir, config).await
 }
 
 /// Agent `drone-{n}` takes a lease and the lock `pad-{n}`: two entries.
 async fn lease_and_lock(node: &RaftHandle, n: u32) -> u64 {
-    let agent = format!("drone-{n}");
-    let granted = within(
-        WAIT_S,
-        "lease.grant",
-        node.propose(request(&agent, "grant", lease_grant(60_000))),
-    )
-    .await
-    .expect("grant committed");
-    let Reply::Lease { lease, .. } = granted.reply else {
-        panic!("lease.grant answered {:?}", granted.reply);
-    };
-    let acquired = within(
-        WAIT_S,
-        "lock.acquire",
-        node.propose(request(
-            &agent,
-            "acquire",
-            lock_try(&format!("pad-{n}"), &lease.to_string()),
-        )),
-    )
-    .await
-    .expect("acquire committed");
-    let Reply::Granted { token } = acquired.reply else {
-        panic!("lock.acquire answered {:?}", acquired.reply);
-    };
-    token
+    let (agent, lock) = (format!("drone-{n}"), format!("pad-{n}"));
+    raft_support::lease_and_lock(node, &agent, &lock, 60_000)
+        .await
+        .1
 }
 
 fn state_bytes(node: &RaftHandle) -> Vec<u8> {

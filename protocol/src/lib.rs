@@ -38,7 +38,7 @@ pub use event::Event;
 pub use request::{Area, Op, Request, ResourceKind};
 pub use response::{
     AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,
-    ResourceInfo, Response, Success, WaiterInfo,
+    ResourceInfo, Response, SnapshotPage, Success, WaiterInfo,
 };
 pub use role::{Role, UnknownRole};
 pub use topic::Topics;

@@ -216,6 +216,27 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
+    /// Addition (issue 16): one page of a consistent snapshot of the replicated state, for an
+    /// online backup (`hivekeeper snapshot save`). Without `index` the leader takes a new
+    /// snapshot after a read-index round, keeps it, and answers its first page; with `index`
+    /// (the first page's) it answers the page at `offset` of that same snapshot, so the pages
+    /// together are the state at one log index. Answered by the leader; needs `admin`.
+    #[serde(rename = "admin.snapshot")]
+    AdminSnapshot {
+        /// The log index of the snapshot being read (every page after the first); absent: take
+        /// a new snapshot and answer its first page.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        index: Option<u64>,
+        /// Where the page starts in the snapshot's bytes; absent: 0. Needs `index`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        offset: Option<u64>,
+        /// Most snapshot bytes in the page (before base64), from
+        /// [`crate::validate::SNAPSHOT_PAGE_BYTES_MIN`] to
+        /// [`crate::validate::SNAPSHOT_PAGE_BYTES_MAX`]; absent:
+        /// [`crate::validate::SNAPSHOT_PAGE_BYTES_DEFAULT`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        page_bytes_max: Option<u32>,
+    },
     /// Addition: end any agent's lease, as its own `lease.revoke` would, without the owner
     /// check. For operators freeing a stuck resource.
     #[serde(rename = "admin.revoke")]
@@ -304,7 +325,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 21] = [
+    pub const NAMES: [&'static str; 22] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -319,6 +340,7 @@ impl Op {
         "admin.status",
         "admin.leases",
         "admin.resources",
+        "admin.snapshot",
         "admin.revoke",
         "admin.member.add",
         "admin.member.remove",
@@ -345,6 +367,7 @@ impl Op {
             Op::AdminStatus {} => "admin.status",
             Op::AdminLeases { .. } => "admin.leases",
             Op::AdminResources { .. } => "admin.resources",
+            Op::AdminSnapshot { .. } => "admin.snapshot",
             Op::AdminRevoke { .. } => "admin.revoke",
             Op::AdminMemberAdd { .. } => "admin.member.add",
             Op::AdminMemberRemove { .. } => "admin.member.remove",
@@ -373,6 +396,7 @@ impl Op {
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
             | Op::AdminResources { .. }
+            | Op::AdminSnapshot { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }
             | Op::AdminAgentAdd { .. }
@@ -396,6 +420,7 @@ impl Op {
                 | Op::AdminStatus {}
                 | Op::AdminLeases { .. }
                 | Op::AdminResources { .. }
+                | Op::AdminSnapshot { .. }
                 | Op::AdminMemberAdd { .. }
                 | Op::AdminMemberRemove { .. }
                 | Op::AdminAgentList { .. }
@@ -447,6 +472,11 @@ impl Op {
                 limit,
                 ..
             } => validate::resource_page(prefix.as_deref(), after.as_deref(), *limit)?,
+            Op::AdminSnapshot {
+                index,
+                offset,
+                page_bytes_max,
+            } => validate::snapshot_page(*index, *offset, *page_bytes_max)?,
             Op::AdminMemberAdd {
                 name,
                 addr,

@@ -95,6 +95,49 @@ pub struct Success {
     /// `admin.agent.list`: one page of accounts, in name order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accounts: Option<Vec<AccountInfo>>,
+    /// `admin.snapshot`: the log index the snapshot was taken at (the last entry it covers);
+    /// every page of one snapshot says the same, and a later page asks for it by this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// `admin.snapshot`: the term of the entry at `index`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// `admin.snapshot`: the length of the whole snapshot, in bytes (before base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+    /// `admin.snapshot`: where this page's bytes start in the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// `admin.snapshot`: this page's bytes, base64 (standard alphabet, padded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// `admin.snapshot`: the BLAKE2b-256 digest of the whole snapshot's bytes, 64 lowercase hex
+    /// digits, so the reader can check the pages it joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `admin.snapshot`: true on the page that ends the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<bool>,
+}
+
+/// One page of an `admin.snapshot` result, as the node builds it (the wire carries its fields
+/// flat in [`Success`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotPage {
+    /// The log index the snapshot was taken at.
+    pub index: u64,
+    /// The term of the entry at `index`.
+    pub term: u64,
+    /// The whole snapshot's length in bytes.
+    pub total_bytes: u64,
+    /// Where this page starts in the snapshot's bytes.
+    pub offset: u64,
+    /// This page's bytes, base64.
+    pub data: String,
+    /// BLAKE2b-256 of the whole snapshot, lowercase hex.
+    pub digest: String,
+    /// Whether this page ends the snapshot.
+    pub done: bool,
 }
 
 /// One account in an `admin.agent.list` result: never its secret or the secret's hash.
@@ -281,6 +324,33 @@ impl Success {
             valid: Some(valid),
             ..Success::default()
         }
+    }
+
+    /// The result of `admin.snapshot`: one page, its fields flat.
+    pub fn snapshot(page: SnapshotPage) -> Self {
+        Success {
+            index: Some(page.index),
+            term: Some(page.term),
+            total_bytes: Some(page.total_bytes),
+            offset: Some(page.offset),
+            data: Some(page.data),
+            digest: Some(page.digest),
+            done: Some(page.done),
+            ..Success::default()
+        }
+    }
+
+    /// The `admin.snapshot` page this result carries, `None` when a field of one is missing.
+    pub fn snapshot_page(&self) -> Option<SnapshotPage> {
+        Some(SnapshotPage {
+            index: self.index?,
+            term: self.term?,
+            total_bytes: self.total_bytes?,
+            offset: self.offset?,
+            data: self.data.clone()?,
+            digest: self.digest.clone()?,
+            done: self.done?,
+        })
     }
 }
 

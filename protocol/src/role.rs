@@ -52,6 +52,7 @@ impl Role {
                 Role::Observer
             }
             Op::AdminRevoke { .. }
+            | Op::AdminSnapshot { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }
             | Op::AdminAgentAdd { .. }
@@ -134,6 +135,13 @@ mod tests {
             limit: None,
         };
         assert_eq!(Role::needed_for(&resources), Role::Observer);
+        // A backup copies every account's secret hash: the admin role, not the observer's.
+        let snapshot = Op::AdminSnapshot {
+            index: None,
+            offset: None,
+            page_bytes_max: None,
+        };
+        assert_eq!(Role::needed_for(&snapshot), Role::Admin);
         assert_eq!(
             Role::needed_for(&Op::AdminRevoke {
                 lease: "0000000000000002".into()

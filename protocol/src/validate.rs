@@ -169,6 +169,44 @@ pub fn resource_page(
     }
 }
 
+/// Fewest snapshot bytes an `admin.snapshot` page may be asked to carry: small enough for the
+/// smallest `packet_bytes_max` a service accepts (9 KiB) once base64 has grown it by a third.
+pub const SNAPSHOT_PAGE_BYTES_MIN: u32 = 1024;
+
+/// Most snapshot bytes one `admin.snapshot` page may carry: 512 KiB, 683 KiB of base64, inside
+/// the 1 MiB packet the SDK and the CLI accept (a service's `packet_bytes_max` may be smaller:
+/// the answer is then `too_large`, and the CLI asks again for smaller pages).
+pub const SNAPSHOT_PAGE_BYTES_MAX: u32 = 512 * 1024;
+
+/// Snapshot bytes in an `admin.snapshot` page when the request does not say: 32 KiB, 43 KiB of
+/// base64, inside the default 64 KiB MQTT packet.
+pub const SNAPSHOT_PAGE_BYTES_DEFAULT: u32 = 32 * 1024;
+
+/// Checks `admin.snapshot`'s fields: an `offset` only with the `index` of the snapshot it is
+/// in, and a `page_bytes_max` from [`SNAPSHOT_PAGE_BYTES_MIN`] to [`SNAPSHOT_PAGE_BYTES_MAX`].
+pub fn snapshot_page(
+    index: Option<u64>,
+    offset: Option<u64>,
+    page_bytes_max: Option<u32>,
+) -> Result<(), String> {
+    if index.is_none() && offset.is_some() {
+        return Err(
+            "`offset` needs `index`: the log index the first page answered, so that every \
+             page is of the same snapshot"
+                .into(),
+        );
+    }
+    match page_bytes_max {
+        Some(bytes) if !(SNAPSHOT_PAGE_BYTES_MIN..=SNAPSHOT_PAGE_BYTES_MAX).contains(&bytes) => {
+            Err(format!(
+                "`page_bytes_max` is {bytes}, it must be from {SNAPSHOT_PAGE_BYTES_MIN} to \
+                 {SNAPSHOT_PAGE_BYTES_MAX}"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Splits an `admin.resources` cursor, `kind/name` (the `next_after` of a page), into its
 /// kind and name.
 pub fn resource_cursor(after: &str) -> Result<(crate::ResourceKind, &str), String> {

@@ -14,7 +14,7 @@ use hivekeeper_protocol::validate::{
 use hivekeeper_protocol::{
     AccountInfo, Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus,
     Op, ProtocolError, ReplicationInfo, Request, ResourceInfo, ResourceKind, Response, Role,
-    Success, Topics, WaiterInfo,
+    SnapshotPage, Success, Topics, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -671,6 +671,83 @@ fn success_admin_resources() {
     assert_eq!(back.outcome, Ok(success));
 }
 
+/// Issue 16, online backup: the first page takes and pins a snapshot; later pages name its
+/// `index` and an `offset`; `page_bytes_max` bounds a page.
+#[test]
+fn op_admin_snapshot() {
+    assert_request(
+        r#"{"id":"s1","op":"admin.snapshot"}"#,
+        &req(
+            "s1",
+            Op::AdminSnapshot {
+                index: None,
+                offset: None,
+                page_bytes_max: None,
+            },
+        ),
+        &json!({"id": "s1", "op": "admin.snapshot"}),
+    );
+    assert_request(
+        r#"{"id":"s2","op":"admin.snapshot","index":120,"offset":32768,"page_bytes_max":32768}"#,
+        &req(
+            "s2",
+            Op::AdminSnapshot {
+                index: Some(120),
+                offset: Some(32_768),
+                page_bytes_max: Some(32_768),
+            },
+        ),
+        &json!({"id": "s2", "op": "admin.snapshot", "index": 120, "offset": 32768,
+                "page_bytes_max": 32768}),
+    );
+    bad(
+        r#"{"id":"7","op":"admin.snapshot","offset":100}"#,
+        Some("7"),
+        "admin.snapshot: `offset` needs `index`: the log index the first page answered, so \
+         that every page is of the same snapshot",
+    );
+    bad(
+        r#"{"id":"7","op":"admin.snapshot","page_bytes_max":1023}"#,
+        Some("7"),
+        "admin.snapshot: `page_bytes_max` is 1023, it must be from 1024 to 524288",
+    );
+    bad(
+        r#"{"id":"7","op":"admin.snapshot","page_bytes_max":524289}"#,
+        Some("7"),
+        "admin.snapshot: `page_bytes_max` is 524289, it must be from 1024 to 524288",
+    );
+    bad(
+        r#"{"id":"7","op":"admin.snapshot","index":-1}"#,
+        Some("7"),
+        "admin.snapshot: invalid value: integer `-1`, expected u64",
+    );
+}
+
+#[test]
+fn success_admin_snapshot() {
+    let page = SnapshotPage {
+        index: 120,
+        term: 3,
+        total_bytes: 5,
+        offset: 0,
+        data: "aGVsbG8=".into(),
+        digest: "324dcf027dd4a30a932c441f365a25e86b173defa4b8e58948253471b81b72cf".into(),
+        done: true,
+    };
+    let success = Success::snapshot(page.clone());
+    assert_eq!(success.snapshot_page(), Some(page));
+    let response = Response::ok("s1", success.clone());
+    let wire = json!({"id": "s1", "ok": true, "index": 120, "term": 3, "total_bytes": 5,
+        "offset": 0, "data": "aGVsbG8=",
+        "digest": "324dcf027dd4a30a932c441f365a25e86b173defa4b8e58948253471b81b72cf",
+        "done": true});
+    assert_eq!(to_json(&response.encode()), wire);
+    let back: Response = serde_json::from_value(wire).expect("decodes");
+    assert_eq!(back.outcome, Ok(success));
+    // Any other result carries no page.
+    assert_eq!(Success::token(7).snapshot_page(), None);
+}
+
 #[test]
 fn op_admin_revoke() {
     assert_request(
@@ -851,6 +928,7 @@ fn only_admin_ops_are_admin() {
             "admin.status" => r#"{"id":"a","op":"admin.status"}"#.to_string(),
             "admin.leases" => r#"{"id":"a","op":"admin.leases"}"#.to_string(),
             "admin.resources" => r#"{"id":"a","op":"admin.resources"}"#.to_string(),
+            "admin.snapshot" => r#"{"id":"a","op":"admin.snapshot"}"#.to_string(),
             "admin.revoke" => r#"{"id":"a","op":"admin.revoke","lease":"L"}"#.to_string(),
             "admin.member.add" => {
                 r#"{"id":"a","op":"admin.member.add","name":"n","addr":"h:1"}"#.to_string()
@@ -934,6 +1012,7 @@ fn op_names_are_complete_and_consistent() {
         (r#"{"id":"a","op":"admin.status"}"#, None, false),
         (r#"{"id":"a","op":"admin.leases","after":"L"}"#, None, false),
         (r#"{"id":"a","op":"admin.resources"}"#, None, false),
+        (r#"{"id":"a","op":"admin.snapshot"}"#, None, false),
         (
             r#"{"id":"a","op":"admin.revoke","lease":"L"}"#,
             Some("L"),
@@ -996,6 +1075,7 @@ fn op_names_are_complete_and_consistent() {
             "admin.status",
             "admin.leases",
             "admin.resources",
+            "admin.snapshot",
             "admin.revoke",
             "admin.member.add",
             "admin.member.remove",
@@ -1130,7 +1210,7 @@ fn error_code_unknown_op() {
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
          waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.resources, \
-         admin.revoke, admin.member.add, admin.member.remove, \
+         admin.snapshot, admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",
     );
     // Op names are case-sensitive.

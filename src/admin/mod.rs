@@ -10,6 +10,8 @@
 //!  hivekeeper revoke LEASE | --agent A        ─▶ (admin.leases pages,) admin.revoke each
 //!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
 //!  hivekeeper agent add | list | remove | rotate  ─▶ admin.agent.*
+//!  hivekeeper snapshot save FILE              ─▶ admin.snapshot, page after page (one snapshot)
+//!  hivekeeper snapshot restore FILE --data-dir DIR  (offline: no request, seeds DIR)
 //! ```
 //!
 //! Requests go through the agent SDK (`Agent::request`): its same-id resends, backoff and
@@ -20,7 +22,8 @@
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`; `login.rs` the credential
+//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`;
+//! `login.rs` the credential
 //! flags. This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
@@ -32,6 +35,7 @@ mod login;
 mod ls;
 mod member;
 mod revoke;
+mod snapshot;
 mod status;
 mod table;
 
@@ -46,6 +50,7 @@ pub use login::Login;
 pub use ls::{LsArgs, ls};
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
+pub use snapshot::{SnapshotArgs, snapshot};
 pub use status::{StatusArgs, status};
 
 /// Flags every admin subcommand takes.
@@ -155,7 +160,15 @@ async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
 /// One request, its failure as one line: a refusal names its code.
 async fn request(agent: &Agent, op: Op) -> anyhow::Result<Success> {
     let name = op.name();
-    agent.request(op).await.map_err(|error| match error {
+    agent
+        .request(op)
+        .await
+        .map_err(|error| failure(name, error))
+}
+
+/// A request's failure as one line: a refusal names its code.
+fn failure(name: &str, error: AgentError) -> anyhow::Error {
+    match error {
         AgentError::Service { code, message } => anyhow!("{name} refused: {code}: {message}"),
         AgentError::Timeout { waited_ms, .. } => anyhow!(
             "{name}: no answer within {waited_ms} ms (is a node serving this topic prefix, and \
@@ -163,5 +176,5 @@ async fn request(agent: &Agent, op: Op) -> anyhow::Result<Success> {
         ),
         AgentError::Disconnected => anyhow!("{name}: lost the connection to every broker"),
         other => anyhow!("{name}: {other}"),
-    })
+    }
 }

@@ -19,16 +19,21 @@ impl ProcessCluster {
     /// on a leader.
     pub async fn start(n: usize, extra_args: &[&str]) -> ProcessCluster {
         let root = tempfile::tempdir().expect("a temp dir");
-        let list = free_ports(n)
-            .iter()
-            .enumerate()
-            .map(|(i, port)| format!("n{}=127.0.0.1:{port}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
+        ProcessCluster::start_on(root, &member_list(n), extra_args).await
+    }
+
+    /// Starts every member of `list` (`n1=127.0.0.1:P1,...`, from [`member_list`]) on its data
+    /// dir `root/<name>`, which may hold data already (a restored backup), with `extra_args`;
+    /// waits until they agree on a leader.
+    pub async fn start_on(
+        root: tempfile::TempDir,
+        list: &str,
+        extra_args: &[&str],
+    ) -> ProcessCluster {
         let mut nodes = Vec::new();
-        for i in 1..=n {
-            let name = format!("n{i}");
-            let mut args = vec!["--name", &name, "--initial-cluster", &list];
+        for entry in list.split(',') {
+            let name = entry.split_once('=').expect("NAME=ADDR").0.to_string();
+            let mut args = vec!["--name", &name, "--initial-cluster", list];
             args.extend_from_slice(extra_args);
             let dir: PathBuf = root.path().join(&name);
             nodes.push(Node::start_with_args(&dir, &args).await);
@@ -90,6 +95,16 @@ impl ProcessCluster {
         .await
         .unwrap_or_else(|e| panic!("agent {agent_id} connects: {e}"))
     }
+}
+
+/// A member list `n1=127.0.0.1:P1,...,nN=...` on free loopback peer ports.
+pub fn member_list(n: usize) -> String {
+    free_ports(n)
+        .iter()
+        .enumerate()
+        .map(|(i, port)| format!("n{}=127.0.0.1:{port}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// One hold of a lock as an agent saw it: granted (the answer arrived) to released (the release

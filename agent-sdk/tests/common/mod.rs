@@ -437,6 +437,7 @@ impl Fake {
             | Op::AdminStatus {}
             | Op::AdminLeases { .. }
             | Op::AdminResources { .. }
+            | Op::AdminSnapshot { .. }
             | Op::AdminRevoke { .. }
             | Op::AdminMemberAdd { .. }
             | Op::AdminMemberRemove { .. }

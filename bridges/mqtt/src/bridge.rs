@@ -67,8 +67,9 @@ enum Decoded {
     Refused {
         /// The agent to answer.
         agent: String,
-        /// The error response.
-        response: Response,
+        /// The error response. Boxed: a `Response` carries every op's result fields (over
+        /// 400 bytes), and a refusal is the rare case.
+        response: Box<Response>,
     },
     /// A request to submit.
     Request {
@@ -96,7 +97,7 @@ fn decode(topics: &Topics, inbound: &Inbound) -> Decoded {
             counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => error.code.as_str()).increment(1);
             Decoded::Refused {
                 agent,
-                response: error.to_response(),
+                response: Box::new(error.to_response()),
             }
         }
     }

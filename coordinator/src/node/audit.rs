@@ -9,7 +9,8 @@
 //!
 //! The line is written where the request entered (never again on the leader a follower
 //! forwards to), so each action is one line in the cluster. Reads (`admin.status`,
-//! `admin.leases`, `admin.resources`, `admin.agent.list`) change nothing and are not audited.
+//! `admin.leases`, `admin.resources`, `admin.agent.list`) change nothing and are not audited,
+//! except the first page of `admin.snapshot` (a backup: it copies the whole state).
 //! `who` is the authenticated agent id when authentication is on (the connection's username),
 //! else the client id the operator's CLI chose (`hk-admin-{pid}`, or its certificate's CN).
 
@@ -35,6 +36,9 @@ pub(super) fn subject(op: &Op) -> Option<String> {
         Op::AdminAgentRemove { name } | Op::AdminAgentRotate { name } => {
             Some(format!("account {name}"))
         }
+        // A backup copies everything, account hashes too: its first page (the one that takes
+        // the snapshot) is audited; the pages after it only read what that one took.
+        Op::AdminSnapshot { index: None, .. } => Some("the whole replicated state".into()),
         _ => None,
     }
 }
@@ -101,6 +105,22 @@ mod tests {
                     name: "drone-1".into(),
                 },
                 Some("account drone-1"),
+            ),
+            (
+                Op::AdminSnapshot {
+                    index: None,
+                    offset: None,
+                    page_bytes_max: None,
+                },
+                Some("the whole replicated state"),
+            ),
+            (
+                Op::AdminSnapshot {
+                    index: Some(120),
+                    offset: Some(32_768),
+                    page_bytes_max: None,
+                },
+                None,
             ),
             (Op::AdminStatus {}, None),
             (Op::AdminLeases { after: None }, None),

@@ -65,6 +65,20 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
+    /// Member `name` of a new cluster of `initial_cluster` (`name=host:port,...`), with every
+    /// other setting at its default: what `--name` and `--initial-cluster` alone say.
+    pub fn new(name: String, initial_cluster: String) -> ClusterConfig {
+        ClusterConfig {
+            name,
+            initial_cluster,
+            initial_cluster_state: ClusterState::New,
+            peer_listen: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_ca: None,
+        }
+    }
+
     /// This node's id.
     pub fn node_id(&self) -> NodeId {
         node_id_for(&self.name)
@@ -162,15 +176,7 @@ mod tests {
     use super::*;
 
     fn config(name: &str, list: &str) -> ClusterConfig {
-        ClusterConfig {
-            name: name.into(),
-            initial_cluster: list.into(),
-            initial_cluster_state: ClusterState::New,
-            peer_listen: None,
-            peer_tls_cert: None,
-            peer_tls_key: None,
-            peer_ca: None,
-        }
+        ClusterConfig::new(name.into(), list.into())
     }
 
     #[test]

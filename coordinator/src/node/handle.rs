@@ -27,6 +27,7 @@ use super::lease_keeper::KeeperMsg;
 use super::membership::{MemberChange, MembershipDesk};
 use super::proposer::{NodeCommand, Proposer};
 use super::rate::AgentRates;
+use super::snapshot::SnapshotDesk;
 use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::{AgentWrite, ForwardHandler};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
@@ -62,6 +63,8 @@ pub struct NodeHandle {
     pub(super) auth_enabled: bool,
     /// Membership changes, one at a time, with their answers kept for resends.
     pub(super) membership: Arc<MembershipDesk>,
+    /// The snapshots `admin.snapshot` readers are reading, page by page.
+    pub(super) snapshots: Arc<SnapshotDesk>,
 }
 
 /// What [`NodeHandle::submit`] did with a request, for the front door's flow control (the
@@ -294,6 +297,15 @@ impl NodeHandle {
                 self.change_membership(agent, &request.id, change).await
             }
             Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
+            Op::AdminSnapshot {
+                index,
+                offset,
+                page_bytes_max,
+            } => {
+                self.snapshots
+                    .page(&self.raft, *index, *offset, *page_bytes_max)
+                    .await
+            }
             op => {
                 let op = match wire::read(op) {
                     Ok(op) => op,

@@ -42,6 +42,8 @@
 //!   the first `admin` account.
 //! - `handle.rs`: [`NodeHandle`]: submit, the reads.
 //! - `membership.rs`: `admin.member.add` / `.remove`, one at a time, once per request id.
+//! - `snapshot.rs`: `admin.snapshot`: the snapshots a leader keeps while they are read page
+//!   by page (online backup).
 //! - `health.rs`: [`Health`]: what `/health` and `/ready` answer.
 //! - `waits.rs`: pending requests and their commit deadlines; final answers.
 //! - `proposer.rs`: the task that batches agents' writes and the node's own commands into log
@@ -76,6 +78,7 @@ mod membership;
 pub mod metrics;
 mod proposer;
 mod rate;
+mod snapshot;
 mod start;
 mod supervisor;
 mod waits;

@@ -176,6 +176,7 @@ impl Node {
             forwarder,
             auth_enabled: config.auth_enabled,
             membership: Arc::default(),
+            snapshots: Arc::default(),
         };
         let timer = tokio::spawn(waits.run_timer());
         let peer_acceptor = match &peer_tls {

@@ -57,8 +57,11 @@
 //!   and removing one.
 //! - `quorum.rs`: [`Quorum`], whether this node is backed by a quorum now; `contact.rs`:
 //!   [`PeerContact`], when each peer last answered.
+//! - `backup.rs`: online backup: [`RaftHandle::applied_state`] (the state at one applied index,
+//!   after read-index) and [`seed_data_dir`] (a new member's data directory from a backup).
 //! - `config.rs`: [`RaftConfig`]. `error.rs`: [`RaftError`].
 
+mod backup;
 mod config;
 mod contact;
 mod database;
@@ -85,6 +88,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::error::InitializeError;
 
+pub use backup::{AppliedState, Seed, seed_data_dir};
 pub use config::RaftConfig;
 pub use contact::PeerContact;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};

@@ -298,6 +298,14 @@ impl StateMachineStore {
         Ok(self.lock()?.last_applied)
     }
 
+    /// A copy of the machine and the id of the last entry applied into it, taken under one
+    /// lock, so the copy is exactly the state after that entry (an online backup,
+    /// `backup.rs`; serializing it is the caller's, off this lock).
+    pub(crate) fn applied_copy(&self) -> Result<(StateMachine, Option<LogId>), StoreError> {
+        let applier = self.lock()?;
+        Ok((applier.machine.clone(), applier.last_applied))
+    }
+
     /// The stored snapshot, read from the file after every submitted write has landed.
     async fn stored_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
         let store = &self.inner.store;

@@ -103,7 +103,7 @@ use std::sync::Arc;
 
 use hivekeeper_protocol::{
     AccountInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceInfo, ResourceKind, Role,
-    WaiterInfo, validate,
+    SnapshotPage, WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -271,6 +271,9 @@ pub enum Reply {
     /// `admin.status`, built by the node from Raft's metrics (the machine cannot see Raft).
     /// Boxed: large and rare.
     Status(Box<NodeStatus>),
+    /// `admin.snapshot`: one page of a snapshot the leader keeps, built by the node (the
+    /// machine's bytes at one applied index). Boxed: large and rare.
+    Snapshot(Box<SnapshotPage>),
     /// `admin.leases`: one page of live leases.
     Leases {
         /// Leases in id order; the node adds `remaining_ms` from its keeper's deadlines.
@@ -823,6 +826,12 @@ impl StateMachine {
         if waypoints_touched {
             self.waypoints.settle(ctx, &mut self.core);
         }
+    }
+
+    /// How many resources are in use: locks and semaphores held (or waited for), waypoint
+    /// names held or waited for; what `resources_max` bounds (a backup's summary says it).
+    pub fn resource_count(&self) -> usize {
+        self.resources_in_use()
     }
 
     /// How many resources are in use (locks and semaphores held or waited for, waypoint

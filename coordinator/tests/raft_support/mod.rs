@@ -7,9 +7,9 @@ pub use hivekeeper_test_support::within;
 
 use std::time::Duration;
 
-use hivekeeper_coordinator::Command;
-use hivekeeper_coordinator::raft::{Applied, AppliedReceiver};
-use hivekeeper_coordinator::state_machine::{AgentOp, AgentRequest};
+use hivekeeper_coordinator::raft::{self, Applied, AppliedReceiver, RaftConfig, RaftHandle};
+use hivekeeper_coordinator::state_machine::{AgentOp, AgentRequest, LeaseId};
+use hivekeeper_coordinator::{Command, Reply};
 
 /// Every wait in these tests is bounded by this, in seconds; a hang is a failure, not a stuck
 /// CI job.
@@ -53,4 +53,60 @@ pub async fn next_applied(applied: &mut AppliedReceiver) -> Applied {
 /// A fresh temporary directory.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("the test machine has a writable temp dir")
+}
+
+/// Opens a single node (id 1) in `dir`, initializes it if its log is empty, and waits until it
+/// leads.
+pub async fn start_single(dir: &std::path::Path, config: &RaftConfig) -> RaftHandle {
+    let (node, _applied) = within(WAIT_S, "open", raft::open(dir, 1, config))
+        .await
+        .expect("the data directory opens");
+    within(WAIT_S, "initialize", node.initialize_single_node())
+        .await
+        .expect("initialize");
+    within(WAIT_S, "leader", node.wait_for_leader(WAIT))
+        .await
+        .expect("a leader");
+    node
+}
+
+/// Shuts `node` down within [`WAIT_S`].
+pub async fn stop(node: RaftHandle) {
+    within(WAIT_S, "shutdown", node.shutdown())
+        .await
+        .expect("a clean shutdown");
+}
+
+/// `agent` takes a lease of `ttl_ms` and the lock `name` (two entries); returns both.
+pub async fn lease_and_lock(
+    node: &RaftHandle,
+    agent: &str,
+    name: &str,
+    ttl_ms: u64,
+) -> (LeaseId, u64) {
+    let granted = within(
+        WAIT_S,
+        "lease.grant",
+        node.propose(request(agent, "grant", lease_grant(ttl_ms))),
+    )
+    .await
+    .expect("grant committed");
+    let Reply::Lease { lease, .. } = granted.reply else {
+        panic!("lease.grant answered {:?}", granted.reply);
+    };
+    let acquired = within(
+        WAIT_S,
+        "lock.acquire",
+        node.propose(request(
+            agent,
+            "acquire",
+            lock_try(name, &lease.to_string()),
+        )),
+    )
+    .await
+    .expect("acquire committed");
+    let Reply::Granted { token } = acquired.reply else {
+        panic!("lock.acquire answered {:?}", acquired.reply);
+    };
+    (lease, token)
 }
