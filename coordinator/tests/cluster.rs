@@ -560,7 +560,13 @@ async fn a_leader_without_a_quorum_says_so_and_refuses_at_once() {
     assert!(!health.healthy && !health.ready, "{health:?}");
     assert!(health.detail.starts_with("no quorum: leader"), "{health:?}");
 
-    // Healed: the majority's leader (a higher term) takes it back as a follower.
+    // Healed once the majority has a leader of its own (a higher term), which takes it back
+    // as a follower. Healed before that (the majority's election can lag on a loaded machine),
+    // the old leader would simply lead on, which is fine Raft but not what this test checks.
+    hivekeeper_test_support::eventually(10, "the majority elects a leader", async || {
+        (0..3).any(|i| i != old && cluster.handle(i).is_leader())
+    })
+    .await;
     cluster.heal(old);
     let mut healthy = false;
     for _ in 0..200 {
