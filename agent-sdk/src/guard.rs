@@ -32,6 +32,37 @@ use crate::session::{Session, SessionInner, SessionState, wait_lost};
 /// in degrees, `radius_m`, and an optional altitude band.
 pub type Geometry = Area;
 
+/// The time window of a waypoint reservation: `[start_ms, end_ms)` in UTC milliseconds since
+/// the Unix epoch, compared by the service with the time of the log entry that applies the
+/// request. Without a start it begins at once; without an end it lasts until released. The
+/// default (neither) covers all time, as a reservation without a window always has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeWindow {
+    /// First instant covered; `None`: from the request's time.
+    pub start_ms: Option<u64>,
+    /// First instant no longer covered; `None`: until released. The service ends the
+    /// reservation by itself then (the guard's token stops being valid).
+    pub end_ms: Option<u64>,
+}
+
+impl TimeWindow {
+    /// `[start_ms, end_ms)`.
+    pub fn between(start_ms: u64, end_ms: u64) -> TimeWindow {
+        TimeWindow {
+            start_ms: Some(start_ms),
+            end_ms: Some(end_ms),
+        }
+    }
+
+    /// From now until `end_ms`.
+    pub fn until(end_ms: u64) -> TimeWindow {
+        TimeWindow {
+            start_ms: None,
+            end_ms: Some(end_ms),
+        }
+    }
+}
+
 /// What to acquire.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resource {
@@ -55,6 +86,8 @@ pub enum Resource {
         name: String,
         /// The cylinder it also claims; `None` conflicts by name only.
         geometry: Option<Geometry>,
+        /// When: two cylinders conflict only if their windows overlap.
+        window: TimeWindow,
     },
 }
 
@@ -102,7 +135,11 @@ impl Resource {
                 permits: *permits,
                 wait_ms,
             },
-            Resource::Waypoint { name, geometry } => Op::WaypointReserve {
+            Resource::Waypoint {
+                name,
+                geometry,
+                window,
+            } => Op::WaypointReserve {
                 name: name.clone(),
                 lease,
                 lat: geometry.map(|g| g.lat),
@@ -111,6 +148,8 @@ impl Resource {
                 alt_max_m: geometry.and_then(|g| g.alt_max_m),
                 radius_m: geometry.map(|g| g.radius_m),
                 wait_ms,
+                start_ms: window.start_ms,
+                end_ms: window.end_ms,
             },
         }
     }

@@ -64,6 +64,8 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             alt_max_m,
             radius_m,
             wait_ms,
+            start_ms,
+            end_ms,
         } => AgentOp::WaypointReserve {
             name,
             lease,
@@ -73,6 +75,8 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             alt_max_m,
             radius_m,
             wait_ms,
+            start_ms,
+            end_ms,
         },
         Op::WaypointRelease { name, lease } => AgentOp::WaypointRelease { name, lease },
         Op::AdminRevoke { lease } => AgentOp::AdminRevoke { lease },
@@ -194,6 +198,7 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::Done
         | Reply::Expired { .. }
         | Reply::WaitsExpired { .. }
+        | Reply::ReservationsEnded { .. }
         | Reply::Cancelled { .. } => Success::default(),
         Reply::Queued => return None,
         Reply::Fence { current, valid } => Success::fence(*current, *valid),
@@ -292,6 +297,8 @@ mod tests {
                 alt_max_m: Some(120.0),
                 radius_m: Some(3.0),
                 wait_ms: Some(0),
+                start_ms: None,
+                end_ms: None,
             },
             Op::WaypointRelease {
                 name: name(),

@@ -155,6 +155,14 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Addition (issue 18): start of the reservation's time window, UTC milliseconds since
+        /// the Unix epoch, compared with the log entry's time; absent: from the entry's time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_ms: Option<u64>,
+        /// Addition (issue 18): end of the window, exclusive (`[start_ms, end_ms)`); the
+        /// reservation ends by itself then. Absent: until released.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end_ms: Option<u64>,
     },
     /// Release a waypoint reservation.
     #[serde(rename = "waypoint.release")]
@@ -482,9 +490,15 @@ impl Op {
                 validate::name("name", name)?;
                 validate::sem_acquire(*limit, *permits)?;
             }
-            Op::WaypointReserve { name, .. } => {
+            Op::WaypointReserve {
+                name,
+                start_ms,
+                end_ms,
+                ..
+            } => {
                 validate::name("name", name)?;
                 self.area()?;
+                validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
         }

@@ -229,6 +229,13 @@ pub struct HolderInfo {
     /// The reservation's cylinder (waypoints reserved with geometry only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
+    /// Addition (issue 18): start of the reservation's time window, ms since the Unix epoch
+    /// (waypoints reserved with a window only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<u64>,
+    /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<u64>,
 }
 
 /// One waiter in an `inspect` result.
@@ -246,6 +253,13 @@ pub struct WaiterInfo {
     /// The cylinder it asks for (waypoints reserved with geometry only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
+    /// Addition (issue 18): start of the reservation's time window, ms since the Unix epoch
+    /// (waypoints reserved with a window only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<u64>,
+    /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<u64>,
 }
 
 impl Success {
@@ -455,6 +469,8 @@ mod tests {
             permits: Some(1),
             since_ms: 1_764_500_000_000,
             area: None,
+            start_ms: None,
+            end_ms: None,
         }
     }
 
@@ -465,6 +481,8 @@ mod tests {
             permits: None,
             since_ms: 1_764_500_000_000,
             area: None,
+            start_ms: None,
+            end_ms: None,
         }
     }
 

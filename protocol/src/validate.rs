@@ -241,6 +241,19 @@ pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
     }
 }
 
+/// Checks a reservation's time window as far as it can be checked without a clock: when both
+/// ends are given the window `[start_ms, end_ms)` must not be empty. Whether it lies in the past,
+/// too far ahead or is too long is the state machine's check, against the entry's time and the
+/// replicated limits.
+pub fn window(start_ms: Option<u64>, end_ms: Option<u64>) -> Result<(), String> {
+    match (start_ms, end_ms) {
+        (Some(start_ms), Some(end_ms)) if end_ms <= start_ms => Err(format!(
+            "the window is empty: `end_ms` ({end_ms}) is not after `start_ms` ({start_ms})"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Checks a `lease.grant`'s `ttl_ms` (the service's configured range is the state machine's
 /// check; this is the wire's: positive).
 pub fn ttl_ms(ttl_ms: u64) -> Result<(), String> {

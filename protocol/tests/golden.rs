@@ -319,6 +319,8 @@ fn op_waypoint_reserve_without_geometry() {
             alt_max_m: None,
             radius_m: None,
             wait_ms: None,
+            start_ms: None,
+            end_ms: None,
         },
     );
     assert_request(
@@ -352,6 +354,8 @@ fn op_waypoint_reserve_with_full_geometry() {
             alt_max_m: Some(120.5),
             radius_m: Some(25.0),
             wait_ms: Some(0),
+            start_ms: None,
+            end_ms: None,
         },
     );
     // Integers are accepted for the float fields; they are encoded back as floats.
@@ -380,6 +384,8 @@ fn op_waypoint_reserve_with_point_only() {
             alt_max_m: None,
             radius_m: None,
             wait_ms: None,
+            start_ms: None,
+            end_ms: None,
         },
     );
     assert_request(
@@ -407,6 +413,8 @@ fn op_waypoint_reserve_with_point_only() {
                 alt_max_m: Some(100_000.0),
                 radius_m: Some(10_000.0),
                 wait_ms: None,
+                start_ms: None,
+                end_ms: None,
             },
         ),
         &json!({"id": "r16", "op": "waypoint.reserve", "name": "m", "lease": "L",
@@ -422,6 +430,83 @@ fn op_waypoint_reserve_with_point_only() {
             "alt_min_m":-1000,"alt_max_m":-1000}"#,
     );
     assert_eq!(area_core(&flat), Some((0.0, 0.0, 0.0)));
+}
+
+/// Issue 18: a time window, `[start_ms, end_ms)` in UTC ms; either end may be left out, and
+/// what is left out stays out on the wire.
+#[test]
+fn op_waypoint_reserve_with_a_time_window() {
+    let expected = req(
+        "r14w",
+        Op::WaypointReserve {
+            name: "pad-3@0900".into(),
+            lease: "L-17".into(),
+            lat: Some(47.3769),
+            lon: Some(8.5417),
+            alt_min_m: None,
+            alt_max_m: None,
+            radius_m: Some(25.0),
+            wait_ms: Some(0),
+            start_ms: Some(1_764_503_600_000),
+            end_ms: Some(1_764_504_200_000),
+        },
+    );
+    assert_request(
+        r#"{"id":"r14w","op":"waypoint.reserve","name":"pad-3@0900","lease":"L-17",
+            "lat":47.3769,"lon":8.5417,"radius_m":25,"wait_ms":0,
+            "start_ms":1764503600000,"end_ms":1764504200000}"#,
+        &expected,
+        &json!({"id": "r14w", "op": "waypoint.reserve", "name": "pad-3@0900", "lease": "L-17",
+                "lat": 47.3769, "lon": 8.5417, "radius_m": 25.0, "wait_ms": 0,
+                "start_ms": 1_764_503_600_000u64, "end_ms": 1_764_504_200_000u64}),
+    );
+    let end_only = req(
+        "r14x",
+        Op::WaypointReserve {
+            name: "n".into(),
+            lease: "L".into(),
+            lat: None,
+            lon: None,
+            alt_min_m: None,
+            alt_max_m: None,
+            radius_m: None,
+            wait_ms: None,
+            start_ms: None,
+            end_ms: Some(5),
+        },
+    );
+    assert_request(
+        r#"{"id":"r14x","op":"waypoint.reserve","name":"n","lease":"L","end_ms":5}"#,
+        &end_only,
+        &json!({"id": "r14x", "op": "waypoint.reserve", "name": "n", "lease": "L", "end_ms": 5}),
+    );
+}
+
+/// An empty window is refused by the decoder, saying which; a window in the past, too long or
+/// too far ahead needs the entry's time and is the state machine's refusal (PROTOCOL.md §8.8).
+#[test]
+fn bad_request_empty_time_window() {
+    for (start, end) in [(1_000, 1_000), (1_000, 999)] {
+        let wire = format!(
+            r#"{{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","start_ms":{start},"end_ms":{end}}}"#
+        );
+        let err = decode_err(wire.as_bytes());
+        assert_eq!(err.code, ErrorCode::BadRequest);
+        assert_eq!(err.id.as_deref(), Some("7"));
+        assert_eq!(
+            err.message,
+            format!(
+                "waypoint.reserve: the window is empty: `end_ms` ({end}) is not after `start_ms` \
+                 ({start})"
+            )
+        );
+    }
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","start_ms":-1}"#,
+        Some("7"),
+        "waypoint.reserve: ",
+        &["-1"],
+    );
 }
 
 #[test]
@@ -1989,6 +2074,8 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         permits: None,
         since_ms: 5,
         area: None,
+        start_ms: None,
+        end_ms: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2047,6 +2134,47 @@ fn success_fence_check() {
     );
 }
 
+/// Issue 18: a waypoint's holder and waiter carry their time window (`start_ms`, and `end_ms`
+/// when it has an end); both are absent for a reservation without a window.
+#[test]
+fn success_inspect_waypoint_with_windows() {
+    let response = Response::ok(
+        "r23w",
+        Success {
+            holders: Some(vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "L-17".into(),
+                token: 42,
+                permits: None,
+                since_ms: 1000,
+                area: None,
+                start_ms: Some(5_000),
+                end_ms: Some(9_000),
+            }]),
+            waiters: Some(vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1100,
+                area: None,
+                start_ms: Some(1_100),
+                end_ms: None,
+            }]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r23w",
+            "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1000,
+                         "start_ms": 5000, "end_ms": 9000}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1100, "start_ms": 1100}]
+        }),
+    );
+}
+
 /// A waypoint's holder and waiter carry the cylinder they reserve or ask for (`area`, absent
 /// for a name-only reservation); an unbounded altitude side is `null`.
 #[test]
@@ -2068,6 +2196,8 @@ fn success_inspect_waypoint_with_geometry() {
                 permits: None,
                 since_ms: 1000,
                 area: Some(pad),
+                start_ms: None,
+                end_ms: None,
             }]),
             waiters: Some(vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2075,6 +2205,8 @@ fn success_inspect_waypoint_with_geometry() {
                 permits: None,
                 since_ms: 1100,
                 area: None,
+                start_ms: None,
+                end_ms: None,
             }]),
             ..Success::default()
         },
@@ -2104,6 +2236,8 @@ fn success_inspect_lock() {
                 permits: None,
                 since_ms: 1_764_500_000_000,
                 area: None,
+                start_ms: None,
+                end_ms: None,
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -2112,6 +2246,8 @@ fn success_inspect_lock() {
                     permits: None,
                     since_ms: 1_764_500_000_100,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2119,6 +2255,8 @@ fn success_inspect_lock() {
                     permits: None,
                     since_ms: 1_764_500_000_200,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
                 },
             ]),
             ..Success::default()
@@ -2154,6 +2292,8 @@ fn success_inspect_sem() {
                     permits: Some(1),
                     since_ms: 1000,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -2162,6 +2302,8 @@ fn success_inspect_sem() {
                     permits: Some(2),
                     since_ms: 1001,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
                 },
             ]),
             waiters: Some(vec![WaiterInfo {
@@ -2170,6 +2312,8 @@ fn success_inspect_sem() {
                 permits: Some(3),
                 since_ms: 1002,
                 area: None,
+                start_ms: None,
+                end_ms: None,
             }]),
             ..Success::default()
         },

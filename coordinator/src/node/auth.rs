@@ -412,6 +412,8 @@ mod tests {
             permits: None,
             since_ms: 1,
             area: None,
+            start_ms: None,
+            end_ms: None,
         };
         let reply = Reply::Inspect {
             limit: None,

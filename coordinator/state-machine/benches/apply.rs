@@ -313,6 +313,8 @@ fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
         // Try once: an unexpected conflict is refused (and caught by the check) rather than
         // silently queued.
         wait_ms: Some(0),
+        start_ms: None,
+        end_ms: None,
     }
 }
 

@@ -98,6 +98,8 @@ mod test_support;
 mod wait_deadline_test;
 #[cfg(test)]
 mod waypoint_test;
+#[cfg(test)]
+mod waypoint_window_test;
 
 use std::sync::Arc;
 
@@ -113,7 +115,7 @@ pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use resources::ResourceQuery;
-pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
+pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, Window, areas_conflict, bands_overlap, distance_m};
 
 use grant::Core;
 use lock::Lock;
@@ -184,6 +186,15 @@ pub enum Command {
         /// The proposing leader's term.
         term: u64,
     },
+    /// Addition (issue 18): the leader found a reservation's window end passed: ends every
+    /// held reservation whose `end_ms` has passed on the machine's clock and answers `timeout`
+    /// to every waiting one whose end passed first (none other, whatever the proposer
+    /// believed). Ignored when `term` is older than a term already applied, like
+    /// [`Command::ExpireWaits`] (`waypoint/window.rs`).
+    ExpireReservations {
+        /// The proposing leader's term.
+        term: u64,
+    },
     /// Replace the replicated limits.
     Configure {
         /// The new limits; they bound what comes after, nothing already granted is taken back.
@@ -200,6 +211,7 @@ impl Command {
             Command::ExpireLeases { .. } => "expire_leases",
             Command::CancelWait { .. } => "cancel_wait",
             Command::ExpireWaits { .. } => "expire_waits",
+            Command::ExpireReservations { .. } => "expire_reservations",
             Command::Configure { .. } => "configure",
         }
     }
@@ -254,6 +266,12 @@ pub enum Reply {
     /// `ExpireWaits`: how many waits ended (0 for a stale term or when none was due).
     WaitsExpired {
         /// Waits answered `timeout` by this entry.
+        count: u64,
+    },
+    /// `ExpireReservations`: how many reservations ended (held ones released, waiting ones
+    /// answered `timeout`); 0 for a stale term or when none was due.
+    ReservationsEnded {
+        /// Reservations ended by this entry.
         count: u64,
     },
     /// `CancelWait` (legacy): whether a waiter was cancelled (false when the grant won).
@@ -335,6 +353,8 @@ pub enum ReleaseReason {
     Released,
     /// The holder's lease ended; the holder should be told it lost the resource.
     LeaseEnded,
+    /// The reservation's time window ended (`end_ms` passed on the machine's clock).
+    WindowEnded,
 }
 
 /// What an applied entry did, for the node layer: deferred responses, notices to agents, the
@@ -579,6 +599,7 @@ impl StateMachine {
                 }
             }
             Command::ExpireWaits { term } => self.expire_waits(&mut ctx, term),
+            Command::ExpireReservations { term } => self.expire_reservations(&mut ctx, term),
             Command::CancelWait { agent, request_id } => {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
@@ -676,12 +697,15 @@ impl StateMachine {
                 ref name,
                 ref lease,
                 wait_ms,
+                start_ms,
+                end_ms,
                 ..
             } => {
                 let area = reserve
                     .area()
                     .expect("validated above: the geometry is well formed");
-                self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms)
+                let asked = (start_ms, end_ms);
+                self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms, asked)
             }
             AgentOp::WaypointRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)

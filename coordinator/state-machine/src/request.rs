@@ -119,6 +119,14 @@ pub enum AgentOp {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Start of the time window, ms since the Unix epoch on the machine's clock; absent:
+        /// the entry's time (`waypoint/window.rs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_ms: Option<u64>,
+        /// End of the window, exclusive; the reservation ends by itself then. Absent: until
+        /// released.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end_ms: Option<u64>,
     },
     /// Release a waypoint reservation.
     #[serde(rename = "waypoint.release")]
@@ -307,9 +315,14 @@ impl AgentOp {
                 permits,
                 ..
             } => validate::name("name", name).and(validate::sem_acquire(*limit, *permits)),
-            AgentOp::WaypointReserve { name, .. } => {
-                validate::name("name", name).and(self.area().map(drop))
-            }
+            AgentOp::WaypointReserve {
+                name,
+                start_ms,
+                end_ms,
+                ..
+            } => validate::name("name", name)
+                .and(self.area().map(drop))
+                .and(validate::window(*start_ms, *end_ms)),
             AgentOp::AdminAgentAdd { name, .. }
             | AgentOp::AdminAgentRotate { name, .. }
             | AgentOp::AdminAgentRemove { name } => validate::account_name(name),

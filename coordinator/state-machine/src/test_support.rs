@@ -156,6 +156,29 @@ pub fn sem_release(name: &str, lease: &str) -> AgentOp {
 
 /// A pad `north_m` metres north of a fixed origin, with a radius and no altitude band.
 pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> AgentOp {
+    pad_with(name, lease, north_m, radius_m, wait_ms, (None, None))
+}
+
+/// A 3 m pad as [`pad`] places it, reserved for the time window `[start_ms, end_ms)` (either
+/// end optional).
+pub fn pad_in(
+    name: &str,
+    lease: &str,
+    north_m: f64,
+    wait_ms: Option<u64>,
+    window: (Option<u64>, Option<u64>),
+) -> AgentOp {
+    pad_with(name, lease, north_m, 3.0, wait_ms, window)
+}
+
+fn pad_with(
+    name: &str,
+    lease: &str,
+    north_m: f64,
+    radius_m: f64,
+    wait_ms: Option<u64>,
+    (start_ms, end_ms): (Option<u64>, Option<u64>),
+) -> AgentOp {
     AgentOp::WaypointReserve {
         name: name.to_string(),
         lease: lease.to_string(),
@@ -165,6 +188,8 @@ pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option
         alt_max_m: None,
         radius_m: Some(radius_m),
         wait_ms,
+        start_ms,
+        end_ms,
     }
 }
 

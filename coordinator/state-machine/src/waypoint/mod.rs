@@ -1,8 +1,10 @@
 //! Waypoint reservations: a named point and, with geometry, a vertical cylinder around it.
 //!
-//! Two reservations conflict if they share the name, or if both have a cylinder and the
+//! Two reservations conflict if they share the name, or if both have a cylinder, the
 //! cylinders conflict (`geo::areas_conflict`: axes closer than the sum of the radii and
-//! altitude bands overlapping). A lease never conflicts with itself: a drone may hold its pad
+//! altitude bands overlapping) and their time windows overlap (`window.rs`: half-open
+//! `[start_ms, end_ms)`, absent meaning all time). A name is one reservation whatever its
+//! window: successive slots of one pad take distinct names. A lease never conflicts with itself: a drone may hold its pad
 //! and reserve the next waypoint beside it. A request is granted when nothing held conflicts
 //! with it and no earlier conflicting request still waits (FIFO among conflicting requests;
 //! independent requests do not block each other).
@@ -23,9 +25,12 @@
 //!    latitude, longitude, radius and altitude band. Checked first, so a snapshot with a
 //!    cylinder out of range (a corrupt one) is refused before the spatial index is searched
 //!    with it (its search window assumes a longitude in [-180, 180]: found by fuzzing).
+//! 6. Every window is non-empty (`end_ms > start_ms`), and the end index lists exactly the
+//!    held and waiting reservations that have an end (part of invariant 3's rebuild check).
 
 mod geo;
 mod grid;
+mod window;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -38,6 +43,7 @@ use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::{Ctx, Limits, Reply, StateMachine, Text};
 use grid::{Entry, Grid};
+pub use window::Window;
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
@@ -48,6 +54,9 @@ pub struct Reservation {
     pub hold: Hold,
     /// Its cylinder, if it has geometry.
     pub area: Option<Area>,
+    /// Its time window; absent (and left out of the snapshot): all time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
 }
 
 /// A waiting reservation.
@@ -59,6 +68,9 @@ pub struct Pending {
     pub waiter: Waiter,
     /// Its cylinder, if it has geometry.
     pub area: Option<Area>,
+    /// The time window it asks for; absent: all time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
 }
 
 /// Every reservation, held and waiting, with the indexes that keep checks local.
@@ -74,7 +86,7 @@ pub struct Waypoints {
     /// Names and cylinders removed during the current entry, for the grant pass. Empty
     /// between entries.
     #[serde(skip)]
-    removed: Vec<(Text, Option<Area>)>,
+    removed: Vec<(Text, Option<Area>, Option<Window>)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -85,16 +97,17 @@ struct Index {
     waiting: Grid<u64>,
     /// Waiters' seqs by name.
     waiting_by_name: BTreeMap<Text, BTreeSet<u64>>,
+    /// Held reservations with an end, by `(end_ms, name)`: the due ones are a prefix.
+    held_ends: BTreeSet<(u64, Text)>,
+    /// Waiting reservations with an end, by `(end_ms, seq)`.
+    waiting_ends: BTreeSet<(u64, u64)>,
 }
 
 impl Index {
     fn build(held: &BTreeMap<Text, Reservation>, waiters: &BTreeMap<u64, Pending>) -> Index {
         let mut index = Index::default();
         for (name, reservation) in held {
-            if let Some(area) = reservation.area {
-                let lease = reservation.hold.lease;
-                index.held.insert(name.clone(), Entry { area, lease });
-            }
+            index.add_held(name, reservation);
         }
         for (seq, pending) in waiters {
             index.add_waiter(*seq, pending);
@@ -102,10 +115,44 @@ impl Index {
         index
     }
 
+    fn add_held(&mut self, name: &Text, reservation: &Reservation) {
+        let window = reservation.window;
+        if let Some(area) = reservation.area {
+            let lease = reservation.hold.lease;
+            let entry = Entry {
+                area,
+                lease,
+                window,
+            };
+            self.held.insert(name.clone(), entry);
+        }
+        if let Some(end_ms) = window.and_then(|window| window.end_ms) {
+            self.held_ends.insert((end_ms, name.clone()));
+        }
+    }
+
+    fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
+        if let Some(area) = &reservation.area {
+            self.held.remove(name, area);
+        }
+        if let Some(end_ms) = reservation.window.and_then(|window| window.end_ms) {
+            self.held_ends.remove(&(end_ms, name.clone()));
+        }
+    }
+
     fn add_waiter(&mut self, seq: u64, pending: &Pending) {
+        let window = pending.window;
         if let Some(area) = pending.area {
             let lease = pending.waiter.lease;
-            self.waiting.insert(seq, Entry { area, lease });
+            let entry = Entry {
+                area,
+                lease,
+                window,
+            };
+            self.waiting.insert(seq, entry);
+        }
+        if let Some(end_ms) = window.and_then(|window| window.end_ms) {
+            self.waiting_ends.insert((end_ms, seq));
         }
         self.waiting_by_name
             .entry(pending.name.clone())
@@ -116,6 +163,9 @@ impl Index {
     fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
         if let Some(area) = &pending.area {
             self.waiting.remove(&seq, area);
+        }
+        if let Some(end_ms) = pending.window.and_then(|window| window.end_ms) {
+            self.waiting_ends.remove(&(end_ms, seq));
         }
         if let Some(seqs) = self.waiting_by_name.get_mut(&pending.name) {
             seqs.remove(&seq);
@@ -182,7 +232,14 @@ impl Waypoints {
 
     /// Whether a request (a new one, or the waiter at `before_seq`) is blocked by a held
     /// reservation or by an earlier waiter of another lease.
-    fn blocked(&self, name: &str, area: Option<&Area>, lease: LeaseId, before_seq: u64) -> bool {
+    fn blocked(
+        &self,
+        name: &str,
+        area: Option<&Area>,
+        window: Option<&Window>,
+        lease: LeaseId,
+        before_seq: u64,
+    ) -> bool {
         let other = |entry_lease: LeaseId| entry_lease != lease;
         if self
             .held
@@ -203,18 +260,17 @@ impl Waypoints {
         };
         self.index
             .held
-            .find_conflict(area, |_, entry| other(entry.lease))
+            .find_conflict(area, window, |_, entry| other(entry.lease))
             || self
                 .index
                 .waiting
-                .find_conflict(area, |seq, entry| *seq < before_seq && other(entry.lease))
+                .find_conflict(area, window, |seq, entry| {
+                    *seq < before_seq && other(entry.lease)
+                })
     }
 
     fn insert_held(&mut self, name: Text, reservation: Reservation) {
-        if let Some(area) = reservation.area {
-            let lease = reservation.hold.lease;
-            self.index.held.insert(name.clone(), Entry { area, lease });
-        }
+        self.index.add_held(&name, &reservation);
         self.held.insert(name, reservation);
     }
 
@@ -224,10 +280,9 @@ impl Waypoints {
             return None;
         }
         let (name, reservation) = self.held.remove_entry(name)?;
-        if let Some(area) = &reservation.area {
-            self.index.held.remove(&name, area);
-        }
-        self.removed.push((name, reservation.area));
+        self.index.remove_held(&name, &reservation);
+        self.removed
+            .push((name, reservation.area, reservation.window));
         Some(reservation.hold)
     }
 
@@ -239,7 +294,8 @@ impl Waypoints {
         })?;
         let pending = self.waiters.remove(&seq)?;
         self.index.remove_waiter(seq, &pending);
-        self.removed.push((pending.name, pending.area));
+        self.removed
+            .push((pending.name, pending.area, pending.window));
         Some(pending.waiter)
     }
 
@@ -251,15 +307,17 @@ impl Waypoints {
             return;
         }
         let mut candidates = BTreeSet::new();
-        for (name, area) in &removed {
+        for (name, area, window) in &removed {
             if let Some(seqs) = self.index.waiting_by_name.get(name) {
                 candidates.extend(seqs.iter().copied());
             }
             if let Some(area) = area {
-                self.index.waiting.find_conflict(area, |seq, _| {
-                    candidates.insert(*seq);
-                    false
-                });
+                self.index
+                    .waiting
+                    .find_conflict(area, window.as_ref(), |seq, _| {
+                        candidates.insert(*seq);
+                        false
+                    });
             }
         }
         for seq in candidates {
@@ -267,6 +325,7 @@ impl Waypoints {
             if self.blocked(
                 &pending.name,
                 pending.area.as_ref(),
+                pending.window.as_ref(),
                 pending.waiter.lease,
                 seq,
             ) {
@@ -279,6 +338,7 @@ impl Waypoints {
             let reservation = Reservation {
                 hold,
                 area: pending.area,
+                window: pending.window,
             };
             self.insert_held(pending.name, reservation);
         }
@@ -289,12 +349,25 @@ impl Waypoints {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
         }
-        let held = self.held.iter().map(|(name, held)| (name, &held.area));
+        let held = self
+            .held
+            .iter()
+            .map(|(name, held)| (name, &held.area, &held.window));
         let waiting = self
             .waiters
             .values()
-            .map(|pending| (&pending.name, &pending.area));
-        for (name, area) in held.chain(waiting) {
+            .map(|pending| (&pending.name, &pending.area, &pending.window));
+        for (name, area, window) in held.chain(waiting) {
+            if let Some(Window {
+                start_ms,
+                end_ms: Some(end_ms),
+            }) = window
+                && end_ms <= start_ms
+            {
+                return Err(format!(
+                    "waypoint {name:?} has an empty window [{start_ms}, {end_ms})"
+                ));
+            }
             if let Some(area) = area {
                 Area::from_fields(
                     Some(area.lat),
@@ -319,7 +392,9 @@ impl Waypoints {
                 && self
                     .index
                     .held
-                    .find_conflict(area, |_, entry| entry.lease != lease)
+                    .find_conflict(area, reservation.window.as_ref(), |_, entry| {
+                        entry.lease != lease
+                    })
             {
                 return Err(format!(
                     "held waypoint {name:?} conflicts with another lease's"
@@ -346,7 +421,13 @@ impl Waypoints {
                     pending.name
                 ));
             }
-            if !self.blocked(&pending.name, pending.area.as_ref(), lease, *seq) {
+            if !self.blocked(
+                &pending.name,
+                pending.area.as_ref(),
+                pending.window.as_ref(),
+                lease,
+                *seq,
+            ) {
                 return Err(format!(
                     "waypoint waiter {seq} for {:?} could be granted but waits",
                     pending.name
@@ -368,7 +449,17 @@ impl StateMachine {
         lease: &str,
         area: Option<Area>,
         wait_ms: Option<u64>,
+        asked: (Option<u64>, Option<u64>),
     ) -> Reply {
+        let window = match Window::resolve(asked.0, asked.1, ctx.now_ms, &self.limits) {
+            Ok(window) => window,
+            Err(message) => {
+                return Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("waypoint.reserve: {message}"),
+                );
+            }
+        };
         let lease = match self.core.live_lease(agent, lease) {
             Ok(id) => id,
             Err(refusal) => return refusal,
@@ -376,10 +467,11 @@ impl StateMachine {
         if let Some(held) = self.waypoints.held.get(name)
             && held.hold.lease == lease
         {
-            // Same geometry: the reservation it already has. Other geometry would tell the
-            // agent it holds airspace it does not, so it must release first (as a semaphore
-            // re-acquire with other permits must).
-            return if held.area == area {
+            // Same geometry and window: the reservation it already has. Other geometry would
+            // tell the agent it holds airspace it does not, so it must release first (as a
+            // semaphore re-acquire with other permits must).
+            return if held.area == area && Window::asked_by(held.window.as_ref(), asked.0, asked.1)
+            {
                 Reply::Granted {
                     token: held.hold.token,
                 }
@@ -387,8 +479,8 @@ impl StateMachine {
                 Reply::refused(
                     ErrorCode::BadRequest,
                     format!(
-                        "lease {lease} already holds waypoint {name:?} with other geometry; \
-                         release it before reserving it again elsewhere"
+                        "lease {lease} already holds waypoint {name:?} with other geometry or \
+                         another window; release it before reserving it again elsewhere"
                     ),
                 )
             };
@@ -402,8 +494,11 @@ impl StateMachine {
                     .core
                     .already_waiting(lease, &key, "a reservation not found");
             };
-            if pending.area != area {
-                return self.core.already_waiting(lease, &key, "other geometry");
+            if pending.area != area || !Window::asked_by(pending.window.as_ref(), asked.0, asked.1)
+            {
+                return self
+                    .core
+                    .already_waiting(lease, &key, "other geometry or another window");
             }
             if wait_ms == Some(0) {
                 return Reply::refused(
@@ -427,11 +522,12 @@ impl StateMachine {
         }
         if !self
             .waypoints
-            .blocked(&name, area.as_ref(), lease, u64::MAX)
+            .blocked(&name, area.as_ref(), window.as_ref(), lease, u64::MAX)
         {
             let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
             let token = hold.token;
-            self.waypoints.insert_held(name, Reservation { hold, area });
+            let reservation = Reservation { hold, area, window };
+            self.waypoints.insert_held(name, reservation);
             return Reply::Granted { token };
         }
         if wait_ms == Some(0) {
@@ -449,7 +545,12 @@ impl StateMachine {
         let waiter = self
             .core
             .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
-        let pending = Pending { name, waiter, area };
+        let pending = Pending {
+            name,
+            waiter,
+            area,
+            window,
+        };
         self.waypoints.index.add_waiter(ctx.index, &pending);
         self.waypoints.waiters.insert(ctx.index, pending);
         Reply::Queued
@@ -485,6 +586,8 @@ impl StateMachine {
             .get(name)
             .map(|reservation| HolderInfo {
                 area: reservation.area,
+                start_ms: reservation.window.map(|window| window.start_ms),
+                end_ms: reservation.window.and_then(|window| window.end_ms),
                 ..reservation.hold.info(None)
             })
             .into_iter()
@@ -503,6 +606,8 @@ impl StateMachine {
             .zip(waiting)
             .map(|(info, pending)| WaiterInfo {
                 area: pending.area,
+                start_ms: pending.window.map(|window| window.start_ms),
+                end_ms: pending.window.and_then(|window| window.end_ms),
                 ..info
             })
             .collect();
