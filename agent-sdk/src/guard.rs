@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::debug;
 
-use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind, Volume};
 
 use crate::error::AgentError;
 use crate::session::{Session, SessionInner, SessionState, wait_lost};
@@ -89,6 +89,14 @@ pub enum Resource {
         /// When: two cylinders conflict only if their windows overlap.
         window: TimeWindow,
     },
+    /// A whole route (`route.reserve`): 1 to 64 4D volumes granted all or nothing with one
+    /// token. A route is a waypoint reservation of its name (`kind` is waypoint).
+    Route {
+        /// The route's name.
+        name: String,
+        /// Its volumes, in flight order.
+        volumes: Vec<Volume>,
+    },
 }
 
 impl Resource {
@@ -102,7 +110,7 @@ impl Resource {
         match self {
             Resource::Lock { .. } => ResourceKind::Lock,
             Resource::Semaphore { .. } => ResourceKind::Sem,
-            Resource::Waypoint { .. } => ResourceKind::Waypoint,
+            Resource::Waypoint { .. } | Resource::Route { .. } => ResourceKind::Waypoint,
         }
     }
 
@@ -111,7 +119,8 @@ impl Resource {
         match self {
             Resource::Lock { name }
             | Resource::Semaphore { name, .. }
-            | Resource::Waypoint { name, .. } => name,
+            | Resource::Waypoint { name, .. }
+            | Resource::Route { name, .. } => name,
         }
     }
 
@@ -150,6 +159,12 @@ impl Resource {
                 wait_ms,
                 start_ms: window.start_ms,
                 end_ms: window.end_ms,
+            },
+            Resource::Route { name, volumes } => Op::RouteReserve {
+                name: name.clone(),
+                lease,
+                volumes: volumes.clone(),
+                wait_ms,
             },
         }
     }
@@ -374,6 +389,27 @@ impl Guard {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Guard {
+    /// Replaces a held route's volumes (`route.amend`), e.g. to extend a delayed flight. The
+    /// service grants the new volumes at once, keeping this guard's token, or answers
+    /// [`AgentError::WouldBlock`] and keeps the old route; it never waits. Only for a guard of
+    /// a route ([`Session::reserve_route`]); for another the service answers `bad_request`.
+    pub async fn amend(&self, volumes: Vec<Volume>) -> Result<(), AgentError> {
+        let claim = self.claim();
+        let session = &claim.session;
+        let state = session.state();
+        if !state.is_live() {
+            return Err(AgentError::Lost(state));
+        }
+        let op = Op::RouteAmend {
+            name: claim.name.clone(),
+            lease: session.lease.clone(),
+            volumes,
+        };
+        session.agent.request(op).await.map(drop)
     }
 }
 

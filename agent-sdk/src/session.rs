@@ -385,6 +385,23 @@ impl Session {
         self.acquire(resource, Wait::UntilGranted).await
     }
 
+    /// Reserves the route `name`: its `volumes` (1 to 64 cylinders with altitude bands and
+    /// time windows) as one intent, granted all or nothing with one token, waiting as `wait`
+    /// says (FIFO as a unit behind earlier conflicting requests). The guard amends
+    /// ([`Guard::amend`]) and releases the route.
+    pub async fn reserve_route(
+        &self,
+        name: impl Into<String>,
+        volumes: Vec<hivekeeper_protocol::Volume>,
+        wait: Wait,
+    ) -> Result<Guard, AgentError> {
+        let resource = Resource::Route {
+            name: name.into(),
+            volumes,
+        };
+        self.acquire(resource, wait).await
+    }
+
     /// Reserves the waypoint `name` (and with `geometry` its cylinder) for the time `window`
     /// only, waiting as `wait` says. A future window is granted at once when nothing conflicts
     /// with it in space and time; the guard's token is issued then. The service ends the

@@ -79,6 +79,27 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             end_ms,
         },
         Op::WaypointRelease { name, lease } => AgentOp::WaypointRelease { name, lease },
+        Op::RouteReserve {
+            name,
+            lease,
+            volumes,
+            wait_ms,
+        } => AgentOp::RouteReserve {
+            name,
+            lease,
+            volumes,
+            wait_ms,
+        },
+        Op::RouteRelease { name, lease } => AgentOp::RouteRelease { name, lease },
+        Op::RouteAmend {
+            name,
+            lease,
+            volumes,
+        } => AgentOp::RouteAmend {
+            name,
+            lease,
+            volumes,
+        },
         Op::AdminRevoke { lease } => AgentOp::AdminRevoke { lease },
         Op::AdminAgentRemove { name } => AgentOp::AdminAgentRemove { name },
         // Writes the node completes first: it makes the secret ([`account_request`]).
@@ -181,6 +202,9 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         | Op::SemRelease { .. }
         | Op::WaypointReserve { .. }
         | Op::WaypointRelease { .. }
+        | Op::RouteReserve { .. }
+        | Op::RouteRelease { .. }
+        | Op::RouteAmend { .. }
         | Op::AdminRevoke { .. }
         | Op::AdminAgentAdd { .. }
         | Op::AdminAgentRemove { .. }
@@ -264,6 +288,15 @@ mod tests {
     fn every_op() -> Vec<Op> {
         let lease = || "0000000000000002".to_string();
         let name = || "gw".to_string();
+        let volume = || hivekeeper_protocol::Volume {
+            lat: 51.5,
+            lon: -0.1,
+            radius_m: 20.0,
+            alt_min_m: 0.0,
+            alt_max_m: 120.0,
+            start_ms: 1_764_503_600_000,
+            end_ms: 1_764_503_660_000,
+        };
         vec![
             Op::LeaseGrant { ttl_ms: 5_000 },
             Op::LeaseKeepalive { lease: lease() },
@@ -303,6 +336,21 @@ mod tests {
             Op::WaypointRelease {
                 name: name(),
                 lease: lease(),
+            },
+            Op::RouteReserve {
+                name: name(),
+                lease: lease(),
+                volumes: vec![volume()],
+                wait_ms: Some(0),
+            },
+            Op::RouteRelease {
+                name: name(),
+                lease: lease(),
+            },
+            Op::RouteAmend {
+                name: name(),
+                lease: lease(),
+                volumes: vec![volume(), volume()],
             },
             Op::FenceCheck {
                 name: name(),

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
-use crate::request::{Area, ResourceKind};
+use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
 
 /// One final response.
@@ -236,6 +236,9 @@ pub struct HolderInfo {
     /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<u64>,
+    /// Addition (issue 18): a route's volumes, in flight order (routes only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 /// One waiter in an `inspect` result.
@@ -260,6 +263,9 @@ pub struct WaiterInfo {
     /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<u64>,
+    /// Addition (issue 18): a route's volumes, in flight order (routes only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 impl Success {
@@ -471,6 +477,7 @@ mod tests {
             area: None,
             start_ms: None,
             end_ms: None,
+            volumes: Vec::new(),
         }
     }
 
@@ -483,6 +490,7 @@ mod tests {
             area: None,
             start_ms: None,
             end_ms: None,
+            volumes: Vec::new(),
         }
     }
 

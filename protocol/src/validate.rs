@@ -254,6 +254,33 @@ pub fn window(start_ms: Option<u64>, end_ms: Option<u64>) -> Result<(), String> 
     }
 }
 
+/// Most volumes in one route (`route.reserve`, `route.amend`).
+pub const ROUTE_VOLUMES_MAX: usize = 64;
+
+/// Checks a route's volumes: 1 to [`ROUTE_VOLUMES_MAX`], each cylinder within the waypoint
+/// ranges and each window non-empty; the message names the volume by its index from 0.
+pub fn volumes(volumes: &[crate::Volume]) -> Result<(), String> {
+    if volumes.is_empty() || volumes.len() > ROUTE_VOLUMES_MAX {
+        return Err(format!(
+            "`volumes` has {} volumes, a route has 1 to {ROUTE_VOLUMES_MAX}",
+            volumes.len()
+        ));
+    }
+    for (i, volume) in volumes.iter().enumerate() {
+        let area = volume.area();
+        crate::Area::from_fields(
+            Some(area.lat),
+            Some(area.lon),
+            area.alt_min_m,
+            area.alt_max_m,
+            Some(area.radius_m),
+        )
+        .and_then(|_| window(Some(volume.start_ms), Some(volume.end_ms)))
+        .map_err(|reason| format!("volume {i}: {reason}"))?;
+    }
+    Ok(())
+}
+
 /// Checks a `lease.grant`'s `ttl_ms` (the service's configured range is the state machine's
 /// check; this is the wire's: positive).
 pub fn ttl_ms(ttl_ms: u64) -> Result<(), String> {

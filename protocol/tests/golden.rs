@@ -14,7 +14,7 @@ use hivekeeper_protocol::validate::{
 use hivekeeper_protocol::{
     AccountInfo, Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus,
     Op, ProtocolError, ReplicationInfo, Request, ResourceInfo, ResourceKind, Response, Role,
-    Success, Topics, WaiterInfo,
+    Success, Topics, Volume, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -479,6 +479,121 @@ fn op_waypoint_reserve_with_a_time_window() {
         r#"{"id":"r14x","op":"waypoint.reserve","name":"n","lease":"L","end_ms":5}"#,
         &end_only,
         &json!({"id": "r14x", "op": "waypoint.reserve", "name": "n", "lease": "L", "end_ms": 5}),
+    );
+}
+
+/// Issue 18: `route.reserve` carries 1 to 64 volumes, every field required; `route.amend` the
+/// same without `wait_ms`; `route.release` is a name and a lease.
+#[test]
+fn op_route_reserve_amend_release() {
+    let volume = Volume {
+        lat: 47.3769,
+        lon: 8.5417,
+        radius_m: 20.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms: 1_764_503_600_000,
+        end_ms: 1_764_503_660_000,
+    };
+    let volume_json = json!({"lat": 47.3769, "lon": 8.5417, "radius_m": 20.0, "alt_min_m": 0.0,
+        "alt_max_m": 120.0, "start_ms": 1_764_503_600_000u64, "end_ms": 1_764_503_660_000u64});
+    assert_request(
+        r#"{"id":"r30","op":"route.reserve","name":"hub-pad7","lease":"L-17","wait_ms":0,
+            "volumes":[{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503600000,"end_ms":1764503660000}]}"#,
+        &req(
+            "r30",
+            Op::RouteReserve {
+                name: "hub-pad7".into(),
+                lease: "L-17".into(),
+                volumes: vec![volume],
+                wait_ms: Some(0),
+            },
+        ),
+        &json!({"id": "r30", "op": "route.reserve", "name": "hub-pad7", "lease": "L-17",
+                "wait_ms": 0, "volumes": [volume_json.clone()]}),
+    );
+    assert_request(
+        r#"{"id":"r31","op":"route.amend","name":"hub-pad7","lease":"L-17",
+            "volumes":[{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503600000,"end_ms":1764503660000}]}"#,
+        &req(
+            "r31",
+            Op::RouteAmend {
+                name: "hub-pad7".into(),
+                lease: "L-17".into(),
+                volumes: vec![volume],
+            },
+        ),
+        &json!({"id": "r31", "op": "route.amend", "name": "hub-pad7", "lease": "L-17",
+                "volumes": [volume_json]}),
+    );
+    assert_request(
+        r#"{"id":"r32","op":"route.release","name":"hub-pad7","lease":"L-17"}"#,
+        &req(
+            "r32",
+            Op::RouteRelease {
+                name: "hub-pad7".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r32", "op": "route.release", "name": "hub-pad7", "lease": "L-17"}),
+    );
+}
+
+/// Bad routes: no volume, too many, a volume out of range or with an empty window (named by
+/// its index), a missing or unknown volume field.
+#[test]
+fn bad_request_routes() {
+    let volume = |radius_m: f64, start_ms: u64, end_ms: u64| {
+        json!({"lat": 1.0, "lon": 2.0, "radius_m": radius_m, "alt_min_m": 0.0, "alt_max_m": 9.0,
+               "start_ms": start_ms, "end_ms": end_ms})
+    };
+    let route = |volumes: Vec<Value>| {
+        json!({"id": "7", "op": "route.reserve", "name": "n", "lease": "L", "volumes": volumes})
+            .to_string()
+    };
+    bad(
+        &route(vec![]),
+        Some("7"),
+        "route.reserve: `volumes` has 0 volumes, a route has 1 to 64",
+    );
+    bad(
+        &route(vec![volume(1.0, 1, 2); 65]),
+        Some("7"),
+        "route.reserve: `volumes` has 65 volumes, a route has 1 to 64",
+    );
+    assert!(
+        decode_ok(&route(vec![volume(1.0, 1, 2); 64]))
+            .op
+            .validate()
+            .is_ok()
+    );
+    bad(
+        &route(vec![volume(1.0, 1, 2), volume(1.0, 5, 5)]),
+        Some("7"),
+        "route.reserve: volume 1: the window is empty: `end_ms` (5) is not after `start_ms` (5)",
+    );
+    assert_bad_request_mentions(
+        &route(vec![volume(10_001.0, 1, 2)]),
+        Some("7"),
+        "route.reserve: volume 0: ",
+        &["radius_m"],
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"route.reserve","name":"n","lease":"L","volumes":[
+            {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"start_ms":1,"end_ms":2}]}"#,
+        Some("7"),
+        "route.reserve: ",
+        &["missing field `alt_max_m`"],
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"route.amend","name":"n","lease":"L","volumes":[
+            {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,"start_ms":1,"end_ms":2,
+             "priority":3}]}"#,
+        Some("7"),
+        "route.amend: ",
+        &["unknown field `priority`"],
     );
 }
 
@@ -1007,6 +1122,25 @@ fn op_names_are_complete_and_consistent() {
             true,
         ),
         (
+            r#"{"id":"a","op":"route.reserve","name":"n","lease":"L","wait_ms":7,"volumes":[
+                {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,
+                 "start_ms":10,"end_ms":20}]}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"route.release","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"route.amend","name":"n","lease":"L","volumes":[
+                {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,
+                 "start_ms":10,"end_ms":20}]}"#,
+            Some("L"),
+            true,
+        ),
+        (
             r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
             None,
             false,
@@ -1057,7 +1191,10 @@ fn op_names_are_complete_and_consistent() {
         assert_eq!(request.op.name(), name);
         assert_eq!(request.op.lease(), *lease, "{name}");
         assert_eq!(request.op.is_write(), *is_write, "{name}");
-        let expected_wait = if name.ends_with(".acquire") || name == "waypoint.reserve" {
+        let expected_wait = if name.ends_with(".acquire")
+            || name == "waypoint.reserve"
+            || name == "route.reserve"
+        {
             Some(7)
         } else {
             None
@@ -1076,6 +1213,9 @@ fn op_names_are_complete_and_consistent() {
             "sem.release",
             "waypoint.reserve",
             "waypoint.release",
+            "route.reserve",
+            "route.release",
+            "route.amend",
             "fence.check",
             "inspect",
             "admin.status",
@@ -1214,7 +1354,8 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.resources, \
+         waypoint.release, route.reserve, route.release, route.amend, fence.check, inspect, \
+         admin.status, admin.leases, admin.resources, \
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",
     );
@@ -2076,6 +2217,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         area: None,
         start_ms: None,
         end_ms: None,
+        volumes: Vec::new(),
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2135,7 +2277,8 @@ fn success_fence_check() {
 }
 
 /// Issue 18: a waypoint's holder and waiter carry their time window (`start_ms`, and `end_ms`
-/// when it has an end); both are absent for a reservation without a window.
+/// when it has an end); both are absent for a reservation without a window. A route's carry
+/// its `volumes`.
 #[test]
 fn success_inspect_waypoint_with_windows() {
     let response = Response::ok(
@@ -2150,16 +2293,38 @@ fn success_inspect_waypoint_with_windows() {
                 area: None,
                 start_ms: Some(5_000),
                 end_ms: Some(9_000),
+                volumes: Vec::new(),
             }]),
-            waiters: Some(vec![WaiterInfo {
-                agent: "drone-9".into(),
-                position: 1,
-                permits: None,
-                since_ms: 1100,
-                area: None,
-                start_ms: Some(1_100),
-                end_ms: None,
-            }]),
+            waiters: Some(vec![
+                WaiterInfo {
+                    agent: "drone-9".into(),
+                    position: 1,
+                    permits: None,
+                    since_ms: 1100,
+                    area: None,
+                    start_ms: Some(1_100),
+                    end_ms: None,
+                    volumes: Vec::new(),
+                },
+                WaiterInfo {
+                    agent: "drone-3".into(),
+                    position: 2,
+                    permits: None,
+                    since_ms: 1200,
+                    area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: vec![Volume {
+                        lat: 1.5,
+                        lon: 2.5,
+                        radius_m: 10.0,
+                        alt_min_m: 0.0,
+                        alt_max_m: 90.0,
+                        start_ms: 2_000,
+                        end_ms: 3_000,
+                    }],
+                },
+            ]),
             ..Success::default()
         },
     );
@@ -2170,7 +2335,10 @@ fn success_inspect_waypoint_with_windows() {
             "ok": true,
             "holders": [{"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1000,
                          "start_ms": 5000, "end_ms": 9000}],
-            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1100, "start_ms": 1100}]
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1100, "start_ms": 1100},
+                        {"agent": "drone-3", "position": 2, "since_ms": 1200, "volumes": [
+                            {"lat": 1.5, "lon": 2.5, "radius_m": 10.0, "alt_min_m": 0.0,
+                             "alt_max_m": 90.0, "start_ms": 2000, "end_ms": 3000}]}]
         }),
     );
 }
@@ -2198,6 +2366,7 @@ fn success_inspect_waypoint_with_geometry() {
                 area: Some(pad),
                 start_ms: None,
                 end_ms: None,
+                volumes: Vec::new(),
             }]),
             waiters: Some(vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2207,6 +2376,7 @@ fn success_inspect_waypoint_with_geometry() {
                 area: None,
                 start_ms: None,
                 end_ms: None,
+                volumes: Vec::new(),
             }]),
             ..Success::default()
         },
@@ -2238,6 +2408,7 @@ fn success_inspect_lock() {
                 area: None,
                 start_ms: None,
                 end_ms: None,
+                volumes: Vec::new(),
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -2248,6 +2419,7 @@ fn success_inspect_lock() {
                     area: None,
                     start_ms: None,
                     end_ms: None,
+                    volumes: Vec::new(),
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2257,6 +2429,7 @@ fn success_inspect_lock() {
                     area: None,
                     start_ms: None,
                     end_ms: None,
+                    volumes: Vec::new(),
                 },
             ]),
             ..Success::default()
@@ -2294,6 +2467,7 @@ fn success_inspect_sem() {
                     area: None,
                     start_ms: None,
                     end_ms: None,
+                    volumes: Vec::new(),
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -2304,6 +2478,7 @@ fn success_inspect_sem() {
                     area: None,
                     start_ms: None,
                     end_ms: None,
+                    volumes: Vec::new(),
                 },
             ]),
             waiters: Some(vec![WaiterInfo {
@@ -2314,6 +2489,7 @@ fn success_inspect_sem() {
                 area: None,
                 start_ms: None,
                 end_ms: None,
+                volumes: Vec::new(),
             }]),
             ..Success::default()
         },

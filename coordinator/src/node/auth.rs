@@ -414,6 +414,7 @@ mod tests {
             area: None,
             start_ms: None,
             end_ms: None,
+            volumes: Vec::new(),
         };
         let reply = Reply::Inspect {
             limit: None,

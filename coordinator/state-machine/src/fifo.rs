@@ -139,6 +139,7 @@ pub fn infos<'w>(
             area: None,
             start_ms: None,
             end_ms: None,
+            volumes: Vec::new(),
         })
         .collect()
 }

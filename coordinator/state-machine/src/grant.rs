@@ -112,6 +112,7 @@ impl Hold {
             area: None,
             start_ms: None,
             end_ms: None,
+            volumes: Vec::new(),
         }
     }
 }

@@ -29,6 +29,9 @@
 //!  apply(meta, Command::ExpireWaits { term })             leader only; ends the waits whose
 //!                                                         deadline_ms (queued at now + wait_ms)
 //!                                                         has passed on the machine's clock
+//!  apply(meta, Command::ExpireReservations { term })      leader only; ends the reservations
+//!                                                         whose window (a route: its last
+//!                                                         volume's) end has passed
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
 //!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
@@ -49,7 +52,9 @@
 //! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
+//!   has a cylinder (`geo.rs`, indexed by `grid.rs`), a time window (`window.rs`, which also
+//!   ends windows), or several 4D volumes when it is a route (`route.rs`).
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -96,6 +101,8 @@ mod semaphore_test;
 mod test_support;
 #[cfg(test)]
 mod wait_deadline_test;
+#[cfg(test)]
+mod waypoint_route_test;
 #[cfg(test)]
 mod waypoint_test;
 #[cfg(test)]
@@ -707,9 +714,20 @@ impl StateMachine {
                 let asked = (start_ms, end_ms);
                 self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms, asked)
             }
-            AgentOp::WaypointRelease { name, lease } => {
+            AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
             }
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+            } => self.route_reserve(ctx, &agent, &id, &name, &lease, volumes, wait_ms),
+            AgentOp::RouteAmend {
+                name,
+                lease,
+                volumes,
+            } => self.route_amend(ctx, &agent, &name, &lease, volumes),
             // The operator's role is checked by the node before the log, like admin.revoke.
             AgentOp::AdminAgentAdd {
                 name,

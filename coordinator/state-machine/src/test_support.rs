@@ -193,6 +193,42 @@ fn pad_with(
     }
 }
 
+/// A route volume: a 3 m cylinder `north_m` metres north of [`pad`]'s origin, from the ground
+/// to 120 m, in `[start_ms, end_ms)`.
+pub fn leg(north_m: f64, start_ms: u64, end_ms: u64) -> hivekeeper_protocol::Volume {
+    hivekeeper_protocol::Volume {
+        lat: 51.5 + north_m / super::M_PER_DEG,
+        lon: -0.1,
+        radius_m: 3.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms,
+        end_ms,
+    }
+}
+
+pub fn route_reserve(
+    name: &str,
+    lease: &str,
+    volumes: Vec<hivekeeper_protocol::Volume>,
+    wait_ms: Option<u64>,
+) -> AgentOp {
+    AgentOp::RouteReserve {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        volumes,
+        wait_ms,
+    }
+}
+
+pub fn route_amend(name: &str, lease: &str, volumes: Vec<hivekeeper_protocol::Volume>) -> AgentOp {
+    AgentOp::RouteAmend {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        volumes,
+    }
+}
+
 pub fn waypoint_release(name: &str, lease: &str) -> AgentOp {
     AgentOp::WaypointRelease {
         name: name.to_string(),

@@ -18,7 +18,7 @@
 //! A failure prints the shrunk input; commit its seed from `tests/fuzz.proptest-regressions`
 //! (proptest writes it there) with the fix, so the case is replayed first on every run.
 
-use hivekeeper_protocol::Role;
+use hivekeeper_protocol::{Role, Volume};
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, LeaseId, Limits, LogMeta, StateMachine,
 };
@@ -84,6 +84,50 @@ fn number() -> BoxedStrategy<u64> {
 
 fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
+}
+
+/// A route's volumes: none, a few, or more than a route may have; any coordinates and times.
+fn volumes() -> BoxedStrategy<Vec<Volume>> {
+    let volume = (
+        (float(), float(), float()),
+        (float(), float()),
+        (window_ms(), window_ms()),
+    )
+        .prop_map(
+            |((lat, lon, radius_m), (alt_min_m, alt_max_m), (start_ms, end_ms))| Volume {
+                lat,
+                lon,
+                radius_m,
+                alt_min_m,
+                alt_max_m,
+                start_ms: start_ms.unwrap_or(START_MS),
+                end_ms: end_ms.unwrap_or(START_MS + 60_000),
+            },
+        );
+    // Valid ones, close together, so that routes are granted, conflict and wait.
+    let near = (
+        0..400u32,
+        0..400u32,
+        0..40u32,
+        0..100u32,
+        0..20_000_000u64,
+        1..4_000_000u64,
+    )
+        .prop_map(|(north, east, radius, alt, start, length)| Volume {
+            lat: 47.0 + f64::from(north) * 1e-5,
+            lon: 8.0 + f64::from(east) * 1e-5,
+            radius_m: f64::from(radius),
+            alt_min_m: f64::from(alt),
+            alt_max_m: f64::from(alt) + 30.0,
+            start_ms: START_MS + start,
+            end_ms: START_MS + start + length,
+        });
+    prop_oneof![
+        6 => prop::collection::vec(near, 1..6),
+        3 => prop::collection::vec(volume.clone(), 1..6),
+        1 => prop::collection::vec(volume, 0..70),
+    ]
+    .boxed()
 }
 
 /// A reservation window's end: any number, or an instant within a few hours of the log's
@@ -161,6 +205,17 @@ fn agent_op() -> BoxedStrategy<AgentOp> {
                 }
             ),
         2 => (name(), lease()).prop_map(|(name, lease)| AgentOp::WaypointRelease { name, lease }),
+        3 => (name(), lease(), volumes(), wait_ms()).prop_map(|(name, lease, volumes, wait_ms)| {
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+            }
+        }),
+        1 => (name(), lease()).prop_map(|(name, lease)| AgentOp::RouteRelease { name, lease }),
+        2 => (name(), lease(), volumes())
+            .prop_map(|(name, lease, volumes)| AgentOp::RouteAmend { name, lease, volumes }),
         2 => lease().prop_map(|lease| AgentOp::AdminRevoke { lease }),
         1 => (name(), role(), any::<String>()).prop_map(|(name, role, secret_hash)| {
             AgentOp::AdminAgentAdd {

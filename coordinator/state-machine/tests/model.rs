@@ -40,7 +40,7 @@
 
 use std::collections::BTreeMap;
 
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, Volume, WaiterInfo};
 use hivekeeper_state_machine::areas_conflict;
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp, Reply,
@@ -229,6 +229,29 @@ fn window_asked(window: ModelWindow, start_ms: Option<u64>, end_ms: Option<u64>)
     }
 }
 
+/// A reservation's cylinders in their windows: its own, or its route's volumes.
+fn model_shapes(
+    area: Option<Area>,
+    window: ModelWindow,
+    volumes: &[Volume],
+) -> Vec<(Area, ModelWindow)> {
+    if volumes.is_empty() {
+        return area.map(|area| (area, window)).into_iter().collect();
+    }
+    volumes
+        .iter()
+        .map(|v| (v.area(), Some((v.start_ms, Some(v.end_ms)))))
+        .collect()
+}
+
+/// When a reservation ends by itself: its window's end, or its route's last volume's end.
+fn model_end(window: ModelWindow, volumes: &[Volume]) -> Option<u64> {
+    match volumes.iter().map(|v| v.end_ms).max() {
+        Some(end_ms) => Some(end_ms),
+        None => window.and_then(|(_, end_ms)| end_ms),
+    }
+}
+
 /// The limits a case starts with or switches to.
 fn preset_limits(preset: usize) -> Limits {
     match preset % 3 {
@@ -321,6 +344,11 @@ enum Action {
         back: usize,
         early_ms: u64,
     },
+    /// The holder of the `back`-th most recent held route amends it to `legs`.
+    AmendHeldRoute {
+        back: usize,
+        legs: Vec<(usize, usize)>,
+    },
     /// The leader's reservation expiry: ends every window whose end has passed.
     ExpireReservations {
         term: TermPick,
@@ -401,6 +429,22 @@ enum OpSpec {
     },
     WaypointRelease {
         name: usize,
+        lease: LeasePick,
+    },
+    /// A route of `legs` (spot, window) pairs, on a waypoint name.
+    RouteReserve {
+        name: usize,
+        legs: Vec<(usize, usize)>,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
+    RouteRelease {
+        name: usize,
+        lease: LeasePick,
+    },
+    RouteAmend {
+        name: usize,
+        legs: Vec<(usize, usize)>,
         lease: LeasePick,
     },
     /// A request the protocol validation refuses (`bad_request`, not remembered).
@@ -517,8 +561,25 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
             }),
         7 => (0..WAYPOINT_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::WaypointRelease { name, lease }),
+        10 => (0..WAYPOINT_NAMES.len(), legs(), lease_pick(), wait_spec())
+            .prop_map(|(name, legs, lease, wait)| OpSpec::RouteReserve {
+                name,
+                legs,
+                lease,
+                wait,
+            }),
+        3 => (0..WAYPOINT_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::RouteRelease { name, lease }),
+        3 => (0..WAYPOINT_NAMES.len(), legs(), release_lease_pick())
+            .prop_map(|(name, legs, lease)| OpSpec::RouteAmend { name, legs, lease }),
     ]
     .boxed()
+}
+
+/// A route's legs: 1 to 4 `(spot, window)` picks (spots with geometry only; a window without
+/// an end gets one 1 s after its start, one without a start starts at the clock).
+fn legs() -> BoxedStrategy<Vec<(usize, usize)>> {
+    prop::collection::vec((1..SPOTS.len(), 0..WINDOWS.len()), 1..=4).boxed()
 }
 
 fn op_spec() -> BoxedStrategy<OpSpec> {
@@ -552,6 +613,7 @@ fn action() -> BoxedStrategy<Action> {
             .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
         3 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
             .prop_map(|term| Action::ExpireReservations { term }),
+        4 => (0..4usize, legs()).prop_map(|(back, legs)| Action::AmendHeldRoute { back, legs }),
         3 => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireReservationsAtEnd { back, early_ms }),
         3 => Just(Action::Restore),
@@ -748,6 +810,8 @@ struct ModelHold {
     sem_limit: u32,
     area: Option<Area>,
     window: ModelWindow,
+    /// A route's volumes (then `area` and `window` are `None`).
+    volumes: Vec<Volume>,
 }
 
 /// A queued request. The model keeps every waiter of every kind in one `Vec`, in arrival
@@ -767,6 +831,8 @@ struct ModelWaiter {
     sem_limit: u32,
     area: Option<Area>,
     window: ModelWindow,
+    /// A route's volumes.
+    volumes: Vec<Volume>,
 }
 
 /// One agent's remembered final replies, oldest first.
@@ -966,8 +1032,22 @@ impl Model {
                     _ => None,
                 };
                 let asked = (*start_ms, *end_ms);
-                self.waypoint_reserve(agent, id, name, lease, area, *wait_ms, asked)
+                self.waypoint_reserve(agent, id, name, lease, area, *wait_ms, asked, Vec::new())
             }
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+            } => self.route_reserve(agent, id, name, lease, volumes, *wait_ms),
+            AgentOp::RouteRelease { name, lease } => {
+                self.release(ResourceKind::Waypoint, agent, name, lease)
+            }
+            AgentOp::RouteAmend {
+                name,
+                lease,
+                volumes,
+            } => self.route_amend(agent, name, lease, volumes),
             AgentOp::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
@@ -1146,22 +1226,20 @@ impl Model {
     /// granted.
     fn expire_reservations(&mut self) -> Outcome {
         let now_ms = self.now_ms;
-        let due = |window: &ModelWindow| {
-            window
-                .and_then(|(_, end_ms)| end_ms)
-                .is_some_and(|end_ms| end_ms <= now_ms)
+        let due = |window: &ModelWindow, volumes: &[Volume]| {
+            model_end(*window, volumes).is_some_and(|end_ms| end_ms <= now_ms)
         };
         let holds_before = self.holds.len();
-        self.holds.retain(|hold| !due(&hold.window));
+        self.holds.retain(|hold| !due(&hold.window, &hold.volumes));
         let holds_ended = holds_before - self.holds.len();
         let mut waiters_due: Vec<ModelWaiter> = self
             .waiters
             .iter()
-            .filter(|w| due(&w.window))
+            .filter(|w| due(&w.window, &w.volumes))
             .cloned()
             .collect();
-        self.waiters.retain(|w| !due(&w.window));
-        waiters_due.sort_by_key(|w| (w.window.and_then(|(_, end_ms)| end_ms), w.seq));
+        self.waiters.retain(|w| !due(&w.window, &w.volumes));
+        waiters_due.sort_by_key(|w| (model_end(w.window, &w.volumes), w.seq));
         for waiter in &waiters_due {
             self.respond(waiter, refused(ErrorCode::Timeout));
         }
@@ -1173,12 +1251,12 @@ impl Model {
 
     /// The earliest end of a held or waiting reservation's window.
     fn reservation_end_next_ms(&self) -> Option<u64> {
-        let holds = self.holds.iter().map(|hold| hold.window);
-        let waiters = self.waiters.iter().map(|w| w.window);
-        holds
-            .chain(waiters)
-            .filter_map(|window| window.and_then(|(_, end_ms)| end_ms))
-            .min()
+        let holds = self
+            .holds
+            .iter()
+            .map(|hold| model_end(hold.window, &hold.volumes));
+        let waiters = self.waiters.iter().map(|w| model_end(w.window, &w.volumes));
+        holds.chain(waiters).flatten().min()
     }
 
     /// The window a reservation asks for, checked against the clock and the limits.
@@ -1308,6 +1386,7 @@ impl Model {
             sem_limit,
             area,
             window,
+            volumes: Vec::new(),
         });
         self.tokens_granted.push((kind, name.to_string(), token));
         Outcome::Granted { token }
@@ -1340,6 +1419,7 @@ impl Model {
             sem_limit,
             area,
             window,
+            volumes: Vec::new(),
         });
         Outcome::Queued
     }
@@ -1503,40 +1583,50 @@ impl Model {
 
     /// DESIGN.md §2: two reservations conflict if they share the name, or their cylinders
     /// conflict. `candidate` is the one that wants to be granted.
-    /// Same name, or cylinders that conflict in windows that overlap.
+    /// Same name, or any cylinder of one that conflicts with any of the other's in windows
+    /// that overlap: every pair checked.
     fn reservations_conflict(
-        candidate: (&str, Option<&Area>, ModelWindow),
-        other: (&str, Option<&Area>, ModelWindow),
+        candidate: (Option<&str>, &[(Area, ModelWindow)]),
+        other: (&str, &[(Area, ModelWindow)]),
     ) -> bool {
-        candidate.0 == other.0
-            || (matches!((candidate.1, other.1), (Some(a), Some(b)) if areas_conflict(a, b))
-                && windows_overlap(candidate.2, other.2))
+        candidate.0 == Some(other.0)
+            || candidate.1.iter().any(|(a, window_a)| {
+                other.1.iter().any(|(b, window_b)| {
+                    areas_conflict(a, b) && windows_overlap(*window_a, *window_b)
+                })
+            })
     }
 
     /// Whether a reservation of `lease` is blocked by another lease's held reservation or by
-    /// another lease's waiter that arrived before `before_seq` (every waiter when `None`).
+    /// another lease's waiter that arrived before `before_seq` (every waiter when `None`); by
+    /// name only when `name` is given (a route's amend keeps its name).
     fn waypoint_blocked(
         &self,
-        name: &str,
-        area: Option<&Area>,
-        window: ModelWindow,
+        name: Option<&str>,
+        shapes: &[(Area, ModelWindow)],
         lease: u64,
         before_seq: Option<u64>,
     ) -> bool {
-        let candidate = (name, area, window);
+        let candidate = (name, shapes);
         let held_conflict = self.holds.iter().any(|hold| {
             hold.kind == ResourceKind::Waypoint
                 && hold.lease != lease
                 && Self::reservations_conflict(
                     candidate,
-                    (&hold.name, hold.area.as_ref(), hold.window),
+                    (
+                        &hold.name,
+                        &model_shapes(hold.area, hold.window, &hold.volumes),
+                    ),
                 )
         });
         let earlier_conflict = self.waiters.iter().any(|w| {
             w.kind == ResourceKind::Waypoint
                 && before_seq.is_none_or(|seq| w.seq < seq)
                 && w.lease != lease
-                && Self::reservations_conflict(candidate, (&w.name, w.area.as_ref(), w.window))
+                && Self::reservations_conflict(
+                    candidate,
+                    (&w.name, &model_shapes(w.area, w.window, &w.volumes)),
+                )
         });
         held_conflict || earlier_conflict
     }
@@ -1551,6 +1641,7 @@ impl Model {
         area: Option<Area>,
         wait_ms: Option<u64>,
         asked: (Option<u64>, Option<u64>),
+        volumes: Vec<Volume>,
     ) -> Outcome {
         let window = match self.resolve_window(asked.0, asked.1) {
             Ok(window) => window,
@@ -1561,17 +1652,26 @@ impl Model {
             Err(refusal) => return refusal,
         };
         let kind = ResourceKind::Waypoint;
-        // Re-reserving a held name: the same geometry gets the held token back; other
-        // geometry is refused (the agent must release first), as a semaphore re-acquire with
-        // other permits is.
+        let same = |held_area: Option<Area>, held_window: ModelWindow, held_volumes: &[Volume]| {
+            held_area == area
+                && held_volumes == volumes.as_slice()
+                && (!volumes.is_empty() || window_asked(held_window, asked.0, asked.1))
+        };
+        // Re-reserving a held name: the same request gets the held token back; another
+        // (geometry, window, volumes) is refused (the agent must release first), as a
+        // semaphore re-acquire with other permits is.
         if let Some(hold) = self.holds_of(kind, name).find(|hold| hold.lease == lease) {
-            return if hold.area == area && window_asked(hold.window, asked.0, asked.1) {
+            return if same(hold.area, hold.window, &hold.volumes) {
                 Outcome::Granted { token: hold.token }
             } else {
                 refused(ErrorCode::BadRequest)
             };
         }
-        if self.is_waiting(lease, kind, name) {
+        let waiting = self.waiters_of(kind, name).find(|w| w.lease == lease);
+        if let Some(asks_the_same) = waiting.map(|w| same(w.area, w.window, &w.volumes)) {
+            if !asks_the_same {
+                return refused(ErrorCode::BadRequest);
+            }
             let area = area.as_ref();
             return self.take_over(kind, name, lease, request_id, 1, area, wait_ms, asked);
         }
@@ -1581,8 +1681,11 @@ impl Model {
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        if !self.waypoint_blocked(name, area.as_ref(), window, lease, None) {
-            return self.grant_now(kind, name, lease, agent, 1, 0, area, window);
+        let shapes = model_shapes(area, window, &volumes);
+        if !self.waypoint_blocked(Some(name), &shapes, lease, None) {
+            let outcome = self.grant_now(kind, name, lease, agent, 1, 0, area, window);
+            self.holds.last_mut().expect("just granted").volumes = volumes;
+            return outcome;
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
@@ -1597,9 +1700,71 @@ impl Model {
         if waypoint_waiters >= self.limits.waypoint_waiters_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        self.enqueue(
+        let outcome = self.enqueue(
             kind, name, lease, agent, request_id, 1, 0, area, window, wait_ms,
+        );
+        self.waiters.last_mut().expect("just queued").volumes = volumes;
+        outcome
+    }
+
+    /// Each volume's window checked as a waypoint's window is.
+    fn check_volumes(&self, volumes: &[Volume]) -> Option<Outcome> {
+        volumes
+            .iter()
+            .find_map(|v| self.resolve_window(Some(v.start_ms), Some(v.end_ms)).err())
+    }
+
+    fn route_reserve(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        volumes: &[Volume],
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        if let Some(refusal) = self.check_volumes(volumes) {
+            return refusal;
+        }
+        let none = (None, None);
+        self.waypoint_reserve(
+            agent,
+            request_id,
+            name,
+            lease,
+            None,
+            wait_ms,
+            none,
+            volumes.to_vec(),
         )
+    }
+
+    /// The held route's volumes replaced when nothing of another lease (held, or waiting,
+    /// whenever it came) conflicts with the new ones; else `would_block`, nothing changed.
+    fn route_amend(&mut self, agent: &str, name: &str, lease: &str, volumes: &[Volume]) -> Outcome {
+        if let Some(refusal) = self.check_volumes(volumes) {
+            return refusal;
+        }
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(position) = self.holds.iter().position(|hold| {
+            hold.kind == ResourceKind::Waypoint && hold.name == name && hold.lease == lease
+        }) else {
+            return refused(ErrorCode::NotHolder);
+        };
+        if self.holds[position].volumes.is_empty() {
+            return refused(ErrorCode::BadRequest);
+        }
+        let shapes = model_shapes(None, None, volumes);
+        if self.waypoint_blocked(None, &shapes, lease, None) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        self.holds[position].volumes = volumes.to_vec();
+        let token = self.holds[position].token;
+        self.grant_what_is_grantable();
+        Outcome::Granted { token }
     }
 
     fn release(&mut self, kind: ResourceKind, agent: &str, name: &str, lease: &str) -> Outcome {
@@ -1643,9 +1808,8 @@ impl Model {
             let grantable = self.waiters.iter().position(|w| {
                 w.kind == ResourceKind::Waypoint
                     && !self.waypoint_blocked(
-                        &w.name,
-                        w.area.as_ref(),
-                        w.window,
+                        Some(&w.name),
+                        &model_shapes(w.area, w.window, &w.volumes),
                         w.lease,
                         Some(w.seq),
                     )
@@ -1692,6 +1856,7 @@ impl Model {
             sem_limit: waiter.sem_limit,
             area: waiter.area,
             window: waiter.window,
+            volumes: waiter.volumes.clone(),
         });
         self.tokens_granted
             .push((waiter.kind, waiter.name.clone(), token));
@@ -1790,6 +1955,7 @@ impl Model {
                     area: hold.area,
                     start_ms: hold.window.map(|(start_ms, _)| start_ms),
                     end_ms: hold.window.and_then(|(_, end_ms)| end_ms),
+                    volumes: hold.volumes.clone(),
                 })
                 .collect(),
             waiters: self
@@ -1803,6 +1969,7 @@ impl Model {
                     area: w.area,
                     start_ms: w.window.map(|(start_ms, _)| start_ms),
                     end_ms: w.window.and_then(|(_, end_ms)| end_ms),
+                    volumes: w.volumes.clone(),
                 })
                 .collect(),
         }
@@ -1880,6 +2047,9 @@ fn op_is_valid(op: &AgentOp) -> bool {
             end_ms: Some(end_ms),
             ..
         } if end_ms <= start_ms => false,
+        AgentOp::RouteReserve { volumes, .. } | AgentOp::RouteAmend { volumes, .. } => {
+            (1..=64).contains(&volumes.len()) && volumes.iter().all(|v| v.end_ms > v.start_ms)
+        }
         AgentOp::WaypointReserve {
             lat,
             lon,
@@ -2055,6 +2225,30 @@ impl Harness {
                 }
                 Command::ExpireWaits { term: self.term }
             }
+            Action::AmendHeldRoute { back, legs } => {
+                let routes: Vec<(String, String, u64)> = self
+                    .model
+                    .holds
+                    .iter()
+                    .filter(|hold| !hold.volumes.is_empty())
+                    .map(|hold| (hold.agent.clone(), hold.name.clone(), hold.lease))
+                    .collect();
+                let Some((agent, name, lease)) = pick_recent(&routes, *back).cloned() else {
+                    return Ok(());
+                };
+                let agent = AGENTS
+                    .iter()
+                    .position(|known| *known == agent)
+                    .expect("holders are known agents");
+                let op = AgentOp::RouteAmend {
+                    name,
+                    lease: format!("{lease:016x}"),
+                    volumes: self.volumes(legs),
+                };
+                self.next_request += 1;
+                let id = format!("r{}", self.next_request);
+                self.request_command(agent, id, op)
+            }
             Action::ExpireReservations { term } => {
                 let term = match term {
                     TermPick::Current => self.term,
@@ -2063,11 +2257,13 @@ impl Harness {
                 Command::ExpireReservations { term }
             }
             Action::ExpireReservationsAtEnd { back, early_ms } => {
-                let holds = self.model.holds.iter().map(|hold| hold.window);
-                let waiters = self.model.waiters.iter().map(|w| w.window);
+                let holds = self.model.holds.iter();
+                let holds = holds.map(|hold| model_end(hold.window, &hold.volumes));
+                let waiters = self.model.waiters.iter();
+                let waiters = waiters.map(|w| model_end(w.window, &w.volumes));
                 let ends: Vec<((), u64)> = holds
                     .chain(waiters)
-                    .filter_map(|window| window.and_then(|(_, end_ms)| end_ms))
+                    .flatten()
                     .map(|end_ms| ((), end_ms))
                     .collect();
                 let labels = [
@@ -2298,6 +2494,38 @@ impl Harness {
             && *term < self.term
         {
             self.count("stale expire");
+        }
+        if let Command::Request { request, .. } = command {
+            let route = match (&request.op, &expected.outcome) {
+                (AgentOp::RouteReserve { .. }, Outcome::Granted { .. }) if !expected.replayed => {
+                    Some("route granted at once")
+                }
+                (AgentOp::RouteReserve { .. }, Outcome::Queued) => Some("route queued"),
+                (AgentOp::RouteAmend { .. }, Outcome::Granted { .. }) => Some("route amended"),
+                (AgentOp::RouteAmend { .. }, Outcome::Refused { code }) => match code {
+                    ErrorCode::WouldBlock => Some("route amend would block"),
+                    ErrorCode::NotHolder => Some("route amend of a route not held"),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(label) = route {
+                self.count(label);
+            }
+        }
+        let route_grants_from_queues = expected
+            .responds
+            .iter()
+            .filter(|respond| matches!(respond.outcome, Outcome::Granted { .. }))
+            .filter(|respond| {
+                self.model
+                    .holds
+                    .iter()
+                    .any(|hold| !hold.volumes.is_empty() && hold.agent == respond.agent)
+            })
+            .count();
+        if route_grants_from_queues > 0 {
+            self.count("a queued route granted");
         }
         if let Command::ExpireReservations { term } = command {
             if *term < self.term {
@@ -2572,24 +2800,72 @@ impl Harness {
                 lease: pick,
                 wait,
                 window,
-            } => {
-                let now_ms = (self.model.now_ms / 1_000 * 1_000) as i64;
-                let at = |offset_ms: Option<i64>| offset_ms.map(|ms| (now_ms + ms).max(0) as u64);
-                let (start_ms, end_ms) = WINDOWS[*window];
-                reserve_op(
-                    WAYPOINT_NAMES[*name],
-                    SPOTS[*spot],
-                    lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
-                    wait.wait_ms(),
-                    (at(start_ms), at(end_ms)),
-                )
-            }
+            } => reserve_op(
+                WAYPOINT_NAMES[*name],
+                SPOTS[*spot],
+                lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+                wait.wait_ms(),
+                self.window_at(*window),
+            ),
             OpSpec::WaypointRelease { name, lease: pick } => AgentOp::WaypointRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
             },
+            OpSpec::RouteReserve {
+                name,
+                legs,
+                lease: pick,
+                wait,
+            } => AgentOp::RouteReserve {
+                name: WAYPOINT_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+                volumes: self.volumes(legs),
+                wait_ms: wait.wait_ms(),
+            },
+            OpSpec::RouteRelease { name, lease: pick } => AgentOp::RouteRelease {
+                name: WAYPOINT_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+            },
+            OpSpec::RouteAmend {
+                name,
+                legs,
+                lease: pick,
+            } => AgentOp::RouteAmend {
+                name: WAYPOINT_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+                volumes: self.volumes(legs),
+            },
             OpSpec::Malformed { which } => malformed_op(*which, lease(&LeasePick::Own(0), None)),
         }
+    }
+
+    /// A route's volumes from its legs, placed in time as [`WINDOWS`] says.
+    fn volumes(&self, legs: &[(usize, usize)]) -> Vec<Volume> {
+        legs.iter()
+            .map(|&(spot, window)| {
+                let spot = SPOTS[spot].expect("legs pick spots with geometry");
+                let (lat, lon) = spot.lat_lon();
+                let (start_ms, end_ms) = self.window_at(window);
+                let start_ms = start_ms.unwrap_or(self.model.now_ms);
+                Volume {
+                    lat,
+                    lon,
+                    radius_m: spot.radius_m,
+                    alt_min_m: spot.alt_min_m.unwrap_or(-1_000.0),
+                    alt_max_m: spot.alt_max_m.unwrap_or(100_000.0),
+                    start_ms,
+                    end_ms: end_ms.unwrap_or(start_ms + 1_000),
+                }
+            })
+            .collect()
+    }
+
+    /// [`WINDOWS`]`[window]` placed at the model's clock, rounded down to a whole second.
+    fn window_at(&self, window: usize) -> (Option<u64>, Option<u64>) {
+        let now_ms = (self.model.now_ms / 1_000 * 1_000) as i64;
+        let at = |offset_ms: Option<i64>| offset_ms.map(|ms| (now_ms + ms).max(0) as u64);
+        let (start_ms, end_ms) = WINDOWS[window];
+        (at(start_ms), at(end_ms))
     }
 
     /// The lease string a request names; `resource` is the resource it names, if any.
@@ -2841,6 +3117,12 @@ fn generator_reaches_every_path() {
         "expire reservations at the end",
         "expire reservations 1 ms before the end",
         "granted a future window at once",
+        "route granted at once",
+        "route queued",
+        "route amended",
+        "route amend would block",
+        "route amend of a route not held",
+        "a queued route granted",
         "retry ran again: its outcome was forgotten",
         "refused: bad_request",
         "refused: lease_not_found",

@@ -27,15 +27,19 @@
 //!    with it (its search window assumes a longitude in [-180, 180]: found by fuzzing).
 //! 6. Every window is non-empty (`end_ms > start_ms`), and the end index lists exactly the
 //!    held and waiting reservations that have an end (part of invariant 3's rebuild check).
+//! 7. A route (`route.rs`) has volumes and no cylinder or window of its own; invariants 1, 2,
+//!    5 and 6 hold for each of its volumes (its shapes), and the spatial index files each
+//!    volume under (name or seq, volume number).
 
 mod geo;
 mod grid;
+mod route;
 mod window;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, Volume, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
 use super::fifo;
@@ -57,6 +61,10 @@ pub struct Reservation {
     /// Its time window; absent (and left out of the snapshot): all time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
+    /// A route's volumes (`route.rs`; `area` and `window` are then absent); empty, and left
+    /// out of the snapshot, for a waypoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 /// A waiting reservation.
@@ -71,6 +79,83 @@ pub struct Pending {
     /// The time window it asks for; absent: all time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<Window>,
+    /// A route's volumes, as for [`Reservation::volumes`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+}
+
+/// What a reservation request asks for, resolved: a waypoint's cylinder and window, or a
+/// route's volumes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Ask {
+    /// A waypoint's cylinder.
+    pub area: Option<Area>,
+    /// A waypoint's window, resolved against the entry's time.
+    pub window: Option<Window>,
+    /// A route's volumes (then `area` and `window` are `None`).
+    pub volumes: Vec<Volume>,
+    /// A waypoint's `start_ms` and `end_ms` as the request gave them, for a retry's match.
+    pub asked: (Option<u64>, Option<u64>),
+}
+
+impl Ask {
+    /// What the reservation is called in messages.
+    fn noun(&self) -> &'static str {
+        if self.volumes.is_empty() {
+            "waypoint"
+        } else {
+            "route"
+        }
+    }
+
+    /// Whether a held or waiting reservation is exactly what this asks for.
+    fn matches(&self, area: Option<Area>, window: Option<Window>, volumes: &[Volume]) -> bool {
+        area == self.area
+            && volumes == self.volumes.as_slice()
+            && (!self.volumes.is_empty()
+                || Window::asked_by(window.as_ref(), self.asked.0, self.asked.1))
+    }
+}
+
+/// One cylinder of a reservation in its window: a waypoint has at most one, a route one per
+/// volume.
+pub type Shape = (Area, Option<Window>);
+
+/// The shapes of a reservation: its cylinder in its window, or its route's volumes.
+fn shapes(area: Option<Area>, window: Option<Window>, volumes: &[Volume]) -> Vec<Shape> {
+    if volumes.is_empty() {
+        return area.map(|area| (area, window)).into_iter().collect();
+    }
+    volumes
+        .iter()
+        .map(|volume| {
+            let window = Window {
+                start_ms: volume.start_ms,
+                end_ms: Some(volume.end_ms),
+            };
+            (volume.area(), Some(window))
+        })
+        .collect()
+}
+
+/// When a reservation ends by itself: its window's end, or its route's last volume's end.
+fn end_ms(window: Option<Window>, volumes: &[Volume]) -> Option<u64> {
+    let route_end = volumes.iter().map(|volume| volume.end_ms).max();
+    route_end.or(window.and_then(|window| window.end_ms))
+}
+
+impl Reservation {
+    /// Its shapes (see [`shapes`]).
+    pub fn shapes(&self) -> Vec<Shape> {
+        shapes(self.area, self.window, &self.volumes)
+    }
+}
+
+impl Pending {
+    /// Its shapes (see [`shapes`]).
+    pub fn shapes(&self) -> Vec<Shape> {
+        shapes(self.area, self.window, &self.volumes)
+    }
 }
 
 /// Every reservation, held and waiting, with the indexes that keep checks local.
@@ -86,21 +171,33 @@ pub struct Waypoints {
     /// Names and cylinders removed during the current entry, for the grant pass. Empty
     /// between entries.
     #[serde(skip)]
-    removed: Vec<(Text, Option<Area>, Option<Window>)>,
+    removed: Vec<(Text, Vec<Shape>)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Index {
-    /// Held cylinders, keyed by name.
-    held: Grid<Text>,
-    /// Waiting cylinders, keyed by seq.
-    waiting: Grid<u64>,
+    /// Held cylinders, keyed by name and shape number.
+    held: Grid<(Text, u16)>,
+    /// Waiting cylinders, keyed by seq and shape number.
+    waiting: Grid<(u64, u16)>,
     /// Waiters' seqs by name.
     waiting_by_name: BTreeMap<Text, BTreeSet<u64>>,
     /// Held reservations with an end, by `(end_ms, name)`: the due ones are a prefix.
     held_ends: BTreeSet<(u64, Text)>,
     /// Waiting reservations with an end, by `(end_ms, seq)`.
     waiting_ends: BTreeSet<(u64, u64)>,
+}
+
+/// Files each shape of a reservation in `grid`, under `(key, shape number)`.
+fn file<K: Ord + Clone>(grid: &mut Grid<(K, u16)>, key: &K, shapes: Vec<Shape>, lease: LeaseId) {
+    for (number, (area, window)) in (0u16..).zip(shapes) {
+        let entry = Entry {
+            area,
+            lease,
+            window,
+        };
+        grid.insert((key.clone(), number), entry);
+    }
 }
 
 impl Index {
@@ -116,42 +213,34 @@ impl Index {
     }
 
     fn add_held(&mut self, name: &Text, reservation: &Reservation) {
-        let window = reservation.window;
-        if let Some(area) = reservation.area {
-            let lease = reservation.hold.lease;
-            let entry = Entry {
-                area,
-                lease,
-                window,
-            };
-            self.held.insert(name.clone(), entry);
-        }
-        if let Some(end_ms) = window.and_then(|window| window.end_ms) {
+        file(
+            &mut self.held,
+            name,
+            reservation.shapes(),
+            reservation.hold.lease,
+        );
+        if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
             self.held_ends.insert((end_ms, name.clone()));
         }
     }
 
     fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
-        if let Some(area) = &reservation.area {
-            self.held.remove(name, area);
+        for (number, (area, _)) in (0u16..).zip(reservation.shapes()) {
+            self.held.remove(&(name.clone(), number), &area);
         }
-        if let Some(end_ms) = reservation.window.and_then(|window| window.end_ms) {
+        if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
             self.held_ends.remove(&(end_ms, name.clone()));
         }
     }
 
     fn add_waiter(&mut self, seq: u64, pending: &Pending) {
-        let window = pending.window;
-        if let Some(area) = pending.area {
-            let lease = pending.waiter.lease;
-            let entry = Entry {
-                area,
-                lease,
-                window,
-            };
-            self.waiting.insert(seq, entry);
-        }
-        if let Some(end_ms) = window.and_then(|window| window.end_ms) {
+        file(
+            &mut self.waiting,
+            &seq,
+            pending.shapes(),
+            pending.waiter.lease,
+        );
+        if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
             self.waiting_ends.insert((end_ms, seq));
         }
         self.waiting_by_name
@@ -161,10 +250,10 @@ impl Index {
     }
 
     fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
-        if let Some(area) = &pending.area {
-            self.waiting.remove(&seq, area);
+        for (number, (area, _)) in (0u16..).zip(pending.shapes()) {
+            self.waiting.remove(&(seq, number), &area);
         }
-        if let Some(end_ms) = pending.window.and_then(|window| window.end_ms) {
+        if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
             self.waiting_ends.remove(&(end_ms, seq));
         }
         if let Some(seqs) = self.waiting_by_name.get_mut(&pending.name) {
@@ -231,42 +320,44 @@ impl Waypoints {
     }
 
     /// Whether a request (a new one, or the waiter at `before_seq`) is blocked by a held
-    /// reservation or by an earlier waiter of another lease.
+    /// reservation or by an earlier waiter of another lease: by its name (unless `name` is
+    /// `None`: a route's amend keeps its name) or by any of its shapes.
     fn blocked(
         &self,
-        name: &str,
-        area: Option<&Area>,
-        window: Option<&Window>,
+        name: Option<&str>,
+        shapes: &[Shape],
         lease: LeaseId,
         before_seq: u64,
     ) -> bool {
         let other = |entry_lease: LeaseId| entry_lease != lease;
-        if self
-            .held
-            .get(name)
-            .is_some_and(|held| other(held.hold.lease))
-        {
-            return true;
+        if let Some(name) = name {
+            if self
+                .held
+                .get(name)
+                .is_some_and(|held| other(held.hold.lease))
+            {
+                return true;
+            }
+            if let Some(seqs) = self.index.waiting_by_name.get(name)
+                && seqs
+                    .range(..before_seq)
+                    .any(|seq| other(self.waiters[seq].waiter.lease))
+            {
+                return true;
+            }
         }
-        if let Some(seqs) = self.index.waiting_by_name.get(name)
-            && seqs
-                .range(..before_seq)
-                .any(|seq| other(self.waiters[seq].waiter.lease))
-        {
-            return true;
-        }
-        let Some(area) = area else {
-            return false;
-        };
-        self.index
-            .held
-            .find_conflict(area, window, |_, entry| other(entry.lease))
-            || self
-                .index
-                .waiting
-                .find_conflict(area, window, |seq, entry| {
-                    *seq < before_seq && other(entry.lease)
-                })
+        shapes.iter().any(|(area, window)| {
+            let window = window.as_ref();
+            self.index
+                .held
+                .find_conflict(area, window, |_, entry| other(entry.lease))
+                || self
+                    .index
+                    .waiting
+                    .find_conflict(area, window, |key, entry| {
+                        key.0 < before_seq && other(entry.lease)
+                    })
+        })
     }
 
     fn insert_held(&mut self, name: Text, reservation: Reservation) {
@@ -281,8 +372,7 @@ impl Waypoints {
         }
         let (name, reservation) = self.held.remove_entry(name)?;
         self.index.remove_held(&name, &reservation);
-        self.removed
-            .push((name, reservation.area, reservation.window));
+        self.removed.push((name, reservation.shapes()));
         Some(reservation.hold)
     }
 
@@ -294,8 +384,8 @@ impl Waypoints {
         })?;
         let pending = self.waiters.remove(&seq)?;
         self.index.remove_waiter(seq, &pending);
-        self.removed
-            .push((pending.name, pending.area, pending.window));
+        let shapes = pending.shapes();
+        self.removed.push((pending.name, shapes));
         Some(pending.waiter)
     }
 
@@ -307,28 +397,23 @@ impl Waypoints {
             return;
         }
         let mut candidates = BTreeSet::new();
-        for (name, area, window) in &removed {
+        for (name, shapes) in &removed {
             if let Some(seqs) = self.index.waiting_by_name.get(name) {
                 candidates.extend(seqs.iter().copied());
             }
-            if let Some(area) = area {
+            for (area, window) in shapes {
                 self.index
                     .waiting
-                    .find_conflict(area, window.as_ref(), |seq, _| {
-                        candidates.insert(*seq);
+                    .find_conflict(area, window.as_ref(), |key, _| {
+                        candidates.insert(key.0);
                         false
                     });
             }
         }
         for seq in candidates {
             let pending = &self.waiters[&seq];
-            if self.blocked(
-                &pending.name,
-                pending.area.as_ref(),
-                pending.window.as_ref(),
-                pending.waiter.lease,
-                seq,
-            ) {
+            let shapes = pending.shapes();
+            if self.blocked(Some(&pending.name), &shapes, pending.waiter.lease, seq) {
                 continue;
             }
             let pending = self.waiters.remove(&seq).expect("looked up above");
@@ -339,6 +424,7 @@ impl Waypoints {
                 hold,
                 area: pending.area,
                 window: pending.window,
+                volumes: pending.volumes,
             };
             self.insert_held(pending.name, reservation);
         }
@@ -349,26 +435,23 @@ impl Waypoints {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
         }
-        let held = self
-            .held
-            .iter()
-            .map(|(name, held)| (name, &held.area, &held.window));
+        let held = self.held.iter().map(|(name, held)| (name, held.shapes()));
         let waiting = self
             .waiters
             .values()
-            .map(|pending| (&pending.name, &pending.area, &pending.window));
-        for (name, area, window) in held.chain(waiting) {
-            if let Some(Window {
-                start_ms,
-                end_ms: Some(end_ms),
-            }) = window
-                && end_ms <= start_ms
-            {
-                return Err(format!(
-                    "waypoint {name:?} has an empty window [{start_ms}, {end_ms})"
-                ));
-            }
-            if let Some(area) = area {
+            .map(|pending| (&pending.name, pending.shapes()));
+        for (name, shapes) in held.chain(waiting) {
+            for (area, window) in shapes {
+                if let Some(Window {
+                    start_ms,
+                    end_ms: Some(end_ms),
+                }) = window
+                    && end_ms <= start_ms
+                {
+                    return Err(format!(
+                        "waypoint {name:?} has an empty window [{start_ms}, {end_ms})"
+                    ));
+                }
                 Area::from_fields(
                     Some(area.lat),
                     Some(area.lon),
@@ -381,6 +464,16 @@ impl Waypoints {
                 })?;
             }
         }
+        if self
+            .held
+            .values()
+            .any(|held| !held.volumes.is_empty() && (held.area.is_some() || held.window.is_some()))
+            || self.waiters.values().any(|pending| {
+                !pending.volumes.is_empty() && (pending.area.is_some() || pending.window.is_some())
+            })
+        {
+            return Err("a route has an area or a window besides its volumes".into());
+        }
         if self.index != Index::build(&self.held, &self.waiters) {
             return Err("the waypoint indexes disagree with the reservations".into());
         }
@@ -388,14 +481,12 @@ impl Waypoints {
             let key = ResourceKey::new(ResourceKind::Waypoint, name);
             occupancy.hold(&key, &reservation.hold);
             let lease = reservation.hold.lease;
-            if let Some(area) = &reservation.area
-                && self
-                    .index
+            let conflict = reservation.shapes().iter().any(|(area, window)| {
+                self.index
                     .held
-                    .find_conflict(area, reservation.window.as_ref(), |_, entry| {
-                        entry.lease != lease
-                    })
-            {
+                    .find_conflict(area, window.as_ref(), |_, entry| entry.lease != lease)
+            });
+            if conflict {
                 return Err(format!(
                     "held waypoint {name:?} conflicts with another lease's"
                 ));
@@ -421,13 +512,7 @@ impl Waypoints {
                     pending.name
                 ));
             }
-            if !self.blocked(
-                &pending.name,
-                pending.area.as_ref(),
-                pending.window.as_ref(),
-                lease,
-                *seq,
-            ) {
+            if !self.blocked(Some(&pending.name), &pending.shapes(), lease, *seq) {
                 return Err(format!(
                     "waypoint waiter {seq} for {:?} could be granted but waits",
                     pending.name
@@ -460,18 +545,40 @@ impl StateMachine {
                 );
             }
         };
+        let ask = Ask {
+            area,
+            window,
+            volumes: Vec::new(),
+            asked,
+        };
+        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+    }
+
+    /// A reservation (a waypoint's or a route's) whose fields are valid: granted now, queued
+    /// or refused, as the module's rules say.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reserve(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        ask: Ask,
+        wait_ms: Option<u64>,
+    ) -> Reply {
         let lease = match self.core.live_lease(agent, lease) {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
+        let noun = ask.noun();
         if let Some(held) = self.waypoints.held.get(name)
             && held.hold.lease == lease
         {
-            // Same geometry and window: the reservation it already has. Other geometry would
-            // tell the agent it holds airspace it does not, so it must release first (as a
-            // semaphore re-acquire with other permits must).
-            return if held.area == area && Window::asked_by(held.window.as_ref(), asked.0, asked.1)
-            {
+            // The same request: the reservation it already has. Other geometry, another
+            // window or other volumes would tell the agent it holds airspace it does not, so
+            // it must release first (as a semaphore re-acquire with other permits must).
+            return if ask.matches(held.area, held.window, &held.volumes) {
                 Reply::Granted {
                     token: held.hold.token,
                 }
@@ -479,8 +586,9 @@ impl StateMachine {
                 Reply::refused(
                     ErrorCode::BadRequest,
                     format!(
-                        "lease {lease} already holds waypoint {name:?} with other geometry or \
-                         another window; release it before reserving it again elsewhere"
+                        "lease {lease} already holds {noun} {name:?} with other geometry, another \
+                         window or other volumes; release it (or amend a route) before \
+                         reserving it again"
                     ),
                 )
             };
@@ -494,17 +602,18 @@ impl StateMachine {
                     .core
                     .already_waiting(lease, &key, "a reservation not found");
             };
-            if pending.area != area || !Window::asked_by(pending.window.as_ref(), asked.0, asked.1)
-            {
-                return self
-                    .core
-                    .already_waiting(lease, &key, "other geometry or another window");
+            if !ask.matches(pending.area, pending.window, &pending.volumes) {
+                return self.core.already_waiting(
+                    lease,
+                    &key,
+                    "other geometry, another window or other volumes",
+                );
             }
             if wait_ms == Some(0) {
                 return Reply::refused(
                     ErrorCode::WouldBlock,
                     format!(
-                        "waypoint {name:?} conflicts with a held or earlier waiting reservation \
+                        "{noun} {name:?} conflicts with a held or earlier waiting reservation \
                          (this lease already waits for it, request id {old_id:?})"
                     ),
                 );
@@ -520,20 +629,26 @@ impl StateMachine {
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return self.resources_exhausted();
         }
+        let shapes = shapes(ask.area, ask.window, &ask.volumes);
         if !self
             .waypoints
-            .blocked(&name, area.as_ref(), window.as_ref(), lease, u64::MAX)
+            .blocked(Some(&name), &shapes, lease, u64::MAX)
         {
             let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
             let token = hold.token;
-            let reservation = Reservation { hold, area, window };
+            let reservation = Reservation {
+                hold,
+                area: ask.area,
+                window: ask.window,
+                volumes: ask.volumes,
+            };
             self.waypoints.insert_held(name, reservation);
             return Reply::Granted { token };
         }
         if wait_ms == Some(0) {
             return Reply::refused(
                 ErrorCode::WouldBlock,
-                format!("waypoint {name:?} conflicts with a held or earlier waiting reservation"),
+                format!("{noun} {name:?} conflicts with a held or earlier waiting reservation"),
             );
         }
         if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
@@ -548,8 +663,9 @@ impl StateMachine {
         let pending = Pending {
             name,
             waiter,
-            area,
-            window,
+            area: ask.area,
+            window: ask.window,
+            volumes: ask.volumes,
         };
         self.waypoints.index.add_waiter(ctx.index, &pending);
         self.waypoints.waiters.insert(ctx.index, pending);
@@ -588,6 +704,7 @@ impl StateMachine {
                 area: reservation.area,
                 start_ms: reservation.window.map(|window| window.start_ms),
                 end_ms: reservation.window.and_then(|window| window.end_ms),
+                volumes: reservation.volumes.clone(),
                 ..reservation.hold.info(None)
             })
             .into_iter()
@@ -608,6 +725,7 @@ impl StateMachine {
                 area: pending.area,
                 start_ms: pending.window.map(|window| window.start_ms),
                 end_ms: pending.window.and_then(|window| window.end_ms),
+                volumes: pending.volumes.clone(),
                 ..info
             })
             .collect();
