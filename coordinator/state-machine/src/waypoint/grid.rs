@@ -116,8 +116,10 @@ impl<K: Ord + Clone> Grid<K> {
                     let last = (level as u8, row, *col_range.end());
                     for entries in self.cells.range(first..=last).map(|(_, entries)| entries) {
                         for (key, entry) in entries {
-                            if areas_conflict(area, &entry.area)
-                                && overlaps(window, entry.window.as_ref())
+                            // The windows first: two integer comparisons that clear most
+                            // candidates of a busy sky before any trigonometry.
+                            if overlaps(window, entry.window.as_ref())
+                                && areas_conflict(area, &entry.area)
                                 && visit(key, entry)
                             {
                                 return true;
