@@ -177,9 +177,9 @@ pub struct Waypoints {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Index {
     /// Held cylinders, keyed by name and shape number.
-    held: Grid<(Text, u16)>,
+    held: Grid<(Text, u32)>,
     /// Waiting cylinders, keyed by seq and shape number.
-    waiting: Grid<(u64, u16)>,
+    waiting: Grid<(u64, u32)>,
     /// Waiters' seqs by name.
     waiting_by_name: BTreeMap<Text, BTreeSet<u64>>,
     /// Held reservations with an end, by `(end_ms, name)`: the due ones are a prefix.
@@ -189,8 +189,8 @@ struct Index {
 }
 
 /// Files each shape of a reservation in `grid`, under `(key, shape number)`.
-fn file<K: Ord + Clone>(grid: &mut Grid<(K, u16)>, key: &K, shapes: Vec<Shape>, lease: LeaseId) {
-    for (number, (area, window)) in (0u16..).zip(shapes) {
+fn file<K: Ord + Clone>(grid: &mut Grid<(K, u32)>, key: &K, shapes: Vec<Shape>, lease: LeaseId) {
+    for (number, (area, window)) in (0u32..).zip(shapes) {
         let entry = Entry {
             area,
             lease,
@@ -225,7 +225,7 @@ impl Index {
     }
 
     fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
-        for (number, (area, _)) in (0u16..).zip(reservation.shapes()) {
+        for (number, (area, _)) in (0u32..).zip(reservation.shapes()) {
             self.held.remove(&(name.clone(), number), &area);
         }
         if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
@@ -250,7 +250,7 @@ impl Index {
     }
 
     fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
-        for (number, (area, _)) in (0u16..).zip(pending.shapes()) {
+        for (number, (area, _)) in (0u32..).zip(pending.shapes()) {
             self.waiting.remove(&(seq, number), &area);
         }
         if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
