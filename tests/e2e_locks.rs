@@ -11,7 +11,7 @@ use common::{
     Node, Raw, agent, agent_session, code, fifo_scenario, inspect, inspect_lock, release, within,
 };
 use hivekeeper_agent::protocol::{Area, Op, ResourceKind};
-use hivekeeper_agent::{AgentError, Resource, Wait};
+use hivekeeper_agent::{AgentError, Resource, TimeWindow, Wait};
 use serde_json::json;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -234,6 +234,7 @@ async fn waypoints_conflict_only_when_closer_than_their_radii() {
     let reserve = |name: &str, at: f64| Resource::Waypoint {
         name: name.to_string(),
         geometry: Some(pad(at, lon)),
+        window: TimeWindow::default(),
     };
 
     // 10 m apart with 3 m radii (3 + 3 < 10): both granted at once.

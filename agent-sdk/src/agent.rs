@@ -256,7 +256,10 @@ impl Agent {
         let wait_resend = Duration::from_millis(config.wait_resend_ms);
         let acquires = matches!(
             op,
-            Op::LockAcquire { .. } | Op::SemAcquire { .. } | Op::WaypointReserve { .. }
+            Op::LockAcquire { .. }
+                | Op::SemAcquire { .. }
+                | Op::WaypointReserve { .. }
+                | Op::RouteReserve { .. }
         );
         match (acquires, op.wait_ms()) {
             // Queued until granted or the lease ends: no deadline. The per-attempt wait is

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::debug;
 
-use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind, Volume};
 
 use crate::error::AgentError;
 use crate::session::{Session, SessionInner, SessionState, wait_lost};
@@ -31,6 +31,37 @@ use crate::session::{Session, SessionInner, SessionState, wait_lost};
 /// The vertical cylinder of a waypoint reservation (the protocol's `Area`): centre `lat`/`lon`
 /// in degrees, `radius_m`, and an optional altitude band.
 pub type Geometry = Area;
+
+/// The time window of a waypoint reservation: `[start_ms, end_ms)` in UTC milliseconds since
+/// the Unix epoch, compared by the service with the time of the log entry that applies the
+/// request. Without a start it begins at once; without an end it lasts until released. The
+/// default (neither) covers all time, as a reservation without a window always has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimeWindow {
+    /// First instant covered; `None`: from the request's time.
+    pub start_ms: Option<u64>,
+    /// First instant no longer covered; `None`: until released. The service ends the
+    /// reservation by itself then (the guard's token stops being valid).
+    pub end_ms: Option<u64>,
+}
+
+impl TimeWindow {
+    /// `[start_ms, end_ms)`.
+    pub fn between(start_ms: u64, end_ms: u64) -> TimeWindow {
+        TimeWindow {
+            start_ms: Some(start_ms),
+            end_ms: Some(end_ms),
+        }
+    }
+
+    /// From now until `end_ms`.
+    pub fn until(end_ms: u64) -> TimeWindow {
+        TimeWindow {
+            start_ms: None,
+            end_ms: Some(end_ms),
+        }
+    }
+}
 
 /// What to acquire.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +86,16 @@ pub enum Resource {
         name: String,
         /// The cylinder it also claims; `None` conflicts by name only.
         geometry: Option<Geometry>,
+        /// When: two cylinders conflict only if their windows overlap.
+        window: TimeWindow,
+    },
+    /// A whole route (`route.reserve`): 1 to 64 4D volumes granted all or nothing with one
+    /// token. A route is a waypoint reservation of its name (`kind` is waypoint).
+    Route {
+        /// The route's name.
+        name: String,
+        /// Its volumes, in flight order.
+        volumes: Vec<Volume>,
     },
 }
 
@@ -69,7 +110,7 @@ impl Resource {
         match self {
             Resource::Lock { .. } => ResourceKind::Lock,
             Resource::Semaphore { .. } => ResourceKind::Sem,
-            Resource::Waypoint { .. } => ResourceKind::Waypoint,
+            Resource::Waypoint { .. } | Resource::Route { .. } => ResourceKind::Waypoint,
         }
     }
 
@@ -78,7 +119,8 @@ impl Resource {
         match self {
             Resource::Lock { name }
             | Resource::Semaphore { name, .. }
-            | Resource::Waypoint { name, .. } => name,
+            | Resource::Waypoint { name, .. }
+            | Resource::Route { name, .. } => name,
         }
     }
 
@@ -102,7 +144,11 @@ impl Resource {
                 permits: *permits,
                 wait_ms,
             },
-            Resource::Waypoint { name, geometry } => Op::WaypointReserve {
+            Resource::Waypoint {
+                name,
+                geometry,
+                window,
+            } => Op::WaypointReserve {
                 name: name.clone(),
                 lease,
                 lat: geometry.map(|g| g.lat),
@@ -110,6 +156,14 @@ impl Resource {
                 alt_min_m: geometry.and_then(|g| g.alt_min_m),
                 alt_max_m: geometry.and_then(|g| g.alt_max_m),
                 radius_m: geometry.map(|g| g.radius_m),
+                wait_ms,
+                start_ms: window.start_ms,
+                end_ms: window.end_ms,
+            },
+            Resource::Route { name, volumes } => Op::RouteReserve {
+                name: name.clone(),
+                lease,
+                volumes: volumes.clone(),
                 wait_ms,
             },
         }
@@ -335,6 +389,27 @@ impl Guard {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Guard {
+    /// Replaces a held route's volumes (`route.amend`), e.g. to extend a delayed flight. The
+    /// service grants the new volumes at once, keeping this guard's token, or answers
+    /// [`AgentError::WouldBlock`] and keeps the old route; it never waits. Only for a guard of
+    /// a route ([`Session::reserve_route`]); for another the service answers `bad_request`.
+    pub async fn amend(&self, volumes: Vec<Volume>) -> Result<(), AgentError> {
+        let claim = self.claim();
+        let session = &claim.session;
+        let state = session.state();
+        if !state.is_live() {
+            return Err(AgentError::Lost(state));
+        }
+        let op = Op::RouteAmend {
+            name: claim.name.clone(),
+            lease: session.lease.clone(),
+            volumes,
+        };
+        session.agent.request(op).await.map(drop)
     }
 }
 

@@ -68,7 +68,7 @@ pub use agent::{Agent, AgentStats};
 pub use backoff::Backoff;
 pub use config::{AgentConfig, BrokerAddr, DEFAULTS, Defaults, Secret};
 pub use error::AgentError;
-pub use guard::{Geometry, Guard, Resource, Wait};
+pub use guard::{Geometry, Guard, Resource, TimeWindow, Wait};
 pub use session::{Session, SessionState};
 
 /// The wire types (`Op`, `Success`, `Event`, `ErrorCode`, ...), re-exported so an agent needs

@@ -49,7 +49,7 @@ use hivekeeper_protocol::{ErrorCode, Event, Op, ResourceKind};
 
 use crate::agent::{Abandon, Agent, Patience};
 use crate::error::AgentError;
-use crate::guard::{Claim, Geometry, Guard, Resource, Slot, Wait};
+use crate::guard::{Claim, Geometry, Guard, Resource, Slot, TimeWindow, Wait};
 
 /// Where a session stands, as the SDK knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -380,8 +380,45 @@ impl Session {
         let resource = Resource::Waypoint {
             name: name.into(),
             geometry,
+            window: TimeWindow::default(),
         };
         self.acquire(resource, Wait::UntilGranted).await
+    }
+
+    /// Reserves the route `name`: its `volumes` (1 to 64 cylinders with altitude bands and
+    /// time windows) as one intent, granted all or nothing with one token, waiting as `wait`
+    /// says (FIFO as a unit behind earlier conflicting requests). The guard amends
+    /// ([`Guard::amend`]) and releases the route.
+    pub async fn reserve_route(
+        &self,
+        name: impl Into<String>,
+        volumes: Vec<hivekeeper_protocol::Volume>,
+        wait: Wait,
+    ) -> Result<Guard, AgentError> {
+        let resource = Resource::Route {
+            name: name.into(),
+            volumes,
+        };
+        self.acquire(resource, wait).await
+    }
+
+    /// Reserves the waypoint `name` (and with `geometry` its cylinder) for the time `window`
+    /// only, waiting as `wait` says. A future window is granted at once when nothing conflicts
+    /// with it in space and time; the guard's token is issued then. The service ends the
+    /// reservation by itself at `window.end_ms`.
+    pub async fn reserve_waypoint_in(
+        &self,
+        name: impl Into<String>,
+        geometry: Option<Geometry>,
+        window: TimeWindow,
+        wait: Wait,
+    ) -> Result<Guard, AgentError> {
+        let resource = Resource::Waypoint {
+            name: name.into(),
+            geometry,
+            window,
+        };
+        self.acquire(resource, wait).await
     }
 }
 

@@ -64,6 +64,8 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             alt_max_m,
             radius_m,
             wait_ms,
+            start_ms,
+            end_ms,
         } => AgentOp::WaypointReserve {
             name,
             lease,
@@ -73,8 +75,31 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             alt_max_m,
             radius_m,
             wait_ms,
+            start_ms,
+            end_ms,
         },
         Op::WaypointRelease { name, lease } => AgentOp::WaypointRelease { name, lease },
+        Op::RouteReserve {
+            name,
+            lease,
+            volumes,
+            wait_ms,
+        } => AgentOp::RouteReserve {
+            name,
+            lease,
+            volumes,
+            wait_ms,
+        },
+        Op::RouteRelease { name, lease } => AgentOp::RouteRelease { name, lease },
+        Op::RouteAmend {
+            name,
+            lease,
+            volumes,
+        } => AgentOp::RouteAmend {
+            name,
+            lease,
+            volumes,
+        },
         Op::AdminRevoke { lease } => AgentOp::AdminRevoke { lease },
         Op::AdminAgentRemove { name } => AgentOp::AdminAgentRemove { name },
         // Writes the node completes first: it makes the secret ([`account_request`]).
@@ -180,6 +205,9 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         | Op::SemRelease { .. }
         | Op::WaypointReserve { .. }
         | Op::WaypointRelease { .. }
+        | Op::RouteReserve { .. }
+        | Op::RouteRelease { .. }
+        | Op::RouteAmend { .. }
         | Op::AdminRevoke { .. }
         | Op::AdminAgentAdd { .. }
         | Op::AdminAgentRemove { .. }
@@ -197,6 +225,7 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::Done
         | Reply::Expired { .. }
         | Reply::WaitsExpired { .. }
+        | Reply::ReservationsEnded { .. }
         | Reply::Cancelled { .. } => Success::default(),
         Reply::Queued => return None,
         Reply::Fence { current, valid } => Success::fence(*current, *valid),
@@ -263,6 +292,15 @@ mod tests {
     fn every_op() -> Vec<Op> {
         let lease = || "0000000000000002".to_string();
         let name = || "gw".to_string();
+        let volume = || hivekeeper_protocol::Volume {
+            lat: 51.5,
+            lon: -0.1,
+            radius_m: 20.0,
+            alt_min_m: 0.0,
+            alt_max_m: 120.0,
+            start_ms: 1_764_503_600_000,
+            end_ms: 1_764_503_660_000,
+        };
         vec![
             Op::LeaseGrant { ttl_ms: 5_000 },
             Op::LeaseKeepalive { lease: lease() },
@@ -296,10 +334,27 @@ mod tests {
                 alt_max_m: Some(120.0),
                 radius_m: Some(3.0),
                 wait_ms: Some(0),
+                start_ms: None,
+                end_ms: None,
             },
             Op::WaypointRelease {
                 name: name(),
                 lease: lease(),
+            },
+            Op::RouteReserve {
+                name: name(),
+                lease: lease(),
+                volumes: vec![volume()],
+                wait_ms: Some(0),
+            },
+            Op::RouteRelease {
+                name: name(),
+                lease: lease(),
+            },
+            Op::RouteAmend {
+                name: name(),
+                lease: lease(),
+                volumes: vec![volume(), volume()],
             },
             Op::FenceCheck {
                 name: name(),

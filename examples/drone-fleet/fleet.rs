@@ -24,7 +24,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use hdrhistogram::Histogram;
 use hivekeeper::Service;
-use hivekeeper_agent::{Agent, AgentConfig, AgentError, Geometry, Guard, Resource, Session, Wait};
+use hivekeeper_agent::{
+    Agent, AgentConfig, AgentError, Geometry, Guard, Resource, Session, TimeWindow, Wait,
+};
 use hivekeeper_coordinator::node::NodeConfig;
 use hivekeeper_mqtt::Mode;
 use tokio::task::JoinSet;
@@ -590,6 +592,7 @@ async fn reserve_some_pad(
         let resource = Resource::Waypoint {
             name: pad_name(pad),
             geometry: Some(pad_geometry(pad)),
+            window: TimeWindow::default(),
         };
         match session.acquire(resource, Wait::Try).await {
             Ok(guard) => {
@@ -669,6 +672,7 @@ async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
     let resource = Resource::Waypoint {
         name: name.clone(),
         geometry: Some(pad_geometry(crash.pad)),
+        window: TimeWindow::default(),
     };
     // Bounded: the crashed lease expires after its TTL; three TTLs is a broken service.
     let wait = Duration::from_millis(3 * shared.config.ttl_ms);

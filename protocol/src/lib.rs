@@ -35,7 +35,7 @@ pub mod validate;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
-pub use request::{Area, Op, Request, ResourceKind};
+pub use request::{Area, Op, Request, ResourceKind, Volume};
 pub use response::{
     AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,
     ResourceInfo, Response, SnapshotPage, Success, WaiterInfo,

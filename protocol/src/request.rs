@@ -155,6 +155,14 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Addition (issue 18): start of the reservation's time window, UTC milliseconds since
+        /// the Unix epoch, compared with the log entry's time; absent: from the entry's time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_ms: Option<u64>,
+        /// Addition (issue 18): end of the window, exclusive (`[start_ms, end_ms)`); the
+        /// reservation ends by itself then. Absent: until released.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end_ms: Option<u64>,
     },
     /// Release a waypoint reservation.
     #[serde(rename = "waypoint.release")]
@@ -163,6 +171,42 @@ pub enum Op {
         name: String,
         /// The lease holding it.
         lease: String,
+    },
+    /// Addition (issue 18): reserve a whole route, 1 to [`validate::ROUTE_VOLUMES_MAX`] 4D
+    /// volumes, as one intent: granted all or nothing with one token, or queued as a unit. A
+    /// route is a waypoint reservation with several volumes: it shares the waypoint names,
+    /// `inspect` and `fence.check` with kind `waypoint`.
+    #[serde(rename = "route.reserve")]
+    RouteReserve {
+        /// The route's name (a waypoint name).
+        name: String,
+        /// The lease the route will be bound to.
+        lease: String,
+        /// Its volumes, in flight order.
+        volumes: Vec<Volume>,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Addition (issue 18): release every volume of a route (the same as `waypoint.release`
+    /// of its name).
+    #[serde(rename = "route.release")]
+    RouteRelease {
+        /// The route's name.
+        name: String,
+        /// The lease holding it.
+        lease: String,
+    },
+    /// Addition (issue 18): replace a held route's volumes atomically. Granted at once (the
+    /// token kept) or `would_block` (the old route kept); it never waits.
+    #[serde(rename = "route.amend")]
+    RouteAmend {
+        /// The route's name.
+        name: String,
+        /// The lease holding it.
+        lease: String,
+        /// The new volumes.
+        volumes: Vec<Volume>,
     },
     /// Ask whether `token` is held right now on a resource.
     #[serde(rename = "fence.check")]
@@ -308,6 +352,40 @@ fn one() -> u32 {
     1
 }
 
+/// One 4D volume of a route: a vertical cylinder, an altitude band and a time window
+/// `[start_ms, end_ms)`, every field required.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    /// Latitude of the axis, degrees (WGS84).
+    pub lat: f64,
+    /// Longitude of the axis, degrees (WGS84).
+    pub lon: f64,
+    /// Radius, metres.
+    pub radius_m: f64,
+    /// Bottom of the altitude band, metres.
+    pub alt_min_m: f64,
+    /// Top of the altitude band, metres.
+    pub alt_max_m: f64,
+    /// Start of the time window, UTC ms since the Unix epoch.
+    pub start_ms: u64,
+    /// End of the time window, exclusive.
+    pub end_ms: u64,
+}
+
+impl Volume {
+    /// The volume's cylinder.
+    pub fn area(&self) -> Area {
+        Area {
+            lat: self.lat,
+            lon: self.lon,
+            radius_m: self.radius_m,
+            alt_min_m: Some(self.alt_min_m),
+            alt_max_m: Some(self.alt_max_m),
+        }
+    }
+}
+
 /// The validated geometry of a waypoint reservation: a vertical cylinder.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Area {
@@ -325,7 +403,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 22] = [
+    pub const NAMES: [&'static str; 25] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -335,6 +413,9 @@ impl Op {
         "sem.release",
         "waypoint.reserve",
         "waypoint.release",
+        "route.reserve",
+        "route.release",
+        "route.amend",
         "fence.check",
         "inspect",
         "admin.status",
@@ -362,6 +443,9 @@ impl Op {
             Op::SemRelease { .. } => "sem.release",
             Op::WaypointReserve { .. } => "waypoint.reserve",
             Op::WaypointRelease { .. } => "waypoint.release",
+            Op::RouteReserve { .. } => "route.reserve",
+            Op::RouteRelease { .. } => "route.release",
+            Op::RouteAmend { .. } => "route.amend",
             Op::FenceCheck { .. } => "fence.check",
             Op::Inspect { .. } => "inspect",
             Op::AdminStatus {} => "admin.status",
@@ -389,6 +473,9 @@ impl Op {
             | Op::SemRelease { lease, .. }
             | Op::WaypointReserve { lease, .. }
             | Op::WaypointRelease { lease, .. }
+            | Op::RouteReserve { lease, .. }
+            | Op::RouteRelease { lease, .. }
+            | Op::RouteAmend { lease, .. }
             | Op::AdminRevoke { lease } => Some(lease),
             Op::LeaseGrant { .. }
             | Op::FenceCheck { .. }
@@ -444,7 +531,8 @@ impl Op {
         match self {
             Op::LockAcquire { wait_ms, .. }
             | Op::SemAcquire { wait_ms, .. }
-            | Op::WaypointReserve { wait_ms, .. } => *wait_ms,
+            | Op::WaypointReserve { wait_ms, .. }
+            | Op::RouteReserve { wait_ms, .. } => *wait_ms,
             _ => None,
         }
     }
@@ -502,7 +590,12 @@ impl Op {
             | Op::LockRelease { name, .. }
             | Op::SemRelease { name, .. }
             | Op::WaypointRelease { name, .. }
+            | Op::RouteRelease { name, .. }
             | Op::Inspect { name, .. } => validate::name("name", name)?,
+            Op::RouteReserve { name, volumes, .. } | Op::RouteAmend { name, volumes, .. } => {
+                validate::name("name", name)?;
+                validate::volumes(volumes)?;
+            }
             Op::SemAcquire {
                 name,
                 limit,
@@ -512,9 +605,15 @@ impl Op {
                 validate::name("name", name)?;
                 validate::sem_acquire(*limit, *permits)?;
             }
-            Op::WaypointReserve { name, .. } => {
+            Op::WaypointReserve {
+                name,
+                start_ms,
+                end_ms,
+                ..
+            } => {
                 validate::name("name", name)?;
                 self.area()?;
+                validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
         }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorCode;
-use crate::request::{Area, ResourceKind};
+use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
 
 /// One final response.
@@ -272,6 +272,16 @@ pub struct HolderInfo {
     /// The reservation's cylinder (waypoints reserved with geometry only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
+    /// Addition (issue 18): start of the reservation's time window, ms since the Unix epoch
+    /// (waypoints reserved with a window only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<u64>,
+    /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<u64>,
+    /// Addition (issue 18): a route's volumes, in flight order (routes only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 /// One waiter in an `inspect` result.
@@ -289,6 +299,16 @@ pub struct WaiterInfo {
     /// The cylinder it asks for (waypoints reserved with geometry only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
+    /// Addition (issue 18): start of the reservation's time window, ms since the Unix epoch
+    /// (waypoints reserved with a window only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<u64>,
+    /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ms: Option<u64>,
+    /// Addition (issue 18): a route's volumes, in flight order (routes only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 impl Success {
@@ -525,6 +545,9 @@ mod tests {
             permits: Some(1),
             since_ms: 1_764_500_000_000,
             area: None,
+            start_ms: None,
+            end_ms: None,
+            volumes: Vec::new(),
         }
     }
 
@@ -535,6 +558,9 @@ mod tests {
             permits: None,
             since_ms: 1_764_500_000_000,
             area: None,
+            start_ms: None,
+            end_ms: None,
+            volumes: Vec::new(),
         }
     }
 

@@ -68,6 +68,9 @@ impl Role {
             | Op::SemRelease { .. }
             | Op::WaypointReserve { .. }
             | Op::WaypointRelease { .. }
+            | Op::RouteReserve { .. }
+            | Op::RouteRelease { .. }
+            | Op::RouteAmend { .. }
             | Op::FenceCheck { .. }
             | Op::Inspect { .. } => Role::Agent,
         }

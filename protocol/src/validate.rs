@@ -279,6 +279,46 @@ pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
     }
 }
 
+/// Checks a reservation's time window as far as it can be checked without a clock: when both
+/// ends are given the window `[start_ms, end_ms)` must not be empty. Whether it lies in the past,
+/// too far ahead or is too long is the state machine's check, against the entry's time and the
+/// replicated limits.
+pub fn window(start_ms: Option<u64>, end_ms: Option<u64>) -> Result<(), String> {
+    match (start_ms, end_ms) {
+        (Some(start_ms), Some(end_ms)) if end_ms <= start_ms => Err(format!(
+            "the window is empty: `end_ms` ({end_ms}) is not after `start_ms` ({start_ms})"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Most volumes in one route (`route.reserve`, `route.amend`).
+pub const ROUTE_VOLUMES_MAX: usize = 64;
+
+/// Checks a route's volumes: 1 to [`ROUTE_VOLUMES_MAX`], each cylinder within the waypoint
+/// ranges and each window non-empty; the message names the volume by its index from 0.
+pub fn volumes(volumes: &[crate::Volume]) -> Result<(), String> {
+    if volumes.is_empty() || volumes.len() > ROUTE_VOLUMES_MAX {
+        return Err(format!(
+            "`volumes` has {} volumes, a route has 1 to {ROUTE_VOLUMES_MAX}",
+            volumes.len()
+        ));
+    }
+    for (i, volume) in volumes.iter().enumerate() {
+        let area = volume.area();
+        crate::Area::from_fields(
+            Some(area.lat),
+            Some(area.lon),
+            area.alt_min_m,
+            area.alt_max_m,
+            Some(area.radius_m),
+        )
+        .and_then(|_| window(Some(volume.start_ms), Some(volume.end_ms)))
+        .map_err(|reason| format!("volume {i}: {reason}"))?;
+    }
+    Ok(())
+}
+
 /// Checks a `lease.grant`'s `ttl_ms` (the service's configured range is the state machine's
 /// check; this is the wire's: positive).
 pub fn ttl_ms(ttl_ms: u64) -> Result<(), String> {

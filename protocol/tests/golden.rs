@@ -14,7 +14,7 @@ use hivekeeper_protocol::validate::{
 use hivekeeper_protocol::{
     AccountInfo, Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus,
     Op, ProtocolError, ReplicationInfo, Request, ResourceInfo, ResourceKind, Response, Role,
-    SnapshotPage, Success, Topics, WaiterInfo,
+    SnapshotPage, Success, Topics, Volume, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -319,6 +319,8 @@ fn op_waypoint_reserve_without_geometry() {
             alt_max_m: None,
             radius_m: None,
             wait_ms: None,
+            start_ms: None,
+            end_ms: None,
         },
     );
     assert_request(
@@ -352,6 +354,8 @@ fn op_waypoint_reserve_with_full_geometry() {
             alt_max_m: Some(120.5),
             radius_m: Some(25.0),
             wait_ms: Some(0),
+            start_ms: None,
+            end_ms: None,
         },
     );
     // Integers are accepted for the float fields; they are encoded back as floats.
@@ -380,6 +384,8 @@ fn op_waypoint_reserve_with_point_only() {
             alt_max_m: None,
             radius_m: None,
             wait_ms: None,
+            start_ms: None,
+            end_ms: None,
         },
     );
     assert_request(
@@ -407,6 +413,8 @@ fn op_waypoint_reserve_with_point_only() {
                 alt_max_m: Some(100_000.0),
                 radius_m: Some(10_000.0),
                 wait_ms: None,
+                start_ms: None,
+                end_ms: None,
             },
         ),
         &json!({"id": "r16", "op": "waypoint.reserve", "name": "m", "lease": "L",
@@ -422,6 +430,198 @@ fn op_waypoint_reserve_with_point_only() {
             "alt_min_m":-1000,"alt_max_m":-1000}"#,
     );
     assert_eq!(area_core(&flat), Some((0.0, 0.0, 0.0)));
+}
+
+/// Issue 18: a time window, `[start_ms, end_ms)` in UTC ms; either end may be left out, and
+/// what is left out stays out on the wire.
+#[test]
+fn op_waypoint_reserve_with_a_time_window() {
+    let expected = req(
+        "r14w",
+        Op::WaypointReserve {
+            name: "pad-3@0900".into(),
+            lease: "L-17".into(),
+            lat: Some(47.3769),
+            lon: Some(8.5417),
+            alt_min_m: None,
+            alt_max_m: None,
+            radius_m: Some(25.0),
+            wait_ms: Some(0),
+            start_ms: Some(1_764_503_600_000),
+            end_ms: Some(1_764_504_200_000),
+        },
+    );
+    assert_request(
+        r#"{"id":"r14w","op":"waypoint.reserve","name":"pad-3@0900","lease":"L-17",
+            "lat":47.3769,"lon":8.5417,"radius_m":25,"wait_ms":0,
+            "start_ms":1764503600000,"end_ms":1764504200000}"#,
+        &expected,
+        &json!({"id": "r14w", "op": "waypoint.reserve", "name": "pad-3@0900", "lease": "L-17",
+                "lat": 47.3769, "lon": 8.5417, "radius_m": 25.0, "wait_ms": 0,
+                "start_ms": 1_764_503_600_000u64, "end_ms": 1_764_504_200_000u64}),
+    );
+    let end_only = req(
+        "r14x",
+        Op::WaypointReserve {
+            name: "n".into(),
+            lease: "L".into(),
+            lat: None,
+            lon: None,
+            alt_min_m: None,
+            alt_max_m: None,
+            radius_m: None,
+            wait_ms: None,
+            start_ms: None,
+            end_ms: Some(5),
+        },
+    );
+    assert_request(
+        r#"{"id":"r14x","op":"waypoint.reserve","name":"n","lease":"L","end_ms":5}"#,
+        &end_only,
+        &json!({"id": "r14x", "op": "waypoint.reserve", "name": "n", "lease": "L", "end_ms": 5}),
+    );
+}
+
+/// Issue 18: `route.reserve` carries 1 to 64 volumes, every field required; `route.amend` the
+/// same without `wait_ms`; `route.release` is a name and a lease.
+#[test]
+fn op_route_reserve_amend_release() {
+    let volume = Volume {
+        lat: 47.3769,
+        lon: 8.5417,
+        radius_m: 20.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms: 1_764_503_600_000,
+        end_ms: 1_764_503_660_000,
+    };
+    let volume_json = json!({"lat": 47.3769, "lon": 8.5417, "radius_m": 20.0, "alt_min_m": 0.0,
+        "alt_max_m": 120.0, "start_ms": 1_764_503_600_000u64, "end_ms": 1_764_503_660_000u64});
+    assert_request(
+        r#"{"id":"r30","op":"route.reserve","name":"hub-pad7","lease":"L-17","wait_ms":0,
+            "volumes":[{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503600000,"end_ms":1764503660000}]}"#,
+        &req(
+            "r30",
+            Op::RouteReserve {
+                name: "hub-pad7".into(),
+                lease: "L-17".into(),
+                volumes: vec![volume],
+                wait_ms: Some(0),
+            },
+        ),
+        &json!({"id": "r30", "op": "route.reserve", "name": "hub-pad7", "lease": "L-17",
+                "wait_ms": 0, "volumes": [volume_json.clone()]}),
+    );
+    assert_request(
+        r#"{"id":"r31","op":"route.amend","name":"hub-pad7","lease":"L-17",
+            "volumes":[{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503600000,"end_ms":1764503660000}]}"#,
+        &req(
+            "r31",
+            Op::RouteAmend {
+                name: "hub-pad7".into(),
+                lease: "L-17".into(),
+                volumes: vec![volume],
+            },
+        ),
+        &json!({"id": "r31", "op": "route.amend", "name": "hub-pad7", "lease": "L-17",
+                "volumes": [volume_json]}),
+    );
+    assert_request(
+        r#"{"id":"r32","op":"route.release","name":"hub-pad7","lease":"L-17"}"#,
+        &req(
+            "r32",
+            Op::RouteRelease {
+                name: "hub-pad7".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r32", "op": "route.release", "name": "hub-pad7", "lease": "L-17"}),
+    );
+}
+
+/// Bad routes: no volume, too many, a volume out of range or with an empty window (named by
+/// its index), a missing or unknown volume field.
+#[test]
+fn bad_request_routes() {
+    let volume = |radius_m: f64, start_ms: u64, end_ms: u64| {
+        json!({"lat": 1.0, "lon": 2.0, "radius_m": radius_m, "alt_min_m": 0.0, "alt_max_m": 9.0,
+               "start_ms": start_ms, "end_ms": end_ms})
+    };
+    let route = |volumes: Vec<Value>| {
+        json!({"id": "7", "op": "route.reserve", "name": "n", "lease": "L", "volumes": volumes})
+            .to_string()
+    };
+    bad(
+        &route(vec![]),
+        Some("7"),
+        "route.reserve: `volumes` has 0 volumes, a route has 1 to 64",
+    );
+    bad(
+        &route(vec![volume(1.0, 1, 2); 65]),
+        Some("7"),
+        "route.reserve: `volumes` has 65 volumes, a route has 1 to 64",
+    );
+    assert!(
+        decode_ok(&route(vec![volume(1.0, 1, 2); 64]))
+            .op
+            .validate()
+            .is_ok()
+    );
+    bad(
+        &route(vec![volume(1.0, 1, 2), volume(1.0, 5, 5)]),
+        Some("7"),
+        "route.reserve: volume 1: the window is empty: `end_ms` (5) is not after `start_ms` (5)",
+    );
+    assert_bad_request_mentions(
+        &route(vec![volume(10_001.0, 1, 2)]),
+        Some("7"),
+        "route.reserve: volume 0: ",
+        &["radius_m"],
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"route.reserve","name":"n","lease":"L","volumes":[
+            {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"start_ms":1,"end_ms":2}]}"#,
+        Some("7"),
+        "route.reserve: ",
+        &["missing field `alt_max_m`"],
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"route.amend","name":"n","lease":"L","volumes":[
+            {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,"start_ms":1,"end_ms":2,
+             "priority":3}]}"#,
+        Some("7"),
+        "route.amend: ",
+        &["unknown field `priority`"],
+    );
+}
+
+/// An empty window is refused by the decoder, saying which; a window in the past, too long or
+/// too far ahead needs the entry's time and is the state machine's refusal (PROTOCOL.md §8.8).
+#[test]
+fn bad_request_empty_time_window() {
+    for (start, end) in [(1_000, 1_000), (1_000, 999)] {
+        let wire = format!(
+            r#"{{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","start_ms":{start},"end_ms":{end}}}"#
+        );
+        let err = decode_err(wire.as_bytes());
+        assert_eq!(err.code, ErrorCode::BadRequest);
+        assert_eq!(err.id.as_deref(), Some("7"));
+        assert_eq!(
+            err.message,
+            format!(
+                "waypoint.reserve: the window is empty: `end_ms` ({end}) is not after `start_ms` \
+                 ({start})"
+            )
+        );
+    }
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","start_ms":-1}"#,
+        Some("7"),
+        "waypoint.reserve: ",
+        &["-1"],
+    );
 }
 
 #[test]
@@ -1000,6 +1200,25 @@ fn op_names_are_complete_and_consistent() {
             true,
         ),
         (
+            r#"{"id":"a","op":"route.reserve","name":"n","lease":"L","wait_ms":7,"volumes":[
+                {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,
+                 "start_ms":10,"end_ms":20}]}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"route.release","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"route.amend","name":"n","lease":"L","volumes":[
+                {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,
+                 "start_ms":10,"end_ms":20}]}"#,
+            Some("L"),
+            true,
+        ),
+        (
             r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
             None,
             false,
@@ -1051,7 +1270,10 @@ fn op_names_are_complete_and_consistent() {
         assert_eq!(request.op.name(), name);
         assert_eq!(request.op.lease(), *lease, "{name}");
         assert_eq!(request.op.is_write(), *is_write, "{name}");
-        let expected_wait = if name.ends_with(".acquire") || name == "waypoint.reserve" {
+        let expected_wait = if name.ends_with(".acquire")
+            || name == "waypoint.reserve"
+            || name == "route.reserve"
+        {
             Some(7)
         } else {
             None
@@ -1070,6 +1292,9 @@ fn op_names_are_complete_and_consistent() {
             "sem.release",
             "waypoint.reserve",
             "waypoint.release",
+            "route.reserve",
+            "route.release",
+            "route.amend",
             "fence.check",
             "inspect",
             "admin.status",
@@ -1209,8 +1434,9 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, fence.check, inspect, admin.status, admin.leases, admin.resources, \
-         admin.snapshot, admin.revoke, admin.member.add, admin.member.remove, \
+         waypoint.release, route.reserve, route.release, route.amend, fence.check, inspect, \
+         admin.status, admin.leases, admin.resources, admin.snapshot, \
+         admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",
     );
     // Op names are case-sensitive.
@@ -2069,6 +2295,9 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         permits: None,
         since_ms: 5,
         area: None,
+        start_ms: None,
+        end_ms: None,
+        volumes: Vec::new(),
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2127,6 +2356,73 @@ fn success_fence_check() {
     );
 }
 
+/// Issue 18: a waypoint's holder and waiter carry their time window (`start_ms`, and `end_ms`
+/// when it has an end); both are absent for a reservation without a window. A route's carry
+/// its `volumes`.
+#[test]
+fn success_inspect_waypoint_with_windows() {
+    let response = Response::ok(
+        "r23w",
+        Success {
+            holders: Some(vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "L-17".into(),
+                token: 42,
+                permits: None,
+                since_ms: 1000,
+                area: None,
+                start_ms: Some(5_000),
+                end_ms: Some(9_000),
+                volumes: Vec::new(),
+            }]),
+            waiters: Some(vec![
+                WaiterInfo {
+                    agent: "drone-9".into(),
+                    position: 1,
+                    permits: None,
+                    since_ms: 1100,
+                    area: None,
+                    start_ms: Some(1_100),
+                    end_ms: None,
+                    volumes: Vec::new(),
+                },
+                WaiterInfo {
+                    agent: "drone-3".into(),
+                    position: 2,
+                    permits: None,
+                    since_ms: 1200,
+                    area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: vec![Volume {
+                        lat: 1.5,
+                        lon: 2.5,
+                        radius_m: 10.0,
+                        alt_min_m: 0.0,
+                        alt_max_m: 90.0,
+                        start_ms: 2_000,
+                        end_ms: 3_000,
+                    }],
+                },
+            ]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r23w",
+            "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1000,
+                         "start_ms": 5000, "end_ms": 9000}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1100, "start_ms": 1100},
+                        {"agent": "drone-3", "position": 2, "since_ms": 1200, "volumes": [
+                            {"lat": 1.5, "lon": 2.5, "radius_m": 10.0, "alt_min_m": 0.0,
+                             "alt_max_m": 90.0, "start_ms": 2000, "end_ms": 3000}]}]
+        }),
+    );
+}
+
 /// A waypoint's holder and waiter carry the cylinder they reserve or ask for (`area`, absent
 /// for a name-only reservation); an unbounded altitude side is `null`.
 #[test]
@@ -2148,6 +2444,9 @@ fn success_inspect_waypoint_with_geometry() {
                 permits: None,
                 since_ms: 1000,
                 area: Some(pad),
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
             }]),
             waiters: Some(vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2155,6 +2454,9 @@ fn success_inspect_waypoint_with_geometry() {
                 permits: None,
                 since_ms: 1100,
                 area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
             }]),
             ..Success::default()
         },
@@ -2184,6 +2486,9 @@ fn success_inspect_lock() {
                 permits: None,
                 since_ms: 1_764_500_000_000,
                 area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -2192,6 +2497,9 @@ fn success_inspect_lock() {
                     permits: None,
                     since_ms: 1_764_500_000_100,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2199,6 +2507,9 @@ fn success_inspect_lock() {
                     permits: None,
                     since_ms: 1_764_500_000_200,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
                 },
             ]),
             ..Success::default()
@@ -2234,6 +2545,9 @@ fn success_inspect_sem() {
                     permits: Some(1),
                     since_ms: 1000,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -2242,6 +2556,9 @@ fn success_inspect_sem() {
                     permits: Some(2),
                     since_ms: 1001,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
                 },
             ]),
             waiters: Some(vec![WaiterInfo {
@@ -2250,6 +2567,9 @@ fn success_inspect_sem() {
                 permits: Some(3),
                 since_ms: 1002,
                 area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
             }]),
             ..Success::default()
         },

@@ -3,7 +3,7 @@
 //! waypoint's cylinders; the first `--limit` waiters, then how many more.
 
 use clap::ValueEnum;
-use hivekeeper_agent::protocol::{Area, HolderInfo, Op, ResourceKind, WaiterInfo};
+use hivekeeper_agent::protocol::{Area, HolderInfo, Op, ResourceKind, Volume, WaiterInfo};
 use serde::Serialize;
 
 use super::leases::all_leases;
@@ -199,7 +199,9 @@ fn inspection_text(inspection: &Inspection) -> String {
                 holder.remaining_ms.map_or_else(|| "?".into(), human_ms),
             ];
             if with_area {
-                row.push(area_text(holder.info.area.as_ref()));
+                let info = &holder.info;
+                let window = (info.start_ms, info.end_ms);
+                row.push(shape_text(info.area.as_ref(), window, &info.volumes));
             }
             table.row(row);
         }
@@ -227,7 +229,9 @@ fn inspection_text(inspection: &Inspection) -> String {
                 human_ms(waiter.waited_for_ms),
             ];
             if with_area {
-                row.push(area_text(waiter.info.area.as_ref()));
+                let info = &waiter.info;
+                let window = (info.start_ms, info.end_ms);
+                row.push(shape_text(info.area.as_ref(), window, &info.volumes));
             }
             table.row(row);
         }
@@ -253,6 +257,30 @@ fn more(shown: usize, total: Option<u64>, what: &str) -> String {
     }
 }
 
+/// What a waypoint reservation claims, for people: its cylinder ([`area_text`]) and, when it
+/// has one, its time window in UTC ms (`[1764503600000, 1764504200000)`); for a route, its
+/// volume count and the span of its windows (`route: 12 volumes, [start, end)`).
+fn shape_text(
+    area: Option<&Area>,
+    (start_ms, end_ms): (Option<u64>, Option<u64>),
+    volumes: &[Volume],
+) -> String {
+    if let (Some(first), Some(last_end)) = (
+        volumes.iter().map(|v| v.start_ms).min(),
+        volumes.iter().map(|v| v.end_ms).max(),
+    ) {
+        return format!("route: {} volumes, [{first}, {last_end})", volumes.len());
+    }
+    let cylinder = area_text(area);
+    match (start_ms, end_ms) {
+        (None, None) => cylinder,
+        (start, end) => {
+            let side = |ms: Option<u64>| ms.map_or_else(|| "..".to_string(), |ms| ms.to_string());
+            format!("{cylinder} [{}, {})", side(start), side(end))
+        }
+    }
+}
+
 /// A waypoint's cylinder for people: `51.500000,-0.100000 r=3m alt=..120m`, or `-` for a
 /// name-only reservation.
 fn area_text(area: Option<&Area>) -> String {
@@ -269,9 +297,42 @@ fn area_text(area: Option<&Area>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use hivekeeper_agent::protocol::{Area, HolderInfo, ResourceKind, WaiterInfo};
+    use hivekeeper_agent::protocol::{Area, HolderInfo, ResourceKind, Volume, WaiterInfo};
 
-    use super::{Holder, Inspection, Waiter, area_text, inspection_text};
+    use super::{Holder, Inspection, Waiter, area_text, inspection_text, shape_text};
+
+    /// Issue 18: a window is shown after the cylinder, a route as its volume count and span.
+    #[test]
+    fn windows_and_routes_are_shown_in_the_area_column() {
+        let pad = Area {
+            lat: 51.5,
+            lon: -0.1,
+            radius_m: 3.0,
+            alt_min_m: None,
+            alt_max_m: None,
+        };
+        assert_eq!(
+            shape_text(Some(&pad), (Some(1_000), Some(2_000)), &[]),
+            "51.500000,-0.100000 r=3m [1000, 2000)"
+        );
+        assert_eq!(
+            shape_text(Some(&pad), (Some(1_000), None), &[]),
+            "51.500000,-0.100000 r=3m [1000, ..)"
+        );
+        let volume = |start_ms, end_ms| Volume {
+            lat: 51.5,
+            lon: -0.1,
+            radius_m: 20.0,
+            alt_min_m: 0.0,
+            alt_max_m: 120.0,
+            start_ms,
+            end_ms,
+        };
+        assert_eq!(
+            shape_text(None, (None, None), &[volume(5, 10), volume(10, 30)]),
+            "route: 2 volumes, [5, 30)"
+        );
+    }
 
     #[test]
     fn a_waypoint_shows_durations_cylinders_and_how_many_more_wait() {
@@ -294,6 +355,9 @@ mod tests {
                     permits: None,
                     since_ms: 1,
                     area: Some(pad),
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
                 },
                 held_for_ms: 65_000,
                 remaining_ms: Some(4_200),
@@ -305,6 +369,9 @@ mod tests {
                     permits: None,
                     since_ms: 1,
                     area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
                 },
                 waited_for_ms: 850,
             }],

@@ -444,7 +444,10 @@ impl Fake {
             | Op::AdminAgentAdd { .. }
             | Op::AdminAgentList { .. }
             | Op::AdminAgentRemove { .. }
-            | Op::AdminAgentRotate { .. } => {
+            | Op::AdminAgentRotate { .. }
+            | Op::RouteReserve { .. }
+            | Op::RouteRelease { .. }
+            | Op::RouteAmend { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)
             }
         };

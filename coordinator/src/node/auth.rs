@@ -412,6 +412,9 @@ mod tests {
             permits: None,
             since_ms: 1,
             area: None,
+            start_ms: None,
+            end_ms: None,
+            volumes: Vec::new(),
         };
         let reply = Reply::Inspect {
             limit: None,

@@ -6,7 +6,9 @@
 //! (the one it stamps entries with) has reached it, proposes `ExpireWaits { term }`; the
 //! entry ends exactly the waits due on the machine's clock. A new leader finds the deadlines
 //! in the state it took over, so a wait still ends about on time across a failover (late by
-//! at most the time without a ready leader, never early).
+//! at most the time without a ready leader, never early). The ends of waypoint reservations'
+//! time windows (`waypoint/window.rs`) are replicated deadlines too, watched the same way and
+//! ended by `ExpireReservations { term }`.
 //!
 //! Keepalives are not Raft writes (DESIGN.md §2): like etcd's lessor, the leader keeps each
 //! lease's deadline in memory and only an expiry goes through the log, as `ExpireLeases`
@@ -28,6 +30,10 @@
 //!                                     ─▶ machine's earliest wait deadline due at the clock
 //!                                        an entry stamped now would get (`wait_expiry_due`)?
 //!                                        ─▶ proposer: ExpireWaits { term } (one at a time)
+//!                                     ─▶ earliest reservation window end due
+//!                                        (`reservation_expiry_due`)?
+//!                                        ─▶ proposer: ExpireReservations { term } (one at a
+//!                                           time)
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
 //!
@@ -71,14 +77,33 @@ pub enum KeeperMsg {
         proposed: Vec<LeaseId>,
         ended: Option<Vec<LeaseId>>,
     },
-    /// A wait expiry proposal completed; another may be proposed.
-    WaitsExpiryDone,
+    /// A wait or reservation expiry proposal completed; another of its kind may be proposed.
+    DeadlineExpiryDone(Deadline),
     /// Time left before each lease's deadline, ms, for `admin.leases`: `None` for a lease
     /// without a deadline here (this node is not a ready leader, or the lease is unknown).
     Remaining {
         leases: Vec<LeaseId>,
         reply: RpcReplyPort<Vec<Option<u64>>>,
     },
+}
+
+/// The replicated deadlines the keeper watches besides leases'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// A queued request's `wait_ms`: `ExpireWaits`.
+    Wait,
+    /// A waypoint reservation's `end_ms`: `ExpireReservations`.
+    ReservationEnd,
+}
+
+impl Deadline {
+    /// Its slot in [`KeeperState::expiring`].
+    fn slot(self) -> usize {
+        match self {
+            Deadline::Wait => 0,
+            Deadline::ReservationEnd => 1,
+        }
+    }
 }
 
 /// The keeper's behaviour.
@@ -96,9 +121,10 @@ pub struct KeeperState {
     raft: Arc<RaftHandle>,
     proposer: Proposer,
     lessor: Lessor,
-    /// Whether an `ExpireWaits` is in flight: one at a time, so a slow commit does not pile
-    /// up proposals that would each find nothing left to end.
-    expiring_waits: bool,
+    /// Whether an `ExpireWaits` (slot 0) or an `ExpireReservations` (slot 1) is in flight:
+    /// one of each at a time, so a slow commit does not pile up proposals that would each find
+    /// nothing left to end.
+    expiring: [bool; 2],
 }
 
 impl KeeperState {
@@ -174,28 +200,39 @@ impl KeeperState {
         }
     }
 
-    /// Proposes `ExpireWaits` when this node is a ready leader, none is in flight, and its
-    /// clock has reached the machine's earliest wait deadline.
-    fn expire_waits(&mut self, myself: &ActorRef<KeeperMsg>) -> Result<(), ActorProcessingErr> {
-        if !self.lessor.is_ready() || self.expiring_waits {
+    /// Proposes `ExpireWaits` or `ExpireReservations` (by `deadline`) when this node is a
+    /// ready leader, none of that kind is in flight, and its clock has reached the machine's
+    /// earliest deadline of that kind.
+    fn expire_due(
+        &mut self,
+        myself: &ActorRef<KeeperMsg>,
+        deadline: Deadline,
+    ) -> Result<(), ActorProcessingErr> {
+        if !self.lessor.is_ready() || self.expiring[deadline.slot()] {
             return Ok(());
         }
         // Due on the clock an entry stamped now would get, not on this node's wall clock: the
         // machine's clock steps by stamps (`clock.rs`) and may differ from it after a jump.
         let stamp_ms = self.raft.clock_ms();
-        if !self.raft.query(|sm| sm.wait_expiry_due(stamp_ms))? {
+        let due = self.raft.query(|sm| match deadline {
+            Deadline::Wait => sm.wait_expiry_due(stamp_ms),
+            Deadline::ReservationEnd => sm.reservation_expiry_due(stamp_ms),
+        })?;
+        if !due {
             return Ok(());
         }
-        self.expiring_waits = true;
-        let command = NodeCommand::ExpireWaits {
-            term: self.lessor.term(),
+        self.expiring[deadline.slot()] = true;
+        let term = self.lessor.term();
+        let command = match deadline {
+            Deadline::Wait => NodeCommand::ExpireWaits { term },
+            Deadline::ReservationEnd => NodeCommand::ExpireReservations { term },
         };
         let (proposer, myself) = (self.proposer.clone(), myself.clone());
         tokio::spawn(async move {
             if let Err(error) = proposer.propose(command).await {
-                tracing::debug!(%error, "a wait expiry proposal failed; retried at the next tick");
+                tracing::debug!(%error, ?deadline, "an expiry proposal failed; retried at the next tick");
             }
-            let _ = myself.cast(KeeperMsg::WaitsExpiryDone);
+            let _ = myself.cast(KeeperMsg::DeadlineExpiryDone(deadline));
         });
         Ok(())
     }
@@ -223,7 +260,7 @@ impl Actor for LeaseKeeper {
             raft: args.raft,
             proposer: args.proposer,
             lessor: Lessor::default(),
-            expiring_waits: false,
+            expiring: [false; 2],
         })
     }
 
@@ -257,7 +294,8 @@ impl Actor for LeaseKeeper {
                 }
             }
             KeeperMsg::Tick => {
-                state.expire_waits(&myself)?;
+                state.expire_due(&myself, Deadline::Wait)?;
+                state.expire_due(&myself, Deadline::ReservationEnd)?;
                 let overdue = state.lessor.overdue(Instant::now());
                 if overdue.is_empty() {
                     return Ok(());
@@ -298,7 +336,7 @@ impl Actor for LeaseKeeper {
                     state.expiry_refused(&proposed, &ended);
                 }
             }
-            KeeperMsg::WaitsExpiryDone => state.expiring_waits = false,
+            KeeperMsg::DeadlineExpiryDone(deadline) => state.expiring[deadline.slot()] = false,
             KeeperMsg::Remaining { leases, reply } => {
                 let _ = reply.send(state.lessor.remaining(Instant::now(), &leases));
             }

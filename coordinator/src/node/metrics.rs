@@ -313,6 +313,7 @@ impl NodeMetrics {
                         let reason = match reason {
                             ReleaseReason::Released => "released",
                             ReleaseReason::LeaseEnded => "lease_ended",
+                            ReleaseReason::WindowEnded => "window_ended",
                         };
                         counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason)
                             .increment(1);

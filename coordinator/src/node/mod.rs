@@ -24,6 +24,7 @@
 //!   fence.check / inspect / admin reads ─▶ task: read-index ─▶ StateMachine::query ─▶ respond
 //!   LeaseKeeper tick (leader) ─▶ overdue leases ─▶ Proposer::propose: ExpireLeases { term }
 //!                             ─▶ a replicated wait deadline passed ─▶ ExpireWaits { term }
+//!                             ─▶ a reservation window's end passed ─▶ ExpireReservations { term }
 //! ```
 //!
 //! In a cluster, a follower's proposer forwards its batches of agents' writes to the leader,

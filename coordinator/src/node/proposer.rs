@@ -64,6 +64,11 @@ pub(crate) enum NodeCommand {
         /// The leader's term.
         term: u64,
     },
+    /// The keeper found a reservation's window end passed.
+    ExpireReservations {
+        /// The leader's term.
+        term: u64,
+    },
     /// The configured limits differ from the replicated ones.
     Configure {
         /// The new limits.
@@ -77,6 +82,7 @@ impl NodeCommand {
         match self {
             NodeCommand::ExpireLeases { term, leases } => Command::ExpireLeases { term, leases },
             NodeCommand::ExpireWaits { term } => Command::ExpireWaits { term },
+            NodeCommand::ExpireReservations { term } => Command::ExpireReservations { term },
             NodeCommand::Configure { limits } => Command::Configure { limits },
         }
     }

@@ -313,6 +313,8 @@ fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
         // Try once: an unexpected conflict is refused (and caught by the check) rather than
         // silently queued.
         wait_ms: Some(0),
+        start_ms: None,
+        end_ms: None,
     }
 }
 
@@ -406,7 +408,113 @@ fn waypoint_reserve_release(c: &mut Criterion) {
     h.check_invariants();
 }
 
-/// 4. `snapshot()` and `StateMachine::restore` of the loaded machine (10,000 leases, 10,000
+/// Routes of `route_reserve_release`: a 100 x 100 grid of cells 200 m apart (a 20 km square),
+/// one route per cell of 12 volumes 15 m apart eastwards, radius 5 m, 0-120 m, each volume
+/// five minutes of the route's hour.
+const ROUTE_CELLS: usize = 100;
+const ROUTE_CELL_M: f64 = 200.0;
+const ROUTE_LEGS: usize = 12;
+const ROUTE_LEG_M: f64 = 15.0;
+const ROUTE_LEG_MS: u64 = 300_000;
+const HOUR_MS: u64 = 3_600_000;
+
+/// The 12 volumes of the route in cell (row, col) during hour `hour` after the clock's start.
+fn route_volumes(row: usize, col: usize, hour: u64) -> Vec<hivekeeper_protocol::Volume> {
+    let north_m = row as f64 * ROUTE_CELL_M;
+    let lat = GRID_LAT0 + north_m / M_PER_DEG;
+    let m_per_deg_lon = M_PER_DEG * lat.to_radians().cos();
+    let start_ms = NOW0_MS + HOUR_MS * (1 + hour);
+    (0..ROUTE_LEGS)
+        .map(|leg| {
+            let east_m = col as f64 * ROUTE_CELL_M + leg as f64 * ROUTE_LEG_M;
+            let start = start_ms + leg as u64 * ROUTE_LEG_MS;
+            hivekeeper_protocol::Volume {
+                lat,
+                lon: GRID_LON0 + east_m / m_per_deg_lon,
+                radius_m: 5.0,
+                alt_min_m: 0.0,
+                alt_max_m: 120.0,
+                start_ms: start,
+                end_ms: start + ROUTE_LEG_MS,
+            }
+        })
+        .collect()
+}
+
+fn route_reserve(
+    agent: &Agent,
+    name: String,
+    volumes: Vec<hivekeeper_protocol::Volume>,
+) -> AgentOp {
+    AgentOp::RouteReserve {
+        name,
+        lease: agent.lease.clone(),
+        volumes,
+        // Try once, as for the pads.
+        wait_ms: Some(0),
+    }
+}
+
+/// 4. Issue 18's target: 10,000 held 12-volume routes over a 20 km square (one per 200 m
+///    cell, in one of four hours); timed: `route.reserve` + `route.release` of a 12-volume
+///    route over an existing route's cell two hours later. The spatial index proposes the held
+///    route's 12 volumes (the same cylinders) and the time windows clear them: a real grant.
+fn route_reserve_release(c: &mut Criterion) {
+    let mut h = Harness::new(Limits::DEFAULTS);
+    let agents: Vec<Agent> = (0..AGENTS)
+        .map(|i| h.agent(format!("flight-{i:05}")))
+        .collect();
+    let hour = |row: usize, col: usize| ((row + col) % 4) as u64;
+    for (i, agent) in agents.iter().enumerate() {
+        let (row, col) = (i / ROUTE_CELLS, i % ROUTE_CELLS);
+        let volumes = route_volumes(row, col, hour(row, col));
+        let (reply, _) = h.apply(
+            &agent.name,
+            route_reserve(agent, format!("route-{i}"), volumes),
+        );
+        assert_granted(&reply, "setup: held route");
+    }
+    let bytes = h.sm.snapshot().len();
+    eprintln!(
+        "route_reserve_release: {AGENTS} held routes of {ROUTE_LEGS} volumes; snapshot {bytes} \
+         bytes ({} a volume, with its lease and dedup memory)",
+        bytes / (AGENTS * ROUTE_LEGS)
+    );
+    let mut next = 0usize;
+    let mut build = move |h: &mut Harness, batch: &mut Vec<(LogMeta, Command)>| {
+        let agent = &agents[next % AGENTS];
+        let cell = (next * 7_919) % (ROUTE_CELLS * ROUTE_CELLS);
+        next += 1;
+        let (row, col) = (cell / ROUTE_CELLS, cell % ROUTE_CELLS);
+        let later = route_volumes(row, col, hour(row, col) + 2);
+        let name = format!("later-{cell}");
+        batch.push(h.request(&agent.name, route_reserve(agent, name.clone(), later)));
+        batch.push(h.request(
+            &agent.name,
+            AgentOp::RouteRelease {
+                name,
+                lease: agent.lease.clone(),
+            },
+        ));
+    };
+    check_pairs(&mut h, 2_000, &mut build, |position, reply, _| {
+        if position == 0 {
+            assert_granted(reply, "route.reserve two hours later");
+        } else {
+            assert_done(reply, "route.release");
+        }
+    });
+
+    let mut group = c.benchmark_group("apply");
+    group.throughput(Throughput::Elements(2));
+    group.bench_function("route_reserve_release", |b| {
+        b.iter_custom(|pairs| run_pairs(&mut h, pairs, &mut build));
+    });
+    group.finish();
+    h.check_invariants();
+}
+
+/// 5. `snapshot()` and `StateMachine::restore` of the loaded machine (10,000 leases, 10,000
 ///    held locks, the dedup memory of the setup requests).
 fn snapshot(c: &mut Criterion) {
     let (h, _) = loaded_machine();
@@ -436,6 +544,7 @@ criterion_group!(
     lock_acquire_release,
     lock_handover,
     waypoint_reserve_release,
+    route_reserve_release,
     snapshot
 );
 criterion_main!(benches);

@@ -137,6 +137,9 @@ pub fn infos<'w>(
             permits: with_permits.then_some(waiter.permits),
             since_ms: waiter.since_ms,
             area: None,
+            start_ms: None,
+            end_ms: None,
+            volumes: Vec::new(),
         })
         .collect()
 }

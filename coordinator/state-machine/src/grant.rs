@@ -110,6 +110,9 @@ impl Hold {
             permits,
             since_ms: self.since_ms,
             area: None,
+            start_ms: None,
+            end_ms: None,
+            volumes: Vec::new(),
         }
     }
 }

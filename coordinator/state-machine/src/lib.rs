@@ -29,6 +29,9 @@
 //!  apply(meta, Command::ExpireWaits { term })             leader only; ends the waits whose
 //!                                                         deadline_ms (queued at now + wait_ms)
 //!                                                         has passed on the machine's clock
+//!  apply(meta, Command::ExpireReservations { term })      leader only; ends the reservations
+//!                                                         whose window (a route: its last
+//!                                                         volume's) end has passed
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
 //!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
@@ -49,7 +52,9 @@
 //! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds.
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
+//!   has a cylinder (`geo.rs`, indexed by `grid.rs`), a time window (`window.rs`, which also
+//!   ends windows), or several 4D volumes when it is a route (`route.rs`).
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -97,7 +102,11 @@ mod test_support;
 #[cfg(test)]
 mod wait_deadline_test;
 #[cfg(test)]
+mod waypoint_route_test;
+#[cfg(test)]
 mod waypoint_test;
+#[cfg(test)]
+mod waypoint_window_test;
 
 use std::sync::Arc;
 
@@ -113,7 +122,7 @@ pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use resources::ResourceQuery;
-pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
+pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, Window, areas_conflict, bands_overlap, distance_m};
 
 use grant::Core;
 use lock::Lock;
@@ -184,6 +193,15 @@ pub enum Command {
         /// The proposing leader's term.
         term: u64,
     },
+    /// Addition (issue 18): the leader found a reservation's window end passed: ends every
+    /// held reservation whose `end_ms` has passed on the machine's clock and answers `timeout`
+    /// to every waiting one whose end passed first (none other, whatever the proposer
+    /// believed). Ignored when `term` is older than a term already applied, like
+    /// [`Command::ExpireWaits`] (`waypoint/window.rs`).
+    ExpireReservations {
+        /// The proposing leader's term.
+        term: u64,
+    },
     /// Replace the replicated limits.
     Configure {
         /// The new limits; they bound what comes after, nothing already granted is taken back.
@@ -200,6 +218,7 @@ impl Command {
             Command::ExpireLeases { .. } => "expire_leases",
             Command::CancelWait { .. } => "cancel_wait",
             Command::ExpireWaits { .. } => "expire_waits",
+            Command::ExpireReservations { .. } => "expire_reservations",
             Command::Configure { .. } => "configure",
         }
     }
@@ -254,6 +273,12 @@ pub enum Reply {
     /// `ExpireWaits`: how many waits ended (0 for a stale term or when none was due).
     WaitsExpired {
         /// Waits answered `timeout` by this entry.
+        count: u64,
+    },
+    /// `ExpireReservations`: how many reservations ended (held ones released, waiting ones
+    /// answered `timeout`); 0 for a stale term or when none was due.
+    ReservationsEnded {
+        /// Reservations ended by this entry.
         count: u64,
     },
     /// `CancelWait` (legacy): whether a waiter was cancelled (false when the grant won).
@@ -338,6 +363,8 @@ pub enum ReleaseReason {
     Released,
     /// The holder's lease ended; the holder should be told it lost the resource.
     LeaseEnded,
+    /// The reservation's time window ended (`end_ms` passed on the machine's clock).
+    WindowEnded,
 }
 
 /// What an applied entry did, for the node layer: deferred responses, notices to agents, the
@@ -582,6 +609,7 @@ impl StateMachine {
                 }
             }
             Command::ExpireWaits { term } => self.expire_waits(&mut ctx, term),
+            Command::ExpireReservations { term } => self.expire_reservations(&mut ctx, term),
             Command::CancelWait { agent, request_id } => {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
@@ -679,16 +707,30 @@ impl StateMachine {
                 ref name,
                 ref lease,
                 wait_ms,
+                start_ms,
+                end_ms,
                 ..
             } => {
                 let area = reserve
                     .area()
                     .expect("validated above: the geometry is well formed");
-                self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms)
+                let asked = (start_ms, end_ms);
+                self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms, asked)
             }
-            AgentOp::WaypointRelease { name, lease } => {
+            AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
             }
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+            } => self.route_reserve(ctx, &agent, &id, &name, &lease, volumes, wait_ms),
+            AgentOp::RouteAmend {
+                name,
+                lease,
+                volumes,
+            } => self.route_amend(ctx, &agent, &name, &lease, volumes),
             // The operator's role is checked by the node before the log, like admin.revoke.
             AgentOp::AdminAgentAdd {
                 name,

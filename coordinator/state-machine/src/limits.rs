@@ -46,6 +46,24 @@ pub struct Limits {
     /// counts: it becomes a hold without asking again): 1% of the default `resources_max`.
     #[serde(skip_serializing_if = "is_default_holds_per_agent_max")]
     pub holds_per_agent_max: u32,
+    /// Longest time window a waypoint reservation may ask for (`end_ms - start_ms`, the start
+    /// being the entry's time when absent): one day. Bounds how long one request can take a
+    /// slot of airspace from everyone else. Left out of the bytes at its default.
+    #[serde(skip_serializing_if = "is_default_reservation_window_ms_max")]
+    pub reservation_window_ms_max: u64,
+    /// How far ahead of the entry's time a reservation's window may start: seven days. A
+    /// planner books a flight hours or days ahead, not years; the bound keeps stale plans from
+    /// piling up. Left out of the bytes at its default.
+    #[serde(skip_serializing_if = "is_default_reservation_horizon_ms_max")]
+    pub reservation_horizon_ms_max: u64,
+}
+
+fn is_default_reservation_window_ms_max(value: &u64) -> bool {
+    *value == Limits::DEFAULTS.reservation_window_ms_max
+}
+
+fn is_default_reservation_horizon_ms_max(value: &u64) -> bool {
+    *value == Limits::DEFAULTS.reservation_horizon_ms_max
 }
 
 fn is_default_leases_per_agent_max(value: &u32) -> bool {
@@ -74,6 +92,8 @@ impl Limits {
         leases_per_agent_max: 1_000,
         waits_per_lease_max: 100,
         holds_per_agent_max: 10_000,
+        reservation_window_ms_max: 86_400_000,
+        reservation_horizon_ms_max: 604_800_000,
     };
 
     /// Cross-field rules. A limit of zero would make the service refuse everything, so every
@@ -87,6 +107,17 @@ impl Limits {
                 min_ms: self.lease_ttl_ms_min,
                 max_ms: self.lease_ttl_ms_max,
             });
+        }
+        for (limit, value) in [
+            ("reservation_window_ms_max", self.reservation_window_ms_max),
+            (
+                "reservation_horizon_ms_max",
+                self.reservation_horizon_ms_max,
+            ),
+        ] {
+            if value == 0 {
+                return Err(LimitsError::Zero { limit });
+            }
         }
         for (limit, value) in [
             ("leases_max", self.leases_max),

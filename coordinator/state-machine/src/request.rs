@@ -21,7 +21,7 @@
 //!    decoder's rules and messages (the same `hivekeeper_protocol::validate` helpers), so a
 //!    request read back from the log is exactly as valid as one read from the wire.
 
-use hivekeeper_protocol::{Area, ResourceKind, Role, validate};
+use hivekeeper_protocol::{Area, ResourceKind, Role, Volume, validate};
 use serde::{Deserialize, Serialize};
 
 /// A write request from an agent, as the log carries it: its id and what to change.
@@ -119,6 +119,14 @@ pub enum AgentOp {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Start of the time window, ms since the Unix epoch on the machine's clock; absent:
+        /// the entry's time (`waypoint/window.rs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_ms: Option<u64>,
+        /// End of the window, exclusive; the reservation ends by itself then. Absent: until
+        /// released.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        end_ms: Option<u64>,
     },
     /// Release a waypoint reservation.
     #[serde(rename = "waypoint.release")]
@@ -127,6 +135,38 @@ pub enum AgentOp {
         name: String,
         /// The lease holding it.
         lease: String,
+    },
+    /// Reserve a whole route as one waypoint reservation of several volumes
+    /// (`waypoint/route.rs`).
+    #[serde(rename = "route.reserve")]
+    RouteReserve {
+        /// The route's name (a waypoint name).
+        name: String,
+        /// The lease the route will be bound to.
+        lease: String,
+        /// Its 4D volumes, 1 to 64.
+        volumes: Vec<Volume>,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Release a route (the same as `waypoint.release` of its name).
+    #[serde(rename = "route.release")]
+    RouteRelease {
+        /// The route's name.
+        name: String,
+        /// The lease holding it.
+        lease: String,
+    },
+    /// Replace a held route's volumes at once, or `would_block`.
+    #[serde(rename = "route.amend")]
+    RouteAmend {
+        /// The route's name.
+        name: String,
+        /// The lease holding it.
+        lease: String,
+        /// The new volumes, 1 to 64.
+        volumes: Vec<Volume>,
     },
     /// End any agent's lease as its own `lease.revoke` would, without the owner check (an
     /// operator freeing a stuck resource).
@@ -236,6 +276,9 @@ impl AgentOp {
             AgentOp::SemRelease { .. } => "sem.release",
             AgentOp::WaypointReserve { .. } => "waypoint.reserve",
             AgentOp::WaypointRelease { .. } => "waypoint.release",
+            AgentOp::RouteReserve { .. } => "route.reserve",
+            AgentOp::RouteRelease { .. } => "route.release",
+            AgentOp::RouteAmend { .. } => "route.amend",
             AgentOp::AdminRevoke { .. } => "admin.revoke",
             AgentOp::AdminAgentAdd { .. } => "admin.agent.add",
             AgentOp::AdminAgentRotate { .. } => "admin.agent.rotate",
@@ -253,6 +296,9 @@ impl AgentOp {
             | AgentOp::SemRelease { lease, .. }
             | AgentOp::WaypointReserve { lease, .. }
             | AgentOp::WaypointRelease { lease, .. }
+            | AgentOp::RouteReserve { lease, .. }
+            | AgentOp::RouteRelease { lease, .. }
+            | AgentOp::RouteAmend { lease, .. }
             | AgentOp::AdminRevoke { lease } => Some(lease),
             AgentOp::LeaseGrant { .. }
             | AgentOp::AdminAgentAdd { .. }
@@ -266,7 +312,8 @@ impl AgentOp {
         match self {
             AgentOp::LockAcquire { wait_ms, .. }
             | AgentOp::SemAcquire { wait_ms, .. }
-            | AgentOp::WaypointReserve { wait_ms, .. } => *wait_ms,
+            | AgentOp::WaypointReserve { wait_ms, .. }
+            | AgentOp::RouteReserve { wait_ms, .. } => *wait_ms,
             _ => None,
         }
     }
@@ -300,16 +347,26 @@ impl AgentOp {
             AgentOp::LockAcquire { name, .. }
             | AgentOp::LockRelease { name, .. }
             | AgentOp::SemRelease { name, .. }
-            | AgentOp::WaypointRelease { name, .. } => validate::name("name", name),
+            | AgentOp::WaypointRelease { name, .. }
+            | AgentOp::RouteRelease { name, .. } => validate::name("name", name),
+            AgentOp::RouteReserve { name, volumes, .. }
+            | AgentOp::RouteAmend { name, volumes, .. } => {
+                validate::name("name", name).and(validate::volumes(volumes))
+            }
             AgentOp::SemAcquire {
                 name,
                 limit,
                 permits,
                 ..
             } => validate::name("name", name).and(validate::sem_acquire(*limit, *permits)),
-            AgentOp::WaypointReserve { name, .. } => {
-                validate::name("name", name).and(self.area().map(drop))
-            }
+            AgentOp::WaypointReserve {
+                name,
+                start_ms,
+                end_ms,
+                ..
+            } => validate::name("name", name)
+                .and(self.area().map(drop))
+                .and(validate::window(*start_ms, *end_ms)),
             AgentOp::AdminAgentAdd { name, .. }
             | AgentOp::AdminAgentRotate { name, .. }
             | AgentOp::AdminAgentRemove { name } => validate::account_name(name),

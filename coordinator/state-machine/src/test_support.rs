@@ -156,6 +156,29 @@ pub fn sem_release(name: &str, lease: &str) -> AgentOp {
 
 /// A pad `north_m` metres north of a fixed origin, with a radius and no altitude band.
 pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> AgentOp {
+    pad_with(name, lease, north_m, radius_m, wait_ms, (None, None))
+}
+
+/// A 3 m pad as [`pad`] places it, reserved for the time window `[start_ms, end_ms)` (either
+/// end optional).
+pub fn pad_in(
+    name: &str,
+    lease: &str,
+    north_m: f64,
+    wait_ms: Option<u64>,
+    window: (Option<u64>, Option<u64>),
+) -> AgentOp {
+    pad_with(name, lease, north_m, 3.0, wait_ms, window)
+}
+
+fn pad_with(
+    name: &str,
+    lease: &str,
+    north_m: f64,
+    radius_m: f64,
+    wait_ms: Option<u64>,
+    (start_ms, end_ms): (Option<u64>, Option<u64>),
+) -> AgentOp {
     AgentOp::WaypointReserve {
         name: name.to_string(),
         lease: lease.to_string(),
@@ -165,6 +188,44 @@ pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option
         alt_max_m: None,
         radius_m: Some(radius_m),
         wait_ms,
+        start_ms,
+        end_ms,
+    }
+}
+
+/// A route volume: a 3 m cylinder `north_m` metres north of [`pad`]'s origin, from the ground
+/// to 120 m, in `[start_ms, end_ms)`.
+pub fn leg(north_m: f64, start_ms: u64, end_ms: u64) -> hivekeeper_protocol::Volume {
+    hivekeeper_protocol::Volume {
+        lat: 51.5 + north_m / super::M_PER_DEG,
+        lon: -0.1,
+        radius_m: 3.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms,
+        end_ms,
+    }
+}
+
+pub fn route_reserve(
+    name: &str,
+    lease: &str,
+    volumes: Vec<hivekeeper_protocol::Volume>,
+    wait_ms: Option<u64>,
+) -> AgentOp {
+    AgentOp::RouteReserve {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        volumes,
+        wait_ms,
+    }
+}
+
+pub fn route_amend(name: &str, lease: &str, volumes: Vec<hivekeeper_protocol::Volume>) -> AgentOp {
+    AgentOp::RouteAmend {
+        name: name.to_string(),
+        lease: lease.to_string(),
+        volumes,
     }
 }
 

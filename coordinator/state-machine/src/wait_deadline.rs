@@ -119,7 +119,13 @@ impl StateMachine {
     /// it, so without it the clock would not move towards the deadline until the leader's
     /// clock caught up with the old stamp.
     pub fn wait_expiry_due(&self, stamp_ms: u64) -> bool {
-        let Some(deadline_ms) = self.wait_deadline_next_ms() else {
+        self.expiry_due(self.wait_deadline_next_ms(), stamp_ms)
+    }
+
+    /// Whether an expiry entry stamped `stamp_ms` is worth proposing for the earliest
+    /// `deadline_ms` of its kind (waits, reservation windows): see [`Self::wait_expiry_due`].
+    pub(crate) fn expiry_due(&self, deadline_ms: Option<u64>, stamp_ms: u64) -> bool {
+        let Some(deadline_ms) = deadline_ms else {
             return false;
         };
         let clock_ms = self.clock_at(stamp_ms);

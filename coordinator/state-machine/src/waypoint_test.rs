@@ -99,6 +99,8 @@ fn a_name_conflicts_with_itself_whatever_the_geometry() {
         alt_max_m: None,
         radius_m: None,
         wait_ms: Some(0),
+        start_ms: None,
+        end_ms: None,
     };
     assert!(matches!(
         h.reply("b", bare),
@@ -200,6 +202,8 @@ fn conflicts_are_found_across_the_antimeridian_and_near_a_pole() {
         alt_max_m: None,
         radius_m: Some(50.0),
         wait_ms: Some(0),
+        start_ms: None,
+        end_ms: None,
     };
     h.reply("a", at("east", &a, 0.0, 179.9995));
     // 0.001 degrees of longitude at the equator is about 111 m: the 100 m reach straddles ±180.

@@ -137,3 +137,65 @@ fn account_commands_and_their_snapshot_have_a_fixed_shape() {
         serde_json::json!({"drone-1": {"role": "observer", "secret_hash": HASH}})
     );
 }
+
+/// Issue 18 adds to format 1 without changing it: a reservation's window is an optional
+/// `window` member and a route's volumes an optional `volumes` member (both absent when
+/// empty, so the bytes above are unchanged), a request's `start_ms`/`end_ms` are optional
+/// members, and `route.*` and `ExpireReservations` are new commands. A
+/// snapshot with windows restores to its own bytes. A build before issue 18 would ignore the
+/// `window` member and fail to decode the new command, so a cluster must not mix the two
+/// while windows are in use (docs/OPERATIONS.md, upgrades).
+#[test]
+fn windows_and_routes_are_optional_members_and_the_new_commands_have_a_fixed_shape() {
+    let mut commands = commands();
+    let request = serde_json::json!({"request": {"agent": "a", "request": {
+        "id": "w1", "op": "waypoint.reserve", "name": "slot", "lease": "0000000000000002",
+        "lat": 47.0, "lon": 8.0, "radius_m": 5.0,
+        "start_ms": 1_700_000_100_000u64, "end_ms": 1_700_000_200_000u64}}});
+    commands.push(serde_json::from_value(request.clone()).expect("a windowed reserve decodes"));
+    commands.push(Command::ExpireReservations { term: 1 });
+    let route = serde_json::json!({"request": {"agent": "a", "request": {
+        "id": "w2", "op": "route.reserve", "name": "route", "lease": "0000000000000002",
+        "volumes": [{"lat": 48.0, "lon": 8.0, "radius_m": 5.0, "alt_min_m": 0.0,
+                     "alt_max_m": 120.0, "start_ms": 1_700_000_100_000u64,
+                     "end_ms": 1_700_000_300_000u64}]}}});
+    commands.push(serde_json::from_value(route.clone()).expect("a route.reserve decodes"));
+    assert_eq!(
+        serde_json::to_value(&commands[32]).expect("encodes"),
+        request,
+        "the windowed request keeps its shape"
+    );
+    assert_eq!(
+        serde_json::to_value(&commands[33]).expect("encodes"),
+        serde_json::json!({"expire_reservations": {"term": 1}})
+    );
+    let route_command = commands[34].clone();
+    let mut machine = StateMachine::default();
+    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    machine.check_invariants().expect("invariants hold");
+    let bytes = machine.snapshot();
+    let text = String::from_utf8(bytes.clone()).expect("UTF-8");
+    assert!(
+        text.contains(r#""window":{"start_ms":1700000100000,"end_ms":1700000200000}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#""area":null,"volumes":[{"lat":48.0,"lon":8.0,"radius_m":5.0,"alt_min_m":0.0,"alt_max_m":120.0,"start_ms":1700000100000,"end_ms":1700000300000}]"#
+        ),
+        "a route is a reservation with volumes: {text}"
+    );
+    assert_eq!(
+        serde_json::to_value(&route_command).expect("encodes"),
+        route,
+        "the route request keeps its shape"
+    );
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert!(restored.snapshot() == bytes);
+    assert_eq!(restored.reservation_end_next_ms(), Some(1_700_000_200_000));
+    restored
+        .check_invariants()
+        .expect("invariants hold after a restore");
+}

@@ -18,7 +18,7 @@
 //! A failure prints the shrunk input; commit its seed from `tests/fuzz.proptest-regressions`
 //! (proptest writes it there) with the fix, so the case is replayed first on every run.
 
-use hivekeeper_protocol::Role;
+use hivekeeper_protocol::{Role, Volume};
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, LeaseId, Limits, LogMeta, StateMachine,
 };
@@ -58,6 +58,9 @@ fn lease() -> BoxedStrategy<String> {
     .boxed()
 }
 
+/// The log's clock at its first entry.
+const START_MS: u64 = 1_700_000_000_000;
+
 /// Request ids: a few, so that retries meet remembered outcomes and waiting requests.
 fn request_id() -> BoxedStrategy<String> {
     prop_oneof![
@@ -81,6 +84,60 @@ fn number() -> BoxedStrategy<u64> {
 
 fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
+}
+
+/// A route's volumes: none, a few, or more than a route may have; any coordinates and times.
+fn volumes() -> BoxedStrategy<Vec<Volume>> {
+    let volume = (
+        (float(), float(), float()),
+        (float(), float()),
+        (window_ms(), window_ms()),
+    )
+        .prop_map(
+            |((lat, lon, radius_m), (alt_min_m, alt_max_m), (start_ms, end_ms))| Volume {
+                lat,
+                lon,
+                radius_m,
+                alt_min_m,
+                alt_max_m,
+                start_ms: start_ms.unwrap_or(START_MS),
+                end_ms: end_ms.unwrap_or(START_MS + 60_000),
+            },
+        );
+    // Valid ones, close together, so that routes are granted, conflict and wait.
+    let near = (
+        0..400u32,
+        0..400u32,
+        0..40u32,
+        0..100u32,
+        0..20_000_000u64,
+        1..4_000_000u64,
+    )
+        .prop_map(|(north, east, radius, alt, start, length)| Volume {
+            lat: 47.0 + f64::from(north) * 1e-5,
+            lon: 8.0 + f64::from(east) * 1e-5,
+            radius_m: f64::from(radius),
+            alt_min_m: f64::from(alt),
+            alt_max_m: f64::from(alt) + 30.0,
+            start_ms: START_MS + start,
+            end_ms: START_MS + start + length,
+        });
+    prop_oneof![
+        6 => prop::collection::vec(near, 1..6),
+        3 => prop::collection::vec(volume.clone(), 1..6),
+        1 => prop::collection::vec(volume, 0..70),
+    ]
+    .boxed()
+}
+
+/// A reservation window's end: any number, or an instant within a few hours of the log's
+/// clock (which starts at [`START_MS`]), so that windows are accepted, overlap and end.
+fn window_ms() -> BoxedStrategy<Option<u64>> {
+    prop::option::of(prop_oneof![
+        1 => number(),
+        3 => (0..20_000_000u64).prop_map(|ms| START_MS + ms),
+    ])
+    .boxed()
 }
 
 /// A coordinate or length: ordinary values, edges, and what JSON cannot even carry.
@@ -129,10 +186,10 @@ fn agent_op() -> BoxedStrategy<AgentOp> {
             prop::option::of(float()),
             (prop::option::of(float()), prop::option::of(float())),
             prop::option::of(float()),
-            wait_ms(),
+            (wait_ms(), window_ms(), window_ms()),
         )
             .prop_map(
-                |(name, lease, lat, lon, (alt_min_m, alt_max_m), radius_m, wait_ms)| {
+                |(name, lease, lat, lon, (alt_min_m, alt_max_m), radius_m, (wait_ms, start_ms, end_ms))| {
                     AgentOp::WaypointReserve {
                         name,
                         lease,
@@ -142,10 +199,23 @@ fn agent_op() -> BoxedStrategy<AgentOp> {
                         alt_max_m,
                         radius_m,
                         wait_ms,
+                        start_ms,
+                        end_ms,
                     }
                 }
             ),
         2 => (name(), lease()).prop_map(|(name, lease)| AgentOp::WaypointRelease { name, lease }),
+        3 => (name(), lease(), volumes(), wait_ms()).prop_map(|(name, lease, volumes, wait_ms)| {
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+            }
+        }),
+        1 => (name(), lease()).prop_map(|(name, lease)| AgentOp::RouteRelease { name, lease }),
+        2 => (name(), lease(), volumes())
+            .prop_map(|(name, lease, volumes)| AgentOp::RouteAmend { name, lease, volumes }),
         2 => lease().prop_map(|lease| AgentOp::AdminRevoke { lease }),
         1 => (name(), role(), any::<String>()).prop_map(|(name, role, secret_hash)| {
             AgentOp::AdminAgentAdd {
@@ -199,6 +269,7 @@ fn command() -> BoxedStrategy<Command> {
         1 => (number(), prop::collection::vec(any::<u64>().prop_map(LeaseId), 0..3))
             .prop_map(|(term, leases)| Command::ExpireLeases { term, leases }),
         2 => number().prop_map(|term| Command::ExpireWaits { term }),
+        2 => number().prop_map(|term| Command::ExpireReservations { term }),
         1 => (agent(), request_id())
             .prop_map(|(agent, request_id)| Command::CancelWait { agent, request_id }),
         1 => limits().prop_map(|limits| Command::Configure { limits }),
@@ -245,7 +316,7 @@ fn stamp() -> BoxedStrategy<Stamp> {
 /// machine restores from its snapshot to the same bytes.
 fn run(entries: &[(Stamp, Command)]) -> Result<(), TestCaseError> {
     let mut machine = StateMachine::default();
-    let (mut index, mut now_ms) = (0u64, 1_700_000_000_000u64);
+    let (mut index, mut now_ms) = (0u64, START_MS);
     for (step, (stamp, command)) in entries.iter().enumerate() {
         let Some(next) = index.checked_add(stamp.index_step) else {
             break;
@@ -364,18 +435,24 @@ fn busy_snapshot() -> Vec<u8> {
     };
     apply("a", "s1", sem(&a));
     apply("b", "s2", sem(&b));
-    let pad = |lease: &str, wait_ms| AgentOp::WaypointReserve {
-        name: "pad".into(),
+    let pad = |name: &str, lease: &str, (start_ms, end_ms)| AgentOp::WaypointReserve {
+        name: name.into(),
         lease: lease.into(),
         lat: Some(47.0),
         lon: Some(8.0),
         alt_min_m: None,
         alt_max_m: Some(100.0),
         radius_m: Some(5.0),
-        wait_ms,
+        wait_ms: None,
+        start_ms,
+        end_ms,
     };
-    apply("a", "w1", pad(&a, None));
-    apply("b", "w2", pad(&b, None));
+    apply("a", "w1", pad("pad", &a, (None, None)));
+    apply("b", "w2", pad("pad", &b, (None, None)));
+    // A window held and one waiting behind it, so that mutations reach windows too.
+    let window = (Some(START_MS + 1_000), Some(START_MS + 60_000));
+    apply("a", "w3", pad("slot-a", &a, window));
+    apply("b", "w4", pad("slot-b", &b, window));
     apply(
         "admin",
         "acct",

@@ -4,7 +4,8 @@
 //! universe: 4 agents, 2 lock names, 2 semaphore names with capacities 2 and 3 and weighted
 //! requests, 4 waypoint names with cylinders a few metres apart (some with altitude bands, some
 //! across a cell boundary of the machine's grid, a pair across the antimeridian and one across
-//! the pole, and reservations without geometry). Each entry goes to the real [`StateMachine`]
+//! the pole, and reservations without geometry), with time windows (overlapping, touching, in
+//! the future, live, and refused ones: in the past, empty, too long, beyond the horizon). Each entry goes to the real [`StateMachine`]
 //! and to [`Model`], a naive reference written from DESIGN.md §2 and the module docs: plain
 //! `Vec`s, linear scans, one global "grant whatever is grantable" pass after every change. Only
 //! the geometry predicate (`areas_conflict`) is shared with the machine.
@@ -17,7 +18,8 @@
 //! after every step. A retried request id must get exactly the first final reply, message
 //! included. The log also moves the clock backwards and jumps it by more than a step (the model
 //! steps its clock as `clock.rs` says), changes terms (a stale `ExpireLeases` is
-//! ignored), stamps entries exactly at a lease's deadline and 1 ms before it, replaces the
+//! ignored), stamps entries exactly at a lease's deadline and 1 ms before it (and at a wait's
+//! deadline and a reservation window's end), ends windows (`ExpireReservations`), replaces the
 //! machine by `restore(snapshot())`, and reconfigures the limits. At the end two more replicas
 //! — one fed the whole log, one restored from a snapshot taken halfway — must give the same
 //! replies, events and snapshot bytes.
@@ -38,7 +40,7 @@
 
 use std::collections::BTreeMap;
 
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, Volume, WaiterInfo};
 use hivekeeper_state_machine::areas_conflict;
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp, Reply,
@@ -179,6 +181,77 @@ const SPOTS: [Option<Spot>; 16] = [
     Some(at(POLE_WEST, -1.1, 0.0, 3.0, NO_BAND)),
 ];
 
+/// A resolved time window, `(start_ms, end_ms)`; `None`: all time.
+type ModelWindow = Option<(u64, Option<u64>)>;
+
+/// Time windows a reservation asks for, as offsets in ms from the machine's clock when the
+/// request is built, rounded down to a whole second so that requests built a few steps apart
+/// ask for the same instants (windows that touch exactly): none, live ones, overlapping and
+/// touching future ones, and the refused ones (in the past, empty, longer than the default
+/// 24 h, beyond the default 7-day horizon; the tight preset's bounds refuse more).
+const WINDOWS: [(Option<i64>, Option<i64>); 11] = [
+    (None, None),
+    // Live now, ends within a few steps.
+    (None, Some(600)),
+    (Some(0), Some(1_000)),
+    // Overlaps the previous one.
+    (Some(500), Some(1_500)),
+    // Touches [0, 1000) at its end: no conflict with it.
+    (Some(1_000), Some(2_000)),
+    // A future start without an end.
+    (Some(3_000), None),
+    // Started in the past, still live.
+    (Some(-200), Some(300)),
+    // In the past.
+    (Some(-500), Some(-1)),
+    // Empty: the wire's check.
+    (Some(100), Some(100)),
+    (None, Some(90_000_000)),
+    (Some(700_000_000), Some(700_000_100)),
+];
+
+/// Whether two windows share an instant (half-open; `None` is all time): the naive reading.
+fn windows_overlap(a: ModelWindow, b: ModelWindow) -> bool {
+    match (a, b) {
+        (Some((start_a, end_a)), Some((start_b, end_b))) => {
+            end_b.is_none_or(|end_b| start_a < end_b) && end_a.is_none_or(|end_a| start_b < end_a)
+        }
+        _ => true,
+    }
+}
+
+/// Whether a stored window is what a request with these fields asks for (PROTOCOL.md §8.8: a
+/// request that leaves `start_ms` out matches any start).
+fn window_asked(window: ModelWindow, start_ms: Option<u64>, end_ms: Option<u64>) -> bool {
+    match window {
+        None => start_ms.is_none() && end_ms.is_none(),
+        Some((start, end)) => end == end_ms && start_ms.is_none_or(|asked| asked == start),
+    }
+}
+
+/// A reservation's cylinders in their windows: its own, or its route's volumes.
+fn model_shapes(
+    area: Option<Area>,
+    window: ModelWindow,
+    volumes: &[Volume],
+) -> Vec<(Area, ModelWindow)> {
+    if volumes.is_empty() {
+        return area.map(|area| (area, window)).into_iter().collect();
+    }
+    volumes
+        .iter()
+        .map(|v| (v.area(), Some((v.start_ms, Some(v.end_ms)))))
+        .collect()
+}
+
+/// When a reservation ends by itself: its window's end, or its route's last volume's end.
+fn model_end(window: ModelWindow, volumes: &[Volume]) -> Option<u64> {
+    match volumes.iter().map(|v| v.end_ms).max() {
+        Some(end_ms) => Some(end_ms),
+        None => window.and_then(|(_, end_ms)| end_ms),
+    }
+}
+
 /// The limits a case starts with or switches to.
 fn preset_limits(preset: usize) -> Limits {
     match preset % 3 {
@@ -194,6 +267,8 @@ fn preset_limits(preset: usize) -> Limits {
             leases_per_agent_max: 3,
             waits_per_lease_max: 2,
             holds_per_agent_max: 3,
+            reservation_window_ms_max: 1_200,
+            reservation_horizon_ms_max: 2_500,
             ..Limits::DEFAULTS
         },
         // Invalid: refused, nothing changes.
@@ -269,6 +344,21 @@ enum Action {
         back: usize,
         early_ms: u64,
     },
+    /// The holder of the `back`-th most recent held route amends it to `legs`.
+    AmendHeldRoute {
+        back: usize,
+        legs: Vec<(usize, usize)>,
+    },
+    /// The leader's reservation expiry: ends every window whose end has passed.
+    ExpireReservations {
+        term: TermPick,
+    },
+    /// Stamp the entry exactly at a reservation's window end (`early_ms` 0) or 1 ms before it
+    /// (`early_ms` 1): the window ends at `end_ms`, not before.
+    ExpireReservationsAtEnd {
+        back: usize,
+        early_ms: u64,
+    },
     /// The legacy `CancelWait` of the `back`-th most recent request's wait (or an id never
     /// sent): old logs carry it and must replay the same.
     CancelWait {
@@ -334,9 +424,27 @@ enum OpSpec {
         spot: usize,
         lease: LeasePick,
         wait: WaitSpec,
+        /// Index into [`WINDOWS`].
+        window: usize,
     },
     WaypointRelease {
         name: usize,
+        lease: LeasePick,
+    },
+    /// A route of `legs` (spot, window) pairs, on a waypoint name.
+    RouteReserve {
+        name: usize,
+        legs: Vec<(usize, usize)>,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
+    RouteRelease {
+        name: usize,
+        lease: LeasePick,
+    },
+    RouteAmend {
+        name: usize,
+        legs: Vec<(usize, usize)>,
         lease: LeasePick,
     },
     /// A request the protocol validation refuses (`bad_request`, not remembered).
@@ -437,17 +545,41 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
             }),
         6 => (0..SEM_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::SemRelease { name, lease }),
-        14 => (0..WAYPOINT_NAMES.len(), 0..SPOTS.len(), lease_pick(), wait_spec())
-            .prop_map(|(name, spot, lease, wait)| OpSpec::WaypointReserve {
+        14 => (
+            0..WAYPOINT_NAMES.len(),
+            0..SPOTS.len(),
+            lease_pick(),
+            wait_spec(),
+            prop_oneof![3 => Just(0usize), 4 => 1..WINDOWS.len()],
+        )
+            .prop_map(|(name, spot, lease, wait, window)| OpSpec::WaypointReserve {
                 name,
                 spot,
                 lease,
                 wait,
+                window,
             }),
         7 => (0..WAYPOINT_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::WaypointRelease { name, lease }),
+        10 => (0..WAYPOINT_NAMES.len(), legs(), lease_pick(), wait_spec())
+            .prop_map(|(name, legs, lease, wait)| OpSpec::RouteReserve {
+                name,
+                legs,
+                lease,
+                wait,
+            }),
+        3 => (0..WAYPOINT_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::RouteRelease { name, lease }),
+        3 => (0..WAYPOINT_NAMES.len(), legs(), release_lease_pick())
+            .prop_map(|(name, legs, lease)| OpSpec::RouteAmend { name, legs, lease }),
     ]
     .boxed()
+}
+
+/// A route's legs: 1 to 4 `(spot, window)` picks (spots with geometry only; a window without
+/// an end gets one 1 s after its start, one without a start starts at the clock).
+fn legs() -> BoxedStrategy<Vec<(usize, usize)>> {
+    prop::collection::vec((1..SPOTS.len(), 0..WINDOWS.len()), 1..=4).boxed()
 }
 
 fn op_spec() -> BoxedStrategy<OpSpec> {
@@ -479,6 +611,11 @@ fn action() -> BoxedStrategy<Action> {
             .prop_map(|term| Action::ExpireWaits { term }),
         3 => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
+        3 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
+            .prop_map(|term| Action::ExpireReservations { term }),
+        4 => (0..4usize, legs()).prop_map(|(back, legs)| Action::AmendHeldRoute { back, legs }),
+        3 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireReservationsAtEnd { back, early_ms }),
         3 => Just(Action::Restore),
         1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
     ]
@@ -568,6 +705,9 @@ enum Outcome {
     WaitsExpired {
         count: u64,
     },
+    ReservationsEnded {
+        count: u64,
+    },
     Refused {
         code: ErrorCode,
     },
@@ -604,6 +744,7 @@ fn outcome_of(reply: &Reply) -> Outcome {
             leases: leases.iter().map(|lease| lease.0).collect(),
         },
         Reply::WaitsExpired { count } => Outcome::WaitsExpired { count: *count },
+        Reply::ReservationsEnded { count } => Outcome::ReservationsEnded { count: *count },
         Reply::Cancelled { cancelled } => Outcome::Cancelled {
             cancelled: *cancelled,
         },
@@ -669,6 +810,9 @@ struct ModelHold {
     /// Semaphores: the capacity the semaphore had when this was granted.
     sem_limit: u32,
     area: Option<Area>,
+    window: ModelWindow,
+    /// A route's volumes (then `area` and `window` are `None`).
+    volumes: Vec<Volume>,
 }
 
 /// A queued request. The model keeps every waiter of every kind in one `Vec`, in arrival
@@ -687,6 +831,9 @@ struct ModelWaiter {
     deadline_ms: Option<u64>,
     sem_limit: u32,
     area: Option<Area>,
+    window: ModelWindow,
+    /// A route's volumes.
+    volumes: Vec<Volume>,
 }
 
 /// One agent's remembered final replies, oldest first.
@@ -794,6 +941,13 @@ impl Model {
                     self.expire_waits()
                 }
             }
+            Command::ExpireReservations { term } => {
+                if *term < self.term_max {
+                    Outcome::ReservationsEnded { count: 0 }
+                } else {
+                    self.expire_reservations()
+                }
+            }
             Command::Configure { limits } => {
                 if limits_are_valid(limits) {
                     self.limits = limits.clone();
@@ -865,6 +1019,8 @@ impl Model {
                 alt_max_m,
                 radius_m,
                 wait_ms,
+                start_ms,
+                end_ms,
             } => {
                 let area = match (lat, lon) {
                     (Some(lat), Some(lon)) => Some(Area {
@@ -876,8 +1032,23 @@ impl Model {
                     }),
                     _ => None,
                 };
-                self.waypoint_reserve(agent, id, name, lease, area, *wait_ms)
+                let asked = (*start_ms, *end_ms);
+                self.waypoint_reserve(agent, id, name, lease, area, *wait_ms, asked, Vec::new())
             }
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+            } => self.route_reserve(agent, id, name, lease, volumes, *wait_ms),
+            AgentOp::RouteRelease { name, lease } => {
+                self.release(ResourceKind::Waypoint, agent, name, lease)
+            }
+            AgentOp::RouteAmend {
+                name,
+                lease,
+                volumes,
+            } => self.route_amend(agent, name, lease, volumes),
             AgentOp::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
@@ -1051,6 +1222,65 @@ impl Model {
         self.waiters.iter().filter_map(|w| w.deadline_ms).min()
     }
 
+    /// Ends every window whose end has passed on the machine clock: held ones go, waiting
+    /// ones are answered `timeout` (by end, then arrival), then whatever became free is
+    /// granted.
+    fn expire_reservations(&mut self) -> Outcome {
+        let now_ms = self.now_ms;
+        let due = |window: &ModelWindow, volumes: &[Volume]| {
+            model_end(*window, volumes).is_some_and(|end_ms| end_ms <= now_ms)
+        };
+        let holds_before = self.holds.len();
+        self.holds.retain(|hold| !due(&hold.window, &hold.volumes));
+        let holds_ended = holds_before - self.holds.len();
+        let mut waiters_due: Vec<ModelWaiter> = self
+            .waiters
+            .iter()
+            .filter(|w| due(&w.window, &w.volumes))
+            .cloned()
+            .collect();
+        self.waiters.retain(|w| !due(&w.window, &w.volumes));
+        waiters_due.sort_by_key(|w| (model_end(w.window, &w.volumes), w.seq));
+        for waiter in &waiters_due {
+            self.respond(waiter, refused(ErrorCode::Timeout));
+        }
+        self.grant_what_is_grantable();
+        Outcome::ReservationsEnded {
+            count: (holds_ended + waiters_due.len()) as u64,
+        }
+    }
+
+    /// The earliest end of a held or waiting reservation's window.
+    fn reservation_end_next_ms(&self) -> Option<u64> {
+        let holds = self
+            .holds
+            .iter()
+            .map(|hold| model_end(hold.window, &hold.volumes));
+        let waiters = self.waiters.iter().map(|w| model_end(w.window, &w.volumes));
+        holds.chain(waiters).flatten().min()
+    }
+
+    /// The window a reservation asks for, checked against the clock and the limits.
+    fn resolve_window(
+        &self,
+        start_ms: Option<u64>,
+        end_ms: Option<u64>,
+    ) -> Result<ModelWindow, Outcome> {
+        if start_ms.is_none() && end_ms.is_none() {
+            return Ok(None);
+        }
+        let start = start_ms.unwrap_or(self.now_ms);
+        if let Some(end) = end_ms
+            && (end <= self.now_ms || end - start > self.limits.reservation_window_ms_max)
+        {
+            return Err(refused(ErrorCode::BadRequest));
+        }
+        if start > self.now_ms + self.limits.reservation_horizon_ms_max {
+            return Err(refused(ErrorCode::BadRequest));
+        }
+        Ok(Some((start, end_ms)))
+    }
+
     // --- resources ----------------------------------------------------------------------
 
     fn holds_of(&self, kind: ResourceKind, name: &str) -> impl Iterator<Item = &ModelHold> {
@@ -1083,6 +1313,7 @@ impl Model {
         permits: u32,
         area: Option<&Area>,
         wait_ms: Option<u64>,
+        asked: (Option<u64>, Option<u64>),
     ) -> Outcome {
         let position = self
             .waiters
@@ -1091,7 +1322,8 @@ impl Model {
             .expect("the caller checked the lease waits");
         let waiter = self.waiters[position].clone();
         if waiter.permits != permits
-            || (kind == ResourceKind::Waypoint && waiter.area.as_ref() != area)
+            || (kind == ResourceKind::Waypoint
+                && (waiter.area.as_ref() != area || !window_asked(waiter.window, asked.0, asked.1)))
         {
             return refused(ErrorCode::BadRequest);
         }
@@ -1141,6 +1373,7 @@ impl Model {
         permits: u32,
         sem_limit: u32,
         area: Option<Area>,
+        window: ModelWindow,
     ) -> Outcome {
         let token = self.next_token();
         self.holds.push(ModelHold {
@@ -1153,6 +1386,8 @@ impl Model {
             since_ms: self.now_ms,
             sem_limit,
             area,
+            window,
+            volumes: Vec::new(),
         });
         self.tokens_granted.push((kind, name.to_string(), token));
         Outcome::Granted { token }
@@ -1169,6 +1404,7 @@ impl Model {
         permits: u32,
         sem_limit: u32,
         area: Option<Area>,
+        window: ModelWindow,
         wait_ms: Option<u64>,
     ) -> Outcome {
         self.waiters.push(ModelWaiter {
@@ -1183,6 +1419,8 @@ impl Model {
             seq: self.index,
             sem_limit,
             area,
+            window,
+            volumes: Vec::new(),
         });
         Outcome::Queued
     }
@@ -1207,7 +1445,7 @@ impl Model {
             if self.resources_in_use() >= self.limits.resources_max as usize {
                 return refused(ErrorCode::ResourceExhausted);
             }
-            return self.grant_now(kind, name, lease, agent, 1, 0, None);
+            return self.grant_now(kind, name, lease, agent, 1, 0, None, None);
         };
         if holder.lease == lease {
             return Outcome::Granted {
@@ -1215,7 +1453,16 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
-            return self.take_over(kind, name, lease, request_id, 1, None, wait_ms);
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                1,
+                None,
+                wait_ms,
+                (None, None),
+            );
         }
         if self.over_holds_quota(agent) {
             return refused(ErrorCode::ResourceExhausted);
@@ -1229,7 +1476,9 @@ impl Model {
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        self.enqueue(kind, name, lease, agent, request_id, 1, 0, None, wait_ms)
+        self.enqueue(
+            kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1271,14 +1520,23 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
-            return self.take_over(kind, name, lease, request_id, permits, None, wait_ms);
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                permits,
+                None,
+                wait_ms,
+                (None, None),
+            );
         }
         if self.over_holds_quota(agent) {
             return refused(ErrorCode::ResourceExhausted);
         }
         let nobody_waits = self.waiters_of(kind, name).next().is_none();
         if nobody_waits && self.sem_used(name) + permits <= capacity {
-            return self.grant_now(kind, name, lease, agent, permits, capacity, None);
+            return self.grant_now(kind, name, lease, agent, permits, capacity, None, None);
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
@@ -1290,7 +1548,7 @@ impl Model {
             return refused(ErrorCode::ResourceExhausted);
         }
         self.enqueue(
-            kind, name, lease, agent, request_id, permits, capacity, None, wait_ms,
+            kind, name, lease, agent, request_id, permits, capacity, None, None, wait_ms,
         )
     }
 
@@ -1326,37 +1584,55 @@ impl Model {
 
     /// DESIGN.md §2: two reservations conflict if they share the name, or their cylinders
     /// conflict. `candidate` is the one that wants to be granted.
+    /// Same name, or any cylinder of one that conflicts with any of the other's in windows
+    /// that overlap: every pair checked.
     fn reservations_conflict(
-        candidate: (&str, Option<&Area>),
-        other: (&str, Option<&Area>),
+        candidate: (Option<&str>, &[(Area, ModelWindow)]),
+        other: (&str, &[(Area, ModelWindow)]),
     ) -> bool {
-        candidate.0 == other.0
-            || matches!((candidate.1, other.1), (Some(a), Some(b)) if areas_conflict(a, b))
+        candidate.0 == Some(other.0)
+            || candidate.1.iter().any(|(a, window_a)| {
+                other.1.iter().any(|(b, window_b)| {
+                    areas_conflict(a, b) && windows_overlap(*window_a, *window_b)
+                })
+            })
     }
 
     /// Whether a reservation of `lease` is blocked by another lease's held reservation or by
-    /// another lease's waiter that arrived before `before_seq` (every waiter when `None`).
+    /// another lease's waiter that arrived before `before_seq` (every waiter when `None`); by
+    /// name only when `name` is given (a route's amend keeps its name).
     fn waypoint_blocked(
         &self,
-        name: &str,
-        area: Option<&Area>,
+        name: Option<&str>,
+        shapes: &[(Area, ModelWindow)],
         lease: u64,
         before_seq: Option<u64>,
     ) -> bool {
+        let candidate = (name, shapes);
         let held_conflict = self.holds.iter().any(|hold| {
             hold.kind == ResourceKind::Waypoint
                 && hold.lease != lease
-                && Self::reservations_conflict((name, area), (&hold.name, hold.area.as_ref()))
+                && Self::reservations_conflict(
+                    candidate,
+                    (
+                        &hold.name,
+                        &model_shapes(hold.area, hold.window, &hold.volumes),
+                    ),
+                )
         });
         let earlier_conflict = self.waiters.iter().any(|w| {
             w.kind == ResourceKind::Waypoint
                 && before_seq.is_none_or(|seq| w.seq < seq)
                 && w.lease != lease
-                && Self::reservations_conflict((name, area), (&w.name, w.area.as_ref()))
+                && Self::reservations_conflict(
+                    candidate,
+                    (&w.name, &model_shapes(w.area, w.window, &w.volumes)),
+                )
         });
         held_conflict || earlier_conflict
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn waypoint_reserve(
         &mut self,
         agent: &str,
@@ -1365,24 +1641,40 @@ impl Model {
         lease: &str,
         area: Option<Area>,
         wait_ms: Option<u64>,
+        asked: (Option<u64>, Option<u64>),
+        volumes: Vec<Volume>,
     ) -> Outcome {
+        let window = match self.resolve_window(asked.0, asked.1) {
+            Ok(window) => window,
+            Err(refusal) => return refusal,
+        };
         let lease = match self.live_lease(agent, lease) {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
         let kind = ResourceKind::Waypoint;
-        // Re-reserving a held name: the same geometry gets the held token back; other
-        // geometry is refused (the agent must release first), as a semaphore re-acquire with
-        // other permits is.
+        let same = |held_area: Option<Area>, held_window: ModelWindow, held_volumes: &[Volume]| {
+            held_area == area
+                && held_volumes == volumes.as_slice()
+                && (!volumes.is_empty() || window_asked(held_window, asked.0, asked.1))
+        };
+        // Re-reserving a held name: the same request gets the held token back; another
+        // (geometry, window, volumes) is refused (the agent must release first), as a
+        // semaphore re-acquire with other permits is.
         if let Some(hold) = self.holds_of(kind, name).find(|hold| hold.lease == lease) {
-            return if hold.area == area {
+            return if same(hold.area, hold.window, &hold.volumes) {
                 Outcome::Granted { token: hold.token }
             } else {
                 refused(ErrorCode::BadRequest)
             };
         }
-        if self.is_waiting(lease, kind, name) {
-            return self.take_over(kind, name, lease, request_id, 1, area.as_ref(), wait_ms);
+        let waiting = self.waiters_of(kind, name).find(|w| w.lease == lease);
+        if let Some(asks_the_same) = waiting.map(|w| same(w.area, w.window, &w.volumes)) {
+            if !asks_the_same {
+                return refused(ErrorCode::BadRequest);
+            }
+            let area = area.as_ref();
+            return self.take_over(kind, name, lease, request_id, 1, area, wait_ms, asked);
         }
         if self.over_holds_quota(agent) {
             return refused(ErrorCode::ResourceExhausted);
@@ -1390,8 +1682,11 @@ impl Model {
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        if !self.waypoint_blocked(name, area.as_ref(), lease, None) {
-            return self.grant_now(kind, name, lease, agent, 1, 0, area);
+        let shapes = model_shapes(area, window, &volumes);
+        if !self.waypoint_blocked(Some(name), &shapes, lease, None) {
+            let outcome = self.grant_now(kind, name, lease, agent, 1, 0, area, window);
+            self.holds.last_mut().expect("just granted").volumes = volumes;
+            return outcome;
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
@@ -1406,7 +1701,71 @@ impl Model {
         if waypoint_waiters >= self.limits.waypoint_waiters_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        self.enqueue(kind, name, lease, agent, request_id, 1, 0, area, wait_ms)
+        let outcome = self.enqueue(
+            kind, name, lease, agent, request_id, 1, 0, area, window, wait_ms,
+        );
+        self.waiters.last_mut().expect("just queued").volumes = volumes;
+        outcome
+    }
+
+    /// Each volume's window checked as a waypoint's window is.
+    fn check_volumes(&self, volumes: &[Volume]) -> Option<Outcome> {
+        volumes
+            .iter()
+            .find_map(|v| self.resolve_window(Some(v.start_ms), Some(v.end_ms)).err())
+    }
+
+    fn route_reserve(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        volumes: &[Volume],
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        if let Some(refusal) = self.check_volumes(volumes) {
+            return refusal;
+        }
+        let none = (None, None);
+        self.waypoint_reserve(
+            agent,
+            request_id,
+            name,
+            lease,
+            None,
+            wait_ms,
+            none,
+            volumes.to_vec(),
+        )
+    }
+
+    /// The held route's volumes replaced when nothing of another lease (held, or waiting,
+    /// whenever it came) conflicts with the new ones; else `would_block`, nothing changed.
+    fn route_amend(&mut self, agent: &str, name: &str, lease: &str, volumes: &[Volume]) -> Outcome {
+        if let Some(refusal) = self.check_volumes(volumes) {
+            return refusal;
+        }
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(position) = self.holds.iter().position(|hold| {
+            hold.kind == ResourceKind::Waypoint && hold.name == name && hold.lease == lease
+        }) else {
+            return refused(ErrorCode::NotHolder);
+        };
+        if self.holds[position].volumes.is_empty() {
+            return refused(ErrorCode::BadRequest);
+        }
+        let shapes = model_shapes(None, None, volumes);
+        if self.waypoint_blocked(None, &shapes, lease, None) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        self.holds[position].volumes = volumes.to_vec();
+        let token = self.holds[position].token;
+        self.grant_what_is_grantable();
+        Outcome::Granted { token }
     }
 
     fn release(&mut self, kind: ResourceKind, agent: &str, name: &str, lease: &str) -> Outcome {
@@ -1449,7 +1808,12 @@ impl Model {
         loop {
             let grantable = self.waiters.iter().position(|w| {
                 w.kind == ResourceKind::Waypoint
-                    && !self.waypoint_blocked(&w.name, w.area.as_ref(), w.lease, Some(w.seq))
+                    && !self.waypoint_blocked(
+                        Some(&w.name),
+                        &model_shapes(w.area, w.window, &w.volumes),
+                        w.lease,
+                        Some(w.seq),
+                    )
             });
             let Some(position) = grantable else {
                 break;
@@ -1492,6 +1856,8 @@ impl Model {
             since_ms: self.now_ms,
             sem_limit: waiter.sem_limit,
             area: waiter.area,
+            window: waiter.window,
+            volumes: waiter.volumes.clone(),
         });
         self.tokens_granted
             .push((waiter.kind, waiter.name.clone(), token));
@@ -1588,6 +1954,9 @@ impl Model {
                     permits: is_sem.then_some(hold.permits),
                     since_ms: hold.since_ms,
                     area: hold.area,
+                    start_ms: hold.window.map(|(start_ms, _)| start_ms),
+                    end_ms: hold.window.and_then(|(_, end_ms)| end_ms),
+                    volumes: hold.volumes.clone(),
                 })
                 .collect(),
             waiters: self
@@ -1599,6 +1968,9 @@ impl Model {
                     permits: is_sem.then_some(w.permits),
                     since_ms: w.since_ms,
                     area: w.area,
+                    start_ms: w.window.map(|(start_ms, _)| start_ms),
+                    end_ms: w.window.and_then(|(_, end_ms)| end_ms),
+                    volumes: w.volumes.clone(),
                 })
                 .collect(),
         }
@@ -1657,6 +2029,8 @@ fn limits_are_valid(limits: &Limits) -> bool {
         ]
         .iter()
         .all(|value| *value >= 1)
+        && limits.reservation_window_ms_max >= 1
+        && limits.reservation_horizon_ms_max >= 1
 }
 
 /// The protocol's field checks, for the requests this test can generate.
@@ -1668,6 +2042,14 @@ fn op_is_valid(op: &AgentOp) -> bool {
         AgentOp::LeaseGrant { ttl_ms } => *ttl_ms > 0,
         AgentOp::SemAcquire { limit, permits, .. } => {
             (1..=1_000_000).contains(limit) && (1..=*limit).contains(permits)
+        }
+        AgentOp::WaypointReserve {
+            start_ms: Some(start_ms),
+            end_ms: Some(end_ms),
+            ..
+        } if end_ms <= start_ms => false,
+        AgentOp::RouteReserve { volumes, .. } | AgentOp::RouteAmend { volumes, .. } => {
+            (1..=64).contains(&volumes.len()) && volumes.iter().all(|v| v.end_ms > v.start_ms)
         }
         AgentOp::WaypointReserve {
             lat,
@@ -1843,6 +2225,59 @@ impl Harness {
                     return Ok(());
                 }
                 Command::ExpireWaits { term: self.term }
+            }
+            Action::AmendHeldRoute { back, legs } => {
+                let routes: Vec<(String, String, u64)> = self
+                    .model
+                    .holds
+                    .iter()
+                    .filter(|hold| !hold.volumes.is_empty())
+                    .map(|hold| (hold.agent.clone(), hold.name.clone(), hold.lease))
+                    .collect();
+                let Some((agent, name, lease)) = pick_recent(&routes, *back).cloned() else {
+                    return Ok(());
+                };
+                let agent = AGENTS
+                    .iter()
+                    .position(|known| *known == agent)
+                    .expect("holders are known agents");
+                let op = AgentOp::RouteAmend {
+                    name,
+                    lease: format!("{lease:016x}"),
+                    volumes: self.volumes(legs),
+                };
+                self.next_request += 1;
+                let id = format!("r{}", self.next_request);
+                self.request_command(agent, id, op)
+            }
+            Action::ExpireReservations { term } => {
+                let term = match term {
+                    TermPick::Current => self.term,
+                    TermPick::Stale(k) => self.term.saturating_sub(1 + k),
+                };
+                Command::ExpireReservations { term }
+            }
+            Action::ExpireReservationsAtEnd { back, early_ms } => {
+                let holds = self.model.holds.iter();
+                let holds = holds.map(|hold| model_end(hold.window, &hold.volumes));
+                let waiters = self.model.waiters.iter();
+                let waiters = waiters.map(|w| model_end(w.window, &w.volumes));
+                let ends: Vec<((), u64)> = holds
+                    .chain(waiters)
+                    .flatten()
+                    .map(|end_ms| ((), end_ms))
+                    .collect();
+                let labels = [
+                    "expire reservations at the end",
+                    "expire reservations 1 ms before the end",
+                ];
+                if self
+                    .stamp_at_deadline(ends, *back, *early_ms, labels)
+                    .is_none()
+                {
+                    return Ok(());
+                }
+                Command::ExpireReservations { term: self.term }
             }
             Action::CancelWait { back, unknown_id } => {
                 let Some((agent, id, _)) = pick_recent(&self.sent, *back).cloned() else {
@@ -2024,6 +2459,23 @@ impl Harness {
             (Outcome::Cancelled { cancelled }, _) => format!("cancelled: {cancelled}"),
             (Outcome::WaitsExpired { count: 0 }, _) => "waits expired: none".into(),
             (Outcome::WaitsExpired { .. }, _) => "waits expired: some".into(),
+            (Outcome::ReservationsEnded { count: 0 }, _) => "reservations ended: none".into(),
+            (Outcome::ReservationsEnded { .. }, _) => "reservations ended: some".into(),
+            (
+                Outcome::Granted { .. },
+                Command::Request {
+                    request:
+                        AgentRequest {
+                            op:
+                                AgentOp::WaypointReserve {
+                                    start_ms: Some(start_ms),
+                                    ..
+                                },
+                            ..
+                        },
+                    ..
+                },
+            ) if *start_ms > self.model.now_ms => "granted a future window at once".into(),
             (Outcome::Granted { .. }, _) => "granted at once".into(),
             (outcome, _) => format!("{outcome:?}")
                 .split([' ', '{'])
@@ -2043,6 +2495,45 @@ impl Harness {
             && *term < self.term
         {
             self.count("stale expire");
+        }
+        if let Command::Request { request, .. } = command {
+            let route = match (&request.op, &expected.outcome) {
+                (AgentOp::RouteReserve { .. }, Outcome::Granted { .. }) if !expected.replayed => {
+                    Some("route granted at once")
+                }
+                (AgentOp::RouteReserve { .. }, Outcome::Queued) => Some("route queued"),
+                (AgentOp::RouteAmend { .. }, Outcome::Granted { .. }) => Some("route amended"),
+                (AgentOp::RouteAmend { .. }, Outcome::Refused { code }) => match code {
+                    ErrorCode::WouldBlock => Some("route amend would block"),
+                    ErrorCode::NotHolder => Some("route amend of a route not held"),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(label) = route {
+                self.count(label);
+            }
+        }
+        let route_grants_from_queues = expected
+            .responds
+            .iter()
+            .filter(|respond| matches!(respond.outcome, Outcome::Granted { .. }))
+            .filter(|respond| {
+                self.model
+                    .holds
+                    .iter()
+                    .any(|hold| !hold.volumes.is_empty() && hold.agent == respond.agent)
+            })
+            .count();
+        if route_grants_from_queues > 0 {
+            self.count("a queued route granted");
+        }
+        if let Command::ExpireReservations { term } = command {
+            if *term < self.term {
+                self.count("stale reservation expiry");
+            } else if self.model.reservation_end_next_ms().is_some() {
+                self.count("reservation expiry left a window alone");
+            }
         }
         if let Command::ExpireLeases { term, leases } = command
             && *term >= self.term
@@ -2134,6 +2625,12 @@ impl Harness {
             self.sm.wait_deadline_next_ms(),
             self.model.wait_deadline_next_ms(),
             "the earliest wait deadline (left: machine, right: model)\n{}",
+            self.recent_trace()
+        );
+        prop_assert_eq!(
+            self.sm.reservation_end_next_ms(),
+            self.model.reservation_end_next_ms(),
+            "the earliest window end (left: machine, right: model)\n{}",
             self.recent_trace()
         );
         let leases: Vec<(u64, String, u64)> = self
@@ -2303,18 +2800,73 @@ impl Harness {
                 spot,
                 lease: pick,
                 wait,
+                window,
             } => reserve_op(
                 WAYPOINT_NAMES[*name],
                 SPOTS[*spot],
                 lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
                 wait.wait_ms(),
+                self.window_at(*window),
             ),
             OpSpec::WaypointRelease { name, lease: pick } => AgentOp::WaypointRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
             },
+            OpSpec::RouteReserve {
+                name,
+                legs,
+                lease: pick,
+                wait,
+            } => AgentOp::RouteReserve {
+                name: WAYPOINT_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+                volumes: self.volumes(legs),
+                wait_ms: wait.wait_ms(),
+            },
+            OpSpec::RouteRelease { name, lease: pick } => AgentOp::RouteRelease {
+                name: WAYPOINT_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+            },
+            OpSpec::RouteAmend {
+                name,
+                legs,
+                lease: pick,
+            } => AgentOp::RouteAmend {
+                name: WAYPOINT_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+                volumes: self.volumes(legs),
+            },
             OpSpec::Malformed { which } => malformed_op(*which, lease(&LeasePick::Own(0), None)),
         }
+    }
+
+    /// A route's volumes from its legs, placed in time as [`WINDOWS`] says.
+    fn volumes(&self, legs: &[(usize, usize)]) -> Vec<Volume> {
+        legs.iter()
+            .map(|&(spot, window)| {
+                let spot = SPOTS[spot].expect("legs pick spots with geometry");
+                let (lat, lon) = spot.lat_lon();
+                let (start_ms, end_ms) = self.window_at(window);
+                let start_ms = start_ms.unwrap_or(self.model.now_ms);
+                Volume {
+                    lat,
+                    lon,
+                    radius_m: spot.radius_m,
+                    alt_min_m: spot.alt_min_m.unwrap_or(-1_000.0),
+                    alt_max_m: spot.alt_max_m.unwrap_or(100_000.0),
+                    start_ms,
+                    end_ms: end_ms.unwrap_or(start_ms + 1_000),
+                }
+            })
+            .collect()
+    }
+
+    /// [`WINDOWS`]`[window]` placed at the model's clock, rounded down to a whole second.
+    fn window_at(&self, window: usize) -> (Option<u64>, Option<u64>) {
+        let now_ms = (self.model.now_ms / 1_000 * 1_000) as i64;
+        let at = |offset_ms: Option<i64>| offset_ms.map(|ms| (now_ms + ms).max(0) as u64);
+        let (start_ms, end_ms) = WINDOWS[window];
+        (at(start_ms), at(end_ms))
     }
 
     /// The lease string a request names; `resource` is the resource it names, if any.
@@ -2397,7 +2949,13 @@ fn pick_recent<T>(items: &[T], back: usize) -> Option<&T> {
     items.get(items.len() - 1 - back % items.len())
 }
 
-fn reserve_op(name: &str, spot: Option<Spot>, lease: String, wait_ms: Option<u64>) -> AgentOp {
+fn reserve_op(
+    name: &str,
+    spot: Option<Spot>,
+    lease: String,
+    wait_ms: Option<u64>,
+    (start_ms, end_ms): (Option<u64>, Option<u64>),
+) -> AgentOp {
     let lat_lon = spot.map(|spot| spot.lat_lon());
     AgentOp::WaypointReserve {
         name: name.to_string(),
@@ -2408,6 +2966,8 @@ fn reserve_op(name: &str, spot: Option<Spot>, lease: String, wait_ms: Option<u64
         alt_max_m: spot.and_then(|spot| spot.alt_max_m),
         radius_m: spot.map(|spot| spot.radius_m),
         wait_ms,
+        start_ms,
+        end_ms,
     }
 }
 
@@ -2424,6 +2984,8 @@ fn malformed_op(which: usize, lease: String) -> AgentOp {
             alt_max_m: None,
             radius_m: None,
             wait_ms: None,
+            start_ms: None,
+            end_ms: None,
         },
         2 => AgentOp::WaypointReserve {
             name: "pad1".into(),
@@ -2434,6 +2996,8 @@ fn malformed_op(which: usize, lease: String) -> AgentOp {
             alt_max_m: Some(10.0),
             radius_m: Some(3.0),
             wait_ms: None,
+            start_ms: None,
+            end_ms: None,
         },
         3 => AgentOp::LockAcquire {
             name: "alpha".into(),
@@ -2547,6 +3111,19 @@ fn generator_reaches_every_path() {
         "wait expiry left a wait alone",
         "expire waits at the deadline",
         "expire waits 1 ms before the deadline",
+        "reservations ended: some",
+        "reservations ended: none",
+        "stale reservation expiry",
+        "reservation expiry left a window alone",
+        "expire reservations at the end",
+        "expire reservations 1 ms before the end",
+        "granted a future window at once",
+        "route granted at once",
+        "route queued",
+        "route amended",
+        "route amend would block",
+        "route amend of a route not held",
+        "a queued route granted",
         "retry ran again: its outcome was forgotten",
         "refused: bad_request",
         "refused: lease_not_found",

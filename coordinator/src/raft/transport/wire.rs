@@ -314,6 +314,8 @@ mod tests {
                     alt_max_m,
                     radius_m: Some(4.25),
                     wait_ms,
+                    start_ms: wait_ms.map(|_| 1_764_503_600_000),
+                    end_ms: wait_ms.map(|_| 1_764_504_200_000),
                 },
             },
         };
@@ -344,6 +346,8 @@ mod tests {
                     alt_max_m: Some(2.0),
                     radius_m: Some(1.0),
                     wait_ms: Some(1),
+                    start_ms: Some(u64::MAX - 1),
+                    end_ms: Some(u64::MAX),
                 },
             },
         };

@@ -18,6 +18,7 @@ use std::ops::RangeInclusive;
 use hivekeeper_protocol::Area;
 
 use super::geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict};
+use super::window::{Window, overlaps};
 use crate::LeaseId;
 
 /// Width of a level-0 cell, degrees (a power of two, so `x / width` is exact scaling).
@@ -32,6 +33,8 @@ pub struct Entry {
     pub area: Area,
     /// The lease it belongs to (a lease's own reservations never block it).
     pub lease: LeaseId,
+    /// Its time window (`None`: all time): a cylinder is a conflict only in its window.
+    pub window: Option<Window>,
 }
 
 /// Cylinders by `(level, row, column)` cell, then by key.
@@ -93,9 +96,14 @@ impl<K: Ord + Clone> Grid<K> {
         Some(entry)
     }
 
-    /// Calls `visit` for every filed cylinder that conflicts with `area`, in a deterministic
-    /// order, until it returns true; returns whether it did.
-    pub fn find_conflict(&self, area: &Area, mut visit: impl FnMut(&K, &Entry) -> bool) -> bool {
+    /// Calls `visit` for every filed cylinder that conflicts with `area` in `window` (space and
+    /// time), in a deterministic order, until it returns true; returns whether it did.
+    pub fn find_conflict(
+        &self,
+        area: &Area,
+        window: Option<&Window>,
+        mut visit: impl FnMut(&K, &Entry) -> bool,
+    ) -> bool {
         for level in 0..LEVELS {
             if self.per_level[level] == 0 {
                 continue;
@@ -108,7 +116,12 @@ impl<K: Ord + Clone> Grid<K> {
                     let last = (level as u8, row, *col_range.end());
                     for entries in self.cells.range(first..=last).map(|(_, entries)| entries) {
                         for (key, entry) in entries {
-                            if areas_conflict(area, &entry.area) && visit(key, entry) {
+                            // The windows first: two integer comparisons that clear most
+                            // candidates of a busy sky before any trigonometry.
+                            if overlaps(window, entry.window.as_ref())
+                                && areas_conflict(area, &entry.area)
+                                && visit(key, entry)
+                            {
                                 return true;
                             }
                         }

@@ -1,8 +1,10 @@
 //! Waypoint reservations: a named point and, with geometry, a vertical cylinder around it.
 //!
-//! Two reservations conflict if they share the name, or if both have a cylinder and the
+//! Two reservations conflict if they share the name, or if both have a cylinder, the
 //! cylinders conflict (`geo::areas_conflict`: axes closer than the sum of the radii and
-//! altitude bands overlapping). A lease never conflicts with itself: a drone may hold its pad
+//! altitude bands overlapping) and their time windows overlap (`window.rs`: half-open
+//! `[start_ms, end_ms)`, absent meaning all time). A name is one reservation whatever its
+//! window: successive slots of one pad take distinct names. A lease never conflicts with itself: a drone may hold its pad
 //! and reserve the next waypoint beside it. A request is granted when nothing held conflicts
 //! with it and no earlier conflicting request still waits (FIFO among conflicting requests;
 //! independent requests do not block each other).
@@ -23,14 +25,21 @@
 //!    latitude, longitude, radius and altitude band. Checked first, so a snapshot with a
 //!    cylinder out of range (a corrupt one) is refused before the spatial index is searched
 //!    with it (its search window assumes a longitude in [-180, 180]: found by fuzzing).
+//! 6. Every window is non-empty (`end_ms > start_ms`), and the end index lists exactly the
+//!    held and waiting reservations that have an end (part of invariant 3's rebuild check).
+//! 7. A route (`route.rs`) has volumes and no cylinder or window of its own; invariants 1, 2,
+//!    5 and 6 hold for each of its volumes (its shapes), and the spatial index files each
+//!    volume under (name or seq, volume number).
 
 mod geo;
 mod grid;
+mod route;
+mod window;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, Volume, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
 use super::fifo;
@@ -38,6 +47,7 @@ use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::{Ctx, Limits, Reply, StateMachine, Text};
 use grid::{Entry, Grid};
+pub use window::Window;
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 
@@ -48,6 +58,13 @@ pub struct Reservation {
     pub hold: Hold,
     /// Its cylinder, if it has geometry.
     pub area: Option<Area>,
+    /// Its time window; absent (and left out of the snapshot): all time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    /// A route's volumes (`route.rs`; `area` and `window` are then absent); empty, and left
+    /// out of the snapshot, for a waypoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 /// A waiting reservation.
@@ -59,6 +76,86 @@ pub struct Pending {
     pub waiter: Waiter,
     /// Its cylinder, if it has geometry.
     pub area: Option<Area>,
+    /// The time window it asks for; absent: all time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    /// A route's volumes, as for [`Reservation::volumes`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+}
+
+/// What a reservation request asks for, resolved: a waypoint's cylinder and window, or a
+/// route's volumes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Ask {
+    /// A waypoint's cylinder.
+    pub area: Option<Area>,
+    /// A waypoint's window, resolved against the entry's time.
+    pub window: Option<Window>,
+    /// A route's volumes (then `area` and `window` are `None`).
+    pub volumes: Vec<Volume>,
+    /// A waypoint's `start_ms` and `end_ms` as the request gave them, for a retry's match.
+    pub asked: (Option<u64>, Option<u64>),
+}
+
+impl Ask {
+    /// What the reservation is called in messages.
+    fn noun(&self) -> &'static str {
+        if self.volumes.is_empty() {
+            "waypoint"
+        } else {
+            "route"
+        }
+    }
+
+    /// Whether a held or waiting reservation is exactly what this asks for.
+    fn matches(&self, area: Option<Area>, window: Option<Window>, volumes: &[Volume]) -> bool {
+        area == self.area
+            && volumes == self.volumes.as_slice()
+            && (!self.volumes.is_empty()
+                || Window::asked_by(window.as_ref(), self.asked.0, self.asked.1))
+    }
+}
+
+/// One cylinder of a reservation in its window: a waypoint has at most one, a route one per
+/// volume.
+pub type Shape = (Area, Option<Window>);
+
+/// The shapes of a reservation: its cylinder in its window, or its route's volumes.
+fn shapes(area: Option<Area>, window: Option<Window>, volumes: &[Volume]) -> Vec<Shape> {
+    if volumes.is_empty() {
+        return area.map(|area| (area, window)).into_iter().collect();
+    }
+    volumes
+        .iter()
+        .map(|volume| {
+            let window = Window {
+                start_ms: volume.start_ms,
+                end_ms: Some(volume.end_ms),
+            };
+            (volume.area(), Some(window))
+        })
+        .collect()
+}
+
+/// When a reservation ends by itself: its window's end, or its route's last volume's end.
+fn end_ms(window: Option<Window>, volumes: &[Volume]) -> Option<u64> {
+    let route_end = volumes.iter().map(|volume| volume.end_ms).max();
+    route_end.or(window.and_then(|window| window.end_ms))
+}
+
+impl Reservation {
+    /// Its shapes (see [`shapes`]).
+    pub fn shapes(&self) -> Vec<Shape> {
+        shapes(self.area, self.window, &self.volumes)
+    }
+}
+
+impl Pending {
+    /// Its shapes (see [`shapes`]).
+    pub fn shapes(&self) -> Vec<Shape> {
+        shapes(self.area, self.window, &self.volumes)
+    }
 }
 
 /// Every reservation, held and waiting, with the indexes that keep checks local.
@@ -74,27 +171,40 @@ pub struct Waypoints {
     /// Names and cylinders removed during the current entry, for the grant pass. Empty
     /// between entries.
     #[serde(skip)]
-    removed: Vec<(Text, Option<Area>)>,
+    removed: Vec<(Text, Vec<Shape>)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Index {
-    /// Held cylinders, keyed by name.
-    held: Grid<Text>,
-    /// Waiting cylinders, keyed by seq.
-    waiting: Grid<u64>,
+    /// Held cylinders, keyed by name and shape number.
+    held: Grid<(Text, u32)>,
+    /// Waiting cylinders, keyed by seq and shape number.
+    waiting: Grid<(u64, u32)>,
     /// Waiters' seqs by name.
     waiting_by_name: BTreeMap<Text, BTreeSet<u64>>,
+    /// Held reservations with an end, by `(end_ms, name)`: the due ones are a prefix.
+    held_ends: BTreeSet<(u64, Text)>,
+    /// Waiting reservations with an end, by `(end_ms, seq)`.
+    waiting_ends: BTreeSet<(u64, u64)>,
+}
+
+/// Files each shape of a reservation in `grid`, under `(key, shape number)`.
+fn file<K: Ord + Clone>(grid: &mut Grid<(K, u32)>, key: &K, shapes: Vec<Shape>, lease: LeaseId) {
+    for (number, (area, window)) in (0u32..).zip(shapes) {
+        let entry = Entry {
+            area,
+            lease,
+            window,
+        };
+        grid.insert((key.clone(), number), entry);
+    }
 }
 
 impl Index {
     fn build(held: &BTreeMap<Text, Reservation>, waiters: &BTreeMap<u64, Pending>) -> Index {
         let mut index = Index::default();
         for (name, reservation) in held {
-            if let Some(area) = reservation.area {
-                let lease = reservation.hold.lease;
-                index.held.insert(name.clone(), Entry { area, lease });
-            }
+            index.add_held(name, reservation);
         }
         for (seq, pending) in waiters {
             index.add_waiter(*seq, pending);
@@ -102,10 +212,36 @@ impl Index {
         index
     }
 
+    fn add_held(&mut self, name: &Text, reservation: &Reservation) {
+        file(
+            &mut self.held,
+            name,
+            reservation.shapes(),
+            reservation.hold.lease,
+        );
+        if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
+            self.held_ends.insert((end_ms, name.clone()));
+        }
+    }
+
+    fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
+        for (number, (area, _)) in (0u32..).zip(reservation.shapes()) {
+            self.held.remove(&(name.clone(), number), &area);
+        }
+        if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
+            self.held_ends.remove(&(end_ms, name.clone()));
+        }
+    }
+
     fn add_waiter(&mut self, seq: u64, pending: &Pending) {
-        if let Some(area) = pending.area {
-            let lease = pending.waiter.lease;
-            self.waiting.insert(seq, Entry { area, lease });
+        file(
+            &mut self.waiting,
+            &seq,
+            pending.shapes(),
+            pending.waiter.lease,
+        );
+        if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
+            self.waiting_ends.insert((end_ms, seq));
         }
         self.waiting_by_name
             .entry(pending.name.clone())
@@ -114,8 +250,11 @@ impl Index {
     }
 
     fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
-        if let Some(area) = &pending.area {
-            self.waiting.remove(&seq, area);
+        for (number, (area, _)) in (0u32..).zip(pending.shapes()) {
+            self.waiting.remove(&(seq, number), &area);
+        }
+        if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
+            self.waiting_ends.remove(&(end_ms, seq));
         }
         if let Some(seqs) = self.waiting_by_name.get_mut(&pending.name) {
             seqs.remove(&seq);
@@ -181,40 +320,48 @@ impl Waypoints {
     }
 
     /// Whether a request (a new one, or the waiter at `before_seq`) is blocked by a held
-    /// reservation or by an earlier waiter of another lease.
-    fn blocked(&self, name: &str, area: Option<&Area>, lease: LeaseId, before_seq: u64) -> bool {
+    /// reservation or by an earlier waiter of another lease: by its name (unless `name` is
+    /// `None`: a route's amend keeps its name) or by any of its shapes.
+    fn blocked(
+        &self,
+        name: Option<&str>,
+        shapes: &[Shape],
+        lease: LeaseId,
+        before_seq: u64,
+    ) -> bool {
         let other = |entry_lease: LeaseId| entry_lease != lease;
-        if self
-            .held
-            .get(name)
-            .is_some_and(|held| other(held.hold.lease))
-        {
-            return true;
+        if let Some(name) = name {
+            if self
+                .held
+                .get(name)
+                .is_some_and(|held| other(held.hold.lease))
+            {
+                return true;
+            }
+            if let Some(seqs) = self.index.waiting_by_name.get(name)
+                && seqs
+                    .range(..before_seq)
+                    .any(|seq| other(self.waiters[seq].waiter.lease))
+            {
+                return true;
+            }
         }
-        if let Some(seqs) = self.index.waiting_by_name.get(name)
-            && seqs
-                .range(..before_seq)
-                .any(|seq| other(self.waiters[seq].waiter.lease))
-        {
-            return true;
-        }
-        let Some(area) = area else {
-            return false;
-        };
-        self.index
-            .held
-            .find_conflict(area, |_, entry| other(entry.lease))
-            || self
-                .index
-                .waiting
-                .find_conflict(area, |seq, entry| *seq < before_seq && other(entry.lease))
+        shapes.iter().any(|(area, window)| {
+            let window = window.as_ref();
+            self.index
+                .held
+                .find_conflict(area, window, |_, entry| other(entry.lease))
+                || self
+                    .index
+                    .waiting
+                    .find_conflict(area, window, |key, entry| {
+                        key.0 < before_seq && other(entry.lease)
+                    })
+        })
     }
 
     fn insert_held(&mut self, name: Text, reservation: Reservation) {
-        if let Some(area) = reservation.area {
-            let lease = reservation.hold.lease;
-            self.index.held.insert(name.clone(), Entry { area, lease });
-        }
+        self.index.add_held(&name, &reservation);
         self.held.insert(name, reservation);
     }
 
@@ -224,10 +371,8 @@ impl Waypoints {
             return None;
         }
         let (name, reservation) = self.held.remove_entry(name)?;
-        if let Some(area) = &reservation.area {
-            self.index.held.remove(&name, area);
-        }
-        self.removed.push((name, reservation.area));
+        self.index.remove_held(&name, &reservation);
+        self.removed.push((name, reservation.shapes()));
         Some(reservation.hold)
     }
 
@@ -239,7 +384,8 @@ impl Waypoints {
         })?;
         let pending = self.waiters.remove(&seq)?;
         self.index.remove_waiter(seq, &pending);
-        self.removed.push((pending.name, pending.area));
+        let shapes = pending.shapes();
+        self.removed.push((pending.name, shapes));
         Some(pending.waiter)
     }
 
@@ -251,25 +397,23 @@ impl Waypoints {
             return;
         }
         let mut candidates = BTreeSet::new();
-        for (name, area) in &removed {
+        for (name, shapes) in &removed {
             if let Some(seqs) = self.index.waiting_by_name.get(name) {
                 candidates.extend(seqs.iter().copied());
             }
-            if let Some(area) = area {
-                self.index.waiting.find_conflict(area, |seq, _| {
-                    candidates.insert(*seq);
-                    false
-                });
+            for (area, window) in shapes {
+                self.index
+                    .waiting
+                    .find_conflict(area, window.as_ref(), |key, _| {
+                        candidates.insert(key.0);
+                        false
+                    });
             }
         }
         for seq in candidates {
             let pending = &self.waiters[&seq];
-            if self.blocked(
-                &pending.name,
-                pending.area.as_ref(),
-                pending.waiter.lease,
-                seq,
-            ) {
+            let shapes = pending.shapes();
+            if self.blocked(Some(&pending.name), &shapes, pending.waiter.lease, seq) {
                 continue;
             }
             let pending = self.waiters.remove(&seq).expect("looked up above");
@@ -279,6 +423,8 @@ impl Waypoints {
             let reservation = Reservation {
                 hold,
                 area: pending.area,
+                window: pending.window,
+                volumes: pending.volumes,
             };
             self.insert_held(pending.name, reservation);
         }
@@ -289,13 +435,23 @@ impl Waypoints {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
         }
-        let held = self.held.iter().map(|(name, held)| (name, &held.area));
+        let held = self.held.iter().map(|(name, held)| (name, held.shapes()));
         let waiting = self
             .waiters
             .values()
-            .map(|pending| (&pending.name, &pending.area));
-        for (name, area) in held.chain(waiting) {
-            if let Some(area) = area {
+            .map(|pending| (&pending.name, pending.shapes()));
+        for (name, shapes) in held.chain(waiting) {
+            for (area, window) in shapes {
+                if let Some(Window {
+                    start_ms,
+                    end_ms: Some(end_ms),
+                }) = window
+                    && end_ms <= start_ms
+                {
+                    return Err(format!(
+                        "waypoint {name:?} has an empty window [{start_ms}, {end_ms})"
+                    ));
+                }
                 Area::from_fields(
                     Some(area.lat),
                     Some(area.lon),
@@ -308,6 +464,16 @@ impl Waypoints {
                 })?;
             }
         }
+        if self
+            .held
+            .values()
+            .any(|held| !held.volumes.is_empty() && (held.area.is_some() || held.window.is_some()))
+            || self.waiters.values().any(|pending| {
+                !pending.volumes.is_empty() && (pending.area.is_some() || pending.window.is_some())
+            })
+        {
+            return Err("a route has an area or a window besides its volumes".into());
+        }
         if self.index != Index::build(&self.held, &self.waiters) {
             return Err("the waypoint indexes disagree with the reservations".into());
         }
@@ -315,12 +481,12 @@ impl Waypoints {
             let key = ResourceKey::new(ResourceKind::Waypoint, name);
             occupancy.hold(&key, &reservation.hold);
             let lease = reservation.hold.lease;
-            if let Some(area) = &reservation.area
-                && self
-                    .index
+            let conflict = reservation.shapes().iter().any(|(area, window)| {
+                self.index
                     .held
-                    .find_conflict(area, |_, entry| entry.lease != lease)
-            {
+                    .find_conflict(area, window.as_ref(), |_, entry| entry.lease != lease)
+            });
+            if conflict {
                 return Err(format!(
                     "held waypoint {name:?} conflicts with another lease's"
                 ));
@@ -346,7 +512,7 @@ impl Waypoints {
                     pending.name
                 ));
             }
-            if !self.blocked(&pending.name, pending.area.as_ref(), lease, *seq) {
+            if !self.blocked(Some(&pending.name), &pending.shapes(), lease, *seq) {
                 return Err(format!(
                     "waypoint waiter {seq} for {:?} could be granted but waits",
                     pending.name
@@ -368,18 +534,51 @@ impl StateMachine {
         lease: &str,
         area: Option<Area>,
         wait_ms: Option<u64>,
+        asked: (Option<u64>, Option<u64>),
+    ) -> Reply {
+        let window = match Window::resolve(asked.0, asked.1, ctx.now_ms, &self.limits) {
+            Ok(window) => window,
+            Err(message) => {
+                return Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("waypoint.reserve: {message}"),
+                );
+            }
+        };
+        let ask = Ask {
+            area,
+            window,
+            volumes: Vec::new(),
+            asked,
+        };
+        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+    }
+
+    /// A reservation (a waypoint's or a route's) whose fields are valid: granted now, queued
+    /// or refused, as the module's rules say.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reserve(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        ask: Ask,
+        wait_ms: Option<u64>,
     ) -> Reply {
         let lease = match self.core.live_lease(agent, lease) {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
+        let noun = ask.noun();
         if let Some(held) = self.waypoints.held.get(name)
             && held.hold.lease == lease
         {
-            // Same geometry: the reservation it already has. Other geometry would tell the
-            // agent it holds airspace it does not, so it must release first (as a semaphore
-            // re-acquire with other permits must).
-            return if held.area == area {
+            // The same request: the reservation it already has. Other geometry, another
+            // window or other volumes would tell the agent it holds airspace it does not, so
+            // it must release first (as a semaphore re-acquire with other permits must).
+            return if ask.matches(held.area, held.window, &held.volumes) {
                 Reply::Granted {
                     token: held.hold.token,
                 }
@@ -387,8 +586,9 @@ impl StateMachine {
                 Reply::refused(
                     ErrorCode::BadRequest,
                     format!(
-                        "lease {lease} already holds waypoint {name:?} with other geometry; \
-                         release it before reserving it again elsewhere"
+                        "lease {lease} already holds {noun} {name:?} with other geometry, another \
+                         window or other volumes; release it (or amend a route) before \
+                         reserving it again"
                     ),
                 )
             };
@@ -402,14 +602,18 @@ impl StateMachine {
                     .core
                     .already_waiting(lease, &key, "a reservation not found");
             };
-            if pending.area != area {
-                return self.core.already_waiting(lease, &key, "other geometry");
+            if !ask.matches(pending.area, pending.window, &pending.volumes) {
+                return self.core.already_waiting(
+                    lease,
+                    &key,
+                    "other geometry, another window or other volumes",
+                );
             }
             if wait_ms == Some(0) {
                 return Reply::refused(
                     ErrorCode::WouldBlock,
                     format!(
-                        "waypoint {name:?} conflicts with a held or earlier waiting reservation \
+                        "{noun} {name:?} conflicts with a held or earlier waiting reservation \
                          (this lease already waits for it, request id {old_id:?})"
                     ),
                 );
@@ -425,19 +629,26 @@ impl StateMachine {
         if self.resources_in_use() >= self.limits.resources_max as usize {
             return self.resources_exhausted();
         }
+        let shapes = shapes(ask.area, ask.window, &ask.volumes);
         if !self
             .waypoints
-            .blocked(&name, area.as_ref(), lease, u64::MAX)
+            .blocked(Some(&name), &shapes, lease, u64::MAX)
         {
             let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
             let token = hold.token;
-            self.waypoints.insert_held(name, Reservation { hold, area });
+            let reservation = Reservation {
+                hold,
+                area: ask.area,
+                window: ask.window,
+                volumes: ask.volumes,
+            };
+            self.waypoints.insert_held(name, reservation);
             return Reply::Granted { token };
         }
         if wait_ms == Some(0) {
             return Reply::refused(
                 ErrorCode::WouldBlock,
-                format!("waypoint {name:?} conflicts with a held or earlier waiting reservation"),
+                format!("{noun} {name:?} conflicts with a held or earlier waiting reservation"),
             );
         }
         if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
@@ -449,7 +660,13 @@ impl StateMachine {
         let waiter = self
             .core
             .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
-        let pending = Pending { name, waiter, area };
+        let pending = Pending {
+            name,
+            waiter,
+            area: ask.area,
+            window: ask.window,
+            volumes: ask.volumes,
+        };
         self.waypoints.index.add_waiter(ctx.index, &pending);
         self.waypoints.waiters.insert(ctx.index, pending);
         Reply::Queued
@@ -485,6 +702,9 @@ impl StateMachine {
             .get(name)
             .map(|reservation| HolderInfo {
                 area: reservation.area,
+                start_ms: reservation.window.map(|window| window.start_ms),
+                end_ms: reservation.window.and_then(|window| window.end_ms),
+                volumes: reservation.volumes.clone(),
                 ..reservation.hold.info(None)
             })
             .into_iter()
@@ -503,6 +723,9 @@ impl StateMachine {
             .zip(waiting)
             .map(|(info, pending)| WaiterInfo {
                 area: pending.area,
+                start_ms: pending.window.map(|window| window.start_ms),
+                end_ms: pending.window.and_then(|window| window.end_ms),
+                volumes: pending.volumes.clone(),
                 ..info
             })
             .collect();

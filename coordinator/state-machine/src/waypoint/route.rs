@@ -1,0 +1,135 @@
+//! Routes (issue 18): a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an
+//! altitude band and a time window.
+//!
+//! A route is a waypoint reservation whose shapes are its volumes: it has a name in the
+//! waypoint namespace, one hold and one token, and it conflicts with another lease's
+//! reservation when any of its volumes conflicts with any of the other's shapes in space and
+//! time (`Waypoints::blocked`). So `route.reserve` is granted all or nothing in one entry, and
+//! queued FIFO as a unit among the requests it conflicts with; two drones that take their
+//! routes' legs in a different order cannot deadlock, because neither holds a leg while it
+//! waits for another. `route.release` is `waypoint.release` of its name. A route ends by itself
+//! when its last volume's window ends (`window.rs`): its volumes are held until then, so a
+//! drone that has flown a leg frees it early with `route.amend`.
+//!
+//! `route.amend` replaces a held route's volumes in one entry: granted at once, with the same
+//! hold and token, when no other lease's held reservation and no waiting request of another
+//! lease conflicts with the new volumes; otherwise `would_block`, the old route untouched. It
+//! never waits (a route that waited would have given up its old volumes or held both). What the
+//! old volumes blocked is granted in the same entry when the new ones no longer block it.
+//!
+//! Invariants (checked by `Waypoints::check_invariants` with the waypoint invariants, which
+//! hold for every volume):
+//! 1. A route has volumes and no cylinder or window of its own; every volume's cylinder is in
+//!    the wire's ranges and its window is non-empty (waypoint invariants 5 and 6).
+//! 2. No volume of a held route conflicts with another lease's held shape (waypoint
+//!    invariant 1), and a waiting route is blocked (waypoint invariant 2).
+
+use hivekeeper_protocol::{ErrorCode, Volume};
+
+use super::{Ask, Window, shapes};
+use crate::{Ctx, Reply, StateMachine, Text};
+
+impl StateMachine {
+    /// Each volume's window against the entry's time and the limits, as `waypoint.reserve`
+    /// checks one window; the refusal names the op and the volume.
+    fn check_volume_windows(&self, op: &str, volumes: &[Volume], now_ms: u64) -> Option<Reply> {
+        volumes.iter().enumerate().find_map(|(i, volume)| {
+            let window = Window::resolve(
+                Some(volume.start_ms),
+                Some(volume.end_ms),
+                now_ms,
+                &self.limits,
+            );
+            window.err().map(|message| {
+                Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("{op}: volume {i}: {message}"),
+                )
+            })
+        })
+    }
+
+    /// `route.reserve`: the route as one reservation (module docs).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn route_reserve(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        volumes: Vec<Volume>,
+        wait_ms: Option<u64>,
+    ) -> Reply {
+        if let Some(refusal) = self.check_volume_windows("route.reserve", &volumes, ctx.now_ms) {
+            return refusal;
+        }
+        let ask = Ask {
+            area: None,
+            window: None,
+            volumes,
+            asked: (None, None),
+        };
+        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+    }
+
+    /// `route.amend`: the held route's volumes replaced at once, keeping its token, or
+    /// `would_block` and nothing changed (module docs).
+    pub(crate) fn route_amend(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        name: &str,
+        lease: &str,
+        volumes: Vec<Volume>,
+    ) -> Reply {
+        if let Some(refusal) = self.check_volume_windows("route.amend", &volumes, ctx.now_ms) {
+            return refusal;
+        }
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(held) = self
+            .waypoints
+            .held
+            .get(name)
+            .filter(|held| held.hold.lease == lease)
+        else {
+            return Reply::refused(
+                ErrorCode::NotHolder,
+                format!("lease {lease} does not hold route {name:?}"),
+            );
+        };
+        if held.volumes.is_empty() {
+            return Reply::refused(
+                ErrorCode::BadRequest,
+                format!("waypoint {name:?} is not a route; release it and reserve a route instead"),
+            );
+        }
+        let new_shapes = shapes(None, None, &volumes);
+        if self.waypoints.blocked(None, &new_shapes, lease, u64::MAX) {
+            return Reply::refused(
+                ErrorCode::WouldBlock,
+                format!(
+                    "route {name:?}: the new volumes conflict with a held or earlier waiting \
+                     reservation; the old route is kept"
+                ),
+            );
+        }
+        let (name, mut reservation) = self
+            .waypoints
+            .held
+            .remove_entry(name)
+            .expect("looked up above");
+        self.waypoints.index.remove_held(&name, &reservation);
+        self.waypoints
+            .removed
+            .push((name.clone(), reservation.shapes()));
+        reservation.volumes = volumes;
+        let token = reservation.hold.token;
+        self.waypoints.insert_held(name, reservation);
+        self.waypoints.settle(ctx, &mut self.core);
+        Reply::Granted { token }
+    }
+}

@@ -1,0 +1,329 @@
+//! End to end over MQTT, one `hivekeeper serve` per test: 4D airspace (issue 18). Waypoint
+//! reservations with time windows: windows that do not overlap are granted at once, a future
+//! one included; an overlapping one would block; a window ends by itself (the leader's
+//! `ExpireReservations`) and its waiter is granted with a higher token; bad windows are
+//! `bad_request` with the message that says which. Routes: two drones reserve crossing routes
+//! at overlapping times, one waits and is granted with a higher token when the other releases,
+//! a route at another time is granted at once; amend and release in raw JSON.
+
+mod common;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::{Node, Raw, agent, agent_session, code, inspect, release, within};
+use hivekeeper_agent::protocol::{Area, ResourceKind, Volume};
+use hivekeeper_agent::{AgentError, Guard, Session, TimeWindow, Wait};
+use serde_json::json;
+
+/// The wall clock, UTC ms: the node stamps entries with the same clock.
+fn now_ms() -> u64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970");
+    u64::try_from(since_epoch.as_millis()).expect("ms since 1970 fit in u64")
+}
+
+/// Reserves `name` over [`corridor`] for `window`, within 20 s.
+async fn slot(
+    session: &Session,
+    name: &str,
+    window: TimeWindow,
+    wait: Wait,
+) -> Result<Guard, AgentError> {
+    let reserve = session.reserve_waypoint_in(name, Some(corridor()), window, wait);
+    within(20, name, reserve).await
+}
+
+/// A 25 m cylinder from the ground to 120 m over Zurich.
+fn corridor() -> Area {
+    Area {
+        lat: 47.3769,
+        lon: 8.5417,
+        radius_m: 25.0,
+        alt_min_m: Some(0.0),
+        alt_max_m: Some(120.0),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_that_do_not_overlap_share_a_corridor_and_an_overlapping_one_would_block() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let observer = agent("observer", port).await;
+    let (_a, a) = agent_session("drone-a", port, 60_000).await;
+    let (_b, b) = agent_session("drone-b", port, 60_000).await;
+    let (_c, c) = agent_session("drone-c", port, 60_000).await;
+    let t = now_ms();
+    let first = TimeWindow::between(t + 600_000, t + 1_200_000);
+    let second = TimeWindow::between(t + 1_200_000, t + 1_800_000);
+    let inside = TimeWindow::between(t + 900_000, t + 1_000_000);
+
+    // A future window: granted now, with its token.
+    let slot_a = slot(&a, "corridor@a", first, Wait::Try)
+        .await
+        .expect("the corridor is free in 10-20 min");
+    // The same corridor right after it (the windows touch): granted at once.
+    let slot_b = slot(&b, "corridor@b", second, Wait::Try)
+        .await
+        .expect("20-30 min does not overlap 10-20 min");
+    assert!(slot_b.token() > slot_a.token());
+    // Inside drone-a's window: would block, nothing queued.
+    let refused = slot(&c, "corridor@c", inside, Wait::Try).await;
+    assert!(
+        matches!(refused, Err(AgentError::WouldBlock)),
+        "{refused:?}"
+    );
+    let (holders, waiters) = inspect(&observer, ResourceKind::Waypoint, "corridor@a").await;
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    assert_eq!(
+        (holders[0].start_ms, holders[0].end_ms),
+        (Some(t + 600_000), Some(t + 1_200_000))
+    );
+    assert!(waiters.is_empty());
+    release(slot_a, "drone-a releases").await;
+    release(slot_b, "drone-b releases").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_ends_by_itself_and_its_waiter_gets_a_higher_token() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let observer = agent("observer", port).await;
+    let (_a, a) = agent_session("drone-a", port, 60_000).await;
+    let (_b, b) = agent_session("drone-b", port, 60_000).await;
+    let short = TimeWindow::until(now_ms() + 1_500);
+    let held = slot(&a, "pad-1@now", short, Wait::Try)
+        .await
+        .expect("the pad is free");
+    // drone-b wants the pad with no window: it waits until drone-a's window ends, which the
+    // service does by itself (drone-a never releases).
+    let waited = slot(&b, "pad-1@later", TimeWindow::default(), Wait::UntilGranted)
+        .await
+        .expect("granted after the window's end");
+    assert!(waited.token() > held.token());
+    let (holders, _) = inspect(&observer, ResourceKind::Waypoint, "pad-1@now").await;
+    assert!(holders.is_empty(), "the window ended: {holders:?}");
+    drop(held);
+    release(waited, "drone-b releases").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_windows_are_bad_request_saying_which_in_raw_json() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let mut raw = Raw::connect(node.mqtt_port(), "raw-drone").await;
+    let lease = raw.grant("g", 60_000).await;
+    let reserve = |id: &str, start_ms: u64, end_ms: u64| {
+        json!({"id": id, "op": "waypoint.reserve", "name": "pad", "lease": lease,
+               "lat": 47.0, "lon": 8.0, "radius_m": 5, "start_ms": start_ms, "end_ms": end_ms})
+    };
+    let empty = raw.call(reserve("empty", 5_000, 5_000)).await;
+    assert_eq!(
+        empty,
+        json!({"id": "empty", "ok": false, "error": {"code": "bad_request", "message":
+            "waypoint.reserve: the window is empty: `end_ms` (5000) is not after `start_ms` (5000)"}})
+    );
+    let past = raw.call(reserve("past", 1_000, 2_000)).await;
+    assert_eq!(code(&past), Some("bad_request"), "{past}");
+    let message = past["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "waypoint.reserve: the window is in the past: `end_ms` (2000) is not after the \
+             entry's time ("
+        ),
+        "{message}"
+    );
+    let t = now_ms();
+    let long = raw.call(reserve("long", t, t + 86_400_001)).await;
+    assert_eq!(
+        long,
+        json!({"id": "long", "ok": false, "error": {"code": "bad_request", "message":
+            "waypoint.reserve: the window is 86400001 ms long, more than \
+             reservation_window_ms_max (86400000)"}})
+    );
+    let far = raw
+        .call(reserve(
+            "far",
+            t + 30 * 86_400_000,
+            t + 30 * 86_400_000 + 1_000,
+        ))
+        .await;
+    assert_eq!(code(&far), Some("bad_request"), "{far}");
+    let message = far["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.ends_with("beyond reservation_horizon_ms_max (604800000)"),
+        "{message}"
+    );
+    // A good window, granted at once, with the window in `inspect`.
+    let good = raw.call(reserve("good", t + 60_000, t + 120_000)).await;
+    assert_eq!(good["ok"], true, "{good}");
+    let shown = raw.inspect("i", "waypoint", "pad").await;
+    assert_eq!(shown["holders"][0]["start_ms"], t + 60_000, "{shown}");
+    assert_eq!(shown["holders"][0]["end_ms"], t + 120_000, "{shown}");
+}
+
+/// A 20 m cylinder, ground to 120 m, `north_m` metres north and `east_m` east of the hub, in
+/// `[start_ms, end_ms)`.
+fn volume(north_m: f64, east_m: f64, start_ms: u64, end_ms: u64) -> Volume {
+    let m_per_deg = 6_371_008.8 * std::f64::consts::PI / 180.0;
+    let lat = 47.3769 + north_m / m_per_deg;
+    Volume {
+        lat,
+        lon: 8.5417 + east_m / (m_per_deg * lat.to_radians().cos()),
+        radius_m: 20.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms,
+        end_ms,
+    }
+}
+
+/// Three legs along a line through the hub, `step_m` apart from `-step_m` (east-west when
+/// `east` is true, else north-south), each for `leg_ms` from `start_ms`.
+fn line(east: bool, step_m: f64, start_ms: u64, leg_ms: u64) -> Vec<Volume> {
+    (0..3u64)
+        .map(|i| {
+            let offset_m = (i as f64 - 1.0) * step_m;
+            let (north_m, east_m) = if east {
+                (0.0, offset_m)
+            } else {
+                (offset_m, 0.0)
+            };
+            let start = start_ms + i * leg_ms;
+            volume(north_m, east_m, start, start + leg_ms)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crossing_routes_one_waits_then_is_granted_with_a_higher_token_and_another_time_passes() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let observer = agent("observer", port).await;
+    let (_a, a) = agent_session("drone-a", port, 60_000).await;
+    let (_b, b) = agent_session("drone-b", port, 60_000).await;
+    let (_c, c) = agent_session("drone-c", port, 60_000).await;
+    let t = now_ms() + 60_000;
+    // drone-a flies west to east over the hub, drone-b south to north, in the same minutes:
+    // their middle legs cross at the hub.
+    let east = line(true, 200.0, t, 60_000);
+    let north = line(false, 200.0, t, 60_000);
+    let route_a = within(
+        10,
+        "drone-a's route",
+        a.reserve_route("east", east, Wait::Try),
+    )
+    .await
+    .expect("the sky is empty");
+    assert_eq!(route_a.kind(), ResourceKind::Waypoint);
+    let waiting = {
+        let b = b.clone();
+        let north = north.clone();
+        tokio::spawn(async move { b.reserve_route("north", north, Wait::UntilGranted).await })
+    };
+    common::eventually(10, "drone-b's route waits as a unit", || async {
+        let (holders, waiters) = inspect(&observer, ResourceKind::Waypoint, "north").await;
+        (holders.is_empty() && waiters.len() == 1 && waiters[0].agent == "drone-b").then_some(())
+    })
+    .await;
+    // The same crossing three hours later: no overlap in time, granted at once.
+    let later = line(false, 200.0, t + 3 * 3_600_000, 60_000);
+    let route_c = within(
+        10,
+        "drone-c's route",
+        c.reserve_route("north-later", later, Wait::Try),
+    )
+    .await
+    .expect("three hours later the crossing is free");
+    let (holders, _) = inspect(&observer, ResourceKind::Waypoint, "east").await;
+    assert_eq!(holders.len(), 1);
+    assert_eq!(
+        holders[0].volumes.len(),
+        3,
+        "inspect shows the route's volumes"
+    );
+    let token_a = route_a.token();
+    release(route_a, "drone-a lands").await;
+    let route_b = within(10, "drone-b is granted", waiting)
+        .await
+        .expect("the task ran")
+        .expect("granted once drone-a released");
+    assert!(route_b.token() > token_a, "{} > {token_a}", route_b.token());
+    release(route_b, "drone-b lands").await;
+    release(route_c, "drone-c lands").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_reserve_amend_and_release_in_raw_json() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let mut a = Raw::connect(port, "raw-a").await;
+    let mut b = Raw::connect(port, "raw-b").await;
+    let lease_a = a.grant("ga", 60_000).await;
+    let lease_b = b.grant("gb", 60_000).await;
+    let t = now_ms() + 60_000;
+    let legs = line(true, 200.0, t, 60_000);
+    let reserved = a
+        .call(
+            json!({"id": "r1", "op": "route.reserve", "name": "east", "lease": lease_a,
+                     "volumes": legs, "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(reserved["ok"], true, "{reserved}");
+    let token = reserved["token"].as_u64().expect("a grant has a token");
+    // b holds the slot right after a's route, at the east end.
+    let slot = volume(0.0, 200.0, t + 180_000, t + 240_000);
+    let held = b
+        .call(
+            json!({"id": "s1", "op": "route.reserve", "name": "slot", "lease": lease_b,
+                     "volumes": [slot], "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(held["ok"], true, "{held}");
+    // Delaying a's last leg into b's slot: would_block, the old route kept.
+    let mut delayed = legs.clone();
+    delayed[2] = volume(0.0, 200.0, t + 120_000, t + 200_000);
+    let refused = a
+        .call(
+            json!({"id": "r2", "op": "route.amend", "name": "east", "lease": lease_a,
+                     "volumes": delayed}),
+        )
+        .await;
+    assert_eq!(
+        refused,
+        json!({"id": "r2", "ok": false, "error": {"code": "would_block", "message":
+            "route \"east\": the new volumes conflict with a held or earlier waiting \
+             reservation; the old route is kept"}})
+    );
+    // Delayed by less, clear of b's slot: granted, the same token.
+    let mut shorter = legs.clone();
+    shorter[2] = volume(0.0, 200.0, t + 120_000, t + 180_000 - 1);
+    let amended = a
+        .call(
+            json!({"id": "r3", "op": "route.amend", "name": "east", "lease": lease_a,
+                     "volumes": shorter}),
+        )
+        .await;
+    assert_eq!(amended, json!({"id": "r3", "ok": true, "token": token}));
+    let shown = a.inspect("i", "waypoint", "east").await;
+    assert_eq!(shown["holders"][0]["volumes"], json!(shorter), "{shown}");
+    let released = a
+        .call(json!({"id": "r4", "op": "route.release", "name": "east", "lease": lease_a}))
+        .await;
+    assert_eq!(released, json!({"id": "r4", "ok": true}));
+    let empty = a
+        .call(
+            json!({"id": "r5", "op": "route.reserve", "name": "x", "lease": lease_a,
+                     "volumes": []}),
+        )
+        .await;
+    assert_eq!(
+        empty,
+        json!({"id": "r5", "ok": false, "error": {"code": "bad_request", "message":
+            "route.reserve: `volumes` has 0 volumes, a route has 1 to 64"}})
+    );
+}
