@@ -13,7 +13,7 @@
 
 use tokio::sync::watch;
 
-use super::types::{NodeId, Raft, RaftMetrics};
+use super::types::{NodeId, RaftMetrics};
 
 /// What this node knows about leadership, as one value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,8 +56,10 @@ fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
 
 /// Starts the task that follows `raft`'s metrics and returns the watch it publishes. The task
 /// ends when Raft shuts down (its metrics watch closes); the last value stays readable.
-pub(crate) fn follow(raft: &Raft, me: NodeId) -> watch::Receiver<Leadership> {
-    let mut metrics = raft.metrics();
+pub(crate) fn follow(
+    mut metrics: watch::Receiver<RaftMetrics>,
+    me: NodeId,
+) -> watch::Receiver<Leadership> {
     let first = leadership_of(&metrics.borrow_and_update(), me);
     let (publish, leadership) = watch::channel(first);
     tokio::spawn(async move {

@@ -183,13 +183,12 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::raft::LogId;
 
     fn leader_metrics(last_log_index: u64, matched: Option<u64>) -> RaftMetrics {
         let mut metrics = RaftMetrics::new_initial(1);
         metrics.current_leader = Some(1);
         metrics.last_log_index = Some(last_log_index);
-        let log_id = |index| LogId::new(openraft::CommittedLeaderId::new(2, 1), index);
+        let log_id = |index| openraft::testing::log_id::<crate::raft::TypeConfig>(2, 1, index);
         metrics.replication = Some(BTreeMap::from([
             (1, Some(log_id(last_log_index))),
             (4, matched.map(log_id)),

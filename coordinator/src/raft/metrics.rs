@@ -121,7 +121,7 @@ pub fn describe() {
 /// Starts the exporter; it ends when Raft shuts down (the watch closes) or when aborted.
 pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut watch = raft.raft.metrics();
+        let mut watch = raft.metrics.clone();
         let mut refresh = tokio::time::interval(REFRESH);
         let mut seen = Observed::default();
         loop {
@@ -207,7 +207,7 @@ impl Observed {
             (Some(last), None) => last as f64 + 1.0,
             (None, _) => 0.0,
         });
-        if leads && let Some(age_ms) = m.millis_since_quorum_ack {
+        if leads && let Some(age_ms) = super::quorum::quorum_ack_age_ms(m) {
             gauge!(RAFT_QUORUM_ACK_AGE_SECONDS).set(age_ms as f64 / 1_000.0);
         }
         if self.term.is_some_and(|term| m.current_term > term) {

@@ -232,9 +232,16 @@ pub async fn open_with_network(
             return Err(error.into());
         }
     };
-    tokio::spawn(election::drive(raft.clone(), node_id, election));
+    let metrics = watch_metrics(&raft);
+    tokio::spawn(election::drive(
+        raft.clone(),
+        metrics.clone(),
+        node_id,
+        election,
+    ));
     let handle = RaftHandle {
-        leadership: leadership::follow(&raft, node_id),
+        leadership: leadership::follow(metrics.clone(), node_id),
+        metrics,
         read_index: ReadIndex::start(raft.clone()),
         raft,
         node_id,
@@ -249,6 +256,24 @@ pub async fn open_with_network(
         clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
+}
+
+/// openraft's metrics on a tokio watch, which every watcher here reads (openraft 0.10 hands
+/// out its runtime's own receiver type). A task copies each change over; it ends when Raft
+/// shuts down (openraft's watch closes), leaving the last value readable.
+fn watch_metrics(raft: &Raft) -> watch::Receiver<RaftMetrics> {
+    use openraft::async_runtime::WatchReceiver;
+    let mut source = raft.metrics();
+    let (publish, metrics) = watch::channel(source.borrow_watched().clone());
+    tokio::spawn(async move {
+        while source.changed().await.is_ok() {
+            let now = source.borrow_and_update().clone();
+            if publish.send(now).is_err() {
+                break;
+            }
+        }
+    });
+    metrics
 }
 
 /// The exit status of `hivekeeper serve` when the state machine panicked applying an entry
@@ -290,6 +315,8 @@ pub struct RaftHandle {
     node_id: NodeId,
     /// Leadership as one value, published on change ([`RaftHandle::leadership`]).
     leadership: watch::Receiver<Leadership>,
+    /// openraft's metrics, as they change (`watch_metrics`).
+    metrics: watch::Receiver<RaftMetrics>,
     /// Leadership confirmations shared by concurrent keepalives and reads.
     read_index: ReadIndex,
     /// The file and its writer (closed at shutdown).
@@ -373,13 +400,12 @@ impl RaftHandle {
     /// Whether this node leads now, as far as it knows (a deposed leader may not know yet:
     /// its proposals then fail to commit, and its reads fail read-index).
     pub fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.node_id)
+        self.metrics.borrow().current_leader == Some(self.node_id)
     }
 
     /// The leader this node knows of, with its membership entry (its address).
     pub fn leader(&self) -> Option<(NodeId, Node)> {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = self.metrics.borrow();
         let leader = metrics.current_leader?;
         let member = metrics
             .membership_config
@@ -392,13 +418,12 @@ impl RaftHandle {
     /// The members as this node knows them: id, name and address, and whether each votes
     /// (a learner being caught up does not).
     pub fn members(&self) -> Vec<MemberInfo> {
-        members_of(&self.raft.metrics().borrow())
+        members_of(&self.metrics.borrow())
     }
 
     /// Whether this node is backed by a quorum now (see `quorum.rs` for the rules).
     pub fn quorum(&self) -> Quorum {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = self.metrics.borrow();
         let leading_for = self.leader_since.leading_for(&metrics);
         quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
             self.contact.silent_for(peer)
@@ -409,12 +434,11 @@ impl RaftHandle {
     /// `None` when this node does not lead (or openraft has no acknowledgement yet). openraft
     /// refreshes it at least once a heartbeat interval on a leader.
     pub fn quorum_ack_age_ms(&self) -> Option<u64> {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = self.metrics.borrow();
         if metrics.current_leader != Some(self.node_id) {
             return None;
         }
-        metrics.millis_since_quorum_ack
+        quorum::quorum_ack_age_ms(&metrics)
     }
 
     /// The longest election timeout as configured (`election_timeout_ms_max`), ms: a leader
@@ -428,8 +452,7 @@ impl RaftHandle {
     /// the number itself for an id outside the membership this node knows (a removed member,
     /// a stranger dialling the peer port).
     pub fn member_name(&self, id: NodeId) -> String {
-        self.raft
-            .metrics()
+        self.metrics
             .borrow()
             .membership_config
             .membership()
@@ -445,10 +468,8 @@ impl RaftHandle {
     pub fn check_quorum(&self) -> Result<(), RaftError> {
         // On every request: the common answers without allocating or locking.
         {
-            let metrics = self.raft.metrics();
-            let metrics = metrics.borrow();
-            let acknowledged = metrics
-                .millis_since_quorum_ack
+            let metrics = self.metrics.borrow();
+            let acknowledged = quorum::quorum_ack_age_ms(&metrics)
                 .is_some_and(|age_ms| Duration::from_millis(age_ms) <= self.quorum_timeout);
             if metrics.current_leader != Some(self.node_id) || acknowledged {
                 return Ok(());
@@ -631,12 +652,12 @@ impl RaftHandle {
 
     /// openraft's current metrics (term, leader, last applied, snapshot, purged).
     pub fn metrics(&self) -> RaftMetrics {
-        self.raft.metrics().borrow().clone()
+        self.metrics.borrow().clone()
     }
 
     /// The last log index openraft reported committed (durable on a majority), `None` before
-    /// the first commit. openraft 0.9's metrics carry no commit index; this is the value it
-    /// hands the log store (`save_committed`), kept in memory by the writer.
+    /// the first commit: the value it hands the log store (`save_committed`), kept in memory
+    /// by the writer.
     pub fn committed_index(&self) -> Option<u64> {
         self.store.committed().map(|log_id| log_id.index)
     }

@@ -2,18 +2,18 @@
 //! `hivekeeper_raft_has_quorum`, `/health`, and the leader's immediate `unavailable`.
 //!
 //! ```text
-//!  openraft metrics: leader? millis_since_quorum_ack, voters ─┐
+//!  openraft metrics: leader? last_quorum_acked, voters ───────┐
 //!  when this node took office (LeaderSince)                   ├─▶ quorum_of() ─▶ Quorum
 //!  PeerContact: time since each peer last answered ───────────┘
 //! ```
 //!
-//! openraft 0.9.25 has no leader lease and never steps down on its own: a leader cut off from
-//! its followers goes on calling itself leader and accepts proposals that can never commit
-//! (each waited the 5 s commit timeout). Its metrics do say how long ago a quorum last
-//! acknowledged it (`millis_since_quorum_ack`, refreshed at every tick of the Raft core, every
-//! 1.5 heartbeat intervals). When that is longer than the longest election timeout, the
-//! followers of a live quorum would already have elected someone else: whatever this node
-//! decides now cannot commit here, so it says so at once.
+//! openraft never steps down on its own: a leader cut off from its followers goes on calling
+//! itself leader (0.9.25 also accepted proposals that could never commit, each waiting the 5 s
+//! commit timeout; 0.10 refuses them once its quorum lease, openraft's `election_timeout_max`,
+//! has run out, as "forward to an unknown leader"). Its metrics say when a quorum last
+//! acknowledged it (`last_quorum_acked`). When that is longer ago than the longest election
+//! timeout, the followers of a live quorum would already have elected someone else: whatever
+//! this node decides now cannot commit here, so it says so at once, naming the lost quorum.
 //!
 //! # Rules
 //! 1. A leader has a quorum when a quorum acknowledged it within `election_timeout_ms_max`.
@@ -98,9 +98,7 @@ pub(crate) fn quorum_of(
             timeout_ms,
         };
     };
-    let ack_age_ms = metrics
-        .millis_since_quorum_ack
-        .unwrap_or_else(|| millis(leading_for));
+    let ack_age_ms = quorum_ack_age_ms(metrics).unwrap_or_else(|| millis(leading_for));
     let mut unreachable: Vec<String> = voters
         .iter()
         .filter(|id| **id != metrics.id)
@@ -126,12 +124,21 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// How long ago a quorum last acknowledged this node as leader, ms; `None` when it does not
+/// lead or has no acknowledgement yet.
+pub(crate) fn quorum_ack_age_ms(metrics: &RaftMetrics) -> Option<u64> {
+    use openraft::Instant as _;
+    let acked = metrics.last_quorum_acked.as_ref()?;
+    Some(u64::try_from(acked.elapsed().as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use openraft::{Membership, StoredMembership};
+    use openraft::metrics::SerdeInstant;
+    use openraft::{Membership, StoredMembership, TokioInstant};
 
     use super::*;
     use crate::raft::types::Member;
@@ -150,11 +157,16 @@ mod tests {
                 (id, member)
             })
             .collect();
-        let membership = Membership::new(vec![nodes.keys().copied().collect()], nodes);
+        let membership = Membership::new(vec![nodes.keys().copied().collect()], nodes)
+            .expect("a valid membership");
         let mut metrics = RaftMetrics::new_initial(1);
         metrics.current_term = 3;
         metrics.current_leader = leader;
-        metrics.millis_since_quorum_ack = ack_ms;
+        metrics.last_quorum_acked = ack_ms.map(|ack_ms| {
+            SerdeInstant::new(
+                <TokioInstant as openraft::Instant>::now() - Duration::from_millis(ack_ms),
+            )
+        });
         metrics.membership_config = Arc::new(StoredMembership::new(None, membership));
         metrics
     }

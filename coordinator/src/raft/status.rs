@@ -15,11 +15,7 @@ impl RaftHandle {
     /// This node's status now.
     pub fn status(&self) -> NodeStatus {
         let quorum = self.quorum();
-        status_of(
-            &self.raft.metrics().borrow(),
-            self.committed_index(),
-            &quorum,
-        )
+        status_of(&self.metrics.borrow(), self.committed_index(), &quorum)
     }
 }
 
