@@ -57,6 +57,11 @@ pub struct ElectionClock {
     /// The timing the driver applies.
     timing: ElectionTiming,
     state: Mutex<ClockState>,
+    /// True from this node's campaign until it hears from a leader again: the leader it knew
+    /// is then no longer one it can reach. With Pre-Vote a node cut off from the majority keeps
+    /// its term, so openraft's metrics go on naming the old leader; the leadership watch
+    /// (`leadership.rs`) forgets it on this flag instead, as 0.9 forgot it with the term.
+    searching: watch::Sender<bool>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,7 +135,13 @@ impl ElectionClock {
                 greater_log: None,
                 campaigned: false,
             }),
+            searching: watch::Sender::new(false),
         })
+    }
+
+    /// The flag "campaigned and not heard from a leader since" (see the field), as it changes.
+    pub(crate) fn searching(&self) -> watch::Receiver<bool> {
+        self.searching.subscribe()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
@@ -154,6 +165,12 @@ impl ElectionClock {
         if campaigned {
             state.greater_log = None;
         }
+        drop(state);
+        self.searching.send_if_modified(|searching| {
+            let changed = *searching != campaigned;
+            *searching = campaigned;
+            changed
+        });
     }
 
     /// A voter refused our vote request and reported `theirs` as its last log id, longer than

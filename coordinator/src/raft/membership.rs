@@ -103,6 +103,7 @@ impl RaftHandle {
         let since = match known {
             Some(_) => self.metrics().last_log_index.unwrap_or(0),
             None => {
+                self.membership_settled().await;
                 let added = self.raft.add_learner(id, member.clone(), false).await?;
                 added.log_id.index
             }
@@ -139,12 +140,26 @@ impl RaftHandle {
             });
         }
         let change = openraft::ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+        self.membership_settled().await;
         self.raft.change_membership(change, false).await?;
         Ok(MemberInfo {
             id,
             member,
             voter: true,
         })
+    }
+
+    /// Waits (at most the quorum timeout) until the latest membership this leader knows is
+    /// committed: openraft refuses a change while another is in progress, the first leader's
+    /// initial membership included until its first entry commits, and a change asked for just
+    /// after an election would otherwise be refused for no reason. If it does not settle,
+    /// openraft's refusal says why.
+    async fn membership_settled(&self) {
+        let _ = self
+            .wait_for(self.quorum_timeout, "the membership to commit", |m| {
+                m.membership_config.log_id() == m.committed_membership_config.log_id()
+            })
+            .await;
     }
 
     /// Removes a member (voter or learner) from the cluster. Must run on the leader; a leader
@@ -162,6 +177,7 @@ impl RaftHandle {
         } else {
             openraft::ChangeMembers::RemoveNodes(ids)
         };
+        self.membership_settled().await;
         self.raft.change_membership(change, false).await?;
         Ok(())
     }

@@ -233,6 +233,7 @@ pub async fn open_with_network(
         }
     };
     let metrics = watch_metrics(&raft);
+    let searching = election.searching();
     tokio::spawn(election::drive(
         raft.clone(),
         metrics.clone(),
@@ -240,7 +241,7 @@ pub async fn open_with_network(
         election,
     ));
     let handle = RaftHandle {
-        leadership: leadership::follow(metrics.clone(), node_id),
+        leadership: leadership::follow(metrics.clone(), searching, node_id),
         metrics,
         read_index: ReadIndex::start(raft.clone()),
         raft,
@@ -403,10 +404,11 @@ impl RaftHandle {
         self.metrics.borrow().current_leader == Some(self.node_id)
     }
 
-    /// The leader this node knows of, with its membership entry (its address).
+    /// The leader this node knows of, with its membership entry (its address): the one the
+    /// leadership watch names (`leadership.rs`: not one this node campaigned against).
     pub fn leader(&self) -> Option<(NodeId, Node)> {
+        let leader = self.leadership.borrow().leader?;
         let metrics = self.metrics.borrow();
-        let leader = metrics.current_leader?;
         let member = metrics
             .membership_config
             .membership()
@@ -425,9 +427,14 @@ impl RaftHandle {
     pub fn quorum(&self) -> Quorum {
         let metrics = self.metrics.borrow();
         let leading_for = self.leader_since.leading_for(&metrics);
-        quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
+        let mut quorum = quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
             self.contact.silent_for(peer)
-        })
+        });
+        // Rule 2: a follower knows a leader only as the leadership watch does.
+        if !quorum.leading && self.leadership.borrow().leader.is_none() {
+            quorum.has_quorum = false;
+        }
+        quorum
     }
 
     /// How long ago a quorum of voters last acknowledged this node as their leader, ms;
@@ -566,14 +573,18 @@ impl RaftHandle {
         what: &'static str,
         condition: impl Fn(&RaftMetrics) -> bool + Send,
     ) -> Result<RaftMetrics, RaftError> {
-        self.raft
-            .wait(Some(timeout))
-            .metrics(condition, what)
+        // On the same watch every reader here uses, so what a caller reads after the wait is
+        // at least as new as what satisfied it.
+        let mut metrics = self.metrics.clone();
+        let timed_out = || RaftError::Timeout {
+            what,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let found = tokio::time::timeout(timeout, metrics.wait_for(|now| condition(now)))
             .await
-            .map_err(|_| RaftError::Timeout {
-                what,
-                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            })
+            .map_err(|_| timed_out())?
+            .map_err(|_| timed_out())?;
+        Ok(found.clone())
     }
 
     /// Waits until a leader other than `gone` is known (any leader when `gone` is `None`),

@@ -125,9 +125,19 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// How long ago a quorum last acknowledged this node as leader, ms; `None` when it does not
-/// lead or has no acknowledgement yet.
+/// lead or has no acknowledgement yet. A sole voter is its own quorum, acknowledged now (rule
+/// 3): openraft 0.10 records no acknowledgement it never receives.
 pub(crate) fn quorum_ack_age_ms(metrics: &RaftMetrics) -> Option<u64> {
     use openraft::Instant as _;
+    if metrics.current_leader == Some(metrics.id)
+        && metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .eq([metrics.id])
+    {
+        return Some(0);
+    }
     let acked = metrics.last_quorum_acked.as_ref()?;
     Some(u64::try_from(acked.elapsed().as_millis()).unwrap_or(u64::MAX))
 }
