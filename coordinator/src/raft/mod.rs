@@ -1,8 +1,9 @@
 //! The openraft adapter: Hivekeeper's log, vote and snapshots on redb, and a small facade that
 //! opens a node from its data directory.
 //!
-//! openraft is pinned (`=0.9.25`) and nothing outside this module names it, so a move to 0.10
-//! stays here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
+//! openraft is pinned (`=0.10.0-alpha.37`, with `openraft-legacy` for the chunked snapshot
+//! transport) and nothing outside this module names it, so a move to another version stays
+//! here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
 //! [`Leadership`], membership, quorum, status), [`Applied`] through its [`AppliedSink`], and
 //! [`RaftError`].
 //!
@@ -15,11 +16,12 @@
 //!  openraft client_write ─▶ leader appends one entry
 //!    │
 //!    ▼ LogStore::append (returns at once)          writer thread (writer.rs)
-//!  Request{Append, LogFlushed} ─── channel ───▶ drain all pending requests
-//!                                               one redb transaction, Durability::Immediate
-//!                                               commit = fsync, THEN fire LogFlushed
-//!    ┌──────────────────────────────────────────────────┘
-//!    ▼ flushed on a majority (here: this node) = committed
+//!  Request{Append, IOFlushed} ─── channel ───▶ drain all pending requests
+//!    │ (the rows stay readable in memory          one redb transaction, Durability::Immediate
+//!    │  until durable: the writer's tail)         commit = fsync, THEN fire IOFlushed
+//!    ▼ replicated at once (not after the leader's fsync); each follower answers only after
+//!    │ its own fsync; the leader's own flush counts once its IOFlushed fires
+//!    ▼ flushed on a majority = committed
 //!  StateMachineStore::apply ─▶ per command: StateMachine::apply(LogMeta{index, term, now_ms}, cmd)
 //!    │                           ├─ Proposed{meta, reply} ─▶ back to propose()'s caller
 //!    │                           └─ Applied::Entry { meta, reply, events } ─▶ node layer
@@ -32,10 +34,10 @@
 //! fsync returned. At restart [`open`] restores the latest snapshot and openraft re-applies the
 //! log after it, up to the saved committed index.
 //!
-//! Throughput: openraft 0.9.25 appends one entry per client write and waits for that append's
-//! flush before it submits the next (`RaftCore::append_to_log`), so the writer never holds two
-//! appends of one node at once and every entry costs one fsync. Throughput therefore comes from
-//! putting many commands in one entry ([`RaftHandle::propose_batch`], up to [`BATCH_MAX`]); see
+//! Throughput: openraft appends one entry per client write, and each entry costs one fsync on
+//! each member (0.9.25 also waited for each append's flush before the next, and before it
+//! replicated; 0.10 does neither, so appends arriving during a commit share the next one).
+//! Throughput therefore comes mostly from putting many commands in one entry ([`RaftHandle::propose_batch`], up to [`BATCH_MAX`]); see
 //! [`Proposal::meta`] for how commands of one entry get distinct state-machine positions.
 //! Measured by `tests/raft_group_commit.rs` (release, 2-core VM, 500 concurrent proposers):
 //! one command per entry, 1,200–1,800 proposals/s and 500 transactions; batched like the
@@ -254,6 +256,7 @@ pub async fn open_with_network(
         leader_since: LeaderSince::default(),
         quorum_timeout: Duration::from_millis(config.election_timeout_ms_max),
         election_timeout_ms_max: config.election_timeout_ms_max,
+        write_lease: Duration::from_millis(config.openraft_election_timeouts_ms().1),
         clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
@@ -338,6 +341,9 @@ pub struct RaftHandle {
     /// The configured `election_timeout_ms_max` (openraft is given other values, see
     /// [`RaftConfig::openraft_election_timeouts_ms`]).
     election_timeout_ms_max: u64,
+    /// openraft's quorum lease (its `election_timeout_max`): a leader whose last quorum
+    /// acknowledgement is older refuses proposals ([`RaftHandle::write_lease_held`]).
+    write_lease: Duration,
     /// Added to the wall clock this node stamps entries with ([`RaftHandle::clock_ms`]): 0,
     /// except when a test or a fault-injection harness makes this member's clock jump.
     clock_offset_ms: AtomicI64,
@@ -524,12 +530,42 @@ impl RaftHandle {
                 max: BATCH_MAX,
             });
         }
+        self.write_lease_held().await;
         let now_ms = self.clock_ms();
         let response = self
             .raft
             .client_write(Proposal { now_ms, commands })
             .await?;
         Ok(response.data)
+    }
+
+    /// Waits, when this node leads without a fresh quorum acknowledgement, until it has one
+    /// (at most the longest election timeout), so a proposal is not refused for it.
+    ///
+    /// openraft 0.10 refuses a leader's proposals while its quorum lease has run out
+    /// (`ForwardToLeader` with no leader, reason `LeaseExpired`), and a leader just elected has
+    /// no acknowledgement at all until its first entry comes back: requests forwarded to it
+    /// right after an election were refused as "no leader known". A leader that is really cut
+    /// off still gets the refusal, after the wait (and Hivekeeper's `NoQuorum` check in front
+    /// usually answers first). Costs one read of the metrics when the lease is held.
+    async fn write_lease_held(&self) {
+        let me = self.node_id;
+        let lease = self.write_lease;
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let held = move |metrics: &RaftMetrics| {
+            metrics.current_leader != Some(me)
+                || quorum::quorum_ack_age_ms(metrics).is_some_and(|age_ms| age_ms < lease_ms)
+        };
+        if held(&self.metrics.borrow()) {
+            return;
+        }
+        let _ = self
+            .wait_for(
+                Duration::from_millis(self.election_timeout_ms_max),
+                "a quorum acknowledgement",
+                held,
+            )
+            .await;
     }
 
     /// The clock a leader stamps into its entries (`Proposal::now_ms`): wall-clock ms since
