@@ -438,7 +438,7 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     cluster.shutdown().await;
 }
 
-/// A leader cut off from both followers (openraft 0.9 never steps down on its own) says within
+/// A leader cut off from both followers (openraft never steps down on its own) says within
 /// an election timeout that it has no quorum, and answers `unavailable` at once with that
 /// reason instead of holding each request for its commit timeout. Healed, it is healthy again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

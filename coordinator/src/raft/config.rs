@@ -20,7 +20,7 @@ pub struct RaftConfig {
     /// How often a leader sends heartbeats.
     pub heartbeat_interval_ms: u64,
     /// Shortest silence from the leader after which a follower starts an election (see
-    /// [`RaftConfig::openraft_election_timeouts_ms`] for how openraft 0.9 is set to honour it).
+    /// [`RaftConfig::openraft_election_timeouts_ms`] for how openraft is set to honour it).
     pub election_timeout_ms_min: u64,
     /// Longest such silence (each follower picks at random in between, to avoid split votes).
     pub election_timeout_ms_max: u64,
@@ -89,7 +89,7 @@ impl RaftConfig {
 
     /// openraft's own `(election_timeout_min, election_timeout_max)` for our election window.
     ///
-    /// openraft 0.9 does not start an election after its election timeout of silence: a
+    /// openraft does not start an election after its election timeout of silence: a
     /// follower that knows a leader first waits out that leader's lease, which openraft sets
     /// to its `election_timeout_max`, then its random election timeout, so it elects after
     /// `E_max + random(E_min, E_max)` of silence (`RaftCore::handle_tick_election`). Passing

@@ -1,5 +1,5 @@
 //! Raft metrics: a task that follows openraft's metrics watch and exports what it says, plus
-//! the commit index openraft hands the log store (openraft 0.9's metrics have none).
+//! the commit index openraft hands the log store.
 //!
 //! ```text
 //!  raft.metrics() watch ──changed, or every second──▶ Observed::observe(m, committed, quorum)

@@ -19,8 +19,8 @@ impl RaftHandle {
     }
 }
 
-/// The status `metrics` describe. openraft 0.9's metrics have no commit index, so it is passed
-/// in (see [`RaftHandle::committed_index`]), and so is the quorum.
+/// The status `metrics` describe. The commit index is the one openraft hands the log store, so
+/// it is passed in (see [`RaftHandle::committed_index`]), and so is the quorum.
 fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>, quorum: &Quorum) -> NodeStatus {
     let members = members_of(metrics)
         .into_iter()

@@ -597,6 +597,15 @@ mod tests {
         Store::start(db, loaded.committed).expect("the writer starts")
     }
 
+    /// Appends a row `x` at each index of `indexes` and waits until they are durable.
+    async fn append_durably(store: &Store, indexes: std::ops::RangeInclusive<u64>) {
+        let rows = indexes.map(|index| (index, Arc::from(&b"x"[..]))).collect();
+        store
+            .write(WriteOp::Append { rows })
+            .await
+            .expect("the entries are written");
+    }
+
     fn log_id(index: u64) -> LogId {
         openraft::testing::log_id::<TypeConfig>(1, 7, index)
     }
@@ -682,11 +691,7 @@ mod tests {
     async fn the_committed_id_rides_along_and_is_saved_at_close() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = start(dir.path());
-        let rows = (1..=5).map(|index| (index, Arc::from(&b"x"[..]))).collect();
-        store
-            .write(WriteOp::Append { rows })
-            .await
-            .expect("entries 1-5 written");
+        append_durably(&store, 1..=5).await;
         let appended = store.stats().transactions;
         store.set_committed(Some(log_id(3)));
         assert_eq!(
@@ -723,11 +728,7 @@ mod tests {
     async fn a_committed_id_past_the_log_waits_for_its_entry() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = start(dir.path());
-        let rows = (1..=2).map(|index| (index, Arc::from(&b"x"[..]))).collect();
-        store
-            .write(WriteOp::Append { rows })
-            .await
-            .expect("entries 1-2 written");
+        append_durably(&store, 1..=2).await;
         store.set_committed(Some(log_id(4)));
         store
             .write(WriteOp::SaveVote {
@@ -741,11 +742,7 @@ mod tests {
 
         let store = start(dir.path());
         store.set_committed(Some(log_id(4)));
-        let rows = (3..=4).map(|index| (index, Arc::from(&b"x"[..]))).collect();
-        store
-            .write(WriteOp::Append { rows })
-            .await
-            .expect("entries 3-4 written");
+        append_durably(&store, 3..=4).await;
         store.close(Duration::from_secs(10)).await.expect("closes");
         let (_, loaded) = Db::open(&dir.path().join(DATA_FILE_NAME), 7).expect("reopens");
         assert_eq!(loaded.committed, Some(log_id(4)));
