@@ -136,6 +136,14 @@ impl RaftConfig {
             snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
             // Followers campaign on Hivekeeper's timer (`election.rs`), not on openraft's tick.
             enable_elect: false,
+            // openraft 0.10 lets a restarted leader resume its old term without a vote (on by
+            // default). That is safe only when the state machine is durable at apply or the
+            // committed id is saved at once; here the machine lives in memory and the committed
+            // id rides along lazily (`writer.rs`, invariant 4), so a restarted leader would
+            // serve a machine older than what it acknowledged: `hivekeeper nemesis` caught a
+            // lock granted twice after `kill-majority` with it on. A restarted leader stands
+            // for election like any other member, as on 0.9.
+            enable_leader_restore: Some(false),
             ..openraft::Config::default()
         };
         config
@@ -170,6 +178,8 @@ mod tests {
             config.snapshot_policy,
             openraft::SnapshotPolicy::LogsSinceLast(10_000)
         );
+        // A restarted leader must be elected again (see `to_openraft`).
+        assert_eq!(config.enable_leader_restore, Some(false));
     }
 
     /// openraft elects after `E_max + random(E_min, E_max)` of silence: that span must stay

@@ -131,12 +131,34 @@ pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
             if quorum.leading {
                 export_peers(&raft, &metrics, &quorum);
             }
+            // openraft 0.10's metrics do not change while a cut-off leader's last quorum
+            // acknowledgement ages (0.9 republished its age at every tick), so the moment the
+            // quorum lapses is a wake-up of its own: `has_quorum` drops with `/health`.
+            let lapse = quorum_lapse(&quorum);
             tokio::select! {
                 changed = watch.changed() => if changed.is_err() { break },
                 _ = refresh.tick() => {}
+                () = async {
+                    match lapse {
+                        Some(lapse) => tokio::time::sleep(lapse).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
         }
     })
+}
+
+/// How long until a leader's quorum lapses (its last acknowledgement gets older than the
+/// timeout), if it leads with one now.
+fn quorum_lapse(quorum: &Quorum) -> Option<Duration> {
+    if !quorum.leading || !quorum.has_quorum {
+        return None;
+    }
+    let age_ms = quorum.ack_age_ms?;
+    Some(Duration::from_millis(
+        quorum.timeout_ms.saturating_sub(age_ms).saturating_add(1),
+    ))
 }
 
 /// On the leader: each other member's reachability and lag, labelled by its name.
