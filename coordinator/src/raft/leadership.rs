@@ -13,7 +13,7 @@
 
 use tokio::sync::watch;
 
-use super::types::{NodeId, Raft, RaftMetrics};
+use super::types::{NodeId, RaftMetrics};
 
 /// What this node knows about leadership, as one value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,8 +39,9 @@ pub(crate) fn is_ready_leader(metrics: &RaftMetrics, me: NodeId) -> bool {
             .is_some_and(|id| id.leader_id.term == metrics.current_term)
 }
 
-/// The leadership that `metrics` describe for node `me`.
-fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
+/// The leadership that `metrics` describe for node `me`; a leader other than `me` is not known
+/// while `searching` (this node campaigned and has not heard from it since, `election.rs`).
+fn leadership_of(metrics: &RaftMetrics, me: NodeId, searching: bool) -> Leadership {
     let stopped = match &metrics.running_state {
         Ok(()) => None,
         Err(openraft::error::Fatal::Stopped) => None,
@@ -48,7 +49,9 @@ fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
     };
     Leadership {
         term: metrics.current_term,
-        leader: metrics.current_leader,
+        leader: metrics
+            .current_leader
+            .filter(|leader| *leader == me || !searching),
         ready: is_ready_leader(metrics, me),
         stopped,
     }
@@ -56,13 +59,28 @@ fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
 
 /// Starts the task that follows `raft`'s metrics and returns the watch it publishes. The task
 /// ends when Raft shuts down (its metrics watch closes); the last value stays readable.
-pub(crate) fn follow(raft: &Raft, me: NodeId) -> watch::Receiver<Leadership> {
-    let mut metrics = raft.metrics();
-    let first = leadership_of(&metrics.borrow_and_update(), me);
+pub(crate) fn follow(
+    mut metrics: watch::Receiver<RaftMetrics>,
+    mut searching: watch::Receiver<bool>,
+    me: NodeId,
+) -> watch::Receiver<Leadership> {
+    let first = leadership_of(
+        &metrics.borrow_and_update(),
+        me,
+        *searching.borrow_and_update(),
+    );
     let (publish, leadership) = watch::channel(first);
     tokio::spawn(async move {
-        while metrics.changed().await.is_ok() {
-            let now = leadership_of(&metrics.borrow_and_update(), me);
+        loop {
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { break },
+                changed = searching.changed() => if changed.is_err() { break },
+            }
+            let now = leadership_of(
+                &metrics.borrow_and_update(),
+                me,
+                *searching.borrow_and_update(),
+            );
             publish.send_if_modified(|current| {
                 let changed = *current != now;
                 if changed {
