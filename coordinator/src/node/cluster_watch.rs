@@ -6,10 +6,13 @@
 //! ```text
 //!  every 50 ms: RaftHandle::check_quorum (quorum.rs: a leader's quorum, rule 1; a member
 //!               without a leader cut off, rule 4)
-//!    ├─ Err(no quorum / cut off) ─▶ Waits::fail_all: every pending request answered
-//!    │                              `unavailable` now (queued waits too), so its agent moves
-//!    │                              to another member instead of waiting out a commit
-//!    │                              timeout or a wait it cannot hear end
+//!    ├─ Err(no quorum) ─▶ Waits::fail_all: every pending request answered `unavailable` now
+//!    │                    (queued waits too), so its agent moves to another member instead
+//!    │                    of waiting out a commit timeout it cannot meet
+//!    ├─ Err(cut off)   ─▶ Waits::fail_queued: the queued waits, which would hear nothing
+//!    │                    until the partition heals; requests on their way to the leader are
+//!    │                    the forwarder's (a member only slow to hear an election, on a
+//!    │                    loaded machine, must not drop them)
 //!    │  and, on the change, WARN "quorum lost" / "cut off from the cluster"
 //!    ├─ Ok after either         ─▶ WARN "quorum regained" / "back in touch with the cluster"
 //!  every 250 ms: RaftHandle::members
@@ -152,7 +155,10 @@ pub(super) async fn run(raft: Arc<RaftHandle>, waits: Arc<Waits>) {
         }
         contact = now;
         if let Err(error) = checked {
-            let answered = waits.fail_all(&NodeError::from(error));
+            let answered = match now {
+                Contact::CutOff => waits.fail_queued(&NodeError::from(error)),
+                _ => waits.fail_all(&NodeError::from(error)),
+            };
             if answered > 0 {
                 tracing::debug!(answered, "pending requests answered unavailable");
             }

@@ -11,8 +11,9 @@
 //!  a queued request's Event::Respond (grant, timeout, lease end) ─▶ respond(final answer)
 //!  proposer failed (no leader, overloaded, ...) ─▶ failed(origin, error) ─▶ respond(unavailable)
 //!  timer task: commit deadline ─▶ respond(unavailable: no commit within ...)
-//!  cluster watch: this node lost its quorum or is cut off ─▶ fail_all(error)
-//!                 ─▶ respond(unavailable) to every pending request, queued ones too
+//!  cluster watch: this leader lost its quorum ─▶ fail_all(error): every pending request
+//!                 this member is cut off     ─▶ fail_queued(error): the queued waits
+//!                 ─▶ respond(unavailable)
 //! ```
 //!
 //! A queued request answered `unavailable` by `fail_all` is not withdrawn: it still waits in
@@ -259,15 +260,42 @@ impl Waits {
         finish(pending, &origin.request_id, Err(error.clone()));
     }
 
-    /// Answers every pending request with `error`, queued ones too: this node can no longer
-    /// commit (a leader without quorum) or hear the log (a member cut off), so nothing here
-    /// would answer them until the cluster is whole again. Returns how many were answered.
+    /// Answers every pending request with `error`, queued ones too: this leader can no longer
+    /// commit, so nothing here would answer them until a quorum is back. Returns how many
+    /// were answered.
     pub(crate) fn fail_all(&self, error: &NodeError) -> usize {
         let drained: Vec<(Origin, Pending)> = {
             let mut inner = self.lock();
             inner.deadlines.clear();
             inner.pending.drain().collect()
         };
+        Self::fail(drained, error)
+    }
+
+    /// Answers the requests waiting in a queue with `error`: this member is cut off from the
+    /// log that would end their waits. Requests still on their way to the leader are left to
+    /// the forwarder (it fails over to the next leader, or answers when none comes): a member
+    /// merely slow to hear an election on a loaded machine must not drop them. Returns how
+    /// many were answered.
+    pub(crate) fn fail_queued(&self, error: &NodeError) -> usize {
+        let drained: Vec<(Origin, Pending)> = {
+            let mut inner = self.lock();
+            let queued: Vec<Origin> = inner
+                .pending
+                .iter()
+                .filter(|(_, pending)| pending.queued)
+                .map(|(origin, _)| origin.clone())
+                .collect();
+            queued
+                .into_iter()
+                .filter_map(|origin| inner.take(&origin).map(|pending| (origin, pending)))
+                .collect()
+        };
+        Self::fail(drained, error)
+    }
+
+    /// Hands each of `drained` its `error`; returns how many.
+    fn fail(drained: Vec<(Origin, Pending)>, error: &NodeError) -> usize {
         let count = drained.len();
         for (origin, mut pending) in drained {
             pending.deadline = None;
@@ -570,6 +598,24 @@ mod tests {
         assert_eq!(waits.deferred(&origin("a1"), grant.clone()), Some(grant));
         assert_eq!(waits.fail_all(&error), 0);
         stop(timer);
+    }
+
+    /// A cut-off member answers only its queued waits: a request on its way to the leader is
+    /// the forwarder's to fail over or answer.
+    #[tokio::test(start_paused = true)]
+    async fn fail_queued_answers_the_waits_and_leaves_requests_in_flight() {
+        let waits = Waits::new(COMMIT_TIMEOUT);
+        let (queued, respond) = recorder();
+        waits.register(origin("a1"), "lock.acquire", permit(), respond);
+        waits.replied(&origin("a1"), Reply::Queued);
+        let (in_flight, respond) = recorder();
+        waits.register(origin("g1"), "lease.grant", permit(), respond);
+        assert_eq!(waits.fail_queued(&NodeError::Stopping), 1);
+        assert_eq!(responses(&queued).len(), 1);
+        assert!(responses(&in_flight).is_empty());
+        assert_eq!(waits.len(), 1);
+        waits.replied(&origin("g1"), Reply::Done);
+        assert_eq!(responses(&in_flight).len(), 1);
     }
 
     #[test]
