@@ -60,13 +60,19 @@ async fn a_single_node_is_healthy_ready_and_says_what_it_runs() {
         "process_resident_memory_bytes",
         "process_open_fds",
         "process_max_fds",
-        "process_cpu_seconds_total",
     ] {
         assert!(
             metric(&text, name).is_some_and(|value| value > 0.0),
             "{name} missing or 0:\n{text}"
         );
     }
+    // CPU time is counted in clock ticks of 10 ms: a node that just started on a busy machine
+    // may not have been running at any tick yet (CI once saw 0). Present and a time, then; its
+    // reading is checked by `process_metrics`' unit tests.
+    assert!(
+        metric(&text, "process_cpu_seconds_total").is_some_and(|value| value >= 0.0),
+        "process_cpu_seconds_total missing:\n{text}"
+    );
 }
 
 /// Stop two of three members: the leader left alone says `NO QUORUM` in `status`, exports

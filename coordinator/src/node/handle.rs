@@ -372,21 +372,27 @@ impl NodeHandle {
     }
 }
 
-/// What other nodes forward here: agents' requests only (the peer wire has no encoding for
-/// anything else). This node answers as the leader, its proposer putting the writes into its
-/// next entry beside its own agents' (`proposer.rs`), or refuses (it was deposed since the
-/// follower looked) and the follower answers `unavailable`.
-impl ForwardHandler for NodeHandle {
-    async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
+impl NodeHandle {
+    /// What a forwarded request needs of this node: that it leads, with a quorum. The
+    /// refusal is the reason, as the peer wire carries it.
+    fn leading_with_quorum(&self) -> Result<(), String> {
         if !self.raft.is_leader() {
             return Err(format!(
                 "member {} is not the leader",
                 self.raft.member_name(self.raft.node_id())
             ));
         }
-        self.raft
-            .check_quorum()
-            .map_err(|error| error.to_string())?;
+        self.raft.check_quorum().map_err(|error| error.to_string())
+    }
+}
+
+/// What other nodes forward here: agents' requests only (the peer wire has no encoding for
+/// anything else). This node answers as the leader, its proposer putting the writes into its
+/// next entry beside its own agents' (`proposer.rs`), or refuses (it was deposed since the
+/// follower looked) and the follower answers `unavailable`.
+impl ForwardHandler for NodeHandle {
+    async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
+        self.leading_with_quorum()?;
         // Through this leader's proposer: the writes share its next entry with its own agents'
         // and other followers' writes.
         self.proposer
@@ -396,15 +402,7 @@ impl ForwardHandler for NodeHandle {
     }
 
     async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {
-        if !self.raft.is_leader() {
-            return Err(format!(
-                "member {} is not the leader",
-                self.raft.member_name(self.raft.node_id())
-            ));
-        }
-        self.raft
-            .check_quorum()
-            .map_err(|error| error.to_string())?;
+        self.leading_with_quorum()?;
         // The follower checked the agent's rate; the leader bounds what it answers, in the
         // request's lane.
         let _permit = self

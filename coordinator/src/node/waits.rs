@@ -278,19 +278,12 @@ impl Waits {
     /// merely slow to hear an election on a loaded machine must not drop them. Returns how
     /// many were answered.
     pub(crate) fn fail_queued(&self, error: &NodeError) -> usize {
-        let drained: Vec<(Origin, Pending)> = {
-            let mut inner = self.lock();
-            let queued: Vec<Origin> = inner
-                .pending
-                .iter()
-                .filter(|(_, pending)| pending.queued)
-                .map(|(origin, _)| origin.clone())
-                .collect();
-            queued
-                .into_iter()
-                .filter_map(|origin| inner.take(&origin).map(|pending| (origin, pending)))
-                .collect()
-        };
+        // A queued entry has no armed deadline (invariant 2): nothing to disarm.
+        let drained: Vec<(Origin, Pending)> = self
+            .lock()
+            .pending
+            .extract_if(|_, pending| pending.queued)
+            .collect();
         Self::fail(drained, error)
     }
 

@@ -307,6 +307,17 @@ fn members_of(metrics: &RaftMetrics) -> Vec<MemberInfo> {
         .collect()
 }
 
+/// Member `id`'s name in the membership `metrics` record; the number itself for an id outside
+/// it (or one without a name).
+fn name_in(metrics: &RaftMetrics, id: NodeId) -> String {
+    metrics
+        .membership_config
+        .membership()
+        .get_node(&id)
+        .filter(|member| !member.name.is_empty())
+        .map_or_else(|| id.to_string(), |member| member.name.clone())
+}
+
 /// One member as the membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MemberInfo {
@@ -457,13 +468,7 @@ impl RaftHandle {
     /// the number itself for an id outside the membership this node knows (a removed member,
     /// a stranger dialling the peer port).
     pub fn member_name(&self, id: NodeId) -> String {
-        self.metrics
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .filter(|member| !member.name.is_empty())
-            .map_or_else(|| id.to_string(), |member| member.name.clone())
+        name_in(&self.metrics.borrow(), id)
     }
 
     /// `Err(NoQuorum)` at once when this node leads without a quorum: nothing it proposes or
@@ -497,14 +502,8 @@ impl RaftHandle {
                     };
                     // Named from the metrics in hand: a second borrow of the watch while
                     // this one is held could deadlock behind a waiting writer.
-                    let member = metrics
-                        .membership_config
-                        .membership()
-                        .get_node(&self.node_id)
-                        .filter(|member| !member.name.is_empty())
-                        .map_or_else(|| self.node_id.to_string(), |member| member.name.clone());
                     return Err(RaftError::CutOff {
-                        member,
+                        member: name_in(&metrics, self.node_id),
                         in_touch,
                         voters,
                         timeout_ms: u64::try_from(self.cut_off_timeout.as_millis())
