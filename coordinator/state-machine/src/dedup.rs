@@ -139,6 +139,11 @@ impl Dedup {
         }
     }
 
+    /// How many agents are remembered.
+    pub fn agent_count(&self) -> usize {
+        self.memos.len()
+    }
+
     /// Remembers the final reply to a request, forgetting the agent's oldest outcome beyond
     /// the per-agent bound. `slot` is the agent's slot from a [`Dedup::recall`] in this entry,
     /// if it had one. The agent bound is enforced at the end of the entry.
