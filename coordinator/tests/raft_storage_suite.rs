@@ -7,7 +7,7 @@
 //! ```
 
 use hivekeeper_coordinator::raft::{
-    LogStore, StateMachineStore, Storage, StorageError, TypeConfig,
+    LogStore, RaftConfig, StateMachineStore, Storage, StorageError, TypeConfig,
 };
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{AnyError, StorageIOError};
@@ -20,7 +20,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbStor
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError> {
         let dir =
             tempfile::tempdir().map_err(|error| StorageIOError::write(AnyError::new(&error)))?;
-        let storage = Storage::open(dir.path(), 0)
+        let storage = Storage::open(dir.path(), 0, RaftConfig::DEFAULTS.cache_bytes())
             .await
             .map_err(|error| StorageIOError::write(AnyError::new(&error)))?;
         Ok((dir, storage.log_store, storage.state_machine))

@@ -488,11 +488,12 @@ fn commit(
 mod tests {
     use redb::ReadableDatabase;
 
-    use super::super::database::{DATA_FILE_NAME, Db};
+    use super::super::database::{DATA_FILE_NAME, Db, TOOL_CACHE_BYTES};
     use super::*;
 
     fn start(dir: &std::path::Path) -> Arc<Store> {
-        let (db, loaded) = Db::open(&dir.join(DATA_FILE_NAME), 7).expect("a fresh file opens");
+        let (db, loaded) =
+            Db::open(&dir.join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("a fresh file opens");
         Store::start(db, loaded.committed).expect("the writer starts")
     }
 
@@ -600,7 +601,8 @@ mod tests {
             Err(StoreError::Closed)
         ));
 
-        let (db, loaded) = Db::open(&dir.path().join(DATA_FILE_NAME), 7).expect("reopens");
+        let (db, loaded) =
+            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
         assert_eq!(loaded.committed, Some(log_id(5)));
         let database = db.database().expect("open");
         let txn = database.begin_read().expect("read");
