@@ -267,6 +267,8 @@ async fn a_scripted_workload_moves_every_metric_by_exactly_its_count() {
     // Gauges end where the state is: drone-a's lease alone, nothing held, nobody waiting.
     let gauge = |name: &str, labels: &[(&str, &str)]| metric_sum(&final_text, name, labels);
     assert_eq!(gauge("hivekeeper_leases_active", &[]), 1.0, "leases_active");
+    // The retry memory remembers the three drones that wrote (well within dedup_idle_ms).
+    assert_eq!(gauge("hivekeeper_dedup_agents", &[]), 3.0, "dedup_agents");
     assert_eq!(
         gauge("hivekeeper_resource_held", &[("kind", "lock")]),
         0.0,

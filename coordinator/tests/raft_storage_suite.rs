@@ -7,7 +7,7 @@
 //! cargo test -p hivekeeper-coordinator --test raft_storage_suite
 //! ```
 
-use hivekeeper_coordinator::raft::{LogStore, StateMachineStore, Storage, TypeConfig};
+use hivekeeper_coordinator::raft::{LogStore, RaftConfig, StateMachineStore, Storage, TypeConfig};
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::{ErrorSubject, ErrorVerb, StorageError};
 use tempfile::TempDir;
@@ -29,7 +29,9 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbStor
         &self,
     ) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().map_err(setup_failed)?;
-        let storage = Storage::open(dir.path(), 0).await.map_err(setup_failed)?;
+        let storage = Storage::open(dir.path(), 0, RaftConfig::DEFAULTS.cache_bytes())
+            .await
+            .map_err(setup_failed)?;
         Ok((dir, storage.log_store, storage.state_machine))
     }
 }

@@ -34,7 +34,7 @@ use super::lease_keeper::KeeperMsg;
 use super::metrics::NodeMetrics;
 use super::waits::Waits;
 use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
-use crate::state_machine::{AccountChange, Event, LeaseEnd, ReleaseReason};
+use crate::state_machine::{AccountChange, Event, LeaseEnd, ReleaseReason, StateMachine};
 
 /// The fan-out: the node's [`AppliedSink`].
 pub(crate) struct FanOut {
@@ -69,7 +69,19 @@ impl FanOut {
         };
         fan_out.refresh_leases_active();
         fan_out.refresh_waiters();
+        fan_out.refresh_dedup_agents();
         fan_out
+    }
+
+    /// Reads the machine for a gauge. `None` while the node stops (Raft gone) or when the read
+    /// failed: the gauge stays as it was, a metric is not worth stopping the node for.
+    fn read<T>(&self, gauge: &str, read: impl FnOnce(&StateMachine) -> T) -> Option<T> {
+        let raft = self.raft.upgrade()?;
+        raft.query(read)
+            .inspect_err(
+                |error| tracing::warn!(%error, gauge, "could not read the machine for a gauge"),
+            )
+            .ok()
     }
 
     /// Sets `hivekeeper_resource_waiters` from the machine's own count, when an entry queued
@@ -77,25 +89,24 @@ impl FanOut {
     /// Read from the machine rather than summed from events, so it is right from the first
     /// entry whatever was applied before the fan-out was installed (a restart's replay).
     fn refresh_waiters(&self) {
-        let Some(raft) = self.raft.upgrade() else {
-            return;
-        };
-        match raft.query(|sm| sm.waiter_counts()) {
-            Ok(counts) => NodeMetrics::waiters(|kind| counts.get(kind)),
-            Err(error) => tracing::warn!(%error, "could not count the waiters for metrics"),
+        if let Some(counts) = self.read("waiters", |sm| sm.waiter_counts()) {
+            NodeMetrics::waiters(|kind| counts.get(kind));
         }
     }
 
     /// Sets `hivekeeper_leases_active` from the machine: a scan of the leases, done only when
-    /// an entry granted or ended one, or the machine was replaced. A failed read leaves the
-    /// gauge as it was: a metric is not worth stopping the node for.
+    /// an entry granted or ended one, or the machine was replaced.
     fn refresh_leases_active(&self) {
-        let Some(raft) = self.raft.upgrade() else {
-            return;
-        };
-        match raft.query(|sm| sm.lease_count()) {
-            Ok(active) => NodeMetrics::leases_active(active),
-            Err(error) => tracing::warn!(%error, "could not count the live leases for metrics"),
+        if let Some(active) = self.read("leases_active", |sm| sm.lease_count()) {
+            NodeMetrics::leases_active(active);
+        }
+    }
+
+    /// Sets `hivekeeper_dedup_agents` from the machine after every entry (a length: it changes
+    /// with most entries, and with the sweeps of idle agents).
+    fn refresh_dedup_agents(&self) {
+        if let Some(agents) = self.read("dedup_agents", |sm| sm.dedup_agent_count()) {
+            NodeMetrics::dedup_agents(agents);
         }
     }
 
@@ -132,12 +143,14 @@ impl AppliedSink for FanOut {
                 self.metrics().snapshot_installed();
                 self.refresh_leases_active();
                 self.refresh_waiters();
+                self.refresh_dedup_agents();
                 return;
             }
         };
         if self.metrics().entry(&events, replayed) {
             self.refresh_leases_active();
         }
+        self.refresh_dedup_agents();
         if events
             .iter()
             .any(|event| matches!(event, Event::Queued { .. } | Event::Respond { .. }))

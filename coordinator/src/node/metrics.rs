@@ -19,6 +19,8 @@
 //! - `hivekeeper_leases_active` is read from the machine (`StateMachine::lease_count`) whenever an
 //!   entry granted or ended a lease, when a snapshot is installed and at start: always the
 //!   machine's own number, snapshots included.
+//! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
+//!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
 //!   included, by fencing token (each hold has its own). The machine has no public count of
 //!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
@@ -37,6 +39,8 @@ use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
 
 /// Live leases (gauge).
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
+/// Agents the replicated retry memory remembers (`StateMachine::dedup_agent_count`).
+pub const DEDUP_AGENTS: &str = "hivekeeper_dedup_agents";
 /// Leases granted (counter).
 pub const LEASES_GRANTED_TOTAL: &str = "hivekeeper_leases_granted_total";
 /// Leases ended, `reason` = `revoked` | `expired` | `admin_revoked` (counter).
@@ -106,6 +110,11 @@ pub fn describe() {
          resource was shown a token that is no longer held)."
     );
     describe_gauge!(LEASES_ACTIVE, "Leases alive in the state machine.");
+    describe_gauge!(
+        DEDUP_AGENTS,
+        "Agents whose recent outcomes the state machine remembers for retries (bounded by \
+         dedup_agents_max; agents without a live lease leave after dedup_idle_ms)."
+    );
     describe_counter!(LEASES_GRANTED_TOTAL, "Leases granted.");
     describe_counter!(
         LEASES_ENDED_TOTAL,
@@ -340,6 +349,11 @@ impl NodeMetrics {
     /// Sets `hivekeeper_leases_active`.
     pub fn leases_active(count: usize) {
         gauge!(LEASES_ACTIVE).set(count as f64);
+    }
+
+    /// Sets `hivekeeper_dedup_agents`.
+    pub fn dedup_agents(count: usize) {
+        gauge!(DEDUP_AGENTS).set(count as f64);
     }
 
     fn publish_held(&self) {

@@ -46,7 +46,7 @@ use redb::Durability;
 use super::RaftHandle;
 use super::database::{
     DATA_FILE_NAME, Db, KEY_COMMITTED, KEY_LAST_PURGED, KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META,
-    KEY_VOTE, META, SNAPSHOT, to_json,
+    KEY_VOTE, META, SNAPSHOT, TOOL_CACHE_BYTES, to_json,
 };
 use super::error::{RaftError, StoreError};
 use super::types::{LogId, Member, NodeId, SnapshotMeta, StoredMembership, Vote};
@@ -114,7 +114,7 @@ pub fn seed_data_dir(
         source,
     })?;
     // The file is closed when `db` is dropped on return (nothing else holds it).
-    let (db, _loaded) = Db::open(&path, node_id)?;
+    let (db, _loaded) = Db::open(&path, node_id, TOOL_CACHE_BYTES)?;
     write_seed(&db, members, seed)
 }
 

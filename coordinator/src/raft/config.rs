@@ -34,6 +34,11 @@ pub struct RaftConfig {
     pub replication_entries_max: u64,
     /// Time allowed to send and install a snapshot on a follower.
     pub snapshot_install_timeout_ms: u64,
+    /// The data file's page cache (redb's), MiB. The hot set is the log's tail and the latest
+    /// snapshot; pages written stay cached until the cache is full, so a node's memory grows
+    /// by up to this much after start whatever its load. A small device can give less (reads
+    /// of older pages then go to the disk: a lagging follower's catch-up, a snapshot install).
+    pub cache_mib: u64,
 }
 
 impl RaftConfig {
@@ -46,6 +51,7 @@ impl RaftConfig {
         entries_kept_after_snapshot: 1_000,
         replication_entries_max: 300,
         snapshot_install_timeout_ms: 2_000,
+        cache_mib: 64,
     };
 
     /// Cross-field rules.
@@ -84,6 +90,9 @@ impl RaftConfig {
                 field: "snapshot_install_timeout_ms",
             });
         }
+        if self.cache_mib == 0 {
+            return Err(ConfigError::NotPositive { field: "cache_mib" });
+        }
         Ok(())
     }
 
@@ -107,6 +116,11 @@ impl RaftConfig {
             .max(self.heartbeat_interval_ms + 1)
             .min(high - 1);
         (low, high)
+    }
+
+    /// [`RaftConfig::cache_mib`] in bytes.
+    pub fn cache_bytes(&self) -> usize {
+        usize::try_from(self.cache_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
     }
 
     /// The openraft configuration for these settings.
@@ -221,6 +235,19 @@ mod tests {
                 election_timeout_ms_min: 50,
                 heartbeat_interval_ms: 50,
             })
+        );
+    }
+
+    #[test]
+    fn the_cache_is_in_mib_and_never_zero() {
+        assert_eq!(RaftConfig::DEFAULTS.cache_bytes(), 64 << 20);
+        let config = RaftConfig {
+            cache_mib: 0,
+            ..RaftConfig::DEFAULTS
+        };
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::NotPositive { field: "cache_mib" })
         );
     }
 }

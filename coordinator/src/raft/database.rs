@@ -94,17 +94,23 @@ pub(crate) struct Db {
     database: RwLock<Option<Arc<Database>>>,
 }
 
-/// The redb page cache: the log is purged behind snapshots and the state machine lives in
-/// memory, so the hot set is the log's tail and one snapshot. redb's default is 1 GiB.
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The redb page cache of a file opened for a tool (backup restore, inspection) rather than a
+/// node, whose cache is `[node.raft] cache_mib`: the log is purged behind snapshots and the
+/// state machine lives in memory, so the hot set is the log's tail and one snapshot. redb's
+/// default is 1 GiB.
+pub(crate) const TOOL_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 impl Db {
     /// Opens (or creates) the data file and checks its identity. Blocking: call it off the
     /// async runtime's workers (it reads the whole file to verify checksums and may fsync).
-    pub(crate) fn open(path: &Path, node_id: NodeId) -> Result<(Db, Loaded), RaftError> {
+    pub(crate) fn open(
+        path: &Path,
+        node_id: NodeId,
+        cache_bytes: usize,
+    ) -> Result<(Db, Loaded), RaftError> {
         let database = redb::Builder::new()
             .set_check_integrity_on_open(true)
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(cache_bytes)
             .create(path)
             .map_err(|error| open_error(path, error))?;
         check_identity(path, &database, node_id)?;

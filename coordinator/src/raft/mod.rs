@@ -139,14 +139,20 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// Creates or opens `data_dir/hivekeeper.redb` for `node_id`, checks its identity record
-    /// and restores the latest snapshot. A foreign, corrupt, newer or other node's file, or an
-    /// unusable directory, is an error naming the path.
-    pub async fn open(data_dir: &Path, node_id: NodeId) -> Result<Storage, RaftError> {
+    /// Creates or opens `data_dir/hivekeeper.redb` for `node_id` with a page cache of
+    /// `cache_bytes`, checks its identity record and restores the latest snapshot. A foreign,
+    /// corrupt, newer or other node's file, or an unusable directory, is an error naming the
+    /// path.
+    pub async fn open(
+        data_dir: &Path,
+        node_id: NodeId,
+        cache_bytes: usize,
+    ) -> Result<Storage, RaftError> {
         let dir = data_dir.to_path_buf();
-        let (db, loaded) = tokio::task::spawn_blocking(move || open_blocking(&dir, node_id))
-            .await
-            .map_err(|error| RaftError::Runtime(format!("opening the data file: {error}")))??;
+        let (db, loaded) =
+            tokio::task::spawn_blocking(move || open_blocking(&dir, node_id, cache_bytes))
+                .await
+                .map_err(|error| RaftError::Runtime(format!("opening the data file: {error}")))??;
         let path = db.path.clone();
         let store = Store::start(db, loaded.committed)?;
         let replay_upto = loaded.committed.map(|log_id| log_id.index);
@@ -177,12 +183,16 @@ impl Storage {
     }
 }
 
-fn open_blocking(dir: &Path, node_id: NodeId) -> Result<(Db, database::Loaded), RaftError> {
+fn open_blocking(
+    dir: &Path,
+    node_id: NodeId,
+    cache_bytes: usize,
+) -> Result<(Db, database::Loaded), RaftError> {
     std::fs::create_dir_all(dir).map_err(|source| RaftError::DataDir {
         path: dir.to_path_buf(),
         source,
     })?;
-    Db::open(&dir.join(DATA_FILE_NAME), node_id)
+    Db::open(&dir.join(DATA_FILE_NAME), node_id, cache_bytes)
 }
 
 /// Opens a single node: its storage in `data_dir`, and a running openraft instance on it.
@@ -217,7 +227,7 @@ pub async fn open_with_network(
     let openraft_config = Arc::new(config.to_openraft()?);
     let election = network.election_clock();
     let (contact, dialler) = (network.contact(), network.dialler());
-    let storage = Storage::open(data_dir, node_id).await?;
+    let storage = Storage::open(data_dir, node_id, config.cache_bytes()).await?;
     let Storage {
         log_store,
         state_machine,

@@ -588,12 +588,13 @@ fn commit(
 mod tests {
     use redb::ReadableDatabase;
 
-    use super::super::database::{DATA_FILE_NAME, Db};
+    use super::super::database::{DATA_FILE_NAME, Db, TOOL_CACHE_BYTES};
     use super::super::types::Vote;
     use super::*;
 
     fn start(dir: &std::path::Path) -> Arc<Store> {
-        let (db, loaded) = Db::open(&dir.join(DATA_FILE_NAME), 7).expect("a fresh file opens");
+        let (db, loaded) =
+            Db::open(&dir.join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("a fresh file opens");
         Store::start(db, loaded.committed).expect("the writer starts")
     }
 
@@ -712,7 +713,8 @@ mod tests {
             Err(StoreError::Closed)
         ));
 
-        let (db, loaded) = Db::open(&dir.path().join(DATA_FILE_NAME), 7).expect("reopens");
+        let (db, loaded) =
+            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
         assert_eq!(loaded.committed, Some(log_id(5)));
         let database = db.database().expect("open");
         let txn = database.begin_read().expect("read");
@@ -737,14 +739,16 @@ mod tests {
             .await
             .expect("vote saved");
         store.close(Duration::from_secs(10)).await.expect("closes");
-        let (_, loaded) = Db::open(&dir.path().join(DATA_FILE_NAME), 7).expect("reopens");
+        let (_, loaded) =
+            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
         assert_eq!(loaded.committed, None, "entry 4 never reached the file");
 
         let store = start(dir.path());
         store.set_committed(Some(log_id(4)));
         append_durably(&store, 3..=4).await;
         store.close(Duration::from_secs(10)).await.expect("closes");
-        let (_, loaded) = Db::open(&dir.path().join(DATA_FILE_NAME), 7).expect("reopens");
+        let (_, loaded) =
+            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
         assert_eq!(loaded.committed, Some(log_id(4)));
     }
 

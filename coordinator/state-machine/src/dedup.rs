@@ -15,6 +15,17 @@
 //! index, agent name), a pure function of the state, so a restored replica forgets exactly the
 //! agents a live one does.
 //!
+//! Agents with no live lease are also forgotten by time, so that a stream of short-lived agents
+//! (a new id per process run, per test, per bench) does not keep memory for every id ever
+//! seen until `dedup_agents_max` is reached. The sweep runs in the entry whose clock crosses a
+//! multiple of `dedup_idle_ms` (a function of the replicated clock, so every replica sweeps in
+//! the same entry), and forgets each agent without a live lease that recorded nothing since
+//! the previous sweep's entry. An idle agent is so forgotten between `dedup_idle_ms` and twice
+//! that after its last outcome, with one pass over the memos per `dedup_idle_ms` of machine
+//! time and no per-entry cost. What it narrows: a retry more than `dedup_idle_ms` after the
+//! first attempt, from an agent that no longer has a live lease, is answered afresh (a
+//! `lease.revoke` retried then gets `lease_not_found` rather than its first `ok`).
+//!
 //! Invariants:
 //! 1. After every apply, no agent remembers more than `dedup_per_agent_max` outcomes and no more
 //!    than `dedup_agents_max` agents are remembered ([`Dedup::check_bounds`]).
@@ -24,6 +35,9 @@
 //! 4. Recording an outcome forgets only outcomes of the same agent; the agent bound forgets
 //!    whole agents, every agent without a live lease before any agent with one
 //!    ([`Dedup::enforce`]).
+//! 5. A sweep forgets exactly the agents without a live lease whose last outcome is at or
+//!    before the previous sweep's entry (`swept_index`), and records its own entry as the new
+//!    `swept_index` ([`Dedup::forget_idle`]; the model test checks it against a naive model).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
@@ -49,6 +63,10 @@ pub struct Dedup {
     /// `Limits::dedup_per_agent_max`, cached so that recording trims at once (set by the state
     /// machine whenever the limits are set, and after a restore).
     per_agent_max: usize,
+    /// The entry of the last sweep of idle agents ([`Dedup::forget_idle`]); `None` before the
+    /// first. Replicated (in the snapshot once set), since it decides whom the next sweep
+    /// forgets.
+    swept_index: Option<u64>,
 }
 
 /// Where an agent's memo is. Valid until the end of the entry that returned it: agents are
@@ -119,6 +137,11 @@ impl Dedup {
             agent: Some(&memo.agent),
             reply,
         }
+    }
+
+    /// How many agents are remembered.
+    pub fn agent_count(&self) -> usize {
+        self.memos.len()
     }
 
     /// Remembers the final reply to a request, forgetting the agent's oldest outcome beyond
@@ -201,6 +224,19 @@ impl Dedup {
         self.reindex();
     }
 
+    /// The sweep of idle agents (invariant 5), run at the end of entry `index` when that
+    /// entry's clock crossed a multiple of `dedup_idle_ms`: forgets every agent that is not
+    /// `active` (no live lease) and has recorded nothing since the previous sweep's entry.
+    pub fn forget_idle(&mut self, index: u64, active: impl Fn(&str) -> bool) {
+        let swept_index = self.swept_index.replace(index).unwrap_or(0);
+        let before = self.memos.len();
+        self.memos
+            .retain(|memo| memo.touched_index > swept_index || active(&memo.agent));
+        if self.memos.len() != before {
+            self.reindex();
+        }
+    }
+
     /// Rebuilds `slots` from `memos`.
     fn reindex(&mut self) {
         self.slots = self
@@ -265,10 +301,14 @@ impl Dedup {
 }
 
 /// The snapshot form, unchanged from when the memos were a map by name: `{"agents": {name:
-/// {"touched_index": n, "recent": [[id, reply], ...]}}}`, names in order.
+/// {"touched_index": n, "recent": [[id, reply], ...]}}}`, names in order, plus
+/// `"swept_index": n` once a sweep of idle agents ran.
 #[derive(Serialize)]
 struct DedupRef<'a> {
     agents: BTreeMap<&'a Text, MemoRef<'a>>,
+    /// Absent until the first sweep, so older snapshots' bytes are unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    swept_index: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -280,6 +320,8 @@ struct MemoRef<'a> {
 #[derive(Deserialize)]
 struct DedupOwned {
     agents: BTreeMap<Text, MemoOwned>,
+    #[serde(default)]
+    swept_index: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -306,6 +348,7 @@ impl Serialize for Dedup {
                     )
                 })
                 .collect(),
+            swept_index: self.swept_index,
         }
         .serialize(serializer)
     }
@@ -333,6 +376,7 @@ impl<'de> Deserialize<'de> for Dedup {
                         .collect(),
                 })
                 .collect(),
+            swept_index: owned.swept_index,
             ..Dedup::default()
         };
         dedup.reindex();

@@ -3,7 +3,7 @@
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 
 use super::test_support::*;
-use super::{Limits, Reply, StateMachine};
+use super::{AgentRequest, Command, Limits, LogMeta, Reply, StateMachine};
 
 #[test]
 fn retry_returns_the_same_reply() {
@@ -201,4 +201,89 @@ fn restore_refuses_garbage_another_format_and_broken_state() {
     assert_ne!(orphaned, text);
     let err = StateMachine::restore(orphaned.as_bytes()).expect_err("an orphaned hold");
     assert!(err.to_string().contains("dead lease"), "{err}");
+}
+
+/// An agent with no live lease is forgotten by the retry memory between one and two
+/// `dedup_idle_ms` after its last outcome, an agent with a live lease never, and a restored
+/// replica sweeps exactly as the live one (the sweep's entry is in the snapshot).
+#[test]
+fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
+    let limits = Limits {
+        dedup_idle_ms: 10_000,
+        ..Limits::DEFAULTS
+    };
+    let mut h = Harness::with_limits(limits);
+    // Clock 1,000,000: a multiple of 10,000, so the next boundary is 10,000 ms ahead.
+    let gone = h.lease("gone", 5_000);
+    let (revoked, _) = h.send_as(
+        "gone",
+        "rev-1",
+        AgentOp::LeaseRevoke {
+            lease: gone.clone(),
+        },
+    );
+    assert_eq!(revoked, Reply::Done);
+    let (holder, _) = h.send_as("holder", "g-1", AgentOp::LeaseGrant { ttl_ms: 3_600_000 });
+    let revoke_again = |h: &mut Harness| {
+        h.send_as(
+            "gone",
+            "rev-1",
+            AgentOp::LeaseRevoke {
+                lease: gone.clone(),
+            },
+        )
+        .0
+    };
+
+    // The first boundary: the first sweep, which forgets nothing (no sweep before it).
+    h.now_ms += 9_999;
+    h.send("other", lock_release("l", "0000000000000001"));
+    h.now_ms += 1;
+    h.send("other", lock_release("l", "0000000000000001"));
+    assert_eq!(
+        revoke_again(&mut h),
+        Reply::Done,
+        "remembered one boundary later"
+    );
+
+    // The second boundary: "gone" recorded its last outcome before the first sweep's entry
+    // (the retry above was answered from memory and recorded nothing), and has no lease.
+    h.now_ms += 10_000;
+    let mut replica = StateMachine::restore(&h.sm.snapshot()).expect("a snapshot restores");
+    let sweep = Command::Request {
+        agent: "other".to_string(),
+        request: AgentRequest {
+            id: "sweep".to_string(),
+            op: lock_release("l", "0000000000000001"),
+        },
+    };
+    h.apply(sweep.clone());
+    let meta = LogMeta {
+        index: h.index,
+        term: h.term,
+        now_ms: h.now_ms,
+    };
+    replica.apply(meta, sweep).expect("the next index");
+    assert_eq!(
+        replica.snapshot(),
+        h.sm.snapshot(),
+        "a restored replica sweeps alike"
+    );
+    let fresh = revoke_again(&mut h);
+    assert!(
+        matches!(
+            fresh,
+            Reply::Refused {
+                code: ErrorCode::LeaseNotFound,
+                ..
+            }
+        ),
+        "answered afresh once forgotten: {fresh:?}"
+    );
+    // The holder's lease is live: its first outcome is still remembered.
+    assert_eq!(
+        h.send_as("holder", "g-1", AgentOp::LeaseGrant { ttl_ms: 3_600_000 })
+            .0,
+        holder
+    );
 }

@@ -351,6 +351,26 @@ impl Core {
         dedup.enforce(limits, |agent| usage.has_lease(agent));
     }
 
+    /// The sweep of idle agents from the dedup memory, at the end of entry `index`, when the
+    /// entry moved the clock from `clock_before_ms` across a multiple of `dedup_idle_ms`.
+    /// Agents with a live lease are never swept. The first entry of a machine
+    /// (`clock_before_ms` is `None`) never sweeps: its clock jumps from 0 to the first stamp.
+    pub fn sweep_idle_dedup(
+        &mut self,
+        limits: &super::Limits,
+        index: u64,
+        clock_before_ms: Option<u64>,
+        clock_after_ms: u64,
+    ) {
+        let period_ms = limits.dedup_idle_ms.max(1);
+        if clock_before_ms
+            .is_some_and(|before_ms| before_ms / period_ms < clock_after_ms / period_ms)
+        {
+            let Core { dedup, usage, .. } = self;
+            dedup.forget_idle(index, |agent| usage.has_lease(agent));
+        }
+    }
+
     /// Waiters per resource kind, from the pending-wait index (invariant 3: it indexes exactly
     /// the queued waiters), so the cost is the number of waiters, not of resources.
     pub fn waiter_counts(&self) -> WaiterCounts {

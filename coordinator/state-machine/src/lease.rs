@@ -263,6 +263,12 @@ impl StateMachine {
         self.core.leases.len()
     }
 
+    /// How many agents the retry memory remembers (cheap: for the `hivekeeper_dedup_agents`
+    /// gauge).
+    pub fn dedup_agent_count(&self) -> usize {
+        self.core.dedup.agent_count()
+    }
+
     /// Live leases with their agent and TTL, in id order (for the leader's lease keeper, which
     /// gives each a fresh deadline when it takes office, and for inspection).
     pub fn leases(&self) -> impl Iterator<Item = (LeaseId, &str, u64)> + '_ {

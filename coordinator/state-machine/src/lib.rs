@@ -591,6 +591,7 @@ impl StateMachine {
                 got: meta.index,
             });
         }
+        let clock_before_ms = (self.index != 0).then_some(self.now_ms);
         self.advance_clock(meta.now_ms);
         self.index = meta.index;
         self.term_max = self.term_max.max(meta.term);
@@ -622,6 +623,8 @@ impl StateMachine {
                 Err(error) => Reply::refused(ErrorCode::BadRequest, error.to_string()),
             },
         };
+        self.core
+            .sweep_idle_dedup(&self.limits, meta.index, clock_before_ms, self.now_ms);
         self.core.enforce_dedup(&self.limits);
         Ok((reply, ctx.events))
     }

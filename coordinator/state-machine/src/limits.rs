@@ -29,7 +29,8 @@ pub struct Limits {
     /// Completed request outcomes remembered per agent for retries.
     pub dedup_per_agent_max: u32,
     /// Agents whose outcomes are remembered; agents with no live lease and no wait are
-    /// forgotten first, the least recently active first (`dedup.rs`).
+    /// forgotten first, the least recently active first (`dedup.rs`). Agents with no live
+    /// lease are also forgotten by time (`dedup_idle_ms`).
     pub dedup_agents_max: u32,
     /// Most leases one agent has alive at once: 1% of the default `leases_max`, so one agent
     /// cannot take the whole lease table from the others. An agent needs one lease per
@@ -56,6 +57,18 @@ pub struct Limits {
     /// piling up. Left out of the bytes at its default.
     #[serde(skip_serializing_if = "is_default_reservation_horizon_ms_max")]
     pub reservation_horizon_ms_max: u64,
+    /// How long the outcomes of an agent with no live lease are remembered for retries: one
+    /// minute. Such an agent's retry can take nothing (every acquire names a live lease), and
+    /// the SDK gives up retrying a request within seconds, so a minute covers every retry that
+    /// matters while an endless stream of new agent ids (one per short-lived process) no
+    /// longer keeps memory for each (`dedup.rs`: an idle agent is forgotten between this and
+    /// twice this after its last outcome). Left out of the bytes at its default.
+    #[serde(skip_serializing_if = "is_default_dedup_idle_ms")]
+    pub dedup_idle_ms: u64,
+}
+
+fn is_default_dedup_idle_ms(value: &u64) -> bool {
+    *value == Limits::DEFAULTS.dedup_idle_ms
 }
 
 fn is_default_reservation_window_ms_max(value: &u64) -> bool {
@@ -94,6 +107,7 @@ impl Limits {
         holds_per_agent_max: 10_000,
         reservation_window_ms_max: 86_400_000,
         reservation_horizon_ms_max: 604_800_000,
+        dedup_idle_ms: 60_000,
     };
 
     /// Cross-field rules. A limit of zero would make the service refuse everything, so every
@@ -114,6 +128,7 @@ impl Limits {
                 "reservation_horizon_ms_max",
                 self.reservation_horizon_ms_max,
             ),
+            ("dedup_idle_ms", self.dedup_idle_ms),
         ] {
             if value == 0 {
                 return Err(LimitsError::Zero { limit });

@@ -269,6 +269,7 @@ fn preset_limits(preset: usize) -> Limits {
             holds_per_agent_max: 3,
             reservation_window_ms_max: 1_200,
             reservation_horizon_ms_max: 2_500,
+            dedup_idle_ms: 1_500,
             ..Limits::DEFAULTS
         },
         // Invalid: refused, nothing changes.
@@ -855,6 +856,8 @@ struct ModelStep {
     replayed: bool,
     /// The reply was remembered for retries.
     remembered: bool,
+    /// Agents the entry's sweep of idle agents forgot (`dedup_idle_ms`).
+    forgot_idle: usize,
 }
 
 /// The naive reference: everything in flat `Vec`s, found by linear scans.
@@ -873,6 +876,8 @@ struct Model {
     holds: Vec<ModelHold>,
     waiters: Vec<ModelWaiter>,
     memories: Vec<Memory>,
+    /// The entry of the last sweep of idle agents' memories (0 before the first).
+    swept_index: u64,
     /// Every grant ever made, `(kind, name, token)`, for stale `fence.check`s.
     tokens_granted: Vec<(ResourceKind, String, u64)>,
     /// The current entry's deferred answers.
@@ -897,6 +902,7 @@ impl Model {
             holds: Vec::new(),
             waiters: Vec::new(),
             memories: Vec::new(),
+            swept_index: 0,
             tokens_granted: Vec::new(),
             responds: Vec::new(),
             ended: Vec::new(),
@@ -916,6 +922,7 @@ impl Model {
     }
 
     fn apply(&mut self, meta: LogMeta, command: &Command) -> ModelStep {
+        let clock_before_ms = (self.index != 0).then_some(self.now_ms);
         self.now_ms = self.clock_at(meta.now_ms);
         self.stamp_last_ms = meta.now_ms;
         self.index = meta.index;
@@ -957,6 +964,7 @@ impl Model {
                 }
             }
         };
+        let forgot_idle = self.forget_idle_agents(clock_before_ms);
         self.forget_old_outcomes();
         ModelStep {
             outcome,
@@ -964,6 +972,7 @@ impl Model {
             ended: std::mem::take(&mut self.ended),
             replayed: self.replayed,
             remembered: self.remembered,
+            forgot_idle,
         }
     }
 
@@ -1905,6 +1914,27 @@ impl Model {
         }
     }
 
+    /// At the end of an entry whose clock passed a multiple of `dedup_idle_ms` (not the first
+    /// entry): the agents without a live lease that recorded nothing since the previous such
+    /// entry are forgotten. Returns how many.
+    fn forget_idle_agents(&mut self, clock_before_ms: Option<u64>) -> usize {
+        let period_ms = self.limits.dedup_idle_ms;
+        let Some(before_ms) = clock_before_ms else {
+            return 0;
+        };
+        if before_ms / period_ms == self.now_ms / period_ms {
+            return 0;
+        }
+        let before = self.memories.len();
+        let swept_index = std::mem::replace(&mut self.swept_index, self.index);
+        let leases = &self.leases;
+        self.memories.retain(|memory| {
+            memory.touched_index > swept_index
+                || leases.iter().any(|lease| lease.agent == memory.agent)
+        });
+        before - self.memories.len()
+    }
+
     /// At the end of every entry: each agent keeps its newest `dedup_per_agent_max` outcomes,
     /// and beyond `dedup_agents_max` agents are forgotten whole: agents without a live lease
     /// first, then the least recently touched (ties: smallest agent id).
@@ -2031,6 +2061,7 @@ fn limits_are_valid(limits: &Limits) -> bool {
         .all(|value| *value >= 1)
         && limits.reservation_window_ms_max >= 1
         && limits.reservation_horizon_ms_max >= 1
+        && limits.dedup_idle_ms >= 1
 }
 
 /// The protocol's field checks, for the requests this test can generate.
@@ -2352,6 +2383,9 @@ impl Harness {
             TestCaseError::fail(format!("apply failed: {e}\n{}", self.recent_trace()))
         })?;
         let expected = self.model.apply(meta, &command);
+        if expected.forgot_idle > 0 {
+            self.count("idle agents forgotten by the sweep");
+        }
         self.log.push((meta, command.clone()));
         self.outputs.push((reply.clone(), events.clone()));
 
@@ -3125,6 +3159,7 @@ fn generator_reaches_every_path() {
         "route amend of a route not held",
         "a queued route granted",
         "retry ran again: its outcome was forgotten",
+        "idle agents forgotten by the sweep",
         "refused: bad_request",
         "refused: lease_not_found",
         "refused: forbidden",
