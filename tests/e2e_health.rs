@@ -138,7 +138,7 @@ async fn a_leader_left_alone_says_no_quorum_everywhere() {
         Some(0.0),
         "{text}"
     );
-    // It still leads in its own term: openraft 0.9 never steps down on its own.
+    // It still leads in its own term: openraft never steps down on its own.
     assert_eq!(metric(&text, "hivekeeper_raft_is_leader"), Some(1.0));
     for peer in &names {
         assert_eq!(

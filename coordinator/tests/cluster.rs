@@ -318,6 +318,42 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
     cluster.shutdown().await;
 }
 
+/// Pre-Vote (issue 15's term inflation, issue 17's openraft 0.10): a follower cut off for
+/// many election timeouts asks whether it could win before it raises its term, so it keeps its
+/// term, and when the partition heals the leader stays leader throughout. Without Pre-Vote the
+/// cut-off member campaigns at every timeout and its higher term deposes the leader on return
+/// (a new election: the leader is seen not leading for at least an election timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_back_from_a_partition_does_not_depose_the_leader() {
+    let cluster = Cluster::start("prev").await;
+    let leader = cluster.leader().await;
+    let leader_id = cluster.handle(leader).node_id();
+    let cut = (leader + 1) % 3;
+    cluster.isolate(cut);
+    // Six longest election timeouts: without Pre-Vote, about six campaigns.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    assert!(
+        cluster.handle(leader).is_leader(),
+        "the majority keeps its leader"
+    );
+    cluster.heal(cut);
+    // Watch the leader every 10 ms for five election timeouts after the heal (bounded: 150
+    // samples), and wait for the healed member to follow it again.
+    let mut deposed_at = None;
+    for sample in 0..150 {
+        if !cluster.handle(leader).is_leader() && deposed_at.is_none() {
+            deposed_at = Some(sample * 10);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        deposed_at, None,
+        "the leader was deposed after the heal (ms)"
+    );
+    assert_eq!(cluster.handle(cut).leader_id(), Some(leader_id));
+    cluster.shutdown().await;
+}
+
 /// A follower whose links go silent (packets dropped, as in a real partition) stops waiting for
 /// its silent leader as soon as it no longer knows it as leader (its own election timer fires),
 /// and answers `unavailable` saying no leader is known, instead of holding the request until
@@ -494,7 +530,7 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     cluster.shutdown().await;
 }
 
-/// A leader cut off from both followers (openraft 0.9 never steps down on its own) says within
+/// A leader cut off from both followers (openraft never steps down on its own) says within
 /// an election timeout that it has no quorum, and answers `unavailable` at once with that
 /// reason instead of holding each request for its commit timeout. Healed, it is healthy again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! The proposer: the one task that writes to Raft. It stamps nothing itself (the raft facade
-//! stamps the leader's clock into each entry) but it *batches*: openraft 0.9 appends one entry
-//! per `client_write` and waits for that entry's fsync before it submits the next, so one
-//! command per entry would cost one fsync per request. Commands that arrive while an entry is in
+//! stamps the leader's clock into each entry) but it *batches*: openraft appends one entry
+//! per `client_write`, each entry costs an fsync on every member, and this task proposes one
+//! batch at a time (it awaits the batch's commit), so one command per entry would cost one
+//! commit per request. Commands that arrive while an entry is in
 //! flight wait in the channel and go out together in the next entry. Commands that arrive
 //! together while the proposer is idle (the two reactions to a lock's handover) are kept
 //! together by holding a batch of one open for a moment, while that pays (`batch_hold.rs`).

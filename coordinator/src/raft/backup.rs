@@ -38,7 +38,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use openraft::{CommittedLeaderId, Membership};
+use openraft::Membership;
+use openraft::type_config::alias::LeaderIdOf;
+use openraft::vote::RaftLeaderIdExt;
 use redb::Durability;
 
 use super::RaftHandle;
@@ -122,13 +124,15 @@ fn write_seed(
     members: &BTreeMap<NodeId, Member>,
     seed: Seed<'_>,
 ) -> Result<(), RaftError> {
-    let log_id = LogId::new(CommittedLeaderId::new(seed.term, 0), seed.index);
+    let leader = LeaderIdOf::<super::types::TypeConfig>::new_committed(seed.term, 0);
+    let log_id = LogId::new(leader, seed.index);
     let voters: BTreeSet<NodeId> = members.keys().copied().collect();
-    let membership = Membership::new(vec![voters], members.clone());
+    let membership = Membership::new(vec![voters], members.clone()).map_err(|error| {
+        RaftError::Refused(format!("the restored membership is not valid: {error}"))
+    })?;
     let meta = SnapshotMeta {
         last_log_id: Some(log_id),
         last_membership: StoredMembership::new(Some(log_id), membership),
-        snapshot_id: format!("restored-{}-{}", seed.term, seed.index),
     };
     let vote = Vote::new(seed.term, 0);
     let database = db.database()?;

@@ -20,7 +20,7 @@ pub struct RaftConfig {
     /// How often a leader sends heartbeats.
     pub heartbeat_interval_ms: u64,
     /// Shortest silence from the leader after which a follower starts an election (see
-    /// [`RaftConfig::openraft_election_timeouts_ms`] for how openraft 0.9 is set to honour it).
+    /// [`RaftConfig::openraft_election_timeouts_ms`] for how openraft is set to honour it).
     pub election_timeout_ms_min: u64,
     /// Longest such silence (each follower picks at random in between, to avoid split votes).
     pub election_timeout_ms_max: u64,
@@ -98,7 +98,7 @@ impl RaftConfig {
 
     /// openraft's own `(election_timeout_min, election_timeout_max)` for our election window.
     ///
-    /// openraft 0.9 does not start an election after its election timeout of silence: a
+    /// openraft does not start an election after its election timeout of silence: a
     /// follower that knows a leader first waits out that leader's lease, which openraft sets
     /// to its `election_timeout_max`, then its random election timeout, so it elects after
     /// `E_max + random(E_min, E_max)` of silence (`RaftCore::handle_tick_election`). Passing
@@ -150,6 +150,14 @@ impl RaftConfig {
             snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
             // Followers campaign on Hivekeeper's timer (`election.rs`), not on openraft's tick.
             enable_elect: false,
+            // openraft 0.10 lets a restarted leader resume its old term without a vote (on by
+            // default). That is safe only when the state machine is durable at apply or the
+            // committed id is saved at once; here the machine lives in memory and the committed
+            // id rides along lazily (`writer.rs`, invariant 4), so a restarted leader would
+            // serve a machine older than what it acknowledged: `hivekeeper nemesis` caught a
+            // lock granted twice after `kill-majority` with it on. A restarted leader stands
+            // for election like any other member, as on 0.9.
+            enable_leader_restore: Some(false),
             ..openraft::Config::default()
         };
         config
@@ -184,6 +192,8 @@ mod tests {
             config.snapshot_policy,
             openraft::SnapshotPolicy::LogsSinceLast(10_000)
         );
+        // A restarted leader must be elected again (see `to_openraft`).
+        assert_eq!(config.enable_leader_restore, Some(false));
     }
 
     /// openraft elects after `E_max + random(E_min, E_max)` of silence: that span must stay

@@ -43,10 +43,13 @@ use openraft::error::Fatal;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::types::{LogId, Node, NodeId, Raft, Vote};
+use super::types::{LogId, NodeId, Raft, TypeConfig, Vote};
+
+/// Whether the driver's elections start with a Pre-Vote round (see [`drive`]).
+const PRE_VOTE: bool = true;
 
 /// openraft's metrics as the driver reads them.
-type Metrics = openraft::RaftMetrics<NodeId, Node>;
+type Metrics = super::types::RaftMetrics;
 
 /// What the election timer knows, shared by the peer server, the network and the driver.
 #[derive(Debug)]
@@ -54,6 +57,11 @@ pub struct ElectionClock {
     /// The timing the driver applies.
     timing: ElectionTiming,
     state: Mutex<ClockState>,
+    /// True from this node's campaign until it hears from a leader again: the leader it knew
+    /// is then no longer one it can reach. With Pre-Vote a node cut off from the majority keeps
+    /// its term, so openraft's metrics go on naming the old leader; the leadership watch
+    /// (`leadership.rs`) forgets it on this flag instead, as 0.9 forgot it with the term.
+    searching: watch::Sender<bool>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -127,7 +135,13 @@ impl ElectionClock {
                 greater_log: None,
                 campaigned: false,
             }),
+            searching: watch::Sender::new(false),
         })
+    }
+
+    /// The flag "campaigned and not heard from a leader since" (see the field), as it changes.
+    pub(crate) fn searching(&self) -> watch::Receiver<bool> {
+        self.searching.subscribe()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
@@ -151,6 +165,12 @@ impl ElectionClock {
         if campaigned {
             state.greater_log = None;
         }
+        drop(state);
+        self.searching.send_if_modified(|searching| {
+            let changed = *searching != campaigned;
+            *searching = campaigned;
+            changed
+        });
     }
 
     /// A voter refused our vote request and reported `theirs` as its last log id, longer than
@@ -245,7 +265,7 @@ struct ElectErrors {
 
 impl ElectErrors {
     /// The kind of an `elect()` error, for the log and the counts.
-    fn kind(error: &Fatal<NodeId>) -> &'static str {
+    fn kind(error: &Fatal<TypeConfig>) -> &'static str {
         match error {
             Fatal::StorageError(_) => "storage_error",
             Fatal::Panicked => "panicked",
@@ -254,7 +274,7 @@ impl ElectErrors {
     }
 
     /// Records one error; true when it is the first of its kind (the caller logs it).
-    fn first_of_its_kind(&mut self, error: &Fatal<NodeId>) -> bool {
+    fn first_of_its_kind(&mut self, error: &Fatal<TypeConfig>) -> bool {
         let count = self.counts.entry(Self::kind(error)).or_default();
         *count += 1;
         *count == 1
@@ -263,11 +283,21 @@ impl ElectErrors {
 
 /// Runs the election timer of node `me` until openraft shuts down. openraft's own timer must
 /// be off (`enable_elect: false` in its configuration).
-pub async fn drive(raft: Raft, me: NodeId, clock: Arc<ElectionClock>) {
-    let metrics = raft.metrics();
+///
+/// Every election starts with a Pre-Vote round (openraft 0.10, `elect(true)`): a node asks
+/// whether a quorum would grant it a vote at the next term before it raises its term. A
+/// member cut off from the others (a partition, a paused process) therefore keeps its term
+/// while it cannot win, and does not depose the live leader with a higher term when it comes
+/// back (issue 15: term inflation after a heal).
+pub async fn drive(
+    raft: Raft,
+    metrics: watch::Receiver<Metrics>,
+    me: NodeId,
+    clock: Arc<ElectionClock>,
+) {
     let elect = move || {
         let raft = raft.clone();
-        async move { raft.trigger().elect().await }
+        async move { raft.trigger().elect(PRE_VOTE).await }
     };
     drive_with(metrics, me, clock, elect).await;
 }
@@ -285,7 +315,7 @@ async fn drive_with<F, Fut>(
     mut elect: F,
 ) where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), Fatal<NodeId>>>,
+    Fut: Future<Output = Result<(), Fatal<TypeConfig>>>,
 {
     let mut errors = ElectErrors::default();
     let mut was_leading = false;
@@ -370,7 +400,8 @@ mod tests {
         let membership = openraft::Membership::new(
             vec![BTreeSet::from([1])],
             BTreeMap::from([(1, super::super::types::Member::default())]),
-        );
+        )
+        .expect("a valid membership");
         metrics.membership_config = Arc::new(openraft::StoredMembership::new(None, membership));
         metrics
     }
@@ -439,7 +470,7 @@ mod tests {
     }
 
     fn log_id(index: u64) -> Option<LogId> {
-        Some(LogId::new(openraft::CommittedLeaderId::new(1, 7), index))
+        Some(openraft::testing::log_id::<TypeConfig>(1, 7, index))
     }
 
     fn follower(last_log_index: u64) -> Standing {
@@ -521,8 +552,7 @@ mod tests {
         let (me, rival) = (1, 2);
         let mine = Vote::new(3, me);
         let rivals = Vote::new(3, rival);
-        let mut elected = Vote::new(4, rival);
-        elected.commit();
+        let elected = Vote::new_committed(4, rival);
         // A rival candidate's uncommitted vote, adopted from its refusal: not a leader.
         assert!(!another_leads(me, false, false, Some(mine), rivals));
         // Another node's committed vote: it leads.

@@ -7,10 +7,9 @@
 
 use std::path::PathBuf;
 
-use openraft::AnyError;
-use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError};
+use openraft::error::{ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError};
 
-use super::types::{Node, NodeId, StorageError};
+use super::types::{NodeId, StorageError, TypeConfig};
 
 /// Everything that can go wrong at the boundary of `raft/`.
 #[derive(Debug, thiserror::Error)]
@@ -230,36 +229,47 @@ impl RaftError {
     }
 }
 
+/// openraft's answer that another node leads (or none is known), as ours.
+fn not_leader(forward: ForwardToLeader<TypeConfig>) -> RaftError {
+    RaftError::NotLeader {
+        leader: forward.leader_id,
+        leader_name: forward.leader_node.map(|member| member.name),
+    }
+}
+
 /// What a failed read-index round (`ensure_linearizable`) means for the node.
 pub(crate) fn check_is_leader_error(
-    error: openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>,
+    error: openraft::error::RaftError<TypeConfig, LinearizableReadError<TypeConfig>>,
 ) -> RaftError {
     match error {
-        openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => {
-            RaftError::NotLeader {
-                leader: forward.leader_id,
-                leader_name: forward.leader_node.map(|member| member.name),
-            }
+        openraft::error::RaftError::APIError(LinearizableReadError::ForwardToLeader(forward)) => {
+            not_leader(forward)
         }
         openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
         openraft::error::RaftError::Fatal(fatal) => fatal.into(),
     }
 }
 
-impl From<openraft::error::Fatal<NodeId>> for RaftError {
-    fn from(fatal: openraft::error::Fatal<NodeId>) -> Self {
+impl From<openraft::error::Fatal<TypeConfig>> for RaftError {
+    fn from(fatal: openraft::error::Fatal<TypeConfig>) -> Self {
         RaftError::Fatal(fatal.to_string())
     }
 }
 
-impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> for RaftError {
-    fn from(error: openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Self {
+impl From<openraft::error::RaftError<TypeConfig>> for RaftError {
+    fn from(error: openraft::error::RaftError<TypeConfig>) -> Self {
+        match error {
+            openraft::error::RaftError::APIError(never) => match never {},
+            openraft::error::RaftError::Fatal(fatal) => fatal.into(),
+        }
+    }
+}
+
+impl From<openraft::error::RaftError<TypeConfig, ClientWriteError<TypeConfig>>> for RaftError {
+    fn from(error: openraft::error::RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Self {
         match error {
             openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
-                RaftError::NotLeader {
-                    leader: forward.leader_id,
-                    leader_name: forward.leader_node.map(|member| member.name),
-                }
+                not_leader(forward)
             }
             openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
             openraft::error::RaftError::Fatal(fatal) => fatal.into(),
@@ -267,8 +277,8 @@ impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> fo
     }
 }
 
-impl From<openraft::error::RaftError<NodeId, InitializeError<NodeId, Node>>> for RaftError {
-    fn from(error: openraft::error::RaftError<NodeId, InitializeError<NodeId, Node>>) -> Self {
+impl From<openraft::error::RaftError<TypeConfig, InitializeError<TypeConfig>>> for RaftError {
+    fn from(error: openraft::error::RaftError<TypeConfig, InitializeError<TypeConfig>>) -> Self {
         match error {
             openraft::error::RaftError::APIError(other) => RaftError::Refused(other.to_string()),
             openraft::error::RaftError::Fatal(fatal) => fatal.into(),
@@ -306,6 +316,31 @@ pub enum StoreError {
     /// changed, is read no more.
     #[error("{0}")]
     ApplyPanicked(ApplyPanic),
+    /// The state machine refused an entry (a broken log: every replica refuses it alike).
+    #[error("applying log entry {log_id}: {reason}")]
+    Apply {
+        /// The entry's log id, `T{term}-N{leader node}-{index}`.
+        log_id: String,
+        /// The machine's error.
+        reason: String,
+    },
+    /// A snapshot builder was asked for a second snapshot (openraft uses each one once).
+    #[error("this snapshot builder was already used")]
+    BuilderUsed,
+    /// A blocking task of the store could not be joined (it panicked or was cancelled).
+    #[error("a storage task failed: {0}")]
+    Runtime(String),
+}
+
+/// A [`StoreError`] with the storage operation it failed, as openraft 0.10's storage traits
+/// want it: inside a `std::io::Error`.
+#[derive(Debug, thiserror::Error)]
+#[error("{operation}: {source}")]
+pub struct StorageFailure {
+    /// What openraft asked for (`write logs`, `read vote`, ...).
+    pub operation: &'static str,
+    /// What went wrong.
+    pub source: StoreError,
 }
 
 /// A panic inside `StateMachine::apply`, caught at the store boundary: which entry, which
@@ -335,36 +370,48 @@ impl StoreError {
 
     /// Converts into openraft's storage error for a log write.
     pub(crate) fn write_logs(self) -> StorageError {
-        openraft::StorageIOError::write_logs(AnyError::new(&self)).into()
+        self.during("write logs")
     }
 
     /// Converts into openraft's storage error for a log read.
     pub(crate) fn read_logs(self) -> StorageError {
-        openraft::StorageIOError::read_logs(AnyError::new(&self)).into()
+        self.during("read logs")
     }
 
     /// Converts into openraft's storage error for a vote write.
     pub(crate) fn write_vote(self) -> StorageError {
-        openraft::StorageIOError::write_vote(AnyError::new(&self)).into()
+        self.during("write vote")
     }
 
     /// Converts into openraft's storage error for a vote read.
     pub(crate) fn read_vote(self) -> StorageError {
-        openraft::StorageIOError::read_vote(AnyError::new(&self)).into()
+        self.during("read vote")
     }
 
     /// Converts into openraft's storage error for a state-machine read.
     pub(crate) fn read_state_machine(self) -> StorageError {
-        openraft::StorageIOError::read_state_machine(AnyError::new(&self)).into()
+        self.during("read state machine")
+    }
+
+    /// Converts into openraft's storage error for applying an entry.
+    pub(crate) fn apply(self) -> StorageError {
+        self.during("apply")
     }
 
     /// Converts into openraft's storage error for a snapshot write.
     pub(crate) fn write_snapshot(self) -> StorageError {
-        openraft::StorageIOError::write_snapshot(None, AnyError::new(&self)).into()
+        self.during("write snapshot")
     }
 
     /// Converts into openraft's storage error for a snapshot read.
     pub(crate) fn read_snapshot(self) -> StorageError {
-        openraft::StorageIOError::read_snapshot(None, AnyError::new(&self)).into()
+        self.during("read snapshot")
+    }
+
+    fn during(self, operation: &'static str) -> StorageError {
+        std::io::Error::other(StorageFailure {
+            operation,
+            source: self,
+        })
     }
 }

@@ -13,7 +13,7 @@
 
 use tokio::sync::watch;
 
-use super::types::{NodeId, Raft, RaftMetrics};
+use super::types::{NodeId, RaftMetrics};
 
 /// What this node knows about leadership, as one value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,8 +39,9 @@ pub(crate) fn is_ready_leader(metrics: &RaftMetrics, me: NodeId) -> bool {
             .is_some_and(|id| id.leader_id.term == metrics.current_term)
 }
 
-/// The leadership that `metrics` describe for node `me`.
-fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
+/// The leadership that `metrics` describe for node `me`; a leader other than `me` is not known
+/// while `searching` (this node campaigned and has not heard from it since, `election.rs`).
+fn leadership_of(metrics: &RaftMetrics, me: NodeId, searching: bool) -> Leadership {
     let stopped = match &metrics.running_state {
         Ok(()) => None,
         Err(openraft::error::Fatal::Stopped) => None,
@@ -48,7 +49,9 @@ fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
     };
     Leadership {
         term: metrics.current_term,
-        leader: metrics.current_leader,
+        leader: metrics
+            .current_leader
+            .filter(|leader| *leader == me || !searching),
         ready: is_ready_leader(metrics, me),
         stopped,
     }
@@ -56,13 +59,38 @@ fn leadership_of(metrics: &RaftMetrics, me: NodeId) -> Leadership {
 
 /// Starts the task that follows `raft`'s metrics and returns the watch it publishes. The task
 /// ends when Raft shuts down (its metrics watch closes); the last value stays readable.
-pub(crate) fn follow(raft: &Raft, me: NodeId) -> watch::Receiver<Leadership> {
-    let mut metrics = raft.metrics();
-    let first = leadership_of(&metrics.borrow_and_update(), me);
+pub(crate) fn follow(
+    mut metrics: watch::Receiver<RaftMetrics>,
+    mut searching: watch::Receiver<bool>,
+    me: NodeId,
+) -> watch::Receiver<Leadership> {
+    let first = leadership_of(
+        &metrics.borrow_and_update(),
+        me,
+        *searching.borrow_and_update(),
+    );
     let (publish, leadership) = watch::channel(first);
     tokio::spawn(async move {
-        while metrics.changed().await.is_ok() {
-            let now = leadership_of(&metrics.borrow_and_update(), me);
+        // Only the metrics closing ends the task. The flag's sender is the election clock's,
+        // whose last handles openraft's core and the election driver hold: it closes in the
+        // same instant as Raft stopping, and `select!` polls ready branches in random order.
+        // Ending on the flag's closing lost the last metrics one time in two when the task
+        // woke late (a busy machine), so a storage error that stopped Raft was never
+        // published and the node never exited (e2e_full_disk). A closed flag keeps its last
+        // value; the metrics' `changed()` yields their last value before it reports closing.
+        let mut searching_open = true;
+        loop {
+            tokio::select! {
+                changed = metrics.changed() => if changed.is_err() { break },
+                changed = searching.changed(), if searching_open => {
+                    searching_open = changed.is_ok();
+                }
+            }
+            let now = leadership_of(
+                &metrics.borrow_and_update(),
+                me,
+                *searching.borrow_and_update(),
+            );
             publish.send_if_modified(|current| {
                 let changed = *current != now;
                 if changed {
@@ -73,4 +101,60 @@ pub(crate) fn follow(raft: &Raft, me: NodeId) -> watch::Receiver<Leadership> {
         }
     });
     leadership
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::error::Fatal;
+
+    use super::super::types::TypeConfig;
+    use super::*;
+
+    /// Follows a node whose Raft stops with `running_state` while the election clock's
+    /// `searching` flag closes with it, both before the task runs (as on a busy machine), and
+    /// returns the stop the watch published last.
+    async fn stop_seen_by_the_watch(
+        running_state: Result<(), Fatal<TypeConfig>>,
+    ) -> Option<String> {
+        let (metrics_tx, metrics) = watch::channel(RaftMetrics::new_initial(1));
+        let (searching_tx, searching) = watch::channel(false);
+        let mut leadership = follow(metrics, searching, 1);
+        // The task starts and waits on both channels.
+        tokio::task::yield_now().await;
+        let mut last = metrics_tx.borrow().clone();
+        last.state = openraft::ServerState::Shutdown;
+        last.running_state = running_state;
+        metrics_tx.send(last).expect("the task holds a receiver");
+        drop((metrics_tx, searching_tx));
+        // The task ends once the metrics are closed; its last value stays.
+        while leadership.changed().await.is_ok() {}
+        leadership.borrow().stopped.clone()
+    }
+
+    /// A full disk stops openraft's core; its last metrics say why, and in the same instant
+    /// the election clock's `searching` flag closes (the core and the election driver held
+    /// the clock's last handles). The watch must still publish the stop, or the node never
+    /// exits (`tests/e2e_full_disk.rs` failed this way under load on openraft 0.10): the task
+    /// used to take either ready branch at random and, on the flag's, end without reading
+    /// the last metrics. Many rounds, so that each coin flip has its chance to go wrong (it
+    /// failed in round 2 before the fix).
+    #[tokio::test(flavor = "current_thread")]
+    async fn raft_stopping_is_published_when_the_election_flag_closes_with_it() {
+        let error = openraft::StorageError::<TypeConfig>::from_io_error(
+            openraft::ErrorSubject::Logs,
+            openraft::ErrorVerb::Write,
+            std::io::Error::other("No space left on device"),
+        );
+        let expected = format!("Raft stopped: {error}");
+        for round in 0..64 {
+            let stopped = stop_seen_by_the_watch(Err(Fatal::StorageError(error.clone()))).await;
+            assert_eq!(stopped.as_deref(), Some(expected.as_str()), "round {round}");
+        }
+    }
+
+    /// A stop we asked for (`Fatal::Stopped`) is not a failure.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_requested_stop_is_not_published_as_a_failure() {
+        assert_eq!(stop_seen_by_the_watch(Err(Fatal::Stopped)).await, None);
+    }
 }

@@ -1,28 +1,29 @@
 //! openraft's log storage (`RaftLogStorage`, `RaftLogReader`) on redb.
 //!
 //! Writes (append, vote, truncate, purge) are handed to the group-commit writer (`writer.rs`);
-//! `append` returns as soon as the entries are queued and openraft's `LogFlushed` callback fires
+//! `append` returns as soon as the entries are queued and openraft's `IOFlushed` callback fires
 //! after the transaction holding them has been fsynced. The committed log id is kept in memory
 //! and written with the next transaction (`writer.rs`, invariant 4).
 //!
-//! Reads see every write submitted before them: each read first waits for the writer to finish
-//! the requests queued before it ([`Store::caught_up`]), then reads a redb snapshot. Keeping the
-//! unflushed tail in memory instead would let a read skip that wait, but truncations and purges
-//! in flight would then have to be replayed over the tail by hand; waiting is simpler and costs
-//! nothing in practice, because openraft 0.9.25 waits for each append's flush itself before it
-//! reads or writes anything else. Reads run inline on the calling task: they are short, touch
-//! pages redb usually has cached, and never fsync.
+//! Reads see every write submitted before them without waiting for its fsync: openraft 0.10
+//! reads the entries it replicates as soon as `append` returns, so the leader sends them while
+//! its own fsync runs. Entries come from the writer's in-memory tail (appended, not yet
+//! durable) over a redb read of the file; while a truncate or purge is in flight (rare: a
+//! follower's conflicting entries, a purge behind a snapshot) a read waits for the writer
+//! ([`Store::caught_up`]) instead. The vote read is the last one submitted. Reads run inline on
+//! the calling task: they are short, touch pages redb usually has cached, and never fsync.
 //!
 //! Invariants:
 //! 1. No hole: entries are contiguous from the last purged index + 1 to the last entry.
 //! 2. `get_log_state().last_log_id` is the last entry's id, or the last purged id when the log
 //!    is empty (openraft's contract).
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 use redb::ReadableTable;
 
@@ -79,20 +80,50 @@ impl LogStore {
         })
     }
 
-    /// Entries in `range`, after every submitted write has landed.
+    /// Entries in `range` as submitted: the writer's tail over the file, or, while a truncate
+    /// or purge is in flight, the file once every submitted write has landed.
     async fn entries(&self, range: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, StoreError> {
-        self.store.caught_up().await?;
         if range_is_empty(&range) {
             return Ok(Vec::new());
         }
+        if let Some(tail) = self.store.tail_rows(range)
+            && let Some(entries) = self.file_under(range, tail)?
+        {
+            return Ok(entries);
+        }
+        self.store.caught_up().await?;
+        self.file_under(range, BTreeMap::new())?
+            .ok_or_else(|| StoreError::Decode {
+                what: "log",
+                reason: "entries missing inside the range read (a hole in the log)".into(),
+            })
+    }
+
+    /// The file's entries in `range` with `tail`'s rows over them. `None` if they are not
+    /// consecutive: a truncate ran between the tail's copy and the file's read, so the caller
+    /// reads again once the writer is idle.
+    fn file_under(
+        &self,
+        range: (Bound<u64>, Bound<u64>),
+        mut rows: BTreeMap<u64, Arc<[u8]>>,
+    ) -> Result<Option<Vec<Entry>>, StoreError> {
         let txn = self.store.db().read()?;
         let log = txn.open_table(LOG).map_err(StoreError::redb)?;
-        let mut entries = Vec::new();
         for row in log.range::<u64>(range).map_err(StoreError::redb)? {
-            let (_, row) = row.map_err(StoreError::redb)?;
-            entries.push(decode_entry(row.value())?);
+            let (index, row) = row.map_err(StoreError::redb)?;
+            rows.entry(index.value())
+                .or_insert_with(|| Arc::from(row.value()));
         }
-        Ok(entries)
+        let mut entries = Vec::with_capacity(rows.len());
+        let mut expected = None;
+        for (index, row) in rows {
+            if expected.is_some_and(|expected| expected != index) {
+                return Ok(None);
+            }
+            expected = index.checked_add(1);
+            entries.push(decode_entry(&row)?);
+        }
+        Ok(Some(entries))
     }
 }
 
@@ -128,6 +159,29 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let range = (range.start_bound().cloned(), range.end_bound().cloned());
         self.entries(range).await.map_err(StoreError::read_logs)
     }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.vote().map_err(StoreError::read_vote)
+    }
+}
+
+impl LogStore {
+    /// The last vote submitted, or the file's when none was since the start. Replication reads
+    /// it around every read of entries (openraft's `leader_bounded_stream`), so it never waits
+    /// for the writer.
+    fn vote(&self) -> Result<Option<Vote>, StoreError> {
+        if let Some(vote) = self.store.submitted_vote() {
+            return serde_json::from_slice(&vote)
+                .map(Some)
+                .map_err(|error| StoreError::Decode {
+                    what: "vote",
+                    reason: error.to_string(),
+                });
+        }
+        let txn = self.store.db().read()?;
+        let meta = txn.open_table(META).map_err(StoreError::redb)?;
+        get_json(&meta, KEY_VOTE, "vote")
+    }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
@@ -155,16 +209,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(StoreError::write_vote)
     }
 
-    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        let read = async {
-            self.store.caught_up().await?;
-            let txn = self.store.db().read()?;
-            let meta = txn.open_table(META).map_err(StoreError::redb)?;
-            get_json(&meta, KEY_VOTE, "vote")
-        };
-        read.await.map_err(StoreError::read_vote)
-    }
-
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         self.store.set_committed(committed);
         Ok(())
@@ -177,7 +221,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn append<I>(
         &mut self,
         entries: I,
-        callback: LogFlushed<TypeConfig>,
+        callback: IOFlushed<TypeConfig>,
     ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
@@ -192,10 +236,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 }
                 .write_logs()
             })?;
-            rows.push((entry.log_id.index, row));
+            rows.push((entry.log_id.index, Arc::from(row)));
         }
         if rows.is_empty() {
-            callback.log_io_completed(Ok(()));
+            callback.io_completed(Ok(()));
             return Ok(());
         }
         self.store
@@ -203,10 +247,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(StoreError::write_logs)
     }
 
-    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), StorageError> {
         self.store
             .write(WriteOp::Truncate {
-                since: log_id.index,
+                since: last_log_id.map_or(0, |log_id| log_id.index.saturating_add(1)),
             })
             .await
             .map_err(StoreError::write_logs)

@@ -103,6 +103,7 @@ impl RaftHandle {
         let since = match known {
             Some(_) => self.metrics().last_log_index.unwrap_or(0),
             None => {
+                self.membership_settled().await;
                 let added = self.raft.add_learner(id, member.clone(), false).await?;
                 added.log_id.index
             }
@@ -139,12 +140,26 @@ impl RaftHandle {
             });
         }
         let change = openraft::ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+        self.membership_settled().await;
         self.raft.change_membership(change, false).await?;
         Ok(MemberInfo {
             id,
             member,
             voter: true,
         })
+    }
+
+    /// Waits (at most the quorum timeout) until the latest membership this leader knows is
+    /// committed: openraft refuses a change while another is in progress, the first leader's
+    /// initial membership included until its first entry commits, and a change asked for just
+    /// after an election would otherwise be refused for no reason. If it does not settle,
+    /// openraft's refusal says why.
+    async fn membership_settled(&self) {
+        let _ = self
+            .wait_for(self.quorum_timeout, "the membership to commit", |m| {
+                m.membership_config.log_id() == m.committed_membership_config.log_id()
+            })
+            .await;
     }
 
     /// Removes a member (voter or learner) from the cluster. Must run on the leader; a leader
@@ -162,6 +177,7 @@ impl RaftHandle {
         } else {
             openraft::ChangeMembers::RemoveNodes(ids)
         };
+        self.membership_settled().await;
         self.raft.change_membership(change, false).await?;
         Ok(())
     }
@@ -183,13 +199,12 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::raft::LogId;
 
     fn leader_metrics(last_log_index: u64, matched: Option<u64>) -> RaftMetrics {
         let mut metrics = RaftMetrics::new_initial(1);
         metrics.current_leader = Some(1);
         metrics.last_log_index = Some(last_log_index);
-        let log_id = |index| LogId::new(openraft::CommittedLeaderId::new(2, 1), index);
+        let log_id = |index| openraft::testing::log_id::<crate::raft::TypeConfig>(2, 1, index);
         metrics.replication = Some(BTreeMap::from([
             (1, Some(log_id(last_log_index))),
             (4, matched.map(log_id)),

@@ -1,5 +1,5 @@
 //! Raft metrics: a task that follows openraft's metrics watch and exports what it says, plus
-//! the commit index openraft hands the log store (openraft 0.9's metrics have none).
+//! the commit index openraft hands the log store.
 //!
 //! ```text
 //!  raft.metrics() watch ──changed, or every second──▶ Observed::observe(m, committed, quorum)
@@ -121,7 +121,7 @@ pub fn describe() {
 /// Starts the exporter; it ends when Raft shuts down (the watch closes) or when aborted.
 pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut watch = raft.raft.metrics();
+        let mut watch = raft.metrics.clone();
         let mut refresh = tokio::time::interval(REFRESH);
         let mut seen = Observed::default();
         loop {
@@ -131,12 +131,34 @@ pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
             if quorum.leading {
                 export_peers(&raft, &metrics, &quorum);
             }
+            // openraft 0.10's metrics do not change while a cut-off leader's last quorum
+            // acknowledgement ages (0.9 republished its age at every tick), so the moment the
+            // quorum lapses is a wake-up of its own: `has_quorum` drops with `/health`.
+            let lapse = quorum_lapse(&quorum);
             tokio::select! {
                 changed = watch.changed() => if changed.is_err() { break },
                 _ = refresh.tick() => {}
+                () = async {
+                    match lapse {
+                        Some(lapse) => tokio::time::sleep(lapse).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
         }
     })
+}
+
+/// How long until a leader's quorum lapses (its last acknowledgement gets older than the
+/// timeout), if it leads with one now.
+fn quorum_lapse(quorum: &Quorum) -> Option<Duration> {
+    if !quorum.leading || !quorum.has_quorum {
+        return None;
+    }
+    let age_ms = quorum.ack_age_ms?;
+    Some(Duration::from_millis(
+        quorum.timeout_ms.saturating_sub(age_ms).saturating_add(1),
+    ))
 }
 
 /// On the leader: each other member's reachability and lag, labelled by its name.
@@ -207,7 +229,7 @@ impl Observed {
             (Some(last), None) => last as f64 + 1.0,
             (None, _) => 0.0,
         });
-        if leads && let Some(age_ms) = m.millis_since_quorum_ack {
+        if leads && let Some(age_ms) = super::quorum::quorum_ack_age_ms(m) {
             gauge!(RAFT_QUORUM_ACK_AGE_SECONDS).set(age_ms as f64 / 1_000.0);
         }
         if self.term.is_some_and(|term| m.current_term > term) {

@@ -1,8 +1,9 @@
 //! The openraft adapter: Hivekeeper's log, vote and snapshots on redb, and a small facade that
 //! opens a node from its data directory.
 //!
-//! openraft is pinned (`=0.9.25`) and nothing outside this module names it, so a move to 0.10
-//! stays here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
+//! openraft is pinned (`=0.10.0-alpha.37`, with `openraft-legacy` for the chunked snapshot
+//! transport) and nothing outside this module names it, so a move to another version stays
+//! here: the node layer uses [`RaftHandle`] (propose, query, confirm leadership, watch
 //! [`Leadership`], membership, quorum, status), [`Applied`] through its [`AppliedSink`], and
 //! [`RaftError`].
 //!
@@ -15,11 +16,12 @@
 //!  openraft client_write ─▶ leader appends one entry
 //!    │
 //!    ▼ LogStore::append (returns at once)          writer thread (writer.rs)
-//!  Request{Append, LogFlushed} ─── channel ───▶ drain all pending requests
-//!                                               one redb transaction, Durability::Immediate
-//!                                               commit = fsync, THEN fire LogFlushed
-//!    ┌──────────────────────────────────────────────────┘
-//!    ▼ flushed on a majority (here: this node) = committed
+//!  Request{Append, IOFlushed} ─── channel ───▶ drain all pending requests
+//!    │ (the rows stay readable in memory          one redb transaction, Durability::Immediate
+//!    │  until durable: the writer's tail)         commit = fsync, THEN fire IOFlushed
+//!    ▼ replicated at once (not after the leader's fsync); each follower answers only after
+//!    │ its own fsync; the leader's own flush counts once its IOFlushed fires
+//!    ▼ flushed on a majority = committed
 //!  StateMachineStore::apply ─▶ per command: StateMachine::apply(LogMeta{index, term, now_ms}, cmd)
 //!    │                           ├─ Proposed{meta, reply} ─▶ back to propose()'s caller
 //!    │                           └─ Applied::Entry { meta, reply, events } ─▶ node layer
@@ -32,10 +34,10 @@
 //! fsync returned. At restart [`open`] restores the latest snapshot and openraft re-applies the
 //! log after it, up to the saved committed index.
 //!
-//! Throughput: openraft 0.9.25 appends one entry per client write and waits for that append's
-//! flush before it submits the next (`RaftCore::append_to_log`), so the writer never holds two
-//! appends of one node at once and every entry costs one fsync. Throughput therefore comes from
-//! putting many commands in one entry ([`RaftHandle::propose_batch`], up to [`BATCH_MAX`]); see
+//! Throughput: openraft appends one entry per client write, and each entry costs one fsync on
+//! each member (0.9.25 also waited for each append's flush before the next, and before it
+//! replicated; 0.10 does neither, so appends arriving during a commit share the next one).
+//! Throughput therefore comes mostly from putting many commands in one entry ([`RaftHandle::propose_batch`], up to [`BATCH_MAX`]); see
 //! [`Proposal::meta`] for how commands of one entry get distinct state-machine positions.
 //! Measured by `tests/raft_group_commit.rs` (release, 2-core VM, 500 concurrent proposers):
 //! one command per entry, 1,200–1,800 proposals/s and 500 transactions; batched like the
@@ -246,9 +248,17 @@ pub async fn open_with_network(
             return Err(error.into());
         }
     };
-    tokio::spawn(election::drive(raft.clone(), node_id, election));
+    let metrics = watch_metrics(&raft);
+    let searching = election.searching();
+    tokio::spawn(election::drive(
+        raft.clone(),
+        metrics.clone(),
+        node_id,
+        election,
+    ));
     let handle = RaftHandle {
-        leadership: leadership::follow(&raft, node_id),
+        leadership: leadership::follow(metrics.clone(), searching, node_id),
+        metrics,
         read_index: ReadIndex::start(raft.clone()),
         raft,
         node_id,
@@ -262,9 +272,29 @@ pub async fn open_with_network(
         cut_off_timeout: Duration::from_millis(
             config.election_timeout_ms_max + 2 * config.heartbeat_interval_ms,
         ),
+        election_timeout_ms_max: config.election_timeout_ms_max,
+        write_lease: Duration::from_millis(config.openraft_election_timeouts_ms().1),
         clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
+}
+
+/// openraft's metrics on a tokio watch, which every watcher here reads (openraft 0.10 hands
+/// out its runtime's own receiver type). A task copies each change over; it ends when Raft
+/// shuts down (openraft's watch closes), leaving the last value readable.
+fn watch_metrics(raft: &Raft) -> watch::Receiver<RaftMetrics> {
+    use openraft::async_runtime::WatchReceiver;
+    let mut source = raft.metrics();
+    let (publish, metrics) = watch::channel(source.borrow_watched().clone());
+    tokio::spawn(async move {
+        while source.changed().await.is_ok() {
+            let now = source.borrow_and_update().clone();
+            if publish.send(now).is_err() {
+                break;
+            }
+        }
+    });
+    metrics
 }
 
 /// The exit status of `hivekeeper serve` when the state machine panicked applying an entry
@@ -317,6 +347,8 @@ pub struct RaftHandle {
     node_id: NodeId,
     /// Leadership as one value, published on change ([`RaftHandle::leadership`]).
     leadership: watch::Receiver<Leadership>,
+    /// openraft's metrics, as they change (`watch_metrics`).
+    metrics: watch::Receiver<RaftMetrics>,
     /// Leadership confirmations shared by concurrent keepalives and reads.
     read_index: ReadIndex,
     /// The file and its writer (closed at shutdown).
@@ -337,6 +369,12 @@ pub struct RaftHandle {
     /// How long a member without a leader may be out of touch with a majority before it is
     /// cut off: the longest election timeout plus two heartbeat intervals (`quorum.rs`, rule 4).
     cut_off_timeout: Duration,
+    /// The configured `election_timeout_ms_max`: the longest a proposal waits for the write
+    /// lease.
+    election_timeout_ms_max: u64,
+    /// openraft's quorum lease (its `election_timeout_max`): a leader whose last quorum
+    /// acknowledgement is older refuses proposals ([`RaftHandle::write_lease_held`]).
+    write_lease: Duration,
     /// Added to the wall clock this node stamps entries with ([`RaftHandle::clock_ms`]): 0,
     /// except when a test or a fault-injection harness makes this member's clock jump.
     clock_offset_ms: AtomicI64,
@@ -400,14 +438,14 @@ impl RaftHandle {
     /// Whether this node leads now, as far as it knows (a deposed leader may not know yet:
     /// its proposals then fail to commit, and its reads fail read-index).
     pub fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.node_id)
+        self.metrics.borrow().current_leader == Some(self.node_id)
     }
 
-    /// The leader this node knows of, with its membership entry (its address).
+    /// The leader this node knows of, with its membership entry (its address): the one the
+    /// leadership watch names (`leadership.rs`: not one this node campaigned against).
     pub fn leader(&self) -> Option<(NodeId, Node)> {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
-        let leader = metrics.current_leader?;
+        let leader = self.leadership.borrow().leader?;
+        let metrics = self.metrics.borrow();
         let member = metrics
             .membership_config
             .membership()
@@ -419,24 +457,28 @@ impl RaftHandle {
     /// The members as this node knows them: id, name and address, and whether each votes
     /// (a learner being caught up does not).
     pub fn members(&self) -> Vec<MemberInfo> {
-        members_of(&self.raft.metrics().borrow())
+        members_of(&self.metrics.borrow())
     }
 
     /// Whether this node is backed by a quorum now (see `quorum.rs` for the rules).
     pub fn quorum(&self) -> Quorum {
-        let metrics = self.raft.metrics();
-        let metrics = metrics.borrow();
+        let metrics = self.metrics.borrow();
         let leading_for = self.leader_since.leading_for(&metrics);
-        quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
+        let mut quorum = quorum::quorum_of(&metrics, leading_for, self.quorum_timeout, |peer| {
             self.contact.silent_for(peer)
-        })
+        });
+        // Rule 2: a follower knows a leader only as the leadership watch does.
+        if !quorum.leading && self.leadership.borrow().leader.is_none() {
+            quorum.has_quorum = false;
+        }
+        quorum
     }
 
     /// The name operators know node `id` by (`--name`, e.g. `n2`), for log lines and errors;
     /// the number itself for an id outside the membership this node knows (a removed member,
     /// a stranger dialling the peer port).
     pub fn member_name(&self, id: NodeId) -> String {
-        name_in(&self.raft.metrics().borrow(), id)
+        name_in(&self.metrics.borrow(), id)
     }
 
     /// `Err(NoQuorum)` at once when this node leads without a quorum: nothing it proposes or
@@ -448,22 +490,23 @@ impl RaftHandle {
     pub fn check_quorum(&self) -> Result<(), RaftError> {
         // On every request: the common answers without allocating or locking.
         {
-            let metrics = self.raft.metrics();
-            let metrics = metrics.borrow();
+            let metrics = self.metrics.borrow();
             match metrics.current_leader {
-                Some(leader) if leader != self.node_id => return Ok(()),
-                Some(_) => {
-                    let acknowledged = metrics
-                        .millis_since_quorum_ack
+                Some(leader) if leader == self.node_id => {
+                    let acknowledged = quorum::quorum_ack_age_ms(&metrics)
                         .is_some_and(|age_ms| Duration::from_millis(age_ms) <= self.quorum_timeout);
                     if acknowledged {
                         return Ok(());
                     }
                 }
-                None => {
-                    let cut_off = quorum::cut_off_of(&metrics, self.cut_off_timeout, |peer| {
-                        self.contact.out_of_touch_for(peer)
-                    });
+                _ => {
+                    // The leader this node follows, as the leadership watch knows it (a member
+                    // searching for one after a campaign knows none, whatever the metrics say).
+                    let leader_known = self.leadership.borrow().leader.is_some();
+                    let cut_off =
+                        quorum::cut_off_of(&metrics, leader_known, self.cut_off_timeout, |peer| {
+                            self.contact.out_of_touch_for(peer)
+                        });
                     let Some((in_touch, voters)) = cut_off else {
                         return Ok(());
                     };
@@ -521,12 +564,42 @@ impl RaftHandle {
                 max: BATCH_MAX,
             });
         }
+        self.write_lease_held().await;
         let now_ms = self.clock_ms();
         let response = self
             .raft
             .client_write(Proposal { now_ms, commands })
             .await?;
         Ok(response.data)
+    }
+
+    /// Waits, when this node leads without a fresh quorum acknowledgement, until it has one
+    /// (at most the longest election timeout), so a proposal is not refused for it.
+    ///
+    /// openraft 0.10 refuses a leader's proposals while its quorum lease has run out
+    /// (`ForwardToLeader` with no leader, reason `LeaseExpired`), and a leader just elected has
+    /// no acknowledgement at all until its first entry comes back: requests forwarded to it
+    /// right after an election were refused as "no leader known". A leader that is really cut
+    /// off still gets the refusal, after the wait (and Hivekeeper's `NoQuorum` check in front
+    /// usually answers first). Costs one read of the metrics when the lease is held.
+    async fn write_lease_held(&self) {
+        let me = self.node_id;
+        let lease = self.write_lease;
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let held = move |metrics: &RaftMetrics| {
+            metrics.current_leader != Some(me)
+                || quorum::quorum_ack_age_ms(metrics).is_some_and(|age_ms| age_ms < lease_ms)
+        };
+        if held(&self.metrics.borrow()) {
+            return;
+        }
+        let _ = self
+            .wait_for(
+                Duration::from_millis(self.election_timeout_ms_max),
+                "a quorum acknowledgement",
+                held,
+            )
+            .await;
     }
 
     /// The clock a leader stamps into its entries (`Proposal::now_ms`): wall-clock ms since
@@ -570,14 +643,18 @@ impl RaftHandle {
         what: &'static str,
         condition: impl Fn(&RaftMetrics) -> bool + Send,
     ) -> Result<RaftMetrics, RaftError> {
-        self.raft
-            .wait(Some(timeout))
-            .metrics(condition, what)
+        // On the same watch every reader here uses, so what a caller reads after the wait is
+        // at least as new as what satisfied it.
+        let mut metrics = self.metrics.clone();
+        let timed_out = || RaftError::Timeout {
+            what,
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let found = tokio::time::timeout(timeout, metrics.wait_for(|now| condition(now)))
             .await
-            .map_err(|_| RaftError::Timeout {
-                what,
-                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            })
+            .map_err(|_| timed_out())?
+            .map_err(|_| timed_out())?;
+        Ok(found.clone())
     }
 
     /// Waits until a leader other than `gone` is known (any leader when `gone` is `None`),
@@ -656,12 +733,12 @@ impl RaftHandle {
 
     /// openraft's current metrics (term, leader, last applied, snapshot, purged).
     pub fn metrics(&self) -> RaftMetrics {
-        self.raft.metrics().borrow().clone()
+        self.metrics.borrow().clone()
     }
 
     /// The last log index openraft reported committed (durable on a majority), `None` before
-    /// the first commit. openraft 0.9's metrics carry no commit index; this is the value it
-    /// hands the log store (`save_committed`), kept in memory by the writer.
+    /// the first commit: the value it hands the log store (`save_committed`), kept in memory
+    /// by the writer.
     pub fn committed_index(&self) -> Option<u64> {
         self.store.committed().map(|log_id| log_id.index)
     }

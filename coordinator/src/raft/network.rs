@@ -1,30 +1,37 @@
 //! openraft's network on Hivekeeper's inter-node transport ([`crate::transport`]).
 //!
 //! Raft's RPCs to a peer share one multiplexed connection ([`PeerPool`]), because openraft
-//! 0.9 asks for a fresh client for every read-index round (`ensure_linearizable`, once per
+//! asks for a fresh client for every read-index round (`ensure_linearizable`, once per
 //! keepalive batch): a connection per client would dial the peers for every round. Forwarded
 //! requests use a pool of their own ([`TcpNetwork::forwarding_pool`]), so they never queue
 //! behind a snapshot chunk or delay a heartbeat. Transport failures map onto openraft's error
 //! kinds: a peer that cannot be dialled is `Unreachable` (openraft backs off), anything else on
 //! the way is a `NetworkError` (it retries), and the peer's own refusal is a `RemoteError`.
+//!
+//! Snapshots still go in chunks (openraft-legacy's v1 `install_snapshot`, behind its
+//! `Adapter`), so no frame is larger than a chunk whatever the machine's size; every other RPC,
+//! Pre-Vote included, is openraft 0.10's `RaftNetworkV2`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::error::decompose::DecomposeResult;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed, StreamingError, Unreachable,
 };
-use openraft::network::RPCOption;
+use openraft::network::{Backoff, RPCOption};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::{RaftNetwork, RaftNetworkFactory};
+use openraft::{OptionalSend, RaftNetworkFactory, RaftNetworkV2};
+use openraft_legacy::network_v1::{
+    Adapter, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse, RaftNetwork,
+};
 
 use super::RaftConfig;
 use super::contact::PeerContact;
 use super::election::{ElectionClock, ElectionTiming};
-use super::types::{Node, NodeId, TypeConfig};
+use super::types::{Node, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
 use crate::raft::transport::client::Dialler;
 use crate::raft::transport::tls::PeerConnector;
 use crate::raft::transport::{
@@ -130,8 +137,14 @@ impl TcpNetwork {
     }
 }
 
-/// One openraft client: a connection to one peer.
+/// One openraft client: a connection to one peer, speaking openraft's `RaftNetworkV2`.
 pub struct TcpPeer {
+    /// The RPCs, behind openraft-legacy's adapter, which sends a snapshot in chunks.
+    adapter: Adapter<TypeConfig, PeerRpc, SnapshotData>,
+}
+
+/// The RPCs to one peer in openraft's v1 shape (chunked snapshots), wrapped by [`TcpPeer`].
+pub struct PeerRpc {
     client: PeerClient,
     retry_unreachable: Duration,
     election: Arc<ElectionClock>,
@@ -143,22 +156,73 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
     type Network = TcpPeer;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> TcpPeer {
-        TcpPeer {
+        let rpc = PeerRpc {
             client: self.raft_pool.client(target, &node.name, &node.addr),
             retry_unreachable: self.retry_unreachable,
             election: self.election.clone(),
             contact: self.contact.clone(),
+        };
+        TcpPeer {
+            adapter: Adapter::new(rpc),
         }
     }
 }
 
-impl TcpPeer {
+impl RaftNetworkV2<TypeConfig> for TcpPeer {
+    type SnapshotData = SnapshotData;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter.append_entries(rpc, option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter.vote(rpc, option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.adapter
+            .inner()
+            .ask_vote(rpc, true, option)
+            .await
+            .decompose_infallible()
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.adapter
+            .full_snapshot(vote, snapshot, cancel, option)
+            .await
+    }
+
+    fn backoff(&self) -> Option<Backoff> {
+        RaftNetworkV2::backoff(&self.adapter)
+    }
+}
+
+impl PeerRpc {
     /// One RPC: the peer's answer, or the transport's failure as openraft's error kind.
     async fn call<E: std::error::Error>(
         &self,
         request: PeerRequest,
         timeout: Duration,
-    ) -> Result<PeerResponse, RPCError<NodeId, Node, E>> {
+    ) -> Result<PeerResponse, RPCError<TypeConfig, E>> {
         let answer = self.client.call(request, timeout).await;
         if answer.is_ok() {
             self.contact.answered(self.client.peer());
@@ -175,21 +239,53 @@ impl TcpPeer {
         &self,
         expected: &'static str,
         got: &PeerResponse,
-    ) -> RPCError<NodeId, Node, E> {
+    ) -> RPCError<TypeConfig, E> {
         RPCError::Network(NetworkError::new(&TransportError::Unexpected {
             peer: self.client.name().to_string(),
             expected,
             got: got.kind(),
         }))
     }
+
+    /// A vote or a Pre-Vote (`election.rs`: would the peer grant a vote at the next
+    /// term? It changes nothing on the peer). A refusal by a longer log delays this node's
+    /// next try (`election.rs`).
+    async fn ask_vote(
+        &self,
+        rpc: VoteRequest<TypeConfig>,
+        pre_vote: bool,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig, RaftError<TypeConfig>>> {
+        let ours = rpc.last_log_id;
+        let request = if pre_vote {
+            PeerRequest::PreVote(rpc)
+        } else {
+            PeerRequest::Vote(rpc)
+        };
+        match self.call(request, option.hard_ttl()).await? {
+            PeerResponse::Vote(result) => {
+                if let Ok(answer) = &result
+                    && !answer.vote_granted
+                {
+                    self.election
+                        .refused_by_longer_log(ours, answer.last_log_id);
+                }
+                result.map_err(|error| {
+                    RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
+                })
+            }
+            other => Err(self.unexpected("vote", &other)),
+        }
+    }
 }
 
-impl RaftNetwork<TypeConfig> for TcpPeer {
+impl RaftNetwork<TypeConfig> for PeerRpc {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig, RaftError<TypeConfig>>>
+    {
         match self
             .call(PeerRequest::AppendEntries(rpc), option.hard_ttl())
             .await?
@@ -206,8 +302,8 @@ impl RaftNetwork<TypeConfig> for TcpPeer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
+        InstallSnapshotResponse<TypeConfig>,
+        RPCError<TypeConfig, RaftError<TypeConfig, InstallSnapshotError>>,
     > {
         match self
             .call(PeerRequest::InstallSnapshot(rpc), option.hard_ttl())
@@ -220,29 +316,15 @@ impl RaftNetwork<TypeConfig> for TcpPeer {
         }
     }
 
-    fn backoff(&self) -> openraft::network::Backoff {
-        openraft::network::Backoff::new(std::iter::repeat(self.retry_unreachable))
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(self.retry_unreachable))
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        let ours = rpc.last_log_id;
-        match self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await? {
-            PeerResponse::Vote(result) => {
-                if let Ok(answer) = &result
-                    && !answer.vote_granted
-                {
-                    self.election
-                        .refused_by_longer_log(ours, answer.last_log_id);
-                }
-                result.map_err(|error| {
-                    RPCError::RemoteError(RemoteError::new(self.client.peer(), error))
-                })
-            }
-            other => Err(self.unexpected("vote", &other)),
-        }
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig, RaftError<TypeConfig>>> {
+        self.ask_vote(rpc, false, option).await
     }
 }

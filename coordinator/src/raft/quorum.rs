@@ -2,18 +2,18 @@
 //! `hivekeeper_raft_has_quorum`, `/health`, and the leader's immediate `unavailable`.
 //!
 //! ```text
-//!  openraft metrics: leader? millis_since_quorum_ack, voters ─┐
+//!  openraft metrics: leader? last_quorum_acked, voters ───────┐
 //!  when this node took office (LeaderSince)                   ├─▶ quorum_of() ─▶ Quorum
 //!  PeerContact: time since each peer last answered ───────────┘
 //! ```
 //!
-//! openraft 0.9.25 has no leader lease and never steps down on its own: a leader cut off from
-//! its followers goes on calling itself leader and accepts proposals that can never commit
-//! (each waited the 5 s commit timeout). Its metrics do say how long ago a quorum last
-//! acknowledged it (`millis_since_quorum_ack`, refreshed at every tick of the Raft core, every
-//! 1.5 heartbeat intervals). When that is longer than the longest election timeout, the
-//! followers of a live quorum would already have elected someone else: whatever this node
-//! decides now cannot commit here, so it says so at once.
+//! openraft never steps down on its own: a leader cut off from its followers goes on calling
+//! itself leader (0.9.25 also accepted proposals that could never commit, each waiting the 5 s
+//! commit timeout; 0.10 refuses them once its quorum lease, openraft's `election_timeout_max`,
+//! has run out, as "forward to an unknown leader"). Its metrics say when a quorum last
+//! acknowledged it (`last_quorum_acked`). When that is longer ago than the longest election
+//! timeout, the followers of a live quorum would already have elected someone else: whatever
+//! this node decides now cannot commit here, so it says so at once, naming the lost quorum.
 //!
 //! # Rules
 //! 1. A leader has a quorum when a quorum acknowledged it within `election_timeout_ms_max`.
@@ -106,9 +106,7 @@ pub(crate) fn quorum_of(
             timeout_ms,
         };
     };
-    let ack_age_ms = metrics
-        .millis_since_quorum_ack
-        .unwrap_or_else(|| millis(leading_for));
+    let ack_age_ms = quorum_ack_age_ms(metrics).unwrap_or_else(|| millis(leading_for));
     let mut unreachable: Vec<String> = voters
         .iter()
         .filter(|id| **id != metrics.id)
@@ -130,15 +128,18 @@ pub(crate) fn quorum_of(
     }
 }
 
-/// Rule 4 for the member `metrics` describe: `Some((in_touch, voters))` when it is cut off,
-/// with `out_of_touch_for` telling how long each peer has not talked with it and `timeout`
-/// the bound. `None` when it leads, knows a leader, or is in touch with a majority.
+/// Rule 4 for the member `metrics` describe, which knows a leader or not (`leader_known`:
+/// with Pre-Vote a member searching for a leader keeps its term, and openraft's metrics the
+/// old leader's name, so the leadership watch says): `Some((in_touch, voters))` when it is cut
+/// off, with `out_of_touch_for` telling how long each peer has not talked with it and
+/// `timeout` the bound. `None` when it knows a leader or is in touch with a majority.
 pub(crate) fn cut_off_of(
     metrics: &RaftMetrics,
+    leader_known: bool,
     timeout: Duration,
     out_of_touch_for: impl Fn(NodeId) -> Duration,
 ) -> Option<(usize, usize)> {
-    if metrics.current_leader.is_some() {
+    if leader_known {
         return None;
     }
     let membership = metrics.membership_config.membership();
@@ -154,12 +155,31 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// How long ago a quorum last acknowledged this node as leader, ms; `None` when it does not
+/// lead or has no acknowledgement yet. A sole voter is its own quorum, acknowledged now (rule
+/// 3): openraft 0.10 records no acknowledgement it never receives.
+pub(crate) fn quorum_ack_age_ms(metrics: &RaftMetrics) -> Option<u64> {
+    use openraft::Instant as _;
+    if metrics.current_leader == Some(metrics.id)
+        && metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .eq([metrics.id])
+    {
+        return Some(0);
+    }
+    let acked = metrics.last_quorum_acked.as_ref()?;
+    Some(u64::try_from(acked.elapsed().as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use openraft::{Membership, StoredMembership};
+    use openraft::metrics::SerdeInstant;
+    use openraft::{Membership, StoredMembership, TokioInstant};
 
     use super::*;
     use crate::raft::types::Member;
@@ -178,11 +198,16 @@ mod tests {
                 (id, member)
             })
             .collect();
-        let membership = Membership::new(vec![nodes.keys().copied().collect()], nodes);
+        let membership = Membership::new(vec![nodes.keys().copied().collect()], nodes)
+            .expect("a valid membership");
         let mut metrics = RaftMetrics::new_initial(1);
         metrics.current_term = 3;
         metrics.current_leader = leader;
-        metrics.millis_since_quorum_ack = ack_ms;
+        metrics.last_quorum_acked = ack_ms.map(|ack_ms| {
+            SerdeInstant::new(
+                <TokioInstant as openraft::Instant>::now() - Duration::from_millis(ack_ms),
+            )
+        });
         metrics.membership_config = Arc::new(StoredMembership::new(None, membership));
         metrics
     }
@@ -279,30 +304,33 @@ mod tests {
         let (recent, old) = (Duration::from_millis(40), Duration::from_millis(2_000));
         // A follower that knows its leader is never cut off, whatever it heard.
         assert_eq!(
-            cut_off_of(&metrics(3, Some(2), None), TIMEOUT, |_| old),
+            cut_off_of(&metrics(3, Some(2), None), true, TIMEOUT, |_| old),
             None
         );
         // An election: no leader, but the others campaign or answer its campaign.
         assert_eq!(
-            cut_off_of(&metrics(3, None, None), TIMEOUT, |_| recent),
+            cut_off_of(&metrics(3, None, None), false, TIMEOUT, |_| recent),
             None
         );
         // One of two peers heard: itself and it make two of three, a majority.
         let one = |id: NodeId| if id == 2 { recent } else { old };
-        assert_eq!(cut_off_of(&metrics(3, None, None), TIMEOUT, one), None);
+        assert_eq!(
+            cut_off_of(&metrics(3, None, None), false, TIMEOUT, one),
+            None
+        );
         // Neither peer: cut off, in touch with itself alone.
         assert_eq!(
-            cut_off_of(&metrics(3, None, None), TIMEOUT, |_| old),
+            cut_off_of(&metrics(3, None, None), false, TIMEOUT, |_| old),
             Some((1, 3))
         );
         // Five voters, a minority of two talking to each other: cut off.
         assert_eq!(
-            cut_off_of(&metrics(5, None, None), TIMEOUT, one),
+            cut_off_of(&metrics(5, None, None), false, TIMEOUT, one),
             Some((2, 5))
         );
         // Exactly at the bound still counts as in touch.
         assert_eq!(
-            cut_off_of(&metrics(3, None, None), TIMEOUT, |_| TIMEOUT),
+            cut_off_of(&metrics(3, None, None), false, TIMEOUT, |_| TIMEOUT),
             None
         );
     }

@@ -36,7 +36,7 @@ impl ReadIndex {
                     batch.push(next);
                 }
                 let result = raft
-                    .ensure_linearizable()
+                    .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
                     .await
                     .map(|_| ())
                     .map_err(check_is_leader_error);

@@ -46,16 +46,18 @@
 use std::io::Cursor;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use openraft::storage::RaftStateMachine;
-use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use futures_util::{Stream, StreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use openraft_legacy::network_v1::SnapshotReceiverFactory;
 use tokio::sync::mpsc;
 
 use super::database::{KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, SNAPSHOT, get_json};
 use super::error::{ApplyPanic, StoreError};
 use super::types::{
-    Entry, LogId, Proposed, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+    LogId, Proposed, Snapshot, SnapshotData, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig, log_id_text,
 };
 use super::writer::{Store, WriteOp};
 use crate::state_machine::{Command, Event, LogMeta, Reply, StateMachine};
@@ -326,12 +328,13 @@ impl StateMachineStore {
             })?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Cursor::new(data),
         }))
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
@@ -339,15 +342,22 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok((applier.last_applied, applier.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Proposed>>, StorageError>
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), StorageError>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm:
+            Stream<Item = Result<EntryResponder<TypeConfig>, StorageError>> + Unpin + OptionalSend,
     {
+        // openraft hands the committed entries as a stream with one responder per entry it
+        // has a waiting `client_write` for; each entry is applied, then answered, in log order.
+        // The stream is drained before the machine is locked: nothing awaits under the lock.
+        let mut batch = Vec::new();
+        while let Some(item) = entries.next().await {
+            batch.push(item?);
+        }
         let mut applier = self.lock().map_err(StoreError::read_state_machine)?;
-        let mut replies = Vec::new();
+        let mut answers = Vec::with_capacity(batch.len());
         let mut notices = Vec::new();
-        for entry in entries {
+        for (entry, responder) in batch {
             let log_id = entry.log_id;
             let entry_replies = match entry.payload {
                 EntryPayload::Blank => Vec::new(),
@@ -369,17 +379,21 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         let (reply, events) =
                             match self.apply_one(&mut applier.machine, meta, command) {
                                 Ok(applied) => applied.map_err(|error| {
-                                    StorageIOError::apply(log_id, AnyError::new(&error))
+                                    StoreError::Apply {
+                                        log_id: log_id_text(&log_id),
+                                        reason: error.to_string(),
+                                    }
+                                    .apply()
                                 })?,
                                 Err(message) => {
                                     let panic = ApplyPanic {
-                                        log_id: log_id.to_string(),
+                                        log_id: log_id_text(&log_id),
                                         command_index,
                                         command: kind,
                                         message,
                                     };
                                     tracing::error!(
-                                        log_id = %log_id,
+                                        log_id = %log_id_text(&log_id),
                                         log_index = log_id.index,
                                         command_index,
                                         command = kind,
@@ -387,12 +401,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                                          applies this entry alike, report it)"
                                     );
                                     applier.broken = Some(panic.clone());
-                                    let error = StoreError::ApplyPanicked(panic);
-                                    return Err(StorageIOError::apply(
-                                        log_id,
-                                        AnyError::new(&error),
-                                    )
-                                    .into());
+                                    return Err(StoreError::ApplyPanicked(panic).apply());
                                 }
                             };
                         notices.push(Applied::Entry {
@@ -408,7 +417,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 }
             };
             applier.last_applied = Some(log_id);
-            replies.push(entry_replies);
+            if let Some(responder) = responder {
+                answers.push((responder, entry_replies));
+            }
         }
         // Handed over with the machine unlocked: the sink may read it (the fan-out counts live
         // leases), and reads and keepalives need not wait for the fan-out.
@@ -417,7 +428,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         for notice in notices {
             delivery.send(notice);
         }
-        Ok(replies)
+        drop(delivery);
+        for (responder, replies) in answers {
+            responder.send(replies);
+        }
+        Ok(())
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
@@ -443,18 +458,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: SnapshotData,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let machine = StateMachine::restore(&data).map_err(|error| {
-            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&error))
+            StoreError::Decode {
+                what: "installed snapshot",
+                reason: error.to_string(),
+            }
+            .read_snapshot()
         })?;
         self.inner
             .store
@@ -484,6 +499,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 }
 
+/// Where a snapshot sent in chunks (`transport`'s `InstallSnapshot`, openraft-legacy's
+/// chunked receiver) is assembled before openraft installs it whole.
+impl SnapshotReceiverFactory<TypeConfig> for StateMachineStore {
+    type SnapshotReceiver = SnapshotData;
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<SnapshotData, StorageError> {
+        Ok(Cursor::new(Vec::new()))
+    }
+}
+
 /// Builds one snapshot from a copy of the machine taken when openraft asked for the builder.
 pub struct SnapshotBuilder {
     /// Where the snapshot is persisted.
@@ -497,29 +522,20 @@ pub struct SnapshotBuilder {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let machine = std::mem::replace(
             &mut self.machine,
-            Err(StorageIOError::read_state_machine(AnyError::error(
-                "this snapshot builder was already used",
-            ))
-            .into()),
+            Err(StoreError::BuilderUsed.read_state_machine()),
         )?;
         // Serializing a large machine takes milliseconds of CPU: keep it off the async workers.
         let data = tokio::task::spawn_blocking(move || machine.snapshot())
             .await
-            .map_err(|error| StorageIOError::read_state_machine(AnyError::new(&error)))?;
-        let unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis());
-        let snapshot_id = match self.last_applied {
-            Some(log_id) => format!("{}-{}-{unix_ms}", log_id.leader_id.term, log_id.index),
-            None => format!("0-0-{unix_ms}"),
-        };
+            .map_err(|error| StoreError::Runtime(error.to_string()).read_state_machine())?;
         let meta = SnapshotMeta {
             last_log_id: self.last_applied,
             last_membership: self.membership.clone(),
-            snapshot_id,
         };
         self.store
             .write(WriteOp::SaveSnapshot {
@@ -532,7 +548,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         tracing::info!(snapshot = %meta, bytes = data.len(), "snapshot built and stored");
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Cursor::new(data),
         })
     }
 }

@@ -15,16 +15,12 @@ impl RaftHandle {
     /// This node's status now.
     pub fn status(&self) -> NodeStatus {
         let quorum = self.quorum();
-        status_of(
-            &self.raft.metrics().borrow(),
-            self.committed_index(),
-            &quorum,
-        )
+        status_of(&self.metrics.borrow(), self.committed_index(), &quorum)
     }
 }
 
-/// The status `metrics` describe. openraft 0.9's metrics have no commit index, so it is passed
-/// in (see [`RaftHandle::committed_index`]), and so is the quorum.
+/// The status `metrics` describe. The commit index is the one openraft hands the log store, so
+/// it is passed in (see [`RaftHandle::committed_index`]), and so is the quorum.
 fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>, quorum: &Quorum) -> NodeStatus {
     let members = members_of(metrics)
         .into_iter()

@@ -62,8 +62,8 @@ pub const BATCH_MAX: usize = 128;
 
 /// The payload of a normal log entry: commands, stamped with the proposing leader's clock.
 ///
-/// Why several commands per entry: openraft 0.9.25 waits for each entry's fsync before it
-/// appends the next, so one command per entry costs one fsync per command. Commands proposed
+/// Why several commands per entry: one fsync and one replication message carry a whole
+/// entry, so one command per entry costs one of each per command. Commands proposed
 /// together share the entry, its fsync and its replication. Serialized as JSON in the log; the
 /// state machine's requests have the wire's JSON shape, so the log is readable by inspection
 /// tools ([`super::DATA_FORMAT`] says what is pinned).
@@ -96,6 +96,13 @@ impl Proposal {
     }
 }
 
+/// For openraft's log lines: how many commands, and the stamp.
+impl std::fmt::Display for Proposal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} commands at {} ms", self.commands.len(), self.now_ms)
+    }
+}
+
 /// What one command did: where the state machine placed it and its reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposed {
@@ -106,43 +113,55 @@ pub struct Proposed {
 }
 
 openraft::declare_raft_types!(
-    /// Hivekeeper's openraft type configuration.
+    /// Hivekeeper's openraft type configuration. The leader id, vote and entry keep openraft's
+    /// defaults (`leader_id_adv`: a term and a node id), whose JSON is the 0.9 layout the data
+    /// file holds (`tests/data_format.rs`).
     pub TypeConfig:
         D = Proposal,
         // One per command of a normal entry; empty for blank and membership entries.
         R = Vec<Proposed>,
         NodeId = NodeId,
         Node = Node,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// A running openraft instance with Hivekeeper's types.
-pub type Raft = openraft::Raft<TypeConfig>;
+/// A log id as Hivekeeper's messages have always written it, `T{term}-N{leader node}-{index}`
+/// (openraft 0.9's form; 0.10 writes `T{term}-N{node}.{index}`), so an error naming an entry
+/// reads the same across the upgrade.
+pub fn log_id_text(log_id: &LogId) -> String {
+    format!(
+        "T{}-N{}-{}",
+        log_id.leader_id.term, log_id.leader_id.node_id, log_id.index
+    )
+}
+
+/// The bytes of a snapshot, as the state machine builds and installs them.
+pub type SnapshotData = Cursor<Vec<u8>>;
+/// A running openraft instance with Hivekeeper's types and state machine.
+pub type Raft = openraft::Raft<TypeConfig, super::StateMachineStore>;
 /// A log entry.
-pub type Entry = openraft::Entry<TypeConfig>;
+pub type Entry = openraft::type_config::alias::EntryOf<TypeConfig>;
 /// A log entry's id: leader term and node, and index.
-pub type LogId = openraft::LogId<NodeId>;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
 /// A persisted vote.
-pub type Vote = openraft::Vote<NodeId>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
 /// Membership with the log id of the entry that set it.
-pub type StoredMembership = openraft::StoredMembership<NodeId, Node>;
-/// What a snapshot covers: last log id, membership, id.
-pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+/// What a snapshot covers: last log id and membership.
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
 /// A snapshot handed to openraft.
-pub type Snapshot = openraft::Snapshot<TypeConfig>;
-/// The error type of openraft's storage traits.
-pub type StorageError = openraft::StorageError<NodeId>;
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, SnapshotData>;
+/// The error type of openraft's storage traits (0.10: `std::io::Error`).
+pub type StorageError = std::io::Error;
 /// The metrics openraft publishes on a watch channel.
-pub type RaftMetrics = openraft::RaftMetrics<NodeId, Node>;
+pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn at(index: u64) -> LogId {
-        openraft::testing::log_id(3, 1, index)
+        openraft::testing::log_id::<TypeConfig>(3, 1, index)
     }
 
     #[test]

@@ -13,10 +13,14 @@
 //! Why a thread: redb allows one write transaction at a time and its commit blocks on fsync;
 //! on a tokio worker that would stall every task behind it. Why draining: each fsync costs the
 //! same whether it carries one request or a thousand, so requests that arrive while a commit is
-//! in flight share the next one. (openraft 0.9.25 itself waits for each append's flush before it
-//! submits the next — `RaftCore::append_to_log` — so from one Raft instance appends arrive one at
-//! a time; what shares a commit today is whatever else is pending: vote, purge, a snapshot, and
-//! the lazily written committed id. The writer is ready for callers that pipeline.)
+//! in flight share the next one. openraft 0.10 does not wait for an append's flush before it
+//! submits the next one, or before it replicates the entries: appends that arrive during a
+//! commit share the next commit.
+//!
+//! What is submitted but not yet committed stays readable from memory ([`Tail`]): openraft
+//! 0.10 reads the entries it replicates as soon as `append` returns, and the leader must not
+//! wait for its own fsync to send them (issue 17: the leader's and the followers' fsyncs then
+//! overlap). Durability is unchanged: the flush callback still fires only after the commit.
 //!
 //! Invariants:
 //! 1. Requests are applied in submission order; a request's completion fires only after the
@@ -29,14 +33,19 @@
 //!    submitted before it.
 //! 4. The committed log id is never fsynced on its own: it rides along with the next transaction
 //!    (or the final one at close). Losing it in a crash only means openraft re-applies less of
-//!    the log at start and catches up once the leader commits again.
+//!    the log at start and catches up once the leader commits again. It is written only when
+//!    the log on disk holds its entry: a leader may learn an entry is committed (on a majority
+//!    of followers) before its own append of it is durable.
+//! 5. The tail holds exactly the appended rows not yet committed, minus those a later
+//!    truncate or purge removed; a row leaves it only after the transaction holding it ended.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use openraft::storage::LogFlushed;
-use redb::{Database, Durability};
+use openraft::storage::IOFlushed;
+use redb::{Database, Durability, ReadableTable};
 use tokio::sync::{oneshot, watch};
 
 use super::database::{
@@ -55,8 +64,8 @@ const BATCH_BYTES_MAX: usize = 32 * 1024 * 1024;
 pub(crate) enum WriteOp {
     /// Insert log entries (index, serialized entry).
     Append {
-        /// The entries, in index order.
-        rows: Vec<(u64, Vec<u8>)>,
+        /// The entries, in index order (shared with the [`Tail`] until they are durable).
+        rows: Vec<(u64, Arc<[u8]>)>,
     },
     /// Delete every entry at or after `since`.
     Truncate {
@@ -98,7 +107,7 @@ impl WriteOp {
 /// Who to tell when a request's transaction has ended.
 pub(crate) enum Completion {
     /// openraft's append callback: fired only once the entries are durable.
-    Flushed(LogFlushed<TypeConfig>),
+    Flushed(IOFlushed<TypeConfig>),
     /// An awaiting caller (vote, truncate, purge, snapshot, tests).
     Reply(oneshot::Sender<Result<(), StoreError>>),
 }
@@ -107,7 +116,7 @@ impl Completion {
     fn complete(self, result: Result<(), StoreError>) {
         match self {
             Completion::Flushed(callback) => {
-                callback.log_io_completed(result.map_err(std::io::Error::other));
+                callback.io_completed(result.map_err(std::io::Error::other));
             }
             Completion::Reply(reply) => {
                 // The caller may have given up (its task was cancelled); nothing to do then.
@@ -165,9 +174,28 @@ struct Shared {
     progress: watch::Sender<Progress>,
     /// The latest committed log id openraft reported (see invariant 4).
     committed: Mutex<Option<LogId>>,
+    /// What is submitted and not yet durable, readable at once (invariant 5).
+    tail: Mutex<Tail>,
     /// Work counters.
     counters: Counters,
 }
+
+/// Log rows and the vote submitted to the writer, kept in memory until they are durable so a
+/// read need not wait for the fsync (see the module doc).
+#[derive(Default)]
+struct Tail {
+    /// Appended rows not yet committed: index → (sequence number of the append, row).
+    rows: BTreeMap<u64, (u64, Arc<[u8]>)>,
+    /// Sequence number of the last truncate or purge submitted: until the writer has processed
+    /// it, the file may still hold rows it removes, so reads wait for the writer instead.
+    barrier: u64,
+    /// The last vote submitted (JSON), durable or about to be.
+    vote: Option<Vec<u8>>,
+}
+
+/// What a read of the log may use without waiting for the writer: the rows of the tail in the
+/// range asked for. `None` when a truncate or purge is still in flight.
+pub(crate) type TailRows = Option<BTreeMap<u64, Arc<[u8]>>>;
 
 /// The submission side: the channel to the writer and the last sequence number handed out,
 /// under one lock so sequence numbers follow channel order.
@@ -192,6 +220,7 @@ impl Store {
             db,
             progress: watch::Sender::new(Progress::default()),
             committed: Mutex::new(committed),
+            tail: Mutex::new(Tail::default()),
             counters: Counters::default(),
         });
         let (tx, rx) = mpsc::channel();
@@ -224,6 +253,7 @@ impl Store {
             return Err(StoreError::Closed);
         };
         let seq = queue.submitted + 1;
+        self.shared.remember(seq, &op);
         if let Err(mpsc::SendError(request)) = tx.send(Request { seq, op, done }) {
             request.done.complete(Err(StoreError::Closed));
             return Err(StoreError::Closed);
@@ -261,6 +291,30 @@ impl Store {
             None if progress.processed < target => Err(StoreError::Closed),
             None => Ok(()),
         }
+    }
+
+    /// The tail's rows in `range` (see [`TailRows`]). Take them before reading the file: a row
+    /// leaves the tail only once it is in the file, so the two together miss nothing.
+    pub(crate) fn tail_rows(
+        &self,
+        range: (std::ops::Bound<u64>, std::ops::Bound<u64>),
+    ) -> TailRows {
+        let tail = self.shared.tail();
+        if tail.barrier > self.shared.progress.borrow().processed {
+            return None;
+        }
+        Some(
+            tail.rows
+                .range(range)
+                .map(|(index, (_, row))| (*index, row.clone()))
+                .collect(),
+        )
+    }
+
+    /// The last vote submitted (JSON), if any was since the start: newer than the file's
+    /// until its transaction ends.
+    pub(crate) fn submitted_vote(&self) -> Option<Vec<u8>> {
+        self.shared.tail().vote.clone()
     }
 
     /// Records the committed log id; it is written with the next transaction.
@@ -333,6 +387,40 @@ impl Store {
     }
 }
 
+impl Shared {
+    /// The tail; it is only ever changed whole under the lock, so a poisoned lock is used as is.
+    fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a request about to be sent as request `seq` in the tail (invariant 5).
+    fn remember(&self, seq: u64, op: &WriteOp) {
+        let mut tail = self.tail();
+        match op {
+            WriteOp::Append { rows } => {
+                for (index, row) in rows {
+                    tail.rows.insert(*index, (seq, row.clone()));
+                }
+            }
+            WriteOp::Truncate { since } => {
+                tail.rows.split_off(since);
+                tail.barrier = seq;
+            }
+            WriteOp::Purge { upto } => {
+                tail.rows = tail.rows.split_off(&(upto.index.saturating_add(1)));
+                tail.barrier = seq;
+            }
+            WriteOp::SaveVote { vote } => tail.vote = Some(vote.clone()),
+            WriteOp::SaveSnapshot { .. } => {}
+        }
+    }
+
+    /// Drops from the tail the rows of requests up to `seq`, whose transaction has ended.
+    fn forget_upto(&self, seq: u64) {
+        self.tail().rows.retain(|_, (appended, _)| *appended > seq);
+    }
+}
+
 /// Marks the writer closed however it ends, a panic included, so `close()` never waits forever.
 struct ExitGuard(Arc<Shared>);
 
@@ -378,6 +466,9 @@ fn run(
             failed = Some(error.clone());
         }
         let last_seq = batch.last().map_or(0, |request| request.seq);
+        // The rows are in the file (or the store failed): they leave the tail before the
+        // progress says so, so a reader that saw the progress finds them in the file.
+        shared.forget_upto(last_seq);
         shared.progress.send_modify(|progress| {
             progress.processed = last_seq;
             progress.failed.clone_from(&failed);
@@ -423,8 +514,7 @@ fn commit(
             match &request.op {
                 WriteOp::Append { rows } => {
                     for (index, row) in rows {
-                        log.insert(index, row.as_slice())
-                            .map_err(StoreError::redb)?;
+                        log.insert(index, row.as_ref()).map_err(StoreError::redb)?;
                     }
                     entries += rows.len() as u64;
                 }
@@ -466,15 +556,25 @@ fn commit(
                 }
             }
         }
+        let last_index = log
+            .last()
+            .map_err(StoreError::redb)?
+            .map(|(index, _)| index.value());
+        let purged: Option<LogId> = get_json(&meta, KEY_LAST_PURGED, "last purged log id")?;
+        let in_log = |log_id: &LogId| {
+            last_index.is_some_and(|last| log_id.index <= last)
+                || purged.is_some_and(|purged| log_id.index <= purged.index)
+        };
         if committed != *committed_written
             && let Some(committed) = &committed
+            && in_log(committed)
         {
             meta.insert(KEY_COMMITTED, to_json(committed).as_slice())
                 .map_err(StoreError::redb)?;
+            *committed_written = Some(*committed);
         }
     }
     txn.commit().map_err(StoreError::redb)?;
-    *committed_written = committed;
     let counters = &shared.counters;
     counters.transactions.fetch_add(1, Ordering::Relaxed);
     counters
@@ -489,6 +589,7 @@ mod tests {
     use redb::ReadableDatabase;
 
     use super::super::database::{DATA_FILE_NAME, Db, TOOL_CACHE_BYTES};
+    use super::super::types::Vote;
     use super::*;
 
     fn start(dir: &std::path::Path) -> Arc<Store> {
@@ -497,8 +598,17 @@ mod tests {
         Store::start(db, loaded.committed).expect("the writer starts")
     }
 
+    /// Appends a row `x` at each index of `indexes` and waits until they are durable.
+    async fn append_durably(store: &Store, indexes: std::ops::RangeInclusive<u64>) {
+        let rows = indexes.map(|index| (index, Arc::from(&b"x"[..]))).collect();
+        store
+            .write(WriteOp::Append { rows })
+            .await
+            .expect("the entries are written");
+    }
+
     fn log_id(index: u64) -> LogId {
-        openraft::testing::log_id(1, 7, index)
+        openraft::testing::log_id::<TypeConfig>(1, 7, index)
     }
 
     /// Group commit: requests pending together share one fsynced transaction, and each
@@ -511,7 +621,7 @@ mod tests {
         let mut completions = Vec::new();
         for index in 1..=appends {
             let (tx, rx) = oneshot::channel();
-            let row = format!("entry {index}").into_bytes();
+            let row: Arc<[u8]> = format!("entry {index}").into_bytes().into();
             store
                 .submit(
                     WriteOp::Append {
@@ -559,7 +669,7 @@ mod tests {
             store
                 .submit(
                     WriteOp::Append {
-                        rows: vec![(index, b"x".to_vec())],
+                        rows: vec![(index, Arc::from(&b"x"[..]))],
                     },
                     Completion::Reply(tx),
                 )
@@ -582,15 +692,17 @@ mod tests {
     async fn the_committed_id_rides_along_and_is_saved_at_close() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = start(dir.path());
+        append_durably(&store, 1..=5).await;
+        let appended = store.stats().transactions;
         store.set_committed(Some(log_id(3)));
         assert_eq!(
             store.stats().transactions,
-            0,
+            appended,
             "no fsync for the committed id alone"
         );
         store
             .write(WriteOp::SaveVote {
-                vote: to_json(&openraft::Vote::new(1, 7u64)),
+                vote: to_json(&Vote::new(1, 7)),
             })
             .await
             .expect("vote saved");
@@ -607,7 +719,75 @@ mod tests {
         let database = db.database().expect("open");
         let txn = database.begin_read().expect("read");
         let meta = txn.open_table(META).expect("meta");
-        let vote: Option<openraft::Vote<u64>> = get_json(&meta, KEY_VOTE, "vote").expect("vote");
-        assert_eq!(vote, Some(openraft::Vote::new(1, 7)));
+        let vote: Option<Vote> = get_json(&meta, KEY_VOTE, "vote").expect("vote");
+        assert_eq!(vote, Some(Vote::new(1, 7)));
+    }
+
+    /// Invariant 4: a leader may learn that an entry is committed (on a majority of followers)
+    /// before its own append of it is durable; the committed id is then not written until the
+    /// file holds the entry, so a restart never finds a committed id past its log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_committed_id_past_the_log_waits_for_its_entry() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        append_durably(&store, 1..=2).await;
+        store.set_committed(Some(log_id(4)));
+        store
+            .write(WriteOp::SaveVote {
+                vote: to_json(&Vote::new(1, 7)),
+            })
+            .await
+            .expect("vote saved");
+        store.close(Duration::from_secs(10)).await.expect("closes");
+        let (_, loaded) =
+            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
+        assert_eq!(loaded.committed, None, "entry 4 never reached the file");
+
+        let store = start(dir.path());
+        store.set_committed(Some(log_id(4)));
+        append_durably(&store, 3..=4).await;
+        store.close(Duration::from_secs(10)).await.expect("closes");
+        let (_, loaded) =
+            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
+        assert_eq!(loaded.committed, Some(log_id(4)));
+    }
+
+    /// Issue 17: entries appended but not yet durable are readable at once from the tail, and
+    /// a truncate in flight makes the tail unusable until the writer has done it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn submitted_rows_are_readable_before_their_commit() {
+        use std::ops::Bound;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        let everything = (Bound::Unbounded, Bound::Unbounded);
+        for index in 1..=20 {
+            let (tx, _rx) = oneshot::channel();
+            let rows = vec![(index, Arc::from(format!("row {index}").as_bytes()))];
+            store
+                .submit(WriteOp::Append { rows }, Completion::Reply(tx))
+                .expect("accepted");
+            let tail = store.tail_rows(everything).expect("no truncate in flight");
+            assert_eq!(
+                tail.get(&index).map(|row| row.to_vec()),
+                Some(format!("row {index}").into_bytes()),
+                "row {index} is readable as soon as it is submitted"
+            );
+        }
+        let (tx, _rx) = oneshot::channel();
+        store
+            .submit(WriteOp::Truncate { since: 11 }, Completion::Reply(tx))
+            .expect("accepted");
+        if let Some(tail) = store.tail_rows(everything) {
+            // The writer already processed the truncate: nothing at or after 11 remains.
+            assert!(tail.keys().all(|index| *index < 11), "{:?}", tail.keys());
+        }
+        store.caught_up().await.expect("caught up");
+        let tail = store.tail_rows(everything).expect("the truncate is done");
+        assert!(
+            tail.is_empty(),
+            "durable rows leave the tail: {:?}",
+            tail.keys()
+        );
+        store.close(Duration::from_secs(10)).await.expect("closes");
     }
 }

@@ -17,6 +17,7 @@ use futures_util::{SinkExt, StreamExt};
 use hivekeeper_protocol::Request;
 use hivekeeper_tls::PeerIdentity;
 use openraft::raft::AppendEntriesResponse;
+use openraft_legacy::network_v1::ChunkedSnapshotReceiver;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -301,6 +302,7 @@ async fn answer<H: ForwardHandler>(
             }
             PeerResponse::Vote(result)
         }
+        PeerRequest::PreVote(rpc) => PeerResponse::Vote(raft.raft.pre_vote(rpc).await),
         PeerRequest::InstallSnapshot(rpc) => {
             let leader = rpc.vote;
             let result = raft.raft.install_snapshot(rpc).await;

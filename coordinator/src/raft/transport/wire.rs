@@ -25,10 +25,10 @@
 use bytes::BytesMut;
 use hivekeeper_protocol::Request;
 use hivekeeper_protocol::validate::{AGENT_ID_BYTES_MAX, REQUEST_BYTES_MAX};
-use openraft::error::{InstallSnapshotError, RaftError};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest, VoteResponse};
+use openraft_legacy::network_v1::{
+    InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse,
 };
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
@@ -179,7 +179,11 @@ pub enum PeerRequest {
     /// openraft: replicate entries (or heartbeat).
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     /// openraft: a candidate asks for a vote.
-    Vote(VoteRequest<NodeId>),
+    Vote(VoteRequest<TypeConfig>),
+    /// openraft: a follower whose election timer fired asks whether it would be granted a
+    /// vote at the next term (Pre-Vote); answered [`PeerResponse::Vote`]. Nothing changes on
+    /// the node asked.
+    PreVote(VoteRequest<TypeConfig>),
     /// openraft: one chunk of a snapshot.
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// A follower forwards a batch of agents' writes for the leader to propose as one entry,
@@ -223,12 +227,12 @@ impl AgentWrite {
 #[allow(clippy::large_enum_variant)]
 pub enum PeerResponse {
     /// To [`PeerRequest::AppendEntries`].
-    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
-    /// To [`PeerRequest::Vote`].
-    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    AppendEntries(Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>),
+    /// To [`PeerRequest::Vote`] and [`PeerRequest::PreVote`].
+    Vote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
     /// To [`PeerRequest::InstallSnapshot`].
     InstallSnapshot(
-        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+        Result<InstallSnapshotResponse<TypeConfig>, RaftError<TypeConfig, InstallSnapshotError>>,
     ),
     /// To a forwarded request: the replies, or why the node could not answer (then every
     /// command of it is answered `unavailable` and the agent retries with the same id).
