@@ -33,6 +33,7 @@
 
 mod geo;
 mod grid;
+mod query;
 mod route;
 mod window;
 
