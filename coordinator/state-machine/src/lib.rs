@@ -53,9 +53,9 @@
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
-//!   has a cylinder (`geo.rs`, indexed by `grid.rs`), a time window (`window.rs`, which also
-//!   ends windows), or several 4D volumes when it is a route (`route.rs`); `query.rs` answers
-//!   `airspace.query` from the same index.
+//!   has a cylinder (`geo.rs`, indexed in space and time by `grid.rs`), a time window
+//!   (`window.rs`, which also ends windows), or several 4D volumes when it is a route
+//!   (`route.rs`); `query.rs` answers `airspace.query` from the same index.
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per

@@ -350,3 +350,41 @@ fn bad_queries_are_refused_naming_the_problem() {
         assert_eq!(h.sm.query("a", &op), bad_request(message), "{op:?}");
     }
 }
+
+/// The time index (grid invariants, checked after every entry by the harness): a pad taken
+/// slot after slot, with one long window in the same cell; the long one's release shrinks the
+/// cell's bound exactly, and a query or a reserve in a gap between slots sees only its
+/// neighbours' edges (touching windows do not conflict).
+#[test]
+fn a_busy_pad_slot_after_slot_keeps_the_time_index_exact() {
+    let mut h = Harness::new();
+    let [a, b] = h.leases(["a", "b"], 600_000);
+    let minute = 60_000;
+    for slot in (0..40u64).filter(|slot| slot % 4 != 2) {
+        let window = (Some(T0 + slot * minute), Some(T0 + (slot + 1) * minute));
+        let name = format!("slot-{slot}");
+        Harness::token(&h.reply("a", pad_in(&name, &a, 0.0, Some(0), window)));
+    }
+    // A long window 8 m north: in the same 13.6 m cell (the pads sit on its south edge), clear
+    // of the slots in space (3 m + 3 m < 8 m).
+    let long = (Some(T0), Some(T0 + 60 * minute));
+    Harness::token(&h.reply("b", pad_in("long", &b, 8.0, Some(0), long)));
+    assert_eq!(h.reply("b", waypoint_release("long", &b)), Reply::Done);
+    // The gap of slot 10: free, its neighbours only touch it.
+    let gap = cylinder(0.0, (Some(T0 + 10 * minute), Some(T0 + 11 * minute)));
+    assert_eq!(
+        names(h.sm.query("b", &query(Some(gap), None))),
+        (vec![], None)
+    );
+    let gap_window = (Some(T0 + 10 * minute), Some(T0 + 11 * minute));
+    Harness::token(&h.reply("b", pad_in("gap-10", &b, 0.0, Some(0), gap_window)));
+    // A minute and a half across slots 12 and 13: both listed, in name order.
+    let across = cylinder(
+        0.0,
+        (Some(T0 + 12 * minute + 30_000), Some(T0 + 14 * minute)),
+    );
+    assert_eq!(
+        names(h.sm.query("b", &query(Some(across), None))),
+        (vec!["slot-12".to_string(), "slot-13".to_string()], None)
+    );
+}
