@@ -30,14 +30,16 @@
 //! 7. A route (`route.rs`) has volumes and no cylinder or window of its own; invariants 1, 2,
 //!    5 and 6 hold for each of its volumes (its shapes), and the spatial index files each
 //!    volume under (name or seq, volume number).
-//! 8. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each shape is filed
-//!    in its cell under its window's start, among the ended or the open windows, and each cell
-//!    bounds its ended windows' length exactly (`Grid::check`, grid invariants 1 to 3); with
+//! 8. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each cell keeps its
+//!    shapes in (open, window start, key) order and bounds its ended windows' length exactly
+//!    (`Grid::check`, grid invariants 1 to 3); with
 //!    invariant 3's rebuild, the index is exactly what the reservations imply, so a check reads
 //!    only the shapes whose cells and windows can overlap its own.
 
 mod geo;
 mod grid;
+#[cfg(test)]
+mod grid_test;
 mod query;
 mod route;
 mod window;
@@ -52,7 +54,7 @@ use super::fifo;
 use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::{Ctx, Limits, Reply, StateMachine, Text};
-use grid::{Entry, Grid, GridKey};
+use grid::{Entry, Grid};
 pub use window::Window;
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
@@ -195,10 +197,7 @@ struct Index {
 }
 
 /// Files each shape of a reservation in `grid`, under `(key, shape number)`.
-fn file<K: Ord + Clone>(grid: &mut Grid<(K, u32)>, key: &K, shapes: Vec<Shape>, lease: LeaseId)
-where
-    (K, u32): GridKey,
-{
+fn file<K: Ord + Clone>(grid: &mut Grid<(K, u32)>, key: &K, shapes: Vec<Shape>, lease: LeaseId) {
     for (number, (area, window)) in (0u32..).zip(shapes) {
         let entry = Entry {
             area,
@@ -236,7 +235,7 @@ impl Index {
     fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
         for (number, (area, window)) in (0u32..).zip(reservation.shapes()) {
             self.held
-                .remove((name.clone(), number), &area, window.as_ref());
+                .remove(&(name.clone(), number), &area, window.as_ref());
         }
         if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
             self.held_ends.remove(&(end_ms, name.clone()));
@@ -261,7 +260,7 @@ impl Index {
 
     fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
         for (number, (area, window)) in (0u32..).zip(pending.shapes()) {
-            self.waiting.remove((seq, number), &area, window.as_ref());
+            self.waiting.remove(&(seq, number), &area, window.as_ref());
         }
         if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
             self.waiting_ends.remove(&(end_ms, seq));
