@@ -327,3 +327,135 @@ async fn route_reserve_amend_and_release_in_raw_json() {
             "route.reserve: `volumes` has 0 volumes, a route has 1 to 64"}})
     );
 }
+
+/// An `airspace.query` row of a route with one conflicting volume at `index`, with its
+/// holder's agent and lease when the asker may see them.
+fn conflict_row(
+    name: &str,
+    volumes: &[Volume],
+    index: u32,
+    holder: Option<(&str, &str)>,
+) -> serde_json::Value {
+    let mut row = json!({"name": name, "kind": "route", "volumes": volumes,
+                         "volume_indexes": [index]});
+    if let Some((agent, lease)) = holder {
+        row["agent"] = json!(agent);
+        row["lease"] = json!(lease);
+    }
+    row
+}
+
+/// Reserves route `name` in raw JSON, trying once; it must be granted.
+async fn try_route(raw: &mut Raw, name: &str, lease: &str, volumes: &[Volume]) {
+    let reserved = raw
+        .call(
+            json!({"id": format!("reserve-{name}"), "op": "route.reserve", "name": name,
+                     "lease": lease, "volumes": volumes, "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(reserved["ok"], true, "{reserved}");
+}
+
+/// A raw client of a node with `--auth`, logged in as a new account of `role` that the admin
+/// adds in raw JSON.
+async fn account(admin: &mut Raw, port: u16, name: &str, role: &str) -> Raw {
+    let added = admin
+        .call(
+            json!({"id": format!("add-{name}"), "op": "admin.agent.add", "name": name,
+                     "role": role}),
+        )
+        .await;
+    let secret = added["secret"].as_str().expect("the new secret, once");
+    Raw::connect_with(port, name, Some(secret)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airspace_query_lists_conflicts_in_pages_and_shows_holders_to_observers_only() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start_with_args(dir.path(), &["--auth"]).await;
+    let port = node.mqtt_port();
+    let admin_secret =
+        std::fs::read_to_string(dir.path().join("admin.secret")).expect("admin.secret is written");
+    let mut admin = Raw::connect_with(port, "admin", Some(admin_secret.trim())).await;
+    let mut a = account(&mut admin, port, "drone-a", "agent").await;
+    let mut b = account(&mut admin, port, "drone-b", "agent").await;
+    let mut watcher = account(&mut admin, port, "watcher", "observer").await;
+    let lease_a = a.grant("ga", 60_000).await;
+    let lease_b = b.grant("gb", 60_000).await;
+    let t = now_ms() + 60_000;
+    // drone-a flies west to east over the hub; drone-b holds a pad at the hub an hour later.
+    let legs = line(true, 200.0, t, 60_000);
+    try_route(&mut a, "east", &lease_a, &legs).await;
+    let pad = volume(0.0, 0.0, t + 3_600_000, t + 7_200_000);
+    try_route(&mut b, "pad", &lease_b, &[pad]).await;
+
+    // Over the hub from the middle leg's minute on, no end: the route's middle leg and the pad.
+    let over_hub = json!({"lat": 47.3769, "lon": 8.5417, "radius_m": 20, "alt_min_m": 0,
+                          "alt_max_m": 120, "start_ms": t + 60_000});
+    let query = |id: &str| json!({"id": id, "op": "airspace.query", "volume": over_hub});
+    let route_row = |holder| conflict_row("east", &legs[1..2], 1, holder);
+    let pad_row = |holder| conflict_row("pad", &[pad], 0, holder);
+    // drone-b (role agent): its own pad in full, drone-a's route without agent and lease.
+    assert_eq!(
+        b.call(query("q1")).await,
+        json!({"id": "q1", "ok": true,
+               "conflicts": [route_row(None), pad_row(Some(("drone-b", &lease_b)))]})
+    );
+    // An observer sees who holds the airspace.
+    assert_eq!(
+        watcher.call(query("q2")).await,
+        json!({"id": "q2", "ok": true, "conflicts": [
+            route_row(Some(("drone-a", &lease_a))), pad_row(Some(("drone-b", &lease_b)))]})
+    );
+    // Pages of one, in name order.
+    let mut first = query("q3");
+    first["limit"] = json!(1);
+    assert_eq!(
+        watcher.call(first).await,
+        json!({"id": "q3", "ok": true, "conflicts": [route_row(Some(("drone-a", &lease_a)))],
+               "next_after": "east"})
+    );
+    let mut second = query("q4");
+    second["limit"] = json!(1);
+    second["after"] = json!("east");
+    assert_eq!(
+        watcher.call(second).await,
+        json!({"id": "q4", "ok": true, "conflicts": [pad_row(Some(("drone-b", &lease_b)))]})
+    );
+    // A route two hours after the pad's: nothing conflicts, and nothing was reserved.
+    let free = line(true, 200.0, t + 4 * 3_600_000, 60_000);
+    assert_eq!(
+        a.call(json!({"id": "q5", "op": "airspace.query", "volumes": free}))
+            .await,
+        json!({"id": "q5", "ok": true, "conflicts": []})
+    );
+    let shown = a.inspect("i1", "waypoint", "east").await;
+    assert_eq!(shown["holders"][0]["volumes"], json!(legs), "{shown}");
+    // Bad input: no volume, both, an empty window.
+    assert_eq!(
+        a.call(json!({"id": "q6", "op": "airspace.query"})).await,
+        json!({"id": "q6", "ok": false, "error": {"code": "bad_request", "message":
+            "airspace.query: give `volume` (one cylinder) or `volumes` (a route of 1 to 64 \
+             volumes)"}})
+    );
+    assert_eq!(
+        a.call(
+            json!({"id": "q7", "op": "airspace.query", "volume": over_hub,
+                      "volumes": free})
+        )
+        .await,
+        json!({"id": "q7", "ok": false, "error": {"code": "bad_request", "message":
+            "airspace.query: give `volume` or `volumes`, not both"}})
+    );
+    let mut empty = over_hub.clone();
+    empty["end_ms"] = json!(t + 60_000);
+    let refused = a
+        .call(json!({"id": "q8", "op": "airspace.query", "volume": empty}))
+        .await;
+    assert_eq!(
+        refused,
+        json!({"id": "q8", "ok": false, "error": {"code": "bad_request", "message": format!(
+            "airspace.query: `volume`: the window is empty: `end_ms` ({}) is not after \
+             `start_ms` ({})", t + 60_000, t + 60_000)}})
+    );
+}

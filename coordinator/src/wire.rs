@@ -107,6 +107,7 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
         | Op::AdminAgentRotate { .. }
         | Op::AdminAgentList { .. }
         | Op::LeaseKeepalive { .. }
+        | Op::AirspaceQuery { .. }
         | Op::FenceCheck { .. }
         | Op::Inspect { .. }
         | Op::AdminStatus {}
@@ -193,6 +194,17 @@ pub fn read(op: &Op) -> Result<ReadOp, NotARead> {
         Op::AdminAgentList { after } => Ok(ReadOp::AdminAgentList {
             after: after.clone(),
         }),
+        Op::AirspaceQuery {
+            volume,
+            volumes,
+            after,
+            limit,
+        } => Ok(ReadOp::AirspaceQuery {
+            volume: *volume,
+            volumes: volumes.clone(),
+            after: after.clone(),
+            limit: *limit,
+        }),
         Op::AdminStatus {}
         | Op::AdminSnapshot { .. }
         | Op::AdminMemberAdd { .. }
@@ -262,6 +274,14 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::Account { agent, role, .. } => Success {
             agent: Some(agent.to_string()),
             role: Some(*role),
+            ..Success::default()
+        },
+        Reply::Conflicts {
+            conflicts,
+            next_after,
+        } => Success {
+            conflicts: Some(conflicts.clone()),
+            next_after: next_after.clone(),
             ..Success::default()
         },
         Reply::Accounts {
@@ -355,6 +375,12 @@ mod tests {
                 name: name(),
                 lease: lease(),
                 volumes: vec![volume(), volume()],
+            },
+            Op::AirspaceQuery {
+                volume: None,
+                volumes: Some(vec![volume()]),
+                after: None,
+                limit: Some(5),
             },
             Op::FenceCheck {
                 name: name(),

@@ -19,12 +19,14 @@
 //!   malformed message (`bad_request`) from an unknown op (`unknown_op`) from one too large
 //!   (`too_large`).
 //! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
+//! - [`airspace`]: `airspace.query`'s volume and its answer's rows (issue 18).
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
 //! - [`error`]: [`ErrorCode`], the closed list of codes, and [`ProtocolError`].
 //! - [`topic`]: building and parsing `hk/v1/{req,rsp,evt}/{agent}`.
 //! - [`validate`]: the bounds on ids, names and numeric fields, one precise message per failure.
 
+pub mod airspace;
 pub mod error;
 pub mod event;
 pub mod request;
@@ -33,6 +35,7 @@ pub mod role;
 pub mod topic;
 pub mod validate;
 
+pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
 pub use request::{Area, Op, Request, ResourceKind, Volume};

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+use crate::airspace::{self, QueryVolume};
 use crate::error::{ErrorCode, ProtocolError};
 use crate::role::Role;
 use crate::validate;
@@ -208,6 +209,25 @@ pub enum Op {
         /// The new volumes.
         volumes: Vec<Volume>,
     },
+    /// Addition (issue 18): the held reservations that conflict, in space and time, with one
+    /// cylinder or a route, a page at a time in name order; reserves nothing (`airspace.rs`).
+    #[serde(rename = "airspace.query")]
+    AirspaceQuery {
+        /// One cylinder, its window optional (absent: from the machine's time on); exactly one
+        /// of `volume` and `volumes`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volume: Option<QueryVolume>,
+        /// A route's volumes, 1 to [`validate::ROUTE_VOLUMES_MAX`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volumes: Option<Vec<Volume>>,
+        /// Only reservations whose name is after this (the previous page's `next_after`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// Most reservations in the page, 1 to [`crate::airspace::CONFLICT_PAGE_MAX`]; absent:
+        /// the maximum.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+    },
     /// Ask whether `token` is held right now on a resource.
     #[serde(rename = "fence.check")]
     FenceCheck {
@@ -403,7 +423,7 @@ pub struct Area {
 
 impl Op {
     /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 25] = [
+    pub const NAMES: [&'static str; 26] = [
         "lease.grant",
         "lease.keepalive",
         "lease.revoke",
@@ -416,6 +436,7 @@ impl Op {
         "route.reserve",
         "route.release",
         "route.amend",
+        "airspace.query",
         "fence.check",
         "inspect",
         "admin.status",
@@ -446,6 +467,7 @@ impl Op {
             Op::RouteReserve { .. } => "route.reserve",
             Op::RouteRelease { .. } => "route.release",
             Op::RouteAmend { .. } => "route.amend",
+            Op::AirspaceQuery { .. } => "airspace.query",
             Op::FenceCheck { .. } => "fence.check",
             Op::Inspect { .. } => "inspect",
             Op::AdminStatus {} => "admin.status",
@@ -478,6 +500,7 @@ impl Op {
             | Op::RouteAmend { lease, .. }
             | Op::AdminRevoke { lease } => Some(lease),
             Op::LeaseGrant { .. }
+            | Op::AirspaceQuery { .. }
             | Op::FenceCheck { .. }
             | Op::Inspect { .. }
             | Op::AdminStatus {}
@@ -502,6 +525,7 @@ impl Op {
         !matches!(
             self,
             Op::LeaseKeepalive { .. }
+                | Op::AirspaceQuery { .. }
                 | Op::FenceCheck { .. }
                 | Op::Inspect { .. }
                 | Op::AdminStatus {}
@@ -616,6 +640,17 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
+            Op::AirspaceQuery {
+                volume,
+                volumes,
+                after,
+                limit,
+            } => airspace::check_query(
+                volume.as_ref(),
+                volumes.as_deref(),
+                after.as_deref(),
+                *limit,
+            )?,
         }
         Ok(())
     }
@@ -639,6 +674,19 @@ impl Op {
 }
 
 impl Area {
+    /// Checks a cylinder built from a volume against the wire's ranges, as
+    /// [`Area::from_fields`] checks a `waypoint.reserve`'s fields.
+    pub fn check_ranges(&self) -> Result<(), String> {
+        Area::from_fields(
+            Some(self.lat),
+            Some(self.lon),
+            self.alt_min_m,
+            self.alt_max_m,
+            Some(self.radius_m),
+        )
+        .map(|_| ())
+    }
+
     /// The cylinder a `waypoint.reserve`'s optional geometry fields describe: `Ok(None)`
     /// without `lat` and `lon`. Errors on partial or out-of-range geometry. Shared by the wire
     /// decoder and the state machine, which checks a request again when it applies it.

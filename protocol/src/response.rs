@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::airspace::ConflictInfo;
 use crate::error::ErrorCode;
 use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
@@ -77,8 +78,12 @@ pub struct Success {
     /// `admin.resources`: one page of resources held or waited for, in (kind, name) order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Vec<ResourceInfo>>,
-    /// `admin.leases`, `admin.resources`, `admin.agent.list`: present when more follow; send
-    /// it as `after` for the next page.
+    /// Addition (issue 18), `airspace.query`: one page of the held reservations that conflict
+    /// with the query, in name order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<Vec<ConflictInfo>>,
+    /// `admin.leases`, `admin.resources`, `admin.agent.list`, `airspace.query`: present when
+    /// more follow; send it as `after` for the next page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
     /// `admin.agent.add`, `admin.agent.rotate`: the account's agent id.

@@ -71,6 +71,7 @@ impl Role {
             | Op::RouteReserve { .. }
             | Op::RouteRelease { .. }
             | Op::RouteAmend { .. }
+            | Op::AirspaceQuery { .. }
             | Op::FenceCheck { .. }
             | Op::Inspect { .. } => Role::Agent,
         }

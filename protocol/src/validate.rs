@@ -305,16 +305,11 @@ pub fn volumes(volumes: &[crate::Volume]) -> Result<(), String> {
         ));
     }
     for (i, volume) in volumes.iter().enumerate() {
-        let area = volume.area();
-        crate::Area::from_fields(
-            Some(area.lat),
-            Some(area.lon),
-            area.alt_min_m,
-            area.alt_max_m,
-            Some(area.radius_m),
-        )
-        .and_then(|_| window(Some(volume.start_ms), Some(volume.end_ms)))
-        .map_err(|reason| format!("volume {i}: {reason}"))?;
+        volume
+            .area()
+            .check_ranges()
+            .and_then(|()| window(Some(volume.start_ms), Some(volume.end_ms)))
+            .map_err(|reason| format!("volume {i}: {reason}"))?;
     }
     Ok(())
 }

@@ -12,9 +12,10 @@ use hivekeeper_protocol::validate::{
     WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
-    AccountInfo, Area, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo, MemberInfo, NodeStatus,
-    Op, ProtocolError, ReplicationInfo, Request, ResourceInfo, ResourceKind, Response, Role,
-    SnapshotPage, Success, Topics, Volume, WaiterInfo,
+    AccountInfo, Area, ConflictInfo, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo,
+    MemberInfo, NodeStatus, Op, ProtocolError, QueryVolume, ReplicationInfo, Request,
+    ReservationKind, ResourceInfo, ResourceKind, Response, Role, SnapshotPage, Success, Topics,
+    Volume, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -482,11 +483,9 @@ fn op_waypoint_reserve_with_a_time_window() {
     );
 }
 
-/// Issue 18: `route.reserve` carries 1 to 64 volumes, every field required; `route.amend` the
-/// same without `wait_ms`; `route.release` is a name and a lease.
-#[test]
-fn op_route_reserve_amend_release() {
-    let volume = Volume {
+/// The one-minute leg over Zurich's hub the route and query examples use.
+fn hub_leg() -> Volume {
+    Volume {
         lat: 47.3769,
         lon: 8.5417,
         radius_m: 20.0,
@@ -494,7 +493,14 @@ fn op_route_reserve_amend_release() {
         alt_max_m: 120.0,
         start_ms: 1_764_503_600_000,
         end_ms: 1_764_503_660_000,
-    };
+    }
+}
+
+/// Issue 18: `route.reserve` carries 1 to 64 volumes, every field required; `route.amend` the
+/// same without `wait_ms`; `route.release` is a name and a lease.
+#[test]
+fn op_route_reserve_amend_release() {
+    let volume = hub_leg();
     let volume_json = json!({"lat": 47.3769, "lon": 8.5417, "radius_m": 20.0, "alt_min_m": 0.0,
         "alt_max_m": 120.0, "start_ms": 1_764_503_600_000u64, "end_ms": 1_764_503_660_000u64});
     assert_request(
@@ -539,6 +545,190 @@ fn op_route_reserve_amend_release() {
         ),
         &json!({"id": "r32", "op": "route.release", "name": "hub-pad7", "lease": "L-17"}),
     );
+}
+
+/// Issue 18: `airspace.query` takes one cylinder (`volume`, its window optional) or a route
+/// (`volumes`), and pages with `after` and `limit`.
+#[test]
+fn op_airspace_query() {
+    let volume = QueryVolume {
+        lat: 47.3769,
+        lon: 8.5417,
+        radius_m: 20.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms: None,
+        end_ms: None,
+    };
+    assert_request(
+        r#"{"id":"q1","op":"airspace.query",
+            "volume":{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120}}"#,
+        &req(
+            "q1",
+            Op::AirspaceQuery {
+                volume: Some(volume),
+                volumes: None,
+                after: None,
+                limit: None,
+            },
+        ),
+        &json!({"id": "q1", "op": "airspace.query", "volume": {"lat": 47.3769, "lon": 8.5417,
+                "radius_m": 20.0, "alt_min_m": 0.0, "alt_max_m": 120.0}}),
+    );
+    let windowed = QueryVolume {
+        start_ms: Some(1_764_503_600_000),
+        end_ms: Some(1_764_503_660_000),
+        ..volume
+    };
+    assert_request(
+        r#"{"id":"q2","op":"airspace.query","after":"hub-pad7","limit":10,
+            "volume":{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120,
+                      "start_ms":1764503600000,"end_ms":1764503660000}}"#,
+        &req(
+            "q2",
+            Op::AirspaceQuery {
+                volume: Some(windowed),
+                volumes: None,
+                after: Some("hub-pad7".into()),
+                limit: Some(10),
+            },
+        ),
+        &json!({"id": "q2", "op": "airspace.query", "after": "hub-pad7", "limit": 10,
+                "volume": {"lat": 47.3769, "lon": 8.5417, "radius_m": 20.0, "alt_min_m": 0.0,
+                           "alt_max_m": 120.0, "start_ms": 1_764_503_600_000u64,
+                           "end_ms": 1_764_503_660_000u64}}),
+    );
+    let leg = hub_leg();
+    assert_request(
+        r#"{"id":"q3","op":"airspace.query",
+            "volumes":[{"lat":47.3769,"lon":8.5417,"radius_m":20,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503600000,"end_ms":1764503660000}]}"#,
+        &req(
+            "q3",
+            Op::AirspaceQuery {
+                volume: None,
+                volumes: Some(vec![leg]),
+                after: None,
+                limit: None,
+            },
+        ),
+        &json!({"id": "q3", "op": "airspace.query", "volumes": [{"lat": 47.3769,
+                "lon": 8.5417, "radius_m": 20.0, "alt_min_m": 0.0, "alt_max_m": 120.0,
+                "start_ms": 1_764_503_600_000u64, "end_ms": 1_764_503_660_000u64}]}),
+    );
+}
+
+/// Bad queries: neither or both of `volume` and `volumes`, too many volumes, an empty window,
+/// a cylinder out of range, a bad page.
+#[test]
+fn bad_request_airspace_query() {
+    let volume = r#"{"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9}"#;
+    let leg =
+        r#"{"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,"start_ms":1,"end_ms":2}"#;
+    bad(
+        r#"{"id":"7","op":"airspace.query"}"#,
+        Some("7"),
+        "airspace.query: give `volume` (one cylinder) or `volumes` (a route of 1 to 64 volumes)",
+    );
+    bad(
+        &format!(r#"{{"id":"7","op":"airspace.query","volume":{volume},"volumes":[{leg}]}}"#),
+        Some("7"),
+        "airspace.query: give `volume` or `volumes`, not both",
+    );
+    let legs = vec![leg; 65].join(",");
+    bad(
+        &format!(r#"{{"id":"7","op":"airspace.query","volumes":[{legs}]}}"#),
+        Some("7"),
+        "airspace.query: `volumes` has 65 volumes, a route has 1 to 64",
+    );
+    bad(
+        r#"{"id":"7","op":"airspace.query","volume":{"lat":1,"lon":2,"radius_m":3,
+            "alt_min_m":0,"alt_max_m":9,"start_ms":5,"end_ms":5}}"#,
+        Some("7"),
+        "airspace.query: `volume`: the window is empty: `end_ms` (5) is not after `start_ms` (5)",
+    );
+    bad(
+        r#"{"id":"7","op":"airspace.query","volume":{"lat":91,"lon":2,"radius_m":3,
+            "alt_min_m":0,"alt_max_m":9}}"#,
+        Some("7"),
+        "airspace.query: `volume`: `lat` is 91, it must be in [-90, 90]",
+    );
+    bad(
+        &format!(r#"{{"id":"7","op":"airspace.query","volume":{volume},"limit":101}}"#),
+        Some("7"),
+        "airspace.query: `limit` is 101, it must be from 1 to 100",
+    );
+    bad(
+        &format!(r#"{{"id":"7","op":"airspace.query","volume":{volume},"after":""}}"#),
+        Some("7"),
+        "airspace.query: `after` must not be empty",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"airspace.query","volume":{"lat":1,"lon":2,"radius_m":3}}"#,
+        Some("7"),
+        "airspace.query: ",
+        &["alt_min_m"],
+    );
+}
+
+/// Issue 18: an `airspace.query` page: a waypoint row with its cylinder and window, a route
+/// row with its conflicting volumes and their positions, `next_after`; a row without `agent`
+/// and `lease` (as the `agent` role sees another agent's reservation).
+#[test]
+fn success_airspace_query() {
+    let leg = hub_leg();
+    let success = Success {
+        conflicts: Some(vec![
+            ConflictInfo {
+                name: "hub-pad7".into(),
+                kind: ReservationKind::Route,
+                agent: "drone-7".into(),
+                lease: "0000000000000011".into(),
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: vec![leg],
+                volume_indexes: vec![3],
+            },
+            ConflictInfo {
+                name: "pad-2".into(),
+                kind: ReservationKind::Waypoint,
+                agent: String::new(),
+                lease: String::new(),
+                area: Some(Area {
+                    lat: 47.3787,
+                    lon: 8.5417,
+                    radius_m: 5.0,
+                    alt_min_m: None,
+                    alt_max_m: Some(30.0),
+                }),
+                start_ms: Some(1_764_503_600_000),
+                end_ms: None,
+                volumes: Vec::new(),
+                volume_indexes: Vec::new(),
+            },
+        ]),
+        next_after: Some("pad-2".into()),
+        ..Success::default()
+    };
+    let response = Response::ok("q1", success.clone());
+    let wire = json!({"id": "q1", "ok": true,
+        "conflicts": [
+            {"name": "hub-pad7", "kind": "route", "agent": "drone-7",
+             "lease": "0000000000000011",
+             "volumes": [{"lat": 47.3769, "lon": 8.5417, "radius_m": 20.0, "alt_min_m": 0.0,
+                          "alt_max_m": 120.0, "start_ms": 1_764_503_600_000u64,
+                          "end_ms": 1_764_503_660_000u64}],
+             "volume_indexes": [3]},
+            {"name": "pad-2", "kind": "waypoint",
+             "area": {"lat": 47.3787, "lon": 8.5417, "radius_m": 5.0, "alt_min_m": null,
+                      "alt_max_m": 30.0},
+             "start_ms": 1_764_503_600_000u64}
+        ],
+        "next_after": "pad-2"});
+    assert_eq!(to_json(&response.encode()), wire);
+    let back: Response = serde_json::from_value(wire).expect("decodes");
+    assert_eq!(back.outcome, Ok(success));
 }
 
 /// Bad routes: no volume, too many, a volume out of range or with an empty window (named by
@@ -1148,6 +1338,7 @@ fn only_admin_ops_are_admin() {
         r#"{"id":"a","op":"lease.revoke","lease":"L"}"#,
         r#"{"id":"a","op":"inspect","kind":"lock","name":"n"}"#,
         r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
+        r#"{"id":"a","op":"airspace.query","volume":{"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9}}"#,
     ];
     for wire in ordinary {
         assert!(!decode_ok(wire).op.is_admin(), "{wire}");
@@ -1217,6 +1408,12 @@ fn op_names_are_complete_and_consistent() {
                  "start_ms":10,"end_ms":20}]}"#,
             Some("L"),
             true,
+        ),
+        (
+            r#"{"id":"a","op":"airspace.query","volume":{"lat":1,"lon":2,"radius_m":3,
+                "alt_min_m":0,"alt_max_m":9}}"#,
+            None,
+            false,
         ),
         (
             r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
@@ -1295,6 +1492,7 @@ fn op_names_are_complete_and_consistent() {
             "route.reserve",
             "route.release",
             "route.amend",
+            "airspace.query",
             "fence.check",
             "inspect",
             "admin.status",
@@ -1434,7 +1632,8 @@ fn error_code_unknown_op() {
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
          lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
-         waypoint.release, route.reserve, route.release, route.amend, fence.check, inspect, \
+         waypoint.release, route.reserve, route.release, route.amend, airspace.query, \
+         fence.check, inspect, \
          admin.status, admin.leases, admin.resources, admin.snapshot, \
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",

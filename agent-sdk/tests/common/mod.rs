@@ -450,7 +450,8 @@ impl Fake {
             | Op::AdminAgentRotate { .. }
             | Op::RouteReserve { .. }
             | Op::RouteRelease { .. }
-            | Op::RouteAmend { .. } => {
+            | Op::RouteAmend { .. }
+            | Op::AirspaceQuery { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)
             }
         };

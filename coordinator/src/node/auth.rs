@@ -24,7 +24,7 @@ use std::path::Path;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
-use hivekeeper_protocol::{ErrorCode, HolderInfo, Op, Request, Role};
+use hivekeeper_protocol::{ConflictInfo, ErrorCode, HolderInfo, Op, Request, Role};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -144,6 +144,35 @@ pub fn redact_inspect(agent: &str, reply: Reply) -> Reply {
     }
 }
 
+/// Addition (issue 18): an `airspace.query` answer as the `agent` role sees it with
+/// authentication on: other agents' reservations without their `agent` and `lease` (only
+/// observers and admins see who holds the airspace); the asker's own keep both.
+pub fn redact_conflicts(agent: &str, reply: Reply) -> Reply {
+    match reply {
+        Reply::Conflicts {
+            conflicts,
+            next_after,
+        } => Reply::Conflicts {
+            conflicts: conflicts
+                .into_iter()
+                .map(|conflict| {
+                    if conflict.agent == agent {
+                        conflict
+                    } else {
+                        ConflictInfo {
+                            agent: String::new(),
+                            lease: String::new(),
+                            ..conflict
+                        }
+                    }
+                })
+                .collect(),
+            next_after,
+        },
+        other => other,
+    }
+}
+
 /// File, in the data directory, where the first leader with authentication on writes the
 /// `admin` account's secret (mode 0600).
 pub const ADMIN_SECRET_FILE: &str = "admin.secret";
@@ -182,11 +211,14 @@ impl NodeHandle {
 
     /// The role [`NodeHandle::submit`] checks `op` against: only ops that need more than
     /// `agent`, and `inspect` (its answer depends on it), read the accounts; the rest of the
-    /// agent ops are bound to the agent's own leases by the state machine.
+    /// agent ops are bound to the agent's own leases by the state machine. `airspace.query`
+    /// reads them too: its answer shows holders to observers and admins only.
     pub(super) fn role_for(&self, agent: &str, op: &Op) -> Role {
         if !self.auth_enabled {
             Role::Admin
-        } else if Role::needed_for(op) > Role::Agent || matches!(op, Op::Inspect { .. }) {
+        } else if Role::needed_for(op) > Role::Agent
+            || matches!(op, Op::Inspect { .. } | Op::AirspaceQuery { .. })
+        {
             self.role_of(agent)
         } else {
             Role::Agent
@@ -430,6 +462,38 @@ mod tests {
                 limit: None,
                 holders: vec![holder("me", "0000000000000002"), holder("you", "")],
                 waiters: Vec::new(),
+            }
+        );
+    }
+
+    #[test]
+    fn an_agent_sees_other_agents_conflicts_without_agent_or_lease() {
+        let conflict = |name: &str, agent: &str, lease: &str| ConflictInfo {
+            name: name.into(),
+            kind: hivekeeper_protocol::ReservationKind::Waypoint,
+            agent: agent.into(),
+            lease: lease.into(),
+            area: None,
+            start_ms: Some(10),
+            end_ms: Some(20),
+            volumes: Vec::new(),
+            volume_indexes: Vec::new(),
+        };
+        let reply = Reply::Conflicts {
+            conflicts: vec![
+                conflict("a", "me", "0000000000000002"),
+                conflict("b", "you", "0000000000000003"),
+            ],
+            next_after: Some("b".into()),
+        };
+        assert_eq!(
+            redact_conflicts("me", reply),
+            Reply::Conflicts {
+                conflicts: vec![
+                    conflict("a", "me", "0000000000000002"),
+                    conflict("b", "", "")
+                ],
+                next_after: Some("b".into()),
             }
         );
     }

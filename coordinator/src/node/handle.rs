@@ -185,9 +185,13 @@ impl NodeHandle {
         tokio::spawn(Box::pin(async move {
             let id = request.id.clone();
             let inspect = matches!(request.op, Op::Inspect { .. });
+            let airspace = matches!(request.op, Op::AirspaceQuery { .. });
             let mut answer = handle.answer_read(&agent, request).await;
             if inspect && !role.allows(Role::Admin) {
                 answer = answer.map(|reply| auth::redact_inspect(&agent, reply));
+            }
+            if airspace && !role.allows(Role::Observer) {
+                answer = answer.map(|reply| auth::redact_conflicts(&agent, reply));
             }
             drop(permit);
             answer_with(op, started, &id, answer, respond);

@@ -18,7 +18,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use hivekeeper_protocol::Volume;
 use hivekeeper_state_machine::M_PER_DEG;
+
+mod city;
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, Event, Limits, LogMeta, Reply, StateMachine,
 };
@@ -408,44 +411,7 @@ fn waypoint_reserve_release(c: &mut Criterion) {
     h.check_invariants();
 }
 
-/// Routes of `route_reserve_release`: a 100 x 100 grid of cells 200 m apart (a 20 km square),
-/// one route per cell of 12 volumes 15 m apart eastwards, radius 5 m, 0-120 m, each volume
-/// five minutes of the route's hour.
-const ROUTE_CELLS: usize = 100;
-const ROUTE_CELL_M: f64 = 200.0;
-const ROUTE_LEGS: usize = 12;
-const ROUTE_LEG_M: f64 = 15.0;
-const ROUTE_LEG_MS: u64 = 300_000;
-const HOUR_MS: u64 = 3_600_000;
-
-/// The 12 volumes of the route in cell (row, col) during hour `hour` after the clock's start.
-fn route_volumes(row: usize, col: usize, hour: u64) -> Vec<hivekeeper_protocol::Volume> {
-    let north_m = row as f64 * ROUTE_CELL_M;
-    let lat = GRID_LAT0 + north_m / M_PER_DEG;
-    let m_per_deg_lon = M_PER_DEG * lat.to_radians().cos();
-    let start_ms = NOW0_MS + HOUR_MS * (1 + hour);
-    (0..ROUTE_LEGS)
-        .map(|leg| {
-            let east_m = col as f64 * ROUTE_CELL_M + leg as f64 * ROUTE_LEG_M;
-            let start = start_ms + leg as u64 * ROUTE_LEG_MS;
-            hivekeeper_protocol::Volume {
-                lat,
-                lon: GRID_LON0 + east_m / m_per_deg_lon,
-                radius_m: 5.0,
-                alt_min_m: 0.0,
-                alt_max_m: 120.0,
-                start_ms: start,
-                end_ms: start + ROUTE_LEG_MS,
-            }
-        })
-        .collect()
-}
-
-fn route_reserve(
-    agent: &Agent,
-    name: String,
-    volumes: Vec<hivekeeper_protocol::Volume>,
-) -> AgentOp {
+fn route_reserve(agent: &Agent, name: String, volumes: Vec<Volume>) -> AgentOp {
     AgentOp::RouteReserve {
         name,
         lease: agent.lease.clone(),
@@ -455,40 +421,44 @@ fn route_reserve(
     }
 }
 
-/// 4. Issue 18's target: 10,000 held 12-volume routes over a 20 km square (one per 200 m
-///    cell, in one of four hours); timed: `route.reserve` + `route.release` of a 12-volume
-///    route over an existing route's cell two hours later. The spatial index proposes the held
-///    route's 12 volumes (the same cylinders) and the time windows clear them: a real grant.
-fn route_reserve_release(c: &mut Criterion) {
+/// The 10,000 agents' routes, one each, held: `volumes(i)` is agent i's; checked granted.
+fn hold_routes(h: &mut Harness, agents: &[Agent], volumes: impl Fn(usize) -> Vec<Volume>) {
+    for (i, agent) in agents.iter().enumerate() {
+        let (reply, _) = h.apply(
+            &agent.name,
+            route_reserve(agent, format!("route-{i}"), volumes(i)),
+        );
+        assert_granted(&reply, "setup: held route");
+    }
+}
+
+/// Times `route.reserve` + `route.release` of `later(i)`'s routes (the i-th pair's) on a
+/// machine holding `held(i)`'s, checking first that each reserve is a real grant.
+fn bench_routes(
+    c: &mut Criterion,
+    bench: &str,
+    held: impl Fn(usize) -> Vec<Volume>,
+    later: impl Fn(usize) -> Vec<Volume> + 'static,
+) {
     let mut h = Harness::new(Limits::DEFAULTS);
     let agents: Vec<Agent> = (0..AGENTS)
         .map(|i| h.agent(format!("flight-{i:05}")))
         .collect();
-    let hour = |row: usize, col: usize| ((row + col) % 4) as u64;
-    for (i, agent) in agents.iter().enumerate() {
-        let (row, col) = (i / ROUTE_CELLS, i % ROUTE_CELLS);
-        let volumes = route_volumes(row, col, hour(row, col));
-        let (reply, _) = h.apply(
-            &agent.name,
-            route_reserve(agent, format!("route-{i}"), volumes),
-        );
-        assert_granted(&reply, "setup: held route");
-    }
+    hold_routes(&mut h, &agents, held);
     let bytes = h.sm.snapshot().len();
     eprintln!(
-        "route_reserve_release: {AGENTS} held routes of {ROUTE_LEGS} volumes; snapshot {bytes} \
-         bytes ({} a volume, with its lease and dedup memory)",
-        bytes / (AGENTS * ROUTE_LEGS)
+        "{bench}: {AGENTS} held routes of {} volumes; snapshot {bytes} bytes ({} a volume, with \
+         its lease and dedup memory)",
+        city::LEGS,
+        bytes / (AGENTS * city::LEGS)
     );
     let mut next = 0usize;
     let mut build = move |h: &mut Harness, batch: &mut Vec<(LogMeta, Command)>| {
         let agent = &agents[next % AGENTS];
-        let cell = (next * 7_919) % (ROUTE_CELLS * ROUTE_CELLS);
+        let name = format!("later-{next}");
+        let volumes = later(next);
         next += 1;
-        let (row, col) = (cell / ROUTE_CELLS, cell % ROUTE_CELLS);
-        let later = route_volumes(row, col, hour(row, col) + 2);
-        let name = format!("later-{cell}");
-        batch.push(h.request(&agent.name, route_reserve(agent, name.clone(), later)));
+        batch.push(h.request(&agent.name, route_reserve(agent, name.clone(), volumes)));
         batch.push(h.request(
             &agent.name,
             AgentOp::RouteRelease {
@@ -499,7 +469,7 @@ fn route_reserve_release(c: &mut Criterion) {
     };
     check_pairs(&mut h, 2_000, &mut build, |position, reply, _| {
         if position == 0 {
-            assert_granted(reply, "route.reserve two hours later");
+            assert_granted(reply, "route.reserve in a free hour");
         } else {
             assert_done(reply, "route.release");
         }
@@ -507,11 +477,60 @@ fn route_reserve_release(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("apply");
     group.throughput(Throughput::Elements(2));
-    group.bench_function("route_reserve_release", |b| {
+    group.bench_function(bench, |b| {
         b.iter_custom(|pairs| run_pairs(&mut h, pairs, &mut build));
     });
     group.finish();
     h.check_invariants();
+}
+
+/// 4. Issue 18's target: 10,000 held 12-volume routes over a 20 km square (one per 200 m
+///    cell, each in one of four 1-hour windows, `city.rs`); timed: `route.reserve` +
+///    `route.release` of a 12-volume route over an existing route's cell two hours later. The
+///    spatial index proposes the held route's volumes (the same cylinders) and the time
+///    windows clear them: a real grant.
+fn route_reserve_release(c: &mut Criterion) {
+    let start_ms = |hour: u64| NOW0_MS + city::HOUR_MS * (1 + hour);
+    let cell = |i: usize| (i / city::CELLS, i % city::CELLS);
+    bench_routes(
+        c,
+        "route_reserve_release",
+        move |i| {
+            let (row, col) = cell(i);
+            city::route_volumes(row, col, start_ms(city::hour(row, col)))
+        },
+        move |next| {
+            let (row, col) = cell((next * 7_919) % (city::CELLS * city::CELLS));
+            city::route_volumes(row, col, start_ms(city::hour(row, col) + 2))
+        },
+    );
+}
+
+/// Cells per side of the busy variant's square (10 x 10 cells, 100 routes each).
+const BUSY_CELLS: usize = 10;
+/// Routes stacked on one cell of the busy variant, one an hour.
+const BUSY_HOURS: u64 = 100;
+
+/// 4b. A busy sky: the same 10,000 routes stacked 100 deep on 100 cells (one route an hour
+///    on each cell for 100 hours); timed: reserve + release of a route on one of those cells
+///    in the 101st hour. Every held route of the cell is a spatial candidate; only a time
+///    index keeps the check to the few whose windows can overlap.
+fn route_reserve_release_busy(c: &mut Criterion) {
+    let start_ms = |hour: u64| NOW0_MS + city::HOUR_MS * (1 + hour);
+    let cells = BUSY_CELLS * BUSY_CELLS;
+    let cell = move |i: usize| (i % cells / BUSY_CELLS, i % BUSY_CELLS);
+    bench_routes(
+        c,
+        "route_reserve_release_busy",
+        move |i| {
+            let (row, col) = cell(i);
+            city::route_volumes(row, col, start_ms((i / cells) as u64))
+        },
+        move |next| {
+            let (row, col) = cell(next * 7);
+            city::route_volumes(row, col, start_ms(BUSY_HOURS))
+        },
+    );
 }
 
 /// 5. `snapshot()` and `StateMachine::restore` of the loaded machine (10,000 leases, 10,000
@@ -545,6 +564,7 @@ criterion_group!(
     lock_handover,
     waypoint_reserve_release,
     route_reserve_release,
+    route_reserve_release_busy,
     snapshot
 );
 criterion_main!(benches);

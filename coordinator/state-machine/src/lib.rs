@@ -35,7 +35,7 @@
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
 //!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
-//!                          admin.resources, admin.agent.list: no change
+//!                          admin.resources, admin.agent.list, airspace.query: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
 //!        ▼
@@ -53,8 +53,9 @@
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
-//!   has a cylinder (`geo.rs`, indexed by `grid.rs`), a time window (`window.rs`, which also
-//!   ends windows), or several 4D volumes when it is a route (`route.rs`).
+//!   has a cylinder (`geo.rs`, indexed in space and time by `grid.rs`), a time window
+//!   (`window.rs`, which also ends windows), or several 4D volumes when it is a route
+//!   (`route.rs`); `query.rs` answers `airspace.query` from the same index.
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -102,6 +103,8 @@ mod test_support;
 #[cfg(test)]
 mod wait_deadline_test;
 #[cfg(test)]
+mod waypoint_query_test;
+#[cfg(test)]
 mod waypoint_route_test;
 #[cfg(test)]
 mod waypoint_test;
@@ -111,8 +114,8 @@ mod waypoint_window_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    AccountInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceInfo, ResourceKind, Role,
-    SnapshotPage, WaiterInfo, validate,
+    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceInfo,
+    ResourceKind, Role, SnapshotPage, WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -311,6 +314,14 @@ pub enum Reply {
         /// Resources in (kind, name) order, with their counts.
         resources: Vec<ResourceInfo>,
         /// Present when more follow: the `after` (`kind/name`) of the next page.
+        next_after: Option<String>,
+    },
+    /// `airspace.query` (issue 18): one page of the held reservations that conflict.
+    Conflicts {
+        /// Reservations in name order, each with its conflicting shapes; the node leaves out
+        /// other agents' `agent` and `lease` for the `agent` role.
+        conflicts: Vec<ConflictInfo>,
+        /// Present when more follow: the `after` (a name) of the next page.
         next_after: Option<String>,
     },
     /// `admin.agent.add`, `admin.agent.rotate`: the account as it now is. The node answers
@@ -664,6 +675,17 @@ impl StateMachine {
                 limit: *limit,
             }),
             ReadOp::AdminAgentList { after } => self.account_page(after.as_deref()),
+            ReadOp::AirspaceQuery {
+                volume,
+                volumes,
+                after,
+                limit,
+            } => self.airspace_query(
+                volume.as_ref(),
+                volumes.as_deref(),
+                after.as_deref(),
+                *limit,
+            ),
         }
     }
 

@@ -21,7 +21,7 @@
 //!    decoder's rules and messages (the same `hivekeeper_protocol::validate` helpers), so a
 //!    request read back from the log is exactly as valid as one read from the wire.
 
-use hivekeeper_protocol::{Area, ResourceKind, Role, Volume, validate};
+use hivekeeper_protocol::{Area, QueryVolume, ResourceKind, Role, Volume, validate};
 use serde::{Deserialize, Serialize};
 
 /// A write request from an agent, as the log carries it: its id and what to change.
@@ -246,6 +246,18 @@ pub enum ReadOp {
         /// Most resources in the page.
         limit: Option<u32>,
     },
+    /// Addition (issue 18): one page of the held reservations that conflict with a cylinder
+    /// or a route (`waypoint/query.rs`).
+    AirspaceQuery {
+        /// One cylinder, its window optional; exactly one of `volume` and `volumes`.
+        volume: Option<QueryVolume>,
+        /// A route's volumes.
+        volumes: Option<Vec<Volume>>,
+        /// Only reservations named after this.
+        after: Option<String>,
+        /// Most reservations in the page.
+        limit: Option<u32>,
+    },
     /// One page of accounts, in name order, without their hashes.
     AdminAgentList {
         /// Only accounts after this name; absent: from the first.
@@ -396,6 +408,7 @@ impl ReadOp {
             ReadOp::AdminLeases { .. } => "admin.leases",
             ReadOp::AdminResources { .. } => "admin.resources",
             ReadOp::AdminAgentList { .. } => "admin.agent.list",
+            ReadOp::AirspaceQuery { .. } => "airspace.query",
         }
     }
 }

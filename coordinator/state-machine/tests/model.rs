@@ -244,6 +244,39 @@ fn model_shapes(
         .collect()
 }
 
+/// An `airspace.query` volume over `spot` (an unbanded side becomes the widest altitude the
+/// wire takes, which conflicts alike), from the clock on or at offsets from it.
+fn query_volume(
+    spot: &Spot,
+    now_ms: u64,
+    (start, end): (Option<u64>, Option<u64>),
+) -> hivekeeper_protocol::QueryVolume {
+    let (lat, lon) = spot.lat_lon();
+    hivekeeper_protocol::QueryVolume {
+        lat,
+        lon,
+        radius_m: spot.radius_m,
+        alt_min_m: spot.alt_min_m.unwrap_or(-1_000.0),
+        alt_max_m: spot.alt_max_m.unwrap_or(100_000.0),
+        start_ms: start.map(|offset| now_ms + offset),
+        end_ms: end.map(|offset| now_ms + offset),
+    }
+}
+
+/// An `airspace.query` page as `(name, conflicting volume indexes)` rows.
+fn query_rows(reply: &Reply) -> Vec<(String, Vec<u32>)> {
+    match reply {
+        Reply::Conflicts {
+            conflicts,
+            next_after: None,
+        } => conflicts
+            .iter()
+            .map(|row| (row.name.clone(), row.volume_indexes.clone()))
+            .collect(),
+        other => panic!("not one whole page of conflicts: {other:?}"),
+    }
+}
+
 /// When a reservation ends by itself: its window's end, or its route's last volume's end.
 fn model_end(window: ModelWindow, volumes: &[Volume]) -> Option<u64> {
     match volumes.iter().map(|v| v.end_ms).max() {
@@ -755,6 +788,7 @@ fn outcome_of(reply: &Reply) -> Outcome {
         | Reply::Snapshot(_)
         | Reply::Leases { .. }
         | Reply::Resources { .. }
+        | Reply::Conflicts { .. }
         | Reply::Accounts { .. } => {
             panic!("an admin read in the model: {reply:?}")
         }
@@ -1589,6 +1623,41 @@ impl Model {
         self.holds_of(ResourceKind::Sem, name)
             .map(|hold| hold.permits)
             .sum()
+    }
+
+    /// `airspace.query` the naive way: every held waypoint reservation with a shape that
+    /// conflicts with the query's cylinder in its window (from `now_ms` on without one), in
+    /// name order, with a route's conflicting volume indexes.
+    fn airspace_query(
+        &self,
+        volume: &hivekeeper_protocol::QueryVolume,
+        now_ms: u64,
+    ) -> Vec<(String, Vec<u32>)> {
+        let window = Some((volume.start_ms.unwrap_or(now_ms), volume.end_ms));
+        let mut rows: Vec<(String, Vec<u32>)> = self
+            .holds
+            .iter()
+            .filter(|hold| hold.kind == ResourceKind::Waypoint)
+            .filter_map(|hold| {
+                let shapes = model_shapes(hold.area, hold.window, &hold.volumes);
+                let hits: Vec<u32> = (0u32..)
+                    .zip(&shapes)
+                    .filter(|(_, (area, shape_window))| {
+                        areas_conflict(&volume.area(), area)
+                            && windows_overlap(window, *shape_window)
+                    })
+                    .map(|(number, _)| number)
+                    .collect();
+                let indexes = if hold.volumes.is_empty() {
+                    Vec::new()
+                } else {
+                    hits.clone()
+                };
+                (!hits.is_empty()).then(|| (hold.name.clone(), indexes))
+            })
+            .collect();
+        rows.sort();
+        rows
     }
 
     /// DESIGN.md §2: two reservations conflict if they share the name, or their cylinders
@@ -2709,6 +2778,26 @@ impl Harness {
                         self.recent_trace()
                     );
                 }
+            }
+        }
+        // airspace.query (issue 18): the machine's answer from its space-and-time index,
+        // against every held reservation checked pair by pair.
+        for spot in SPOTS.iter().flatten() {
+            for offsets in [(None, None), (Some(1_000), Some(2_000))] {
+                let volume = query_volume(spot, self.model.now_ms, offsets);
+                let op = ReadOp::AirspaceQuery {
+                    volume: Some(volume),
+                    volumes: None,
+                    after: None,
+                    limit: None,
+                };
+                prop_assert_eq!(
+                    query_rows(&self.sm.query("a0", &op)),
+                    self.model.airspace_query(&volume, self.model.now_ms),
+                    "airspace.query over {:?} (left: machine, right: model)\n{}",
+                    volume,
+                    self.recent_trace()
+                );
             }
         }
         let lease_texts = self

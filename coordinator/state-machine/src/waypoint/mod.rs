@@ -30,9 +30,17 @@
 //! 7. A route (`route.rs`) has volumes and no cylinder or window of its own; invariants 1, 2,
 //!    5 and 6 hold for each of its volumes (its shapes), and the spatial index files each
 //!    volume under (name or seq, volume number).
+//! 8. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each cell keeps its
+//!    shapes in (open, window start, key) order and bounds its ended windows' length exactly
+//!    (`Grid::check`, grid invariants 1 to 3); with
+//!    invariant 3's rebuild, the index is exactly what the reservations imply, so a check reads
+//!    only the shapes whose cells and windows can overlap its own.
 
 mod geo;
 mod grid;
+#[cfg(test)]
+mod grid_test;
+mod query;
 mod route;
 mod window;
 
@@ -225,8 +233,9 @@ impl Index {
     }
 
     fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
-        for (number, (area, _)) in (0u32..).zip(reservation.shapes()) {
-            self.held.remove(&(name.clone(), number), &area);
+        for (number, (area, window)) in (0u32..).zip(reservation.shapes()) {
+            self.held
+                .remove(&(name.clone(), number), &area, window.as_ref());
         }
         if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
             self.held_ends.remove(&(end_ms, name.clone()));
@@ -250,8 +259,8 @@ impl Index {
     }
 
     fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
-        for (number, (area, _)) in (0u32..).zip(pending.shapes()) {
-            self.waiting.remove(&(seq, number), &area);
+        for (number, (area, window)) in (0u32..).zip(pending.shapes()) {
+            self.waiting.remove(&(seq, number), &area, window.as_ref());
         }
         if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
             self.waiting_ends.remove(&(end_ms, seq));
@@ -430,7 +439,7 @@ impl Waypoints {
         }
     }
 
-    /// Invariants 1 to 5, and the holds and waits for the cross-check with leases.
+    /// Invariants 1 to 8, and the holds and waits for the cross-check with leases.
     pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
@@ -474,6 +483,8 @@ impl Waypoints {
         {
             return Err("a route has an area or a window besides its volumes".into());
         }
+        self.index.held.check()?;
+        self.index.waiting.check()?;
         if self.index != Index::build(&self.held, &self.waiters) {
             return Err("the waypoint indexes disagree with the reservations".into());
         }

@@ -31,8 +31,13 @@ use crate::{Ctx, Reply, StateMachine, Text};
 
 impl StateMachine {
     /// Each volume's window against the entry's time and the limits, as `waypoint.reserve`
-    /// checks one window; the refusal names the op and the volume.
-    fn check_volume_windows(&self, op: &str, volumes: &[Volume], now_ms: u64) -> Option<Reply> {
+    /// checks one window; the refusal names the op and the volume (also `airspace.query`'s).
+    pub(super) fn check_volume_windows(
+        &self,
+        op: &str,
+        volumes: &[Volume],
+        now_ms: u64,
+    ) -> Option<Reply> {
         volumes.iter().enumerate().find_map(|(i, volume)| {
             let window = Window::resolve(
                 Some(volume.start_ms),
