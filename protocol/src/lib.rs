@@ -21,12 +21,14 @@
 //! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
+//! - [`priority`]: [`Priority`], a reservation's level (0 routine to 3 emergency).
 //! - [`error`]: [`ErrorCode`], the closed list of codes, and [`ProtocolError`].
 //! - [`topic`]: building and parsing `hk/v1/{req,rsp,evt}/{agent}`.
 //! - [`validate`]: the bounds on ids, names and numeric fields, one precise message per failure.
 
 pub mod error;
 pub mod event;
+pub mod priority;
 pub mod request;
 pub mod response;
 pub mod role;
@@ -35,6 +37,7 @@ pub mod validate;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
+pub use priority::Priority;
 pub use request::{Area, Op, Request, ResourceKind, Volume};
 pub use response::{
     AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,

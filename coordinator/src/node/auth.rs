@@ -415,6 +415,8 @@ mod tests {
             start_ms: None,
             end_ms: None,
             volumes: Vec::new(),
+            priority: None,
+            vacate_by_ms: None,
         };
         let reply = Reply::Inspect {
             limit: None,

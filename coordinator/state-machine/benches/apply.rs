@@ -315,6 +315,7 @@ fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
         wait_ms: Some(0),
         start_ms: None,
         end_ms: None,
+        priority: Default::default(),
     }
 }
 
@@ -452,6 +453,7 @@ fn route_reserve(
         volumes,
         // Try once, as for the pads.
         wait_ms: Some(0),
+        priority: Default::default(),
     }
 }
 

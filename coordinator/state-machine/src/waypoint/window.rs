@@ -22,6 +22,8 @@
 //! entry; an entry of a stale term ends nothing (the rule of the other expiries). Tested in
 //! `waypoint_window_test.rs` and by the model test, which ends windows its own naive way.
 
+use std::collections::BTreeSet;
+
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
@@ -104,17 +106,20 @@ pub fn overlaps(a: Option<&Window>, b: Option<&Window>) -> bool {
 }
 
 impl super::Waypoints {
-    /// The earliest end of a held or waiting reservation, if any has one.
+    /// The earliest end of a held or waiting reservation, or vacate deadline of a preempted
+    /// one (`preempt.rs`), if any.
     pub fn end_next_ms(&self) -> Option<u64> {
         let held = self.index.held_ends.first().map(|(end_ms, _)| *end_ms);
         let waiting = self.index.waiting_ends.first().map(|(end_ms, _)| *end_ms);
-        held.into_iter().chain(waiting).min()
+        let vacate = self.vacate_next_ms();
+        held.into_iter().chain(waiting).chain(vacate).min()
     }
 }
 
 impl StateMachine {
-    /// The earliest end of a reservation's window in the state, ms on the machine's clock: the
-    /// leader proposes [`crate::Command::ExpireReservations`] once its clock reaches it.
+    /// The earliest end of a reservation's window, or vacate deadline of a preempted one, in
+    /// the state, ms on the machine's clock: the leader proposes
+    /// [`crate::Command::ExpireReservations`] once its clock reaches it.
     pub fn reservation_end_next_ms(&self) -> Option<u64> {
         self.waypoints.end_next_ms()
     }
@@ -126,22 +131,31 @@ impl StateMachine {
     }
 
     /// `ExpireReservations { term }`: ends every held reservation whose window's end has
-    /// passed on the machine's clock (released, reason `window_ended`), answers every waiting
-    /// one whose end passed before its grant `timeout`, then grants what became grantable, all
-    /// in this entry. A stale term does nothing, as for the other expiries (invariant 2).
+    /// passed on the machine's clock (released, reason `window_ended`) or whose vacate
+    /// deadline has (reason `preempted`, `preempt.rs`), answers every waiting one whose end
+    /// passed before its grant `timeout`, then grants what became grantable, all in this
+    /// entry. A stale term does nothing, as for the other expiries (invariant 2).
     pub(crate) fn expire_reservations(&mut self, ctx: &mut Ctx, term: u64) -> Reply {
         if term < self.term_max {
             return Reply::ReservationsEnded { count: 0 };
         }
         let now_ms = ctx.now_ms;
-        let held_due: Vec<(u64, Text)> = self
+        let mut held_due: Vec<(Text, ReleaseReason)> = self
             .waypoints
             .index
             .held_ends
             .iter()
             .take_while(|(end_ms, _)| *end_ms <= now_ms)
-            .cloned()
+            .map(|(_, name)| (name.clone(), ReleaseReason::WindowEnded))
             .collect();
+        // A preempted reservation whose window ended too ends as a window's end would.
+        let ended: BTreeSet<Text> = held_due.iter().map(|(name, _)| name.clone()).collect();
+        held_due.extend(
+            self.waypoints
+                .vacate_due(now_ms)
+                .filter(|name| !ended.contains(*name))
+                .map(|name| (name.clone(), ReleaseReason::Preempted)),
+        );
         let waiting_due: Vec<(u64, u64)> = self
             .waypoints
             .index
@@ -150,15 +164,14 @@ impl StateMachine {
             .take_while(|(end_ms, _)| *end_ms <= now_ms)
             .copied()
             .collect();
-        for (_, name) in &held_due {
+        for (name, reason) in &held_due {
             let lease = self.waypoints.held[name].hold.lease;
             let hold = self
                 .waypoints
                 .take_hold(name, lease)
-                .expect("the end index lists held reservations");
+                .expect("the end indexes list held reservations");
             let key = ResourceKey::new(ResourceKind::Waypoint, name);
-            self.core
-                .release(ctx, &key, &hold, ReleaseReason::WindowEnded);
+            self.core.release(ctx, &key, &hold, *reason);
         }
         for (end_ms, seq) in &waiting_due {
             let pending = &self.waypoints.waiters[seq];
@@ -174,7 +187,8 @@ impl StateMachine {
             self.core
                 .answer_waiter(ctx, &key, waiter, ErrorCode::Timeout, &message);
         }
-        self.waypoints.settle(ctx, &mut self.core);
+        let vacate_ms = self.limits.reservation_vacate_ms;
+        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
         let count = held_due.len() + waiting_due.len();
         Reply::ReservationsEnded {
             count: u64::try_from(count).expect("a count of reservations fits in u64"),
