@@ -76,7 +76,8 @@ impl<'de> Visitor<'de> for PriorityVisitor {
     }
 
     fn visit_f64<E: de::Error>(self, value: f64) -> Result<Priority, E> {
-        Err(E::custom(Priority::out_of_range(value)))
+        // Debug, so that 3.0 reads `3.0` and not `3`, which would look like a valid level.
+        Err(E::custom(Priority::out_of_range(format!("{value:?}"))))
     }
 
     fn visit_str<E: de::Error>(self, value: &str) -> Result<Priority, E> {

@@ -403,3 +403,30 @@ fn replicas_agree_byte_for_byte_on_priorities_and_deadlines() {
     assert_eq!(on_restored, on_original);
     assert_eq!(restored.snapshot(), h.sm.snapshot());
 }
+
+#[test]
+fn a_preemptor_whose_window_ends_with_the_deadline_takes_nothing() {
+    let mut h = Harness::new();
+    let [a, c] = h.leases(["a", "c"], 600_000);
+    let token_a = Harness::token(&h.reply("a", pad_at("p-a", &a, 0.0, 0, None)));
+    // c asks for the airspace only until the very instant a's deadline falls.
+    let window = (None, Some(T0 + VACATE_MS));
+    h.send_as(
+        "c",
+        "c1",
+        at_priority(pad_in("p-c", &c, 1.0, None, window), 3),
+    );
+    assert_eq!(holder(&h, "p-a").vacate_by_ms, Some(T0 + VACATE_MS));
+    // One entry past both: c's wait ends first (its window is over), so nobody needs a's
+    // airspace any more and a keeps it.
+    h.now_ms = T0 + VACATE_MS;
+    let (reply, events) = expire_reservations(&mut h);
+    assert_eq!(reply, Reply::ReservationsEnded { count: 1 });
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Released { .. })),
+        "{events:?}"
+    );
+    assert_eq!(responses(&events).len(), 1);
+    let kept = holder(&h, "p-a");
+    assert_eq!((kept.token, kept.vacate_by_ms), (token_a, None));
+}

@@ -1338,13 +1338,7 @@ impl Model {
             model_end(*window, volumes).is_some_and(|end_ms| end_ms <= now_ms)
         };
         let holds_before = self.holds.len();
-        self.holds.retain(|hold| {
-            !due(&hold.window, &hold.volumes)
-                && hold
-                    .vacate_by_ms
-                    .is_none_or(|vacate_by_ms| vacate_by_ms > now_ms)
-        });
-        let holds_ended = holds_before - self.holds.len();
+        self.holds.retain(|hold| !due(&hold.window, &hold.volumes));
         let mut waiters_due: Vec<ModelWaiter> = self
             .waiters
             .iter()
@@ -1356,6 +1350,14 @@ impl Model {
         for waiter in &waiters_due {
             self.respond(waiter, refused(ErrorCode::Timeout));
         }
+        // Then the preempted holds whose deadline passed, if a waiter still needs them.
+        let needed = self.needed();
+        self.holds.retain(|hold| {
+            hold.vacate_by_ms
+                .is_none_or(|vacate_by_ms| vacate_by_ms > now_ms)
+                || !needed.iter().any(|(name, _)| *name == hold.name)
+        });
+        let holds_ended = holds_before - self.holds.len();
         self.grant_what_is_grantable();
         Outcome::ReservationsEnded {
             count: (holds_ended + waiters_due.len()) as u64,
@@ -1418,12 +1420,10 @@ impl Model {
         queue
     }
 
-    /// The preemption pass, naively after every entry: a waypoint waiter above routine that
-    /// no other lease's waiter ahead of it conflicts with, and that conflicts only with other
-    /// leases' holds of a lower priority, needs those holds vacated. A needed hold without a
-    /// deadline gets one (`now + reservation_vacate_ms`) and an event; a deadline that no
-    /// waiter needs is dropped.
-    fn preempt(&mut self) {
+    /// The holds some waiter preempts, naively: a waypoint waiter above routine that no other
+    /// lease's waiter ahead of it conflicts with, and that conflicts only with other leases'
+    /// holds of a lower priority, needs those holds vacated. `(name, highest priority)`.
+    fn needed(&self) -> Vec<(String, u8)> {
         let waypoint = ResourceKind::Waypoint;
         let mut needed: Vec<(String, u8)> = Vec::new();
         for w in self
@@ -1473,6 +1473,15 @@ impl Model {
                 }
             }
         }
+        needed
+    }
+
+    /// The preemption pass, naively after every entry: a hold that [`Model::needed`] lists
+    /// without a deadline gets one (`now + reservation_vacate_ms`) and an event; a deadline
+    /// that no waiter needs is dropped.
+    fn preempt(&mut self) {
+        let waypoint = ResourceKind::Waypoint;
+        let needed = self.needed();
         let vacate_by_ms = self.now_ms + self.limits.reservation_vacate_ms;
         let mut preempted = Vec::new();
         for hold in self.holds.iter_mut().filter(|hold| hold.kind == waypoint) {

@@ -25,7 +25,9 @@
 //! **A preemptor that goes away.** When no waiter needs a deadline any more (the preemptor
 //! timed out, its lease ended, another request queued ahead of it, or a holder of its
 //! priority now stands in its way), the deadline is dropped and the holder keeps its
-//! reservation; no event says so (`inspect` shows the deadline while it stands).
+//! reservation; no event says so (`inspect` shows the deadline while it stands). In the
+//! deadline's own `ExpireReservations` the windows due end first, so a preemptor whose window
+//! ends then takes nothing (`Waypoints::vacate_due_needed`).
 //!
 //! Invariants (checked by [`Waypoints::check_preempt_invariants`], the waypoint invariant 9):
 //! 1. A held reservation has a vacate deadline exactly when a preempting waiter needs it (it
@@ -131,13 +133,23 @@ impl Waypoints {
         }
     }
 
-    /// The held reservations whose vacate deadline is at or before `now_ms`, by name.
-    pub(super) fn vacate_due(&self, now_ms: u64) -> impl Iterator<Item = &Text> {
-        self.index
+    /// The held reservations whose vacate deadline is at or before `now_ms` and that a waiter
+    /// still needs, in deadline order: what `ExpireReservations` ends once it has ended the
+    /// windows due (which may have taken the preemptor away).
+    pub(super) fn vacate_due_needed(&self, now_ms: u64) -> Vec<Text> {
+        let mut due = self
+            .index
             .vacate_ends
             .iter()
-            .take_while(move |(vacate_by_ms, _)| *vacate_by_ms <= now_ms)
-            .map(|(_, name)| name)
+            .take_while(|(vacate_by_ms, _)| *vacate_by_ms <= now_ms)
+            .peekable();
+        if due.peek().is_none() {
+            return Vec::new();
+        }
+        let needed = self.needed();
+        due.filter(|(_, name)| needed.contains_key(name))
+            .map(|(_, name)| name.clone())
+            .collect()
     }
 
     /// The earliest vacate deadline, if any reservation is preempted.

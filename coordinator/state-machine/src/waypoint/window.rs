@@ -18,11 +18,10 @@
 //!    under that end, so the earliest end is the first entry and the due ones are a prefix.
 //!
 //! An `ExpireReservations` entry ends exactly the reservations whose end is at or before the
-//! machine's clock, holds first, waits second, then grants what became grantable in the same
-//! entry; an entry of a stale term ends nothing (the rule of the other expiries). Tested in
+//! machine's clock, holds first, waits second, then the preempted holds whose vacate deadline
+//! passed and that a waiter still needs (`preempt.rs`), then grants what became grantable in
+//! the same entry; an entry of a stale term ends nothing (the rule of the other expiries). Tested in
 //! `waypoint_window_test.rs` and by the model test, which ends windows its own naive way.
-
-use std::collections::BTreeSet;
 
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
@@ -130,6 +129,17 @@ impl StateMachine {
         self.expiry_due(self.reservation_end_next_ms(), stamp_ms)
     }
 
+    /// Ends the held reservation `name` (its holder's lease, whoever it is) for `reason`.
+    fn end_held(&mut self, ctx: &mut Ctx, name: &Text, reason: ReleaseReason) {
+        let lease = self.waypoints.held[name].hold.lease;
+        let hold = self
+            .waypoints
+            .take_hold(name, lease)
+            .expect("the end indexes list held reservations");
+        let key = ResourceKey::new(ResourceKind::Waypoint, name);
+        self.core.release(ctx, &key, &hold, reason);
+    }
+
     /// `ExpireReservations { term }`: ends every held reservation whose window's end has
     /// passed on the machine's clock (released, reason `window_ended`) or whose vacate
     /// deadline has (reason `preempted`, `preempt.rs`), answers every waiting one whose end
@@ -140,22 +150,14 @@ impl StateMachine {
             return Reply::ReservationsEnded { count: 0 };
         }
         let now_ms = ctx.now_ms;
-        let mut held_due: Vec<(Text, ReleaseReason)> = self
+        let held_due: Vec<(u64, Text)> = self
             .waypoints
             .index
             .held_ends
             .iter()
             .take_while(|(end_ms, _)| *end_ms <= now_ms)
-            .map(|(_, name)| (name.clone(), ReleaseReason::WindowEnded))
+            .cloned()
             .collect();
-        // A preempted reservation whose window ended too ends as a window's end would.
-        let ended: BTreeSet<Text> = held_due.iter().map(|(name, _)| name.clone()).collect();
-        held_due.extend(
-            self.waypoints
-                .vacate_due(now_ms)
-                .filter(|name| !ended.contains(*name))
-                .map(|name| (name.clone(), ReleaseReason::Preempted)),
-        );
         let waiting_due: Vec<(u64, u64)> = self
             .waypoints
             .index
@@ -164,14 +166,8 @@ impl StateMachine {
             .take_while(|(end_ms, _)| *end_ms <= now_ms)
             .copied()
             .collect();
-        for (name, reason) in &held_due {
-            let lease = self.waypoints.held[name].hold.lease;
-            let hold = self
-                .waypoints
-                .take_hold(name, lease)
-                .expect("the end indexes list held reservations");
-            let key = ResourceKey::new(ResourceKind::Waypoint, name);
-            self.core.release(ctx, &key, &hold, *reason);
+        for (_, name) in &held_due {
+            self.end_held(ctx, name, ReleaseReason::WindowEnded);
         }
         for (end_ms, seq) in &waiting_due {
             let pending = &self.waypoints.waiters[seq];
@@ -187,9 +183,16 @@ impl StateMachine {
             self.core
                 .answer_waiter(ctx, &key, waiter, ErrorCode::Timeout, &message);
         }
+        // Last, the preempted reservations whose vacate deadline passed, if a waiter still
+        // needs them now that the windows above ended (a preemptor whose own window ended
+        // in this entry needs nothing: its holders keep their reservations, `preempt.rs`).
+        let vacated = self.waypoints.vacate_due_needed(now_ms);
+        for name in &vacated {
+            self.end_held(ctx, name, ReleaseReason::Preempted);
+        }
         let vacate_ms = self.limits.reservation_vacate_ms;
         self.waypoints.settle(ctx, &mut self.core, vacate_ms);
-        let count = held_due.len() + waiting_due.len();
+        let count = held_due.len() + waiting_due.len() + vacated.len();
         Reply::ReservationsEnded {
             count: u64::try_from(count).expect("a count of reservations fits in u64"),
         }
