@@ -430,3 +430,24 @@ fn a_preemptor_whose_window_ends_with_the_deadline_takes_nothing() {
     let kept = holder(&h, "p-a");
     assert_eq!((kept.token, kept.vacate_by_ms), (token_a, None));
 }
+
+/// Found by the model test: a hold granted at once, of a priority as high as a preemptor's
+/// and in its way, ends that preemption in the same entry.
+#[test]
+fn a_higher_hold_granted_at_once_in_the_preemptors_way_ends_the_preemption() {
+    let mut h = Harness::new();
+    let [a, c] = h.leases(["a", "c"], 600_000);
+    let token_a = Harness::token(&h.reply("a", pad_at("p-a", &a, 0.0, 0, None)));
+    // c (1) preempts a's pad.
+    h.send_as("c", "c1", pad_at("p-c", &c, 3.0, 1, None));
+    assert_eq!(holder(&h, "p-a").vacate_by_ms, Some(T0 + VACATE_MS));
+    // a's own lease takes, at priority 2, a pad in c's way but not in a's pad's (6 m north of
+    // it, 3 m from c's): granted at once (a lease never conflicts with itself, and c waits
+    // behind it), and now c is in the way of a priority above its own.
+    let (reply, events) = h.send("a", pad_at("p-a2", &a, 6.0, 2, None));
+    assert!(matches!(reply, Reply::Granted { .. }), "{reply:?}");
+    assert!(!events.iter().any(|e| matches!(e, Event::Preempted { .. })));
+    let kept = holder(&h, "p-a");
+    assert_eq!((kept.token, kept.vacate_by_ms), (token_a, None));
+    assert_eq!(h.sm.reservation_end_next_ms(), None);
+}

@@ -760,6 +760,10 @@ impl StateMachine {
                 vacate_by_ms: None,
             };
             self.waypoints.insert_held(name, reservation);
+            // A new hold of a priority as high as a preemptor's, in its way, ends that
+            // preemption (`preempt.rs`): found by the model test.
+            self.waypoints
+                .preempt(ctx, self.limits.reservation_vacate_ms);
             return Reply::Granted { token };
         }
         if wait_ms == Some(0) {
