@@ -4,7 +4,11 @@
 //! `ExpireReservations`) and its waiter is granted with a higher token; bad windows are
 //! `bad_request` with the message that says which. Routes: two drones reserve crossing routes
 //! at overlapping times, one waits and is granted with a higher token when the other releases,
-//! a route at another time is granted at once; amend and release in raw JSON.
+//! a route at another time is granted at once; amend and release in raw JSON. Priority and
+//! preemption (part 3), with a 500 ms vacate deadline: a routine route held, an emergency
+//! route crossing it, the holder told `reservation.preempted` with `vacate_by_ms` (raw JSON,
+//! and the SDK's `Guard::preempted`), the holder not releasing, the emergency granted at the
+//! deadline with a higher token and the holder told `waypoint.lost`.
 
 mod common;
 
@@ -12,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::{Node, Raw, agent, agent_session, code, inspect, release, within};
 use hivekeeper_agent::protocol::{Area, ResourceKind, Volume};
-use hivekeeper_agent::{AgentError, Guard, Session, TimeWindow, Wait};
+use hivekeeper_agent::{AgentError, Guard, Priority, Session, TimeWindow, Wait};
 use serde_json::json;
 
 /// The wall clock, UTC ms: the node stamps entries with the same clock.
@@ -457,5 +461,158 @@ async fn airspace_query_lists_conflicts_in_pages_and_shows_holders_to_observers_
         json!({"id": "q8", "ok": false, "error": {"code": "bad_request", "message": format!(
             "airspace.query: `volume`: the window is empty: `end_ms` ({}) is not after \
              `start_ms` ({})", t + 60_000, t + 60_000)}})
+    );
+}
+
+/// The next message `raw` gets on a topic other than its responses (its events), within 10 s.
+async fn next_event(raw: &mut Raw, what: &str) -> (String, Vec<u8>) {
+    let next = async {
+        loop {
+            if let Some(message) = raw.try_next_elsewhere(100).await {
+                return message;
+            }
+        }
+    };
+    within(10, what, next).await
+}
+
+/// How long a preempted holder has to vacate in the preemption tests: short, so the deadline
+/// passes within the test.
+const VACATE_MS: u64 = 500;
+
+/// A node whose `reservation_vacate_ms` is [`VACATE_MS`], with its config in `dir`.
+async fn node_with_short_vacate(dir: &std::path::Path) -> Node {
+    let config = dir.join("vacate.toml");
+    std::fs::write(
+        &config,
+        format!("[node.limits]\nreservation_vacate_ms = {VACATE_MS}\n"),
+    )
+    .expect("write the config");
+    let config = config.to_str().expect("a UTF-8 temp path");
+    Node::start_with_args(&dir.join("data"), &["--config", config]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emergency_route_preempts_a_routine_one_that_does_not_vacate_and_gets_a_higher_token() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = node_with_short_vacate(dir.path()).await;
+    let port = node.mqtt_port();
+    let mut holder = Raw::connect(port, "survey-3").await;
+    holder.subscribe("hk/v1/evt/survey-3").await;
+    let lease = holder.grant("g", 60_000).await;
+    let t = now_ms() + 60_000;
+    // A routine survey flight over the hub, east to west, one minute a leg.
+    let survey = line(true, 200.0, t, 60_000);
+    let held = holder
+        .call(
+            json!({"id": "r1", "op": "route.reserve", "name": "survey", "lease": lease,
+                     "volumes": survey, "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(held["ok"], true, "{held}");
+    let token = held["token"].as_u64().expect("a grant has a token");
+
+    // An emergency flight crossing it, south to north through the hub, at the same minutes.
+    let (_m, medevac) = agent_session("medevac-1", port, 60_000).await;
+    let crossing = line(false, 200.0, t, 60_000);
+    let emergency = tokio::spawn(async move {
+        let reserve =
+            medevac.reserve_route_at("medevac", crossing, Wait::UntilGranted, Priority::EMERGENCY);
+        within(20, "the emergency route", reserve).await
+    });
+
+    // The holder is told to vacate, once, by the entry's time + 500 ms.
+    let (topic, payload) = next_event(&mut holder, "the preempted event").await;
+    assert_eq!(topic, "hk/v1/evt/survey-3");
+    let event: serde_json::Value = serde_json::from_slice(&payload).expect("an event is JSON");
+    let vacate_by_ms = event["vacate_by_ms"].as_u64().expect("a deadline");
+    assert_eq!(
+        event,
+        json!({"event": "reservation.preempted", "name": "survey", "token": token,
+               "kind": "route", "vacate_by_ms": vacate_by_ms, "priority": 3})
+    );
+    let stamped_ms = vacate_by_ms - VACATE_MS;
+    assert!(
+        stamped_ms + 30_000 > now_ms() && stamped_ms < now_ms() + 1_000,
+        "the deadline is the preempting entry's time + 500 ms: {vacate_by_ms}"
+    );
+
+    // The holder does not release. At the deadline its whole route ends, it is told
+    // `waypoint.lost`, and the emergency route is granted with a higher token.
+    let granted = within(20, "the emergency route task", emergency)
+        .await
+        .expect("the task ran")
+        .expect("granted at the deadline");
+    assert!(granted.token() > token, "{} > {token}", granted.token());
+    assert_eq!(granted.priority(), Priority::EMERGENCY);
+    assert!(
+        now_ms() + 1_000 >= vacate_by_ms,
+        "not granted before the deadline"
+    );
+    let (topic, payload) = next_event(&mut holder, "the lost event").await;
+    assert_eq!(topic, "hk/v1/evt/survey-3");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&payload).expect("JSON"),
+        json!({"event": "waypoint.lost", "name": "survey", "token": token})
+    );
+    // The late holder is fenced.
+    let fence = holder
+        .call(
+            json!({"id": "f1", "op": "fence.check", "name": "survey", "kind": "waypoint",
+                     "token": token}),
+        )
+        .await;
+    assert_eq!(
+        fence,
+        json!({"id": "f1", "ok": true, "current": 0, "valid": false})
+    );
+    let late = holder
+        .call(json!({"id": "r2", "op": "route.release", "name": "survey", "lease": lease}))
+        .await;
+    assert_eq!(code(&late), Some("not_holder"), "{late}");
+    let shown = holder.inspect("i", "waypoint", "medevac").await;
+    assert_eq!(shown["holders"][0]["priority"], 3, "{shown}");
+    release(granted, "the emergency lands").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_guard_resolves_preempted_and_a_release_in_time_grants_the_preemptor() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = node_with_short_vacate(dir.path()).await;
+    let port = node.mqtt_port();
+    let (_h, holder) = agent_session("survey-4", port, 60_000).await;
+    let t = now_ms() + 60_000;
+    let guard = within(
+        10,
+        "the routine route",
+        holder.reserve_route("survey", line(true, 200.0, t, 60_000), Wait::Try),
+    )
+    .await
+    .expect("the sky is empty");
+    assert_eq!(guard.priority(), Priority::ROUTINE);
+    let mut medevac = Raw::connect(port, "medevac-2").await;
+    let lease = medevac.grant("g", 60_000).await;
+    medevac
+        .send(
+            json!({"id": "e1", "op": "route.reserve", "name": "medevac", "lease": lease,
+                   "priority": 2, "volumes": line(false, 200.0, t, 60_000)})
+            .to_string(),
+        )
+        .await;
+    let preempted = within(10, "Guard::preempted", guard.preempted()).await;
+    assert_eq!(preempted.priority, Priority::new(2).expect("a level"));
+    let shown = medevac.inspect("i", "waypoint", "survey").await;
+    assert_eq!(
+        shown["holders"][0]["vacate_by_ms"], preempted.vacate_by_ms,
+        "{shown}"
+    );
+    // Released in time: the preemptor is granted in the release's entry.
+    let token = guard.token();
+    release(guard, "the survey vacates").await;
+    let granted = medevac.next(10).await;
+    assert_eq!(granted["id"], "e1", "{granted}");
+    assert!(
+        granted["token"].as_u64().expect("a token") > token,
+        "{granted}"
     );
 }

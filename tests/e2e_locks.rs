@@ -235,6 +235,7 @@ async fn waypoints_conflict_only_when_closer_than_their_radii() {
         name: name.to_string(),
         geometry: Some(pad(at, lon)),
         window: TimeWindow::default(),
+        priority: hivekeeper_agent::Priority::ROUTINE,
     };
 
     // 10 m apart with 3 m radii (3 + 3 < 10): both granted at once.

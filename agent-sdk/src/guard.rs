@@ -20,10 +20,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Mutex, broadcast, watch};
 use tracing::debug;
 
-use hivekeeper_protocol::{Area, ErrorCode, Op, ResourceKind, Volume};
+use hivekeeper_protocol::{Area, ErrorCode, Event, Op, Priority, ResourceKind, Volume};
 
 use crate::error::AgentError;
 use crate::session::{Session, SessionInner, SessionState, wait_lost};
@@ -88,6 +88,9 @@ pub enum Resource {
         geometry: Option<Geometry>,
         /// When: two cylinders conflict only if their windows overlap.
         window: TimeWindow,
+        /// Addition (issue 18, part 3): 0 (routine) to 3 (emergency). A reservation in the way
+        /// only of lower priorities preempts them instead of waiting behind them.
+        priority: Priority,
     },
     /// A whole route (`route.reserve`): 1 to 64 4D volumes granted all or nothing with one
     /// token. A route is a waypoint reservation of its name (`kind` is waypoint).
@@ -96,6 +99,8 @@ pub enum Resource {
         name: String,
         /// Its volumes, in flight order.
         volumes: Vec<Volume>,
+        /// As for [`Resource::Waypoint`]'s.
+        priority: Priority,
     },
 }
 
@@ -111,6 +116,14 @@ impl Resource {
             Resource::Lock { .. } => ResourceKind::Lock,
             Resource::Semaphore { .. } => ResourceKind::Sem,
             Resource::Waypoint { .. } | Resource::Route { .. } => ResourceKind::Waypoint,
+        }
+    }
+
+    /// The priority asked for: routine for locks and semaphores, which have none.
+    pub fn priority(&self) -> Priority {
+        match self {
+            Resource::Waypoint { priority, .. } | Resource::Route { priority, .. } => *priority,
+            Resource::Lock { .. } | Resource::Semaphore { .. } => Priority::ROUTINE,
         }
     }
 
@@ -148,6 +161,7 @@ impl Resource {
                 name,
                 geometry,
                 window,
+                priority,
             } => Op::WaypointReserve {
                 name: name.clone(),
                 lease,
@@ -159,12 +173,18 @@ impl Resource {
                 wait_ms,
                 start_ms: window.start_ms,
                 end_ms: window.end_ms,
+                priority: *priority,
             },
-            Resource::Route { name, volumes } => Op::RouteReserve {
+            Resource::Route {
+                name,
+                volumes,
+                priority,
+            } => Op::RouteReserve {
                 name: name.clone(),
                 lease,
                 volumes: volumes.clone(),
                 wait_ms,
+                priority: *priority,
             },
         }
     }
@@ -304,6 +324,18 @@ impl Drop for Releasing {
     }
 }
 
+/// Addition (issue 18, part 3): the service needs a reservation's airspace for a request of a
+/// higher priority (`reservation.preempted`): vacate it and release the guard by
+/// `vacate_by_ms`, when the service ends it (the token then fails `fence.check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preempted {
+    /// When the service ends the reservation unless released first, UTC ms since the Unix
+    /// epoch on the service's clock.
+    pub vacate_by_ms: u64,
+    /// The priority of the request that preempts it.
+    pub priority: Priority,
+}
+
 /// A granted lock, permits or waypoint reservation, with its fencing token.
 ///
 /// Holds its session alive (keepalives continue while any guard exists). Released by
@@ -314,13 +346,63 @@ pub struct Guard {
     claim: Option<Claim>,
     /// The grant's fencing token.
     token: u64,
+    /// The priority it was granted at, which [`Guard::amend`] restates.
+    priority: Priority,
+    /// The agent's events since before the request was sent (so none for this grant can be
+    /// missed), for [`Guard::preempted`]; waypoints and routes only.
+    events: Option<Mutex<broadcast::Receiver<Event>>>,
 }
 
 impl Guard {
-    pub(crate) fn new(claim: Claim, token: u64) -> Guard {
+    pub(crate) fn new(
+        claim: Claim,
+        token: u64,
+        priority: Priority,
+        events: Option<broadcast::Receiver<Event>>,
+    ) -> Guard {
         Guard {
             claim: Some(claim),
             token,
+            priority,
+            events: events.map(Mutex::new),
+        }
+    }
+
+    /// The priority the reservation holds (routine for locks and semaphores).
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// Resolves when the service tells this reservation (a waypoint's or a route's, with this
+    /// guard's token) that a higher priority preempts it: vacate the airspace and release the
+    /// guard before [`Preempted::vacate_by_ms`]. Pending forever for a lock or a semaphore,
+    /// and once the agent's connection is gone. Events are a courtesy (one missed while
+    /// reconnecting, or among more than 256 unread ones, is not seen here): the token is the
+    /// safety mechanism.
+    pub async fn preempted(&self) -> Preempted {
+        let Some(events) = &self.events else {
+            return std::future::pending().await;
+        };
+        let mut events = events.lock().await;
+        loop {
+            match events.recv().await {
+                Ok(Event::ReservationPreempted {
+                    name,
+                    token,
+                    vacate_by_ms,
+                    priority,
+                    ..
+                }) if token == self.token && name == self.claim().name => {
+                    return Preempted {
+                        vacate_by_ms,
+                        priority,
+                    };
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => {
+                    return std::future::pending().await;
+                }
+            }
         }
     }
 
@@ -397,6 +479,7 @@ impl Guard {
     /// service grants the new volumes at once, keeping this guard's token, or answers
     /// [`AgentError::WouldBlock`] and keeps the old route; it never waits. Only for a guard of
     /// a route ([`Session::reserve_route`]); for another the service answers `bad_request`.
+    /// The route keeps its priority ([`Guard::priority`]).
     pub async fn amend(&self, volumes: Vec<Volume>) -> Result<(), AgentError> {
         let claim = self.claim();
         let session = &claim.session;
@@ -408,6 +491,7 @@ impl Guard {
             name: claim.name.clone(),
             lease: session.lease.clone(),
             volumes,
+            priority: self.priority,
         };
         session.agent.request(op).await.map(drop)
     }

@@ -32,7 +32,8 @@
 //! - [`session`]: [`Session`] and [`SessionState`]: keepalives every TTL/3, the local deadline,
 //!   jeopardy, expiry, revoke.
 //! - [`guard`]: [`Guard`], [`Resource`] and [`Wait`]: acquire, fencing token, release (also
-//!   on drop), one hold per resource per session.
+//!   on drop), one hold per resource per session; a reservation's [`Priority`] and its
+//!   [`Guard::preempted`] future ([`Preempted`]: vacate by a deadline).
 //! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
 //! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
 //! - [`error`]: [`AgentError`], the one error type.
@@ -68,7 +69,8 @@ pub use agent::{Agent, AgentStats};
 pub use backoff::Backoff;
 pub use config::{AgentConfig, BrokerAddr, DEFAULTS, Defaults, Secret};
 pub use error::AgentError;
-pub use guard::{Geometry, Guard, Resource, TimeWindow, Wait};
+pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
+pub use hivekeeper_protocol::Priority;
 pub use session::{Session, SessionState};
 
 /// The wire types (`Op`, `Success`, `Event`, `ErrorCode`, ...), re-exported so an agent needs

@@ -45,7 +45,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::{debug, info, warn};
 
-use hivekeeper_protocol::{ErrorCode, Event, Op, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, Event, Op, Priority, ResourceKind};
 
 use crate::agent::{Abandon, Agent, Patience};
 use crate::error::AgentError;
@@ -292,6 +292,9 @@ impl Session {
             });
         }
         let claim = Claim::take(inner.clone(), resource.kind(), resource.name()).await?;
+        // Subscribed before the request goes, so a `reservation.preempted` that follows the
+        // grant at once is not missed (`Guard::preempted`).
+        let events = (resource.kind() == ResourceKind::Waypoint).then(|| inner.agent.events());
         let release = resource.release_op(&inner.lease);
         let patience = inner.agent.patience_for(&op);
         let abandon = Abandon {
@@ -309,7 +312,7 @@ impl Session {
             Ok(success) => {
                 let token = success.token;
                 // From here on the hold exists: the guard's drop releases it on every path.
-                let guard = Guard::new(claim, token.unwrap_or(0));
+                let guard = Guard::new(claim, token.unwrap_or(0), resource.priority(), events);
                 if token.is_none() {
                     return Err(AgentError::Malformed(format!(
                         "{} granted without a `token`",
@@ -381,6 +384,7 @@ impl Session {
             name: name.into(),
             geometry,
             window: TimeWindow::default(),
+            priority: Priority::ROUTINE,
         };
         self.acquire(resource, Wait::UntilGranted).await
     }
@@ -395,9 +399,25 @@ impl Session {
         volumes: Vec<hivekeeper_protocol::Volume>,
         wait: Wait,
     ) -> Result<Guard, AgentError> {
+        self.reserve_route_at(name, volumes, wait, Priority::ROUTINE)
+            .await
+    }
+
+    /// Addition (issue 18, part 3): [`Session::reserve_route`] at `priority`. A route in the
+    /// way only of lower priorities is not queued behind them: each holder is told to vacate
+    /// by a deadline, and the route is granted when they have released or at the deadline,
+    /// with a higher token. Among waiters a higher priority goes first.
+    pub async fn reserve_route_at(
+        &self,
+        name: impl Into<String>,
+        volumes: Vec<hivekeeper_protocol::Volume>,
+        wait: Wait,
+        priority: Priority,
+    ) -> Result<Guard, AgentError> {
         let resource = Resource::Route {
             name: name.into(),
             volumes,
+            priority,
         };
         self.acquire(resource, wait).await
     }
@@ -413,10 +433,25 @@ impl Session {
         window: TimeWindow,
         wait: Wait,
     ) -> Result<Guard, AgentError> {
+        self.reserve_waypoint_at(name, geometry, window, wait, Priority::ROUTINE)
+            .await
+    }
+
+    /// Addition (issue 18, part 3): [`Session::reserve_waypoint_in`] at `priority`, which
+    /// preempts as [`Session::reserve_route_at`] says.
+    pub async fn reserve_waypoint_at(
+        &self,
+        name: impl Into<String>,
+        geometry: Option<Geometry>,
+        window: TimeWindow,
+        wait: Wait,
+        priority: Priority,
+    ) -> Result<Guard, AgentError> {
         let resource = Resource::Waypoint {
             name: name.into(),
             geometry,
             window,
+            priority,
         };
         self.acquire(resource, wait).await
     }

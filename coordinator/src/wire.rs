@@ -66,6 +66,7 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             wait_ms,
             start_ms,
             end_ms,
+            priority,
         } => AgentOp::WaypointReserve {
             name,
             lease,
@@ -77,6 +78,7 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             wait_ms,
             start_ms,
             end_ms,
+            priority,
         },
         Op::WaypointRelease { name, lease } => AgentOp::WaypointRelease { name, lease },
         Op::RouteReserve {
@@ -84,21 +86,25 @@ pub fn write(request: Request) -> Result<AgentRequest, Request> {
             lease,
             volumes,
             wait_ms,
+            priority,
         } => AgentOp::RouteReserve {
             name,
             lease,
             volumes,
             wait_ms,
+            priority,
         },
         Op::RouteRelease { name, lease } => AgentOp::RouteRelease { name, lease },
         Op::RouteAmend {
             name,
             lease,
             volumes,
+            priority,
         } => AgentOp::RouteAmend {
             name,
             lease,
             volumes,
+            priority,
         },
         Op::AdminRevoke { lease } => AgentOp::AdminRevoke { lease },
         Op::AdminAgentRemove { name } => AgentOp::AdminAgentRemove { name },
@@ -306,7 +312,7 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hivekeeper_protocol::ResourceKind;
+    use hivekeeper_protocol::{Priority, ResourceKind};
 
     /// One op of every kind, as the wire decodes it.
     fn every_op() -> Vec<Op> {
@@ -356,6 +362,7 @@ mod tests {
                 wait_ms: Some(0),
                 start_ms: None,
                 end_ms: None,
+                priority: Priority::EMERGENCY,
             },
             Op::WaypointRelease {
                 name: name(),
@@ -366,6 +373,7 @@ mod tests {
                 lease: lease(),
                 volumes: vec![volume()],
                 wait_ms: Some(0),
+                priority: Priority::new(2).expect("a level"),
             },
             Op::RouteRelease {
                 name: name(),
@@ -375,6 +383,7 @@ mod tests {
                 name: name(),
                 lease: lease(),
                 volumes: vec![volume(), volume()],
+                priority: Priority::new(1).expect("a level"),
             },
             Op::AirspaceQuery {
                 volume: None,

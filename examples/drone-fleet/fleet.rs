@@ -593,6 +593,7 @@ async fn reserve_some_pad(
             name: pad_name(pad),
             geometry: Some(pad_geometry(pad)),
             window: TimeWindow::default(),
+            priority: hivekeeper_agent::Priority::ROUTINE,
         };
         match session.acquire(resource, Wait::Try).await {
             Ok(guard) => {
@@ -673,6 +674,7 @@ async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
         name: name.clone(),
         geometry: Some(pad_geometry(crash.pad)),
         window: TimeWindow::default(),
+        priority: hivekeeper_agent::Priority::ROUTINE,
     };
     // Bounded: the crashed lease expires after its TTL; three TTLs is a broken service.
     let wait = Duration::from_millis(3 * shared.config.ttl_ms);

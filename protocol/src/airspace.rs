@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Priority;
 use crate::request::{Area, Volume};
 use crate::validate;
 
@@ -99,6 +100,10 @@ pub struct ConflictInfo {
     /// The positions in the route, from 0, of `volumes`, one for one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_indexes: Vec<u32>,
+    /// The reservation's priority (issue 18, part 3), when above routine (absent: 0): a
+    /// planner with a higher priority may preempt it rather than pick another slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
 }
 
 /// Checks an `airspace.query`'s fields: exactly one of `volume` and `volumes`, the volume's

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::priority::Priority;
+
 /// One event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event")]
@@ -38,13 +40,34 @@ pub enum Event {
         /// The token of the hold that ended.
         token: u64,
     },
-    /// A waypoint reservation was taken away because its lease ended.
+    /// A waypoint reservation (or a route) was taken away because its lease ended, or because
+    /// it was preempted and not released by its `vacate_by_ms`.
     #[serde(rename = "waypoint.lost")]
     WaypointLost {
         /// The waypoint's name.
         name: String,
         /// The token of the reservation that ended.
         token: u64,
+    },
+    /// Addition (issue 18, part 3): a request of a higher priority needs the airspace of this
+    /// reservation (a waypoint's or a whole route's). The holder should vacate and release it
+    /// by `vacate_by_ms`; at that time the service ends it (the holder is then told
+    /// `waypoint.lost`, and its token no longer passes `fence.check`). Sent once per
+    /// reservation, however many requests preempt it.
+    #[serde(rename = "reservation.preempted")]
+    ReservationPreempted {
+        /// The reservation's name (a waypoint's or a route's).
+        name: String,
+        /// The token of the preempted reservation.
+        token: u64,
+        /// `waypoint` or `route`: what `name` is.
+        kind: String,
+        /// When the service ends the reservation unless it is released first, UTC ms since the
+        /// Unix epoch on the service's clock: the preempting entry's time plus the configured
+        /// `reservation_vacate_ms`.
+        vacate_by_ms: u64,
+        /// The priority of the request that preempts it (higher than the reservation's).
+        priority: Priority,
     },
 }
 

@@ -22,6 +22,7 @@
 //! - [`airspace`]: `airspace.query`'s volume and its answer's rows (issue 18).
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
+//! - [`priority`]: [`Priority`], a reservation's level (0 routine to 3 emergency).
 //! - [`error`]: [`ErrorCode`], the closed list of codes, and [`ProtocolError`].
 //! - [`topic`]: building and parsing `hk/v1/{req,rsp,evt}/{agent}`.
 //! - [`validate`]: the bounds on ids, names and numeric fields, one precise message per failure.
@@ -29,6 +30,7 @@
 pub mod airspace;
 pub mod error;
 pub mod event;
+pub mod priority;
 pub mod request;
 pub mod response;
 pub mod role;
@@ -38,6 +40,7 @@ pub mod validate;
 pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
+pub use priority::Priority;
 pub use request::{Area, Op, Request, ResourceKind, Volume};
 pub use response::{
     AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::airspace::{self, QueryVolume};
 use crate::error::{ErrorCode, ProtocolError};
+use crate::priority::Priority;
 use crate::role::Role;
 use crate::validate;
 
@@ -164,6 +165,10 @@ pub enum Op {
         /// reservation ends by itself then. Absent: until released.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         end_ms: Option<u64>,
+        /// Addition (issue 18, part 3): 0 (routine, the default) to 3 (emergency); a request
+        /// that conflicts only with lower priorities preempts them (`priority.rs`).
+        #[serde(default, skip_serializing_if = "Priority::is_routine")]
+        priority: Priority,
     },
     /// Release a waypoint reservation.
     #[serde(rename = "waypoint.release")]
@@ -188,6 +193,9 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Addition (issue 18, part 3): as for `waypoint.reserve`.
+        #[serde(default, skip_serializing_if = "Priority::is_routine")]
+        priority: Priority,
     },
     /// Addition (issue 18): release every volume of a route (the same as `waypoint.release`
     /// of its name).
@@ -208,6 +216,11 @@ pub enum Op {
         lease: String,
         /// The new volumes.
         volumes: Vec<Volume>,
+        /// Addition (issue 18, part 3): the route's priority from now on, as for
+        /// `waypoint.reserve`; absent: routine (an amend restates it, as it restates the
+        /// volumes).
+        #[serde(default, skip_serializing_if = "Priority::is_routine")]
+        priority: Priority,
     },
     /// Addition (issue 18): the held reservations that conflict, in space and time, with one
     /// cylinder or a route, a page at a time in name order; reserves nothing (`airspace.rs`).

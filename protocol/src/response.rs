@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::airspace::ConflictInfo;
 use crate::error::ErrorCode;
+use crate::priority::Priority;
 use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
 
@@ -287,6 +288,14 @@ pub struct HolderInfo {
     /// Addition (issue 18): a route's volumes, in flight order (routes only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
+    /// Addition (issue 18, part 3): the reservation's priority, when above routine (absent:
+    /// 0, as in the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// Addition (issue 18, part 3): when a preempted reservation is ended unless released
+    /// first (preempted waypoints and routes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vacate_by_ms: Option<u64>,
 }
 
 /// One waiter in an `inspect` result.
@@ -314,6 +323,10 @@ pub struct WaiterInfo {
     /// Addition (issue 18): a route's volumes, in flight order (routes only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
+    /// Addition (issue 18, part 3): the priority it asks for, when above routine (absent: 0).
+    /// Waiters are listed in queue order, which priority and aging decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
 }
 
 impl Success {
@@ -553,6 +566,8 @@ mod tests {
             start_ms: None,
             end_ms: None,
             volumes: Vec::new(),
+            priority: None,
+            vacate_by_ms: None,
         }
     }
 
@@ -566,6 +581,7 @@ mod tests {
             start_ms: None,
             end_ms: None,
             volumes: Vec::new(),
+            priority: None,
         }
     }
 

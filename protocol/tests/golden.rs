@@ -13,7 +13,7 @@ use hivekeeper_protocol::validate::{
 };
 use hivekeeper_protocol::{
     AccountInfo, Area, ConflictInfo, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo,
-    MemberInfo, NodeStatus, Op, ProtocolError, QueryVolume, ReplicationInfo, Request,
+    MemberInfo, NodeStatus, Op, Priority, ProtocolError, QueryVolume, ReplicationInfo, Request,
     ReservationKind, ResourceInfo, ResourceKind, Response, Role, SnapshotPage, Success, Topics,
     Volume, WaiterInfo,
 };
@@ -322,6 +322,7 @@ fn op_waypoint_reserve_without_geometry() {
             wait_ms: None,
             start_ms: None,
             end_ms: None,
+            priority: Default::default(),
         },
     );
     assert_request(
@@ -357,6 +358,7 @@ fn op_waypoint_reserve_with_full_geometry() {
             wait_ms: Some(0),
             start_ms: None,
             end_ms: None,
+            priority: Default::default(),
         },
     );
     // Integers are accepted for the float fields; they are encoded back as floats.
@@ -387,6 +389,7 @@ fn op_waypoint_reserve_with_point_only() {
             wait_ms: None,
             start_ms: None,
             end_ms: None,
+            priority: Default::default(),
         },
     );
     assert_request(
@@ -416,6 +419,7 @@ fn op_waypoint_reserve_with_point_only() {
                 wait_ms: None,
                 start_ms: None,
                 end_ms: None,
+                priority: Default::default(),
             },
         ),
         &json!({"id": "r16", "op": "waypoint.reserve", "name": "m", "lease": "L",
@@ -450,6 +454,7 @@ fn op_waypoint_reserve_with_a_time_window() {
             wait_ms: Some(0),
             start_ms: Some(1_764_503_600_000),
             end_ms: Some(1_764_504_200_000),
+            priority: Default::default(),
         },
     );
     assert_request(
@@ -474,6 +479,7 @@ fn op_waypoint_reserve_with_a_time_window() {
             wait_ms: None,
             start_ms: None,
             end_ms: Some(5),
+            priority: Default::default(),
         },
     );
     assert_request(
@@ -514,6 +520,7 @@ fn op_route_reserve_amend_release() {
                 lease: "L-17".into(),
                 volumes: vec![volume],
                 wait_ms: Some(0),
+                priority: Default::default(),
             },
         ),
         &json!({"id": "r30", "op": "route.reserve", "name": "hub-pad7", "lease": "L-17",
@@ -529,6 +536,7 @@ fn op_route_reserve_amend_release() {
                 name: "hub-pad7".into(),
                 lease: "L-17".into(),
                 volumes: vec![volume],
+                priority: Default::default(),
             },
         ),
         &json!({"id": "r31", "op": "route.amend", "name": "hub-pad7", "lease": "L-17",
@@ -689,6 +697,7 @@ fn success_airspace_query() {
                 end_ms: None,
                 volumes: vec![leg],
                 volume_indexes: vec![3],
+                priority: None,
             },
             ConflictInfo {
                 name: "pad-2".into(),
@@ -706,6 +715,7 @@ fn success_airspace_query() {
                 end_ms: None,
                 volumes: Vec::new(),
                 volume_indexes: Vec::new(),
+                priority: None,
             },
         ]),
         next_after: Some("pad-2".into()),
@@ -2497,6 +2507,8 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         start_ms: None,
         end_ms: None,
         volumes: Vec::new(),
+        priority: None,
+        vacate_by_ms: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2573,6 +2585,8 @@ fn success_inspect_waypoint_with_windows() {
                 start_ms: Some(5_000),
                 end_ms: Some(9_000),
                 volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -2584,6 +2598,7 @@ fn success_inspect_waypoint_with_windows() {
                     start_ms: Some(1_100),
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2602,6 +2617,7 @@ fn success_inspect_waypoint_with_windows() {
                         start_ms: 2_000,
                         end_ms: 3_000,
                     }],
+                    priority: None,
                 },
             ]),
             ..Success::default()
@@ -2646,6 +2662,8 @@ fn success_inspect_waypoint_with_geometry() {
                 start_ms: None,
                 end_ms: None,
                 volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
             }]),
             waiters: Some(vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2656,6 +2674,7 @@ fn success_inspect_waypoint_with_geometry() {
                 start_ms: None,
                 end_ms: None,
                 volumes: Vec::new(),
+                priority: None,
             }]),
             ..Success::default()
         },
@@ -2688,6 +2707,8 @@ fn success_inspect_lock() {
                 start_ms: None,
                 end_ms: None,
                 volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
             }]),
             waiters: Some(vec![
                 WaiterInfo {
@@ -2699,6 +2720,7 @@ fn success_inspect_lock() {
                     start_ms: None,
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2709,6 +2731,7 @@ fn success_inspect_lock() {
                     start_ms: None,
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
                 },
             ]),
             ..Success::default()
@@ -2747,6 +2770,8 @@ fn success_inspect_sem() {
                     start_ms: None,
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
+                    vacate_by_ms: None,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -2758,6 +2783,8 @@ fn success_inspect_sem() {
                     start_ms: None,
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
+                    vacate_by_ms: None,
                 },
             ]),
             waiters: Some(vec![WaiterInfo {
@@ -2769,6 +2796,7 @@ fn success_inspect_sem() {
                 start_ms: None,
                 end_ms: None,
                 volumes: Vec::new(),
+                priority: None,
             }]),
             ..Success::default()
         },
@@ -2902,6 +2930,190 @@ fn event_waypoint_lost() {
             token: 43,
         },
         r#"{"event":"waypoint.lost","name":"pad-3","token":43}"#,
+    );
+}
+
+/// Issue 18, part 3: a reservation preempted by a higher priority is told to vacate by a
+/// deadline, with what it is (`kind`) and who preempts it (`priority`).
+#[test]
+fn event_reservation_preempted() {
+    assert_event_golden(
+        &Event::ReservationPreempted {
+            name: "survey-3".into(),
+            token: 3_342_336,
+            kind: "route".into(),
+            vacate_by_ms: 1_764_503_705_000,
+            priority: Priority::EMERGENCY,
+        },
+        r#"{"event":"reservation.preempted","name":"survey-3","token":3342336,"kind":"route","vacate_by_ms":1764503705000,"priority":3}"#,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Priority (issue 18, part 3)
+// ---------------------------------------------------------------------------------------------
+
+/// `priority` on `waypoint.reserve`, `route.reserve` and `route.amend`: an integer 0 to 3,
+/// absent (and left out of the encoding) for routine.
+#[test]
+fn op_reserves_take_a_priority() {
+    assert_request(
+        r#"{"id":"r40","op":"waypoint.reserve","name":"pad-3","lease":"L-17","priority":2}"#,
+        &req(
+            "r40",
+            Op::WaypointReserve {
+                name: "pad-3".into(),
+                lease: "L-17".into(),
+                lat: None,
+                lon: None,
+                alt_min_m: None,
+                alt_max_m: None,
+                radius_m: None,
+                wait_ms: None,
+                start_ms: None,
+                end_ms: None,
+                priority: Priority::new(2).expect("a level"),
+            },
+        ),
+        &json!({"id": "r40", "op": "waypoint.reserve", "name": "pad-3", "lease": "L-17",
+                "priority": 2}),
+    );
+    let volume = Volume {
+        lat: 47.3772,
+        lon: 8.5417,
+        radius_m: 30.0,
+        alt_min_m: 0.0,
+        alt_max_m: 120.0,
+        start_ms: 1_764_503_700_000,
+        end_ms: 1_764_503_900_000,
+    };
+    let volume_json = json!({"lat": 47.3772, "lon": 8.5417, "radius_m": 30.0, "alt_min_m": 0.0,
+        "alt_max_m": 120.0, "start_ms": 1_764_503_700_000u64, "end_ms": 1_764_503_900_000u64});
+    assert_request(
+        r#"{"id":"r41","op":"route.reserve","name":"medevac-1","lease":"L-18","priority":3,
+            "volumes":[{"lat":47.3772,"lon":8.5417,"radius_m":30,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503700000,"end_ms":1764503900000}]}"#,
+        &req(
+            "r41",
+            Op::RouteReserve {
+                name: "medevac-1".into(),
+                lease: "L-18".into(),
+                volumes: vec![volume],
+                wait_ms: None,
+                priority: Priority::EMERGENCY,
+            },
+        ),
+        &json!({"id": "r41", "op": "route.reserve", "name": "medevac-1", "lease": "L-18",
+                "volumes": [volume_json.clone()], "priority": 3}),
+    );
+    assert_request(
+        r#"{"id":"r42","op":"route.amend","name":"medevac-1","lease":"L-18","priority":1,
+            "volumes":[{"lat":47.3772,"lon":8.5417,"radius_m":30,"alt_min_m":0,"alt_max_m":120,
+                        "start_ms":1764503700000,"end_ms":1764503900000}]}"#,
+        &req(
+            "r42",
+            Op::RouteAmend {
+                name: "medevac-1".into(),
+                lease: "L-18".into(),
+                volumes: vec![volume],
+                priority: Priority::new(1).expect("a level"),
+            },
+        ),
+        &json!({"id": "r42", "op": "route.amend", "name": "medevac-1", "lease": "L-18",
+                "volumes": [volume_json], "priority": 1}),
+    );
+    // 0 is routine: accepted, and encoded by leaving the field out.
+    let routine =
+        decode_ok(r#"{"id":"r43","op":"waypoint.reserve","name":"p","lease":"L","priority":0}"#);
+    assert_eq!(
+        to_json(&routine.encode()),
+        json!({"id": "r43", "op": "waypoint.reserve", "name": "p", "lease": "L"})
+    );
+}
+
+/// Anything but an integer 0 to 3 is `bad_request` naming the field and its range; a
+/// `priority` on an op that has none is an unknown field.
+#[test]
+fn bad_request_priority() {
+    let range = "it must be an integer from 0 (routine) to 3 (emergency)";
+    for (value, shown) in [
+        ("4", "4"),
+        ("255", "255"),
+        ("256", "256"),
+        ("-1", "-1"),
+        ("1.5", "1.5"),
+        ("3.0", "3.0"),
+        (r#""high""#, r#""high""#),
+        ("null", "null"),
+        ("true", "true"),
+        ("[3]", "a list"),
+        (r#"{"level":3}"#, "an object"),
+    ] {
+        bad(
+            &format!(
+                r#"{{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","priority":{value}}}"#
+            ),
+            Some("7"),
+            &format!("waypoint.reserve: `priority` is {shown}; {range}"),
+        );
+    }
+    bad(
+        r#"{"id":"8","op":"route.reserve","name":"n","lease":"L","priority":9,"volumes":[
+            {"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9,"start_ms":1,"end_ms":2}]}"#,
+        Some("8"),
+        &format!("route.reserve: `priority` is 9; {range}"),
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"9","op":"lock.acquire","name":"n","lease":"L","priority":3}"#,
+        Some("9"),
+        "lock.acquire: ",
+        &["unknown field `priority`"],
+    );
+}
+
+/// A waypoint's holder and waiter show their priority when above routine, and a preempted
+/// holder its `vacate_by_ms`.
+#[test]
+fn success_inspect_waypoint_with_priorities() {
+    let response = Response::ok(
+        "r44",
+        Success {
+            holders: Some(vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "L-17".into(),
+                token: 42,
+                permits: None,
+                since_ms: 1000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: Some(Priority::new(1).expect("a level")),
+                vacate_by_ms: Some(6_000),
+            }]),
+            waiters: Some(vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: Some(Priority::EMERGENCY),
+            }]),
+            ..Success::default()
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r44",
+            "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "L-17", "token": 42, "since_ms": 1000,
+                         "priority": 1, "vacate_by_ms": 6000}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1000, "priority": 3}]
+        }),
     );
 }
 

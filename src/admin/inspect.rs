@@ -3,7 +3,9 @@
 //! waypoint's cylinders; the first `--limit` waiters, then how many more.
 
 use clap::ValueEnum;
-use hivekeeper_agent::protocol::{Area, HolderInfo, Op, ResourceKind, Volume, WaiterInfo};
+use hivekeeper_agent::protocol::{
+    Area, HolderInfo, Op, Priority, ResourceKind, Volume, WaiterInfo,
+};
 use serde::Serialize;
 
 use super::leases::all_leases;
@@ -201,7 +203,8 @@ fn inspection_text(inspection: &Inspection) -> String {
             if with_area {
                 let info = &holder.info;
                 let window = (info.start_ms, info.end_ms);
-                row.push(shape_text(info.area.as_ref(), window, &info.volumes));
+                let shape = shape_text(info.area.as_ref(), window, &info.volumes);
+                row.push(shape + &priority_text(info.priority, info.vacate_by_ms));
             }
             table.row(row);
         }
@@ -231,7 +234,8 @@ fn inspection_text(inspection: &Inspection) -> String {
             if with_area {
                 let info = &waiter.info;
                 let window = (info.start_ms, info.end_ms);
-                row.push(shape_text(info.area.as_ref(), window, &info.volumes));
+                let shape = shape_text(info.area.as_ref(), window, &info.volumes);
+                row.push(shape + &priority_text(info.priority, None));
             }
             table.row(row);
         }
@@ -281,6 +285,15 @@ fn shape_text(
     }
 }
 
+/// A reservation's priority when above routine (` priority=3`), and a preempted holder's
+/// deadline (` vacate_by=1764503705000`, UTC ms), after its shape; nothing for a routine one
+/// that is not preempted (issue 18, part 3).
+fn priority_text(priority: Option<Priority>, vacate_by_ms: Option<u64>) -> String {
+    let priority = priority.map_or_else(String::new, |p| format!(" priority={p}"));
+    let vacate = vacate_by_ms.map_or_else(String::new, |ms| format!(" vacate_by={ms}"));
+    priority + &vacate
+}
+
 /// A waypoint's cylinder for people: `51.500000,-0.100000 r=3m alt=..120m`, or `-` for a
 /// name-only reservation.
 fn area_text(area: Option<&Area>) -> String {
@@ -299,7 +312,24 @@ fn area_text(area: Option<&Area>) -> String {
 mod tests {
     use hivekeeper_agent::protocol::{Area, HolderInfo, ResourceKind, Volume, WaiterInfo};
 
-    use super::{Holder, Inspection, Waiter, area_text, inspection_text, shape_text};
+    use super::{
+        Holder, Inspection, Waiter, area_text, inspection_text, priority_text, shape_text,
+    };
+
+    /// Issue 18, part 3: a priority above routine and a vacate deadline follow the shape.
+    #[test]
+    fn priorities_and_vacate_deadlines_follow_the_shape() {
+        use hivekeeper_agent::protocol::Priority;
+        assert_eq!(priority_text(None, None), "");
+        assert_eq!(
+            priority_text(Some(Priority::EMERGENCY), None),
+            " priority=3"
+        );
+        assert_eq!(
+            priority_text(Some(Priority::new(1).expect("a level")), Some(6_000)),
+            " priority=1 vacate_by=6000"
+        );
+    }
 
     /// Issue 18: a window is shown after the cylinder, a route as its volume count and span.
     #[test]
@@ -358,6 +388,8 @@ mod tests {
                     start_ms: None,
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
+                    vacate_by_ms: None,
                 },
                 held_for_ms: 65_000,
                 remaining_ms: Some(4_200),
@@ -372,6 +404,7 @@ mod tests {
                     start_ms: None,
                     end_ms: None,
                     volumes: Vec::new(),
+                    priority: None,
                 },
                 waited_for_ms: 850,
             }],

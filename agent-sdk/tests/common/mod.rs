@@ -617,3 +617,20 @@ pub async fn broker_with_fake() -> (u16, Fake) {
     fake.serve(port).await;
     (port, fake)
 }
+
+/// Agent `agent_id` connected to the broker on `port`, and a session of `ttl_ms` through it,
+/// each within 10 s: the common start of a test against the fake.
+pub async fn connected_session(
+    agent_id: &str,
+    port: u16,
+    ttl_ms: u64,
+) -> (hivekeeper_agent::Agent, hivekeeper_agent::Session) {
+    let config = agent_config(agent_id, &[port]);
+    let agent = within(10, "connect", hivekeeper_agent::Agent::connect(config))
+        .await
+        .expect("connect");
+    let session = within(10, "session", agent.session(ttl_ms))
+        .await
+        .expect("session");
+    (agent, session)
+}

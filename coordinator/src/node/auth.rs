@@ -447,6 +447,8 @@ mod tests {
             start_ms: None,
             end_ms: None,
             volumes: Vec::new(),
+            priority: None,
+            vacate_by_ms: None,
         };
         let reply = Reply::Inspect {
             limit: None,
@@ -478,6 +480,7 @@ mod tests {
             end_ms: Some(20),
             volumes: Vec::new(),
             volume_indexes: Vec::new(),
+            priority: None,
         };
         let reply = Reply::Conflicts {
             conflicts: vec![

@@ -8,6 +8,7 @@
 //!     reply to an agent's command ─▶ Waits::replied   (answered at once, or Queued)
 //!     Event::Respond             ─▶ Waits::deferred  (else Outbound::Respond: not pending here)
 //!     LeaseExpired/Revoked, lost ─▶ Outbound::Notify  ─▶ front door (evt topic)
+//!     Preempted                  ─▶ Outbound::Notify  (reservation.preempted)
 //!     AccountChanged (rotated,   ─▶ Outbound::Disconnect ─▶ front door closes its connections
 //!       removed)
 //!     LeaseGranted / LeaseEnded  ─▶ LeaseKeeper (cast)
@@ -183,11 +184,14 @@ impl AppliedSink for FanOut {
                     };
                     event.map(|event| Outbound::Notify { agent, event })
                 }
+                // Taken away: its lease ended, or it was preempted and not released by its
+                // vacate deadline. A route is told `waypoint.lost` too (it is a waypoint
+                // reservation of several volumes).
                 Event::Released {
                     key,
                     agent,
                     token,
-                    reason: ReleaseReason::LeaseEnded,
+                    reason: ReleaseReason::LeaseEnded | ReleaseReason::Preempted,
                     ..
                 } => {
                     let name = key.name.to_string();
@@ -195,6 +199,24 @@ impl AppliedSink for FanOut {
                         ResourceKind::Lock => Notice::LockLost { name, token },
                         ResourceKind::Sem => Notice::SemLost { name, token },
                         ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+                    };
+                    Some(Outbound::Notify { agent, event })
+                }
+                Event::Preempted {
+                    key,
+                    agent,
+                    token,
+                    vacate_by_ms,
+                    priority,
+                    route,
+                    ..
+                } => {
+                    let event = Notice::ReservationPreempted {
+                        name: key.name.to_string(),
+                        token,
+                        kind: if route { "route" } else { "waypoint" }.to_string(),
+                        vacate_by_ms,
+                        priority,
                     };
                     Some(Outbound::Notify { agent, event })
                 }

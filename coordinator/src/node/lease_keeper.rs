@@ -8,7 +8,9 @@
 //! in the state it took over, so a wait still ends about on time across a failover (late by
 //! at most the time without a ready leader, never early). The ends of waypoint reservations'
 //! time windows (`waypoint/window.rs`) are replicated deadlines too, watched the same way and
-//! ended by `ExpireReservations { term }`.
+//! ended by `ExpireReservations { term }`, and so are the vacate deadlines of reservations
+//! preempted by a higher priority (`waypoint/preempt.rs`): the machine's next reservation
+//! deadline is the earlier of the two, so one watch serves both.
 //!
 //! Keepalives are not Raft writes (DESIGN.md §2): like etcd's lessor, the leader keeps each
 //! lease's deadline in memory and only an expiry goes through the log, as `ExpireLeases`
@@ -30,8 +32,8 @@
 //!                                     ─▶ machine's earliest wait deadline due at the clock
 //!                                        an entry stamped now would get (`wait_expiry_due`)?
 //!                                        ─▶ proposer: ExpireWaits { term } (one at a time)
-//!                                     ─▶ earliest reservation window end due
-//!                                        (`reservation_expiry_due`)?
+//!                                     ─▶ earliest reservation window end or vacate
+//!                                        deadline due (`reservation_expiry_due`)?
 //!                                        ─▶ proposer: ExpireReservations { term } (one at a
 //!                                           time)
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear

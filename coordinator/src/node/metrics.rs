@@ -65,8 +65,13 @@ pub const TTL_USED_RATIO_BUCKETS: [f64; 12] =
 pub const RESOURCE_GRANTS_TOTAL: &str = "hivekeeper_resource_grants_total";
 /// Grants from the queue in the same entry that released the resource, by `kind`.
 pub const RESOURCE_HANDOVERS_TOTAL: &str = "hivekeeper_resource_handovers_total";
-/// Holds that ended, by `kind` and `reason` = `released` | `lease_ended`.
+/// Holds that ended, by `kind` and `reason` = `released` | `lease_ended` | `window_ended` |
+/// `preempted`.
 pub const RESOURCE_RELEASES_TOTAL: &str = "hivekeeper_resource_releases_total";
+/// Addition (issue 18, part 3): waypoint reservations and routes preempted by a request of a
+/// higher priority (each told `reservation.preempted` with a vacate deadline), by the
+/// preemptor's `priority` (counter).
+pub const RESERVATIONS_PREEMPTED_TOTAL: &str = "hivekeeper_reservations_preempted_total";
 /// Time from queueing to grant, 0 for an immediate grant, by `kind` (histogram).
 pub const RESOURCE_WAIT_SECONDS: &str = "hivekeeper_resource_wait_seconds";
 /// Time a hold lasted, by `kind` (histogram).
@@ -144,7 +149,13 @@ pub fn describe() {
     );
     describe_counter!(
         RESOURCE_RELEASES_TOTAL,
-        "Holds ended, by kind and reason (released by the holder, or its lease ended)."
+        "Holds ended, by kind and reason (released by the holder, its lease ended, its window \
+         ended, or preempted and not released by its vacate deadline)."
+    );
+    describe_counter!(
+        RESERVATIONS_PREEMPTED_TOTAL,
+        "Waypoint reservations and routes preempted by a higher priority (told to vacate by a \
+         deadline), by the preemptor's priority."
     );
     describe_histogram!(
         RESOURCE_WAIT_SECONDS,
@@ -323,11 +334,18 @@ impl NodeMetrics {
                             ReleaseReason::Released => "released",
                             ReleaseReason::LeaseEnded => "lease_ended",
                             ReleaseReason::WindowEnded => "window_ended",
+                            ReleaseReason::Preempted => "preempted",
                         };
                         counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason)
                             .increment(1);
                         histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind)
                             .record(*held_ms as f64 / 1_000.0);
+                    }
+                }
+                Event::Preempted { priority, .. } => {
+                    if !replayed {
+                        let priority = priority.to_string();
+                        counter!(RESERVATIONS_PREEMPTED_TOTAL, "priority" => priority).increment(1);
                     }
                 }
                 Event::Queued { .. } | Event::Respond { .. } | Event::AccountChanged { .. } => {}

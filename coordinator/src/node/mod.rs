@@ -25,6 +25,7 @@
 //!   LeaseKeeper tick (leader) ─▶ overdue leases ─▶ Proposer::propose: ExpireLeases { term }
 //!                             ─▶ a replicated wait deadline passed ─▶ ExpireWaits { term }
 //!                             ─▶ a reservation window's end passed ─▶ ExpireReservations { term }
+//!                                (or a preempted reservation's vacate deadline: the same entry)
 //! ```
 //!
 //! In a cluster, a follower's proposer forwards its batches of agents' writes to the leader,

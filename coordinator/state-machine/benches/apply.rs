@@ -318,6 +318,7 @@ fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
         wait_ms: Some(0),
         start_ms: None,
         end_ms: None,
+        priority: Default::default(),
     }
 }
 
@@ -418,6 +419,7 @@ fn route_reserve(agent: &Agent, name: String, volumes: Vec<Volume>) -> AgentOp {
         volumes,
         // Try once, as for the pads.
         wait_ms: Some(0),
+        priority: Default::default(),
     }
 }
 

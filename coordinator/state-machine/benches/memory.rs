@@ -73,6 +73,7 @@ fn main() {
             lease: lease.clone(),
             volumes: city::route_volumes(row, col, start_ms),
             wait_ms: Some(0),
+            priority: Default::default(),
         };
         let reply = apply(&mut sm, &mut index, agent, op);
         assert!(

@@ -140,6 +140,7 @@ pub fn infos<'w>(
             start_ms: None,
             end_ms: None,
             volumes: Vec::new(),
+            priority: None,
         })
         .collect()
 }

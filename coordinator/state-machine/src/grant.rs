@@ -113,6 +113,8 @@ impl Hold {
             start_ms: None,
             end_ms: None,
             volumes: Vec::new(),
+            priority: None,
+            vacate_by_ms: None,
         }
     }
 }

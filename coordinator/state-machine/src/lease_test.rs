@@ -95,6 +95,7 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
         .map(|event| match event {
             Event::LeaseEnded { reason, .. } => format!("ended {reason:?}"),
             Event::Released { key, reason, .. } => format!("released {key} {reason:?}"),
+            Event::Preempted { key, .. } => format!("preempted {key}"),
             Event::Granted {
                 key, agent, queued, ..
             } => format!("granted {key} to {agent} {queued}"),

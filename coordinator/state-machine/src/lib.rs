@@ -31,7 +31,8 @@
 //!                                                         has passed on the machine's clock
 //!  apply(meta, Command::ExpireReservations { term })      leader only; ends the reservations
 //!                                                         whose window (a route: its last
-//!                                                         volume's) end has passed
+//!                                                         volume's) end or vacate deadline
+//!                                                         (preempted) has passed
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
 //!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
@@ -55,7 +56,8 @@
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
 //!   has a cylinder (`geo.rs`, indexed in space and time by `grid.rs`), a time window
 //!   (`window.rs`, which also ends windows), or several 4D volumes when it is a route
-//!   (`route.rs`); `query.rs` answers `airspace.query` from the same index.
+//!   (`route.rs`), and a priority: a higher one preempts lower holders with a vacate deadline
+//!   (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -103,6 +105,8 @@ mod test_support;
 #[cfg(test)]
 mod wait_deadline_test;
 #[cfg(test)]
+mod waypoint_preempt_test;
+#[cfg(test)]
 mod waypoint_query_test;
 #[cfg(test)]
 mod waypoint_route_test;
@@ -114,8 +118,8 @@ mod waypoint_window_test;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{
-    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceInfo,
-    ResourceKind, Role, SnapshotPage, WaiterInfo, validate,
+    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, Priority,
+    ResourceInfo, ResourceKind, Role, SnapshotPage, WaiterInfo, validate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -376,6 +380,10 @@ pub enum ReleaseReason {
     LeaseEnded,
     /// The reservation's time window ended (`end_ms` passed on the machine's clock).
     WindowEnded,
+    /// Addition (issue 18, part 3): the reservation was preempted by a request of a higher
+    /// priority and its vacate deadline passed before it was released; the holder should be
+    /// told it lost the reservation (`waypoint/preempt.rs`).
+    Preempted,
 }
 
 /// What an applied entry did, for the node layer: deferred responses, notices to agents, the
@@ -454,6 +462,27 @@ pub enum Event {
         request_id: String,
         /// The answer: `Granted`, or `Refused` with `timeout` or `lease_not_found`.
         reply: Reply,
+    },
+    /// Addition (issue 18, part 3): a held reservation was preempted: a request of a higher
+    /// priority needs its airspace, and the machine ends it at `vacate_by_ms` unless it is
+    /// released first (`waypoint/preempt.rs`). Emitted once per reservation; the node tells
+    /// the holder `reservation.preempted`.
+    Preempted {
+        /// The reservation (kind `waypoint`, a route's too).
+        key: ResourceKey,
+        /// The holder.
+        agent: Text,
+        /// The holder's lease.
+        lease: LeaseId,
+        /// The preempted reservation's token.
+        token: u64,
+        /// When the machine ends it unless released: the entry's time plus
+        /// `reservation_vacate_ms`.
+        vacate_by_ms: u64,
+        /// The highest priority among the requests that preempt it.
+        priority: Priority,
+        /// Whether the reservation is a route (for the notice's `kind`).
+        route: bool,
     },
     /// An account was added, rotated or removed; on a rotation or removal the node closes the
     /// agent's connections (a removal's lease ends come in the same entry).
@@ -734,13 +763,15 @@ impl StateMachine {
                 wait_ms,
                 start_ms,
                 end_ms,
+                priority,
                 ..
             } => {
                 let area = reserve
                     .area()
                     .expect("validated above: the geometry is well formed");
                 let asked = (start_ms, end_ms);
-                self.waypoint_reserve(ctx, &agent, &id, name, lease, area, wait_ms, asked)
+                let ask = (area, asked, priority);
+                self.waypoint_reserve(ctx, &agent, &id, name, lease, ask, wait_ms)
             }
             AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
@@ -750,12 +781,17 @@ impl StateMachine {
                 lease,
                 volumes,
                 wait_ms,
-            } => self.route_reserve(ctx, &agent, &id, &name, &lease, volumes, wait_ms),
+                priority,
+            } => {
+                let ask = (volumes, priority);
+                self.route_reserve(ctx, &agent, &id, &name, &lease, ask, wait_ms)
+            }
             AgentOp::RouteAmend {
                 name,
                 lease,
                 volumes,
-            } => self.route_amend(ctx, &agent, &name, &lease, volumes),
+                priority,
+            } => self.route_amend(ctx, &agent, &name, &lease, (volumes, priority)),
             // The operator's role is checked by the node before the log, like admin.revoke.
             AgentOp::AdminAgentAdd {
                 name,
@@ -891,7 +927,8 @@ impl StateMachine {
             }
         }
         if waypoints_touched {
-            self.waypoints.settle(ctx, &mut self.core);
+            let vacate_ms = self.limits.reservation_vacate_ms;
+            self.waypoints.settle(ctx, &mut self.core, vacate_ms);
         }
     }
 

@@ -65,10 +65,32 @@ pub struct Limits {
     /// twice this after its last outcome). Left out of the bytes at its default.
     #[serde(skip_serializing_if = "is_default_dedup_idle_ms")]
     pub dedup_idle_ms: u64,
+    /// Addition (issue 18, part 3): how long a preempted reservation's holder has to vacate
+    /// and release it, from the entry that preempted it: five seconds, time for a drone to
+    /// climb, descend or hold clear. At the deadline the machine ends the reservation
+    /// (`waypoint/preempt.rs`). Left out of the bytes at its default.
+    #[serde(skip_serializing_if = "is_default_reservation_vacate_ms")]
+    pub reservation_vacate_ms: u64,
+    /// Addition (issue 18, part 3): the starvation bound of priorities among waiters. A
+    /// waiter of priority `p` is queued as if it had arrived `p × reservation_aging_ms`
+    /// earlier (its effective priority rises one level per `reservation_aging_ms` waited), so
+    /// a request is overtaken only by higher priorities arriving less than
+    /// `(3 − p) × reservation_aging_ms` after it: one minute per level. Aging orders the queue
+    /// only: it never preempts. Left out of the bytes at its default.
+    #[serde(skip_serializing_if = "is_default_reservation_aging_ms")]
+    pub reservation_aging_ms: u64,
 }
 
 fn is_default_dedup_idle_ms(value: &u64) -> bool {
     *value == Limits::DEFAULTS.dedup_idle_ms
+}
+
+fn is_default_reservation_vacate_ms(value: &u64) -> bool {
+    *value == Limits::DEFAULTS.reservation_vacate_ms
+}
+
+fn is_default_reservation_aging_ms(value: &u64) -> bool {
+    *value == Limits::DEFAULTS.reservation_aging_ms
 }
 
 fn is_default_reservation_window_ms_max(value: &u64) -> bool {
@@ -108,6 +130,8 @@ impl Limits {
         reservation_window_ms_max: 86_400_000,
         reservation_horizon_ms_max: 604_800_000,
         dedup_idle_ms: 60_000,
+        reservation_vacate_ms: 5_000,
+        reservation_aging_ms: 60_000,
     };
 
     /// Cross-field rules. A limit of zero would make the service refuse everything, so every
@@ -129,6 +153,8 @@ impl Limits {
                 self.reservation_horizon_ms_max,
             ),
             ("dedup_idle_ms", self.dedup_idle_ms),
+            ("reservation_vacate_ms", self.reservation_vacate_ms),
+            ("reservation_aging_ms", self.reservation_aging_ms),
         ] {
             if value == 0 {
                 return Err(LimitsError::Zero { limit });

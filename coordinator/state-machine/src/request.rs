@@ -21,7 +21,7 @@
 //!    decoder's rules and messages (the same `hivekeeper_protocol::validate` helpers), so a
 //!    request read back from the log is exactly as valid as one read from the wire.
 
-use hivekeeper_protocol::{Area, QueryVolume, ResourceKind, Role, Volume, validate};
+use hivekeeper_protocol::{Area, Priority, QueryVolume, ResourceKind, Role, Volume, validate};
 use serde::{Deserialize, Serialize};
 
 /// A write request from an agent, as the log carries it: its id and what to change.
@@ -127,6 +127,10 @@ pub enum AgentOp {
         /// released.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         end_ms: Option<u64>,
+        /// 0 (routine, absent on the wire) to 3 (emergency): a request that conflicts only
+        /// with lower priorities preempts them (`waypoint/preempt.rs`).
+        #[serde(default, skip_serializing_if = "Priority::is_routine")]
+        priority: Priority,
     },
     /// Release a waypoint reservation.
     #[serde(rename = "waypoint.release")]
@@ -149,6 +153,9 @@ pub enum AgentOp {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// As for `waypoint.reserve`.
+        #[serde(default, skip_serializing_if = "Priority::is_routine")]
+        priority: Priority,
     },
     /// Release a route (the same as `waypoint.release` of its name).
     #[serde(rename = "route.release")]
@@ -167,6 +174,9 @@ pub enum AgentOp {
         lease: String,
         /// The new volumes, 1 to 64.
         volumes: Vec<Volume>,
+        /// The route's priority from now on; absent: routine.
+        #[serde(default, skip_serializing_if = "Priority::is_routine")]
+        priority: Priority,
     },
     /// End any agent's lease as its own `lease.revoke` would, without the owner check (an
     /// operator freeing a stuck resource).

@@ -1,7 +1,7 @@
 //! A small harness for the unit tests: applies commands at increasing indexes with a clock the
 //! test moves, checks every invariant after every entry, and builds requests tersely.
 
-use hivekeeper_protocol::ResourceKind;
+use hivekeeper_protocol::{Priority, ResourceKind};
 
 pub use super::{AgentOp, ReadOp};
 use super::{AgentRequest, Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
@@ -98,6 +98,16 @@ impl Harness {
         self.apply(Command::ExpireLeases { term, leases })
     }
 
+    /// `fence.check` of `token` on the waypoint (or route) `name`.
+    pub fn fence_waypoint(&self, name: &str, token: u64) -> Reply {
+        let op = ReadOp::FenceCheck {
+            resource: name.to_string(),
+            kind: ResourceKind::Waypoint,
+            token,
+        };
+        self.sm.query("inspector", &op)
+    }
+
     /// Holder agents and waiter agents of a resource, as `inspect` shows them.
     pub fn occupants(&self, kind: ResourceKind, name: &str) -> (Vec<String>, Vec<String>) {
         let op = ReadOp::Inspect {
@@ -190,6 +200,7 @@ fn pad_with(
         wait_ms,
         start_ms,
         end_ms,
+        priority: Priority::ROUTINE,
     }
 }
 
@@ -218,6 +229,7 @@ pub fn route_reserve(
         lease: lease.to_string(),
         volumes,
         wait_ms,
+        priority: Priority::ROUTINE,
     }
 }
 
@@ -226,7 +238,20 @@ pub fn route_amend(name: &str, lease: &str, volumes: Vec<hivekeeper_protocol::Vo
         name: name.to_string(),
         lease: lease.to_string(),
         volumes,
+        priority: Priority::ROUTINE,
     }
+}
+
+/// `op` (a `waypoint.reserve`, `route.reserve` or `route.amend`) at priority `level`.
+pub fn at_priority(mut op: AgentOp, level: u8) -> AgentOp {
+    let level = Priority::new(level).expect("a test priority is 0 to 3");
+    match &mut op {
+        AgentOp::WaypointReserve { priority, .. }
+        | AgentOp::RouteReserve { priority, .. }
+        | AgentOp::RouteAmend { priority, .. } => *priority = level,
+        other => panic!("{} has no priority", other.name()),
+    }
+    op
 }
 
 pub fn waypoint_release(name: &str, lease: &str) -> AgentOp {
@@ -250,4 +275,11 @@ pub fn responses(events: &[Event]) -> Vec<(String, String, Reply)> {
             _ => None,
         })
         .collect()
+}
+
+pub fn route_release(name: &str, lease: &str) -> AgentOp {
+    AgentOp::RouteRelease {
+        name: name.to_string(),
+        lease: lease.to_string(),
+    }
 }

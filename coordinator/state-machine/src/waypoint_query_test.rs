@@ -55,6 +55,7 @@ fn pad_row(
         end_ms: window.and_then(|window| window.1),
         volumes: Vec::new(),
         volume_indexes: Vec::new(),
+        priority: None,
     }
 }
 
@@ -109,6 +110,7 @@ fn a_query_lists_exactly_the_reservations_that_overlap_in_space_and_time() {
         end_ms: None,
         volumes: vec![route[1]],
         volume_indexes: vec![1],
+        priority: None,
     };
     assert_eq!(
         conflicts(reply),
@@ -158,6 +160,33 @@ fn a_query_lists_exactly_the_reservations_that_overlap_in_space_and_time() {
     assert_eq!(
         conflicts(h.sm.query("z", &query(None, Some(route.clone())))),
         (vec![route_row], None)
+    );
+}
+
+/// A reservation above routine shows its priority, so a planner knows whether it may preempt
+/// it; a routine one leaves the field out.
+#[test]
+fn a_query_shows_a_priority_above_routine() {
+    let mut h = Harness::new();
+    let [a, b] = h.leases(["a", "b"], 600_000);
+    let route = vec![leg(0.0, T0, T0 + 60_000)];
+    h.reply(
+        "a",
+        at_priority(route_reserve("r-a", &a, route.clone(), Some(0)), 2),
+    );
+    // b's pad at the same spot right after the route's window.
+    let later = (Some(T0 + 60_000), Some(T0 + 120_000));
+    Harness::token(&h.reply("b", pad_in("pad-b", &b, 0.0, Some(0), later)));
+    let over = cylinder(0.0, (None, None));
+    let (rows, next_after) = conflicts(h.sm.query("z", &query(Some(over), None)));
+    assert_eq!(next_after, None);
+    let priorities: Vec<(String, Option<u8>)> = rows
+        .iter()
+        .map(|row| (row.name.clone(), row.priority.map(|p| p.level())))
+        .collect();
+    assert_eq!(
+        priorities,
+        vec![("pad-b".to_string(), None), ("r-a".to_string(), Some(2))]
     );
 }
 

@@ -54,16 +54,8 @@ fn a_route_is_granted_all_or_nothing_in_one_entry_with_one_token() {
         (vec![], vec![])
     );
     // fence.check of the route's name: its one token.
-    let fence = h.sm.query(
-        "a",
-        &ReadOp::FenceCheck {
-            resource: "route-a".into(),
-            kind: ResourceKind::Waypoint,
-            token,
-        },
-    );
     assert_eq!(
-        fence,
+        h.fence_waypoint("route-a", token),
         Reply::Fence {
             current: token,
             valid: true

@@ -101,6 +101,7 @@ fn a_name_conflicts_with_itself_whatever_the_geometry() {
         wait_ms: Some(0),
         start_ms: None,
         end_ms: None,
+        priority: Default::default(),
     };
     assert!(matches!(
         h.reply("b", bare),
@@ -204,6 +205,7 @@ fn conflicts_are_found_across_the_antimeridian_and_near_a_pole() {
         wait_ms: Some(0),
         start_ms: None,
         end_ms: None,
+        priority: Default::default(),
     };
     h.reply("a", at("east", &a, 0.0, 179.9995));
     // 0.001 degrees of longitude at the equator is about 111 m: the 100 m reach straddles ±180.

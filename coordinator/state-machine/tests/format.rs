@@ -199,3 +199,76 @@ fn windows_and_routes_are_optional_members_and_the_new_commands_have_a_fixed_sha
         .check_invariants()
         .expect("invariants hold after a restore");
 }
+
+/// Issue 18, part 3 adds to format 1 without changing it: a request's `priority` is an
+/// optional member (absent for routine, so the requests above keep their bytes), and so are a
+/// reservation's `priority` and `vacate_by_ms` and a waiter's `priority` and `head_start_ms`
+/// in the snapshot (absent for routine and unpreempted ones, so the snapshot above keeps its
+/// bytes). A snapshot with a preemption under way restores to its own bytes and deadline.
+#[test]
+fn priorities_and_vacate_deadlines_are_optional_members() {
+    let request = |agent: &str, value: serde_json::Value| -> Command {
+        serde_json::from_value(serde_json::json!({"request": {"agent": agent, "request": value}}))
+            .expect("a request decodes")
+    };
+    let volume = |lat: f64| {
+        serde_json::json!([{"lat": lat, "lon": 8.0, "radius_m": 5.0, "alt_min_m": 0.0,
+            "alt_max_m": 120.0, "start_ms": 1_700_000_000_000u64,
+            "end_ms": 1_700_000_600_000u64}])
+    };
+    let emergency = serde_json::json!({"id": "r4", "op": "route.reserve", "name": "emergency",
+        "lease": "0000000000000002", "volumes": volume(47.0), "priority": 3});
+    let commands = vec![
+        request(
+            "a",
+            serde_json::json!({"id": "r1", "op": "lease.grant", "ttl_ms": 60_000}),
+        ),
+        request(
+            "b",
+            serde_json::json!({"id": "r2", "op": "lease.grant", "ttl_ms": 60_000}),
+        ),
+        request(
+            "a",
+            serde_json::json!({"id": "r3", "op": "route.reserve", "name": "routine",
+            "lease": "0000000000000001", "volumes": volume(47.0)}),
+        ),
+        request("b", emergency.clone()),
+    ];
+    assert_eq!(
+        serde_json::to_value(&commands[3]).expect("encodes")["request"]["request"],
+        emergency,
+        "the request keeps its shape, priority included"
+    );
+    assert!(
+        !serde_json::to_string(&commands[2])
+            .expect("encodes")
+            .contains("priority"),
+        "a routine request has no priority member"
+    );
+    let mut machine = StateMachine::default();
+    let mut now_ms = 1_700_000_000_000;
+    for (i, command) in commands.into_iter().enumerate() {
+        now_ms += 1_000;
+        let meta = LogMeta {
+            index: i as u64 + 1,
+            term: 1,
+            now_ms,
+        };
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    machine.check_invariants().expect("invariants hold");
+    let bytes = machine.snapshot();
+    let text = String::from_utf8(bytes.clone()).expect("UTF-8");
+    let vacate_by_ms = now_ms + 5_000;
+    assert!(
+        text.contains(&format!(r#"}}],"vacate_by_ms":{vacate_by_ms}}}"#)),
+        "the preempted routine route has its deadline and no priority member: {text}"
+    );
+    assert!(
+        text.contains(r#"}],"priority":3,"head_start_ms":180000}"#),
+        "the emergency waiter has its priority and head start: {text}"
+    );
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert!(restored.snapshot() == bytes);
+    assert_eq!(restored.reservation_end_next_ms(), Some(vacate_by_ms));
+}

@@ -1,6 +1,7 @@
 //! Fuzzing `apply` (issue 15): arbitrary command sequences, the node's own commands included
 //! (lease and wait expiries, the legacy `CancelWait`, `Configure` with any limits, account
-//! ops), applied to a fresh machine with arbitrary stamps, terms and index steps. After every
+//! ops, reservations of every priority, limits with any vacate deadline and aging), applied to
+//! a fresh machine with arbitrary stamps, terms and index steps. After every
 //! entry `check_invariants()` holds, nothing panics, and every few entries the machine survives
 //! `restore(snapshot())` unchanged. The machine's decoders get arbitrary input too: a command
 //! decoded from arbitrary JSON bytes (what a log entry's `Proposal::commands` holds), and
@@ -18,7 +19,7 @@
 //! A failure prints the shrunk input; commit its seed from `tests/fuzz.proptest-regressions`
 //! (proptest writes it there) with the fix, so the case is replayed first on every run.
 
-use hivekeeper_protocol::{Role, Volume};
+use hivekeeper_protocol::{Priority, Role, Volume};
 use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, LeaseId, Limits, LogMeta, StateMachine,
 };
@@ -156,6 +157,14 @@ fn count() -> BoxedStrategy<u32> {
     prop_oneof![4 => 0..6u32, 1 => any::<u32>()].boxed()
 }
 
+/// A reservation's priority: any level (the type admits no other; the wire's decoder refuses
+/// the rest, `Priority`'s own tests).
+fn priority() -> BoxedStrategy<Priority> {
+    (0..=3u8)
+        .prop_map(|level| Priority::new(level).expect("0 to 3"))
+        .boxed()
+}
+
 fn role() -> BoxedStrategy<Role> {
     prop::sample::select(Role::ALL.to_vec()).boxed()
 }
@@ -187,9 +196,10 @@ fn agent_op() -> BoxedStrategy<AgentOp> {
             (prop::option::of(float()), prop::option::of(float())),
             prop::option::of(float()),
             (wait_ms(), window_ms(), window_ms()),
+            priority(),
         )
             .prop_map(
-                |(name, lease, lat, lon, (alt_min_m, alt_max_m), radius_m, (wait_ms, start_ms, end_ms))| {
+                |(name, lease, lat, lon, (alt_min_m, alt_max_m), radius_m, (wait_ms, start_ms, end_ms), priority)| {
                     AgentOp::WaypointReserve {
                         name,
                         lease,
@@ -201,21 +211,29 @@ fn agent_op() -> BoxedStrategy<AgentOp> {
                         wait_ms,
                         start_ms,
                         end_ms,
+                        priority,
                     }
                 }
             ),
         2 => (name(), lease()).prop_map(|(name, lease)| AgentOp::WaypointRelease { name, lease }),
-        3 => (name(), lease(), volumes(), wait_ms()).prop_map(|(name, lease, volumes, wait_ms)| {
-            AgentOp::RouteReserve {
+        3 => (name(), lease(), volumes(), wait_ms(), priority()).prop_map(
+            |(name, lease, volumes, wait_ms, priority)| AgentOp::RouteReserve {
                 name,
                 lease,
                 volumes,
                 wait_ms,
+                priority,
             }
-        }),
+        ),
         1 => (name(), lease()).prop_map(|(name, lease)| AgentOp::RouteRelease { name, lease }),
-        2 => (name(), lease(), volumes())
-            .prop_map(|(name, lease, volumes)| AgentOp::RouteAmend { name, lease, volumes }),
+        2 => (name(), lease(), volumes(), priority()).prop_map(
+            |(name, lease, volumes, priority)| AgentOp::RouteAmend {
+                name,
+                lease,
+                volumes,
+                priority
+            }
+        ),
         2 => lease().prop_map(|lease| AgentOp::AdminRevoke { lease }),
         1 => (name(), role(), any::<String>()).prop_map(|(name, role, secret_hash)| {
             AgentOp::AdminAgentAdd {
@@ -254,7 +272,13 @@ fn limits() -> BoxedStrategy<Limits> {
             ..Limits::DEFAULTS
         },
     );
-    prop_oneof![2 => Just(Limits::DEFAULTS), 3 => tight, 3 => per_agent].boxed()
+    // Vacate deadlines and aging that a few entries' stamps reach, or any at all.
+    let airspace = (number(), number()).prop_map(|(vacate_ms, aging_ms)| Limits {
+        reservation_vacate_ms: vacate_ms,
+        reservation_aging_ms: aging_ms,
+        ..Limits::DEFAULTS
+    });
+    prop_oneof![2 => Just(Limits::DEFAULTS), 3 => tight, 3 => per_agent, 2 => airspace].boxed()
 }
 
 /// Every command a log entry can hold, the node's own included.
@@ -446,6 +470,7 @@ fn busy_snapshot() -> Vec<u8> {
         wait_ms: None,
         start_ms,
         end_ms,
+        priority: Priority::ROUTINE,
     };
     apply("a", "w1", pad("pad", &a, (None, None)));
     apply("b", "w2", pad("pad", &b, (None, None)));

@@ -5,7 +5,10 @@
 //! requests, 4 waypoint names with cylinders a few metres apart (some with altitude bands, some
 //! across a cell boundary of the machine's grid, a pair across the antimeridian and one across
 //! the pole, and reservations without geometry), with time windows (overlapping, touching, in
-//! the future, live, and refused ones: in the past, empty, too long, beyond the horizon). Each entry goes to the real [`StateMachine`]
+//! the future, live, and refused ones: in the past, empty, too long, beyond the horizon), and
+//! with priorities 0 to 3 (issue 18, part 3: preemption with vacate deadlines, the queue
+//! ordered by priority and aging; the model runs its naive preemption pass after every entry
+//! and the test compares the `Event::Preempted`s). Each entry goes to the real [`StateMachine`]
 //! and to [`Model`], a naive reference written from DESIGN.md §2 and the module docs: plain
 //! `Vec`s, linear scans, one global "grant whatever is grantable" pass after every change. Only
 //! the geometry predicate (`areas_conflict`) is shared with the machine.
@@ -40,11 +43,13 @@
 
 use std::collections::BTreeMap;
 
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, Volume, WaiterInfo};
+use hivekeeper_protocol::{
+    Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
+};
 use hivekeeper_state_machine::areas_conflict;
 use hivekeeper_state_machine::{
-    AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp, Reply,
-    ResourceKey, StateMachine,
+    AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp,
+    ReleaseReason, Reply, ResourceKey, StateMachine,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -288,7 +293,12 @@ fn model_end(window: ModelWindow, volumes: &[Volume]) -> Option<u64> {
 /// The limits a case starts with or switches to.
 fn preset_limits(preset: usize) -> Limits {
     match preset % 3 {
-        0 => Limits::DEFAULTS,
+        // The defaults, but for a vacate deadline that a few steps' clock moves reach before
+        // the short leases expire (the default 5 s rarely is).
+        0 => Limits {
+            reservation_vacate_ms: 1_000,
+            ..Limits::DEFAULTS
+        },
         // Tight bounds, so that every `resource_exhausted` path and the dedup eviction run.
         1 => Limits {
             leases_max: 8,
@@ -303,6 +313,9 @@ fn preset_limits(preset: usize) -> Limits {
             reservation_window_ms_max: 1_200,
             reservation_horizon_ms_max: 2_500,
             dedup_idle_ms: 1_500,
+            // Deadlines and aging within a few steps' clock moves.
+            reservation_vacate_ms: 900,
+            reservation_aging_ms: 700,
             ..Limits::DEFAULTS
         },
         // Invalid: refused, nothing changes.
@@ -382,13 +395,15 @@ enum Action {
     AmendHeldRoute {
         back: usize,
         legs: Vec<(usize, usize)>,
+        priority: u8,
     },
     /// The leader's reservation expiry: ends every window whose end has passed.
     ExpireReservations {
         term: TermPick,
     },
-    /// Stamp the entry exactly at a reservation's window end (`early_ms` 0) or 1 ms before it
-    /// (`early_ms` 1): the window ends at `end_ms`, not before.
+    /// Stamp the entry exactly at a reservation's window end or vacate deadline (`early_ms` 0)
+    /// or 1 ms before it (`early_ms` 1): the window ends at `end_ms`, a preempted reservation
+    /// at `vacate_by_ms`, not before.
     ExpireReservationsAtEnd {
         back: usize,
         early_ms: u64,
@@ -460,6 +475,7 @@ enum OpSpec {
         wait: WaitSpec,
         /// Index into [`WINDOWS`].
         window: usize,
+        priority: u8,
     },
     WaypointRelease {
         name: usize,
@@ -471,6 +487,7 @@ enum OpSpec {
         legs: Vec<(usize, usize)>,
         lease: LeasePick,
         wait: WaitSpec,
+        priority: u8,
     },
     RouteRelease {
         name: usize,
@@ -480,6 +497,7 @@ enum OpSpec {
         name: usize,
         legs: Vec<(usize, usize)>,
         lease: LeasePick,
+        priority: u8,
     },
     /// A request the protocol validation refuses (`bad_request`, not remembered).
     Malformed {
@@ -585,27 +603,36 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
             lease_pick(),
             wait_spec(),
             prop_oneof![3 => Just(0usize), 4 => 1..WINDOWS.len()],
+            priority_level(),
         )
-            .prop_map(|(name, spot, lease, wait, window)| OpSpec::WaypointReserve {
+            .prop_map(|(name, spot, lease, wait, window, priority)| OpSpec::WaypointReserve {
                 name,
                 spot,
                 lease,
                 wait,
                 window,
+                priority,
             }),
         7 => (0..WAYPOINT_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::WaypointRelease { name, lease }),
-        10 => (0..WAYPOINT_NAMES.len(), legs(), lease_pick(), wait_spec())
-            .prop_map(|(name, legs, lease, wait)| OpSpec::RouteReserve {
+        10 => (0..WAYPOINT_NAMES.len(), legs(), lease_pick(), wait_spec(), priority_level())
+            .prop_map(|(name, legs, lease, wait, priority)| OpSpec::RouteReserve {
                 name,
                 legs,
                 lease,
                 wait,
+                priority,
             }),
         3 => (0..WAYPOINT_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::RouteRelease { name, lease }),
-        3 => (0..WAYPOINT_NAMES.len(), legs(), release_lease_pick())
-            .prop_map(|(name, legs, lease)| OpSpec::RouteAmend { name, legs, lease }),
+        3 => (0..WAYPOINT_NAMES.len(), legs(), release_lease_pick(), priority_level()).prop_map(
+            |(name, legs, lease, priority)| OpSpec::RouteAmend {
+                name,
+                legs,
+                lease,
+                priority
+            }
+        ),
     ]
     .boxed()
 }
@@ -614,6 +641,12 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
 /// an end gets one 1 s after its start, one without a start starts at the clock).
 fn legs() -> BoxedStrategy<Vec<(usize, usize)>> {
     prop::collection::vec((1..SPOTS.len(), 0..WINDOWS.len()), 1..=4).boxed()
+}
+
+/// A reservation's priority: routine more often than not, so that both preemption and
+/// ordinary queueing are common.
+fn priority_level() -> BoxedStrategy<u8> {
+    prop_oneof![3 => Just(0u8), 2 => 1..=3u8].boxed()
 }
 
 fn op_spec() -> BoxedStrategy<OpSpec> {
@@ -647,8 +680,9 @@ fn action() -> BoxedStrategy<Action> {
             .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
         3 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
             .prop_map(|term| Action::ExpireReservations { term }),
-        4 => (0..4usize, legs()).prop_map(|(back, legs)| Action::AmendHeldRoute { back, legs }),
-        3 => (0..4usize, 0..=1u64)
+        8 => (0..4usize, legs(), priority_level())
+            .prop_map(|(back, legs, priority)| Action::AmendHeldRoute { back, legs, priority }),
+        6 => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireReservationsAtEnd { back, early_ms }),
         3 => Just(Action::Restore),
         1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
@@ -797,6 +831,39 @@ fn outcome_of(reply: &Reply) -> Outcome {
     }
 }
 
+/// A preempted reservation, as `Event::Preempted` tells it: name, holder, token,
+/// `vacate_by_ms`, the preemptor's priority and whether it is a route.
+type Preempted = (String, String, u64, u64, u8, bool);
+
+fn preempted_of(events: &[Event]) -> Vec<Preempted> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Preempted {
+                key,
+                agent,
+                token,
+                vacate_by_ms,
+                priority,
+                route,
+                ..
+            } => Some((
+                key.name.to_string(),
+                agent.to_string(),
+                *token,
+                *vacate_by_ms,
+                priority.level(),
+                *route,
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn priority(level: u8) -> Priority {
+    Priority::new(level).expect("the model's priorities are 0 to 3")
+}
+
 /// A deferred answer, as `Event::Respond` carries it.
 #[derive(Debug, Clone, PartialEq)]
 struct Respond {
@@ -848,6 +915,10 @@ struct ModelHold {
     window: ModelWindow,
     /// A route's volumes (then `area` and `window` are `None`).
     volumes: Vec<Volume>,
+    /// A reservation's priority, 0 to 3.
+    priority: u8,
+    /// When a preempted reservation is ended unless released.
+    vacate_by_ms: Option<u64>,
 }
 
 /// A queued request. The model keeps every waiter of every kind in one `Vec`, in arrival
@@ -869,6 +940,17 @@ struct ModelWaiter {
     window: ModelWindow,
     /// A route's volumes.
     volumes: Vec<Volume>,
+    /// A reservation's priority, 0 to 3.
+    priority: u8,
+    /// Its priority times `reservation_aging_ms` when it was queued.
+    head_start_ms: u64,
+}
+
+impl ModelWaiter {
+    /// The queue order of waypoint waiters: `since_ms − head_start_ms`, then arrival.
+    fn place(&self) -> (i128, u64) {
+        (self.since_ms as i128 - self.head_start_ms as i128, self.seq)
+    }
 }
 
 /// One agent's remembered final replies, oldest first.
@@ -886,6 +968,10 @@ struct ModelStep {
     responds: Vec<Respond>,
     /// Leases ended by the entry, in order: `(agent, lease, reason)`.
     ended: Vec<(String, u64, LeaseEnd)>,
+    /// Reservations preempted by the entry, in name order.
+    preempted: Vec<Preempted>,
+    /// Whether the entry dropped a held reservation's vacate deadline (its preemptor went).
+    withdrawn: bool,
     /// The reply came from the memory of an earlier request with the same id.
     replayed: bool,
     /// The reply was remembered for retries.
@@ -918,6 +1004,10 @@ struct Model {
     responds: Vec<Respond>,
     /// The current entry's ended leases.
     ended: Vec<(String, u64, LeaseEnd)>,
+    /// The current entry's preempted reservations.
+    preempted: Vec<Preempted>,
+    /// Whether the current entry dropped a deadline.
+    withdrawn: bool,
     replayed: bool,
     remembered: bool,
 }
@@ -940,6 +1030,8 @@ impl Model {
             tokens_granted: Vec::new(),
             responds: Vec::new(),
             ended: Vec::new(),
+            preempted: Vec::new(),
+            withdrawn: false,
             replayed: false,
             remembered: false,
         }
@@ -963,6 +1055,7 @@ impl Model {
         self.term_max = self.term_max.max(meta.term);
         self.responds.clear();
         self.ended.clear();
+        self.preempted.clear();
         self.replayed = false;
         self.remembered = false;
         let outcome = match command {
@@ -998,12 +1091,15 @@ impl Model {
                 }
             }
         };
+        self.preempt();
         let forgot_idle = self.forget_idle_agents(clock_before_ms);
         self.forget_old_outcomes();
         ModelStep {
             outcome,
             responds: std::mem::take(&mut self.responds),
             ended: std::mem::take(&mut self.ended),
+            preempted: std::mem::take(&mut self.preempted),
+            withdrawn: std::mem::take(&mut self.withdrawn),
             replayed: self.replayed,
             remembered: self.remembered,
             forgot_idle,
@@ -1064,6 +1160,7 @@ impl Model {
                 wait_ms,
                 start_ms,
                 end_ms,
+                priority,
             } => {
                 let area = match (lat, lon) {
                     (Some(lat), Some(lon)) => Some(Area {
@@ -1076,14 +1173,23 @@ impl Model {
                     _ => None,
                 };
                 let asked = (*start_ms, *end_ms);
-                self.waypoint_reserve(agent, id, name, lease, area, *wait_ms, asked, Vec::new())
+                let ask = (area, asked, Vec::new(), priority.level());
+                self.waypoint_reserve(agent, id, name, lease, ask, *wait_ms)
             }
             AgentOp::RouteReserve {
                 name,
                 lease,
                 volumes,
                 wait_ms,
-            } => self.route_reserve(agent, id, name, lease, volumes, *wait_ms),
+                priority,
+            } => self.route_reserve(
+                agent,
+                id,
+                name,
+                lease,
+                (volumes, priority.level()),
+                *wait_ms,
+            ),
             AgentOp::RouteRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
@@ -1091,7 +1197,8 @@ impl Model {
                 name,
                 lease,
                 volumes,
-            } => self.route_amend(agent, name, lease, volumes),
+                priority,
+            } => self.route_amend(agent, name, lease, volumes, priority.level()),
             AgentOp::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
@@ -1275,7 +1382,6 @@ impl Model {
         };
         let holds_before = self.holds.len();
         self.holds.retain(|hold| !due(&hold.window, &hold.volumes));
-        let holds_ended = holds_before - self.holds.len();
         let mut waiters_due: Vec<ModelWaiter> = self
             .waiters
             .iter()
@@ -1287,6 +1393,14 @@ impl Model {
         for waiter in &waiters_due {
             self.respond(waiter, refused(ErrorCode::Timeout));
         }
+        // Then the preempted holds whose deadline passed, if a waiter still needs them.
+        let needed = self.needed();
+        self.holds.retain(|hold| {
+            hold.vacate_by_ms
+                .is_none_or(|vacate_by_ms| vacate_by_ms > now_ms)
+                || !needed.iter().any(|(name, _)| *name == hold.name)
+        });
+        let holds_ended = holds_before - self.holds.len();
         self.grant_what_is_grantable();
         Outcome::ReservationsEnded {
             count: (holds_ended + waiters_due.len()) as u64,
@@ -1300,7 +1414,8 @@ impl Model {
             .iter()
             .map(|hold| model_end(hold.window, &hold.volumes));
         let waiters = self.waiters.iter().map(|w| model_end(w.window, &w.volumes));
-        holds.chain(waiters).flatten().min()
+        let vacates = self.holds.iter().map(|hold| hold.vacate_by_ms);
+        holds.chain(waiters).chain(vacates).flatten().min()
     }
 
     /// The window a reservation asks for, checked against the clock and the limits.
@@ -1336,6 +1451,103 @@ impl Model {
         self.waiters
             .iter()
             .filter(move |w| w.kind == kind && w.name == name)
+    }
+
+    /// A resource's queue, head first: arrival order, except that waypoint waiters go by
+    /// their place (priority and aging).
+    fn queue_of(&self, kind: ResourceKind, name: &str) -> Vec<&ModelWaiter> {
+        let mut queue: Vec<&ModelWaiter> = self.waiters_of(kind, name).collect();
+        if kind == ResourceKind::Waypoint {
+            queue.sort_by_key(|w| w.place());
+        }
+        queue
+    }
+
+    /// The holds some waiter preempts, naively: a waypoint waiter above routine that no other
+    /// lease's waiter ahead of it conflicts with, and that conflicts only with other leases'
+    /// holds of a lower priority, needs those holds vacated. `(name, highest priority)`.
+    fn needed(&self) -> Vec<(String, u8)> {
+        let waypoint = ResourceKind::Waypoint;
+        let mut needed: Vec<(String, u8)> = Vec::new();
+        for w in self
+            .waiters
+            .iter()
+            .filter(|w| w.kind == waypoint && w.priority > 0)
+        {
+            let shapes = model_shapes(w.area, w.window, &w.volumes);
+            let candidate = (Some(w.name.as_str()), shapes.as_slice());
+            let ahead = self.waiters.iter().any(|other| {
+                other.kind == waypoint
+                    && other.lease != w.lease
+                    && other.place() < w.place()
+                    && Self::reservations_conflict(
+                        candidate,
+                        (
+                            &other.name,
+                            &model_shapes(other.area, other.window, &other.volumes),
+                        ),
+                    )
+            });
+            if ahead {
+                continue;
+            }
+            let in_the_way: Vec<&ModelHold> = self
+                .holds
+                .iter()
+                .filter(|hold| {
+                    hold.kind == waypoint
+                        && hold.lease != w.lease
+                        && Self::reservations_conflict(
+                            candidate,
+                            (
+                                &hold.name,
+                                &model_shapes(hold.area, hold.window, &hold.volumes),
+                            ),
+                        )
+                })
+                .collect();
+            if in_the_way.iter().any(|hold| hold.priority >= w.priority) {
+                continue;
+            }
+            for hold in in_the_way {
+                match needed.iter_mut().find(|(name, _)| *name == hold.name) {
+                    Some(entry) => entry.1 = entry.1.max(w.priority),
+                    None => needed.push((hold.name.clone(), w.priority)),
+                }
+            }
+        }
+        needed
+    }
+
+    /// The preemption pass, naively after every entry: a hold that [`Model::needed`] lists
+    /// without a deadline gets one (`now + reservation_vacate_ms`) and an event; a deadline
+    /// that no waiter needs is dropped.
+    fn preempt(&mut self) {
+        let waypoint = ResourceKind::Waypoint;
+        let needed = self.needed();
+        let vacate_by_ms = self.now_ms + self.limits.reservation_vacate_ms;
+        let mut preempted = Vec::new();
+        for hold in self.holds.iter_mut().filter(|hold| hold.kind == waypoint) {
+            match needed.iter().find(|(name, _)| *name == hold.name) {
+                None => {
+                    self.withdrawn |= hold.vacate_by_ms.take().is_some();
+                }
+                Some(_) if hold.vacate_by_ms.is_some() => {}
+                Some((_, level)) => {
+                    hold.vacate_by_ms = Some(vacate_by_ms);
+                    preempted.push((
+                        hold.name.clone(),
+                        hold.agent.clone(),
+                        hold.token,
+                        vacate_by_ms,
+                        *level,
+                        !hold.volumes.is_empty(),
+                    ));
+                }
+            }
+        }
+        preempted.sort();
+        self.preempted.extend(preempted);
     }
 
     fn is_waiting(&self, lease: u64, kind: ResourceKind, name: &str) -> bool {
@@ -1431,6 +1643,8 @@ impl Model {
             area,
             window,
             volumes: Vec::new(),
+            priority: 0,
+            vacate_by_ms: None,
         });
         self.tokens_granted.push((kind, name.to_string(), token));
         Outcome::Granted { token }
@@ -1464,6 +1678,8 @@ impl Model {
             area,
             window,
             volumes: Vec::new(),
+            priority: 0,
+            head_start_ms: 0,
         });
         Outcome::Queued
     }
@@ -1677,14 +1893,14 @@ impl Model {
     }
 
     /// Whether a reservation of `lease` is blocked by another lease's held reservation or by
-    /// another lease's waiter that arrived before `before_seq` (every waiter when `None`); by
-    /// name only when `name` is given (a route's amend keeps its name).
+    /// another lease's waiter ahead of `place` in the queue order (every waiter when `None`);
+    /// by name only when `name` is given (a route's amend keeps its name).
     fn waypoint_blocked(
         &self,
         name: Option<&str>,
         shapes: &[(Area, ModelWindow)],
         lease: u64,
-        before_seq: Option<u64>,
+        place: Option<(i128, u64)>,
     ) -> bool {
         let candidate = (name, shapes);
         let held_conflict = self.holds.iter().any(|hold| {
@@ -1700,7 +1916,7 @@ impl Model {
         });
         let earlier_conflict = self.waiters.iter().any(|w| {
             w.kind == ResourceKind::Waypoint
-                && before_seq.is_none_or(|seq| w.seq < seq)
+                && place.is_none_or(|place| w.place() < place)
                 && w.lease != lease
                 && Self::reservations_conflict(
                     candidate,
@@ -1710,18 +1926,18 @@ impl Model {
         held_conflict || earlier_conflict
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `ask`: the cylinder, the window as asked, a route's volumes and the priority.
+    #[allow(clippy::type_complexity)]
     fn waypoint_reserve(
         &mut self,
         agent: &str,
         request_id: &str,
         name: &str,
         lease: &str,
-        area: Option<Area>,
+        ask: (Option<Area>, (Option<u64>, Option<u64>), Vec<Volume>, u8),
         wait_ms: Option<u64>,
-        asked: (Option<u64>, Option<u64>),
-        volumes: Vec<Volume>,
     ) -> Outcome {
+        let (area, asked, volumes, priority) = ask;
         let window = match self.resolve_window(asked.0, asked.1) {
             Ok(window) => window,
             Err(refusal) => return refusal,
@@ -1761,9 +1977,13 @@ impl Model {
             return refused(ErrorCode::ResourceExhausted);
         }
         let shapes = model_shapes(area, window, &volumes);
-        if !self.waypoint_blocked(Some(name), &shapes, lease, None) {
+        let head_start_ms = u64::from(priority) * self.limits.reservation_aging_ms;
+        let place = (self.now_ms as i128 - head_start_ms as i128, self.index);
+        if !self.waypoint_blocked(Some(name), &shapes, lease, Some(place)) {
             let outcome = self.grant_now(kind, name, lease, agent, 1, 0, area, window);
-            self.holds.last_mut().expect("just granted").volumes = volumes;
+            let hold = self.holds.last_mut().expect("just granted");
+            hold.volumes = volumes;
+            hold.priority = priority;
             return outcome;
         }
         if wait_ms == Some(0) {
@@ -1782,7 +2002,10 @@ impl Model {
         let outcome = self.enqueue(
             kind, name, lease, agent, request_id, 1, 0, area, window, wait_ms,
         );
-        self.waiters.last_mut().expect("just queued").volumes = volumes;
+        let waiter = self.waiters.last_mut().expect("just queued");
+        waiter.volumes = volumes;
+        waiter.priority = priority;
+        waiter.head_start_ms = head_start_ms;
         outcome
     }
 
@@ -1799,28 +2022,26 @@ impl Model {
         request_id: &str,
         name: &str,
         lease: &str,
-        volumes: &[Volume],
+        (volumes, priority): (&[Volume], u8),
         wait_ms: Option<u64>,
     ) -> Outcome {
         if let Some(refusal) = self.check_volumes(volumes) {
             return refusal;
         }
-        let none = (None, None);
-        self.waypoint_reserve(
-            agent,
-            request_id,
-            name,
-            lease,
-            None,
-            wait_ms,
-            none,
-            volumes.to_vec(),
-        )
+        let ask = (None, (None, None), volumes.to_vec(), priority);
+        self.waypoint_reserve(agent, request_id, name, lease, ask, wait_ms)
     }
 
     /// The held route's volumes replaced when nothing of another lease (held, or waiting,
     /// whenever it came) conflicts with the new ones; else `would_block`, nothing changed.
-    fn route_amend(&mut self, agent: &str, name: &str, lease: &str, volumes: &[Volume]) -> Outcome {
+    fn route_amend(
+        &mut self,
+        agent: &str,
+        name: &str,
+        lease: &str,
+        volumes: &[Volume],
+        priority: u8,
+    ) -> Outcome {
         if let Some(refusal) = self.check_volumes(volumes) {
             return refusal;
         }
@@ -1841,6 +2062,7 @@ impl Model {
             return refused(ErrorCode::WouldBlock);
         }
         self.holds[position].volumes = volumes.to_vec();
+        self.holds[position].priority = priority;
         let token = self.holds[position].token;
         self.grant_what_is_grantable();
         Outcome::Granted { token }
@@ -1884,15 +2106,18 @@ impl Model {
             }
         }
         loop {
-            let grantable = self.waiters.iter().position(|w| {
-                w.kind == ResourceKind::Waypoint
-                    && !self.waypoint_blocked(
-                        Some(&w.name),
-                        &model_shapes(w.area, w.window, &w.volumes),
-                        w.lease,
-                        Some(w.seq),
-                    )
-            });
+            let grantable = (0..self.waiters.len())
+                .filter(|&i| {
+                    let w = &self.waiters[i];
+                    w.kind == ResourceKind::Waypoint
+                        && !self.waypoint_blocked(
+                            Some(&w.name),
+                            &model_shapes(w.area, w.window, &w.volumes),
+                            w.lease,
+                            Some(w.place()),
+                        )
+                })
+                .min_by_key(|&i| self.waiters[i].place());
             let Some(position) = grantable else {
                 break;
             };
@@ -1936,6 +2161,8 @@ impl Model {
             area: waiter.area,
             window: waiter.window,
             volumes: waiter.volumes.clone(),
+            priority: waiter.priority,
+            vacate_by_ms: None,
         });
         self.tokens_granted
             .push((waiter.kind, waiter.name.clone(), token));
@@ -2056,10 +2283,13 @@ impl Model {
                     start_ms: hold.window.map(|(start_ms, _)| start_ms),
                     end_ms: hold.window.and_then(|(_, end_ms)| end_ms),
                     volumes: hold.volumes.clone(),
+                    priority: (hold.priority > 0).then(|| priority(hold.priority)),
+                    vacate_by_ms: hold.vacate_by_ms,
                 })
                 .collect(),
             waiters: self
-                .waiters_of(kind, name)
+                .queue_of(kind, name)
+                .into_iter()
                 .enumerate()
                 .map(|(i, w)| WaiterInfo {
                     agent: w.agent.clone(),
@@ -2070,6 +2300,7 @@ impl Model {
                     start_ms: w.window.map(|(start_ms, _)| start_ms),
                     end_ms: w.window.and_then(|(_, end_ms)| end_ms),
                     volumes: w.volumes.clone(),
+                    priority: (w.priority > 0).then(|| priority(w.priority)),
                 })
                 .collect(),
         }
@@ -2131,6 +2362,8 @@ fn limits_are_valid(limits: &Limits) -> bool {
         && limits.reservation_window_ms_max >= 1
         && limits.reservation_horizon_ms_max >= 1
         && limits.dedup_idle_ms >= 1
+        && limits.reservation_vacate_ms >= 1
+        && limits.reservation_aging_ms >= 1
 }
 
 /// The protocol's field checks, for the requests this test can generate.
@@ -2326,7 +2559,11 @@ impl Harness {
                 }
                 Command::ExpireWaits { term: self.term }
             }
-            Action::AmendHeldRoute { back, legs } => {
+            Action::AmendHeldRoute {
+                back,
+                legs,
+                priority: level,
+            } => {
                 let routes: Vec<(String, String, u64)> = self
                     .model
                     .holds
@@ -2345,6 +2582,7 @@ impl Harness {
                     name,
                     lease: format!("{lease:016x}"),
                     volumes: self.volumes(legs),
+                    priority: priority(*level),
                 };
                 self.next_request += 1;
                 let id = format!("r{}", self.next_request);
@@ -2362,8 +2600,11 @@ impl Harness {
                 let holds = holds.map(|hold| model_end(hold.window, &hold.volumes));
                 let waiters = self.model.waiters.iter();
                 let waiters = waiters.map(|w| model_end(w.window, &w.volumes));
+                // Vacate deadlines of preempted holds are ends too.
+                let vacates = self.model.holds.iter().map(|hold| hold.vacate_by_ms);
                 let ends: Vec<((), u64)> = holds
                     .chain(waiters)
+                    .chain(vacates)
                     .flatten()
                     .map(|end_ms| ((), end_ms))
                     .collect();
@@ -2490,6 +2731,12 @@ impl Harness {
             "leases ended by the last entry (left: machine, right: model)\n{}",
             self.recent_trace()
         );
+        prop_assert_eq!(
+            &preempted_of(&events),
+            &expected.preempted,
+            "reservations preempted by the last entry (left: machine, right: model)\n{}",
+            self.recent_trace()
+        );
         if let Command::Request { agent, request } = &command {
             let key = (agent.clone(), request.id.clone());
             if !expected.replayed && self.final_replies.contains_key(&key) {
@@ -2520,6 +2767,17 @@ impl Harness {
             events,
             self.recent_trace()
         );
+        if events.iter().any(|event| {
+            matches!(
+                event,
+                Event::Released {
+                    reason: ReleaseReason::Preempted,
+                    ..
+                }
+            )
+        }) {
+            self.count("a preempted reservation ended at its deadline");
+        }
         for event in events.iter() {
             match event {
                 Event::Queued {
@@ -2677,6 +2935,19 @@ impl Harness {
             .count();
         if waypoint_waiters >= 2 {
             self.count("two waypoint waiters");
+        }
+        if !expected.preempted.is_empty() {
+            self.count("preempted");
+        }
+        if expected.withdrawn {
+            self.count("preemption withdrawn");
+        }
+        let overtaken = WAYPOINT_NAMES.iter().any(|name| {
+            let queue = self.model.queue_of(ResourceKind::Waypoint, name);
+            queue.windows(2).any(|pair| pair[0].seq > pair[1].seq)
+        });
+        if overtaken {
+            self.count("a waiter overtaken by a higher priority");
         }
     }
 
@@ -2924,12 +3195,16 @@ impl Harness {
                 lease: pick,
                 wait,
                 window,
-            } => reserve_op(
-                WAYPOINT_NAMES[*name],
-                SPOTS[*spot],
-                lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
-                wait.wait_ms(),
-                self.window_at(*window),
+                priority: level,
+            } => at_priority(
+                reserve_op(
+                    WAYPOINT_NAMES[*name],
+                    SPOTS[*spot],
+                    lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
+                    wait.wait_ms(),
+                    self.window_at(*window),
+                ),
+                *level,
             ),
             OpSpec::WaypointRelease { name, lease: pick } => AgentOp::WaypointRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
@@ -2940,11 +3215,13 @@ impl Harness {
                 legs,
                 lease: pick,
                 wait,
+                priority: level,
             } => AgentOp::RouteReserve {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
                 volumes: self.volumes(legs),
                 wait_ms: wait.wait_ms(),
+                priority: priority(*level),
             },
             OpSpec::RouteRelease { name, lease: pick } => AgentOp::RouteRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
@@ -2954,10 +3231,12 @@ impl Harness {
                 name,
                 legs,
                 lease: pick,
+                priority: level,
             } => AgentOp::RouteAmend {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
                 volumes: self.volumes(legs),
+                priority: priority(*level),
             },
             OpSpec::Malformed { which } => malformed_op(*which, lease(&LeasePick::Own(0), None)),
         }
@@ -3091,7 +3370,16 @@ fn reserve_op(
         wait_ms,
         start_ms,
         end_ms,
+        priority: Priority::ROUTINE,
     }
+}
+
+/// A waypoint reservation at priority `level`.
+fn at_priority(mut op: AgentOp, level: u8) -> AgentOp {
+    if let AgentOp::WaypointReserve { priority: p, .. } = &mut op {
+        *p = priority(level);
+    }
+    op
 }
 
 /// Requests the protocol validation refuses.
@@ -3109,6 +3397,7 @@ fn malformed_op(which: usize, lease: String) -> AgentOp {
             wait_ms: None,
             start_ms: None,
             end_ms: None,
+            priority: Priority::ROUTINE,
         },
         2 => AgentOp::WaypointReserve {
             name: "pad1".into(),
@@ -3121,6 +3410,7 @@ fn malformed_op(which: usize, lease: String) -> AgentOp {
             wait_ms: None,
             start_ms: None,
             end_ms: None,
+            priority: Priority::ROUTINE,
         },
         3 => AgentOp::LockAcquire {
             name: "alpha".into(),
@@ -3245,6 +3535,10 @@ fn generator_reaches_every_path() {
         "route queued",
         "route amended",
         "route amend would block",
+        "preempted",
+        "preemption withdrawn",
+        "a preempted reservation ended at its deadline",
+        "a waiter overtaken by a higher priority",
         "route amend of a route not held",
         "a queued route granted",
         "retry ran again: its outcome was forgotten",

@@ -320,6 +320,10 @@ mod tests {
                     wait_ms,
                     start_ms: wait_ms.map(|_| 1_764_503_600_000),
                     end_ms: wait_ms.map(|_| 1_764_504_200_000),
+                    priority: match wait_ms {
+                        Some(_) => hivekeeper_protocol::Priority::EMERGENCY,
+                        None => hivekeeper_protocol::Priority::ROUTINE,
+                    },
                 },
             },
         };
@@ -352,6 +356,7 @@ mod tests {
                     wait_ms: Some(1),
                     start_ms: Some(u64::MAX - 1),
                     end_ms: Some(u64::MAX),
+                    priority: hivekeeper_protocol::Priority::EMERGENCY,
                 },
             },
         };

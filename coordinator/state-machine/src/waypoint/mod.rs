@@ -11,8 +11,10 @@
 //!
 //! After holds or waiters go away, only waiters that conflicted with something removed can have
 //! become grantable (anything else is still blocked by what blocked it before), so the grant
-//! pass looks at those candidates alone, in arrival order. Granting one adds a hold, which can
-//! only block, so one pass suffices.
+//! pass looks at those candidates alone, in queue order. Granting one adds a hold, which can
+//! only block, so one pass suffices. The queue order is by priority with aging, FIFO among
+//! equals (invariant 8); a request in the way only of lower-priority holders preempts them
+//! rather than waiting behind them (`preempt.rs`, which runs after the grant pass).
 //!
 //! Invariants:
 //! 1. No two held reservations of different leases conflict.
@@ -30,16 +32,23 @@
 //! 7. A route (`route.rs`) has volumes and no cylinder or window of its own; invariants 1, 2,
 //!    5 and 6 hold for each of its volumes (its shapes), and the spatial index files each
 //!    volume under (name or seq, volume number).
-//! 8. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each cell keeps its
-//!    shapes in (open, window start, key) order and bounds its ended windows' length exactly
-//!    (`Grid::check`, grid invariants 1 to 3); with
-//!    invariant 3's rebuild, the index is exactly what the reservations imply, so a check reads
-//!    only the shapes whose cells and windows can overlap its own.
+//! 8. Waiters are in queue order (`Pending::place`): by `since_ms − head_start_ms`, then by
+//!    arrival, where `head_start_ms` is its priority times `reservation_aging_ms` when it was
+//!    queued (0, and only 0, for routine). "Earlier" in invariant 2 means ahead in this order.
+//! 9. Preemption (`preempt.rs`): a held reservation has a vacate deadline exactly when a
+//!    preempting waiter needs it, and the indexes list exactly the deadlines and the
+//!    waiters above routine (part of invariant 3's rebuild check).
+//! 10. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each cell keeps
+//!     its shapes in (open, window start, key) order and bounds its ended windows' length
+//!     exactly (`Grid::check`, grid invariants 1 to 3); with invariant 3's rebuild, the index
+//!     is exactly what the reservations imply, so a check reads only the shapes whose cells
+//!     and windows can overlap its own.
 
 mod geo;
 mod grid;
 #[cfg(test)]
 mod grid_test;
+mod preempt;
 mod query;
 mod route;
 mod window;
@@ -47,7 +56,9 @@ mod window;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hivekeeper_protocol::{Area, ErrorCode, HolderInfo, ResourceKind, Volume, WaiterInfo};
+use hivekeeper_protocol::{
+    Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
+};
 use serde::{Deserialize, Serialize};
 
 use super::fifo;
@@ -73,6 +84,15 @@ pub struct Reservation {
     /// out of the snapshot, for a waypoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
+    /// Addition (issue 18, part 3): its priority, which decides who may preempt it; routine
+    /// (and left out of the snapshot) by default.
+    #[serde(default, skip_serializing_if = "Priority::is_routine")]
+    pub priority: Priority,
+    /// When the machine ends it unless it is released first, set while a request of a higher
+    /// priority waits for its airspace (`preempt.rs`); absent (and left out of the snapshot)
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vacate_by_ms: Option<u64>,
 }
 
 /// A waiting reservation.
@@ -90,6 +110,32 @@ pub struct Pending {
     /// A route's volumes, as for [`Reservation::volumes`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
+    /// Addition (issue 18, part 3): the priority it asks for; routine (and left out of the
+    /// snapshot) by default.
+    #[serde(default, skip_serializing_if = "Priority::is_routine")]
+    pub priority: Priority,
+    /// How far ahead of its arrival it is queued: its priority times `reservation_aging_ms`
+    /// when it was queued (invariant 8). Kept rather than recomputed, so a later change of
+    /// the limit cannot reorder a queue between entries. 0 (and left out) for routine.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub head_start_ms: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+/// A waiter's place in the queue order (invariant 8): lower goes first.
+pub type Place = (i128, u64);
+
+impl Pending {
+    /// Its place in the queue order: `since_ms − head_start_ms`, then its arrival.
+    pub fn place(&self) -> Place {
+        (
+            i128::from(self.waiter.since_ms) - i128::from(self.head_start_ms),
+            self.waiter.seq,
+        )
+    }
 }
 
 /// What a reservation request asks for, resolved: a waypoint's cylinder and window, or a
@@ -104,6 +150,8 @@ pub(super) struct Ask {
     pub volumes: Vec<Volume>,
     /// A waypoint's `start_ms` and `end_ms` as the request gave them, for a retry's match.
     pub asked: (Option<u64>, Option<u64>),
+    /// The priority asked for.
+    pub priority: Priority,
 }
 
 impl Ask {
@@ -194,6 +242,10 @@ struct Index {
     held_ends: BTreeSet<(u64, Text)>,
     /// Waiting reservations with an end, by `(end_ms, seq)`.
     waiting_ends: BTreeSet<(u64, u64)>,
+    /// Preempted held reservations, by `(vacate_by_ms, name)`: the due ones are a prefix.
+    vacate_ends: BTreeSet<(u64, Text)>,
+    /// Waiters above routine, the only ones that can preempt, by seq.
+    prioritized: BTreeSet<u64>,
 }
 
 /// Files each shape of a reservation in `grid`, under `(key, shape number)`.
@@ -230,6 +282,9 @@ impl Index {
         if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
             self.held_ends.insert((end_ms, name.clone()));
         }
+        if let Some(vacate_by_ms) = reservation.vacate_by_ms {
+            self.vacate_ends.insert((vacate_by_ms, name.clone()));
+        }
     }
 
     fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
@@ -239,6 +294,9 @@ impl Index {
         }
         if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
             self.held_ends.remove(&(end_ms, name.clone()));
+        }
+        if let Some(vacate_by_ms) = reservation.vacate_by_ms {
+            self.vacate_ends.remove(&(vacate_by_ms, name.clone()));
         }
     }
 
@@ -251,6 +309,9 @@ impl Index {
         );
         if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
             self.waiting_ends.insert((end_ms, seq));
+        }
+        if !pending.priority.is_routine() {
+            self.prioritized.insert(seq);
         }
         self.waiting_by_name
             .entry(pending.name.clone())
@@ -265,6 +326,7 @@ impl Index {
         if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
             self.waiting_ends.remove(&(end_ms, seq));
         }
+        self.prioritized.remove(&seq);
         if let Some(seqs) = self.waiting_by_name.get_mut(&pending.name) {
             seqs.remove(&seq);
             if seqs.is_empty() {
@@ -328,44 +390,68 @@ impl Waypoints {
             .map(|reservation| reservation.hold.token)
     }
 
-    /// Whether a request (a new one, or the waiter at `before_seq`) is blocked by a held
-    /// reservation or by an earlier waiter of another lease: by its name (unless `name` is
-    /// `None`: a route's amend keeps its name) or by any of its shapes.
-    fn blocked(
+    /// Whether a request (a new one, or a waiter at `place`) is blocked by a held
+    /// reservation or by a waiter of another lease ahead of it in the queue order: by its
+    /// name (unless `name` is `None`: a route's amend keeps its name) or by any of its shapes.
+    fn blocked(&self, name: Option<&str>, shapes: &[Shape], lease: LeaseId, place: Place) -> bool {
+        self.held_conflict(name, shapes, lease, |_| true)
+            || self.waiter_ahead(name, shapes, lease, place)
+    }
+
+    /// Whether a held reservation of another lease that `visit` accepts conflicts with a
+    /// request, by its name or any of its shapes. `visit` sees every conflicting one (with its
+    /// name) until it answers true.
+    fn held_conflict(
         &self,
         name: Option<&str>,
         shapes: &[Shape],
         lease: LeaseId,
-        before_seq: u64,
+        mut visit: impl FnMut((&Text, &Reservation)) -> bool,
     ) -> bool {
-        let other = |entry_lease: LeaseId| entry_lease != lease;
-        if let Some(name) = name {
-            if self
-                .held
-                .get(name)
-                .is_some_and(|held| other(held.hold.lease))
-            {
-                return true;
-            }
-            if let Some(seqs) = self.index.waiting_by_name.get(name)
-                && seqs
-                    .range(..before_seq)
-                    .any(|seq| other(self.waiters[seq].waiter.lease))
-            {
-                return true;
-            }
+        if let Some(name) = name
+            && let Some(held) = self.held.get_key_value(name)
+            && held.1.hold.lease != lease
+            && visit(held)
+        {
+            return true;
         }
         shapes.iter().any(|(area, window)| {
-            let window = window.as_ref();
             self.index
                 .held
-                .find_conflict(area, window, |_, entry| other(entry.lease))
-                || self
-                    .index
-                    .waiting
-                    .find_conflict(area, window, |key, entry| {
-                        key.0 < before_seq && other(entry.lease)
-                    })
+                .find_conflict(area, window.as_ref(), |key, entry| {
+                    entry.lease != lease
+                        && visit(
+                            self.held
+                                .get_key_value(&key.0)
+                                .expect("the held index lists held reservations"),
+                        )
+                })
+        })
+    }
+
+    /// Whether a waiter of another lease ahead of `place` in the queue order conflicts with a
+    /// request, by its name or any of its shapes.
+    fn waiter_ahead(
+        &self,
+        name: Option<&str>,
+        shapes: &[Shape],
+        lease: LeaseId,
+        place: Place,
+    ) -> bool {
+        let ahead = |seq: &u64| {
+            let pending = &self.waiters[seq];
+            pending.waiter.lease != lease && pending.place() < place
+        };
+        if let Some(name) = name
+            && let Some(seqs) = self.index.waiting_by_name.get(name)
+            && seqs.iter().any(ahead)
+        {
+            return true;
+        }
+        shapes.iter().any(|(area, window)| {
+            self.index
+                .waiting
+                .find_conflict(area, window.as_ref(), |key, _| ahead(&key.0))
         })
     }
 
@@ -399,8 +485,13 @@ impl Waypoints {
     }
 
     /// The grant pass after removals: grants every waiter that conflicted with something removed
-    /// and is no longer blocked, in arrival order.
-    pub fn settle(&mut self, ctx: &mut Ctx, core: &mut Core) {
+    /// and is no longer blocked, in queue order; then the preemption pass (`preempt.rs`).
+    pub fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, vacate_ms: u64) {
+        self.grant_pass(ctx, core);
+        self.preempt(ctx, vacate_ms);
+    }
+
+    fn grant_pass(&mut self, ctx: &mut Ctx, core: &mut Core) {
         let removed = std::mem::take(&mut self.removed);
         if self.waiters.is_empty() {
             return;
@@ -419,10 +510,15 @@ impl Waypoints {
                     });
             }
         }
-        for seq in candidates {
+        let mut candidates: Vec<(Place, u64)> = candidates
+            .into_iter()
+            .map(|seq| (self.waiters[&seq].place(), seq))
+            .collect();
+        candidates.sort_unstable();
+        for (place, seq) in candidates {
             let pending = &self.waiters[&seq];
             let shapes = pending.shapes();
-            if self.blocked(Some(&pending.name), &shapes, pending.waiter.lease, seq) {
+            if self.blocked(Some(&pending.name), &shapes, pending.waiter.lease, place) {
                 continue;
             }
             let pending = self.waiters.remove(&seq).expect("looked up above");
@@ -434,12 +530,14 @@ impl Waypoints {
                 area: pending.area,
                 window: pending.window,
                 volumes: pending.volumes,
+                priority: pending.priority,
+                vacate_by_ms: None,
             };
             self.insert_held(pending.name, reservation);
         }
     }
 
-    /// Invariants 1 to 8, and the holds and waits for the cross-check with leases.
+    /// Invariants 1 to 10, and the holds and waits for the cross-check with leases.
     pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
@@ -523,18 +621,31 @@ impl Waypoints {
                     pending.name
                 ));
             }
-            if !self.blocked(Some(&pending.name), &pending.shapes(), lease, *seq) {
+            if !self.blocked(
+                Some(&pending.name),
+                &pending.shapes(),
+                lease,
+                pending.place(),
+            ) {
                 return Err(format!(
                     "waypoint waiter {seq} for {:?} could be granted but waits",
                     pending.name
                 ));
             }
+            if pending.priority.is_routine() != (pending.head_start_ms == 0) {
+                return Err(format!(
+                    "waypoint waiter {seq} of priority {} has a head start of {} ms",
+                    pending.priority, pending.head_start_ms
+                ));
+            }
         }
-        Ok(())
+        self.check_preempt_invariants()
     }
 }
 
 impl StateMachine {
+    /// `waypoint.reserve` of `asked`: its cylinder, its window's ends as the request gave
+    /// them, and its priority.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn waypoint_reserve(
         &mut self,
@@ -543,10 +654,10 @@ impl StateMachine {
         request_id: &str,
         name: &str,
         lease: &str,
-        area: Option<Area>,
+        asked: (Option<Area>, (Option<u64>, Option<u64>), Priority),
         wait_ms: Option<u64>,
-        asked: (Option<u64>, Option<u64>),
     ) -> Reply {
+        let (area, asked, priority) = asked;
         let window = match Window::resolve(asked.0, asked.1, ctx.now_ms, &self.limits) {
             Ok(window) => window,
             Err(message) => {
@@ -561,6 +672,7 @@ impl StateMachine {
             window,
             volumes: Vec::new(),
             asked,
+            priority,
         };
         self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
     }
@@ -641,10 +753,13 @@ impl StateMachine {
             return self.resources_exhausted();
         }
         let shapes = shapes(ask.area, ask.window, &ask.volumes);
-        if !self
-            .waypoints
-            .blocked(Some(&name), &shapes, lease, u64::MAX)
-        {
+        let head_start_ms =
+            u64::from(ask.priority.level()).saturating_mul(self.limits.reservation_aging_ms);
+        let place = (
+            i128::from(ctx.now_ms) - i128::from(head_start_ms),
+            ctx.index,
+        );
+        if !self.waypoints.blocked(Some(&name), &shapes, lease, place) {
             let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
             let token = hold.token;
             let reservation = Reservation {
@@ -652,8 +767,14 @@ impl StateMachine {
                 area: ask.area,
                 window: ask.window,
                 volumes: ask.volumes,
+                priority: ask.priority,
+                vacate_by_ms: None,
             };
             self.waypoints.insert_held(name, reservation);
+            // A new hold of a priority as high as a preemptor's, in its way, ends that
+            // preemption (`preempt.rs`): found by the model test.
+            self.waypoints
+                .preempt(ctx, self.limits.reservation_vacate_ms);
             return Reply::Granted { token };
         }
         if wait_ms == Some(0) {
@@ -677,9 +798,15 @@ impl StateMachine {
             area: ask.area,
             window: ask.window,
             volumes: ask.volumes,
+            priority: ask.priority,
+            head_start_ms,
         };
         self.waypoints.index.add_waiter(ctx.index, &pending);
         self.waypoints.waiters.insert(ctx.index, pending);
+        // A request in the way only of lower priorities preempts them; one queued ahead of
+        // others may end their preemption (`preempt.rs`).
+        self.waypoints
+            .preempt(ctx, self.limits.reservation_vacate_ms);
         Reply::Queued
     }
 
@@ -716,20 +843,24 @@ impl StateMachine {
                 start_ms: reservation.window.map(|window| window.start_ms),
                 end_ms: reservation.window.and_then(|window| window.end_ms),
                 volumes: reservation.volumes.clone(),
+                priority: (!reservation.priority.is_routine()).then_some(reservation.priority),
+                vacate_by_ms: reservation.vacate_by_ms,
                 ..reservation.hold.info(None)
             })
             .into_iter()
             .collect();
-        let waiting = self
+        let mut waiting: Vec<&Pending> = self
             .waypoints
             .index
             .waiting_by_name
             .get(name)
             .into_iter()
             .flatten()
-            .map(|seq| &self.waypoints.waiters[seq]);
+            .map(|seq| &self.waypoints.waiters[seq])
+            .collect();
+        waiting.sort_unstable_by_key(|pending| pending.place());
         // Each waiter with the cylinder it asks for.
-        let waiters = fifo::infos(waiting.clone().map(|pending| &pending.waiter), false)
+        let waiters = fifo::infos(waiting.iter().map(|pending| &pending.waiter), false)
             .into_iter()
             .zip(waiting)
             .map(|(info, pending)| WaiterInfo {
@@ -737,6 +868,7 @@ impl StateMachine {
                 start_ms: pending.window.map(|window| window.start_ms),
                 end_ms: pending.window.and_then(|window| window.end_ms),
                 volumes: pending.volumes.clone(),
+                priority: (!pending.priority.is_routine()).then_some(pending.priority),
                 ..info
             })
             .collect();

@@ -74,6 +74,7 @@ fn conflict_info(name: &str, reservation: &Reservation, numbers: &BTreeSet<u32>)
         end_ms: None,
         volumes: Vec::new(),
         volume_indexes: Vec::new(),
+        priority: (!reservation.priority.is_routine()).then_some(reservation.priority),
     };
     if reservation.volumes.is_empty() {
         info.area = reservation.area;

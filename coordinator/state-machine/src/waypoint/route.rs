@@ -24,7 +24,7 @@
 //! 2. No volume of a held route conflicts with another lease's held shape (waypoint
 //!    invariant 1), and a waiting route is blocked (waypoint invariant 2).
 
-use hivekeeper_protocol::{ErrorCode, Volume};
+use hivekeeper_protocol::{ErrorCode, Priority, Volume};
 
 use super::{Ask, Window, shapes};
 use crate::{Ctx, Reply, StateMachine, Text};
@@ -63,7 +63,7 @@ impl StateMachine {
         request_id: &str,
         name: &str,
         lease: &str,
-        volumes: Vec<Volume>,
+        (volumes, priority): (Vec<Volume>, Priority),
         wait_ms: Option<u64>,
     ) -> Reply {
         if let Some(refusal) = self.check_volume_windows("route.reserve", &volumes, ctx.now_ms) {
@@ -74,6 +74,7 @@ impl StateMachine {
             window: None,
             volumes,
             asked: (None, None),
+            priority,
         };
         self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
     }
@@ -86,7 +87,7 @@ impl StateMachine {
         agent: &Text,
         name: &str,
         lease: &str,
-        volumes: Vec<Volume>,
+        (volumes, priority): (Vec<Volume>, Priority),
     ) -> Reply {
         if let Some(refusal) = self.check_volume_windows("route.amend", &volumes, ctx.now_ms) {
             return refusal;
@@ -113,7 +114,10 @@ impl StateMachine {
             );
         }
         let new_shapes = shapes(None, None, &volumes);
-        if self.waypoints.blocked(None, &new_shapes, lease, u64::MAX) {
+        if self
+            .waypoints
+            .blocked(None, &new_shapes, lease, (i128::MAX, u64::MAX))
+        {
             return Reply::refused(
                 ErrorCode::WouldBlock,
                 format!(
@@ -132,9 +136,11 @@ impl StateMachine {
             .removed
             .push((name.clone(), reservation.shapes()));
         reservation.volumes = volumes;
+        reservation.priority = priority;
         let token = reservation.hold.token;
         self.waypoints.insert_held(name, reservation);
-        self.waypoints.settle(ctx, &mut self.core);
+        let vacate_ms = self.limits.reservation_vacate_ms;
+        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
         Reply::Granted { token }
     }
 }

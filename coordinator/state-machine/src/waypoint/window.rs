@@ -18,8 +18,9 @@
 //!    under that end, so the earliest end is the first entry and the due ones are a prefix.
 //!
 //! An `ExpireReservations` entry ends exactly the reservations whose end is at or before the
-//! machine's clock, holds first, waits second, then grants what became grantable in the same
-//! entry; an entry of a stale term ends nothing (the rule of the other expiries). Tested in
+//! machine's clock, holds first, waits second, then the preempted holds whose vacate deadline
+//! passed and that a waiter still needs (`preempt.rs`), then grants what became grantable in
+//! the same entry; an entry of a stale term ends nothing (the rule of the other expiries). Tested in
 //! `waypoint_window_test.rs` and by the model test, which ends windows its own naive way.
 
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
@@ -104,17 +105,20 @@ pub fn overlaps(a: Option<&Window>, b: Option<&Window>) -> bool {
 }
 
 impl super::Waypoints {
-    /// The earliest end of a held or waiting reservation, if any has one.
+    /// The earliest end of a held or waiting reservation, or vacate deadline of a preempted
+    /// one (`preempt.rs`), if any.
     pub fn end_next_ms(&self) -> Option<u64> {
         let held = self.index.held_ends.first().map(|(end_ms, _)| *end_ms);
         let waiting = self.index.waiting_ends.first().map(|(end_ms, _)| *end_ms);
-        held.into_iter().chain(waiting).min()
+        let vacate = self.vacate_next_ms();
+        held.into_iter().chain(waiting).chain(vacate).min()
     }
 }
 
 impl StateMachine {
-    /// The earliest end of a reservation's window in the state, ms on the machine's clock: the
-    /// leader proposes [`crate::Command::ExpireReservations`] once its clock reaches it.
+    /// The earliest end of a reservation's window, or vacate deadline of a preempted one, in
+    /// the state, ms on the machine's clock: the leader proposes
+    /// [`crate::Command::ExpireReservations`] once its clock reaches it.
     pub fn reservation_end_next_ms(&self) -> Option<u64> {
         self.waypoints.end_next_ms()
     }
@@ -125,10 +129,22 @@ impl StateMachine {
         self.expiry_due(self.reservation_end_next_ms(), stamp_ms)
     }
 
+    /// Ends the held reservation `name` (its holder's lease, whoever it is) for `reason`.
+    fn end_held(&mut self, ctx: &mut Ctx, name: &Text, reason: ReleaseReason) {
+        let lease = self.waypoints.held[name].hold.lease;
+        let hold = self
+            .waypoints
+            .take_hold(name, lease)
+            .expect("the end indexes list held reservations");
+        let key = ResourceKey::new(ResourceKind::Waypoint, name);
+        self.core.release(ctx, &key, &hold, reason);
+    }
+
     /// `ExpireReservations { term }`: ends every held reservation whose window's end has
-    /// passed on the machine's clock (released, reason `window_ended`), answers every waiting
-    /// one whose end passed before its grant `timeout`, then grants what became grantable, all
-    /// in this entry. A stale term does nothing, as for the other expiries (invariant 2).
+    /// passed on the machine's clock (released, reason `window_ended`) or whose vacate
+    /// deadline has (reason `preempted`, `preempt.rs`), answers every waiting one whose end
+    /// passed before its grant `timeout`, then grants what became grantable, all in this
+    /// entry. A stale term does nothing, as for the other expiries (invariant 2).
     pub(crate) fn expire_reservations(&mut self, ctx: &mut Ctx, term: u64) -> Reply {
         if term < self.term_max {
             return Reply::ReservationsEnded { count: 0 };
@@ -151,14 +167,7 @@ impl StateMachine {
             .copied()
             .collect();
         for (_, name) in &held_due {
-            let lease = self.waypoints.held[name].hold.lease;
-            let hold = self
-                .waypoints
-                .take_hold(name, lease)
-                .expect("the end index lists held reservations");
-            let key = ResourceKey::new(ResourceKind::Waypoint, name);
-            self.core
-                .release(ctx, &key, &hold, ReleaseReason::WindowEnded);
+            self.end_held(ctx, name, ReleaseReason::WindowEnded);
         }
         for (end_ms, seq) in &waiting_due {
             let pending = &self.waypoints.waiters[seq];
@@ -174,8 +183,16 @@ impl StateMachine {
             self.core
                 .answer_waiter(ctx, &key, waiter, ErrorCode::Timeout, &message);
         }
-        self.waypoints.settle(ctx, &mut self.core);
-        let count = held_due.len() + waiting_due.len();
+        // Last, the preempted reservations whose vacate deadline passed, if a waiter still
+        // needs them now that the windows above ended (a preemptor whose own window ended
+        // in this entry needs nothing: its holders keep their reservations, `preempt.rs`).
+        let vacated = self.waypoints.vacate_due_needed(now_ms);
+        for name in &vacated {
+            self.end_held(ctx, name, ReleaseReason::Preempted);
+        }
+        let vacate_ms = self.limits.reservation_vacate_ms;
+        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
+        let count = held_due.len() + waiting_due.len() + vacated.len();
         Reply::ReservationsEnded {
             count: u64::try_from(count).expect("a count of reservations fits in u64"),
         }

@@ -1,0 +1,55 @@
+//! Priority and preemption in the SDK (issue 18, part 3), against the fake service: the
+//! reserve sends its `priority`, and `Guard::preempted` resolves on the
+//! `reservation.preempted` event of its own name and token, not on another's.
+
+mod common;
+
+use common::{broker_with_fake, connected_session, within};
+use hivekeeper_agent::protocol::{Event, Op};
+use hivekeeper_agent::{Geometry, Preempted, Priority, TimeWindow, Wait};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_sends_its_priority_and_preempted_resolves_on_its_own_event() {
+    let (port, fake) = broker_with_fake().await;
+    let (_agent, session) = connected_session("d1", port, 1_000).await;
+    let pad = Geometry {
+        lat: 47.3769,
+        lon: 8.5417,
+        radius_m: 25.0,
+        alt_min_m: Some(0.0),
+        alt_max_m: Some(120.0),
+    };
+    let level = Priority::new(2).expect("a level");
+    let reserve =
+        session.reserve_waypoint_at("pad-3", Some(pad), TimeWindow::default(), Wait::Try, level);
+    let guard = within(10, "reserve", reserve).await.expect("granted");
+    assert_eq!(guard.priority(), level);
+    let sent = fake.received_op("waypoint.reserve");
+    assert!(
+        matches!(sent[0].op, Op::WaypointReserve { priority, .. } if priority == level),
+        "{:?}",
+        sent[0].op
+    );
+    let preempted = |name: &str, token: u64, vacate_by_ms: u64| Event::ReservationPreempted {
+        name: name.into(),
+        token,
+        kind: "waypoint".into(),
+        vacate_by_ms,
+        priority: Priority::EMERGENCY,
+    };
+    // Another reservation's event, and an older holder's of the same name: not this guard's.
+    fake.send_event("d1", &preempted("pad-4", guard.token(), 1))
+        .await;
+    fake.send_event("d1", &preempted("pad-3", guard.token() - 1, 2))
+        .await;
+    fake.send_event("d1", &preempted("pad-3", guard.token(), 3))
+        .await;
+    let seen = within(10, "Guard::preempted", guard.preempted()).await;
+    assert_eq!(
+        seen,
+        Preempted {
+            vacate_by_ms: 3,
+            priority: Priority::EMERGENCY
+        }
+    );
+}

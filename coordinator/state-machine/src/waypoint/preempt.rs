@@ -1,0 +1,183 @@
+//! Priority and preemption (issue 18, part 3): a request of a higher priority does not wait
+//! behind lower-priority holders; they get a vacate deadline instead.
+//!
+//! Every reservation has a priority, 0 (routine) to 3 (emergency). A waiter **preempts**
+//! when no waiter of another lease is ahead of it in the queue order and every held
+//! reservation of another lease in its way (by name or by a shape, in space and time) has a
+//! strictly lower priority. Each reservation it preempts gets a vacate deadline, the entry's
+//! time plus `reservation_vacate_ms`, and its holder one `Event::Preempted` (the wire's
+//! `reservation.preempted`), however many waiters preempt it. The waiter is granted, in the
+//! usual grant pass, as soon as nothing is in its way: when the holders release, or at the
+//! deadline, when one `ExpireReservations` entry ends every reservation whose deadline has
+//! passed (released with reason `preempted`: the holder is told `waypoint.lost`; a route ends
+//! whole, being one intent with one token) and grants in the same entry, with a new,
+//! higher token, so a late holder is fenced.
+//!
+//! **Queue order and starvation.** Waiters are ordered by `since_ms − head_start_ms`, then by
+//! arrival, where the head start is the priority times `reservation_aging_ms` (`Pending::place`):
+//! a higher priority goes first, equal priorities stay FIFO, and a waiter is overtaken only by
+//! higher priorities that arrive less than `(3 − priority) × reservation_aging_ms` after it. It
+//! is aging without a clock: a waiter's effective priority rises one level per
+//! `reservation_aging_ms` waited, and since every waiter ages at the same rate the order never
+//! changes while they wait. Aging orders the queue only; it never preempts (preemption compares
+//! the priorities asked for).
+//!
+//! **A preemptor that goes away.** When no waiter needs a deadline any more (the preemptor
+//! timed out, its lease ended, another request queued ahead of it, or a holder of its
+//! priority now stands in its way), the deadline is dropped and the holder keeps its
+//! reservation; no event says so (`inspect` shows the deadline while it stands). In the
+//! deadline's own `ExpireReservations` the windows due end first, so a preemptor whose window
+//! ends then takes nothing (`Waypoints::vacate_due_needed`).
+//!
+//! Invariants (checked by [`Waypoints::check_preempt_invariants`], the waypoint invariant 9):
+//! 1. A held reservation has a vacate deadline exactly when a preempting waiter needs it (it
+//!    is in that waiter's way, with a lower priority).
+//! 2. `vacate_ends` lists exactly the held reservations with a deadline, under it, and
+//!    `prioritized` exactly the waiters above routine (checked with the index rebuild).
+//!
+//! A deadline is set to the entry's time plus a positive `reservation_vacate_ms`, so it is
+//! never in the machine's past when set; one that has passed is due for the next
+//! `ExpireReservations`, which the node proposes as it does at a window's end.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hivekeeper_protocol::{Priority, ResourceKind};
+
+use super::{Reservation, Waypoints};
+use crate::grant::ResourceKey;
+use crate::{Ctx, Event, Text};
+
+impl Waypoints {
+    /// The held reservations the waiter at `seq` preempts: `Some(names)` when no waiter of
+    /// another lease is ahead of it and every held reservation in its way has a lower
+    /// priority, `None` when it waits in the ordinary way.
+    fn victims(&self, seq: u64) -> Option<BTreeSet<Text>> {
+        let pending = &self.waiters[&seq];
+        let lease = pending.waiter.lease;
+        let shapes = pending.shapes();
+        let name = Some(&*pending.name);
+        if self.waiter_ahead(name, &shapes, lease, pending.place()) {
+            return None;
+        }
+        let mut names = BTreeSet::new();
+        let yields = self.held_conflict(
+            name,
+            &shapes,
+            lease,
+            |(name, held): (&Text, &Reservation)| {
+                if held.priority >= pending.priority {
+                    return true;
+                }
+                names.insert(name.clone());
+                false
+            },
+        );
+        (!yields).then_some(names)
+    }
+
+    /// Every held reservation some waiter preempts, with the highest priority preempting it.
+    fn needed(&self) -> BTreeMap<Text, Priority> {
+        let mut needed: BTreeMap<Text, Priority> = BTreeMap::new();
+        for seq in &self.index.prioritized {
+            let priority = self.waiters[seq].priority;
+            for name in self.victims(*seq).into_iter().flatten() {
+                let entry = needed.entry(name).or_insert(priority);
+                *entry = (*entry).max(priority);
+            }
+        }
+        needed
+    }
+
+    /// The preemption pass, at the end of every entry that changed the reservations: drops
+    /// the deadlines no waiter needs any more, and gives every newly preempted reservation
+    /// its deadline (`now + vacate_ms`) and its holder one [`Event::Preempted`], in name
+    /// order. Costs nothing while no waiter is above routine and no deadline stands.
+    pub(super) fn preempt(&mut self, ctx: &mut Ctx, vacate_ms: u64) {
+        if self.index.prioritized.is_empty() && self.index.vacate_ends.is_empty() {
+            return;
+        }
+        let needed = self.needed();
+        let withdrawn: Vec<(u64, Text)> = self
+            .index
+            .vacate_ends
+            .iter()
+            .filter(|(_, name)| !needed.contains_key(name))
+            .cloned()
+            .collect();
+        for (vacate_by_ms, name) in withdrawn {
+            self.index.vacate_ends.remove(&(vacate_by_ms, name.clone()));
+            if let Some(held) = self.held.get_mut(&name) {
+                held.vacate_by_ms = None;
+            }
+        }
+        let vacate_by_ms = ctx.now_ms.saturating_add(vacate_ms);
+        for (name, priority) in needed {
+            let held = self
+                .held
+                .get_mut(&name)
+                .expect("a waiter's victims are held");
+            if held.vacate_by_ms.is_some() {
+                continue;
+            }
+            held.vacate_by_ms = Some(vacate_by_ms);
+            self.index.vacate_ends.insert((vacate_by_ms, name.clone()));
+            ctx.events.push(Event::Preempted {
+                key: ResourceKey::new(ResourceKind::Waypoint, &name),
+                agent: held.hold.agent.clone(),
+                lease: held.hold.lease,
+                token: held.hold.token,
+                vacate_by_ms,
+                priority,
+                route: !held.volumes.is_empty(),
+            });
+        }
+    }
+
+    /// The held reservations whose vacate deadline is at or before `now_ms` and that a waiter
+    /// still needs, in deadline order: what `ExpireReservations` ends once it has ended the
+    /// windows due (which may have taken the preemptor away).
+    pub(super) fn vacate_due_needed(&self, now_ms: u64) -> Vec<Text> {
+        let mut due = self
+            .index
+            .vacate_ends
+            .iter()
+            .take_while(|(vacate_by_ms, _)| *vacate_by_ms <= now_ms)
+            .peekable();
+        if due.peek().is_none() {
+            return Vec::new();
+        }
+        let needed = self.needed();
+        due.filter(|(_, name)| needed.contains_key(name))
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
+    /// The earliest vacate deadline, if any reservation is preempted.
+    pub(super) fn vacate_next_ms(&self) -> Option<u64> {
+        self.index
+            .vacate_ends
+            .first()
+            .map(|(vacate_by_ms, _)| *vacate_by_ms)
+    }
+
+    /// Invariant 1 (invariant 2 is the index rebuild's check).
+    pub(super) fn check_preempt_invariants(&self) -> Result<(), String> {
+        let needed = self.needed();
+        for (name, held) in &self.held {
+            match (held.vacate_by_ms, needed.get(name)) {
+                (Some(vacate_by_ms), None) => {
+                    return Err(format!(
+                        "waypoint {name:?} must vacate by {vacate_by_ms} but no waiter preempts it"
+                    ));
+                }
+                (None, Some(priority)) => {
+                    return Err(format!(
+                        "waypoint {name:?} is preempted by priority {priority} but has no deadline"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
