@@ -1,7 +1,9 @@
-//! The drone-fleet example's scenario, small: a few drones, pads and sensors, one crash, on an
-//! in-process node started exactly as the example starts it. Checks that nothing was violated,
-//! that work was done, and that the crashed drone's pad was reclaimed and its stale token
-//! refused. No timing is asserted beyond the scenario's own bounds.
+//! The drone-fleet example's scenario, small: a few drones, pads and sensors, one crash, then
+//! the airspace part (routes, an emergency preempting a routine flight), on an in-process node
+//! started exactly as the example starts it. Checks that nothing was violated, that work was
+//! done, that the crashed drone's pad was reclaimed and its stale token refused, and that no
+//! two overlapping 4D intents were held at once. No timing is asserted beyond the scenario's
+//! own bounds.
 
 // The example's scenario module, compiled into this test: the example is a binary, so this is
 // how a test reaches its code without running `cargo run --example` (too slow here). The
@@ -9,16 +11,19 @@
 #[allow(dead_code)]
 #[path = "../examples/drone-fleet/fleet.rs"]
 mod fleet;
+#[allow(dead_code)]
+#[path = "../examples/drone-fleet/flights.rs"]
+mod flights;
 
 use std::sync::Arc;
 
 use fleet::{FleetConfig, Progress};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_fleet_with_one_crash_has_no_violation_and_reclaims_the_pad() {
+async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
     let (service, _data_dir, addr) = fleet::embedded_node().await.expect("embedded node");
     let config = FleetConfig {
-        brokers: vec![addr],
+        brokers: vec![addr.clone()],
         drones: 6,
         pads: 3,
         missions_per_drone: 3,
@@ -38,8 +43,23 @@ async fn a_small_fleet_with_one_crash_has_no_violation_and_reclaims_the_pad() {
     let summary = fleet::run(config, progress.clone())
         .await
         .expect("the fleet runs");
+    // Then the airspace part on the same node, as the example runs it (one node per test
+    // process: the node's actors have process-wide names).
+    let flown = flights::run(flights::FlightsConfig {
+        brokers: vec![addr],
+        planners: 4,
+        flights_each: 2,
+        corridors: 2,
+        leg_ms: 100,
+        lead_ms: 1_000,
+        ttl_ms: 3_000,
+        duration_s: 60,
+    })
+    .await
+    .expect("the flights run");
     service.shutdown().await.expect("the node stops");
     eprintln!("{summary:?}");
+    eprintln!("{flown:?}");
 
     assert_eq!(summary.violations(), 0, "{summary:?}");
     assert_eq!(summary.errors, 0, "{:?}", summary.error_samples);
@@ -58,4 +78,20 @@ async fn a_small_fleet_with_one_crash_has_no_violation_and_reclaims_the_pad() {
         "only the stale token is refused"
     );
     assert!(progress.done.load(std::sync::atomic::Ordering::Relaxed) > 0);
+
+    // The airspace: four planners on two corridors, two flights each, and the emergency.
+    // Nothing overlapping is ever held at once, every flight is flown, corridors are shared in
+    // time, and the emergency preempts the survey drone, which vacates, so the medevac is
+    // granted with a higher token.
+    assert_eq!(flown.overlaps_held, 0, "{flown:?}");
+    assert_eq!(flown.errors, 0, "{:?}", flown.error_samples);
+    assert!(!flown.cut_short);
+    assert_eq!(flown.flights, 4 * 2);
+    // Eight grants on two corridors: six of them on a corridor granted before.
+    assert_eq!(flown.corridor_shares, 6);
+    // Two planners start on each corridor at the same planned time: one of them must move.
+    assert!(flown.conflicts_avoided >= 1, "{flown:?}");
+    assert_eq!(flown.preemptions, 1);
+    assert!(flown.emergency_token_higher);
+    assert!(flown.vacate_ms.is_some() && flown.emergency_wait_ms.is_some());
 }

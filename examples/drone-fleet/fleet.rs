@@ -33,11 +33,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 /// Metres per degree of latitude on the protocol's sphere (radius 6 371 008.8 m).
-const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
+pub(crate) const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
 /// Where the pads are: a field outside Zürich.
-const FIELD_LAT: f64 = 47.3769;
+pub(crate) const FIELD_LAT: f64 = 47.3769;
 /// See [`FIELD_LAT`].
-const FIELD_LON: f64 = 8.5417;
+pub(crate) const FIELD_LON: f64 = 8.5417;
 /// Pads per row of the grid.
 const PADS_PER_ROW: usize = 5;
 /// Distance between neighbouring pads.

@@ -11,8 +11,13 @@
 //! temporary data dir and a free loopback port. It exits non-zero if any pad saw two drones,
 //! the gateway more sensors than permits, or a live holder an older token than an earlier one.
 //! The scenario itself is in `fleet.rs`.
+//!
+//! Then the airspace (`flights.rs`): drones plan whole flights hub → pad as 4D routes, share
+//! corridors at different times, and an emergency flight preempts a routine one. It exits
+//! non-zero if two intents that overlap in space and time were ever held at once.
 
 mod fleet;
+mod flights;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,6 +25,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use fleet::{FleetConfig, Progress, Summary};
+use flights::{FlightsConfig, FlightsSummary};
 
 /// The drone-fleet example: drones, pads, hive sensors and a gateway, over MQTT.
 #[derive(Debug, Parser)]
@@ -101,21 +107,92 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             }
         })
     };
+    let flights_config = FlightsConfig {
+        brokers: config.brokers.clone(),
+        duration_s: args.duration_s,
+        ..FlightsConfig::default()
+    };
     let summary = fleet::run(config, progress.clone()).await;
     ticker.abort();
     bar.set_position(progress.done.load(Ordering::Relaxed));
     bar.finish();
+    let flown = match &summary {
+        Ok(_) => Some(flights::run(flights_config).await),
+        Err(_) => None,
+    };
     if let Some((service, _data_dir)) = embedded {
         service.shutdown().await?;
     }
     let summary = summary?;
     print_summary(&summary);
-    Ok(if summary.violations() == 0 {
+    let flown = flown.expect("flown after a fleet that ran")?;
+    print_flights(&flown);
+    let violations = summary.violations() + flown.overlaps_held;
+    Ok(if violations == 0 {
         std::process::ExitCode::SUCCESS
     } else {
-        eprintln!("drone-fleet: {} violations", summary.violations());
+        eprintln!("drone-fleet: {violations} violations");
         std::process::ExitCode::FAILURE
     })
+}
+
+fn print_flights(flown: &FlightsSummary) {
+    let ms = |value: Option<u64>| value.map_or_else(|| "-".to_string(), |ms| format!("{ms} ms"));
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "routes flown (hub to pad, one intent each)",
+            flown.flights.to_string(),
+        ),
+        (
+            "conflicts avoided (moved to a later slot)",
+            flown.conflicts_avoided.to_string(),
+        ),
+        (
+            "corridors shared at other times",
+            flown.corridor_shares.to_string(),
+        ),
+        (
+            "preemptions (emergency over routine)",
+            flown.preemptions.to_string(),
+        ),
+        ("vacate time (told to released)", ms(flown.vacate_ms)),
+        ("vacate deadline given", ms(flown.vacate_deadline_ms)),
+        ("emergency route granted after", ms(flown.emergency_wait_ms)),
+        (
+            "emergency token above the preempted",
+            if flown.emergency_token_higher {
+                "yes"
+            } else {
+                "NO"
+            }
+            .to_string(),
+        ),
+        (
+            "overlapping intents held at once",
+            flown.overlaps_held.to_string(),
+        ),
+        ("errors", flown.errors.to_string()),
+        (
+            "elapsed",
+            format!(
+                "{:.1} s{}",
+                flown.elapsed.as_secs_f64(),
+                if flown.cut_short {
+                    " (cut short by --duration-s)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    ];
+    println!();
+    println!("airspace");
+    for (what, value) in rows {
+        println!("{what:<44} {value:>12}");
+    }
+    for sample in &flown.error_samples {
+        println!("  error: {sample}");
+    }
 }
 
 fn print_summary(summary: &Summary) {
