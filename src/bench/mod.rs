@@ -13,6 +13,7 @@
 //! - `swarm`: connecting many agents with bounded concurrency; unique agent and resource
 //!   names per run.
 //! - `accounts`: with `--user`, an account per agent (a service with `--auth`).
+//! - `airspace`: `uncontended --resource waypoint|route`, each agent's own waypoint or route.
 //! - `cycles`: the acquire → release loop shared by `uncontended`, `contended`, `semaphore`
 //!   and the busy part of `scale`.
 //! - `reclaim`: a holder whose keepalives stop with a waiter queued.
@@ -23,6 +24,7 @@
 //! - `report`: the figures, as a table or JSON.
 
 mod accounts;
+mod airspace;
 mod cycles;
 mod failover;
 mod flood;
@@ -62,6 +64,11 @@ enum Scenario {
         /// how many of the swarm's sessions were lost.
         #[arg(long)]
         flood: bool,
+        /// What each agent acquires and releases: its own lock, its own waypoint (a 10 m
+        /// cylinder), or its own route of 12 cylinders with a time window (issue 18's
+        /// route-vs-waypoint comparison). Agents are a kilometre apart: nothing conflicts.
+        #[arg(long, value_enum, default_value_t = airspace::ResourceShape::Lock)]
+        resource: airspace::ResourceShape,
     },
     /// N agents on K locks (agent i on lock i mod K): FIFO handovers. K = 1 is one hot lock.
     Contended {
@@ -269,16 +276,22 @@ async fn run_scenario(scenario: Scenario, run: &swarm::RunId) -> anyhow::Result<
                 common,
                 agents,
                 flood,
+                resource,
             } => {
+                let kind = format!("{resource:?}").to_lowercase();
                 let resources = (0..agents)
-                    .map(|i| Resource::lock(run.resource(&format!("lock-{i}"))))
+                    .map(|i| resource.resource(run.resource(&format!("{kind}-{i}")), i))
                     .collect();
                 let report = if flood {
                     flood::run(&common, &run, agents, resources).await?
                 } else {
                     cycles::run(&common, &run, agents, resources, 1).await?
                 };
-                let parameters = vec![("agents", agents.into()), ("flood", flood.into())];
+                let parameters = vec![
+                    ("agents", agents.into()),
+                    ("flood", flood.into()),
+                    ("resource", kind.into()),
+                ];
                 (report, common, "uncontended", parameters)
             }
             Scenario::Contended {
