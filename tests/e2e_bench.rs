@@ -73,6 +73,25 @@ async fn bench_uncontended_and_contended_report_json_with_exclusion_checked() {
     assert!(uncontended.get("flood").is_none(), "{uncontended}");
     // Every agent has its own lock: nobody ever waits for another.
     assert_eq!(uncontended["handover"]["count"], 0, "{uncontended}");
+    assert_eq!(uncontended["parameters"]["resource"], "lock");
+
+    // Each agent's own waypoint, then its own 12-volume route: a kilometre apart, nothing
+    // conflicts, and every reserve and release goes through.
+    for resource in ["waypoint", "route"] {
+        let args = [
+            "uncontended",
+            "--agents",
+            "3",
+            "--duration-s",
+            "1",
+            "--resource",
+            resource,
+        ];
+        let report = bench(&node, &args).await;
+        assert_sane(&report, 3);
+        assert_eq!(report["parameters"]["resource"], resource, "{report}");
+        assert_eq!(report["handover"]["count"], 0, "{report}");
+    }
 
     // Holding 5 ms makes the others queue, so there are handovers to measure.
     let contended = bench(
