@@ -99,9 +99,24 @@ pub(crate) fn follow(
                 changed
             });
         }
+        // The metrics closed. openraft's core publishes how it ended (`running_state`: an
+        // error, or `Stopped` when asked to) before it drops them (`RaftCore::main`); a core
+        // task that panicked drops them with `Ok(())` still in place. That is a stop too, or
+        // the node would wait for a failure report that never comes.
+        if metrics.borrow().running_state.is_ok() {
+            publish.send_modify(|current| {
+                current
+                    .stopped
+                    .get_or_insert_with(|| ENDED_UNREPORTED.to_string());
+            });
+        }
     });
     leadership
 }
+
+/// [`Leadership::stopped`] when openraft's metrics closed without saying how its core ended.
+const ENDED_UNREPORTED: &str =
+    "Raft stopped: its core task ended without reporting why (a panic inside openraft?)";
 
 #[cfg(test)]
 mod tests {
@@ -150,6 +165,22 @@ mod tests {
             let stopped = stop_seen_by_the_watch(Err(Fatal::StorageError(error.clone()))).await;
             assert_eq!(stopped.as_deref(), Some(expected.as_str()), "round {round}");
         }
+    }
+
+    /// openraft's core task ended without publishing how (it panicked: its metrics are dropped
+    /// with `running_state` still `Ok`): the node must hear of it as of any other stop.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_core_that_ends_without_a_word_is_published_as_stopped() {
+        let (metrics_tx, metrics) = watch::channel(RaftMetrics::new_initial(1));
+        let (_searching_tx, searching) = watch::channel(false);
+        let mut leadership = follow(metrics, searching, 1);
+        tokio::task::yield_now().await;
+        drop(metrics_tx);
+        while leadership.changed().await.is_ok() {}
+        assert_eq!(
+            leadership.borrow().stopped.as_deref(),
+            Some(ENDED_UNREPORTED)
+        );
     }
 
     /// A stop we asked for (`Fatal::Stopped`) is not a failure.
