@@ -271,14 +271,7 @@ async fn route_reserve_amend_and_release_in_raw_json() {
     let lease_b = b.grant("gb", 60_000).await;
     let t = now_ms() + 60_000;
     let legs = line(true, 200.0, t, 60_000);
-    let reserved = a
-        .call(
-            json!({"id": "r1", "op": "route.reserve", "name": "east", "lease": lease_a,
-                     "volumes": legs, "wait_ms": 0}),
-        )
-        .await;
-    assert_eq!(reserved["ok"], true, "{reserved}");
-    let token = reserved["token"].as_u64().expect("a grant has a token");
+    let token = try_route(&mut a, "east", &lease_a, &legs).await;
     // b holds the slot right after a's route, at the east end.
     let slot = volume(0.0, 200.0, t + 180_000, t + 240_000);
     let held = b
@@ -349,8 +342,8 @@ fn conflict_row(
     row
 }
 
-/// Reserves route `name` in raw JSON, trying once; it must be granted.
-async fn try_route(raw: &mut Raw, name: &str, lease: &str, volumes: &[Volume]) {
+/// Reserves route `name` in raw JSON, trying once; it must be granted. Returns its token.
+async fn try_route(raw: &mut Raw, name: &str, lease: &str, volumes: &[Volume]) -> u64 {
     let reserved = raw
         .call(
             json!({"id": format!("reserve-{name}"), "op": "route.reserve", "name": name,
@@ -358,6 +351,7 @@ async fn try_route(raw: &mut Raw, name: &str, lease: &str, volumes: &[Volume]) {
         )
         .await;
     assert_eq!(reserved["ok"], true, "{reserved}");
+    reserved["token"].as_u64().expect("a grant has a token")
 }
 
 /// A raw client of a node with `--auth`, logged in as a new account of `role` that the admin
@@ -503,14 +497,7 @@ async fn an_emergency_route_preempts_a_routine_one_that_does_not_vacate_and_gets
     let t = now_ms() + 60_000;
     // A routine survey flight over the hub, east to west, one minute a leg.
     let survey = line(true, 200.0, t, 60_000);
-    let held = holder
-        .call(
-            json!({"id": "r1", "op": "route.reserve", "name": "survey", "lease": lease,
-                     "volumes": survey, "wait_ms": 0}),
-        )
-        .await;
-    assert_eq!(held["ok"], true, "{held}");
-    let token = held["token"].as_u64().expect("a grant has a token");
+    let token = try_route(&mut holder, "survey", &lease, &survey).await;
 
     // An emergency flight crossing it, south to north through the hub, at the same minutes.
     let (_m, medevac) = agent_session("medevac-1", port, 60_000).await;
