@@ -8,9 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::ValueEnum;
 use hivekeeper_agent::protocol::Volume;
 use hivekeeper_agent::{Geometry, Priority, Resource, TimeWindow};
+use hivekeeper_coordinator::state_machine::M_PER_DEG as METRES_PER_DEGREE;
 
-/// Metres per degree of latitude on the protocol's sphere.
-const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
 /// Where agent 0 is; agent `i` is `i mod 100` km east and `i / 100` km north of it.
 const ORIGIN: (f64, f64) = (47.0, 8.0);
 /// Volumes of a route: the 12.
