@@ -128,13 +128,22 @@ pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
             let metrics = watch.borrow_and_update().clone();
             let quorum = raft.quorum();
             seen.observe(&metrics, raft.committed_index(), &quorum);
-            if quorum.leading {
-                export_peers(&raft, &metrics, &quorum);
-            }
+            let peer_lapse = if quorum.leading {
+                export_peers(&raft, &metrics, &quorum)
+            } else {
+                None
+            };
             // openraft 0.10's metrics do not change while a cut-off leader's last quorum
             // acknowledgement ages (0.9 republished its age at every tick), so the moment the
-            // quorum lapses is a wake-up of its own: `has_quorum` drops with `/health`.
-            let lapse = quorum_lapse(&quorum);
+            // quorum lapses is a wake-up of its own: `has_quorum` drops with `/health`. So is
+            // the moment a peer's silence passes the timeout: its reachability comes from the
+            // transport's contacts, not from openraft's acknowledgements, and can lapse a few
+            // milliseconds after the quorum does (a scrape then saw it reachable for up to
+            // `REFRESH` after `/health` named it unreachable).
+            let lapse = match (quorum_lapse(&quorum), peer_lapse) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 changed = watch.changed() => if changed.is_err() { break },
                 _ = refresh.tick() => {}
@@ -161,18 +170,23 @@ fn quorum_lapse(quorum: &Quorum) -> Option<Duration> {
     ))
 }
 
-/// On the leader: each other member's reachability and lag, labelled by its name.
-fn export_peers(raft: &RaftHandle, m: &RaftMetrics, quorum: &Quorum) {
+/// On the leader: each other member's reachability and lag, labelled by its name. Returns how
+/// long until the first peer reachable now would turn unreachable if it stays silent.
+fn export_peers(raft: &RaftHandle, m: &RaftMetrics, quorum: &Quorum) -> Option<Duration> {
     let timeout = Duration::from_millis(quorum.timeout_ms);
     let last_log = m.last_log_index;
+    let mut first_lapse: Option<Duration> = None;
     for (id, member) in m.membership_config.membership().nodes() {
         if *id == m.id {
             continue;
         }
         let peer = member.name.clone();
-        let reachable = raft
-            .peer_silent_for(*id)
-            .is_some_and(|silent| silent <= timeout);
+        let silent = raft.peer_silent_for(*id);
+        let reachable = silent.is_some_and(|silent| silent <= timeout);
+        if let Some(silent) = silent.filter(|_| reachable) {
+            let lapse = timeout - silent + Duration::from_millis(1);
+            first_lapse = Some(first_lapse.map_or(lapse, |first| first.min(lapse)));
+        }
         gauge!(RAFT_PEER_REACHABLE, "peer" => peer.clone()).set(if reachable { 1.0 } else { 0.0 });
         let matched = m
             .replication
@@ -181,6 +195,7 @@ fn export_peers(raft: &RaftHandle, m: &RaftMetrics, quorum: &Quorum) {
             .map(|log_id| log_id.index);
         gauge!(RAFT_PEER_LAG_ENTRIES, "peer" => peer).set(entries_behind(last_log, matched) as f64);
     }
+    first_lapse
 }
 
 /// How many entries up to index `ahead` a reader that reached index `behind` still lacks: a
