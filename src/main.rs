@@ -12,6 +12,7 @@ mod log;
 mod metrics_port;
 mod nemesis;
 mod process_metrics;
+mod raw_mqtt;
 mod serve;
 
 use std::net::SocketAddr;

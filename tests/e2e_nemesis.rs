@@ -93,4 +93,13 @@ async fn every_fault_class_once_on_three_members_finds_no_anomaly() {
         .filter(|w| w["fault"] == "pause-client")
         .all(|w| w["reclaim_ms"].is_number());
     assert!(reclaimed, "{report:#}");
+    // A member cut off from the majority answered `unavailable` (to its sentinel, a raw client
+    // that never leaves it) during its fault: what its clients need to move elsewhere.
+    let told = report["windows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .filter(|w| w["fault"] == "partition-leader" || w["fault"] == "partition-minority")
+        .all(|w| w["hit_unavailable_ms"].is_number());
+    assert!(told, "{report:#}");
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hivekeeper_agent::{Resource, Session, SessionState};
-use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, QoS};
+use rumqttc::{Event, Packet, QoS};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -61,19 +61,8 @@ pub struct Flooder {
 impl Flooder {
     /// Connects agent `agent` to `broker` (`host:port`) and starts flooding once subscribed.
     pub async fn start(broker: &str, agent: String) -> anyhow::Result<Flooder> {
-        let (host, port) = broker
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host.to_string(), port.parse::<u16>().ok()?)))
-            .with_context(|| format!("broker {broker:?} is not host:port"))?;
-        let mut options = MqttOptions::new(&agent, host, port);
-        options.set_keep_alive(Duration::from_secs(5));
-        options.set_clean_session(true);
-        options.set_max_packet_size(64 * 1024, 64 * 1024);
-        let (client, mut eventloop) = AsyncClient::new(options, 1_024);
-        let mut network = NetworkOptions::new();
-        network.set_tcp_nodelay(true);
-        network.set_connection_timeout(5);
-        eventloop.set_network_options(network);
+        let (client, mut eventloop) =
+            crate::raw_mqtt::client(broker, &agent, Duration::from_secs(5), 5, 1_024)?;
         let response_topic = format!("{PREFIX}/rsp/{agent}");
         let answered = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
         let (subscribed_tx, mut subscribed) = watch::channel(false);

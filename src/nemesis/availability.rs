@@ -1,6 +1,7 @@
 //! Availability around one fault: the longest time nobody was granted anything, the longest
-//! any client waited for an answer, how the acquires ended, and (for a paused client) how long
-//! its lock took to reach someone else.
+//! any client waited for an answer, how the acquires ended, when a member the fault hit began
+//! answering `unavailable`, and (for a paused client) how long its lock took to reach someone
+//! else.
 
 use std::collections::BTreeMap;
 
@@ -123,6 +124,14 @@ pub fn window(history: &History, span: Span<'_>) -> Window {
                 .map(|at| ms(at - paused_at))
         })
         .flatten();
+    let hit_unavailable_ms = history
+        .sentinel
+        .iter()
+        .filter(|answer| span.hit.contains(&answer.member) && answer.outcome == "unavailable")
+        .map(|answer| answer.complete_us)
+        .filter(|&at| at > from && at <= to)
+        .min()
+        .map(|at| ms(at - from));
     Window {
         fault: span.fault,
         target: span.target,
@@ -134,6 +143,7 @@ pub fn window(history: &History, span: Span<'_>) -> Window {
         probe_gap_ms,
         majority_probe_gap_ms,
         hit_probe_answer_ms: hit_answer_us.map(ms),
+        hit_unavailable_ms,
         outcomes,
         reclaim_ms,
         exited: span.exited,

@@ -124,6 +124,20 @@ pub struct Wait {
     pub detail: Option<String>,
 }
 
+/// One ask of a sentinel (a raw client pinned to one member) and its answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer {
+    /// The member asked (0-based, n1 first).
+    pub member: usize,
+    /// When the ask was sent (or found the link down).
+    pub invoke_us: u64,
+    /// When its answer arrived, or the ask gave up.
+    pub complete_us: u64,
+    /// `ok`, the error's code (`unavailable`, ...), `timeout` (no answer within 1 s) or
+    /// `disconnected` (no link to the member: not sent).
+    pub outcome: String,
+}
+
 /// One `inspect` of the semaphore: its queue, head first, as the service showed it at some
 /// point between `invoke_us` and `complete_us` (a linearizable read).
 #[derive(Debug, Clone, Serialize)]
@@ -151,6 +165,8 @@ pub struct History {
     pub waits: Vec<Wait>,
     /// The semaphore's queue, seen by an observer every 100 ms.
     pub queue_views: Vec<QueueView>,
+    /// Every sentinel's asks and their answers.
+    pub sentinel: Vec<Answer>,
 }
 
 /// The history, shared by the workload tasks.

@@ -22,6 +22,7 @@ mod check;
 mod client;
 mod faults;
 mod history;
+mod sentinel;
 mod store;
 mod workload;
 
@@ -132,6 +133,10 @@ pub struct Window {
     /// The longest the probes homed on members the fault hit waited for any answer (a grant,
     /// or an error such as `unavailable`) to one try-lock; `None` when it hit no member.
     pub hit_probe_answer_ms: Option<f64>,
+    /// From the injection to the first `unavailable` answer of a member the fault hit, as its
+    /// sentinel (a raw client pinned to it, asking every 100 ms) saw it; `None` when no hit
+    /// member answered `unavailable` in the span (a killed or paused member answers nothing).
+    pub hit_unavailable_ms: Option<f64>,
     /// Acquires sent in that span, by outcome.
     pub outcomes: std::collections::BTreeMap<String, u64>,
     /// `pause-client`: from the pause to the next grant of its lock to another agent.
@@ -313,6 +318,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     }
     for home in 0..args.members {
         tasks.spawn(workload::probe(ctx.clone(), home));
+        tasks.spawn(sentinel::sentinel(ctx.clone(), home));
     }
     tasks.spawn(workload::observer(ctx.clone(), semaphore.clone()));
     let (pause_tx, pause_rx) = mpsc::channel(1);
@@ -480,20 +486,20 @@ fn print_table(report: &NemesisReport) {
         report.windows.len()
     );
     println!(
-        "{:<20} {:<30} {:>10} {:>12} {:>10} {:>10}",
-        "fault", "target", "no grant", "longest wait", "majority", "reclaim"
+        "{:<20} {:<30} {:>10} {:>12} {:>10} {:>12} {:>10}",
+        "fault", "target", "no grant", "longest wait", "majority", "unavailable", "reclaim"
     );
+    let or_dash = |ms: Option<f64>| ms.map_or(String::from("-"), |ms| format!("{ms:.0}ms"));
     for window in &report.windows {
         println!(
-            "{:<20} {:<30} {:>8.0}ms {:>10.0}ms {:>8.0}ms {:>10}",
+            "{:<20} {:<30} {:>8.0}ms {:>10.0}ms {:>8.0}ms {:>12} {:>10}",
             window.fault.name(),
             window.target,
             window.longest_no_grant_ms,
             window.longest_wait_ms,
             window.majority_probe_gap_ms,
-            window
-                .reclaim_ms
-                .map_or(String::from("-"), |ms| format!("{ms:.0}ms"))
+            or_dash(window.hit_unavailable_ms),
+            or_dash(window.reclaim_ms)
         );
     }
     let checks = &report.checks;
