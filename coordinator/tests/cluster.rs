@@ -475,6 +475,35 @@ async fn a_cut_off_member_answers_its_waiting_agents_and_their_waits_go_on_elsew
     }
 }
 
+/// A request already on its way to the leader when its member is cut off (a silent partition:
+/// nothing fails fast) is answered `unavailable` with the cut-off reason once the member knows
+/// it is cut off, so its agent moves on. Before, the forwarder waited for the member to give up
+/// on the old leader and then the whole leader wait, and answered "no leader" after ~0.9 s; the
+/// message tells the two apart without timing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_when_its_member_is_cut_off_is_answered_with_the_cut() {
+    let cluster = Cluster::start("cif").await;
+    let leader = cluster.leader().await;
+    let cut = (leader + 1) % 3;
+    let node = cluster.handle(cut);
+    cluster.isolate_silently(cut);
+    let answer = within(
+        10,
+        "the cut-off member's answer to a request in flight",
+        node.call("tester", request("i1", inspect("dock"))),
+    )
+    .await;
+    match &answer.outcome {
+        Err(error) if error.code == ErrorCode::Unavailable => {
+            let expected = format!("cut off: member cif{} knows no leader", cut + 1);
+            assert!(error.message.starts_with(&expected), "{}", error.message);
+        }
+        other => panic!("the cut-off member answered {other:?}"),
+    }
+    cluster.heal(cut);
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
     let mut cluster = Cluster::start("cutl").await;

@@ -7,6 +7,7 @@
 //!  follower submit   ─ Submit(agent, keepalive | read) ─▶ leader: answered as the leader
 //!  leader gone (refused / deposed / silent while another leader is elected)
 //!      ─▶ wait for the next leader (≤ leader_wait) ─▶ once more
+//!         └─ this member is cut off meanwhile (quorum.rs, rule 4) ─▶ `unavailable` now
 //! ```
 //!
 //! Only agents' requests are forwarded; the types allow nothing else ([`AgentWrite`] has no
@@ -26,8 +27,12 @@ use hivekeeper_protocol::Request;
 
 use super::NodeError;
 use crate::raft::transport::{AgentWrite, PeerPool, PeerRequest, PeerResponse, TransportError};
-use crate::raft::{Member, NodeId, RaftHandle};
+use crate::raft::{Member, NodeId, RaftError, RaftHandle};
 use crate::state_machine::Reply;
+
+/// How often a request waiting for a leader looks whether this member is cut off: the
+/// cluster watch's look (`cluster_watch.rs`), a heartbeat interval.
+const CUT_OFF_LOOK: Duration = Duration::from_millis(50);
 
 /// Sends requests to the current leader.
 #[derive(Clone)]
@@ -71,7 +76,7 @@ impl Forwarder {
         let leader = match self.raft.leader() {
             Some(leader) => leader,
             None => {
-                let _ = self.raft.wait_for_new_leader(None, self.leader_wait).await;
+                self.wait_for_leader(None).await?;
                 self.raft.leader().ok_or_else(|| self.no_leader())?
             }
         };
@@ -80,6 +85,28 @@ impl Forwarder {
         } else {
             Route::Leader(leader.0, leader.1)
         })
+    }
+
+    /// Waits up to `leader_wait` for a leader other than `gone` to be known. Ends early with
+    /// the reason when this member is cut off from the majority meanwhile (`quorum.rs`, rule
+    /// 4): no leader it could reach will come, and its agent should move to another member now
+    /// rather than after the wait (a follower cut off by a partition used to answer a request
+    /// in flight after its election timeout plus the whole leader wait, ~0.9 s). A member only
+    /// slow to hear an election is still in touch with a majority, so it is not cut off and
+    /// waits as before.
+    async fn wait_for_leader(&self, gone: Option<NodeId>) -> Result<(), NodeError> {
+        let cut_off = async {
+            loop {
+                if let Err(error @ RaftError::CutOff { .. }) = self.raft.check_quorum() {
+                    return error;
+                }
+                tokio::time::sleep(CUT_OFF_LOOK).await;
+            }
+        };
+        tokio::select! {
+            _ = self.raft.wait_for_new_leader(gone, self.leader_wait) => Ok(()),
+            error = cut_off => Err(NodeError::from(error)),
+        }
     }
 
     /// The error when no leader became known within the leader wait.
@@ -169,11 +196,7 @@ impl Forwarder {
                 Err(Failure::Gone(reason)) if !retried => {
                     retried = true;
                     tracing::debug!(%reason, "the leader is gone; waiting for the next one");
-                    let gone = leader.0;
-                    let _ = self
-                        .raft
-                        .wait_for_new_leader(Some(gone), self.leader_wait)
-                        .await;
+                    self.wait_for_leader(Some(leader.0)).await?;
                     // Waited once already: a node that still knows no leader (cut off from
                     // the majority) answers now rather than after a second wait.
                     if self.raft.leader().is_none() {
