@@ -20,9 +20,11 @@
 //! seen until `dedup_agents_max` is reached. The sweep runs in the entry whose clock crosses a
 //! multiple of `dedup_idle_ms` (a function of the replicated clock, so every replica sweeps in
 //! the same entry), and forgets each agent without a live lease that recorded nothing since
-//! the previous sweep's entry. An idle agent is so forgotten between `dedup_idle_ms` and twice
-//! that after its last outcome, with one pass over the memos per `dedup_idle_ms` of machine
-//! time and no per-entry cost. What it narrows: a retry more than `dedup_idle_ms` after the
+//! the previous sweep's entry. An idle agent is so forgotten at the second sweep after its last
+//! outcome, never sooner than `dedup_idle_ms` after it: within twice that while entries are
+//! applied at least once per `dedup_idle_ms`, later when the cluster is quiet (no entry, no
+//! sweep; but then no new agent arrives to take memory either: the memory holds at most the
+//! agents of two sweep periods). One pass over the memos per sweep, no per-entry cost. What it narrows: a retry more than `dedup_idle_ms` after the
 //! first attempt, from an agent that no longer has a live lease, is answered afresh (a
 //! `lease.revoke` retried then gets `lease_not_found` rather than its first `ok`).
 //!
