@@ -141,12 +141,25 @@ impl LogStore {
             Bound::Excluded(from) => from.saturating_add(1).max(start),
             Bound::Unbounded => start,
         };
-        let stored = self
-            .store
-            .db()
-            .with_log(|log| Ok(log.read((Bound::Included(from), range.1))?))?;
-        for (index, row) in stored {
-            rows.entry(index).or_insert_with(|| Arc::from(row));
+        let last = match range.1 {
+            Bound::Included(last) => Some(last),
+            Bound::Excluded(end) => end.checked_sub(1),
+            Bound::Unbounded => None,
+        };
+        // A leader replicating what it just appended reads entries the tail holds whole: no
+        // `pread` then (the tail's keys are distinct, so as many as the range is wide means
+        // all of them).
+        let tail_covers = last.is_some_and(|last| {
+            from <= last && rows.range(from..=last).count() as u64 == last - from + 1
+        });
+        if !tail_covers {
+            let stored = self
+                .store
+                .db()
+                .with_log(|log| Ok(log.read((Bound::Included(from), range.1))?))?;
+            for (index, row) in stored {
+                rows.entry(index).or_insert_with(|| Arc::from(row));
+            }
         }
         let mut entries = Vec::with_capacity(rows.len());
         let mut expected = None;
