@@ -3,10 +3,12 @@
 //!
 //! The data dir is a 2 MiB tmpfs mounted in a mount namespace of the test's own
 //! (`unshare --mount --map-root-user`: no root needed on the host, and nothing outside the
-//! test sees the mount), mostly taken by a filler file. One agent acquires lock after lock
-//! until the disk is full. `serve` must then exit non-zero naming the cause; with the filler
-//! removed, `serve` starts again on the same data and every lock it acknowledged is still held
-//! by the same lease.
+//! test sees the mount), mostly taken by a filler file. The Raft log's segments are 64 KiB
+//! (`[node.raft] log_segment_kib`; 64 MiB by default would not fit at all), so the disk fills
+//! when a new segment is preallocated after a few hundred entries. One agent acquires lock
+//! after lock until the disk is full. `serve` must then exit non-zero naming the cause; with
+//! the filler removed, `serve` starts again on the same data and every lock it acknowledged is
+//! still held by the same lease.
 
 mod common;
 
@@ -38,13 +40,14 @@ impl Namespaced {
         let script = r#"
             dir=$(mktemp -d)
             mount -t tmpfs -o size="${TMPFS_KIB}k" tmpfs "$dir" || exit 97
+            printf '[node.raft]\nlog_segment_kib = 64\n' > "$dir/hivekeeper.toml"
             dd if=/dev/zero of="$dir/filler" bs=1k count=$((TMPFS_KIB - FREE_KIB)) 2>/dev/null
-            "$HK" serve --data-dir "$dir/data" --mqtt-listen "127.0.0.1:$MQTT" \
-                --metrics-listen "127.0.0.1:$METRICS"
+            "$HK" serve --config "$dir/hivekeeper.toml" --data-dir "$dir/data" \
+                --mqtt-listen "127.0.0.1:$MQTT" --metrics-listen "127.0.0.1:$METRICS"
             echo "first serve exited with $?"
             rm "$dir/filler"
-            exec "$HK" serve --data-dir "$dir/data" --mqtt-listen "127.0.0.1:$MQTT" \
-                --metrics-listen "127.0.0.1:$METRICS"
+            exec "$HK" serve --config "$dir/hivekeeper.toml" --data-dir "$dir/data" \
+                --mqtt-listen "127.0.0.1:$MQTT" --metrics-listen "127.0.0.1:$METRICS"
         "#;
         let mut child = Command::new("unshare")
             .args(["--mount", "--map-root-user", "sh", "-c", script])

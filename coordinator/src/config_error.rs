@@ -10,6 +10,18 @@
 /// opened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A size outside the range the setting allows.
+    #[error("{field} = {value} is outside {min}..={max}")]
+    OutOfRange {
+        /// The field's name.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The smallest value allowed.
+        min: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
     /// A duration or count that must not be zero is zero.
     #[error("{field} must be positive")]
     NotPositive {

@@ -1,7 +1,8 @@
 //! Opening a data directory that is not right for this node is a clear error naming the path,
 //! never a panic and never a silent overwrite: garbage in the data file, a redb file of another
 //! program, another node's data, a newer data format, a file already open, a directory that
-//! cannot be created or written.
+//! cannot be created or written, a Raft log (`raft-log/`) missing beside its data file or
+//! damaged in the middle.
 //!
 //! ```text
 //! cargo test -p hivekeeper-coordinator --test raft_data_dir
@@ -12,7 +13,10 @@ mod raft_support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use hivekeeper_coordinator::raft::{self, DATA_FILE_NAME, RaftConfig, RaftError, RaftHandle};
+use hivekeeper_coordinator::raft::{
+    self, DATA_FILE_NAME, LOG_DIR_NAME, RaftConfig, RaftError, RaftHandle, StoreError,
+};
+use hivekeeper_segment_log::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use raft_support::{WAIT_S, tempdir, within};
 
 async fn open(dir: &Path, node_id: u64) -> Result<RaftHandle, RaftError> {
@@ -201,43 +205,12 @@ async fn a_read_only_directory_is_refused_unless_privileged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
-    // A node with a snapshot and log entries after it, shut down cleanly.
     let dir = tempdir();
     let config = RaftConfig {
         snapshot_every_entries: 0,
         ..RaftConfig::DEFAULTS
     };
-    let (node, _applied) = within(WAIT_S, "open", raft::open(dir.path(), 1, &config))
-        .await
-        .expect("opens");
-    within(WAIT_S, "initialize", node.initialize_single_node())
-        .await
-        .expect("initialize");
-    within(WAIT_S, "leader", node.wait_for_leader(raft_support::WAIT))
-        .await
-        .expect("leader");
-    for n in 0..20 {
-        let agent = format!("drone-{n}");
-        within(
-            WAIT_S,
-            "grant",
-            node.propose(raft_support::request(
-                &agent,
-                "g",
-                raft_support::lease_grant(60_000),
-            )),
-        )
-        .await
-        .expect("committed");
-        if n == 10 {
-            within(WAIT_S, "snapshot", node.snapshot_now(raft_support::WAIT))
-                .await
-                .expect("snapshot");
-        }
-    }
-    within(WAIT_S, "shutdown", node.shutdown())
-        .await
-        .expect("a clean shutdown");
+    node_with_a_snapshot_and_entries(dir.path(), &config).await;
     let original = std::fs::read(dir.path().join(DATA_FILE_NAME)).expect("read");
 
     // Flip 64 bytes at the start of every 4 KiB page, one page at a time. redb verifies every
@@ -251,6 +224,7 @@ async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
             *byte ^= 0x5a;
         }
         std::fs::write(damaged_dir.path().join(DATA_FILE_NAME), &bytes).expect("write");
+        copy_log(dir.path(), damaged_dir.path());
         let path = damaged_dir.path().to_path_buf();
         let config = config.clone();
         let result = within(
@@ -275,4 +249,105 @@ async fn damaged_pages_are_refused_or_harmless_never_a_panic() {
     }
     println!("{refused} damaged files refused, {opened} opened (damage in free pages)");
     assert!(refused > 0, "damage to live pages is detected");
+}
+
+/// The segment files of a data directory's Raft log, oldest first.
+fn segments(data_dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut paths: Vec<_> = std::fs::read_dir(data_dir.join(LOG_DIR_NAME))
+        .expect("the log directory lists")
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "seg"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Copies `from`'s Raft log into `to`, each segment cut after its last non-zero byte plus one
+/// page of zeros (a preallocated segment is 64 MiB, mostly zeros; a shorter file is a segment
+/// of that capacity, and the log continues in a new one when it is full).
+fn copy_log(from: &Path, to: &Path) {
+    let log_dir = to.join(LOG_DIR_NAME);
+    std::fs::create_dir_all(&log_dir).expect("mkdir");
+    for segment in segments(from) {
+        let mut bytes = std::fs::read(&segment).expect("read");
+        let used = bytes
+            .iter()
+            .rposition(|&byte| byte != 0)
+            .map_or(0, |at| at + 1);
+        bytes.truncate((used + 4096).min(bytes.len()));
+        std::fs::write(log_dir.join(segment.file_name().expect("a name")), bytes).expect("write");
+    }
+}
+
+/// Issue 17: a record of the Raft log damaged in the middle (valid records after it) is not a
+/// torn tail: the node refuses to start, naming the segment file and the byte offset, rather
+/// than drop the acknowledged entries after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_crc_in_the_middle_of_the_raft_log_is_refused_naming_the_file() {
+    let dir = tempdir();
+    node_with_a_snapshot_and_entries(dir.path(), &RaftConfig::DEFAULTS).await;
+    let segment = segments(dir.path()).pop().expect("a segment");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    // A payload byte of the first record: its CRC fails, and whole records follow it.
+    let record = SEGMENT_HEADER_BYTES;
+    bytes[(record + RECORD_HEADER_BYTES + 2) as usize] ^= 0x01;
+    std::fs::write(&segment, bytes).expect("write");
+    let error = expect_error(open(dir.path(), 1).await);
+    match &error {
+        RaftError::Store(StoreError::LogCorrupt { path, offset, .. }) => {
+            assert_eq!(path, &segment);
+            assert_eq!(*offset, record);
+        }
+        other => panic!("expected a corrupt Raft log, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains(&segment.display().to_string())
+            && message.contains(&format!("damaged record at byte {record}"))
+            && message.contains("CRC-32C mismatch")
+            && message.contains("refusing to start"),
+        "{message}"
+    );
+}
+
+/// A format-2 data file without its `raft-log/` is refused, never taken for an empty log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_file_without_its_raft_log_is_refused() {
+    let dir = tempdir();
+    create(dir.path(), 1).await;
+    std::fs::remove_dir_all(dir.path().join(LOG_DIR_NAME)).expect("rm");
+    let error = expect_error(open(dir.path(), 1).await);
+    assert!(matches!(error, RaftError::LogDir { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains(&dir.path().join(LOG_DIR_NAME).display().to_string()),
+        "{error}"
+    );
+}
+
+/// A single node (id 1) in `dir` with 20 leases granted and a snapshot after the 11th, shut
+/// down cleanly: a redb file with a snapshot and a Raft log with entries after it.
+async fn node_with_a_snapshot_and_entries(dir: &Path, config: &RaftConfig) {
+    let node = raft_support::start_single(dir, config).await;
+    for n in 0..20 {
+        let agent = format!("drone-{n}");
+        within(
+            WAIT_S,
+            "grant",
+            node.propose(raft_support::request(
+                &agent,
+                "g",
+                raft_support::lease_grant(60_000),
+            )),
+        )
+        .await
+        .expect("committed");
+        if n == 10 {
+            within(WAIT_S, "snapshot", node.snapshot_now(raft_support::WAIT))
+                .await
+                .expect("snapshot");
+        }
+    }
+    raft_support::stop(node).await;
 }

@@ -29,7 +29,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbStor
         &self,
     ) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().map_err(setup_failed)?;
-        let storage = Storage::open(dir.path(), 0, RaftConfig::DEFAULTS.cache_bytes())
+        let storage = Storage::open(dir.path(), 0, &RaftConfig::DEFAULTS)
             .await
             .map_err(setup_failed)?;
         Ok((dir, storage.log_store, storage.state_machine))

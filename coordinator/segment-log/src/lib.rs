@@ -16,6 +16,7 @@
 //!                           durable after sync (&self), so reads need not wait for the disk
 //!  read(range)       ── pread of the records, CRC checked again
 //!  truncate_after(i) ── delete newer segments, cut the one holding i, zero its tail, fdatasync
+//!  truncate_from(i)  ── the same from i on (i = 0, or the first index, empties the log)
 //!  purge_upto(i)     ── delete whole old segments whose entries are all ≤ i
 //!  open(dir)         ── scan; cut a torn tail of the newest segment; refuse damage elsewhere
 //! ```
@@ -38,9 +39,9 @@
 //! What the log does not do: it keeps no vote, no commit index and no snapshot (those stay in
 //! redb), it never interprets the bytes, and it serves one writer (`&mut self`); reads and
 //! [`SegmentLog::sync`] take `&self`, so behind an `RwLock` a leader can read the entries it is
-//! flushing while the fdatasync runs. It is not wired into Raft here: the adapter maps openraft's entries to bytes, keeps
-//! the last purged log id beside the vote, and calls [`SegmentLog::append`] from its writer
-//! thread.
+//! flushing while the fdatasync runs. The Raft adapter (`coordinator/src/raft/writer.rs`) maps openraft's entries to bytes,
+//! keeps the last purged log id beside the vote in redb, and calls [`SegmentLog::write`] and
+//! [`SegmentLog::sync`] from its writer thread.
 //!
 //! # Layout
 //! - `config.rs`: [`SegmentLogConfig`], the segment size, with [`DEFAULTS`].

@@ -339,16 +339,34 @@ impl SegmentLog {
                 first_index: first,
             });
         }
-        let truncated = self.truncate_segments(index);
+        let truncated = self.truncate_segments(index + 1);
         self.fail_on_error(truncated)
     }
 
-    fn truncate_segments(&mut self, index: u64) -> Result<()> {
+    /// Deletes every entry at or after `index`, durably, like [`SegmentLog::truncate_after`]
+    /// (`index - 1`) but also for `index = 0`, and with an `index` at or below the first stored
+    /// entry emptying the log (entries below it are gone already): what a Raft
+    /// `truncate_after(None)` needs. The next append then starts at the old first index.
+    pub fn truncate_from(&mut self, index: u64) -> Result<()> {
+        self.check_not_failed()?;
+        let (Some(first), Some(last)) = (self.first_index(), self.last_index()) else {
+            return Ok(());
+        };
+        if index > last {
+            return Ok(());
+        }
+        let truncated = self.truncate_segments(index.max(first));
+        self.fail_on_error(truncated)
+    }
+
+    /// Removes the segments that start at or after `from`, then cuts the one holding `from`
+    /// (`from` is at least the first stored index).
+    fn truncate_segments(&mut self, from: u64) -> Result<()> {
         while self.segments.len() > 1
             && self
                 .segments
                 .last()
-                .is_some_and(|segment| segment.first_index > index)
+                .is_some_and(|segment| segment.first_index >= from)
         {
             let segment = self.segments.pop().expect("more than one segment");
             remove_segment(&self.dir, segment)?;
@@ -357,7 +375,7 @@ impl SegmentLog {
             .segments
             .last_mut()
             .expect("the oldest segment is never removed by a truncation");
-        let keep = (index + 1 - active.first_index) as usize;
+        let keep = (from - active.first_index) as usize;
         active.cut_to(keep)
     }
 

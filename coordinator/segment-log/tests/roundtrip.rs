@@ -90,6 +90,42 @@ fn a_truncation_to_before_the_first_entry_empties_the_log() {
     assert_eq!(log.read(..).expect("reads"), expected(1, 2));
 }
 
+/// `truncate_from` reaches what `truncate_after` cannot: index 0 (a Raft `truncate_after(None)`
+/// on a log that starts at 0), and an index below the first stored entry empties the log.
+#[test]
+fn truncate_from_empties_a_log_starting_at_zero_and_clamps_below_the_start() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = open(dir.path());
+    append_range(&mut log, 0, 30);
+    log.truncate_from(31).expect("a no-op past the end");
+    assert_eq!(log.last_index(), Some(30));
+    log.truncate_from(12).expect("truncates");
+    log.check_invariants().expect("invariants hold");
+    assert_eq!(log.read(..).expect("reads"), expected(0, 11));
+    log.truncate_from(0).expect("empties");
+    log.check_invariants().expect("invariants hold");
+    assert_eq!(
+        (log.first_index(), log.last_index(), log.next_index()),
+        (None, None, Some(0))
+    );
+    drop(log);
+    let mut log = open(dir.path());
+    assert_eq!(log.next_index(), Some(0));
+    append_range(&mut log, 0, 3);
+    assert_eq!(log.read(..).expect("reads"), expected(0, 3));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut log = forty(dir.path());
+    log.purge_upto(20).expect("purges");
+    let first = log.first_index().expect("entries remain");
+    log.truncate_from(first - 1)
+        .expect("below the start: empties");
+    assert_eq!(
+        (log.first_index(), log.last_index(), log.next_index()),
+        (None, None, Some(first))
+    );
+}
+
 #[test]
 fn truncating_past_the_end_is_a_no_op_and_before_the_start_an_error() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -9,10 +9,11 @@
 //!
 //!  put (offline, `hivekeeper snapshot restore`, the same file on every new member):
 //!    seed_data_dir(dir, node_id, members, Seed { index, term, state })
-//!      ─▶ a fresh data file (identity) ─▶ one transaction, fsynced:
+//!      ─▶ a fresh data file (identity) and an empty raft-log/ ─▶ one transaction, fsynced:
 //!           snapshot meta: last_log_id = (term, node 0, index), membership = `members`
 //!           snapshot data: the state's bytes
 //!           last_purged = committed = that log id, vote = (term, node 0, not committed)
+//!      ─▶ then the segment log purged up to `index`: empty, continuing at `index + 1`
 //! ```
 //!
 //! Why every new member gets the same seed (etcd's `etcdutl snapshot restore` does the same):
@@ -33,7 +34,10 @@
 //! 1. [`RaftHandle::applied_state`]'s machine is exactly the state after the entry it names,
 //!    read after a read-index round: a linearizable snapshot.
 //! 2. [`seed_data_dir`] never writes into an existing data file, and writes the whole seed in
-//!    one durable transaction: a seeded directory is complete or absent.
+//!    one durable transaction: a seeded directory is complete or absent. The empty Raft log is
+//!    purged to the seed's index after that transaction (the purged id durable first, as the
+//!    writer does it), so it continues where the seed ends; a crash before that leaves an
+//!    empty log with no segment, which the first append starts anyway.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -114,8 +118,17 @@ pub fn seed_data_dir(
         source,
     })?;
     // The file is closed when `db` is dropped on return (nothing else holds it).
-    let (db, _loaded) = Db::open(&path, node_id, TOOL_CACHE_BYTES)?;
-    write_seed(&db, members, seed)
+    // The log's segments get the default size; a node configured with smaller ones uses
+    // them for every segment after the first (`log_segment_kib`).
+    let (db, _loaded) = Db::open(
+        data_dir,
+        node_id,
+        TOOL_CACHE_BYTES,
+        hivekeeper_segment_log::DEFAULTS,
+    )?;
+    write_seed(&db, members, seed)?;
+    db.with_log_mut(|log| Ok(log.purge_upto(seed.index)?))?;
+    Ok(())
 }
 
 /// The seed's records, in one durable transaction.

@@ -39,7 +39,19 @@ pub struct RaftConfig {
     /// by up to this much after start whatever its load. A small device can give less (reads
     /// of older pages then go to the disk: a lagging follower's catch-up, a snapshot install).
     pub cache_mib: u64,
+    /// Size of each segment file of the Raft log (`data_dir/raft-log/`), KiB, preallocated when
+    /// the segment is created (so a full disk shows there, not in the middle of an append).
+    /// Larger segments mean fewer files; a purge behind a snapshot frees whole segments only,
+    /// so up to one segment of old entries stays. A small disk can give less; a change applies
+    /// to segments created after it.
+    pub log_segment_kib: u64,
 }
+
+/// The smallest [`RaftConfig::log_segment_kib`]: a few entries per segment.
+pub const LOG_SEGMENT_KIB_MIN: u64 = 4;
+
+/// The largest [`RaftConfig::log_segment_kib`]: 1 GiB, the segment log's own bound.
+pub const LOG_SEGMENT_KIB_MAX: u64 = hivekeeper_segment_log::SEGMENT_BYTES_MAX >> 10;
 
 impl RaftConfig {
     /// The defaults, in one place.
@@ -52,6 +64,7 @@ impl RaftConfig {
         replication_entries_max: 300,
         snapshot_install_timeout_ms: 2_000,
         cache_mib: 64,
+        log_segment_kib: hivekeeper_segment_log::DEFAULTS.segment_bytes >> 10,
     };
 
     /// Cross-field rules.
@@ -93,6 +106,14 @@ impl RaftConfig {
         if self.cache_mib == 0 {
             return Err(ConfigError::NotPositive { field: "cache_mib" });
         }
+        if !(LOG_SEGMENT_KIB_MIN..=LOG_SEGMENT_KIB_MAX).contains(&self.log_segment_kib) {
+            return Err(ConfigError::OutOfRange {
+                field: "log_segment_kib",
+                value: self.log_segment_kib,
+                min: LOG_SEGMENT_KIB_MIN,
+                max: LOG_SEGMENT_KIB_MAX,
+            });
+        }
         Ok(())
     }
 
@@ -121,6 +142,11 @@ impl RaftConfig {
     /// [`RaftConfig::cache_mib`] in bytes.
     pub fn cache_bytes(&self) -> usize {
         usize::try_from(self.cache_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+
+    /// [`RaftConfig::log_segment_kib`] in bytes.
+    pub fn log_segment_bytes(&self) -> u64 {
+        self.log_segment_kib.saturating_mul(1 << 10)
     }
 
     /// The openraft configuration for these settings.
@@ -249,5 +275,32 @@ mod tests {
             config.validate(),
             Err(ConfigError::NotPositive { field: "cache_mib" })
         );
+    }
+
+    #[test]
+    fn the_log_segment_is_in_kib_and_bounded() {
+        assert_eq!(RaftConfig::DEFAULTS.log_segment_bytes(), 64 << 20);
+        for (kib, valid) in [
+            (3, false),
+            (4, true),
+            (1 << 20, true),
+            ((1 << 20) + 1, false),
+        ] {
+            let config = RaftConfig {
+                log_segment_kib: kib,
+                ..RaftConfig::DEFAULTS
+            };
+            let expected = if valid {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfRange {
+                    field: "log_segment_kib",
+                    value: kib,
+                    min: 4,
+                    max: 1 << 20,
+                })
+            };
+            assert_eq!(config.validate(), expected, "{kib} KiB");
+        }
     }
 }

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use hivekeeper_segment_log::SegmentLogError;
 use openraft::error::{ClientWriteError, ForwardToLeader, InitializeError, LinearizableReadError};
 
 use super::types::{NodeId, StorageError, TypeConfig};
@@ -64,7 +65,10 @@ pub enum RaftError {
         found: NodeId,
     },
     /// The data file was written by a newer (or unknown) on-disk format.
-    #[error("{path} has data format {found}; this build reads format {supported} only")]
+    #[error(
+        "{path} has data format {found}; this build reads format {supported} (and migrates \
+         format 1)"
+    )]
     Format {
         /// The data file.
         path: PathBuf,
@@ -72,6 +76,15 @@ pub enum RaftError {
         found: u32,
         /// The format this build reads and writes.
         supported: u32,
+    },
+    /// The Raft log's directory (`raft-log/`) does not fit the data file: missing beside a
+    /// format-2 file, or holding entries beside a new one.
+    #[error("Raft log directory {path}: {reason}")]
+    LogDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        reason: String,
     },
     /// The latest snapshot stored in the data file cannot be restored.
     #[error("the snapshot stored in {path} cannot be restored: {reason}")]
@@ -293,6 +306,34 @@ pub enum StoreError {
     /// redb failed (I/O, corruption, a commit that did not complete).
     #[error("redb: {0}")]
     Redb(String),
+    /// A system call on the Raft log failed (a full disk is `ENOSPC` here, in `reason`).
+    #[error("Raft log: {path}: {operation}: {reason}")]
+    LogIo {
+        /// The segment file or the log's directory.
+        path: PathBuf,
+        /// What the log was doing ("fdatasync of an append", "preallocating a segment", ...).
+        operation: &'static str,
+        /// The operating system's error.
+        reason: String,
+    },
+    /// A record of the Raft log that is not its torn tail failed its check: the node refuses
+    /// to start rather than drop the acknowledged entries after it.
+    #[error(
+        "Raft log: {path}: damaged record at byte {offset}: {damage}; refusing to start, since \
+         dropping it would drop the entries after it"
+    )]
+    LogCorrupt {
+        /// The segment file.
+        path: PathBuf,
+        /// Byte offset of the damaged record's header in that file.
+        offset: u64,
+        /// What is wrong with it (a CRC mismatch, an index out of place, ...).
+        damage: String,
+    },
+    /// Any other refusal of the Raft log (a gap between segments, a foreign file among them,
+    /// an append out of order, a log that failed earlier and was not reopened).
+    #[error("Raft log: {0}")]
+    Log(String),
     /// A stored record could not be decoded.
     #[error("stored {what} is unreadable: {reason}")]
     Decode {
@@ -360,6 +401,32 @@ pub struct ApplyPanic {
     pub command: &'static str,
     /// The panic's message.
     pub message: String,
+}
+
+impl From<SegmentLogError> for StoreError {
+    fn from(error: SegmentLogError) -> Self {
+        match error {
+            SegmentLogError::Io {
+                path,
+                operation,
+                source,
+            } => StoreError::LogIo {
+                path,
+                operation,
+                reason: source.to_string(),
+            },
+            SegmentLogError::Corrupt {
+                path,
+                offset,
+                damage,
+            } => StoreError::LogCorrupt {
+                path,
+                offset,
+                damage: damage.to_string(),
+            },
+            other => StoreError::Log(other.to_string()),
+        }
+    }
 }
 
 impl StoreError {

@@ -1,20 +1,33 @@
-//! openraft's log storage (`RaftLogStorage`, `RaftLogReader`) on redb.
+//! openraft's log storage (`RaftLogStorage`, `RaftLogReader`): entries in the segment log
+//! (`data_dir/raft-log/`), the vote and the last purged id in redb.
+//!
+//! ```text
+//!  append ─▶ Store::submit (returns at once) ─▶ writer: SegmentLog::write, sync ─▶ IOFlushed
+//!                 │ rows kept in the tail until durable
+//!  try_get_log_entries ─▶ tail rows (not yet durable) over SegmentLog::read (durable),
+//!                         clamped above the last purged index
+//!  read_vote ─▶ the last vote submitted, else redb's
+//!  get_log_state ─▶ after the writer caught up: the log's last entry, the purged id
+//! ```
 //!
 //! Writes (append, vote, truncate, purge) are handed to the group-commit writer (`writer.rs`);
 //! `append` returns as soon as the entries are queued and openraft's `IOFlushed` callback fires
-//! after the transaction holding them has been fsynced. The committed log id is kept in memory
-//! and written with the next transaction (`writer.rs`, invariant 4).
+//! after the segment log holding them has been synced. The committed log id is kept in memory
+//! and written with the next redb transaction (`writer.rs`, invariant 4).
 //!
 //! Reads see every write submitted before them without waiting for its fsync: openraft 0.10
 //! reads the entries it replicates as soon as `append` returns, so the leader sends them while
 //! its own fsync runs. Entries come from the writer's in-memory tail (appended, not yet
-//! durable) over a redb read of the file; while a truncate or purge is in flight (rare: a
-//! follower's conflicting entries, a purge behind a snapshot) a read waits for the writer
-//! ([`Store::caught_up`]) instead. The vote read is the last one submitted. Reads run inline on
-//! the calling task: they are short, touch pages redb usually has cached, and never fsync.
+//! durable) over a read of the segment log (its read lock, which an fdatasync never holds
+//! exclusively); while a truncate or purge is in flight (rare: a follower's conflicting
+//! entries, a purge behind a snapshot) a read waits for the writer ([`Store::caught_up`])
+//! instead. The vote read is the last one submitted. Reads run inline on the calling task: they
+//! are short (one `pread` per segment touched, pages usually cached) and never fsync.
 //!
 //! Invariants:
-//! 1. No hole: entries are contiguous from the last purged index + 1 to the last entry.
+//! 1. No hole: entries are contiguous from the last purged index + 1 to the last entry. The
+//!    segment log drops whole segments only, so it may hold entries at or below the last
+//!    purged index: every read clamps them away.
 //! 2. `get_log_state().last_log_id` is the last entry's id, or the last purged id when the log
 //!    is empty (openraft's contract).
 
@@ -25,9 +38,8 @@ use std::sync::Arc;
 
 use openraft::storage::{IOFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
-use redb::ReadableTable;
 
-use super::database::{KEY_LAST_PURGED, KEY_VOTE, LOG, META, get_json, to_json};
+use super::database::{KEY_VOTE, META, get_json, to_json};
 use super::error::StoreError;
 use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 use super::writer::{Completion, Store, WriteOp};
@@ -46,7 +58,7 @@ pub struct LogStatus {
     pub last_purged_index: Option<u64>,
     /// The last index present (or the last purged one when the log is empty).
     pub last_index: Option<u64>,
-    /// How many entries are stored.
+    /// How many entries are stored after the last purged one.
     pub entries: u64,
 }
 
@@ -55,18 +67,34 @@ impl LogStore {
         LogStore { store }
     }
 
-    /// Reads the log's bounds after every submitted write has landed.
+    /// Reads the log's bounds after every submitted write has landed: the last purged id, the
+    /// last log id (the purged one when the log is empty) and the entries after the purged one.
     async fn log_state(&self) -> Result<(Option<LogId>, Option<LogId>, u64), StoreError> {
         self.store.caught_up().await?;
-        let txn = self.store.db().read()?;
-        let meta = txn.open_table(META).map_err(StoreError::redb)?;
-        let last_purged: Option<LogId> = get_json(&meta, KEY_LAST_PURGED, "last purged log id")?;
-        let log = txn.open_table(LOG).map_err(StoreError::redb)?;
-        let entries = redb::ReadableTableMetadata::len(&log).map_err(StoreError::redb)?;
-        let last = match log.last().map_err(StoreError::redb)? {
-            Some((_, row)) => Some(decode_entry(row.value())?.log_id),
-            None => None,
-        };
+        let last_purged = self.store.last_purged();
+        let start = first_unpurged(last_purged);
+        let (first, last) = self
+            .store
+            .db()
+            .with_log(|log| {
+                let bounds = log.first_index().zip(log.last_index());
+                let Some((first, last)) = bounds.filter(|(_, last)| *last >= start) else {
+                    return Ok(None);
+                };
+                let row = log.read(last..=last)?;
+                let entry = match row.first() {
+                    Some((_, row)) => decode_entry(row)?,
+                    None => {
+                        return Err(StoreError::Decode {
+                            what: "log",
+                            reason: format!("the last entry, {last}, did not read back"),
+                        });
+                    }
+                };
+                Ok(Some((first.max(start), entry.log_id)))
+            })?
+            .map_or((0, None), |(first, last)| (first, Some(last)));
+        let entries = last.map_or(0, |last| last.index - first + 1);
         Ok((last_purged, last.or(last_purged), entries))
     }
 
@@ -99,35 +127,59 @@ impl LogStore {
             })
     }
 
-    /// The file's entries in `range` with `tail`'s rows over them. `None` if they are not
-    /// consecutive: a truncate ran between the tail's copy and the file's read, so the caller
-    /// reads again once the writer is idle.
+    /// The log's entries in `range` above the last purged index, with `tail`'s rows over
+    /// them. `None` if they are not consecutive: a truncate ran between the tail's copy and the
+    /// log's read, so the caller reads again once the writer is idle.
     fn file_under(
         &self,
         range: (Bound<u64>, Bound<u64>),
         mut rows: BTreeMap<u64, Arc<[u8]>>,
     ) -> Result<Option<Vec<Entry>>, StoreError> {
-        let txn = self.store.db().read()?;
-        let log = txn.open_table(LOG).map_err(StoreError::redb)?;
-        for row in log.range::<u64>(range).map_err(StoreError::redb)? {
-            let (index, row) = row.map_err(StoreError::redb)?;
-            rows.entry(index.value())
-                .or_insert_with(|| Arc::from(row.value()));
+        let start = first_unpurged(self.store.last_purged());
+        let from = match range.0 {
+            Bound::Included(from) => from.max(start),
+            Bound::Excluded(from) => from.saturating_add(1).max(start),
+            Bound::Unbounded => start,
+        };
+        let last = match range.1 {
+            Bound::Included(last) => Some(last),
+            Bound::Excluded(end) => end.checked_sub(1),
+            Bound::Unbounded => None,
+        };
+        // A leader replicating what it just appended reads entries the tail holds whole: no
+        // `pread` then (the tail's keys are distinct, so as many as the range is wide means
+        // all of them).
+        let tail_covers = last.is_some_and(|last| {
+            from <= last && rows.range(from..=last).count() as u64 == last - from + 1
+        });
+        if !tail_covers {
+            let stored = self
+                .store
+                .db()
+                .with_log(|log| Ok(log.read((Bound::Included(from), range.1))?))?;
+            for (index, row) in stored {
+                rows.entry(index).or_insert_with(|| Arc::from(row));
+            }
         }
         let mut entries = Vec::with_capacity(rows.len());
         let mut expected = None;
-        for (index, row) in rows {
-            if expected.is_some_and(|expected| expected != index) {
+        for (index, row) in rows.range(start..) {
+            if expected.is_some_and(|expected| expected != *index) {
                 return Ok(None);
             }
             expected = index.checked_add(1);
-            entries.push(decode_entry(&row)?);
+            entries.push(decode_entry(row)?);
         }
         Ok(Some(entries))
     }
 }
 
-/// True when `range` holds no index (redb refuses a range whose start is after its end).
+/// The first index a reader may see: the one after the last purged (invariant 1).
+fn first_unpurged(last_purged: Option<LogId>) -> u64 {
+    last_purged.map_or(0, |purged| purged.index.saturating_add(1))
+}
+
+/// True when `range` holds no index.
 fn range_is_empty(range: &(Bound<u64>, Bound<u64>)) -> bool {
     let start = match range.0 {
         Bound::Included(start) => start,

@@ -1,5 +1,5 @@
-//! The openraft adapter: Hivekeeper's log, vote and snapshots on redb, and a small facade that
-//! opens a node from its data directory.
+//! The openraft adapter: Hivekeeper's log on a segment log (`hivekeeper-segment-log`), its
+//! vote and snapshots on redb, and a small facade that opens a node from its data directory.
 //!
 //! openraft is pinned (`=0.10.0-alpha.37`, with `openraft-legacy` for the chunked snapshot
 //! transport) and nothing outside this module names it, so a move to another version stays
@@ -17,8 +17,8 @@
 //!    │
 //!    ▼ LogStore::append (returns at once)          writer thread (writer.rs)
 //!  Request{Append, IOFlushed} ─── channel ───▶ drain all pending requests
-//!    │ (the rows stay readable in memory          one redb transaction, Durability::Immediate
-//!    │  until durable: the writer's tail)         commit = fsync, THEN fire IOFlushed
+//!    │ (the rows stay readable in memory          SegmentLog::write of the batch's entries,
+//!    │  until durable: the writer's tail)         one fdatasync, THEN fire IOFlushed
 //!    ▼ replicated at once (not after the leader's fsync); each follower answers only after
 //!    │ its own fsync; the leader's own flush counts once its IOFlushed fires
 //!    ▼ flushed on a majority = committed
@@ -31,7 +31,7 @@
 //!
 //! Durable before acknowledged (DESIGN.md §5.5): a reply exists only after its entry was applied,
 //! an entry is applied only after it is committed, and it is committed only after the writer's
-//! fsync returned. At restart [`open`] restores the latest snapshot and openraft re-applies the
+//! fdatasync returned. At restart [`open`] restores the latest snapshot and openraft re-applies the
 //! log after it, up to the saved committed index.
 //!
 //! Throughput: openraft appends one entry per client write, and each entry costs one fsync on
@@ -45,8 +45,9 @@
 //!
 //! # Layout
 //! - `types.rs`: the openraft type configuration ([`TypeConfig`], [`Proposal`]).
-//! - `database.rs`: the redb file, its tables and identity record; opening and reading.
-//! - `writer.rs`: the group-commit writer thread, the only writer of the file.
+//! - `database.rs`: the data directory (the redb file, its tables and identity record, and the
+//!   Raft log's `raft-log/` segment log); opening, the format-1 migration, reading.
+//! - `writer.rs`: the group-commit writer thread, the only writer of the data directory.
 //! - `log_store.rs`: [`LogStore`], openraft's log and vote storage.
 //! - `state_machine_store.rs`: [`StateMachineStore`], the pure machine behind a lock, snapshots.
 //! - `network.rs`: [`TcpNetwork`], openraft's RPCs on [`transport`].
@@ -93,7 +94,7 @@ use openraft::error::InitializeError;
 pub use backup::{AppliedState, Seed, seed_data_dir};
 pub use config::RaftConfig;
 pub use contact::PeerContact;
-pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity};
+pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity, LOG_DIR_NAME};
 pub use election::ElectionClock;
 pub use error::{ApplyPanic, RaftError, StoreError};
 pub use leadership::Leadership;
@@ -139,22 +140,27 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// Creates or opens `data_dir/hivekeeper.redb` for `node_id` with a page cache of
-    /// `cache_bytes`, checks its identity record and restores the latest snapshot. A foreign,
-    /// corrupt, newer or other node's file, or an unusable directory, is an error naming the
-    /// path.
+    /// Creates or opens `data_dir/hivekeeper.redb` and the Raft log `data_dir/raft-log/` for
+    /// `node_id` with `config`'s page cache and segment size, checks the identity record (migrating a
+    /// format-1 directory) and restores the latest snapshot. A foreign, corrupt, newer or other
+    /// node's file, a damaged log, or an unusable directory, is an error naming the path.
     pub async fn open(
         data_dir: &Path,
         node_id: NodeId,
-        cache_bytes: usize,
+        config: &RaftConfig,
     ) -> Result<Storage, RaftError> {
         let dir = data_dir.to_path_buf();
-        let (db, loaded) =
-            tokio::task::spawn_blocking(move || open_blocking(&dir, node_id, cache_bytes))
-                .await
-                .map_err(|error| RaftError::Runtime(format!("opening the data file: {error}")))??;
+        let cache_bytes = config.cache_bytes();
+        let log_config = hivekeeper_segment_log::SegmentLogConfig {
+            segment_bytes: config.log_segment_bytes(),
+        };
+        let (db, loaded) = tokio::task::spawn_blocking(move || {
+            open_blocking(&dir, node_id, cache_bytes, log_config)
+        })
+        .await
+        .map_err(|error| RaftError::Runtime(format!("opening the data file: {error}")))??;
         let path = db.path.clone();
-        let store = Store::start(db, loaded.committed)?;
+        let store = Store::start(db, loaded.committed, loaded.last_purged)?;
         let replay_upto = loaded.committed.map(|log_id| log_id.index);
         match StateMachineStore::new(store.clone(), loaded.snapshot, replay_upto) {
             Ok(state_machine) => Ok(Storage {
@@ -187,12 +193,13 @@ fn open_blocking(
     dir: &Path,
     node_id: NodeId,
     cache_bytes: usize,
+    log_config: hivekeeper_segment_log::SegmentLogConfig,
 ) -> Result<(Db, database::Loaded), RaftError> {
     std::fs::create_dir_all(dir).map_err(|source| RaftError::DataDir {
         path: dir.to_path_buf(),
         source,
     })?;
-    Db::open(&dir.join(DATA_FILE_NAME), node_id, cache_bytes)
+    Db::open(dir, node_id, cache_bytes, log_config)
 }
 
 /// Opens a single node: its storage in `data_dir`, and a running openraft instance on it.
@@ -227,7 +234,7 @@ pub async fn open_with_network(
     let openraft_config = Arc::new(config.to_openraft()?);
     let election = network.election_clock();
     let (contact, dialler) = (network.contact(), network.dialler());
-    let storage = Storage::open(data_dir, node_id, config.cache_bytes()).await?;
+    let storage = Storage::open(data_dir, node_id, config).await?;
     let Storage {
         log_store,
         state_machine,

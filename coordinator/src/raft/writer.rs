@@ -1,43 +1,65 @@
-//! The group-commit writer: one OS thread that owns every write to the data file.
+//! The group-commit writer: one OS thread that owns every write to the data directory (the
+//! Raft log's segment log and the redb file).
 //!
 //! ```text
 //!  LogStore::append ─┐                      writer thread (std::thread, never a tokio worker)
-//!  save_vote ────────┤  Request{seq, op,    ┌──────────────────────────────────────────────┐
-//!  truncate / purge ─┼─ completion} ──────▶ │ recv one, then drain every pending request   │
-//!  snapshot save ────┘  (std mpsc, FIFO)    │ apply all, in order, in ONE write transaction│
-//!                                           │ commit with Durability::Immediate (fsync)    │
-//!                                           │ publish progress (seq), then fire callbacks  │
-//!                                           └──────────────────────────────────────────────┘
+//!  save_vote ────────┤  Request{seq, op,    ┌───────────────────────────────────────────────┐
+//!  truncate / purge ─┼─ completion} ──────▶ │ recv one, then drain every pending request    │
+//!  snapshot save ────┘  (std mpsc, FIFO)    │ apply all, in order:                          │
+//!                                           │   append   ─▶ SegmentLog::write (page cache)  │
+//!                                           │   truncate ─▶ SegmentLog::truncate_from       │
+//!                                           │   vote, snapshot, last purged ─▶ ONE redb txn │
+//!                                           │   purge: sync + commit so far, THEN purge_upto│
+//!                                           │ SegmentLog::sync (one fdatasync) if written,  │
+//!                                           │ THEN the redb commit (fsync) if it has rows   │
+//!                                           │ publish progress (seq), then fire callbacks   │
+//!                                           └───────────────────────────────────────────────┘
 //! ```
 //!
-//! Why a thread: redb allows one write transaction at a time and its commit blocks on fsync;
-//! on a tokio worker that would stall every task behind it. Why draining: each fsync costs the
-//! same whether it carries one request or a thousand, so requests that arrive while a commit is
-//! in flight share the next one. openraft 0.10 does not wait for an append's flush before it
-//! submits the next one, or before it replicates the entries: appends that arrive during a
-//! commit share the next commit.
+//! Why a thread: the segment log serves one writer, redb allows one write transaction at a
+//! time, and both block on fsync; on a tokio worker that would stall every task behind it. Why
+//! draining: each fsync costs the same whether it carries one request or a thousand, so
+//! requests that arrive while a batch is being made durable share the next one. openraft 0.10
+//! does not wait for an append's flush before it submits the next one, or before it replicates
+//! the entries: appends that arrive during a sync share the next sync. A batch of appends only
+//! (the common case) costs one `pwrite` and one `fdatasync`, and no redb commit.
 //!
-//! What is submitted but not yet committed stays readable from memory ([`Tail`]): openraft
-//! 0.10 reads the entries it replicates as soon as `append` returns, and the leader must not
-//! wait for its own fsync to send them (issue 17: the leader's and the followers' fsyncs then
-//! overlap). Durability is unchanged: the flush callback still fires only after the commit.
+//! What is submitted but not yet durable stays readable from memory ([`Tail`]): openraft 0.10
+//! reads the entries it replicates as soon as `append` returns, and the leader must not wait
+//! for its own fsync to send them (issue 17: the leader's and the followers' fsyncs then
+//! overlap). The tail rather than reads of the segment log's written-but-unsynced records:
+//! `append` returns when the request is queued, before this thread has called
+//! `SegmentLog::write`, and this thread may be inside the previous batch's fdatasync then, so a
+//! read served by the log alone would wait for that fsync. The segment log is behind an
+//! `RwLock` for the reads of durable entries: `write`, `truncate_from` and `purge_upto` take
+//! the write lock (page-cache writes, or the rare truncate and purge), `sync` the read lock, so
+//! no read waits for an fdatasync. Durability is unchanged: the flush callback still fires only
+//! after the sync.
 //!
 //! Invariants:
-//! 1. Requests are applied in submission order; a request's completion fires only after the
-//!    transaction holding it has committed durably (an append's `LogFlushed` callback included:
-//!    sebadob/hiqlite#361 is the bug this prevents).
-//! 2. After one failed commit nothing else is written: every later request gets
-//!    [`StoreError::Failed`]. A failed fsync is never retried.
-//! 3. `progress.processed` only grows, and covers a request only after its transaction ended, so
+//! 1. Requests are applied in submission order; a request's completion fires only after
+//!    everything its batch wrote is durable: the segment log synced and the redb transaction
+//!    committed (an append's `IOFlushed` callback included: sebadob/hiqlite#361 is the bug this
+//!    prevents).
+//! 2. After one failed write, sync or commit (of either store) nothing else is written: every
+//!    later request gets [`StoreError::Failed`]. A failed fsync is never retried (the segment
+//!    log also poisons itself).
+//! 3. `progress.processed` only grows, and covers a request only after its batch ended, so
 //!    a reader that waits for the sequence number it saw at submission time reads every write
 //!    submitted before it.
-//! 4. The committed log id is never fsynced on its own: it rides along with the next transaction
-//!    (or the final one at close). Losing it in a crash only means openraft re-applies less of
-//!    the log at start and catches up once the leader commits again. It is written only when
-//!    the log on disk holds its entry: a leader may learn an entry is committed (on a majority
-//!    of followers) before its own append of it is durable.
-//! 5. The tail holds exactly the appended rows not yet committed, minus those a later
-//!    truncate or purge removed; a row leaves it only after the transaction holding it ended.
+//! 4. The committed log id is never fsynced on its own: it rides along with the next redb
+//!    transaction (a vote, a snapshot, a purge) or the final one at close, and when none came
+//!    for [`COMMITTED_SAVE_INTERVAL`], a batch of appends adds a redb commit for it. Losing it
+//!    in a crash only means openraft re-applies less of the log at start and catches up once
+//!    the leader commits again; but the entries past the saved id are then applied as new, not
+//!    as a replay (their notices go out again), hence the bound. It is written only when the
+//!    log on disk holds its entry: a leader may learn an entry is committed (on a majority of
+//!    followers) before its own append of it is durable, so the segment log's sync of a batch
+//!    precedes the redb commit that carries it.
+//! 5. The tail holds exactly the appended rows not yet durable, minus those a later truncate
+//!    or purge removed; a row leaves it only after the batch holding it ended.
+//! 6. A purge makes the last purged id durable in redb before `purge_upto` deletes a segment:
+//!    a crash in between leaves entries at or below the purged id, which reads clamp.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,19 +67,25 @@ use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use openraft::storage::IOFlushed;
-use redb::{Database, Durability, ReadableTable};
+use redb::{Database, Durability, WriteTransaction};
 use tokio::sync::{oneshot, watch};
 
 use super::database::{
-    Db, KEY_COMMITTED, KEY_LAST_PURGED, KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, KEY_VOTE, LOG, META,
+    Db, KEY_COMMITTED, KEY_LAST_PURGED, KEY_SNAPSHOT_DATA, KEY_SNAPSHOT_META, KEY_VOTE, META,
     SNAPSHOT, get_json, to_json,
 };
 use super::error::{RaftError, StoreError};
 use super::types::{LogId, SnapshotMeta, TypeConfig};
 
-/// Most requests in one transaction, so one commit's latency stays bounded under a flood.
+/// Most requests in one batch, so one batch's latency stays bounded under a flood.
 const BATCH_REQUESTS_MAX: usize = 4096;
-/// Most bytes of entries and snapshots in one transaction.
+/// Longest time a moved committed id waits for a redb transaction to ride along with before
+/// a batch commits one for it (invariant 4): at most a few redb commits per second under load,
+/// and after a crash at most this long of entries is applied again as new rather than as a
+/// replay.
+const COMMITTED_SAVE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most bytes of entries and snapshots in one batch.
 const BATCH_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// One write, as the writer applies it.
@@ -67,12 +95,13 @@ pub(crate) enum WriteOp {
         /// The entries, in index order (shared with the [`Tail`] until they are durable).
         rows: Vec<(u64, Arc<[u8]>)>,
     },
-    /// Delete every entry at or after `since`.
+    /// Delete every entry at or after `since` (durably, at once: the segment log syncs it).
     Truncate {
         /// First index to delete.
         since: u64,
     },
-    /// Delete every entry up to and including `upto`, and remember it as the last purged.
+    /// Delete every entry up to and including `upto`, and remember it as the last purged
+    /// (invariant 6: remembered durably first).
     Purge {
         /// Last log id to delete.
         upto: LogId,
@@ -104,7 +133,7 @@ impl WriteOp {
     }
 }
 
-/// Who to tell when a request's transaction has ended.
+/// Who to tell when a request's batch has ended.
 pub(crate) enum Completion {
     /// openraft's append callback: fired only once the entries are durable.
     Flushed(IOFlushed<TypeConfig>),
@@ -136,10 +165,10 @@ struct Request {
     done: Completion,
 }
 
-/// What the writer has done, published after every transaction.
+/// What the writer has done, published after every batch.
 #[derive(Debug, Clone, Default)]
 struct Progress {
-    /// Highest sequence number whose transaction has ended (committed or failed).
+    /// Highest sequence number whose batch has ended (durable or failed).
     processed: u64,
     /// The first failure; once set the writer writes nothing more.
     failed: Option<StoreError>,
@@ -150,12 +179,17 @@ struct Progress {
 /// Counters of the writer's work, for tests, benchmarks and (later) metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterStats {
-    /// Write transactions committed (each one fsync).
+    /// Batches made durable: each one segment-log fdatasync, one redb commit, or both.
     pub transactions: u64,
-    /// Requests carried by those transactions.
+    /// Requests carried by those batches.
     pub requests: u64,
     /// Log entries appended.
     pub entries: u64,
+    /// fdatasyncs of the segment log for appended entries (truncations and purges sync
+    /// themselves and are not counted).
+    pub log_syncs: u64,
+    /// redb transactions committed (votes, snapshots, purges, the committed id at close).
+    pub redb_commits: u64,
 }
 
 #[derive(Default)]
@@ -163,17 +197,21 @@ struct Counters {
     transactions: AtomicU64,
     requests: AtomicU64,
     entries: AtomicU64,
+    log_syncs: AtomicU64,
+    redb_commits: AtomicU64,
 }
 
 /// The part of the store the writer thread shares. It holds no sender, so the writer exits
 /// once every [`Store`] is gone (or closed).
 struct Shared {
-    /// The data file.
+    /// The data file and the Raft log.
     db: Db,
     /// The writer's progress; readers wait on it.
     progress: watch::Sender<Progress>,
     /// The latest committed log id openraft reported (see invariant 4).
     committed: Mutex<Option<LogId>>,
+    /// The last purged log id durable in redb; reads clamp the log above it (invariant 6).
+    purged: Mutex<Option<LogId>>,
     /// What is submitted and not yet durable, readable at once (invariant 5).
     tail: Mutex<Tail>,
     /// Work counters.
@@ -213,13 +251,18 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// Starts the writer thread for an opened database.
-    pub(crate) fn start(db: Db, committed: Option<LogId>) -> Result<Arc<Store>, RaftError> {
+    /// Starts the writer thread for an opened data directory.
+    pub(crate) fn start(
+        db: Db,
+        committed: Option<LogId>,
+        last_purged: Option<LogId>,
+    ) -> Result<Arc<Store>, RaftError> {
         let database = db.database()?;
         let shared = Arc::new(Shared {
             db,
             progress: watch::Sender::new(Progress::default()),
             committed: Mutex::new(committed),
+            purged: Mutex::new(last_purged),
             tail: Mutex::new(Tail::default()),
             counters: Counters::default(),
         });
@@ -240,12 +283,21 @@ impl Store {
         }))
     }
 
-    /// The data file, for reads.
+    /// The data file and the Raft log, for reads.
     pub(crate) fn db(&self) -> &Db {
         &self.shared.db
     }
 
-    /// Hands a request to the writer. Returns at once; `done` fires after the commit.
+    /// The last purged log id, durable in redb (entries at or below it are gone for readers).
+    pub(crate) fn last_purged(&self) -> Option<LogId> {
+        *self
+            .shared
+            .purged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands a request to the writer. Returns at once; `done` fires once it is durable.
     pub(crate) fn submit(&self, op: WriteOp, done: Completion) -> Result<(), StoreError> {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(tx) = queue.tx.as_ref() else {
@@ -312,7 +364,7 @@ impl Store {
     }
 
     /// The last vote submitted (JSON), if any was since the start: newer than the file's
-    /// until its transaction ends.
+    /// until its batch ends.
     pub(crate) fn submitted_vote(&self) -> Option<Vec<u8>> {
         self.shared.tail().vote.clone()
     }
@@ -342,11 +394,14 @@ impl Store {
             transactions: counters.transactions.load(Ordering::Relaxed),
             requests: counters.requests.load(Ordering::Relaxed),
             entries: counters.entries.load(Ordering::Relaxed),
+            log_syncs: counters.log_syncs.load(Ordering::Relaxed),
+            redb_commits: counters.redb_commits.load(Ordering::Relaxed),
         }
     }
 
     /// Stops accepting writes, lets the writer finish what it has (and write the committed id),
-    /// then closes the file so it can be reopened at once. Waits at most `timeout`.
+    /// then closes the log and the file so they can be reopened at once. Waits at most
+    /// `timeout`.
     pub(crate) async fn close(&self, timeout: Duration) -> Result<(), RaftError> {
         let deadline = Instant::now() + timeout;
         let timed_out = |what| RaftError::Timeout {
@@ -366,6 +421,7 @@ impl Store {
             .await
             .map_err(|_| timed_out("the raft writer thread to exit"))?
             .map_err(|_| RaftError::Runtime("the writer's progress channel closed".into()))?;
+        self.shared.db.close_log();
         let Some(mut database) = self.shared.db.take() else {
             return Ok(());
         };
@@ -415,7 +471,7 @@ impl Shared {
         }
     }
 
-    /// Drops from the tail the rows of requests up to `seq`, whose transaction has ended.
+    /// Drops from the tail the rows of requests up to `seq`, whose batch has ended.
     fn forget_upto(&self, seq: u64) {
         self.tail().rows.retain(|_, (appended, _)| *appended > seq);
     }
@@ -441,10 +497,19 @@ fn run(
     shared: Arc<Shared>,
     database: Arc<Database>,
     rx: mpsc::Receiver<Request>,
-    mut committed_written: Option<LogId>,
+    committed_written: Option<LogId>,
 ) {
     let _exit = ExitGuard(shared.clone());
     let mut failed: Option<StoreError> = None;
+    let mut batch_writer = Batch {
+        shared: &shared,
+        database: &database,
+        committed_written,
+        committed_saved_at: Instant::now(),
+        txn: None,
+        log_written: false,
+        entries: 0,
+    };
     while let Ok(first) = rx.recv() {
         let mut bytes = first.op.bytes();
         let mut batch = vec![first];
@@ -459,15 +524,15 @@ fn run(
         }
         let result = match &failed {
             Some(error) => Err(StoreError::Failed(error.to_string())),
-            None => commit(&database, &shared, &batch, &mut committed_written),
+            None => batch_writer.write(&batch),
         };
         if let (Err(error), None) = (&result, &failed) {
-            tracing::error!(%error, "raft store commit failed; the store accepts no more writes");
+            tracing::error!(%error, "raft store write failed; the store accepts no more writes");
             failed = Some(error.clone());
         }
         let last_seq = batch.last().map_or(0, |request| request.seq);
-        // The rows are in the file (or the store failed): they leave the tail before the
-        // progress says so, so a reader that saw the progress finds them in the file.
+        // The rows are durable (or the store failed): they leave the tail before the progress
+        // says so, so a reader that saw the progress finds them in the log.
         shared.forget_upto(last_seq);
         shared.progress.send_modify(|progress| {
             progress.processed = last_seq;
@@ -483,57 +548,86 @@ fn run(
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     if failed.is_none()
-        && committed != committed_written
-        && let Err(error) = commit(&database, &shared, &[], &mut committed_written)
+        && committed != batch_writer.committed_written
+        && let Err(error) = batch_writer.save_committed()
     {
         tracing::warn!(%error, "could not save the committed log id at close");
     }
     drop(database);
 }
 
-/// Applies a batch in one durable transaction.
-fn commit(
-    database: &Database,
-    shared: &Shared,
-    batch: &[Request],
-    committed_written: &mut Option<LogId>,
-) -> Result<(), StoreError> {
-    let mut txn = database.begin_write().map_err(StoreError::redb)?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(StoreError::redb)?;
-    let committed = *shared
-        .committed
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let mut entries = 0u64;
-    {
-        let mut log = txn.open_table(LOG).map_err(StoreError::redb)?;
-        let mut meta = txn.open_table(META).map_err(StoreError::redb)?;
-        let mut snapshot = txn.open_table(SNAPSHOT).map_err(StoreError::redb)?;
+/// The writer thread's state while it writes one batch: what it has written and not yet made
+/// durable.
+struct Batch<'a> {
+    /// The store's shared state (the log, the committed and purged ids, the counters).
+    shared: &'a Shared,
+    /// The redb file.
+    database: &'a Database,
+    /// The committed log id last written to redb (invariant 4).
+    committed_written: Option<LogId>,
+    /// When redb was last committed (it carries the committed id when that moved).
+    committed_saved_at: Instant,
+    /// The redb transaction of the batch, opened by its first record for redb.
+    txn: Option<WriteTransaction>,
+    /// The segment log was written since its last sync.
+    log_written: bool,
+    /// Entries written since the last durable point.
+    entries: u64,
+}
+
+impl Batch<'_> {
+    /// Applies a batch in submission order and makes it durable (invariants 1, 4 and 6). An
+    /// error leaves the batch's writes undone or unknown; the caller writes nothing more.
+    fn write(&mut self, batch: &[Request]) -> Result<(), StoreError> {
+        let result = self.apply(batch);
+        if result.is_err() {
+            // Dropping an uncommitted redb transaction aborts it.
+            self.txn = None;
+            self.log_written = false;
+        }
+        result
+    }
+
+    fn apply(&mut self, batch: &[Request]) -> Result<(), StoreError> {
         for request in batch {
             match &request.op {
                 WriteOp::Append { rows } => {
-                    for (index, row) in rows {
-                        log.insert(index, row.as_ref()).map_err(StoreError::redb)?;
-                    }
-                    entries += rows.len() as u64;
+                    self.shared.db.with_log_mut(|log| {
+                        log.write(rows.iter().map(|(index, row)| (*index, row.as_ref())))
+                            .map_err(StoreError::from)
+                    })?;
+                    self.log_written = true;
+                    self.entries += rows.len() as u64;
                 }
                 WriteOp::Truncate { since } => {
-                    log.retain_in(*since.., |_, _| false)
-                        .map_err(StoreError::redb)?;
+                    self.shared
+                        .db
+                        .with_log_mut(|log| log.truncate_from(*since).map_err(StoreError::from))?;
                 }
                 WriteOp::Purge { upto } => {
-                    log.retain_in(..=upto.index, |_, _| false)
-                        .map_err(StoreError::redb)?;
-                    let purged: Option<LogId> =
-                        get_json(&meta, KEY_LAST_PURGED, "last purged log id")?;
+                    let purged = *self
+                        .shared
+                        .purged
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
                     if purged.is_none_or(|purged| purged < *upto) {
-                        meta.insert(KEY_LAST_PURGED, to_json(upto).as_slice())
+                        let txn = self.txn()?;
+                        txn.open_table(META)
+                            .map_err(StoreError::redb)?
+                            .insert(KEY_LAST_PURGED, to_json(upto).as_slice())
                             .map_err(StoreError::redb)?;
+                        // Invariant 6: the purged id is durable before any segment goes.
+                        self.make_durable(Some(*upto))?;
+                        self.shared.db.with_log_mut(|log| {
+                            log.purge_upto(upto.index).map_err(StoreError::from)
+                        })?;
                     }
                 }
                 WriteOp::SaveVote { vote } => {
-                    meta.insert(KEY_VOTE, vote.as_slice())
+                    self.txn()?
+                        .open_table(META)
+                        .map_err(StoreError::redb)?
+                        .insert(KEY_VOTE, vote.as_slice())
                         .map_err(StoreError::redb)?;
                 }
                 WriteOp::SaveSnapshot {
@@ -541,6 +635,8 @@ fn commit(
                     data,
                     install,
                 } => {
+                    let txn = self.txn()?;
+                    let mut snapshot = txn.open_table(SNAPSHOT).map_err(StoreError::redb)?;
                     let stored: Option<SnapshotMeta> =
                         get_json(&snapshot, KEY_SNAPSHOT_META, "snapshot meta")?;
                     let newer_stored =
@@ -556,46 +652,122 @@ fn commit(
                 }
             }
         }
-        let last_index = log
-            .last()
-            .map_err(StoreError::redb)?
-            .map(|(index, _)| index.value());
-        let purged: Option<LogId> = get_json(&meta, KEY_LAST_PURGED, "last purged log id")?;
-        let in_log = |log_id: &LogId| {
-            last_index.is_some_and(|last| log_id.index <= last)
-                || purged.is_some_and(|purged| log_id.index <= purged.index)
-        };
-        if committed != *committed_written
-            && let Some(committed) = &committed
-            && in_log(committed)
-        {
-            meta.insert(KEY_COMMITTED, to_json(committed).as_slice())
-                .map_err(StoreError::redb)?;
-            *committed_written = Some(*committed);
+        if self.txn.is_none() && self.committed_saved_at.elapsed() >= COMMITTED_SAVE_INTERVAL {
+            let committed = *self
+                .shared
+                .committed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if committed != self.committed_written {
+                // Invariant 4's bound: no redb transaction came for a while to carry it.
+                self.txn()?;
+            }
         }
+        self.make_durable(None)?;
+        let counters = &self.shared.counters;
+        counters.transactions.fetch_add(1, Ordering::Relaxed);
+        counters
+            .requests
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
-    txn.commit().map_err(StoreError::redb)?;
-    let counters = &shared.counters;
-    counters.transactions.fetch_add(1, Ordering::Relaxed);
-    counters
-        .requests
-        .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    counters.entries.fetch_add(entries, Ordering::Relaxed);
-    Ok(())
+
+    /// The batch's redb transaction, begun on first use.
+    fn txn(&mut self) -> Result<&mut WriteTransaction, StoreError> {
+        if self.txn.is_none() {
+            let mut txn = self.database.begin_write().map_err(StoreError::redb)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(StoreError::redb)?;
+            self.txn = Some(txn);
+        }
+        Ok(self.txn.as_mut().expect("begun above"))
+    }
+
+    /// Syncs the segment log if it was written, then commits the redb transaction if one was
+    /// begun, with the committed id when it moved and its entry is in the log on disk
+    /// (invariant 4). `purging` is a last purged id the transaction carries, not yet in
+    /// `shared.purged`, which this sets once it is durable.
+    fn make_durable(&mut self, purging: Option<LogId>) -> Result<(), StoreError> {
+        let counters = &self.shared.counters;
+        if self.log_written {
+            self.shared
+                .db
+                .with_log(|log| log.sync().map_err(StoreError::from))?;
+            self.log_written = false;
+            counters.log_syncs.fetch_add(1, Ordering::Relaxed);
+            counters
+                .entries
+                .fetch_add(std::mem::take(&mut self.entries), Ordering::Relaxed);
+        }
+        if self.txn.is_none() {
+            return Ok(());
+        }
+        self.write_committed(purging)?;
+        let txn = self.txn.take().expect("checked above");
+        txn.commit().map_err(StoreError::redb)?;
+        self.committed_saved_at = Instant::now();
+        counters.redb_commits.fetch_add(1, Ordering::Relaxed);
+        if let Some(purging) = purging {
+            *self
+                .shared
+                .purged
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(purging);
+        }
+        Ok(())
+    }
+
+    /// Puts the committed id into the open transaction if it moved and the log on disk holds
+    /// its entry (or the purge covers it).
+    fn write_committed(&mut self, purging: Option<LogId>) -> Result<(), StoreError> {
+        let committed = *self
+            .shared
+            .committed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(committed) =
+            committed.filter(|committed| Some(*committed) != self.committed_written)
+        else {
+            return Ok(());
+        };
+        let last_index = self.shared.db.with_log(|log| Ok(log.last_index()))?;
+        let purged = purging.or(*self
+            .shared
+            .purged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner));
+        let in_log = last_index.is_some_and(|last| committed.index <= last)
+            || purged.is_some_and(|purged| committed.index <= purged.index);
+        if in_log {
+            self.txn()?
+                .open_table(META)
+                .map_err(StoreError::redb)?
+                .insert(KEY_COMMITTED, to_json(&committed).as_slice())
+                .map_err(StoreError::redb)?;
+            self.committed_written = Some(committed);
+        }
+        Ok(())
+    }
+
+    /// At close: one transaction for the committed id alone.
+    fn save_committed(&mut self) -> Result<(), StoreError> {
+        self.txn()?;
+        self.make_durable(None)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use redb::ReadableDatabase;
 
-    use super::super::database::{DATA_FILE_NAME, Db, TOOL_CACHE_BYTES};
+    use super::super::database::{Db, TOOL_CACHE_BYTES};
     use super::super::types::Vote;
     use super::*;
 
     fn start(dir: &std::path::Path) -> Arc<Store> {
-        let (db, loaded) =
-            Db::open(&dir.join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("a fresh file opens");
-        Store::start(db, loaded.committed).expect("the writer starts")
+        let (db, loaded) = Db::open(dir, 7, TOOL_CACHE_BYTES, hivekeeper_segment_log::DEFAULTS)
+            .expect("a fresh directory opens");
+        Store::start(db, loaded.committed, loaded.last_purged).expect("the writer starts")
     }
 
     /// Appends a row `x` at each index of `indexes` and waits until they are durable.
@@ -611,8 +783,19 @@ mod tests {
         openraft::testing::log_id::<TypeConfig>(1, 7, index)
     }
 
-    /// Group commit: requests pending together share one fsynced transaction, and each
-    /// completion fires only once its entries are committed (readable from a new read).
+    /// The entries the segment log holds (synced or not), by index.
+    fn logged(store: &Store) -> Vec<u64> {
+        store
+            .db()
+            .with_log(|log| log.read(..).map_err(StoreError::from))
+            .expect("the log reads")
+            .into_iter()
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    /// Group commit: requests pending together share one fdatasync, and each completion fires
+    /// only once its entries are in the log; appends alone never commit redb.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pending_appends_share_transactions_and_complete_after_the_commit() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -638,11 +821,9 @@ mod tests {
                 .expect("completes in time")
                 .expect("the writer answers")
                 .expect("the commit succeeds");
-            let txn = store.db().read().expect("read");
-            let log = txn.open_table(LOG).expect("log table");
             assert!(
-                log.get(index).expect("read").is_some(),
-                "entry {index} is committed when its completion fires"
+                logged(&store).contains(&index),
+                "entry {index} is in the log when its completion fires"
             );
         }
         let stats = store.stats();
@@ -652,6 +833,8 @@ mod tests {
         );
         assert_eq!(stats.entries, appends);
         assert_eq!(stats.requests, appends);
+        assert_eq!(stats.redb_commits, 0, "appends alone never commit redb");
+        assert_eq!(stats.log_syncs, stats.transactions, "{stats:?}");
         assert!(
             stats.transactions < appends / 5,
             "far fewer transactions than appends: {stats:?}"
@@ -680,9 +863,7 @@ mod tests {
             .submit(WriteOp::Truncate { since: 41 }, Completion::Reply(tx))
             .expect("accepted");
         store.caught_up().await.expect("caught up");
-        let txn = store.db().read().expect("read");
-        let log = txn.open_table(LOG).expect("log table");
-        assert_eq!(redb::ReadableTableMetadata::len(&log).expect("len"), 40);
+        assert_eq!(logged(&store), (1..=40).collect::<Vec<_>>());
         store.close(Duration::from_secs(10)).await.expect("closes");
     }
 
@@ -713,14 +894,44 @@ mod tests {
             Err(StoreError::Closed)
         ));
 
-        let (db, loaded) =
-            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
+        let (db, loaded) = Db::open(
+            dir.path(),
+            7,
+            TOOL_CACHE_BYTES,
+            hivekeeper_segment_log::DEFAULTS,
+        )
+        .expect("reopens");
         assert_eq!(loaded.committed, Some(log_id(5)));
         let database = db.database().expect("open");
         let txn = database.begin_read().expect("read");
         let meta = txn.open_table(META).expect("meta");
         let vote: Option<Vote> = get_json(&meta, KEY_VOTE, "vote").expect("vote");
         assert_eq!(vote, Some(Vote::new(1, 7)));
+    }
+
+    /// Invariant 4's bound: under appends alone (no vote, snapshot or purge to ride along
+    /// with), a moved committed id still reaches redb once [`COMMITTED_SAVE_INTERVAL`] passed,
+    /// and only then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn under_appends_alone_the_committed_id_is_saved_after_the_interval() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        append_durably(&store, 1..=2).await;
+        store.set_committed(Some(log_id(2)));
+        tokio::time::sleep(COMMITTED_SAVE_INTERVAL + Duration::from_millis(20)).await;
+        append_durably(&store, 3..=3).await;
+        assert_eq!(store.stats().redb_commits, 1, "{:?}", store.stats());
+        let saved = || {
+            let txn = store.db().read().expect("read");
+            let meta = txn.open_table(META).expect("meta");
+            get_json::<LogId>(&meta, KEY_COMMITTED, "committed").expect("decodes")
+        };
+        assert_eq!(saved(), Some(log_id(2)));
+        // Unchanged since: the next appends commit no redb transaction.
+        tokio::time::sleep(COMMITTED_SAVE_INTERVAL + Duration::from_millis(20)).await;
+        append_durably(&store, 4..=4).await;
+        assert_eq!(store.stats().redb_commits, 1, "{:?}", store.stats());
+        store.close(Duration::from_secs(10)).await.expect("closes");
     }
 
     /// Invariant 4: a leader may learn that an entry is committed (on a majority of followers)
@@ -739,16 +950,26 @@ mod tests {
             .await
             .expect("vote saved");
         store.close(Duration::from_secs(10)).await.expect("closes");
-        let (_, loaded) =
-            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
+        let (_, loaded) = Db::open(
+            dir.path(),
+            7,
+            TOOL_CACHE_BYTES,
+            hivekeeper_segment_log::DEFAULTS,
+        )
+        .expect("reopens");
         assert_eq!(loaded.committed, None, "entry 4 never reached the file");
 
         let store = start(dir.path());
         store.set_committed(Some(log_id(4)));
         append_durably(&store, 3..=4).await;
         store.close(Duration::from_secs(10)).await.expect("closes");
-        let (_, loaded) =
-            Db::open(&dir.path().join(DATA_FILE_NAME), 7, TOOL_CACHE_BYTES).expect("reopens");
+        let (_, loaded) = Db::open(
+            dir.path(),
+            7,
+            TOOL_CACHE_BYTES,
+            hivekeeper_segment_log::DEFAULTS,
+        )
+        .expect("reopens");
         assert_eq!(loaded.committed, Some(log_id(4)));
     }
 
