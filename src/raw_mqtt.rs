@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rumqttc::{AsyncClient, EventLoop, MqttOptions, NetworkOptions};
+use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, NetworkOptions, Packet, QoS};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// A client of `broker` (`host:port`) under the client id `agent`, not yet connected: the
 /// connection is made, and remade after an error, by polling the event loop.
@@ -31,4 +33,40 @@ pub fn client(
     network.set_connection_timeout(connect_timeout_s);
     eventloop.set_network_options(network);
     Ok((client, eventloop))
+}
+
+/// Polls `eventloop` on a task of its own: subscribes to `response_topic` after every ConnAck
+/// (the session is clean), says on `subscribed` whether the current connection is subscribed,
+/// hands each publish's payload to `on_response` until it returns `false`, and retries a failed
+/// connection every 50 ms.
+pub fn poll_responses(
+    mut eventloop: EventLoop,
+    client: AsyncClient,
+    response_topic: String,
+    subscribed: watch::Sender<bool>,
+    mut on_response: impl FnMut(&[u8]) -> bool + Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                    // try_: never block the polling task on its own request channel.
+                    let _ = client.try_subscribe(response_topic.clone(), QoS::AtLeastOnce);
+                }
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    let _ = subscribed.send(true);
+                }
+                Ok(Event::Incoming(Packet::Publish(publish))) => {
+                    if !on_response(&publish.payload) {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = subscribed.send(false);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
 }

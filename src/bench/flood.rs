@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hivekeeper_agent::{Resource, Session, SessionState};
-use rumqttc::{Event, Packet, QoS};
+use rumqttc::QoS;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -61,35 +61,25 @@ pub struct Flooder {
 impl Flooder {
     /// Connects agent `agent` to `broker` (`host:port`) and starts flooding once subscribed.
     pub async fn start(broker: &str, agent: String) -> anyhow::Result<Flooder> {
-        let (client, mut eventloop) =
+        let (client, eventloop) =
             crate::raw_mqtt::client(broker, &agent, Duration::from_secs(5), 5, 1_024)?;
         let response_topic = format!("{PREFIX}/rsp/{agent}");
         let answered = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
         let (subscribed_tx, mut subscribed) = watch::channel(false);
         let poller = {
             let answered = answered.clone();
-            let client = client.clone();
-            tokio::spawn(async move {
-                loop {
-                    match eventloop.poll().await {
-                        Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                            // try_: never block the polling task on its own request channel.
-                            let _ = client.try_subscribe(response_topic.clone(), QoS::AtLeastOnce);
-                        }
-                        Ok(Event::Incoming(Packet::SubAck(_))) => {
-                            let _ = subscribed_tx.send(true);
-                        }
-                        Ok(Event::Incoming(Packet::Publish(publish))) => {
-                            let code = response_code(&publish.payload);
-                            let mut answered =
-                                answered.lock().unwrap_or_else(|poison| poison.into_inner());
-                            *answered.entry(code).or_default() += 1;
-                        }
-                        Ok(_) => {}
-                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                    }
-                }
-            })
+            crate::raw_mqtt::poll_responses(
+                eventloop,
+                client.clone(),
+                response_topic,
+                subscribed_tx,
+                move |payload| {
+                    let code = response_code(payload);
+                    let mut answered = answered.lock().unwrap_or_else(|poison| poison.into_inner());
+                    *answered.entry(code).or_default() += 1;
+                    true
+                },
+            )
         };
         tokio::time::timeout(Duration::from_secs(10), subscribed.wait_for(|ready| *ready))
             .await

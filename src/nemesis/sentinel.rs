@@ -15,13 +15,11 @@
 //!       record Answer { member n, invoke, complete, "ok" | code | "timeout" | "disconnected" }
 //! ```
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hivekeeper_protocol::Response;
-use rumqttc::{Event, Packet, QoS};
-use tokio::sync::mpsc;
+use rumqttc::QoS;
+use tokio::sync::{mpsc, watch};
 
 use super::history::Answer;
 use super::workload::Context;
@@ -36,7 +34,7 @@ const ASK_EVERY: Duration = Duration::from_millis(100);
 /// Runs member `member`'s sentinel until the run stops.
 pub async fn sentinel(ctx: Context, member: usize) {
     let agent = format!("{}-sentinel{member}", ctx.run);
-    let Ok((client, mut eventloop)) =
+    let Ok((client, eventloop)) =
         crate::raw_mqtt::client(&ctx.brokers[member], &agent, Duration::from_secs(5), 1, 64)
     else {
         return;
@@ -45,44 +43,26 @@ pub async fn sentinel(ctx: Context, member: usize) {
     let (answers_tx, mut answers) = mpsc::unbounded_channel::<(Option<String>, String)>();
     // Subscribed on the current connection: an ask is sent only then (rumqttc would otherwise
     // queue it and send it after the reconnect, seconds late).
-    let subscribed = Arc::new(AtomicBool::new(false));
-    let poller = {
-        let client = client.clone();
-        let subscribed = subscribed.clone();
-        tokio::spawn(async move {
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                        // try_: never block the polling task on its own request channel.
-                        let _ = client.try_subscribe(response_topic.clone(), QoS::AtLeastOnce);
-                    }
-                    Ok(Event::Incoming(Packet::SubAck(_))) => {
-                        subscribed.store(true, Ordering::Release);
-                    }
-                    Ok(Event::Incoming(Packet::Publish(publish))) => {
-                        let answer = match Response::decode(&publish.payload) {
-                            Ok(response) => (
-                                response.id,
-                                match response.outcome {
-                                    Ok(_) => "ok".to_string(),
-                                    Err(error) => error.code.as_str().to_string(),
-                                },
-                            ),
-                            Err(_) => (None, "unreadable".to_string()),
-                        };
-                        if answers_tx.send(answer).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => {
-                        subscribed.store(false, Ordering::Release);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        })
-    };
+    let (subscribed_tx, subscribed) = watch::channel(false);
+    let poller = crate::raw_mqtt::poll_responses(
+        eventloop,
+        client.clone(),
+        response_topic,
+        subscribed_tx,
+        move |payload| {
+            let answer = match Response::decode(payload) {
+                Ok(response) => (
+                    response.id,
+                    match response.outcome {
+                        Ok(_) => "ok".to_string(),
+                        Err(error) => error.code.as_str().to_string(),
+                    },
+                ),
+                Err(_) => (None, "unreadable".to_string()),
+            };
+            answers_tx.send(answer).is_ok()
+        },
+    );
     let request_topic = format!("{PREFIX}/req/{agent}");
     let name = format!("{}-sentinel", ctx.run);
     let mut k = 0u64;
@@ -91,7 +71,7 @@ pub async fn sentinel(ctx: Context, member: usize) {
         let id = format!("s{k}");
         let payload = format!(r#"{{"id":"{id}","op":"inspect","kind":"lock","name":"{name}"}}"#);
         let invoke_us = ctx.timeline.now_us();
-        let outcome = if !subscribed.load(Ordering::Acquire)
+        let outcome = if !*subscribed.borrow()
             || client
                 .try_publish(&request_topic, QoS::AtMostOnce, false, payload)
                 .is_err()
