@@ -380,25 +380,60 @@ impl Guard {
     /// reconnecting, or among more than 256 unread ones, is not seen here): the token is the
     /// safety mechanism.
     pub async fn preempted(&self) -> Preempted {
+        self.next_event(|event| match event {
+            Event::ReservationPreempted {
+                name,
+                token,
+                vacate_by_ms,
+                priority,
+                ..
+            } if self.is_mine(&name, token) => Some(Preempted {
+                vacate_by_ms,
+                priority,
+            }),
+            _ => None,
+        })
+        .await
+    }
+
+    /// Resolves when the service drops this reservation's vacate deadline
+    /// (`reservation.preemption_withdrawn`): no waiting request needs its airspace any more,
+    /// so it is kept, with its token. Await it after [`Guard::preempted`] (the two read the
+    /// same events in order, so neither can miss what the other has not read); a later
+    /// preemption resolves [`Guard::preempted`] again. Pending forever for a lock or a
+    /// semaphore, and once the agent's connection is gone; a courtesy, as events are.
+    pub async fn preemption_withdrawn(&self) {
+        self.next_event(|event| match event {
+            Event::ReservationPreemptionWithdrawn { name, token, .. }
+                if self.is_mine(&name, token) =>
+            {
+                Some(())
+            }
+            _ => None,
+        })
+        .await
+    }
+
+    /// Whether an event's reservation is this guard's.
+    fn is_mine(&self, name: &str, token: u64) -> bool {
+        token == self.token && name == self.claim().name
+    }
+
+    /// The first of the agent's unread events that `pick` takes (waypoints and routes only;
+    /// pending forever otherwise, and once the connection is gone).
+    async fn next_event<T>(&self, pick: impl Fn(Event) -> Option<T>) -> T {
         let Some(events) = &self.events else {
             return std::future::pending().await;
         };
         let mut events = events.lock().await;
         loop {
             match events.recv().await {
-                Ok(Event::ReservationPreempted {
-                    name,
-                    token,
-                    vacate_by_ms,
-                    priority,
-                    ..
-                }) if token == self.token && name == self.claim().name => {
-                    return Preempted {
-                        vacate_by_ms,
-                        priority,
-                    };
+                Ok(event) => {
+                    if let Some(picked) = pick(event) {
+                        return picked;
+                    }
                 }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => {
                     return std::future::pending().await;
                 }

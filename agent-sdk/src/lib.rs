@@ -33,7 +33,8 @@
 //!   jeopardy, expiry, revoke.
 //! - [`guard`]: [`Guard`], [`Resource`] and [`Wait`]: acquire, fencing token, release (also
 //!   on drop), one hold per resource per session; a reservation's [`Priority`] and its
-//!   [`Guard::preempted`] future ([`Preempted`]: vacate by a deadline).
+//!   [`Guard::preempted`] future ([`Preempted`]: vacate by a deadline) and
+//!   [`Guard::preemption_withdrawn`] (the deadline dropped: keep it).
 //! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
 //! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
 //! - [`error`]: [`AgentError`], the one error type.

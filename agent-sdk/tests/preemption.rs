@@ -53,3 +53,47 @@ async fn a_reserve_sends_its_priority_and_preempted_resolves_on_its_own_event() 
         }
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_withdrawn_resolves_on_its_own_event_after_preempted() {
+    let (port, fake) = broker_with_fake().await;
+    let (_agent, session) = connected_session("d2", port, 1_000).await;
+    let reserve = session.reserve_waypoint_at(
+        "pad-5",
+        None,
+        TimeWindow::default(),
+        Wait::Try,
+        Priority::ROUTINE,
+    );
+    let guard = within(10, "reserve", reserve).await.expect("granted");
+    let withdrawn = |name: &str, token: u64| Event::ReservationPreemptionWithdrawn {
+        name: name.into(),
+        token,
+        kind: "waypoint".into(),
+    };
+    fake.send_event(
+        "d2",
+        &Event::ReservationPreempted {
+            name: "pad-5".into(),
+            token: guard.token(),
+            kind: "waypoint".into(),
+            vacate_by_ms: 7,
+            priority: Priority::EMERGENCY,
+        },
+    )
+    .await;
+    let seen = within(10, "Guard::preempted", guard.preempted()).await;
+    assert_eq!(seen.vacate_by_ms, 7);
+    // Another reservation's withdrawal, and an older holder's: not this guard's. Then its own.
+    fake.send_event("d2", &withdrawn("pad-6", guard.token()))
+        .await;
+    fake.send_event("d2", &withdrawn("pad-5", guard.token() - 1))
+        .await;
+    let own = guard.preemption_withdrawn();
+    tokio::pin!(own);
+    let early = tokio::time::timeout(std::time::Duration::from_millis(300), &mut own).await;
+    assert!(early.is_err(), "resolved on another reservation's event");
+    fake.send_event("d2", &withdrawn("pad-5", guard.token()))
+        .await;
+    within(10, "Guard::preemption_withdrawn", own).await;
+}

@@ -69,6 +69,21 @@ pub enum Event {
         /// The priority of the request that preempts it (higher than the reservation's).
         priority: Priority,
     },
+    /// Addition (issue 18, part 3): the vacate deadline of a `reservation.preempted` is
+    /// dropped, because no waiting request needs this reservation's airspace any more (the
+    /// preempting request timed out, was cancelled or its lease ended, a request of its
+    /// priority now stands before it, or the reservation was amended out of its way). The
+    /// holder keeps the reservation, with its token, and need not vacate. A later preemption
+    /// sends `reservation.preempted` again, with a new deadline.
+    #[serde(rename = "reservation.preemption_withdrawn")]
+    ReservationPreemptionWithdrawn {
+        /// The reservation's name (a waypoint's or a route's).
+        name: String,
+        /// The reservation's token, which it keeps.
+        token: u64,
+        /// `waypoint` or `route`: what `name` is.
+        kind: String,
+    },
 }
 
 impl Event {

@@ -2949,6 +2949,19 @@ fn event_reservation_preempted() {
     );
 }
 
+/// A dropped vacate deadline: the holder keeps its reservation, with its token.
+#[test]
+fn event_reservation_preemption_withdrawn() {
+    assert_event_golden(
+        &Event::ReservationPreemptionWithdrawn {
+            name: "survey-3".into(),
+            token: 3_342_336,
+            kind: "route".into(),
+        },
+        r#"{"event":"reservation.preemption_withdrawn","name":"survey-3","token":3342336,"kind":"route"}"#,
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Priority (issue 18, part 3)
 // ---------------------------------------------------------------------------------------------

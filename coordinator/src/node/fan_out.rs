@@ -9,6 +9,7 @@
 //!     Event::Respond             ─▶ Waits::deferred  (else Outbound::Respond: not pending here)
 //!     LeaseExpired/Revoked, lost ─▶ Outbound::Notify  ─▶ front door (evt topic)
 //!     Preempted                  ─▶ Outbound::Notify  (reservation.preempted)
+//!     PreemptionWithdrawn        ─▶ Outbound::Notify  (reservation.preemption_withdrawn)
 //!     AccountChanged (rotated,   ─▶ Outbound::Disconnect ─▶ front door closes its connections
 //!       removed)
 //!     LeaseGranted / LeaseEnded  ─▶ LeaseKeeper (cast)
@@ -214,9 +215,23 @@ impl AppliedSink for FanOut {
                     let event = Notice::ReservationPreempted {
                         name: key.name.to_string(),
                         token,
-                        kind: if route { "route" } else { "waypoint" }.to_string(),
+                        kind: reservation_kind(route),
                         vacate_by_ms,
                         priority,
+                    };
+                    Some(Outbound::Notify { agent, event })
+                }
+                Event::PreemptionWithdrawn {
+                    key,
+                    agent,
+                    token,
+                    route,
+                    ..
+                } => {
+                    let event = Notice::ReservationPreemptionWithdrawn {
+                        name: key.name.to_string(),
+                        token,
+                        kind: reservation_kind(route),
                     };
                     Some(Outbound::Notify { agent, event })
                 }
@@ -258,4 +273,9 @@ impl AppliedSink for FanOut {
             }
         }
     }
+}
+
+/// A reservation notice's `kind`: what its name is.
+fn reservation_kind(route: bool) -> String {
+    if route { "route" } else { "waypoint" }.to_string()
 }

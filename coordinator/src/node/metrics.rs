@@ -348,7 +348,10 @@ impl NodeMetrics {
                         counter!(RESERVATIONS_PREEMPTED_TOTAL, "priority" => priority).increment(1);
                     }
                 }
-                Event::Queued { .. } | Event::Respond { .. } | Event::AccountChanged { .. } => {}
+                Event::Queued { .. }
+                | Event::Respond { .. }
+                | Event::PreemptionWithdrawn { .. }
+                | Event::AccountChanged { .. } => {}
             }
         }
         if held_changed {

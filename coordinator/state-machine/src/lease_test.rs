@@ -96,6 +96,7 @@ fn lease_expiry_releases_everything_and_grants_the_next_waiters_in_one_entry() {
             Event::LeaseEnded { reason, .. } => format!("ended {reason:?}"),
             Event::Released { key, reason, .. } => format!("released {key} {reason:?}"),
             Event::Preempted { key, .. } => format!("preempted {key}"),
+            Event::PreemptionWithdrawn { key, .. } => format!("preemption withdrawn {key}"),
             Event::Granted {
                 key, agent, queued, ..
             } => format!("granted {key} to {agent} {queued}"),

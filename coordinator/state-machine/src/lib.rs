@@ -484,6 +484,23 @@ pub enum Event {
         /// Whether the reservation is a route (for the notice's `kind`).
         route: bool,
     },
+    /// A preempted reservation's vacate deadline was dropped, because no waiting request
+    /// needs its airspace any more (`waypoint/preempt.rs`: the preemptor went away, or the
+    /// reservation was amended out of its way): the holder keeps it, with its token. Emitted
+    /// once per dropped deadline; the node tells the holder
+    /// `reservation.preemption_withdrawn`. Not emitted when the reservation itself ends.
+    PreemptionWithdrawn {
+        /// The reservation (kind `waypoint`, a route's too).
+        key: ResourceKey,
+        /// The holder.
+        agent: Text,
+        /// The holder's lease.
+        lease: LeaseId,
+        /// The reservation's token, which it keeps.
+        token: u64,
+        /// Whether the reservation is a route (for the notice's `kind`).
+        route: bool,
+    },
     /// An account was added, rotated or removed; on a rotation or removal the node closes the
     /// agent's connections (a removal's lease ends come in the same entry).
     AccountChanged {

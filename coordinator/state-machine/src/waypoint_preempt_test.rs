@@ -45,6 +45,17 @@ fn preempted(name: &str, holder: &str, lease: &str, token: u64, at: (u64, u8)) -
     }
 }
 
+/// The withdrawn event `holder`'s reservation `name` gets when its deadline is dropped.
+fn withdrawn(name: &str, holder: &str, lease: &str, token: u64) -> Event {
+    Event::PreemptionWithdrawn {
+        key: key(name),
+        agent: holder.into(),
+        lease: lease_id(lease),
+        token,
+        route: false,
+    }
+}
+
 fn queued(name: &str, agent: &str, request_id: &str) -> Event {
     Event::Queued {
         key: key(name),
@@ -296,16 +307,17 @@ fn among_waiters_a_higher_priority_goes_first_and_equal_priorities_stay_fifo() {
 }
 
 #[test]
-fn aging_keeps_a_long_waiter_ahead_of_later_higher_priorities_and_never_preempts() {
+fn aging_keeps_a_long_waiter_ahead_of_later_higher_priorities_which_still_preempt_through_it() {
     // One minute per level (the default `reservation_aging_ms`).
     let mut h = Harness::new();
     let [a, b, c, d] = h.leases(["a", "b", "c", "d"], 600_000);
     // a (priority 1) holds; b, routine, waits for it from T0.
-    h.reply("a", pad_at("pad", &a, 0.0, 1, None));
+    let token_a = Harness::token(&h.reply("a", pad_at("pad", &a, 0.0, 1, None)));
     assert_eq!(h.reply("b", pad_at("pad", &b, 0.0, 0, None)), Reply::Queued);
     // 1 ms short of two minutes later a priority 2 still goes ahead of b; 1 ms past them it
     // queues behind b, whose effective priority has risen to 2.
-    h.now_ms = T0 + 119_999;
+    let c_at = T0 + 119_999;
+    h.now_ms = c_at;
     assert_eq!(h.reply("c", pad_at("pad", &c, 0.0, 2, None)), Reply::Queued);
     h.now_ms = T0 + 120_001;
     assert_eq!(h.reply("d", pad_at("pad", &d, 0.0, 2, None)), Reply::Queued);
@@ -313,25 +325,69 @@ fn aging_keeps_a_long_waiter_ahead_of_later_higher_priorities_and_never_preempts
         h.occupants(ResourceKind::Waypoint, "pad").1,
         vec!["c", "b", "d"]
     );
-    // c preempted a (priority 2 over 1) when it came; c and d are both in the way of b.
-    assert_eq!(
-        holder(&h, "pad").vacate_by_ms,
-        Some(T0 + 119_999 + VACATE_MS)
-    );
-    // c gives up: d, behind b, may not preempt, and b, however long it waited, is routine
-    // and never preempts. The deadline goes, and a keeps the pad.
+    // c preempted a (priority 2 over 1) when it came.
+    let deadline_a = c_at + VACATE_MS;
+    assert_eq!(holder(&h, "pad").vacate_by_ms, Some(deadline_a));
+    // c gives up. d waits behind b, which aging put first, but b is routine: it lends d's
+    // priority to the holder in its way (priority inheritance), so a must still vacate, by
+    // the same deadline, and is not told again.
     let (_, events) = h.send("c", AgentOp::LeaseRevoke { lease: c.clone() });
-    assert!(!events.iter().any(|e| matches!(e, Event::Preempted { .. })));
-    assert_eq!(holder(&h, "pad").vacate_by_ms, None);
-    h.now_ms = T0 + 3_600_000;
-    assert_eq!(
-        expire_reservations(&mut h),
-        (Reply::ReservationsEnded { count: 0 }, vec![])
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            Event::Preempted { .. } | Event::PreemptionWithdrawn { .. }
+        )),
+        "{events:?}"
     );
+    assert_eq!(holder(&h, "pad").vacate_by_ms, Some(deadline_a));
+    // At the deadline a ends; b, ahead, is granted its turn, and in the same entry d, in the
+    // way only of b's routine reservation now, preempts it.
+    h.now_ms = deadline_a;
+    let (reply, events) = expire_reservations(&mut h);
+    assert_eq!(reply, Reply::ReservationsEnded { count: 1 });
+    let token_b = match &responses(&events)[..] {
+        [(agent, _, Reply::Granted { token })] if agent == "b" => *token,
+        other => panic!("b granted expected: {other:?}"),
+    };
+    assert!(token_b > token_a);
     assert_eq!(
-        h.occupants(ResourceKind::Waypoint, "pad"),
-        (vec!["a".into()], vec!["b".into(), "d".into()])
+        events.last(),
+        Some(&preempted(
+            "pad",
+            "b",
+            &b,
+            token_b,
+            (deadline_a + VACATE_MS, 2)
+        ))
     );
+    // b's deadline: d is granted, with a higher token still.
+    h.now_ms = deadline_a + VACATE_MS;
+    let (_, events) = expire_reservations(&mut h);
+    match &responses(&events)[..] {
+        [(agent, _, Reply::Granted { token })] if agent == "d" => assert!(*token > token_b),
+        other => panic!("d granted expected: {other:?}"),
+    }
+}
+
+#[test]
+fn an_equal_priority_waiter_ahead_stops_a_preemption_through_the_chain() {
+    let mut h = Harness::new();
+    let [a, b, c] = h.leases(["a", "b", "c"], 600_000);
+    // a (routine) holds; b (priority 2) preempts it; c (priority 2) queues behind b.
+    h.reply("a", pad_at("pad", &a, 0.0, 0, None));
+    h.reply("b", pad_at("pad", &b, 0.0, 2, None));
+    assert_eq!(holder(&h, "pad").vacate_by_ms, Some(T0 + VACATE_MS));
+    let (_, events) = h.send_as("c", "c1", pad_at("pad", &c, 0.0, 2, None));
+    assert_eq!(events, vec![queued("pad", "c", "c1")]);
+    // b gives up: c is next, and preempts a in its own right; the deadline stands.
+    let (_, events) = h.send("b", AgentOp::LeaseRevoke { lease: b.clone() });
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::PreemptionWithdrawn { .. })),
+        "{events:?}"
+    );
+    assert_eq!(holder(&h, "pad").vacate_by_ms, Some(T0 + VACATE_MS));
 }
 
 #[test]
@@ -347,6 +403,8 @@ fn a_preemptor_that_goes_away_drops_the_deadline_and_the_holder_keeps_its_reserv
     let (reply, events) = h.apply(Command::ExpireWaits { term });
     assert_eq!(reply, Reply::WaitsExpired { count: 1 });
     assert_eq!(responses(&events).len(), 1);
+    // a is told it may keep its pad.
+    assert_eq!(events.last(), Some(&withdrawn("p-a", "a", &a, token_a)));
     assert_eq!(holder(&h, "p-a").vacate_by_ms, None);
     assert_eq!(h.sm.reservation_end_next_ms(), None);
     // d preempts a afresh (a new event, a new deadline), then d's lease ends: dropped again.
@@ -358,6 +416,7 @@ fn a_preemptor_that_goes_away_drops_the_deadline_and_the_holder_keeps_its_reserv
     );
     let (_, events) = h.send("d", AgentOp::LeaseRevoke { lease: d.clone() });
     assert!(!events.iter().any(|e| matches!(e, Event::Released { .. })));
+    assert_eq!(events.last(), Some(&withdrawn("p-a", "a", &a, token_a)));
     assert_eq!(holder(&h, "p-a").vacate_by_ms, None);
     // Past both deadlines a still holds its pad with its token.
     h.now_ms = T0 + 60_000;
@@ -447,6 +506,7 @@ fn a_higher_hold_granted_at_once_in_the_preemptors_way_ends_the_preemption() {
     let (reply, events) = h.send("a", pad_at("p-a2", &a, 6.0, 2, None));
     assert!(matches!(reply, Reply::Granted { .. }), "{reply:?}");
     assert!(!events.iter().any(|e| matches!(e, Event::Preempted { .. })));
+    assert_eq!(events.last(), Some(&withdrawn("p-a", "a", &a, token_a)));
     let kept = holder(&h, "p-a");
     assert_eq!((kept.token, kept.vacate_by_ms), (token_a, None));
     assert_eq!(h.sm.reservation_end_next_ms(), None);

@@ -192,6 +192,58 @@ fn amend_grants_what_the_old_volumes_blocked() {
 }
 
 #[test]
+fn amend_frees_flown_legs_and_shrinks_kept_ones_while_others_wait_but_extends_only_behind_them() {
+    let mut h = Harness::new();
+    let [a, b] = h.leases(["a", "b"], 600_000);
+    let token = Harness::token(&h.reply("a", route_reserve("r", &a, two_legs(0.0), None)));
+    // b waits for a pad on a's second leg, in its window.
+    let window = (Some(T0 + 60_000), Some(T0 + 120_000));
+    let (reply, _) = h.send_as("b", "b-pad", pad_in("pad", &b, 100.0, None, window));
+    assert_eq!(reply, Reply::Queued);
+    let second = two_legs(0.0)[1];
+    // a has flown its first leg and keeps its second, narrower and shorter: every new volume
+    // is inside an old one, so b (which waits for the route anyway) is not overtaken.
+    let mut inside = second;
+    inside.radius_m = 2.0;
+    inside.alt_max_m = 100.0;
+    inside.end_ms = T0 + 110_000;
+    let (reply, events) = h.send("a", route_amend("r", &a, vec![inside]));
+    assert_eq!(reply, Reply::Granted { token });
+    assert!(responses(&events).is_empty(), "b still waits: {events:?}");
+    // Stretching that leg past its old end is new airspace-time, which b asked for first.
+    let mut later = inside;
+    later.end_ms = T0 + 130_000;
+    assert_eq!(
+        h.reply("a", route_amend("r", &a, vec![later])),
+        refused(
+            ErrorCode::WouldBlock,
+            "route \"r\": the new volumes conflict with a held or earlier waiting reservation; \
+             the old route is kept"
+        )
+    );
+    // So is moving the leg 1.5 m, its edge past the old cylinder's.
+    let mut moved = inside;
+    moved.lat = leg(101.5, 0, 1).lat;
+    let reply = h.reply("a", route_amend("r", &a, vec![moved]));
+    assert!(
+        matches!(
+            reply,
+            Reply::Refused {
+                code: ErrorCode::WouldBlock,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+    // Dropping the leg grants b in the same entry.
+    let (reply, events) = h.send("a", route_amend("r", &a, vec![leg(0.0, T0, T0 + 60_000)]));
+    assert_eq!(reply, Reply::Granted { token });
+    let answers = responses(&events);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].1, "b-pad");
+}
+
+#[test]
 fn a_route_ends_by_itself_at_its_last_volume_end() {
     let mut h = Harness::new();
     let [a, b] = h.leases(["a", "b"], 600_000);

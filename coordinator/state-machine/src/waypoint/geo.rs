@@ -44,3 +44,32 @@ pub fn areas_conflict(a: &Area, b: &Area) -> bool {
     }
     bands_overlap(a, b) && distance_m(a.lat, a.lon, b.lat, b.lon) < reach_m
 }
+
+/// How much closer than touching a cylinder must stay to count as inside another
+/// ([`area_within`]): 1 mm, far above the haversine's rounding (nanometres at these
+/// distances), so that rounding can never make a shape inside another conflict with
+/// something the other does not.
+const WITHIN_MARGIN_M: f64 = 0.001;
+
+/// Whether cylinder `inner` lies wholly inside `outer`: the same cylinder, or an axis close
+/// enough that `inner`'s edge stays within `outer`'s (by [`WITHIN_MARGIN_M`]), and an altitude
+/// band within `outer`'s (an open end only inside an open end). Then every cylinder that
+/// conflicts with `inner` conflicts with `outer` too: the great-circle distance obeys the
+/// triangle inequality.
+pub fn area_within(inner: &Area, outer: &Area) -> bool {
+    let band_within = match (outer.alt_min_m, inner.alt_min_m) {
+        (None, _) => true,
+        (Some(outer_min), Some(inner_min)) => outer_min <= inner_min,
+        (Some(_), None) => false,
+    } && match (outer.alt_max_m, inner.alt_max_m) {
+        (None, _) => true,
+        (Some(outer_max), Some(inner_max)) => inner_max <= outer_max,
+        (Some(_), None) => false,
+    };
+    band_within
+        && (inner == outer
+            || distance_m(inner.lat, inner.lon, outer.lat, outer.lon)
+                + inner.radius_m
+                + WITHIN_MARGIN_M
+                <= outer.radius_m)
+}

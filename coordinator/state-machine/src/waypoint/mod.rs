@@ -13,8 +13,9 @@
 //! become grantable (anything else is still blocked by what blocked it before), so the grant
 //! pass looks at those candidates alone, in queue order. Granting one adds a hold, which can
 //! only block, so one pass suffices. The queue order is by priority with aging, FIFO among
-//! equals (invariant 8); a request in the way only of lower-priority holders preempts them
-//! rather than waiting behind them (`preempt.rs`, which runs after the grant pass).
+//! equals (invariant 8); a request that only lower priorities stand before (holders, and
+//! waiters ahead with what stands before them) preempts the holders rather than waiting
+//! behind them (`preempt.rs`, which runs after the grant pass).
 //!
 //! Invariants:
 //! 1. No two held reservations of different leases conflict.
@@ -392,7 +393,7 @@ impl Waypoints {
 
     /// Whether a request (a new one, or a waiter at `place`) is blocked by a held
     /// reservation or by a waiter of another lease ahead of it in the queue order: by its
-    /// name (unless `name` is `None`: a route's amend keeps its name) or by any of its shapes.
+    /// name (unless `name` is `None`) or by any of its shapes.
     fn blocked(&self, name: Option<&str>, shapes: &[Shape], lease: LeaseId, place: Place) -> bool {
         self.held_conflict(name, shapes, lease, |_| true)
             || self.waiter_ahead(name, shapes, lease, place)
@@ -438,13 +439,28 @@ impl Waypoints {
         lease: LeaseId,
         place: Place,
     ) -> bool {
-        let ahead = |seq: &u64| {
+        self.waiters_ahead(name, shapes, lease, place, |_, _| true)
+    }
+
+    /// Whether a waiter of another lease ahead of `place` in the queue order that `visit`
+    /// accepts conflicts with a request, by its name or any of its shapes. `visit` sees every
+    /// conflicting one (with its seq; one with several conflicting shapes more than once)
+    /// until it answers true.
+    fn waiters_ahead(
+        &self,
+        name: Option<&str>,
+        shapes: &[Shape],
+        lease: LeaseId,
+        place: Place,
+        mut visit: impl FnMut(u64, &Pending) -> bool,
+    ) -> bool {
+        let mut ahead = |seq: &u64| {
             let pending = &self.waiters[seq];
-            pending.waiter.lease != lease && pending.place() < place
+            pending.waiter.lease != lease && pending.place() < place && visit(*seq, pending)
         };
         if let Some(name) = name
             && let Some(seqs) = self.index.waiting_by_name.get(name)
-            && seqs.iter().any(ahead)
+            && seqs.iter().any(&mut ahead)
         {
             return true;
         }

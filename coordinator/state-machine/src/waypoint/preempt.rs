@@ -2,16 +2,19 @@
 //! behind lower-priority holders; they get a vacate deadline instead.
 //!
 //! Every reservation has a priority, 0 (routine) to 3 (emergency). A waiter **preempts**
-//! when no waiter of another lease is ahead of it in the queue order and every held
-//! reservation of another lease in its way (by name or by a shape, in space and time) has a
-//! strictly lower priority. Each reservation it preempts gets a vacate deadline, the entry's
-//! time plus `reservation_vacate_ms`, and its holder one `Event::Preempted` (the wire's
-//! `reservation.preempted`), however many waiters preempt it. The waiter is granted, in the
-//! usual grant pass, as soon as nothing is in its way: when the holders release, or at the
+//! when everything that goes before it has a strictly lower priority: every held reservation
+//! of another lease in its way (by name or by a shape, in space and time), every waiter of
+//! another lease ahead of it in the queue order and in its way, and, through each such
+//! waiter, the same again (its **chain**, `victims`). Each held reservation in the way of a
+//! member of the chain gets a vacate deadline, the entry's time plus `reservation_vacate_ms`,
+//! and its holder one `Event::Preempted` (the wire's `reservation.preempted`), however many
+//! waiters preempt it. The waiters ahead keep their turn: when the holders release, or at the
 //! deadline, when one `ExpireReservations` entry ends every reservation whose deadline has
 //! passed (released with reason `preempted`: the holder is told `waypoint.lost`; a route ends
-//! whole, being one intent with one token) and grants in the same entry, with a new,
-//! higher token, so a late holder is fenced.
+//! whole, being one intent with one token), the usual grant pass grants in queue order, with
+//! new, higher tokens, so a late holder is fenced. A waiter ahead granted so is then a holder
+//! in the preemptor's way, with a lower priority, and is preempted in its turn in the same
+//! entry; the preemptor is granted when nothing is left in its way.
 //!
 //! **Queue order and starvation.** Waiters are ordered by `since_ms − head_start_ms`, then by
 //! arrival, where the head start is the priority times `reservation_aging_ms` (`Pending::place`):
@@ -19,19 +22,23 @@
 //! higher priorities that arrive less than `(3 − priority) × reservation_aging_ms` after it. It
 //! is aging without a clock: a waiter's effective priority rises one level per
 //! `reservation_aging_ms` waited, and since every waiter ages at the same rate the order never
-//! changes while they wait. Aging orders the queue only; it never preempts (preemption compares
-//! the priorities asked for).
+//! changes while they wait. Aging orders the grants only; it never preempts (preemption
+//! compares the priorities asked for). So a routine waiter that aging put ahead of a later
+//! emergency is still granted first, but it does not shield the routine holders in the way
+//! from the emergency (priority inheritance through the chain): without that, an emergency
+//! could wait for as long as a routine holder kept its reservation.
 //!
 //! **A preemptor that goes away.** When no waiter needs a deadline any more (the preemptor
-//! timed out, its lease ended, another request queued ahead of it, or a holder of its
-//! priority now stands in its way), the deadline is dropped and the holder keeps its
-//! reservation; no event says so (`inspect` shows the deadline while it stands). In the
-//! deadline's own `ExpireReservations` the windows due end first, so a preemptor whose window
-//! ends then takes nothing (`Waypoints::vacate_due_needed`).
+//! timed out, its lease ended, a request of its priority or higher is now ahead of it or in
+//! the way of its chain, or the reservation was amended out of its way), the deadline is
+//! dropped, the holder keeps its reservation and is told once (`Event::PreemptionWithdrawn`,
+//! the wire's `reservation.preemption_withdrawn`). In the deadline's own
+//! `ExpireReservations` the windows due end first, so a preemptor whose window ends then
+//! takes nothing (`Waypoints::vacate_due_needed`).
 //!
 //! Invariants (checked by [`Waypoints::check_preempt_invariants`], the waypoint invariant 9):
 //! 1. A held reservation has a vacate deadline exactly when a preempting waiter needs it (it
-//!    is in that waiter's way, with a lower priority).
+//!    is in the way of that waiter's chain, with a lower priority).
 //! 2. `vacate_ends` lists exactly the held reservations with a deadline, under it, and
 //!    `prioritized` exactly the waiters above routine (checked with the index rebuild).
 //!
@@ -43,36 +50,54 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hivekeeper_protocol::{Priority, ResourceKind};
 
-use super::{Reservation, Waypoints};
+use super::{Pending, Reservation, Waypoints};
 use crate::grant::ResourceKey;
 use crate::{Ctx, Event, Text};
 
 impl Waypoints {
-    /// The held reservations the waiter at `seq` preempts: `Some(names)` when no waiter of
-    /// another lease is ahead of it and every held reservation in its way has a lower
-    /// priority, `None` when it waits in the ordinary way.
+    /// The held reservations the waiter at `seq` preempts: `Some(names)` when everything that
+    /// goes before it has a lower priority than its own, `None` when it waits in the ordinary
+    /// way. What goes before it is its **chain**: the held reservations of other leases in its
+    /// way, the waiters of other leases ahead of it in its way, and, for each of those
+    /// waiters, the same again. The waiters ahead keep their turn, but each of them lends
+    /// the preemptor's priority to the holders in its own way (priority inheritance), so a
+    /// routine waiter that aging put first cannot shield a routine holder from an emergency.
+    /// A hold of the preemptor's own lease in the chain stops it too: it cannot be preempted,
+    /// and nothing would be gained by ending the others first.
     fn victims(&self, seq: u64) -> Option<BTreeSet<Text>> {
-        let pending = &self.waiters[&seq];
-        let lease = pending.waiter.lease;
-        let shapes = pending.shapes();
-        let name = Some(&*pending.name);
-        if self.waiter_ahead(name, &shapes, lease, pending.place()) {
-            return None;
-        }
+        let preemptor = &self.waiters[&seq];
+        let (priority, own_lease) = (preemptor.priority, preemptor.waiter.lease);
         let mut names = BTreeSet::new();
-        let yields = self.held_conflict(
-            name,
-            &shapes,
-            lease,
-            |(name, held): (&Text, &Reservation)| {
-                if held.priority >= pending.priority {
+        let mut chain = vec![seq];
+        let mut seen = BTreeSet::from([seq]);
+        while let Some(at) = chain.pop() {
+            let pending = &self.waiters[&at];
+            let (shapes, lease) = (pending.shapes(), pending.waiter.lease);
+            let name = Some(&*pending.name);
+            let held_in_the_way = |(name, held): (&Text, &Reservation)| {
+                if held.priority >= priority || held.hold.lease == own_lease {
                     return true;
                 }
                 names.insert(name.clone());
                 false
-            },
-        );
-        (!yields).then_some(names)
+            };
+            if self.held_conflict(name, &shapes, lease, held_in_the_way) {
+                return None;
+            }
+            let waiter_ahead = |ahead: u64, waiting: &Pending| {
+                if waiting.priority >= priority {
+                    return true;
+                }
+                if seen.insert(ahead) {
+                    chain.push(ahead);
+                }
+                false
+            };
+            if self.waiters_ahead(name, &shapes, lease, pending.place(), waiter_ahead) {
+                return None;
+            }
+        }
+        Some(names)
     }
 
     /// Every held reservation some waiter preempts, with the highest priority preempting it.
@@ -89,7 +114,8 @@ impl Waypoints {
     }
 
     /// The preemption pass, at the end of every entry that changed the reservations: drops
-    /// the deadlines no waiter needs any more, and gives every newly preempted reservation
+    /// the deadlines no waiter needs any more (its holder told by one
+    /// [`Event::PreemptionWithdrawn`], in deadline order), and gives every newly preempted reservation
     /// its deadline (`now + vacate_ms`) and its holder one [`Event::Preempted`], in name
     /// order. Costs nothing while no waiter is above routine and no deadline stands.
     pub(super) fn preempt(&mut self, ctx: &mut Ctx, vacate_ms: u64) {
@@ -106,9 +132,18 @@ impl Waypoints {
             .collect();
         for (vacate_by_ms, name) in withdrawn {
             self.index.vacate_ends.remove(&(vacate_by_ms, name.clone()));
-            if let Some(held) = self.held.get_mut(&name) {
-                held.vacate_by_ms = None;
-            }
+            let held = self
+                .held
+                .get_mut(&name)
+                .expect("the deadline index lists held reservations");
+            held.vacate_by_ms = None;
+            ctx.events.push(Event::PreemptionWithdrawn {
+                key: ResourceKey::new(ResourceKind::Waypoint, &name),
+                agent: held.hold.agent.clone(),
+                lease: held.hold.lease,
+                token: held.hold.token,
+                route: !held.volumes.is_empty(),
+            });
         }
         let vacate_by_ms = ctx.now_ms.saturating_add(vacate_ms);
         for (name, priority) in needed {

@@ -12,10 +12,16 @@
 //! drone that has flown a leg frees it early with `route.amend`.
 //!
 //! `route.amend` replaces a held route's volumes in one entry: granted at once, with the same
-//! hold and token, when no other lease's held reservation and no waiting request of another
-//! lease conflicts with the new volumes; otherwise `would_block`, the old route untouched. It
-//! never waits (a route that waited would have given up its old volumes or held both). What the
-//! old volumes blocked is granted in the same entry when the new ones no longer block it.
+//! hold and token, when no other lease's held reservation conflicts with the new volumes and
+//! no waiting request of another lease conflicts with a new volume that is not **kept**, that
+//! is, not wholly inside one of the old volumes in space and time (`shape_within`);
+//! otherwise `would_block`, the old route untouched. A waiter in the way of a kept volume is
+//! in the way of the old volume around it, so it already waits for this route, and keeping
+//! the volume takes nothing from it: so a drone frees the legs it has flown, or shortens a
+//! leg, even while others queue for its airspace; an extension (new airspace or time) still
+//! goes behind the requests that asked for it first. It never waits (a route that waited would
+//! have given up its old volumes or held both). What the old volumes blocked is granted in
+//! the same entry when the new ones no longer block it.
 //!
 //! Invariants (checked by `Waypoints::check_invariants` with the waypoint invariants, which
 //! hold for every volume):
@@ -26,8 +32,16 @@
 
 use hivekeeper_protocol::{ErrorCode, Priority, Volume};
 
-use super::{Ask, Window, shapes};
+use super::geo::area_within;
+use super::window::within;
+use super::{Ask, Shape, Window, shapes};
 use crate::{Ctx, Reply, StateMachine, Text};
+
+/// Whether shape `inner` (a cylinder in its window) lies wholly inside `outer`, in space and
+/// in time: whatever conflicts with `inner` conflicts with `outer`.
+fn shape_within(inner: &Shape, outer: &Shape) -> bool {
+    within(inner.1.as_ref(), outer.1.as_ref()) && area_within(&inner.0, &outer.0)
+}
 
 impl StateMachine {
     /// Each volume's window against the entry's time and the limits, as `waypoint.reserve`
@@ -114,9 +128,15 @@ impl StateMachine {
             );
         }
         let new_shapes = shapes(None, None, &volumes);
-        if self
-            .waypoints
-            .blocked(None, &new_shapes, lease, (i128::MAX, u64::MAX))
+        let old_shapes = held.shapes();
+        let fresh: Vec<Shape> = new_shapes
+            .iter()
+            .filter(|new| !old_shapes.iter().any(|old| shape_within(new, old)))
+            .cloned()
+            .collect();
+        let waypoints = &self.waypoints;
+        if waypoints.held_conflict(None, &new_shapes, lease, |_| true)
+            || waypoints.waiter_ahead(None, &fresh, lease, (i128::MAX, u64::MAX))
         {
             return Reply::refused(
                 ErrorCode::WouldBlock,

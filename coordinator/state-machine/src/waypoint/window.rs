@@ -104,6 +104,23 @@ pub fn overlaps(a: Option<&Window>, b: Option<&Window>) -> bool {
     !before(a.end_ms, b.start_ms) && !before(b.end_ms, a.start_ms)
 }
 
+/// Whether window `inner` lies within `outer` (`None` covers all time): every window that
+/// overlaps `inner` overlaps `outer` too.
+pub fn within(inner: Option<&Window>, outer: Option<&Window>) -> bool {
+    match (inner, outer) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(inner), Some(outer)) => {
+            outer.start_ms <= inner.start_ms
+                && match (inner.end_ms, outer.end_ms) {
+                    (_, None) => true,
+                    (None, Some(_)) => false,
+                    (Some(inner_end), Some(outer_end)) => inner_end <= outer_end,
+                }
+        }
+    }
+}
+
 impl super::Waypoints {
     /// The earliest end of a held or waiting reservation, or vacate deadline of a preempted
     /// one (`preempt.rs`), if any.
