@@ -603,3 +603,138 @@ async fn the_sdk_guard_resolves_preempted_and_a_release_in_time_grants_the_preem
         "{granted}"
     );
 }
+
+/// A node whose `reservation_vacate_ms` is 20 s (no deadline passes within the test) and
+/// whose `reservation_aging_ms` is 100 ms (a routine waiter is ahead of any emergency that
+/// comes 300 ms after it), with its config in `dir`.
+async fn node_with_fast_aging(dir: &std::path::Path) -> Node {
+    let config = dir.join("aging.toml");
+    std::fs::write(
+        &config,
+        "[node.limits]\nreservation_vacate_ms = 20000\nreservation_aging_ms = 100\n",
+    )
+    .expect("write the config");
+    let config = config.to_str().expect("a UTF-8 temp path");
+    Node::start_with_args(&dir.join("data"), &["--config", config]).await
+}
+
+/// The next event `raw` gets, parsed.
+async fn next_event_json(raw: &mut Raw, what: &str) -> serde_json::Value {
+    let (_, payload) = next_event(raw, what).await;
+    serde_json::from_slice(&payload).expect("an event is JSON")
+}
+
+/// A raw agent subscribed to its events, with a 60 s lease.
+async fn raw_agent(port: u16, agent: &str) -> (Raw, String) {
+    let mut raw = Raw::connect(port, agent).await;
+    raw.subscribe(&format!("hk/v1/evt/{agent}")).await;
+    let lease = raw.grant("g", 60_000).await;
+    (raw, lease)
+}
+
+/// The pad every request of the next test asks for, at `priority`, waiting `wait_ms`.
+fn pad_request(id: &str, lease: &str, priority: u8, wait_ms: u64) -> serde_json::Value {
+    json!({"id": id, "op": "waypoint.reserve", "name": "pad-9", "lease": lease,
+           "lat": 47.3769, "lon": 8.5417, "radius_m": 5, "priority": priority,
+           "wait_ms": wait_ms})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shield_the_holder() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = node_with_fast_aging(dir.path()).await;
+    let port = node.mqtt_port();
+    let (mut holder, holder_lease) = raw_agent(port, "survey-5").await;
+    let granted = holder.call(pad_request("h1", &holder_lease, 0, 0)).await;
+    let token_h = granted["token"].as_u64().expect("granted at once");
+
+    // An emergency that waits 300 ms at most preempts the holder, then gives up: the holder
+    // is told it may stay, with its token.
+    let (mut quitter, quitter_lease) = raw_agent(port, "medevac-3").await;
+    quitter
+        .send(pad_request("q1", &quitter_lease, 3, 300).to_string())
+        .await;
+    let preempted = next_event_json(&mut holder, "the first preemption").await;
+    let vacate_by_ms = preempted["vacate_by_ms"].as_u64().expect("a deadline");
+    assert_eq!(
+        preempted,
+        json!({"event": "reservation.preempted", "name": "pad-9", "token": token_h,
+               "kind": "waypoint", "vacate_by_ms": vacate_by_ms, "priority": 3})
+    );
+    let gave_up = quitter.next(10).await;
+    assert_eq!(code(&gave_up), Some("timeout"), "{gave_up}");
+    assert_eq!(
+        next_event_json(&mut holder, "the withdrawal").await,
+        json!({"event": "reservation.preemption_withdrawn", "name": "pad-9",
+               "token": token_h, "kind": "waypoint"})
+    );
+    let shown = holder.inspect("i1", "waypoint", "pad-9").await;
+    assert_eq!(shown["holders"][0]["token"], token_h, "{shown}");
+    assert!(shown["holders"][0].get("vacate_by_ms").is_none(), "{shown}");
+
+    // A routine request queues; an emergency 500 ms later is behind it (aging: 3 × 100 ms).
+    let (mut routine, routine_lease) = raw_agent(port, "survey-6").await;
+    routine
+        .send(pad_request("r1", &routine_lease, 0, 60_000).to_string())
+        .await;
+    let queued = async {
+        loop {
+            let shown = holder.inspect("i2", "waypoint", "pad-9").await;
+            if shown["waiters"].as_array().is_some_and(|w| !w.is_empty()) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    within(10, "the routine request queued", queued).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (mut emergency, emergency_lease) = raw_agent(port, "medevac-4").await;
+    emergency
+        .send(pad_request("e1", &emergency_lease, 3, 60_000).to_string())
+        .await;
+    // Still the holder is preempted: the routine waiter ahead lends its turn, not a shield.
+    let preempted = next_event_json(&mut holder, "the second preemption").await;
+    assert_eq!(preempted["event"], "reservation.preempted", "{preempted}");
+    assert_eq!(preempted["token"], token_h, "{preempted}");
+    let shown = holder.inspect("i3", "waypoint", "pad-9").await;
+    let order: Vec<&str> = shown["waiters"]
+        .as_array()
+        .expect("waiters")
+        .iter()
+        .map(|w| w["agent"].as_str().expect("an agent"))
+        .collect();
+    assert_eq!(order, ["survey-6", "medevac-4"], "{shown}");
+
+    // The holder vacates: the routine request, first in the queue, is granted, and in the
+    // same entry preempted in its turn; when it vacates, the emergency is granted.
+    let released = holder
+        .call(
+            json!({"id": "h2", "op": "waypoint.release", "name": "pad-9",
+                     "lease": holder_lease}),
+        )
+        .await;
+    assert_eq!(released, json!({"id": "h2", "ok": true}));
+    let granted = routine.next(10).await;
+    let token_r = granted["token"].as_u64().expect("granted");
+    assert!(token_r > token_h, "{token_r} > {token_h}");
+    let preempted = next_event_json(&mut routine, "the routine holder's preemption").await;
+    let vacate_by_ms = preempted["vacate_by_ms"].as_u64().expect("a deadline");
+    assert_eq!(
+        preempted,
+        json!({"event": "reservation.preempted", "name": "pad-9", "token": token_r,
+               "kind": "waypoint", "vacate_by_ms": vacate_by_ms, "priority": 3})
+    );
+    let released = routine
+        .call(
+            json!({"id": "r2", "op": "waypoint.release", "name": "pad-9",
+                     "lease": routine_lease}),
+        )
+        .await;
+    assert_eq!(released, json!({"id": "r2", "ok": true}));
+    let granted = emergency.next(10).await;
+    assert_eq!(granted["id"], "e1", "{granted}");
+    assert!(
+        granted["token"].as_u64().expect("granted") > token_r,
+        "{granted}"
+    );
+}
