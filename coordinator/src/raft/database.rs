@@ -41,7 +41,8 @@
 //!    it: a format-2 file without `raft-log/` is refused, not taken for an empty log.
 //! 3. Log entries are contiguous from `last_purged + 1` (or from the first entry) to the last
 //!    entry: appends, truncations and purges never leave a hole. The segment log may still
-//!    hold entries at or below `last_purged` (it drops whole segments); reads clamp them.
+//!    hold entries at or below `last_purged` (it drops whole segments); reads clamp them. A
+//!    purge past the log's end that did not complete is finished at open (`finish_purge`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -204,7 +205,32 @@ impl Db {
             } => RaftError::Snapshot { path, reason },
             other => RaftError::Store(other),
         })?;
+        db.finish_purge(loaded.last_purged)
+            .map_err(RaftError::Store)?;
         Ok((db, loaded))
+    }
+
+    /// Finishes a purge past the log's end that did not complete (invariant 3): the purged id
+    /// became durable in redb, then making the log continue after it failed (a full disk
+    /// refusing the new segment, or a crash). The log then ends at or before the purged id,
+    /// and the next append, at the purged index + 1, would not follow its last entry; so it
+    /// continues after the purged id now, as the purge would have made it.
+    fn finish_purge(&self, last_purged: Option<LogId>) -> Result<(), StoreError> {
+        let Some(purged) = last_purged else {
+            return Ok(());
+        };
+        self.with_log_mut(|log| {
+            if log.next_index().is_some_and(|next| next > purged.index) {
+                return Ok(());
+            }
+            tracing::warn!(
+                purged = purged.index,
+                log_next = log.next_index(),
+                "finishing a purge of the Raft log that did not complete: it continues after \
+                 the purged entries"
+            );
+            log.purge_upto(purged.index).map_err(StoreError::from)
+        })
     }
 
     /// Runs `read` on the Raft log under its read lock (never behind an fdatasync: `sync` takes

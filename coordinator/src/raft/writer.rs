@@ -973,6 +973,43 @@ mod tests {
         assert_eq!(loaded.committed, Some(log_id(4)));
     }
 
+    /// Found by e2e_nemesis's disk-full fault: a follower installing a leader's snapshot purges
+    /// past its log's end; the purged id became durable, then the new segment after it could
+    /// not be preallocated on the full disk, and the member stopped. At the restart its log
+    /// ended before the purged id, so the leader's next entries (purged id + 1) were refused
+    /// as out of order and the member stopped again, every time. The open now finishes the
+    /// purge: the log continues after the purged id.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_purge_past_the_end_that_did_not_complete_is_finished_at_open() {
+        use super::super::database::{KEY_LAST_PURGED, META};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = start(dir.path());
+        append_durably(&store, 1..=5).await;
+        store.close(Duration::from_secs(10)).await.expect("closes");
+        // The purge's first step only: the purged id, durable in redb.
+        {
+            let (db, _) = Db::open(
+                dir.path(),
+                7,
+                TOOL_CACHE_BYTES,
+                hivekeeper_segment_log::DEFAULTS,
+            )
+            .expect("reopens");
+            let database = db.database().expect("open");
+            let txn = database.begin_write().expect("a write transaction");
+            txn.open_table(META)
+                .expect("the meta table")
+                .insert(KEY_LAST_PURGED, to_json(&log_id(10)).as_slice())
+                .expect("written");
+            txn.commit().expect("committed");
+            db.close_log();
+        }
+        let store = start(dir.path());
+        append_durably(&store, 11..=12).await;
+        assert_eq!(logged(&store), vec![11, 12]);
+        store.close(Duration::from_secs(10)).await.expect("closes");
+    }
+
     /// Issue 17: entries appended but not yet durable are readable at once from the tail, and
     /// a truncate in flight makes the tail unusable until the writer has done it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
