@@ -56,6 +56,14 @@ def in_thread(call: Callable[[], object]) -> "queue.Queue[object]":
     return outcome
 
 
+def granted(waiting: "queue.Queue[object]", timeout_s: float = 20) -> hivekeeper.Guard:
+    """The guard an acquire run by :func:`in_thread` returned; what it raised instead fails
+    the test."""
+    outcome = waiting.get(timeout=timeout_s)
+    assert isinstance(outcome, hivekeeper.Guard), outcome
+    return outcome
+
+
 def test_a_future_window_is_granted_now_and_only_crossing_windows_wait(agents, names):
     lat, lon = spot(1)
     a, b = agents("a"), agents("b")
@@ -96,9 +104,8 @@ def test_a_future_window_is_granted_now_and_only_crossing_windows_wait(agents, n
         )
         assert waiting.empty()
         slot.release()
-        granted = waiting.get(timeout=20)
-        assert isinstance(granted, hivekeeper.Guard), granted
-        assert granted.token > later.token > slot.token
+        crossed = granted(waiting)
+        assert crossed.token > later.token > slot.token
         # Windows the service refuses, each saying why.
         with pytest.raises(hivekeeper.BadRequest) as empty:
             sb.waypoint(names("empty"), **area, start_ms=t0 + 70_000, end_ms=t0 + 70_000)
@@ -177,8 +184,7 @@ def test_a_route_is_granted_all_or_nothing_and_queues_as_a_unit(agents, names):
         assert (waiter.agent, waiter.position, waiter.volumes) == (b.agent_id, 1, [first, second])
         assert a.airspace_query(volume=first).conflicts == [], "a waiter holds nothing"
         blocker.release()
-        guard = waiting.get(timeout=20)
-        assert isinstance(guard, hivekeeper.Guard), guard
+        guard = granted(waiting)
         assert guard.token > blocker.token
         assert (guard.kind, guard.name, guard.is_route, guard.volumes) == (
             "waypoint",
@@ -296,8 +302,7 @@ def test_an_emergency_route_preempts_a_routine_holder_that_releases(agents, name
         assert (waiter.agent, waiter.priority) == (b.agent_id, 3)
         assert waiting.empty(), "granted only once the holder vacates"
         routine.release()
-        emergency = waiting.get(timeout=20)
-        assert isinstance(emergency, hivekeeper.Guard), emergency
+        emergency = granted(waiting)
         assert emergency.token > routine.token
         assert emergency.priority == 3 and not emergency.preempted.is_set()
         assert a.fence_check(survey, routine.token, kind="waypoint").valid is False
@@ -317,8 +322,7 @@ def test_an_emergency_waypoint_preempts_a_routine_waypoint(agents, names):
         assert notice is not None and notice.priority == 3
         assert routine.vacate_by_ms == notice.vacate_by_ms
         routine.release()
-        emergency = waiting.get(timeout=20)
-        assert isinstance(emergency, hivekeeper.Guard), emergency
+        emergency = granted(waiting)
         assert (emergency.token > routine.token, emergency.priority, emergency.is_route) == (
             True,
             3,
@@ -344,8 +348,7 @@ def test_a_holder_that_does_not_vacate_is_ended_at_the_deadline_and_fenced(agent
         notice = routine.wait_preempted(timeout=20)
         assert notice is not None and notice.priority == 2
         # Not released: the service ends it at the deadline and grants the emergency.
-        emergency = waiting.get(timeout=VACATE_MS / 1000 + 20)
-        assert isinstance(emergency, hivekeeper.Guard), emergency
+        emergency = granted(waiting, timeout_s=VACATE_MS / 1000 + 20)
         assert emergency.token > routine.token
         assert lost.get(timeout=20) == {
             "event": "waypoint.lost",
@@ -379,8 +382,7 @@ def test_a_route_amended_out_of_the_way_keeps_its_token_and_drops_the_deadline(a
         assert routine.wait_preempted(timeout=20) is not None
         # The first leg's airspace is what the emergency needs: fly only the second.
         routine.amend(legs[1:])
-        emergency = waiting.get(timeout=20)
-        assert isinstance(emergency, hivekeeper.Guard), emergency
+        emergency = granted(waiting)
         assert emergency.token > routine.token
         assert not routine.preempted.is_set() and routine.vacate_by_ms is None
         [holder] = a.inspect("waypoint", survey).holders
@@ -557,8 +559,7 @@ def test_a_preemption_told_before_the_guard_exists_is_not_lost(node, agents, nam
                         assert routine.preempted.is_set(), "the early notice was kept"
                         assert routine.vacate_by_ms == event["vacate_by_ms"]
                         await routine.release()
-                        emergency = waiting.get(timeout=20)
-                        assert isinstance(emergency, hivekeeper.Guard), emergency
+                        emergency = granted(waiting)
                         assert emergency.token > routine.token
 
     asyncio.run(asyncio.wait_for(main(), 120))
