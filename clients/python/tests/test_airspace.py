@@ -310,17 +310,40 @@ def test_an_emergency_route_preempts_a_routine_holder_that_releases(agents, name
         emergency.release()
 
 
-def test_an_emergency_waypoint_preempts_a_routine_waypoint(agents, names):
+def test_a_preemption_withdrawn_then_told_again_for_a_waypoint(agents, names):
     lat, lon = spot(11)
     a, b = agents("a"), agents("b")
+    pad = names("pad")
+    news: "queue.Queue[dict]" = queue.Queue()
+    a.add_event_handler(
+        lambda event: news.put(event) if event["event"].startswith("reservation.") else None
+    )
     with a.session(ttl_ms=10_000) as sa, b.session(ttl_ms=10_000) as sb:
-        routine = sa.waypoint(names("pad"), lat, lon, radius_m=20, wait_ms=0)
+        routine = sa.waypoint(pad, lat, lon, radius_m=20, wait_ms=0)
+        # An emergency that gives up: its deadline is withdrawn, the holder keeps its pad.
+        with pytest.raises(hivekeeper.Timeout):
+            sb.waypoint(names("landing"), lat, lon, radius_m=20, wait_ms=500, priority=3)
+        assert routine.wait_preemption_withdrawn(timeout=20)
+        told = [news.get(timeout=20), news.get(timeout=20)]
+        assert [(e["event"], e["name"], e["token"], e["kind"]) for e in told] == [
+            ("reservation.preempted", pad, routine.token, "waypoint"),
+            ("reservation.preemption_withdrawn", pad, routine.token, "waypoint"),
+        ]
+        assert (routine.preempted.is_set(), routine.preemption, routine.vacate_by_ms) == (
+            False,
+            None,
+            None,
+        )
+        [holder] = a.inspect("waypoint", pad).holders
+        assert (holder.token, holder.vacate_by_ms) == (routine.token, None)
+        # One that waits preempts it again, with a new deadline.
         waiting = in_thread(
             lambda: sb.waypoint(names("landing"), lat, lon, radius_m=20, priority=3)
         )
         notice = routine.wait_preempted(timeout=20)
         assert notice is not None and notice.priority == 3
-        assert routine.vacate_by_ms == notice.vacate_by_ms
+        assert notice.vacate_by_ms > told[0]["vacate_by_ms"], "a new deadline"
+        assert not routine.preemption_withdrawn.is_set()
         routine.release()
         emergency = granted(waiting)
         assert (emergency.token > routine.token, emergency.priority, emergency.is_route) == (
@@ -365,7 +388,7 @@ def test_a_holder_that_does_not_vacate_is_ended_at_the_deadline_and_fenced(agent
         emergency.release()
 
 
-def test_a_route_amended_out_of_the_way_keeps_its_token_and_drops_the_deadline(agents, names):
+def test_an_amend_in_the_way_keeps_the_deadline_and_one_out_of_the_way_drops_it(agents, names):
     lat, lon = spot(7)
     a, b = agents("survey"), agents("medevac")
     t0 = now_ms()
@@ -379,11 +402,26 @@ def test_a_route_amended_out_of_the_way_keeps_its_token_and_drops_the_deadline(a
         waiting = in_thread(
             lambda: sb.route(medevac, [volume(lat, lon, t0 + 60_000, t0 + 90_000)], priority=3)
         )
-        assert routine.wait_preempted(timeout=20) is not None
-        # The first leg's airspace is what the emergency needs: fly only the second.
+        notice = routine.wait_preempted(timeout=20)
+        assert notice is not None
+        # A shorter first leg lies inside the old one: granted while the emergency waits, but
+        # still in its way, so the deadline stands.
+        shorter = [volume(lat, lon, t0 + 60_000, t0 + 80_000), legs[1]]
+        routine.amend(shorter)
+        [holder] = a.inspect("waypoint", survey).holders
+        assert (holder.token, holder.volumes, holder.vacate_by_ms) == (
+            routine.token,
+            shorter,
+            notice.vacate_by_ms,
+        )
+        assert routine.preempted.is_set() and routine.vacate_by_ms == notice.vacate_by_ms
+        assert waiting.empty()
+        # Without the first leg the route is out of the way: the same token, the deadline
+        # withdrawn, and the emergency granted in the same entry.
         routine.amend(legs[1:])
         emergency = granted(waiting)
         assert emergency.token > routine.token
+        assert routine.wait_preemption_withdrawn(timeout=20)
         assert not routine.preempted.is_set() and routine.vacate_by_ms is None
         [holder] = a.inspect("waypoint", survey).holders
         assert (holder.token, holder.volumes, holder.vacate_by_ms) == (
@@ -505,10 +543,17 @@ def test_routes_preemption_and_queries_from_asyncio(node, names):
                         (survey, "route", [0])
                     ]
                     assert await routine.wait_preempted(timeout=0.05) is None
+                    assert await routine.wait_preemption_withdrawn(timeout=0.05) is False
+                    # An emergency that gives up: told, then withdrawn.
+                    with pytest.raises(hivekeeper.Timeout):
+                        await sb.route(medevac, [legs[0]], wait_ms=300, priority=3)
+                    assert await routine.wait_preemption_withdrawn(timeout=20) is True
+                    assert not routine.preempted.is_set() and routine.vacate_by_ms is None
                     emergency_task = asyncio.ensure_future(sb.route(medevac, [legs[0]], priority=3))
                     notice = await routine.wait_preempted(timeout=20)
                     assert isinstance(notice, Preempted) and notice.priority == 3
                     assert routine.preempted.is_set()
+                    assert not routine.preemption_withdrawn.is_set()
                     await routine.release()
                     emergency = await asyncio.wait_for(emergency_task, 20)
                     assert emergency.token > routine.token and emergency.priority == 3

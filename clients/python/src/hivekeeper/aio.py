@@ -488,16 +488,16 @@ class Guard(GuardBase):
         """Replaces the route's volumes, keeping its token when granted at once;
         :class:`~hivekeeper.WouldBlock` and the old route kept otherwise. See
         :meth:`hivekeeper.Guard.amend`."""
-        request, before = self._amend_request(volumes, priority)
+        request = self._amend_request(volumes, priority)
         try:
             result = await self.session.agent.request(**request)
         except BaseException as error:
             self._request_failed(error)
             raise
-        self._amended(request, result, before)
+        self._amended(request, result)
 
     async def wait_preempted(self, timeout: Optional[float] = None) -> Optional[Preempted]:
-        """Waits until the reservation is preempted (at most ``timeout`` seconds); returns the
+        """Waits until a vacate deadline stands (at most ``timeout`` seconds); returns the
         notice (:attr:`vacate_by_ms`, the preemptor's priority), or ``None`` if none came."""
 
         def notice() -> Optional[Preempted]:
@@ -505,3 +505,12 @@ class Guard(GuardBase):
                 return self.preemption
 
         return await self.session.agent._wait_for(notice, timeout)
+
+    async def wait_preemption_withdrawn(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the service withdraws the vacate deadline (at most ``timeout``
+        seconds); whether it did."""
+
+        def withdrawn() -> Optional[bool]:
+            return True if self.preemption_withdrawn.is_set() else None
+
+        return await self.session.agent._wait_for(withdrawn, timeout) is not None

@@ -13,15 +13,17 @@ goes with its session (revoking a session releases everything it holds).
 A waypoint's or a route's guard also learns when a higher priority preempts it
 (``reservation.preempted``, PROTOCOL.md section 8.9.4): :attr:`GuardBase.preempted` is set and
 :attr:`GuardBase.vacate_by_ms` says by when to vacate and release, as the Rust SDK's
-``Guard::preempted()`` resolves. A route's guard replaces its volumes with ``amend``
-(``route.amend``), keeping its token.
+``Guard::preempted()`` resolves; when the service drops the deadline
+(``reservation.preemption_withdrawn``, the SDK's ``Guard::preemption_withdrawn()``),
+``preempted`` is cleared and :attr:`GuardBase.preemption_withdrawn` set. A route's guard
+replaces its volumes with ``amend`` (``route.amend``), keeping its token.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .airspace import Preempted, Volume, VolumeLike, wire_volumes
 from .errors import BadRequest, HivekeeperError, LeaseNotFound, MalformedResponse, SessionLost
@@ -56,13 +58,19 @@ class GuardBase:
         self.volumes: Optional[List[Volume]] = (
             None if ask.volumes is None else [Volume.from_wire(v) for v in ask.volumes]
         )
-        #: Set when the service tells this reservation (its name and token) that a higher
-        #: priority preempts it: vacate the airspace and release the guard before
-        #: :attr:`vacate_by_ms`. Never set for a lock or a semaphore. Events are a courtesy
-        #: (one sent while the agent reconnects is missed): the token is the safety mechanism.
+        #: Set while a vacate deadline stands, as far as the client was told: the service told
+        #: this reservation (its name and token) that a higher priority preempts it, so vacate
+        #: the airspace and release the guard before :attr:`vacate_by_ms`. Cleared when the
+        #: service withdraws the deadline. Never set for a lock or a semaphore. Events are a
+        #: courtesy (one sent while the agent reconnects is missed): the token is the safety
+        #: mechanism.
         self.preempted = threading.Event()
-        #: The notice behind :attr:`preempted` (deadline and the preemptor's priority), under
-        #: the session's condition.
+        #: Set when the service dropped the vacate deadline of an earlier preemption
+        #: (``reservation.preemption_withdrawn``): the reservation is kept, with its token, and
+        #: need not be vacated. Cleared by a new preemption.
+        self.preemption_withdrawn = threading.Event()
+        #: The notice behind :attr:`preempted` (deadline and the preemptor's priority); ``None``
+        #: while none stands. Changed under the session's condition.
         self.preemption: Optional[Preempted] = None
         #: The op that releases the grant (``route.release`` for a route).
         self._release_op = ask.release_op
@@ -83,10 +91,16 @@ class GuardBase:
         preemption = self.preemption
         return None if preemption is None else preemption.vacate_by_ms
 
-    def _mark_preempted(self, notice: Preempted) -> None:
-        """A ``reservation.preempted`` for this guard (session condition held)."""
+    def _preemption_news(self, notice: Optional[Preempted]) -> None:
+        """A ``reservation.preempted`` (``notice``) or ``reservation.preemption_withdrawn``
+        (``None``) for this guard (session condition held)."""
         self.preemption = notice
-        self.preempted.set()
+        if notice is None:
+            self.preempted.clear()
+            self.preemption_withdrawn.set()
+        else:
+            self.preemption_withdrawn.clear()
+            self.preempted.set()
 
     @property
     def lost(self) -> threading.Event:
@@ -119,10 +133,9 @@ class GuardBase:
 
     def _amend_request(
         self, volumes: Sequence[VolumeLike], priority: Optional[int]
-    ) -> Tuple[Dict[str, Any], Optional[Preempted]]:
-        """The ``route.amend`` request, and the preemption notice it was sent under.
-        :class:`~hivekeeper.BadRequest` for a guard that is not a route's,
-        :class:`~hivekeeper.SessionLost` when the session is not live."""
+    ) -> Dict[str, Any]:
+        """The ``route.amend`` request. :class:`~hivekeeper.BadRequest` for a guard that is
+        not a route's, :class:`~hivekeeper.SessionLost` when the session is not live."""
         if not self.is_route:
             raise BadRequest(
                 "bad_request", f"route.amend: the {self.kind} {self.name!r} is not a route"
@@ -139,15 +152,13 @@ class GuardBase:
             # Absent means routine: an amend restates the priority as it restates the volumes.
             "priority": held if held else None,
         }
-        with self.session._cond:
-            return request, self.preemption
+        return request
 
-    def _amended(
-        self, request: Dict[str, Any], result: Dict[str, Any], before: Optional[Preempted]
-    ) -> None:
-        """The amend was granted: the guard takes the new volumes and priority. A preemption
-        told before the amend was sent is over (the service drops the deadline of a route
-        amended out of the preemptor's way); one told since is kept."""
+    def _amended(self, request: Dict[str, Any], result: Dict[str, Any]) -> None:
+        """The amend was granted: the guard takes the new volumes and priority. Whether a
+        vacate deadline still stands is the service's to say (an amend that keeps a volume
+        the preemptor waits on leaves it; one out of its way drops it, and
+        ``reservation.preemption_withdrawn`` says so)."""
         if result.get("token") != self.token:
             raise MalformedResponse(
                 f"route.amend answered {result}; the route's token is {self.token}"
@@ -155,9 +166,6 @@ class GuardBase:
         with self.session._cond:
             self.volumes = [Volume.from_wire(v) for v in request["volumes"]]
             self.priority = request["priority"] or 0
-            if before is not None and self.preemption is before:
-                self.preemption = None
-                self.preempted.clear()
 
     def _skip_release_at_exit(self) -> bool:
         """Whether the end of a ``with`` block has nothing to release."""
@@ -231,18 +239,23 @@ class Guard(GuardBase):
         the old route is kept. It never waits and never preempts. ``priority`` changes the
         route's; absent, it keeps :attr:`priority`. :class:`~hivekeeper.NotHolder` when the
         route is no longer held (preempted and ended, or its window over)."""
-        request, before = self._amend_request(volumes, priority)
+        request = self._amend_request(volumes, priority)
         try:
             result = self.session.agent.request(**request)
         except BaseException as error:
             self._request_failed(error)
             raise
-        self._amended(request, result, before)
+        self._amended(request, result)
 
     def wait_preempted(self, timeout: Optional[float] = None) -> Optional[Preempted]:
-        """Blocks until the reservation is preempted (at most ``timeout`` seconds); returns
-        the notice, or ``None`` if none came."""
+        """Blocks until a vacate deadline stands (at most ``timeout`` seconds); returns the
+        notice, or ``None`` if none came (or it was withdrawn at once)."""
         if not self.preempted.wait(timeout):
             return None
         with self.session._cond:
             return self.preemption
+
+    def wait_preemption_withdrawn(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the service withdraws the vacate deadline (at most ``timeout``
+        seconds); whether it did."""
+        return self.preemption_withdrawn.wait(timeout)

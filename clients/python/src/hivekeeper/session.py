@@ -168,9 +168,11 @@ class SessionBase:
         #: The guards of waypoints and routes, by name: the ones a ``reservation.preempted``
         #: event can be for.
         self._reservations: Dict[str, "GuardBase"] = {}
-        #: ``reservation.preempted`` notices for a claimed name, ``(token, notice)``, kept until
-        #: the claim ends: one can arrive before its grant's guard exists.
-        self._preemptions: Dict[str, Tuple[int, Preempted]] = {}
+        #: The last preemption news for a claimed name, ``(token, notice)``: a
+        #: ``reservation.preempted`` notice, or ``None`` after
+        #: ``reservation.preemption_withdrawn``. Kept until the claim ends: the news can
+        #: arrive before its grant's guard exists.
+        self._preemptions: Dict[str, Tuple[int, Optional[Preempted]]] = {}
 
     def _register(self) -> None:
         with self._cond:
@@ -263,28 +265,32 @@ class SessionBase:
     # -- preemption ---------------------------------------------------------------------------
 
     def _watch_preemption(self, guard: "GuardBase") -> None:
-        """Routes the ``reservation.preempted`` events of ``guard``'s reservation to it, and a
-        notice that arrived before the guard existed."""
+        """Routes the preemption events of ``guard``'s reservation to it, and the news that
+        arrived before the guard existed."""
         with self._cond:
             self._reservations[guard.name] = guard
             seen = self._preemptions.get(guard.name)
             if seen is not None and seen[0] == guard.token:
-                guard._mark_preempted(seen[1])
+                guard._preemption_news(seen[1])
 
-    def _on_preempted(self, event: Dict[str, Any]) -> None:
-        """A ``reservation.preempted`` event: for this session's reservation of that name and
-        token, if it has one (the agent's other sessions see the event too)."""
-        notice = Preempted.from_event(event)
+    def _on_preemption_event(self, event: Dict[str, Any]) -> None:
+        """A ``reservation.preempted`` or ``reservation.preemption_withdrawn`` event: for this
+        session's reservation of that name and token, if it has one (the agent's other
+        sessions see the event too). Events of one reservation arrive in the order the
+        service sent them, so the last one says where it stands."""
         name, token = event.get("name"), event.get("token")
-        if notice is None or not isinstance(name, str) or not isinstance(token, int):
+        if not isinstance(name, str) or isinstance(token, bool) or not isinstance(token, int):
             return
+        notice = Preempted.from_event(event)
+        if notice is None and event.get("event") != "reservation.preemption_withdrawn":
+            return  # a malformed reservation.preempted: events are a courtesy
         with self._cond:
             if ("waypoint", name) not in self._claims:
                 return
             self._preemptions[name] = (token, notice)
             guard = self._reservations.get(name)
             if guard is not None and guard.token == token:
-                guard._mark_preempted(notice)
+                guard._preemption_news(notice)
             self.agent._shared.notify()
 
     # -- the keeper's decisions ---------------------------------------------------------------
@@ -297,8 +303,8 @@ class SessionBase:
             self.agent._shared.notify()
 
     def _on_event(self, event: Dict[str, Any]) -> None:
-        if event.get("event") == "reservation.preempted":
-            self._on_preempted(event)
+        if event.get("event") in ("reservation.preempted", "reservation.preemption_withdrawn"):
+            self._on_preemption_event(event)
             return
         # An operator's admin.revoke ends the lease as surely as an expiry.
         if (
