@@ -1,7 +1,8 @@
 """hivekeeper: the Python agent client of Hivekeeper.
 
-A drone, a sensor or a service takes FIFO locks, counting-semaphore permits and waypoint
-reservations from a Hivekeeper service over MQTT. A :class:`Session` is a lease the client
+A drone, a sensor or a service takes FIFO locks, counting-semaphore permits, waypoint
+reservations and whole routes (4D volumes with time windows and priorities) from a
+Hivekeeper service over MQTT. A :class:`Session` is a lease the client
 keeps alive in the background; each grant is a :class:`Guard` carrying its fencing token.
 The client retries safely (a resend reuses the request id, which the service deduplicates),
 backs off with full jitter, fails over between brokers, and gives up on a lease *before* the
@@ -23,11 +24,21 @@ Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases
 ``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
 routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
 keeper thread), ``guard`` (Guard), ``aio`` (the asyncio Agent, Session and Guard),
-``backoff`` (full jitter), ``protocol`` (wire encoding, typed results), ``errors`` (one
-exception per protocol code).
+``ask`` (what an acquire asks for), ``backoff`` (full jitter), ``protocol`` (wire encoding,
+typed results), ``airspace`` (volumes, airspace.query pages, preemption notices), ``errors``
+(one exception per protocol code).
 """
 
 from .agent import Agent
+from .airspace import (
+    PRIORITY_EMERGENCY,
+    PRIORITY_ROUTINE,
+    AirspacePage,
+    Area,
+    Conflict,
+    Preempted,
+    Volume,
+)
 from .backoff import Backoff
 from .config import DEFAULTS, AgentConfig, BrokerAddr
 from .connection import Counters
@@ -63,11 +74,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentConfig",
+    "AirspacePage",
     "AlreadyHeld",
+    "Area",
     "Backoff",
     "BadRequest",
     "BrokerAddr",
     "ConfigError",
+    "Conflict",
     "Counters",
     "DEFAULTS",
     "Disconnected",
@@ -82,6 +96,9 @@ __all__ = [
     "MalformedResponse",
     "NoResponse",
     "NotHolder",
+    "PRIORITY_EMERGENCY",
+    "PRIORITY_ROUTINE",
+    "Preempted",
     "RateLimited",
     "ResourceExhausted",
     "ServiceError",
@@ -93,6 +110,7 @@ __all__ = [
     "Unavailable",
     "UnknownOp",
     "Unreachable",
+    "Volume",
     "Waiter",
     "WouldBlock",
 ]

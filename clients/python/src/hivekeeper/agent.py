@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .airspace import AirspacePage, VolumeLike, airspace_query_fields
 from .config import AgentConfig, BrokerAddr, config_from
 from .connection import UNAVAILABLE_FAILOVER_S, Connection, Counters, Shared, Slot, tls_context
 from .errors import ConfigError, Disconnected, HivekeeperError, Unreachable
@@ -296,6 +297,21 @@ class Agent(AgentBase):
         """``inspect``: who holds ``name`` (a ``"lock"``, ``"sem"`` or ``"waypoint"``) and who
         waits for it, in queue order."""
         return Inspection.from_result(self.request("inspect", kind=kind, name=name))
+
+    def airspace_query(
+        self,
+        volume: Optional[VolumeLike] = None,
+        volumes: Optional[Sequence[VolumeLike]] = None,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
+    ) -> AirspacePage:
+        """``airspace.query``: one page of the held reservations (waypoints with geometry,
+        routes) that the cylinder ``volume`` or the route ``volumes`` would conflict with in
+        space and time, reserving nothing. Give exactly one of them. ``limit`` (1 to 100,
+        default 100) bounds the page; pass the page's ``next_after`` as ``after`` for the
+        next one (``None``: the last page). Needs no session."""
+        fields = airspace_query_fields(volume, volumes, limit, after)
+        return AirspacePage.from_result(self.request("airspace.query", **fields))
 
     def _call(
         self,

@@ -40,12 +40,15 @@ from typing import (
     TypeVar,
 )
 
+from . import ask as asks
 from .agent import AgentBase
+from .airspace import AirspacePage, Preempted, VolumeLike, airspace_query_fields
+from .ask import Ask
 from .errors import Disconnected, HivekeeperError, LeaseNotFound
 from .guard import GuardBase
 from .protocol import RELEASE_OP, FenceCheck, Inspection
 from .request_loop import Abandon, Patience
-from .session import SessionBase, SessionState, check_ttl, geometry
+from .session import SessionBase, SessionState, check_ttl
 
 __all__ = ["Agent", "Guard", "Session"]
 
@@ -158,6 +161,23 @@ class Agent(AgentBase):
         except asyncio.TimeoutError:
             pass
 
+    async def _wait_for(
+        self, check: Callable[[], Optional[T]], timeout: Optional[float]
+    ) -> Optional[T]:
+        """Waits until ``check()`` (called on the loop after every change of the shared
+        state) returns something other than ``None``, at most ``timeout`` seconds; returns
+        it, or ``None``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            changed = self._changed
+            value = check()
+            if value is not None:
+                return value
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            await self._wait_changed(changed, None if deadline is None else deadline - now)
+
     def _spawn(self, work: Awaitable[Any]) -> None:
         """Runs ``work`` as a task of the agent's loop; callable from any thread."""
         loop = self._loop
@@ -210,6 +230,18 @@ class Agent(AgentBase):
     async def inspect(self, kind: str, name: str) -> Inspection:
         """``inspect``: who holds ``name`` and who waits for it, in queue order."""
         return Inspection.from_result(await self.request("inspect", kind=kind, name=name))
+
+    async def airspace_query(
+        self,
+        volume: Optional[VolumeLike] = None,
+        volumes: Optional[Sequence[VolumeLike]] = None,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
+    ) -> AirspacePage:
+        """``airspace.query``: one page of the held reservations that ``volume`` or the route
+        ``volumes`` would conflict with; see :meth:`hivekeeper.Agent.airspace_query`."""
+        fields = airspace_query_fields(volume, volumes, limit, after)
+        return AirspacePage.from_result(await self.request("airspace.query", **fields))
 
     async def _call(
         self,
@@ -303,28 +335,24 @@ class Session(SessionBase):
     async def wait_lost(self, timeout: Optional[float] = None) -> Optional[SessionState]:
         """Waits until the session is not LIVE (at most ``timeout`` seconds); returns that
         state, or ``None`` if it stayed live."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            changed = self.agent._changed
+
+        def lost() -> Optional[SessionState]:
             state = self.state
-            if not state.is_live():
-                return state
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return None
-            await self.agent._wait_changed(changed, None if deadline is None else deadline - now)
+            return None if state.is_live() else state
+
+        return await self.agent._wait_for(lost, timeout)
 
     def lock(self, name: str, wait_ms: Optional[int] = None) -> "Opening[Guard]":
         """Takes the FIFO lock ``name``; see :meth:`hivekeeper.Session.lock`. ``await`` it, or
         ``async with`` it to release at the end."""
-        return Opening(self._acquire("lock", name, {}, wait_ms))
+        return Opening(self._acquire(asks.lock(name), wait_ms))
 
     def semaphore(
         self, name: str, limit: int, permits: int = 1, wait_ms: Optional[int] = None
     ) -> "Opening[Guard]":
         """Takes ``permits`` of the semaphore ``name``; see
         :meth:`hivekeeper.Session.semaphore`."""
-        return Opening(self._acquire("sem", name, {"limit": limit, "permits": permits}, wait_ms))
+        return Opening(self._acquire(asks.semaphore(name, limit, permits), wait_ms))
 
     def waypoint(
         self,
@@ -335,10 +363,27 @@ class Session(SessionBase):
         alt_min_m: Optional[float] = None,
         alt_max_m: Optional[float] = None,
         wait_ms: Optional[int] = None,
+        *,
+        start_ms: Optional[int] = None,
+        end_ms: Optional[int] = None,
+        priority: Optional[int] = None,
     ) -> "Opening[Guard]":
-        """Reserves the waypoint ``name``; see :meth:`hivekeeper.Session.waypoint`."""
-        area = geometry(lat, lon, radius_m, alt_min_m, alt_max_m)
-        return Opening(self._acquire("waypoint", name, area, wait_ms))
+        """Reserves the waypoint ``name``, with a time window and a priority when given; see
+        :meth:`hivekeeper.Session.waypoint`."""
+        ask = asks.waypoint(
+            name, lat, lon, radius_m, alt_min_m, alt_max_m, start_ms, end_ms, priority
+        )
+        return Opening(self._acquire(ask, wait_ms))
+
+    def route(
+        self,
+        name: str,
+        volumes: Sequence[VolumeLike],
+        wait_ms: Optional[int] = None,
+        priority: Optional[int] = None,
+    ) -> "Opening[Guard]":
+        """Reserves the route ``name`` as one intent; see :meth:`hivekeeper.Session.route`."""
+        return Opening(self._acquire(asks.route(name, volumes, priority), wait_ms))
 
     async def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
         """``fence.check``; needs no live session."""
@@ -348,18 +393,16 @@ class Session(SessionBase):
         """``inspect``; needs no live session."""
         return await self.agent.inspect(kind, name)
 
-    async def _acquire(
-        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
-    ) -> "Guard":
-        op, fields, patience, abandon = self._begin_acquire(kind, name, extra, wait_ms)
+    async def _acquire(self, ask: Ask, wait_ms: Optional[int]) -> "Guard":
+        fields, patience, abandon = self._begin_acquire(ask, wait_ms)
         try:
             result = await self.agent._call(
-                op, fields, patience, interrupt=self._interrupt, abandon=abandon
+                ask.op, fields, patience, interrupt=self._interrupt, abandon=abandon
             )
         except BaseException as error:
-            self._acquire_failed(kind, name, error)
+            self._acquire_failed(ask.kind, ask.name, error)
             raise
-        return Guard(self, kind, name, self._granted(kind, name, result))
+        return Guard(self, ask, self._granted(ask, result))
 
     def _release_later(self, kind: str, name: str) -> None:
         self.agent._spawn(self._release_now(kind, name))
@@ -405,8 +448,8 @@ class Session(SessionBase):
 class Guard(GuardBase):
     """A grant with its fencing token; see :class:`hivekeeper.Guard`."""
 
-    def __init__(self, session: Session, kind: str, name: str, token: int) -> None:
-        super().__init__(session, kind, name, token)
+    def __init__(self, session: Session, ask: Ask, token: int) -> None:
+        super().__init__(session, ask, token)
         #: The session, typed as the asyncio one.
         self.session: Session = session
 
@@ -436,7 +479,38 @@ class Guard(GuardBase):
         try:
             await self.session.agent.request(**request)
         except BaseException as error:
-            self._release_failed(error)
+            self._request_failed(error)
             raise
         finally:
             self._forget()
+
+    async def amend(self, volumes: Sequence[VolumeLike], priority: Optional[int] = None) -> None:
+        """Replaces the route's volumes, keeping its token when granted at once;
+        :class:`~hivekeeper.WouldBlock` and the old route kept otherwise. See
+        :meth:`hivekeeper.Guard.amend`."""
+        request = self._amend_request(volumes, priority)
+        try:
+            result = await self.session.agent.request(**request)
+        except BaseException as error:
+            self._request_failed(error)
+            raise
+        self._amended(request, result)
+
+    async def wait_preempted(self, timeout: Optional[float] = None) -> Optional[Preempted]:
+        """Waits until a vacate deadline stands (at most ``timeout`` seconds); returns the
+        notice (:attr:`vacate_by_ms`, the preemptor's priority), or ``None`` if none came."""
+
+        def notice() -> Optional[Preempted]:
+            with self.session._cond:
+                return self.preemption
+
+        return await self.session.agent._wait_for(notice, timeout)
+
+    async def wait_preemption_withdrawn(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the service withdraws the vacate deadline (at most ``timeout``
+        seconds); whether it did."""
+
+        def withdrawn() -> Optional[bool]:
+            return True if self.preemption_withdrawn.is_set() else None
+
+        return await self.session.agent._wait_for(withdrawn, timeout) is not None

@@ -1,4 +1,5 @@
-"""``Guard``: proof of a grant (lock, permits, waypoint reservation) with its fencing token.
+"""``Guard``: proof of a grant (lock, permits, waypoint reservation, route) with its fencing
+token.
 
 The token is the safety mechanism, the guard only a convenience (DESIGN.md section 5.2): pass
 :attr:`Guard.token` to whatever the guard protects, and let that resource refuse a token older
@@ -8,18 +9,28 @@ world when its lease is lost; the token lets the world stop a stale holder.
 As a context manager the grant is released when the block ends. Python has no reliable
 destructor, so a guard used without ``with`` must be released with :meth:`Guard.release`, or
 goes with its session (revoking a session releases everything it holds).
+
+A waypoint's or a route's guard also learns when a higher priority preempts it
+(``reservation.preempted``, PROTOCOL.md section 8.9.4): :attr:`GuardBase.preempted` is set and
+:attr:`GuardBase.vacate_by_ms` says by when to vacate and release, as the Rust SDK's
+``Guard::preempted()`` resolves; when the service drops the deadline
+(``reservation.preemption_withdrawn``, the SDK's ``Guard::preemption_withdrawn()``),
+``preempted`` is cleared and :attr:`GuardBase.preemption_withdrawn` set. A route's guard
+replaces its volumes with ``amend`` (``route.amend``), keeping its token.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from .errors import HivekeeperError, LeaseNotFound, SessionLost
-from .protocol import RELEASE_OP, FenceCheck
+from .airspace import Preempted, Volume, VolumeLike, wire_volumes
+from .errors import BadRequest, HivekeeperError, LeaseNotFound, MalformedResponse, SessionLost
+from .protocol import FenceCheck
 
 if TYPE_CHECKING:
+    from .ask import Ask
     from .session import Session, SessionBase
 
 log = logging.getLogger("hivekeeper")
@@ -28,18 +39,68 @@ log = logging.getLogger("hivekeeper")
 class GuardBase:
     """What the threaded :class:`Guard` and ``hivekeeper.aio.Guard`` share."""
 
-    def __init__(self, session: "SessionBase", kind: str, name: str, token: int) -> None:
+    def __init__(self, session: "SessionBase", ask: "Ask", token: int) -> None:
         #: The session the grant is bound to.
         self.session = session
-        #: ``"lock"``, ``"sem"`` or ``"waypoint"``.
-        self.kind = kind
+        #: ``"lock"``, ``"sem"`` or ``"waypoint"`` (a route is a waypoint reservation of its
+        #: name: ``fence.check`` and ``inspect`` take this kind).
+        self.kind = ask.kind
         #: The resource's name.
-        self.name = name
+        self.name = ask.name
         #: The fencing token: strictly increasing per resource across grants, leader changes
         #: and restarts. Send it with every action the guard protects.
         self.token = token
+        #: The priority the reservation holds, 0 (routine) to 3 (emergency); 0 for locks and
+        #: semaphores, which have none. :meth:`amend` restates it.
+        self.priority = ask.priority
+        #: A route's volumes in flight order, as last granted (``amend`` replaces them);
+        #: ``None`` for everything but a route.
+        self.volumes: Optional[List[Volume]] = (
+            None if ask.volumes is None else [Volume.from_wire(v) for v in ask.volumes]
+        )
+        #: Set while a vacate deadline stands, as far as the client was told: the service told
+        #: this reservation (its name and token) that a higher priority preempts it, so vacate
+        #: the airspace and release the guard before :attr:`vacate_by_ms`. Cleared when the
+        #: service withdraws the deadline. Never set for a lock or a semaphore. Events are a
+        #: courtesy (one sent while the agent reconnects is missed): the token is the safety
+        #: mechanism.
+        self.preempted = threading.Event()
+        #: Set when the service dropped the vacate deadline of an earlier preemption
+        #: (``reservation.preemption_withdrawn``): the reservation is kept, with its token, and
+        #: need not be vacated. Cleared by a new preemption.
+        self.preemption_withdrawn = threading.Event()
+        #: The notice behind :attr:`preempted` (deadline and the preemptor's priority); ``None``
+        #: while none stands. Changed under the session's condition.
+        self.preemption: Optional[Preempted] = None
+        #: The op that releases the grant (``route.release`` for a route).
+        self._release_op = ask.release_op
         #: Whether the grant was released (or given back by the client).
         self._released = False
+        if self.kind == "waypoint":
+            session._watch_preemption(self)
+
+    @property
+    def is_route(self) -> bool:
+        """Whether the guard holds a route (``route.reserve``)."""
+        return self.volumes is not None
+
+    @property
+    def vacate_by_ms(self) -> Optional[int]:
+        """When the service ends the preempted reservation unless released first (UTC ms, the
+        service's clock); ``None`` while it is not preempted."""
+        preemption = self.preemption
+        return None if preemption is None else preemption.vacate_by_ms
+
+    def _preemption_news(self, notice: Optional[Preempted]) -> None:
+        """A ``reservation.preempted`` (``notice``) or ``reservation.preemption_withdrawn``
+        (``None``) for this guard (session condition held)."""
+        self.preemption = notice
+        if notice is None:
+            self.preempted.clear()
+            self.preemption_withdrawn.set()
+        else:
+            self.preemption_withdrawn.clear()
+            self.preempted.set()
 
     @property
     def lost(self) -> threading.Event:
@@ -61,13 +122,50 @@ class GuardBase:
         if state.is_ended():
             self._forget()
             raise SessionLost(state)
-        return {"op": RELEASE_OP[self.kind], "name": self.name, "lease": self.session.lease}
+        return {"op": self._release_op, "name": self.name, "lease": self.session.lease}
 
-    def _release_failed(self, error: BaseException) -> None:
+    def _request_failed(self, error: BaseException) -> None:
+        """After a failed release or amend: a ``lease_not_found`` ends the session."""
         if isinstance(error, LeaseNotFound):
             from .session import SessionState
 
             self.session._request_end(SessionState.EXPIRED)
+
+    def _amend_request(
+        self, volumes: Sequence[VolumeLike], priority: Optional[int]
+    ) -> Dict[str, Any]:
+        """The ``route.amend`` request. :class:`~hivekeeper.BadRequest` for a guard that is
+        not a route's, :class:`~hivekeeper.SessionLost` when the session is not live."""
+        if not self.is_route:
+            raise BadRequest(
+                "bad_request", f"route.amend: the {self.kind} {self.name!r} is not a route"
+            )
+        state = self.session.state
+        if not state.is_live():
+            raise SessionLost(state)
+        held = self.priority if priority is None else priority
+        request = {
+            "op": "route.amend",
+            "name": self.name,
+            "lease": self.session.lease,
+            "volumes": wire_volumes("route.amend", volumes),
+            # Absent means routine: an amend restates the priority as it restates the volumes.
+            "priority": held if held else None,
+        }
+        return request
+
+    def _amended(self, request: Dict[str, Any], result: Dict[str, Any]) -> None:
+        """The amend was granted: the guard takes the new volumes and priority. Whether a
+        vacate deadline still stands is the service's to say (an amend that keeps a volume
+        the preemptor waits on leaves it; one out of its way drops it, and
+        ``reservation.preemption_withdrawn`` says so)."""
+        if result.get("token") != self.token:
+            raise MalformedResponse(
+                f"route.amend answered {result}; the route's token is {self.token}"
+            )
+        with self.session._cond:
+            self.volumes = [Volume.from_wire(v) for v in request["volumes"]]
+            self.priority = request["priority"] or 0
 
     def _skip_release_at_exit(self) -> bool:
         """Whether the end of a ``with`` block has nothing to release."""
@@ -84,14 +182,18 @@ class GuardBase:
         self.session._unclaim((self.kind, self.name))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(kind={self.kind!r}, name={self.name!r}, token={self.token})"
+        route = ", route" if self.is_route else ""
+        return (
+            f"{type(self).__name__}(kind={self.kind!r}, name={self.name!r}, "
+            f"token={self.token}{route})"
+        )
 
 
 class Guard(GuardBase):
-    """A granted lock, permits or waypoint reservation, with its fencing token."""
+    """A granted lock, permits, waypoint reservation or route, with its fencing token."""
 
-    def __init__(self, session: "Session", kind: str, name: str, token: int) -> None:
-        super().__init__(session, kind, name, token)
+    def __init__(self, session: "Session", ask: "Ask", token: int) -> None:
+        super().__init__(session, ask, token)
         #: The session, typed as the threaded one.
         self.session: "Session" = session
 
@@ -125,7 +227,35 @@ class Guard(GuardBase):
         try:
             self.session.agent.request(**request)
         except BaseException as error:
-            self._release_failed(error)
+            self._request_failed(error)
             raise
         finally:
             self._forget()
+
+    def amend(self, volumes: Sequence[VolumeLike], priority: Optional[int] = None) -> None:
+        """Replaces the route's volumes (``route.amend``), e.g. to extend a delayed flight or
+        to free legs already flown. Granted at once, the route keeps its token (and
+        :attr:`volumes` becomes the new ones); otherwise :class:`~hivekeeper.WouldBlock` and
+        the old route is kept. It never waits and never preempts. ``priority`` changes the
+        route's; absent, it keeps :attr:`priority`. :class:`~hivekeeper.NotHolder` when the
+        route is no longer held (preempted and ended, or its window over)."""
+        request = self._amend_request(volumes, priority)
+        try:
+            result = self.session.agent.request(**request)
+        except BaseException as error:
+            self._request_failed(error)
+            raise
+        self._amended(request, result)
+
+    def wait_preempted(self, timeout: Optional[float] = None) -> Optional[Preempted]:
+        """Blocks until a vacate deadline stands (at most ``timeout`` seconds); returns the
+        notice, or ``None`` if none came (or it was withdrawn at once)."""
+        if not self.preempted.wait(timeout):
+            return None
+        with self.session._cond:
+            return self.preemption
+
+    def wait_preemption_withdrawn(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the service withdraws the vacate deadline (at most ``timeout``
+        seconds); whether it did."""
+        return self.preemption_withdrawn.wait(timeout)

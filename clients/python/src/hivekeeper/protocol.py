@@ -1,5 +1,6 @@
 """The wire protocol v1 as this client speaks it: topics, request encoding, response and
-event decoding, and the typed results of ``fence.check`` and ``inspect``.
+event decoding, the 4D volumes of routes and airspace queries, and the typed results of
+``fence.check``, ``inspect``, ``airspace.query`` and the ``reservation.preempted`` event.
 
 Pure: no I/O, no threads. docs/PROTOCOL.md is the reference; this module only checks locally
 what the service could not answer under the request's id (a payload over 8192 bytes, or one
@@ -13,13 +14,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
+from .airspace import PRIORITY_ROUTINE, Area, Volume, area_from, volumes_from
 from .errors import BadRequest, MalformedResponse, TooLarge
 
 #: The largest request payload the service reads (PROTOCOL.md section 5).
 REQUEST_BYTES_MAX = 8192
 
 #: The ops that take a resource and may wait for it; their patience depends on ``wait_ms``.
-ACQUIRE_OPS = frozenset({"lock.acquire", "sem.acquire", "waypoint.reserve"})
+ACQUIRE_OPS = frozenset({"lock.acquire", "sem.acquire", "waypoint.reserve", "route.reserve"})
 
 #: Resource kinds, as ``fence.check`` and ``inspect`` name them.
 KINDS = ("lock", "sem", "waypoint")
@@ -151,6 +153,18 @@ class Holder:
     lease: Optional[str] = None
     #: Permits held (semaphores only).
     permits: Optional[int] = None
+    #: The cylinder held (waypoints reserved with geometry only).
+    area: Optional[Area] = None
+    #: The time window's start (waypoints reserved with a window only).
+    start_ms: Optional[int] = None
+    #: The time window's end, exclusive (waypoints whose window has an end only).
+    end_ms: Optional[int] = None
+    #: The route's volumes in flight order (routes only).
+    volumes: Optional[List[Volume]] = None
+    #: The reservation's priority (0, routine, for everything else).
+    priority: int = PRIORITY_ROUTINE
+    #: When a preempted reservation is ended unless released (preempted ones only).
+    vacate_by_ms: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +179,16 @@ class Waiter:
     since_ms: int
     #: Permits asked for (semaphores only).
     permits: Optional[int] = None
+    #: The cylinder asked for (waypoints with geometry only).
+    area: Optional[Area] = None
+    #: The time window's start asked for (waypoints with a window only).
+    start_ms: Optional[int] = None
+    #: The time window's end asked for (waypoints whose window has an end only).
+    end_ms: Optional[int] = None
+    #: The volumes asked for (routes only).
+    volumes: Optional[List[Volume]] = None
+    #: The priority asked for (0, routine, when the service leaves it out).
+    priority: int = PRIORITY_ROUTINE
 
 
 @dataclass(frozen=True)
@@ -199,6 +223,12 @@ class Inspection:
                 since_ms=h["since_ms"],
                 lease=h.get("lease"),
                 permits=h.get("permits"),
+                area=area_from(h.get("area")),
+                start_ms=h.get("start_ms"),
+                end_ms=h.get("end_ms"),
+                volumes=volumes_from(h.get("volumes")),
+                priority=h.get("priority", PRIORITY_ROUTINE),
+                vacate_by_ms=h.get("vacate_by_ms"),
             )
             for h in result["holders"]
         ]
@@ -208,6 +238,11 @@ class Inspection:
                 position=w["position"],
                 since_ms=w["since_ms"],
                 permits=w.get("permits"),
+                area=area_from(w.get("area")),
+                start_ms=w.get("start_ms"),
+                end_ms=w.get("end_ms"),
+                volumes=volumes_from(w.get("volumes")),
+                priority=w.get("priority", PRIORITY_ROUTINE),
             )
             for w in result["waiters"]
         ]

@@ -45,8 +45,11 @@ import enum
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Set, Tuple
 
+from . import ask as asks
+from .airspace import Preempted, VolumeLike
+from .ask import Ask
 from .errors import (
     AlreadyHeld,
     ConfigError,
@@ -55,12 +58,12 @@ from .errors import (
     MalformedResponse,
     SessionLost,
 )
-from .protocol import ACQUIRE_OP, RELEASE_OP, FenceCheck, Inspection, Response
+from .protocol import RELEASE_OP, FenceCheck, Inspection, Response
 from .request_loop import Abandon, Patience
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentBase
-    from .guard import Guard
+    from .guard import Guard, GuardBase
 
 log = logging.getLogger("hivekeeper")
 
@@ -162,6 +165,14 @@ class SessionBase:
         #: What this session holds or is acquiring: ``(kind, name)``. A second guard for a
         #: hold would release it under the first one's feet.
         self._claims: Set[Tuple[str, str]] = set()
+        #: The guards of waypoints and routes, by name: the ones a ``reservation.preempted``
+        #: event can be for.
+        self._reservations: Dict[str, "GuardBase"] = {}
+        #: The last preemption news for a claimed name, ``(token, notice)``: a
+        #: ``reservation.preempted`` notice, or ``None`` after
+        #: ``reservation.preemption_withdrawn``. Kept until the claim ends: the news can
+        #: arrive before its grant's guard exists.
+        self._preemptions: Dict[str, Tuple[int, Optional[Preempted]]] = {}
 
     def _register(self) -> None:
         with self._cond:
@@ -185,38 +196,42 @@ class SessionBase:
     # -- acquiring: the parts before and after the request ------------------------------------
 
     def _begin_acquire(
-        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
-    ) -> Tuple[str, Dict[str, Any], Patience, Abandon]:
-        """Claims the resource; the request's op, fields, patience and abandon plan."""
-        key = (kind, name)
+        self, ask: Ask, wait_ms: Optional[int]
+    ) -> Tuple[Dict[str, Any], Patience, Abandon]:
+        """Claims the resource; the request's fields, patience and abandon plan."""
+        key = (ask.kind, ask.name)
         with self._cond:
             if not self._state.is_live():
                 raise SessionLost(self._state)
             if key in self._claims:
-                raise AlreadyHeld(kind, name)
+                raise AlreadyHeld(ask.kind, ask.name)
             self._claims.add(key)
-        op = ACQUIRE_OP[kind]
-        fields: Dict[str, Any] = {"name": name, "lease": self.lease, **extra, "wait_ms": wait_ms}
-        abandon = Abandon(on_late=self._late_answer(kind, name), owner=self)
-        return op, fields, self.agent._patience_for(op, wait_ms), abandon
+        fields: Dict[str, Any] = {
+            "name": ask.name,
+            "lease": self.lease,
+            **ask.fields,
+            "wait_ms": wait_ms,
+        }
+        abandon = Abandon(on_late=self._late_answer(ask.kind, ask.name), owner=self)
+        return fields, self.agent._patience_for(ask.op, wait_ms), abandon
 
     def _acquire_failed(self, kind: str, name: str, error: BaseException) -> None:
         self._unclaim((kind, name))
         if isinstance(error, LeaseNotFound):
             self._request_end(SessionState.EXPIRED)
 
-    def _granted(self, kind: str, name: str, result: Dict[str, Any]) -> int:
+    def _granted(self, ask: Ask, result: Dict[str, Any]) -> int:
         """The grant's token; :class:`SessionLost` (and the grant given back) if the session
         was lost meanwhile."""
         token = result.get("token")
         if isinstance(token, bool) or not isinstance(token, int):
-            self._unclaim((kind, name))
-            raise MalformedResponse(f"{ACQUIRE_OP[kind]} granted without a `token`: {result}")
+            self._unclaim((ask.kind, ask.name))
+            raise MalformedResponse(f"{ask.op} granted without a `token`: {result}")
         with self._cond:
             state = self._state
         if not state.is_live():
-            self._unclaim((kind, name))
-            self._release_later(kind, name)
+            self._unclaim((ask.kind, ask.name))
+            self._release_later(ask.kind, ask.name)
             raise SessionLost(state)
         return token
 
@@ -242,6 +257,41 @@ class SessionBase:
     def _unclaim(self, key: Tuple[str, str]) -> None:
         with self._cond:
             self._claims.discard(key)
+            kind, name = key
+            if kind == "waypoint":
+                self._reservations.pop(name, None)
+                self._preemptions.pop(name, None)
+
+    # -- preemption ---------------------------------------------------------------------------
+
+    def _watch_preemption(self, guard: "GuardBase") -> None:
+        """Routes the preemption events of ``guard``'s reservation to it, and the news that
+        arrived before the guard existed."""
+        with self._cond:
+            self._reservations[guard.name] = guard
+            seen = self._preemptions.get(guard.name)
+            if seen is not None and seen[0] == guard.token:
+                guard._preemption_news(seen[1])
+
+    def _on_preemption_event(self, event: Dict[str, Any]) -> None:
+        """A ``reservation.preempted`` or ``reservation.preemption_withdrawn`` event: for this
+        session's reservation of that name and token, if it has one (the agent's other
+        sessions see the event too). Events of one reservation arrive in the order the
+        service sent them, so the last one says where it stands."""
+        name, token = event.get("name"), event.get("token")
+        if not isinstance(name, str) or isinstance(token, bool) or not isinstance(token, int):
+            return
+        notice = Preempted.from_event(event)
+        if notice is None and event.get("event") != "reservation.preemption_withdrawn":
+            return  # a malformed reservation.preempted: events are a courtesy
+        with self._cond:
+            if ("waypoint", name) not in self._claims:
+                return
+            self._preemptions[name] = (token, notice)
+            guard = self._reservations.get(name)
+            if guard is not None and guard.token == token:
+                guard._preemption_news(notice)
+            self.agent._shared.notify()
 
     # -- the keeper's decisions ---------------------------------------------------------------
 
@@ -253,6 +303,9 @@ class SessionBase:
             self.agent._shared.notify()
 
     def _on_event(self, event: Dict[str, Any]) -> None:
+        if event.get("event") in ("reservation.preempted", "reservation.preemption_withdrawn"):
+            self._on_preemption_event(event)
+            return
         # An operator's admin.revoke ends the lease as surely as an expiry.
         if (
             event.get("event") in ("lease.expired", "lease.revoked")
@@ -305,6 +358,8 @@ class SessionBase:
         log.info("lease %s: session %s", self.lease, state)
         self._set_state(state)
         self._claims.clear()
+        self._reservations.clear()
+        self._preemptions.clear()
         shared = self.agent._shared
         if self._on_event in shared.event_handlers:
             shared.event_handlers.remove(self._on_event)
@@ -335,23 +390,6 @@ class SessionBase:
                 log.info("lease %s: keepalive acknowledged in time: session live again", self.lease)
                 self._set_state(SessionState.LIVE)
             self.agent._shared.notify()
-
-
-def geometry(
-    lat: Optional[float],
-    lon: Optional[float],
-    radius_m: Optional[float],
-    alt_min_m: Optional[float],
-    alt_max_m: Optional[float],
-) -> Dict[str, Any]:
-    """A waypoint reservation's geometry fields (``None`` ones are left out of the request)."""
-    return {
-        "lat": lat,
-        "lon": lon,
-        "radius_m": radius_m,
-        "alt_min_m": alt_min_m,
-        "alt_max_m": alt_max_m,
-    }
 
 
 class Session(SessionBase):
@@ -439,7 +477,7 @@ class Session(SessionBase):
         once (:class:`~hivekeeper.WouldBlock` if taken); ``n`` waits at most ``n`` ms
         (:class:`~hivekeeper.Timeout`). :class:`~hivekeeper.SessionLost` if the session stops
         being live first."""
-        return self._acquire("lock", name, {}, wait_ms)
+        return self._acquire(asks.lock(name), wait_ms)
 
     def semaphore(
         self, name: str, limit: int, permits: int = 1, wait_ms: Optional[int] = None
@@ -447,7 +485,7 @@ class Session(SessionBase):
         """Takes ``permits`` of the counting semaphore ``name`` of capacity ``limit`` (the first
         acquirer fixes it; another value is :class:`~hivekeeper.LimitMismatch`). ``wait_ms``
         as for :meth:`lock`."""
-        return self._acquire("sem", name, {"limit": limit, "permits": permits}, wait_ms)
+        return self._acquire(asks.semaphore(name, limit, permits), wait_ms)
 
     def waypoint(
         self,
@@ -458,14 +496,43 @@ class Session(SessionBase):
         alt_min_m: Optional[float] = None,
         alt_max_m: Optional[float] = None,
         wait_ms: Optional[int] = None,
+        *,
+        start_ms: Optional[int] = None,
+        end_ms: Optional[int] = None,
+        priority: Optional[int] = None,
     ) -> "Guard":
         """Reserves the waypoint ``name`` and, with ``lat``/``lon``, the vertical cylinder of
         ``radius_m`` around it between ``alt_min_m`` and ``alt_max_m`` (absent: unbounded).
         It conflicts with a reservation of the same name, or one whose cylinder is closer than
-        the sum of the radii with an overlapping altitude band. ``wait_ms`` as for
-        :meth:`lock`."""
-        area = geometry(lat, lon, radius_m, alt_min_m, alt_max_m)
-        return self._acquire("waypoint", name, area, wait_ms)
+        the sum of the radii with an overlapping altitude band and an overlapping time
+        window. ``wait_ms`` as for :meth:`lock`.
+
+        ``start_ms``/``end_ms`` (UTC ms since the Unix epoch) hold it during
+        ``[start_ms, end_ms)`` only; absent, from the request on / until released. A future
+        window is granted now when nothing conflicts with it, and the service ends the
+        reservation by itself at ``end_ms``. ``priority`` 0 (routine, the default) to 3
+        (emergency): a reservation in the way only of lower priorities preempts them
+        (:attr:`Guard.preempted`) instead of waiting behind them. Each is sent only when
+        given."""
+        ask = asks.waypoint(
+            name, lat, lon, radius_m, alt_min_m, alt_max_m, start_ms, end_ms, priority
+        )
+        return self._acquire(ask, wait_ms)
+
+    def route(
+        self,
+        name: str,
+        volumes: Sequence[VolumeLike],
+        wait_ms: Optional[int] = None,
+        priority: Optional[int] = None,
+    ) -> "Guard":
+        """Reserves the route ``name`` (``route.reserve``): 1 to 64 4D ``volumes``
+        (:class:`~hivekeeper.Volume` or dicts with ``lat``, ``lon``, ``radius_m``,
+        ``alt_min_m``, ``alt_max_m``, ``start_ms``, ``end_ms``) as one intent, granted all or
+        nothing with one token, or queued FIFO as a unit. ``wait_ms`` as for :meth:`lock`;
+        ``priority`` as for :meth:`waypoint`. The guard amends (:meth:`Guard.amend`) and
+        releases the route."""
+        return self._acquire(asks.route(name, volumes, priority), wait_ms)
 
     def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
         """``fence.check`` (see :meth:`Agent.fence_check`); needs no live session."""
@@ -475,20 +542,18 @@ class Session(SessionBase):
         """``inspect`` (see :meth:`Agent.inspect`); needs no live session."""
         return self.agent.inspect(kind, name)
 
-    def _acquire(
-        self, kind: str, name: str, extra: Dict[str, Any], wait_ms: Optional[int]
-    ) -> "Guard":
+    def _acquire(self, ask: Ask, wait_ms: Optional[int]) -> "Guard":
         from .guard import Guard
 
-        op, fields, patience, abandon = self._begin_acquire(kind, name, extra, wait_ms)
+        fields, patience, abandon = self._begin_acquire(ask, wait_ms)
         try:
             result = self.agent._call(
-                op, fields, patience, interrupt=self._interrupt, abandon=abandon
+                ask.op, fields, patience, interrupt=self._interrupt, abandon=abandon
             )
         except BaseException as error:
-            self._acquire_failed(kind, name, error)
+            self._acquire_failed(ask.kind, ask.name, error)
             raise
-        return Guard(self, kind, name, self._granted(kind, name, result))
+        return Guard(self, ask, self._granted(ask, result))
 
     def _release_later(self, kind: str, name: str) -> None:
         threading.Thread(target=self._release_now, args=(kind, name), daemon=True).start()
