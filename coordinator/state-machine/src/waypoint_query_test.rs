@@ -417,3 +417,30 @@ fn a_busy_pad_slot_after_slot_keeps_the_time_index_exact() {
         (vec!["slot-12".to_string(), "slot-13".to_string()], None)
     );
 }
+
+/// A machine that has applied nothing holds nothing and has no time yet: a well-formed query
+/// an hour ahead is answered with no conflicts, not refused as beyond the horizon of time 0;
+/// a malformed one is still refused.
+#[test]
+fn a_machine_that_applied_nothing_answers_no_conflicts() {
+    let sm = super::StateMachine::new(super::Limits::DEFAULTS);
+    let hour_ahead = (Some(1_764_503_600_000), Some(1_764_503_660_000));
+    assert_eq!(
+        sm.query("planner", &query(Some(cylinder(0.0, hour_ahead)), None)),
+        Reply::Conflicts {
+            conflicts: Vec::new(),
+            next_after: None
+        }
+    );
+    let reply = sm.query("planner", &query(None, None));
+    assert!(
+        matches!(
+            reply,
+            Reply::Refused {
+                code: ErrorCode::BadRequest,
+                ..
+            }
+        ),
+        "{reply:?}"
+    );
+}

@@ -13,7 +13,8 @@
 //! The query's window is resolved as a reservation's is (`Window::resolve`, against the
 //! machine's clock and the replicated limits): a window in the past, too long or too far ahead
 //! is `bad_request` naming the bound, and a `volume` without a window means from the machine's
-//! time on, with no end. The machine's time is the last applied entry's, so on an idle service
+//! time on, with no end. Before the machine has applied its first entry it holds nothing and
+//! has no time: every well-formed query is answered with no conflicts. The machine's time is the last applied entry's, so on an idle service
 //! a reservation that ended since is still listed until its `ExpireReservations` entry, the
 //! safe side for a planner.
 //!
@@ -106,6 +107,15 @@ impl StateMachine {
         };
         if let Err(message) = check_query(volume, volumes, after, limit) {
             return refused(message);
+        }
+        if self.now_ms == 0 {
+            // No entry applied yet: nothing is held, and the machine's clock (0) would put
+            // every real window beyond the horizon (found by the Python client's tests on a
+            // freshly started node).
+            return Reply::Conflicts {
+                conflicts: Vec::new(),
+                next_after: None,
+            };
         }
         let query: Vec<Shape> = match (volume, volumes) {
             (Some(volume), _) => {
