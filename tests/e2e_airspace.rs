@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{Node, Raw, agent, agent_session, code, inspect, release, within};
+use common::{Node, Raw, agent, agent_session, code, inspect, release, wait_metric, within};
 use hivekeeper_agent::protocol::{Area, ResourceKind, Volume};
 use hivekeeper_agent::{AgentError, Guard, Priority, Session, TimeWindow, Wait};
 use serde_json::json;
@@ -671,6 +671,13 @@ async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shie
     let shown = holder.inspect("i1", "waypoint", "pad-9").await;
     assert_eq!(shown["holders"][0]["token"], token_h, "{shown}");
     assert!(shown["holders"][0].get("vacate_by_ms").is_none(), "{shown}");
+    wait_metric(
+        node.metrics_port,
+        "hivekeeper_reservation_preemptions_withdrawn_total",
+        10,
+        |withdrawn| withdrawn == 1.0,
+    )
+    .await;
 
     // A routine request queues; an emergency 500 ms later is behind it (aging: 3 × 100 ms).
     let (mut routine, routine_lease) = raw_agent(port, "survey-6").await;

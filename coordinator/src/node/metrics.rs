@@ -72,6 +72,10 @@ pub const RESOURCE_RELEASES_TOTAL: &str = "hivekeeper_resource_releases_total";
 /// higher priority (each told `reservation.preempted` with a vacate deadline), by the
 /// preemptor's `priority` (counter).
 pub const RESERVATIONS_PREEMPTED_TOTAL: &str = "hivekeeper_reservations_preempted_total";
+/// Addition (issue 18, part 3): vacate deadlines dropped because no waiting request needed the
+/// reservation's airspace any more (each holder told `reservation.preemption_withdrawn`)
+/// (counter).
+pub const PREEMPTIONS_WITHDRAWN_TOTAL: &str = "hivekeeper_reservation_preemptions_withdrawn_total";
 /// Time from queueing to grant, 0 for an immediate grant, by `kind` (histogram).
 pub const RESOURCE_WAIT_SECONDS: &str = "hivekeeper_resource_wait_seconds";
 /// Time a hold lasted, by `kind` (histogram).
@@ -156,6 +160,11 @@ pub fn describe() {
         RESERVATIONS_PREEMPTED_TOTAL,
         "Waypoint reservations and routes preempted by a higher priority (told to vacate by a \
          deadline), by the preemptor's priority."
+    );
+    describe_counter!(
+        PREEMPTIONS_WITHDRAWN_TOTAL,
+        "Vacate deadlines dropped because no waiting request needed the preempted reservation's \
+         airspace any more (the holder keeps it)."
     );
     describe_histogram!(
         RESOURCE_WAIT_SECONDS,
@@ -348,10 +357,12 @@ impl NodeMetrics {
                         counter!(RESERVATIONS_PREEMPTED_TOTAL, "priority" => priority).increment(1);
                     }
                 }
-                Event::Queued { .. }
-                | Event::Respond { .. }
-                | Event::PreemptionWithdrawn { .. }
-                | Event::AccountChanged { .. } => {}
+                Event::PreemptionWithdrawn { .. } => {
+                    if !replayed {
+                        counter!(PREEMPTIONS_WITHDRAWN_TOTAL).increment(1);
+                    }
+                }
+                Event::Queued { .. } | Event::Respond { .. } | Event::AccountChanged { .. } => {}
             }
         }
         if held_changed {
