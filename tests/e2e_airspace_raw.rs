@@ -11,8 +11,8 @@
 //!   holder) waits behind it.
 //! - Priority: a priority-2 `waypoint.reserve` preempts a routine waypoint holder
 //!   (`reservation.preempted`, `kind: "waypoint"`), which releases, and is then granted with a
-//!   higher token; a `priority` that is not a level is `bad_request` with the documented
-//!   message.
+//!   higher token; with `wait_ms: 0` it is `would_block` and preempts nothing; a `priority`
+//!   that is not a level is `bad_request` with the documented message.
 //! - Queue order: behind a priority-2 holder, two priority-1 waiters stay FIFO and a later
 //!   priority-2 one goes ahead of them (`inspect`), and they are granted in that order.
 //! - `airspace.query` by the `admin` role shows agent and lease on every row, and `priority` on
@@ -272,7 +272,8 @@ async fn a_priority_2_waypoint_preempts_a_routine_holder_which_releases_and_it_g
         "h1",
     );
 
-    // A `priority` that is not a level is refused, with the message that names the field.
+    // A `priority` that is not a level (`null` included, §8.9.4) is refused, with the
+    // message that names the field.
     let refusal = |id: &str, shown: &str| {
         json!({"id": id, "ok": false, "error": {"code": "bad_request", "message": format!(
             "waypoint.reserve: `priority` is {shown}; it must be an integer from 0 (routine) \
@@ -283,15 +284,23 @@ async fn a_priority_2_waypoint_preempts_a_routine_holder_which_releases_and_it_g
         ("p2", json!(-1), "-1"),
         ("p3", json!(1.5), "1.5"),
         ("p4", json!("high"), "\"high\""),
+        ("p5", Value::Null, "null"),
     ];
     for (id, priority, shown) in bad {
-        let request = with(
-            reserve_over_hub(id, "medevac", &lease_u),
-            json!({"priority": priority}),
-        );
+        let mut request = reserve_over_hub(id, "medevac", &lease_u);
+        request["priority"] = priority;
         assert_eq!(urgent.call(request).await, refusal(id, shown));
     }
-    quiet(&mut holder, 1).await;
+    // With `wait_ms: 0` a request that would preempt is `would_block` and preempts nothing.
+    let try_now = with(
+        reserve_over_hub("u0", "medevac", &lease_u),
+        json!({"priority": 2, "wait_ms": 0}),
+    );
+    assert_eq!(
+        urgent.call(try_now).await,
+        would_block("u0", "waypoint", "medevac")
+    );
+    quiet(&mut holder, 300).await;
 
     // Priority 2, in the way of the routine holder only: it does not wait behind it. The
     // holder is told to vacate, once, by the preempting entry's time + 5 s (the default).
