@@ -12,41 +12,23 @@
 
 mod common;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
+use common::airspace::{
+    AuthNode, account, hub_area, line, node_with_limits, now_ms, pilot, try_route, volume,
+};
 use common::{Node, Raw, agent, agent_session, code, inspect, release, wait_metric, within};
-use hivekeeper_agent::protocol::{Area, ResourceKind, Volume};
+use hivekeeper_agent::protocol::{ResourceKind, Volume};
 use hivekeeper_agent::{AgentError, Guard, Priority, Session, TimeWindow, Wait};
 use serde_json::json;
 
-/// The wall clock, UTC ms: the node stamps entries with the same clock.
-fn now_ms() -> u64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970");
-    u64::try_from(since_epoch.as_millis()).expect("ms since 1970 fit in u64")
-}
-
-/// Reserves `name` over [`corridor`] for `window`, within 20 s.
+/// Reserves `name` over [`hub_area`] for `window`, within 20 s.
 async fn slot(
     session: &Session,
     name: &str,
     window: TimeWindow,
     wait: Wait,
 ) -> Result<Guard, AgentError> {
-    let reserve = session.reserve_waypoint_in(name, Some(corridor()), window, wait);
+    let reserve = session.reserve_waypoint_in(name, Some(hub_area()), window, wait);
     within(20, name, reserve).await
-}
-
-/// A 25 m cylinder from the ground to 120 m over Zurich.
-fn corridor() -> Area {
-    Area {
-        lat: 47.3769,
-        lon: 8.5417,
-        radius_m: 25.0,
-        alt_min_m: Some(0.0),
-        alt_max_m: Some(120.0),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,39 +148,6 @@ async fn bad_windows_are_bad_request_saying_which_in_raw_json() {
     let shown = raw.inspect("i", "waypoint", "pad").await;
     assert_eq!(shown["holders"][0]["start_ms"], t + 60_000, "{shown}");
     assert_eq!(shown["holders"][0]["end_ms"], t + 120_000, "{shown}");
-}
-
-/// A 20 m cylinder, ground to 120 m, `north_m` metres north and `east_m` east of the hub, in
-/// `[start_ms, end_ms)`.
-fn volume(north_m: f64, east_m: f64, start_ms: u64, end_ms: u64) -> Volume {
-    let m_per_deg = 6_371_008.8 * std::f64::consts::PI / 180.0;
-    let lat = 47.3769 + north_m / m_per_deg;
-    Volume {
-        lat,
-        lon: 8.5417 + east_m / (m_per_deg * lat.to_radians().cos()),
-        radius_m: 20.0,
-        alt_min_m: 0.0,
-        alt_max_m: 120.0,
-        start_ms,
-        end_ms,
-    }
-}
-
-/// Three legs along a line through the hub, `step_m` apart from `-step_m` (east-west when
-/// `east` is true, else north-south), each for `leg_ms` from `start_ms`.
-fn line(east: bool, step_m: f64, start_ms: u64, leg_ms: u64) -> Vec<Volume> {
-    (0..3u64)
-        .map(|i| {
-            let offset_m = (i as f64 - 1.0) * step_m;
-            let (north_m, east_m) = if east {
-                (0.0, offset_m)
-            } else {
-                (offset_m, 0.0)
-            };
-            let start = start_ms + i * leg_ms;
-            volume(north_m, east_m, start, start + leg_ms)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,44 +291,18 @@ fn conflict_row(
     row
 }
 
-/// Reserves route `name` in raw JSON, trying once; it must be granted. Returns its token.
-async fn try_route(raw: &mut Raw, name: &str, lease: &str, volumes: &[Volume]) -> u64 {
-    let reserved = raw
-        .call(
-            json!({"id": format!("reserve-{name}"), "op": "route.reserve", "name": name,
-                     "lease": lease, "volumes": volumes, "wait_ms": 0}),
-        )
-        .await;
-    assert_eq!(reserved["ok"], true, "{reserved}");
-    reserved["token"].as_u64().expect("a grant has a token")
-}
-
-/// A raw client of a node with `--auth`, logged in as a new account of `role` that the admin
-/// adds in raw JSON.
-async fn account(admin: &mut Raw, port: u16, name: &str, role: &str) -> Raw {
-    let added = admin
-        .call(
-            json!({"id": format!("add-{name}"), "op": "admin.agent.add", "name": name,
-                     "role": role}),
-        )
-        .await;
-    let secret = added["secret"].as_str().expect("the new secret, once");
-    Raw::connect_with(port, name, Some(secret)).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn airspace_query_lists_conflicts_in_pages_and_shows_holders_to_observers_only() {
     let dir = tempfile::tempdir().expect("temp data dir");
-    let node = Node::start_with_args(dir.path(), &["--auth"]).await;
-    let port = node.mqtt_port();
-    let admin_secret =
-        std::fs::read_to_string(dir.path().join("admin.secret")).expect("admin.secret is written");
-    let mut admin = Raw::connect_with(port, "admin", Some(admin_secret.trim())).await;
-    let mut a = account(&mut admin, port, "drone-a", "agent").await;
-    let mut b = account(&mut admin, port, "drone-b", "agent").await;
-    let mut watcher = account(&mut admin, port, "watcher", "observer").await;
-    let lease_a = a.grant("ga", 60_000).await;
-    let lease_b = b.grant("gb", 60_000).await;
+    let AuthNode {
+        node,
+        mut admin,
+        mut a,
+        lease_a,
+        mut b,
+        lease_b,
+    } = AuthNode::start(dir.path()).await;
+    let mut watcher = account(&mut admin, node.mqtt_port(), "watcher", "observer").await;
     let t = now_ms() + 60_000;
     // drone-a flies west to east over the hub; drone-b holds a pad at the hub an hour later.
     let legs = line(true, 200.0, t, 60_000);
@@ -458,38 +381,14 @@ async fn airspace_query_lists_conflicts_in_pages_and_shows_holders_to_observers_
     );
 }
 
-/// The next message `raw` gets on a topic other than its responses (its events), within 10 s.
-async fn next_event(raw: &mut Raw, what: &str) -> (String, Vec<u8>) {
-    let next = async {
-        loop {
-            if let Some(message) = raw.try_next_elsewhere(100).await {
-                return message;
-            }
-        }
-    };
-    within(10, what, next).await
-}
-
 /// How long a preempted holder has to vacate in the preemption tests: short, so the deadline
 /// passes within the test.
 const VACATE_MS: u64 = 500;
 
-/// A node whose `reservation_vacate_ms` is [`VACATE_MS`], with its config in `dir`.
-async fn node_with_short_vacate(dir: &std::path::Path) -> Node {
-    let config = dir.join("vacate.toml");
-    std::fs::write(
-        &config,
-        format!("[node.limits]\nreservation_vacate_ms = {VACATE_MS}\n"),
-    )
-    .expect("write the config");
-    let config = config.to_str().expect("a UTF-8 temp path");
-    Node::start_with_args(&dir.join("data"), &["--config", config]).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emergency_route_preempts_a_routine_one_that_does_not_vacate_and_gets_a_higher_token() {
     let dir = tempfile::tempdir().expect("temp data dir");
-    let node = node_with_short_vacate(dir.path()).await;
+    let node = node_with_limits(dir.path(), &[("reservation_vacate_ms", VACATE_MS)]).await;
     let port = node.mqtt_port();
     let mut holder = Raw::connect(port, "survey-3").await;
     holder.subscribe("hk/v1/evt/survey-3").await;
@@ -509,9 +408,8 @@ async fn an_emergency_route_preempts_a_routine_one_that_does_not_vacate_and_gets
     });
 
     // The holder is told to vacate, once, by the entry's time + 500 ms.
-    let (topic, payload) = next_event(&mut holder, "the preempted event").await;
+    let (topic, event) = holder.next_event(10).await;
     assert_eq!(topic, "hk/v1/evt/survey-3");
-    let event: serde_json::Value = serde_json::from_slice(&payload).expect("an event is JSON");
     let vacate_by_ms = event["vacate_by_ms"].as_u64().expect("a deadline");
     assert_eq!(
         event,
@@ -536,10 +434,10 @@ async fn an_emergency_route_preempts_a_routine_one_that_does_not_vacate_and_gets
         now_ms() + 1_000 >= vacate_by_ms,
         "not granted before the deadline"
     );
-    let (topic, payload) = next_event(&mut holder, "the lost event").await;
+    let (topic, event) = holder.next_event(10).await;
     assert_eq!(topic, "hk/v1/evt/survey-3");
     assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&payload).expect("JSON"),
+        event,
         json!({"event": "waypoint.lost", "name": "survey", "token": token})
     );
     // The late holder is fenced.
@@ -565,7 +463,7 @@ async fn an_emergency_route_preempts_a_routine_one_that_does_not_vacate_and_gets
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_guard_resolves_preempted_and_a_release_in_time_grants_the_preemptor() {
     let dir = tempfile::tempdir().expect("temp data dir");
-    let node = node_with_short_vacate(dir.path()).await;
+    let node = node_with_limits(dir.path(), &[("reservation_vacate_ms", VACATE_MS)]).await;
     let port = node.mqtt_port();
     let (_h, holder) = agent_session("survey-4", port, 60_000).await;
     let t = now_ms() + 60_000;
@@ -608,28 +506,11 @@ async fn the_sdk_guard_resolves_preempted_and_a_release_in_time_grants_the_preem
 /// whose `reservation_aging_ms` is 100 ms (a routine waiter is ahead of any emergency that
 /// comes 300 ms after it), with its config in `dir`.
 async fn node_with_fast_aging(dir: &std::path::Path) -> Node {
-    let config = dir.join("aging.toml");
-    std::fs::write(
-        &config,
-        "[node.limits]\nreservation_vacate_ms = 20000\nreservation_aging_ms = 100\n",
-    )
-    .expect("write the config");
-    let config = config.to_str().expect("a UTF-8 temp path");
-    Node::start_with_args(&dir.join("data"), &["--config", config]).await
-}
-
-/// The next event `raw` gets, parsed.
-async fn next_event_json(raw: &mut Raw, what: &str) -> serde_json::Value {
-    let (_, payload) = next_event(raw, what).await;
-    serde_json::from_slice(&payload).expect("an event is JSON")
-}
-
-/// A raw agent subscribed to its events, with a 60 s lease.
-async fn raw_agent(port: u16, agent: &str) -> (Raw, String) {
-    let mut raw = Raw::connect(port, agent).await;
-    raw.subscribe(&format!("hk/v1/evt/{agent}")).await;
-    let lease = raw.grant("g", 60_000).await;
-    (raw, lease)
+    let limits = [
+        ("reservation_vacate_ms", 20_000),
+        ("reservation_aging_ms", 100),
+    ];
+    node_with_limits(dir, &limits).await
 }
 
 /// The pad every request of the next test asks for, at `priority`, waiting `wait_ms`.
@@ -644,17 +525,17 @@ async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shie
     let dir = tempfile::tempdir().expect("temp data dir");
     let node = node_with_fast_aging(dir.path()).await;
     let port = node.mqtt_port();
-    let (mut holder, holder_lease) = raw_agent(port, "survey-5").await;
+    let (mut holder, holder_lease) = pilot(port, "survey-5").await;
     let granted = holder.call(pad_request("h1", &holder_lease, 0, 0)).await;
     let token_h = granted["token"].as_u64().expect("granted at once");
 
     // An emergency that waits 300 ms at most preempts the holder, then gives up: the holder
     // is told it may stay, with its token.
-    let (mut quitter, quitter_lease) = raw_agent(port, "medevac-3").await;
+    let (mut quitter, quitter_lease) = pilot(port, "medevac-3").await;
     quitter
         .send(pad_request("q1", &quitter_lease, 3, 300).to_string())
         .await;
-    let preempted = next_event_json(&mut holder, "the first preemption").await;
+    let preempted = holder.next_event(10).await.1;
     let vacate_by_ms = preempted["vacate_by_ms"].as_u64().expect("a deadline");
     assert_eq!(
         preempted,
@@ -664,7 +545,7 @@ async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shie
     let gave_up = quitter.next(10).await;
     assert_eq!(code(&gave_up), Some("timeout"), "{gave_up}");
     assert_eq!(
-        next_event_json(&mut holder, "the withdrawal").await,
+        holder.next_event(10).await.1,
         json!({"event": "reservation.preemption_withdrawn", "name": "pad-9",
                "token": token_h, "kind": "waypoint"})
     );
@@ -680,7 +561,7 @@ async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shie
     .await;
 
     // A routine request queues; an emergency 500 ms later is behind it (aging: 3 × 100 ms).
-    let (mut routine, routine_lease) = raw_agent(port, "survey-6").await;
+    let (mut routine, routine_lease) = pilot(port, "survey-6").await;
     routine
         .send(pad_request("r1", &routine_lease, 0, 60_000).to_string())
         .await;
@@ -695,12 +576,12 @@ async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shie
     };
     within(10, "the routine request queued", queued).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let (mut emergency, emergency_lease) = raw_agent(port, "medevac-4").await;
+    let (mut emergency, emergency_lease) = pilot(port, "medevac-4").await;
     emergency
         .send(pad_request("e1", &emergency_lease, 3, 60_000).to_string())
         .await;
     // Still the holder is preempted: the routine waiter ahead lends its turn, not a shield.
-    let preempted = next_event_json(&mut holder, "the second preemption").await;
+    let preempted = holder.next_event(10).await.1;
     assert_eq!(preempted["event"], "reservation.preempted", "{preempted}");
     assert_eq!(preempted["token"], token_h, "{preempted}");
     let shown = holder.inspect("i3", "waypoint", "pad-9").await;
@@ -724,7 +605,7 @@ async fn a_withdrawn_preemption_is_told_and_a_routine_waiter_ahead_does_not_shie
     let granted = routine.next(10).await;
     let token_r = granted["token"].as_u64().expect("granted");
     assert!(token_r > token_h, "{token_r} > {token_h}");
-    let preempted = next_event_json(&mut routine, "the routine holder's preemption").await;
+    let preempted = routine.next_event(10).await.1;
     let vacate_by_ms = preempted["vacate_by_ms"].as_u64().expect("a deadline");
     assert_eq!(
         preempted,

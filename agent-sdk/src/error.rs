@@ -7,7 +7,7 @@
 //! the SDK retries them with the same request id, after a jittered backoff, until the request's
 //! deadline.
 
-use hivekeeper_protocol::{ErrorBody, ErrorCode, ResourceKind};
+use hivekeeper_protocol::{ErrorBody, ErrorCode, Op, ResourceKind};
 
 use crate::session::SessionState;
 
@@ -81,6 +81,16 @@ impl AgentError {
             AgentError::WaitTimeout => Some(ErrorCode::Timeout),
             _ => None,
         }
+    }
+
+    /// Refuses locally what the service would refuse with `bad_request` (the op's own field
+    /// checks, [`Op::validate`]), with the service's message, so that a caller sees the same
+    /// error whether or not the request was sent.
+    pub(crate) fn check_locally(op: &Op) -> Result<(), AgentError> {
+        op.validate().map_err(|message| AgentError::Service {
+            code: ErrorCode::BadRequest,
+            message: format!("{}: {message}", op.name()),
+        })
     }
 
     /// The error for a failure response. The one place that maps codes to variants, so an

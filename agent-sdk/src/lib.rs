@@ -26,6 +26,8 @@
 //! # Layout
 //! - [`config`]: [`AgentConfig`], its [`DEFAULTS`] and `validate()`.
 //! - [`agent`]: [`Agent`]: connect, and the request loop (same-id resends, deadlines).
+//! - [`airspace`]: [`AirspaceQuery`] and [`Agent::airspace_query`]: which held reservations a
+//!   planned cylinder or route would conflict with, a [`ConflictPage`] at a time.
 //! - `connection`: the task that polls rumqttc, re-subscribes on every ConnAck, fails over to
 //!   the next broker with jittered backoff, and routes responses and events. It never
 //!   publishes (rumqtt#1025, #263, #910).
@@ -58,6 +60,7 @@
 //! ```
 
 pub mod agent;
+pub mod airspace;
 pub mod backoff;
 pub mod config;
 mod connection;
@@ -67,6 +70,7 @@ mod request_id;
 pub mod session;
 
 pub use agent::{Agent, AgentStats};
+pub use airspace::{AirspaceQuery, ConflictPage, QueryShape};
 pub use backoff::Backoff;
 pub use config::{AgentConfig, BrokerAddr, DEFAULTS, Defaults, Secret};
 pub use error::AgentError;

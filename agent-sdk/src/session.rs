@@ -284,13 +284,7 @@ impl Session {
             return Err(AgentError::Lost(state));
         }
         let op = resource.acquire_op(&inner.lease, wait.wait_ms());
-        // Refuse locally what the service would refuse with `bad_request`.
-        if let Err(message) = op.validate() {
-            return Err(AgentError::Service {
-                code: ErrorCode::BadRequest,
-                message: format!("{}: {message}", op.name()),
-            });
-        }
+        AgentError::check_locally(&op)?;
         let claim = Claim::take(inner.clone(), resource.kind(), resource.name()).await?;
         // Subscribed before the request goes, so a `reservation.preempted` that follows the
         // grant at once is not missed (`Guard::preempted`).

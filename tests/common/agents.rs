@@ -1,5 +1,5 @@
 //! SDK agents with test-sized timeouts, and what the tests do through them: sessions,
-//! `inspect`, waiting for a queue, releasing a guard.
+//! `inspect`, `fence.check`, waiting for a queue, releasing a guard.
 
 use hivekeeper_agent::protocol::{HolderInfo, Op, ResourceKind, WaiterInfo};
 use hivekeeper_agent::{Agent, AgentConfig, Guard, Session};
@@ -65,6 +65,25 @@ pub async fn inspect(
     (
         success.holders.unwrap_or_default(),
         success.waiters.unwrap_or_default(),
+    )
+}
+
+/// `fence.check` of `token` on a resource, through an SDK agent: (`valid`, `current`).
+pub async fn fence_check(agent: &Agent, kind: ResourceKind, name: &str, token: u64) -> (bool, u64) {
+    let success = within(
+        20,
+        "fence.check",
+        agent.request(Op::FenceCheck {
+            name: name.to_string(),
+            kind,
+            token,
+        }),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("fence.check {kind:?} {name} {token}: {e}"));
+    (
+        success.valid.expect("fence.check answers `valid`"),
+        success.current.expect("fence.check answers `current`"),
     )
 }
 

@@ -4,6 +4,8 @@
 //! - [`log`]: a child process's output ([`Log`]);
 //! - [`raw`]: a raw MQTT client that speaks the wire protocol without the SDK ([`Raw`]);
 //! - [`agents`]: SDK agents with test-sized timeouts, `inspect` and queue waits;
+//! - [`airspace`]: 4D airspace: times on the service's clock, volumes and routes around a hub,
+//!   raw routes, accounts of a node with `--auth`, a node with a short vacate deadline;
 //! - [`fifo`]: the FIFO lock scenario both broker modes run;
 //! - [`metrics`]: a plain HTTP GET of /metrics and the values in it, and of /health, /ready;
 //! - [`cli`]: runs of the `hivekeeper` binary as an admin client ([`CliRun`]).
@@ -19,6 +21,7 @@
 #![allow(unused_imports)] // Each test binary uses a different part of this module.
 
 pub mod agents;
+pub mod airspace;
 pub mod cli;
 pub mod cluster;
 pub mod fifo;
@@ -28,7 +31,8 @@ pub mod node;
 pub mod raw;
 
 pub use agents::{
-    agent, agent_config, agent_session, inspect, inspect_lock, release, wait_for_waiters,
+    agent, agent_config, agent_session, fence_check, inspect, inspect_lock, release,
+    wait_for_waiters,
 };
 pub use cli::{CliRun, run_cli, run_cli_with_env};
 pub use fifo::fifo_scenario;

@@ -156,6 +156,17 @@ impl Raw {
             .flatten()
     }
 
+    /// The next message on a topic other than this agent's response topic (an event, after
+    /// [`Raw::subscribe`] to the event topic), decoded as JSON; fails the test after `secs`.
+    pub async fn next_event(&mut self, secs: u64) -> (String, Value) {
+        let Some((topic, payload)) = self.try_next_elsewhere(secs * 1_000).await else {
+            panic!("{}: no event within {secs} s", self.agent);
+        };
+        let event = serde_json::from_slice(&payload)
+            .unwrap_or_else(|e| panic!("an event that is not JSON ({e}): {payload:?}"));
+        (topic, event)
+    }
+
     /// Publishes `payload` on `topic` (QoS 1).
     pub async fn publish_to(&self, topic: &str, payload: impl Into<Vec<u8>>) {
         within(

@@ -618,6 +618,14 @@ pub async fn broker_with_fake() -> (u16, Fake) {
     (port, fake)
 }
 
+/// Agent `agent_id` connected to the broker on `port` within 10 s.
+pub async fn connected_agent(agent_id: &str, port: u16) -> hivekeeper_agent::Agent {
+    let config = agent_config(agent_id, &[port]);
+    within(10, "connect", hivekeeper_agent::Agent::connect(config))
+        .await
+        .expect("connect")
+}
+
 /// Agent `agent_id` connected to the broker on `port`, and a session of `ttl_ms` through it,
 /// each within 10 s: the common start of a test against the fake.
 pub async fn connected_session(
@@ -625,10 +633,7 @@ pub async fn connected_session(
     port: u16,
     ttl_ms: u64,
 ) -> (hivekeeper_agent::Agent, hivekeeper_agent::Session) {
-    let config = agent_config(agent_id, &[port]);
-    let agent = within(10, "connect", hivekeeper_agent::Agent::connect(config))
-        .await
-        .expect("connect");
+    let agent = connected_agent(agent_id, port).await;
     let session = within(10, "session", agent.session(ttl_ms))
         .await
         .expect("session");
