@@ -129,7 +129,9 @@ pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use resources::ResourceQuery;
-pub use waypoint::{EARTH_RADIUS_M, M_PER_DEG, Window, areas_conflict, bands_overlap, distance_m};
+pub use waypoint::{
+    EARTH_RADIUS_M, M_PER_DEG, PREEMPT_CHAIN_MAX, Window, areas_conflict, bands_overlap, distance_m,
+};
 
 use grant::Core;
 use lock::Lock;

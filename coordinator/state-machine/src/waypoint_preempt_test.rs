@@ -8,7 +8,7 @@ use hivekeeper_protocol::{ErrorCode, HolderInfo, Priority, ResourceKind, Volume}
 use super::grant::ResourceKey;
 use super::lease::LeaseId;
 use super::test_support::*;
-use super::{Command, Event, ReleaseReason, Reply, StateMachine};
+use super::{Command, Event, PREEMPT_CHAIN_MAX, ReleaseReason, Reply, StateMachine};
 
 /// The harness's clock at the start (`Harness::new`).
 const T0: u64 = 1_000_000;
@@ -510,4 +510,36 @@ fn a_higher_hold_granted_at_once_in_the_preemptors_way_ends_the_preemption() {
     let kept = holder(&h, "p-a");
     assert_eq!((kept.token, kept.vacate_by_ms), (token_a, None));
     assert_eq!(h.sm.reservation_end_next_ms(), None);
+}
+
+/// The chain is followed through at most `PREEMPT_CHAIN_MAX` waiters: with that many routine
+/// waiters ahead (aged past the emergency's head start) the emergency still preempts the
+/// holder; with one more it waits in the ordinary way.
+#[test]
+fn a_chain_longer_than_its_bound_waits_in_the_ordinary_way() {
+    for (ahead, preempts) in [(PREEMPT_CHAIN_MAX, true), (PREEMPT_CHAIN_MAX + 1, false)] {
+        let mut h = Harness::new();
+        let holder_lease = h.lease("holder", 3_600_000);
+        h.reply("holder", pad_at("pad", &holder_lease, 0.0, 0, None));
+        for n in 0..ahead {
+            let agent = format!("w{n}");
+            let lease = h.lease(&agent, 3_600_000);
+            assert_eq!(
+                h.reply(&agent, pad_at("pad", &lease, 0.0, 0, None)),
+                Reply::Queued
+            );
+        }
+        // Four minutes later the routine waiters are ahead of any new emergency.
+        h.now_ms = T0 + 240_000;
+        let lease = h.lease("e", 3_600_000);
+        assert_eq!(
+            h.reply("e", pad_at("pad", &lease, 0.0, 3, None)),
+            Reply::Queued
+        );
+        assert_eq!(
+            holder(&h, "pad").vacate_by_ms.is_some(),
+            preempts,
+            "{ahead} waiters ahead"
+        );
+    }
 }

@@ -53,7 +53,7 @@ use hivekeeper_state_machine::{
     AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp,
     ReleaseReason, Reply, ResourceKey, StateMachine,
 };
-use hivekeeper_state_machine::{areas_conflict, distance_m};
+use hivekeeper_state_machine::{PREEMPT_CHAIN_MAX, areas_conflict, distance_m};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{TestCaseError, TestRunner};
@@ -1592,7 +1592,8 @@ impl Model {
                     }
                 }
             }
-            if stopped {
+            // Past the chain bound a request waits in the ordinary way.
+            if stopped || chain.len() > PREEMPT_CHAIN_MAX + 1 {
                 continue;
             }
             inherited |= chain.len() > 1 && !victims.is_empty();

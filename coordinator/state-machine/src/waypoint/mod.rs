@@ -70,6 +70,7 @@ use grid::{Entry, Grid};
 pub use window::Window;
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
+pub use preempt::PREEMPT_CHAIN_MAX;
 
 /// A held reservation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

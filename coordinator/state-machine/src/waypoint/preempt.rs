@@ -28,6 +28,10 @@
 //! from the emergency (priority inheritance through the chain): without that, an emergency
 //! could wait for as long as a routine holder kept its reservation.
 //!
+//! The chain is followed through at most [`PREEMPT_CHAIN_MAX`] waiters: a request with a
+//! longer chain waits in the ordinary way, so that a long queue cannot make every entry's
+//! preemption pass slow.
+//!
 //! **A preemptor that goes away.** When no waiter needs a deadline any more (the preemptor
 //! timed out, its lease ended, a request of its priority or higher is now ahead of it or in
 //! the way of its chain, or the reservation was amended out of its way), the deadline is
@@ -53,6 +57,13 @@ use hivekeeper_protocol::{Priority, ResourceKind};
 use super::{Pending, Reservation, Waypoints};
 use crate::grant::ResourceKey;
 use crate::{Ctx, Event, Text};
+
+/// Most waiters ahead a preemption looks through (the chain, `Waypoints::victims`, without the
+/// preemptor): a request with more waits in the ordinary way. Whether it preempts then
+/// depends only on the set of waiters and holds, not on the order they are looked at in, and
+/// the pass after each entry reads at most this many waiters' neighbourhoods per request
+/// above routine.
+pub const PREEMPT_CHAIN_MAX: usize = 64;
 
 impl Waypoints {
     /// The held reservations the waiter at `seq` preempts: `Some(names)` when everything that
@@ -91,7 +102,9 @@ impl Waypoints {
                 if seen.insert(ahead) {
                     chain.push(ahead);
                 }
-                false
+                // Too long a chain: wait in the ordinary way (the bound keeps every entry's
+                // preemption pass short however long the queues are).
+                seen.len() > PREEMPT_CHAIN_MAX + 1
             };
             if self.waiters_ahead(name, &shapes, lease, pending.place(), waiter_ahead) {
                 return None;
