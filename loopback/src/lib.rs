@@ -8,7 +8,8 @@
 //! on the root package (whose tests depend on the test support: two copies of it).
 //!
 //! # Layout
-//! - [`free_ports`]: distinct ports on 127.0.0.1, every listener held until all are picked.
+//! - [`free_ports`]: distinct ports on 127.0.0.1 below the ephemeral range, every listener held
+//!   until all are picked.
 //! - [`metrics_text`], [`metrics_text_at`]: `GET /metrics` over HTTP/1.0, bounded by a timeout;
 //!   [`http_get`] any path of the metrics port (`/health`, `/ready`), with the status code.
 
@@ -23,13 +24,57 @@ use tokio::net::TcpStream;
 /// out the same port twice, and then one member answered on another's peer address (seen once
 /// in 40 failover runs: that member never started, and the cluster lost its majority at the
 /// next kill).
+///
+/// The ports come from below the kernel's ephemeral range (`ip_local_port_range`), from a
+/// random place in [`PICK_LOW`, the range's start): a port handed out by binding port 0 is an
+/// ephemeral one, which any process's next outgoing connection may take as its source port
+/// before the node listens on it. A cluster member's peer port cannot move on a retry (every
+/// member names it in `--initial-cluster`), so a test failed after five tries (seen once in
+/// CI). Only where that range is too small does it fall back to port 0.
 pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
-    let held = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
+    let high = ephemeral_low().unwrap_or(32_768);
+    let mut held: Vec<TcpListener> = Vec::with_capacity(count);
+    if high > PICK_LOW {
+        let span = u32::from(high - PICK_LOW);
+        let start = random_below(span);
+        for step in 0..span {
+            if held.len() == count {
+                break;
+            }
+            let port = PICK_LOW + u16::try_from((start + step) % span).expect("below high");
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+                held.push(listener);
+            }
+        }
+    }
+    while held.len() < count {
+        held.push(TcpListener::bind("127.0.0.1:0")?);
+    }
     held.iter()
         .map(|listener| listener.local_addr().map(|addr| addr.port()))
         .collect()
+}
+
+/// The lowest port [`free_ports`] hands out: above the well-known and the common service
+/// ports.
+pub const PICK_LOW: u16 = 20_000;
+
+/// The first port of the kernel's ephemeral range, if it can be read (Linux).
+fn ephemeral_low() -> Option<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+/// A number in `[0, below)` that differs from call to call and process to process (so that
+/// test binaries running side by side start their searches in different places): the
+/// standard library's randomly keyed hasher over a counter.
+fn random_below(below: u32) -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    u32::try_from(hasher.finish() % u64::from(below)).expect("below a u32")
 }
 
 /// `GET /metrics` on `127.0.0.1:port` over HTTP/1.0: the whole answer (headers, then the
