@@ -2599,9 +2599,7 @@ impl Harness {
             Action::Restore => return self.restore(),
             Action::AgentRequest { agent, op } => {
                 let op = self.build_op(*agent, op);
-                self.next_request += 1;
-                let id = format!("r{}", self.next_request);
-                self.request_command(*agent, id, op)
+                self.new_request(*agent, op)
             }
             Action::Retry { back, same_op, op } => {
                 let Some((agent, id, first_op)) = pick_recent(&self.sent, *back).cloned() else {
@@ -2694,19 +2692,8 @@ impl Harness {
                 let Some((agent, name, lease)) = pick_recent(&routes, *back).cloned() else {
                     return Ok(());
                 };
-                let agent = AGENTS
-                    .iter()
-                    .position(|known| *known == agent)
-                    .expect("holders are known agents");
-                let op = AgentOp::RouteAmend {
-                    name,
-                    lease: format!("{lease:016x}"),
-                    volumes: self.volumes(legs),
-                    priority: priority(*level),
-                };
-                self.next_request += 1;
-                let id = format!("r{}", self.next_request);
-                self.request_command(agent, id, op)
+                let volumes = self.volumes(legs);
+                self.amend_command((&agent, &name, lease), volumes, *level)
             }
             Action::TrimHeldRoute {
                 back,
@@ -2746,9 +2733,7 @@ impl Harness {
                         end_ms: Some(v.end_ms),
                         priority: Priority::ROUTINE,
                     };
-                    self.next_request += 1;
-                    let id = format!("r{}", self.next_request);
-                    let command = self.request_command(*agent, id, op);
+                    let command = self.new_request(*agent, op);
                     self.apply(command)?;
                 }
                 // The route again, as the model has it after the reserve.
@@ -2762,19 +2747,11 @@ impl Harness {
                         volume.radius_m /= 2.0;
                     }
                 }
-                let agent = AGENTS
-                    .iter()
-                    .position(|known| *known == hold.agent)
-                    .expect("holders are known agents");
-                let op = AgentOp::RouteAmend {
-                    name: hold.name.clone(),
-                    lease: format!("{:016x}", hold.lease),
+                self.amend_command(
+                    (&hold.agent, &hold.name, hold.lease),
                     volumes,
-                    priority: priority(hold.priority),
-                };
-                self.next_request += 1;
-                let id = format!("r{}", self.next_request);
-                self.request_command(agent, id, op)
+                    hold.priority,
+                )
             }
             Action::ExpireReservations { term } => {
                 let term = match term {
@@ -2852,6 +2829,34 @@ impl Harness {
         self.wall_ms = self.model.stamp_last_ms + (target_ms - now_ms);
         self.count(labels[usize::from(early_ms != 0)]);
         Some(what)
+    }
+
+    /// `op` from `agent` under a request id not used before.
+    fn new_request(&mut self, agent: usize, op: AgentOp) -> Command {
+        self.next_request += 1;
+        let id = format!("r{}", self.next_request);
+        self.request_command(agent, id, op)
+    }
+
+    /// The holder of route `hold` amends it to `volumes` at priority `level`.
+    fn amend_command(
+        &mut self,
+        hold: (&str, &str, u64),
+        volumes: Vec<Volume>,
+        level: u8,
+    ) -> Command {
+        let (agent, name, lease) = hold;
+        let agent = AGENTS
+            .iter()
+            .position(|known| *known == agent)
+            .expect("holders are known agents");
+        let op = AgentOp::RouteAmend {
+            name: name.to_string(),
+            lease: format!("{lease:016x}"),
+            volumes,
+            priority: priority(level),
+        };
+        self.new_request(agent, op)
     }
 
     fn request_command(&mut self, agent: usize, id: String, op: AgentOp) -> Command {
