@@ -6,6 +6,8 @@
 
 use hivekeeper_protocol::Area;
 
+use super::window::bound_within;
+
 /// Mean Earth radius (IUGG), metres. The sphere is exact enough for separations of metres to
 /// kilometres (the ellipsoid differs by under 0.5%), and it is what makes the bounds in
 /// `grid.rs` simple.
@@ -57,15 +59,11 @@ const WITHIN_MARGIN_M: f64 = 0.001;
 /// conflicts with `inner` conflicts with `outer` too: the great-circle distance obeys the
 /// triangle inequality.
 pub fn area_within(inner: &Area, outer: &Area) -> bool {
-    let band_within = match (outer.alt_min_m, inner.alt_min_m) {
-        (None, _) => true,
-        (Some(outer_min), Some(inner_min)) => outer_min <= inner_min,
-        (Some(_), None) => false,
-    } && match (outer.alt_max_m, inner.alt_max_m) {
-        (None, _) => true,
-        (Some(outer_max), Some(inner_max)) => inner_max <= outer_max,
-        (Some(_), None) => false,
-    };
+    let band_within = bound_within(outer.alt_min_m, inner.alt_min_m, |outer, inner| {
+        outer <= inner
+    }) && bound_within(outer.alt_max_m, inner.alt_max_m, |outer, inner| {
+        inner <= outer
+    });
     band_within
         && (inner == outer
             || distance_m(inner.lat, inner.lon, outer.lat, outer.lon)

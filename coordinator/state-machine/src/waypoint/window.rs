@@ -107,17 +107,20 @@ pub fn overlaps(a: Option<&Window>, b: Option<&Window>) -> bool {
 /// Whether window `inner` lies within `outer` (`None` covers all time): every window that
 /// overlaps `inner` overlaps `outer` too.
 pub fn within(inner: Option<&Window>, outer: Option<&Window>) -> bool {
-    match (inner, outer) {
-        (_, None) => true,
-        (None, Some(_)) => false,
-        (Some(inner), Some(outer)) => {
-            outer.start_ms <= inner.start_ms
-                && match (inner.end_ms, outer.end_ms) {
-                    (_, None) => true,
-                    (None, Some(_)) => false,
-                    (Some(inner_end), Some(outer_end)) => inner_end <= outer_end,
-                }
-        }
+    bound_within(outer, inner, |outer, inner| {
+        outer.start_ms <= inner.start_ms
+            && bound_within(outer.end_ms, inner.end_ms, |outer, inner| inner <= outer)
+    })
+}
+
+/// Whether a bound `inner` lies within `outer`, `None` being open (no bound): an open outer
+/// bound contains anything, an open inner one only an open one, and two bounds are compared
+/// by `inside(outer, inner)`. Window ends and altitude bands (`geo::area_within`) alike.
+pub fn bound_within<T>(outer: Option<T>, inner: Option<T>, inside: impl Fn(T, T) -> bool) -> bool {
+    match (outer, inner) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(outer), Some(inner)) => inside(outer, inner),
     }
 }
 
