@@ -18,6 +18,8 @@ struct Cluster {
     _dirs: Vec<tempfile::TempDir>,
     /// Peer certificates (`peer-{name}`) of mutual TLS between the members; `None`: plain TCP.
     tls: Option<TestCerts>,
+    /// The `initial_cluster` list the members were started with.
+    initial_cluster: String,
 }
 
 impl Cluster {
@@ -41,6 +43,7 @@ impl Cluster {
             nodes: Vec::new(),
             _dirs: Vec::new(),
             tls,
+            initial_cluster: list.clone(),
         };
         for name in &names {
             cluster.spawn(name, &list, ClusterState::New).await;
@@ -51,8 +54,22 @@ impl Cluster {
     /// Starts member `name` with this `initial_cluster` list and state; returns its index.
     async fn spawn(&mut self, name: &str, list: &str, state: ClusterState) -> usize {
         let dir = tempfile::tempdir().expect("a temp dir");
+        let node = self.member(name, list, state, dir.path()).await;
+        self.nodes.push(Some(node));
+        self._dirs.push(dir);
+        self.nodes.len() - 1
+    }
+
+    /// Starts member `name` on the data directory `dir`.
+    async fn member(
+        &self,
+        name: &str,
+        list: &str,
+        state: ClusterState,
+        dir: &std::path::Path,
+    ) -> Node {
         let config = NodeConfig {
-            data_dir: dir.path().to_path_buf(),
+            data_dir: dir.to_path_buf(),
             cluster: Some(ClusterConfig {
                 name: name.to_string(),
                 initial_cluster: list.to_string(),
@@ -69,9 +86,7 @@ impl Cluster {
         let (node, mut outbound) = Node::start(config).await.expect("a member starts");
         // Nobody listens for deferred answers here; drain them.
         tokio::spawn(async move { while outbound.recv().await.is_some() {} });
-        self.nodes.push(Some(node));
-        self._dirs.push(dir);
-        self.nodes.len() - 1
+        node
     }
 
     fn handle(&self, index: usize) -> NodeHandle {
@@ -1206,5 +1221,47 @@ async fn a_wait_queued_while_the_leaders_clock_ran_ahead_still_times_out() {
         .await
         .expect("the waiting task");
     assert_eq!(answer, wait_elapsed("w1"));
+    cluster.shutdown().await;
+}
+
+/// `Node::shutdown` stops Raft even while a front door still holds a handle: the held handle is
+/// answered `unavailable`, and the member restarts at once on the same data directory (the
+/// data file is closed, no Raft core of the old instance votes or appends any more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stops_cleanly_while_a_front_door_holds_its_handle_and_restarts_at_once() {
+    let mut cluster = Cluster::start("stop").await;
+    let leader = cluster.leader().await;
+    let lease = grant(&cluster.handle(leader), "drone-1", "g1").await;
+    let token = acquired(&cluster.handle(leader), "drone-1", "a1", "pad/1", &lease).await;
+    let stopped = (leader + 1) % 3;
+    let held = cluster.handle(stopped);
+    cluster.stop(stopped).await;
+
+    let reply = within(
+        10,
+        "a write through a stopped member's handle",
+        held.call("drone-1", request("g2", Op::LeaseGrant { ttl_ms: 5_000 })),
+    )
+    .await;
+    assert!(
+        is_unavailable(&reply),
+        "a stopped member's handle answered {reply:?}"
+    );
+    assert!(!held.is_leader());
+
+    let list = cluster.initial_cluster.clone();
+    let name = format!("stop{}", stopped + 1);
+    let dir = cluster._dirs[stopped].path().to_path_buf();
+    let node = cluster.member(&name, &list, ClusterState::New, &dir).await;
+    cluster.nodes[stopped] = Some(node);
+    cluster.leader().await;
+    let seen = holders(
+        cluster
+            .handle(stopped)
+            .call("tester", request("i2", inspect("pad/1")))
+            .await,
+    );
+    assert_eq!(seen, vec![("drone-1".to_string(), token)]);
+    drop(held);
     cluster.shutdown().await;
 }

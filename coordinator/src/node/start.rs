@@ -274,12 +274,9 @@ impl Node {
             task.abort();
             let _ = task.await;
         }
-        let NodeHandle { raft, .. } = self.handle;
-        match Arc::try_unwrap(raft) {
-            Ok(raft) => raft.shutdown().await.map_err(NodeError::from),
-            // A front door's task still holds a handle: Raft stops when the last one is dropped.
-            Err(_) => Ok(()),
-        }
+        // Raft stops even while a front door's task or a forwarder still holds a handle: their
+        // next call is answered "stopped", and the data file is closed for a restart.
+        self.handle.raft.shutdown().await.map_err(NodeError::from)
     }
 }
 

@@ -756,8 +756,10 @@ impl RaftHandle {
     }
 
     /// Stops Raft, writes what is pending and closes the data file, so it can be reopened at
-    /// once (by this process too).
-    pub async fn shutdown(self) -> Result<(), RaftError> {
+    /// once (by this process too). Takes a shared reference: whoever still holds a handle (a
+    /// front door's task, a forwarder) gets Raft's "stopped" error from then on, and the data
+    /// file is closed all the same.
+    pub async fn shutdown(&self) -> Result<(), RaftError> {
         self.raft
             .shutdown()
             .await
