@@ -114,7 +114,7 @@ pub fn check_query(
     volumes: Option<&[Volume]>,
     after: Option<&str>,
     limit: Option<u32>,
-) -> Result<(), String> {
+) -> Result<(), validate::InvalidField> {
     match (volume, volumes) {
         (None, None) => {
             return Err(
@@ -137,9 +137,9 @@ pub fn check_query(
         validate::name("after", after)?;
     }
     match limit {
-        Some(limit) if limit == 0 || limit > CONFLICT_PAGE_MAX => Err(format!(
-            "`limit` is {limit}, it must be from 1 to {CONFLICT_PAGE_MAX}"
-        )),
+        Some(limit) if limit == 0 || limit > CONFLICT_PAGE_MAX => {
+            Err(format!("`limit` is {limit}, it must be from 1 to {CONFLICT_PAGE_MAX}").into())
+        }
         _ => Ok(()),
     }
 }

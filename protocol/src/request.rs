@@ -575,7 +575,7 @@ impl Op {
     }
 
     /// Checks every field's range. Serde has already checked presence and types.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), validate::InvalidField> {
         if let Some(lease) = self.lease() {
             validate::name("lease", lease)?;
         }
@@ -670,7 +670,7 @@ impl Op {
 
     /// The reservation's cylinder, for a `waypoint.reserve` with `lat` and `lon`; `Ok(None)`
     /// without geometry or for another op. Errors on partial or out-of-range geometry.
-    pub fn area(&self) -> Result<Option<Area>, String> {
+    pub fn area(&self) -> Result<Option<Area>, validate::InvalidField> {
         let Op::WaypointReserve {
             lat,
             lon,
@@ -689,7 +689,7 @@ impl Op {
 impl Area {
     /// Checks a cylinder built from a volume against the wire's ranges, as
     /// [`Area::from_fields`] checks a `waypoint.reserve`'s fields.
-    pub fn check_ranges(&self) -> Result<(), String> {
+    pub fn check_ranges(&self) -> Result<(), validate::InvalidField> {
         Area::from_fields(
             Some(self.lat),
             Some(self.lon),
@@ -709,7 +709,7 @@ impl Area {
         alt_min_m: Option<f64>,
         alt_max_m: Option<f64>,
         radius_m: Option<f64>,
-    ) -> Result<Option<Area>, String> {
+    ) -> Result<Option<Area>, validate::InvalidField> {
         let (lat, lon) = match (lat, lon) {
             (Some(lat), Some(lon)) => (lat, lon),
             (None, None) => {
@@ -735,7 +735,7 @@ impl Area {
         if let (Some(min), Some(max)) = (alt_min_m, alt_max_m)
             && min > max
         {
-            return Err(format!("`alt_min_m` ({min}) is above `alt_max_m` ({max})"));
+            return Err(format!("`alt_min_m` ({min}) is above `alt_max_m` ({max})").into());
         }
         Ok(Some(Area {
             lat,

@@ -27,6 +27,38 @@ pub const ALT_M_MIN: f64 = -1_000.0;
 /// See [`ALT_M_MIN`].
 pub const ALT_M_MAX: f64 = 100_000.0;
 
+/// A field out of its bounds. The text names the field, the bound and what was sent; it is
+/// what a `bad_request` answer says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidField(pub String);
+
+impl From<String> for InvalidField {
+    fn from(text: String) -> Self {
+        InvalidField(text)
+    }
+}
+
+/// The text, for an error response's `message`.
+impl From<InvalidField> for String {
+    fn from(invalid: InvalidField) -> Self {
+        invalid.0
+    }
+}
+
+impl From<&str> for InvalidField {
+    fn from(text: &str) -> Self {
+        InvalidField(text.to_string())
+    }
+}
+
+/// An [`InvalidField`] with a formatted text.
+macro_rules! invalid {
+    ($($text:tt)*) => {
+        $crate::validate::InvalidField(format!($($text)*))
+    };
+}
+
 /// The bytes an agent id may contain (`[A-Za-z0-9_.-]`), as a table indexed by byte.
 const AGENT_ID_BYTE: [bool; 256] = {
     let mut table = [false; 256];
@@ -41,9 +73,9 @@ const AGENT_ID_BYTE: [bool; 256] = {
 
 /// Checks an agent id: 1 to 64 bytes of `[A-Za-z0-9_.-]`. The id is the last topic segment, so
 /// MQTT wildcards and separators (`+`, `#`, `/`) can never appear in it.
-pub fn agent_id(agent: &str) -> Result<(), String> {
+pub fn agent_id(agent: &str) -> Result<(), InvalidField> {
     if agent.is_empty() || agent.len() > AGENT_ID_BYTES_MAX {
-        return Err(format!(
+        return Err(invalid!(
             "agent id must be 1 to {AGENT_ID_BYTES_MAX} characters, got {}",
             agent.len()
         ));
@@ -58,7 +90,7 @@ pub fn agent_id(agent: &str) -> Result<(), String> {
             .chars()
             .find(|c| !(c.is_ascii() && AGENT_ID_BYTE[*c as usize]))
     {
-        return Err(format!(
+        return Err(invalid!(
             "agent id {agent:?} contains {bad:?}; allowed are A-Z a-z 0-9 _ . -"
         ));
     }
@@ -67,29 +99,30 @@ pub fn agent_id(agent: &str) -> Result<(), String> {
 
 /// Checks a cluster member's name: the same rule as an agent id (1 to 64 bytes of
 /// `[A-Za-z0-9_.-]`), so it reads well in a table and a log line.
-pub fn member_name(name: &str) -> Result<(), String> {
-    agent_id(name).map_err(|message| message.replacen("agent id", "member name", 1))
+pub fn member_name(name: &str) -> Result<(), InvalidField> {
+    agent_id(name).map_err(|message| InvalidField(message.0.replacen("agent id", "member name", 1)))
 }
 
 /// Checks an account's name, which is the agent id it authenticates (so the same rules, with
 /// `name` in the message).
-pub fn account_name(name: &str) -> Result<(), String> {
-    agent_id(name).map_err(|message| message.replacen("agent id", "`name` (an agent id)", 1))
+pub fn account_name(name: &str) -> Result<(), InvalidField> {
+    agent_id(name)
+        .map_err(|message| InvalidField(message.0.replacen("agent id", "`name` (an agent id)", 1)))
 }
 
 /// Checks a member's inter-node address: `host:port`, at most 256 bytes, where host is a
 /// host name (`node-4.local`), an IPv4 address or a bracketed IPv6 address (`[fd00::4]`), and
 /// port is 1 to 65535. Checked before anything is proposed: a typo must not reach the
 /// membership.
-pub fn member_addr(addr: &str) -> Result<(), String> {
+pub fn member_addr(addr: &str) -> Result<(), InvalidField> {
     bounded_text("addr", addr, NAME_BYTES_MAX)?;
-    let not_host_port = || format!("`addr` {addr:?} is not host:port");
+    let not_host_port = || invalid!("`addr` {addr:?} is not host:port");
     let (host, port) = addr.rsplit_once(':').ok_or_else(not_host_port)?;
     if host.is_empty() {
         return Err(not_host_port());
     }
     match port.parse::<u16>() {
-        Ok(0) => return Err(format!("`addr` {addr:?} has port 0: give the peer port")),
+        Ok(0) => return Err(invalid!("`addr` {addr:?} has port 0: give the peer port")),
         Ok(_) => {}
         Err(_) => return Err(not_host_port()),
     }
@@ -100,7 +133,7 @@ pub fn member_addr(addr: &str) -> Result<(), String> {
     if ipv6 || host.parse::<std::net::Ipv4Addr>().is_ok() || is_host_name(host) {
         return Ok(());
     }
-    Err(format!(
+    Err(invalid!(
         "`addr` {addr:?}: {host:?} is not a host name, an IPv4 address or a bracketed IPv6 address"
     ))
 }
@@ -124,9 +157,9 @@ fn is_host_name(host: &str) -> bool {
 pub const CATCH_UP_TIMEOUT_MS_MAX: u64 = 600_000;
 
 /// Checks `admin.member.add`'s `catch_up_timeout_ms`: in `[1, CATCH_UP_TIMEOUT_MS_MAX]`.
-pub fn catch_up_timeout_ms(timeout_ms: u64) -> Result<(), String> {
+pub fn catch_up_timeout_ms(timeout_ms: u64) -> Result<(), InvalidField> {
     if timeout_ms == 0 || timeout_ms > CATCH_UP_TIMEOUT_MS_MAX {
-        return Err(format!(
+        return Err(invalid!(
             "`catch_up_timeout_ms` is {timeout_ms}, it must be in [1, {CATCH_UP_TIMEOUT_MS_MAX}]"
         ));
     }
@@ -134,13 +167,13 @@ pub fn catch_up_timeout_ms(timeout_ms: u64) -> Result<(), String> {
 }
 
 /// Checks a request id: 1 to 128 bytes, no control characters.
-pub fn request_id(id: &str) -> Result<(), String> {
+pub fn request_id(id: &str) -> Result<(), InvalidField> {
     bounded_text("id", id, REQUEST_ID_BYTES_MAX)
 }
 
 /// Checks a resource name (`name` or `resource`): 1 to 256 bytes of UTF-8, no control
 /// characters. Slashes are fine (`gateway/config`): names never become topic segments.
-pub fn name(field: &str, value: &str) -> Result<(), String> {
+pub fn name(field: &str, value: &str) -> Result<(), InvalidField> {
     bounded_text(field, value, NAME_BYTES_MAX)
 }
 
@@ -154,7 +187,7 @@ pub fn resource_page(
     prefix: Option<&str>,
     after: Option<&str>,
     limit: Option<u32>,
-) -> Result<(), String> {
+) -> Result<(), InvalidField> {
     if let Some(prefix) = prefix {
         name("prefix", prefix)?;
     }
@@ -162,7 +195,7 @@ pub fn resource_page(
         resource_cursor(after)?;
     }
     match limit {
-        Some(limit) if limit == 0 || limit > RESOURCE_PAGE_MAX => Err(format!(
+        Some(limit) if limit == 0 || limit > RESOURCE_PAGE_MAX => Err(invalid!(
             "`limit` is {limit}, it must be from 1 to {RESOURCE_PAGE_MAX}"
         )),
         _ => Ok(()),
@@ -188,7 +221,7 @@ pub fn snapshot_page(
     index: Option<u64>,
     offset: Option<u64>,
     page_bytes_max: Option<u32>,
-) -> Result<(), String> {
+) -> Result<(), InvalidField> {
     if index.is_none() && offset.is_some() {
         return Err(
             "`offset` needs `index`: the log index the first page answered, so that every \
@@ -198,7 +231,7 @@ pub fn snapshot_page(
     }
     match page_bytes_max {
         Some(bytes) if !(SNAPSHOT_PAGE_BYTES_MIN..=SNAPSHOT_PAGE_BYTES_MAX).contains(&bytes) => {
-            Err(format!(
+            Err(invalid!(
                 "`page_bytes_max` is {bytes}, it must be from {SNAPSHOT_PAGE_BYTES_MIN} to \
                  {SNAPSHOT_PAGE_BYTES_MAX}"
             ))
@@ -209,28 +242,28 @@ pub fn snapshot_page(
 
 /// Splits an `admin.resources` cursor, `kind/name` (the `next_after` of a page), into its
 /// kind and name.
-pub fn resource_cursor(after: &str) -> Result<(crate::ResourceKind, &str), String> {
+pub fn resource_cursor(after: &str) -> Result<(crate::ResourceKind, &str), InvalidField> {
     let parsed = after.split_once('/').and_then(|(kind, rest)| {
         let kind = crate::ResourceKind::parse(kind)?;
         name("after", rest).ok().map(|()| (kind, rest))
     });
     parsed.ok_or_else(|| {
-        format!("`after` is {after:?}, not a cursor `kind/name` (a page's `next_after`)")
+        invalid!("`after` is {after:?}, not a cursor `kind/name` (a page's `next_after`)")
     })
 }
 
-fn bounded_text(field: &str, value: &str, bytes_max: usize) -> Result<(), String> {
+fn bounded_text(field: &str, value: &str, bytes_max: usize) -> Result<(), InvalidField> {
     if value.is_empty() {
-        return Err(format!("`{field}` must not be empty"));
+        return Err(invalid!("`{field}` must not be empty"));
     }
     if value.len() > bytes_max {
-        return Err(format!(
+        return Err(invalid!(
             "`{field}` is {} bytes long, the maximum is {bytes_max}",
             value.len()
         ));
     }
     if has_control(value) {
-        return Err(format!("`{field}` must not contain control characters"));
+        return Err(invalid!("`{field}` must not contain control characters"));
     }
     Ok(())
 }
@@ -269,9 +302,9 @@ fn word_flags(word: u64) -> u64 {
 }
 
 /// Checks an optional `wait_ms`.
-pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
+pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), InvalidField> {
     match wait_ms {
-        Some(ms) if ms > WAIT_MS_MAX => Err(format!(
+        Some(ms) if ms > WAIT_MS_MAX => Err(invalid!(
             "`wait_ms` is {ms}, the maximum is {WAIT_MS_MAX} (one day); omit it to wait while \
              the lease lives"
         )),
@@ -283,9 +316,9 @@ pub fn wait_ms(wait_ms: Option<u64>) -> Result<(), String> {
 /// ends are given the window `[start_ms, end_ms)` must not be empty. Whether it lies in the past,
 /// too far ahead or is too long is the state machine's check, against the entry's time and the
 /// replicated limits.
-pub fn window(start_ms: Option<u64>, end_ms: Option<u64>) -> Result<(), String> {
+pub fn window(start_ms: Option<u64>, end_ms: Option<u64>) -> Result<(), InvalidField> {
     match (start_ms, end_ms) {
-        (Some(start_ms), Some(end_ms)) if end_ms <= start_ms => Err(format!(
+        (Some(start_ms), Some(end_ms)) if end_ms <= start_ms => Err(invalid!(
             "the window is empty: `end_ms` ({end_ms}) is not after `start_ms` ({start_ms})"
         )),
         _ => Ok(()),
@@ -297,9 +330,9 @@ pub const ROUTE_VOLUMES_MAX: usize = 64;
 
 /// Checks a route's volumes: 1 to [`ROUTE_VOLUMES_MAX`], each cylinder within the waypoint
 /// ranges and each window non-empty; the message names the volume by its index from 0.
-pub fn volumes(volumes: &[crate::Volume]) -> Result<(), String> {
+pub fn volumes(volumes: &[crate::Volume]) -> Result<(), InvalidField> {
     if volumes.is_empty() || volumes.len() > ROUTE_VOLUMES_MAX {
-        return Err(format!(
+        return Err(invalid!(
             "`volumes` has {} volumes, a route has 1 to {ROUTE_VOLUMES_MAX}",
             volumes.len()
         ));
@@ -316,7 +349,7 @@ pub fn volumes(volumes: &[crate::Volume]) -> Result<(), String> {
 
 /// Checks a `lease.grant`'s `ttl_ms` (the service's configured range is the state machine's
 /// check; this is the wire's: positive).
-pub fn ttl_ms(ttl_ms: u64) -> Result<(), String> {
+pub fn ttl_ms(ttl_ms: u64) -> Result<(), InvalidField> {
     if ttl_ms == 0 {
         return Err("`ttl_ms` must be positive".into());
     }
@@ -325,14 +358,14 @@ pub fn ttl_ms(ttl_ms: u64) -> Result<(), String> {
 
 /// Checks a `sem.acquire`'s capacity and weight: `limit` in `[1, SEM_LIMIT_MAX]`, `permits` in
 /// `[1, limit]`.
-pub fn sem_acquire(limit: u32, permits: u32) -> Result<(), String> {
+pub fn sem_acquire(limit: u32, permits: u32) -> Result<(), InvalidField> {
     if limit == 0 || limit > SEM_LIMIT_MAX {
-        return Err(format!(
+        return Err(invalid!(
             "`limit` is {limit}, it must be in [1, {SEM_LIMIT_MAX}]"
         ));
     }
     if permits == 0 || permits > limit {
-        return Err(format!(
+        return Err(invalid!(
             "`permits` is {permits}, it must be in [1, limit = {limit}]"
         ));
     }
@@ -340,9 +373,9 @@ pub fn sem_acquire(limit: u32, permits: u32) -> Result<(), String> {
 }
 
 /// Checks that a float field is a finite number within `[min, max]`.
-pub fn float_in(field: &str, value: f64, min: f64, max: f64) -> Result<(), String> {
+pub fn float_in(field: &str, value: f64, min: f64, max: f64) -> Result<(), InvalidField> {
     if !value.is_finite() || value < min || value > max {
-        return Err(format!(
+        return Err(invalid!(
             "`{field}` is {value}, it must be in [{min}, {max}]"
         ));
     }

@@ -16,6 +16,7 @@
 //! 2. Every account's secret hash is a PHC string (`$<algorithm>$...`): never a secret.
 //! 3. There are never more than [`ACCOUNTS_MAX`] accounts.
 
+use crate::InvariantViolation;
 use std::collections::BTreeMap;
 
 use hivekeeper_protocol::{AccountInfo, ErrorCode, Role, validate};
@@ -202,9 +203,9 @@ impl StateMachine {
     }
 
     /// Invariants 1 to 3.
-    pub(super) fn check_account_invariants(&self) -> Result<(), String> {
+    pub(super) fn check_account_invariants(&self) -> Result<(), InvariantViolation> {
         if self.accounts.len() > ACCOUNTS_MAX {
-            return Err(format!(
+            return Err(violation!(
                 "account invariant 3: {} accounts, more than {ACCOUNTS_MAX}",
                 self.accounts.len()
             ));
@@ -213,7 +214,7 @@ impl StateMachine {
             validate::agent_id(name)
                 .map_err(|reason| format!("account invariant 1: {name:?}: {reason}"))?;
             if !is_phc(&account.secret_hash) {
-                return Err(format!(
+                return Err(violation!(
                     "account invariant 2: {name:?}'s secret hash is not a PHC string"
                 ));
             }

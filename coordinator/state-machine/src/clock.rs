@@ -42,6 +42,7 @@
 //!    the snapshot has no `stamp_last_ms`: its bytes are those of data format 1.
 
 use super::StateMachine;
+use crate::InvariantViolation;
 
 impl StateMachine {
     /// The most one entry moves the machine's clock: `lease_ttl_ms_max` of the limits in force
@@ -78,9 +79,9 @@ impl StateMachine {
 
     /// Invariant 3 (1 and 2 are properties of [`Self::advance_clock`] and of the grants, checked
     /// by the tests that move the stamps).
-    pub(super) fn check_clock_invariants(&self) -> Result<(), String> {
+    pub(super) fn check_clock_invariants(&self) -> Result<(), InvariantViolation> {
         match self.stamp_last_ms {
-            Some(stamp_ms) if stamp_ms == self.now_ms => Err(format!(
+            Some(stamp_ms) if stamp_ms == self.now_ms => Err(violation!(
                 "clock invariant 3: stamp_last_ms {stamp_ms} is recorded though it equals the clock"
             )),
             _ => Ok(()),

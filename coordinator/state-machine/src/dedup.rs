@@ -41,6 +41,7 @@
 //!    before the previous sweep's entry (`swept_index`), and records its own entry as the new
 //!    `swept_index` ([`Dedup::forget_idle`]; the model test checks it against a naive model).
 
+use crate::InvariantViolation;
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
 
@@ -253,9 +254,9 @@ impl Dedup {
     }
 
     /// Invariants 2 and 3.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         if self.slots.len() != self.memos.len() {
-            return Err(format!(
+            return Err(violation!(
                 "dedup indexes {} agents but remembers {}",
                 self.slots.len(),
                 self.memos.len()
@@ -263,19 +264,20 @@ impl Dedup {
         }
         for (slot, memo) in self.memos.iter().enumerate() {
             if self.slots.get(&memo.agent).map(|&slot| slot as usize) != Some(slot) {
-                return Err(format!("dedup's index misplaces {}", memo.agent));
+                return Err(violation!("dedup's index misplaces {}", memo.agent));
             }
             if memo.recent.is_empty() {
-                return Err(format!("dedup remembers {} with no outcome", memo.agent));
+                return Err(violation!("dedup remembers {} with no outcome", memo.agent));
             }
             if let Some(outcome) = memo
                 .recent
                 .iter()
                 .find(|outcome| outcome.fingerprint != fingerprint(&outcome.id))
             {
-                return Err(format!(
+                return Err(violation!(
                     "dedup's fingerprint of {}/{} is stale",
-                    memo.agent, outcome.id
+                    memo.agent,
+                    outcome.id
                 ));
             }
         }
@@ -283,16 +285,16 @@ impl Dedup {
     }
 
     /// Invariant 1.
-    pub fn check_bounds(&self, limits: &Limits) -> Result<(), String> {
+    pub fn check_bounds(&self, limits: &Limits) -> Result<(), InvariantViolation> {
         if self.memos.len() > limits.dedup_agents_max as usize {
-            return Err(format!("dedup remembers {} agents", self.memos.len()));
+            return Err(violation!("dedup remembers {} agents", self.memos.len()));
         }
         if let Some(memo) = self
             .memos
             .iter()
             .find(|memo| memo.recent.len() > limits.dedup_per_agent_max as usize)
         {
-            return Err(format!(
+            return Err(violation!(
                 "dedup remembers {} outcomes of {}",
                 memo.recent.len(),
                 memo.agent

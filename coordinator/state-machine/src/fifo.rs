@@ -16,6 +16,7 @@
 //!    cancelled or its lease ends ([`Queue::take`]). Nobody overtakes the head.
 //! 5. `inspect` shows a queue head first, at position 1 ([`infos`]).
 
+use crate::InvariantViolation;
 use std::collections::VecDeque;
 
 use hivekeeper_protocol::{ErrorCode, ResourceKind, WaiterInfo};
@@ -105,19 +106,19 @@ impl Queue {
     }
 
     /// Invariants 1 and 2 of `key`'s queue.
-    pub fn check(&self, key: &ResourceKey) -> Result<(), String> {
+    pub fn check(&self, key: &ResourceKey) -> Result<(), InvariantViolation> {
         if !self
             .0
             .iter()
             .zip(self.0.iter().skip(1))
             .all(|(earlier, later)| earlier.seq < later.seq)
         {
-            return Err(format!("{key} queue is out of order"));
+            return Err(violation!("{key} queue is out of order"));
         }
         let mut leases: Vec<LeaseId> = self.0.iter().map(|w| w.lease).collect();
         leases.sort_unstable();
         if leases.windows(2).any(|pair| pair[0] == pair[1]) {
-            return Err(format!("{key} has a lease waiting twice"));
+            return Err(violation!("{key} has a lease waiting twice"));
         }
         Ok(())
     }

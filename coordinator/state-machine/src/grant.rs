@@ -12,6 +12,7 @@
 //! 4. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
 //!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
 
+use crate::InvariantViolation;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -668,40 +669,41 @@ impl Core {
     }
 
     /// Invariants 3 and 4 (internal consistency) and the dedup bounds.
-    pub fn check_invariants(&self, index: u64) -> Result<(), String> {
+    pub fn check_invariants(&self, index: u64) -> Result<(), InvariantViolation> {
         if self.token_last > 0 && (self.token_last >> TOKEN_INDEX_SHIFT) > index {
-            return Err(format!(
+            return Err(violation!(
                 "token_last {} is ahead of the applied index {index}",
                 self.token_last
             ));
         }
         for (agent, waits) in &self.waiting {
             if waits.is_empty() {
-                return Err(format!("agent {agent} has an empty pending-wait map"));
+                return Err(violation!("agent {agent} has an empty pending-wait map"));
             }
             if !waits.0.windows(2).all(|pair| pair[0].0 < pair[1].0) {
-                return Err(format!(
+                return Err(violation!(
                     "agent {agent}'s pending waits are not sorted by id"
                 ));
             }
             for (request_id, wait) in waits {
                 let Some(lease) = self.leases.get(&wait.lease) else {
-                    return Err(format!(
+                    return Err(violation!(
                         "pending wait {agent}/{request_id} names dead lease {}",
                         wait.lease
                     ));
                 };
                 if lease.waits.get(&wait.key) != Some(request_id) {
-                    return Err(format!(
+                    return Err(violation!(
                         "pending wait {agent}/{request_id} on {} is not in lease {}",
-                        wait.key, wait.lease
+                        wait.key,
+                        wait.lease
                     ));
                 }
             }
         }
         for (id, lease) in &self.leases {
             if id.0 > index {
-                return Err(format!("lease {id} is from the future (index {index})"));
+                return Err(violation!("lease {id} is from the future (index {index})"));
             }
             for (key, request_id) in &lease.waits {
                 let indexed = self
@@ -709,7 +711,7 @@ impl Core {
                     .get(&lease.agent)
                     .and_then(|waits| waits.get(request_id));
                 if indexed.is_none_or(|wait| wait.lease != *id || wait.key != *key) {
-                    return Err(format!(
+                    return Err(violation!(
                         "lease {id} waits for {key} as {request_id:?}, but the index disagrees"
                     ));
                 }
@@ -721,38 +723,38 @@ impl Core {
     }
 
     /// Invariants 1, 2 and 4 against what the resources record.
-    pub fn check_occupancy(&self, occupancy: &Occupancy) -> Result<(), String> {
+    pub fn check_occupancy(&self, occupancy: &Occupancy) -> Result<(), InvariantViolation> {
         let mut holds_seen = BTreeSet::new();
         for (lease, key, agent, token) in &occupancy.holds {
             let Some(record) = self.leases.get(lease) else {
-                return Err(format!(
+                return Err(violation!(
                     "{key} is held (token {token}) by dead lease {lease}"
                 ));
             };
             if record.agent != *agent {
-                return Err(format!(
+                return Err(violation!(
                     "{key} hold names agent {agent}, lease {lease} is {}",
                     record.agent
                 ));
             }
             if !record.holds.contains(key) {
-                return Err(format!(
+                return Err(violation!(
                     "{key} is held by lease {lease}, which does not list it"
                 ));
             }
             if *token > self.token_last {
-                return Err(format!(
+                return Err(violation!(
                     "{key} token {token} is above token_last {}",
                     self.token_last
                 ));
             }
             if !holds_seen.insert((*lease, key.clone())) {
-                return Err(format!("lease {lease} holds {key} twice"));
+                return Err(violation!("lease {lease} holds {key} twice"));
             }
         }
         let listed_holds: usize = self.leases.values().map(|lease| lease.holds.len()).sum();
         if listed_holds != holds_seen.len() {
-            return Err(format!(
+            return Err(violation!(
                 "leases list {listed_holds} holds, resources have {}",
                 holds_seen.len()
             ));
@@ -760,21 +762,21 @@ impl Core {
         let mut waits_seen = BTreeSet::new();
         for (lease, key, agent, request_id) in &occupancy.waits {
             let Some(record) = self.leases.get(lease) else {
-                return Err(format!("{key} has a waiter under dead lease {lease}"));
+                return Err(violation!("{key} has a waiter under dead lease {lease}"));
             };
             if record.agent != *agent || record.waits.get(key) != Some(request_id) {
-                return Err(format!(
+                return Err(violation!(
                     "{key} waiter {agent}/{request_id} is not what lease {lease} records"
                 ));
             }
             if !waits_seen.insert((agent.clone(), request_id.clone())) {
-                return Err(format!("waiter {agent}/{request_id} is queued twice"));
+                return Err(violation!("waiter {agent}/{request_id} is queued twice"));
             }
         }
         let listed_waits: usize = self.leases.values().map(|lease| lease.waits.len()).sum();
         let indexed_waits: usize = self.waiting.values().map(PendingWaits::len).sum();
         if listed_waits != waits_seen.len() || indexed_waits != waits_seen.len() {
-            return Err(format!(
+            return Err(violation!(
                 "leases list {listed_waits} waits, the index {indexed_waits}, the queues {}",
                 waits_seen.len()
             ));

@@ -66,6 +66,13 @@
 //!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 //! - `resources.rs`: `admin.resources`, the paged list of resources (discovery).
 
+/// An [`InvariantViolation`] with a formatted text: `violation!("lease {id} is from the future")`.
+macro_rules! violation {
+    ($($text:tt)*) => {
+        $crate::InvariantViolation(format!($($text)*))
+    };
+}
+
 mod account;
 mod clock;
 mod dedup;
@@ -550,6 +557,18 @@ pub enum Error {
 #[error("{0}")]
 pub struct InvariantViolation(pub String);
 
+impl From<String> for InvariantViolation {
+    fn from(text: String) -> Self {
+        InvariantViolation(text)
+    }
+}
+
+impl From<&str> for InvariantViolation {
+    fn from(text: &str) -> Self {
+        InvariantViolation(text.to_string())
+    }
+}
+
 /// Per-apply context: where we are in the log and what has happened so far.
 pub(crate) struct Ctx {
     /// The entry's index.
@@ -977,11 +996,11 @@ impl StateMachine {
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls
     /// it on the state it read.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        self.check_concepts().map_err(InvariantViolation)
+        self.check_concepts()
     }
 
     /// The concepts' own checks, in dependency order; each says what it found broken.
-    fn check_concepts(&self) -> Result<(), String> {
+    fn check_concepts(&self) -> Result<(), InvariantViolation> {
         self.check_clock_invariants()?;
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;

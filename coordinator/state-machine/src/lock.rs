@@ -13,6 +13,7 @@
 //! 3. The waiters are a FIFO queue (`fifo.rs`, its invariants 1 to 4): arrival order, one slot
 //!    per lease, bounded at enqueue, and the lock goes to the head alone.
 
+use crate::InvariantViolation;
 use std::sync::Arc;
 
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
@@ -184,16 +185,19 @@ impl StateMachine {
         }
     }
 
-    pub(super) fn check_lock_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
+    pub(super) fn check_lock_invariants(
+        &self,
+        occupancy: &mut Occupancy,
+    ) -> Result<(), InvariantViolation> {
         for (name, lock) in &self.locks {
             let key = ResourceKey::new(ResourceKind::Lock, name);
             let Some(holder) = &lock.holder else {
-                return Err(format!("lock {name:?} has no holder after the entry"));
+                return Err(violation!("lock {name:?} has no holder after the entry"));
             };
             occupancy.hold(&key, holder);
             lock.waiters.check(&key)?;
             if lock.waiters.has_lease(holder.lease) {
-                return Err(format!("lock {name:?}: the holder's lease also waits"));
+                return Err(violation!("lock {name:?}: the holder's lease also waits"));
             }
             for waiter in lock.waiters.iter() {
                 occupancy.wait(&key, waiter);

@@ -19,6 +19,7 @@
 //!    waits, over all its leases), or its lease a wait more than `waits_per_lease_max`. Checked
 //!    at admission: a `Configure` that lowers a bound takes nothing back.
 
+use crate::InvariantViolation;
 use std::collections::HashMap;
 
 use hivekeeper_protocol::ErrorCode;
@@ -101,10 +102,10 @@ impl Usage {
     pub fn check(
         &self,
         leases: &HashMap<LeaseId, Lease, foldhash::fast::RandomState>,
-    ) -> Result<(), String> {
+    ) -> Result<(), InvariantViolation> {
         let recount = Usage::rebuild(leases);
         if recount.0.len() != self.0.len() {
-            return Err(format!(
+            return Err(violation!(
                 "quota index has {} agents, the leases {}",
                 self.0.len(),
                 recount.0.len()
@@ -113,7 +114,7 @@ impl Usage {
         for (agent, counted) in &recount.0 {
             let indexed = self.of(agent);
             if indexed != *counted {
-                return Err(format!(
+                return Err(violation!(
                     "quota index says agent {agent} has {indexed:?}, the leases {counted:?}"
                 ));
             }

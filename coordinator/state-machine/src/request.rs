@@ -343,7 +343,7 @@ impl AgentOp {
     /// The reservation's cylinder for a `waypoint.reserve` with geometry; `Ok(None)` without
     /// geometry or for another op. The error is the wire decoder's text ([`Self::check_fields`]
     /// wraps it in an [`InvalidRequest`]).
-    pub(crate) fn area(&self) -> Result<Option<Area>, String> {
+    pub(crate) fn area(&self) -> Result<Option<Area>, validate::InvalidField> {
         match self {
             AgentOp::WaypointReserve {
                 lat,
@@ -358,7 +358,7 @@ impl AgentOp {
     }
 
     /// The wire's range checks, in the wire decoder's order, with its words.
-    fn check_fields(&self) -> Result<(), String> {
+    fn check_fields(&self) -> Result<(), validate::InvalidField> {
         if let Some(lease) = self.lease() {
             validate::name("lease", lease)?;
         }
@@ -403,7 +403,7 @@ impl AgentRequest {
             .and_then(|()| self.op.check_fields())
             .map_err(|reason| InvalidRequest {
                 op: self.op.name(),
-                reason,
+                reason: reason.into(),
             })
     }
 }

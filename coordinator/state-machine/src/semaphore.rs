@@ -14,6 +14,7 @@
 //! 5. The waiters are a FIFO queue (`fifo.rs`, its invariants 1 to 4): arrival order, one slot
 //!    per lease, bounded at enqueue, granted from the head only (strict FIFO, invariant 2).
 
+use crate::InvariantViolation;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -212,35 +213,41 @@ impl StateMachine {
         }
     }
 
-    pub(super) fn check_sem_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
+    pub(super) fn check_sem_invariants(
+        &self,
+        occupancy: &mut Occupancy,
+    ) -> Result<(), InvariantViolation> {
         for (name, sem) in &self.sems {
             let key = ResourceKey::new(ResourceKind::Sem, name);
             let used: u32 = sem.holders.values().map(|hold| hold.permits).sum();
             if used != sem.used || used > sem.limit {
-                return Err(format!(
+                return Err(violation!(
                     "semaphore {name:?}: used {} (holders sum to {used}), limit {}",
-                    sem.used, sem.limit
+                    sem.used,
+                    sem.limit
                 ));
             }
             if let Some(head) = sem.waiters.front()
                 && sem.used + head.permits <= sem.limit
             {
-                return Err(format!(
+                return Err(violation!(
                     "semaphore {name:?}: the head waiter fits but waits"
                 ));
             }
             if sem.holders.is_empty() && sem.waiters.is_empty() {
-                return Err(format!("semaphore {name:?} is idle but remembered"));
+                return Err(violation!("semaphore {name:?} is idle but remembered"));
             }
             sem.waiters.check(&key)?;
             for (lease, hold) in &sem.holders {
                 if *lease != hold.lease {
-                    return Err(format!(
+                    return Err(violation!(
                         "semaphore {name:?}: hold filed under the wrong lease"
                     ));
                 }
                 if sem.waiters.has_lease(*lease) {
-                    return Err(format!("semaphore {name:?}: lease {lease} holds and waits"));
+                    return Err(violation!(
+                        "semaphore {name:?}: lease {lease} holds and waits"
+                    ));
                 }
                 occupancy.hold(&key, hold);
             }

@@ -30,6 +30,7 @@
 //! deadlines were replicated) is still applied exactly as it was, so old logs replay the same;
 //! no node proposes it any more.
 
+use crate::InvariantViolation;
 use std::collections::BTreeSet;
 
 use hivekeeper_protocol::ErrorCode;
@@ -88,14 +89,17 @@ impl WaitDeadlines {
     }
 
     /// Invariant 1 against the pending-wait index.
-    pub fn check_invariants(&self, waiting: &NameMap<PendingWaits>) -> Result<(), String> {
+    pub fn check_invariants(
+        &self,
+        waiting: &NameMap<PendingWaits>,
+    ) -> Result<(), InvariantViolation> {
         let expected = WaitDeadlines::rebuild(waiting);
         if *self == expected {
             return Ok(());
         }
         let stray = self.0.difference(&expected.0).next();
         let missing = expected.0.difference(&self.0).next();
-        Err(format!(
+        Err(violation!(
             "wait deadline index disagrees with the pending waits: indexed but not waiting \
              {stray:?}, waiting but not indexed {missing:?}"
         ))

@@ -51,6 +51,7 @@
 //! 3. A cell's `span_ms_max` is exactly its longest ended window (`end - start`; 0 without
 //!    one).
 
+use crate::InvariantViolation;
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
@@ -273,16 +274,16 @@ impl<K: Ord> Grid<K> {
 
     /// Invariants 1 to 3 (module docs): where each entry is filed, the level counts and each
     /// cell's order and time bound.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvariantViolation> {
         let mut per_level = [0u32; LEVELS];
         for (cell_key, cell) in &self.cells {
             if cell.entries.is_empty() {
-                return Err(format!("grid cell {cell_key:?} is empty but kept"));
+                return Err(violation!("grid cell {cell_key:?} is empty but kept"));
             }
             let mut span_ms_max = 0;
             for (_, entry) in &cell.entries {
                 if cell_of(&entry.area) != *cell_key {
-                    return Err(format!(
+                    return Err(violation!(
                         "a grid entry at {:?} is filed in cell {cell_key:?}, not its own {:?}",
                         entry.area,
                         cell_of(&entry.area)
@@ -297,12 +298,12 @@ impl<K: Ord> Grid<K> {
                 (time_key(a.window.as_ref()), key_a) < (time_key(b.window.as_ref()), key_b)
             });
             if !ordered {
-                return Err(format!(
+                return Err(violation!(
                     "grid cell {cell_key:?} is not strictly in (open, start, key) order"
                 ));
             }
             if span_ms_max != cell.span_ms_max {
-                return Err(format!(
+                return Err(violation!(
                     "grid cell {cell_key:?} bounds its windows at {} ms, its longest is \
                      {span_ms_max} ms",
                     cell.span_ms_max
@@ -312,7 +313,7 @@ impl<K: Ord> Grid<K> {
                 .expect("a cell holds fewer entries than the machine's bounds");
         }
         if per_level != self.per_level {
-            return Err(format!(
+            return Err(violation!(
                 "the grid counts {:?} entries per level, it holds {per_level:?}",
                 self.per_level
             ));

@@ -54,6 +54,7 @@ mod query;
 mod route;
 mod window;
 
+use crate::InvariantViolation;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -555,7 +556,7 @@ impl Waypoints {
     }
 
     /// Invariants 1 to 10, and the holds and waits for the cross-check with leases.
-    pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), String> {
+    pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
         }
@@ -572,7 +573,7 @@ impl Waypoints {
                 }) = window
                     && end_ms <= start_ms
                 {
-                    return Err(format!(
+                    return Err(violation!(
                         "waypoint {name:?} has an empty window [{start_ms}, {end_ms})"
                     ));
                 }
@@ -613,7 +614,7 @@ impl Waypoints {
                     .find_conflict(area, window.as_ref(), |_, entry| entry.lease != lease)
             });
             if conflict {
-                return Err(format!(
+                return Err(violation!(
                     "held waypoint {name:?} conflicts with another lease's"
                 ));
             }
@@ -622,7 +623,7 @@ impl Waypoints {
             let key = ResourceKey::new(ResourceKind::Waypoint, &pending.name);
             occupancy.wait(&key, &pending.waiter);
             if pending.waiter.seq != *seq {
-                return Err(format!(
+                return Err(violation!(
                     "waypoint waiter filed at {seq} has seq {}",
                     pending.waiter.seq
                 ));
@@ -633,7 +634,7 @@ impl Waypoints {
                 .get(&pending.name)
                 .is_some_and(|held| held.hold.lease == lease)
             {
-                return Err(format!(
+                return Err(violation!(
                     "lease {lease} waits for {:?}, which it holds",
                     pending.name
                 ));
@@ -644,15 +645,16 @@ impl Waypoints {
                 lease,
                 pending.place(),
             ) {
-                return Err(format!(
+                return Err(violation!(
                     "waypoint waiter {seq} for {:?} could be granted but waits",
                     pending.name
                 ));
             }
             if pending.priority.is_routine() != (pending.head_start_ms == 0) {
-                return Err(format!(
+                return Err(violation!(
                     "waypoint waiter {seq} of priority {} has a head start of {} ms",
-                    pending.priority, pending.head_start_ms
+                    pending.priority,
+                    pending.head_start_ms
                 ));
             }
         }

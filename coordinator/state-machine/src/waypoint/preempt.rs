@@ -50,6 +50,7 @@
 //! never in the machine's past when set; one that has passed is due for the next
 //! `ExpireReservations`, which the node proposes as it does at a window's end.
 
+use crate::InvariantViolation;
 use std::collections::{BTreeMap, BTreeSet};
 
 use hivekeeper_protocol::{Priority, ResourceKind};
@@ -209,17 +210,17 @@ impl Waypoints {
     }
 
     /// Invariant 1 (invariant 2 is the index rebuild's check).
-    pub(super) fn check_preempt_invariants(&self) -> Result<(), String> {
+    pub(super) fn check_preempt_invariants(&self) -> Result<(), InvariantViolation> {
         let needed = self.needed();
         for (name, held) in &self.held {
             match (held.vacate_by_ms, needed.get(name)) {
                 (Some(vacate_by_ms), None) => {
-                    return Err(format!(
+                    return Err(violation!(
                         "waypoint {name:?} must vacate by {vacate_by_ms} but no waiter preempts it"
                     ));
                 }
                 (None, Some(priority)) => {
-                    return Err(format!(
+                    return Err(violation!(
                         "waypoint {name:?} is preempted by priority {priority} but has no deadline"
                     ));
                 }

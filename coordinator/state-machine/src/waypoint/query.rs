@@ -106,7 +106,7 @@ impl StateMachine {
             Reply::refused(ErrorCode::BadRequest, format!("airspace.query: {message}"))
         };
         if let Err(message) = check_query(volume, volumes, after, limit) {
-            return refused(message);
+            return refused(message.into());
         }
         if self.now_ms == 0 {
             // No entry applied yet: nothing is held, and the machine's clock (0) would put
