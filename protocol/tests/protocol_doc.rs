@@ -9,6 +9,8 @@
 //!   and whether it is `req`, `opt`, `one of` (exactly one of the op's `one of` fields is
 //!   given) or `` alias of `f` `` (another name the decoder takes for field `f`). An op
 //!   section without a field table documents an op without fields.
+//! - **Volumes**: the table headed `| field | type | range |` (§8.9.1) lists the fields of a
+//!   route's volume, several to a row (`` `lat`, `lon` ``).
 //! - **The op list** of §3: the bullet that starts ``- `op` (string, required): one of``.
 //! - **Error codes**: the first column of the table headed `| code | sent when |`.
 //! - **Events**: the table headed `| event | fields | sent when |`, each field written
@@ -43,6 +45,9 @@
 //!   the decoder gives; every example response and event decodes into the typed `Response` or
 //!   `Event` and encodes back to the same JSON (so a documented field the types do not know
 //!   fails).
+//! - Volumes: the documented fields are the ones the decoder takes in every `volumes` and in
+//!   `airspace.query`'s `volume`; each is required in a route's volume; the examples' volumes
+//!   have the documented types.
 //! - The error codes: serde's, `ErrorCode::ALL` and the table, in one order.
 //! - The events: serde's and the table; each event has an example with the documented fields.
 //!
@@ -122,6 +127,15 @@ impl OpDoc {
     }
 }
 
+/// One field of a route's volume: a row of the volume table may name several.
+#[derive(Debug, Clone)]
+struct VolumeFieldDoc {
+    name: String,
+    /// The JSON type the type column names.
+    json_type: String,
+    place: Place,
+}
+
 /// One row of the error-code table.
 #[derive(Debug, Clone)]
 struct CodeDoc {
@@ -167,6 +181,8 @@ struct Doc {
     /// §3's list of ops, and where it is.
     op_list: Vec<String>,
     op_list_place: Place,
+    /// The fields of a route's volume, every one required.
+    volume_fields: Vec<VolumeFieldDoc>,
     codes: Vec<CodeDoc>,
     events: Vec<EventDoc>,
     blocks: Vec<Block>,
@@ -429,12 +445,31 @@ impl Parser {
         }
         let mut codes = Vec::new();
         let mut events = Vec::new();
+        let mut volume_fields = Vec::new();
         let mut code_tables = 0;
         let mut event_tables = 0;
+        let mut volume_tables = 0;
         for table in std::mem::take(&mut self.tables) {
             let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
             match header[..] {
                 ["field", "type", "", "range"] => self.field_table(table),
+                ["field", "type", "range"] => {
+                    volume_tables += 1;
+                    for (place, cells) in table.rows {
+                        match volume_row(&cells) {
+                            Ok((names, json_type)) => {
+                                volume_fields.extend(names.into_iter().map(|name| {
+                                    VolumeFieldDoc {
+                                        name,
+                                        json_type: json_type.clone(),
+                                        place: place.clone(),
+                                    }
+                                }));
+                            }
+                            Err(why) => self.problems.push(format!("{place}: {why}")),
+                        }
+                    }
+                }
                 ["code", "sent when"] => {
                     code_tables += 1;
                     for (place, cells) in table.rows {
@@ -472,6 +507,12 @@ impl Parser {
                 "one error-code table (`| code | sent when |`) is expected, found {code_tables}"
             ));
         }
+        if volume_tables != 1 {
+            self.problems.push(format!(
+                "one volume table (`| field | type | range |`, §8.9.1) is expected, found \
+                 {volume_tables}"
+            ));
+        }
         if event_tables != 1 {
             self.problems.push(format!(
                 "one event table (`| event | fields | sent when |`) is expected, found \
@@ -489,6 +530,7 @@ impl Parser {
                 ops: self.ops,
                 op_list,
                 op_list_place,
+                volume_fields,
                 codes,
                 events,
                 blocks: self.blocks,
@@ -601,6 +643,30 @@ fn field_row(cells: &[String]) -> Result<(String, String, Presence), String> {
     Ok((name.to_string(), json_type.clone(), presence))
 }
 
+/// A row of the volume table: `` | `lat`, `lon` | number | range | ``.
+fn volume_row(cells: &[String]) -> Result<(Vec<String>, String), String> {
+    let [names, json_type, _range] = cells else {
+        return Err(format!(
+            "a volume table row has three cells (fields, type, range), not {}",
+            cells.len()
+        ));
+    };
+    let cell = names;
+    let names: Option<Vec<String>> = cell
+        .split(", ")
+        .map(|name| code_span(name).map(str::to_string))
+        .collect();
+    let names = names.ok_or_else(|| {
+        format!("a volume table row names its fields in backticks, separated by commas: {cell:?}")
+    })?;
+    if !JSON_TYPES.contains(&json_type.as_str()) {
+        return Err(format!(
+            "fields {names:?}: the type is one of {JSON_TYPES:?}, not {json_type:?}"
+        ));
+    }
+    Ok((names, json_type.clone()))
+}
+
 /// A row of the event table: the event in backticks, and its fields written
 /// `` `name` (type) `` and separated by commas.
 fn event_row(cells: &[String]) -> Result<(String, Vec<String>), String> {
@@ -688,20 +754,25 @@ fn decoder_events() -> Vec<String> {
 /// looks for missing ones, so the request needs no other field. Errs when the request is not
 /// refused so.
 fn decoder_fields(op: &str) -> Result<BTreeSet<String>, String> {
-    let request = json!({ "id": "probe", "op": op, PROBE: 1 });
+    refused_fields(op, json!({ "id": "probe", "op": op, PROBE: 1 }))
+}
+
+/// The fields the decoder lists when it refuses `request`, an `op` with `PROBE` in one of its
+/// objects.
+fn refused_fields(op: &str, request: Value) -> Result<BTreeSet<String>, String> {
     let prefix = format!("{op}: unknown field `{PROBE}`, ");
     match Request::decode(request.to_string().as_bytes()) {
         Err(e) if e.code == ErrorCode::BadRequest && e.message.starts_with(&prefix) => {
             Ok(serde_names(&e.message).into_iter().collect())
         }
         Err(e) => Err(format!(
-            "a field `{op}` does not take is refused with {} {:?}, not bad_request \
-             \"{prefix}...\" (PROTOCOL.md §3, \"Unknown fields are rejected\")",
+            "{request} is refused with {} {:?}, not bad_request \"{prefix}...\" (PROTOCOL.md \
+             §3, \"Unknown fields are rejected\")",
             e.code, e.message
         )),
-        Ok(request) => Err(format!(
-            "a field `{op}` does not take is accepted ({request:?}); PROTOCOL.md §3 says \
-             unknown fields are rejected"
+        Ok(decoded) => Err(format!(
+            "{request} is accepted ({decoded:?}); PROTOCOL.md §3 says unknown fields are \
+             rejected"
         )),
     }
 }
@@ -1297,4 +1368,121 @@ fn every_event_is_documented_and_every_documented_event_is_the_decoders() {
         }
     }
     assert_none("events", mismatches);
+}
+
+/// The volume table of §8.9.1 lists the fields of a route's volume, which the decoder takes in
+/// `route.reserve`, `route.amend` and `airspace.query` (`volumes`), and in `airspace.query`'s
+/// `volume`; every one is required in a route's volume; the examples' volumes have the
+/// documented types.
+#[test]
+fn every_volume_field_is_documented_and_every_documented_one_is_the_decoders() {
+    let doc = Doc::read();
+    let table_place = doc.volume_fields.first().map_or_else(
+        || "PROTOCOL.md".to_string(),
+        |field| field.place.to_string(),
+    );
+    let documented: BTreeSet<String> = doc.volume_fields.iter().map(|f| f.name.clone()).collect();
+    let mut mismatches = Vec::new();
+    let volume = json!({ PROBE: 1 });
+    let probes = [
+        (
+            "route.reserve",
+            "volumes",
+            json!({"id": "probe", "op": "route.reserve", "name": "n",
+            "lease": "L", "volumes": [volume]}),
+        ),
+        (
+            "route.amend",
+            "volumes",
+            json!({"id": "probe", "op": "route.amend", "name": "n",
+            "lease": "L", "volumes": [volume]}),
+        ),
+        (
+            "airspace.query",
+            "volumes",
+            json!({"id": "probe", "op": "airspace.query",
+            "volumes": [volume]}),
+        ),
+        (
+            "airspace.query",
+            "volume",
+            json!({"id": "probe", "op": "airspace.query",
+            "volume": volume}),
+        ),
+    ];
+    for (op, field, request) in probes {
+        match refused_fields(op, request) {
+            Ok(decoder) => {
+                for name in documented.difference(&decoder) {
+                    mismatches.push(format!(
+                        "the volume table at {table_place} documents `{name}`, which \
+                         `{op}`'s `{field}` does not take"
+                    ));
+                }
+                for name in decoder.difference(&documented) {
+                    mismatches.push(format!(
+                        "`{op}`'s `{field}` takes `{name}`, which the volume table at \
+                         {table_place} does not document"
+                    ));
+                }
+            }
+            Err(why) => mismatches.push(format!("`{op}`'s `{field}`: {why}")),
+        }
+    }
+    // Every field of a route's volume is required, shown on the first example route.
+    let example = doc
+        .requests_of("route.reserve")
+        .find(|example| Request::decode(example.value.to_string().as_bytes()).is_ok());
+    match example {
+        None => mismatches.push("no example `route.reserve` decodes".to_string()),
+        Some(example) => {
+            for field in &doc.volume_fields {
+                let mut request = example.value.clone();
+                let removed = request["volumes"][0]
+                    .as_object_mut()
+                    .and_then(|volume| volume.remove(&field.name));
+                if removed.is_none() {
+                    mismatches.push(format!(
+                        "{}: the first volume of the example route lacks `{}`, which {} \
+                         documents",
+                        example.place, field.name, field.place
+                    ));
+                    continue;
+                }
+                let expected = format!("route.reserve: missing field `{}`", field.name);
+                match Request::decode(request.to_string().as_bytes()) {
+                    Err(e) if e.code == ErrorCode::BadRequest && e.message == expected => {}
+                    Err(e) => mismatches.push(format!(
+                        "{}: a route's volume without `{}` is refused with {} {:?}, not \
+                         bad_request {expected:?}",
+                        field.place, field.name, e.code, e.message
+                    )),
+                    Ok(_) => mismatches.push(format!(
+                        "{}: a route's volume without `{}` is accepted; every field of a \
+                         volume is required",
+                        field.place, field.name
+                    )),
+                }
+            }
+        }
+    }
+    for example in doc.examples(ExampleKind::Request) {
+        let volumes = example.value.get("volumes").and_then(Value::as_array);
+        let volume = example.value.get("volume");
+        for volume in volumes.into_iter().flatten().chain(volume) {
+            for (name, value) in volume.as_object().into_iter().flatten() {
+                let Some(field) = doc.volume_fields.iter().find(|f| f.name == *name) else {
+                    continue;
+                };
+                if !has_json_type(value, &field.json_type) {
+                    mismatches.push(format!(
+                        "{}: a volume's `{name}` is {value}, not of the type {} documented at \
+                         {}",
+                        example.place, field.json_type, field.place
+                    ));
+                }
+            }
+        }
+    }
+    assert_none("volume fields", mismatches);
 }
