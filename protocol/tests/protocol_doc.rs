@@ -1001,7 +1001,15 @@ fn check_presence(doc: &Doc, op: &OpDoc, mismatches: &mut Vec<String>) {
     minimal.insert("id".into(), fields["id"].clone());
     minimal.insert("op".into(), fields["op"].clone());
     for field in op.fields_with(|p| *p == Presence::Required) {
-        match fields.get(&field.name) {
+        // An example may give a required field by an alias.
+        let alias = op
+            .fields
+            .iter()
+            .find(|alias| alias.presence == Presence::AliasOf(field.name.clone()));
+        let given = fields
+            .get(&field.name)
+            .or_else(|| alias.and_then(|alias| fields.get(&alias.name)));
+        match given {
             Some(value) => {
                 minimal.insert(field.name.clone(), value.clone());
             }
