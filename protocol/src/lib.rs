@@ -3,7 +3,9 @@
 //! The types that travel over MQTT between agents and a Hivekeeper node, shared by the bridge
 //! (`hivekeeper-mqtt`) and the agent SDK (`hivekeeper-agent`). Pure serde and validation: no I/O,
 //! no runtime, small enough for an agent to embed. `docs/PROTOCOL.md` is the prose version of
-//! this crate; the golden tests in `tests/golden.rs` pin the JSON so it cannot drift silently.
+//! this crate; the golden tests in `tests/golden.rs` pin the JSON so it cannot drift silently,
+//! and `tests/protocol_doc.rs` holds the document's ops, fields, error codes, events and
+//! examples to the decoder.
 //!
 //! ```text
 //!  agent                                   node
