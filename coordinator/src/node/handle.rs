@@ -29,7 +29,7 @@ use super::proposer::{NodeCommand, Proposer};
 use super::rate::AgentRates;
 use super::snapshot::SnapshotDesk;
 use super::waits::{Respond, Waits, answer_with};
-use crate::raft::transport::{AgentWrite, ForwardHandler};
+use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
 use crate::state_machine::{LeaseId, Limits, Reply};
 use crate::wire;
@@ -379,14 +379,14 @@ impl NodeHandle {
 impl NodeHandle {
     /// What a forwarded request needs of this node: that it leads, with a quorum. The
     /// refusal is the reason, as the peer wire carries it.
-    fn leading_with_quorum(&self) -> Result<(), String> {
+    fn leading_with_quorum(&self) -> Result<(), ForwardRefused> {
         if !self.raft.is_leader() {
-            return Err(format!(
+            return Err(ForwardRefused(format!(
                 "member {} is not the leader",
                 self.raft.member_name(self.raft.node_id())
-            ));
+            )));
         }
-        self.raft.check_quorum().map_err(|error| error.to_string())
+        self.raft.check_quorum().map_err(refused)
     }
 }
 
@@ -395,25 +395,25 @@ impl NodeHandle {
 /// next entry beside its own agents' (`proposer.rs`), or refuses (it was deposed since the
 /// follower looked) and the follower answers `unavailable`.
 impl ForwardHandler for NodeHandle {
-    async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, String> {
+    async fn propose(&self, writes: Vec<AgentWrite>) -> Result<Vec<Reply>, ForwardRefused> {
         self.leading_with_quorum()?;
         // Through this leader's proposer: the writes share its next entry with its own agents'
         // and other followers' writes.
-        self.proposer
-            .forwarded(writes)
-            .await
-            .map_err(|error| error.to_string())
+        self.proposer.forwarded(writes).await.map_err(refused)
     }
 
-    async fn submit(&self, agent: String, request: Request) -> Result<Reply, String> {
+    async fn submit(&self, agent: String, request: Request) -> Result<Reply, ForwardRefused> {
         self.leading_with_quorum()?;
         // The follower checked the agent's rate; the leader bounds what it answers, in the
         // request's lane.
         let _permit = self
             .admit(&request.op)
-            .map_err(|_| self.overloaded(&request.op).to_string())?;
-        self.answer_here(&agent, request)
-            .await
-            .map_err(|error| error.to_string())
+            .map_err(|_| refused(self.overloaded(&request.op)))?;
+        self.answer_here(&agent, request).await.map_err(refused)
     }
+}
+
+/// A leader's error, as the refusal the peer wire carries back to the follower.
+fn refused(error: impl std::fmt::Display) -> ForwardRefused {
+    ForwardRefused(error.to_string())
 }

@@ -292,11 +292,11 @@ impl Connection {
                 .map_err(|error| self.unreachable(error.to_string()))?;
             let stream: PeerStream = match &self.dialler.tls {
                 None => Box::new(stream),
-                Some(tls) => tls.connect(&self.name, stream).await.map_err(|reason| {
+                Some(tls) => tls.connect(&self.name, stream).await.map_err(|error| {
                     TransportError::Refused {
                         peer: self.name.clone(),
                         addr: self.addr.clone(),
-                        reason,
+                        reason: error.to_string(),
                     }
                 })?,
             };

@@ -42,9 +42,10 @@ mod wire;
 pub use client::{PeerClient, PeerPool};
 pub use faults::NetworkFaults;
 pub use server::{ForwardHandler, serve};
-pub use tls::{PeerAcceptor, PeerTlsFiles};
+pub use tls::{PeerAcceptor, PeerHandshakeError, PeerTlsFiles};
 pub use wire::{
-    AgentWrite, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse, frame_max_bytes,
+    AgentWrite, ForwardRefused, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse,
+    frame_max_bytes,
 };
 
 /// Why a call to a peer failed. The caller decides what it means (openraft: unreachable or a

@@ -25,26 +25,28 @@ use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
 use super::tls::{self, PeerAcceptor, PeerStream};
-use super::wire::{self, AgentWrite, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
+use super::wire::{
+    self, AgentWrite, Envelope, ForwardRefused, Hello, HelloReply, PeerRequest, PeerResponse,
+};
 use crate::raft::{ElectionClock, NodeId, RaftHandle};
 use crate::state_machine::Reply;
 
-/// What the node layer does with requests forwarded by followers. Errors are strings: they
-/// travel back and become `unavailable` on the follower.
+/// What the node layer does with requests forwarded by followers. A refusal travels back and
+/// becomes `unavailable` on the follower.
 pub trait ForwardHandler: Clone + Send + Sync + 'static {
     /// Proposes agents' `writes` as one entry (this node believes it leads); one reply per
     /// write.
     fn propose(
         &self,
         writes: Vec<AgentWrite>,
-    ) -> impl Future<Output = Result<Vec<Reply>, String>> + Send;
+    ) -> impl Future<Output = Result<Vec<Reply>, ForwardRefused>> + Send;
 
     /// Answers a request that is not a write (keepalive, read), as the leader.
     fn submit(
         &self,
         agent: String,
         request: Request,
-    ) -> impl Future<Output = Result<Reply, String>> + Send;
+    ) -> impl Future<Output = Result<Reply, ForwardRefused>> + Send;
 }
 
 /// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft` (and what

@@ -76,15 +76,43 @@ impl PeerConnector {
         &self,
         name: &str,
         stream: TcpStream,
-    ) -> Result<PeerStream, String> {
-        let server_name = hivekeeper_tls::server_name(name).map_err(|error| error.to_string())?;
+    ) -> Result<PeerStream, PeerHandshakeError> {
+        let server_name = hivekeeper_tls::server_name(name)?;
         let stream = self
             .connector
             .connect(server_name, stream)
             .await
-            .map_err(|error| format!("TLS handshake with member {name:?}: {error}"))?;
+            .map_err(|source| PeerHandshakeError::Handshake {
+                member: name.to_string(),
+                source,
+            })?;
         Ok(Box::new(stream))
     }
+}
+
+/// Why a TLS handshake between members failed, for the log and the dialler's error.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerHandshakeError {
+    /// The member's name is not a valid TLS server name.
+    #[error(transparent)]
+    ServerName(#[from] TlsError),
+    /// Dialling: the member refused the handshake, or its certificate was refused.
+    #[error("TLS handshake with member {member:?}: {source}")]
+    Handshake {
+        /// The member dialled.
+        member: String,
+        /// The handshake's error.
+        source: std::io::Error,
+    },
+    /// Listening: the peer sent no handshake in time (a plaintext or silent client).
+    #[error("no TLS handshake within {0:?}")]
+    Silent(Duration),
+    /// Listening: the handshake failed (a stranger's certificate, a plaintext client).
+    #[error("TLS handshake refused: {0}")]
+    Refused(std::io::Error),
+    /// Listening: the peer presented no certificate.
+    #[error("no client certificate")]
+    NoClientCertificate,
 }
 
 /// The listening side: presents this member's certificate, admits only current members.
@@ -108,13 +136,13 @@ impl PeerAcceptor {
     pub(crate) async fn accept(
         &self,
         stream: TcpStream,
-    ) -> Result<(PeerStream, PeerIdentity), String> {
+    ) -> Result<(PeerStream, PeerIdentity), PeerHandshakeError> {
         let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream))
             .await
-            .map_err(|_| format!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}"))?
-            .map_err(|error| format!("TLS handshake refused: {error}"))?;
-        let identity = PeerIdentity::of(stream.get_ref().1)
-            .ok_or_else(|| "no client certificate".to_string())?;
+            .map_err(|_| PeerHandshakeError::Silent(HANDSHAKE_TIMEOUT))?
+            .map_err(PeerHandshakeError::Refused)?;
+        let identity =
+            PeerIdentity::of(stream.get_ref().1).ok_or(PeerHandshakeError::NoClientCertificate)?;
         Ok((Box::new(stream), identity))
     }
 }

@@ -236,8 +236,15 @@ pub enum PeerResponse {
     ),
     /// To a forwarded request: the replies, or why the node could not answer (then every
     /// command of it is answered `unavailable` and the agent retries with the same id).
-    Replies(Result<Vec<Reply>, String>),
+    Replies(Result<Vec<Reply>, ForwardRefused>),
 }
+
+/// Why a leader could not answer a forwarded request (it was deposed, lost its quorum, or is
+/// overloaded); the follower answers `unavailable` with it. On the wire it is its text alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(transparent)]
+#[error("{0}")]
+pub struct ForwardRefused(pub String);
 
 impl PeerResponse {
     /// The variant's name, for errors.
@@ -267,6 +274,19 @@ pub(super) fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, TransportEr
 mod tests {
     use super::*;
     use hivekeeper_protocol::Op;
+
+    /// A member of an older build reads the refusal as the text it always was, and the reverse.
+    #[test]
+    fn a_forward_refusal_is_its_text_on_the_wire() {
+        let refused: Result<Vec<Reply>, ForwardRefused> =
+            Err(ForwardRefused("member n2 is not the leader".into()));
+        let text: Result<Vec<Reply>, String> = Err("member n2 is not the leader".into());
+        let bytes = rmp_serde::to_vec_named(&refused).expect("encodes");
+        assert_eq!(bytes, rmp_serde::to_vec_named(&text).expect("encodes"));
+        let read: Result<Vec<Reply>, ForwardRefused> =
+            rmp_serde::from_slice(&bytes).expect("decodes");
+        assert_eq!(read.err(), refused.err());
+    }
 
     #[test]
     fn a_forwarded_request_survives_the_codec() {
