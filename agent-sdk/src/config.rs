@@ -222,7 +222,7 @@ impl AgentConfig {
             return fail("brokers: at least one broker is needed".into());
         }
         for broker in &self.brokers {
-            BrokerAddr::parse(broker).map_err(AgentError::Config)?;
+            BrokerAddr::parse(broker).map_err(|error| AgentError::Config(error.to_string()))?;
         }
         if let Err(e) = Topics::new(&self.topic_prefix) {
             return fail(format!("topic_prefix: {}", e.message));
@@ -311,9 +311,19 @@ impl AgentConfig {
     pub(crate) fn broker_addrs(&self) -> Result<Vec<BrokerAddr>, AgentError> {
         self.brokers
             .iter()
-            .map(|b| BrokerAddr::parse(b).map_err(AgentError::Config))
+            .map(|b| BrokerAddr::parse(b).map_err(|error| AgentError::Config(error.to_string())))
             .collect()
     }
+}
+
+/// A broker address [`BrokerAddr::parse`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("broker {broker:?}: {reason}")]
+pub struct BadBrokerAddr {
+    /// The address as given.
+    pub broker: String,
+    /// What is wrong with it.
+    pub reason: String,
 }
 
 /// A broker's host and port, parsed from `host:port`, `mqtt://host:port` or `[v6::addr]:port`.
@@ -328,8 +338,13 @@ pub struct BrokerAddr {
 impl BrokerAddr {
     /// Parses one entry of [`AgentConfig::brokers`]. URL schemes other than `mqtt://` and
     /// `tcp://` are refused: TLS is chosen by [`AgentConfig::tls_ca`], not by the address.
-    pub fn parse(text: &str) -> Result<BrokerAddr, String> {
-        let bad = |why: &str| Err(format!("broker {text:?}: {why}"));
+    pub fn parse(text: &str) -> Result<BrokerAddr, BadBrokerAddr> {
+        let bad = |reason: &str| {
+            Err(BadBrokerAddr {
+                broker: text.to_string(),
+                reason: reason.to_string(),
+            })
+        };
         let rest = match text.split_once("://") {
             None => text,
             Some(("mqtt" | "tcp", rest)) => rest,
