@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Every member of the new cluster is restored from the same file with the same member list
-//! (`raft/backup.rs` says why), so they start from one log position and one membership.
+//! (`raft/seed.rs` says why), so they start from one log position and one membership.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -28,7 +28,7 @@ use hivekeeper_protocol::{ConflictInfo, ErrorCode, HolderInfo, Op, Request, Role
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::waits::{Respond, Reveal, answer_with};
+use super::waits::{Respond, SecretToReveal, answer_with};
 use super::{NodeError, NodeHandle};
 use crate::raft::Origin;
 use crate::raft::transport::AgentWrite;
@@ -304,7 +304,7 @@ impl NodeHandle {
             );
             return answer_with(op, started, &origin.request_id, Ok(refusal), respond);
         };
-        let reveal = Reveal { secret, hash };
+        let reveal = SecretToReveal { secret, hash };
         self.waits
             .register_revealing(origin.clone(), op, permit, respond, reveal);
         let write = AgentWrite {

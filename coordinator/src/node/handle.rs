@@ -24,10 +24,10 @@ use super::NodeError;
 use super::auth;
 use super::forward::Forwarder;
 use super::lease_keeper::KeeperMsg;
-use super::membership::{MemberChange, MembershipDesk};
+use super::membership::{MemberChange, MembershipChanges};
 use super::proposer::{NodeCommand, Proposer};
 use super::rate::AgentRates;
-use super::snapshot::SnapshotDesk;
+use super::snapshot::KeptSnapshots;
 use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
@@ -62,9 +62,9 @@ pub struct NodeHandle {
     /// Whether accounts and roles are enforced (`NodeConfig::auth_enabled`).
     pub(super) auth_enabled: bool,
     /// Membership changes, one at a time, with their answers kept for resends.
-    pub(super) membership: Arc<MembershipDesk>,
+    pub(super) membership: Arc<MembershipChanges>,
     /// The snapshots `admin.snapshot` readers are reading, page by page.
-    pub(super) snapshots: Arc<SnapshotDesk>,
+    pub(super) snapshots: Arc<KeptSnapshots>,
 }
 
 /// What [`NodeHandle::submit`] did with a request, for the front door's flow control (the

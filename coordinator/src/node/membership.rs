@@ -32,10 +32,10 @@ const ANSWERS_KEPT: usize = 16;
 /// A membership request's identity: the agent that sent it and its request id.
 type RequestKey = (String, String);
 
-/// The leader's membership desk: the lock that makes changes one at a time, and the answers
+/// The leader's membership changes: the lock that makes changes one at a time, and the answers
 /// given by request.
 #[derive(Debug, Default)]
-pub(super) struct MembershipDesk {
+pub(super) struct MembershipChanges {
     /// The latest answers by (agent, request id), oldest first; the lock is held for the whole
     /// of a change.
     answers: Mutex<VecDeque<(RequestKey, Result<Reply, NodeError>)>>,

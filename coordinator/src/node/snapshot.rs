@@ -47,12 +47,12 @@ struct Pinned {
 
 /// The snapshots this node keeps for `admin.snapshot` readers.
 #[derive(Default)]
-pub(crate) struct SnapshotDesk {
+pub(crate) struct KeptSnapshots {
     /// Least recently used first; at most [`PINNED_MAX`].
     pinned: Mutex<Vec<Pinned>>,
 }
 
-impl SnapshotDesk {
+impl KeptSnapshots {
     /// Answers `admin.snapshot` on this node (the leader): a new snapshot's first page without
     /// `index`, else the page at `offset` of the kept snapshot at `index`.
     pub(super) async fn page(
@@ -159,23 +159,23 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_least_recently_read_is_evicted_and_idle_ones_expire() {
-        let desk = SnapshotDesk::default();
-        desk.pin(snapshot(10));
-        desk.pin(snapshot(20));
-        assert_eq!(desk.kept(), [10, 20]);
+        let kept = KeptSnapshots::default();
+        kept.pin(snapshot(10));
+        kept.pin(snapshot(20));
+        assert_eq!(kept.kept(), [10, 20]);
         // Reading 10 makes 20 the least recently read: a third pin evicts 20.
-        assert!(desk.pinned(10).is_some());
-        desk.pin(snapshot(30));
-        assert_eq!(desk.kept(), [10, 30]);
-        assert!(desk.pinned(20).is_none());
+        assert!(kept.pinned(10).is_some());
+        kept.pin(snapshot(30));
+        assert_eq!(kept.kept(), [10, 30]);
+        assert!(kept.pinned(20).is_none());
         // Pinning an index again replaces it rather than keeping two.
-        desk.pin(snapshot(30));
-        assert_eq!(desk.kept(), [10, 30]);
+        kept.pin(snapshot(30));
+        assert_eq!(kept.kept(), [10, 30]);
         // Idle past PINNED_IDLE: gone at the next read.
         tokio::time::advance(PINNED_IDLE - Duration::from_secs(1)).await;
-        assert!(desk.pinned(30).is_some());
+        assert!(kept.pinned(30).is_some());
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(desk.pinned(10).is_none());
-        assert_eq!(desk.kept(), [30]);
+        assert!(kept.pinned(10).is_none());
+        assert_eq!(kept.kept(), [30]);
     }
 }

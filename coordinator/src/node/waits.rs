@@ -73,11 +73,11 @@ struct Pending {
     deadline: Option<DeadlineKey>,
     /// `admin.agent.add`/`rotate`: the secret the node made and its hash. The secret goes into
     /// the answer only when the applied entry stored this hash (`auth.rs`).
-    reveal: Option<Reveal>,
+    reveal: Option<SecretToReveal>,
 }
 
 /// A secret to put into an account op's answer, and the hash that must match.
-pub(crate) struct Reveal {
+pub(crate) struct SecretToReveal {
     /// The secret.
     pub(crate) secret: String,
     /// Its hash, as the command carried it.
@@ -161,7 +161,7 @@ impl Waits {
         op: &'static str,
         permit: OwnedSemaphorePermit,
         respond: Respond,
-        reveal: Reveal,
+        reveal: SecretToReveal,
     ) {
         self.register(origin.clone(), op, permit, respond);
         if let Some(pending) = self.lock().pending.get_mut(&origin)

@@ -60,11 +60,10 @@
 //!   and removing one.
 //! - `quorum.rs`: [`Quorum`], whether this node is backed by a quorum now; `contact.rs`:
 //!   [`PeerContact`], when each peer last answered.
-//! - `backup.rs`: online backup: [`RaftHandle::applied_state`] (the state at one applied index,
+//! - `seed.rs`: online backup: [`RaftHandle::applied_state`] (the state at one applied index,
 //!   after read-index) and [`seed_data_dir`] (a new member's data directory from a backup).
 //! - `config.rs`: [`RaftConfig`]. `error.rs`: [`RaftError`].
 
-mod backup;
 mod config;
 mod contact;
 mod database;
@@ -77,6 +76,7 @@ pub mod metrics;
 mod network;
 mod quorum;
 mod read_index;
+mod seed;
 mod state_machine_store;
 mod status;
 pub mod transport;
@@ -91,7 +91,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::error::InitializeError;
 
-pub use backup::{AppliedState, Seed, seed_data_dir};
 pub use config::RaftConfig;
 pub use contact::PeerContact;
 pub use database::{DATA_FILE_NAME, DATA_FORMAT, Identity, LOG_DIR_NAME};
@@ -102,6 +101,7 @@ pub use log_store::{LogStatus, LogStore};
 pub use membership::CatchUp;
 pub use network::{TcpNetwork, TcpPeer};
 pub use quorum::Quorum;
+pub use seed::{AppliedState, Seed, seed_data_dir};
 pub use state_machine_store::{
     Applied, AppliedReceiver, AppliedSink, Origin, SnapshotBuilder, StateMachineStore,
 };

@@ -130,18 +130,18 @@ impl AppliedSink for mpsc::UnboundedSender<Applied> {
 }
 
 /// Notices kept until a sink is installed, then the sink.
-enum Delivery {
+enum SinkState {
     /// No sink yet: kept in log order.
-    Keep(Vec<Applied>),
+    Backlog(Vec<Applied>),
     /// The sink.
-    To(Arc<dyn AppliedSink>),
+    Installed(Arc<dyn AppliedSink>),
 }
 
-impl Delivery {
+impl SinkState {
     fn send(&mut self, applied: Applied) {
         match self {
-            Delivery::Keep(kept) => kept.push(applied),
-            Delivery::To(sink) => sink.applied(applied),
+            SinkState::Backlog(kept) => kept.push(applied),
+            SinkState::Installed(sink) => sink.applied(applied),
         }
     }
 }
@@ -166,7 +166,7 @@ struct Inner {
     applier: Mutex<Applier>,
     /// Where applied entries go. Locked only after `applier` is released, and held while a
     /// batch is handed over, so the sink sees entries in log order.
-    delivery: Mutex<Delivery>,
+    delivery: Mutex<SinkState>,
     /// Entries up to this index were committed before this start: applying them is a replay.
     replay_upto: Option<u64>,
     /// Test only: an apply of a request from this agent panics (the store's panic path).
@@ -204,7 +204,7 @@ impl StateMachineStore {
         let inner = Inner {
             store,
             applier: Mutex::new(applier),
-            delivery: Mutex::new(Delivery::Keep(Vec::new())),
+            delivery: Mutex::new(SinkState::Backlog(Vec::new())),
             replay_upto,
             #[cfg(test)]
             panic_on_agent: Mutex::new(None),
@@ -217,7 +217,8 @@ impl StateMachineStore {
     /// Sends every applied entry to `sink` from now on, after the ones kept so far.
     pub fn deliver_to(&self, sink: Arc<dyn AppliedSink>) {
         let mut delivery = self.delivery();
-        if let Delivery::Keep(kept) = std::mem::replace(&mut *delivery, Delivery::To(sink.clone()))
+        if let SinkState::Backlog(kept) =
+            std::mem::replace(&mut *delivery, SinkState::Installed(sink.clone()))
         {
             for applied in kept {
                 sink.applied(applied);
@@ -227,7 +228,7 @@ impl StateMachineStore {
 
     /// The delivery slot; a sink that panicked cannot leave it half-updated (it is only ever
     /// replaced whole), so a poisoned lock is used as is.
-    fn delivery(&self) -> MutexGuard<'_, Delivery> {
+    fn delivery(&self) -> MutexGuard<'_, SinkState> {
         self.inner
             .delivery
             .lock()
@@ -302,7 +303,7 @@ impl StateMachineStore {
 
     /// A copy of the machine and the id of the last entry applied into it, taken under one
     /// lock, so the copy is exactly the state after that entry (an online backup,
-    /// `backup.rs`; serializing it is the caller's, off this lock).
+    /// `seed.rs`; serializing it is the caller's, off this lock).
     pub(crate) fn applied_copy(&self) -> Result<(StateMachine, Option<LogId>), StoreError> {
         let applier = self.lock()?;
         Ok((applier.machine.clone(), applier.last_applied))
