@@ -330,6 +330,31 @@ fn every_shell_block_is_runnable_or_says_why_not() {
     );
 }
 
+/// The programs the examples call besides `hivekeeper` and a shell's own, and the package
+/// that has each (Debian's, as `.ci/run` installs them).
+const TOOLS: [(&str, &str); 1] = [("mosquitto_rr", "mosquitto-clients")];
+
+/// Fails the test, naming the package, when a block calls a program that is not installed: a
+/// clear message once rather than "command not found" in every block that calls it.
+fn assert_tools_installed(blocks: &[Block]) {
+    for (tool, package) in TOOLS {
+        let called = blocks
+            .iter()
+            .any(|block| block.lines.iter().any(|line| line.contains(tool)));
+        let found = Command::new(tool)
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        assert!(
+            !called || found,
+            "the doc examples call {tool}, which is not installed here: install {package} \
+             (`apt-get install {package}`, as .ci/run does)"
+        );
+    }
+}
+
 /// Fails the test, naming the port, unless both default ports are free.
 fn assert_default_ports_free(before: &str) {
     for port in [MQTT_PORT, METRICS_PORT] {
@@ -494,6 +519,7 @@ async fn runnable_blocks_run() {
         !runnable.is_empty(),
         "no block of README.md or docs/*.md is marked runnable"
     );
+    assert_tools_installed(&runnable);
     let mut failures = Vec::new();
     for block in &runnable {
         assert_default_ports_free(&format!("before {} ran", block.location()));
