@@ -7,7 +7,8 @@
 //!   starts on the documented defaults (agent endpoint 127.0.0.1:1883, /metrics
 //!   127.0.0.1:9464) with an empty data dir, as after the README's quick start;
 //! - ` ```sh runnable standalone `: run by this test with no node of the test's: the block
-//!   starts the servers it needs itself (the cluster snippet, the security setup);
+//!   needs none (`certs dev`), or starts the servers it needs itself (the cluster snippet, the
+//!   security setup);
 //! - anything else, and then the block says why it is not run, in a line of its own:
 //!   `# not run by the doc test: REASON` (placeholders, real hostnames, root, a benchmark that
 //!   runs for minutes, a server in the foreground).
@@ -25,8 +26,8 @@
 //! outlive it. A block fails on any command that fails (the first one ends it), on the
 //! timeout, and when it prints a refused request's answer (`"ok":false`: `mosquitto_rr` exits
 //! 0 whatever the service answered); the failure names the file and line of the block and of
-//! the command, with the block's output. Every block sees a fresh node, so no block depends on another's leases or
-//! holds.
+//! the command, with the block's output and the `*.log` files it wrote. Every block sees a
+//! fresh node, so no block depends on another's leases or holds.
 //!
 //! The ports are the documented defaults, not free ones: a block must run as a reader would
 //! type it. If something else listens on 127.0.0.1:1883 or 127.0.0.1:9464 (a `hivekeeper serve`
