@@ -99,6 +99,31 @@ impl Node {
         panic!("hivekeeper serve found its ports taken {START_ATTEMPTS} times:\n{last}");
     }
 
+    /// A node with its agent endpoint on `127.0.0.1:mqtt_port` and /metrics on
+    /// `127.0.0.1:metrics_port`, for a test that needs those exact ports (the documented
+    /// defaults): unlike [`Node::start`] it never moves to other ports, and a port taken by
+    /// something else fails the test saying so.
+    pub async fn start_on(data_dir: &Path, mqtt_port: u16, metrics_port: u16) -> Node {
+        let mut node = Node {
+            child: None,
+            log: Log::default(),
+            data_dir: data_dir.to_path_buf(),
+            mqtt: Mqtt::Embedded(mqtt_port),
+            metrics_port,
+            ready_at: Instant::now(),
+            extra_args: Vec::new(),
+        };
+        match node.spawn().await {
+            Ok(()) => node,
+            Err(StartError::PortInUse(log)) => panic!(
+                "hivekeeper serve could not listen on 127.0.0.1:{mqtt_port} or \
+                 127.0.0.1:{metrics_port}: something else listens there; stop it and run \
+                 again:\n{log}"
+            ),
+            Err(StartError::Failed(why)) => panic!("{why}"),
+        }
+    }
+
     /// The port agents connect to (the embedded broker's, or the external broker's).
     pub fn mqtt_port(&self) -> u16 {
         match self.mqtt {
