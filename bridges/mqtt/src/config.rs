@@ -193,11 +193,11 @@ pub struct EmbeddedConfig {
     /// so. Port 0 picks a free port; [`crate::Transport::listeners`] tells which. Serves MQTT
     /// 3.1.1 and 5.0 alike (the version is read from each CONNECT). A hostname
     /// (`localhost:1883`) is resolved when the file is read.
-    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize")]
+    #[serde(deserialize_with = "hivekeeper_listen::deserialize")]
     pub listen: SocketAddr,
     /// Optional second listener address (kept from the rumqttd days, when 5.0 needed its own
     /// port); serves both versions like `listen`.
-    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize_option")]
+    #[serde(deserialize_with = "hivekeeper_listen::deserialize_option")]
     pub listen_v5: Option<SocketAddr>,
     /// Set TCP_NODELAY on every accepted socket. Without it each QoS 1 request waits about
     /// 40 ms: the endpoint writes the PUBACK, then Nagle holds the response until the
