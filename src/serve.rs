@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use hivekeeper::Service;
+use hivekeeper::bridge;
 use hivekeeper_coordinator::node::metrics::{
     LEASES_KEEPALIVE_TTL_USED_RATIO, TTL_USED_RATIO_BUCKETS,
 };
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Health, NodeConfig};
 use hivekeeper_coordinator::raft::{ApplyPanic, EXIT_APPLY_PANICKED};
-use hivekeeper_mqtt::bridge;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
