@@ -85,7 +85,7 @@ pub struct Defaults {
 pub const DEFAULTS: Defaults = Defaults {
     topic_prefix: DEFAULT_PREFIX,
     // 64 KiB = REQUEST_BYTES_MAX (8 KiB) + 56 KiB of margin. A request over 8 KiB must still
-    // reach the bridge so the agent gets `too_large` on its response topic instead of a silent
+    // reach the handler so the agent gets `too_large` on its response topic instead of a silent
     // disconnect (the endpoint closes a connection whose packet exceeds this limit before
     // reading it). Valid requests are under 1 KiB (every field is bounded), so anything
     // larger is a client bug, and 8x the limit covers such bugs without letting one connection
@@ -130,7 +130,7 @@ pub struct Config {
     pub topic_prefix: String,
     /// Largest MQTT packet accepted from a client, in bytes of remaining length (topic,
     /// properties and payload). Above `REQUEST_BYTES_MAX` on purpose, see [`DEFAULTS`]: an
-    /// oversized request must reach the bridge to be answered `too_large`. Also caps what
+    /// oversized request must reach the handler to be answered `too_large`. Also caps what
     /// [`crate::Transport::publish`] accepts, and is the rumqttc packet limit in external
     /// mode. The endpoint closes a connection that sends a larger packet
     /// (`hivekeeper_endpoint_packets_too_large_total`) and announces the limit to MQTT 5 clients.

@@ -91,7 +91,7 @@ pub(crate) async fn start(
         .set_keep_alive(Duration::from_secs(u64::from(external.keepalive_s)))
         .set_clean_session(true)
         // Incoming: as large as the embedded broker would take, so an oversized request still
-        // reaches the bridge (a larger one makes rumqttc drop the connection). Outgoing: the
+        // reaches the handler (a larger one makes rumqttc drop the connection). Outgoing: the
         // same cap `Transport::publish` enforces, so rumqttc never refuses a queued message.
         .set_max_packet_size(config.packet_bytes_max, config.packet_bytes_max);
     if let Some(username) = &external.username {

@@ -126,7 +126,7 @@ async fn a_thousand_requests(metrics: &TestMetrics) {
         .expect("clean shutdown");
 }
 
-/// A request above `REQUEST_BYTES_MAX` still reaches the bridge (to be answered `too_large`);
+/// A request above `REQUEST_BYTES_MAX` still reaches the handler (to be answered `too_large`);
 /// one above `packet_bytes_max` makes the endpoint close the agent's connection without
 /// reading it.
 #[tokio::test]

@@ -117,7 +117,7 @@ async fn a_request_and_its_response_travel_over_tls() {
         )
         .await;
     agent.wait_pubacks(1).await;
-    let request = within(WAIT_S, "the request reaches the bridge", inbound.recv())
+    let request = within(WAIT_S, "the request reaches the handler", inbound.recv())
         .await
         .expect("an inbound request");
     assert_eq!(request.agent, "drone-1");
@@ -183,7 +183,7 @@ async fn mosquitto_pub_with_the_dev_ca_publishes_over_tls_and_with_a_client_cert
             "mutual {mutual}: mosquitto_pub failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let request = within(WAIT_S, "the request reaches the bridge", inbound.recv())
+        let request = within(WAIT_S, "the request reaches the handler", inbound.recv())
             .await
             .expect("an inbound request");
         assert_eq!(
