@@ -8,16 +8,21 @@
 //! # Layout
 //! - [`service`]: [`Service`]: a node, its MQTT transport and the bridge between them, started
 //!   and stopped in the right order.
+//! - [`bridge`]: the node's side of the transport: [`bridge::Bridge`] (the transport's handler:
+//!   decode, submit, answer along the request's route), [`bridge::publish_outbound`] (the
+//!   node's notices) and [`bridge::NodeAuthenticator`] (the endpoint's credentials check).
 //!
 //! ```text
 //!  Service::start(NodeConfig, mqtt Config)
-//!    ├─ Node::start: data dir (redb), Raft, actors ── outbound ──┐
-//!    ├─ Transport::start: agent endpoint or external broker      │
-//!    ├─ bridge::run(transport, inbound, node, outbound) ◀───────┘
-//!    └─ counters copied into `metrics` once a second (no-ops without a recorder)
-//!  Service::shutdown: transport, bridge, node, in that order
+//!    ├─ Node::start: data dir (redb), Raft, actors ── outbound ───────────┐
+//!    ├─ Transport::start_with(config, Bridge(node), NodeAuthenticator)    │
+//!    │    every request ─▶ Bridge::handle on its receiving task ─▶ node   │
+//!    └─ bridge::publish_outbound(transport, outbound) ◀───────────────────┘
+//!  Metrics are recorded where they happen (no-ops without a recorder).
+//!  Service::shutdown: transport, publisher, node, in that order
 //! ```
 
+pub mod bridge;
 pub mod service;
 
 pub use service::{Service, ServiceError};

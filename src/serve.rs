@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use hivekeeper::Service;
+use hivekeeper::bridge;
 use hivekeeper_coordinator::node::metrics::{
     LEASES_KEEPALIVE_TTL_USED_RATIO, TTL_USED_RATIO_BUCKETS,
 };
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Health, NodeConfig};
 use hivekeeper_coordinator::raft::{ApplyPanic, EXIT_APPLY_PANICKED};
-use hivekeeper_mqtt::bridge;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -69,7 +69,7 @@ pub struct AuthConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Listen address; loopback by default. A hostname is resolved when the file is read.
-    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize")]
+    #[serde(deserialize_with = "hivekeeper_listen::deserialize")]
     pub listen: SocketAddr,
 }
 
@@ -81,10 +81,10 @@ impl Default for MetricsConfig {
     }
 }
 
-/// A listen address from the command line (`hivekeeper_coordinator::listen::resolve`: an IP
-/// address or a hostname, and a port).
-pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    hivekeeper_coordinator::listen::resolve(text)
+/// A listen address from the command line (`hivekeeper_listen::resolve`: an IP address or a
+/// hostname, and a port).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, hivekeeper_listen::ListenAddrError> {
+    hivekeeper_listen::resolve(text)
 }
 
 /// Defaults, then the file, then the flags.

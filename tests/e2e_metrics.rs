@@ -232,7 +232,7 @@ async fn a_scripted_workload_moves_every_metric_by_exactly_its_count() {
     assert_eq!(code(&unknown), Some("unknown_op"), "{unknown}");
     a.publish_to("hk/v1/req/bad*agent", "x").await;
 
-    // Counters move where things happen (the MQTT transport's are copied once a second):
+    // Counters move where things happen, some after the answer is out (a connection's end):
     // poll until every series reached its count, then check none went past it.
     let expected = expected_deltas();
     let reached = |text: &str| {

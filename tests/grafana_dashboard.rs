@@ -200,7 +200,7 @@ async fn every_metric_the_dashboard_queries_is_in_a_scrape() {
         .iter()
         .flat_map(|expr| metric_names(expr))
         .collect();
-    // Polled: the transport's counters are exported once a second. At most 30 looks.
+    // Polled: some series appear only once their event has happened. At most 30 looks.
     let mut missing = Vec::new();
     for _ in 0..30 {
         let text = metrics_text(node.metrics_port).await.unwrap_or_default();

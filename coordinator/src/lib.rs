@@ -41,7 +41,6 @@
 
 pub mod backup;
 mod config_error;
-pub mod listen;
 pub mod node;
 pub mod raft;
 pub mod wire;

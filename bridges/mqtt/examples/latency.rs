@@ -15,7 +15,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use hivekeeper_mqtt::{Config, EmbeddedConfig, ExternalConfig, Mode, Transport};
+use std::sync::Arc;
+
+use hivekeeper_mqtt::{
+    Config, EmbeddedConfig, ExternalConfig, Flow, Inbound, InboundHandler, Mode, Transport,
+};
 use rumqttc::{AsyncClient, Event, MqttOptions, NetworkOptions, Packet, QoS};
 use tokio::sync::mpsc;
 
@@ -70,10 +74,13 @@ async fn main() -> anyhow::Result<()> {
             ..EmbeddedConfig::default()
         }),
     };
-    let (transport, mut inbound) = Transport::start(Config {
-        mode,
-        ..Config::default()
-    })
+    let transport = Transport::start(
+        Config {
+            mode,
+            ..Config::default()
+        },
+        Arc::new(Echo),
+    )
     .await?;
     let broker_addr = match transport.listeners().first() {
         Some(listener) => listener.addr,
@@ -88,20 +95,6 @@ async fn main() -> anyhow::Result<()> {
                 .context("resolve the external broker")?
         }
     };
-
-    // The service side: echo every request as the response to its agent.
-    let echo_transport = transport.clone();
-    let echo = tokio::spawn(async move {
-        while let Some(request) = inbound.recv().await {
-            let topics = echo_transport.topics();
-            let Ok(agent) = topics.parse_request_topic(&request.topic) else {
-                continue;
-            };
-            if let Err(error) = echo_transport.publish(topics.response(agent), request.payload) {
-                eprintln!("echo: {error}");
-            }
-        }
-    });
 
     // The agent side.
     let mut mqtt_options =
@@ -192,6 +185,19 @@ async fn main() -> anyhow::Result<()> {
 
     poller.abort();
     transport.shutdown().await?;
-    echo.await?;
     Ok(())
+}
+
+/// The service side: echoes every request as the response to its agent, on the task that
+/// received it.
+struct Echo;
+
+impl InboundHandler for Echo {
+    fn handle(&self, transport: &Transport, inbound: Inbound) -> Flow {
+        let topic = transport.topics().response(&inbound.agent);
+        if let Err(error) = transport.publish(topic, inbound.payload) {
+            eprintln!("echo: {error}");
+        }
+        Flow::Continue
+    }
 }

@@ -85,7 +85,7 @@ pub struct Defaults {
 pub const DEFAULTS: Defaults = Defaults {
     topic_prefix: DEFAULT_PREFIX,
     // 64 KiB = REQUEST_BYTES_MAX (8 KiB) + 56 KiB of margin. A request over 8 KiB must still
-    // reach the bridge so the agent gets `too_large` on its response topic instead of a silent
+    // reach the handler so the agent gets `too_large` on its response topic instead of a silent
     // disconnect (the endpoint closes a connection whose packet exceeds this limit before
     // reading it). Valid requests are under 1 KiB (every field is bounded), so anything
     // larger is a client bug, and 8x the limit covers such bugs without letting one connection
@@ -130,15 +130,14 @@ pub struct Config {
     pub topic_prefix: String,
     /// Largest MQTT packet accepted from a client, in bytes of remaining length (topic,
     /// properties and payload). Above `REQUEST_BYTES_MAX` on purpose, see [`DEFAULTS`]: an
-    /// oversized request must reach the bridge to be answered `too_large`. Also caps what
+    /// oversized request must reach the handler to be answered `too_large`. Also caps what
     /// [`crate::Transport::publish`] accepts, and is the rumqttc packet limit in external
     /// mode. The endpoint closes a connection that sends a larger packet
-    /// ([`crate::Stats::packets_too_large_total`]) and announces the limit to MQTT 5 clients.
+    /// (`hivekeeper_endpoint_packets_too_large_total`) and announces the limit to MQTT 5 clients.
     pub packet_bytes_max: usize,
-    /// Capacity of the inbound queue (messages from `{prefix}/req/+` waiting for the bridge).
-    /// When the bridge falls this far behind, new requests are dropped and counted in
-    /// [`crate::Stats::inbound_dropped_total`] rather than stalling the connections; the agent
-    /// retries with the same request id, which is safe (DESIGN.md §2).
+    /// Accepted and checked so existing config files keep loading, and otherwise unused: a
+    /// request goes from the task that received it straight to the transport's handler,
+    /// with no queue between (the node bounds what waits for it, and refuses past that).
     pub inbound_capacity: usize,
     /// Capacity of the outbound queue to an external broker (responses and events waiting to
     /// be published). When full, [`crate::Transport::publish`] fails at once with
@@ -193,11 +192,11 @@ pub struct EmbeddedConfig {
     /// so. Port 0 picks a free port; [`crate::Transport::listeners`] tells which. Serves MQTT
     /// 3.1.1 and 5.0 alike (the version is read from each CONNECT). A hostname
     /// (`localhost:1883`) is resolved when the file is read.
-    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize")]
+    #[serde(deserialize_with = "hivekeeper_listen::deserialize")]
     pub listen: SocketAddr,
     /// Optional second listener address (kept from the rumqttd days, when 5.0 needed its own
     /// port); serves both versions like `listen`.
-    #[serde(deserialize_with = "hivekeeper_coordinator::listen::deserialize_option")]
+    #[serde(deserialize_with = "hivekeeper_listen::deserialize_option")]
     pub listen_v5: Option<SocketAddr>,
     /// Set TCP_NODELAY on every accepted socket. Without it each QoS 1 request waits about
     /// 40 ms: the endpoint writes the PUBACK, then Nagle holds the response until the
@@ -205,7 +204,7 @@ pub struct EmbeddedConfig {
     pub tcp_nodelay: bool,
     /// Most open agent connections (sockets accepted and not yet closed, CONNECT or not).
     /// Past it a new socket is closed at once and counted in
-    /// [`crate::Stats::connections_refused_total`].
+    /// `hivekeeper_endpoint_connections_refused_total`.
     pub connections_max: usize,
     /// How long a new socket may take to send its CONNECT before it is closed, in ms. Bounds
     /// what half-open sockets and idle probes cost.
@@ -216,12 +215,12 @@ pub struct EmbeddedConfig {
     pub inflight_max: usize,
     /// Most new connections accepted a second (a token bucket holding one second's worth).
     /// Past it a new socket is closed at once and counted in
-    /// [`crate::Stats::connects_rate_limited_total`]. 0: no limit.
+    /// `hivekeeper_endpoint_connects_rate_limited_total`. 0: no limit.
     pub connect_rate_per_s_max: u32,
     /// Messages waiting for one agent's connection. Events may fill at most half of it (an
-    /// event beyond is dropped, [`crate::Stats::events_dropped_total`]); a response that
+    /// event beyond is dropped, `hivekeeper_endpoint_events_dropped_total`); a response that
     /// finds it full evicts the oldest event, and if only responses are waiting the agent is
-    /// a slow consumer and is disconnected ([`crate::Stats::slow_consumer_disconnects_total`]).
+    /// a slow consumer and is disconnected (`hivekeeper_endpoint_slow_consumer_disconnects_total`).
     pub connection_queue_max: usize,
     /// Longest one socket write may take, in ms, before the agent is disconnected as a slow
     /// consumer (it stopped reading and its TCP window is shut).

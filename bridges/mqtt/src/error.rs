@@ -65,7 +65,7 @@ pub enum MqttError {
     },
 
     /// The message was not queued: the external broker connection is down or slower than the
-    /// bridge (the transport's queue is full), or, on the agent endpoint, the agent's own
+    /// service (the transport's queue is full), or, on the agent endpoint, the agent's own
     /// queue dropped it (an event under pressure, or a response overflowing a slow consumer's
     /// queue, which disconnects it). The caller counts it and moves on (an agent retries a
     /// lost response with the same request id).

@@ -1,7 +1,7 @@
 //! A client of an external broker (Mosquitto, EMQX, ...), on rumqttc.
 //!
 //! ```text
-//!  broker ◀──TCP (TCP_NODELAY)──▶ rumqttc EventLoop ── poll task ──▶ mpsc<Inbound>
+//!  broker ◀──TCP (TCP_NODELAY)──▶ rumqttc EventLoop ── poll task ──▶ agent from topic ─▶ handler
 //!                                      ▲                 │ ConnAck
 //!                                      │                 ▼
 //!                                 AsyncClient ◀── subscribe task (re-subscribes on every ConnAck)
@@ -21,13 +21,16 @@
 //! - `poll()` retries at once after an error: the poll task sleeps an exponential, jittered
 //!   delay between attempts (backon), reset only after a connection that lasted.
 //! - TCP_NODELAY on: otherwise each request/response waits for a delayed ACK (44 ms measured).
+//! - One connection carries every agent, so the agent of a request is the last level of its
+//!   topic (`{prefix}/req/{agent}`), read here once; a topic that names no valid agent is
+//!   dropped and counted (`hivekeeper_mqtt_bad_topics_total`), since nobody can be answered.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use hivekeeper_protocol::Topics;
+use metrics::{counter, gauge};
 use rumqttc::{
     AsyncClient, Event, EventLoop, MqttOptions, NetworkOptions, Outgoing, Packet, QoS,
     SubscribeReasonCode,
@@ -39,7 +42,10 @@ use tracing::{debug, error, info, warn};
 use crate::MqttError;
 use crate::config::{Config, ExternalConfig, parse_broker_url};
 use crate::reply_route::ReplyRoute;
-use crate::transport::{Counters, Delivery, Inlet, Outbound, deliver};
+use crate::transport::{Inlet, Outbound};
+use crate::transport_metrics::{
+    BAD_TOPICS_TOTAL, CONNECTED, ENDPOINT_CONNECTS_TOTAL, MESSAGES_IN_TOTAL, MESSAGES_OUT_TOTAL,
+};
 
 /// Capacity of rumqttc's own request channel between `AsyncClient` and the event loop. Small:
 /// the transport's outbound queue is the real buffer, and this one only smooths the handoff.
@@ -76,9 +82,8 @@ pub(crate) async fn start(
     config: &Config,
     external: &ExternalConfig,
     topics: &Topics,
-    inbound_tx: Inlet,
+    inlet: Inlet,
     outbound_rx: mpsc::Receiver<Outbound>,
-    counters: Arc<Counters>,
 ) -> Result<Running, MqttError> {
     let (host, port) = parse_broker_url(&external.url)?;
     let mut options = MqttOptions::new(external.client_id.clone(), host, port);
@@ -86,7 +91,7 @@ pub(crate) async fn start(
         .set_keep_alive(Duration::from_secs(u64::from(external.keepalive_s)))
         .set_clean_session(true)
         // Incoming: as large as the embedded broker would take, so an oversized request still
-        // reaches the bridge (a larger one makes rumqttc drop the connection). Outgoing: the
+        // reaches the handler (a larger one makes rumqttc drop the connection). Outgoing: the
         // same cap `Transport::publish` enforces, so rumqttc never refuses a queued message.
         .set_max_packet_size(config.packet_bytes_max, config.packet_bytes_max);
     if let Some(username) = &external.username {
@@ -115,8 +120,8 @@ pub(crate) async fn start(
     let poll_task = tokio::spawn(run_poll(
         eventloop,
         PollContext {
-            inbound_tx,
-            counters: counters.clone(),
+            inlet,
+            topics: topics.clone(),
             state_tx,
             resubscribe: resubscribe.clone(),
             stop_rx,
@@ -124,7 +129,7 @@ pub(crate) async fn start(
         },
     ));
     let subscribe_task = tokio::spawn(run_subscribe(client.clone(), filter.clone(), resubscribe));
-    let publish_task = tokio::spawn(run_publish(client.clone(), outbound_rx, counters));
+    let publish_task = tokio::spawn(run_publish(client.clone(), outbound_rx));
     let running = Running {
         client,
         stop_tx,
@@ -227,8 +232,10 @@ impl Running {
 
 /// What the poll task needs besides the event loop.
 struct PollContext {
-    inbound_tx: Inlet,
-    counters: Arc<Counters>,
+    /// Where requests go.
+    inlet: Inlet,
+    /// To read the agent out of a request's topic.
+    topics: Topics,
     state_tx: watch::Sender<LinkState>,
     resubscribe: Arc<Notify>,
     stop_rx: watch::Receiver<bool>,
@@ -247,8 +254,8 @@ async fn run_poll(mut eventloop: EventLoop, mut context: PollContext) {
         match eventloop.poll().await {
             Ok(Event::Incoming(Packet::ConnAck(connack))) => {
                 connected_at = Some(Instant::now());
-                Counters::add(&context.counters.connects_total);
-                context.counters.connected.store(true, Ordering::Relaxed);
+                counter!(ENDPOINT_CONNECTS_TOTAL).increment(1);
+                gauge!(CONNECTED).set(1.0);
                 info!(
                     session_present = connack.session_present,
                     "MQTT broker connection up; subscribing"
@@ -269,29 +276,33 @@ async fn run_poll(mut eventloop: EventLoop, mut context: PollContext) {
                 }
             }
             Ok(Event::Incoming(Packet::Publish(publish))) => {
-                let delivery = deliver(
-                    &context.inbound_tx,
-                    &context.counters,
-                    publish.topic,
-                    publish.payload,
-                    ReplyRoute::default(),
-                );
-                if delivery == Delivery::ReceiverGone {
-                    // Keep polling: responses still go out; requests are dropped.
-                    debug!("inbound receiver dropped; request ignored");
+                counter!(MESSAGES_IN_TOTAL).increment(1);
+                match context.topics.parse_request_topic(&publish.topic) {
+                    // The broker's one connection carries every agent: a pause is not obeyed.
+                    Ok(agent) => {
+                        let agent = agent.to_string();
+                        let _ =
+                            context
+                                .inlet
+                                .deliver(agent, publish.payload, ReplyRoute::default());
+                    }
+                    Err(error) => {
+                        counter!(BAD_TOPICS_TOTAL).increment(1);
+                        let topic = &publish.topic;
+                        debug!(%topic, %error, "message on a topic that names no agent: dropped");
+                    }
                 }
             }
             Ok(Event::Outgoing(Outgoing::Disconnect)) => {
-                context.counters.connected.store(false, Ordering::Relaxed);
+                gauge!(CONNECTED).set(0.0);
                 break;
             }
             Ok(_) => {}
             Err(error) => {
-                context.counters.connected.store(false, Ordering::Relaxed);
+                gauge!(CONNECTED).set(0.0);
                 if *context.stop_rx.borrow() {
                     break;
                 }
-                Counters::add(&context.counters.connection_errors_total);
                 if connected_at
                     .take()
                     .is_some_and(|since| since.elapsed() >= STABLE_CONNECTION)
@@ -335,11 +346,7 @@ async fn run_subscribe(client: AsyncClient, filter: String, resubscribe: Arc<Not
 
 /// Moves queued messages into rumqttc's request channel. Waits when that channel is full
 /// (broker slow or down), which fills the outbound queue, which makes `publish` fail fast.
-async fn run_publish(
-    client: AsyncClient,
-    mut outbound_rx: mpsc::Receiver<Outbound>,
-    counters: Arc<Counters>,
-) {
+async fn run_publish(client: AsyncClient, mut outbound_rx: mpsc::Receiver<Outbound>) {
     while let Some(message) = outbound_rx.recv().await {
         match message {
             Outbound::Publish { topic, payload } => {
@@ -347,7 +354,7 @@ async fn run_publish(
                     .publish_bytes(topic, QoS::AtLeastOnce, false, payload)
                     .await
                 {
-                    Ok(()) => Counters::add(&counters.outbound_published_total),
+                    Ok(()) => counter!(MESSAGES_OUT_TOTAL).increment(1),
                     Err(error) => {
                         error!(%error, "rumqttc event loop gone; outbound publisher stops");
                         return;

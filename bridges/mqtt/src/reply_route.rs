@@ -10,7 +10,7 @@ use bytes::Bytes;
 /// the same Correlation Data, so a generic MQTT 5 request/response client (`mosquitto_rr`)
 /// gets its answer without knowing Hivekeeper's topic convention.
 ///
-/// Opaque and cheap to clone (one `Arc` or nothing): the bridge keeps it with a request that
+/// Opaque and cheap to clone (one `Arc` or nothing): the handler keeps it with a request that
 /// waits in a queue and hands it back to [`crate::Transport::publish_response`] with the final
 /// answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,20 +1,21 @@
-//! [`Transport`]: the handle the bridge holds. Starts a backend (the agent endpoint or an
-//! external broker's client), routes what the bridge publishes to it and counts what passes
-//! through.
+//! [`Transport`]: the handle the service holds. Starts a backend (the agent endpoint or an
+//! external broker's client) that hands every request to the [`InboundHandler`] it was given,
+//! and routes what the service publishes to it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hivekeeper_protocol::Topics;
+use metrics::gauge;
 use tokio::sync::{Mutex, mpsc};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::config::{Config, Mode};
 use crate::reply_route::ReplyRoute;
-use crate::{MqttError, endpoint, external};
+use crate::{MqttError, endpoint, external, transport_metrics};
 
 /// Most bytes an MQTT PUBLISH carries besides topic, payload and properties: the fixed header
 /// (1 byte and a remaining length of up to 4), the topic's 2-byte length, the packet id and an
@@ -23,12 +24,13 @@ use crate::{MqttError, endpoint, external};
 /// queued packet exceeds it, drops the connection rather than the packet.
 const PUBLISH_OVERHEAD_BYTES: usize = 1 + 4 + 2 + 2 + 1;
 
-/// One message received on `{prefix}/req/+`. The transport does not parse it: the bridge
-/// decodes the payload and takes the agent id from the topic (`Topics::parse_request_topic`).
+/// One request received from an agent on its request topic (`{prefix}/req/{agent}`). The
+/// transport does not parse the payload: the handler decodes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inbound {
-    /// The full topic, e.g. `hk/v1/req/drone-1`.
-    pub topic: String,
+    /// The agent that sent it: the authenticated client id of its connection on the agent
+    /// endpoint, or the last level of the topic with an external broker.
+    pub agent: String,
     /// The payload as received, not copied.
     pub payload: Bytes,
     /// Where its answer goes: give it to [`Transport::publish_response`]. The default route
@@ -59,136 +61,6 @@ pub struct ListenerInfo {
     pub tcp_nodelay: bool,
 }
 
-/// Counters of the transport since start, for the node's metrics. A snapshot: each field is
-/// read separately, so two fields can be a message apart. The `Endpoint:` fields stay 0 with
-/// an external broker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Messages from `{prefix}/req/+` handed to the inbound queue.
-    pub inbound_received_total: u64,
-    /// Messages dropped because the inbound queue was full (the bridge is behind).
-    pub inbound_dropped_total: u64,
-    /// Messages dropped because their topic was not UTF-8 (never from a conforming broker).
-    pub inbound_invalid_total: u64,
-    /// Messages written to agents (endpoint) or handed to the broker (external).
-    pub outbound_published_total: u64,
-    /// [`Transport::publish`] calls refused because the outbound queue was full (external mode).
-    pub outbound_rejected_total: u64,
-    /// Successful connections: agents accepted by the endpoint, or ConnAcks from an external broker (reconnects are this minus one).
-    pub connects_total: u64,
-    /// Connection errors seen by the external client (each followed by a backoff delay).
-    pub connection_errors_total: u64,
-    /// Endpoint: sockets closed at accept because `connections_max` connections were open.
-    pub connections_refused_total: u64,
-    /// Endpoint: sockets closed at accept by the connect-rate limit.
-    pub connects_rate_limited_total: u64,
-    /// Endpoint: CONNECTs answered with a refusal (bad client id, unsupported protocol, credentials, shutting down).
-    pub connects_refused_total: u64,
-    /// Endpoint: sockets that sent no complete CONNECT within `connect_packet_timeout_ms`.
-    pub connect_timeouts_total: u64,
-    /// Endpoint with TLS: sockets closed because the TLS handshake failed or did not finish
-    /// within `connect_packet_timeout_ms` (a plaintext client, an unknown or missing client
-    /// certificate, a client certificate without a CN).
-    pub tls_handshake_failures_total: u64,
-    /// Endpoint: sockets closed by the peer before a complete CONNECT.
-    pub connects_abandoned_total: u64,
-    /// Endpoint: connections closed because the same client id connected again.
-    pub takeovers_total: u64,
-    /// Endpoint: connections closed after 1.5 x their keepalive without a packet.
-    pub keepalive_timeouts_total: u64,
-    /// Endpoint: connections closed because their outbound queue overflowed with responses or a write did not finish within `write_timeout_ms`.
-    pub slow_consumer_disconnects_total: u64,
-    /// Endpoint: connections closed because the codec refused a packet.
-    pub malformed_packets_total: u64,
-    /// Endpoint: connections closed because a packet exceeded `packet_bytes_max`.
-    pub packets_too_large_total: u64,
-    /// Endpoint: connections closed for a packet out of place (first packet not CONNECT, a second CONNECT, ...).
-    pub protocol_errors_total: u64,
-    /// Endpoint: PUBLISHes outside the agent's own request topic (or naming another Response Topic): refused, never routed.
-    pub publishes_refused_total: u64,
-    /// Endpoint: subscription filters other than the agent's own response and event topics: refused.
-    pub subscribes_refused_total: u64,
-    /// Endpoint: events dropped by an agent's full queue (events yield to responses).
-    pub events_dropped_total: u64,
-    /// Endpoint: messages for an agent that is not connected or not subscribed to the topic (dropped, as a broker would).
-    pub outbound_unrouted_total: u64,
-    /// Endpoint: messages over an MQTT 5 client's Maximum Packet Size (dropped).
-    pub outbound_too_large_total: u64,
-    /// Whether the broker connection is up (external) or the endpoint is listening.
-    pub connected: bool,
-}
-
-/// Live counters shared by the backend tasks; [`Stats`] is their snapshot.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) inbound_received_total: AtomicU64,
-    pub(crate) inbound_dropped_total: AtomicU64,
-    pub(crate) inbound_invalid_total: AtomicU64,
-    pub(crate) outbound_published_total: AtomicU64,
-    pub(crate) outbound_rejected_total: AtomicU64,
-    pub(crate) connects_total: AtomicU64,
-    pub(crate) connection_errors_total: AtomicU64,
-    pub(crate) connections_refused_total: AtomicU64,
-    pub(crate) connects_rate_limited_total: AtomicU64,
-    pub(crate) connects_refused_total: AtomicU64,
-    pub(crate) connect_timeouts_total: AtomicU64,
-    pub(crate) tls_handshake_failures_total: AtomicU64,
-    pub(crate) connects_abandoned_total: AtomicU64,
-    pub(crate) takeovers_total: AtomicU64,
-    pub(crate) keepalive_timeouts_total: AtomicU64,
-    pub(crate) slow_consumer_disconnects_total: AtomicU64,
-    pub(crate) malformed_packets_total: AtomicU64,
-    pub(crate) packets_too_large_total: AtomicU64,
-    pub(crate) protocol_errors_total: AtomicU64,
-    pub(crate) publishes_refused_total: AtomicU64,
-    pub(crate) subscribes_refused_total: AtomicU64,
-    pub(crate) events_dropped_total: AtomicU64,
-    pub(crate) outbound_unrouted_total: AtomicU64,
-    pub(crate) outbound_too_large_total: AtomicU64,
-    pub(crate) connected: AtomicBool,
-    /// Set while the inbound queue is full, so the drop is logged once per episode rather than
-    /// once per message.
-    pub(crate) inbound_dropping: AtomicBool,
-}
-
-impl Counters {
-    pub(crate) fn add(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> Stats {
-        Stats {
-            inbound_received_total: self.inbound_received_total.load(Ordering::Relaxed),
-            inbound_dropped_total: self.inbound_dropped_total.load(Ordering::Relaxed),
-            inbound_invalid_total: self.inbound_invalid_total.load(Ordering::Relaxed),
-            outbound_published_total: self.outbound_published_total.load(Ordering::Relaxed),
-            outbound_rejected_total: self.outbound_rejected_total.load(Ordering::Relaxed),
-            connects_total: self.connects_total.load(Ordering::Relaxed),
-            connection_errors_total: self.connection_errors_total.load(Ordering::Relaxed),
-            connections_refused_total: self.connections_refused_total.load(Ordering::Relaxed),
-            connects_rate_limited_total: self.connects_rate_limited_total.load(Ordering::Relaxed),
-            connects_refused_total: self.connects_refused_total.load(Ordering::Relaxed),
-            connect_timeouts_total: self.connect_timeouts_total.load(Ordering::Relaxed),
-            tls_handshake_failures_total: self.tls_handshake_failures_total.load(Ordering::Relaxed),
-            connects_abandoned_total: self.connects_abandoned_total.load(Ordering::Relaxed),
-            takeovers_total: self.takeovers_total.load(Ordering::Relaxed),
-            keepalive_timeouts_total: self.keepalive_timeouts_total.load(Ordering::Relaxed),
-            slow_consumer_disconnects_total: self
-                .slow_consumer_disconnects_total
-                .load(Ordering::Relaxed),
-            malformed_packets_total: self.malformed_packets_total.load(Ordering::Relaxed),
-            packets_too_large_total: self.packets_too_large_total.load(Ordering::Relaxed),
-            protocol_errors_total: self.protocol_errors_total.load(Ordering::Relaxed),
-            publishes_refused_total: self.publishes_refused_total.load(Ordering::Relaxed),
-            subscribes_refused_total: self.subscribes_refused_total.load(Ordering::Relaxed),
-            events_dropped_total: self.events_dropped_total.load(Ordering::Relaxed),
-            outbound_unrouted_total: self.outbound_unrouted_total.load(Ordering::Relaxed),
-            outbound_too_large_total: self.outbound_too_large_total.load(Ordering::Relaxed),
-            connected: self.connected.load(Ordering::Relaxed),
-        }
-    }
-}
-
 /// What the outbound queue carries to the backend's publisher.
 #[derive(Debug)]
 pub(crate) enum Outbound {
@@ -204,23 +76,15 @@ pub(crate) enum Outbound {
     Stop,
 }
 
-/// What happened to one received message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Delivery {
-    /// In the inbound queue.
-    Queued,
-    /// Dropped and counted (queue full or topic not UTF-8).
-    Dropped,
-    /// The inbound receiver is gone: nobody will ever read, the backend may stop receiving.
-    ReceiverGone,
-    /// Handled, and the sender is over its rate: read nothing more from it for this long.
-    Pause(Duration),
+/// The node's side of the transport: takes every request the transport receives, on the task
+/// that received it (an endpoint connection's task, so a request goes from its socket straight
+/// to the node; the external client's event loop). It must not block: the service's handler
+/// decodes and submits to the node, whose every step is a non-blocking send. `transport` is
+/// the transport the request came through, to answer along [`Inbound::route`].
+pub trait InboundHandler: Send + Sync + 'static {
+    /// Takes one request; says whether to go on reading from its sender's connection.
+    fn handle(&self, transport: &Transport, inbound: Inbound) -> Flow;
 }
-
-/// Takes one received message on the task that read it (a connection's task, the external
-/// client's event loop). It must not block: the bridge's handler decodes and submits to the
-/// node, whose every step is a non-blocking send.
-pub type InboundHandler = Arc<dyn Fn(Inbound) -> Flow + Send + Sync>;
 
 /// What the handler asks of the connection a message came on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,96 +97,25 @@ pub enum Flow {
     Pause(Duration),
 }
 
-/// Where the backends hand received messages: the bounded inbound queue, until a handler is
-/// installed ([`Transport::deliver_to`]), then that handler, called on the receiving task.
+/// Where the backends hand received requests: the handler, with the transport to answer
+/// through. Cloned into every endpoint connection and the external client's event loop.
 #[derive(Clone)]
 pub(crate) struct Inlet {
-    /// The queue, read by whoever holds the receiver until a handler takes over.
-    tx: mpsc::Sender<Inbound>,
-    /// The handler, once installed; read-locked by every delivery, write-locked once.
-    handler: Arc<RwLock<Option<InboundHandler>>>,
+    /// The handler [`Transport::start`] was given.
+    handler: Arc<dyn InboundHandler>,
+    /// The transport, passed to the handler with each request.
+    transport: Transport,
 }
 
 impl Inlet {
-    /// An inlet on a queue of `capacity`, and the queue's receiver.
-    fn new(capacity: usize) -> (Inlet, mpsc::Receiver<Inbound>) {
-        let (tx, rx) = mpsc::channel(capacity);
-        let inlet = Inlet {
-            tx,
-            handler: Arc::default(),
+    /// Hands one request from `agent` to the handler.
+    pub(crate) fn deliver(&self, agent: String, payload: Bytes, route: ReplyRoute) -> Flow {
+        let inbound = Inbound {
+            agent,
+            payload,
+            route,
         };
-        (inlet, rx)
-    }
-}
-
-/// Fills `slot` with `handler` after handing it what `inbound` holds, with deliveries held back
-/// meanwhile (the write lock): what was queued is handled first, in order.
-fn install(
-    slot: &RwLock<Option<InboundHandler>>,
-    handler: InboundHandler,
-    inbound: &mut mpsc::Receiver<Inbound>,
-) {
-    let mut slot = slot
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    while let Ok(queued) = inbound.try_recv() {
-        handler(queued);
-    }
-    *slot = Some(handler);
-}
-
-/// Hands one received message to the handler, or to the inbound queue without waiting: a full
-/// queue drops the message (counted) so the broker link never stalls behind a slow bridge.
-pub(crate) fn deliver(
-    inlet: &Inlet,
-    counters: &Counters,
-    topic: String,
-    payload: Bytes,
-    route: ReplyRoute,
-) -> Delivery {
-    let inbound = Inbound {
-        topic,
-        payload,
-        route,
-    };
-    {
-        let handler = inlet
-            .handler
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(handler) = handler.as_ref() {
-            Counters::add(&counters.inbound_received_total);
-            return match handler(inbound) {
-                Flow::Continue => Delivery::Queued,
-                Flow::Pause(wait) => Delivery::Pause(wait),
-            };
-        }
-    }
-    let inbound_tx = &inlet.tx;
-    match inbound_tx.try_send(inbound) {
-        Ok(()) => {
-            Counters::add(&counters.inbound_received_total);
-            if counters.inbound_dropping.swap(false, Ordering::Relaxed) {
-                info!(
-                    dropped_total = counters.inbound_dropped_total.load(Ordering::Relaxed),
-                    "inbound queue has room again"
-                );
-            }
-            Delivery::Queued
-        }
-        Err(mpsc::error::TrySendError::Full(message)) => {
-            Counters::add(&counters.inbound_dropped_total);
-            if !counters.inbound_dropping.swap(true, Ordering::Relaxed) {
-                warn!(
-                    topic = %message.topic,
-                    capacity = inbound_tx.max_capacity(),
-                    "inbound queue full: the bridge is behind, dropping requests until it \
-                     catches up (agents retry with the same id)"
-                );
-            }
-            Delivery::Dropped
-        }
-        Err(mpsc::error::TrySendError::Closed(_)) => Delivery::ReceiverGone,
+        self.handler.handle(&self.transport, inbound)
     }
 }
 
@@ -347,11 +140,9 @@ struct Inner {
     /// Set at the start of shutdown so a publish racing it gets [`MqttError::Closed`] instead
     /// of queueing behind the stop marker and vanishing.
     closed: AtomicBool,
-    counters: Arc<Counters>,
     listeners: Vec<ListenerInfo>,
+    /// Filled once the backend runs; taken by [`Transport::shutdown`].
     backend: Mutex<Option<Backend>>,
-    /// The inlet's handler slot, filled by [`Transport::deliver_to`].
-    handler: Arc<RwLock<Option<InboundHandler>>>,
 }
 
 /// The handle to a running MQTT transport. Cheap to clone: every clone publishes through the
@@ -366,7 +157,6 @@ impl std::fmt::Debug for Transport {
         f.debug_struct("Transport")
             .field("prefix", &self.inner.topics.prefix())
             .field("listeners", &self.inner.listeners)
-            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -374,11 +164,13 @@ impl std::fmt::Debug for Transport {
 impl Transport {
     /// Validates `config`, starts the agent endpoint (embedded mode: its listeners are bound
     /// when this returns) or connects to the external broker and subscribes `{prefix}/req/+`,
-    /// and returns once requests can flow: the handle and the receiver of every request.
-    ///
-    /// The receiver yields `None` once the transport has stopped ([`Transport::shutdown`]).
-    pub async fn start(config: Config) -> Result<(Transport, mpsc::Receiver<Inbound>), MqttError> {
-        Transport::start_with(config, None).await
+    /// and returns once requests can flow. Every request received from then on goes to
+    /// `handler`, on the task that received it, until [`Transport::shutdown`].
+    pub async fn start(
+        config: Config,
+        handler: Arc<dyn InboundHandler>,
+    ) -> Result<Transport, MqttError> {
+        Transport::start_with(config, handler, None).await
     }
 
     /// [`Transport::start`], with authentication when `authenticator` is given: the agent
@@ -387,71 +179,52 @@ impl Transport {
     /// (its password file and ACLs), so there it is not used.
     pub async fn start_with(
         config: Config,
+        handler: Arc<dyn InboundHandler>,
         authenticator: Option<Arc<dyn crate::Authenticator>>,
-    ) -> Result<(Transport, mpsc::Receiver<Inbound>), MqttError> {
+    ) -> Result<Transport, MqttError> {
         config.validate()?;
         let topics = config.topics()?;
-        let counters = Arc::new(Counters::default());
-        let (inbound_tx, inbound_rx) = Inlet::new(config.inbound_capacity);
-        let handler = inbound_tx.handler.clone();
-        let (backend, outbound, listeners) = match &config.mode {
-            Mode::Embedded(embedded_config) => {
-                let (running, shared, listeners) = endpoint::start(
-                    &config,
-                    embedded_config,
-                    &topics,
-                    inbound_tx,
-                    counters.clone(),
-                    authenticator,
-                )
-                .await?;
-                (
-                    Backend::Endpoint(running),
-                    OutboundPath::Endpoint(shared),
-                    listeners,
-                )
-            }
-            Mode::External(external_config) => {
-                let (outbound_tx, outbound_rx) = mpsc::channel(config.outbound_capacity);
-                let running = external::start(
-                    &config,
-                    external_config,
-                    &topics,
-                    inbound_tx,
-                    outbound_rx,
-                    counters.clone(),
-                )
-                .await?;
-                (
-                    Backend::External(running),
-                    OutboundPath::External(outbound_tx),
-                    Vec::new(),
-                )
-            }
-        };
-        let transport = Transport {
+        transport_metrics::export_at_zero();
+        // The transport exists before its backend serves: the handler answers through it
+        // from the first request on.
+        let new = |outbound, listeners| Transport {
             inner: Arc::new(Inner {
-                topics,
+                topics: topics.clone(),
                 packet_bytes_max: config.packet_bytes_max,
                 outbound,
                 closed: AtomicBool::new(false),
-                counters,
                 listeners,
-                backend: Mutex::new(Some(backend)),
-                handler,
+                backend: Mutex::new(None),
             }),
         };
-        Ok((transport, inbound_rx))
-    }
-
-    /// From now on hands every received message to `handler`, on the task that received it
-    /// (a connection's task on the endpoint: a request goes from its socket's task straight
-    /// into the node), instead of the inbound queue. Messages already queued go to `handler`
-    /// first, in order, with deliveries held back meanwhile, so no agent's requests are
-    /// reordered. `inbound` is the receiver [`Transport::start`] returned; it still yields
-    /// `None` once the transport has stopped.
-    pub fn deliver_to(&self, handler: InboundHandler, inbound: &mut mpsc::Receiver<Inbound>) {
-        install(&self.inner.handler, handler, inbound);
+        let (transport, backend) = match &config.mode {
+            Mode::Embedded(embedded_config) => {
+                let bound =
+                    endpoint::bind(&config, embedded_config, &topics, authenticator).await?;
+                let transport = new(
+                    OutboundPath::Endpoint(bound.shared()),
+                    bound.listeners().to_vec(),
+                );
+                let inlet = Inlet {
+                    handler,
+                    transport: transport.clone(),
+                };
+                (transport, Backend::Endpoint(bound.serve(inlet)))
+            }
+            Mode::External(external_config) => {
+                let (outbound_tx, outbound_rx) = mpsc::channel(config.outbound_capacity);
+                let transport = new(OutboundPath::External(outbound_tx), Vec::new());
+                let inlet = Inlet {
+                    handler,
+                    transport: transport.clone(),
+                };
+                let running =
+                    external::start(&config, external_config, &topics, inlet, outbound_rx).await?;
+                (transport, Backend::External(running))
+            }
+        };
+        *transport.inner.backend.lock().await = Some(backend);
+        Ok(transport)
     }
 
     /// Closes `agent`'s connection to the agent endpoint, if it has one (its account was
@@ -470,8 +243,8 @@ impl Transport {
     /// Agent endpoint: the message goes into the agent's own bounded queue and its connection
     /// writes it at the QoS the agent subscribed with (at most 1). An agent that is not
     /// connected or not subscribed to the topic does not get it (counted in
-    /// [`Stats::outbound_unrouted_total`]), as with any broker. External broker: queued for the
-    /// publish task, QoS 1.
+    /// `hivekeeper_endpoint_outbound_unrouted_total`), as with any broker. External broker:
+    /// queued for the publish task, QoS 1.
     ///
     /// Either way a lost response is recovered by the agent retrying the same request id,
     /// which returns the remembered outcome (DESIGN.md §2).
@@ -509,7 +282,8 @@ impl Transport {
     /// learns of a lost lease from its next keepalive too) and a mass expiry must not crowd
     /// out the answers to keepalives:
     /// - agent endpoint: an event that finds the agent's queue half full is dropped
-    ///   ([`MqttError::OutboundFull`], counted in [`Stats::events_dropped_total`]), and a
+    ///   ([`MqttError::OutboundFull`], counted in `hivekeeper_endpoint_events_dropped_total`),
+    ///   and a
     ///   response evicts a queued event before it would overflow the queue;
     /// - external broker: refused once the transport's queue is three quarters full, so the
     ///   last quarter stays for responses.
@@ -554,7 +328,6 @@ impl Transport {
             OutboundPath::External(outbound_tx) => outbound_tx,
         };
         let full = |topic| {
-            Counters::add(&self.inner.counters.outbound_rejected_total);
             Err(MqttError::OutboundFull {
                 topic,
                 capacity: outbound_tx.max_capacity() - reserved,
@@ -600,24 +373,10 @@ impl Transport {
         &self.inner.listeners
     }
 
-    /// Agents connected to the endpoint now (connections past CONNACK); `None` with an
-    /// external broker, which alone knows its clients.
-    pub fn connected_clients(&self) -> Option<u64> {
-        match &self.inner.outbound {
-            OutboundPath::Endpoint(shared) => Some(shared.connected() as u64),
-            OutboundPath::External(_) => None,
-        }
-    }
-
-    /// A snapshot of the transport's counters.
-    pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
-    }
-
     /// Stops the transport. Endpoint: closes the listeners (the port is free again), then
     /// every connection writes what its queue holds, says goodbye (MQTT 5: DISCONNECT 0x8B)
     /// and closes. External: flushes the queued messages and leaves the broker with an MQTT
-    /// DISCONNECT. Then the inbound receiver yields `None`. Idempotent; later publishes get
+    /// DISCONNECT. The handler gets nothing more. Idempotent; later publishes get
     /// [`MqttError::Closed`].
     pub async fn shutdown(&self) -> Result<(), MqttError> {
         self.inner.closed.store(true, Ordering::Release);
@@ -632,10 +391,7 @@ impl Transport {
             // `start` never pairs the external backend with the endpoint's path.
             (Backend::External(_), OutboundPath::Endpoint(_)) => Ok(()),
         };
-        self.inner
-            .counters
-            .connected
-            .store(false, Ordering::Relaxed);
+        gauge!(transport_metrics::CONNECTED).set(0.0);
         info!("MQTT transport stopped");
         result
     }
@@ -675,89 +431,5 @@ mod tests {
                 "{bad:?} must be refused"
             );
         }
-    }
-
-    #[test]
-    fn a_handler_gets_the_queued_messages_first_then_every_delivery_in_order() {
-        let counters = Counters::default();
-        let (inlet, mut inbound_rx) = Inlet::new(8);
-        let deliver_one = |topic: &str| {
-            deliver(
-                &inlet,
-                &counters,
-                topic.into(),
-                Bytes::from_static(b"{}"),
-                ReplyRoute::default(),
-            )
-        };
-        assert_eq!(deliver_one("a"), Delivery::Queued);
-        assert_eq!(deliver_one("b"), Delivery::Queued);
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let handler: InboundHandler = {
-            let seen = seen.clone();
-            Arc::new(move |inbound: Inbound| {
-                seen.lock().expect("test lock").push(inbound.topic);
-                Flow::Continue
-            })
-        };
-        install(&inlet.handler, handler, &mut inbound_rx);
-        assert_eq!(deliver_one("c"), Delivery::Queued);
-        assert_eq!(*seen.lock().expect("test lock"), ["a", "b", "c"]);
-        assert!(inbound_rx.try_recv().is_err(), "nothing is queued any more");
-        assert_eq!(counters.inbound_received_total.load(Ordering::Relaxed), 3);
-    }
-
-    #[test]
-    fn a_full_inbound_queue_drops_and_counts_then_recovers() {
-        let counters = Counters::default();
-        let (inbound_tx, mut inbound_rx) = Inlet::new(1);
-        let payload = Bytes::from_static(b"{}");
-        assert_eq!(
-            deliver(
-                &inbound_tx,
-                &counters,
-                "a".into(),
-                payload.clone(),
-                ReplyRoute::default()
-            ),
-            Delivery::Queued
-        );
-        assert_eq!(
-            deliver(
-                &inbound_tx,
-                &counters,
-                "b".into(),
-                payload.clone(),
-                ReplyRoute::default()
-            ),
-            Delivery::Dropped
-        );
-        assert!(counters.inbound_dropping.load(Ordering::Relaxed));
-        assert_eq!(inbound_rx.try_recv().expect("first is queued").topic, "a");
-        assert_eq!(
-            deliver(
-                &inbound_tx,
-                &counters,
-                "c".into(),
-                payload.clone(),
-                ReplyRoute::default()
-            ),
-            Delivery::Queued
-        );
-        assert!(!counters.inbound_dropping.load(Ordering::Relaxed));
-        let stats = counters.snapshot();
-        assert_eq!(stats.inbound_received_total, 2);
-        assert_eq!(stats.inbound_dropped_total, 1);
-        drop(inbound_rx);
-        assert_eq!(
-            deliver(
-                &inbound_tx,
-                &counters,
-                "d".into(),
-                payload,
-                ReplyRoute::default()
-            ),
-            Delivery::ReceiverGone
-        );
     }
 }

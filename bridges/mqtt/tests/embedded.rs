@@ -7,13 +7,16 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{TestClient, WAIT_S, embedded_config, eventually, start_transport, within};
+use common::{
+    TestClient, TestMetrics, WAIT_S, embedded_config, eventually, forward, start_transport, within,
+};
 use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, MqttError, MqttVersion, Transport};
 use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
 use rumqttc::QoS;
 
 #[tokio::test]
-async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
+async fn qos1_and_qos0_requests_reach_the_handler_and_responses_reach_the_agent() {
+    let metrics = TestMetrics::install();
     let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     let mut agent = TestClient::connect(addr, "drone-1").await;
@@ -26,7 +29,7 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
     let first = within(WAIT_S, "an inbound message", inbound.recv())
         .await
         .expect("inbound open");
-    assert_eq!(first.topic, "hk/v1/req/drone-1");
+    assert_eq!(first.agent, "drone-1");
     assert_eq!(first.payload, Bytes::from_static(grant));
 
     let keepalive = br#"{"id":"2","op":"lease.keepalive","lease":"L1"}"#;
@@ -36,7 +39,7 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
     let second = within(WAIT_S, "an inbound message", inbound.recv())
         .await
         .expect("inbound open");
-    assert_eq!(second.topic, "hk/v1/req/drone-1");
+    assert_eq!(second.agent, "drone-1");
     assert_eq!(second.payload, Bytes::from_static(keepalive));
 
     let response = br#"{"id":"1","ok":true,"lease":"L1","ttl_ms":5000}"#;
@@ -50,24 +53,34 @@ async fn qos1_and_qos0_requests_reach_inbound_and_responses_reach_the_agent() {
     assert_eq!(received.qos, QoS::AtLeastOnce);
 
     eventually(WAIT_S, "one message published", async || {
-        transport.stats().outbound_published_total == 1
+        metrics.counter("hivekeeper_mqtt_messages_out_total") == 1
     })
     .await;
-    let stats = transport.stats();
-    assert_eq!(stats.inbound_received_total, 2);
-    assert_eq!(stats.inbound_dropped_total, 0);
-    assert_eq!(stats.outbound_published_total, 1);
-    assert_eq!(stats.connects_total, 1);
-    assert!(stats.connected);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_messages_in_total"), 2);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_messages_dropped_total"), 0);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_messages_out_total"), 1);
+    assert_eq!(metrics.counter("hivekeeper_endpoint_connects_total"), 1);
+    assert_eq!(metrics.value("hivekeeper_mqtt_connected"), Some(1.0));
+    assert_eq!(
+        metrics.value("hivekeeper_mqtt_clients_connected"),
+        Some(1.0)
+    );
     within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
 }
 
 /// 1,000 QoS 1 requests from 10 agents, all published before any is read: every one reaches
-/// the inbound queue once (its 4,096 slots hold them all).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_requests_from_ten_agents_all_arrive_once() {
+/// the handler once.
+#[test]
+fn a_thousand_requests_from_ten_agents_all_arrive_once() {
+    let metrics = TestMetrics::install();
+    metrics
+        .multi_thread_runtime()
+        .block_on(a_thousand_requests(&metrics));
+}
+
+async fn a_thousand_requests(metrics: &TestMetrics) {
     const AGENTS: usize = 10;
     const REQUESTS_PER_AGENT: usize = 100;
     let (transport, mut inbound) = start_transport(embedded_config()).await;
@@ -88,7 +101,7 @@ async fn a_thousand_requests_from_ten_agents_all_arrive_once() {
                 .await;
         }
     }
-    // A PUBACK from the endpoint means the request is in the inbound queue.
+    // A PUBACK from the endpoint means the handler has taken the request.
     for client in &mut agents {
         client.wait_pubacks(REQUESTS_PER_AGENT).await;
     }
@@ -97,27 +110,28 @@ async fn a_thousand_requests_from_ten_agents_all_arrive_once() {
         let message = within(WAIT_S, "an inbound message", inbound.recv())
             .await
             .expect("inbound open");
-        let key = (message.topic.clone(), message.payload.clone());
+        let key = (message.agent.clone(), message.payload.clone());
         assert!(seen.insert(key), "duplicate request {message:?}");
     }
     for agent in 0..AGENTS {
         let from_agent = seen
             .iter()
-            .filter(|(topic, _)| *topic == format!("hk/v1/req/drone-{agent}"))
+            .filter(|(from, _)| *from == format!("drone-{agent}"))
             .count();
         assert_eq!(from_agent, REQUESTS_PER_AGENT, "drone-{agent}");
     }
-    assert_eq!(transport.stats().inbound_received_total, 1000);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_messages_in_total"), 1000);
     within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
 }
 
-/// A request above `REQUEST_BYTES_MAX` still reaches the bridge (to be answered `too_large`);
+/// A request above `REQUEST_BYTES_MAX` still reaches the handler (to be answered `too_large`);
 /// one above `packet_bytes_max` makes the endpoint close the agent's connection without
 /// reading it.
 #[tokio::test]
-async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broker_disconnects() {
+async fn an_oversized_request_is_handled_and_one_past_the_packet_limit_disconnects() {
+    let metrics = TestMetrics::install();
     let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     let mut agent = TestClient::connect(addr, "drone-big").await;
@@ -130,7 +144,7 @@ async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broke
     let received = within(WAIT_S, "an inbound message", inbound.recv())
         .await
         .expect("inbound open");
-    assert_eq!(received.topic, "hk/v1/req/drone-big");
+    assert_eq!(received.agent, "drone-big");
     assert_eq!(received.payload.len(), 20 * 1024);
     assert_eq!(received.payload, Bytes::from(oversized));
 
@@ -144,9 +158,12 @@ async fn oversized_request_reaches_inbound_and_beyond_the_packet_limit_the_broke
     let nothing = tokio::time::timeout(Duration::from_millis(500), inbound.recv()).await;
     assert!(
         nothing.is_err(),
-        "a packet over the limit must not reach inbound: {nothing:?}"
+        "a packet over the limit must not reach the handler: {nothing:?}"
     );
-    assert_eq!(transport.stats().packets_too_large_total, 1);
+    assert_eq!(
+        metrics.counter("hivekeeper_endpoint_packets_too_large_total"),
+        1
+    );
     within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
@@ -163,9 +180,14 @@ async fn a_taken_port_is_a_clear_error() {
         }),
         ..Config::default()
     };
-    let error = within(WAIT_S, "the transport starts", Transport::start(config))
-        .await
-        .expect_err("the port is taken");
+    let (handler, _inbound) = forward();
+    let error = within(
+        WAIT_S,
+        "the transport starts",
+        Transport::start(config, handler),
+    )
+    .await
+    .expect_err("the port is taken");
     match &error {
         MqttError::ListenAddrInUse { addr: reported } => assert_eq!(*reported, addr),
         other => panic!("expected ListenAddrInUse, got {other:?}"),
@@ -179,6 +201,7 @@ async fn a_taken_port_is_a_clear_error() {
 /// drops the answer, as a broker would, and costs nothing else.
 #[tokio::test]
 async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
+    let metrics = TestMetrics::install();
     let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     transport
@@ -205,8 +228,8 @@ async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
         Bytes::from_static(b"reply")
     );
     eventually(WAIT_S, "one message published, two unrouted", async || {
-        let stats = transport.stats();
-        stats.outbound_published_total == 1 && stats.outbound_unrouted_total == 2
+        metrics.counter("hivekeeper_mqtt_messages_out_total") == 1
+            && metrics.counter("hivekeeper_endpoint_outbound_unrouted_total") == 2
     })
     .await;
     within(WAIT_S, "the transport shuts down", transport.shutdown())
@@ -215,7 +238,7 @@ async fn a_response_to_an_agent_that_never_subscribed_keeps_the_link_alive() {
 }
 
 #[tokio::test]
-async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
+async fn shutdown_flushes_releases_the_handler_and_frees_the_port() {
     let (transport, mut inbound) = start_transport(embedded_config()).await;
     let addr = transport.listeners()[0].addr;
     let mut agent = TestClient::connect(addr, "drone-3").await;
@@ -236,7 +259,7 @@ async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
         within(WAIT_S, "an inbound message", inbound.recv())
             .await
             .is_none(),
-        "inbound ends after shutdown"
+        "the handler is released after shutdown"
     );
     assert!(matches!(
         transport.publish("hk/v1/rsp/drone-3", Bytes::new()),
@@ -252,6 +275,7 @@ async fn shutdown_flushes_closes_inbound_and_frees_the_port() {
 
 #[tokio::test]
 async fn publish_refuses_wildcards_and_oversized_messages_without_queueing() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start_transport(embedded_config()).await;
     assert!(matches!(
         transport.publish("hk/v1/rsp/+", Bytes::new()),
@@ -267,7 +291,7 @@ async fn publish_refuses_wildcards_and_oversized_messages_without_queueing() {
         }
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
-    assert_eq!(transport.stats().outbound_published_total, 0);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_messages_out_total"), 0);
     within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
         .expect("clean shutdown");
@@ -346,7 +370,7 @@ async fn a_second_listener_serves_mqtt5_too() {
     let received = within(WAIT_S, "an inbound message", inbound.recv())
         .await
         .expect("inbound open");
-    assert_eq!(received.topic, "hk/v1/req/drone-5");
+    assert_eq!(received.agent, "drone-5");
     assert_eq!(received.payload, Bytes::from_static(b"v5 request"));
     poll.abort();
     within(WAIT_S, "the transport shuts down", transport.shutdown())

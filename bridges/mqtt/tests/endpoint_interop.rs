@@ -6,17 +6,31 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{WAIT_S, eventually, within};
-use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, Transport};
+use common::{TestMetrics, WAIT_S, eventually, within};
+use hivekeeper_mqtt::{Config, EmbeddedConfig, Flow, Inbound, InboundHandler, Mode, Transport};
 
 /// Time bound handed to each client tool (`-W`) and applied to each process.
 const TOOL_TIMEOUT_S: u64 = 10;
 
-/// Starts the endpoint on a free port with a responder that answers every request with
-/// `echo:<payload>` along its reply route. Returns the transport and its port.
+/// Answers every request with `echo:<payload>` along its reply route, on the task that
+/// received it.
+struct Echo;
+
+impl InboundHandler for Echo {
+    fn handle(&self, transport: &Transport, inbound: Inbound) -> Flow {
+        let mut answer = b"echo:".to_vec();
+        answer.extend_from_slice(&inbound.payload);
+        let _ = transport.publish_response(&inbound.route, &inbound.agent, answer);
+        Flow::Continue
+    }
+}
+
+/// Starts the endpoint on a free port with [`Echo`] as its handler. Returns the transport and
+/// its port.
 async fn start_echo() -> (Transport, u16) {
     let config = Config {
         mode: Mode::Embedded(EmbeddedConfig {
@@ -25,22 +39,13 @@ async fn start_echo() -> (Transport, u16) {
         }),
         ..Config::default()
     };
-    let (transport, mut inbound) = within(WAIT_S, "the transport starts", Transport::start(config))
-        .await
-        .expect("the endpoint starts");
-    let responder = transport.clone();
-    tokio::spawn(async move {
-        while let Some(request) = inbound.recv().await {
-            let agent = responder
-                .topics()
-                .parse_request_topic(&request.topic)
-                .expect("the endpoint only delivers own request topics")
-                .to_string();
-            let mut answer = b"echo:".to_vec();
-            answer.extend_from_slice(&request.payload);
-            let _ = responder.publish_response(&request.route, &agent, answer);
-        }
-    });
+    let transport = within(
+        WAIT_S,
+        "the transport starts",
+        Transport::start(config, Arc::new(Echo)),
+    )
+    .await
+    .expect("the endpoint starts");
     let port = transport.listeners()[0].addr.port();
     (transport, port)
 }
@@ -77,8 +82,15 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).trim().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() {
+#[test]
+fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() {
+    let metrics = TestMetrics::install();
+    metrics
+        .multi_thread_runtime()
+        .block_on(mosquitto_sub_and_pub(&metrics));
+}
+
+async fn mosquitto_sub_and_pub(metrics: &TestMetrics) {
     let (transport, port) = start_echo().await;
     let sub_args = vec![
         "-h".into(),
@@ -98,7 +110,7 @@ async fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() 
     ];
     let sub = tokio::spawn(run("mosquitto_sub", sub_args, "mosquitto-clients"));
     eventually(WAIT_S, "mosquitto_sub connected", async || {
-        transport.connected_clients() == Some(1)
+        metrics.value("hivekeeper_mqtt_clients_connected") == Some(1.0)
     })
     .await;
     // Subscribed right after its CONNACK; an event published before the SUBACK is dropped
@@ -118,7 +130,7 @@ async fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() 
         r#"{"event":"lease.expired","lease":"L1"}"#
     );
 
-    let before = transport.stats().inbound_received_total;
+    let before = metrics.counter("hivekeeper_mqtt_messages_in_total");
     let pub_args = vec![
         "-h".into(),
         "127.0.0.1".into(),
@@ -138,7 +150,7 @@ async fn mosquitto_sub_receives_its_events_and_mosquitto_pub_reaches_the_node() 
     let output = run("mosquitto_pub", pub_args, "mosquitto-clients").await;
     assert!(output.status.success(), "{}", text(&output.stderr));
     eventually(WAIT_S, "the request arrived", async || {
-        transport.stats().inbound_received_total == before + 1
+        metrics.counter("hivekeeper_mqtt_messages_in_total") == before + 1
     })
     .await;
     within(WAIT_S, "the transport shuts down", transport.shutdown())

@@ -5,11 +5,12 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::{TestClient, WAIT_S, eventually, within};
-use hivekeeper_mqtt::{Config, EmbeddedConfig, Flow, Mode, Transport};
+use common::{TestClient, TestMetrics, WAIT_S, eventually, forward, within};
+use hivekeeper_mqtt::{Config, EmbeddedConfig, Flow, Inbound, InboundHandler, Mode, Transport};
 use rumqttc::mqttbytes::v4;
 use rumqttc::v5::mqttbytes::QoS as QoS5;
 use rumqttc::v5::mqttbytes::v5;
@@ -17,13 +18,21 @@ use rumqttc::{QoS, SubscribeReasonCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The endpoint on a free port with `tune` applied to its settings.
+/// The endpoint on a free port with `tune` applied to its settings, handing every request to
+/// the returned receiver.
 async fn start(
     tune: impl FnOnce(&mut EmbeddedConfig),
-) -> (
-    Transport,
-    tokio::sync::mpsc::Receiver<hivekeeper_mqtt::Inbound>,
-) {
+) -> (Transport, tokio::sync::mpsc::UnboundedReceiver<Inbound>) {
+    let (handler, inbound) = forward();
+    (start_handled(tune, handler).await, inbound)
+}
+
+/// The endpoint on a free port with `tune` applied to its settings and `handler` as its
+/// handler.
+async fn start_handled(
+    tune: impl FnOnce(&mut EmbeddedConfig),
+    handler: Arc<dyn InboundHandler>,
+) -> Transport {
     let mut embedded = EmbeddedConfig {
         listen: "127.0.0.1:0".parse().expect("literal address"),
         ..EmbeddedConfig::default()
@@ -33,9 +42,13 @@ async fn start(
         mode: Mode::Embedded(embedded),
         ..Config::default()
     };
-    within(WAIT_S, "the transport starts", Transport::start(config))
-        .await
-        .expect("the endpoint starts")
+    within(
+        WAIT_S,
+        "the transport starts",
+        Transport::start(config, handler),
+    )
+    .await
+    .expect("the endpoint starts")
 }
 
 fn v4_connect(client_id: &str, keep_alive_s: u16) -> BytesMut {
@@ -171,6 +184,7 @@ async fn assert_closed(stream: &mut TcpStream) {
 
 #[tokio::test]
 async fn a_first_packet_that_is_not_connect_closes_the_connection() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     let mut stream = open_tcp(addr).await;
@@ -184,7 +198,7 @@ async fn a_first_packet_that_is_not_connect_closes_the_connection() {
         "closed, no answer"
     );
     eventually(WAIT_S, "counted", async || {
-        transport.stats().protocol_errors_total == 1
+        metrics.counter("hivekeeper_endpoint_protocol_errors_total") == 1
     })
     .await;
     shutdown(transport).await;
@@ -192,6 +206,7 @@ async fn a_first_packet_that_is_not_connect_closes_the_connection() {
 
 #[tokio::test]
 async fn an_unsupported_protocol_level_gets_connack_0x01_and_a_close() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     for level in [3u8, 6] {
@@ -212,7 +227,10 @@ async fn an_unsupported_protocol_level_gets_connack_0x01_and_a_close() {
             "then closed"
         );
     }
-    assert_eq!(transport.stats().connects_refused_total, 2);
+    assert_eq!(
+        metrics.counter("hivekeeper_endpoint_connects_refused_total"),
+        2
+    );
     shutdown(transport).await;
 }
 
@@ -236,6 +254,7 @@ async fn a_client_id_that_is_not_an_agent_id_is_refused() {
 
 #[tokio::test]
 async fn subscribe_and_publish_outside_the_agents_own_topics_are_refused_and_never_routed() {
+    let metrics = TestMetrics::install();
     let (transport, mut inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     let (mut stream, mut buf) = connected_v4(addr, "drone-a").await;
@@ -281,22 +300,23 @@ async fn subscribe_and_publish_outside_the_agents_own_topics_are_refused_and_nev
         .write_all(&v4_packet(v4::Packet::Publish(own)))
         .await
         .expect("write");
-    let received = within(
-        WAIT_S,
-        "a request reaches the inbound queue",
-        inbound.recv(),
-    )
-    .await
-    .expect("inbound open");
-    assert_eq!(received.topic, "hk/v1/req/drone-a");
+    let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+        .await
+        .expect("handler alive");
+    assert_eq!(received.agent, "drone-a");
     assert_eq!(
         received.payload,
         Bytes::from_static(b"mine"),
         "the forged one never arrives"
     );
-    let stats = transport.stats();
-    assert_eq!(stats.publishes_refused_total, 1);
-    assert_eq!(stats.subscribes_refused_total, 2);
+    assert_eq!(
+        metrics.counter("hivekeeper_endpoint_publishes_refused_total"),
+        1
+    );
+    assert_eq!(
+        metrics.counter("hivekeeper_endpoint_subscribes_refused_total"),
+        2
+    );
     shutdown(transport).await;
 }
 
@@ -359,6 +379,7 @@ async fn mqtt5_refusals_carry_reason_codes() {
 
 #[tokio::test]
 async fn the_same_client_id_takes_over_and_the_old_connection_is_closed() {
+    let metrics = TestMetrics::install();
     let (transport, mut inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     // The first one speaks 5.0, so it is told why it goes.
@@ -390,13 +411,9 @@ async fn the_same_client_id_takes_over_and_the_old_connection_is_closed() {
         .write_all(&v4_packet(v4::Packet::Publish(request)))
         .await
         .expect("write");
-    let received = within(
-        WAIT_S,
-        "a request reaches the inbound queue",
-        inbound.recv(),
-    )
-    .await
-    .expect("inbound open");
+    let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+        .await
+        .expect("handler alive");
     transport
         .publish_response(&received.route, "drone-twin", "answer")
         .expect("queued");
@@ -407,13 +424,17 @@ async fn the_same_client_id_takes_over_and_the_old_connection_is_closed() {
         }
         other => panic!("expected the answer, got {other:?}"),
     }
-    assert_eq!(transport.stats().takeovers_total, 1);
-    assert_eq!(transport.connected_clients(), Some(1));
+    assert_eq!(metrics.counter("hivekeeper_endpoint_takeovers_total"), 1);
+    assert_eq!(
+        metrics.value("hivekeeper_mqtt_clients_connected"),
+        Some(1.0)
+    );
     shutdown(transport).await;
 }
 
 #[tokio::test]
 async fn a_silent_client_is_closed_after_one_and_a_half_keepalives() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     let mut stream = open_tcp(addr).await;
@@ -443,7 +464,7 @@ async fn a_silent_client_is_closed_after_one_and_a_half_keepalives() {
         "closed after {waited:?}, expected about 1.5 s"
     );
     eventually(WAIT_S, "counted", async || {
-        transport.stats().keepalive_timeouts_total == 1
+        metrics.counter("hivekeeper_endpoint_keepalive_timeouts_total") == 1
     })
     .await;
     shutdown(transport).await;
@@ -451,6 +472,7 @@ async fn a_silent_client_is_closed_after_one_and_a_half_keepalives() {
 
 #[tokio::test]
 async fn a_half_open_socket_that_never_sends_connect_is_closed_after_the_connect_timeout() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start(|embedded| embedded.connect_packet_timeout_ms = 300).await;
     let addr = transport.listeners()[0].addr;
     let started = Instant::now();
@@ -465,7 +487,7 @@ async fn a_half_open_socket_that_never_sends_connect_is_closed_after_the_connect
         "{waited:?}"
     );
     eventually(WAIT_S, "counted", async || {
-        transport.stats().connect_timeouts_total == 1
+        metrics.counter("hivekeeper_endpoint_connect_timeouts_total") == 1
     })
     .await;
     shutdown(transport).await;
@@ -473,6 +495,7 @@ async fn a_half_open_socket_that_never_sends_connect_is_closed_after_the_connect
 
 #[tokio::test]
 async fn a_malformed_packet_closes_that_connection_only() {
+    let metrics = TestMetrics::install();
     let (transport, mut inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
     let (mut healthy, _healthy_buf) = connected_v4(addr, "drone-ok").await;
@@ -497,16 +520,12 @@ async fn a_malformed_packet_closes_that_connection_only() {
         .write_all(&v4_packet(v4::Packet::Publish(request)))
         .await
         .expect("write");
-    let received = within(
-        WAIT_S,
-        "a request reaches the inbound queue",
-        inbound.recv(),
-    )
-    .await
-    .expect("inbound open");
+    let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+        .await
+        .expect("handler alive");
     assert_eq!(received.payload, Bytes::from_static(b"still here"));
     eventually(WAIT_S, "counted", async || {
-        transport.stats().malformed_packets_total == 2
+        metrics.counter("hivekeeper_endpoint_malformed_packets_total") == 2
     })
     .await;
     shutdown(transport).await;
@@ -538,14 +557,10 @@ async fn random_bytes_never_take_the_endpoint_down() {
         .await
         .expect("write");
     loop {
-        let received = within(
-            WAIT_S,
-            "a request reaches the inbound queue",
-            inbound.recv(),
-        )
-        .await
-        .expect("inbound open");
-        if received.topic == "hk/v1/req/after-the-noise" {
+        let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+            .await
+            .expect("handler alive");
+        if received.agent == "after-the-noise" {
             assert_eq!(received.payload, Bytes::from_static(b"fine"));
             break;
         }
@@ -555,8 +570,15 @@ async fn random_bytes_never_take_the_endpoint_down() {
 
 /// 1,000 sockets that open, send part of a CONNECT and drop: bounded in count and time, and
 /// the endpoint is left with no connection and serving.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_connections_dropped_mid_connect_leave_nothing_behind() {
+#[test]
+fn a_thousand_connections_dropped_mid_connect_leave_nothing_behind() {
+    let metrics = TestMetrics::install();
+    metrics
+        .multi_thread_runtime()
+        .block_on(a_thousand_connections_dropped(&metrics));
+}
+
+async fn a_thousand_connections_dropped(metrics: &TestMetrics) {
     const SOCKETS: u64 = 1_000;
     let (transport, _inbound) = start(|_| {}).await;
     let addr = transport.listeners()[0].addr;
@@ -572,16 +594,15 @@ async fn a_thousand_connections_dropped_mid_connect_leave_nothing_behind() {
         "bounded in time"
     );
     eventually(WAIT_S, "every dropped socket accounted for", async || {
-        let stats = transport.stats();
-        stats.connects_abandoned_total
-            + stats.connect_timeouts_total
-            + stats.connects_rate_limited_total
+        metrics.counter("hivekeeper_endpoint_connects_abandoned_total")
+            + metrics.counter("hivekeeper_endpoint_connect_timeouts_total")
+            + metrics.counter("hivekeeper_endpoint_connects_rate_limited_total")
             == SOCKETS
     })
     .await;
     let (_stream, _buf) = connected_v4(addr, "drone-after").await;
     eventually(WAIT_S, "only the last one connected", async || {
-        transport.connected_clients() == Some(1)
+        metrics.value("hivekeeper_mqtt_clients_connected") == Some(1.0)
     })
     .await;
     shutdown(transport).await;
@@ -589,6 +610,7 @@ async fn a_thousand_connections_dropped_mid_connect_leave_nothing_behind() {
 
 #[tokio::test]
 async fn connections_past_the_limit_are_refused_and_counted() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start(|embedded| embedded.connections_max = 2).await;
     let addr = transport.listeners()[0].addr;
     let _one = connected_v4(addr, "drone-1").await;
@@ -600,7 +622,10 @@ async fn connections_past_the_limit_are_refused_and_counted() {
         read_v4(&mut third, &mut buf).await.is_none(),
         "closed at accept"
     );
-    assert_eq!(transport.stats().connections_refused_total, 1);
+    assert_eq!(
+        metrics.counter("hivekeeper_endpoint_connections_refused_total"),
+        1
+    );
     shutdown(transport).await;
 }
 
@@ -635,13 +660,9 @@ async fn qos2_requests_are_delivered_once() {
     assert!(
         matches!(read_v4(&mut stream, &mut buf).await, Some(v4::Packet::PubComp(comp)) if comp.pkid == 9)
     );
-    let received = within(
-        WAIT_S,
-        "a request reaches the inbound queue",
-        inbound.recv(),
-    )
-    .await
-    .expect("inbound open");
+    let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+        .await
+        .expect("handler alive");
     assert_eq!(received.payload, Bytes::from_static(b"exactly"));
     let again = tokio::time::timeout(Duration::from_millis(300), inbound.recv()).await;
     assert!(again.is_err(), "delivered once: {again:?}");
@@ -654,18 +675,23 @@ async fn qos2_requests_are_delivered_once() {
 #[tokio::test]
 async fn a_paused_connection_is_not_read_until_the_pause_ends() {
     const PAUSE: Duration = Duration::from_millis(400);
-    let (transport, mut inbound) = start(|_| {}).await;
-    let (handled_tx, mut handled) = tokio::sync::mpsc::unbounded_channel();
-    let handler: hivekeeper_mqtt::InboundHandler = std::sync::Arc::new(move |message| {
-        let first = message.payload == Bytes::from_static(b"first");
-        let _ = handled_tx.send((message.topic, message.payload, Instant::now()));
-        if first {
-            Flow::Pause(PAUSE)
-        } else {
-            Flow::Continue
+    /// Reports each request with when it was handled; asks for a pause after `first`.
+    struct PauseAfterFirst(tokio::sync::mpsc::UnboundedSender<(String, Bytes, Instant)>);
+    impl InboundHandler for PauseAfterFirst {
+        fn handle(&self, _transport: &Transport, message: Inbound) -> Flow {
+            let first = message.payload == Bytes::from_static(b"first");
+            let _ = self
+                .0
+                .send((message.agent, message.payload, Instant::now()));
+            if first {
+                Flow::Pause(PAUSE)
+            } else {
+                Flow::Continue
+            }
         }
-    });
-    transport.deliver_to(handler, &mut inbound);
+    }
+    let (handled_tx, mut handled) = tokio::sync::mpsc::unbounded_channel();
+    let transport = start_handled(|_| {}, Arc::new(PauseAfterFirst(handled_tx))).await;
     let addr = transport.listeners()[0].addr;
     let (mut flooder, _) = connected_v4(addr, "drone-fast").await;
     let (mut calm, _) = connected_v4(addr, "drone-calm").await;
@@ -687,13 +713,10 @@ async fn a_paused_connection_is_not_read_until_the_pause_ends() {
     calm.write_all(&publish("hk/v1/req/drone-calm", "calm"))
         .await
         .expect("write");
-    let (topic, _, _) = within(WAIT_S, "a request handled", handled.recv())
+    let (agent, _, _) = within(WAIT_S, "a request handled", handled.recv())
         .await
         .expect("handler alive");
-    assert_eq!(
-        topic, "hk/v1/req/drone-calm",
-        "another agent is not held back"
-    );
+    assert_eq!(agent, "drone-calm", "another agent is not held back");
     let (_, payload, second_at) = within(WAIT_S, "a request handled", handled.recv())
         .await
         .expect("handler alive");
@@ -712,6 +735,7 @@ async fn a_paused_connection_is_not_read_until_the_pause_ends() {
 /// counted, and its events went first.
 #[tokio::test]
 async fn a_slow_consumer_loses_events_then_is_disconnected() {
+    let metrics = TestMetrics::install();
     let (transport, _inbound) = start(|embedded| {
         embedded.connection_queue_max = 8;
         embedded.write_timeout_ms = 300;
@@ -734,7 +758,7 @@ async fn a_slow_consumer_loses_events_then_is_disconnected() {
     let started = Instant::now();
     let mut refused = 0;
     for _ in 0..2_000 {
-        if transport.stats().slow_consumer_disconnects_total == 1 {
+        if metrics.counter("hivekeeper_endpoint_slow_consumer_disconnects_total") == 1 {
             break;
         }
         let _ = transport.publish_event("hk/v1/evt/drone-slow", big.clone());
@@ -751,11 +775,11 @@ async fn a_slow_consumer_loses_events_then_is_disconnected() {
         );
     }
     eventually(WAIT_S, "disconnected as a slow consumer", async || {
-        transport.stats().slow_consumer_disconnects_total == 1
+        metrics.counter("hivekeeper_endpoint_slow_consumer_disconnects_total") == 1
     })
     .await;
     assert!(
-        transport.stats().events_dropped_total >= 1,
+        metrics.counter("hivekeeper_endpoint_events_dropped_total") >= 1,
         "events went first"
     );
     let _ = refused;
@@ -815,13 +839,9 @@ async fn mqtt5_response_topic_and_correlation_data_round_trip() {
     assert!(
         matches!(read_v5(&mut stream, &mut buf).await, Some(v5::Packet::PubAck(ack)) if ack.reason == v5::PubAckReason::Success)
     );
-    let received = within(
-        WAIT_S,
-        "a request reaches the inbound queue",
-        inbound.recv(),
-    )
-    .await
-    .expect("inbound open");
+    let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+        .await
+        .expect("handler alive");
     assert_eq!(received.payload, Bytes::from_static(b"question"));
     assert_eq!(received.route.response_topic(), Some("hk/v1/rsp/drone-rr"));
     assert_eq!(
@@ -858,13 +878,9 @@ async fn rumqttc_round_trip() {
     agent
         .publish("hk/v1/req/drone-rumqttc", QoS::AtLeastOnce, "ping")
         .await;
-    let received = within(
-        WAIT_S,
-        "a request reaches the inbound queue",
-        inbound.recv(),
-    )
-    .await
-    .expect("inbound open");
+    let received = within(WAIT_S, "a request reaches the handler", inbound.recv())
+        .await
+        .expect("handler alive");
     transport
         .publish_response(&received.route, "drone-rumqttc", "pong")
         .expect("queued");

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use common::{TestClient, WAIT_S, eventually, start_transport, within};
+use common::{TestClient, TestMetrics, WAIT_S, eventually, forward, start_transport, within};
 use hivekeeper_mqtt::{Config, EmbeddedConfig, Inbound, Mode, Transport};
 use hivekeeper_test_support::TestCerts;
 use hivekeeper_tls::rustls::ClientConfig;
@@ -24,7 +24,10 @@ use tokio::sync::mpsc;
 
 /// The endpoint on a free loopback port with the dev server certificate, and with `certs`' CA
 /// as the client CA when `mutual`.
-async fn start_tls(certs: &TestCerts, mutual: bool) -> (Transport, mpsc::Receiver<Inbound>) {
+async fn start_tls(
+    certs: &TestCerts,
+    mutual: bool,
+) -> (Transport, mpsc::UnboundedReceiver<Inbound>) {
     let server = certs.server();
     start_transport(Config {
         mode: Mode::Embedded(EmbeddedConfig {
@@ -99,6 +102,7 @@ async fn tls_connect(
 
 #[tokio::test]
 async fn a_request_and_its_response_travel_over_tls() {
+    let metrics = TestMetrics::install();
     let certs = TestCerts::new(&[], &[]);
     let (transport, mut inbound) = start_tls(&certs, false).await;
     let port = addr(&transport).port();
@@ -113,10 +117,10 @@ async fn a_request_and_its_response_travel_over_tls() {
         )
         .await;
     agent.wait_pubacks(1).await;
-    let request = within(WAIT_S, "the request reaches the bridge", inbound.recv())
+    let request = within(WAIT_S, "the request reaches the handler", inbound.recv())
         .await
         .expect("an inbound request");
-    assert_eq!(request.topic, "hk/v1/req/drone-1");
+    assert_eq!(request.agent, "drone-1");
     assert_eq!(&request.payload[..], b"{\"ping\":1}");
     transport
         .publish_response(&request.route, "drone-1", b"{\"pong\":1}".to_vec())
@@ -124,7 +128,10 @@ async fn a_request_and_its_response_travel_over_tls() {
     let response = agent.next_publish().await;
     assert_eq!(response.topic, "hk/v1/rsp/drone-1");
     assert_eq!(&response.payload[..], b"{\"pong\":1}");
-    assert_eq!(transport.stats().tls_handshake_failures_total, 0);
+    assert_eq!(
+        metrics.counter("hivekeeper_endpoint_tls_handshake_failures_total"),
+        0
+    );
     within(WAIT_S, "shutdown", transport.shutdown())
         .await
         .expect("clean shutdown");
@@ -176,12 +183,12 @@ async fn mosquitto_pub_with_the_dev_ca_publishes_over_tls_and_with_a_client_cert
             "mutual {mutual}: mosquitto_pub failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let request = within(WAIT_S, "the request reaches the bridge", inbound.recv())
+        let request = within(WAIT_S, "the request reaches the handler", inbound.recv())
             .await
             .expect("an inbound request");
         assert_eq!(
-            (request.topic.as_str(), &request.payload[..]),
-            ("hk/v1/req/sensor-7", &b"{\"hello\":true}"[..])
+            (request.agent.as_str(), &request.payload[..]),
+            ("sensor-7", &b"{\"hello\":true}"[..])
         );
         within(WAIT_S, "shutdown", transport.shutdown())
             .await
@@ -191,6 +198,7 @@ async fn mosquitto_pub_with_the_dev_ca_publishes_over_tls_and_with_a_client_cert
 
 #[tokio::test]
 async fn a_plaintext_client_on_the_tls_port_gets_no_connack() {
+    let metrics = TestMetrics::install();
     let certs = TestCerts::new(&[], &[]);
     let (transport, _inbound) = start_tls(&certs, false).await;
     let mut plain = TcpStream::connect(addr(&transport))
@@ -209,11 +217,16 @@ async fn a_plaintext_client_on_the_tls_port_gets_no_connack() {
         .expect("read until closed");
     assert_eq!(answer.first(), Some(&21), "{answer:?}");
     eventually(WAIT_S, "the failed handshake is counted", async || {
-        transport.stats().tls_handshake_failures_total == 1
+        metrics.counter("hivekeeper_endpoint_tls_handshake_failures_total") == 1
     })
     .await;
-    let stats = transport.stats();
-    assert_eq!((stats.connects_total, stats.connects_refused_total), (0, 0));
+    assert_eq!(
+        (
+            metrics.counter("hivekeeper_endpoint_connects_total"),
+            metrics.counter("hivekeeper_endpoint_connects_refused_total")
+        ),
+        (0, 0)
+    );
     within(WAIT_S, "shutdown", transport.shutdown())
         .await
         .expect("clean shutdown");
@@ -221,6 +234,7 @@ async fn a_plaintext_client_on_the_tls_port_gets_no_connack() {
 
 #[tokio::test]
 async fn mutual_tls_the_certificate_cn_is_the_agent_identity() {
+    let metrics = TestMetrics::install();
     let certs = TestCerts::new(&[], &["drone-1", "drone-2"]);
     let (transport, _inbound) = start_tls(&certs, true).await;
     let addr = addr(&transport);
@@ -242,7 +256,7 @@ async fn mutual_tls_the_certificate_cn_is_the_agent_identity() {
     };
     assert_eq!(refused, None);
     eventually(WAIT_S, "both failed handshakes are counted", async || {
-        transport.stats().tls_handshake_failures_total == 2
+        metrics.counter("hivekeeper_endpoint_tls_handshake_failures_total") == 2
     })
     .await;
 
@@ -265,12 +279,11 @@ async fn mutual_tls_the_certificate_cn_is_the_agent_identity() {
         connack_code(&mut stream, "drone-1").await,
         Some(v4::ConnectReturnCode::Success)
     );
-    let stats = transport.stats();
     assert_eq!(
         (
-            stats.connects_total,
-            stats.connects_refused_total,
-            stats.tls_handshake_failures_total
+            metrics.counter("hivekeeper_endpoint_connects_total"),
+            metrics.counter("hivekeeper_endpoint_connects_refused_total"),
+            metrics.counter("hivekeeper_endpoint_tls_handshake_failures_total")
         ),
         (1, 1, 2)
     );
@@ -295,7 +308,10 @@ async fn tls_settings_are_checked_before_anything_listens() {
     };
     let no_key = config(|embedded, certs| embedded.tls_cert = Some(certs.server().cert));
     assert_eq!(
-        Transport::start(no_key).await.err().map(|e| e.to_string()),
+        Transport::start(no_key, forward().0)
+            .await
+            .err()
+            .map(|e| e.to_string()),
         Some(
             "invalid MQTT config: `mode.tls_key` is missing: `tls_cert` needs its private key"
                 .into()
@@ -303,7 +319,7 @@ async fn tls_settings_are_checked_before_anything_listens() {
     );
     let ca_alone = config(|embedded, certs| embedded.client_ca = Some(certs.ca()));
     assert!(matches!(
-        Transport::start(ca_alone).await.err(),
+        Transport::start(ca_alone, forward().0).await.err(),
         Some(hivekeeper_mqtt::MqttError::InvalidConfig {
             field: "mode.client_ca",
             ..
@@ -313,7 +329,7 @@ async fn tls_settings_are_checked_before_anything_listens() {
         embedded.tls_cert = Some(certs.path("missing.crt"));
         embedded.tls_key = Some(certs.server().key);
     });
-    match Transport::start(missing).await.err() {
+    match Transport::start(missing, forward().0).await.err() {
         Some(hivekeeper_mqtt::MqttError::Tls(hivekeeper_tls::TlsError::Read { path, .. })) => {
             assert_eq!(path, certs.path("missing.crt"));
         }

@@ -6,13 +6,15 @@ mod common;
 
 use bytes::Bytes;
 use common::{
-    Mosquitto, TestClient, WAIT_S, eventually, external_config, free_port, start_transport, within,
+    Mosquitto, TestClient, TestMetrics, WAIT_S, eventually, external_config, forward, free_port,
+    start_transport, within,
 };
 use hivekeeper_mqtt::{MqttError, Transport};
 use rumqttc::QoS;
 
 #[tokio::test]
 async fn requests_and_responses_round_trip_through_mosquitto() {
+    let metrics = TestMetrics::install();
     let mosquitto = Mosquitto::start().await;
     let (transport, mut inbound) =
         start_transport(external_config(mosquitto.port, "hk-node-1")).await;
@@ -28,7 +30,7 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
     let request = within(WAIT_S, "an inbound message", inbound.recv())
         .await
         .expect("inbound open");
-    assert_eq!(request.topic, "hk/v1/req/drone-1");
+    assert_eq!(request.agent, "drone-1");
     assert_eq!(request.payload, Bytes::from_static(grant));
 
     agent
@@ -47,6 +49,10 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
             b"not for us".to_vec(),
         )
         .await;
+    // A request topic that names no agent: nobody to answer, dropped and counted.
+    agent
+        .publish("hk/v1/req/", QoS::AtLeastOnce, b"from nobody".to_vec())
+        .await;
 
     let response = br#"{"id":"1","ok":true,"lease":"L1","ttl_ms":5000}"#;
     transport
@@ -61,16 +67,17 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
     let nothing = tokio::time::timeout(std::time::Duration::from_millis(300), inbound.recv()).await;
     assert!(
         nothing.is_err(),
-        "only {{prefix}}/req/+ is received: {nothing:?}"
+        "only {{prefix}}/req/{{agent}} reaches the handler: {nothing:?}"
     );
     eventually(WAIT_S, "one message published", async || {
-        transport.stats().outbound_published_total == 1
+        metrics.counter("hivekeeper_mqtt_messages_out_total") == 1
     })
     .await;
-    let stats = transport.stats();
-    assert_eq!(stats.inbound_received_total, 2);
-    assert_eq!(stats.connects_total, 1);
-    assert!(stats.connected);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_messages_in_total"), 3);
+    assert_eq!(metrics.counter("hivekeeper_mqtt_bad_topics_total"), 1);
+    assert_eq!(metrics.counter("hivekeeper_endpoint_connects_total"), 1);
+    assert_eq!(metrics.value("hivekeeper_mqtt_connected"), Some(1.0));
+    assert_eq!(metrics.value("hivekeeper_mqtt_clients_connected"), None);
 
     within(WAIT_S, "the transport shuts down", transport.shutdown())
         .await
@@ -79,7 +86,7 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
         within(WAIT_S, "an inbound message", inbound.recv())
             .await
             .is_none(),
-        "inbound ends after shutdown"
+        "the handler is released after shutdown"
     );
     assert!(matches!(
         transport.publish("hk/v1/rsp/drone-1", Bytes::new()),
@@ -91,6 +98,7 @@ async fn requests_and_responses_round_trip_through_mosquitto() {
 /// must subscribe again on every ConnAck, or it goes deaf after the first broker restart.
 #[tokio::test]
 async fn a_request_after_a_broker_restart_still_arrives() {
+    let metrics = TestMetrics::install();
     let mut mosquitto = Mosquitto::start().await;
     let port = mosquitto.port;
     let (transport, mut inbound) = start_transport(external_config(port, "hk-node-2")).await;
@@ -109,18 +117,13 @@ async fn a_request_after_a_broker_restart_still_arrives() {
     eventually(
         WAIT_S,
         "the transport notices the broker is gone",
-        async || !transport.stats().connected,
+        async || metrics.value("hivekeeper_mqtt_connected") == Some(0.0),
     )
-    .await;
-    // While the broker is down the transport backs off between attempts.
-    eventually(WAIT_S, "at least one failed reconnect", async || {
-        transport.stats().connection_errors_total >= 2
-    })
     .await;
     let _mosquitto = Mosquitto::start_on(port).await;
     eventually(WAIT_S, "the transport reconnects", async || {
-        let stats = transport.stats();
-        stats.connected && stats.connects_total == 2
+        metrics.value("hivekeeper_mqtt_connected") == Some(1.0)
+            && metrics.counter("hivekeeper_endpoint_connects_total") == 2
     })
     .await;
 
@@ -145,7 +148,7 @@ async fn a_request_after_a_broker_restart_still_arrives() {
         unreachable!("the loop only ends by returning")
     })
     .await;
-    assert_eq!(after.topic, "hk/v1/req/drone-2");
+    assert_eq!(after.agent, "drone-2");
     assert!(after.payload.starts_with(b"after-"), "{after:?}");
 
     transport
@@ -165,9 +168,14 @@ async fn no_broker_at_start_is_a_clear_error_within_the_startup_timeout() {
     let port = free_port();
     let mut config = external_config(port, "hk-node-3");
     config.startup_timeout_ms = 1_000;
-    let error = within(WAIT_S, "the transport starts", Transport::start(config))
-        .await
-        .expect_err("nothing listens on the port");
+    let (handler, _inbound) = forward();
+    let error = within(
+        WAIT_S,
+        "the transport starts",
+        Transport::start(config, handler),
+    )
+    .await
+    .expect_err("nothing listens on the port");
     match &error {
         MqttError::BrokerUnreachable {
             url, last_error, ..

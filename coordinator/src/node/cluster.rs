@@ -47,7 +47,7 @@ pub struct ClusterConfig {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::listen::deserialize_option"
+        deserialize_with = "hivekeeper_listen::deserialize_option"
     )]
     pub peer_listen: Option<SocketAddr>,
     /// This member's PEM certificate for mutual TLS on the peer port (`--peer-tls-cert`); its

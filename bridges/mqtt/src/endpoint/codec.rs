@@ -9,7 +9,7 @@
 //! of both 3.1.1 and 5.0 in both directions (a server needs to decode CONNECT/SUBSCRIBE and
 //! encode CONNACK/SUBACK, which client-only codecs lack), it checks the declared remaining
 //! length against a maximum before buffering a packet, and it keeps payloads as
-//! `bytes::Bytes`, so a request reaches the bridge without a copy.
+//! `bytes::Bytes`, so a request reaches the handler without a copy.
 //!
 //! Two gaps of rumqttc 0.25's 5.0 codec, handled here:
 //! - its reader refuses a DISCONNECT with no reason code (remaining length 0), which MQTT 5

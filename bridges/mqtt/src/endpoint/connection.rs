@@ -1,9 +1,9 @@
 //! One connection's task: CONNECT, then reading packets, answering them (PUBACK, SUBACK,
 //! PINGRESP, ... all written by this task, never behind anyone else's work), handing requests
-//! to the inbound queue, and writing what the agent's outbound queue holds.
+//! to the transport's handler, and writing what the agent's outbound queue holds.
 //!
 //! ```text
-//!  socket ──read──▶ codec::decode ──▶ handle ──PUBLISH on own req──▶ transport::deliver ─▶ bridge
+//!  socket ──read──▶ codec::decode ──▶ handle ──PUBLISH on own req──▶ Inlet::deliver ─▶ handler
 //!    ▲                                  │ acks, PINGRESP, SUBACK
 //!    │                                  ▼
 //!    └──write (bounded by write_timeout)── wbuf ◀── drain ◀── OutQueue ◀── Transport::publish*
@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use metrics::counter;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -33,7 +34,16 @@ use super::credentials::{self, Credentials};
 use super::queue::OutMessage;
 use super::registry::{Client, NOT_SUBSCRIBED};
 use crate::reply_route::ReplyRoute;
-use crate::transport::{Counters, Delivery, Inlet, deliver};
+use crate::transport::{Flow, Inlet};
+use crate::transport_metrics::{
+    ENDPOINT_CONNECT_TIMEOUTS_TOTAL, ENDPOINT_CONNECTS_ABANDONED_TOTAL,
+    ENDPOINT_CONNECTS_REFUSED_TOTAL, ENDPOINT_CONNECTS_TOTAL, ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL,
+    ENDPOINT_MALFORMED_PACKETS_TOTAL, ENDPOINT_OUTBOUND_TOO_LARGE_TOTAL,
+    ENDPOINT_OUTBOUND_UNROUTED_TOTAL, ENDPOINT_PACKETS_TOO_LARGE_TOTAL,
+    ENDPOINT_PROTOCOL_ERRORS_TOTAL, ENDPOINT_PUBLISHES_REFUSED_TOTAL,
+    ENDPOINT_SLOW_CONSUMER_DISCONNECTS_TOTAL, ENDPOINT_SUBSCRIBES_REFUSED_TOTAL,
+    ENDPOINT_TAKEOVERS_TOTAL, MESSAGES_IN_TOTAL, MESSAGES_OUT_TOTAL,
+};
 
 /// Write buffer size past which the drain stops to write before taking more.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
@@ -104,10 +114,9 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     connect_deadline: Instant,
 ) {
     let mut stop = shared.stop_rx.clone();
-    let Some(inbound_tx) = shared.inbound_sender() else {
+    let Some(inlet) = shared.inlet() else {
         return;
     };
-    let counters = shared.counters.clone();
     let mut rbuf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let connect = tokio::select! {
         connect = tokio::time::timeout_at(
@@ -118,15 +127,15 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     };
     let connect = match connect {
         Err(_) => {
-            Counters::add(&counters.connect_timeouts_total);
+            counter!(ENDPOINT_CONNECT_TIMEOUTS_TOTAL).increment(1);
             return;
         }
         Ok(Err(ConnectFailure::Closed)) => {
-            Counters::add(&counters.connects_abandoned_total);
+            counter!(ENDPOINT_CONNECTS_ABANDONED_TOTAL).increment(1);
             return;
         }
         Ok(Err(ConnectFailure::Decode(error))) => {
-            refuse_connect(&mut stream, &counters, error).await;
+            refuse_connect(&mut stream, error).await;
             return;
         }
         Ok(Ok(connect)) => connect,
@@ -150,7 +159,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         .err()
     };
     if let Some(refusal) = refusal {
-        Counters::add(&counters.connects_refused_total);
+        counter!(ENDPOINT_CONNECTS_REFUSED_TOTAL).increment(1);
         debug!(client_id = %connect.client_id, ?refusal, "CONNECT refused");
         let mut out = BytesMut::new();
         if codec::encode(version, Outgoing::ConnRefused(refusal), &mut out, None).is_ok() {
@@ -168,22 +177,22 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         .register(&connect.client_id, client.clone())
         .is_some()
     {
-        Counters::add(&counters.takeovers_total);
+        counter!(ENDPOINT_TAKEOVERS_TOTAL).increment(1);
     }
-    Counters::add(&counters.connects_total);
-    let mut session = Session::new(&shared, &connect, client.clone(), inbound_tx);
+    counter!(ENDPOINT_CONNECTS_TOTAL).increment(1);
+    let mut session = Session::new(&shared, &connect, client.clone(), inlet);
     let end = session.run(&mut stream, &mut rbuf, &mut stop).await;
     shared
         .registry
         .unregister(&connect.client_id, client.conn_id);
     client.queue.close();
     match end {
-        End::KeepAliveTimeout => Counters::add(&counters.keepalive_timeouts_total),
-        End::SlowConsumer => Counters::add(&counters.slow_consumer_disconnects_total),
-        End::Malformed => Counters::add(&counters.malformed_packets_total),
-        End::TooLarge => Counters::add(&counters.packets_too_large_total),
+        End::KeepAliveTimeout => counter!(ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL).increment(1),
+        End::SlowConsumer => counter!(ENDPOINT_SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1),
+        End::Malformed => counter!(ENDPOINT_MALFORMED_PACKETS_TOTAL).increment(1),
+        End::TooLarge => counter!(ENDPOINT_PACKETS_TOO_LARGE_TOTAL).increment(1),
         End::ProtocolError | End::ReceiveMaximumExceeded => {
-            Counters::add(&counters.protocol_errors_total);
+            counter!(ENDPOINT_PROTOCOL_ERRORS_TOTAL).increment(1);
         }
         End::Client | End::Io | End::TakenOver | End::Revoked | End::Shutdown => {}
     }
@@ -237,14 +246,10 @@ async fn read_connect<S: AsyncRead + Unpin>(
 
 /// Counts a bad first packet and, for an unsupported protocol, answers with the CONNACK the
 /// spec asks for (3.1.1 §3.1.2.2: return code 0x01) before closing.
-async fn refuse_connect<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    counters: &Counters,
-    error: DecodeError,
-) {
+async fn refuse_connect<S: AsyncWrite + Unpin>(stream: &mut S, error: DecodeError) {
     match error {
         DecodeError::UnsupportedProtocol => {
-            Counters::add(&counters.connects_refused_total);
+            counter!(ENDPOINT_CONNECTS_REFUSED_TOTAL).increment(1);
             let mut out = BytesMut::new();
             // 3.1.1 encoding: a client of another version reads its first bytes the same way.
             let refused = Outgoing::ConnRefused(Refusal::UnsupportedProtocol);
@@ -252,10 +257,10 @@ async fn refuse_connect<S: AsyncWrite + Unpin>(
                 let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
             }
         }
-        DecodeError::TooLarge { .. } => Counters::add(&counters.packets_too_large_total),
-        DecodeError::NotConnect => Counters::add(&counters.protocol_errors_total),
+        DecodeError::TooLarge { .. } => counter!(ENDPOINT_PACKETS_TOO_LARGE_TOTAL).increment(1),
+        DecodeError::NotConnect => counter!(ENDPOINT_PROTOCOL_ERRORS_TOTAL).increment(1),
         DecodeError::Malformed(_) | DecodeError::BareDisconnect => {
-            Counters::add(&counters.malformed_packets_total);
+            counter!(ENDPOINT_MALFORMED_PACKETS_TOTAL).increment(1);
         }
     }
 }
@@ -264,8 +269,11 @@ async fn refuse_connect<S: AsyncWrite + Unpin>(
 struct Session {
     shared: Arc<Shared>,
     client: Arc<Client>,
-    inbound_tx: Inlet,
+    /// Where this agent's requests go.
+    inlet: Inlet,
     version: Version,
+    /// The agent: the client id its CONNECT was accepted with.
+    agent: String,
     /// `{prefix}/req/{agent}`: the only topic this agent may publish on.
     request_topic: String,
     /// `{prefix}/rsp/{agent}`.
@@ -293,20 +301,16 @@ struct Session {
 }
 
 impl Session {
-    fn new(
-        shared: &Arc<Shared>,
-        connect: &Connect,
-        client: Arc<Client>,
-        inbound_tx: Inlet,
-    ) -> Session {
+    fn new(shared: &Arc<Shared>, connect: &Connect, client: Arc<Client>, inlet: Inlet) -> Session {
         let topics = &shared.topics;
         let agent = &connect.client_id;
         let client_window = usize::from(connect.receive_maximum.unwrap_or(u16::MAX)).max(1);
         Session {
             shared: shared.clone(),
             client,
-            inbound_tx,
+            inlet,
             version: connect.version,
+            agent: agent.clone(),
             request_topic: topics.request(agent),
             response_topic: topics.response(agent),
             event_topic: topics.event(agent),
@@ -457,7 +461,6 @@ impl Session {
     }
 
     fn handle_publish(&mut self, publish: codec::Publish, wbuf: &mut BytesMut) -> Option<End> {
-        let counters = &self.shared.counters;
         let own_topic = publish.topic.as_deref() == Some(self.request_topic.as_str());
         let own_response_topic = publish
             .response_topic
@@ -465,7 +468,7 @@ impl Session {
             .is_none_or(|topic| topic == self.response_topic);
         let allowed = own_topic && own_response_topic;
         if !allowed {
-            Counters::add(&counters.publishes_refused_total);
+            counter!(ENDPOINT_PUBLISHES_REFUSED_TOTAL).increment(1);
         }
         let pkid = publish.pkid;
         match publish.qos {
@@ -491,15 +494,9 @@ impl Session {
             } else {
                 ReplyRoute::default()
             };
-            // A full inbound queue drops the request (counted); the agent retries by id.
-            let delivery = deliver(
-                &self.inbound_tx,
-                counters,
-                self.request_topic.clone(),
-                publish.payload,
-                route,
-            );
-            if let Delivery::Pause(wait) = delivery {
+            counter!(MESSAGES_IN_TOTAL).increment(1);
+            let agent = self.agent.clone();
+            if let Flow::Pause(wait) = self.inlet.deliver(agent, publish.payload, route) {
                 self.paused_until = Some(Instant::now() + wait);
             }
         }
@@ -538,7 +535,7 @@ impl Session {
         } else if filter == self.event_topic {
             &self.client.evt_qos
         } else {
-            Counters::add(&self.shared.counters.subscribes_refused_total);
+            counter!(ENDPOINT_SUBSCRIBES_REFUSED_TOTAL).increment(1);
             return None;
         };
         let granted = qos.min(1);
@@ -580,7 +577,7 @@ impl Session {
         };
         // Unsubscribed since it was queued: dropped, as a broker would.
         let Some(qos) = Client::granted(slot) else {
-            Counters::add(&self.shared.counters.outbound_unrouted_total);
+            counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return;
         };
         let pkid = if qos >= 1 { self.allocate_pkid() } else { 0 };
@@ -597,12 +594,12 @@ impl Session {
                 if pkid != 0 {
                     self.inflight.insert(pkid);
                 }
-                Counters::add(&self.shared.counters.outbound_published_total);
+                counter!(MESSAGES_OUT_TOTAL).increment(1);
             }
             Err(error) => {
                 wbuf.truncate(mark);
                 if error == EncodeError::TooLarge {
-                    Counters::add(&self.shared.counters.outbound_too_large_total);
+                    counter!(ENDPOINT_OUTBOUND_TOO_LARGE_TOTAL).increment(1);
                 } else {
                     debug!(?error, "message not encodable; dropped");
                 }

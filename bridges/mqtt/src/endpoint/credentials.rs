@@ -6,7 +6,8 @@
 //! - a verified client certificate whose CN is the client id: authenticated by the
 //!   certificate, no password needed (its role is its account's, `agent` without one);
 //! - username = the client id and password = the account's secret, checked by the node
-//!   against its own replica ([`Authenticator::authenticate`]).
+//!   against its own replica ([`Authenticator::authenticate`]; the service gives the
+//!   transport the node's implementation).
 //!
 //! A certificate naming someone else is refused "not authorized" (3.1.1 0x05, 5.0 0x87),
 //! with authentication on or off: under mutual TLS the certificate is the identity. Anything
@@ -19,41 +20,33 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use hivekeeper_coordinator::node::{AuthError, NodeHandle};
 use hivekeeper_protocol::Role;
 use tracing::debug;
 
 use super::codec::Refusal;
 
-/// What the endpoint asks about a connecting agent. The node implements it
-/// ([`NodeHandle::authenticate`] and [`NodeHandle::role_of`]); the endpoint never reads the
-/// state machine itself.
+/// What the endpoint asks about a connecting agent. The service implements it with the node
+/// (which checks against its own replica); the transport never reads accounts itself.
 pub trait Authenticator: Send + Sync + 'static {
     /// Checks `secret` for `agent`; its role when it matches.
     fn authenticate<'a>(
         &'a self,
         agent: &'a str,
         secret: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Role, AuthError>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Role, AuthRefused>> + Send + 'a>>;
 
     /// The role of an agent proven some other way (a client certificate): its account's,
     /// `agent` when it has none.
     fn role_of(&self, agent: &str) -> Role;
 }
 
-impl Authenticator for NodeHandle {
-    fn authenticate<'a>(
-        &'a self,
-        agent: &'a str,
-        secret: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Result<Role, AuthError>> + Send + 'a>> {
-        Box::pin(NodeHandle::authenticate(self, agent, secret))
-    }
-
-    fn role_of(&self, agent: &str) -> Role {
-        NodeHandle::role_of(self, agent)
-    }
-}
+/// Why an [`Authenticator`] refused a secret (no such account, a wrong secret, accounts that
+/// cannot be read): the authenticator's own error, kept for the endpoint's debug log. Every
+/// refusal is answered the same way on the wire ("bad username or password"), so the endpoint
+/// never needs to tell them apart.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct AuthRefused(pub Box<dyn std::error::Error + Send + Sync>);
 
 /// What the hook sees of a CONNECT.
 #[derive(Debug, Clone, Copy)]
@@ -125,14 +118,11 @@ mod tests {
             &'a self,
             agent: &'a str,
             secret: &'a str,
-        ) -> Pin<Box<dyn Future<Output = Result<Role, AuthError>> + Send + 'a>> {
+        ) -> Pin<Box<dyn Future<Output = Result<Role, AuthRefused>> + Send + 'a>> {
             Box::pin(async move {
                 match (agent, secret) {
                     ("a", "s") => Ok(Role::Observer),
-                    ("a", _) => Err(AuthError::WrongSecret { agent: "a".into() }),
-                    (other, _) => Err(AuthError::NoAccount {
-                        agent: other.into(),
-                    }),
+                    _ => Err(AuthRefused("no account a with that secret".into())),
                 }
             })
         }

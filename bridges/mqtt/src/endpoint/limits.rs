@@ -3,7 +3,7 @@
 //! A fleet that reconnects at once (a node restart) arrives as a burst; the bucket lets one
 //! second's worth through at once and then the configured rate, and closes the rest at
 //! accept, before they cost a task or a CONNECT parse. Refusals are counted
-//! (`Stats::connects_rate_limited_total`); agents reconnect with jittered backoff.
+//! (`hivekeeper_endpoint_connects_rate_limited_total`); agents reconnect with jittered backoff.
 
 use std::sync::Mutex;
 use std::time::Instant;

@@ -1,9 +1,9 @@
 //! # The agent endpoint: Hivekeeper's own MQTT 3.1.1/5.0 server
 //!
 //! It serves only Hivekeeper's topics, so it needs no general routing: a connection *is* an
-//! agent (client id = agent id), a request goes from the connection's task straight into the
-//! inbound queue, and an answer goes from `Transport::publish*` straight into that agent's
-//! own bounded queue, which the same task writes out. General pub/sub stays available through
+//! agent (client id = agent id), a request goes from the connection's task straight to the
+//! transport's handler with that agent id, and an answer goes from `Transport::publish*`
+//! straight into that agent's own bounded queue, which the same task writes out. General pub/sub stays available through
 //! an external broker (`Mode::External`).
 //!
 //! ```text
@@ -12,7 +12,7 @@
 //!                                             [TLS handshake, on the connection's task] ▼
 //!   agent ◀──────────────────────────────────────────────────────────────▶ connection task
 //!       CONNECT → CONNACK; SUBSCRIBE own rsp/evt → SUBACK; PINGREQ → PINGRESP;              │
-//!       PUBLISH {prefix}/req/{self} → PUBACK ──▶ transport::deliver ──▶ mpsc<Inbound> ──▶ bridge
+//!       PUBLISH {prefix}/req/{self} → Inlet::deliver(agent, payload, route) ──▶ handler; PUBACK
 //!                                                                                        │
 //!   Transport::publish / publish_response / publish_event ──▶ Registry[agent].queue ──────┘
 //!                                          (no agent or no subscription: dropped, counted)
@@ -33,6 +33,9 @@
 //!    QoS state by `inflight_max`. Nothing outlives the connection.
 //! 6. Bad input closes that connection only, counted; it never panics the server.
 //!
+//! Every refusal and disconnect is counted where it happens, as a `hivekeeper_endpoint_*`
+//! counter (`crate::transport_metrics`).
+//!
 //! # Layout
 //! - `codec`: rumqttc's 3.1.1 and 5.0 codecs behind the few packets a server reads and writes.
 //! - `connection`: one connection's task.
@@ -40,7 +43,6 @@
 //! - `queue`: the per-connection outbound queue and its slow-consumer policy.
 //! - `limits`: the connect-rate token bucket.
 //! - `credentials`: the hook where a CONNECT's identity is checked ([`Authenticator`]).
-//! - `credentials`: the hook where CONNECT credentials are checked (security issue).
 //! - `tls`: the TLS handshake of an accepted socket (`mode.tls_cert`, mutual TLS with
 //!   `mode.client_ca`: the certificate's CN must be the client id).
 
@@ -48,7 +50,7 @@ mod codec;
 mod connection;
 mod credentials;
 
-pub use credentials::Authenticator;
+pub use credentials::{AuthRefused, Authenticator};
 mod limits;
 mod queue;
 mod registry;
@@ -62,14 +64,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hivekeeper_protocol::Topics;
+use metrics::{counter, gauge};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::MqttError;
 use crate::config::{Config, EmbeddedConfig};
-use crate::transport::{Counters, Inlet, ListenerInfo, MqttVersion};
+use crate::transport::{Inlet, ListenerInfo, MqttVersion};
+use crate::transport_metrics::{
+    CONNECTED, ENDPOINT_CONNECTIONS_REFUSED_TOTAL, ENDPOINT_CONNECTS_RATE_LIMITED_TOTAL,
+    ENDPOINT_EVENTS_DROPPED_TOTAL, ENDPOINT_OUTBOUND_UNROUTED_TOTAL,
+};
+use crate::{MqttError, transport_metrics};
 use limits::ConnectRate;
 use queue::{Class, OutMessage, Push};
 use registry::{Client, Registry};
@@ -104,10 +111,9 @@ pub(crate) struct Shared {
     pub(crate) topics: Topics,
     pub(crate) settings: Settings,
     pub(crate) registry: Registry,
-    pub(crate) counters: Arc<Counters>,
-    /// The inbound queue's sender; taken at shutdown so the bridge's receiver ends once the
-    /// connections (each holding a clone) are gone.
-    inbound_tx: Mutex<Option<Inlet>>,
+    /// Where requests go: set before the first accept, taken at shutdown (it holds the
+    /// transport, which holds this: the cycle ends there).
+    inlet: Mutex<Option<Inlet>>,
     /// `true` once shutdown began.
     pub(crate) stop_rx: watch::Receiver<bool>,
     /// Connection tasks alive (accepted, not yet ended), for `connections_max` and shutdown.
@@ -122,17 +128,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// A clone of the inbound sender, or `None` once shutdown took it.
-    pub(crate) fn inbound_sender(&self) -> Option<Inlet> {
-        self.inbound_tx
+    /// A clone of the inlet, or `None` once shutdown took it.
+    pub(crate) fn inlet(&self) -> Option<Inlet> {
+        self.inlet
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
-    }
-
-    /// Connected agents now.
-    pub(crate) fn connected(&self) -> usize {
-        self.registry.len()
     }
 
     /// Closes `agent`'s connection, if it has one (its account was removed or its secret
@@ -167,7 +168,7 @@ impl Shared {
             }
         };
         let Some(client) = self.registry.get(&agent) else {
-            Counters::add(&self.counters.outbound_unrouted_total);
+            counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return Ok(());
         };
         let slot = match class {
@@ -175,7 +176,7 @@ impl Shared {
             Class::Event => &client.evt_qos,
         };
         if Client::granted(slot).is_none() {
-            Counters::add(&self.counters.outbound_unrouted_total);
+            counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return Ok(());
         }
         let capacity = self.settings.connection_queue_max;
@@ -187,11 +188,11 @@ impl Shared {
         }) {
             Push::Queued => Ok(()),
             Push::QueuedEvictingEvent => {
-                Counters::add(&self.counters.events_dropped_total);
+                counter!(ENDPOINT_EVENTS_DROPPED_TOTAL).increment(1);
                 Ok(())
             }
             Push::EventDropped => {
-                Counters::add(&self.counters.events_dropped_total);
+                counter!(ENDPOINT_EVENTS_DROPPED_TOTAL).increment(1);
                 Err(MqttError::OutboundFull {
                     topic: format!("{prefix}/evt/{agent}"),
                     capacity: capacity / 2,
@@ -203,7 +204,7 @@ impl Shared {
             }),
             // The connection is ending: as if it were gone already.
             Push::Closed => {
-                Counters::add(&self.counters.outbound_unrouted_total);
+                counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
                 Ok(())
             }
         }
@@ -227,15 +228,22 @@ pub(crate) struct Running {
     accept_tasks: Vec<JoinHandle<()>>,
 }
 
-/// Binds every listener and starts accepting; returns once the sockets listen.
-pub(crate) async fn start(
+/// The endpoint with its sockets listening, not yet accepting.
+pub(crate) struct Bound {
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+    infos: Vec<ListenerInfo>,
+    stop_tx: watch::Sender<bool>,
+}
+
+/// Binds every listener; returns once the sockets listen. Nothing is accepted before
+/// [`Bound::serve`] (connections wait in the backlog meanwhile).
+pub(crate) async fn bind(
     config: &Config,
     embedded: &EmbeddedConfig,
     topics: &Topics,
-    inbound_tx: Inlet,
-    counters: Arc<Counters>,
     authenticator: Option<Arc<dyn Authenticator>>,
-) -> Result<(Running, Arc<Shared>, Vec<ListenerInfo>), MqttError> {
+) -> Result<Bound, MqttError> {
     embedded.warn_ignored_keys();
     // Read and checked before anything is bound: a bad file fails start, naming it.
     let tls = match embedded.tls_files() {
@@ -278,8 +286,7 @@ pub(crate) async fn start(
             connections_max: embedded.connections_max,
         },
         registry: Registry::default(),
-        counters: counters.clone(),
-        inbound_tx: Mutex::new(Some(inbound_tx)),
+        inlet: Mutex::new(None),
         stop_rx,
         live: AtomicUsize::new(0),
         ended: Notify::new(),
@@ -287,26 +294,55 @@ pub(crate) async fn start(
         authenticator,
         tls,
     });
-    let accept_tasks = listeners
-        .into_iter()
-        .map(|listener| tokio::spawn(accept_loop(listener, shared.clone())))
-        .collect();
-    counters.connected.store(true, Ordering::Relaxed);
-    info!(
-        listeners = ?infos,
-        tls = shared.tls.is_some(),
-        mutual_tls = shared.tls.as_ref().is_some_and(|tls| tls.mutual),
-        "agent endpoint listening"
-    );
-    Ok((
+    Ok(Bound {
+        shared,
+        listeners,
+        infos,
+        stop_tx,
+    })
+}
+
+impl Bound {
+    /// What the transport routes publishes through.
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// The listeners as bound.
+    pub(crate) fn listeners(&self) -> &[ListenerInfo] {
+        &self.infos
+    }
+
+    /// Starts accepting; every request goes to `inlet`.
+    pub(crate) fn serve(self, inlet: Inlet) -> Running {
+        let Bound {
+            shared,
+            listeners,
+            infos,
+            stop_tx,
+        } = self;
+        *shared
+            .inlet
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(inlet);
+        let accept_tasks = listeners
+            .into_iter()
+            .map(|listener| tokio::spawn(accept_loop(listener, shared.clone())))
+            .collect();
+        gauge!(CONNECTED).set(1.0);
+        gauge!(transport_metrics::CLIENTS_CONNECTED).set(0.0);
+        info!(
+            listeners = ?infos,
+            tls = shared.tls.is_some(),
+            mutual_tls = shared.tls.as_ref().is_some_and(|tls| tls.mutual),
+            "agent endpoint listening"
+        );
         Running {
-            shared: shared.clone(),
+            shared,
             stop_tx,
             accept_tasks,
-        },
-        shared,
-        infos,
-    ))
+        }
+    }
 }
 
 impl Running {
@@ -320,9 +356,9 @@ impl Running {
             let _ = task.await;
         }
         let _ = self.stop_tx.send(true);
-        // The connections hold their own clones; the bridge's receiver ends after them.
+        // The connections hold their own clones; the handler is released after them.
         self.shared
-            .inbound_tx
+            .inlet
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
@@ -358,14 +394,13 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
-        let counters = &shared.counters;
         if shared.live.load(Ordering::Acquire) >= shared.settings.connections_max {
-            Counters::add(&counters.connections_refused_total);
+            counter!(ENDPOINT_CONNECTIONS_REFUSED_TOTAL).increment(1);
             drop(stream);
             continue;
         }
         if !shared.connect_rate.admit(Instant::now()) {
-            Counters::add(&counters.connects_rate_limited_total);
+            counter!(ENDPOINT_CONNECTS_RATE_LIMITED_TOTAL).increment(1);
             drop(stream);
             continue;
         }

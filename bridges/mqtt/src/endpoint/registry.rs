@@ -7,15 +7,19 @@
 //! 2. A connection removes only its own entry (matched by `conn_id`), so an old connection
 //!    ending after a takeover never removes its successor.
 //! 3. Nothing outlives a connection: its entry, queue and subscriptions go with it.
+//!
+//! `hivekeeper_mqtt_clients_connected` is set here, from the map's length, at each change.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use metrics::gauge;
 use tokio::sync::Notify;
 
 use super::codec::Qos;
 use super::queue::OutQueue;
+use crate::transport_metrics::CLIENTS_CONNECTED;
 
 /// No subscription, in [`Client::rsp_qos`] and [`Client::evt_qos`].
 pub(crate) const NOT_SUBSCRIBED: u8 = u8::MAX;
@@ -85,7 +89,12 @@ impl Registry {
 
     /// Registers `client` under `client_id`; kicks and returns the connection it replaces.
     pub(crate) fn register(&self, client_id: &str, client: Arc<Client>) -> Option<Arc<Client>> {
-        let previous = self.lock().insert(client_id.to_string(), client);
+        let previous = {
+            let mut clients = self.lock();
+            let previous = clients.insert(client_id.to_string(), client);
+            export_len(&clients);
+            previous
+        };
         if let Some(previous) = &previous {
             previous.taken_over.store(true, Ordering::Release);
             previous.queue.close();
@@ -97,7 +106,12 @@ impl Registry {
     /// Removes and closes `client_id`'s connection, whose credentials are no longer good (no
     /// successor, unlike a takeover). Returns whether it was connected.
     pub(crate) fn kick(&self, client_id: &str) -> bool {
-        let removed = self.lock().remove(client_id);
+        let removed = {
+            let mut clients = self.lock();
+            let removed = clients.remove(client_id);
+            export_len(&clients);
+            removed
+        };
         if let Some(client) = &removed {
             client.revoked.store(true, Ordering::Release);
             client.queue.close();
@@ -114,6 +128,7 @@ impl Registry {
             .is_some_and(|client| client.conn_id == conn_id)
         {
             clients.remove(client_id);
+            export_len(&clients);
         }
     }
 
@@ -123,9 +138,16 @@ impl Registry {
     }
 
     /// Connected clients now.
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().len()
     }
+}
+
+/// Sets the connected-clients gauge; called under the lock, so the last change sets it last.
+fn export_len(clients: &HashMap<String, Arc<Client>>) {
+    #[allow(clippy::cast_precision_loss)] // far below 2^53 connections
+    gauge!(CLIENTS_CONNECTED).set(clients.len() as f64);
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! inside the handshake; a verified certificate without a CN is refused here, since the CN is
 //! the agent's identity (the credentials hook then requires client id = CN).
 
+use metrics::counter;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -13,7 +14,7 @@ use tokio_rustls::server::TlsStream;
 use tracing::debug;
 
 use super::Shared;
-use crate::transport::Counters;
+use crate::transport_metrics::ENDPOINT_TLS_HANDSHAKE_FAILURES_TOTAL;
 
 /// The endpoint's TLS settings, built once at start.
 #[derive(Clone)]
@@ -36,7 +37,7 @@ pub(crate) async fn handshake(
     deadline: Instant,
 ) -> Option<Accepted> {
     let mut stop = shared.stop_rx.clone();
-    let failed = || Counters::add(&shared.counters.tls_handshake_failures_total);
+    let failed = || counter!(ENDPOINT_TLS_HANDSHAKE_FAILURES_TOTAL).increment(1);
     let accepted = tokio::select! {
         accepted = tokio::time::timeout_at(deadline, tls.acceptor.accept(stream)) => accepted,
         _ = stop.wait_for(|stopped| *stopped) => return None,

@@ -1,5 +1,7 @@
-//! Helpers shared by the transport's integration tests: transport configs and an MQTT test
-//! client. Free ports, the mosquitto process guard and the time bound on every wait come from
+//! Helpers shared by the transport's integration tests: transport configs, the test's handler
+//! (the transport calls it on the receiving task, as it calls the service's bridge in
+//! production), a metrics recorder of the test's own and an MQTT test client. Free ports, the
+//! mosquitto process guard and the time bound on every wait come from
 //! `hivekeeper-test-support`.
 //!
 //! Every wait goes through [`within`], so a broken transport fails a test instead of hanging
@@ -14,7 +16,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hivekeeper_mqtt::{Config, EmbeddedConfig, ExternalConfig, Inbound, Mode, Transport};
+use hivekeeper_mqtt::{
+    Config, EmbeddedConfig, ExternalConfig, Flow, Inbound, InboundHandler, Mode, Transport,
+};
+use metrics::LocalRecorderGuard;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use rumqttc::{
     AsyncClient, Event, MqttOptions, NetworkOptions, Packet, Publish, QoS, TlsConfiguration,
 };
@@ -25,11 +31,91 @@ use tokio::task::JoinHandle;
 /// cores.
 pub const WAIT_S: u64 = 15;
 
-/// Starts the transport with `config`; fails the test unless it starts within [`WAIT_S`].
-pub async fn start_transport(config: Config) -> (Transport, mpsc::Receiver<Inbound>) {
-    within(WAIT_S, "the transport starts", Transport::start(config))
-        .await
-        .unwrap_or_else(|error| panic!("the transport starts: {error}"))
+/// The test's handler: hands every request to the test through a channel, and asks the
+/// connection to go on reading.
+pub struct Forward(mpsc::UnboundedSender<Inbound>);
+
+impl InboundHandler for Forward {
+    fn handle(&self, _transport: &Transport, inbound: Inbound) -> Flow {
+        // The test may have stopped reading; the transport must not care.
+        let _ = self.0.send(inbound);
+        Flow::Continue
+    }
+}
+
+/// A handler forwarding to a channel, and the channel's receiver. The receiver yields `None`
+/// once the transport has stopped and let go of the handler.
+pub fn forward() -> (Arc<Forward>, mpsc::UnboundedReceiver<Inbound>) {
+    let (inbound_tx, inbound_rx) = mpsc::unbounded_channel();
+    (Arc::new(Forward(inbound_tx)), inbound_rx)
+}
+
+/// Starts the transport with `config` and a [`Forward`] handler; fails the test unless it
+/// starts within [`WAIT_S`].
+pub async fn start_transport(config: Config) -> (Transport, mpsc::UnboundedReceiver<Inbound>) {
+    let (handler, inbound) = forward();
+    let transport = within(
+        WAIT_S,
+        "the transport starts",
+        Transport::start(config, handler),
+    )
+    .await
+    .unwrap_or_else(|error| panic!("the transport starts: {error}"));
+    (transport, inbound)
+}
+
+/// A Prometheus recorder of the test's own, so it reads only its own transport's metrics
+/// while other tests run beside it: installed on the test's thread, where a current-thread
+/// test runtime runs every task ([`TestMetrics::multi_thread_runtime`] for more threads).
+pub struct TestMetrics {
+    /// Leaked: the thread-local installation borrows it for as long as the thread lives.
+    recorder: &'static PrometheusRecorder,
+    _guard: LocalRecorderGuard<'static>,
+}
+
+impl TestMetrics {
+    /// A fresh recorder, installed on this thread.
+    pub fn install() -> TestMetrics {
+        let recorder: &'static PrometheusRecorder =
+            Box::leak(Box::new(PrometheusBuilder::new().build_recorder()));
+        TestMetrics {
+            recorder,
+            _guard: metrics::set_default_local_recorder(recorder),
+        }
+    }
+
+    /// A multi-thread runtime with two workers whose every thread records here too.
+    pub fn multi_thread_runtime(&self) -> tokio::runtime::Runtime {
+        let recorder = self.recorder;
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_start(move || {
+                // For the thread's whole life: the recorder is never freed.
+                std::mem::forget(metrics::set_default_local_recorder(recorder));
+            })
+            .build()
+            .expect("a test runtime")
+    }
+
+    /// The value of the unlabelled series `name` in the Prometheus text, as the metrics port
+    /// would serve it; `None` when it was never recorded.
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.recorder.handle().render().lines().find_map(|line| {
+            let (series, value) = line.split_once(' ')?;
+            (series == name).then(|| value.parse().expect("a number"))
+        })
+    }
+
+    /// The counter `name`; fails the test if it was never exported.
+    pub fn counter(&self, name: &str) -> u64 {
+        let value = self
+            .value(name)
+            .unwrap_or_else(|| panic!("{name} is not exported"));
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a count
+        let count = value as u64;
+        count
+    }
 }
 
 /// Embedded mode on a free loopback port (port 0: the transport picks and reports it).
