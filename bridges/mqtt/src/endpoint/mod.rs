@@ -292,12 +292,18 @@ pub(crate) async fn start(
         .map(|listener| tokio::spawn(accept_loop(listener, shared.clone())))
         .collect();
     counters.connected.store(true, Ordering::Relaxed);
-    info!(
-        listeners = ?infos,
-        tls = shared.tls.is_some(),
-        mutual_tls = shared.tls.as_ref().is_some_and(|tls| tls.mutual),
-        "agent endpoint listening"
-    );
+    let addrs = infos
+        .iter()
+        .map(|info| info.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let security = match &shared.tls {
+        None => "plaintext (no TLS)",
+        Some(tls) if tls.mutual => "TLS with client certificates (mutual TLS)",
+        Some(_) => "TLS",
+    };
+    // Every listener reads the version from each CONNECT: both serve 3.1.1 and 5.
+    info!("agent endpoint listening on {addrs}: {security}, MQTT 3.1.1 and 5");
     Ok((
         Running {
             shared: shared.clone(),
