@@ -28,7 +28,7 @@
 //! (`hivekeeper_coordinator::node::metrics`), where their answers are produced.
 
 use hivekeeper_coordinator::node::{NodeHandle, Outbound, Respond, Submitted};
-use hivekeeper_protocol::{Request, Response, Topics};
+use hivekeeper_protocol::{ErrorCode, Request, Response, Topics};
 use metrics::{counter, describe_counter};
 use tokio::sync::mpsc;
 
@@ -115,6 +115,14 @@ pub async fn run(
     // Exported from the start, so a dashboard shows 0 rather than "no data" for a counter that
     // should never move.
     counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
+    // Every code `Request::decode` refuses with.
+    for code in [
+        ErrorCode::BadRequest,
+        ErrorCode::UnknownOp,
+        ErrorCode::TooLarge,
+    ] {
+        counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => code.as_str()).increment(0);
+    }
     let publisher = tokio::spawn(publish_outbound(transport.clone(), outbound));
     let handler = {
         let transport = transport.clone();
