@@ -12,7 +12,9 @@
 //! with authentication on or off: under mutual TLS the certificate is the identity. Anything
 //! else (anonymous, another username, a wrong secret, an unknown agent) is refused with "bad
 //! username or password" (3.1.1 0x04, 5.0 0x86), and the reason goes to the server's debug
-//! log only. So a takeover by client id needs the victim's secret or certificate.
+//! log only. So a takeover by client id needs the victim's secret or certificate. A node that
+//! cannot read its accounts answers "server unavailable" (3.1.1 0x03, 5.0 0x88): clients take
+//! the credential refusals as final and retry this one.
 //!
 //! [`Transport::start_with`]: crate::Transport::start_with
 
@@ -109,7 +111,14 @@ pub(crate) async fn check(
         .map(Some)
         .map_err(|error| {
             debug!(agent, %error, "CONNECT refused");
-            Refusal::BadCredentials
+            match error {
+                // Not the credentials' fault: "server unavailable", which a client retries,
+                // where "bad username or password" is final.
+                AuthError::Unavailable { .. } => Refusal::Unavailable,
+                AuthError::NoAccount { .. } | AuthError::WrongSecret { .. } => {
+                    Refusal::BadCredentials
+                }
+            }
         })
 }
 
@@ -129,6 +138,9 @@ mod tests {
             Box::pin(async move {
                 match (agent, secret) {
                     ("a", "s") => Ok(Role::Observer),
+                    ("u", _) => Err(AuthError::Unavailable {
+                        reason: "no state machine".into(),
+                    }),
                     ("a", _) => Err(AuthError::WrongSecret { agent: "a".into() }),
                     (other, _) => Err(AuthError::NoAccount {
                         agent: other.into(),
@@ -195,6 +207,10 @@ mod tests {
             (
                 credentials("a", Some("a"), Some("s"), Some("b")),
                 Err(Refusal::NotAuthorized),
+            ),
+            (
+                credentials("u", Some("u"), Some("s"), None),
+                Err(Refusal::Unavailable),
             ),
         ];
         for (credentials, expected) in cases {
