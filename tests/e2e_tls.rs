@@ -92,6 +92,16 @@ async fn an_sdk_agent_and_the_cli_use_mutual_tls_with_the_dev_certificates() {
     )
     .await;
     let port = node.mqtt_port();
+    // The start line says, for people, where agents connect and how.
+    let listening = format!(
+        "agent endpoint listening on 127.0.0.1:{port}: TLS with client certificates (mutual \
+         TLS), MQTT 3.1.1 and 5"
+    );
+    assert!(
+        node.log_tail(50).contains(&listening),
+        "{}",
+        node.log_tail(50)
+    );
 
     // The SDK with drone-1's certificate: a session and a lock over mutual TLS.
     let config = agent_config("drone-1", port)
