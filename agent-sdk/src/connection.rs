@@ -7,7 +7,16 @@
 //!      │ next broker,                ├─ Publish rsp/{agent} ─▶ pending map[id] ─▶ oneshot
 //!      │ jittered backoff            ├─ Publish evt/{agent} ─▶ broadcast<Event>
 //!      └──────────────────── Err ────┘              (unknown id, undecodable: dropped, counted)
+//!                                 └─ final? (CONNACK refusing the credentials, a TLS mismatch)
+//!                                      ─▶ `refused`: `Agent::connect` returns it at once
 //! ```
+//!
+//! A failure is final when only another configuration can fix it ([`verdict`]): the broker's
+//! CONNACK refused the credentials, or TLS showed a mismatch (the broker expects TLS, does
+//! not speak it, requires a client certificate, refused ours, or is not trusted). Whether a
+//! plaintext port that answered garbage speaks TLS (or a TLS handshake that was closed met a
+//! plaintext port) is asked on a connection of its own ([`settle`]). The task goes on
+//! retrying either way; only `connect` stops waiting.
 //!
 //! Why it never publishes: rumqttc's request channel is drained only by `poll()`, so a publish
 //! awaited inside the polling task deadlocks once the channel is full (rumqtt#1025, #263,
