@@ -31,11 +31,11 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use hivekeeper_coordinator::node::{NodeHandle, Outbound, Respond, Submitted};
+use hivekeeper_coordinator::node::{AuthError, NodeHandle, Outbound, Respond, Submitted};
 use hivekeeper_mqtt::{
     AuthRefused, Authenticator, Flow, Inbound, InboundHandler, MqttError, ReplyRoute, Transport,
 };
-use hivekeeper_protocol::{Request, Response, Role};
+use hivekeeper_protocol::{ErrorCode, Request, Response, Role};
 use metrics::{counter, describe_counter};
 use tokio::sync::mpsc;
 
@@ -89,10 +89,18 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    /// A bridge to `node`. Exports `hivekeeper_mqtt_publish_failed_total` at 0, so a dashboard
-    /// shows 0 rather than "no data" for a counter that should never move.
+    /// A bridge to `node`. Exports `hivekeeper_mqtt_publish_failed_total` and the bad-request
+    /// counter of every code `Request::decode` refuses with at 0, so a dashboard shows 0
+    /// rather than "no data" for a counter that should never move.
     pub fn new(node: NodeHandle) -> Bridge {
         counter!(MQTT_PUBLISH_FAILED_TOTAL).increment(0);
+        for code in [
+            ErrorCode::BadRequest,
+            ErrorCode::UnknownOp,
+            ErrorCode::TooLarge,
+        ] {
+            counter!(MQTT_BAD_REQUESTS_TOTAL, "code" => code.as_str()).increment(0);
+        }
         Bridge { node }
     }
 }
@@ -190,7 +198,12 @@ impl Authenticator for NodeAuthenticator {
             self.0
                 .authenticate(agent, secret)
                 .await
-                .map_err(|error| AuthRefused(Box::new(error)))
+                .map_err(|error| match error {
+                    AuthError::Unavailable { .. } => AuthRefused::Unavailable(Box::new(error)),
+                    AuthError::NoAccount { .. } | AuthError::WrongSecret { .. } => {
+                        AuthRefused::Credentials(Box::new(error))
+                    }
+                })
         })
     }
 

@@ -32,9 +32,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a node. With no flags: one node (a single-member Raft cluster), data in
-    /// ./hivekeeper-data, an embedded MQTT broker on 127.0.0.1:1883 and Prometheus metrics on
-    /// 127.0.0.1:9464. Flags override the config file, which overrides the defaults. Stops
-    /// cleanly on Ctrl-C or SIGTERM.
+    /// ./hivekeeper-data, the agent endpoint (Hivekeeper's own MQTT server, MQTT 3.1.1 and 5)
+    /// on 127.0.0.1:1883 and Prometheus metrics on 127.0.0.1:9464. Flags override the config
+    /// file, which overrides the defaults. Stops cleanly on Ctrl-C or SIGTERM.
     Serve(Box<ServeArgs>),
     /// Each node's view of the cluster: role, leader, term, log indexes, members.
     Status(admin::StatusArgs),
@@ -92,9 +92,9 @@ pub struct ServeArgs {
     /// disk: every grant waits for its fsync.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Address of the embedded MQTT broker (MQTT 3.1.1): an IP address or a hostname
-    /// (`localhost:1883`), and a port. Loopback by default: give 0.0.0.0:1883 to accept agents
-    /// from the network.
+    /// Address of the agent endpoint, Hivekeeper's own MQTT server (MQTT 3.1.1 and 5, serving
+    /// only Hivekeeper's topics): an IP address or a hostname (`localhost:1883`), and a port.
+    /// Loopback by default: give 0.0.0.0:1883 to accept agents from the network.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "mqtt_url", value_parser = serve::parse_listen)]
     mqtt_listen: Option<SocketAddr>,
     /// PEM certificate chain for the agent endpoint: with --mqtt-tls-key, it speaks MQTT over
@@ -113,7 +113,7 @@ pub struct ServeArgs {
     /// a certificate signed by it, whose CN is its agent id (the client id must equal it).
     #[arg(long, value_name = "FILE", requires = "mqtt_tls_cert")]
     mqtt_client_ca: Option<PathBuf>,
-    /// Use an existing broker instead of the embedded one, e.g. mqtt://127.0.0.1:1883
+    /// Use an existing broker instead of the agent endpoint, e.g. mqtt://127.0.0.1:1883
     /// (Mosquitto: set `set_tcp_nodelay true`, or every round trip costs about 44 ms). With a
     /// config file whose [mqtt.mode] is external, this replaces only its `url`: the file's
     /// `username`, `password` and `client_id` still apply (docs/SECURITY.md).
@@ -271,6 +271,78 @@ mod tests {
         for scenario in scenarios {
             assert!(about.contains(scenario), "{scenario} missing from: {about}");
         }
+    }
+
+    /// Every command that takes credentials names both environment variables in its help:
+    /// `--user` shows HIVEKEEPER_USER as clap shows an `env`, and `--password-file` names
+    /// HIVEKEEPER_PASSWORD (its own flag stays hidden, so no secret is typed on a command line).
+    #[test]
+    fn every_command_with_credentials_names_their_environment_variables() {
+        fn visit(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+            let path = format!("{path} {}", command.get_name());
+            if let Some(user) = command.get_arguments().find(|arg| arg.get_id() == "user") {
+                assert_eq!(
+                    user.get_env().and_then(|env| env.to_str()),
+                    Some("HIVEKEEPER_USER"),
+                    "{path}"
+                );
+                assert!(!user.is_hide_env_set(), "{path}");
+                let file = command
+                    .get_arguments()
+                    .find(|arg| arg.get_id() == "password_file")
+                    .unwrap_or_else(|| panic!("{path}: --user without --password-file"));
+                let help = file.get_help().map(ToString::to_string).unwrap_or_default();
+                assert!(help.contains("HIVEKEEPER_PASSWORD"), "{path}: {help}");
+                found.push(path.clone());
+            }
+            for sub in command.get_subcommands() {
+                visit(sub, &path, found);
+            }
+        }
+        let mut found = Vec::new();
+        visit(&Cli::command(), "", &mut found);
+        for command in [
+            "status",
+            "inspect",
+            "ls",
+            "leases",
+            "revoke",
+            "bench uncontended",
+        ] {
+            assert!(
+                found
+                    .iter()
+                    .any(|path| path == &format!(" hivekeeper {command}")),
+                "{command} takes no credentials? {found:?}"
+            );
+        }
+    }
+
+    /// `agent add --help` lists each role's ops from the protocol's one list, the observer's
+    /// `admin.resources` included.
+    #[test]
+    fn agent_add_role_help_lists_the_ops_each_role_adds() {
+        let cli = Cli::command();
+        let add = cli
+            .find_subcommand("agent")
+            .and_then(|agent| agent.find_subcommand("add"))
+            .expect("agent add");
+        let role = add
+            .get_arguments()
+            .find(|arg| arg.get_id() == "role")
+            .expect("--role");
+        let help = role.get_help().expect("a help text").to_string();
+        assert!(
+            help.contains(
+                "observer (also admin.status, admin.leases, admin.resources: watching the \
+                 service, changing nothing)"
+            ),
+            "{help}"
+        );
+        assert!(
+            help.contains("admin (also admin.snapshot, admin.revoke,"),
+            "{help}"
+        );
     }
 
     /// The completion script knows the subcommands and the flags, in each shell asked for.

@@ -192,6 +192,7 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let insecure = args.insecure;
     let config = load(args)?;
+    read_endpoint_tls(&config)?;
     let exposed = crate::exposure::exposed(&config);
     if !exposed.is_empty() {
         let what = crate::exposure::describe(&exposed);
@@ -219,6 +220,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         std::process::exit(i32::from(EXIT_APPLY_PANICKED));
     }
     served
+}
+
+/// Reads and parses the agent endpoint's certificate, key and client CA, so that a bad file
+/// fails the start before the node opens (or creates) its data dir and starts Raft: the
+/// endpoint starts after the node. The peer TLS files are read by the node before it opens
+/// the data dir.
+fn read_endpoint_tls(config: &ServeConfig) -> anyhow::Result<()> {
+    if let Mode::Embedded(embedded) = &config.mqtt.mode
+        && let (Some(cert), Some(key)) = (&embedded.tls_cert, &embedded.tls_key)
+    {
+        let cert_key = hivekeeper_tls::CertKey {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+        hivekeeper_tls::server_config(&cert_key, embedded.client_ca.as_deref())
+            .context("agent endpoint TLS")?;
+    }
+    Ok(())
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {

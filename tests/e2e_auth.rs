@@ -158,17 +158,36 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
         json!({"accounts": [{"agent": "admin", "role": "admin"}]})
     );
 
-    // Without credentials the CLI is refused, and says what to try.
-    let anonymous = run_cli(&[
-        "status",
-        "--broker",
-        &format!("127.0.0.1:{port}"),
-        "--timeout-ms",
-        "2000",
-    ])
-    .await;
+    // Without credentials the CLI is refused, and says what to try; with a wrong password it
+    // is told the credentials were refused. Both at once: the CONNACK's refusal is final (the
+    // timeout is far beyond the test's bound, and its message would be another).
+    let broker = format!("127.0.0.1:{port}");
+    let anonymous = run_cli(&["leases", "--broker", &broker, "--timeout-ms", "60000"]).await;
     assert!(!anonymous.success);
-    assert!(anonymous.stderr.contains("--user"), "{}", anonymous.stderr);
+    assert_eq!(
+        anonymous.stderr.trim(),
+        format!(
+            "hivekeeper: credentials refused by {broker}: bad username or password: the \
+             service has authentication on; pass --user NAME and --password-file FILE (or \
+             HIVEKEEPER_USER and HIVEKEEPER_PASSWORD)"
+        )
+    );
+    let wrong = common::run_cli_with_env(
+        &["leases", "--broker", &broker, "--timeout-ms", "60000"],
+        &[
+            ("HIVEKEEPER_USER", "admin"),
+            ("HIVEKEEPER_PASSWORD", "not-the-secret"),
+        ],
+    )
+    .await;
+    assert!(!wrong.success);
+    assert_eq!(
+        wrong.stderr.trim(),
+        format!(
+            "hivekeeper: credentials refused by {broker}: bad username or password (check \
+             --user and the password)"
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,9 +143,10 @@ async fn a_stopped_member_is_one_warn_by_name_and_openrafts_read_errors_are_not_
         "openraft's per-read error is written once a minute at most:\n{log}"
     );
     assert_eq!(lines("peer still unreachable"), 0, "{log}");
-    // Numeric ids are not how our lines name members.
+    // Numeric ids are not how our lines name members, from the start on (the election and
+    // leadership lines included).
     // Our lines: those whose target (the third word) is one of Hivekeeper's.
-    let ours: Vec<&str> = log
+    let ours: Vec<&str> = all
         .lines()
         .filter(|line| {
             line.split_whitespace()
@@ -153,10 +154,18 @@ async fn a_stopped_member_is_one_warn_by_name_and_openrafts_read_errors_are_not_
                 .is_some_and(|target| target.starts_with("hivekeeper"))
         })
         .collect();
-    let id = format!("{}", hivekeeper_coordinator::raft::node_id_for(&name));
+    for member in ["n1", "n2", "n3"] {
+        let id = format!("{}", hivekeeper_coordinator::raft::node_id_for(member));
+        assert!(
+            ours.iter().all(|line| !line.contains(&id)),
+            "{member}'s id {id} in:\n{}",
+            ours.join("\n")
+        );
+    }
     assert!(
-        ours.iter().all(|line| !line.contains(&id)),
-        "{id} in:\n{}",
+        ours.iter()
+            .any(|line| line.contains("leading the cluster member=n")),
+        "the leader names itself:\n{}",
         ours.join("\n")
     );
 

@@ -210,3 +210,76 @@ fn a_public_listener_without_its_protection_is_refused() {
         &format!("/metrics on {public} without authentication and TLS"),
     );
 }
+
+/// A certificate that cannot be read is refused before anything starts: one line naming the
+/// file, exit code 1, and no data dir (Raft never ran). For the agent endpoint's files and
+/// for the peer port's alike.
+#[test]
+fn an_unreadable_certificate_is_one_line_before_the_data_dir_is_created() {
+    let certs = hivekeeper_test_support::TestCerts::new(&["n1"], &[]);
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    let (server, peer, ca) = (certs.server(), certs.peer("n1"), path(certs.ca()));
+    let peer_port = free_ports(1)[0];
+    let cluster = format!("n1=127.0.0.1:{peer_port}");
+    let missing = "/nonexistent/hivekeeper-test.crt";
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "--mqtt-tls-cert",
+                missing,
+                "--mqtt-tls-key",
+                &path(server.key.clone()),
+            ],
+            "agent endpoint TLS: cannot read certificate file",
+        ),
+        (
+            &[
+                "--mqtt-tls-cert",
+                &path(server.cert.clone()),
+                "--mqtt-tls-key",
+                &path(server.key.clone()),
+                "--mqtt-client-ca",
+                missing,
+            ],
+            "agent endpoint TLS: cannot read CA file",
+        ),
+        (
+            &[
+                "--name",
+                "n1",
+                "--initial-cluster",
+                &cluster,
+                "--peer-tls-cert",
+                missing,
+                "--peer-tls-key",
+                &path(peer.key.clone()),
+                "--peer-ca",
+                &ca,
+            ],
+            "peer TLS: cannot read certificate file",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let data = tempfile::tempdir().expect("tempdir");
+        let dir = data.path().join("data");
+        let mut args = flags.to_vec();
+        args.extend(["--data-dir", dir.to_str().expect("utf-8")]);
+        let output = serve(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let prefix = if flags.contains(&"--name") {
+            format!(
+                "hivekeeper: starting the node on data dir {}: ",
+                dir.display()
+            )
+        } else {
+            "hivekeeper: ".to_string()
+        };
+        assert_eq!(
+            stderr,
+            format!("{prefix}{expected} {missing}: No such file or directory (os error 2)\n"),
+            "{flags:?}"
+        );
+        assert_eq!(output.status.code(), Some(1), "{flags:?}");
+        assert!(!dir.exists(), "{flags:?}: the data dir was created");
+    }
+}

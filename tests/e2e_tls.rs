@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::{Node, agent_config, run_cli, run_cli_with_env, within};
-use hivekeeper_agent::{Agent, AgentError, Resource, Wait};
+use hivekeeper_agent::{Agent, AgentError, Resource, TlsFailure, Wait};
 
 /// Runs `hivekeeper certs dev --out DIR ...` and returns the run.
 async fn certs_dev(out: &Path, extra: &[&str]) -> common::CliRun {
@@ -92,6 +92,16 @@ async fn an_sdk_agent_and_the_cli_use_mutual_tls_with_the_dev_certificates() {
     )
     .await;
     let port = node.mqtt_port();
+    // The start line says, for people, where agents connect and how.
+    let listening = format!(
+        "agent endpoint listening on 127.0.0.1:{port}: TLS with client certificates (mutual \
+         TLS), MQTT 3.1.1 and 5"
+    );
+    assert!(
+        node.log_tail(50).contains(&listening),
+        "{}",
+        node.log_tail(50)
+    );
 
     // The SDK with drone-1's certificate: a session and a lock over mutual TLS.
     let config = agent_config("drone-1", port)
@@ -115,13 +125,17 @@ async fn an_sdk_agent_and_the_cli_use_mutual_tls_with_the_dev_certificates() {
     .expect("the lock");
     assert!(guard.token() > 0);
 
-    // Without a client certificate: no connection (refused in the handshake).
+    // Without a client certificate: refused in the handshake, and told so at once (the
+    // deadline is far beyond the test's bound).
     let mut anonymous = agent_config("drone-2", port).tls(certs.join("ca.crt"));
-    anonymous.request_deadline_ms = 3_000;
+    anonymous.request_deadline_ms = 60_000;
     let refused = within(20, "drone-2 gives up", Agent::connect(anonymous)).await;
-    assert!(
-        matches!(refused, Err(AgentError::Unreachable { .. })),
-        "{refused:?}"
+    assert_eq!(
+        refused.expect_err("refused"),
+        AgentError::Tls {
+            broker: format!("127.0.0.1:{port}"),
+            failure: TlsFailure::CertificateRequired,
+        }
     );
 
     // The CLI with admin's certificate (client id = its CN), by flags and by environment.
@@ -154,8 +168,46 @@ async fn an_sdk_agent_and_the_cli_use_mutual_tls_with_the_dev_certificates() {
     assert_eq!(by_env["holders"][0]["agent"], "drone-1", "{by_env}");
     assert_eq!(by_env["holders"][0]["token"], guard.token(), "{by_env}");
 
-    // The CLI without TLS flags is refused (a plaintext client on the TLS port).
-    let plain = run_cli(&["status", "--broker", &broker, "--timeout-ms", "1500"]).await;
+    // The CLI without TLS flags (a plaintext client on the TLS port) is told TLS is expected,
+    // and without a client certificate that one is required: at once, not after --timeout-ms.
+    let plain = run_cli(&[
+        "inspect",
+        "lock",
+        "pad-1",
+        "--broker",
+        &broker,
+        "--timeout-ms",
+        "60000",
+    ])
+    .await;
     assert!(!plain.success, "{}", plain.stdout);
+    assert_eq!(
+        plain.stderr.trim(),
+        format!(
+            "hivekeeper: the service at {broker} expects TLS: pass --tls-ca FILE (the CA that \
+             signed its certificate; or HIVEKEEPER_TLS_CA)"
+        )
+    );
+    let no_cert = run_cli(&[
+        "inspect",
+        "lock",
+        "pad-1",
+        "--broker",
+        &broker,
+        "--timeout-ms",
+        "60000",
+        "--tls-ca",
+        &file("ca.crt"),
+    ])
+    .await;
+    assert!(!no_cert.success, "{}", no_cert.stdout);
+    assert_eq!(
+        no_cert.stderr.trim(),
+        format!(
+            "hivekeeper: the service at {broker} requires a client certificate (mutual TLS): \
+             pass --tls-cert FILE and --tls-key FILE (or HIVEKEEPER_TLS_CERT and \
+             HIVEKEEPER_TLS_KEY)"
+        )
+    );
     drop(node);
 }

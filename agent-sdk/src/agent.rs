@@ -122,7 +122,10 @@ impl Agent {
     /// answers has accepted the agent's subscriptions (at most `request_deadline_ms`).
     ///
     /// Must be called inside a tokio runtime. Fails with [`AgentError::Config`] on a bad
-    /// configuration and [`AgentError::Unreachable`] when no broker accepted in time.
+    /// configuration, at once with [`AgentError::CredentialsRefused`] or [`AgentError::Tls`]
+    /// when a broker's answer shows the configuration cannot work (its CONNACK refused the
+    /// credentials; it expects TLS, requires a client certificate or is not trusted), and with
+    /// [`AgentError::Unreachable`] when no broker accepted in time.
     pub async fn connect(config: AgentConfig) -> Result<Agent, AgentError> {
         config.validate()?;
         let brokers = config.broker_addrs()?;
@@ -137,6 +140,7 @@ impl Agent {
         eventloop.set_network_options(connection::network_options(&config));
         let shared = Arc::new(Shared::new());
         let mut link = shared.link.subscribe();
+        let mut refused = shared.refused.subscribe();
         let task = tokio::spawn(
             Connection {
                 eventloop,
@@ -161,13 +165,18 @@ impl Agent {
             }),
         };
         let waited_ms = config.request_deadline_ms;
-        match timeout(
-            Duration::from_millis(waited_ms),
-            link.wait_for(|link| link.ready),
-        )
-        .await
-        {
-            Ok(Ok(_)) => Ok(agent),
+        let connected = async {
+            tokio::select! {
+                ready = link.wait_for(|link| link.ready) => ready.ok().map(|_| ()).ok_or(None),
+                refused = refused.wait_for(Option::is_some) => {
+                    Err(refused.ok().and_then(|refused| refused.clone()))
+                }
+            }
+        };
+        match timeout(Duration::from_millis(waited_ms), connected).await {
+            Ok(Ok(())) => Ok(agent),
+            // A refusal only another configuration can fix: at once, not after the deadline.
+            Ok(Err(Some(refused))) => Err(refused),
             _ => Err(AgentError::Unreachable {
                 brokers: config.brokers.join(", "),
                 waited_ms,

@@ -7,7 +7,16 @@
 //!      │ next broker,                ├─ Publish rsp/{agent} ─▶ pending map[id] ─▶ oneshot
 //!      │ jittered backoff            ├─ Publish evt/{agent} ─▶ broadcast<Event>
 //!      └──────────────────── Err ────┘              (unknown id, undecodable: dropped, counted)
+//!                                 └─ final? (CONNACK refusing the credentials, a TLS mismatch)
+//!                                      ─▶ `refused`: `Agent::connect` returns it at once
 //! ```
+//!
+//! A failure is final when only another configuration can fix it ([`verdict`]): the broker's
+//! CONNACK refused the credentials, or TLS showed a mismatch (the broker expects TLS, does
+//! not speak it, requires a client certificate, refused ours, or is not trusted). Whether a
+//! plaintext port that answered garbage speaks TLS (or a TLS handshake that was closed met a
+//! plaintext port) is asked on a connection of its own ([`settle`]). The task goes on
+//! retrying either way; only `connect` stops waiting.
 //!
 //! Why it never publishes: rumqttc's request channel is drained only by `poll()`, so a publish
 //! awaited inside the polling task deadlocks once the channel is full (rumqtt#1025, #263,
@@ -21,12 +30,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hivekeeper_tls::rustls::ClientConfig;
+use hivekeeper_tls::rustls::{self, AlertDescription, CertificateError, ClientConfig};
 use rumqttc::{
-    ConnectionError, Event as MqttEvent, EventLoop, MqttOptions, NetworkOptions, Packet, QoS,
-    Request as MqttRequest, Subscribe, SubscribeFilter, SubscribeReasonCode, TlsConfiguration,
-    Transport,
+    ConnectReturnCode, ConnectionError, Event as MqttEvent, EventLoop, MqttOptions, NetworkOptions,
+    Packet, QoS, Request as MqttRequest, StateError, Subscribe, SubscribeFilter,
+    SubscribeReasonCode, TlsConfiguration, Transport,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -35,6 +45,7 @@ use hivekeeper_protocol::{Event, Response, validate};
 
 use crate::backoff::Backoff;
 use crate::config::{AgentConfig, BrokerAddr};
+use crate::error::{AgentError, CredentialsRefusal, TlsFailure};
 
 /// Largest incoming MQTT packet. Responses are small except `inspect` of a long queue (about
 /// 80 bytes a waiter), so this is far above rumqttc's 10 KiB default.
@@ -79,6 +90,9 @@ pub(crate) struct Shared {
     pub link: watch::Sender<Link>,
     /// Counters, for tests and for an application's own metrics.
     pub counters: Counters,
+    /// The last connection failure that only another configuration can fix (a CONNACK
+    /// refusing the credentials, a TLS mismatch); [`crate::Agent::connect`] returns it at once.
+    pub refused: watch::Sender<Option<AgentError>>,
     /// Since when the current connection (its epoch) has answered only `unavailable`.
     unavailable_since: Mutex<Option<(u64, Instant)>>,
     /// Tells the connection task to leave the current broker.
@@ -96,6 +110,7 @@ impl Shared {
                 broker: 0,
             }),
             counters: Counters::default(),
+            refused: watch::Sender::new(None),
             unavailable_since: Mutex::new(None),
             move_on: Notify::new(),
         }
@@ -280,7 +295,16 @@ impl Connection {
                 }
                 Some(Ok(_)) => None,
                 Some(Err(ConnectionError::RequestsDone)) => return,
-                Some(Err(e)) => Some(e.to_string()),
+                Some(Err(e)) => {
+                    let why = e.to_string();
+                    let verdict = verdict(&self.brokers[broker], &e, self.tls.is_some());
+                    // `e` is not `Sync`: it must be gone before the probe is awaited.
+                    drop(e);
+                    if let Some(refused) = settle(&self.brokers[broker], verdict).await {
+                        self.shared.refused.send_replace(Some(refused));
+                    }
+                    Some(why)
+                }
             };
             if let Some(why) = failure {
                 self.shared.link.send_modify(|link| link.ready = false);
@@ -344,6 +368,153 @@ impl Connection {
             }
         }
     }
+}
+
+/// What a connection failure says about the configuration.
+enum Verdict {
+    /// Only another configuration can fix it.
+    Final(AgentError),
+    /// A plaintext connection got an answer that was not MQTT: perhaps a TLS alert.
+    MaybeTls,
+    /// A TLS handshake ended with the connection closed: perhaps a plaintext MQTT port.
+    MaybePlaintext,
+    /// It may pass: a broker down, restarting, overloaded.
+    MayPass,
+}
+
+/// The verdict on `error`, a failed connection to `broker` (over TLS when `tls`).
+fn verdict(broker: &BrokerAddr, error: &ConnectionError, tls: bool) -> Verdict {
+    if let ConnectionError::ConnectionRefused(code) = error {
+        let refusal = match code {
+            ConnectReturnCode::BadUserNamePassword => CredentialsRefusal::BadUsernamePassword,
+            ConnectReturnCode::NotAuthorized => CredentialsRefusal::NotAuthorized,
+            _ => return Verdict::MayPass,
+        };
+        return Verdict::Final(AgentError::CredentialsRefused {
+            broker: broker.to_string(),
+            refusal,
+        });
+    }
+    if let Some(failure) = rustls_cause(error).and_then(tls_failure_of) {
+        return Verdict::Final(AgentError::Tls {
+            broker: broker.to_string(),
+            failure,
+        });
+    }
+    let not_mqtt = matches!(
+        error,
+        ConnectionError::MqttState(StateError::Deserialization(_)) | ConnectionError::NotConnAck(_)
+    );
+    let closed_in_handshake = matches!(
+        error,
+        ConnectionError::Tls(rumqttc::TlsError::Io(io)) if matches!(
+            io.kind(),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+        )
+    );
+    match tls {
+        false if not_mqtt => Verdict::MaybeTls,
+        true if closed_in_handshake => Verdict::MaybePlaintext,
+        _ => Verdict::MayPass,
+    }
+}
+
+/// The final error of `verdict`, if it has one; a `Maybe` verdict asks the broker.
+async fn settle(broker: &BrokerAddr, verdict: Verdict) -> Option<AgentError> {
+    let failure = match verdict {
+        Verdict::Final(error) => return Some(error),
+        Verdict::MaybeTls => TlsFailure::ExpectsTls,
+        Verdict::MaybePlaintext => TlsFailure::NotTls,
+        Verdict::MayPass => return None,
+    };
+    let head = first_answer(broker).await?;
+    let confirmed = match failure {
+        // 0x15: alert, 0x16: handshake; 0x03: the major version of every TLS record.
+        TlsFailure::ExpectsTls => matches!(head, [0x15 | 0x16, 0x03]),
+        // 0x20: CONNACK (whatever its code).
+        _ => head[0] == 0x20,
+    };
+    confirmed.then(|| AgentError::Tls {
+        broker: broker.to_string(),
+        failure,
+    })
+}
+
+/// The rustls error behind a connection failure, if TLS failed: rumqttc wraps it in its own
+/// errors, and tokio-rustls in an `io::Error` (whose `source()` skips it, so it is unwrapped
+/// by hand).
+fn rustls_cause(error: &ConnectionError) -> Option<&rustls::Error> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(tls) = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(tls);
+        }
+        next = error.source();
+    }
+    None
+}
+
+/// What a TLS error says about the configuration, when it says something final.
+fn tls_failure_of(error: &rustls::Error) -> Option<TlsFailure> {
+    match error {
+        rustls::Error::AlertReceived(AlertDescription::CertificateRequired) => {
+            Some(TlsFailure::CertificateRequired)
+        }
+        rustls::Error::AlertReceived(
+            alert @ (AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::UnsupportedCertificate
+            | AlertDescription::CertificateRevoked
+            | AlertDescription::CertificateExpired
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::AccessDenied
+            | AlertDescription::DecryptError),
+        ) => Some(TlsFailure::CertificateRefused {
+            reason: format!("{alert:?}"),
+        }),
+        rustls::Error::InvalidCertificate(
+            cause @ (CertificateError::UnknownIssuer | CertificateError::BadSignature),
+        ) => Some(TlsFailure::UnknownCa {
+            reason: format!("{cause:?}"),
+        }),
+        rustls::Error::InvalidCertificate(cause) => Some(TlsFailure::BadCertificate {
+            reason: format!("{cause:?}"),
+        }),
+        _ => None,
+    }
+}
+
+/// How long the plaintext-versus-TLS probe waits, to connect and for the first bytes.
+const TLS_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A minimal MQTT 3.1.1 CONNECT (empty client id, clean session, keepalive 60 s): what a
+/// plaintext client sends first.
+const PROBE_CONNECT: [u8; 14] = [0x10, 12, 0, 4, b'M', b'Q', b'T', b'T', 4, 0x02, 0, 60, 0, 0];
+
+/// The first two bytes `broker` answers a plaintext CONNECT with, on a connection of its own:
+/// a TLS record from a port that speaks TLS only, a CONNACK from a plaintext MQTT port. Asked
+/// only after a connection failed in a way that suggests the other one.
+async fn first_answer(broker: &BrokerAddr) -> Option<[u8; 2]> {
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((broker.host.as_str(), broker.port))
+            .await
+            .ok()?;
+        stream.write_all(&PROBE_CONNECT).await.ok()?;
+        let mut head = [0u8; 2];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head)
+    };
+    tokio::time::timeout(TLS_PROBE_TIMEOUT, probe)
+        .await
+        .ok()
+        .flatten()
 }
 
 #[cfg(test)]

@@ -6,6 +6,12 @@
 //! ([`AgentError::WaitTimeout`]). `unavailable` and `rate_limited` never reach the application:
 //! the SDK retries them with the same request id, after a jittered backoff, until the request's
 //! deadline.
+//!
+//! A connection that cannot succeed as configured ends [`crate::Agent::connect`] at once:
+//! [`AgentError::CredentialsRefused`] (the broker's CONNACK refused the credentials) and
+//! [`AgentError::Tls`] (the broker expects TLS, requires a client certificate, or is not
+//! trusted). A broker that does not answer at all is [`AgentError::Unreachable`], after the
+//! connect deadline.
 
 use hivekeeper_protocol::{ErrorBody, ErrorCode, Op, ResourceKind};
 
@@ -24,6 +30,26 @@ pub enum AgentError {
         brokers: String,
         /// How long the agent tried.
         waited_ms: u64,
+    },
+    /// A broker refused the agent's CONNECT for its credentials (CONNACK: bad username or
+    /// password, or not authorized). Final: [`crate::Agent::connect`] returns it at once, as
+    /// the same credentials would be refused again.
+    #[error("credentials refused by {broker}: {refusal}")]
+    CredentialsRefused {
+        /// The broker that refused, `host:port`.
+        broker: String,
+        /// The refusal code's meaning.
+        refusal: CredentialsRefusal,
+    },
+    /// The connection to a broker failed in a way only another TLS configuration can fix
+    /// (the broker expects TLS, requires a client certificate, or is not trusted). Final:
+    /// [`crate::Agent::connect`] returns it at once.
+    #[error("TLS with {broker} failed: {failure}")]
+    Tls {
+        /// The broker, `host:port`.
+        broker: String,
+        /// What the handshake showed.
+        failure: TlsFailure,
     },
     /// The request's deadline passed while the agent had no connection to any broker (or the
     /// agent's connection task has stopped).
@@ -70,6 +96,58 @@ pub enum AgentError {
     /// or protocol-version mismatch.
     #[error("malformed response: {0}")]
     Malformed(String),
+}
+
+/// Why a broker refused the CONNECT, from its CONNACK's code (MQTT 3.1.1 0x04 / 0x05, 5.0
+/// 0x86 / 0x87).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialsRefusal {
+    /// Bad username or password: no account of that name, the wrong secret, or none given to
+    /// a service with authentication on.
+    #[error("bad username or password")]
+    BadUsernamePassword,
+    /// Not authorized: the account may not connect as this client id (with mutual TLS, a
+    /// client id other than the certificate's CN).
+    #[error("not authorized")]
+    NotAuthorized,
+}
+
+/// What a failed TLS connection showed, when trying again with the same configuration cannot
+/// succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsFailure {
+    /// The agent connected without TLS and the broker answered with a TLS alert: the port
+    /// speaks TLS only ([`crate::AgentConfig::tls`] is missing).
+    #[error("the broker expects TLS, and the agent connected without (no CA configured)")]
+    ExpectsTls,
+    /// The agent connected with TLS and the broker closed the handshake, then answered a
+    /// plaintext CONNECT with a CONNACK: the port speaks MQTT without TLS.
+    #[error("the broker does not speak TLS on this port (it answers plaintext MQTT)")]
+    NotTls,
+    /// The broker requires a client certificate (mutual TLS) and the agent presented none
+    /// ([`crate::AgentConfig::client_certificate`] is missing).
+    #[error("the broker requires a client certificate (mutual TLS), and the agent has none")]
+    CertificateRequired,
+    /// The broker refused the agent's client certificate (not signed by its client CA, or
+    /// otherwise unacceptable to it).
+    #[error("the broker refused the client certificate ({reason})")]
+    CertificateRefused {
+        /// The TLS alert the broker sent.
+        reason: String,
+    },
+    /// The broker's certificate does not chain to the configured CA.
+    #[error("the broker's certificate is not signed by the configured CA ({reason})")]
+    UnknownCa {
+        /// rustls' verdict on the certificate.
+        reason: String,
+    },
+    /// The broker's certificate was refused for another reason: it does not name the host
+    /// as given in the broker list, or it has expired.
+    #[error("the broker's certificate is refused ({reason})")]
+    BadCertificate {
+        /// rustls' verdict on the certificate.
+        reason: String,
+    },
 }
 
 impl AgentError {

@@ -73,7 +73,7 @@ pub use agent::{Agent, AgentStats};
 pub use airspace::{AirspaceQuery, ConflictPage, QueryShape};
 pub use backoff::Backoff;
 pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULTS, Defaults, Secret};
-pub use error::AgentError;
+pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
 pub use hivekeeper_protocol::Priority;
 pub use session::{Session, SessionState};

@@ -21,7 +21,8 @@ pub enum Role {
     /// Its own leases and resources, and `inspect` (other holders shown by agent id only).
     #[default]
     Agent,
-    /// Also `admin.status` and `admin.leases`: watching the service, changing nothing.
+    /// Also `admin.status`, `admin.leases` and `admin.resources`: watching the service,
+    /// changing nothing.
     Observer,
     /// Everything: `admin.revoke`, membership and accounts.
     Admin,
@@ -47,34 +48,26 @@ impl Role {
 
     /// The weakest role that may send `op`.
     pub fn needed_for(op: &Op) -> Role {
-        match op {
-            Op::AdminStatus {} | Op::AdminLeases { .. } | Op::AdminResources { .. } => {
-                Role::Observer
-            }
-            Op::AdminRevoke { .. }
-            | Op::AdminSnapshot { .. }
-            | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. }
-            | Op::AdminAgentAdd { .. }
-            | Op::AdminAgentList { .. }
-            | Op::AdminAgentRemove { .. }
-            | Op::AdminAgentRotate { .. } => Role::Admin,
-            Op::LeaseGrant { .. }
-            | Op::LeaseKeepalive { .. }
-            | Op::LeaseRevoke { .. }
-            | Op::LockAcquire { .. }
-            | Op::LockRelease { .. }
-            | Op::SemAcquire { .. }
-            | Op::SemRelease { .. }
-            | Op::WaypointReserve { .. }
-            | Op::WaypointRelease { .. }
-            | Op::RouteReserve { .. }
-            | Op::RouteRelease { .. }
-            | Op::RouteAmend { .. }
-            | Op::AirspaceQuery { .. }
-            | Op::FenceCheck { .. }
-            | Op::Inspect { .. } => Role::Agent,
+        Role::needed_for_name(op.name())
+    }
+
+    /// The weakest role that may send the op named `name` (one of [`Op::NAMES`]): the admin
+    /// reads need `observer`, every other `admin.*` op needs `admin`, everything else `agent`.
+    /// The one place that says which op needs which role: the node checks requests with it and
+    /// `hivekeeper agent add --help` lists each role's ops from it ([`Role::ops_added`]).
+    pub fn needed_for_name(name: &str) -> Role {
+        match name {
+            "admin.status" | "admin.leases" | "admin.resources" => Role::Observer,
+            _ if name.starts_with("admin.") => Role::Admin,
+            _ => Role::Agent,
         }
+    }
+
+    /// The ops this role may send and the roles below it may not, in [`Op::NAMES`] order.
+    pub fn ops_added(self) -> impl Iterator<Item = &'static str> {
+        Op::NAMES
+            .into_iter()
+            .filter(move |name| Role::needed_for_name(name) == self)
     }
 }
 
@@ -156,5 +149,31 @@ mod tests {
             Role::needed_for(&Op::AdminAgentList { after: None }),
             Role::Admin
         );
+    }
+
+    #[test]
+    fn each_role_adds_the_ops_of_its_own_list() {
+        assert_eq!(
+            Role::Observer.ops_added().collect::<Vec<_>>(),
+            ["admin.status", "admin.leases", "admin.resources"]
+        );
+        assert_eq!(
+            Role::Admin.ops_added().collect::<Vec<_>>(),
+            [
+                "admin.snapshot",
+                "admin.revoke",
+                "admin.member.add",
+                "admin.member.remove",
+                "admin.agent.add",
+                "admin.agent.list",
+                "admin.agent.remove",
+                "admin.agent.rotate"
+            ]
+        );
+        let every = Role::ALL
+            .into_iter()
+            .map(|role| role.ops_added().count())
+            .sum::<usize>();
+        assert_eq!(every, Op::NAMES.len());
     }
 }

@@ -27,9 +27,8 @@ enum AgentAction {
     Add {
         /// The agent id.
         name: String,
-        /// What it may do: agent (its own leases and resources, inspect), observer (also
-        /// admin.status and admin.leases) or admin (everything).
-        #[arg(long, default_value = "agent")]
+        // What it may do; the help lists each role's ops from the protocol's one list.
+        #[arg(long, default_value = "agent", help = role_help())]
         role: Role,
         #[command(flatten)]
         target: Target,
@@ -54,6 +53,20 @@ enum AgentAction {
         #[command(flatten)]
         target: Target,
     },
+}
+
+/// The help of `agent add --role`: each role with the ops it adds to the roles below it
+/// (agents also act only on their own leases), from [`Role::ops_added`].
+fn role_help() -> String {
+    let ops = |role: Role| role.ops_added().collect::<Vec<_>>().join(", ");
+    format!(
+        "What it may do: agent (on its own leases: {}; inspect shows other holders by agent \
+         id only), observer (also {}: watching the service, changing nothing) or admin (also \
+         {})",
+        ops(Role::Agent),
+        ops(Role::Observer),
+        ops(Role::Admin)
+    )
 }
 
 /// `hivekeeper agent add | list | remove | rotate`.

@@ -14,10 +14,12 @@ pub struct Login {
     #[arg(long, value_name = "NAME", env = "HIVEKEEPER_USER")]
     user: Option<String>,
     /// A file holding the account's secret (e.g. <data-dir>/admin.secret); surrounding
-    /// whitespace is ignored.
+    /// whitespace is ignored. Instead of a file, the secret itself may be in the environment
+    /// variable HIVEKEEPER_PASSWORD (never in a flag: `ps` would show it).
     #[arg(long, value_name = "FILE", conflicts_with = "password")]
     password_file: Option<PathBuf>,
-    /// The account's secret, from the environment only (a flag would show it in `ps`).
+    /// The account's secret, from the environment only: its flag is hidden, and `--help` names
+    /// the variable under --password-file.
     #[arg(
         long,
         env = "HIVEKEEPER_PASSWORD",

@@ -41,7 +41,7 @@ mod table;
 
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success};
-use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS};
+use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS, TlsFailure};
 
 pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
@@ -144,17 +144,54 @@ async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
     let authenticated = config.secret.is_some();
     // With --tls-cert the client id becomes the certificate's CN (the endpoint's identity).
     let config = target.tls.apply(config)?;
-    Agent::connect(config).await.map_err(|error| match error {
-        AgentError::Unreachable { brokers, waited_ms } if authenticated => anyhow!(
-            "no node reachable at {brokers} within {waited_ms} ms, or the credentials were \
-             refused (check --user and the password)"
+    Agent::connect(config)
+        .await
+        .map_err(|error| connect_failure(error, authenticated))
+}
+
+/// A failed connect as one line that names its cause and the flags that fix it.
+fn connect_failure(error: AgentError, authenticated: bool) -> anyhow::Error {
+    match error {
+        AgentError::CredentialsRefused { broker, refusal } if authenticated => {
+            anyhow!("credentials refused by {broker}: {refusal} (check --user and the password)")
+        }
+        AgentError::CredentialsRefused { broker, refusal } => anyhow!(
+            "credentials refused by {broker}: {refusal}: the service has authentication on; \
+             pass --user NAME and --password-file FILE (or HIVEKEEPER_USER and \
+             HIVEKEEPER_PASSWORD)"
         ),
-        AgentError::Unreachable { brokers, waited_ms } => anyhow!(
-            "no node reachable at {brokers} within {waited_ms} ms (a service with \
-             authentication on refuses a CONNECT without --user and --password-file)"
-        ),
+        AgentError::Tls { broker, failure } => match failure {
+            TlsFailure::ExpectsTls => anyhow!(
+                "the service at {broker} expects TLS: pass --tls-ca FILE (the CA that signed \
+                 its certificate; or HIVEKEEPER_TLS_CA)"
+            ),
+            TlsFailure::NotTls => anyhow!(
+                "the service at {broker} does not speak TLS on that port: drop --tls-ca (and \
+                 HIVEKEEPER_TLS_CA), or give its TLS port"
+            ),
+            TlsFailure::CertificateRequired => anyhow!(
+                "the service at {broker} requires a client certificate (mutual TLS): pass \
+                 --tls-cert FILE and --tls-key FILE (or HIVEKEEPER_TLS_CERT and \
+                 HIVEKEEPER_TLS_KEY)"
+            ),
+            TlsFailure::CertificateRefused { reason } => anyhow!(
+                "the service at {broker} refused the client certificate of --tls-cert \
+                 ({reason}): it must be signed by the CA the service trusts for clients"
+            ),
+            TlsFailure::UnknownCa { reason } => anyhow!(
+                "the certificate of the service at {broker} is not signed by the CA of \
+                 --tls-ca ({reason})"
+            ),
+            TlsFailure::BadCertificate { reason } => anyhow!(
+                "the certificate of the service at {broker} is refused ({reason}): it must \
+                 name the host as written in --brokers, and be valid now"
+            ),
+        },
+        AgentError::Unreachable { brokers, waited_ms } => {
+            anyhow!("no node reachable at {brokers} within {waited_ms} ms")
+        }
         other => anyhow!("{other}"),
-    })
+    }
 }
 
 /// One request, its failure as one line: a refusal names its code.

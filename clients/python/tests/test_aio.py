@@ -167,3 +167,19 @@ def test_an_operator_revoke_ends_a_waiting_acquire(node, names):
                 await held.release()
 
     run(main)
+
+
+def test_refused_credentials_end_the_connect_at_once(start_node):
+    node = start_node("--auth")
+
+    async def main() -> None:
+        # The deadline is far beyond the suite's patience: only the final refusal ends it.
+        with pytest.raises(hivekeeper.CredentialsRefused) as refused:
+            await hivekeeper.aio.Agent.connect(
+                "drone-9", [node.broker], secret="0" * 64, request_deadline_ms=600_000
+            )
+        assert str(refused.value) == (
+            f"credentials refused by {node.broker}: bad username or password"
+        )
+
+    run(main)

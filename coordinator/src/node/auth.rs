@@ -48,7 +48,7 @@ pub const ARGON2_T_COST: u32 = 1;
 pub const ARGON2_P_COST: u32 = 1;
 
 /// Why a CONNECT's credentials were refused. The text is for the server's log; the client
-/// only ever hears "bad username or password".
+/// hears "bad username or password", or "server unavailable" for [`AuthError::Unavailable`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// No account has this agent id.

@@ -32,7 +32,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use hivekeeper_protocol::{ResourceKind, Response};
+use hivekeeper_protocol::{Op, Priority, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
@@ -189,6 +189,77 @@ pub fn kind_label(kind: ResourceKind) -> &'static str {
     kind.as_str()
 }
 
+/// Every way a lease ends, for `hivekeeper_leases_ended_total{reason}`.
+const LEASE_ENDS: [LeaseEnd; 3] = [LeaseEnd::Revoked, LeaseEnd::Expired, LeaseEnd::AdminRevoked];
+
+/// The `reason` label of a lease's end.
+fn lease_end_label(reason: LeaseEnd) -> &'static str {
+    match reason {
+        LeaseEnd::Revoked => "revoked",
+        LeaseEnd::Expired => "expired",
+        LeaseEnd::AdminRevoked => "admin_revoked",
+    }
+}
+
+/// Every way a hold ends, for `hivekeeper_resource_releases_total{kind,reason}`.
+const RELEASE_REASONS: [ReleaseReason; 4] = [
+    ReleaseReason::Released,
+    ReleaseReason::LeaseEnded,
+    ReleaseReason::WindowEnded,
+    ReleaseReason::Preempted,
+];
+
+/// The `reason` label of a hold's end.
+fn release_reason_label(reason: ReleaseReason) -> &'static str {
+    match reason {
+        ReleaseReason::Released => "released",
+        ReleaseReason::LeaseEnded => "lease_ended",
+        ReleaseReason::WindowEnded => "window_ended",
+        ReleaseReason::Preempted => "preempted",
+    }
+}
+
+/// The `result` label of a `fence.check` answer.
+fn fence_result_label(valid: bool) -> &'static str {
+    if valid { "valid" } else { "stale" }
+}
+
+/// Registers every series whose labels are known before anything happens, at 0 (counters)
+/// or empty (histograms), so a scrape of a fresh node shows each documented metric and a
+/// `rate()` over the first event starts from 0 rather than from nothing. Counters only move
+/// up from here; registering again is harmless. A preemptor's priority is 1 to 3 (a routine
+/// request preempts nobody).
+fn register_series() {
+    counter!(LEASES_GRANTED_TOTAL).increment(0);
+    counter!(LEASES_KEEPALIVES_TOTAL).increment(0);
+    counter!(LEASES_EXPIRY_REFUSED_TOTAL).increment(0);
+    counter!(PREEMPTIONS_WITHDRAWN_TOTAL).increment(0);
+    let _ = histogram!(LEASES_KEEPALIVE_TTL_USED_RATIO);
+    for reason in LEASE_ENDS {
+        counter!(LEASES_ENDED_TOTAL, "reason" => lease_end_label(reason)).increment(0);
+    }
+    for level in 1..=Priority::EMERGENCY.level() {
+        counter!(RESERVATIONS_PREEMPTED_TOTAL, "priority" => level.to_string()).increment(0);
+    }
+    for kind in KINDS.map(kind_label) {
+        counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind).increment(0);
+        counter!(RESOURCE_HANDOVERS_TOTAL, "kind" => kind).increment(0);
+        for reason in RELEASE_REASONS.map(release_reason_label) {
+            counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason).increment(0);
+        }
+        let _ = histogram!(RESOURCE_WAIT_SECONDS, "kind" => kind);
+        let _ = histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind);
+    }
+    for valid in [true, false] {
+        counter!(FENCE_CHECKS_TOTAL, "result" => fence_result_label(valid)).increment(0);
+    }
+    // Every op's successes and durations; error codes appear as they are answered.
+    for op in Op::NAMES {
+        counter!(REQUESTS_TOTAL, "op" => op, "code" => "ok").increment(0);
+        let _ = histogram!(REQUEST_DURATION_SECONDS, "op" => op);
+    }
+}
+
 /// Counts one final answer to a request of `op`, submitted at `started`.
 pub(super) fn answered(op: &'static str, started: tokio::time::Instant, response: &Response) {
     let code = match &response.outcome {
@@ -201,8 +272,7 @@ pub(super) fn answered(op: &'static str, started: tokio::time::Instant, response
 
 /// Counts one `fence.check` answer.
 pub(super) fn fence_checked(valid: bool) {
-    let result = if valid { "valid" } else { "stale" };
-    counter!(FENCE_CHECKS_TOTAL, "result" => result).increment(1);
+    counter!(FENCE_CHECKS_TOTAL, "result" => fence_result_label(valid)).increment(1);
 }
 
 /// Counts a keepalive that moved a deadline.
@@ -256,8 +326,10 @@ fn slot(kind: ResourceKind) -> usize {
 }
 
 impl NodeMetrics {
-    /// Sets the per-kind gauges to zero so they are exported before the first grant.
+    /// Sets the per-kind gauges to zero and registers the counters and histograms
+    /// ([`register_series`]), so they are exported before the first event.
     pub fn new() -> NodeMetrics {
+        register_series();
         let metrics = NodeMetrics::default();
         metrics.publish_held();
         for kind in KINDS {
@@ -297,12 +369,8 @@ impl NodeMetrics {
                 Event::LeaseEnded { reason, .. } => {
                     leases_changed = true;
                     if !replayed {
-                        let reason = match reason {
-                            LeaseEnd::Revoked => "revoked",
-                            LeaseEnd::Expired => "expired",
-                            LeaseEnd::AdminRevoked => "admin_revoked",
-                        };
-                        counter!(LEASES_ENDED_TOTAL, "reason" => reason).increment(1);
+                        counter!(LEASES_ENDED_TOTAL, "reason" => lease_end_label(*reason))
+                            .increment(1);
                     }
                 }
                 Event::Granted {
@@ -339,12 +407,7 @@ impl NodeMetrics {
                     }
                     if !replayed {
                         let kind = kind_label(key.kind);
-                        let reason = match reason {
-                            ReleaseReason::Released => "released",
-                            ReleaseReason::LeaseEnded => "lease_ended",
-                            ReleaseReason::WindowEnded => "window_ended",
-                            ReleaseReason::Preempted => "preempted",
-                        };
+                        let reason = release_reason_label(*reason);
                         counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason)
                             .increment(1);
                         histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind)

@@ -163,7 +163,6 @@ fn fail(myself: &ActorRef<SupervisorMsg>, state: &SupervisorState, reason: Strin
 /// taking and losing office.
 async fn follow_leadership(raft: Arc<RaftHandle>, keeper: ActorRef<KeeperMsg>) {
     let mut leadership = raft.leadership();
-    let me = raft.member_name(raft.node_id());
     let mut was_ready = false;
     loop {
         let (ready, term) = {
@@ -172,6 +171,9 @@ async fn follow_leadership(raft: Arc<RaftHandle>, keeper: ActorRef<KeeperMsg>) {
         };
         if ready != was_ready {
             was_ready = ready;
+            // Looked up now: at start the membership that names this node may not be known
+            // yet, and the name would fall back to the number.
+            let me = raft.member_name(raft.node_id());
             if ready {
                 tracing::info!(member = %me, term, "leading the cluster");
             } else {

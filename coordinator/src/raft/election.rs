@@ -358,8 +358,10 @@ async fn drive_with<F, Fut>(
                     continue;
                 }
                 clock.campaigned();
+                // By name, as every line of ours names members (the id is openraft's).
+                let member = super::name_in(&metrics.borrow(), me);
                 tracing::info!(
-                    node = me,
+                    %member,
                     "no leader heard within the election timeout: campaigning"
                 );
                 if let Err(error) = elect().await {
@@ -371,14 +373,14 @@ async fn drive_with<F, Fut>(
                     let kind = ElectErrors::kind(&error);
                     if errors.first_of_its_kind(&error) {
                         tracing::warn!(
-                            node = me,
+                            %member,
                             %error,
                             kind,
                             "could not start an election; retrying after the jitter (further \
                              errors of this kind are logged at debug)"
                         );
                     } else {
-                        tracing::debug!(node = me, %error, kind, count = errors.counts[kind], "could not start an election");
+                        tracing::debug!(%member, %error, kind, count = errors.counts[kind], "could not start an election");
                     }
                 }
             }

@@ -13,7 +13,9 @@
 //! with authentication on or off: under mutual TLS the certificate is the identity. Anything
 //! else (anonymous, another username, a wrong secret, an unknown agent) is refused with "bad
 //! username or password" (3.1.1 0x04, 5.0 0x86), and the reason goes to the server's debug
-//! log only. So a takeover by client id needs the victim's secret or certificate.
+//! log only. So a takeover by client id needs the victim's secret or certificate. A node that
+//! cannot read its accounts answers "server unavailable" (3.1.1 0x03, 5.0 0x88): clients take
+//! the credential refusals as final and retry this one.
 //!
 //! [`Transport::start_with`]: crate::Transport::start_with
 
@@ -40,13 +42,19 @@ pub trait Authenticator: Send + Sync + 'static {
     fn role_of(&self, agent: &str) -> Role;
 }
 
-/// Why an [`Authenticator`] refused a secret (no such account, a wrong secret, accounts that
-/// cannot be read): the authenticator's own error, kept for the endpoint's debug log. Every
-/// refusal is answered the same way on the wire ("bad username or password"), so the endpoint
-/// never needs to tell them apart.
+/// Why an [`Authenticator`] refused a secret, with the authenticator's own error for the
+/// endpoint's debug log. The two kinds get different CONNACKs: a client gives up on wrong
+/// credentials, and retries a server that could not check them.
 #[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct AuthRefused(pub Box<dyn std::error::Error + Send + Sync>);
+pub enum AuthRefused {
+    /// No such account, or a wrong secret: "bad username or password", final.
+    #[error("{0}")]
+    Credentials(Box<dyn std::error::Error + Send + Sync>),
+    /// The accounts could not be read (the node is not serving): "server unavailable",
+    /// which a client retries.
+    #[error("{0}")]
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+}
 
 /// What the hook sees of a CONNECT.
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +110,10 @@ pub(crate) async fn check(
         .map(Some)
         .map_err(|error| {
             debug!(agent, %error, "CONNECT refused");
-            Refusal::BadCredentials
+            match error {
+                AuthRefused::Credentials(_) => Refusal::BadCredentials,
+                AuthRefused::Unavailable(_) => Refusal::Unavailable,
+            }
         })
 }
 
@@ -122,7 +133,10 @@ mod tests {
             Box::pin(async move {
                 match (agent, secret) {
                     ("a", "s") => Ok(Role::Observer),
-                    _ => Err(AuthRefused("no account a with that secret".into())),
+                    ("u", _) => Err(AuthRefused::Unavailable("no state machine".into())),
+                    _ => Err(AuthRefused::Credentials(
+                        "no account a with that secret".into(),
+                    )),
                 }
             })
         }
@@ -185,6 +199,10 @@ mod tests {
             (
                 credentials("a", Some("a"), Some("s"), Some("b")),
                 Err(Refusal::NotAuthorized),
+            ),
+            (
+                credentials("u", Some("u"), Some("s"), None),
+                Err(Refusal::Unavailable),
             ),
         ];
         for (credentials, expected) in cases {

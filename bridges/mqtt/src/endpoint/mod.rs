@@ -331,12 +331,18 @@ impl Bound {
             .collect();
         gauge!(CONNECTED).set(1.0);
         gauge!(transport_metrics::CLIENTS_CONNECTED).set(0.0);
-        info!(
-            listeners = ?infos,
-            tls = shared.tls.is_some(),
-            mutual_tls = shared.tls.as_ref().is_some_and(|tls| tls.mutual),
-            "agent endpoint listening"
-        );
+        let addrs = infos
+            .iter()
+            .map(|info| info.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let security = match &shared.tls {
+            None => "plaintext (no TLS)",
+            Some(tls) if tls.mutual => "TLS with client certificates (mutual TLS)",
+            Some(_) => "TLS",
+        };
+        // Every listener reads the version from each CONNECT: both serve 3.1.1 and 5.
+        info!("agent endpoint listening on {addrs}: {security}, MQTT 3.1.1 and 5");
         Running {
             shared,
             stop_tx,

@@ -99,11 +99,15 @@ class AgentBase:
 
     # -- the parts of a request both agents share ------------------------------------------------
 
-    def _unreachable(self) -> Unreachable:
-        """Stops the connection thread; the error for an agent no broker accepted."""
+    def _not_connected(self) -> HivekeeperError:
+        """Stops the connection thread; the error for an agent no broker accepted: the
+        refusal that ended the wait at once, or :class:`~hivekeeper.Unreachable`."""
         with self._shared.cond:
             last_error = self._shared.last_error
+            refused = self._shared.refused
         self._stop_connection()
+        if refused is not None:
+            return refused
         return Unreachable(
             ", ".join(self.config.brokers), self.config.request_deadline_ms, last_error
         )
@@ -217,7 +221,8 @@ class Agent(AgentBase):
     at a time, served by its own thread, and the request loop on top.
 
     Creating it validates the settings, connects, and waits until a broker has accepted the
-    agent's subscriptions (at most ``request_deadline_ms``): :class:`~hivekeeper.ConfigError`
+    agent's subscriptions (at most ``request_deadline_ms``): :class:`~hivekeeper.ConfigError`,
+    :class:`~hivekeeper.CredentialsRefused` (at once, when a CONNACK refuses the credentials)
     or :class:`~hivekeeper.Unreachable` otherwise. ``settings`` are the fields of
     :class:`~hivekeeper.AgentConfig` (``secret=``, ``tls_ca=``, ``backoff_first_ms=``, ...).
 
@@ -235,11 +240,12 @@ class Agent(AgentBase):
         self._thread.start()
         with self._shared.cond:
             ready = self._shared.cond.wait_for(
-                lambda: self._shared.link.ready,
+                lambda: self._shared.link.ready or self._shared.refused is not None,
                 timeout=self.config.request_deadline_ms / 1000.0,
             )
+            ready = ready and self._shared.link.ready
         if not ready:
-            raise self._unreachable()
+            raise self._not_connected()
 
     def __enter__(self) -> "Agent":
         return self

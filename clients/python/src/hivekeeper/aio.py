@@ -109,7 +109,8 @@ class Agent(AgentBase):
         cls, agent_id: str, brokers: Optional[Sequence[str]] = None, **settings: Any
     ) -> "Agent":
         """Creates the agent and waits until a broker accepted its subscriptions (at most
-        ``request_deadline_ms``; :class:`~hivekeeper.Unreachable` otherwise)."""
+        ``request_deadline_ms``; :class:`~hivekeeper.CredentialsRefused` at once when a CONNACK
+        refuses the credentials, :class:`~hivekeeper.Unreachable` otherwise)."""
         agent = cls(agent_id, brokers, **settings)
         await agent._start()
         return agent
@@ -133,11 +134,12 @@ class Agent(AgentBase):
             changed = self._changed
             with self._shared.cond:
                 ready = self._shared.link.ready
+                refused = self._shared.refused is not None
             now = time.monotonic()
             if ready:
                 return
-            if now >= deadline:
-                raise await self._loop.run_in_executor(None, self._unreachable)
+            if refused or now >= deadline:
+                raise await self._loop.run_in_executor(None, self._not_connected)
             await self._wait_changed(changed, deadline - now)
 
     def _wake(self) -> None:

@@ -34,6 +34,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from .backoff import Backoff
 from .config import AgentConfig, BrokerAddr
+from .errors import CredentialsRefused, HivekeeperError
 from .protocol import Response, Topics, decode_event, decode_response
 
 log = logging.getLogger("hivekeeper")
@@ -43,6 +44,10 @@ log = logging.getLogger("hivekeeper")
 #: leader before it answers at all), short enough that a client of a member cut off from the
 #: majority moves before its session's keepalives run out.
 UNAVAILABLE_FAILOVER_S = 0.25
+
+#: The CONNACK reason codes (as paho reports them, MQTT 5 values for 3.1.1's 4 and 5) that
+#: refuse the credentials, with the words :class:`~hivekeeper.CredentialsRefused` uses.
+CREDENTIALS_REFUSALS = {134: "bad username or password", 135: "not authorized"}
 
 #: paho's default of 20 unacknowledged QoS 1 publishes would queue a pipelining agent's
 #: requests inside paho; a request is small, so allow many more in flight.
@@ -115,6 +120,9 @@ class Shared:
     closed: bool = False
     #: Why the last connection attempt failed, for :class:`~hivekeeper.Unreachable`.
     last_error: Optional[str] = None
+    #: A refusal no retry can fix (a CONNACK refusing the credentials): connecting ends with
+    #: it at once.
+    refused: Optional[HivekeeperError] = None
     #: Called (condition held) on every change, besides waking the threads waiting on
     #: :attr:`cond`: how an asyncio loop learns of one (``hivekeeper.aio``). They must not block.
     watchers: List[Callable[[], None]] = field(default_factory=list)
@@ -252,6 +260,11 @@ class Connection:
         def on_connect(c: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
             if reason.is_failure:
                 failure.append(f"CONNACK refused: {reason}")
+                refusal = CREDENTIALS_REFUSALS.get(reason.value)
+                if refusal is not None:
+                    with self.shared.cond:
+                        self.shared.refused = CredentialsRefused(str(broker), refusal)
+                        self.shared.notify()
                 c.disconnect()
                 return
             with self.shared.cond:

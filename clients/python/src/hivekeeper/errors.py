@@ -11,6 +11,7 @@ the client resends the same request id after a jittered backoff until the reques
 They are raised only by the deadline's last answer.
 
 The client's own failures are not service codes: :class:`ConfigError` (nothing was sent),
+:class:`CredentialsRefused` (a broker's CONNACK refused the credentials: final, at once),
 :class:`Unreachable` (no broker accepted the connection), :class:`Disconnected` and
 :class:`NoResponse` (a request's deadline passed without or with a connection),
 :class:`SessionLost` (the session is no longer live), :class:`AlreadyHeld` and
@@ -42,6 +43,24 @@ class Unreachable(HivekeeperError):
         self.waited_ms = waited_ms
         #: What the last connection attempt failed with, for a human.
         self.last_error = last_error
+
+
+class CredentialsRefused(HivekeeperError):
+    """A broker refused the agent's CONNECT for its credentials: its CONNACK said "bad username
+    or password" (no such account, a wrong secret, or none given to a service with
+    authentication on) or "not authorized" (with mutual TLS, a client id other than the
+    certificate's CN).
+
+    Final: raised as soon as the CONNACK arrives, not after ``request_deadline_ms``, since the
+    same credentials would be refused again.
+    """
+
+    def __init__(self, broker: str, reason: str) -> None:
+        super().__init__(f"credentials refused by {broker}: {reason}")
+        #: The broker that refused, ``host:port``.
+        self.broker = broker
+        #: The refusal: ``"bad username or password"`` or ``"not authorized"``.
+        self.reason = reason
 
 
 class Disconnected(HivekeeperError):
