@@ -8,8 +8,11 @@ use std::net::SocketAddr;
 pub enum MqttError {
     /// The agent endpoint's TLS files could not be used (`mode.tls_cert`, `mode.tls_key`,
     /// `mode.client_ca`): the error names the file and what is wrong.
+    ///
+    /// The cause is in the text, not in `source()`, so a report of the error chain (anyhow's
+    /// `{:#}`) names it once.
     #[error("agent endpoint TLS: {0}")]
-    Tls(#[from] hivekeeper_tls::TlsError),
+    Tls(hivekeeper_tls::TlsError),
 
     /// A configuration field is out of range or inconsistent with another.
     #[error("invalid MQTT config: `{field}` {reason}")]
@@ -107,4 +110,10 @@ pub enum MqttError {
         /// Which parts did not stop in time.
         reason: String,
     },
+}
+
+impl From<hivekeeper_tls::TlsError> for MqttError {
+    fn from(error: hivekeeper_tls::TlsError) -> Self {
+        MqttError::Tls(error)
+    }
 }
