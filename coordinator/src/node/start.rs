@@ -264,7 +264,7 @@ impl Node {
     /// Stops the components and Raft, and closes the data file.
     pub async fn shutdown(self) -> Result<(), NodeError> {
         if let Some(server) = self.peer_server {
-            // Its connection tasks hold node handles; they end with their connections.
+            // Its connection tasks end with it: no peer is answered by a stopping node.
             server.abort();
             let _ = server.await;
         }

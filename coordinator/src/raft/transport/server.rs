@@ -49,7 +49,9 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Reply, ForwardRefused>> + Send;
 }
 
-/// Accepts peers on `listener` until the task is aborted. Raft RPCs go to `raft` (and what
+/// Accepts peers on `listener` until the task is aborted; aborting it also ends every
+/// connection it accepted (they are its own tasks), so a stopped node answers no peer from a
+/// connection opened before it stopped. Raft RPCs go to `raft` (and what
 /// they say about the leader's liveness to `election`), forwarded requests to `handler`.
 /// Frames after the hello are bounded by `frame_max_bytes` ([`wire::frame_max_bytes`]).
 /// With `tls`, each connection's TLS handshake (on its own task) must admit the peer before
@@ -66,8 +68,14 @@ pub async fn serve<H: ForwardHandler>(
     faults: NetworkFaults,
     tls: Option<PeerAcceptor>,
 ) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let stream = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            // Reaps ended connections, so the set holds only live ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(error) => {
                 // Out of file descriptors and the like: wait a little rather than spin.
@@ -87,7 +95,7 @@ pub async fn serve<H: ForwardHandler>(
             faults: faults.clone(),
         };
         let tls = tls.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             match tls {
                 None => peer.run(Box::new(stream), None).await,
                 Some(tls) => match tls.accept(stream).await {
