@@ -764,6 +764,7 @@ impl RaftHandle {
             .shutdown()
             .await
             .map_err(|error| RaftError::Runtime(format!("stopping raft: {error}")))?;
+        self.state_machine.close_delivery();
         self.store.close(CLOSE_TIMEOUT).await
     }
 }

@@ -129,12 +129,15 @@ impl AppliedSink for mpsc::UnboundedSender<Applied> {
     }
 }
 
-/// Notices kept until a sink is installed, then the sink.
+/// Notices kept until a sink is installed, then the sink, until Raft stops.
 enum SinkState {
     /// No sink yet: kept in log order.
     Backlog(Vec<Applied>),
     /// The sink.
     Installed(Arc<dyn AppliedSink>),
+    /// Raft has stopped: the sink was dropped (a channel sink's receiver sees its end), and
+    /// nothing more is delivered.
+    Closed,
 }
 
 impl SinkState {
@@ -142,6 +145,7 @@ impl SinkState {
         match self {
             SinkState::Backlog(kept) => kept.push(applied),
             SinkState::Installed(sink) => sink.applied(applied),
+            SinkState::Closed => {}
         }
     }
 }
@@ -224,6 +228,12 @@ impl StateMachineStore {
                 sink.applied(applied);
             }
         }
+    }
+
+    /// Drops the sink (or what was kept for one): called once Raft has stopped, so that
+    /// whoever reads the notices sees their end.
+    pub(crate) fn close_delivery(&self) {
+        *self.delivery() = SinkState::Closed;
     }
 
     /// The delivery slot; a sink that panicked cannot leave it half-updated (it is only ever
