@@ -241,8 +241,8 @@ fn election_due(
 ///
 /// Only a committed vote counts: openraft also adopts the uncommitted vote of a rival
 /// candidate from its refusal, and that rival may have a shorter log and never win; taking it
-/// for a leader held back the member that could win by a whole lease (a 1,018 ms failover,
-/// traced in its election log).
+/// for a leader would hold back the member that could win by a whole lease
+/// (docs/BENCHMARKS.md, "The rival-vote fix", under "Failover").
 fn another_leads(
     me: NodeId,
     was_leading: bool,
