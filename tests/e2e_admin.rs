@@ -236,9 +236,9 @@ async fn status_shows_the_node_as_leader_and_names_an_unreachable_one() {
 }
 
 /// An `inspect` answer too big for one MQTT packet lists the first waiters that fit and says
-/// how many wait in all. It used to be refused by the transport for its size and never sent:
-/// the asker, and every retry of it, waited for nothing (found with 1,000 waiters at the
-/// default 64 KiB packet limit; here the limit is lowered so 300 waiters are enough).
+/// how many wait in all, rather than be refused by the transport for its size and never sent
+/// (the asker, and every retry of it, would wait for nothing). At the default 64 KiB packet
+/// limit that takes about 1,000 waiters; here the limit is lowered so 300 are enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_of_a_queue_too_long_for_one_packet_lists_the_first_waiters_and_the_total() {
     const WAITERS: usize = 300;
@@ -496,7 +496,7 @@ async fn ls_leases_and_revoke_by_agent_find_and_free_what_an_agent_holds() {
 }
 
 /// A broker address where nothing listens fails at once, naming the refusal, instead of
-/// redialling for all of `--timeout-ms` (it used to wait the full 5 s).
+/// redialling for all of `--timeout-ms` (5 s by default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_is_a_clear_error_at_once() {
     let dead = format!("127.0.0.1:{}", common::free_port());

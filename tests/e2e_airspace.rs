@@ -1,14 +1,14 @@
-//! End to end over MQTT, one `hivekeeper serve` per test: 4D airspace (issue 18). Waypoint
-//! reservations with time windows: windows that do not overlap are granted at once, a future
-//! one included; an overlapping one would block; a window ends by itself (the leader's
-//! `ExpireReservations`) and its waiter is granted with a higher token; bad windows are
-//! `bad_request` with the message that says which. Routes: two drones reserve crossing routes
-//! at overlapping times, one waits and is granted with a higher token when the other releases,
-//! a route at another time is granted at once; amend and release in raw JSON. Priority and
-//! preemption (part 3), with a 500 ms vacate deadline: a routine route held, an emergency
-//! route crossing it, the holder told `reservation.preempted` with `vacate_by_ms` (raw JSON,
-//! and the SDK's `Guard::preempted`), the holder not releasing, the emergency granted at the
-//! deadline with a higher token and the holder told `waypoint.lost`.
+//! End to end over MQTT, one `hivekeeper serve` per test: 4D airspace. Waypoint reservations
+//! with time windows: windows that do not overlap are granted at once, a future one included;
+//! an overlapping one would block; a window ends by itself (the leader's `ExpireReservations`)
+//! and its waiter is granted with a higher token; bad windows are `bad_request` with the
+//! message that says which. Routes: two drones reserve crossing routes at overlapping times,
+//! one waits and is granted with a higher token when the other releases, a route at another
+//! time is granted at once; amend and release in raw JSON. Priority and preemption, with a 500
+//! ms vacate deadline: a routine route held, an emergency route crossing it, the holder told
+//! `reservation.preempted` with `vacate_by_ms` (raw JSON, and the SDK's `Guard::preempted`),
+//! the holder not releasing, the emergency granted at the deadline with a higher token and the
+//! holder told `waypoint.lost`.
 
 mod common;
 

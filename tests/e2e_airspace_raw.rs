@@ -1,6 +1,6 @@
 //! End to end over MQTT in raw JSON, one `hivekeeper serve` per test: the parts of 4D airspace
-//! (issue 18, docs/PROTOCOL.md §8.8–§8.9.5, §10) that e2e_airspace.rs covers only through the
-//! SDK or not at all, asserting exact replies and events.
+//! (docs/PROTOCOL.md §8.8–§8.9.5, §10) that e2e_airspace.rs covers only through the SDK or not
+//! at all, asserting exact replies and events.
 //!
 //! - Time windows: windows that touch (`end == start`) are both granted; an overlapping one is
 //!   `would_block` with `wait_ms: 0`; queued, it is granted with a higher token in the entry

@@ -1,6 +1,6 @@
-//! The Rust SDK's airspace calls against a real `hivekeeper serve` over MQTT (issue 18): the
-//! SDK's own tests (agent-sdk/tests/) play the service with a fake, since the SDK must not
-//! depend on the coordinator; these run the real one, which only this package can start.
+//! The Rust SDK's airspace calls against a real `hivekeeper serve` over MQTT: the SDK's own
+//! tests (agent-sdk/tests/) play the service with a fake, since the SDK must not depend on the
+//! coordinator; these run the real one, which only this package can start.
 //!
 //! - `Agent::airspace_query`: the protocol's `ConflictInfo` rows for a cylinder and for a
 //!   route, pages of one with `next_after`, and bad queries as `AgentError::Service` with

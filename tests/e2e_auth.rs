@@ -1,8 +1,8 @@
-//! End to end: `hivekeeper serve --auth` (issue 14, accounts and roles) over real processes and
-//! real MQTT. The first start writes the `admin` secret; the CLI manages accounts with it; a
-//! CONNECT without the right secret is refused with "bad username or password"; a client-id
-//! takeover without the victim's secret fails and the victim keeps its lock; roles are checked
-//! per op; removing an account closes its connection and revokes its leases.
+//! End to end: `hivekeeper serve --auth` (accounts and roles) over real processes and real
+//! MQTT. The first start writes the `admin` secret; the CLI manages accounts with it; a CONNECT
+//! without the right secret is refused with "bad username or password"; a client-id takeover
+//! without the victim's secret fails and the victim keeps its lock; roles are checked per op;
+//! removing an account closes its connection and revokes its leases.
 
 mod common;
 

@@ -1,7 +1,7 @@
-//! Online backup end to end (issue 16, part 5), over real `hivekeeper serve` processes: a
-//! three-member cluster holds locks (one with a waiter), a semaphore and waypoints with
-//! several agents, and a few hundred more locks over ten leases so the snapshot spans several
-//! pages; `hivekeeper snapshot save` (through a follower) saves it; the cluster is stopped;
+//! Online backup end to end, over real `hivekeeper serve` processes: a three-member cluster
+//! holds locks (one with a waiter), a semaphore and waypoints with several agents, and a few
+//! hundred more locks over ten leases so the snapshot spans several pages;
+//! `hivekeeper snapshot save` (through a follower) saves it; the cluster is stopped;
 //! `hivekeeper snapshot restore` seeds three fresh data directories for a new member list; the
 //! new cluster holds every lock, permit and reservation with its token, every waiter in its
 //! place and every lease, and a new grant's token is above every restored one.

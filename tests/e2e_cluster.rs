@@ -463,8 +463,8 @@ fn the_history_checker_flags_overlaps_and_token_regressions() {
 
 /// A paused leader (SIGSTOP: a GC or VM stall) keeps its sockets open and answers nothing. A
 /// request a follower forwarded to it must not wait for the forward's timeout: once the
-/// follower learns of the new leader, the request goes there. Without that, the agent got
-/// `unavailable: no commit within 5000 ms` (issue 15's measurement); here it gets its grant.
+/// follower learns of the new leader, the request goes there. Without that, the agent would get
+/// `unavailable: no commit within 5000 ms`; here it gets its grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_forwarded_to_a_paused_leader_goes_to_the_new_one() {
     let cluster = ProcessCluster::start(3, &[]).await;

@@ -1,7 +1,8 @@
-//! End to end: the attacks of the security issue, tried against `hivekeeper serve --mqtt-url`
-//! behind a Mosquitto hardened exactly as docs/SECURITY.md says (the files in
-//! `deploy/mosquitto/`: a password file, `pattern` ACLs, the client id forced to the
-//! username). Mallory is a legitimate agent of the same broker; each attack is refused and
+//! End to end: an agent's attacks on another (sniffing its traffic, spoofing its requests,
+//! forging its responses, taking over its client id), tried against
+//! `hivekeeper serve --mqtt-url` behind a Mosquitto hardened exactly as docs/SECURITY.md says
+//! (the files in `deploy/mosquitto/`: a password file, `pattern` ACLs, the client id forced to
+//! the username). Mallory is a legitimate agent of the same broker; each attack is refused and
 //! the victim keeps its lease and its lock.
 //!
 //! Ordering without sleeps: Mosquitto handles one client's publishes in order, and the service

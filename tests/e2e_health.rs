@@ -1,7 +1,7 @@
-//! Health that tells the truth (issue 16), on real `hivekeeper serve` processes: the metrics
-//! port's `/health`, `/ready` and 404s, the build and process metrics, per-peer reachability,
-//! and a leader whose followers are gone saying `NO QUORUM` everywhere an operator looks,
-//! answering requests `unavailable` at once with the reason.
+//! Health that tells the truth, on real `hivekeeper serve` processes: the metrics port's
+//! `/health`, `/ready` and 404s, the build and process metrics, per-peer reachability, and a
+//! leader whose followers are gone saying `NO QUORUM` everywhere an operator looks, answering
+//! requests `unavailable` at once with the reason.
 //!
 //! ```text
 //! cargo test --test e2e_health -- --nocapture     # prints how fast `unavailable` came

@@ -11,7 +11,7 @@ use hivekeeper_agent::{Agent, SessionState};
 use tokio::time::Instant;
 
 const TTL_MS: u64 = 1_000;
-/// The bound on the reclaim delay past the TTL.
+/// The bound on the reclaim delay past the TTL that this test holds the service to.
 const SLACK_MS: u64 = 250;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! Membership changes as an operator makes them, `hivekeeper member` against real
-//! `hivekeeper serve` processes (issue 16): a phantom address is refused and changes nothing,
-//! a real fourth member is caught up and promoted, a dead member is removed and the rest keep
-//! taking writes, and `member list --json` shows the quorum arithmetic at every step.
+//! `hivekeeper serve` processes: a phantom address is refused and changes nothing, a real
+//! fourth member is caught up and promoted, a dead member is removed and the rest keep taking
+//! writes, and `member list --json` shows the quorum arithmetic at every step.
 //!
 //! ```text
 //! cargo test --test e2e_membership

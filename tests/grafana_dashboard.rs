@@ -87,7 +87,7 @@ fn the_dashboard_is_a_well_formed_grafana_dashboard() {
             .collect();
         assert_eq!(ref_ids.len(), targets.len(), "refIds repeat in {panel}");
     }
-    // Every expression queries Hivekeeper, and the sections the issue asks for are there.
+    // Every expression queries Hivekeeper, and every metric the dashboard must chart is there.
     let expressions = expressions(&dashboard);
     assert!(
         expressions
@@ -129,8 +129,9 @@ const APPLY_SIDE: [&str; 8] = [
     "hivekeeper_resource_waiters",
 ];
 
-/// Issue 16: `sum()` over the members over-counted every apply-side metric three times in a
-/// three-member cluster. They are aggregated with `max` (any member's value is the cluster's).
+/// Every member applies the same entries, so `sum()` over the members would count every
+/// apply-side metric three times in a three-member cluster. They are aggregated with `max` (any
+/// member's value is the cluster's).
 #[test]
 fn apply_side_metrics_are_never_summed_across_members() {
     let mut checked = 0;

@@ -1,8 +1,9 @@
 //! A granted wait must not leave work behind in the node. The bridge answers each request in a
-//! task; a queued acquire's task times its `wait_ms`, and it used to sleep out the whole wait
-//! even after the grant came: one live task (about 6 KB) per grant for `wait_ms`. A contended
-//! bench run grew the node by about 90 MB every 8 s that way. This runs the service in this
-//! test's own runtime, so its tasks can be counted.
+//! task; a queued acquire's task times its `wait_ms`, and must end when the grant comes: a task
+//! that slept out the whole wait would keep one live task (about 6 KB) per grant for `wait_ms`,
+//! which a contended bench turns into tens of megabytes (docs/BENCHMARKS.md, "Scale after the
+//! wait-timer fix"). This runs the service in this test's own runtime, so its tasks can be
+//! counted.
 
 mod common;
 
@@ -41,7 +42,8 @@ async fn a_granted_wait_ends_its_timer_task() {
     let runtime = tokio::runtime::Handle::current().metrics();
     let baseline = runtime.num_alive_tasks();
 
-    // A long wait: before the fix, every grant below left a task sleeping for ten minutes.
+    // A long wait: a task that slept out its wait would stay alive ten minutes after each grant
+    // below.
     let long = Wait::AtMost(Duration::from_secs(600));
     let sessions = [(&a, "wait-a"), (&b, "wait-b")];
     for round in 0..HANDOVERS {

@@ -75,7 +75,7 @@ pub(crate) struct Link {
 /// after it has waited for a leader or found itself without a quorum or cut off from the
 /// cluster (so the answer is already evidence); this short grace keeps an agent on a broker
 /// whose next answer is fine (a one-off refusal during an election) and lets the clients of a
-/// cut-off member move within a second of the cut (issue 15).
+/// cut-off member move within a second of the cut.
 pub(crate) const UNAVAILABLE_FAILOVER: Duration = Duration::from_millis(250);
 
 /// What the connection task shares with the request side.

@@ -88,8 +88,8 @@ pub enum Resource {
         geometry: Option<Geometry>,
         /// When: two cylinders conflict only if their windows overlap.
         window: TimeWindow,
-        /// Addition (issue 18, part 3): 0 (routine) to 3 (emergency). A reservation in the way
-        /// only of lower priorities preempts them instead of waiting behind them.
+        /// The priority, 0 (routine) to 3 (emergency). A reservation in the way only of lower
+        /// priorities preempts them instead of waiting behind them.
         priority: Priority,
     },
     /// A whole route (`route.reserve`): 1 to 64 4D volumes granted all or nothing with one
@@ -324,9 +324,9 @@ impl Drop for Releasing {
     }
 }
 
-/// Addition (issue 18, part 3): the service needs a reservation's airspace for a request of a
-/// higher priority (`reservation.preempted`): vacate it and release the guard by
-/// `vacate_by_ms`, when the service ends it (the token then fails `fence.check`).
+/// The service needs a reservation's airspace for a request of a higher priority
+/// (`reservation.preempted`): vacate it and release the guard by `vacate_by_ms`, when the
+/// service ends it (the token then fails `fence.check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Preempted {
     /// When the service ends the reservation unless released first, UTC ms since the Unix

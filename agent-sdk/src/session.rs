@@ -397,10 +397,10 @@ impl Session {
             .await
     }
 
-    /// Addition (issue 18, part 3): [`Session::reserve_route`] at `priority`. A route in the
-    /// way only of lower priorities is not queued behind them: each holder is told to vacate
-    /// by a deadline, and the route is granted when they have released or at the deadline,
-    /// with a higher token. Among waiters a higher priority goes first.
+    /// [`Session::reserve_route`] at `priority`. A route in the way only of lower priorities is
+    /// not queued behind them: each holder is told to vacate by a deadline, and the route is
+    /// granted when they have released or at the deadline, with a higher token. Among waiters a
+    /// higher priority goes first.
     pub async fn reserve_route_at(
         &self,
         name: impl Into<String>,
@@ -431,8 +431,8 @@ impl Session {
             .await
     }
 
-    /// Addition (issue 18, part 3): [`Session::reserve_waypoint_in`] at `priority`, which
-    /// preempts as [`Session::reserve_route_at`] says.
+    /// [`Session::reserve_waypoint_in`] at `priority`, which preempts as
+    /// [`Session::reserve_route_at`] says.
     pub async fn reserve_waypoint_at(
         &self,
         name: impl Into<String>,

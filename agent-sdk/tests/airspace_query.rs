@@ -1,8 +1,8 @@
-//! `Agent::airspace_query` against the fake service (issue 18): the query goes out as the
-//! wire's `airspace.query` with exactly its fields, a refusal comes back as the typed error,
-//! and a query the service would refuse is refused before anything is sent. The rows and
-//! pages of a real service are tested in the root package's tests/e2e_airspace_sdk.rs, which
-//! can start one.
+//! `Agent::airspace_query` against the fake service: the query goes out as the wire's
+//! `airspace.query` with exactly its fields, a refusal comes back as the typed error, and a
+//! query the service would refuse is refused before anything is sent. The rows and pages of a
+//! real service are tested in the root package's tests/e2e_airspace_sdk.rs, which can start
+//! one.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! Priority and preemption in the SDK (issue 18, part 3), against the fake service: the
-//! reserve sends its `priority`, and `Guard::preempted` resolves on the
-//! `reservation.preempted` event of its own name and token, not on another's.
+//! Priority and preemption in the SDK, against the fake service: the reserve sends its
+//! `priority`, and `Guard::preempted` resolves on the `reservation.preempted` event of its own
+//! name and token, not on another's.
 
 mod common;
 

@@ -2,9 +2,9 @@
 //!
 //! Every lease, lock, permit and reservation decision is made by the pure, deterministic state
 //! machine (`hivekeeper-state-machine`, re-exported as [`state_machine`]), which each Raft
-//! replica applies in log order. This crate wraps it: Raft (openraft, on redb) and the node's
-//! actors (ractor) carry bytes and time, never decisions, and [`wire`] converts between the
-//! wire protocol and the machine's types.
+//! replica applies in log order. This crate wraps it: Raft (openraft; its log on a segment log,
+//! its vote and snapshots on redb) and the node's actors (ractor) carry bytes and time, never
+//! decisions, and [`wire`] converts between the wire protocol and the machine's types.
 //!
 //! ```text
 //!  front door ─▶ NodeHandle::submit ─▶ wire::write / wire::read
@@ -26,10 +26,10 @@
 //!   semaphore, waypoint, FIFO queues, dedup, snapshot), each opening with its invariants.
 //! - [`wire`]: wire `Request` to the machine's `Command` or `ReadOp`, and `Reply` to the wire
 //!   `Response`.
-//! - [`raft`]: the openraft adapter: log, vote and snapshots on redb (written by one
-//!   group-commit writer thread, fsync before acknowledge), the state machine behind openraft,
-//!   the peer transport, and [`raft::open`] to start a node from its data directory. Nothing
-//!   outside it names openraft.
+//! - [`raft`]: the openraft adapter: the log on a segment log (`hivekeeper-segment-log`), vote
+//!   and snapshots on redb (both written by one group-commit writer thread, fsync before
+//!   acknowledge), the state machine behind openraft, the peer transport, and [`raft::open`] to
+//!   start a node from its data directory. Nothing outside it names openraft.
 //! - [`node`]: what runs around Raft and owns a request's lifecycle: [`node::NodeHandle`] (what
 //!   a front door calls: one request in, one final response out), the waits component
 //!   (pending requests and their deadlines), the proposer task (batching), the fan-out (Raft's

@@ -333,11 +333,11 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
     cluster.shutdown().await;
 }
 
-/// Pre-Vote (issue 15's term inflation, issue 17's openraft 0.10): a follower cut off for
-/// many election timeouts asks whether it could win before it raises its term, so it keeps its
-/// term, and when the partition heals the leader stays leader throughout. Without Pre-Vote the
-/// cut-off member campaigns at every timeout and its higher term deposes the leader on return
-/// (a new election: the leader is seen not leading for at least an election timeout).
+/// Pre-Vote, against term inflation: a follower cut off for many election timeouts asks whether
+/// it could win before it raises its term, so it keeps its term, and when the partition heals
+/// the leader stays leader throughout. Without Pre-Vote the cut-off member campaigns at every
+/// timeout and its higher term deposes the leader on return (a new election: the leader is seen
+/// not leading for at least an election timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_back_from_a_partition_does_not_depose_the_leader() {
     let cluster = Cluster::start("prev").await;
@@ -372,7 +372,7 @@ async fn a_follower_back_from_a_partition_does_not_depose_the_leader() {
 /// A follower whose links go silent (packets dropped, as in a real partition) stops waiting for
 /// its silent leader as soon as it no longer knows it as leader (its own election timer fires),
 /// and answers `unavailable` saying no leader is known, instead of holding the request until
-/// the commit timeout (issue 15: found by `hivekeeper nemesis`, partition-minority).
+/// the commit timeout (the case `hivekeeper nemesis`'s partition-minority fault makes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silently_cut_off_follower_answers_that_no_leader_is_known() {
     let cluster = Cluster::start("silf").await;
@@ -403,11 +403,11 @@ async fn a_silently_cut_off_follower_answers_that_no_leader_is_known() {
     cluster.shutdown().await;
 }
 
-/// Issue 15: a member cut off from the cluster answers the agents that wait in a queue there,
-/// which would otherwise hear nothing until the partition heals (a queued wait has no commit
-/// deadline: its answer comes from the log, which a cut-off member no longer hears). Their
-/// waits stay queued in the replicated state: a resend of the same id at a member of the
-/// majority is granted there once the holder lets go.
+/// A member cut off from the cluster answers the agents that wait in a queue there, which would
+/// otherwise hear nothing until the partition heals (a queued wait has no commit deadline: its
+/// answer comes from the log, which a cut-off member no longer hears). Their waits stay queued
+/// in the replicated state: a resend of the same id at a member of the majority is granted
+/// there once the holder lets go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_member_answers_its_waiting_agents_and_their_waits_go_on_elsewhere() {
     for (prefix, silently, cut_leader) in [("cwl", false, true), ("cwf", true, false)] {
@@ -1147,12 +1147,12 @@ async fn a_wait_still_times_out_when_the_leader_changes_while_it_waits() {
     cluster.shutdown().await;
 }
 
-/// Issue 15: a leader whose clock ran an hour ahead granted a lease (stamped an hour in the
-/// future), then its clock came back. The machine used to keep the largest stamp as its clock,
-/// so the lease could not expire until real time caught up an hour later (the keeper proposed
-/// the refused expiry every tick). Now the machine's clock steps by stamps (`clock.rs`): the
-/// lease's lock is reclaimed a few seconds after its 1 s TTL and goes to the next agent with a
-/// higher token. Fails without the stepped clock (the lock is still held after 20 s).
+/// A leader whose clock ran an hour ahead granted a lease (stamped an hour in the future), then
+/// its clock came back. The machine's clock steps by stamps (`clock.rs`), so the lease's lock
+/// is reclaimed a few seconds after its 1 s TTL and goes to the next agent with a higher token.
+/// A machine that kept the largest stamp as its clock could not expire the lease until real
+/// time caught up an hour later (the keeper would propose the refused expiry every tick): the
+/// lock would still be held after 20 s, and this test would fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_granted_while_the_leaders_clock_ran_an_hour_ahead_is_still_reclaimed() {
     let cluster = Cluster::start("clk").await;
@@ -1187,12 +1187,12 @@ async fn a_lease_granted_while_the_leaders_clock_ran_an_hour_ahead_is_still_recl
     cluster.shutdown().await;
 }
 
-/// Issue 15, for waits: an agent queued with `wait_ms` while the leader's clock ran an hour
+/// The same for waits: an agent queued with `wait_ms` while the leader's clock ran an hour
 /// ahead, then the clock came back with no other entry. The keeper's expiry check projects the
-/// machine's clock from the last stamp, which is an hour ahead of the leader's clock now, so
-/// it saw nothing due until the leader's clock caught up; it now proposes an entry that
-/// re-anchors the steps, and the wait times out about `wait_ms` later. Fails without that
-/// (no answer within 20 s).
+/// machine's clock from the last stamp, which is then an hour ahead of the leader's clock, so
+/// it would see nothing due until the leader's clock caught up; the keeper therefore proposes
+/// an entry that re-anchors the steps, and the wait times out about `wait_ms` later. Without
+/// that entry no answer comes within 20 s and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_queued_while_the_leaders_clock_ran_ahead_still_times_out() {
     let cluster = Cluster::start("wclk").await;

@@ -1,8 +1,8 @@
-//! A stranger on the peer port who knows the cluster name (issue 14, "a forged internal
-//! command"): it says a correct hello, then sends frames shaped like the node's own commands
-//! as the old `PeerRequest::Propose(Vec<Command>)` carried them, serialized by hand. Each is
-//! undecodable now, the connection is dropped, and the victim keeps what it holds. Oversized
-//! frames drop the connection before and after the hello.
+//! A stranger on the peer port who knows the cluster name forges internal commands: it says a
+//! correct hello, then sends frames with the node's own commands inside, serialized by hand,
+//! both as a `Propose(Vec<Command>)` request and under the real forwarding variant's name. None
+//! decodes, the connection is dropped, and the victim keeps what it holds. Oversized frames
+//! drop the connection before and after the hello.
 //!
 //! ```text
 //! cargo test -p hivekeeper-coordinator --test peer_port
@@ -40,13 +40,14 @@ struct Envelope<T> {
     body: T,
 }
 
-/// The peer request of the build before this one: a follower forwarded any `Command`.
+/// A peer request that carries any `Command`, internal ones included: it must not decode.
 #[derive(Serialize)]
 enum OldPeerRequest {
     Propose(Vec<Command>),
 }
 
-/// Today's variant name with an internal command inside: it must not decode either.
+/// The real forwarding variant's name with an internal command inside: it must not decode
+/// either.
 #[derive(Serialize)]
 enum ForgedWrites {
     Writes(Vec<Command>),

@@ -1,8 +1,8 @@
-//! Online backup in Raft's terms (issue 16): the state taken from a running leader at one
-//! applied index, through a backup file, seeds a new node that starts on exactly that state,
-//! elects itself in a later term, expires leases (its term is not older than the state's) and
-//! grants higher tokens than every restored one. A data directory that holds anything is
-//! refused, and so is a state that does not restore.
+//! Online backup in Raft's terms: the state taken from a running leader at one applied index,
+//! through a backup file, seeds a new node that starts on exactly that state, elects itself in
+//! a later term, expires leases (its term is not older than the state's) and grants higher
+//! tokens than every restored one. A data directory that holds anything is refused, and so is a
+//! state that does not restore.
 //!
 //! ```text
 //! cargo test -p hivekeeper-coordinator --test raft_backup

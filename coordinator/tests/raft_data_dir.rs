@@ -279,9 +279,9 @@ fn copy_log(from: &Path, to: &Path) {
     }
 }
 
-/// Issue 17: a record of the Raft log damaged in the middle (valid records after it) is not a
-/// torn tail: the node refuses to start, naming the segment file and the byte offset, rather
-/// than drop the acknowledged entries after it.
+/// A record of the Raft log damaged in the middle (valid records after it) is not a torn tail:
+/// the node refuses to start, naming the segment file and the byte offset, rather than drop the
+/// acknowledged entries after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_crc_in_the_middle_of_the_raft_log_is_refused_naming_the_file() {
     let dir = tempdir();

@@ -2,12 +2,11 @@
 //! the storage writer needed. Prints the figures; asserts only what must hold whatever the
 //! disk's speed.
 //!
-//! openraft appends one entry per client write; 0.9.25 waited for each append's flush before it
-//! submitted the next one, so the writer saw one append at a time and one command per entry
-//! cost one transaction each (first test; 0.10 lets appends that arrive during a commit share
-//! the next one, so it may take fewer). Commands proposed while an
-//! entry is in flight share the next entry (`propose_batch`, the way the node's proposer
-//! batches), and so its transaction (second test): far fewer transactions than commands.
+//! openraft appends one entry per client write, so one command per entry costs up to one
+//! transaction each (first test; appends that arrive during a commit share the next one, so it
+//! may take fewer). Commands proposed while an entry is in flight share the next entry
+//! (`propose_batch`, the way the node's proposer batches), and so its transaction (second
+//! test): far fewer transactions than commands.
 //!
 //! ```text
 //! cargo test -p hivekeeper-coordinator --test raft_group_commit -- --nocapture

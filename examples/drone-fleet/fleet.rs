@@ -52,7 +52,8 @@ const GATEWAY: &str = "gateway";
 /// See [`GATEWAY`].
 const GATEWAY_CONFIG: &str = "gateway/config";
 
-/// What the fleet does; [`FleetConfig::default`] is the scenario.
+/// What the fleet does; [`FleetConfig::default`] is the scenario the example's doc describes
+/// (50 drones on 20 pads, 200 sensors sharing one gateway).
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
     /// Brokers of the service, `host:port`.
@@ -75,7 +76,8 @@ pub struct FleetConfig {
     pub gateway_permits: u32,
     /// TTL of every session.
     pub ttl_ms: u64,
-    /// How often every session keeps its lease alive (the 1.5 s for a 5 s TTL).
+    /// How often every session keeps its lease alive (1.5 s for a 5 s TTL by default, under a
+    /// third of the TTL).
     pub keepalive_every_ms: u64,
     /// Drones that crash mid-landing (`--chaos`); 0 for a calm run.
     pub crashes: usize,

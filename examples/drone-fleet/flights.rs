@@ -1,7 +1,7 @@
-//! The drone-fleet example's airspace part (issue 18): every flight from the hub to a pad is
-//! one 4D intent (`route.reserve`), planned ahead in time, and an emergency flight preempts a
-//! routine one. Kept apart from `fleet.rs` (the pads, the gateway, the crashes), so the
-//! end-to-end test (`tests/example_drone_fleet.rs`) runs the same code with small counts.
+//! The drone-fleet example's airspace part: every flight from the hub to a pad is one 4D intent
+//! (`route.reserve`), planned ahead in time, and an emergency flight preempts a routine one.
+//! Kept apart from `fleet.rs` (the pads, the gateway, the crashes), so the end-to-end test
+//! (`tests/example_drone_fleet.rs`) runs the same code with small counts.
 //!
 //! ```text
 //!  planners (one agent + session each)                 survey drone (routine)

@@ -1,5 +1,5 @@
-//! Addition (issue 18): `airspace.query`, which reservations a volume or a route would conflict
-//! with, without reserving anything. A planner asks it to pick a free slot.
+//! `airspace.query`: which reservations a volume or a route would conflict with, without
+//! reserving anything. A planner asks it to pick a free slot.
 //!
 //! The request gives either `volume` ([`QueryVolume`]: one cylinder, its window optional) or
 //! `volumes` (a route's [`Volume`]s, 1 to [`validate::ROUTE_VOLUMES_MAX`]), never both; the
@@ -100,8 +100,8 @@ pub struct ConflictInfo {
     /// The positions in the route, from 0, of `volumes`, one for one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_indexes: Vec<u32>,
-    /// The reservation's priority (issue 18, part 3), when above routine (absent: 0): a
-    /// planner with a higher priority may preempt it rather than pick another slot.
+    /// The reservation's priority, when above routine (absent: 0): a planner with a higher
+    /// priority may preempt it rather than pick another slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
 }

@@ -30,12 +30,12 @@ pub enum ErrorCode {
     Unavailable,
     /// The lease belongs to another agent.
     Forbidden,
-    /// Addition to DESIGN.md §3: a configured bound is reached (leases, waiters on one
-    /// resource, resources). Retrying later may succeed; retrying at once will not.
+    /// A configured bound is reached (leases, waiters on one resource, resources). Retrying
+    /// later may succeed; retrying at once will not.
     ResourceExhausted,
-    /// Addition (issue 14): the agent sent requests faster than its configured rate
-    /// (`rate_per_s_max` per agent, a token bucket). Nothing was done; retry the same request
-    /// with backoff, as for `unavailable`.
+    /// The agent sent requests faster than its configured rate (`rate_per_s_max` per agent, a
+    /// token bucket). Nothing was done; retry the same request with backoff, as for
+    /// `unavailable`.
     RateLimited,
 }
 

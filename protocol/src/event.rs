@@ -18,7 +18,7 @@ pub enum Event {
         /// The lease that ended.
         lease: String,
     },
-    /// Addition: an operator ended the lease (`admin.revoke`); everything it held is gone.
+    /// An operator ended the lease (`admin.revoke`); everything it held is gone.
     #[serde(rename = "lease.revoked")]
     LeaseRevoked {
         /// The lease that ended.
@@ -49,11 +49,10 @@ pub enum Event {
         /// The token of the reservation that ended.
         token: u64,
     },
-    /// Addition (issue 18, part 3): a request of a higher priority needs the airspace of this
-    /// reservation (a waypoint's or a whole route's). The holder should vacate and release it
-    /// by `vacate_by_ms`; at that time the service ends it (the holder is then told
-    /// `waypoint.lost`, and its token no longer passes `fence.check`). Sent once per
-    /// reservation, however many requests preempt it.
+    /// A request of a higher priority needs the airspace of this reservation (a waypoint's or a
+    /// whole route's). The holder should vacate and release it by `vacate_by_ms`; at that time
+    /// the service ends it (the holder is then told `waypoint.lost`, and its token no longer
+    /// passes `fence.check`). Sent once per reservation, however many requests preempt it.
     #[serde(rename = "reservation.preempted")]
     ReservationPreempted {
         /// The reservation's name (a waypoint's or a route's).
@@ -69,12 +68,12 @@ pub enum Event {
         /// The priority of the request that preempts it (higher than the reservation's).
         priority: Priority,
     },
-    /// Addition (issue 18, part 3): the vacate deadline of a `reservation.preempted` is
-    /// dropped, because no waiting request needs this reservation's airspace any more (the
-    /// preempting request timed out, was cancelled or its lease ended, a request of its
-    /// priority now stands before it, or the reservation was amended out of its way). The
-    /// holder keeps the reservation, with its token, and need not vacate. A later preemption
-    /// sends `reservation.preempted` again, with a new deadline.
+    /// The vacate deadline of a `reservation.preempted` is dropped, because no waiting request
+    /// needs this reservation's airspace any more (the preempting request timed out, was
+    /// cancelled or its lease ended, a request of its priority now stands before it, or the
+    /// reservation was amended out of its way). The holder keeps the reservation, with its
+    /// token, and need not vacate. A later preemption sends `reservation.preempted` again, with
+    /// a new deadline.
     #[serde(rename = "reservation.preemption_withdrawn")]
     ReservationPreemptionWithdrawn {
         /// The reservation's name (a waypoint's or a route's).

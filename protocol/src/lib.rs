@@ -21,7 +21,7 @@
 //!   malformed message (`bad_request`) from an unknown op (`unknown_op`) from one too large
 //!   (`too_large`).
 //! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
-//! - [`airspace`]: `airspace.query`'s volume and its answer's rows (issue 18).
+//! - [`airspace`]: `airspace.query`'s volume and its answer's rows.
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
 //! - [`priority`]: [`Priority`], a reservation's level (0 routine to 3 emergency).

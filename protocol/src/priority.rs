@@ -1,4 +1,4 @@
-//! Addition (issue 18, part 3): a reservation's priority, `0` (routine) to `3` (emergency).
+//! A reservation's priority, `0` (routine) to `3` (emergency).
 //!
 //! `waypoint.reserve`, `route.reserve` and `route.amend` take an optional `priority`; absent
 //! means routine. A request that conflicts only with holders of a strictly lower priority

@@ -157,16 +157,16 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
-        /// Addition (issue 18): start of the reservation's time window, UTC milliseconds since
-        /// the Unix epoch, compared with the log entry's time; absent: from the entry's time.
+        /// Start of the reservation's time window, UTC milliseconds since the Unix epoch,
+        /// compared with the log entry's time; absent: from the entry's time.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_ms: Option<u64>,
-        /// Addition (issue 18): end of the window, exclusive (`[start_ms, end_ms)`); the
-        /// reservation ends by itself then. Absent: until released.
+        /// End of the window, exclusive (`[start_ms, end_ms)`); the reservation ends by itself
+        /// then. Absent: until released.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         end_ms: Option<u64>,
-        /// Addition (issue 18, part 3): 0 (routine, the default) to 3 (emergency); a request
-        /// that conflicts only with lower priorities preempts them (`priority.rs`).
+        /// The priority, 0 (routine, the default) to 3 (emergency); a request that conflicts
+        /// only with lower priorities preempts them (`priority.rs`).
         #[serde(default, skip_serializing_if = "Priority::is_routine")]
         priority: Priority,
     },
@@ -178,10 +178,10 @@ pub enum Op {
         /// The lease holding it.
         lease: String,
     },
-    /// Addition (issue 18): reserve a whole route, 1 to [`validate::ROUTE_VOLUMES_MAX`] 4D
-    /// volumes, as one intent: granted all or nothing with one token, or queued as a unit. A
-    /// route is a waypoint reservation with several volumes: it shares the waypoint names,
-    /// `inspect` and `fence.check` with kind `waypoint`.
+    /// Reserve a whole route, 1 to [`validate::ROUTE_VOLUMES_MAX`] 4D volumes, as one intent:
+    /// granted all or nothing with one token, or queued as a unit. A route is a waypoint
+    /// reservation with several volumes: it shares the waypoint names, `inspect` and
+    /// `fence.check` with kind `waypoint`.
     #[serde(rename = "route.reserve")]
     RouteReserve {
         /// The route's name (a waypoint name).
@@ -193,12 +193,11 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
-        /// Addition (issue 18, part 3): as for `waypoint.reserve`.
+        /// The priority, as for `waypoint.reserve`.
         #[serde(default, skip_serializing_if = "Priority::is_routine")]
         priority: Priority,
     },
-    /// Addition (issue 18): release every volume of a route (the same as `waypoint.release`
-    /// of its name).
+    /// Release every volume of a route (the same as `waypoint.release` of its name).
     #[serde(rename = "route.release")]
     RouteRelease {
         /// The route's name.
@@ -206,8 +205,8 @@ pub enum Op {
         /// The lease holding it.
         lease: String,
     },
-    /// Addition (issue 18): replace a held route's volumes atomically. Granted at once (the
-    /// token kept) or `would_block` (the old route kept); it never waits.
+    /// Replace a held route's volumes atomically. Granted at once (the token kept) or
+    /// `would_block` (the old route kept); it never waits.
     #[serde(rename = "route.amend")]
     RouteAmend {
         /// The route's name.
@@ -216,14 +215,13 @@ pub enum Op {
         lease: String,
         /// The new volumes.
         volumes: Vec<Volume>,
-        /// Addition (issue 18, part 3): the route's priority from now on, as for
-        /// `waypoint.reserve`; absent: routine (an amend restates it, as it restates the
-        /// volumes).
+        /// The route's priority from now on, as for `waypoint.reserve`; absent: routine (an
+        /// amend restates it, as it restates the volumes).
         #[serde(default, skip_serializing_if = "Priority::is_routine")]
         priority: Priority,
     },
-    /// Addition (issue 18): the held reservations that conflict, in space and time, with one
-    /// cylinder or a route, a page at a time in name order; reserves nothing (`airspace.rs`).
+    /// The held reservations that conflict, in space and time, with one cylinder or a route, a
+    /// page at a time in name order; reserves nothing (`airspace.rs`).
     #[serde(rename = "airspace.query")]
     AirspaceQuery {
         /// One cylinder, its window optional (absent: from the machine's time on); exactly one
@@ -248,7 +246,8 @@ pub enum Op {
         /// DESIGN.md §3); `name` is what every other op calls it.
         #[serde(alias = "resource")]
         name: String,
-        /// Addition to DESIGN.md §3: the resource's kind, `lock` by default.
+        /// The resource's kind, `lock` by default: a lock, a semaphore and a waypoint may share
+        /// a name.
         #[serde(default)]
         kind: ResourceKind,
         /// The token to check.
@@ -262,11 +261,11 @@ pub enum Op {
         /// Its name.
         name: String,
     },
-    /// Addition: the answering node's own view of Raft (term, leader, indexes, members).
-    /// Answered by the node that receives it, never forwarded, and not linearizable.
+    /// The answering node's own view of Raft (term, leader, indexes, members). Answered by the
+    /// node that receives it, never forwarded, and not linearizable.
     #[serde(rename = "admin.status")]
     AdminStatus {},
-    /// Addition: every live lease, a page at a time, in lease id order. A linearizable read.
+    /// Every live lease, a page at a time, in lease id order. A linearizable read.
     #[serde(rename = "admin.leases")]
     AdminLeases {
         /// Only leases after this lease id (the previous page's `next_after`); absent: from
@@ -274,9 +273,9 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
     },
-    /// Addition: the resources held or waited for now, a page at a time, in (kind, name)
-    /// order, each with its holder and waiter counts. A linearizable read, for operators who
-    /// do not know a resource's exact name.
+    /// The resources held or waited for now, a page at a time, in (kind, name) order, each with
+    /// its holder and waiter counts. A linearizable read, for operators who do not know a
+    /// resource's exact name.
     #[serde(rename = "admin.resources")]
     AdminResources {
         /// Only this kind; absent: every kind (locks, then semaphores, then waypoints).
@@ -293,11 +292,11 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
-    /// Addition (issue 16): one page of a consistent snapshot of the replicated state, for an
-    /// online backup (`hivekeeper snapshot save`). Without `index` the leader takes a new
-    /// snapshot after a read-index round, keeps it, and answers its first page; with `index`
-    /// (the first page's) it answers the page at `offset` of that same snapshot, so the pages
-    /// together are the state at one log index. Answered by the leader; needs `admin`.
+    /// One page of a consistent snapshot of the replicated state, for an online backup
+    /// (`hivekeeper snapshot save`). Without `index` the leader takes a new snapshot after a
+    /// read-index round, keeps it, and answers its first page; with `index` (the first page's)
+    /// it answers the page at `offset` of that same snapshot, so the pages together are the
+    /// state at one log index. Answered by the leader; needs `admin`.
     #[serde(rename = "admin.snapshot")]
     AdminSnapshot {
         /// The log index of the snapshot being read (every page after the first); absent: take
@@ -314,40 +313,40 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         page_bytes_max: Option<u32>,
     },
-    /// Addition: end any agent's lease, as its own `lease.revoke` would, without the owner
-    /// check. For operators freeing a stuck resource.
+    /// End any agent's lease, as its own `lease.revoke` would, without the owner check. For
+    /// operators freeing a stuck resource.
     #[serde(rename = "admin.revoke")]
     AdminRevoke {
         /// The lease to end.
         lease: String,
     },
-    /// Addition: add a member to a running cluster. The leader dials it first (refused
-    /// `bad_request` when nothing answers there), adds it as a learner, and makes it a voter
-    /// once it has caught up (refused `timeout` when it does not in time: it stays a learner).
-    /// Answered by the leader (forwarded there) once it votes.
+    /// Add a member to a running cluster. The leader dials it first (refused `bad_request` when
+    /// nothing answers there), adds it as a learner, and makes it a voter once it has caught up
+    /// (refused `timeout` when it does not in time: it stays a learner). Answered by the leader
+    /// (forwarded there) once it votes.
     #[serde(rename = "admin.member.add")]
     AdminMemberAdd {
         /// The new member's `--name` (its id is derived from it).
         name: String,
         /// Where the members reach it, `host:port` (its inter-node address).
         addr: String,
-        /// Addition (issue 16): how long the leader waits for the learner to catch up, ms;
-        /// absent: 10,000. At most [`crate::validate::CATCH_UP_TIMEOUT_MS_MAX`].
+        /// How long the leader waits for the learner to catch up, ms; absent: 10,000. At most
+        /// [`crate::validate::CATCH_UP_TIMEOUT_MS_MAX`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         catch_up_timeout_ms: Option<u64>,
-        /// Addition (issue 16): how many entries behind the leader's log the learner may be
-        /// and count as caught up; absent: 100.
+        /// How many entries behind the leader's log the learner may be and count as caught up;
+        /// absent: 100.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         catch_up_lag_entries_max: Option<u64>,
     },
-    /// Addition: remove a member from a running cluster. Answered by the leader.
+    /// Remove a member from a running cluster. Answered by the leader.
     #[serde(rename = "admin.member.remove")]
     AdminMemberRemove {
         /// The member's `--name`.
         name: String,
     },
-    /// Addition: create the account of agent `name` with a new secret, answered once with
-    /// the secret (only its hash is kept). Needs `admin`.
+    /// Create the account of agent `name` with a new secret, answered once with the secret
+    /// (only its hash is kept). Needs `admin`.
     #[serde(rename = "admin.agent.add")]
     AdminAgentAdd {
         /// The agent id the account is for (the MQTT username and client id).
@@ -356,8 +355,8 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         role: Option<Role>,
     },
-    /// Addition: one page of accounts (name and role, never a secret or its hash), in name
-    /// order. Needs `admin`.
+    /// One page of accounts (name and role, never a secret or its hash), in name order. Needs
+    /// `admin`.
     #[serde(rename = "admin.agent.list")]
     AdminAgentList {
         /// Only accounts after this name (the previous page's `next_after`); absent: from the
@@ -365,15 +364,15 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
     },
-    /// Addition: delete the account of agent `name`: its connections are closed and its
-    /// leases revoked. Needs `admin`.
+    /// Delete the account of agent `name`: its connections are closed and its leases revoked.
+    /// Needs `admin`.
     #[serde(rename = "admin.agent.remove")]
     AdminAgentRemove {
         /// The agent id.
         name: String,
     },
-    /// Addition: give agent `name` a new secret, answered once; the old secret stops working
-    /// and its connections are closed. Needs `admin`.
+    /// Give agent `name` a new secret, answered once; the old secret stops working and its
+    /// connections are closed. Needs `admin`.
     #[serde(rename = "admin.agent.rotate")]
     AdminAgentRotate {
         /// The agent id.

@@ -79,8 +79,8 @@ pub struct Success {
     /// `admin.resources`: one page of resources held or waited for, in (kind, name) order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Vec<ResourceInfo>>,
-    /// Addition (issue 18), `airspace.query`: one page of the held reservations that conflict
-    /// with the query, in name order.
+    /// `airspace.query`: one page of the held reservations that conflict with the query, in
+    /// name order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<Vec<ConflictInfo>>,
     /// `admin.leases`, `admin.resources`, `admin.agent.list`, `airspace.query`: present when
@@ -189,14 +189,13 @@ pub struct NodeStatus {
     /// (an empty list on a single node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<Vec<ReplicationInfo>>,
-    /// Addition (issue 16): whether the node is backed by a quorum. On the leader: a majority
-    /// of the voters acknowledged it within the longest election timeout (`false`: it answers
-    /// every request `unavailable` at once, `status` shows `NO QUORUM`). On a follower: it
-    /// knows a leader. Absent from nodes older than this field.
+    /// Whether the node is backed by a quorum. On the leader: a majority of the voters
+    /// acknowledged it within the longest election timeout (`false`: it answers every request
+    /// `unavailable` at once, `status` shows `NO QUORUM`). On a follower: it knows a leader.
+    /// Absent from nodes older than this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub has_quorum: Option<bool>,
-    /// Addition (issue 16): on the leader only, ms since a majority of the voters last
-    /// acknowledged it.
+    /// On the leader only, ms since a majority of the voters last acknowledged it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum_ack_age_ms: Option<u64>,
 }
@@ -278,22 +277,21 @@ pub struct HolderInfo {
     /// The reservation's cylinder (waypoints reserved with geometry only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
-    /// Addition (issue 18): start of the reservation's time window, ms since the Unix epoch
-    /// (waypoints reserved with a window only).
+    /// Start of the reservation's time window, ms since the Unix epoch (waypoints reserved with
+    /// a window only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ms: Option<u64>,
-    /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
+    /// End of the window, exclusive (waypoints reserved with an end only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<u64>,
-    /// Addition (issue 18): a route's volumes, in flight order (routes only).
+    /// A route's volumes, in flight order (routes only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Addition (issue 18, part 3): the reservation's priority, when above routine (absent:
-    /// 0, as in the request).
+    /// The reservation's priority, when above routine (absent: 0, as in the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
-    /// Addition (issue 18, part 3): when a preempted reservation is ended unless released
-    /// first (preempted waypoints and routes only).
+    /// When a preempted reservation is ended unless released first (preempted waypoints and
+    /// routes only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vacate_by_ms: Option<u64>,
 }
@@ -313,18 +311,18 @@ pub struct WaiterInfo {
     /// The cylinder it asks for (waypoints reserved with geometry only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
-    /// Addition (issue 18): start of the reservation's time window, ms since the Unix epoch
-    /// (waypoints reserved with a window only).
+    /// Start of the reservation's time window, ms since the Unix epoch (waypoints reserved with
+    /// a window only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ms: Option<u64>,
-    /// Addition (issue 18): end of the window, exclusive (waypoints reserved with an end only).
+    /// End of the window, exclusive (waypoints reserved with an end only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<u64>,
-    /// Addition (issue 18): a route's volumes, in flight order (routes only).
+    /// A route's volumes, in flight order (routes only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Addition (issue 18, part 3): the priority it asks for, when above routine (absent: 0).
-    /// Waiters are listed in queue order, which priority and aging decide.
+    /// The priority it asks for, when above routine (absent: 0). Waiters are listed in queue
+    /// order, which priority and aging decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
 }

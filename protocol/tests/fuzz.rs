@@ -1,7 +1,7 @@
-//! Fuzzing the wire decoders (issue 15): whatever bytes or JSON an agent publishes, the
-//! service's request decoder answers a value or a protocol error, never a panic; and whatever
-//! the service publishes, the SDK's response and event decoders do the same. A request that
-//! decodes is valid (`validate` passes) and survives `encode` then `decode` unchanged.
+//! Fuzzing the wire decoders: whatever bytes or JSON an agent publishes, the service's request
+//! decoder answers a value or a protocol error, never a panic; and whatever the service
+//! publishes, the SDK's response and event decoders do the same. A request that decodes is
+//! valid (`validate` passes) and survives `encode` then `decode` unchanged.
 //!
 //! ```text
 //! cargo test -p hivekeeper-protocol --test fuzz                       # 256 cases each

@@ -437,8 +437,8 @@ fn op_waypoint_reserve_with_point_only() {
     assert_eq!(area_core(&flat), Some((0.0, 0.0, 0.0)));
 }
 
-/// Issue 18: a time window, `[start_ms, end_ms)` in UTC ms; either end may be left out, and
-/// what is left out stays out on the wire.
+/// A time window, `[start_ms, end_ms)` in UTC ms; either end may be left out, and what is left
+/// out stays out on the wire.
 #[test]
 fn op_waypoint_reserve_with_a_time_window() {
     let expected = req(
@@ -502,8 +502,8 @@ fn hub_leg() -> Volume {
     }
 }
 
-/// Issue 18: `route.reserve` carries 1 to 64 volumes, every field required; `route.amend` the
-/// same without `wait_ms`; `route.release` is a name and a lease.
+/// `route.reserve` carries 1 to 64 volumes, every field required; `route.amend` the same
+/// without `wait_ms`; `route.release` is a name and a lease.
 #[test]
 fn op_route_reserve_amend_release() {
     let volume = hub_leg();
@@ -555,8 +555,8 @@ fn op_route_reserve_amend_release() {
     );
 }
 
-/// Issue 18: `airspace.query` takes one cylinder (`volume`, its window optional) or a route
-/// (`volumes`), and pages with `after` and `limit`.
+/// `airspace.query` takes one cylinder (`volume`, its window optional) or a route (`volumes`),
+/// and pages with `after` and `limit`.
 #[test]
 fn op_airspace_query() {
     let volume = QueryVolume {
@@ -679,9 +679,9 @@ fn bad_request_airspace_query() {
     );
 }
 
-/// Issue 18: an `airspace.query` page: a waypoint row with its cylinder and window, a route
-/// row with its conflicting volumes and their positions, `next_after`; a row without `agent`
-/// and `lease` (as the `agent` role sees another agent's reservation).
+/// An `airspace.query` page: a waypoint row with its cylinder and window, a route row with its
+/// conflicting volumes and their positions, `next_after`; a row without `agent` and `lease` (as
+/// the `agent` role sees another agent's reservation).
 #[test]
 fn success_airspace_query() {
     let leg = hub_leg();
@@ -1071,8 +1071,8 @@ fn success_admin_resources() {
     assert_eq!(back.outcome, Ok(success));
 }
 
-/// Issue 16, online backup: the first page takes and pins a snapshot; later pages name its
-/// `index` and an `offset`; `page_bytes_max` bounds a page.
+/// Online backup: the first page takes and pins a snapshot; later pages name its `index` and an
+/// `offset`; `page_bytes_max` bounds a page.
 #[test]
 fn op_admin_snapshot() {
     assert_request(
@@ -1177,7 +1177,7 @@ fn op_admin_member_add() {
         ),
         &json!({"id": "r27", "op": "admin.member.add", "name": "n4", "addr": "10.0.0.4:7401"}),
     );
-    // Issue 16: the catch-up bounds, and host names.
+    // The catch-up bounds, and a host name for the address.
     assert_request(
         r#"{"id":"r29","op":"admin.member.add","name":"n4","addr":"node-4.local:7401","catch_up_timeout_ms":30000,"catch_up_lag_entries_max":10}"#,
         &req(
@@ -2567,9 +2567,8 @@ fn success_fence_check() {
     );
 }
 
-/// Issue 18: a waypoint's holder and waiter carry their time window (`start_ms`, and `end_ms`
-/// when it has an end); both are absent for a reservation without a window. A route's carry
-/// its `volumes`.
+/// A waypoint's holder and waiter carry their time window (`start_ms`, and `end_ms` when it has
+/// an end); both are absent for a reservation without a window. A route's carry its `volumes`.
 #[test]
 fn success_inspect_waypoint_with_windows() {
     let response = Response::ok(
@@ -2933,8 +2932,8 @@ fn event_waypoint_lost() {
     );
 }
 
-/// Issue 18, part 3: a reservation preempted by a higher priority is told to vacate by a
-/// deadline, with what it is (`kind`) and who preempts it (`priority`).
+/// A reservation preempted by a higher priority is told to vacate by a deadline, with what it
+/// is (`kind`) and who preempts it (`priority`).
 #[test]
 fn event_reservation_preempted() {
     assert_event_golden(
@@ -2963,7 +2962,7 @@ fn event_reservation_preemption_withdrawn() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Priority (issue 18, part 3)
+// Priority and preemption
 // ---------------------------------------------------------------------------------------------
 
 /// `priority` on `waypoint.reserve`, `route.reserve` and `route.amend`: an integer 0 to 3,

@@ -287,7 +287,7 @@ fn shape_text(
 
 /// A reservation's priority when above routine (` priority=3`), and a preempted holder's
 /// deadline (` vacate_by=1764503705000`, UTC ms), after its shape; nothing for a routine one
-/// that is not preempted (issue 18, part 3).
+/// that is not preempted.
 fn priority_text(priority: Option<Priority>, vacate_by_ms: Option<u64>) -> String {
     let priority = priority.map_or_else(String::new, |p| format!(" priority={p}"));
     let vacate = vacate_by_ms.map_or_else(String::new, |ms| format!(" vacate_by={ms}"));
@@ -316,7 +316,7 @@ mod tests {
         Holder, Inspection, Waiter, area_text, inspection_text, priority_text, shape_text,
     };
 
-    /// Issue 18, part 3: a priority above routine and a vacate deadline follow the shape.
+    /// A priority above routine and a vacate deadline follow the shape.
     #[test]
     fn priorities_and_vacate_deadlines_follow_the_shape() {
         use hivekeeper_agent::protocol::Priority;
@@ -331,7 +331,7 @@ mod tests {
         );
     }
 
-    /// Issue 18: a window is shown after the cylinder, a route as its volume count and span.
+    /// A window is shown after the cylinder, a route as its volume count and span.
     #[test]
     fn windows_and_routes_are_shown_in_the_area_column() {
         let pad = Area {

@@ -1,6 +1,6 @@
-//! 4D airspace (issue 18) as the end-to-end tests plan it: times on the service's clock,
-//! cylinders and routes around one hub, raw pilots and routes, accounts of a node with
-//! `--auth`, and a node with other reservation limits (a short vacate deadline, say).
+//! 4D airspace as the end-to-end tests plan it: times on the service's clock, cylinders and
+//! routes around one hub, raw pilots and routes, accounts of a node with `--auth`, and a node
+//! with other reservation limits (a short vacate deadline, say).
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -66,7 +66,7 @@ pub fn start_broker() -> u16 {
     for _ in 0..500 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             // mosquitto read its config at start and rereads it only on SIGHUP: the directory
-            // can go now (it used to stay in the temp dir, one per broker per test run).
+            // can go now, rather than stay in the temp dir, one per broker per test run.
             let _ = std::fs::remove_dir_all(&dir);
             return port;
         }

@@ -98,7 +98,7 @@ pub const DEFAULTS: Defaults = Defaults {
     startup_timeout_ms: 10_000,
     listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 1883),
     tcp_nodelay: true,
-    // The scale target is 10,000 agents a node with room for 20,000 idle ones; each
+    // The scale target is 10,000 agents a node with room for 20,000 idle ones; each
     // connection costs a task, a read buffer and its queue (docs/BENCHMARKS.md).
     connections_max: 20_000,
     connect_packet_timeout_ms: 5_000,

@@ -1,5 +1,5 @@
-"""4D airspace (issue 18) against a real node: time windows, routes granted all or nothing,
-amend, priority with preemption and its vacate deadline, and ``airspace.query`` paging.
+"""4D airspace against a real node: time windows, routes granted all or nothing, amend,
+priority with preemption and its vacate deadline, and ``airspace.query`` paging.
 
 Each test flies at a spot of its own (``spot``) so that no two tests' reservations can
 conflict on the shared node; windows start a minute or more ahead, so none ends by itself

@@ -1,5 +1,5 @@
-//! Online backup and restore (issue 16): a consistent snapshot of a running cluster, read
-//! page by page over the admin path, saved to a file, and seeded into a new cluster.
+//! Online backup and restore: a consistent snapshot of a running cluster, read page by page
+//! over the admin path, saved to a file, and seeded into a new cluster.
 //!
 //! ```text
 //!  hivekeeper snapshot save FILE                         (an admin client, over MQTT)

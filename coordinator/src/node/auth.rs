@@ -144,9 +144,9 @@ pub fn redact_inspect(agent: &str, reply: Reply) -> Reply {
     }
 }
 
-/// Addition (issue 18): an `airspace.query` answer as the `agent` role sees it with
-/// authentication on: other agents' reservations without their `agent` and `lease` (only
-/// observers and admins see who holds the airspace); the asker's own keep both.
+/// An `airspace.query` answer as the `agent` role sees it with authentication on: other agents'
+/// reservations without their `agent` and `lease` (only observers and admins see who holds the
+/// airspace); the asker's own keep both.
 pub fn redact_conflicts(agent: &str, reply: Reply) -> Reply {
     match reply {
         Reply::Conflicts {
@@ -229,8 +229,8 @@ impl NodeHandle {
     /// (not a linearizable read: an account change takes effect on a member when the member
     /// applies it). Returns the account's role. With authentication off every secret passes
     /// (`admin`). The hash is verified on the blocking pool, never on an async worker: one
-    /// verify was measured at about 100 µs (docs/BENCHMARKS.md), too long to hold a worker
-    /// that serves other connections.
+    /// verify takes about 100 µs (docs/BENCHMARKS.md), too long to hold a worker that serves
+    /// other connections.
     pub async fn authenticate(&self, agent: &str, secret: &str) -> Result<Role, AuthError> {
         if !self.auth_enabled {
             return Ok(Role::Admin);

@@ -90,10 +90,9 @@ impl Forwarder {
     /// Waits up to `leader_wait` for a leader other than `gone` to be known. Ends early with
     /// the reason when this member is cut off from the majority meanwhile (`quorum.rs`, rule
     /// 4): no leader it could reach will come, and its agent should move to another member now
-    /// rather than after the wait (a follower cut off by a partition used to answer a request
-    /// in flight after its election timeout plus the whole leader wait, ~0.9 s). A member only
-    /// slow to hear an election is still in touch with a majority, so it is not cut off and
-    /// waits as before.
+    /// rather than after its election timeout plus the whole leader wait (about 0.9 s). A
+    /// member only slow to hear an election is still in touch with a majority, so it is not cut
+    /// off and waits up to `leader_wait`.
     async fn wait_for_leader(&self, gone: Option<NodeId>) -> Result<(), NodeError> {
         let cut_off = async {
             loop {

@@ -180,8 +180,8 @@ impl NodeHandle {
         };
         let handle = self.clone();
         let agent = agent.to_string();
-        // Boxed: with the forwarding and read-index futures inline the task was kilobytes,
-        // copied at spawn (see docs/BENCHMARKS.md).
+        // Boxed: with the forwarding and read-index futures inline the task would be
+        // kilobytes, copied at spawn (see docs/BENCHMARKS.md).
         tokio::spawn(Box::pin(async move {
             let id = request.id.clone();
             let inspect = matches!(request.op, Op::Inspect { .. });

@@ -284,7 +284,7 @@ mod tests {
         lessor.ended(&lease(2));
         assert_eq!(lessor.expiry_refused(now, &[lease(1), lease(2)]), 1);
         // Proposed again after 100, 200, 400, ... ms, never more than 5 s apart; not before
-        // (it used to be at every tick, 20 ms).
+        // (not at every 20 ms tick).
         let mut delays_ms = Vec::new();
         for _ in 0..9 {
             let at = lessor.refused[&lease(1)].at;

@@ -68,13 +68,11 @@ pub const RESOURCE_HANDOVERS_TOTAL: &str = "hivekeeper_resource_handovers_total"
 /// Holds that ended, by `kind` and `reason` = `released` | `lease_ended` | `window_ended` |
 /// `preempted`.
 pub const RESOURCE_RELEASES_TOTAL: &str = "hivekeeper_resource_releases_total";
-/// Addition (issue 18, part 3): waypoint reservations and routes preempted by a request of a
-/// higher priority (each told `reservation.preempted` with a vacate deadline), by the
-/// preemptor's `priority` (counter).
+/// Waypoint reservations and routes preempted by a request of a higher priority (each told
+/// `reservation.preempted` with a vacate deadline), by the preemptor's `priority` (counter).
 pub const RESERVATIONS_PREEMPTED_TOTAL: &str = "hivekeeper_reservations_preempted_total";
-/// Addition (issue 18, part 3): vacate deadlines dropped because no waiting request needed the
-/// reservation's airspace any more (each holder told `reservation.preemption_withdrawn`)
-/// (counter).
+/// Vacate deadlines dropped because no waiting request needed the reservation's airspace any
+/// more (each holder told `reservation.preemption_withdrawn`) (counter).
 pub const PREEMPTIONS_WITHDRAWN_TOTAL: &str = "hivekeeper_reservation_preemptions_withdrawn_total";
 /// Time from queueing to grant, 0 for an immediate grant, by `kind` (histogram).
 pub const RESOURCE_WAIT_SECONDS: &str = "hivekeeper_resource_wait_seconds";

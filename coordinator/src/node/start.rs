@@ -308,11 +308,10 @@ async fn configure_when_leading(handle: NodeHandle, limits: Limits, data_dir: Pa
 }
 
 /// Reports Raft stopping on its own as the node's failure. openraft ends its core on a storage
-/// error (a full disk, a failed fsync: the writer accepts nothing after one); before this the
-/// process stayed up, answered nothing and logged an error for every request. Now `serve`
-/// exits non-zero with the reason, so a supervisor or an operator sees it, and in a cluster the
-/// agents fail over to the other members. Raft stopping because we shut it down is not a
-/// failure.
+/// error (a full disk, a failed fsync: the writer accepts nothing after one); a process that
+/// stayed up would answer nothing and log an error for every request. `serve` exits non-zero
+/// with the reason instead, so a supervisor or an operator sees it, and in a cluster the agents
+/// fail over to the other members. Raft stopping because we shut it down is not a failure.
 async fn report_raft_stop(
     mut leadership: watch::Receiver<raft::Leadership>,
     failure: watch::Sender<Option<String>>,

@@ -119,16 +119,17 @@ impl RaftConfig {
 
     /// openraft's own `(election_timeout_min, election_timeout_max)` for our election window.
     ///
-    /// openraft does not start an election after its election timeout of silence: a
-    /// follower that knows a leader first waits out that leader's lease, which openraft sets
-    /// to its `election_timeout_max`, then its random election timeout, so it elects after
-    /// `E_max + random(E_min, E_max)` of silence (`RaftCore::handle_tick_election`). Passing
-    /// 150–300 ms through unchanged meant 450–600 ms of silence, and measured failovers of
-    /// 500–680 ms. So openraft gets `E_max = max / 2` and `E_min = min − E_max` (at least one
-    /// heartbeat interval plus 1 ms, which openraft requires): the silence before an election is
-    /// then between `max(min, E_max + heartbeat + 1)` and `max` — 201–300 ms with the defaults.
-    /// The lease still keeps a follower from voting for a candidate while it heard from a live
-    /// leader within `E_max`; a candidate's own wait is always longer than that.
+    /// openraft does not start an election after its election timeout of silence: a follower
+    /// that knows a leader first waits out that leader's lease, which openraft sets to its
+    /// `election_timeout_max`, then its random election timeout, so it elects after
+    /// `E_max + random(E_min, E_max)` of silence (`RaftCore::handle_tick_election`). Passed
+    /// through unchanged, 150–300 ms would mean 450–600 ms of silence (docs/BENCHMARKS.md,
+    /// "Failover", compares the two). So openraft gets `E_max = max / 2` and
+    /// `E_min = min − E_max` (at least one heartbeat interval plus 1 ms, which openraft
+    /// requires): the silence before an election is then between
+    /// `max(min, E_max + heartbeat + 1)` and `max` — 201–300 ms with the defaults. The lease
+    /// still keeps a follower from voting for a candidate while it heard from a live leader
+    /// within `E_max`; a candidate's own wait is always longer than that.
     pub fn openraft_election_timeouts_ms(&self) -> (u64, u64) {
         let high = (self.election_timeout_ms_max / 2).max(self.heartbeat_interval_ms + 2);
         let low = self
@@ -180,9 +181,9 @@ impl RaftConfig {
             // default). That is safe only when the state machine is durable at apply or the
             // committed id is saved at once; here the machine lives in memory and the committed
             // id rides along lazily (`writer.rs`, invariant 4), so a restarted leader would
-            // serve a machine older than what it acknowledged: `hivekeeper nemesis` caught a
-            // lock granted twice after `kill-majority` with it on. A restarted leader stands
-            // for election like any other member, as on 0.9.
+            // serve a machine older than what it acknowledged (with it on,
+            // `hivekeeper nemesis`'s `kill-majority` finds a lock granted twice). A restarted
+            // leader stands for election like any other member.
             enable_leader_restore: Some(false),
             ..openraft::Config::default()
         };

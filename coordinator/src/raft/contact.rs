@@ -10,12 +10,11 @@
 //!  cut-off check                  ─▶ out_of_touch_for(peer): since either
 //! ```
 //!
-//! openraft 0.9.25 keeps the same facts per peer (its `clock_progress`) but exports only the
-//! quorum's (`millis_since_quorum_ack`), so the network records its own. Any answer counts, a
-//! refusal too: the peer is up and talking. Only a leader sends to every peer every heartbeat,
-//! so only a leader's record of answers is current; a follower hears from its leader instead
-//! (every heartbeat), and from the other members when they campaign or answer its own
-//! campaign.
+//! openraft exports when each peer last acknowledged it only on a leader (its `heartbeat`
+//! metrics), so the network records its own, on every member. Any answer counts, a refusal too:
+//! the peer is up and talking. Only a leader sends to every peer every heartbeat, so only a
+//! leader's record of answers is current; a follower hears from its leader instead (every
+//! heartbeat), and from the other members when they campaign or answer its own campaign.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

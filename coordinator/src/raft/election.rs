@@ -12,21 +12,23 @@
 //!         silence restarts, so it tries again after its jitter); it ends only with Raft
 //! ```
 //!
-//! openraft 0.9.25 decides *that* a node is elected; this module decides only *when* a follower
-//! asks. Its own timer (`RaftCore::handle_tick_election`) cost failovers of about 600 ms, about
-//! one in ten, measured by `hivekeeper bench failover` with openraft's election logs:
-//! 1. **A sticky smaller-log flag.** A candidate refused by a voter with a longer log waits an
-//!    extra `2 × election_timeout_max` before its next election, and the flag is cleared only
-//!    when that node next campaigns. A member that lost one election that way kept the flag
-//!    through later terms, so when it was the member that should have won the next failover,
-//!    it waited 300 ms more (a 597 ms gap, traced). Upstream fixed this after 0.9.25
-//!    (databendlabs/openraft#2087: "apply smaller-log election backoff only while still
-//!    behind"); here the backoff holds only while this node's log is below the longer one.
-//! 2. **A random timeout drawn once per process.** Two followers whose timeouts happen to be
-//!    close split their votes at every failover they share. Here the jitter is drawn afresh
-//!    whenever the node hears from a leader, as in the Raft paper.
-//! 3. **Checks only on openraft's tick** (every 1.5 heartbeat intervals, 75 ms by default),
-//!    which added up to 75 ms to every election. Here the driver sleeps until the exact time.
+//! openraft decides *that* a node is elected; this module decides only *when* a follower asks.
+//! openraft's own timer (`RaftCore::handle_tick_election`) is off: it checks only on its tick,
+//! and in openraft 0.9 it also kept its smaller-log backoff across terms and drew its random
+//! timeout once per process, which made about one failover in ten take about 600 ms
+//! (docs/BENCHMARKS.md, "Failover"). This driver keeps three properties itself, whatever the
+//! openraft version:
+//! 1. **The smaller-log backoff holds only while behind.** A candidate refused by a voter with
+//!    a longer log waits an extra `2 × election_timeout_max` before its next election, so that
+//!    the voter with the longer log can win; the backoff ends as soon as this node's log
+//!    reaches the longer one, so a member that lost one election that way does not carry the
+//!    wait into later terms (openraft 0.10 applies its own backoff the same way,
+//!    databendlabs/openraft#2087).
+//! 2. **The jitter is drawn afresh whenever the node hears from a leader**, as in the Raft
+//!    paper, so two followers whose timeouts happen to be close do not split their votes at
+//!    every failover they share.
+//! 3. **The driver sleeps until the exact time.** A check on openraft's tick (every 1.5
+//!    heartbeat intervals, 75 ms by default) would add up to 75 ms to every election.
 //!
 //! The lease stays openraft's: a voter refuses a candidate while it heard from a live leader
 //! within openraft's `election_timeout_max` (`Engine::handle_vote_req`), and a follower that
@@ -57,10 +59,10 @@ pub struct ElectionClock {
     /// The timing the driver applies.
     timing: ElectionTiming,
     state: Mutex<ClockState>,
-    /// True from this node's campaign until it hears from a leader again: the leader it knew
-    /// is then no longer one it can reach. With Pre-Vote a node cut off from the majority keeps
+    /// True from this node's campaign until it hears from a leader again: the leader it knew is
+    /// then no longer one it can reach. With Pre-Vote a node cut off from the majority keeps
     /// its term, so openraft's metrics go on naming the old leader; the leadership watch
-    /// (`leadership.rs`) forgets it on this flag instead, as 0.9 forgot it with the term.
+    /// (`leadership.rs`) forgets it on this flag instead of on a change of term.
     searching: watch::Sender<bool>,
 }
 
@@ -239,8 +241,8 @@ fn election_due(
 ///
 /// Only a committed vote counts: openraft also adopts the uncommitted vote of a rival
 /// candidate from its refusal, and that rival may have a shorter log and never win; taking it
-/// for a leader held back the member that could win by a whole lease (a 1,018 ms failover,
-/// traced in its election log).
+/// for a leader would hold back the member that could win by a whole lease
+/// (docs/BENCHMARKS.md, "The rival-vote fix", under "Failover").
 fn another_leads(
     me: NodeId,
     was_leading: bool,
@@ -285,10 +287,10 @@ impl ElectErrors {
 /// be off (`enable_elect: false` in its configuration).
 ///
 /// Every election starts with a Pre-Vote round (openraft 0.10, `elect(true)`): a node asks
-/// whether a quorum would grant it a vote at the next term before it raises its term. A
-/// member cut off from the others (a partition, a paused process) therefore keeps its term
-/// while it cannot win, and does not depose the live leader with a higher term when it comes
-/// back (issue 15: term inflation after a heal).
+/// whether a quorum would grant it a vote at the next term before it raises its term. A member
+/// cut off from the others (a partition, a paused process) therefore keeps its term while it
+/// cannot win, and does not depose the live leader with a higher term when it comes back (no
+/// term inflation after a partition heals).
 pub async fn drive(
     raft: Raft,
     metrics: watch::Receiver<Metrics>,
@@ -303,11 +305,11 @@ pub async fn drive(
 }
 
 /// [`drive`] with the metrics and the election trigger passed in, so a test can make the
-/// trigger fail. An `elect()` error does not end the driver: it used to, and a node whose
-/// trigger failed once never campaigned again, a follower that could not replace a dead
-/// leader. The error is logged (once per kind, [`ElectErrors`]) and the silence restarts, so
-/// the next attempt comes after the jitter, not at once. The driver ends when Raft does: its
-/// metrics report `Shutdown`, or their sender is gone.
+/// trigger fail. An `elect()` error does not end the driver: a node whose trigger failed once
+/// would otherwise never campaign again, a follower that could not replace a dead leader. The
+/// error is logged (once per kind, [`ElectErrors`]) and the silence restarts, so the next
+/// attempt comes after the jitter, not at once. The driver ends when Raft does: its metrics
+/// report `Shutdown`, or their sender is gone.
 async fn drive_with<F, Fut>(
     mut metrics: watch::Receiver<Metrics>,
     me: NodeId,
@@ -408,9 +410,9 @@ mod tests {
         metrics
     }
 
-    /// Issue 15: the driver used to return at the first `elect()` error, and the node never
-    /// campaigned again. Now it keeps trying (after its jitter each time) and ends only with
-    /// Raft. Fails on the old driver: one call, then the task had ended.
+    /// An `elect()` error does not end the driver: it keeps trying (after its jitter each time)
+    /// and ends only with Raft. A driver that returned at the first error would make one call,
+    /// then end, and this test would fail.
     #[tokio::test(start_paused = true)]
     async fn the_election_driver_survives_elect_errors_and_ends_only_with_raft() {
         let (metrics_tx, metrics) = watch::channel(sole_voter_metrics());
@@ -521,7 +523,8 @@ mod tests {
             election_due(&timing(), &clock, follower(19)),
             Some(heard + Duration::from_millis(530))
         );
-        // Caught up (the stale flag that cost 300 ms in openraft 0.9.25): no backoff.
+        // Caught up: no backoff (a backoff kept past this point would delay the election by
+        // 300 ms).
         assert_eq!(
             election_due(&timing(), &clock, follower(20)),
             Some(heard + Duration::from_millis(230))

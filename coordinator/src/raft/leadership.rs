@@ -149,10 +149,9 @@ mod tests {
     /// A full disk stops openraft's core; its last metrics say why, and in the same instant
     /// the election clock's `searching` flag closes (the core and the election driver held
     /// the clock's last handles). The watch must still publish the stop, or the node never
-    /// exits (`tests/e2e_full_disk.rs` failed this way under load on openraft 0.10): the task
-    /// used to take either ready branch at random and, on the flag's, end without reading
-    /// the last metrics. Many rounds, so that each coin flip has its chance to go wrong (it
-    /// failed in round 2 before the fix).
+    /// exits (`tests/e2e_full_disk.rs` hangs then): a task that took either ready branch at
+    /// random would, on the flag's, end without reading the last metrics. Many rounds, so that
+    /// each coin flip has its chance to go wrong.
     #[tokio::test(flavor = "current_thread")]
     async fn raft_stopping_is_published_when_the_election_flag_closes_with_it() {
         let error = openraft::StorageError::<TypeConfig>::from_io_error(

@@ -326,7 +326,7 @@ mod tests {
     const ENTRY: &[u8] = include_bytes!("../../tests/data/log-entry-format1.json");
 
     proptest! {
-        /// Issue 15: a log row of arbitrary bytes is a decode error, never a panic.
+        /// A log row of arbitrary bytes is a decode error, never a panic.
         #[test]
         fn fuzz_log_entry_decode_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
             let _ = decode_entry(&bytes);

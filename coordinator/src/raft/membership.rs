@@ -16,9 +16,9 @@
 //!    needs a majority of the old and of the new voters, never n2 itself: works with n2 down
 //! ```
 //!
-//! Why the checks: openraft adds a voter at any address it is given. A typo made a phantom a
-//! voter, so a three-member cluster needed three of four votes and lost its quorum at the next
-//! failure (issue 16).
+//! Why the checks: openraft adds a voter at any address it is given. A typo would make a
+//! phantom a voter, so a three-member cluster would need three of four votes and lose its
+//! quorum at the next failure.
 
 use std::collections::BTreeSet;
 use std::time::Duration;

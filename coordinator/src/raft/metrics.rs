@@ -133,13 +133,13 @@ pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
             } else {
                 None
             };
-            // openraft 0.10's metrics do not change while a cut-off leader's last quorum
-            // acknowledgement ages (0.9 republished its age at every tick), so the moment the
-            // quorum lapses is a wake-up of its own: `has_quorum` drops with `/health`. So is
-            // the moment a peer's silence passes the timeout: its reachability comes from the
-            // transport's contacts, not from openraft's acknowledgements, and can lapse a few
-            // milliseconds after the quorum does (a scrape then saw it reachable for up to
-            // `REFRESH` after `/health` named it unreachable).
+            // openraft's metrics do not change while a cut-off leader's last quorum
+            // acknowledgement ages, so the moment the quorum lapses is a wake-up of its own:
+            // `has_quorum` drops with `/health`. So is the moment a peer's silence passes the
+            // timeout: its reachability comes from the transport's contacts, not from
+            // openraft's acknowledgements, and can lapse a few milliseconds after the quorum
+            // does (without this wake-up a scrape could see it reachable for up to `REFRESH`
+            // after `/health` named it unreachable).
             let lapse = match (quorum_lapse(&quorum), peer_lapse) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),

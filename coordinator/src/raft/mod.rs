@@ -35,13 +35,12 @@
 //! log after it, up to the saved committed index.
 //!
 //! Throughput: openraft appends one entry per client write, and each entry costs one fsync on
-//! each member (0.9.25 also waited for each append's flush before the next, and before it
-//! replicated; 0.10 does neither, so appends arriving during a commit share the next one).
-//! Throughput therefore comes mostly from putting many commands in one entry ([`RaftHandle::propose_batch`], up to [`BATCH_MAX`]); see
-//! [`Proposal::meta`] for how commands of one entry get distinct state-machine positions.
-//! Measured by `tests/raft_group_commit.rs` (release, 2-core VM, 500 concurrent proposers):
-//! one command per entry, 1,200–1,800 proposals/s and 500 transactions; batched like the
-//! node's proposer does, 5 entries and 5 transactions, 60k–86k proposals/s (a short run).
+//! each member (appends arriving during a commit share the next one: openraft waits for an
+//! append's flush neither before the next append nor before it replicates). Throughput
+//! therefore comes mostly from putting many commands in one entry
+//! ([`RaftHandle::propose_batch`], up to [`BATCH_MAX`]); see [`Proposal::meta`] for how
+//! commands of one entry get distinct state-machine positions. `tests/raft_group_commit.rs`
+//! measures both ways (docs/BENCHMARKS.md, "Durable log: group commit").
 //!
 //! # Layout
 //! - `types.rs`: the openraft type configuration ([`TypeConfig`], [`Proposal`]).

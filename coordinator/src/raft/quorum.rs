@@ -8,12 +8,12 @@
 //! ```
 //!
 //! openraft never steps down on its own: a leader cut off from its followers goes on calling
-//! itself leader (0.9.25 also accepted proposals that could never commit, each waiting the 5 s
-//! commit timeout; 0.10 refuses them once its quorum lease, openraft's `election_timeout_max`,
-//! has run out, as "forward to an unknown leader"). Its metrics say when a quorum last
-//! acknowledged it (`last_quorum_acked`). When that is longer ago than the longest election
-//! timeout, the followers of a live quorum would already have elected someone else: whatever
-//! this node decides now cannot commit here, so it says so at once, naming the lost quorum.
+//! itself leader, and refuses proposals only once its quorum lease (openraft's
+//! `election_timeout_max`) has run out, as "forward to an unknown leader". Its metrics say when
+//! a quorum last acknowledged it (`last_quorum_acked`). When that is longer ago than the
+//! longest election timeout, the followers of a live quorum would already have elected someone
+//! else: whatever this node decides now cannot commit here, so it says so at once, naming the
+//! lost quorum.
 //!
 //! # Rules
 //! 1. A leader has a quorum when a quorum acknowledged it within `election_timeout_ms_max`.
@@ -29,7 +29,7 @@
 //!    campaign does so within the longest election timeout of the last heartbeat, and the
 //!    others hear it or answer it at once; only a member that hears from too few of them is cut
 //!    off, and its requests are answered `unavailable` at once rather than after a leader wait
-//!    (issue 15: the clients of a partitioned member move to another within a second).
+//!    (so the clients of a partitioned member move to another within a second).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;

@@ -581,10 +581,10 @@ mod tests {
         }
     }
 
-    /// Issue 15: a panic inside apply used to poison the applier's mutex (every later read
-    /// failed with "poisoned", on every replica) with nothing naming the entry. Now it is
-    /// caught at this store: the node's Raft stops with a named error giving the entry's log
-    /// id and command, reads are refused with the same error, and the node can tell
+    /// A panic inside apply is caught at this store rather than left to poison the applier's
+    /// mutex (every later read would fail with "poisoned", on every replica, with nothing
+    /// naming the entry): the node's Raft stops with a named error giving the entry's log id
+    /// and command, reads are refused with the same error, and the node can tell
     /// `hivekeeper serve` to exit with its own status.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panic_in_apply_is_a_named_fatal_stop_not_a_poisoned_lock() {

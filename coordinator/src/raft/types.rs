@@ -125,9 +125,9 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// A log id as Hivekeeper's messages have always written it, `T{term}-N{leader node}-{index}`
-/// (openraft 0.9's form; 0.10 writes `T{term}-N{node}.{index}`), so an error naming an entry
-/// reads the same across the upgrade.
+/// A log id as Hivekeeper's messages write it, `T{term}-N{leader node}-{index}`, rather than
+/// openraft's own `T{term}-N{node}.{index}`, so an error naming an entry keeps one form
+/// whichever openraft version wrote the entry.
 pub fn log_id_text(log_id: &LogId) -> String {
     format!(
         "T{}-N{}-{}",

@@ -26,15 +26,14 @@
 //!
 //! What is submitted but not yet durable stays readable from memory ([`Tail`]): openraft 0.10
 //! reads the entries it replicates as soon as `append` returns, and the leader must not wait
-//! for its own fsync to send them (issue 17: the leader's and the followers' fsyncs then
-//! overlap). The tail rather than reads of the segment log's written-but-unsynced records:
-//! `append` returns when the request is queued, before this thread has called
-//! `SegmentLog::write`, and this thread may be inside the previous batch's fdatasync then, so a
-//! read served by the log alone would wait for that fsync. The segment log is behind an
-//! `RwLock` for the reads of durable entries: `write`, `truncate_from` and `purge_upto` take
-//! the write lock (page-cache writes, or the rare truncate and purge), `sync` the read lock, so
-//! no read waits for an fdatasync. Durability is unchanged: the flush callback still fires only
-//! after the sync.
+//! for its own fsync to send them (so the leader's and the followers' fsyncs overlap). The tail
+//! rather than reads of the segment log's written-but-unsynced records: `append` returns when
+//! the request is queued, before this thread has called `SegmentLog::write`, and this thread
+//! may be inside the previous batch's fdatasync then, so a read served by the log alone would
+//! wait for that fsync. The segment log is behind an `RwLock` for the reads of durable entries:
+//! `write`, `truncate_from` and `purge_upto` take the write lock (page-cache writes, or the
+//! rare truncate and purge), `sync` the read lock, so no read waits for an fdatasync.
+//! Durability does not rest on the tail: the flush callback fires only after the sync.
 //!
 //! Invariants:
 //! 1. Requests are applied in submission order; a request's completion fires only after
@@ -1010,8 +1009,8 @@ mod tests {
         store.close(Duration::from_secs(10)).await.expect("closes");
     }
 
-    /// Issue 17: entries appended but not yet durable are readable at once from the tail, and
-    /// a truncate in flight makes the tail unusable until the writer has done it.
+    /// Entries appended but not yet durable are readable at once from the tail, and a truncate
+    /// in flight makes the tail unusable until the writer has done it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn submitted_rows_are_readable_before_their_commit() {
         use std::ops::Bound;

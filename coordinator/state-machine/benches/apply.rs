@@ -486,11 +486,11 @@ fn bench_routes(
     h.check_invariants();
 }
 
-/// 4. Issue 18's target: 10,000 held 12-volume routes over a 20 km square (one per 200 m
-///    cell, each in one of four 1-hour windows, `city.rs`); timed: `route.reserve` +
+/// 4. The routes' target scenario: 10,000 held 12-volume routes over a 20 km square (one per
+///    200 m cell, each in one of four 1-hour windows, `city.rs`); timed: `route.reserve` +
 ///    `route.release` of a 12-volume route over an existing route's cell two hours later. The
-///    spatial index proposes the held route's volumes (the same cylinders) and the time
-///    windows clear them: a real grant.
+///    spatial index proposes the held route's volumes (the same cylinders) and the time windows
+///    clear them: a real grant.
 fn route_reserve_release(c: &mut Criterion) {
     let start_ms = |hour: u64| NOW0_MS + city::HOUR_MS * (1 + hour);
     let cell = |i: usize| (i / city::CELLS, i % city::CELLS);

@@ -1,9 +1,9 @@
-//! Criterion benchmarks of what a request costs in JSON before and after the machine: the
-//! wire decode (`hivekeeper_protocol::Request::decode`, with its validation) of the payload an
-//! agent sends, and the Raft log entry's encode and decode (`Command` as JSON, which every
-//! member writes or reads). A waypoint reserve against a 12-volume route reserve, so the part
-//! of a route's extra latency over MQTT that is JSON can be read off (issue 18's target of a
-//! route reserve within 20% of a waypoint reserve; docs/BENCHMARKS.md).
+//! Criterion benchmarks of what a request costs in JSON before and after the machine: the wire
+//! decode (`hivekeeper_protocol::Request::decode`, with its validation) of the payload an agent
+//! sends, and the Raft log entry's encode and decode (`Command` as JSON, which every member
+//! writes or reads). A waypoint reserve against a 12-volume route reserve, so the part of a
+//! route's extra latency over MQTT that is JSON can be read off (the target is a route reserve
+//! within 20% of a waypoint reserve; docs/BENCHMARKS.md).
 //!
 //! Run: `cargo bench -p hivekeeper-state-machine --bench codec -- --warm-up-time 1
 //! --measurement-time 3`.

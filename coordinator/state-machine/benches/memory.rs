@@ -1,4 +1,4 @@
-//! Memory per held volume, issue 18's target (at most 2 KB): the bytes the machine keeps for
+//! Memory per held volume, against the target of at most 2 KB: the bytes the machine keeps for
 //! the city's 10,000 held routes of 12 volumes (`city/mod.rs`), counted by a counting global
 //! allocator (`stats_alloc`) around the entries that reserve them.
 //!

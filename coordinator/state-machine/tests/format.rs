@@ -138,13 +138,13 @@ fn account_commands_and_their_snapshot_have_a_fixed_shape() {
     );
 }
 
-/// Issue 18 adds to format 1 without changing it: a reservation's window is an optional
-/// `window` member and a route's volumes an optional `volumes` member (both absent when
-/// empty, so the bytes above are unchanged), a request's `start_ms`/`end_ms` are optional
-/// members, and `route.*` and `ExpireReservations` are new commands. A
-/// snapshot with windows restores to its own bytes. A build before issue 18 would ignore the
-/// `window` member and fail to decode the new command, so a cluster must not mix the two
-/// while windows are in use (docs/OPERATIONS.md, upgrades).
+/// Time windows and routes add to format 1 without changing it: a reservation's window is an
+/// optional `window` member and a route's volumes an optional `volumes` member (both absent
+/// when empty, so the bytes above are unchanged), a request's `start_ms`/`end_ms` are optional
+/// members, and `route.*` and `ExpireReservations` are commands of their own. A snapshot with
+/// windows restores to its own bytes. A build without time windows would ignore the `window`
+/// member and fail to decode the route commands, so a cluster must not mix the two while
+/// windows are in use (docs/OPERATIONS.md, upgrades).
 #[test]
 fn windows_and_routes_are_optional_members_and_the_new_commands_have_a_fixed_shape() {
     let mut commands = commands();
@@ -200,11 +200,11 @@ fn windows_and_routes_are_optional_members_and_the_new_commands_have_a_fixed_sha
         .expect("invariants hold after a restore");
 }
 
-/// Issue 18, part 3 adds to format 1 without changing it: a request's `priority` is an
-/// optional member (absent for routine, so the requests above keep their bytes), and so are a
-/// reservation's `priority` and `vacate_by_ms` and a waiter's `priority` and `head_start_ms`
-/// in the snapshot (absent for routine and unpreempted ones, so the snapshot above keeps its
-/// bytes). A snapshot with a preemption under way restores to its own bytes and deadline.
+/// Priorities add to format 1 without changing it: a request's `priority` is an optional member
+/// (absent for routine, so the requests above keep their bytes), and so are a reservation's
+/// `priority` and `vacate_by_ms` and a waiter's `priority` and `head_start_ms` in the snapshot
+/// (absent for routine and unpreempted ones, so the snapshot above keeps its bytes). A snapshot
+/// with a preemption under way restores to its own bytes and deadline.
 #[test]
 fn priorities_and_vacate_deadlines_are_optional_members() {
     let request = |agent: &str, value: serde_json::Value| -> Command {

@@ -1,8 +1,8 @@
-//! Fuzzing `apply` (issue 15): arbitrary command sequences, the node's own commands included
-//! (lease and wait expiries, the legacy `CancelWait`, `Configure` with any limits, account
-//! ops, reservations of every priority, limits with any vacate deadline and aging), applied to
-//! a fresh machine with arbitrary stamps, terms and index steps. After every
-//! entry `check_invariants()` holds, nothing panics, and every few entries the machine survives
+//! Fuzzing `apply`: arbitrary command sequences, the node's own commands included (lease and
+//! wait expiries, the legacy `CancelWait`, `Configure` with any limits, account ops,
+//! reservations of every priority, limits with any vacate deadline and aging), applied to a
+//! fresh machine with arbitrary stamps, terms and index steps. After every entry
+//! `check_invariants()` holds, nothing panics, and every few entries the machine survives
 //! `restore(snapshot())` unchanged. The machine's decoders get arbitrary input too: a command
 //! decoded from arbitrary JSON bytes (what a log entry's `Proposal::commands` holds), and
 //! `restore` of arbitrary bytes and of a real snapshot with one value changed.

@@ -6,15 +6,14 @@
 //! across a cell boundary of the machine's grid, a pair across the antimeridian and one across
 //! the pole, and reservations without geometry), with time windows (overlapping, touching, in
 //! the future, live, and refused ones: in the past, empty, too long, beyond the horizon), and
-//! with priorities 0 to 3 (issue 18, part 3: preemption with vacate deadlines, through the
-//! chain of waiters ahead, the queue ordered by priority and aging; the model runs its naive
-//! preemption pass after every entry and the test compares the `Event::Preempted`s and
+//! with priorities 0 to 3 (preemption with vacate deadlines, through the chain of waiters
+//! ahead, the queue ordered by priority and aging; the model runs its naive preemption pass
+//! after every entry and the test compares the `Event::Preempted`s and
 //! `Event::PreemptionWithdrawn`s), and routes amended (trimmed to the legs not flown, kept
 //! volumes narrowed, while another lease waits on a kept one). Each entry goes to the real
 //! [`StateMachine`] and to [`Model`], a naive reference written from DESIGN.md §2 and the
-//! module docs: plain `Vec`s, linear scans, one global "grant whatever is grantable" pass
-//! after every change. Only the geometry (`areas_conflict`, `distance_m`) is shared with the
-//! machine.
+//! module docs: plain `Vec`s, linear scans, one global "grant whatever is grantable" pass after
+//! every change. Only the geometry (`areas_conflict`, `distance_m`) is shared with the machine.
 //!
 //! After every step the test compares the reply (the code of a refusal, the exact token of a
 //! grant, the lease id), the deferred answers (`Event::Respond`, in order), the leases the entry
@@ -3257,8 +3256,8 @@ impl Harness {
                 }
             }
         }
-        // airspace.query (issue 18): the machine's answer from its space-and-time index,
-        // against every held reservation checked pair by pair.
+        // airspace.query: the machine's answer from its space-and-time index, against every
+        // held reservation checked pair by pair.
         for spot in SPOTS.iter().flatten() {
             for offsets in [(None, None), (Some(1_000), Some(2_000))] {
                 let volume = query_volume(spot, self.model.now_ms, offsets);

@@ -1,5 +1,5 @@
-"""4D airspace on the wire (issue 18, PROTOCOL.md sections 8.8 to 8.9.5): the volumes of a
-route or an airspace query, the cylinder ``inspect`` and ``airspace.query`` show, a page of
+"""4D airspace on the wire (PROTOCOL.md sections 8.8 to 8.9.5): the volumes of a route or an
+airspace query, the cylinder ``inspect`` and ``airspace.query`` show, a page of
 ``airspace.query``, and the ``reservation.preempted`` notice.
 
 Pure: no I/O, no threads. The names are the protocol's and the Rust SDK's

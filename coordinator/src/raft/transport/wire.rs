@@ -434,8 +434,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Issue 15: whatever bytes a peer (or a stranger) sends, every frame type decodes to
-        /// a value or a codec error, never a panic or an allocation the frame cannot back.
+        /// Whatever bytes a peer (or a stranger) sends, every frame type decodes to a value or
+        /// a codec error, never a panic or an allocation the frame cannot back.
         /// `PROPTEST_CASES=1000000 cargo test --release -p hivekeeper-coordinator --lib fuzz`.
         #[test]
         fn fuzz_peer_frames_decode_arbitrary_bytes(

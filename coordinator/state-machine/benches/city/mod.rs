@@ -1,5 +1,6 @@
-//! Issue 18's city of routes, shared by the `apply` and `memory` benches: 10,000 routes of 12
-//! 4D volumes over a 20 km square, 0 to 120 m, each volume with its route's 1-hour window.
+//! The city of routes, the routes' target scenario, shared by the `apply` and `memory` benches:
+//! 10,000 routes of 12 4D volumes over a 20 km square, 0 to 120 m, each volume with its route's
+//! 1-hour window.
 //!
 //! The square is a 100 x 100 grid of cells 200 m apart; the route of a cell has 12 volumes
 //! 15 m apart eastwards, radius 5 m, all in the route's hour. `hour` spreads neighbouring
