@@ -19,7 +19,7 @@
 use crate::InvariantViolation;
 use std::collections::VecDeque;
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{ErrorCode, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
 use super::grant::{ResourceKey, Waiter};
@@ -146,17 +146,12 @@ pub fn infos<'w>(
         .collect()
 }
 
-/// The refusal for joining a queue of `waiting` waiters on `name` that is already at the
+/// The refusal for joining a queue of `waiting` waiters on `name` (a `noun`: "lock") that is already at the
 /// bound (invariant 3), or `None` when there is room.
-pub fn full(kind: ResourceKind, name: &str, waiting: usize, limits: &Limits) -> Option<Reply> {
+pub fn full(noun: &str, name: &str, waiting: usize, limits: &Limits) -> Option<Reply> {
     if waiting < limits.waiters_per_resource_max as usize {
         return None;
     }
-    let noun = match kind {
-        ResourceKind::Lock => "lock",
-        ResourceKind::Sem => "semaphore",
-        ResourceKind::Waypoint => "waypoint",
-    };
     Some(Reply::refused(
         ErrorCode::ResourceExhausted,
         format!("{noun} {name:?} already has {waiting} waiters, the limit"),

@@ -69,16 +69,8 @@ impl<'de> Deserialize<'de> for ResourceKey {
         let (kind, name) = text
             .split_once(':')
             .ok_or_else(|| serde::de::Error::custom(format!("resource key {text:?} has no ':'")))?;
-        let kind = match kind {
-            "lock" => ResourceKind::Lock,
-            "sem" => ResourceKind::Sem,
-            "waypoint" => ResourceKind::Waypoint,
-            other => {
-                return Err(serde::de::Error::custom(format!(
-                    "unknown resource kind {other:?}"
-                )));
-            }
-        };
+        let kind = ResourceKind::parse(kind)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown resource kind {kind:?}")))?;
         Ok(ResourceKey {
             kind,
             name: Arc::from(name),
@@ -251,25 +243,15 @@ pub struct Core {
     pub usage: Usage,
 }
 
-/// Requests waiting right now, per resource kind ([`crate::StateMachine::waiter_counts`]).
+/// Requests waiting right now, per resource kind ([`crate::StateMachine::waiter_counts`]),
+/// indexed by the kind's place in [`ResourceKind::ALL`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WaiterCounts {
-    /// Waiters in lock queues.
-    pub lock: usize,
-    /// Waiters in semaphore queues.
-    pub sem: usize,
-    /// Waiting waypoint reservations.
-    pub waypoint: usize,
-}
+pub struct WaiterCounts([usize; ResourceKind::ALL.len()]);
 
 impl WaiterCounts {
     /// The count for one kind.
     pub fn get(&self, kind: ResourceKind) -> usize {
-        match kind {
-            ResourceKind::Lock => self.lock,
-            ResourceKind::Sem => self.sem,
-            ResourceKind::Waypoint => self.waypoint,
-        }
+        self.0[kind as usize]
     }
 }
 
@@ -379,11 +361,7 @@ impl Core {
     pub fn waiter_counts(&self) -> WaiterCounts {
         let mut counts = WaiterCounts::default();
         for (_, wait) in self.waiting.values().flatten() {
-            match wait.key.kind {
-                ResourceKind::Lock => counts.lock += 1,
-                ResourceKind::Sem => counts.sem += 1,
-                ResourceKind::Waypoint => counts.waypoint += 1,
-            }
+            counts.0[wait.key.kind as usize] += 1;
         }
         counts
     }

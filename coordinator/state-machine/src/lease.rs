@@ -234,11 +234,11 @@ impl StateMachine {
                 reason,
             });
             for key in lease.holds {
-                let hold = self
-                    .take_hold(&key, id)
+                let (resource, core, _) = self.resource_mut(key.kind);
+                let hold = resource
+                    .take_hold(&key.name, id)
                     .expect("a lease's holds list only resources it holds");
-                self.core
-                    .release(ctx, &key, &hold, ReleaseReason::LeaseEnded);
+                core.release(ctx, &key, &hold, ReleaseReason::LeaseEnded);
                 touched.insert(key);
             }
             for (key, request_id) in lease.waits {

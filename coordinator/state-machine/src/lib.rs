@@ -57,11 +57,13 @@
 //! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
+//! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
+//!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
 //! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
-//!   has a cylinder (`geo.rs`, indexed in space and time by `grid.rs`), a time window
-//!   (`window.rs`, which also ends windows), or several 4D volumes when it is a route
-//!   (`route.rs`), and a priority: a higher one preempts lower holders with a vacate deadline
-//!   (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
+//!   (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space and time by `grid.rs` and
+//!   `index.rs`), a time window (`window.rs`, which also ends windows), or several 4D volumes
+//!   when it is a route (`route.rs`), and a priority: a higher one preempts lower holders with
+//!   a vacate deadline (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -92,6 +94,7 @@ mod machine;
 mod quota;
 mod reply;
 mod request;
+mod resource;
 mod resources;
 mod semaphore;
 mod snapshot;

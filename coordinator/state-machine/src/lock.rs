@@ -19,10 +19,10 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use super::fifo::{self, Queue};
-use super::grant::{Hold, Occupancy, ResourceKey};
-use super::lease::LeaseId;
-use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
+use crate::fifo::{self, Queue};
+use crate::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use crate::resource::{Listed, Resource};
+use crate::{Ctx, LeaseId, Limits, NameMap, ReleaseReason, Reply, StateMachine, Text};
 
 /// One lock in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,9 +88,7 @@ impl StateMachine {
             if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
                 return refusal;
             }
-            if let Some(refusal) =
-                fifo::full(ResourceKind::Lock, &name, lock.waiters.len(), &self.limits)
-            {
+            if let Some(refusal) = fifo::full("lock", &name, lock.waiters.len(), &self.limits) {
                 return refusal;
             }
             let waiter = self
@@ -102,8 +100,8 @@ impl StateMachine {
         if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
             return refusal;
         }
-        if self.resources_in_use() >= self.limits.resources_max as usize {
-            return self.resources_exhausted();
+        if let Some(refusal) = self.resources_full() {
+            return refusal;
         }
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Lock, &name);
@@ -118,78 +116,116 @@ impl StateMachine {
         );
         Reply::Granted { token }
     }
+}
 
-    /// `lock.release` by `lease` (already checked live and the agent's): ends its hold and
-    /// hands the lock to the head waiter, or forgets it, in this entry; `None` when `lease`
-    /// does not hold `name` (nothing changed). Equivalent to [`Self::lock_take_hold`],
-    /// `Core::release` and [`Self::lock_settle`], but the lock is taken out of the map once and
-    /// goes back only if someone still holds it: one look-up of the name for a free lock, two
-    /// for a handover, where the three steps took four.
-    pub(super) fn lock_release(&mut self, ctx: &mut Ctx, name: &str, lease: LeaseId) -> Option<()> {
-        let (held_name, mut lock) = self.locks.remove_entry(name)?;
-        let holds = lock.holder.as_ref().map(|hold| hold.lease) == Some(lease);
-        if holds {
-            let key = ResourceKey::new(ResourceKind::Lock, &held_name);
-            let hold = lock.holder.take().expect("checked above");
-            self.core.release(ctx, &key, &hold, ReleaseReason::Released);
-            match lock.waiters.pop_front() {
-                Some(head) => lock.holder = Some(self.core.grant_waiter(ctx, &key, head)),
-                None => return Some(()),
-            }
-        }
-        self.locks.insert(held_name, lock);
-        holds.then_some(())
+impl Resource for NameMap<Lock> {
+    fn kind(&self) -> ResourceKind {
+        ResourceKind::Lock
     }
 
-    /// Removes and returns `lease`'s hold on lock `name`, leaving the lock holder-less until
-    /// [`Self::lock_settle`].
-    pub(super) fn lock_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
-        let lock = self.locks.get_mut(name)?;
+    fn held_tokens(&self, name: &str) -> Vec<u64> {
+        let holder = self.get(name).and_then(|lock| lock.holder.as_ref());
+        holder.map(|hold| vec![hold.token]).unwrap_or_default()
+    }
+
+    fn inspect(&self, name: &str) -> Reply {
+        let lock = self.get(name);
+        Reply::Inspect {
+            limit: None,
+            holders: lock
+                .and_then(|lock| lock.holder.as_ref())
+                .map(|hold| hold.info(None))
+                .into_iter()
+                .collect(),
+            waiters: lock
+                .map(|lock| lock.waiters.infos(false))
+                .unwrap_or_default(),
+        }
+    }
+
+    fn held_name(&self, name: &str) -> Option<Text> {
+        self.get_key_value(name).map(|(name, _)| name.clone())
+    }
+
+    /// Leaves the lock holder-less until [`Resource::settle`].
+    fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        let lock = self.get_mut(name)?;
         if lock.holder.as_ref()?.lease != lease {
             return None;
         }
         lock.holder.take()
     }
 
-    /// Hands a holder-less lock to its head waiter, or forgets it when nobody waits.
-    pub(super) fn lock_settle(&mut self, ctx: &mut Ctx, name: &Text) {
-        let Some(lock) = self.locks.get_mut(name) else {
-            return;
-        };
-        if lock.holder.is_some() {
-            return;
-        }
-        match lock.waiters.pop_front() {
-            Some(head) => {
-                let key = ResourceKey::new(ResourceKind::Lock, name);
-                lock.holder = Some(self.core.grant_waiter(ctx, &key, head));
-            }
-            None => {
-                self.locks.remove(name);
-            }
-        }
+    fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
+        self.get_mut(name)?.waiters.take(agent, request_id)
     }
 
-    pub(super) fn lock_inspect(&self, name: &str) -> Reply {
-        let Some(lock) = self.locks.get(name) else {
-            return Reply::Inspect {
-                limit: None,
-                holders: Vec::new(),
-                waiters: Vec::new(),
+    /// Hands each holder-less lock to its head waiter, or forgets it when nobody waits.
+    fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, keys: &[ResourceKey], _: &Limits) {
+        for key in keys {
+            let Some(lock) = self.get_mut(&key.name) else {
+                continue;
             };
-        };
-        Reply::Inspect {
-            limit: None,
-            holders: lock.holder.iter().map(|hold| hold.info(None)).collect(),
-            waiters: lock.waiters.infos(false),
+            if lock.holder.is_some() {
+                continue;
+            }
+            match lock.waiters.pop_front() {
+                Some(head) => lock.holder = Some(core.grant_waiter(ctx, key, head)),
+                None => {
+                    self.remove(&key.name);
+                }
+            }
         }
     }
 
-    pub(super) fn check_lock_invariants(
-        &self,
-        occupancy: &mut Occupancy,
-    ) -> Result<(), InvariantViolation> {
-        for (name, lock) in &self.locks {
+    /// What the default [`Resource::release`] does (take the hold, record its end, settle),
+    /// but the lock is taken out of the map once and goes back only if someone still holds
+    /// it: one look-up of the name for a free lock, two for a handover, where the three steps
+    /// take four. Locks are the commonest release.
+    fn release(
+        &mut self,
+        ctx: &mut Ctx,
+        core: &mut Core,
+        name: &str,
+        lease: LeaseId,
+        _: &Limits,
+    ) -> bool {
+        let Some((held_name, mut lock)) = self.remove_entry(name) else {
+            return false;
+        };
+        let holds = lock.holder.as_ref().map(|hold| hold.lease) == Some(lease);
+        if holds {
+            let key = ResourceKey::new(ResourceKind::Lock, &held_name);
+            let hold = lock.holder.take().expect("checked above");
+            core.release(ctx, &key, &hold, ReleaseReason::Released);
+            match lock.waiters.pop_front() {
+                Some(head) => lock.holder = Some(core.grant_waiter(ctx, &key, head)),
+                None => return true,
+            }
+        }
+        self.insert(held_name, lock);
+        holds
+    }
+
+    fn in_use(&self) -> usize {
+        self.len()
+    }
+
+    fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
+        self.iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(name, lock)| {
+                (
+                    &**name,
+                    usize::from(lock.holder.is_some()),
+                    lock.waiters.len(),
+                )
+            })
+            .collect()
+    }
+
+    fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
+        for (name, lock) in self {
             let key = ResourceKey::new(ResourceKind::Lock, name);
             let Some(holder) = &lock.holder else {
                 return Err(violation!("lock {name:?} has no holder after the entry"));

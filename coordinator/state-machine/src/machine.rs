@@ -13,13 +13,13 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
-use crate::grant::{self, Core, ResourceKey};
+use crate::grant::Core;
 use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::Waypoints;
 use crate::{
-    AgentOp, AgentRequest, Command, Error, Event, InvariantViolation, LeaseId, Limits, LogMeta,
-    NameMap, ReadOp, ReleaseReason, Reply, ResourceQuery, WaiterCounts, account, snapshot,
+    AgentOp, AgentRequest, Command, Error, Event, InvariantViolation, Limits, LogMeta, NameMap,
+    ReadOp, Reply, ResourceQuery, WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -175,13 +175,13 @@ impl StateMachine {
                 kind,
                 token,
             } => {
-                let tokens = self.held_tokens(*kind, resource);
+                let tokens = self.resource(*kind).held_tokens(resource);
                 Reply::Fence {
                     current: tokens.iter().copied().max().unwrap_or(0),
                     valid: tokens.contains(token),
                 }
             }
-            ReadOp::Inspect { kind, name } => self.inspect(*kind, name),
+            ReadOp::Inspect { kind, name } => self.resource(*kind).inspect(name),
             ReadOp::AdminLeases { after } => self.lease_page(after.as_deref()),
             ReadOp::AdminResources {
                 kind,
@@ -302,166 +302,14 @@ impl StateMachine {
         reply
     }
 
-    /// Tokens held right now on one resource.
-    pub(crate) fn held_tokens(&self, kind: ResourceKind, name: &str) -> Vec<u64> {
-        match kind {
-            ResourceKind::Lock => self
-                .locks
-                .get(name)
-                .and_then(|lock| lock.holder.as_ref())
-                .map(|hold| vec![hold.token])
-                .unwrap_or_default(),
-            ResourceKind::Sem => self
-                .sems
-                .get(name)
-                .map(|sem| sem.holders.values().map(|hold| hold.token).collect())
-                .unwrap_or_default(),
-            ResourceKind::Waypoint => self.waypoints.held_token(name).into_iter().collect(),
-        }
-    }
-
-    pub(crate) fn inspect(&self, kind: ResourceKind, name: &str) -> Reply {
-        match kind {
-            ResourceKind::Lock => self.lock_inspect(name),
-            ResourceKind::Sem => self.sem_inspect(name),
-            ResourceKind::Waypoint => self.waypoint_inspect(name),
-        }
-    }
-
-    /// `lock.release`, `sem.release`, `waypoint.release`: ends the lease's hold and grants what
-    /// became grantable, in this entry.
-    pub(crate) fn release(
-        &mut self,
-        ctx: &mut Ctx,
-        kind: ResourceKind,
-        agent: &str,
-        name: &str,
-        lease: &str,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
-        let not_holder = || {
-            Reply::refused(
-                ErrorCode::NotHolder,
-                format!("lease {lease} does not hold {} {name:?}", kind.as_str()),
-            )
-        };
-        // Locks, the commonest release, take and settle in one pass over the map entry.
-        if kind == ResourceKind::Lock {
-            return match self.lock_release(ctx, name, lease) {
-                Some(()) => Reply::Done,
-                None => not_holder(),
-            };
-        }
-        // The map's own name, shared, rather than a fresh copy for the key and the events.
-        let held_name = match kind {
-            ResourceKind::Lock => self.locks.get_key_value(name).map(|(name, _)| name.clone()),
-            ResourceKind::Sem => self.sems.get_key_value(name).map(|(name, _)| name.clone()),
-            ResourceKind::Waypoint => self.waypoints.held_name(name),
-        };
-        let Some(key) = held_name.map(|name| ResourceKey::new(kind, &name)) else {
-            return not_holder();
-        };
-        let Some(hold) = self.take_hold(&key, lease) else {
-            return not_holder();
-        };
-        self.core.release(ctx, &key, &hold, ReleaseReason::Released);
-        self.settle(ctx, std::slice::from_ref(&key));
-        Reply::Done
-    }
-
-    /// Removes and returns `lease`'s hold on `key`, leaving the resource to [`Self::settle`].
-    pub(crate) fn take_hold(&mut self, key: &ResourceKey, lease: LeaseId) -> Option<grant::Hold> {
-        match key.kind {
-            ResourceKind::Lock => self.lock_take_hold(&key.name, lease),
-            ResourceKind::Sem => self.sem_take_hold(&key.name, lease),
-            ResourceKind::Waypoint => self.waypoints.take_hold(&key.name, lease),
-        }
-    }
-
-    /// Takes one waiter out of its resource's queue and answers it with an error.
-    pub(crate) fn remove_waiter(
-        &mut self,
-        ctx: &mut Ctx,
-        key: &ResourceKey,
-        agent: &str,
-        request_id: &str,
-        code: ErrorCode,
-        message: &str,
-    ) {
-        let waiter = match key.kind {
-            ResourceKind::Lock => self
-                .locks
-                .get_mut(&key.name)
-                .and_then(|lock| lock.waiters.take(agent, request_id)),
-            ResourceKind::Sem => self
-                .sems
-                .get_mut(&key.name)
-                .and_then(|sem| sem.waiters.take(agent, request_id)),
-            ResourceKind::Waypoint => self.waypoints.take_waiter(&key.name, agent, request_id),
-        };
-        let waiter = waiter.expect("the pending-wait index points at a queued waiter");
-        self.core.answer_waiter(ctx, key, waiter, code, message);
-    }
-
-    /// Grants whatever became grantable on these resources after holds or waiters went away,
-    /// and forgets resources left with neither.
-    pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
-        let mut waypoints_touched = false;
-        for key in keys {
-            match key.kind {
-                ResourceKind::Lock => self.lock_settle(ctx, &key.name),
-                ResourceKind::Sem => self.sem_settle(ctx, &key.name),
-                ResourceKind::Waypoint => waypoints_touched = true,
-            }
-        }
-        if waypoints_touched {
-            let vacate_ms = self.limits.reservation_vacate_ms;
-            self.waypoints.settle(ctx, &mut self.core, vacate_ms);
-        }
-    }
-
-    /// How many resources are in use: locks and semaphores held (or waited for), waypoint
-    /// names held or waited for; what `resources_max` bounds (a backup's summary says it).
-    pub fn resource_count(&self) -> usize {
-        self.resources_in_use()
-    }
-
-    /// How many resources are in use (locks and semaphores held or waited for, waypoint
-    /// reservations held or waiting), for `resources_max`.
-    pub(crate) fn resources_in_use(&self) -> usize {
-        self.locks.len() + self.sems.len() + self.waypoints.in_use()
-    }
-
-    /// The refusal for a request that would put one resource more in use than `resources_max`.
-    pub(crate) fn resources_exhausted(&self) -> Reply {
-        Reply::refused(
-            ErrorCode::ResourceExhausted,
-            format!(
-                "{} resources are in use, the limit",
-                self.limits.resources_max
-            ),
-        )
-    }
-
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls
-    /// it on the state it read.
+    /// it on the state it read. The concepts' checks run in dependency order; each says what it
+    /// found broken.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        self.check_concepts()
-    }
-
-    /// The concepts' own checks, in dependency order; each says what it found broken.
-    pub(crate) fn check_concepts(&self) -> Result<(), InvariantViolation> {
         self.check_clock_invariants()?;
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
-        let mut occupancy = grant::Occupancy::default();
-        self.check_lock_invariants(&mut occupancy)?;
-        self.check_sem_invariants(&mut occupancy)?;
-        self.waypoints.check_invariants(&mut occupancy)?;
-        self.core.check_occupancy(&occupancy)?;
+        self.check_resources()?;
         self.check_account_invariants()
     }
 }

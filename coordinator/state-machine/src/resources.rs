@@ -96,27 +96,9 @@ impl StateMachine {
             holders: holders as u64,
             waiters: waiters as u64,
         };
-        match kind {
-            ResourceKind::Lock => self
-                .locks
-                .iter()
-                .filter(|(name, _)| keep(name))
-                .map(|(name, lock)| {
-                    info(name, usize::from(lock.holder.is_some()), lock.waiters.len())
-                })
-                .collect(),
-            ResourceKind::Sem => self
-                .sems
-                .iter()
-                .filter(|(name, _)| keep(name))
-                .map(|(name, sem)| info(name, sem.holders.len(), sem.waiters.len()))
-                .collect(),
-            ResourceKind::Waypoint => self
-                .waypoints
-                .occupancy(keep)
-                .into_iter()
-                .map(|(name, holders, waiters)| info(name, holders, waiters))
-                .collect(),
-        }
+        let listed = self.resource(kind).list(keep).into_iter();
+        listed
+            .map(|(name, holders, waiters)| info(name, holders, waiters))
+            .collect()
     }
 }

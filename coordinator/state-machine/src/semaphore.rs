@@ -21,10 +21,10 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use super::fifo::{self, Queue};
-use super::grant::{Hold, Occupancy, ResourceKey};
-use super::lease::LeaseId;
-use super::{Ctx, Reply, StateMachine, Text};
+use crate::fifo::{self, Queue};
+use crate::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use crate::resource::{Listed, Resource};
+use crate::{Ctx, LeaseId, Limits, NameMap, Reply, StateMachine, Text};
 
 /// One semaphore in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,7 +56,7 @@ impl StateMachine {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
-        let in_use = self.resources_in_use();
+        let full = self.resources_full();
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Sem, &name);
         // Checked before an idle semaphore is made, and returned after the checks that answer
@@ -66,8 +66,8 @@ impl StateMachine {
             if let Some(refusal) = over_quota {
                 return refusal;
             }
-            if in_use >= self.limits.resources_max as usize {
-                return self.resources_exhausted();
+            if let Some(refusal) = full {
+                return refusal;
             }
             let idle = Semaphore {
                 limit,
@@ -152,8 +152,7 @@ impl StateMachine {
         if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
             return refusal;
         }
-        if let Some(refusal) = fifo::full(ResourceKind::Sem, &name, sem.waiters.len(), &self.limits)
-        {
+        if let Some(refusal) = fifo::full("semaphore", &name, sem.waiters.len(), &self.limits) {
             return refusal;
         }
         let waiter = self
@@ -162,38 +161,24 @@ impl StateMachine {
         sem.waiters.push_back(waiter);
         Reply::Queued
     }
+}
 
-    /// Removes and returns `lease`'s hold on semaphore `name`, giving its permits back.
-    pub(super) fn sem_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
-        let sem = self.sems.get_mut(name)?;
-        let hold = sem.holders.remove(&lease)?;
-        sem.used -= hold.permits;
-        Some(hold)
+impl Resource for NameMap<Semaphore> {
+    fn kind(&self) -> ResourceKind {
+        ResourceKind::Sem
     }
 
-    /// Grants head waiters while they fit; forgets the semaphore when it is idle.
-    pub(super) fn sem_settle(&mut self, ctx: &mut Ctx, name: &Text) {
-        let Some(sem) = self.sems.get_mut(name) else {
-            return;
-        };
-        let key = ResourceKey::new(ResourceKind::Sem, name);
-        while sem
-            .waiters
-            .front()
-            .is_some_and(|head| sem.used + head.permits <= sem.limit)
-        {
-            let head = sem.waiters.pop_front().expect("front() was Some");
-            let hold = self.core.grant_waiter(ctx, &key, head);
-            sem.used += hold.permits;
-            sem.holders.insert(hold.lease, hold);
-        }
-        if sem.holders.is_empty() && sem.waiters.is_empty() {
-            self.sems.remove(name);
-        }
+    fn held_tokens(&self, name: &str) -> Vec<u64> {
+        let holders = self.get(name).map(|sem| sem.holders.values());
+        holders
+            .into_iter()
+            .flatten()
+            .map(|hold| hold.token)
+            .collect()
     }
 
-    pub(super) fn sem_inspect(&self, name: &str) -> Reply {
-        let Some(sem) = self.sems.get(name) else {
+    fn inspect(&self, name: &str) -> Reply {
+        let Some(sem) = self.get(name) else {
             return Reply::Inspect {
                 limit: None,
                 holders: Vec::new(),
@@ -213,11 +198,57 @@ impl StateMachine {
         }
     }
 
-    pub(super) fn check_sem_invariants(
-        &self,
-        occupancy: &mut Occupancy,
-    ) -> Result<(), InvariantViolation> {
-        for (name, sem) in &self.sems {
+    fn held_name(&self, name: &str) -> Option<Text> {
+        self.get_key_value(name).map(|(name, _)| name.clone())
+    }
+
+    /// Gives the hold's permits back.
+    fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        let sem = self.get_mut(name)?;
+        let hold = sem.holders.remove(&lease)?;
+        sem.used -= hold.permits;
+        Some(hold)
+    }
+
+    fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
+        self.get_mut(name)?.waiters.take(agent, request_id)
+    }
+
+    /// Grants head waiters while they fit; forgets a semaphore left idle.
+    fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, keys: &[ResourceKey], _: &Limits) {
+        for key in keys {
+            let Some(sem) = self.get_mut(&key.name) else {
+                continue;
+            };
+            while sem
+                .waiters
+                .front()
+                .is_some_and(|head| sem.used + head.permits <= sem.limit)
+            {
+                let head = sem.waiters.pop_front().expect("front() was Some");
+                let hold = core.grant_waiter(ctx, key, head);
+                sem.used += hold.permits;
+                sem.holders.insert(hold.lease, hold);
+            }
+            if sem.holders.is_empty() && sem.waiters.is_empty() {
+                self.remove(&key.name);
+            }
+        }
+    }
+
+    fn in_use(&self) -> usize {
+        self.len()
+    }
+
+    fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
+        self.iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(name, sem)| (&**name, sem.holders.len(), sem.waiters.len()))
+            .collect()
+    }
+
+    fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
+        for (name, sem) in self {
             let key = ResourceKey::new(ResourceKind::Sem, name);
             let used: u32 = sem.holders.values().map(|hold| hold.permits).sum();
             if used != sem.used || used > sem.limit {

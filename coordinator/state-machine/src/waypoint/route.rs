@@ -35,6 +35,7 @@ use hivekeeper_protocol::{ErrorCode, Priority, Volume};
 use super::geo::area_within;
 use super::window::within;
 use super::{Ask, Shape, Window, shapes};
+use crate::resource::Resource;
 use crate::{Ctx, Reply, StateMachine, Text};
 
 /// Whether shape `inner` (a cylinder in its window) lies wholly inside `outer`, in space and
@@ -159,8 +160,8 @@ impl StateMachine {
         reservation.priority = priority;
         let token = reservation.hold.token;
         self.waypoints.insert_held(name, reservation);
-        let vacate_ms = self.limits.reservation_vacate_ms;
-        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
+        self.waypoints
+            .settle(ctx, &mut self.core, &[], &self.limits);
         Reply::Granted { token }
     }
 }

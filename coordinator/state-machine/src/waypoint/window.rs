@@ -27,6 +27,7 @@ use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
 use crate::grant::ResourceKey;
+use crate::resource::Resource;
 use crate::{Ctx, Limits, ReleaseReason, Reply, StateMachine, Text};
 
 /// A resolved time window.
@@ -210,8 +211,8 @@ impl StateMachine {
         for name in &vacated {
             self.end_held(ctx, name, ReleaseReason::Preempted);
         }
-        let vacate_ms = self.limits.reservation_vacate_ms;
-        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
+        self.waypoints
+            .settle(ctx, &mut self.core, &[], &self.limits);
         let count = held_due.len() + waiting_due.len() + vacated.len();
         Reply::ReservationsEnded {
             count: u64::try_from(count).expect("a count of reservations fits in u64"),

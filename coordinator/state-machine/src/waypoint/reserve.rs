@@ -1,0 +1,209 @@
+//! `waypoint.reserve`, and the reservation both it and `route.reserve` make: granted now,
+//! queued FIFO among the requests it conflicts with, or refused (the module rules, `mod.rs`).
+//!
+//! Invariants (the waypoint invariants 1, 2 and 4, which a reservation keeps):
+//! 1. A request is granted only when nothing held conflicts with it and no waiter of another
+//!    lease ahead of it in the queue order does; otherwise it waits, or is refused.
+//! 2. A lease's second request for a name it holds or waits for takes nothing new: the same
+//!    ask is answered with its hold or takes its wait over, another is refused.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use hivekeeper_protocol::{Area, ErrorCode, Priority, ResourceKind};
+
+use super::{Ask, Pending, Reservation, Window, shapes};
+use crate::fifo;
+use crate::grant::ResourceKey;
+use crate::{Ctx, Limits, Reply, StateMachine, Text};
+
+impl StateMachine {
+    /// `waypoint.reserve` of `asked`: its cylinder, its window's ends as the request gave
+    /// them, and its priority.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn waypoint_reserve(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        asked: (Option<Area>, (Option<u64>, Option<u64>), Priority),
+        wait_ms: Option<u64>,
+    ) -> Reply {
+        let (area, asked, priority) = asked;
+        let window = match Window::resolve(asked.0, asked.1, ctx.now_ms, &self.limits) {
+            Ok(window) => window,
+            Err(message) => {
+                return Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("waypoint.reserve: {message}"),
+                );
+            }
+        };
+        let ask = Ask {
+            area,
+            window,
+            volumes: Vec::new(),
+            asked,
+            priority,
+        };
+        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+    }
+
+    /// A reservation (a waypoint's or a route's) whose fields are valid: granted now, queued
+    /// or refused, as the module's rules say.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn reserve(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        ask: Ask,
+        wait_ms: Option<u64>,
+    ) -> Reply {
+        let lease = match self.core.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let noun = ask.noun();
+        if let Some(held) = self.waypoints.held.get(name)
+            && held.hold.lease == lease
+        {
+            // The same request: the reservation it already has. Other geometry, another
+            // window or other volumes would tell the agent it holds airspace it does not, so
+            // it must release first (as a semaphore re-acquire with other permits must).
+            return if ask.matches(held.area, held.window, &held.volumes) {
+                Reply::Granted {
+                    token: held.hold.token,
+                }
+            } else {
+                Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "lease {lease} already holds {noun} {name:?} with other geometry, another \
+                         window or other volumes; release it (or amend a route) before \
+                         reserving it again"
+                    ),
+                )
+            };
+        }
+        let name: Text = Arc::from(name);
+        let key = ResourceKey::new(ResourceKind::Waypoint, &name);
+        if self.core.is_waiting(lease, &key) {
+            let old_id = self.core.waiting_id(lease, &key).to_string();
+            let Some(pending) = self.waypoints.pending_mut(&name, lease) else {
+                return self
+                    .core
+                    .already_waiting(lease, &key, "a reservation not found");
+            };
+            if !ask.matches(pending.area, pending.window, &pending.volumes) {
+                return self.core.already_waiting(
+                    lease,
+                    &key,
+                    "other geometry, another window or other volumes",
+                );
+            }
+            if wait_ms == Some(0) {
+                return Reply::refused(
+                    ErrorCode::WouldBlock,
+                    format!(
+                        "{noun} {name:?} conflicts with a held or earlier waiting reservation \
+                         (this lease already waits for it, request id {old_id:?})"
+                    ),
+                );
+            }
+            pending.waiter.request_id = request_id.to_string();
+            self.core
+                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+            return Reply::Queued;
+        }
+        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
+            return refusal;
+        }
+        if let Some(refusal) = self.resources_full() {
+            return refusal;
+        }
+        let shapes = shapes(ask.area, ask.window, &ask.volumes);
+        let head_start_ms =
+            u64::from(ask.priority.level()).saturating_mul(self.limits.reservation_aging_ms);
+        let place = (
+            i128::from(ctx.now_ms) - i128::from(head_start_ms),
+            ctx.index,
+        );
+        if !self.waypoints.blocked(Some(&name), &shapes, lease, place) {
+            let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
+            let token = hold.token;
+            let reservation = Reservation {
+                hold,
+                area: ask.area,
+                window: ask.window,
+                volumes: ask.volumes,
+                priority: ask.priority,
+                vacate_by_ms: None,
+            };
+            self.waypoints.insert_held(name, reservation);
+            // A new hold of a priority as high as a preemptor's, in its way, ends that
+            // preemption (`preempt.rs`): found by the model test.
+            self.waypoints
+                .preempt(ctx, self.limits.reservation_vacate_ms);
+            return Reply::Granted { token };
+        }
+        if wait_ms == Some(0) {
+            return Reply::refused(
+                ErrorCode::WouldBlock,
+                format!("{noun} {name:?} conflicts with a held or earlier waiting reservation"),
+            );
+        }
+        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
+            return refusal;
+        }
+        if let Some(refusal) = self.waypoint_queue_full(&name) {
+            return refusal;
+        }
+        let waiter = self
+            .core
+            .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
+        let pending = Pending {
+            name,
+            waiter,
+            area: ask.area,
+            window: ask.window,
+            volumes: ask.volumes,
+            priority: ask.priority,
+            head_start_ms,
+        };
+        self.waypoints.index.add_waiter(ctx.index, &pending);
+        self.waypoints.waiters.insert(ctx.index, pending);
+        // A request in the way only of lower priorities preempts them; one queued ahead of
+        // others may end their preemption (`preempt.rs`).
+        self.waypoints
+            .preempt(ctx, self.limits.reservation_vacate_ms);
+        Reply::Queued
+    }
+
+    fn waypoint_queue_full(&self, name: &str) -> Option<Reply> {
+        let limits: &Limits = &self.limits;
+        let on_name = self
+            .waypoints
+            .index
+            .waiting_by_name
+            .get(name)
+            .map_or(0, BTreeSet::len);
+        if let Some(refusal) = fifo::full("waypoint", name, on_name, limits) {
+            return Some(refusal);
+        }
+        if self.waypoints.waiters.len() >= limits.waypoint_waiters_max as usize {
+            return Some(Reply::refused(
+                ErrorCode::ResourceExhausted,
+                format!(
+                    "{} waypoint reservations are waiting, the limit",
+                    self.waypoints.waiters.len()
+                ),
+            ));
+        }
+        None
+    }
+}
