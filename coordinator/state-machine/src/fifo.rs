@@ -22,9 +22,10 @@ use std::collections::VecDeque;
 use hivekeeper_protocol::{ErrorCode, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
-use super::grant::{ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::{Limits, Reply};
+use crate::ResourceKey;
+use crate::grant::Waiter;
 
 /// One resource's waiters, head first. Serialized as the plain sequence it wraps, so snapshot
 /// bytes are what they were before the queue had a type of its own.

@@ -21,8 +21,8 @@ use std::fmt;
 use hivekeeper_protocol::{ErrorCode, LeaseInfo};
 use serde::{Deserialize, Serialize};
 
-use super::grant::ResourceKey;
-use super::{Ctx, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text};
+use crate::grant::Core;
+use crate::{Ctx, Event, LeaseEnd, ReleaseReason, Reply, ResourceKey, StateMachine, Text};
 
 /// Most leases in one `admin.leases` page: about 140 bytes each at most (a 64-byte agent id),
 /// so a page stays well inside the default 64 KiB MQTT packet.
@@ -280,5 +280,28 @@ impl StateMachine {
             .collect();
         leases.sort_unstable_by_key(|(id, ..)| *id);
         leases.into_iter()
+    }
+}
+
+impl Core {
+    /// The lease named on the wire, if it is alive and belongs to `agent`.
+    pub fn live_lease(&self, agent: &str, lease: &str) -> Result<LeaseId, Reply> {
+        let not_found = || {
+            Reply::refused(
+                ErrorCode::LeaseNotFound,
+                format!("lease {lease:?} does not exist (never granted, revoked or expired)"),
+            )
+        };
+        let id = LeaseId::parse(lease).ok_or_else(not_found)?;
+        let record = self.leases.get(&id).ok_or_else(not_found)?;
+        // The request's agent is usually the very name the lease shares (both come from the
+        // dedup memory), so the pointer comparison settles it without reading the bytes.
+        if !std::ptr::eq(&*record.agent, agent) && &*record.agent != agent {
+            return Err(Reply::refused(
+                ErrorCode::Forbidden,
+                format!("lease {lease} belongs to another agent"),
+            ));
+        }
+        Ok(id)
     }
 }

@@ -53,7 +53,9 @@
 //!   own request types, with the log's serde shape.
 //! - `clock.rs`: the replicated clock, stepped by each entry's stamp (a jumping leader clock
 //!   cannot freeze expiry).
-//! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares.
+//! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares, in the
+//!   state every kind shares (`Core`). `waiting.rs`: the pending-wait index, by agent and
+//!   request id, through which a retry finds its queue slot.
 //! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
@@ -99,6 +101,7 @@ mod resources;
 mod semaphore;
 mod snapshot;
 mod wait_deadline;
+mod waiting;
 mod waypoint;
 
 #[cfg(test)]
@@ -140,13 +143,14 @@ pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange};
 pub use command::{Command, LogMeta};
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
-pub use grant::{ResourceKey, WaiterCounts};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use machine::StateMachine;
 pub use reply::Reply;
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
+pub use resource::ResourceKey;
 pub use resources::ResourceQuery;
+pub use waiting::WaiterCounts;
 pub use waypoint::{
     EARTH_RADIUS_M, M_PER_DEG, PREEMPT_CHAIN_MAX, Window, areas_conflict, bands_overlap, distance_m,
 };

@@ -19,8 +19,9 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
+use crate::ResourceKey;
 use crate::fifo::{self, Queue};
-use crate::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
 use crate::resource::{Listed, Resource};
 use crate::{Ctx, LeaseId, Limits, NameMap, ReleaseReason, Reply, StateMachine, Text};
 
@@ -34,20 +35,24 @@ pub struct Lock {
 }
 
 impl StateMachine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn lock_acquire(
+    /// `lock.acquire`: granted at once when the lock is free, queued behind its holder, or
+    /// refused.
+    pub(crate) fn lock_acquire(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: String,
-        lease: &str,
-        wait_ms: Option<u64>,
     ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
+        let claim = match self.core.claim(&acquire) {
+            Ok(claim) => claim,
             Err(refusal) => return refusal,
         };
+        let Claim {
+            agent,
+            lease,
+            request_id,
+            wait_ms,
+        } = claim;
         if let Some(lock) = self.locks.get_mut(name.as_str()) {
             let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
             let holder = lock
@@ -70,9 +75,7 @@ impl StateMachine {
                         ),
                     );
                 }
-                let old_id = self
-                    .core
-                    .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+                let old_id = self.core.take_over_wait(ctx, &key, &claim);
                 lock.waiters.rename(agent, &old_id, request_id);
                 return Reply::Queued;
             }
@@ -91,9 +94,7 @@ impl StateMachine {
             if let Some(refusal) = fifo::full("lock", &name, lock.waiters.len(), &self.limits) {
                 return refusal;
             }
-            let waiter = self
-                .core
-                .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
+            let waiter = self.core.enqueue(ctx, &key, &claim, 1);
             lock.waiters.push_back(waiter);
             return Reply::Queued;
         }

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
-use crate::grant::Core;
+use crate::grant::{Acquire, Core};
 use crate::lock::Lock;
 use crate::semaphore::Semaphore;
-use crate::waypoint::Waypoints;
+use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
     AgentOp, AgentRequest, Command, Error, Event, InvariantViolation, Limits, LogMeta, NameMap,
-    ReadOp, Reply, ResourceQuery, WaiterCounts, account, snapshot,
+    ReadOp, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -224,9 +224,20 @@ impl StateMachine {
             }
         };
         let id = request.id;
-        let reply = match request.op {
-            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, &agent, ttl_ms),
-            AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, &agent, &lease),
+        let reply = self.dispatch(ctx, &agent, &id, request.op);
+        if reply != Reply::Queued {
+            self.core
+                .dedup
+                .record(known.slot, &agent, id, reply.clone(), ctx.index);
+        }
+        reply
+    }
+
+    /// Hands a valid, new request to the concept that decides it.
+    fn dispatch(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: AgentOp) -> Reply {
+        match op {
+            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
+            AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
             // No owner check: with authentication on, the node checks the operator's role
             // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
             AgentOp::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
@@ -234,9 +245,9 @@ impl StateMachine {
                 name,
                 lease,
                 wait_ms,
-            } => self.lock_acquire(ctx, &agent, &id, name, &lease, wait_ms),
+            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
             AgentOp::LockRelease { name, lease } => {
-                self.release(ctx, ResourceKind::Lock, &agent, &name, &lease)
+                self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
             }
             AgentOp::SemAcquire {
                 name,
@@ -244,9 +255,12 @@ impl StateMachine {
                 lease,
                 permits,
                 wait_ms,
-            } => self.sem_acquire(ctx, &agent, &id, name, limit, &lease, permits, wait_ms),
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                self.sem_acquire(ctx, acquire, name, limit, permits)
+            }
             AgentOp::SemRelease { name, lease } => {
-                self.release(ctx, ResourceKind::Sem, &agent, &name, &lease)
+                self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
             }
             ref reserve @ AgentOp::WaypointReserve {
                 ref name,
@@ -259,13 +273,13 @@ impl StateMachine {
             } => {
                 let area = reserve
                     .area()
-                    .expect("validated above: the geometry is well formed");
-                let asked = (start_ms, end_ms);
-                let ask = (area, asked, priority);
-                self.waypoint_reserve(ctx, &agent, &id, name, lease, ask, wait_ms)
+                    .expect("validated by `request`: the geometry is well formed");
+                let acquire = Acquire::new(agent, id, lease, wait_ms);
+                let asked = AskedWindow { start_ms, end_ms };
+                self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
             }
             AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
-                self.release(ctx, ResourceKind::Waypoint, &agent, &name, &lease)
+                self.release(ctx, ResourceKind::Waypoint, agent, &name, &lease)
             }
             AgentOp::RouteReserve {
                 name,
@@ -274,15 +288,15 @@ impl StateMachine {
                 wait_ms,
                 priority,
             } => {
-                let ask = (volumes, priority);
-                self.route_reserve(ctx, &agent, &id, &name, &lease, ask, wait_ms)
+                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                self.route_reserve(ctx, acquire, &name, volumes, priority)
             }
             AgentOp::RouteAmend {
                 name,
                 lease,
                 volumes,
                 priority,
-            } => self.route_amend(ctx, &agent, &name, &lease, (volumes, priority)),
+            } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
             // The operator's role is checked by the node before the log, like admin.revoke.
             AgentOp::AdminAgentAdd {
                 name,
@@ -293,13 +307,7 @@ impl StateMachine {
                 self.account_rotate(ctx, &name, secret_hash)
             }
             AgentOp::AdminAgentRemove { name } => self.account_remove(ctx, &name),
-        };
-        if reply != Reply::Queued {
-            self.core
-                .dedup
-                .record(known.slot, &agent, id, reply.clone(), ctx.index);
         }
-        reply
     }
 
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls

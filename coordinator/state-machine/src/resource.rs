@@ -14,10 +14,61 @@
 //! 2. A kind's holds and waiters are exactly what the leases record (each kind reports them to
 //!    [`Occupancy`] in [`Resource::check_invariants`], checked by `Core::check_occupancy`).
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use std::fmt;
+use std::sync::Arc;
 
-use crate::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::grant::{Core, Hold, Occupancy, Waiter};
 use crate::{Ctx, InvariantViolation, LeaseId, Limits, ReleaseReason, Reply, StateMachine, Text};
+
+/// A resource: its kind and name. Written `kind:name` where it must be a string (JSON map keys);
+/// the kind never contains `:`, so names may.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    /// Lock, semaphore or waypoint.
+    pub kind: ResourceKind,
+    /// The resource's name.
+    pub name: Text,
+}
+
+impl ResourceKey {
+    /// A key.
+    pub fn new(kind: ResourceKind, name: &Text) -> Self {
+        ResourceKey {
+            kind,
+            name: name.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ResourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind.as_str(), self.name)
+    }
+}
+
+impl Serialize for ResourceKey {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ResourceKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let (kind, name) = text
+            .split_once(':')
+            .ok_or_else(|| serde::de::Error::custom(format!("resource key {text:?} has no ':'")))?;
+        let kind = ResourceKind::parse(kind)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown resource kind {kind:?}")))?;
+        Ok(ResourceKey {
+            kind,
+            name: Arc::from(name),
+        })
+    }
+}
 
 /// One resource in a listing: its name, how many hold it and how many wait for it.
 pub type Listed<'a> = (&'a str, usize, usize);

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
+use crate::ResourceKey;
 use crate::fifo::{self, Queue};
-use crate::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
 use crate::resource::{Listed, Resource};
 use crate::{Ctx, LeaseId, Limits, NameMap, Reply, StateMachine, Text};
 
@@ -40,22 +41,26 @@ pub struct Semaphore {
 }
 
 impl StateMachine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn sem_acquire(
+    /// `sem.acquire` of `permits` of a semaphore of capacity `limit`: granted at once when they
+    /// fit and nobody waits, queued, or refused.
+    pub(crate) fn sem_acquire(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: String,
         limit: u32,
-        lease: &str,
         permits: u32,
-        wait_ms: Option<u64>,
     ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
+        let claim = match self.core.claim(&acquire) {
+            Ok(claim) => claim,
             Err(refusal) => return refusal,
         };
+        let Claim {
+            agent,
+            lease,
+            request_id,
+            wait_ms,
+        } = claim;
         let full = self.resources_full();
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Sem, &name);
@@ -121,8 +126,7 @@ impl StateMachine {
                     ),
                 );
             }
-            self.core
-                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+            self.core.take_over_wait(ctx, &key, &claim);
             sem.waiters.rename(agent, &old_id, request_id);
             return Reply::Queued;
         }
@@ -155,9 +159,7 @@ impl StateMachine {
         if let Some(refusal) = fifo::full("semaphore", &name, sem.waiters.len(), &self.limits) {
             return refusal;
         }
-        let waiter = self
-            .core
-            .enqueue(ctx, &key, lease, agent, request_id, permits, wait_ms);
+        let waiter = self.core.enqueue(ctx, &key, &claim, permits);
         sem.waiters.push_back(waiter);
         Reply::Queued
     }

@@ -61,11 +61,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use hivekeeper_protocol::{Area, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
+use crate::ResourceKey;
 use crate::fifo;
-use crate::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
+use crate::grant::{Core, Hold, Occupancy, Waiter};
 use crate::resource::{Listed, Resource};
 use crate::{Ctx, InvariantViolation, LeaseId, Limits, Reply, Text};
 use index::Index;
+pub(crate) use window::AskedWindow;
 pub use window::Window;
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
@@ -150,7 +152,7 @@ pub(super) struct Ask {
     /// A route's volumes (then `area` and `window` are `None`).
     pub volumes: Vec<Volume>,
     /// A waypoint's `start_ms` and `end_ms` as the request gave them, for a retry's match.
-    pub asked: (Option<u64>, Option<u64>),
+    pub asked: AskedWindow,
     /// The priority asked for.
     pub priority: Priority,
 }
@@ -169,8 +171,7 @@ impl Ask {
     fn matches(&self, area: Option<Area>, window: Option<Window>, volumes: &[Volume]) -> bool {
         area == self.area
             && volumes == self.volumes.as_slice()
-            && (!self.volumes.is_empty()
-                || Window::asked_by(window.as_ref(), self.asked.0, self.asked.1))
+            && (!self.volumes.is_empty() || Window::asked_by(window.as_ref(), self.asked))
     }
 }
 

@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hivekeeper_protocol::{Priority, ResourceKind};
 
 use super::{Pending, Reservation, Waypoints};
-use crate::grant::ResourceKey;
+use crate::ResourceKey;
 use crate::{Ctx, Event, Text};
 
 /// Most waiters ahead a preemption looks through (the chain, `Waypoints::victims`, without the

@@ -12,27 +12,25 @@ use std::sync::Arc;
 
 use hivekeeper_protocol::{Area, ErrorCode, Priority, ResourceKind};
 
-use super::{Ask, Pending, Reservation, Window, shapes};
+use super::{Ask, AskedWindow, Pending, Reservation, Window, shapes};
+use crate::ResourceKey;
 use crate::fifo;
-use crate::grant::ResourceKey;
+use crate::grant::{Acquire, Claim};
 use crate::{Ctx, Limits, Reply, StateMachine, Text};
 
 impl StateMachine {
-    /// `waypoint.reserve` of `asked`: its cylinder, its window's ends as the request gave
-    /// them, and its priority.
-    #[allow(clippy::too_many_arguments)]
+    /// `waypoint.reserve` of a cylinder (or none), a window's ends as the request gave them,
+    /// and a priority.
     pub(crate) fn waypoint_reserve(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: &str,
-        lease: &str,
-        asked: (Option<Area>, (Option<u64>, Option<u64>), Priority),
-        wait_ms: Option<u64>,
+        area: Option<Area>,
+        asked: AskedWindow,
+        priority: Priority,
     ) -> Reply {
-        let (area, asked, priority) = asked;
-        let window = match Window::resolve(asked.0, asked.1, ctx.now_ms, &self.limits) {
+        let window = match Window::resolve(asked.start_ms, asked.end_ms, ctx.now_ms, &self.limits) {
             Ok(window) => window,
             Err(message) => {
                 return Reply::refused(
@@ -48,26 +46,28 @@ impl StateMachine {
             asked,
             priority,
         };
-        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+        self.reserve(ctx, acquire, name, ask)
     }
 
     /// A reservation (a waypoint's or a route's) whose fields are valid: granted now, queued
     /// or refused, as the module's rules say.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn reserve(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: &str,
-        lease: &str,
         ask: Ask,
-        wait_ms: Option<u64>,
     ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
+        let claim = match self.core.claim(&acquire) {
+            Ok(claim) => claim,
             Err(refusal) => return refusal,
         };
+        let Claim {
+            agent,
+            lease,
+            request_id,
+            wait_ms,
+        } = claim;
         let noun = ask.noun();
         if let Some(held) = self.waypoints.held.get(name)
             && held.hold.lease == lease
@@ -116,8 +116,7 @@ impl StateMachine {
                 );
             }
             pending.waiter.request_id = request_id.to_string();
-            self.core
-                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
+            self.core.take_over_wait(ctx, &key, &claim);
             return Reply::Queued;
         }
         if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
@@ -163,9 +162,7 @@ impl StateMachine {
         if let Some(refusal) = self.waypoint_queue_full(&name) {
             return refusal;
         }
-        let waiter = self
-            .core
-            .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
+        let waiter = self.core.enqueue(ctx, &key, &claim, 1);
         let pending = Pending {
             name,
             waiter,

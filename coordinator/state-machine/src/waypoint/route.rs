@@ -34,7 +34,8 @@ use hivekeeper_protocol::{ErrorCode, Priority, Volume};
 
 use super::geo::area_within;
 use super::window::within;
-use super::{Ask, Shape, Window, shapes};
+use super::{Ask, AskedWindow, Shape, Window, shapes};
+use crate::grant::Acquire;
 use crate::resource::Resource;
 use crate::{Ctx, Reply, StateMachine, Text};
 
@@ -70,16 +71,13 @@ impl StateMachine {
     }
 
     /// `route.reserve`: the route as one reservation (module docs).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn route_reserve(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: &str,
-        lease: &str,
-        (volumes, priority): (Vec<Volume>, Priority),
-        wait_ms: Option<u64>,
+        volumes: Vec<Volume>,
+        priority: Priority,
     ) -> Reply {
         if let Some(refusal) = self.check_volume_windows("route.reserve", &volumes, ctx.now_ms) {
             return refusal;
@@ -88,10 +86,10 @@ impl StateMachine {
             area: None,
             window: None,
             volumes,
-            asked: (None, None),
+            asked: AskedWindow::default(),
             priority,
         };
-        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+        self.reserve(ctx, acquire, name, ask)
     }
 
     /// `route.amend`: the held route's volumes replaced at once, keeping its token, or
@@ -102,7 +100,8 @@ impl StateMachine {
         agent: &Text,
         name: &str,
         lease: &str,
-        (volumes, priority): (Vec<Volume>, Priority),
+        volumes: Vec<Volume>,
+        priority: Priority,
     ) -> Reply {
         if let Some(refusal) = self.check_volume_windows("route.amend", &volumes, ctx.now_ms) {
             return refusal;

@@ -26,7 +26,7 @@
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use crate::grant::ResourceKey;
+use crate::ResourceKey;
 use crate::resource::Resource;
 use crate::{Ctx, Limits, ReleaseReason, Reply, StateMachine, Text};
 
@@ -86,14 +86,25 @@ impl Window {
 
     /// Whether this window is what a request with these fields asks for (a same-lease retry
     /// under a new id): the same end, and the same start unless the request leaves it out.
-    pub fn asked_by(window: Option<&Window>, start_ms: Option<u64>, end_ms: Option<u64>) -> bool {
+    pub fn asked_by(window: Option<&Window>, asked: AskedWindow) -> bool {
         match window {
-            None => start_ms.is_none() && end_ms.is_none(),
+            None => asked == AskedWindow::default(),
             Some(window) => {
-                window.end_ms == end_ms && start_ms.is_none_or(|start| start == window.start_ms)
+                let start_matches = asked.start_ms.is_none_or(|start| start == window.start_ms);
+                window.end_ms == asked.end_ms && start_matches
             }
         }
     }
+}
+
+/// A window's ends as a request gave them, before [`Window::resolve`]: what a retry is matched
+/// on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AskedWindow {
+    /// `start_ms` as given; absent: from the entry's time.
+    pub start_ms: Option<u64>,
+    /// `end_ms` as given; absent: until released.
+    pub end_ms: Option<u64>,
 }
 
 /// Whether two reservations' windows share an instant. `None` covers all time.
