@@ -147,13 +147,13 @@ pub fn infos<'w>(
         .collect()
 }
 
-/// The refusal for joining a queue of `waiting` waiters on `name` (a `noun`: "lock") that is already at the
-/// bound (invariant 3), or `None` when there is room.
-pub fn full(noun: &str, name: &str, waiting: usize, limits: &Limits) -> Option<Reply> {
+/// Refuses to join a queue of `waiting` waiters on `name` (a `noun`: "lock") that is already at
+/// the bound (invariant 3).
+pub fn full(noun: &str, name: &str, waiting: usize, limits: &Limits) -> Result<(), Reply> {
     if waiting < limits.waiters_per_resource_max as usize {
-        return None;
+        return Ok(());
     }
-    Some(Reply::refused(
+    Err(Reply::refused(
         ErrorCode::ResourceExhausted,
         format!("{noun} {name:?} already has {waiting} waiters, the limit"),
     ))

@@ -104,7 +104,7 @@ impl StateMachine {
                 ),
             );
         }
-        if let Some(refusal) = self.core.lease_quota(agent, limits) {
+        if let Err(refusal) = self.core.lease_quota(agent, limits) {
             return refusal;
         }
         if self.core.leases.len() >= limits.leases_max as usize {

@@ -146,6 +146,7 @@ pub use event::{Event, LeaseEnd, ReleaseReason};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use machine::StateMachine;
+use reply::Decision;
 pub use reply::Reply;
 pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
 pub use resource::ResourceKey;

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ResourceKey;
 use crate::fifo::{self, Queue};
-use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
+use crate::grant::{Acquire, Core, Hold, Occupancy, Waiter};
 use crate::resource::{Listed, Resource};
-use crate::{Ctx, LeaseId, Limits, NameMap, ReleaseReason, Reply, StateMachine, Text};
+use crate::{Ctx, Decision, LeaseId, Limits, NameMap, ReleaseReason, Reply, StateMachine, Text};
 
 /// One lock in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,86 +36,69 @@ pub struct Lock {
 
 impl StateMachine {
     /// `lock.acquire`: granted at once when the lock is free, queued behind its holder, or
-    /// refused.
+    /// refused (`Err`, nothing changed).
     pub(crate) fn lock_acquire(
         &mut self,
         ctx: &mut Ctx,
         acquire: Acquire<'_>,
         name: String,
-    ) -> Reply {
-        let claim = match self.core.claim(&acquire) {
-            Ok(claim) => claim,
-            Err(refusal) => return refusal,
+    ) -> Decision {
+        let claim = self.core.claim(&acquire)?;
+        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
+        let Some(lock) = self.locks.get_mut(name.as_str()) else {
+            self.core.holds_quota(agent, &self.limits)?;
+            self.resources_full()?;
+            let name: Text = Arc::from(name);
+            let key = ResourceKey::new(ResourceKind::Lock, &name);
+            let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
+            let token = hold.token;
+            let waiters = Queue::default();
+            self.locks.insert(
+                name,
+                Lock {
+                    holder: Some(hold),
+                    waiters,
+                },
+            );
+            return Ok(Reply::Granted { token });
         };
-        let Claim {
-            agent,
-            lease,
-            request_id,
-            wait_ms,
-        } = claim;
-        if let Some(lock) = self.locks.get_mut(name.as_str()) {
-            let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
-            let holder = lock
-                .holder
-                .as_ref()
-                .expect("invariant 1: a lock in use has a holder");
-            if holder.lease == lease {
-                return Reply::Granted {
-                    token: holder.token,
-                };
-            }
-            if self.core.is_waiting(lease, &key) {
-                if wait_ms == Some(0) {
-                    return Reply::refused(
-                        ErrorCode::WouldBlock,
-                        format!(
-                            "lock {name:?} is held by another lease (this lease already waits \
-                             for it, request id {:?})",
-                            self.core.waiting_id(lease, &key)
-                        ),
-                    );
-                }
-                let old_id = self.core.take_over_wait(ctx, &key, &claim);
-                lock.waiters.rename(agent, &old_id, request_id);
-                return Reply::Queued;
-            }
-            if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
-                return refusal;
-            }
+        let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
+        let holder = lock
+            .holder
+            .as_ref()
+            .expect("invariant 1: a lock in use has a holder");
+        if holder.lease == lease {
+            return Ok(Reply::Granted {
+                token: holder.token,
+            });
+        }
+        if self.core.is_waiting(lease, &key) {
             if wait_ms == Some(0) {
-                return Reply::refused(
+                let old_id = self.core.waiting_id(lease, &key);
+                return Err(Reply::refused(
                     ErrorCode::WouldBlock,
-                    format!("lock {name:?} is held by another lease"),
-                );
+                    format!(
+                        "lock {name:?} is held by another lease (this lease already waits for \
+                         it, request id {old_id:?})"
+                    ),
+                ));
             }
-            if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
-                return refusal;
-            }
-            if let Some(refusal) = fifo::full("lock", &name, lock.waiters.len(), &self.limits) {
-                return refusal;
-            }
-            let waiter = self.core.enqueue(ctx, &key, &claim, 1);
-            lock.waiters.push_back(waiter);
-            return Reply::Queued;
+            let old_id = self.core.take_over_wait(ctx, &key, &claim);
+            lock.waiters.rename(agent, &old_id, claim.request_id);
+            return Ok(Reply::Queued);
         }
-        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
-            return refusal;
+        self.core.holds_quota(agent, &self.limits)?;
+        if wait_ms == Some(0) {
+            return Err(Reply::refused(
+                ErrorCode::WouldBlock,
+                format!("lock {name:?} is held by another lease"),
+            ));
         }
-        if let Some(refusal) = self.resources_full() {
-            return refusal;
-        }
-        let name: Text = Arc::from(name);
-        let key = ResourceKey::new(ResourceKind::Lock, &name);
-        let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
-        let token = hold.token;
-        self.locks.insert(
-            name,
-            Lock {
-                holder: Some(hold),
-                waiters: Queue::default(),
-            },
-        );
-        Reply::Granted { token }
+        self.core.waits_quota(lease, &self.limits)?;
+        fifo::full("lock", &name, lock.waiters.len(), &self.limits)?;
+        let waiter = self.core.enqueue(ctx, &key, &claim, 1);
+        lock.waiters.push_back(waiter);
+        Ok(Reply::Queued)
     }
 }
 

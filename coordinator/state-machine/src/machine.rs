@@ -245,7 +245,9 @@ impl StateMachine {
                 name,
                 lease,
                 wait_ms,
-            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
+            } => self
+                .lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name)
+                .unwrap_or_else(|refusal| refusal),
             AgentOp::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
             }
@@ -258,6 +260,7 @@ impl StateMachine {
             } => {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms);
                 self.sem_acquire(ctx, acquire, name, limit, permits)
+                    .unwrap_or_else(|refusal| refusal)
             }
             AgentOp::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
@@ -277,6 +280,7 @@ impl StateMachine {
                 let acquire = Acquire::new(agent, id, lease, wait_ms);
                 let asked = AskedWindow { start_ms, end_ms };
                 self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
+                    .unwrap_or_else(|refusal| refusal)
             }
             AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, agent, &name, &lease)
@@ -290,13 +294,16 @@ impl StateMachine {
             } => {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms);
                 self.route_reserve(ctx, acquire, &name, volumes, priority)
+                    .unwrap_or_else(|refusal| refusal)
             }
             AgentOp::RouteAmend {
                 name,
                 lease,
                 volumes,
                 priority,
-            } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
+            } => self
+                .route_amend(ctx, agent, &name, &lease, volumes, priority)
+                .unwrap_or_else(|refusal| refusal),
             // The operator's role is checked by the node before the log, like admin.revoke.
             AgentOp::AdminAgentAdd {
                 name,

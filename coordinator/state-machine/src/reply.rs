@@ -125,6 +125,10 @@ pub enum Reply {
     },
 }
 
+/// What an op decided: `Err` is a refusal, with nothing changed, so a check's refusal returns
+/// with `?`; `Ok` is any other answer.
+pub(crate) type Decision = Result<Reply, Reply>;
+
 impl Reply {
     /// A refusal with `code` and a message for a human.
     pub fn refused(code: ErrorCode, message: impl Into<String>) -> Reply {

@@ -230,18 +230,14 @@ impl StateMachine {
             .sum()
     }
 
-    /// The refusal for a request that would put one resource more in use than
-    /// `resources_max`, or `None` when there is room.
-    pub(crate) fn resources_full(&self) -> Option<Reply> {
-        (self.resource_count() >= self.limits.resources_max as usize).then(|| {
-            Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "{} resources are in use, the limit",
-                    self.limits.resources_max
-                ),
-            )
-        })
+    /// Refuses a request that would put one resource more in use than `resources_max`.
+    pub(crate) fn resources_full(&self) -> Result<(), Reply> {
+        let max = self.limits.resources_max;
+        if self.resource_count() < max as usize {
+            return Ok(());
+        }
+        let message = format!("{max} resources are in use, the limit");
+        Err(Reply::refused(ErrorCode::ResourceExhausted, message))
     }
 
     /// Every kind's invariants, then the holds and waiters they report against the leases.

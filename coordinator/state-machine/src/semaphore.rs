@@ -25,7 +25,7 @@ use crate::ResourceKey;
 use crate::fifo::{self, Queue};
 use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
 use crate::resource::{Listed, Resource};
-use crate::{Ctx, LeaseId, Limits, NameMap, Reply, StateMachine, Text};
+use crate::{Ctx, Decision, LeaseId, Limits, NameMap, Reply, StateMachine, Text};
 
 /// One semaphore in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,7 +42,7 @@ pub struct Semaphore {
 
 impl StateMachine {
     /// `sem.acquire` of `permits` of a semaphore of capacity `limit`: granted at once when they
-    /// fit and nobody waits, queued, or refused.
+    /// fit and nobody waits, queued, or refused (`Err`, nothing changed).
     pub(crate) fn sem_acquire(
         &mut self,
         ctx: &mut Ctx,
@@ -50,17 +50,9 @@ impl StateMachine {
         name: String,
         limit: u32,
         permits: u32,
-    ) -> Reply {
-        let claim = match self.core.claim(&acquire) {
-            Ok(claim) => claim,
-            Err(refusal) => return refusal,
-        };
-        let Claim {
-            agent,
-            lease,
-            request_id,
-            wait_ms,
-        } = claim;
+    ) -> Decision {
+        let claim = self.core.claim(&acquire)?;
+        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
         let full = self.resources_full();
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Sem, &name);
@@ -68,12 +60,10 @@ impl StateMachine {
         // a lease that already holds or waits (those take nothing new).
         let over_quota = self.core.holds_quota(agent, &self.limits);
         if !self.sems.contains_key(&name) {
-            if let Some(refusal) = over_quota {
-                return refusal;
+            if let Err(refusal) = over_quota {
+                return Err(refusal);
             }
-            if let Some(refusal) = full {
-                return refusal;
-            }
+            full?;
             let idle = Semaphore {
                 limit,
                 used: 0,
@@ -87,63 +77,29 @@ impl StateMachine {
             .get_mut(&name)
             .expect("inserted above if it was missing");
         if sem.limit != limit {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::LimitMismatch,
                 format!(
                     "semaphore {name:?} has limit {}, the request says {limit}",
                     sem.limit
                 ),
-            );
+            ));
         }
-        if let Some(hold) = sem.holders.get(&lease) {
-            return if hold.permits == permits {
-                Reply::Granted { token: hold.token }
-            } else {
-                Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "lease {lease} already holds {} permits of semaphore {name:?}; release \
-                         them before asking for {permits}",
-                        hold.permits
-                    ),
-                )
-            };
+        if let Some(answer) = sem.asked_again(ctx, &mut self.core, &key, &claim, permits) {
+            return answer;
         }
-        if self.core.is_waiting(lease, &key) {
-            let old_id = self.core.waiting_id(lease, &key).to_string();
-            let waited = sem.waiters.get(agent, &old_id).map_or(0, |w| w.permits);
-            if waited != permits {
-                return self
-                    .core
-                    .already_waiting(lease, &key, &format!("{waited} permits"));
-            }
-            if wait_ms == Some(0) {
-                return Reply::refused(
-                    ErrorCode::WouldBlock,
-                    format!(
-                        "semaphore {name:?} has no {permits} permits free (this lease already \
-                         waits for them, request id {old_id:?})"
-                    ),
-                );
-            }
-            self.core.take_over_wait(ctx, &key, &claim);
-            sem.waiters.rename(agent, &old_id, request_id);
-            return Reply::Queued;
-        }
-        if let Some(refusal) = over_quota {
-            return refusal;
-        }
+        over_quota?;
         if sem.waiters.is_empty() && sem.used + permits <= sem.limit {
             let hold = self.core.grant_now(ctx, &key, lease, agent, permits);
             let token = hold.token;
             sem.used += permits;
             sem.holders.insert(lease, hold);
-            return Reply::Granted { token };
+            return Ok(Reply::Granted { token });
         }
         // A semaphore created by this request was free and granted above (permits <= limit
         // is validated), so a refusal below never leaves an idle semaphore behind.
         if wait_ms == Some(0) {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::WouldBlock,
                 format!(
                     "semaphore {name:?} has {} of {} permits free and {} waiters",
@@ -151,17 +107,67 @@ impl StateMachine {
                     sem.limit,
                     sem.waiters.len()
                 ),
-            );
+            ));
         }
-        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
-            return refusal;
-        }
-        if let Some(refusal) = fifo::full("semaphore", &name, sem.waiters.len(), &self.limits) {
-            return refusal;
-        }
+        self.core.waits_quota(lease, &self.limits)?;
+        fifo::full("semaphore", &name, sem.waiters.len(), &self.limits)?;
         let waiter = self.core.enqueue(ctx, &key, &claim, permits);
         sem.waiters.push_back(waiter);
-        Reply::Queued
+        Ok(Reply::Queued)
+    }
+}
+
+impl Semaphore {
+    /// The answer to a lease that asks again for permits it holds or waits for (under a new
+    /// request id): its hold, or its wait taken over, when it asks for as many; a refusal
+    /// otherwise. `None` when the lease neither holds nor waits here.
+    fn asked_again(
+        &mut self,
+        ctx: &mut Ctx,
+        core: &mut Core,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Option<Decision> {
+        let (agent, lease, name) = (claim.agent, claim.lease, &key.name);
+        if let Some(hold) = self.holders.get(&lease) {
+            return Some(if hold.permits == permits {
+                Ok(Reply::Granted { token: hold.token })
+            } else {
+                Err(Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "lease {lease} already holds {} permits of semaphore {name:?}; release \
+                         them before asking for {permits}",
+                        hold.permits
+                    ),
+                ))
+            });
+        }
+        if !core.is_waiting(lease, key) {
+            return None;
+        }
+        let old_id = core.waiting_id(lease, key).to_string();
+        let waited = self.waiters.get(agent, &old_id).map_or(0, |w| w.permits);
+        if waited != permits {
+            return Some(Err(core.already_waiting(
+                lease,
+                key,
+                &format!("{waited} permits"),
+            )));
+        }
+        if claim.wait_ms == Some(0) {
+            return Some(Err(Reply::refused(
+                ErrorCode::WouldBlock,
+                format!(
+                    "semaphore {name:?} has no {permits} permits free (this lease already waits \
+                     for them, request id {old_id:?})"
+                ),
+            )));
+        }
+        core.take_over_wait(ctx, key, claim);
+        self.waiters.rename(agent, &old_id, claim.request_id);
+        Some(Ok(Reply::Queued))
     }
 }
 

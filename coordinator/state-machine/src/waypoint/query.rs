@@ -137,7 +137,7 @@ impl StateMachine {
             }
             (None, volumes) => {
                 let volumes = volumes.unwrap_or_default();
-                if let Some(refusal) =
+                if let Err(refusal) =
                     self.check_volume_windows("airspace.query", volumes, self.now_ms)
                 {
                     return refusal;

@@ -16,7 +16,7 @@ use super::{Ask, AskedWindow, Pending, Reservation, Window, shapes};
 use crate::ResourceKey;
 use crate::fifo;
 use crate::grant::{Acquire, Claim};
-use crate::{Ctx, Limits, Reply, StateMachine, Text};
+use crate::{Ctx, Decision, Limits, Reply, StateMachine, Text};
 
 impl StateMachine {
     /// `waypoint.reserve` of a cylinder (or none), a window's ends as the request gave them,
@@ -29,16 +29,14 @@ impl StateMachine {
         area: Option<Area>,
         asked: AskedWindow,
         priority: Priority,
-    ) -> Reply {
-        let window = match Window::resolve(asked.start_ms, asked.end_ms, ctx.now_ms, &self.limits) {
-            Ok(window) => window,
-            Err(message) => {
-                return Reply::refused(
+    ) -> Decision {
+        let window = Window::resolve(asked.start_ms, asked.end_ms, ctx.now_ms, &self.limits)
+            .map_err(|message| {
+                Reply::refused(
                     ErrorCode::BadRequest,
                     format!("waypoint.reserve: {message}"),
-                );
-            }
-        };
+                )
+            })?;
         let ask = Ask {
             area,
             window,
@@ -50,81 +48,23 @@ impl StateMachine {
     }
 
     /// A reservation (a waypoint's or a route's) whose fields are valid: granted now, queued
-    /// or refused, as the module's rules say.
+    /// or refused (`Err`, nothing changed), as the module's rules say.
     pub(crate) fn reserve(
         &mut self,
         ctx: &mut Ctx,
         acquire: Acquire<'_>,
         name: &str,
         ask: Ask,
-    ) -> Reply {
-        let claim = match self.core.claim(&acquire) {
-            Ok(claim) => claim,
-            Err(refusal) => return refusal,
-        };
-        let Claim {
-            agent,
-            lease,
-            request_id,
-            wait_ms,
-        } = claim;
-        let noun = ask.noun();
-        if let Some(held) = self.waypoints.held.get(name)
-            && held.hold.lease == lease
-        {
-            // The same request: the reservation it already has. Other geometry, another
-            // window or other volumes would tell the agent it holds airspace it does not, so
-            // it must release first (as a semaphore re-acquire with other permits must).
-            return if ask.matches(held.area, held.window, &held.volumes) {
-                Reply::Granted {
-                    token: held.hold.token,
-                }
-            } else {
-                Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "lease {lease} already holds {noun} {name:?} with other geometry, another \
-                         window or other volumes; release it (or amend a route) before \
-                         reserving it again"
-                    ),
-                )
-            };
-        }
+    ) -> Decision {
+        let claim = self.core.claim(&acquire)?;
+        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Waypoint, &name);
-        if self.core.is_waiting(lease, &key) {
-            let old_id = self.core.waiting_id(lease, &key).to_string();
-            let Some(pending) = self.waypoints.pending_mut(&name, lease) else {
-                return self
-                    .core
-                    .already_waiting(lease, &key, "a reservation not found");
-            };
-            if !ask.matches(pending.area, pending.window, &pending.volumes) {
-                return self.core.already_waiting(
-                    lease,
-                    &key,
-                    "other geometry, another window or other volumes",
-                );
-            }
-            if wait_ms == Some(0) {
-                return Reply::refused(
-                    ErrorCode::WouldBlock,
-                    format!(
-                        "{noun} {name:?} conflicts with a held or earlier waiting reservation \
-                         (this lease already waits for it, request id {old_id:?})"
-                    ),
-                );
-            }
-            pending.waiter.request_id = request_id.to_string();
-            self.core.take_over_wait(ctx, &key, &claim);
-            return Reply::Queued;
+        if let Some(answer) = self.asked_again(ctx, &key, &claim, &ask) {
+            return answer;
         }
-        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
-            return refusal;
-        }
-        if let Some(refusal) = self.resources_full() {
-            return refusal;
-        }
+        self.core.holds_quota(agent, &self.limits)?;
+        self.resources_full()?;
         let shapes = shapes(ask.area, ask.window, &ask.volumes);
         let head_start_ms =
             u64::from(ask.priority.level()).saturating_mul(self.limits.reservation_aging_ms);
@@ -145,23 +85,20 @@ impl StateMachine {
             };
             self.waypoints.insert_held(name, reservation);
             // A new hold of a priority as high as a preemptor's, in its way, ends that
-            // preemption (`preempt.rs`): found by the model test.
+            // preemption (`preempt.rs`).
             self.waypoints
                 .preempt(ctx, self.limits.reservation_vacate_ms);
-            return Reply::Granted { token };
+            return Ok(Reply::Granted { token });
         }
         if wait_ms == Some(0) {
-            return Reply::refused(
+            let noun = ask.noun();
+            return Err(Reply::refused(
                 ErrorCode::WouldBlock,
                 format!("{noun} {name:?} conflicts with a held or earlier waiting reservation"),
-            );
+            ));
         }
-        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
-            return refusal;
-        }
-        if let Some(refusal) = self.waypoint_queue_full(&name) {
-            return refusal;
-        }
+        self.core.waits_quota(lease, &self.limits)?;
+        self.waypoint_queue_full(&name)?;
         let waiter = self.core.enqueue(ctx, &key, &claim, 1);
         let pending = Pending {
             name,
@@ -178,10 +115,72 @@ impl StateMachine {
         // others may end their preemption (`preempt.rs`).
         self.waypoints
             .preempt(ctx, self.limits.reservation_vacate_ms);
-        Reply::Queued
+        Ok(Reply::Queued)
     }
 
-    fn waypoint_queue_full(&self, name: &str) -> Option<Reply> {
+    /// The answer to a lease that asks again for a reservation it holds or waits for (under a
+    /// new request id): its hold, or its wait taken over, when it asks for the same; a refusal
+    /// otherwise (invariant 2). `None` when the lease neither holds nor waits for `key`.
+    fn asked_again(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        ask: &Ask,
+    ) -> Option<Decision> {
+        let (lease, name, noun) = (claim.lease, &key.name, ask.noun());
+        if let Some(held) = self.waypoints.held.get(name)
+            && held.hold.lease == lease
+        {
+            // The same request: the reservation it already has. Other geometry, another
+            // window or other volumes would tell the agent it holds airspace it does not, so
+            // it must release first (as a semaphore re-acquire with other permits must).
+            return Some(if ask.matches(held.area, held.window, &held.volumes) {
+                Ok(Reply::Granted {
+                    token: held.hold.token,
+                })
+            } else {
+                Err(Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "lease {lease} already holds {noun} {name:?} with other geometry, another \
+                         window or other volumes; release it (or amend a route) before \
+                         reserving it again"
+                    ),
+                ))
+            });
+        }
+        if !self.core.is_waiting(lease, key) {
+            return None;
+        }
+        let old_id = self.core.waiting_id(lease, key).to_string();
+        let Some(pending) = self.waypoints.pending_mut(name, lease) else {
+            let refusal = self
+                .core
+                .already_waiting(lease, key, "a reservation not found");
+            return Some(Err(refusal));
+        };
+        if !ask.matches(pending.area, pending.window, &pending.volumes) {
+            let what = "other geometry, another window or other volumes";
+            return Some(Err(self.core.already_waiting(lease, key, what)));
+        }
+        if claim.wait_ms == Some(0) {
+            return Some(Err(Reply::refused(
+                ErrorCode::WouldBlock,
+                format!(
+                    "{noun} {name:?} conflicts with a held or earlier waiting reservation (this \
+                     lease already waits for it, request id {old_id:?})"
+                ),
+            )));
+        }
+        pending.waiter.request_id = claim.request_id.to_string();
+        self.core.take_over_wait(ctx, key, claim);
+        Some(Ok(Reply::Queued))
+    }
+
+    /// Refuses a waiter more on `name` past `waiters_per_resource_max`, or on every waypoint
+    /// past `waypoint_waiters_max`.
+    fn waypoint_queue_full(&self, name: &str) -> Result<(), Reply> {
         let limits: &Limits = &self.limits;
         let on_name = self
             .waypoints
@@ -189,18 +188,12 @@ impl StateMachine {
             .waiting_by_name
             .get(name)
             .map_or(0, BTreeSet::len);
-        if let Some(refusal) = fifo::full("waypoint", name, on_name, limits) {
-            return Some(refusal);
+        fifo::full("waypoint", name, on_name, limits)?;
+        let waiting = self.waypoints.waiters.len();
+        if waiting < limits.waypoint_waiters_max as usize {
+            return Ok(());
         }
-        if self.waypoints.waiters.len() >= limits.waypoint_waiters_max as usize {
-            return Some(Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "{} waypoint reservations are waiting, the limit",
-                    self.waypoints.waiters.len()
-                ),
-            ));
-        }
-        None
+        let message = format!("{waiting} waypoint reservations are waiting, the limit");
+        Err(Reply::refused(ErrorCode::ResourceExhausted, message))
     }
 }

@@ -37,7 +37,7 @@ use super::window::within;
 use super::{Ask, AskedWindow, Shape, Window, shapes};
 use crate::grant::Acquire;
 use crate::resource::Resource;
-use crate::{Ctx, Reply, StateMachine, Text};
+use crate::{Ctx, Decision, Reply, StateMachine, Text};
 
 /// Whether shape `inner` (a cylinder in its window) lies wholly inside `outer`, in space and
 /// in time: whatever conflicts with `inner` conflicts with `outer`.
@@ -53,21 +53,17 @@ impl StateMachine {
         op: &str,
         volumes: &[Volume],
         now_ms: u64,
-    ) -> Option<Reply> {
-        volumes.iter().enumerate().find_map(|(i, volume)| {
-            let window = Window::resolve(
-                Some(volume.start_ms),
-                Some(volume.end_ms),
-                now_ms,
-                &self.limits,
-            );
-            window.err().map(|message| {
+    ) -> Result<(), Reply> {
+        for (i, volume) in volumes.iter().enumerate() {
+            let (start_ms, end_ms) = (Some(volume.start_ms), Some(volume.end_ms));
+            Window::resolve(start_ms, end_ms, now_ms, &self.limits).map_err(|message| {
                 Reply::refused(
                     ErrorCode::BadRequest,
                     format!("{op}: volume {i}: {message}"),
                 )
-            })
-        })
+            })?;
+        }
+        Ok(())
     }
 
     /// `route.reserve`: the route as one reservation (module docs).
@@ -78,10 +74,8 @@ impl StateMachine {
         name: &str,
         volumes: Vec<Volume>,
         priority: Priority,
-    ) -> Reply {
-        if let Some(refusal) = self.check_volume_windows("route.reserve", &volumes, ctx.now_ms) {
-            return refusal;
-        }
+    ) -> Decision {
+        self.check_volume_windows("route.reserve", &volumes, ctx.now_ms)?;
         let ask = Ask {
             area: None,
             window: None,
@@ -93,7 +87,7 @@ impl StateMachine {
     }
 
     /// `route.amend`: the held route's volumes replaced at once, keeping its token, or
-    /// `would_block` and nothing changed (module docs).
+    /// refused (`Err`: `would_block` when it conflicts) and nothing changed (module docs).
     pub(crate) fn route_amend(
         &mut self,
         ctx: &mut Ctx,
@@ -102,30 +96,22 @@ impl StateMachine {
         lease: &str,
         volumes: Vec<Volume>,
         priority: Priority,
-    ) -> Reply {
-        if let Some(refusal) = self.check_volume_windows("route.amend", &volumes, ctx.now_ms) {
-            return refusal;
-        }
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
+    ) -> Decision {
+        self.check_volume_windows("route.amend", &volumes, ctx.now_ms)?;
+        let lease = self.core.live_lease(agent, lease)?;
         let Some(held) = self
             .waypoints
             .held
             .get(name)
             .filter(|held| held.hold.lease == lease)
         else {
-            return Reply::refused(
-                ErrorCode::NotHolder,
-                format!("lease {lease} does not hold route {name:?}"),
-            );
+            let message = format!("lease {lease} does not hold route {name:?}");
+            return Err(Reply::refused(ErrorCode::NotHolder, message));
         };
         if held.volumes.is_empty() {
-            return Reply::refused(
-                ErrorCode::BadRequest,
-                format!("waypoint {name:?} is not a route; release it and reserve a route instead"),
-            );
+            let message =
+                format!("waypoint {name:?} is not a route; release it and reserve a route instead");
+            return Err(Reply::refused(ErrorCode::BadRequest, message));
         }
         let new_shapes = shapes(None, None, &volumes);
         let old_shapes = held.shapes();
@@ -138,13 +124,13 @@ impl StateMachine {
         if waypoints.held_conflict(None, &new_shapes, lease, |_| true)
             || waypoints.waiter_ahead(None, &fresh, lease, (i128::MAX, u64::MAX))
         {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::WouldBlock,
                 format!(
                     "route {name:?}: the new volumes conflict with a held or earlier waiting \
                      reservation; the old route is kept"
                 ),
-            );
+            ));
         }
         let (name, mut reservation) = self
             .waypoints
@@ -161,6 +147,6 @@ impl StateMachine {
         self.waypoints.insert_held(name, reservation);
         self.waypoints
             .settle(ctx, &mut self.core, &[], &self.limits);
-        Reply::Granted { token }
+        Ok(Reply::Granted { token })
     }
 }
