@@ -34,44 +34,34 @@ use crate::{Ctx, Event, InvariantViolation, NameMap, ReleaseReason, Reply, Resou
 /// positions is centuries at any rate a Raft log sustains.
 pub const TOKEN_INDEX_SHIFT: u32 = 16;
 
-/// An acquire or reserve as the request gave it: who asks, under which request id and lease
-/// (its wire id, not yet checked), and how long it may wait.
+/// A request for a resource: who asks, under which request id and lease, and how long it may
+/// wait. The lease is `L`: the wire id as the request gave it ([`Acquire`]), then the live
+/// [`LeaseId`] once [`Core::claim`] checked it, what a grant or a queue slot is recorded under.
 #[derive(Debug, Clone, Copy)]
-pub struct Acquire<'a> {
+pub struct Claim<'a, L = LeaseId> {
     /// The asking agent.
     pub agent: &'a Text,
     /// The asking request's id.
     pub request_id: &'a str,
-    /// The lease named on the wire.
-    pub lease: &'a str,
+    /// The lease it asks under.
+    pub lease: L,
     /// How long it may wait in a queue; `None`: until granted or its lease ends.
     pub wait_ms: Option<u64>,
 }
 
+/// A [`Claim`] as the request gave it, its lease not yet checked.
+pub type Acquire<'a> = Claim<'a, &'a str>;
+
 impl<'a> Acquire<'a> {
     /// `agent`'s request `request_id` under `lease`, waiting at most `wait_ms`.
     pub fn new(agent: &'a Text, request_id: &'a str, lease: &'a str, wait_ms: Option<u64>) -> Self {
-        Acquire {
+        Claim {
             agent,
             request_id,
             lease,
             wait_ms,
         }
     }
-}
-
-/// An [`Acquire`] whose lease is live and the agent's ([`Core::claim`]): what a grant or a
-/// queue slot is recorded under.
-#[derive(Debug, Clone, Copy)]
-pub struct Claim<'a> {
-    /// The asking agent, the lease's.
-    pub agent: &'a Text,
-    /// The lease it asks under.
-    pub lease: LeaseId,
-    /// The asking request's id.
-    pub request_id: &'a str,
-    /// How long it may wait in a queue; `None`: until granted or its lease ends.
-    pub wait_ms: Option<u64>,
 }
 
 /// One grant that is still held.

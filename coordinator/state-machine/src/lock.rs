@@ -103,10 +103,6 @@ impl StateMachine {
 }
 
 impl Resource for NameMap<Lock> {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::Lock
-    }
-
     fn held_tokens(&self, name: &str) -> Vec<u64> {
         let holder = self.get(name).and_then(|lock| lock.holder.as_ref());
         holder.map(|hold| vec![hold.token]).unwrap_or_default()
@@ -127,8 +123,9 @@ impl Resource for NameMap<Lock> {
         }
     }
 
-    fn held_name(&self, name: &str) -> Option<Text> {
-        self.get_key_value(name).map(|(name, _)| name.clone())
+    fn held_key(&self, name: &str) -> Option<ResourceKey> {
+        let (name, _) = self.get_key_value(name)?;
+        Some(ResourceKey::new(ResourceKind::Lock, name))
     }
 
     /// Leaves the lock holder-less until [`Resource::settle`].

@@ -75,18 +75,15 @@ pub type Listed<'a> = (&'a str, usize, usize);
 
 /// What the machine does to the resources of one kind, whatever the kind.
 pub trait Resource {
-    /// The kind this state holds.
-    fn kind(&self) -> ResourceKind;
-
     /// The tokens held on `name` now, in any order (`fence.check`).
     fn held_tokens(&self, name: &str) -> Vec<u64>;
 
     /// `inspect` of `name`: holders in token order, waiters in queue order.
     fn inspect(&self, name: &str) -> Reply;
 
-    /// The state's own name for `name` when it is held: shared, not copied, for the key and
-    /// the events.
-    fn held_name(&self, name: &str) -> Option<Text>;
+    /// The key of `name` when it is in use, with the state's own name: shared, not copied,
+    /// for the events.
+    fn held_key(&self, name: &str) -> Option<ResourceKey>;
 
     /// Removes and returns `lease`'s hold on `name`, leaving the resource to [`Self::settle`].
     fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold>;
@@ -110,13 +107,12 @@ pub trait Resource {
         lease: LeaseId,
         limits: &Limits,
     ) -> bool {
-        let Some(name) = self.held_name(name) else {
+        let Some(key) = self.held_key(name) else {
             return false;
         };
-        let Some(hold) = self.take_hold(&name, lease) else {
+        let Some(hold) = self.take_hold(&key.name, lease) else {
             return false;
         };
-        let key = ResourceKey::new(self.kind(), &name);
         core.release(ctx, &key, &hold, ReleaseReason::Released);
         self.settle(ctx, core, std::slice::from_ref(&key), limits);
         true

@@ -172,10 +172,6 @@ impl Semaphore {
 }
 
 impl Resource for NameMap<Semaphore> {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::Sem
-    }
-
     fn held_tokens(&self, name: &str) -> Vec<u64> {
         let holders = self.get(name).map(|sem| sem.holders.values());
         holders
@@ -206,8 +202,9 @@ impl Resource for NameMap<Semaphore> {
         }
     }
 
-    fn held_name(&self, name: &str) -> Option<Text> {
-        self.get_key_value(name).map(|(name, _)| name.clone())
+    fn held_key(&self, name: &str) -> Option<ResourceKey> {
+        let (name, _) = self.get_key_value(name)?;
+        Some(ResourceKey::new(ResourceKind::Sem, name))
     }
 
     /// Gives the hold's permits back.

@@ -39,7 +39,7 @@
 //! 9. Preemption (`preempt.rs`): a held reservation has a vacate deadline exactly when a
 //!    preempting waiter needs it, and the indexes list exactly the deadlines and the
 //!    waiters above routine (part of invariant 3's rebuild check).
-//! 10. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each cell keeps
+//! 10. The spatial index is also a time index (`grid.rs`): each cell keeps
 //!     its shapes in (open, window start, key) order and bounds its ended windows' length
 //!     exactly (`Grid::check`, grid invariants 1 to 3); with invariant 3's rebuild, the index
 //!     is exactly what the reservations imply, so a check reads only the shapes whose cells
@@ -87,7 +87,7 @@ pub struct Reservation {
     /// out of the snapshot, for a waypoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Addition (issue 18, part 3): its priority, which decides who may preempt it; routine
+    /// Its priority, which decides who may preempt it; routine
     /// (and left out of the snapshot) by default.
     #[serde(default, skip_serializing_if = "Priority::is_routine")]
     pub priority: Priority,
@@ -113,7 +113,7 @@ pub struct Pending {
     /// A route's volumes, as for [`Reservation::volumes`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Addition (issue 18, part 3): the priority it asks for; routine (and left out of the
+    /// The priority it asks for; routine (and left out of the
     /// snapshot) by default.
     #[serde(default, skip_serializing_if = "Priority::is_routine")]
     pub priority: Priority,
@@ -433,10 +433,6 @@ impl Waypoints {
 }
 
 impl Resource for Waypoints {
-    fn kind(&self) -> ResourceKind {
-        ResourceKind::Waypoint
-    }
-
     fn held_tokens(&self, name: &str) -> Vec<u64> {
         let held = self.held.get(name);
         held.map(|reservation| reservation.hold.token)
@@ -488,8 +484,9 @@ impl Resource for Waypoints {
         }
     }
 
-    fn held_name(&self, name: &str) -> Option<Text> {
-        self.held.get_key_value(name).map(|(name, _)| name.clone())
+    fn held_key(&self, name: &str) -> Option<ResourceKey> {
+        let (name, _) = self.held.get_key_value(name)?;
+        Some(ResourceKey::new(ResourceKind::Waypoint, name))
     }
 
     /// Notes the reservation's name and shapes for the grant pass.

@@ -1,4 +1,4 @@
-//! Priority and preemption (issue 18, part 3): a request of a higher priority does not wait
+//! Priority and preemption: a request of a higher priority does not wait
 //! behind lower-priority holders; they get a vacate deadline instead.
 //!
 //! Every reservation has a priority, 0 (routine) to 3 (emergency). A waiter **preempts**

@@ -1,4 +1,4 @@
-//! `airspace.query` (issue 18, part 4): which held reservations a cylinder or a route would
+//! `airspace.query`: which held reservations a cylinder or a route would
 //! conflict with, a page at a time, without reserving anything.
 //!
 //! The query's shapes are tested against the held reservations by the grant's own test:

@@ -1,4 +1,4 @@
-//! Routes (issue 18): a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an
+//! Routes: a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an
 //! altitude band and a time window.
 //!
 //! A route is a waypoint reservation whose shapes are its volumes: it has a name in the
