@@ -22,7 +22,9 @@ use hivekeeper_protocol::{ErrorCode, LeaseInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::grant::Core;
-use crate::{Ctx, Event, LeaseEnd, ReleaseReason, Reply, ResourceKey, StateMachine, Text};
+use crate::{
+    Ctx, Decision, Event, LeaseEnd, ReleaseReason, Reply, ResourceKey, StateMachine, Text,
+};
 
 /// Most leases in one `admin.leases` page: about 140 bytes each at most (a 64-byte agent id),
 /// so a page stays well inside the default 64 KiB MQTT packet.
@@ -93,25 +95,22 @@ pub struct Lease {
 }
 
 impl StateMachine {
-    pub(super) fn lease_grant(&mut self, ctx: &mut Ctx, agent: &Text, ttl_ms: u64) -> Reply {
+    /// `lease.grant`: a lease of `ttl_ms` for `agent`, its id the entry's index.
+    pub(crate) fn lease_grant(&mut self, ctx: &mut Ctx, agent: &Text, ttl_ms: u64) -> Decision {
         let limits = &self.limits;
         if !(limits.lease_ttl_ms_min..=limits.lease_ttl_ms_max).contains(&ttl_ms) {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!(
                     "lease.grant: `ttl_ms` is {ttl_ms}, it must be in [{}, {}]",
                     limits.lease_ttl_ms_min, limits.lease_ttl_ms_max
                 ),
-            );
+            ));
         }
-        if let Err(refusal) = self.core.lease_quota(agent, limits) {
-            return refusal;
-        }
+        self.core.lease_quota(agent, limits)?;
         if self.core.leases.len() >= limits.leases_max as usize {
-            return Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!("{} leases are alive, the limit", limits.leases_max),
-            );
+            let message = format!("{} leases are alive, the limit", limits.leases_max);
+            return Err(Reply::refused(ErrorCode::ResourceExhausted, message));
         }
         let lease = LeaseId(ctx.index);
         self.core.leases.insert(
@@ -130,33 +129,27 @@ impl StateMachine {
             lease,
             ttl_ms,
         });
-        Reply::Lease { lease, ttl_ms }
+        Ok(Reply::Lease { lease, ttl_ms })
     }
 
-    pub(super) fn lease_revoke(&mut self, ctx: &mut Ctx, agent: &str, lease: &str) -> Reply {
-        match self.core.live_lease(agent, lease) {
-            Ok(id) => {
-                self.end_leases(ctx, &[id], LeaseEnd::Revoked);
-                Reply::Done
-            }
-            Err(refusal) => refusal,
-        }
+    /// `lease.revoke`: ends the agent's own lease (`end_leases`).
+    pub(crate) fn lease_revoke(&mut self, ctx: &mut Ctx, agent: &str, lease: &str) -> Decision {
+        let id = self.core.live_lease(agent, lease)?;
+        self.end_leases(ctx, &[id], LeaseEnd::Revoked);
+        Ok(Reply::Done)
     }
 
     /// `admin.revoke`: ends any agent's lease exactly as its own `lease.revoke` would (every
     /// hold released, every wait dropped, next waiters granted in this entry), without the
     /// owner check. The event's reason tells the node to notify the owner.
-    pub(super) fn admin_revoke(&mut self, ctx: &mut Ctx, lease: &str) -> Reply {
-        match LeaseId::parse(lease).filter(|id| self.core.leases.contains_key(id)) {
-            Some(id) => {
-                self.end_leases(ctx, &[id], LeaseEnd::AdminRevoked);
-                Reply::Done
-            }
-            None => Reply::refused(
-                ErrorCode::LeaseNotFound,
-                format!("lease {lease:?} does not exist (never granted, revoked or expired)"),
-            ),
-        }
+    pub(crate) fn admin_revoke(&mut self, ctx: &mut Ctx, lease: &str) -> Decision {
+        let Some(id) = LeaseId::parse(lease).filter(|id| self.core.leases.contains_key(id)) else {
+            let message =
+                format!("lease {lease:?} does not exist (never granted, revoked or expired)");
+            return Err(Reply::refused(ErrorCode::LeaseNotFound, message));
+        };
+        self.end_leases(ctx, &[id], LeaseEnd::AdminRevoked);
+        Ok(Reply::Done)
     }
 
     /// One page of `admin.leases`: up to [`LEASE_PAGE_MAX`] live leases after `after`, in id

@@ -18,8 +18,8 @@ use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
-    AgentOp, AgentRequest, Command, Error, Event, InvariantViolation, Limits, LogMeta, NameMap,
-    ReadOp, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
+    AgentOp, AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits, LogMeta,
+    NameMap, ReadOp, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -224,7 +224,9 @@ impl StateMachine {
             }
         };
         let id = request.id;
-        let reply = self.dispatch(ctx, &agent, &id, request.op);
+        let reply = self
+            .dispatch(ctx, &agent, &id, request.op)
+            .unwrap_or_else(|refusal| refusal);
         if reply != Reply::Queued {
             self.core
                 .dedup
@@ -234,7 +236,7 @@ impl StateMachine {
     }
 
     /// Hands a valid, new request to the concept that decides it.
-    fn dispatch(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: AgentOp) -> Reply {
+    fn dispatch(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: AgentOp) -> Decision {
         match op {
             AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
             AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
@@ -245,9 +247,7 @@ impl StateMachine {
                 name,
                 lease,
                 wait_ms,
-            } => self
-                .lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name)
-                .unwrap_or_else(|refusal| refusal),
+            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
             AgentOp::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
             }
@@ -260,7 +260,6 @@ impl StateMachine {
             } => {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms);
                 self.sem_acquire(ctx, acquire, name, limit, permits)
-                    .unwrap_or_else(|refusal| refusal)
             }
             AgentOp::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
@@ -280,7 +279,6 @@ impl StateMachine {
                 let acquire = Acquire::new(agent, id, lease, wait_ms);
                 let asked = AskedWindow { start_ms, end_ms };
                 self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
-                    .unwrap_or_else(|refusal| refusal)
             }
             AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, agent, &name, &lease)
@@ -294,16 +292,13 @@ impl StateMachine {
             } => {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms);
                 self.route_reserve(ctx, acquire, &name, volumes, priority)
-                    .unwrap_or_else(|refusal| refusal)
             }
             AgentOp::RouteAmend {
                 name,
                 lease,
                 volumes,
                 priority,
-            } => self
-                .route_amend(ctx, agent, &name, &lease, volumes, priority)
-                .unwrap_or_else(|refusal| refusal),
+            } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
             // The operator's role is checked by the node before the log, like admin.revoke.
             AgentOp::AdminAgentAdd {
                 name,

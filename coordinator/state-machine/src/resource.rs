@@ -21,7 +21,9 @@ use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::grant::{Core, Hold, Occupancy, Waiter};
-use crate::{Ctx, InvariantViolation, LeaseId, Limits, ReleaseReason, Reply, StateMachine, Text};
+use crate::{
+    Ctx, Decision, InvariantViolation, LeaseId, Limits, ReleaseReason, Reply, StateMachine, Text,
+};
 
 /// A resource: its kind and name. Written `kind:name` where it must be a string (JSON map keys);
 /// the kind never contains `:`, so names may.
@@ -172,19 +174,14 @@ impl StateMachine {
         agent: &str,
         name: &str,
         lease: &str,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
+    ) -> Decision {
+        let lease = self.core.live_lease(agent, lease)?;
         let (resource, core, limits) = self.resource_mut(kind);
         if resource.release(ctx, core, name, lease, limits) {
-            return Reply::Done;
+            return Ok(Reply::Done);
         }
-        Reply::refused(
-            ErrorCode::NotHolder,
-            format!("lease {lease} does not hold {} {name:?}", kind.as_str()),
-        )
+        let message = format!("lease {lease} does not hold {} {name:?}", kind.as_str());
+        Err(Reply::refused(ErrorCode::NotHolder, message))
     }
 
     /// Takes one waiter out of its resource's queue and answers it with an error.
