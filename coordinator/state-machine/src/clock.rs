@@ -9,9 +9,9 @@
 //! Why not the largest stamp so far: a leader whose clock ran an hour ahead would move the
 //! machine's clock an hour ahead for good, and once the clock came back (or a member with a
 //! correct clock led) no entry could move it until real time caught up, so no lease could
-//! expire for an hour: reclaim would freeze. With steps, the same jump costs at most one step ahead, and a clock that
-//! goes back holds the machine's clock still for one entry only: after it, time passes again at
-//! the rate of the stamps.
+//! expire for an hour: reclaim would freeze. With steps, the same jump costs at most one step
+//! ahead, and a clock that goes back holds the machine's clock still for one entry only: after
+//! it, time passes again at the rate of the stamps.
 //!
 //! Why the step bound is `lease_ttl_ms_max` (a replicated limit, so every replica uses the
 //! same): it is the smallest bound that never delays an honest expiry. A leader proposes an

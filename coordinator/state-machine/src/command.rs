@@ -58,10 +58,11 @@ pub enum Command {
         /// The proposing leader's term.
         term: u64,
     },
-    /// The leader found a reservation's window end passed: ends every held reservation whose `end_ms` has passed on the machine's clock and answers `timeout`
-    /// to every waiting one whose end passed first (none other, whatever the proposer
-    /// believed). Ignored when `term` is older than a term already applied, like
-    /// [`Command::ExpireWaits`] (`waypoint/window.rs`).
+    /// The leader found a reservation's window end passed: ends every held reservation whose
+    /// `end_ms` has passed on the machine's clock and answers `timeout` to every waiting one
+    /// whose end passed first (none other, whatever the proposer believed). Ignored when `term`
+    /// is older than a term already applied, like [`Command::ExpireWaits`]
+    /// (`waypoint/window.rs`).
     ExpireReservations {
         /// The proposing leader's term.
         term: u64,

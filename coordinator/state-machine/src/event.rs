@@ -27,8 +27,9 @@ pub enum ReleaseReason {
     LeaseEnded,
     /// The reservation's time window ended (`end_ms` passed on the machine's clock).
     WindowEnded,
-    /// The reservation was preempted by a request of a higher priority and its vacate deadline passed before it was released; the holder should be
-    /// told it lost the reservation (`waypoint/preempt.rs`).
+    /// The reservation was preempted by a request of a higher priority and its vacate deadline
+    /// passed before it was released; the holder should be told it lost the reservation
+    /// (`waypoint/preempt.rs`).
     Preempted,
 }
 
@@ -109,10 +110,10 @@ pub enum Event {
         /// The answer: `Granted`, or `Refused` with `timeout` or `lease_not_found`.
         reply: Reply,
     },
-    /// A held reservation was preempted: a request of a higher
-    /// priority needs its airspace, and the machine ends it at `vacate_by_ms` unless it is
-    /// released first (`waypoint/preempt.rs`). Emitted once per reservation; the node tells
-    /// the holder `reservation.preempted`.
+    /// A held reservation was preempted: a request of a higher priority needs its airspace,
+    /// and the machine ends it at `vacate_by_ms` unless it is released first
+    /// (`waypoint/preempt.rs`). Emitted once per reservation; the node tells the holder
+    /// `reservation.preempted`.
     Preempted {
         /// The reservation (kind `waypoint`, a route's too).
         key: ResourceKey,

@@ -115,24 +115,24 @@ pub struct Waiter {
     pub seq: u64,
 }
 
-/// State shared by every resource kind: leases, the token counter, pending waits and the
-/// remembered outcomes of recent requests.
+/// State shared by every resource kind, each part kept by its concept's file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Core {
-    /// Live leases, by id. A hash map: every write request looks its lease up; nothing iterates
-    /// it to decide, and the snapshot writes it in id order.
+    /// Live leases, by id (`lease.rs`). A hash map: every write request looks its lease up;
+    /// nothing iterates it to decide, and the snapshot writes it in id order.
     #[serde(serialize_with = "super::snapshot::sorted")]
     pub leases: HashMap<LeaseId, Lease, foldhash::fast::RandomState>,
-    /// The last token handed out (0 before the first grant).
+    /// The last token handed out (0 before the first grant; invariant 3).
     pub token_last: u64,
-    /// Pending waits by agent, then request id: how a retry or an expiry finds its queue slot.
+    /// Pending waits by agent, then request id: how a retry or an expiry finds its queue slot
+    /// (`waiting.rs`).
     #[serde(serialize_with = "super::snapshot::sorted")]
     pub waiting: NameMap<PendingWaits>,
-    /// The waits of `waiting` that have a deadline, earliest first: derived from `waiting`,
-    /// left out of the snapshot and rebuilt on restore.
+    /// The waits of `waiting` that have a deadline, earliest first (`wait_deadline.rs`):
+    /// derived from `waiting`, left out of the snapshot and rebuilt on restore.
     #[serde(skip)]
     pub deadlines: WaitDeadlines,
-    /// Outcomes of recent completed requests, for retries.
+    /// Outcomes of recent completed requests, for retries (`dedup.rs`).
     pub dedup: Dedup,
     /// Live leases and holds per agent, for the per-agent quotas (`quota.rs`). Derived from
     /// `leases`: not in the snapshot, rebuilt on restore.

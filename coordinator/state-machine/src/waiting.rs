@@ -3,7 +3,8 @@
 //! second slot), an expiry finds its waiter, and a lease that asks again under a new request
 //! id takes its wait over.
 //!
-//! Invariants (checked by [`Core::check_waiting`]):
+//! Invariants (1 and 2 checked by [`Core::check_waiting`], 3 by
+//! `WaitDeadlines::check_invariants`):
 //! 1. `waiting` indexes exactly the queued waiters, by agent and request id: no waiter twice.
 //!    An agent's waits are sorted by request id, and an agent that waits for nothing is not
 //!    in the index.

@@ -87,8 +87,8 @@ pub struct Reservation {
     /// out of the snapshot, for a waypoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Its priority, which decides who may preempt it; routine
-    /// (and left out of the snapshot) by default.
+    /// Its priority, which decides who may preempt it; routine (and left out of the snapshot) by
+    /// default.
     #[serde(default, skip_serializing_if = "Priority::is_routine")]
     pub priority: Priority,
     /// When the machine ends it unless it is released first, set while a request of a higher
@@ -113,8 +113,7 @@ pub struct Pending {
     /// A route's volumes, as for [`Reservation::volumes`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// The priority it asks for; routine (and left out of the
-    /// snapshot) by default.
+    /// The priority it asks for; routine (and left out of the snapshot) by default.
     #[serde(default, skip_serializing_if = "Priority::is_routine")]
     pub priority: Priority,
     /// How far ahead of its arrival it is queued: its priority times `reservation_aging_ms`

@@ -1,5 +1,5 @@
-//! Priority and preemption: a request of a higher priority does not wait
-//! behind lower-priority holders; they get a vacate deadline instead.
+//! Priority and preemption: a request of a higher priority does not wait behind lower-priority
+//! holders; they get a vacate deadline instead.
 //!
 //! Every reservation has a priority, 0 (routine) to 3 (emergency). A waiter **preempts**
 //! when everything that goes before it has a strictly lower priority: every held reservation

@@ -1,5 +1,5 @@
-//! `airspace.query`: which held reservations a cylinder or a route would
-//! conflict with, a page at a time, without reserving anything.
+//! `airspace.query`: which held reservations a cylinder or a route would conflict with, a page at a
+//! time, without reserving anything.
 //!
 //! The query's shapes are tested against the held reservations by the grant's own test:
 //! `Grid::find_conflict` over the held index, the function `Waypoints::blocked` calls, which

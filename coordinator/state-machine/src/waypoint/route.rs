@@ -1,5 +1,5 @@
-//! Routes: a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an
-//! altitude band and a time window.
+//! Routes: a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an altitude band
+//! and a time window.
 //!
 //! A route is a waypoint reservation whose shapes are its volumes: it has a name in the
 //! waypoint namespace, one hold and one token, and it conflicts with another lease's
