@@ -209,6 +209,8 @@ impl StateMachine {
         }
     }
 
+    /// An agent's write request: checked as the wire decoder checks it, answered from the
+    /// dedup memory when its id is known, otherwise decided and its outcome remembered.
     pub(crate) fn request(&mut self, ctx: &mut Ctx, agent: String, request: AgentRequest) -> Reply {
         if let Err(message) = validate::agent_id(&agent) {
             return Reply::refused(ErrorCode::BadRequest, message);
