@@ -182,23 +182,14 @@ impl Resource for NameMap<Semaphore> {
     }
 
     fn inspect(&self, name: &str) -> Reply {
-        let Some(sem) = self.get(name) else {
-            return Reply::Inspect {
-                limit: None,
-                holders: Vec::new(),
-                waiters: Vec::new(),
-            };
-        };
-        let mut holders: Vec<_> = sem
-            .holders
-            .values()
-            .map(|hold| hold.info(Some(hold.permits)))
-            .collect();
+        let sem = self.get(name);
+        let holds = sem.into_iter().flat_map(|sem| sem.holders.values());
+        let mut holders: Vec<_> = holds.map(|hold| hold.info(Some(hold.permits))).collect();
         holders.sort_by_key(|holder| holder.token);
         Reply::Inspect {
-            limit: Some(sem.limit),
+            limit: sem.map(|sem| sem.limit),
             holders,
-            waiters: sem.waiters.infos(true),
+            waiters: sem.map(|sem| sem.waiters.infos(true)).unwrap_or_default(),
         }
     }
 

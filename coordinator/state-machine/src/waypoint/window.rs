@@ -203,17 +203,12 @@ impl StateMachine {
         }
         for (end_ms, seq) in &waiting_due {
             let pending = &self.waypoints.waiters[seq];
-            let (name, agent) = (pending.name.clone(), pending.waiter.agent.clone());
-            let request_id = pending.waiter.request_id.clone();
-            let waiter = self
-                .waypoints
-                .take_waiter(&name, &agent, &request_id)
-                .expect("the end index lists waiting reservations");
-            let key = ResourceKey::new(ResourceKind::Waypoint, &name);
+            let key = ResourceKey::new(ResourceKind::Waypoint, &pending.name);
+            let waiter = &pending.waiter;
+            let (agent, request_id) = (waiter.agent.clone(), waiter.request_id.clone());
             let message =
                 format!("the reservation's window ended at {end_ms} before it could be granted");
-            self.core
-                .answer_waiter(ctx, &key, waiter, ErrorCode::Timeout, &message);
+            self.remove_waiter(ctx, &key, &agent, &request_id, ErrorCode::Timeout, &message);
         }
         // Last, the preempted reservations whose vacate deadline passed, if a waiter still
         // needs them now that the windows above ended (a preemptor whose own window ended
