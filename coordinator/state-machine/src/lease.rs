@@ -156,15 +156,13 @@ impl StateMachine {
     /// order. Paged because a reply must fit one MQTT packet (64 KiB by default) and there
     /// may be 100,000 leases. An `after` that is not a lease id is `bad_request` (starting
     /// over from the first page would make a confused client page forever).
-    pub(super) fn lease_page(&self, after: Option<&str>) -> Reply {
+    pub(crate) fn lease_page(&self, after: Option<&str>) -> Decision {
         let after = match after.map(|text| (text, LeaseId::parse(text))) {
             None => None,
             Some((_, Some(id))) => Some(id),
             Some((text, None)) => {
-                return Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!("admin.leases: `after` is {text:?}, not a lease id"),
-                );
+                let message = format!("admin.leases: `after` is {text:?}, not a lease id");
+                return Err(Reply::refused(ErrorCode::BadRequest, message));
             }
         };
         let mut ids: Vec<LeaseId> = self
@@ -190,10 +188,10 @@ impl StateMachine {
             })
             .collect();
         let next_after = more.then(|| leases.last().map(|info| info.lease.clone()));
-        Reply::Leases {
+        Ok(Reply::Leases {
             leases,
             next_after: next_after.flatten(),
-        }
+        })
     }
 
     pub(super) fn expire_leases(&mut self, ctx: &mut Ctx, leases: &[LeaseId]) -> Reply {

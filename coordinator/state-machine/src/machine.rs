@@ -163,13 +163,16 @@ impl StateMachine {
     /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`)
     /// without changing anything.
     pub fn query(&self, agent: &str, op: &ReadOp) -> Reply {
-        match op {
-            ReadOp::LeaseKeepalive { lease } => match self.core.live_lease(agent, lease) {
-                Ok(id) => Reply::Ttl {
-                    ttl_ms: self.core.leases[&id].ttl_ms,
-                },
-                Err(refusal) => refusal,
-            },
+        self.read(agent, op).unwrap_or_else(|refusal| refusal)
+    }
+
+    /// Hands a read op to the concept that answers it.
+    fn read(&self, agent: &str, op: &ReadOp) -> Decision {
+        Ok(match op {
+            ReadOp::LeaseKeepalive { lease } => {
+                let ttl_ms = self.core.leases[&self.core.live_lease(agent, lease)?].ttl_ms;
+                Reply::Ttl { ttl_ms }
+            }
             ReadOp::FenceCheck {
                 resource,
                 kind,
@@ -182,7 +185,7 @@ impl StateMachine {
                 }
             }
             ReadOp::Inspect { kind, name } => self.resource(*kind).inspect(name),
-            ReadOp::AdminLeases { after } => self.lease_page(after.as_deref()),
+            ReadOp::AdminLeases { after } => self.lease_page(after.as_deref())?,
             ReadOp::AdminResources {
                 kind,
                 prefix,
@@ -193,7 +196,7 @@ impl StateMachine {
                 prefix: prefix.as_deref(),
                 after: after.as_deref(),
                 limit: *limit,
-            }),
+            })?,
             ReadOp::AdminAgentList { after } => self.account_page(after.as_deref()),
             ReadOp::AirspaceQuery {
                 volume,
@@ -205,8 +208,8 @@ impl StateMachine {
                 volumes.as_deref(),
                 after.as_deref(),
                 *limit,
-            ),
-        }
+            )?,
+        })
     }
 
     /// An agent's write request: checked as the wire decoder checks it, answered from the

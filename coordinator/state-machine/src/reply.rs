@@ -125,8 +125,9 @@ pub enum Reply {
     },
 }
 
-/// What an op decided: `Err` is a refusal, with nothing changed, so a check's refusal returns
-/// with `?`; `Ok` is any other answer.
+/// What an op's handler decided, a write's or a read's: `Err` is a refusal, with nothing
+/// changed, so a check's refusal returns with `?`; `Ok` is any other answer. `apply` and
+/// `query` answer either.
 pub(crate) type Decision = Result<Reply, Reply>;
 
 impl Reply {
