@@ -389,21 +389,24 @@ impl<'de> Deserialize<'de> for Dedup {
     }
 }
 
-/// What one lookup found out about a request's agent.
+/// What one lookup found out about a request and its agent.
 pub struct Known {
-    /// The agent's dedup slot, if it has remembered outcomes.
+    /// The outcome to replay for a retried request: `Queued` while it still waits, the
+    /// remembered reply once it completed.
+    pub replay: Option<Reply>,
+    /// The agent's dedup slot, if it has remembered outcomes (for [`Dedup::record`] of this
+    /// request).
     pub slot: Option<Slot>,
     /// The agent's shared name, if the machine knows the agent.
     pub name: Option<Text>,
 }
 
 impl Core {
-    /// The outcome to replay for a retried request (`Queued` while it still waits, the
-    /// remembered reply once it completed), and what is known of the agent: its dedup slot
-    /// (for [`Dedup::record`] of this request) and its shared name.
-    pub fn recall(&self, agent: &str, request_id: &str) -> (Known, Option<Reply>) {
+    /// What is known of `agent`'s request `request_id` and of the agent, in one look-up.
+    pub fn recall(&self, agent: &str, request_id: &str) -> Known {
         let recall = self.dedup.recall(agent, request_id);
         let mut known = Known {
+            replay: recall.reply.cloned(),
             slot: recall.slot,
             name: recall.agent.cloned(),
         };
@@ -411,9 +414,9 @@ impl Core {
             && waits.contains_key(request_id)
         {
             known.name = Some(name.clone());
-            return (known, Some(Reply::Queued));
+            known.replay = Some(Reply::Queued);
         }
-        (known, recall.reply.cloned())
+        known
     }
 
     /// Applies the dedup memory's agent bound: agents with a live lease are forgotten last.

@@ -221,13 +221,11 @@ impl StateMachine {
         if let Err(invalid) = request.validate() {
             return Reply::refused(ErrorCode::BadRequest, invalid.to_string());
         }
-        let (known, agent) = match self.core.recall(&agent, &request.id) {
-            (_, Some(reply)) => return reply,
-            (known, None) => {
-                let shared = known.name.clone().unwrap_or_else(|| Arc::from(agent));
-                (known, shared)
-            }
-        };
+        let known = self.core.recall(&agent, &request.id);
+        if let Some(reply) = known.replay {
+            return reply;
+        }
+        let agent = known.name.unwrap_or_else(|| Arc::from(agent));
         let id = request.id;
         let reply = self
             .dispatch(ctx, &agent, &id, request.op)
