@@ -194,10 +194,25 @@ impl Core {
         agent: &Text,
         permits: u32,
     ) -> Hold {
+        self.grant(ctx, key, lease, agent, permits, None)
+    }
+
+    /// Records a grant of `key` to `lease` of `agent` in the lease, the per-agent counts and
+    /// [`Event::Granted`] (with how long it waited when it comes from a queue, queued at
+    /// `queued_ms`), under a new token: the new hold.
+    fn grant(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        lease: LeaseId,
+        agent: &Text,
+        permits: u32,
+        queued_ms: Option<u64>,
+    ) -> Hold {
         let token = self.next_token(ctx.index);
         self.leases
             .get_mut(&lease)
-            .expect("the caller checked the lease is live")
+            .expect("the lease is alive: checked by the caller, or kept by its queued waiter")
             .holds
             .insert(key.clone());
         self.usage.held(agent);
@@ -206,8 +221,8 @@ impl Core {
             agent: agent.clone(),
             lease,
             token,
-            waited_ms: 0,
-            queued: false,
+            waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
+            queued: queued_ms.is_some(),
         });
         Hold {
             lease,
@@ -270,37 +285,17 @@ impl Core {
     /// waiter's lease must be alive: leases are ended (and their waiters removed) before any
     /// grant pass runs.
     pub fn grant_waiter(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter) -> Hold {
-        let token = self.next_token(ctx.index);
-        let record = self
-            .leases
+        self.leases
             .get_mut(&waiter.lease)
-            .expect("a queued waiter's lease is alive: lease ends remove their waiters first");
-        record.waits.remove(key);
-        record.holds.insert(key.clone());
-        self.usage.held(&waiter.agent);
+            .expect("a queued waiter's lease is alive: lease ends remove their waiters first")
+            .waits
+            .remove(key);
         self.forget_wait(&waiter);
-        ctx.events.push(Event::Granted {
-            key: key.clone(),
-            agent: waiter.agent.clone(),
-            lease: waiter.lease,
-            token,
-            waited_ms: ctx.now_ms.saturating_sub(waiter.since_ms),
-            queued: true,
-        });
-        self.respond(
-            ctx,
-            key,
-            &waiter.agent,
-            waiter.request_id,
-            Reply::Granted { token },
-        );
-        Hold {
-            lease: waiter.lease,
-            agent: waiter.agent,
-            token,
-            permits: waiter.permits,
-            since_ms: ctx.now_ms,
-        }
+        let (lease, since_ms) = (waiter.lease, Some(waiter.since_ms));
+        let hold = self.grant(ctx, key, lease, &waiter.agent, waiter.permits, since_ms);
+        let reply = Reply::Granted { token: hold.token };
+        self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
+        hold
     }
 
     /// Answers a waiter taken out of its queue without a grant (timeout, lease ended).
