@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use hivekeeper_protocol::{AccountInfo, ErrorCode, Role, validate};
 use serde::{Deserialize, Serialize};
 
-use super::{Ctx, Event, LeaseEnd, Reply, StateMachine, Text};
+use super::{Ctx, Decision, Event, LeaseEnd, Reply, StateMachine, Text};
 
 /// Most accounts the state holds (invariant 3): ten times the 10,000 agents the service is
 /// measured with, and about 20 MB of state at most (a hash is about 100 bytes).
@@ -81,32 +81,23 @@ impl StateMachine {
         name: &str,
         role: Role,
         secret_hash: String,
-    ) -> Reply {
-        if let Err(refusal) = check_account_fields(name, &secret_hash) {
-            return refusal;
-        }
+    ) -> Decision {
+        check_account_fields(name, &secret_hash)?;
         if self.accounts.contains_key(name) {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!(
                     "admin.agent.add: agent {name:?} already has an account (admin.agent.rotate \
                      gives it a new secret)"
                 ),
-            );
+            ));
         }
         if self.accounts.len() >= ACCOUNTS_MAX {
-            return Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!("{ACCOUNTS_MAX} accounts exist, the limit"),
-            );
+            let message = format!("{ACCOUNTS_MAX} accounts exist, the limit");
+            return Err(Reply::refused(ErrorCode::ResourceExhausted, message));
         }
-        self.put_account(
-            ctx,
-            Text::from(name),
-            role,
-            secret_hash,
-            AccountChange::Added,
-        )
+        let (agent, change) = (Text::from(name), AccountChange::Added);
+        Ok(self.put_account(ctx, agent, role, secret_hash, change))
     }
 
     /// `admin.agent.rotate`: replaces the secret's hash, keeps the role.
@@ -115,15 +106,13 @@ impl StateMachine {
         ctx: &mut Ctx,
         name: &str,
         secret_hash: String,
-    ) -> Reply {
-        if let Err(refusal) = check_account_fields(name, &secret_hash) {
-            return refusal;
-        }
+    ) -> Decision {
+        check_account_fields(name, &secret_hash)?;
         let Some((agent, account)) = self.accounts.get_key_value(name) else {
-            return no_account("admin.agent.rotate", name);
+            return Err(no_account("admin.agent.rotate", name));
         };
         let (agent, role) = (agent.clone(), account.role);
-        self.put_account(ctx, agent, role, secret_hash, AccountChange::Rotated)
+        Ok(self.put_account(ctx, agent, role, secret_hash, AccountChange::Rotated))
     }
 
     /// Stores an added or rotated account, emits its change and answers it.
@@ -153,9 +142,9 @@ impl StateMachine {
 
     /// `admin.agent.remove`: deletes the account and ends every lease of its agent, as
     /// `admin.revoke` would (the owner is told `lease.revoked` if it is still connected).
-    pub(super) fn account_remove(&mut self, ctx: &mut Ctx, name: &str) -> Reply {
+    pub(super) fn account_remove(&mut self, ctx: &mut Ctx, name: &str) -> Decision {
         let Some((agent, _)) = self.accounts.remove_entry(name) else {
-            return no_account("admin.agent.remove", name);
+            return Err(no_account("admin.agent.remove", name));
         };
         let mut leases: Vec<_> = self
             .core
@@ -172,7 +161,7 @@ impl StateMachine {
             agent,
             change: AccountChange::Removed,
         });
-        Reply::Done
+        Ok(Reply::Done)
     }
 
     /// One page of `admin.agent.list`: up to [`ACCOUNT_PAGE_MAX`] accounts after `after`, in

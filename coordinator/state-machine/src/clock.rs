@@ -6,14 +6,12 @@
 //! the time: it takes the *advance* of the stamp over the previous entry's stamp as how much
 //! time passed, clamped to `[0, clock_step_ms_max]`.
 //!
-//! Why not the largest stamp so far (what this machine did before issue 15): a leader whose
-//! clock ran an hour ahead moved the machine's clock an hour ahead for good. Leases granted
-//! afterwards were stamped with that future time, and once the clock came back (or a member with
-//! a correct clock led) no entry could move the machine's clock until real time caught up, so no
-//! lease could expire for an hour: reclaim froze, and the lease keeper proposed the refused
-//! expiry every tick. With steps, the same jump costs at most one step ahead, and a clock that
-//! goes back holds the machine's clock still for one entry only: after it, time passes again at
-//! the rate of the stamps.
+//! Why not the largest stamp so far: a leader whose clock ran an hour ahead would move the
+//! machine's clock an hour ahead for good, and once the clock came back (or a member with a
+//! correct clock led) no entry could move it until real time caught up, so no lease could
+//! expire for an hour: reclaim would freeze. With steps, the same jump costs at most one step
+//! ahead, and a clock that goes back holds the machine's clock still for one entry only: after
+//! it, time passes again at the rate of the stamps.
 //!
 //! Why the step bound is `lease_ttl_ms_max` (a replicated limit, so every replica uses the
 //! same): it is the smallest bound that never delays an honest expiry. A leader proposes an

@@ -47,7 +47,8 @@ use std::hash::BuildHasher;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Limits, NameMap, Reply, Text};
+use crate::grant::Core;
+use crate::{Limits, NameMap, Reply, Text};
 
 /// The remembered outcomes of every agent.
 ///
@@ -385,5 +386,62 @@ impl<'de> Deserialize<'de> for Dedup {
         };
         dedup.reindex();
         Ok(dedup)
+    }
+}
+
+/// What one lookup found out about a request and its agent.
+pub struct Known {
+    /// The outcome to replay for a retried request: `Queued` while it still waits, the
+    /// remembered reply once it completed.
+    pub replay: Option<Reply>,
+    /// The agent's dedup slot, if it has remembered outcomes (for [`Dedup::record`] of this
+    /// request).
+    pub slot: Option<Slot>,
+    /// The agent's shared name, if the machine knows the agent.
+    pub name: Option<Text>,
+}
+
+impl Core {
+    /// What is known of `agent`'s request `request_id` and of the agent, in one look-up.
+    pub fn recall(&self, agent: &str, request_id: &str) -> Known {
+        let recall = self.dedup.recall(agent, request_id);
+        let mut known = Known {
+            replay: recall.reply.cloned(),
+            slot: recall.slot,
+            name: recall.agent.cloned(),
+        };
+        if let Some((name, waits)) = self.waiting.get_key_value(agent)
+            && waits.contains_key(request_id)
+        {
+            known.name = Some(name.clone());
+            known.replay = Some(Reply::Queued);
+        }
+        known
+    }
+
+    /// Applies the dedup memory's agent bound: agents with a live lease are forgotten last.
+    pub fn enforce_dedup(&mut self, limits: &Limits) {
+        let Core { dedup, usage, .. } = self;
+        dedup.enforce(limits, |agent| usage.has_lease(agent));
+    }
+
+    /// The sweep of idle agents from the dedup memory, at the end of entry `index`, when the
+    /// entry moved the clock from `clock_before_ms` across a multiple of `dedup_idle_ms`.
+    /// Agents with a live lease are never swept. The first entry of a machine
+    /// (`clock_before_ms` is `None`) never sweeps: its clock jumps from 0 to the first stamp.
+    pub fn sweep_idle_dedup(
+        &mut self,
+        limits: &Limits,
+        index: u64,
+        clock_before_ms: Option<u64>,
+        clock_after_ms: u64,
+    ) {
+        let period_ms = limits.dedup_idle_ms.max(1);
+        if clock_before_ms
+            .is_some_and(|before_ms| before_ms / period_ms < clock_after_ms / period_ms)
+        {
+            let Core { dedup, usage, .. } = self;
+            dedup.forget_idle(index, |agent| usage.has_lease(agent));
+        }
     }
 }

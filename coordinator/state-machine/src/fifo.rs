@@ -19,12 +19,13 @@
 use crate::InvariantViolation;
 use std::collections::VecDeque;
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind, WaiterInfo};
+use hivekeeper_protocol::{ErrorCode, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
-use super::grant::{ResourceKey, Waiter};
 use super::lease::LeaseId;
 use super::{Limits, Reply};
+use crate::ResourceKey;
+use crate::grant::Waiter;
 
 /// One resource's waiters, head first. Serialized as the plain sequence it wraps, so snapshot
 /// bytes are what they were before the queue had a type of its own.
@@ -146,18 +147,13 @@ pub fn infos<'w>(
         .collect()
 }
 
-/// The refusal for joining a queue of `waiting` waiters on `name` that is already at the
-/// bound (invariant 3), or `None` when there is room.
-pub fn full(kind: ResourceKind, name: &str, waiting: usize, limits: &Limits) -> Option<Reply> {
+/// Refuses to join a queue of `waiting` waiters on `name` (a `noun`: "lock") that is already at
+/// the bound (invariant 3).
+pub fn full(noun: &str, name: &str, waiting: usize, limits: &Limits) -> Result<(), Reply> {
     if waiting < limits.waiters_per_resource_max as usize {
-        return None;
+        return Ok(());
     }
-    let noun = match kind {
-        ResourceKind::Lock => "lock",
-        ResourceKind::Sem => "semaphore",
-        ResourceKind::Waypoint => "waypoint",
-    };
-    Some(Reply::refused(
+    Err(Reply::refused(
         ErrorCode::ResourceExhausted,
         format!("{noun} {name:?} already has {waiting} waiters, the limit"),
     ))

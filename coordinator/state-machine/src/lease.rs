@@ -21,8 +21,10 @@ use std::fmt;
 use hivekeeper_protocol::{ErrorCode, LeaseInfo};
 use serde::{Deserialize, Serialize};
 
-use super::grant::ResourceKey;
-use super::{Ctx, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text};
+use crate::grant::Core;
+use crate::{
+    Ctx, Decision, Event, LeaseEnd, ReleaseReason, Reply, ResourceKey, StateMachine, Text,
+};
 
 /// Most leases in one `admin.leases` page: about 140 bytes each at most (a 64-byte agent id),
 /// so a page stays well inside the default 64 KiB MQTT packet.
@@ -93,25 +95,22 @@ pub struct Lease {
 }
 
 impl StateMachine {
-    pub(super) fn lease_grant(&mut self, ctx: &mut Ctx, agent: &Text, ttl_ms: u64) -> Reply {
+    /// `lease.grant`: a lease of `ttl_ms` for `agent`, its id the entry's index.
+    pub(crate) fn lease_grant(&mut self, ctx: &mut Ctx, agent: &Text, ttl_ms: u64) -> Decision {
         let limits = &self.limits;
         if !(limits.lease_ttl_ms_min..=limits.lease_ttl_ms_max).contains(&ttl_ms) {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!(
                     "lease.grant: `ttl_ms` is {ttl_ms}, it must be in [{}, {}]",
                     limits.lease_ttl_ms_min, limits.lease_ttl_ms_max
                 ),
-            );
+            ));
         }
-        if let Some(refusal) = self.core.lease_quota(agent, limits) {
-            return refusal;
-        }
+        self.core.lease_quota(agent, limits)?;
         if self.core.leases.len() >= limits.leases_max as usize {
-            return Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!("{} leases are alive, the limit", limits.leases_max),
-            );
+            let message = format!("{} leases are alive, the limit", limits.leases_max);
+            return Err(Reply::refused(ErrorCode::ResourceExhausted, message));
         }
         let lease = LeaseId(ctx.index);
         self.core.leases.insert(
@@ -130,48 +129,40 @@ impl StateMachine {
             lease,
             ttl_ms,
         });
-        Reply::Lease { lease, ttl_ms }
+        Ok(Reply::Lease { lease, ttl_ms })
     }
 
-    pub(super) fn lease_revoke(&mut self, ctx: &mut Ctx, agent: &str, lease: &str) -> Reply {
-        match self.core.live_lease(agent, lease) {
-            Ok(id) => {
-                self.end_leases(ctx, &[id], LeaseEnd::Revoked);
-                Reply::Done
-            }
-            Err(refusal) => refusal,
-        }
+    /// `lease.revoke`: ends the agent's own lease (`end_leases`).
+    pub(crate) fn lease_revoke(&mut self, ctx: &mut Ctx, agent: &str, lease: &str) -> Decision {
+        let id = self.core.live_lease(agent, lease)?;
+        self.end_leases(ctx, &[id], LeaseEnd::Revoked);
+        Ok(Reply::Done)
     }
 
     /// `admin.revoke`: ends any agent's lease exactly as its own `lease.revoke` would (every
     /// hold released, every wait dropped, next waiters granted in this entry), without the
     /// owner check. The event's reason tells the node to notify the owner.
-    pub(super) fn admin_revoke(&mut self, ctx: &mut Ctx, lease: &str) -> Reply {
-        match LeaseId::parse(lease).filter(|id| self.core.leases.contains_key(id)) {
-            Some(id) => {
-                self.end_leases(ctx, &[id], LeaseEnd::AdminRevoked);
-                Reply::Done
-            }
-            None => Reply::refused(
-                ErrorCode::LeaseNotFound,
-                format!("lease {lease:?} does not exist (never granted, revoked or expired)"),
-            ),
-        }
+    pub(crate) fn admin_revoke(&mut self, ctx: &mut Ctx, lease: &str) -> Decision {
+        let Some(id) = LeaseId::parse(lease).filter(|id| self.core.leases.contains_key(id)) else {
+            let message =
+                format!("lease {lease:?} does not exist (never granted, revoked or expired)");
+            return Err(Reply::refused(ErrorCode::LeaseNotFound, message));
+        };
+        self.end_leases(ctx, &[id], LeaseEnd::AdminRevoked);
+        Ok(Reply::Done)
     }
 
     /// One page of `admin.leases`: up to [`LEASE_PAGE_MAX`] live leases after `after`, in id
     /// order. Paged because a reply must fit one MQTT packet (64 KiB by default) and there
     /// may be 100,000 leases. An `after` that is not a lease id is `bad_request` (starting
     /// over from the first page would make a confused client page forever).
-    pub(super) fn lease_page(&self, after: Option<&str>) -> Reply {
+    pub(crate) fn lease_page(&self, after: Option<&str>) -> Decision {
         let after = match after.map(|text| (text, LeaseId::parse(text))) {
             None => None,
             Some((_, Some(id))) => Some(id),
             Some((text, None)) => {
-                return Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!("admin.leases: `after` is {text:?}, not a lease id"),
-                );
+                let message = format!("admin.leases: `after` is {text:?}, not a lease id");
+                return Err(Reply::refused(ErrorCode::BadRequest, message));
             }
         };
         let mut ids: Vec<LeaseId> = self
@@ -197,10 +188,10 @@ impl StateMachine {
             })
             .collect();
         let next_after = more.then(|| leases.last().map(|info| info.lease.clone()));
-        Reply::Leases {
+        Ok(Reply::Leases {
             leases,
             next_after: next_after.flatten(),
-        }
+        })
     }
 
     pub(super) fn expire_leases(&mut self, ctx: &mut Ctx, leases: &[LeaseId]) -> Reply {
@@ -234,11 +225,11 @@ impl StateMachine {
                 reason,
             });
             for key in lease.holds {
-                let hold = self
-                    .take_hold(&key, id)
+                let (resource, core, _) = self.resource_mut(key.kind);
+                let hold = resource
+                    .take_hold(&key.name, id)
                     .expect("a lease's holds list only resources it holds");
-                self.core
-                    .release(ctx, &key, &hold, ReleaseReason::LeaseEnded);
+                core.release(ctx, &key, &hold, ReleaseReason::LeaseEnded);
                 touched.insert(key);
             }
             for (key, request_id) in lease.waits {
@@ -280,5 +271,28 @@ impl StateMachine {
             .collect();
         leases.sort_unstable_by_key(|(id, ..)| *id);
         leases.into_iter()
+    }
+}
+
+impl Core {
+    /// The lease named on the wire, if it is alive and belongs to `agent`.
+    pub fn live_lease(&self, agent: &str, lease: &str) -> Result<LeaseId, Reply> {
+        let not_found = || {
+            Reply::refused(
+                ErrorCode::LeaseNotFound,
+                format!("lease {lease:?} does not exist (never granted, revoked or expired)"),
+            )
+        };
+        let id = LeaseId::parse(lease).ok_or_else(not_found)?;
+        let record = self.leases.get(&id).ok_or_else(not_found)?;
+        // The request's agent is usually the very name the lease shares (both come from the
+        // dedup memory), so the pointer comparison settles it without reading the bytes.
+        if !std::ptr::eq(&*record.agent, agent) && &*record.agent != agent {
+            return Err(Reply::refused(
+                ErrorCode::Forbidden,
+                format!("lease {lease} belongs to another agent"),
+            ));
+        }
+        Ok(id)
     }
 }

@@ -65,18 +65,17 @@ pub struct Limits {
     /// twice this after its last outcome). Left out of the bytes at its default.
     #[serde(skip_serializing_if = "is_default_dedup_idle_ms")]
     pub dedup_idle_ms: u64,
-    /// Addition (issue 18, part 3): how long a preempted reservation's holder has to vacate
-    /// and release it, from the entry that preempted it: five seconds, time for a drone to
-    /// climb, descend or hold clear. At the deadline the machine ends the reservation
-    /// (`waypoint/preempt.rs`). Left out of the bytes at its default.
+    /// How long a preempted reservation's holder has to vacate and release it, from the entry that
+    /// preempted it: five seconds, time for a drone to climb, descend or hold clear. At the
+    /// deadline the machine ends the reservation (`waypoint/preempt.rs`). Left out of the bytes at
+    /// its default.
     #[serde(skip_serializing_if = "is_default_reservation_vacate_ms")]
     pub reservation_vacate_ms: u64,
-    /// Addition (issue 18, part 3): the starvation bound of priorities among waiters. A
-    /// waiter of priority `p` is queued as if it had arrived `p × reservation_aging_ms`
-    /// earlier (its effective priority rises one level per `reservation_aging_ms` waited), so
-    /// a request is overtaken only by higher priorities arriving less than
-    /// `(3 − p) × reservation_aging_ms` after it: one minute per level. Aging orders the queue
-    /// only: it never preempts. Left out of the bytes at its default.
+    /// The starvation bound of priorities among waiters. A waiter of priority `p` is queued as if
+    /// it had arrived `p × reservation_aging_ms` earlier (its effective priority rises one level
+    /// per `reservation_aging_ms` waited), so a request is overtaken only by higher priorities
+    /// arriving less than `(3 − p) × reservation_aging_ms` after it: one minute per level. Aging
+    /// orders the queue only: it never preempts. Left out of the bytes at its default.
     #[serde(skip_serializing_if = "is_default_reservation_aging_ms")]
     pub reservation_aging_ms: u64,
 }

@@ -19,10 +19,11 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use super::fifo::{self, Queue};
-use super::grant::{Hold, Occupancy, ResourceKey};
-use super::lease::LeaseId;
-use super::{Ctx, ReleaseReason, Reply, StateMachine, Text};
+use crate::ResourceKey;
+use crate::fifo::{self, Queue};
+use crate::grant::{Acquire, Core, Hold, Occupancy, Waiter};
+use crate::resource::{Listed, Resource};
+use crate::{Ctx, Decision, LeaseId, Limits, NameMap, ReleaseReason, Reply, StateMachine, Text};
 
 /// One lock in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,162 +35,178 @@ pub struct Lock {
 }
 
 impl StateMachine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn lock_acquire(
+    /// `lock.acquire`: granted at once when the lock is free, queued behind its holder, or
+    /// refused (`Err`, nothing changed).
+    pub(crate) fn lock_acquire(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: String,
-        lease: &str,
-        wait_ms: Option<u64>,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
+    ) -> Decision {
+        let claim = self.core.claim(&acquire)?;
+        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
+        let Some(lock) = self.locks.get_mut(name.as_str()) else {
+            self.core.holds_quota(agent, &self.limits)?;
+            self.resources_full()?;
+            let name: Text = Arc::from(name);
+            let key = ResourceKey::new(ResourceKind::Lock, &name);
+            let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
+            let token = hold.token;
+            let waiters = Queue::default();
+            self.locks.insert(
+                name,
+                Lock {
+                    holder: Some(hold),
+                    waiters,
+                },
+            );
+            return Ok(Reply::Granted { token });
         };
-        if let Some(lock) = self.locks.get_mut(name.as_str()) {
-            let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
-            let holder = lock
-                .holder
-                .as_ref()
-                .expect("invariant 1: a lock in use has a holder");
-            if holder.lease == lease {
-                return Reply::Granted {
-                    token: holder.token,
-                };
-            }
-            if self.core.is_waiting(lease, &key) {
-                if wait_ms == Some(0) {
-                    return Reply::refused(
-                        ErrorCode::WouldBlock,
-                        format!(
-                            "lock {name:?} is held by another lease (this lease already waits \
-                             for it, request id {:?})",
-                            self.core.waiting_id(lease, &key)
-                        ),
-                    );
-                }
-                let old_id = self
-                    .core
-                    .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
-                lock.waiters.rename(agent, &old_id, request_id);
-                return Reply::Queued;
-            }
-            if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
-                return refusal;
-            }
+        let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
+        let holder = lock
+            .holder
+            .as_ref()
+            .expect("invariant 1: a lock in use has a holder");
+        if holder.lease == lease {
+            return Ok(Reply::Granted {
+                token: holder.token,
+            });
+        }
+        if self.core.is_waiting(lease, &key) {
             if wait_ms == Some(0) {
-                return Reply::refused(
+                let old_id = self.core.waiting_id(lease, &key);
+                return Err(Reply::refused(
                     ErrorCode::WouldBlock,
-                    format!("lock {name:?} is held by another lease"),
-                );
+                    format!(
+                        "lock {name:?} is held by another lease (this lease already waits for \
+                         it, request id {old_id:?})"
+                    ),
+                ));
             }
-            if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
-                return refusal;
-            }
-            if let Some(refusal) =
-                fifo::full(ResourceKind::Lock, &name, lock.waiters.len(), &self.limits)
-            {
-                return refusal;
-            }
-            let waiter = self
-                .core
-                .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
-            lock.waiters.push_back(waiter);
-            return Reply::Queued;
+            let old_id = self.core.take_over_wait(ctx, &key, &claim);
+            lock.waiters.rename(agent, &old_id, claim.request_id);
+            return Ok(Reply::Queued);
         }
-        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
-            return refusal;
+        self.core.holds_quota(agent, &self.limits)?;
+        if wait_ms == Some(0) {
+            return Err(Reply::refused(
+                ErrorCode::WouldBlock,
+                format!("lock {name:?} is held by another lease"),
+            ));
         }
-        if self.resources_in_use() >= self.limits.resources_max as usize {
-            return self.resources_exhausted();
-        }
-        let name: Text = Arc::from(name);
-        let key = ResourceKey::new(ResourceKind::Lock, &name);
-        let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
-        let token = hold.token;
-        self.locks.insert(
-            name,
-            Lock {
-                holder: Some(hold),
-                waiters: Queue::default(),
-            },
-        );
-        Reply::Granted { token }
+        self.core.waits_quota(lease, &self.limits)?;
+        fifo::full("lock", &name, lock.waiters.len(), &self.limits)?;
+        let waiter = self.core.enqueue(ctx, &key, &claim, 1);
+        lock.waiters.push_back(waiter);
+        Ok(Reply::Queued)
+    }
+}
+
+impl Resource for NameMap<Lock> {
+    fn held_tokens(&self, name: &str) -> Vec<u64> {
+        let holder = self.get(name).and_then(|lock| lock.holder.as_ref());
+        holder.map(|hold| vec![hold.token]).unwrap_or_default()
     }
 
-    /// `lock.release` by `lease` (already checked live and the agent's): ends its hold and
-    /// hands the lock to the head waiter, or forgets it, in this entry; `None` when `lease`
-    /// does not hold `name` (nothing changed). Equivalent to [`Self::lock_take_hold`],
-    /// `Core::release` and [`Self::lock_settle`], but the lock is taken out of the map once and
-    /// goes back only if someone still holds it: one look-up of the name for a free lock, two
-    /// for a handover, where the three steps took four.
-    pub(super) fn lock_release(&mut self, ctx: &mut Ctx, name: &str, lease: LeaseId) -> Option<()> {
-        let (held_name, mut lock) = self.locks.remove_entry(name)?;
-        let holds = lock.holder.as_ref().map(|hold| hold.lease) == Some(lease);
-        if holds {
-            let key = ResourceKey::new(ResourceKind::Lock, &held_name);
-            let hold = lock.holder.take().expect("checked above");
-            self.core.release(ctx, &key, &hold, ReleaseReason::Released);
-            match lock.waiters.pop_front() {
-                Some(head) => lock.holder = Some(self.core.grant_waiter(ctx, &key, head)),
-                None => return Some(()),
-            }
+    fn inspect(&self, name: &str) -> Reply {
+        let lock = self.get(name);
+        Reply::Inspect {
+            limit: None,
+            holders: lock
+                .and_then(|lock| lock.holder.as_ref())
+                .map(|hold| hold.info(None))
+                .into_iter()
+                .collect(),
+            waiters: lock
+                .map(|lock| lock.waiters.infos(false))
+                .unwrap_or_default(),
         }
-        self.locks.insert(held_name, lock);
-        holds.then_some(())
     }
 
-    /// Removes and returns `lease`'s hold on lock `name`, leaving the lock holder-less until
-    /// [`Self::lock_settle`].
-    pub(super) fn lock_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
-        let lock = self.locks.get_mut(name)?;
+    fn held_key(&self, name: &str) -> Option<ResourceKey> {
+        let (name, _) = self.get_key_value(name)?;
+        Some(ResourceKey::new(ResourceKind::Lock, name))
+    }
+
+    /// Leaves the lock holder-less until [`Resource::settle`].
+    fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        let lock = self.get_mut(name)?;
         if lock.holder.as_ref()?.lease != lease {
             return None;
         }
         lock.holder.take()
     }
 
-    /// Hands a holder-less lock to its head waiter, or forgets it when nobody waits.
-    pub(super) fn lock_settle(&mut self, ctx: &mut Ctx, name: &Text) {
-        let Some(lock) = self.locks.get_mut(name) else {
-            return;
-        };
-        if lock.holder.is_some() {
-            return;
-        }
-        match lock.waiters.pop_front() {
-            Some(head) => {
-                let key = ResourceKey::new(ResourceKind::Lock, name);
-                lock.holder = Some(self.core.grant_waiter(ctx, &key, head));
-            }
-            None => {
-                self.locks.remove(name);
-            }
-        }
+    fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
+        self.get_mut(name)?.waiters.take(agent, request_id)
     }
 
-    pub(super) fn lock_inspect(&self, name: &str) -> Reply {
-        let Some(lock) = self.locks.get(name) else {
-            return Reply::Inspect {
-                limit: None,
-                holders: Vec::new(),
-                waiters: Vec::new(),
+    /// Hands each holder-less lock to its head waiter, or forgets it when nobody waits.
+    fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, keys: &[ResourceKey], _: &Limits) {
+        for key in keys {
+            let Some(lock) = self.get_mut(&key.name) else {
+                continue;
             };
-        };
-        Reply::Inspect {
-            limit: None,
-            holders: lock.holder.iter().map(|hold| hold.info(None)).collect(),
-            waiters: lock.waiters.infos(false),
+            if lock.holder.is_some() {
+                continue;
+            }
+            match lock.waiters.pop_front() {
+                Some(head) => lock.holder = Some(core.grant_waiter(ctx, key, head)),
+                None => {
+                    self.remove(&key.name);
+                }
+            }
         }
     }
 
-    pub(super) fn check_lock_invariants(
-        &self,
-        occupancy: &mut Occupancy,
-    ) -> Result<(), InvariantViolation> {
-        for (name, lock) in &self.locks {
+    /// What the default [`Resource::release`] does (take the hold, record its end, settle),
+    /// but the lock is taken out of the map once and goes back only if someone still holds
+    /// it: one look-up of the name for a free lock, two for a handover, where the three steps
+    /// take four. Locks are the commonest release.
+    fn release(
+        &mut self,
+        ctx: &mut Ctx,
+        core: &mut Core,
+        name: &str,
+        lease: LeaseId,
+        _: &Limits,
+    ) -> bool {
+        let Some((held_name, mut lock)) = self.remove_entry(name) else {
+            return false;
+        };
+        let holds = lock.holder.as_ref().map(|hold| hold.lease) == Some(lease);
+        if holds {
+            let key = ResourceKey::new(ResourceKind::Lock, &held_name);
+            let hold = lock.holder.take().expect("checked above");
+            core.release(ctx, &key, &hold, ReleaseReason::Released);
+            match lock.waiters.pop_front() {
+                Some(head) => lock.holder = Some(core.grant_waiter(ctx, &key, head)),
+                None => return true,
+            }
+        }
+        self.insert(held_name, lock);
+        holds
+    }
+
+    fn in_use(&self) -> usize {
+        self.len()
+    }
+
+    fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
+        self.iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(name, lock)| {
+                (
+                    &**name,
+                    usize::from(lock.holder.is_some()),
+                    lock.waiters.len(),
+                )
+            })
+            .collect()
+    }
+
+    fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
+        for (name, lock) in self {
             let key = ResourceKey::new(ResourceKind::Lock, name);
             let Some(holder) = &lock.holder else {
                 return Err(violation!("lock {name:?} has no holder after the entry"));

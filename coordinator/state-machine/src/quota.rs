@@ -124,54 +124,57 @@ impl Usage {
 }
 
 impl Core {
-    /// The refusal for a `lease.grant` that would give `agent` more than
+    /// Refuses a `lease.grant` that would give `agent` more than
     /// `leases_per_agent_max` live leases (invariant 2).
-    pub fn lease_quota(&self, agent: &str, limits: &Limits) -> Option<Reply> {
+    pub fn lease_quota(&self, agent: &str, limits: &Limits) -> Result<(), Reply> {
         let leases = self.usage.of(agent).leases;
-        (leases >= limits.leases_per_agent_max).then(|| {
-            Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "agent {agent} has {leases} leases alive: leases_per_agent_max is {}",
-                    limits.leases_per_agent_max
-                ),
-            )
-        })
+        if leases < limits.leases_per_agent_max {
+            return Ok(());
+        }
+        Err(Reply::refused(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "agent {agent} has {leases} leases alive: leases_per_agent_max is {}",
+                limits.leases_per_agent_max
+            ),
+        ))
     }
 
-    /// The refusal for an acquire or reserve that would give `agent` more than
+    /// Refuses an acquire or reserve that would give `agent` more than
     /// `holds_per_agent_max` resources held or waited for (invariant 2). Waits count: a
     /// waiter becomes a hold without asking again.
-    pub fn holds_quota(&self, agent: &str, limits: &Limits) -> Option<Reply> {
+    pub fn holds_quota(&self, agent: &str, limits: &Limits) -> Result<(), Reply> {
         let holds = self.usage.of(agent).holds as usize;
         let waits = self.waiting.get(agent).map_or(0, |waits| waits.len());
-        (holds + waits >= limits.holds_per_agent_max as usize).then(|| {
-            Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "agent {agent} holds {holds} resources and waits for {waits}: \
-                     holds_per_agent_max is {}",
-                    limits.holds_per_agent_max
-                ),
-            )
-        })
+        if holds + waits < limits.holds_per_agent_max as usize {
+            return Ok(());
+        }
+        Err(Reply::refused(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "agent {agent} holds {holds} resources and waits for {waits}: \
+                 holds_per_agent_max is {}",
+                limits.holds_per_agent_max
+            ),
+        ))
     }
 
-    /// The refusal for a wait that would give `lease` more than `waits_per_lease_max` waits
+    /// Refuses a wait that would give `lease` more than `waits_per_lease_max` waits
     /// (invariant 2).
-    pub fn waits_quota(&self, lease: LeaseId, limits: &Limits) -> Option<Reply> {
+    pub fn waits_quota(&self, lease: LeaseId, limits: &Limits) -> Result<(), Reply> {
         let waits = self
             .leases
             .get(&lease)
             .map_or(0, |record| record.waits.len());
-        (waits >= limits.waits_per_lease_max as usize).then(|| {
-            Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "lease {lease} waits for {waits} resources: waits_per_lease_max is {}",
-                    limits.waits_per_lease_max
-                ),
-            )
-        })
+        if waits < limits.waits_per_lease_max as usize {
+            return Ok(());
+        }
+        Err(Reply::refused(
+            ErrorCode::ResourceExhausted,
+            format!(
+                "lease {lease} waits for {waits} resources: waits_per_lease_max is {}",
+                limits.waits_per_lease_max
+            ),
+        ))
     }
 }

@@ -256,8 +256,8 @@ pub enum ReadOp {
         /// Most resources in the page.
         limit: Option<u32>,
     },
-    /// Addition (issue 18): one page of the held reservations that conflict with a cylinder
-    /// or a route (`waypoint/query.rs`).
+    /// One page of the held reservations that conflict with a cylinder or a route
+    /// (`waypoint/query.rs`).
     AirspaceQuery {
         /// One cylinder, its window optional; exactly one of `volume` and `volumes`.
         volume: Option<QueryVolume>,

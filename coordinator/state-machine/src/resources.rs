@@ -13,7 +13,7 @@
 use hivekeeper_protocol::validate::{RESOURCE_PAGE_MAX, resource_cursor};
 use hivekeeper_protocol::{ErrorCode, ResourceInfo, ResourceKind};
 
-use super::{Reply, StateMachine};
+use super::{Decision, Reply, StateMachine};
 
 /// `admin.resources`' fields, as the machine reads them.
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,24 +31,16 @@ pub struct ResourceQuery<'a> {
 impl StateMachine {
     /// One page of `admin.resources` (invariant 1). A malformed cursor or limit is
     /// `bad_request`, as the wire decoder words it.
-    pub(super) fn resource_page(&self, query: ResourceQuery<'_>) -> Reply {
-        let after = match query.after.map(resource_cursor).transpose() {
-            Ok(after) => after,
-            Err(message) => {
-                return Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!("admin.resources: {message}"),
-                );
-            }
+    pub(crate) fn resource_page(&self, query: ResourceQuery<'_>) -> Decision {
+        let refused = |message: String| {
+            Reply::refused(ErrorCode::BadRequest, format!("admin.resources: {message}"))
         };
+        let after = query.after.map(resource_cursor).transpose();
+        let after = after.map_err(|invalid| refused(invalid.to_string()))?;
         let limit = query.limit.unwrap_or(RESOURCE_PAGE_MAX);
         if limit == 0 || limit > RESOURCE_PAGE_MAX {
-            return Reply::refused(
-                ErrorCode::BadRequest,
-                format!(
-                    "admin.resources: `limit` is {limit}, it must be from 1 to {RESOURCE_PAGE_MAX}"
-                ),
-            );
+            let message = format!("`limit` is {limit}, it must be from 1 to {RESOURCE_PAGE_MAX}");
+            return Err(refused(message));
         }
         let limit = limit as usize;
         let prefix = query.prefix.unwrap_or("");
@@ -82,10 +74,10 @@ impl StateMachine {
             .then(|| resources.last())
             .flatten()
             .map(|last| format!("{}/{}", last.kind.as_str(), last.name));
-        Reply::Resources {
+        Ok(Reply::Resources {
             resources,
             next_after,
-        }
+        })
     }
 
     /// Every resource of `kind` whose name `keep` accepts, unordered, with its counts.
@@ -96,27 +88,9 @@ impl StateMachine {
             holders: holders as u64,
             waiters: waiters as u64,
         };
-        match kind {
-            ResourceKind::Lock => self
-                .locks
-                .iter()
-                .filter(|(name, _)| keep(name))
-                .map(|(name, lock)| {
-                    info(name, usize::from(lock.holder.is_some()), lock.waiters.len())
-                })
-                .collect(),
-            ResourceKind::Sem => self
-                .sems
-                .iter()
-                .filter(|(name, _)| keep(name))
-                .map(|(name, sem)| info(name, sem.holders.len(), sem.waiters.len()))
-                .collect(),
-            ResourceKind::Waypoint => self
-                .waypoints
-                .occupancy(keep)
-                .into_iter()
-                .map(|(name, holders, waiters)| info(name, holders, waiters))
-                .collect(),
-        }
+        let listed = self.resource(kind).list(keep).into_iter();
+        listed
+            .map(|(name, holders, waiters)| info(name, holders, waiters))
+            .collect()
     }
 }

@@ -21,10 +21,11 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use super::fifo::{self, Queue};
-use super::grant::{Hold, Occupancy, ResourceKey};
-use super::lease::LeaseId;
-use super::{Ctx, Reply, StateMachine, Text};
+use crate::ResourceKey;
+use crate::fifo::{self, Queue};
+use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
+use crate::resource::{Listed, Resource};
+use crate::{Ctx, Decision, LeaseId, Limits, NameMap, Reply, StateMachine, Text};
 
 /// One semaphore in use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,35 +41,29 @@ pub struct Semaphore {
 }
 
 impl StateMachine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn sem_acquire(
+    /// `sem.acquire` of `permits` of a semaphore of capacity `limit`: granted at once when they
+    /// fit and nobody waits, queued, or refused (`Err`, nothing changed).
+    pub(crate) fn sem_acquire(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: String,
         limit: u32,
-        lease: &str,
         permits: u32,
-        wait_ms: Option<u64>,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
-        let in_use = self.resources_in_use();
+    ) -> Decision {
+        let claim = self.core.claim(&acquire)?;
+        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
+        let full = self.resources_full();
         let name: Text = Arc::from(name);
         let key = ResourceKey::new(ResourceKind::Sem, &name);
         // Checked before an idle semaphore is made, and returned after the checks that answer
         // a lease that already holds or waits (those take nothing new).
         let over_quota = self.core.holds_quota(agent, &self.limits);
         if !self.sems.contains_key(&name) {
-            if let Some(refusal) = over_quota {
-                return refusal;
+            if let Err(refusal) = over_quota {
+                return Err(refusal);
             }
-            if in_use >= self.limits.resources_max as usize {
-                return self.resources_exhausted();
-            }
+            full?;
             let idle = Semaphore {
                 limit,
                 used: 0,
@@ -82,64 +77,29 @@ impl StateMachine {
             .get_mut(&name)
             .expect("inserted above if it was missing");
         if sem.limit != limit {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::LimitMismatch,
                 format!(
                     "semaphore {name:?} has limit {}, the request says {limit}",
                     sem.limit
                 ),
-            );
+            ));
         }
-        if let Some(hold) = sem.holders.get(&lease) {
-            return if hold.permits == permits {
-                Reply::Granted { token: hold.token }
-            } else {
-                Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "lease {lease} already holds {} permits of semaphore {name:?}; release \
-                         them before asking for {permits}",
-                        hold.permits
-                    ),
-                )
-            };
+        if let Some(answer) = sem.asked_again(ctx, &mut self.core, &key, &claim, permits) {
+            return answer;
         }
-        if self.core.is_waiting(lease, &key) {
-            let old_id = self.core.waiting_id(lease, &key).to_string();
-            let waited = sem.waiters.get(agent, &old_id).map_or(0, |w| w.permits);
-            if waited != permits {
-                return self
-                    .core
-                    .already_waiting(lease, &key, &format!("{waited} permits"));
-            }
-            if wait_ms == Some(0) {
-                return Reply::refused(
-                    ErrorCode::WouldBlock,
-                    format!(
-                        "semaphore {name:?} has no {permits} permits free (this lease already \
-                         waits for them, request id {old_id:?})"
-                    ),
-                );
-            }
-            self.core
-                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
-            sem.waiters.rename(agent, &old_id, request_id);
-            return Reply::Queued;
-        }
-        if let Some(refusal) = over_quota {
-            return refusal;
-        }
+        over_quota?;
         if sem.waiters.is_empty() && sem.used + permits <= sem.limit {
             let hold = self.core.grant_now(ctx, &key, lease, agent, permits);
             let token = hold.token;
             sem.used += permits;
             sem.holders.insert(lease, hold);
-            return Reply::Granted { token };
+            return Ok(Reply::Granted { token });
         }
         // A semaphore created by this request was free and granted above (permits <= limit
         // is validated), so a refusal below never leaves an idle semaphore behind.
         if wait_ms == Some(0) {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::WouldBlock,
                 format!(
                     "semaphore {name:?} has {} of {} permits free and {} waiters",
@@ -147,77 +107,144 @@ impl StateMachine {
                     sem.limit,
                     sem.waiters.len()
                 ),
-            );
+            ));
         }
-        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
-            return refusal;
-        }
-        if let Some(refusal) = fifo::full(ResourceKind::Sem, &name, sem.waiters.len(), &self.limits)
-        {
-            return refusal;
-        }
-        let waiter = self
-            .core
-            .enqueue(ctx, &key, lease, agent, request_id, permits, wait_ms);
+        self.core.waits_quota(lease, &self.limits)?;
+        fifo::full("semaphore", &name, sem.waiters.len(), &self.limits)?;
+        let waiter = self.core.enqueue(ctx, &key, &claim, permits);
         sem.waiters.push_back(waiter);
-        Reply::Queued
+        Ok(Reply::Queued)
+    }
+}
+
+impl Semaphore {
+    /// The answer to a lease that asks again for permits it holds or waits for (under a new
+    /// request id): its hold, or its wait taken over, when it asks for as many; a refusal
+    /// otherwise. `None` when the lease neither holds nor waits here.
+    fn asked_again(
+        &mut self,
+        ctx: &mut Ctx,
+        core: &mut Core,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Option<Decision> {
+        let (agent, lease, name) = (claim.agent, claim.lease, &key.name);
+        if let Some(hold) = self.holders.get(&lease) {
+            return Some(if hold.permits == permits {
+                Ok(Reply::Granted { token: hold.token })
+            } else {
+                Err(Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "lease {lease} already holds {} permits of semaphore {name:?}; release \
+                         them before asking for {permits}",
+                        hold.permits
+                    ),
+                ))
+            });
+        }
+        if !core.is_waiting(lease, key) {
+            return None;
+        }
+        let old_id = core.waiting_id(lease, key).to_string();
+        let waited = self.waiters.get(agent, &old_id).map_or(0, |w| w.permits);
+        if waited != permits {
+            return Some(Err(core.already_waiting(
+                lease,
+                key,
+                &format!("{waited} permits"),
+            )));
+        }
+        if claim.wait_ms == Some(0) {
+            return Some(Err(Reply::refused(
+                ErrorCode::WouldBlock,
+                format!(
+                    "semaphore {name:?} has no {permits} permits free (this lease already waits \
+                     for them, request id {old_id:?})"
+                ),
+            )));
+        }
+        core.take_over_wait(ctx, key, claim);
+        self.waiters.rename(agent, &old_id, claim.request_id);
+        Some(Ok(Reply::Queued))
+    }
+}
+
+impl Resource for NameMap<Semaphore> {
+    fn held_tokens(&self, name: &str) -> Vec<u64> {
+        let holders = self.get(name).map(|sem| sem.holders.values());
+        holders
+            .into_iter()
+            .flatten()
+            .map(|hold| hold.token)
+            .collect()
     }
 
-    /// Removes and returns `lease`'s hold on semaphore `name`, giving its permits back.
-    pub(super) fn sem_take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
-        let sem = self.sems.get_mut(name)?;
+    fn inspect(&self, name: &str) -> Reply {
+        let sem = self.get(name);
+        let holds = sem.into_iter().flat_map(|sem| sem.holders.values());
+        let mut holders: Vec<_> = holds.map(|hold| hold.info(Some(hold.permits))).collect();
+        holders.sort_by_key(|holder| holder.token);
+        Reply::Inspect {
+            limit: sem.map(|sem| sem.limit),
+            holders,
+            waiters: sem.map(|sem| sem.waiters.infos(true)).unwrap_or_default(),
+        }
+    }
+
+    fn held_key(&self, name: &str) -> Option<ResourceKey> {
+        let (name, _) = self.get_key_value(name)?;
+        Some(ResourceKey::new(ResourceKind::Sem, name))
+    }
+
+    /// Gives the hold's permits back.
+    fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        let sem = self.get_mut(name)?;
         let hold = sem.holders.remove(&lease)?;
         sem.used -= hold.permits;
         Some(hold)
     }
 
-    /// Grants head waiters while they fit; forgets the semaphore when it is idle.
-    pub(super) fn sem_settle(&mut self, ctx: &mut Ctx, name: &Text) {
-        let Some(sem) = self.sems.get_mut(name) else {
-            return;
-        };
-        let key = ResourceKey::new(ResourceKind::Sem, name);
-        while sem
-            .waiters
-            .front()
-            .is_some_and(|head| sem.used + head.permits <= sem.limit)
-        {
-            let head = sem.waiters.pop_front().expect("front() was Some");
-            let hold = self.core.grant_waiter(ctx, &key, head);
-            sem.used += hold.permits;
-            sem.holders.insert(hold.lease, hold);
-        }
-        if sem.holders.is_empty() && sem.waiters.is_empty() {
-            self.sems.remove(name);
-        }
+    fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
+        self.get_mut(name)?.waiters.take(agent, request_id)
     }
 
-    pub(super) fn sem_inspect(&self, name: &str) -> Reply {
-        let Some(sem) = self.sems.get(name) else {
-            return Reply::Inspect {
-                limit: None,
-                holders: Vec::new(),
-                waiters: Vec::new(),
+    /// Grants head waiters while they fit; forgets a semaphore left idle.
+    fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, keys: &[ResourceKey], _: &Limits) {
+        for key in keys {
+            let Some(sem) = self.get_mut(&key.name) else {
+                continue;
             };
-        };
-        let mut holders: Vec<_> = sem
-            .holders
-            .values()
-            .map(|hold| hold.info(Some(hold.permits)))
-            .collect();
-        holders.sort_by_key(|holder| holder.token);
-        Reply::Inspect {
-            limit: Some(sem.limit),
-            holders,
-            waiters: sem.waiters.infos(true),
+            while sem
+                .waiters
+                .front()
+                .is_some_and(|head| sem.used + head.permits <= sem.limit)
+            {
+                let head = sem.waiters.pop_front().expect("front() was Some");
+                let hold = core.grant_waiter(ctx, key, head);
+                sem.used += hold.permits;
+                sem.holders.insert(hold.lease, hold);
+            }
+            if sem.holders.is_empty() && sem.waiters.is_empty() {
+                self.remove(&key.name);
+            }
         }
     }
 
-    pub(super) fn check_sem_invariants(
-        &self,
-        occupancy: &mut Occupancy,
-    ) -> Result<(), InvariantViolation> {
-        for (name, sem) in &self.sems {
+    fn in_use(&self) -> usize {
+        self.len()
+    }
+
+    fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
+        self.iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(name, sem)| (&**name, sem.holders.len(), sem.waiters.len()))
+            .collect()
+    }
+
+    fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
+        for (name, sem) in self {
             let key = ResourceKey::new(ResourceKind::Sem, name);
             let used: u32 = sem.holders.values().map(|hold| hold.permits).sum();
             if used != sem.used || used > sem.limit {

@@ -35,8 +35,9 @@ use std::collections::BTreeSet;
 
 use hivekeeper_protocol::ErrorCode;
 
-use super::grant::{PendingWaits, ResourceKey};
 use super::{Ctx, NameMap, Reply, StateMachine, Text};
+use crate::ResourceKey;
+use crate::waiting::PendingWaits;
 
 /// What a timed-out waiter is told (also by the legacy `CancelWait`: old logs replay the same).
 const WAIT_ELAPSED: &str = "wait_ms elapsed before the resource was granted";

@@ -5,10 +5,10 @@
 
 use hivekeeper_protocol::{ErrorCode, HolderInfo, Priority, ResourceKind, Volume};
 
-use super::grant::ResourceKey;
 use super::lease::LeaseId;
 use super::test_support::*;
 use super::{Command, Event, PREEMPT_CHAIN_MAX, ReleaseReason, Reply, StateMachine};
+use crate::ResourceKey;
 
 /// The harness's clock at the start (`Harness::new`).
 const T0: u64 = 1_000_000;

@@ -8,7 +8,7 @@
 //! query's radius plus level L's cell width (the largest radius filed there), which is a
 //! handful of cells per non-empty level whatever the mix of small and large reservations.
 //!
-//! Time (issue 18, part 6): a cell keeps its entries sorted by window start, windows with an
+//! Time: a cell keeps its entries sorted by window start, windows with an
 //! end first, then those without one (no window at all files at start 0), and its longest
 //! window with an end (`span_ms_max`). A query window `[start, end)` can only overlap an entry
 //! that starts before `end` and ends after `start`; an ended entry ends at most `span_ms_max`
@@ -29,7 +29,7 @@
 //! Memory and cost: a cell's entries are a sorted vector exactly as long as the cell, so a cell
 //! of one entry costs that entry rather than a B-tree node, and a query reads a cell's
 //! candidates contiguously after one binary search, with no second tree descent (the layouts
-//! measured against it are in docs/BENCHMARKS.md, "Routes (issue 18)"). Filing or removing an
+//! measured against it are in docs/BENCHMARKS.md, "Routes"). Filing or removing an
 //! entry moves the cell's later entries, linear in the cell's size; cells are 13.6 m to 11 km
 //! wide by the radius filed, so a cell holds thousands only when thousands of reservations of
 //! one place and size are held at once.

@@ -39,7 +39,7 @@
 //! 9. Preemption (`preempt.rs`): a held reservation has a vacate deadline exactly when a
 //!    preempting waiter needs it, and the indexes list exactly the deadlines and the
 //!    waiters above routine (part of invariant 3's rebuild check).
-//! 10. The spatial index is also a time index (`grid.rs`, issue 18 part 6): each cell keeps
+//! 10. The spatial index is also a time index (`grid.rs`): each cell keeps
 //!     its shapes in (open, window start, key) order and bounds its ended windows' length
 //!     exactly (`Grid::check`, grid invariants 1 to 3); with invariant 3's rebuild, the index
 //!     is exactly what the reservations imply, so a check reads only the shapes whose cells
@@ -49,25 +49,25 @@ mod geo;
 mod grid;
 #[cfg(test)]
 mod grid_test;
+mod index;
 mod preempt;
 mod query;
+mod reserve;
 mod route;
 mod window;
 
-use crate::InvariantViolation;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use hivekeeper_protocol::{
-    Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
-};
+use hivekeeper_protocol::{Area, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo};
 use serde::{Deserialize, Serialize};
 
-use super::fifo;
-use super::grant::{Core, Hold, Occupancy, ResourceKey, Waiter};
-use super::lease::LeaseId;
-use super::{Ctx, Limits, Reply, StateMachine, Text};
-use grid::{Entry, Grid};
+use crate::ResourceKey;
+use crate::fifo;
+use crate::grant::{Core, Hold, Occupancy, Waiter};
+use crate::resource::{Listed, Resource};
+use crate::{Ctx, InvariantViolation, LeaseId, Limits, Reply, Text};
+use index::Index;
+pub(crate) use window::AskedWindow;
 pub use window::Window;
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
@@ -87,8 +87,8 @@ pub struct Reservation {
     /// out of the snapshot, for a waypoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Addition (issue 18, part 3): its priority, which decides who may preempt it; routine
-    /// (and left out of the snapshot) by default.
+    /// Its priority, which decides who may preempt it; routine (and left out of the snapshot) by
+    /// default.
     #[serde(default, skip_serializing_if = "Priority::is_routine")]
     pub priority: Priority,
     /// When the machine ends it unless it is released first, set while a request of a higher
@@ -113,8 +113,7 @@ pub struct Pending {
     /// A route's volumes, as for [`Reservation::volumes`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
-    /// Addition (issue 18, part 3): the priority it asks for; routine (and left out of the
-    /// snapshot) by default.
+    /// The priority it asks for; routine (and left out of the snapshot) by default.
     #[serde(default, skip_serializing_if = "Priority::is_routine")]
     pub priority: Priority,
     /// How far ahead of its arrival it is queued: its priority times `reservation_aging_ms`
@@ -152,7 +151,7 @@ pub(super) struct Ask {
     /// A route's volumes (then `area` and `window` are `None`).
     pub volumes: Vec<Volume>,
     /// A waypoint's `start_ms` and `end_ms` as the request gave them, for a retry's match.
-    pub asked: (Option<u64>, Option<u64>),
+    pub asked: AskedWindow,
     /// The priority asked for.
     pub priority: Priority,
 }
@@ -171,8 +170,7 @@ impl Ask {
     fn matches(&self, area: Option<Area>, window: Option<Window>, volumes: &[Volume]) -> bool {
         area == self.area
             && volumes == self.volumes.as_slice()
-            && (!self.volumes.is_empty()
-                || Window::asked_by(window.as_ref(), self.asked.0, self.asked.1))
+            && (!self.volumes.is_empty() || Window::asked_by(window.as_ref(), self.asked))
     }
 }
 
@@ -233,112 +231,6 @@ pub struct Waypoints {
     removed: Vec<(Text, Vec<Shape>)>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Index {
-    /// Held cylinders, keyed by name and shape number.
-    held: Grid<(Text, u32)>,
-    /// Waiting cylinders, keyed by seq and shape number.
-    waiting: Grid<(u64, u32)>,
-    /// Waiters' seqs by name.
-    waiting_by_name: BTreeMap<Text, BTreeSet<u64>>,
-    /// Held reservations with an end, by `(end_ms, name)`: the due ones are a prefix.
-    held_ends: BTreeSet<(u64, Text)>,
-    /// Waiting reservations with an end, by `(end_ms, seq)`.
-    waiting_ends: BTreeSet<(u64, u64)>,
-    /// Preempted held reservations, by `(vacate_by_ms, name)`: the due ones are a prefix.
-    vacate_ends: BTreeSet<(u64, Text)>,
-    /// Waiters above routine, the only ones that can preempt, by seq.
-    prioritized: BTreeSet<u64>,
-}
-
-/// Files each shape of a reservation in `grid`, under `(key, shape number)`.
-fn file<K: Ord + Clone>(grid: &mut Grid<(K, u32)>, key: &K, shapes: Vec<Shape>, lease: LeaseId) {
-    for (number, (area, window)) in (0u32..).zip(shapes) {
-        let entry = Entry {
-            area,
-            lease,
-            window,
-        };
-        grid.insert((key.clone(), number), entry);
-    }
-}
-
-impl Index {
-    fn build(held: &BTreeMap<Text, Reservation>, waiters: &BTreeMap<u64, Pending>) -> Index {
-        let mut index = Index::default();
-        for (name, reservation) in held {
-            index.add_held(name, reservation);
-        }
-        for (seq, pending) in waiters {
-            index.add_waiter(*seq, pending);
-        }
-        index
-    }
-
-    fn add_held(&mut self, name: &Text, reservation: &Reservation) {
-        file(
-            &mut self.held,
-            name,
-            reservation.shapes(),
-            reservation.hold.lease,
-        );
-        if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
-            self.held_ends.insert((end_ms, name.clone()));
-        }
-        if let Some(vacate_by_ms) = reservation.vacate_by_ms {
-            self.vacate_ends.insert((vacate_by_ms, name.clone()));
-        }
-    }
-
-    fn remove_held(&mut self, name: &Text, reservation: &Reservation) {
-        for (number, (area, window)) in (0u32..).zip(reservation.shapes()) {
-            self.held
-                .remove(&(name.clone(), number), &area, window.as_ref());
-        }
-        if let Some(end_ms) = end_ms(reservation.window, &reservation.volumes) {
-            self.held_ends.remove(&(end_ms, name.clone()));
-        }
-        if let Some(vacate_by_ms) = reservation.vacate_by_ms {
-            self.vacate_ends.remove(&(vacate_by_ms, name.clone()));
-        }
-    }
-
-    fn add_waiter(&mut self, seq: u64, pending: &Pending) {
-        file(
-            &mut self.waiting,
-            &seq,
-            pending.shapes(),
-            pending.waiter.lease,
-        );
-        if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
-            self.waiting_ends.insert((end_ms, seq));
-        }
-        if !pending.priority.is_routine() {
-            self.prioritized.insert(seq);
-        }
-        self.waiting_by_name
-            .entry(pending.name.clone())
-            .or_default()
-            .insert(seq);
-    }
-
-    fn remove_waiter(&mut self, seq: u64, pending: &Pending) {
-        for (number, (area, window)) in (0u32..).zip(pending.shapes()) {
-            self.waiting.remove(&(seq, number), &area, window.as_ref());
-        }
-        if let Some(end_ms) = end_ms(pending.window, &pending.volumes) {
-            self.waiting_ends.remove(&(end_ms, seq));
-        }
-        self.prioritized.remove(&seq);
-        if let Some(seqs) = self.waiting_by_name.get_mut(&pending.name) {
-            seqs.remove(&seq);
-            if seqs.is_empty() {
-                self.waiting_by_name.remove(&pending.name);
-            }
-        }
-    }
-}
-
 impl Waypoints {
     /// The waiting reservation of `lease` on `name`, if any.
     fn pending_mut(&mut self, name: &str, lease: LeaseId) -> Option<&mut Pending> {
@@ -353,44 +245,6 @@ impl Waypoints {
     pub fn rebuild_index(&mut self) {
         self.index = Index::build(&self.held, &self.waiters);
         self.removed.clear();
-    }
-
-    /// Names held plus reservations waiting: what counts against `resources_max`.
-    pub fn in_use(&self) -> usize {
-        self.held.len() + self.waiters.len()
-    }
-
-    /// The map's own name for a held waypoint (shared, not copied).
-    pub fn held_name(&self, name: &str) -> Option<Text> {
-        self.held.get_key_value(name).map(|(name, _)| name.clone())
-    }
-
-    /// Every waypoint name held or waited for that `keep` accepts, in name order, with its
-    /// holder count (0 or 1) and waiter count (`admin.resources`).
-    pub fn occupancy<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<(&'a str, usize, usize)> {
-        let mut names: BTreeMap<&'a str, (usize, usize)> = BTreeMap::new();
-        for name in self.held.keys().filter(|name| keep(name)) {
-            names.entry(name).or_default().0 = 1;
-        }
-        for (name, seqs) in self
-            .index
-            .waiting_by_name
-            .iter()
-            .filter(|(name, _)| keep(name))
-        {
-            names.entry(name).or_default().1 = seqs.len();
-        }
-        names
-            .into_iter()
-            .map(|(name, (holders, waiters))| (name, holders, waiters))
-            .collect()
-    }
-
-    /// The token held on waypoint `name`.
-    pub fn held_token(&self, name: &str) -> Option<u64> {
-        self.held
-            .get(name)
-            .map(|reservation| reservation.hold.token)
     }
 
     /// Whether a request (a new one, or a waiter at `place`) is blocked by a held
@@ -478,37 +332,8 @@ impl Waypoints {
         self.held.insert(name, reservation);
     }
 
-    /// Removes and returns `lease`'s reservation of `name`, noting it for the grant pass.
-    pub fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
-        if self.held.get(name)?.hold.lease != lease {
-            return None;
-        }
-        let (name, reservation) = self.held.remove_entry(name)?;
-        self.index.remove_held(&name, &reservation);
-        self.removed.push((name, reservation.shapes()));
-        Some(reservation.hold)
-    }
-
-    /// Removes and returns a waiter of `name`, noting it for the grant pass.
-    pub fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
-        let seq = *self.index.waiting_by_name.get(name)?.iter().find(|seq| {
-            let waiter = &self.waiters[*seq].waiter;
-            &*waiter.agent == agent && waiter.request_id == request_id
-        })?;
-        let pending = self.waiters.remove(&seq)?;
-        self.index.remove_waiter(seq, &pending);
-        let shapes = pending.shapes();
-        self.removed.push((pending.name, shapes));
-        Some(pending.waiter)
-    }
-
     /// The grant pass after removals: grants every waiter that conflicted with something removed
-    /// and is no longer blocked, in queue order; then the preemption pass (`preempt.rs`).
-    pub fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, vacate_ms: u64) {
-        self.grant_pass(ctx, core);
-        self.preempt(ctx, vacate_ms);
-    }
-
+    /// and is no longer blocked, in queue order.
     fn grant_pass(&mut self, ctx: &mut Ctx, core: &mut Core) {
         let removed = std::mem::take(&mut self.removed);
         if self.waiters.is_empty() {
@@ -554,9 +379,12 @@ impl Waypoints {
             self.insert_held(pending.name, reservation);
         }
     }
+}
 
-    /// Invariants 1 to 10, and the holds and waits for the cross-check with leases.
-    pub fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
+impl Waypoints {
+    /// Invariants 5, 6 and 7: every shape in range, every window non-empty, a route without a
+    /// cylinder or window of its own; and no removal left unsettled after the entry.
+    fn check_shapes(&self) -> Result<(), InvariantViolation> {
         if !self.removed.is_empty() {
             return Err("waypoint removals were not settled in their entry".into());
         }
@@ -599,6 +427,127 @@ impl Waypoints {
         {
             return Err("a route has an area or a window besides its volumes".into());
         }
+        Ok(())
+    }
+}
+
+impl Resource for Waypoints {
+    fn held_tokens(&self, name: &str) -> Vec<u64> {
+        let held = self.held.get(name);
+        held.map(|reservation| reservation.hold.token)
+            .into_iter()
+            .collect()
+    }
+
+    fn inspect(&self, name: &str) -> Reply {
+        let holders = self
+            .held
+            .get(name)
+            .map(|reservation| HolderInfo {
+                area: reservation.area,
+                start_ms: reservation.window.map(|window| window.start_ms),
+                end_ms: reservation.window.and_then(|window| window.end_ms),
+                volumes: reservation.volumes.clone(),
+                priority: (!reservation.priority.is_routine()).then_some(reservation.priority),
+                vacate_by_ms: reservation.vacate_by_ms,
+                ..reservation.hold.info(None)
+            })
+            .into_iter()
+            .collect();
+        let mut waiting: Vec<&Pending> = self
+            .index
+            .waiting_by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(|seq| &self.waiters[seq])
+            .collect();
+        waiting.sort_unstable_by_key(|pending| pending.place());
+        // Each waiter with the cylinder it asks for.
+        let waiters = fifo::infos(waiting.iter().map(|pending| &pending.waiter), false)
+            .into_iter()
+            .zip(waiting)
+            .map(|(info, pending)| WaiterInfo {
+                area: pending.area,
+                start_ms: pending.window.map(|window| window.start_ms),
+                end_ms: pending.window.and_then(|window| window.end_ms),
+                volumes: pending.volumes.clone(),
+                priority: (!pending.priority.is_routine()).then_some(pending.priority),
+                ..info
+            })
+            .collect();
+        Reply::Inspect {
+            limit: None,
+            holders,
+            waiters,
+        }
+    }
+
+    fn held_key(&self, name: &str) -> Option<ResourceKey> {
+        let (name, _) = self.held.get_key_value(name)?;
+        Some(ResourceKey::new(ResourceKind::Waypoint, name))
+    }
+
+    /// Notes the reservation's name and shapes for the grant pass.
+    fn take_hold(&mut self, name: &str, lease: LeaseId) -> Option<Hold> {
+        if self.held.get(name)?.hold.lease != lease {
+            return None;
+        }
+        let (name, reservation) = self.held.remove_entry(name)?;
+        self.index.remove_held(&name, &reservation);
+        self.removed.push((name, reservation.shapes()));
+        Some(reservation.hold)
+    }
+
+    /// Notes the waiter's name and shapes for the grant pass.
+    fn take_waiter(&mut self, name: &str, agent: &str, request_id: &str) -> Option<Waiter> {
+        let seq = *self.index.waiting_by_name.get(name)?.iter().find(|seq| {
+            let waiter = &self.waiters[*seq].waiter;
+            &*waiter.agent == agent && waiter.request_id == request_id
+        })?;
+        let pending = self.waiters.remove(&seq)?;
+        self.index.remove_waiter(seq, &pending);
+        let shapes = pending.shapes();
+        self.removed.push((pending.name, shapes));
+        Some(pending.waiter)
+    }
+
+    /// The grant pass over what was removed in this entry (noted as it was removed, so `keys`
+    /// adds nothing; none is needed after a route's amendment), then the preemption pass
+    /// (`preempt.rs`).
+    fn settle(&mut self, ctx: &mut Ctx, core: &mut Core, _: &[ResourceKey], limits: &Limits) {
+        self.grant_pass(ctx, core);
+        self.preempt(ctx, limits.reservation_vacate_ms);
+    }
+
+    /// Names held plus reservations waiting.
+    fn in_use(&self) -> usize {
+        self.held.len() + self.waiters.len()
+    }
+
+    /// Each name held or waited for once, with its holder count (0 or 1) and waiter count.
+    fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
+        let mut names: BTreeMap<&'a str, (usize, usize)> = BTreeMap::new();
+        for name in self.held.keys().filter(|name| keep(name)) {
+            names.entry(name).or_default().0 = 1;
+        }
+        for (name, seqs) in self
+            .index
+            .waiting_by_name
+            .iter()
+            .filter(|(name, _)| keep(name))
+        {
+            names.entry(name).or_default().1 = seqs.len();
+        }
+        names
+            .into_iter()
+            .map(|(name, (holders, waiters))| (name, holders, waiters))
+            .collect()
+    }
+
+    /// Invariants 1 to 10.
+    fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
+        self.check_shapes()?;
         self.index.held.check()?;
         self.index.waiting.check()?;
         if self.index != Index::build(&self.held, &self.waiters) {
@@ -659,242 +608,5 @@ impl Waypoints {
             }
         }
         self.check_preempt_invariants()
-    }
-}
-
-impl StateMachine {
-    /// `waypoint.reserve` of `asked`: its cylinder, its window's ends as the request gave
-    /// them, and its priority.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn waypoint_reserve(
-        &mut self,
-        ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
-        name: &str,
-        lease: &str,
-        asked: (Option<Area>, (Option<u64>, Option<u64>), Priority),
-        wait_ms: Option<u64>,
-    ) -> Reply {
-        let (area, asked, priority) = asked;
-        let window = match Window::resolve(asked.0, asked.1, ctx.now_ms, &self.limits) {
-            Ok(window) => window,
-            Err(message) => {
-                return Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!("waypoint.reserve: {message}"),
-                );
-            }
-        };
-        let ask = Ask {
-            area,
-            window,
-            volumes: Vec::new(),
-            asked,
-            priority,
-        };
-        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
-    }
-
-    /// A reservation (a waypoint's or a route's) whose fields are valid: granted now, queued
-    /// or refused, as the module's rules say.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn reserve(
-        &mut self,
-        ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
-        name: &str,
-        lease: &str,
-        ask: Ask,
-        wait_ms: Option<u64>,
-    ) -> Reply {
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
-        let noun = ask.noun();
-        if let Some(held) = self.waypoints.held.get(name)
-            && held.hold.lease == lease
-        {
-            // The same request: the reservation it already has. Other geometry, another
-            // window or other volumes would tell the agent it holds airspace it does not, so
-            // it must release first (as a semaphore re-acquire with other permits must).
-            return if ask.matches(held.area, held.window, &held.volumes) {
-                Reply::Granted {
-                    token: held.hold.token,
-                }
-            } else {
-                Reply::refused(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "lease {lease} already holds {noun} {name:?} with other geometry, another \
-                         window or other volumes; release it (or amend a route) before \
-                         reserving it again"
-                    ),
-                )
-            };
-        }
-        let name: Text = Arc::from(name);
-        let key = ResourceKey::new(ResourceKind::Waypoint, &name);
-        if self.core.is_waiting(lease, &key) {
-            let old_id = self.core.waiting_id(lease, &key).to_string();
-            let Some(pending) = self.waypoints.pending_mut(&name, lease) else {
-                return self
-                    .core
-                    .already_waiting(lease, &key, "a reservation not found");
-            };
-            if !ask.matches(pending.area, pending.window, &pending.volumes) {
-                return self.core.already_waiting(
-                    lease,
-                    &key,
-                    "other geometry, another window or other volumes",
-                );
-            }
-            if wait_ms == Some(0) {
-                return Reply::refused(
-                    ErrorCode::WouldBlock,
-                    format!(
-                        "{noun} {name:?} conflicts with a held or earlier waiting reservation \
-                         (this lease already waits for it, request id {old_id:?})"
-                    ),
-                );
-            }
-            pending.waiter.request_id = request_id.to_string();
-            self.core
-                .take_over_wait(ctx, &key, lease, agent, request_id, wait_ms);
-            return Reply::Queued;
-        }
-        if let Some(refusal) = self.core.holds_quota(agent, &self.limits) {
-            return refusal;
-        }
-        if self.resources_in_use() >= self.limits.resources_max as usize {
-            return self.resources_exhausted();
-        }
-        let shapes = shapes(ask.area, ask.window, &ask.volumes);
-        let head_start_ms =
-            u64::from(ask.priority.level()).saturating_mul(self.limits.reservation_aging_ms);
-        let place = (
-            i128::from(ctx.now_ms) - i128::from(head_start_ms),
-            ctx.index,
-        );
-        if !self.waypoints.blocked(Some(&name), &shapes, lease, place) {
-            let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
-            let token = hold.token;
-            let reservation = Reservation {
-                hold,
-                area: ask.area,
-                window: ask.window,
-                volumes: ask.volumes,
-                priority: ask.priority,
-                vacate_by_ms: None,
-            };
-            self.waypoints.insert_held(name, reservation);
-            // A new hold of a priority as high as a preemptor's, in its way, ends that
-            // preemption (`preempt.rs`): found by the model test.
-            self.waypoints
-                .preempt(ctx, self.limits.reservation_vacate_ms);
-            return Reply::Granted { token };
-        }
-        if wait_ms == Some(0) {
-            return Reply::refused(
-                ErrorCode::WouldBlock,
-                format!("{noun} {name:?} conflicts with a held or earlier waiting reservation"),
-            );
-        }
-        if let Some(refusal) = self.core.waits_quota(lease, &self.limits) {
-            return refusal;
-        }
-        if let Some(refusal) = self.waypoint_queue_full(&name) {
-            return refusal;
-        }
-        let waiter = self
-            .core
-            .enqueue(ctx, &key, lease, agent, request_id, 1, wait_ms);
-        let pending = Pending {
-            name,
-            waiter,
-            area: ask.area,
-            window: ask.window,
-            volumes: ask.volumes,
-            priority: ask.priority,
-            head_start_ms,
-        };
-        self.waypoints.index.add_waiter(ctx.index, &pending);
-        self.waypoints.waiters.insert(ctx.index, pending);
-        // A request in the way only of lower priorities preempts them; one queued ahead of
-        // others may end their preemption (`preempt.rs`).
-        self.waypoints
-            .preempt(ctx, self.limits.reservation_vacate_ms);
-        Reply::Queued
-    }
-
-    fn waypoint_queue_full(&self, name: &str) -> Option<Reply> {
-        let limits: &Limits = &self.limits;
-        let on_name = self
-            .waypoints
-            .index
-            .waiting_by_name
-            .get(name)
-            .map_or(0, BTreeSet::len);
-        if let Some(refusal) = fifo::full(ResourceKind::Waypoint, name, on_name, limits) {
-            return Some(refusal);
-        }
-        if self.waypoints.waiters.len() >= limits.waypoint_waiters_max as usize {
-            return Some(Reply::refused(
-                ErrorCode::ResourceExhausted,
-                format!(
-                    "{} waypoint reservations are waiting, the limit",
-                    self.waypoints.waiters.len()
-                ),
-            ));
-        }
-        None
-    }
-
-    pub(super) fn waypoint_inspect(&self, name: &str) -> Reply {
-        let holders = self
-            .waypoints
-            .held
-            .get(name)
-            .map(|reservation| HolderInfo {
-                area: reservation.area,
-                start_ms: reservation.window.map(|window| window.start_ms),
-                end_ms: reservation.window.and_then(|window| window.end_ms),
-                volumes: reservation.volumes.clone(),
-                priority: (!reservation.priority.is_routine()).then_some(reservation.priority),
-                vacate_by_ms: reservation.vacate_by_ms,
-                ..reservation.hold.info(None)
-            })
-            .into_iter()
-            .collect();
-        let mut waiting: Vec<&Pending> = self
-            .waypoints
-            .index
-            .waiting_by_name
-            .get(name)
-            .into_iter()
-            .flatten()
-            .map(|seq| &self.waypoints.waiters[seq])
-            .collect();
-        waiting.sort_unstable_by_key(|pending| pending.place());
-        // Each waiter with the cylinder it asks for.
-        let waiters = fifo::infos(waiting.iter().map(|pending| &pending.waiter), false)
-            .into_iter()
-            .zip(waiting)
-            .map(|(info, pending)| WaiterInfo {
-                area: pending.area,
-                start_ms: pending.window.map(|window| window.start_ms),
-                end_ms: pending.window.and_then(|window| window.end_ms),
-                volumes: pending.volumes.clone(),
-                priority: (!pending.priority.is_routine()).then_some(pending.priority),
-                ..info
-            })
-            .collect();
-        Reply::Inspect {
-            limit: None,
-            holders,
-            waiters,
-        }
     }
 }

@@ -1,5 +1,5 @@
-//! Priority and preemption (issue 18, part 3): a request of a higher priority does not wait
-//! behind lower-priority holders; they get a vacate deadline instead.
+//! Priority and preemption: a request of a higher priority does not wait behind lower-priority
+//! holders; they get a vacate deadline instead.
 //!
 //! Every reservation has a priority, 0 (routine) to 3 (emergency). A waiter **preempts**
 //! when everything that goes before it has a strictly lower priority: every held reservation
@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hivekeeper_protocol::{Priority, ResourceKind};
 
 use super::{Pending, Reservation, Waypoints};
-use crate::grant::ResourceKey;
+use crate::ResourceKey;
 use crate::{Ctx, Event, Text};
 
 /// Most waiters ahead a preemption looks through (the chain, `Waypoints::victims`, without the

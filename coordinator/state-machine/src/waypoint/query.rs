@@ -1,5 +1,5 @@
-//! `airspace.query` (issue 18, part 4): which held reservations a cylinder or a route would
-//! conflict with, a page at a time, without reserving anything.
+//! `airspace.query`: which held reservations a cylinder or a route would conflict with, a page at a
+//! time, without reserving anything.
 //!
 //! The query's shapes are tested against the held reservations by the grant's own test:
 //! `Grid::find_conflict` over the held index, the function `Waypoints::blocked` calls, which
@@ -36,7 +36,7 @@ use hivekeeper_protocol::airspace::{
 use hivekeeper_protocol::{ErrorCode, Volume};
 
 use super::{Reservation, Shape, Waypoints, Window, shapes};
-use crate::{Reply, StateMachine, Text};
+use crate::{Decision, Reply, StateMachine, Text};
 
 impl Waypoints {
     /// Every held reservation named after `after` with a shape that conflicts with one of
@@ -101,33 +101,24 @@ impl StateMachine {
         volumes: Option<&[Volume]>,
         after: Option<&str>,
         limit: Option<u32>,
-    ) -> Reply {
+    ) -> Decision {
         let refused = |message: String| {
             Reply::refused(ErrorCode::BadRequest, format!("airspace.query: {message}"))
         };
-        if let Err(message) = check_query(volume, volumes, after, limit) {
-            return refused(message.into());
-        }
+        check_query(volume, volumes, after, limit).map_err(|message| refused(message.into()))?;
         if self.now_ms == 0 {
             // No entry applied yet: nothing is held, and the machine's clock (0) would put
-            // every real window beyond the horizon (found by the Python client's tests on a
-            // freshly started node).
-            return Reply::Conflicts {
+            // every real window beyond the horizon, refusing every query to a fresh node.
+            return Ok(Reply::Conflicts {
                 conflicts: Vec::new(),
                 next_after: None,
-            };
+            });
         }
         let query: Vec<Shape> = match (volume, volumes) {
             (Some(volume), _) => {
-                let window = match Window::resolve(
-                    volume.start_ms,
-                    volume.end_ms,
-                    self.now_ms,
-                    &self.limits,
-                ) {
-                    Ok(window) => window,
-                    Err(message) => return refused(format!("`volume`: {message}")),
-                };
+                let window =
+                    Window::resolve(volume.start_ms, volume.end_ms, self.now_ms, &self.limits)
+                        .map_err(|message| refused(format!("`volume`: {message}")))?;
                 // Without a window: from the machine's time on.
                 let window = window.unwrap_or(Window {
                     start_ms: self.now_ms,
@@ -137,11 +128,7 @@ impl StateMachine {
             }
             (None, volumes) => {
                 let volumes = volumes.unwrap_or_default();
-                if let Some(refusal) =
-                    self.check_volume_windows("airspace.query", volumes, self.now_ms)
-                {
-                    return refusal;
-                }
+                self.check_volume_windows("airspace.query", volumes, self.now_ms)?;
                 shapes(None, None, volumes)
             }
         };
@@ -170,9 +157,9 @@ impl StateMachine {
         let next_after = more
             .then(|| conflicts.last().map(|last| last.name.clone()))
             .flatten();
-        Reply::Conflicts {
+        Ok(Reply::Conflicts {
             conflicts,
             next_after,
-        }
+        })
     }
 }

@@ -1,5 +1,5 @@
-//! Routes (issue 18): a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an
-//! altitude band and a time window.
+//! Routes: a whole flight as one intent of 1 to 64 4D volumes, each a cylinder, an altitude band
+//! and a time window.
 //!
 //! A route is a waypoint reservation whose shapes are its volumes: it has a name in the
 //! waypoint namespace, one hold and one token, and it conflicts with another lease's
@@ -34,8 +34,10 @@ use hivekeeper_protocol::{ErrorCode, Priority, Volume};
 
 use super::geo::area_within;
 use super::window::within;
-use super::{Ask, Shape, Window, shapes};
-use crate::{Ctx, Reply, StateMachine, Text};
+use super::{Ask, AskedWindow, Shape, Window, shapes};
+use crate::grant::Acquire;
+use crate::resource::Resource;
+use crate::{Ctx, Decision, Reply, StateMachine, Text};
 
 /// Whether shape `inner` (a cylinder in its window) lies wholly inside `outer`, in space and
 /// in time: whatever conflicts with `inner` conflicts with `outer`.
@@ -51,81 +53,65 @@ impl StateMachine {
         op: &str,
         volumes: &[Volume],
         now_ms: u64,
-    ) -> Option<Reply> {
-        volumes.iter().enumerate().find_map(|(i, volume)| {
-            let window = Window::resolve(
-                Some(volume.start_ms),
-                Some(volume.end_ms),
-                now_ms,
-                &self.limits,
-            );
-            window.err().map(|message| {
+    ) -> Result<(), Reply> {
+        for (i, volume) in volumes.iter().enumerate() {
+            let (start_ms, end_ms) = (Some(volume.start_ms), Some(volume.end_ms));
+            Window::resolve(start_ms, end_ms, now_ms, &self.limits).map_err(|message| {
                 Reply::refused(
                     ErrorCode::BadRequest,
                     format!("{op}: volume {i}: {message}"),
                 )
-            })
-        })
+            })?;
+        }
+        Ok(())
     }
 
     /// `route.reserve`: the route as one reservation (module docs).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn route_reserve(
         &mut self,
         ctx: &mut Ctx,
-        agent: &Text,
-        request_id: &str,
+        acquire: Acquire<'_>,
         name: &str,
-        lease: &str,
-        (volumes, priority): (Vec<Volume>, Priority),
-        wait_ms: Option<u64>,
-    ) -> Reply {
-        if let Some(refusal) = self.check_volume_windows("route.reserve", &volumes, ctx.now_ms) {
-            return refusal;
-        }
+        volumes: Vec<Volume>,
+        priority: Priority,
+    ) -> Decision {
+        self.check_volume_windows("route.reserve", &volumes, ctx.now_ms)?;
         let ask = Ask {
             area: None,
             window: None,
             volumes,
-            asked: (None, None),
+            asked: AskedWindow::default(),
             priority,
         };
-        self.reserve(ctx, agent, request_id, name, lease, ask, wait_ms)
+        self.reserve(ctx, acquire, name, ask)
     }
 
     /// `route.amend`: the held route's volumes replaced at once, keeping its token, or
-    /// `would_block` and nothing changed (module docs).
+    /// refused (`Err`: `would_block` when it conflicts) and nothing changed (module docs).
     pub(crate) fn route_amend(
         &mut self,
         ctx: &mut Ctx,
         agent: &Text,
         name: &str,
         lease: &str,
-        (volumes, priority): (Vec<Volume>, Priority),
-    ) -> Reply {
-        if let Some(refusal) = self.check_volume_windows("route.amend", &volumes, ctx.now_ms) {
-            return refusal;
-        }
-        let lease = match self.core.live_lease(agent, lease) {
-            Ok(id) => id,
-            Err(refusal) => return refusal,
-        };
+        volumes: Vec<Volume>,
+        priority: Priority,
+    ) -> Decision {
+        self.check_volume_windows("route.amend", &volumes, ctx.now_ms)?;
+        let lease = self.core.live_lease(agent, lease)?;
         let Some(held) = self
             .waypoints
             .held
             .get(name)
             .filter(|held| held.hold.lease == lease)
         else {
-            return Reply::refused(
-                ErrorCode::NotHolder,
-                format!("lease {lease} does not hold route {name:?}"),
-            );
+            let message = format!("lease {lease} does not hold route {name:?}");
+            return Err(Reply::refused(ErrorCode::NotHolder, message));
         };
         if held.volumes.is_empty() {
-            return Reply::refused(
-                ErrorCode::BadRequest,
-                format!("waypoint {name:?} is not a route; release it and reserve a route instead"),
-            );
+            let message =
+                format!("waypoint {name:?} is not a route; release it and reserve a route instead");
+            return Err(Reply::refused(ErrorCode::BadRequest, message));
         }
         let new_shapes = shapes(None, None, &volumes);
         let old_shapes = held.shapes();
@@ -138,13 +124,13 @@ impl StateMachine {
         if waypoints.held_conflict(None, &new_shapes, lease, |_| true)
             || waypoints.waiter_ahead(None, &fresh, lease, (i128::MAX, u64::MAX))
         {
-            return Reply::refused(
+            return Err(Reply::refused(
                 ErrorCode::WouldBlock,
                 format!(
                     "route {name:?}: the new volumes conflict with a held or earlier waiting \
                      reservation; the old route is kept"
                 ),
-            );
+            ));
         }
         let (name, mut reservation) = self
             .waypoints
@@ -159,8 +145,8 @@ impl StateMachine {
         reservation.priority = priority;
         let token = reservation.hold.token;
         self.waypoints.insert_held(name, reservation);
-        let vacate_ms = self.limits.reservation_vacate_ms;
-        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
-        Reply::Granted { token }
+        self.waypoints
+            .settle(ctx, &mut self.core, &[], &self.limits);
+        Ok(Reply::Granted { token })
     }
 }

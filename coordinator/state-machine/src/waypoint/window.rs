@@ -26,7 +26,8 @@
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use crate::grant::ResourceKey;
+use crate::ResourceKey;
+use crate::resource::Resource;
 use crate::{Ctx, Limits, ReleaseReason, Reply, StateMachine, Text};
 
 /// A resolved time window.
@@ -85,14 +86,25 @@ impl Window {
 
     /// Whether this window is what a request with these fields asks for (a same-lease retry
     /// under a new id): the same end, and the same start unless the request leaves it out.
-    pub fn asked_by(window: Option<&Window>, start_ms: Option<u64>, end_ms: Option<u64>) -> bool {
+    pub fn asked_by(window: Option<&Window>, asked: AskedWindow) -> bool {
         match window {
-            None => start_ms.is_none() && end_ms.is_none(),
+            None => asked == AskedWindow::default(),
             Some(window) => {
-                window.end_ms == end_ms && start_ms.is_none_or(|start| start == window.start_ms)
+                let start_matches = asked.start_ms.is_none_or(|start| start == window.start_ms);
+                window.end_ms == asked.end_ms && start_matches
             }
         }
     }
+}
+
+/// A window's ends as a request gave them, before [`Window::resolve`]: what a retry is matched
+/// on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AskedWindow {
+    /// `start_ms` as given; absent: from the entry's time.
+    pub start_ms: Option<u64>,
+    /// `end_ms` as given; absent: until released.
+    pub end_ms: Option<u64>,
 }
 
 /// Whether two reservations' windows share an instant. `None` covers all time.
@@ -191,17 +203,12 @@ impl StateMachine {
         }
         for (end_ms, seq) in &waiting_due {
             let pending = &self.waypoints.waiters[seq];
-            let (name, agent) = (pending.name.clone(), pending.waiter.agent.clone());
-            let request_id = pending.waiter.request_id.clone();
-            let waiter = self
-                .waypoints
-                .take_waiter(&name, &agent, &request_id)
-                .expect("the end index lists waiting reservations");
-            let key = ResourceKey::new(ResourceKind::Waypoint, &name);
+            let key = ResourceKey::new(ResourceKind::Waypoint, &pending.name);
+            let waiter = &pending.waiter;
+            let (agent, request_id) = (waiter.agent.clone(), waiter.request_id.clone());
             let message =
                 format!("the reservation's window ended at {end_ms} before it could be granted");
-            self.core
-                .answer_waiter(ctx, &key, waiter, ErrorCode::Timeout, &message);
+            self.remove_waiter(ctx, &key, &agent, &request_id, ErrorCode::Timeout, &message);
         }
         // Last, the preempted reservations whose vacate deadline passed, if a waiter still
         // needs them now that the windows above ended (a preemptor whose own window ended
@@ -210,8 +217,8 @@ impl StateMachine {
         for name in &vacated {
             self.end_held(ctx, name, ReleaseReason::Preempted);
         }
-        let vacate_ms = self.limits.reservation_vacate_ms;
-        self.waypoints.settle(ctx, &mut self.core, vacate_ms);
+        self.waypoints
+            .settle(ctx, &mut self.core, &[], &self.limits);
         let count = held_due.len() + waiting_due.len() + vacated.len();
         Reply::ReservationsEnded {
             count: u64::try_from(count).expect("a count of reservations fits in u64"),

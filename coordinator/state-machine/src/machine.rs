@@ -1,0 +1,328 @@
+//! The machine: its replicated state, [`StateMachine::apply`] of one entry and
+//! [`StateMachine::query`] of one read, each dispatched to the concept that decides.
+//!
+//! Invariants:
+//! 1. Entries apply at strictly increasing indexes; the clock, the applied index and the
+//!    highest term move only forward, before the command is decided.
+//! 2. A request is answered from the dedup memory when its id is known, and its outcome is
+//!    remembered unless it queued (its queue exit is remembered instead, `grant.rs`).
+//! 3. Every concept's own invariants hold after every entry ([`StateMachine::check_invariants`]).
+
+use std::sync::Arc;
+
+use hivekeeper_protocol::{ErrorCode, ResourceKind, validate};
+use serde::{Deserialize, Serialize};
+
+use crate::grant::{Acquire, Core};
+use crate::lock::Lock;
+use crate::semaphore::Semaphore;
+use crate::waypoint::{AskedWindow, Waypoints};
+use crate::{
+    AgentOp, AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits, LogMeta,
+    NameMap, ReadOp, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
+};
+
+/// Per-apply context: where we are in the log and what has happened so far.
+pub(crate) struct Ctx {
+    /// The entry's index.
+    pub index: u64,
+    /// The machine's clock for this entry (monotonic).
+    pub now_ms: u64,
+    /// Events, in order.
+    pub events: Vec<Event>,
+}
+
+/// The whole replicated state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StateMachine {
+    /// The replicated bounds.
+    pub(crate) limits: Limits,
+    /// Last applied log index.
+    pub(crate) index: u64,
+    /// Highest term seen in an applied entry; an `ExpireLeases` from an older term is stale.
+    pub(crate) term_max: u64,
+    /// The machine's clock: the first entry's stamp plus every later entry's clamped step
+    /// (`clock.rs`).
+    pub(crate) now_ms: u64,
+    /// The last applied entry's stamp, when it differs from `now_ms` (a stamp went back or
+    /// jumped ahead by more than a step); the next step is measured from it. Absent from
+    /// the snapshot otherwise, so an honest log's snapshot keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) stamp_last_ms: Option<u64>,
+    /// Leases, tokens, pending waits and remembered outcomes.
+    pub(crate) core: Core,
+    /// Locks in use (held, or being handed over inside an apply), by name.
+    #[serde(serialize_with = "snapshot::sorted")]
+    pub(crate) locks: NameMap<Lock>,
+    /// Semaphores in use, by name.
+    #[serde(serialize_with = "snapshot::sorted")]
+    pub(crate) sems: NameMap<Semaphore>,
+    /// Waypoint reservations and their waiters.
+    pub(crate) waypoints: Waypoints,
+    /// Accounts, by agent id. Absent from a snapshot while there are none, so a snapshot of a
+    /// cluster without authentication keeps data format 1's bytes, and one written before
+    /// accounts existed still loads.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(crate) accounts: account::Accounts,
+}
+
+impl Default for StateMachine {
+    fn default() -> Self {
+        StateMachine::new(Limits::DEFAULTS)
+    }
+}
+
+impl StateMachine {
+    /// An empty machine with `limits` (a cluster's first leader proposes its configured limits
+    /// with `Command::Configure`, so every replica agrees on them).
+    pub fn new(limits: Limits) -> Self {
+        let mut core = Core::default();
+        core.dedup.set_limits(&limits);
+        StateMachine {
+            limits,
+            index: 0,
+            term_max: 0,
+            now_ms: 0,
+            stamp_last_ms: None,
+            core,
+            locks: NameMap::default(),
+            sems: NameMap::default(),
+            waypoints: Waypoints::default(),
+            accounts: account::Accounts::new(),
+        }
+    }
+
+    /// The replicated limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The last applied log index.
+    pub fn applied_index(&self) -> u64 {
+        self.index
+    }
+
+    /// The machine's clock (`clock.rs`).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// How many requests wait right now, per resource kind. The node's waiters gauge starts
+    /// from this (at start, after a snapshot install) and then follows [`Event::Queued`] (+1)
+    /// and [`Event::Respond`] (-1). Costs the number of waiters, not of resources.
+    pub fn waiter_counts(&self) -> WaiterCounts {
+        self.core.waiter_counts()
+    }
+
+    /// Applies one committed entry.
+    pub fn apply(&mut self, meta: LogMeta, command: Command) -> Result<(Reply, Vec<Event>), Error> {
+        if meta.index <= self.index {
+            return Err(Error::IndexNotIncreasing {
+                applied: self.index,
+                got: meta.index,
+            });
+        }
+        let clock_before_ms = (self.index != 0).then_some(self.now_ms);
+        self.advance_clock(meta.now_ms);
+        self.index = meta.index;
+        self.term_max = self.term_max.max(meta.term);
+        let mut ctx = Ctx {
+            index: meta.index,
+            now_ms: self.now_ms,
+            events: Vec::new(),
+        };
+        let reply = match command {
+            Command::Request { agent, request } => self.request(&mut ctx, agent, request),
+            Command::ExpireLeases { term, leases } => {
+                if term < self.term_max {
+                    Reply::Expired { leases: Vec::new() }
+                } else {
+                    self.expire_leases(&mut ctx, &leases)
+                }
+            }
+            Command::ExpireWaits { term } => self.expire_waits(&mut ctx, term),
+            Command::ExpireReservations { term } => self.expire_reservations(&mut ctx, term),
+            Command::CancelWait { agent, request_id } => {
+                self.cancel_wait(&mut ctx, &agent, &request_id)
+            }
+            Command::Configure { limits } => match limits.validate() {
+                Ok(()) => {
+                    self.limits = limits;
+                    self.core.dedup.set_limits(&self.limits);
+                    Reply::Done
+                }
+                Err(error) => Reply::refused(ErrorCode::BadRequest, error.to_string()),
+            },
+        };
+        self.core
+            .sweep_idle_dedup(&self.limits, meta.index, clock_before_ms, self.now_ms);
+        self.core.enforce_dedup(&self.limits);
+        Ok((reply, ctx.events))
+    }
+
+    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`)
+    /// without changing anything.
+    pub fn query(&self, agent: &str, op: &ReadOp) -> Reply {
+        self.read(agent, op).unwrap_or_else(|refusal| refusal)
+    }
+
+    /// Hands a read op to the concept that answers it.
+    fn read(&self, agent: &str, op: &ReadOp) -> Decision {
+        Ok(match op {
+            ReadOp::LeaseKeepalive { lease } => {
+                let ttl_ms = self.core.leases[&self.core.live_lease(agent, lease)?].ttl_ms;
+                Reply::Ttl { ttl_ms }
+            }
+            ReadOp::FenceCheck {
+                resource,
+                kind,
+                token,
+            } => {
+                let tokens = self.resource(*kind).held_tokens(resource);
+                Reply::Fence {
+                    current: tokens.iter().copied().max().unwrap_or(0),
+                    valid: tokens.contains(token),
+                }
+            }
+            ReadOp::Inspect { kind, name } => self.resource(*kind).inspect(name),
+            ReadOp::AdminLeases { after } => self.lease_page(after.as_deref())?,
+            ReadOp::AdminResources {
+                kind,
+                prefix,
+                after,
+                limit,
+            } => self.resource_page(ResourceQuery {
+                kind: *kind,
+                prefix: prefix.as_deref(),
+                after: after.as_deref(),
+                limit: *limit,
+            })?,
+            ReadOp::AdminAgentList { after } => self.account_page(after.as_deref()),
+            ReadOp::AirspaceQuery {
+                volume,
+                volumes,
+                after,
+                limit,
+            } => self.airspace_query(
+                volume.as_ref(),
+                volumes.as_deref(),
+                after.as_deref(),
+                *limit,
+            )?,
+        })
+    }
+
+    /// An agent's write request: checked as the wire decoder checks it, answered from the
+    /// dedup memory when its id is known, otherwise decided and its outcome remembered.
+    pub(crate) fn request(&mut self, ctx: &mut Ctx, agent: String, request: AgentRequest) -> Reply {
+        if let Err(message) = validate::agent_id(&agent) {
+            return Reply::refused(ErrorCode::BadRequest, message);
+        }
+        if let Err(invalid) = request.validate() {
+            return Reply::refused(ErrorCode::BadRequest, invalid.to_string());
+        }
+        let known = self.core.recall(&agent, &request.id);
+        if let Some(reply) = known.replay {
+            return reply;
+        }
+        let agent = known.name.unwrap_or_else(|| Arc::from(agent));
+        let id = request.id;
+        let reply = self
+            .dispatch(ctx, &agent, &id, request.op)
+            .unwrap_or_else(|refusal| refusal);
+        if reply != Reply::Queued {
+            self.core
+                .dedup
+                .record(known.slot, &agent, id, reply.clone(), ctx.index);
+        }
+        reply
+    }
+
+    /// Hands a valid, new request to the concept that decides it.
+    fn dispatch(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: AgentOp) -> Decision {
+        match op {
+            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
+            AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
+            // No owner check: with authentication on, the node checks the operator's role
+            // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
+            AgentOp::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
+            AgentOp::LockAcquire {
+                name,
+                lease,
+                wait_ms,
+            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
+            AgentOp::LockRelease { name, lease } => {
+                self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
+            }
+            AgentOp::SemAcquire {
+                name,
+                limit,
+                lease,
+                permits,
+                wait_ms,
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                self.sem_acquire(ctx, acquire, name, limit, permits)
+            }
+            AgentOp::SemRelease { name, lease } => {
+                self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
+            }
+            ref reserve @ AgentOp::WaypointReserve {
+                ref name,
+                ref lease,
+                wait_ms,
+                start_ms,
+                end_ms,
+                priority,
+                ..
+            } => {
+                let area = reserve
+                    .area()
+                    .expect("validated by `request`: the geometry is well formed");
+                let acquire = Acquire::new(agent, id, lease, wait_ms);
+                let asked = AskedWindow { start_ms, end_ms };
+                self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
+            }
+            AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
+                self.release(ctx, ResourceKind::Waypoint, agent, &name, &lease)
+            }
+            AgentOp::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+                priority,
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                self.route_reserve(ctx, acquire, &name, volumes, priority)
+            }
+            AgentOp::RouteAmend {
+                name,
+                lease,
+                volumes,
+                priority,
+            } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
+            // The operator's role is checked by the node before the log, like admin.revoke.
+            AgentOp::AdminAgentAdd {
+                name,
+                role,
+                secret_hash,
+            } => self.account_add(ctx, &name, role, secret_hash),
+            AgentOp::AdminAgentRotate { name, secret_hash } => {
+                self.account_rotate(ctx, &name, secret_hash)
+            }
+            AgentOp::AdminAgentRemove { name } => self.account_remove(ctx, &name),
+        }
+    }
+
+    /// Checks every invariant of every concept. Tests call it after each apply; restore calls
+    /// it on the state it read. The concepts' checks run in dependency order; each says what it
+    /// found broken.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.check_clock_invariants()?;
+        self.core.check_invariants(self.index)?;
+        self.core.dedup.check_bounds(&self.limits)?;
+        self.check_resources()?;
+        self.check_account_invariants()
+    }
+}
