@@ -7,12 +7,10 @@ mod bench;
 mod certs;
 mod client_tls;
 mod exposure;
-mod local_cluster;
 mod log;
 mod metrics_port;
 mod nemesis;
 mod process_metrics;
-mod raw_mqtt;
 mod serve;
 
 use std::net::SocketAddr;

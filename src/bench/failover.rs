@@ -31,7 +31,7 @@ use super::cycles;
 use super::history::micros;
 use super::report::{Latency, Report};
 use super::swarm::{self, RunId};
-use crate::local_cluster::{Cluster, Options};
+use hivekeeper_local_cluster::{Cluster, Options};
 
 /// What `failover` measured.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -122,7 +122,9 @@ pub async fn run(
         size,
         ..Options::default()
     };
-    let mut cluster = Cluster::start(root, &options).await?;
+    // The members run this very binary: `bench` is a subcommand of `hivekeeper`.
+    let binary = std::env::current_exe().context("finding the hivekeeper binary")?;
+    let mut cluster = Cluster::start(&binary, root, &options).await?;
     let brokers = cluster.brokers();
     let mut probes = Vec::new();
     for home in 0..size {

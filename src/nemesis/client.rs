@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use super::history::{Hold, HoldEnd};
 use super::store::FencedStore;
 use super::workload::{Context, outcome, release};
-use crate::local_cluster::send_signal;
+use hivekeeper_local_cluster::send_signal;
 
 /// Flags of the hidden `hivekeeper nemesis-client`.
 #[derive(Debug, Args)]
@@ -260,7 +260,8 @@ impl PausableClient {
         send_signal(pid, "STOP")?;
         let _ = request.paused.send(ctx.timeline.now_us());
         tokio::time::sleep(request.pause).await;
-        send_signal(pid, "CONT")
+        send_signal(pid, "CONT")?;
+        Ok(())
     }
 }
 

@@ -41,7 +41,7 @@ use history::{Recorder, Timeline};
 use store::FencedStore;
 use workload::Context;
 
-use crate::local_cluster::{Cluster, LIBFAKETIME, Options};
+use hivekeeper_local_cluster::{Cluster, LIBFAKETIME, Options};
 
 /// Flags of `hivekeeper nemesis`.
 #[derive(Debug, Args)]
@@ -269,7 +269,8 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         extra_args: Vec::new(),
     };
     let root = std::env::temp_dir().join(format!("hivekeeper-{run_id}"));
-    let mut cluster = Cluster::start(root, &options).await?;
+    let binary = std::env::current_exe().context("finding the hivekeeper binary")?;
+    let mut cluster = Cluster::start(&binary, root, &options).await?;
     let wall_start_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -465,7 +466,9 @@ async fn recover(
         }
         let mut up = true;
         for member in &cluster.members {
-            up &= crate::local_cluster::scrape(member.metrics).await.is_some();
+            up &= hivekeeper_local_cluster::scrape(member.metrics)
+                .await
+                .is_some();
         }
         if up && cluster.leader_now().await.is_some() {
             return Ok(());
