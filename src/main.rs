@@ -9,7 +9,6 @@ mod client_tls;
 mod exposure;
 mod log;
 mod metrics_port;
-mod nemesis;
 mod process_metrics;
 mod serve;
 
@@ -59,15 +58,6 @@ enum Command {
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
     /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses).
     Bench(bench::BenchArgs),
-    /// Fault testing: start a cluster of `serve` processes on this machine, run workloads through
-    /// real SDK clients, inject faults (kill, pause, partition, clock jumps, full disk) on a
-    /// schedule and check the whole history (fenced register, mutex linearizability, semaphore,
-    /// leases). Exits non-zero on any anomaly. Partitions and disk-full need root; clock faults
-    /// need Debian's faketime.
-    Nemesis(nemesis::NemesisArgs),
-    /// The pausable client of `nemesis` (a child process it starts and stops).
-    #[command(hide = true)]
-    NemesisClient(nemesis::ClientArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
     Certs(certs::CertsArgs),
@@ -197,10 +187,6 @@ fn main() -> std::process::ExitCode {
     let (default_filter, format) = match &cli.command {
         Command::Serve(args) => (log::serve_filter(args.log_level), args.log_format),
         Command::Bench(_) => ("warn".to_string(), log::LogFormat::Text),
-        // Its SDK clients warn at every jeopardy and reconnect, which faults cause by design.
-        Command::Nemesis(_) | Command::NemesisClient(_) => {
-            ("error".to_string(), log::LogFormat::Text)
-        }
         _ => ("error".to_string(), log::LogFormat::Text),
     };
     log::init(&default_filter, format);
@@ -216,12 +202,6 @@ fn main() -> std::process::ExitCode {
         Command::Snapshot(args) => admin::snapshot(args),
         Command::Bench(args) => bench::run(args),
         Command::Certs(args) => certs::run(args),
-        Command::Nemesis(args) => nemesis::run(args),
-        Command::NemesisClient(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|runtime| runtime.block_on(nemesis::client_child(args))),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

@@ -1,7 +1,7 @@
 //! The sentinels: one raw MQTT client per member that never leaves it, asking it a
 //! linearizable `inspect` every 100 ms and recording each answer's code, so a window can say
-//! when a member the fault hit began to answer `unavailable` (issue 15: "clients of the
-//! cut-off member get `unavailable` within 1 s").
+//! when a member the fault hit began to answer `unavailable` (what clients of a cut-off member
+//! need, to move elsewhere, within about 1 s).
 //!
 //! The SDK's agents cannot say it: the SDK answers `unavailable` itself by moving to another
 //! member and resending, so its callers see a grant, later. A sentinel is the plain MQTT client
