@@ -5,7 +5,6 @@
 mod admin;
 mod bench;
 mod certs;
-mod client_tls;
 mod exposure;
 mod log;
 mod metrics_port;

@@ -193,10 +193,10 @@ struct Common {
     /// connects, removed at the end (a service with `--auth`). Not used by `failover`, which
     /// runs its own cluster without authentication.
     #[command(flatten)]
-    login: crate::admin::Login,
+    login: hivekeeper_client_flags::Login,
     /// TLS to the brokers (not for `failover`, which runs its own plaintext cluster).
     #[command(flatten)]
-    tls: crate::client_tls::TlsArgs,
+    tls: hivekeeper_client_flags::TlsArgs,
 }
 
 impl Common {
@@ -207,10 +207,10 @@ impl Common {
             "--tls-cert: the bench runs many agent ids and one client certificate names one \
              (its CN); measure TLS against an endpoint without --mqtt-client-ca"
         );
-        self.tls.apply(AgentConfig {
+        Ok(self.tls.apply(AgentConfig {
             brokers: self.brokers.clone(),
             ..AgentConfig::default()
-        })
+        })?)
     }
 }
 

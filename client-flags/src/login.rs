@@ -4,8 +4,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
 use hivekeeper_agent::AgentConfig;
+
+use crate::FlagsError;
 
 /// The credential flags every command that talks to the service takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -34,29 +35,28 @@ impl Login {
     /// `config` authenticated as the user, if one is given: client id = the user, password =
     /// the secret. Without a user, `config` unchanged (anonymous, for a service without
     /// authentication).
-    pub fn apply(&self, config: AgentConfig) -> anyhow::Result<AgentConfig> {
+    pub fn apply(&self, config: AgentConfig) -> Result<AgentConfig, FlagsError> {
         let Some(user) = &self.user else {
             if self.password_file.is_some() || self.password.is_some() {
-                return Err(anyhow!(
-                    "a password was given without --user (or HIVEKEEPER_USER)"
-                ));
+                return Err(FlagsError::PasswordWithoutUser);
             }
             return Ok(config);
         };
         let secret = match (&self.password_file, &self.password) {
             (Some(path), _) => std::fs::read_to_string(path)
-                .with_context(|| format!("reading the password file {}", path.display()))?
+                .map_err(|source| FlagsError::PasswordFile {
+                    path: path.clone(),
+                    source,
+                })?
                 .trim()
                 .to_string(),
             (None, Some(secret)) => secret.trim().to_string(),
             (None, None) => {
-                return Err(anyhow!(
-                    "--user {user} needs --password-file FILE (or HIVEKEEPER_PASSWORD)"
-                ));
+                return Err(FlagsError::NoPassword { user: user.clone() });
             }
         };
         if secret.is_empty() {
-            return Err(anyhow!("the password for --user {user} is empty"));
+            return Err(FlagsError::EmptyPassword { user: user.clone() });
         }
         Ok(AgentConfig {
             agent_id: user.clone(),
