@@ -3,7 +3,6 @@
 //! `admin/`); `bench` measures a running service; `certs dev` writes development certificates.
 
 mod admin;
-mod bench;
 mod certs;
 mod exposure;
 mod log;
@@ -56,7 +55,7 @@ enum Command {
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
     /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses).
-    Bench(bench::BenchArgs),
+    Bench(hivekeeper_bench::BenchArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
     Certs(certs::CertsArgs),
@@ -199,7 +198,10 @@ fn main() -> std::process::ExitCode {
         Command::Member(args) => admin::member(args),
         Command::Agent(args) => admin::agent(args),
         Command::Snapshot(args) => admin::snapshot(args),
-        Command::Bench(args) => bench::run(args),
+        // The failover scenario's members run this very binary.
+        Command::Bench(args) => std::env::current_exe()
+            .map_err(anyhow::Error::from)
+            .and_then(|hivekeeper| hivekeeper_bench::run(args, &hivekeeper)),
         Command::Certs(args) => certs::run(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -19,6 +19,7 @@
 //! the first commit of the new leader, and the SDK's own retry. Killing the member the probe is
 //! homed on is avoided (a probe homed on the dead member would measure its reconnect instead).
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -99,6 +100,7 @@ pub enum Fault {
 /// Runs the scenario.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
+    hivekeeper: &Path,
     common: &Common,
     run: &RunId,
     size: usize,
@@ -122,9 +124,7 @@ pub async fn run(
         size,
         ..Options::default()
     };
-    // The members run this very binary: `bench` is a subcommand of `hivekeeper`.
-    let binary = std::env::current_exe().context("finding the hivekeeper binary")?;
-    let mut cluster = Cluster::start(&binary, root, &options).await?;
+    let mut cluster = Cluster::start(hivekeeper, root, &options).await?;
     let brokers = cluster.brokers();
     let mut probes = Vec::new();
     for home in 0..size {

@@ -1,5 +1,5 @@
 //! `uncontended --flood`: one more agent floods the service while the swarm runs, to measure
-//! what a flooding client costs everyone else (issue 14: the swarm's p99 within 2x of a run
+//! what a flooding client costs everyone else (the target: the swarm's p99 within 2x of a run
 //! without the flood, and no lease expired).
 //!
 //! The flooder is a raw MQTT client, not the SDK: the SDK backs off on `rate_limited`, a
