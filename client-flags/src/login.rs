@@ -65,3 +65,73 @@ impl Login {
         .credentials(secret))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn login(user: Option<&str>, password_file: Option<PathBuf>, password: Option<&str>) -> Login {
+        Login {
+            user: user.map(str::to_string),
+            password_file,
+            password: password.map(str::to_string),
+        }
+    }
+
+    fn refusal(login: &Login) -> String {
+        login
+            .apply(AgentConfig::default())
+            .expect_err("refused")
+            .to_string()
+    }
+
+    #[test]
+    fn a_user_becomes_the_agent_id_and_the_trimmed_secret_the_password() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("admin.secret");
+        std::fs::write(&file, "  s3cret\n").expect("writing the secret");
+        let config = login(Some("admin"), Some(file), None)
+            .apply(AgentConfig::default())
+            .expect("applied");
+        assert_eq!(config.agent_id, "admin");
+        assert_eq!(config.secret.expect("a secret").expose(), "s3cret");
+        let config = login(Some("ops"), None, Some(" env-secret "))
+            .apply(AgentConfig::default())
+            .expect("applied");
+        assert_eq!(config.agent_id, "ops");
+        assert_eq!(config.secret.expect("a secret").expose(), "env-secret");
+    }
+
+    #[test]
+    fn no_user_leaves_the_config_anonymous() {
+        let config = login(None, None, None)
+            .apply(AgentConfig::default())
+            .expect("applied");
+        assert_eq!(config.agent_id, AgentConfig::default().agent_id);
+        assert!(config.secret.is_none());
+    }
+
+    #[test]
+    fn incomplete_credentials_are_refused_with_what_is_missing() {
+        assert_eq!(
+            refusal(&login(None, None, Some("s"))),
+            "a password was given without --user (or HIVEKEEPER_USER)"
+        );
+        assert_eq!(
+            refusal(&login(Some("admin"), None, None)),
+            "--user admin needs --password-file FILE (or HIVEKEEPER_PASSWORD)"
+        );
+        assert_eq!(
+            refusal(&login(Some("admin"), None, Some("  "))),
+            "the password for --user admin is empty"
+        );
+        assert_eq!(
+            refusal(&login(
+                Some("admin"),
+                Some(PathBuf::from("/nonexistent/admin.secret")),
+                None
+            )),
+            "reading the password file /nonexistent/admin.secret"
+        );
+    }
+}

@@ -570,4 +570,37 @@ mod tests {
         assert_eq!(gauge(text, "hivekeeper_raft_is_leader"), Some(1));
         assert_eq!(gauge(text, "hivekeeper_raft_missing"), None);
     }
+
+    #[tokio::test]
+    async fn a_missing_binary_is_named_and_the_cluster_directory_removed() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        let root = parent.path().join("cluster");
+        let options = Options {
+            size: 1,
+            ..Options::default()
+        };
+        let error = Cluster::start(Path::new("/nonexistent/hivekeeper"), root.clone(), &options)
+            .await
+            .err()
+            .expect("no binary, no cluster");
+        assert_eq!(
+            error.to_string(),
+            "starting member n1 (/nonexistent/hivekeeper)"
+        );
+        assert!(!root.exists(), "{} left behind", root.display());
+    }
+
+    #[tokio::test]
+    async fn a_cluster_of_no_members_is_refused() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        let error = Cluster::start(
+            Path::new("hivekeeper"),
+            parent.path().join("cluster"),
+            &Options::default(),
+        )
+        .await
+        .err()
+        .expect("refused");
+        assert_eq!(error.to_string(), "a cluster needs at least one member");
+    }
 }
