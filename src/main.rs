@@ -1,6 +1,8 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
 //! `revoke`, `member`, `agent` and `snapshot` are the operator's commands (an MQTT client of the service,
-//! `admin/`); `bench` measures a running service; `certs dev` writes development certificates.
+//! `admin/`); `bench` measures a running service (the `hivekeeper-bench` crate); `certs dev`
+//! writes development certificates. The fault test is a binary of its own,
+//! `hivekeeper-nemesis`: this one links no test harness.
 
 mod admin;
 mod certs;
