@@ -1,18 +1,15 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
 //! `revoke`, `member`, `agent` and `snapshot` are the operator's commands (an MQTT client of the service,
-//! `admin/`); `bench` measures a running service; `certs dev` writes development certificates.
+//! `admin/`); `bench` measures a running service (the `hivekeeper-bench` crate); `certs dev`
+//! writes development certificates. The fault test is a binary of its own,
+//! `hivekeeper-nemesis`: this one links no test harness.
 
 mod admin;
-mod bench;
 mod certs;
-mod client_tls;
 mod exposure;
-mod local_cluster;
 mod log;
 mod metrics_port;
-mod nemesis;
 mod process_metrics;
-mod raw_mqtt;
 mod serve;
 
 use std::net::SocketAddr;
@@ -60,16 +57,7 @@ enum Command {
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
     /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses).
-    Bench(bench::BenchArgs),
-    /// Fault testing: start a cluster of `serve` processes on this machine, run workloads through
-    /// real SDK clients, inject faults (kill, pause, partition, clock jumps, full disk) on a
-    /// schedule and check the whole history (fenced register, mutex linearizability, semaphore,
-    /// leases). Exits non-zero on any anomaly. Partitions and disk-full need root; clock faults
-    /// need Debian's faketime.
-    Nemesis(nemesis::NemesisArgs),
-    /// The pausable client of `nemesis` (a child process it starts and stops).
-    #[command(hide = true)]
-    NemesisClient(nemesis::ClientArgs),
+    Bench(hivekeeper_bench::BenchArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
     Certs(certs::CertsArgs),
@@ -199,10 +187,6 @@ fn main() -> std::process::ExitCode {
     let (default_filter, format) = match &cli.command {
         Command::Serve(args) => (log::serve_filter(args.log_level), args.log_format),
         Command::Bench(_) => ("warn".to_string(), log::LogFormat::Text),
-        // Its SDK clients warn at every jeopardy and reconnect, which faults cause by design.
-        Command::Nemesis(_) | Command::NemesisClient(_) => {
-            ("error".to_string(), log::LogFormat::Text)
-        }
         _ => ("error".to_string(), log::LogFormat::Text),
     };
     log::init(&default_filter, format);
@@ -216,14 +200,11 @@ fn main() -> std::process::ExitCode {
         Command::Member(args) => admin::member(args),
         Command::Agent(args) => admin::agent(args),
         Command::Snapshot(args) => admin::snapshot(args),
-        Command::Bench(args) => bench::run(args),
-        Command::Certs(args) => certs::run(args),
-        Command::Nemesis(args) => nemesis::run(args),
-        Command::NemesisClient(args) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
+        // The failover scenario's members run this very binary.
+        Command::Bench(args) => std::env::current_exe()
             .map_err(anyhow::Error::from)
-            .and_then(|runtime| runtime.block_on(nemesis::client_child(args))),
+            .and_then(|hivekeeper| hivekeeper_bench::run(args, &hivekeeper)),
+        Command::Certs(args) => certs::run(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

@@ -16,22 +16,20 @@
 //!
 //! Requests go through the agent SDK (`Agent::request`): its same-id resends, backoff and
 //! broker failover are reused rather than written again. The CLI's agent id is
-//! `hk-admin-{pid}`, or the `--user` it authenticates as (`login.rs`); it takes no lease, so it
+//! `hk-admin-{pid}`, or the `--user` it authenticates as (`hivekeeper-client-flags`); it takes no lease, so it
 //! holds nothing on the service. Output is a table
 //! for people, or JSON (`--json`) for scripts. A failure is one line on stderr and exit code 1.
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`;
-//! `login.rs` the credential
-//! flags. This file holds what they share: the
+//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
+//! (the credential and TLS flags are `hivekeeper-client-flags`'s). This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
 
 mod agent;
 mod inspect;
 mod leases;
-mod login;
 mod ls;
 mod member;
 mod revoke;
@@ -42,11 +40,11 @@ mod table;
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success};
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS, TlsFailure};
+use hivekeeper_client_flags::Login;
 
 pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
 pub use leases::{LeasesArgs, leases};
-pub use login::Login;
 pub use ls::{LsArgs, ls};
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
@@ -78,10 +76,10 @@ pub struct Target {
     #[arg(long, value_name = "MS", default_value_t = 5_000)]
     timeout_ms: u64,
     #[command(flatten)]
-    login: login::Login,
+    login: Login,
     /// TLS to the brokers.
     #[command(flatten)]
-    tls: crate::client_tls::TlsArgs,
+    tls: hivekeeper_client_flags::TlsArgs,
 }
 
 /// Runs `future` on a small runtime of its own: the admin commands are one client each.

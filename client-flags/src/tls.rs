@@ -1,11 +1,12 @@
 //! The TLS flags of every command that talks to the service as an MQTT client (`status`,
-//! `inspect`, `leases`, `revoke`, `member`, `bench`): the CA the service's certificate must
+//! `inspect`, `ls`, `leases`, `revoke`, `member`, `agent`, `snapshot`, `bench`): the CA the service's certificate must
 //! chain to, and optionally a client certificate for an endpoint with mutual TLS.
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use hivekeeper_agent::AgentConfig;
+
+use crate::FlagsError;
 
 /// `--tls-ca`, `--tls-cert`, `--tls-key` (or `HIVEKEEPER_TLS_CA`, `_CERT`, `_KEY`).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -37,20 +38,20 @@ pub struct TlsArgs {
 impl TlsArgs {
     /// `config` with these TLS settings. With a client certificate, the agent id becomes its
     /// CN, which the endpoint requires as the client id.
-    pub fn apply(&self, mut config: AgentConfig) -> anyhow::Result<AgentConfig> {
+    pub fn apply(&self, mut config: AgentConfig) -> Result<AgentConfig, FlagsError> {
         config.tls_ca = self.tls_ca.clone();
         config.tls_cert = self.tls_cert.clone();
         config.tls_key = self.tls_key.clone();
         if let Some(cert) = &self.tls_cert {
-            let identity = hivekeeper_tls::PeerIdentity::from_pem_file(cert)
-                .with_context(|| format!("--tls-cert {}", cert.display()))?;
-            config.agent_id = identity.common_name.with_context(|| {
-                format!(
-                    "--tls-cert {}: the certificate has no CN, and the agent endpoint takes \
-                     the CN as the client id",
-                    cert.display()
-                )
+            let identity = hivekeeper_tls::PeerIdentity::from_pem_file(cert).map_err(|source| {
+                FlagsError::Certificate {
+                    path: cert.clone(),
+                    source,
+                }
             })?;
+            config.agent_id = identity
+                .common_name
+                .ok_or_else(|| FlagsError::NoCommonName { path: cert.clone() })?;
         }
         Ok(config)
     }

@@ -7,9 +7,7 @@
 //! before its Drop leaves `hk<pid>n*` namespaces and an `hkb<pid>` bridge behind (`ip netns
 //! del`, `ip link del` remove them).
 
-use std::process::Command;
-
-use anyhow::{Context, bail};
+use crate::Error;
 
 /// The namespaces and the bridge of one cluster; removed on drop.
 pub struct Network {
@@ -19,26 +17,15 @@ pub struct Network {
     size: usize,
 }
 
-/// Runs `ip`/`iptables` with `args`; an error names the command and what it printed.
-fn run(program: &str, args: &[&str]) -> anyhow::Result<()> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {program} (install iproute2 and iptables)"))?;
-    if !output.status.success() {
-        bail!(
-            "{program} {} failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
+/// Runs `ip` with `args` (iptables through `ip netns exec`); an error names the command and
+/// what it printed.
+fn run(args: &[&str]) -> Result<(), Error> {
+    crate::cluster::run("ip", args, " (install iproute2 and iptables)", "")
 }
 
 impl Network {
     /// Creates the bridge and `size` namespaces with addresses `10.a.b.11` onwards.
-    pub fn create(size: usize) -> anyhow::Result<Network> {
+    pub fn create(size: usize) -> Result<Network, Error> {
         let pid = std::process::id();
         // A /24 of its own per process id: 10.(100 + pid / 256 % 100).(pid % 256).0.
         let subnet = format!("10.{}.{}", 100 + (pid / 256) % 100, pid % 256);
@@ -50,31 +37,28 @@ impl Network {
         };
         let mut network = network;
         let bridge = network.bridge.clone();
-        run("ip", &["link", "add", &bridge, "type", "bridge"])
-            .context("creating network namespaces needs root (CI runs as root)")?;
+        crate::cluster::run(
+            "ip",
+            &["link", "add", &bridge, "type", "bridge"],
+            " (install iproute2 and iptables)",
+            ": creating network namespaces needs root",
+        )?;
         let gateway = format!("{}.1/24", network.subnet);
-        run("ip", &["addr", "add", &gateway, "dev", &bridge])?;
-        run("ip", &["link", "set", &bridge, "up"])?;
+        run(&["addr", "add", &gateway, "dev", &bridge])?;
+        run(&["link", "set", &bridge, "up"])?;
         for i in 0..size {
             let namespace = network.namespace(i);
-            run("ip", &["netns", "add", &namespace])?;
+            run(&["netns", "add", &namespace])?;
             network.size = i + 1;
             let veth = format!("hkv{pid}x{i}");
-            run(
-                "ip",
-                &[
-                    "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns",
-                    &namespace,
-                ],
-            )?;
-            run("ip", &["link", "set", &veth, "master", &bridge, "up"])?;
+            run(&[
+                "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &namespace,
+            ])?;
+            run(&["link", "set", &veth, "master", &bridge, "up"])?;
             let address = format!("{}/24", network.ip(i));
-            run(
-                "ip",
-                &["-n", &namespace, "addr", "add", &address, "dev", "eth0"],
-            )?;
-            run("ip", &["-n", &namespace, "link", "set", "eth0", "up"])?;
-            run("ip", &["-n", &namespace, "link", "set", "lo", "up"])?;
+            run(&["-n", &namespace, "addr", "add", &address, "dev", "eth0"])?;
+            run(&["-n", &namespace, "link", "set", "eth0", "up"])?;
+            run(&["-n", &namespace, "link", "set", "lo", "up"])?;
         }
         Ok(network)
     }
@@ -90,28 +74,21 @@ impl Network {
     }
 
     /// Drops every packet between member `index` and `peer_ip`, in `index`'s namespace.
-    pub fn cut(&self, index: usize, peer_ip: &str) -> anyhow::Result<()> {
+    pub fn cut(&self, index: usize, peer_ip: &str) -> Result<(), Error> {
         let namespace = self.namespace(index);
         for (chain, flag) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
-            run(
-                "ip",
-                &[
-                    "netns", "exec", &namespace, "iptables", "-A", chain, flag, peer_ip, "-j",
-                    "DROP",
-                ],
-            )?;
+            run(&[
+                "netns", "exec", &namespace, "iptables", "-A", chain, flag, peer_ip, "-j", "DROP",
+            ])?;
         }
         Ok(())
     }
 
     /// Removes every cut of member `index`.
-    pub fn heal(&self, index: usize) -> anyhow::Result<()> {
+    pub fn heal(&self, index: usize) -> Result<(), Error> {
         let namespace = self.namespace(index);
         for chain in ["INPUT", "OUTPUT"] {
-            run(
-                "ip",
-                &["netns", "exec", &namespace, "iptables", "-F", chain],
-            )?;
+            run(&["netns", "exec", &namespace, "iptables", "-F", chain])?;
         }
         Ok(())
     }
@@ -120,8 +97,8 @@ impl Network {
 impl Drop for Network {
     fn drop(&mut self) {
         for i in 0..self.size {
-            let _ = run("ip", &["netns", "del", &self.namespace(i)]);
+            let _ = run(&["netns", "del", &self.namespace(i)]);
         }
-        let _ = run("ip", &["link", "del", &self.bridge]);
+        let _ = run(&["link", "del", &self.bridge]);
     }
 }

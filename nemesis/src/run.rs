@@ -1,51 +1,35 @@
-//! `hivekeeper nemesis`: a cluster of real `hivekeeper serve` processes, workloads through
-//! real SDK clients over MQTT, faults on a schedule, and the whole history checked at the end.
-//!
-//! ```text
-//!  local_cluster::Cluster::start ── N members (network namespaces when partitions are asked
-//!        │                          for, libfaketime for clock faults, tmpfs for disk-full)
-//!  workloads, all through the run (workload.rs, client.rs):
-//!        register/mutex agents ── fenced store (store.rs)      ┐
-//!        semaphore agents, lease agents, the pausable client   ├─▶ history (history.rs)
-//!  schedule: quiet ─▶ inject ─▶ hold ─▶ undo ─▶ recovered      ┘   + one window per fault
-//!        (faults.rs; every class in turn until --duration-s)
-//!  stop ─▶ check.rs (register, mutex, semaphore, leases) + availability per window
-//!       ─▶ report (table or --json); exit status 1 on any anomaly or harness error
-//! ```
+//! The run: start the cluster, start every workload, inject the faults on their schedule,
+//! stop, check the history and report ([`run`]). The flags are [`NemesisArgs`]; the report is
+//! [`NemesisReport`], one [`Window`] per fault.
 //!
 //! Bounded: the faults stop at `--duration-s`, the workloads a few seconds later, every wait
 //! for the cluster is bounded (30 s), and the cluster (processes, namespaces, mounts, files) is
 //! stopped and removed when the run ends, whatever its outcome.
-
-mod availability;
-mod check;
-mod client;
-mod faults;
-mod history;
-mod sentinel;
-mod store;
-mod workload;
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use hivekeeper_local_cluster::{Cluster, LIBFAKETIME, Options};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-pub use client::{ClientArgs, child as client_child};
-use faults::{FaultKind, Tools};
-use history::{Recorder, Timeline};
-use store::FencedStore;
-use workload::Context;
+use crate::faults::{self, FaultKind, Tools};
+use crate::history::{Recorder, Timeline};
+use crate::store::FencedStore;
+use crate::workload::{self, Context};
+use crate::{availability, check, client, hivekeeper_binary, sentinel};
 
-use crate::local_cluster::{Cluster, LIBFAKETIME, Options};
-
-/// Flags of `hivekeeper nemesis`.
+/// Flags of `hivekeeper-nemesis`.
 #[derive(Debug, Args)]
 pub struct NemesisArgs {
+    /// The `hivekeeper` binary the members run (`hivekeeper serve`). Default: the one beside
+    /// this binary (both are built into one target directory and installed into one bin
+    /// directory), else the first on PATH.
+    #[arg(long, value_name = "PATH")]
+    hivekeeper: Option<std::path::PathBuf>,
     /// Members of the cluster it starts (3 or 5).
     #[arg(long, default_value_t = 3)]
     members: usize,
@@ -172,7 +156,8 @@ pub struct NemesisReport {
     pub logs: Option<String>,
 }
 
-/// Runs `hivekeeper nemesis`.
+/// Runs `hivekeeper-nemesis`: the whole run, its report, and an error when it found any
+/// anomaly.
 pub fn run(args: NemesisArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -269,7 +254,8 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         extra_args: Vec::new(),
     };
     let root = std::env::temp_dir().join(format!("hivekeeper-{run_id}"));
-    let mut cluster = Cluster::start(root, &options).await?;
+    let binary = hivekeeper_binary::find(args.hivekeeper.as_deref())?;
+    let mut cluster = Cluster::start(&binary, root, &options).await?;
     let wall_start_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -465,7 +451,9 @@ async fn recover(
         }
         let mut up = true;
         for member in &cluster.members {
-            up &= crate::local_cluster::scrape(member.metrics).await.is_some();
+            up &= hivekeeper_local_cluster::scrape(member.metrics)
+                .await
+                .is_some();
         }
         if up && cluster.leader_now().await.is_some() {
             return Ok(());

@@ -308,7 +308,7 @@ fn leases(history: &History) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nemesis::history::{LeaseLife, Write};
+    use crate::history::{LeaseLife, Write};
 
     fn hold(agent: &str, token: u64, invoke: u64, granted: u64, end: HoldEnd) -> Hold {
         Hold {

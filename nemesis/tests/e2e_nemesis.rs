@@ -1,4 +1,4 @@
-//! `hivekeeper nemesis` on three members: every fault class once (kill -9 of the leader, of a
+//! `hivekeeper-nemesis` on three members: every fault class once (kill -9 of the leader, of a
 //! random member and of a majority; SIGSTOP of the leader and of a client holding a lock;
 //! partitions: minority, isolated leader, bridge; the leader's clock forward and backward,
 //! skew; one member's disk full), with every workload running throughout, and the whole
@@ -8,21 +8,40 @@
 //! Debian's `faketime`: `.ci/run` runs as root and installs it. Run elsewhere, this test fails
 //! and says what is missing rather than skipping. About 2.5 minutes.
 //!
+//! The members run the `hivekeeper` binary of the same target directory (`cargo test
+//! --workspace` builds every binary of the workspace before it runs a test); without it, this
+//! test fails and says how to build it.
+//!
 //! The availability figures are reported, not asserted (a shared 2-core machine); they are
 //! recorded in docs/RELIABILITY.md from release builds.
 
-mod common;
-
+use std::path::PathBuf;
 use std::process::Command;
 
-use common::within;
+use hivekeeper_test_support::within;
 use serde_json::Value;
+
+/// `target/<profile>/hivekeeper`: this test runs from `target/<profile>/deps/`.
+fn hivekeeper_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test's own path");
+    let profile_dir = test
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test runs from target/<profile>/deps");
+    let binary = profile_dir.join(format!("hivekeeper{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "{} is missing: build it first (cargo build --bin hivekeeper)",
+        binary.display()
+    );
+    binary
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_class_once_on_three_members_finds_no_anomaly() {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hivekeeper"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hivekeeper-nemesis"));
+    command.arg("--hivekeeper").arg(hivekeeper_binary());
     command.args([
-        "nemesis",
         "--members",
         "3",
         "--duration-s",
@@ -37,12 +56,12 @@ async fn every_fault_class_once_on_three_members_finds_no_anomaly() {
     ]);
     let output = within(
         420,
-        "hivekeeper nemesis",
+        "hivekeeper-nemesis",
         tokio::task::spawn_blocking(move || command.output()),
     )
     .await
     .expect("the blocking task")
-    .expect("hivekeeper nemesis runs");
+    .expect("hivekeeper-nemesis runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|error| {

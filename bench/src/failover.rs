@@ -19,6 +19,7 @@
 //! the first commit of the new leader, and the SDK's own retry. Killing the member the probe is
 //! homed on is avoided (a probe homed on the dead member would measure its reconnect instead).
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -31,7 +32,7 @@ use super::cycles;
 use super::history::micros;
 use super::report::{Latency, Report};
 use super::swarm::{self, RunId};
-use crate::local_cluster::{Cluster, Options};
+use hivekeeper_local_cluster::{Cluster, Options};
 
 /// What `failover` measured.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -99,6 +100,7 @@ pub enum Fault {
 /// Runs the scenario.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
+    hivekeeper: &Path,
     common: &Common,
     run: &RunId,
     size: usize,
@@ -122,7 +124,7 @@ pub async fn run(
         size,
         ..Options::default()
     };
-    let mut cluster = Cluster::start(root, &options).await?;
+    let mut cluster = Cluster::start(hivekeeper, root, &options).await?;
     let brokers = cluster.brokers();
     let mut probes = Vec::new();
     for home in 0..size {

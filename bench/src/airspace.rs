@@ -1,6 +1,6 @@
 //! What an `uncontended` agent acquires (`--resource`): its own lock, or its own waypoint, or
 //! its own 12-volume route, so that the three costs over MQTT can be compared on one machine
-//! (issue 18's target: a route reserve within 20% of a single waypoint reserve). Agents are a
+//! (the target: a route reserve within 20% of a single waypoint reserve). Agents are a
 //! kilometre apart, so no two of them ever conflict, and a route's window covers the whole run.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -8,11 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::ValueEnum;
 use hivekeeper_agent::protocol::Volume;
 use hivekeeper_agent::{Geometry, Priority, Resource, TimeWindow};
-use hivekeeper_coordinator::state_machine::M_PER_DEG as METRES_PER_DEGREE;
+use hivekeeper_state_machine::M_PER_DEG as METRES_PER_DEGREE;
 
 /// Where agent 0 is; agent `i` is `i mod 100` km east and `i / 100` km north of it.
 const ORIGIN: (f64, f64) = (47.0, 8.0);
-/// Volumes of a route: the issue's 12.
+/// Volumes of a route: 12, a typical flight plan's legs.
 pub const ROUTE_VOLUMES: usize = 12;
 /// How long a route's window lasts from the start of the run: longer than any bench run.
 const ROUTE_WINDOW_MS: u64 = 3_600_000;

@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::client::PauseRequest;
-use crate::local_cluster::Cluster;
+use hivekeeper_local_cluster::Cluster;
 
 /// The fault classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]

@@ -1,9 +1,11 @@
-//! A cluster of real `hivekeeper serve` child processes on this machine, for `bench failover`
-//! and `nemesis`: start, find the leader, kill, pause, restart, and (in network namespaces)
-//! cut links, move a member's wall clock and fill its disk.
+//! A cluster of real `hivekeeper serve` child processes on this machine, for `hivekeeper bench
+//! failover` and `hivekeeper-nemesis`: start, find the leader, kill, pause, restart, and (in
+//! network namespaces) cut links, move a member's wall clock and fill its disk. The members
+//! run the `hivekeeper` binary the caller names: the bench is that binary itself, the nemesis
+//! finds it beside its own.
 //!
 //! ```text
-//!  loopback (default)                 netns (root only: `nemesis` with partitions)
+//!  loopback (default)                 netns (root only: the nemesis with partitions)
 //!  ┌──────────────────────────┐       root ns: bridge hkb<pid> 10.a.b.1/24, the clients
 //!  │ n1 127.0.0.1:p1,p2,p3    │        ├─ veth ─ ns hk<pid>n1: n1 on 10.a.b.11 (7000, 1883, 9464)
 //!  │ n2 127.0.0.1:p4,p5,p6 …  │        ├─ veth ─ ns hk<pid>n2: n2 on 10.a.b.12
@@ -21,17 +23,15 @@
 //! Everything started here is stopped when the [`Cluster`] drops: the processes, the
 //! namespaces, the bridge, the mounts and the directory.
 
-mod netns;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use tokio::time::Instant;
 
-use netns::Network;
+use crate::Error;
+use crate::netns::Network;
 
 /// The libfaketime build for multi-threaded programs, from Debian's `faketime` package.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
@@ -51,6 +51,14 @@ pub struct Options {
     pub extra_args: Vec<String>,
 }
 
+/// The fault a cluster was not started for, as [`Error::NotStartedFor`].
+fn not_started_for(action: &'static str, requirement: &'static str) -> Error {
+    Error::NotStartedFor {
+        action,
+        requirement,
+    }
+}
+
 /// One member: its child process and how to start it again.
 pub struct Member {
     /// `n1`, `n2`, …
@@ -63,31 +71,44 @@ pub struct Member {
     ip: Option<String>,
     /// The namespace it runs in (netns mode).
     namespace: Option<String>,
+    /// The `hivekeeper` binary it runs.
+    binary: PathBuf,
+    /// Its `serve` command line, the same at every start.
     args: Vec<String>,
+    /// Its stdout and stderr, appended to at every start.
     log: PathBuf,
+    /// Its data dir (inside its tmpfs when it has one).
     data: PathBuf,
+    /// The libfaketime offset file of its wall clock, when under libfaketime.
     faketime_file: Option<PathBuf>,
+    /// The running process; `None` once killed or exited.
     child: Option<Child>,
+    /// Stopped with SIGSTOP and not yet continued.
     paused: bool,
 }
 
 impl Member {
     /// Starts (or starts again, on the same data dir) the member's process.
-    pub fn spawn(&mut self) -> anyhow::Result<()> {
+    pub fn spawn(&mut self) -> Result<(), Error> {
+        let log_error = |source| Error::File {
+            action: "opening",
+            path: self.log.clone(),
+            source,
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .with_context(|| format!("opening {}", self.log.display()))?;
-        let exe = std::env::current_exe().context("finding the hivekeeper binary")?;
+            .map_err(log_error)?;
+        let stderr = log.try_clone().map_err(log_error)?;
         let mut command = match &self.namespace {
             Some(namespace) => {
                 // `ip netns exec` execs the program: the child's pid is the member's own.
                 let mut command = Command::new("ip");
-                command.args(["netns", "exec", namespace]).arg(exe);
+                command.args(["netns", "exec", namespace]).arg(&self.binary);
                 command
             }
-            None => Command::new(exe),
+            None => Command::new(&self.binary),
         };
         command.args(&self.args).env("NO_COLOR", "1");
         if let Some(file) = &self.faketime_file {
@@ -99,10 +120,14 @@ impl Member {
         }
         let child = command
             .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
+            .stdout(log)
+            .stderr(stderr)
             .spawn()
-            .with_context(|| format!("starting member {}", self.name))?;
+            .map_err(|source| Error::StartMember {
+                member: self.name.clone(),
+                binary: self.binary.clone(),
+                source,
+            })?;
         self.child = Some(child);
         self.paused = false;
         Ok(())
@@ -121,12 +146,11 @@ impl Member {
     }
 
     /// Sends `signal` (`STOP`, `CONT`) with kill(1): the workspace forbids `unsafe`.
-    pub fn signal(&mut self, signal: &str) -> anyhow::Result<()> {
-        let child = self
-            .child
-            .as_ref()
-            .with_context(|| format!("member {} is not running", self.name))?;
-        send_signal(child.id(), signal).with_context(|| format!("member {}", self.name))?;
+    pub fn signal(&mut self, signal: &str) -> Result<(), Error> {
+        let child = self.child.as_ref().ok_or_else(|| Error::NotRunning {
+            member: self.name.clone(),
+        })?;
+        send_signal(child.id(), signal)?;
         match signal {
             "STOP" => self.paused = true,
             "CONT" => self.paused = false,
@@ -152,12 +176,35 @@ impl Member {
 
 /// Sends a signal by name to a process with kill(1): the workspace forbids `unsafe`, and this
 /// is the one place the bench and the nemesis do it.
-pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .context("running kill(1)")?;
-    anyhow::ensure!(status.success(), "SIG{signal} to pid {pid}: {status}");
+pub fn send_signal(pid: u32, signal: &str) -> Result<(), Error> {
+    run("kill", &[&format!("-{signal}"), &pid.to_string()], "", "")
+}
+
+/// Runs `program` with `args` to its end; an error names the command and what it printed,
+/// and adds `spawn_hint` (the program would not start) or `failure_hint` (it failed).
+pub(crate) fn run(
+    program: &str,
+    args: &[&str],
+    spawn_hint: &'static str,
+    failure_hint: &'static str,
+) -> Result<(), Error> {
+    let output = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| Error::Spawn {
+            program: program.to_string(),
+            hint: spawn_hint,
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::CommandFailed {
+            command: format!("{program} {}", args.join(" ")),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            hint: failure_hint,
+        });
+    }
     Ok(())
 }
 
@@ -203,12 +250,14 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// Starts `options.size` members under `root` (created; removed on drop) and waits for a
-    /// leader.
-    pub async fn start(root: PathBuf, options: &Options) -> anyhow::Result<Cluster> {
+    /// Starts `options.size` members of the `hivekeeper` binary at `binary` under `root`
+    /// (created; removed on drop) and waits for a leader.
+    pub async fn start(binary: &Path, root: PathBuf, options: &Options) -> Result<Cluster, Error> {
         let size = options.size;
-        anyhow::ensure!(size >= 1, "a cluster needs at least one member");
-        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        if size == 0 {
+            return Err(Error::NoMembers);
+        }
+        create_dir(&root)?;
         let mut cluster = Cluster {
             members: Vec::new(),
             root,
@@ -225,7 +274,7 @@ impl Cluster {
             }
             cluster.network = Some(network);
         } else {
-            let ports = hivekeeper_loopback::free_ports(3 * size)?;
+            let ports = hivekeeper_loopback::free_ports(3 * size).map_err(Error::Ports)?;
             for i in 0..size {
                 let ip = "127.0.0.1".to_string();
                 addresses.push((ip, ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]));
@@ -240,26 +289,27 @@ impl Cluster {
         for (i, (ip, _, mqtt_port, metrics_port)) in addresses.into_iter().enumerate() {
             let name = format!("n{}", i + 1);
             let mut data = cluster.root.join(&name);
-            std::fs::create_dir_all(&data)
-                .with_context(|| format!("creating {}", data.display()))?;
+            create_dir(&data)?;
             if let Some(mib) = options.tmpfs_mib {
-                let status = Command::new("mount")
-                    .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-                    .arg(&data)
-                    .status()
-                    .context("running mount(8)")?;
-                anyhow::ensure!(
-                    status.success(),
-                    "mounting a tmpfs on {} failed ({status}): a member's own disk needs root",
-                    data.display()
-                );
+                run(
+                    "mount",
+                    &[
+                        "-t",
+                        "tmpfs",
+                        "-o",
+                        &format!("size={mib}m"),
+                        "tmpfs",
+                        &data.display().to_string(),
+                    ],
+                    "",
+                    ": a member's own disk needs root",
+                )?;
                 cluster.mounts.push(data.clone());
                 data = data.join("data");
             }
             let faketime_file = if options.faketime {
                 let file = cluster.root.join(format!("{name}.faketime"));
-                std::fs::write(&file, "+0\n")
-                    .with_context(|| format!("writing {}", file.display()))?;
+                write_file(&file, "+0\n")?;
                 Some(file)
             } else {
                 None
@@ -283,17 +333,15 @@ impl Cluster {
                 args.push("--insecure".into());
             }
             args.extend(options.extra_args.iter().cloned());
-            let parse = |port: u16| -> anyhow::Result<SocketAddr> {
-                format!("{ip}:{port}")
-                    .parse()
-                    .with_context(|| format!("address {ip}:{port}"))
-            };
+            let ip_address: std::net::IpAddr =
+                ip.parse().expect("an IPv4 address written by this module");
             let mut member = Member {
                 log: cluster.root.join(format!("{name}.log")),
-                mqtt: parse(mqtt_port)?,
-                metrics: parse(metrics_port)?,
+                mqtt: SocketAddr::new(ip_address, mqtt_port),
+                metrics: SocketAddr::new(ip_address, metrics_port),
                 namespace: cluster.network.as_ref().map(|network| network.namespace(i)),
                 ip: options.netns.then_some(ip.clone()),
+                binary: binary.to_path_buf(),
                 name,
                 args,
                 data,
@@ -324,18 +372,17 @@ impl Cluster {
 
     /// The member that leads: of the running, unpaused members whose /metrics say they lead,
     /// the one with the highest term (a leader cut off from the others keeps saying so).
-    pub async fn leader(&self, within: Duration) -> anyhow::Result<usize> {
+    pub async fn leader(&self, within: Duration) -> Result<usize, Error> {
         let deadline = Instant::now() + within;
         loop {
             if let Some(leader) = self.leader_now().await {
                 return Ok(leader);
             }
             if Instant::now() > deadline {
-                bail!(
-                    "no leader among the members within {} s (logs in {})",
-                    within.as_secs(),
-                    self.root.display()
-                );
+                return Err(Error::NoLeader {
+                    within_s: within.as_secs(),
+                    logs: self.root.clone(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -363,11 +410,14 @@ impl Cluster {
     }
 
     /// Waits until member `index` serves /metrics again after a restart (used by the bench).
-    pub async fn wait_up(&self, index: usize, within: Duration) -> anyhow::Result<()> {
+    pub async fn wait_up(&self, index: usize, within: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + within;
         while scrape(self.members[index].metrics).await.is_none() {
             if Instant::now() > deadline {
-                bail!("member {} did not come back", self.members[index].name);
+                return Err(Error::NotBack {
+                    member: self.members[index].name.clone(),
+                    within_s: within.as_secs(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -376,11 +426,13 @@ impl Cluster {
 
     /// Cuts the links between every member of `a` and every member of `b`, both ways (packets
     /// dropped silently, as a real partition does). Needs netns mode.
-    pub fn cut(&self, a: &[usize], b: &[usize]) -> anyhow::Result<()> {
-        let network = self
-            .network
-            .as_ref()
-            .context("cutting links needs the members in network namespaces (netns mode)")?;
+    pub fn cut(&self, a: &[usize], b: &[usize]) -> Result<(), Error> {
+        let network = self.network.as_ref().ok_or_else(|| {
+            not_started_for(
+                "cutting links",
+                "the members in network namespaces (netns mode)",
+            )
+        })?;
         for &x in a {
             for &y in b {
                 network.cut(x, self.ip(y)?)?;
@@ -391,7 +443,7 @@ impl Cluster {
     }
 
     /// Heals every cut link.
-    pub fn heal(&self) -> anyhow::Result<()> {
+    pub fn heal(&self) -> Result<(), Error> {
         if let Some(network) = &self.network {
             for i in 0..self.members.len() {
                 network.heal(i)?;
@@ -400,35 +452,40 @@ impl Cluster {
         Ok(())
     }
 
-    fn ip(&self, index: usize) -> anyhow::Result<&str> {
-        self.members[index]
-            .ip
-            .as_deref()
-            .context("the member has no address of its own (not in netns mode)")
+    fn ip(&self, index: usize) -> Result<&str, Error> {
+        self.members[index].ip.as_deref().ok_or_else(|| {
+            not_started_for(
+                "cutting links",
+                "each member with an address of its own (netns mode)",
+            )
+        })
     }
 
     /// Moves member `index`'s wall clock to real time + `offset_s` (negative: behind), at once.
     /// Needs `faketime`.
-    pub fn set_clock_offset(&self, index: usize, offset_s: i64) -> anyhow::Result<()> {
-        let file = self.members[index]
-            .faketime_file
-            .as_ref()
-            .context("moving a member's clock needs the members under libfaketime")?;
-        std::fs::write(file, format!("{offset_s:+}\n"))
-            .with_context(|| format!("writing {}", file.display()))
+    pub fn set_clock_offset(&self, index: usize, offset_s: i64) -> Result<(), Error> {
+        let file = self.members[index].faketime_file.as_ref().ok_or_else(|| {
+            not_started_for("moving a member's clock", "the members under libfaketime")
+        })?;
+        write_file(file, &format!("{offset_s:+}\n"))
     }
 
     /// Fills member `index`'s disk (its tmpfs) with a filler file until the file system
     /// refuses; returns the bytes written. Needs `tmpfs_mib`.
-    pub fn fill_disk(&self, index: usize) -> anyhow::Result<u64> {
+    pub fn fill_disk(&self, index: usize) -> Result<u64, Error> {
         use std::io::Write as _;
-        anyhow::ensure!(
-            !self.mounts.is_empty(),
-            "filling a member's disk needs each member on a tmpfs of its own"
-        );
+        if self.mounts.is_empty() {
+            return Err(not_started_for(
+                "filling a member's disk",
+                "each member on a tmpfs of its own",
+            ));
+        }
         let path = self.filler(index);
-        let mut file =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let mut file = std::fs::File::create(&path).map_err(|source| Error::File {
+            action: "creating",
+            path: path.clone(),
+            source,
+        })?;
         let chunk = vec![0u8; 1 << 20];
         let mut written = 0u64;
         // Bounded by the tmpfs size: at most that many chunks can succeed.
@@ -451,12 +508,16 @@ impl Cluster {
     }
 
     /// Removes the filler of [`Cluster::fill_disk`].
-    pub fn free_disk(&self, index: usize) -> anyhow::Result<()> {
+    pub fn free_disk(&self, index: usize) -> Result<(), Error> {
         let path = self.filler(index);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(error) => Err(error).with_context(|| format!("removing {}", path.display())),
+            Err(source) => Err(Error::File {
+                action: "removing",
+                path,
+                source,
+            }),
         }
     }
 
@@ -464,6 +525,24 @@ impl Cluster {
         let data = &self.members[index].data;
         data.parent().unwrap_or(data).join("filler")
     }
+}
+
+/// Creates `dir` and its parents.
+fn create_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::File {
+        action: "creating",
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes `text` to `file`, replacing what it held.
+fn write_file(file: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(file, text).map_err(|source| Error::File {
+        action: "writing",
+        path: file.to_path_buf(),
+        source,
+    })
 }
 
 /// GET /metrics, at most 1 s; `None` when the member does not answer.
@@ -490,5 +569,38 @@ mod tests {
         assert_eq!(gauge(text, "hivekeeper_raft_term"), Some(4));
         assert_eq!(gauge(text, "hivekeeper_raft_is_leader"), Some(1));
         assert_eq!(gauge(text, "hivekeeper_raft_missing"), None);
+    }
+
+    #[tokio::test]
+    async fn a_missing_binary_is_named_and_the_cluster_directory_removed() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        let root = parent.path().join("cluster");
+        let options = Options {
+            size: 1,
+            ..Options::default()
+        };
+        let error = Cluster::start(Path::new("/nonexistent/hivekeeper"), root.clone(), &options)
+            .await
+            .err()
+            .expect("no binary, no cluster");
+        assert_eq!(
+            error.to_string(),
+            "starting member n1 (/nonexistent/hivekeeper)"
+        );
+        assert!(!root.exists(), "{} left behind", root.display());
+    }
+
+    #[tokio::test]
+    async fn a_cluster_of_no_members_is_refused() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        let error = Cluster::start(
+            Path::new("hivekeeper"),
+            parent.path().join("cluster"),
+            &Options::default(),
+        )
+        .await
+        .err()
+        .expect("refused");
+        assert_eq!(error.to_string(), "a cluster needs at least one member");
     }
 }

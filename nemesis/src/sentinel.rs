@@ -1,7 +1,7 @@
 //! The sentinels: one raw MQTT client per member that never leaves it, asking it a
 //! linearizable `inspect` every 100 ms and recording each answer's code, so a window can say
-//! when a member the fault hit began to answer `unavailable` (issue 15: "clients of the
-//! cut-off member get `unavailable` within 1 s").
+//! when a member the fault hit began to answer `unavailable` (what clients of a cut-off member
+//! need, to move elsewhere, within about 1 s).
 //!
 //! The SDK's agents cannot say it: the SDK answers `unavailable` itself by moving to another
 //! member and resending, so its callers see a grant, later. A sentinel is the plain MQTT client
@@ -17,6 +17,7 @@
 
 use std::time::Duration;
 
+use hivekeeper_local_cluster::raw_mqtt;
 use hivekeeper_protocol::Response;
 use rumqttc::QoS;
 use tokio::sync::{mpsc, watch};
@@ -35,7 +36,7 @@ const ASK_EVERY: Duration = Duration::from_millis(100);
 pub async fn sentinel(ctx: Context, member: usize) {
     let agent = format!("{}-sentinel{member}", ctx.run);
     let Ok((client, eventloop)) =
-        crate::raw_mqtt::client(&ctx.brokers[member], &agent, Duration::from_secs(5), 1, 64)
+        raw_mqtt::client(&ctx.brokers[member], &agent, Duration::from_secs(5), 1, 64)
     else {
         return;
     };
@@ -44,7 +45,7 @@ pub async fn sentinel(ctx: Context, member: usize) {
     // Subscribed on the current connection: an ask is sent only then (rumqttc would otherwise
     // queue it and send it after the reconnect, seconds late).
     let (subscribed_tx, subscribed) = watch::channel(false);
-    let poller = crate::raw_mqtt::poll_responses(
+    let poller = raw_mqtt::poll_responses(
         eventloop,
         client.clone(),
         response_topic,

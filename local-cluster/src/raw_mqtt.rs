@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, NetworkOptions, Packet, QoS};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::Error;
 
 /// A client of `broker` (`host:port`) under the client id `agent`, not yet connected: the
 /// connection is made, and remade after an error, by polling the event loop.
@@ -18,11 +19,13 @@ pub fn client(
     keep_alive: Duration,
     connect_timeout_s: u64,
     capacity: usize,
-) -> anyhow::Result<(AsyncClient, EventLoop)> {
+) -> Result<(AsyncClient, EventLoop), Error> {
     let (host, port) = broker
         .rsplit_once(':')
         .and_then(|(host, port)| Some((host.to_string(), port.parse::<u16>().ok()?)))
-        .with_context(|| format!("broker {broker:?} is not host:port"))?;
+        .ok_or_else(|| Error::NotHostPort {
+            broker: broker.to_string(),
+        })?;
     let mut options = MqttOptions::new(agent, host, port);
     options.set_keep_alive(keep_alive);
     options.set_clean_session(true);

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::Window;
 use super::faults::FaultKind;
 use super::history::History;
+use crate::run::Window;
 
 /// One fault's span, as the schedule recorded it.
 pub struct Span<'a> {

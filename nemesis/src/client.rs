@@ -1,5 +1,5 @@
 //! The client that can be paused: a fenced-register agent in a child process of its own
-//! (`hivekeeper nemesis-client`, hidden), so SIGSTOP freezes the whole client — its keepalives
+//! (`hivekeeper-nemesis client`, hidden: the binary starts itself), so SIGSTOP freezes the whole client — its keepalives
 //! too — as a GC pause or a suspended laptop does, while it believes it holds the lock.
 //!
 //! ```text
@@ -30,9 +30,9 @@ use tokio::time::Instant;
 use super::history::{Hold, HoldEnd};
 use super::store::FencedStore;
 use super::workload::{Context, outcome, release};
-use crate::local_cluster::send_signal;
+use hivekeeper_local_cluster::send_signal;
 
-/// Flags of the hidden `hivekeeper nemesis-client`.
+/// Flags of the hidden `hivekeeper-nemesis client`.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
     /// The agent id.
@@ -170,9 +170,10 @@ impl PausableClient {
             .saturating_duration_since(Instant::now())
             .as_secs()
             + 1;
-        let exe = std::env::current_exe().context("finding the hivekeeper binary")?;
+        // The child is this binary again, under its hidden `client` subcommand.
+        let exe = std::env::current_exe().context("finding the hivekeeper-nemesis binary")?;
         let mut child = Command::new(exe)
-            .arg("nemesis-client")
+            .arg("client")
             .args(["--agent", &agent_id, "--lock", &lock])
             .args(["--brokers", &brokers.join(",")])
             .args(["--ttl-ms", &ctx.ttl_ms.to_string()])
@@ -260,7 +261,8 @@ impl PausableClient {
         send_signal(pid, "STOP")?;
         let _ = request.paused.send(ctx.timeline.now_us());
         tokio::time::sleep(request.pause).await;
-        send_signal(pid, "CONT")
+        send_signal(pid, "CONT")?;
+        Ok(())
     }
 }
 

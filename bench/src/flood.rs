@@ -1,5 +1,5 @@
 //! `uncontended --flood`: one more agent floods the service while the swarm runs, to measure
-//! what a flooding client costs everyone else (issue 14: the swarm's p99 within 2x of a run
+//! what a flooding client costs everyone else (the target: the swarm's p99 within 2x of a run
 //! without the flood, and no lease expired).
 //!
 //! The flooder is a raw MQTT client, not the SDK: the SDK backs off on `rate_limited`, a
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hivekeeper_agent::{Resource, Session, SessionState};
+use hivekeeper_local_cluster::raw_mqtt;
 use rumqttc::QoS;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -62,13 +63,13 @@ impl Flooder {
     /// Connects agent `agent` to `broker` (`host:port`) and starts flooding once subscribed.
     pub async fn start(broker: &str, agent: String) -> anyhow::Result<Flooder> {
         let (client, eventloop) =
-            crate::raw_mqtt::client(broker, &agent, Duration::from_secs(5), 5, 1_024)?;
+            raw_mqtt::client(broker, &agent, Duration::from_secs(5), 5, 1_024)?;
         let response_topic = format!("{PREFIX}/rsp/{agent}");
         let answered = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
         let (subscribed_tx, mut subscribed) = watch::channel(false);
         let poller = {
             let answered = answered.clone();
-            crate::raw_mqtt::poll_responses(
+            raw_mqtt::poll_responses(
                 eventloop,
                 client.clone(),
                 response_topic,

@@ -1,5 +1,11 @@
-//! `hivekeeper bench`: load scenarios against a running service, through the agent SDK over
-//! MQTT, as real agents: one agent is one MQTT connection and one lease.
+//! # hivekeeper-bench: `hivekeeper bench`, Hivekeeper measured from outside
+//!
+//! Load scenarios against a running service, through the agent SDK over MQTT, as real agents:
+//! one agent is one MQTT connection and one lease. A user-facing subcommand of `hivekeeper`
+//! ([`BenchArgs`] is its clap definition, [`run`] its body); its code is a crate of its own so
+//! that the server's own modules and the bench's stay apart. `failover` starts its own
+//! cluster with `hivekeeper-local-cluster`, the launcher it shares with `hivekeeper-nemesis`,
+//! and `uncontended --flood` floods with that crate's raw MQTT client.
 //!
 //! ```text
 //!  swarm::connect ─ N agents, each Agent::connect + a session (lease kept alive by the SDK)
@@ -34,9 +40,12 @@ mod report;
 mod scale;
 mod swarm;
 
+use std::path::Path;
+
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hivekeeper_agent::{AgentConfig, Resource};
+use hivekeeper_client_flags::{Login, TlsArgs};
 use serde_json::Value;
 
 use report::Report;
@@ -59,14 +68,14 @@ enum Scenario {
         #[arg(long, default_value_t = 100)]
         agents: usize,
         /// One more agent floods the service meanwhile: a raw MQTT client publishing writes
-        /// as fast as its client takes them, without backoff (issue 14's measurement). The
+        /// as fast as its client takes them, without backoff. The
         /// report adds what it sent, how it was answered (`rate_limited` past its rate) and
         /// how many of the swarm's sessions were lost.
         #[arg(long)]
         flood: bool,
         /// What each agent acquires and releases: its own lock, its own waypoint (a 10 m
-        /// cylinder), or its own route of 12 cylinders with a time window (issue 18's
-        /// route-vs-waypoint comparison). Agents are a kilometre apart: nothing conflicts.
+        /// cylinder), or its own route of 12 cylinders with a time window (to compare a route
+        /// with a waypoint). Agents are a kilometre apart: nothing conflicts.
         #[arg(long, value_enum, default_value_t = airspace::ResourceShape::Lock)]
         resource: airspace::ResourceShape,
     },
@@ -193,10 +202,10 @@ struct Common {
     /// connects, removed at the end (a service with `--auth`). Not used by `failover`, which
     /// runs its own cluster without authentication.
     #[command(flatten)]
-    login: crate::admin::Login,
+    login: Login,
     /// TLS to the brokers (not for `failover`, which runs its own plaintext cluster).
     #[command(flatten)]
-    tls: crate::client_tls::TlsArgs,
+    tls: TlsArgs,
 }
 
 impl Common {
@@ -207,20 +216,21 @@ impl Common {
             "--tls-cert: the bench runs many agent ids and one client certificate names one \
              (its CN); measure TLS against an endpoint without --mqtt-client-ca"
         );
-        self.tls.apply(AgentConfig {
+        Ok(self.tls.apply(AgentConfig {
             brokers: self.brokers.clone(),
             ..AgentConfig::default()
-        })
+        })?)
     }
 }
 
-/// Runs `hivekeeper bench`.
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// Runs `hivekeeper bench`; `hivekeeper` is the binary whose `serve` the `failover` scenario's
+/// members run (the caller's own executable: `bench` is its subcommand).
+pub fn run(args: BenchArgs, hivekeeper: &Path) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let (report, json) = runtime.block_on(scenario(args.scenario))?;
+    let (report, json) = runtime.block_on(scenario(args.scenario, hivekeeper))?;
     if json {
         println!(
             "{}",
@@ -238,13 +248,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn scenario(scenario: Scenario) -> anyhow::Result<(Report, bool)> {
+async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Report, bool)> {
     let accounts = match &scenario {
         Scenario::Failover { .. } => None,
         other => accounts::Accounts::open(other.common()).await?,
     };
     let run = swarm::RunId::new().with_accounts(accounts);
-    let result = run_scenario(scenario, &run).await;
+    let result = run_scenario(scenario, &run, hivekeeper).await;
     if let Some(accounts) = run.accounts() {
         let failed = accounts.remove_all().await;
         if failed > 0 {
@@ -268,7 +278,11 @@ impl Scenario {
     }
 }
 
-async fn run_scenario(scenario: Scenario, run: &swarm::RunId) -> anyhow::Result<(Report, bool)> {
+async fn run_scenario(
+    scenario: Scenario,
+    run: &swarm::RunId,
+    hivekeeper: &Path,
+) -> anyhow::Result<(Report, bool)> {
     let run = run.clone();
     let (report, common, name, parameters): (Report, Common, &str, Vec<(&str, Value)>) =
         match scenario {
@@ -366,7 +380,7 @@ async fn run_scenario(scenario: Scenario, run: &swarm::RunId) -> anyhow::Result<
                     None => failover::Fault::Kill,
                 };
                 let report = failover::run(
-                    &common, &run, members, kills, kill_every, fault, agents, locks,
+                    hivekeeper, &common, &run, members, kills, kill_every, fault, agents, locks,
                 )
                 .await?;
                 let parameters = vec![
