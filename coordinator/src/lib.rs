@@ -34,7 +34,7 @@
 //!   a front door calls: one request in, one final response out), the waits component
 //!   (pending requests and their deadlines), the proposer task (batching), the fan-out (Raft's
 //!   applied sink) and the lease keeper actor under a supervisor; in a cluster a follower
-//!   forwards to the leader. `docs/actors.md` draws the whole path.
+//!   forwards to the leader. `docs/ARCHITECTURE.md` draws the whole path.
 //! - [`backup`]: online backup: `admin.snapshot`'s pages, the backup file, and restoring a new
 //!   member's data directory from one.
 //! - [`ConfigError`]: why a node's configuration (Raft timers, membership, limits) was refused.

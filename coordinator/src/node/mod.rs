@@ -4,7 +4,7 @@
 //! proposals, keeps lease deadlines and commit deadlines, proposes expiry as the leader,
 //! routes applied events and bounds its ingress.
 //!
-//! # How a request flows (one page; docs/actors.md draws the threads)
+//! # How a request flows (one page; docs/ARCHITECTURE.md draws the threads)
 //!
 //! ```text
 //!  front door: decode ─▶ NodeHandle::submit(agent, request, respond) ─┐  agent's rate, then
