@@ -279,13 +279,15 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         hold: Duration::from_secs(args.fault_s),
         clock_jump_s: args.clock_jump_s,
     };
-    let tools = ScheduleTools {
-        cluster: &mut cluster,
-        rng: &mut rng,
-        pause_client: &pause_tx,
+    let faults = inject_on_schedule(
+        &schedule,
+        &mut cluster,
+        &mut rng,
+        &pause_tx,
         timeline,
-    };
-    let faults = inject_on_schedule(&schedule, tools, &mut errors).await;
+        &mut errors,
+    )
+    .await;
     drop(pause_tx);
 
     // The workloads end at ctx.stop_at; a request in flight then ends within its deadline.
@@ -410,18 +412,6 @@ struct Schedule<'a> {
     clock_jump_s: i64,
 }
 
-/// What the schedule acts on and with.
-struct ScheduleTools<'a> {
-    /// The cluster the faults hit.
-    cluster: &'a mut Cluster,
-    /// Random choices, seeded by `--seed`.
-    rng: &'a mut fastrand::Rng,
-    /// The pausable client's driver.
-    pause_client: &'a mpsc::Sender<client::PauseRequest>,
-    /// The run's clock, for the times of each fault.
-    timeline: Timeline,
-}
-
 /// One fault as the schedule ran it: what it hit and when, µs into the run.
 struct FaultRecord {
     /// The fault class.
@@ -464,15 +454,12 @@ impl FaultRecord {
 /// an error of the run, and the schedule goes on with the next.
 async fn inject_on_schedule(
     schedule: &Schedule<'_>,
-    tools: ScheduleTools<'_>,
+    cluster: &mut Cluster,
+    rng: &mut fastrand::Rng,
+    pause_client: &mpsc::Sender<client::PauseRequest>,
+    timeline: Timeline,
     errors: &mut Vec<String>,
 ) -> Vec<FaultRecord> {
-    let ScheduleTools {
-        cluster,
-        rng,
-        pause_client,
-        timeline,
-    } = tools;
     let mut records = Vec::new();
     let fault_time = schedule.quiet + schedule.hold;
     let mut next = 0;
