@@ -203,7 +203,7 @@ fn main() -> std::process::ExitCode {
         // The failover scenario's members run this very binary.
         Command::Bench(args) => std::env::current_exe()
             .map_err(anyhow::Error::from)
-            .and_then(|hivekeeper| hivekeeper_bench::run(args, &hivekeeper)),
+            .and_then(|hivekeeper| Ok(hivekeeper_bench::run(args, &hivekeeper)?)),
         Command::Certs(args) => certs::run(args),
         Command::Completions { shell } => {
             use clap::CommandFactory;

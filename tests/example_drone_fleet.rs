@@ -14,6 +14,8 @@ mod fleet;
 #[allow(dead_code)]
 #[path = "../examples/drone-fleet/flights.rs"]
 mod flights;
+#[path = "../examples/drone-fleet/world.rs"]
+mod world;
 
 use std::sync::Arc;
 

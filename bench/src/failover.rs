@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::Common;
 use super::cycles;
-use super::history::micros;
+use super::history::{Grant, micros};
 use super::report::{Latency, Report};
 use super::swarm::{self, RunId};
 use hivekeeper_local_cluster::{Cluster, Options};
@@ -97,60 +97,106 @@ pub enum Fault {
     Pause(Duration),
 }
 
+/// The scenario's shape: the cluster, the faults and the traffic.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// Cluster members.
+    pub size: usize,
+    /// How many times the leader is hit.
+    pub kills: usize,
+    /// Traffic before each fault.
+    pub kill_every: Duration,
+    /// What is done to the leader.
+    pub fault: Fault,
+    /// Agents of the traffic.
+    pub agents: usize,
+    /// Lock names of the traffic.
+    pub locks: usize,
+}
+
 /// Runs the scenario.
-#[allow(clippy::too_many_arguments)]
 pub async fn run(
     hivekeeper: &Path,
     common: &Common,
     run: &RunId,
-    size: usize,
-    kills: usize,
-    kill_every: Duration,
-    fault: Fault,
-    agents: usize,
-    locks: usize,
+    plan: Plan,
 ) -> anyhow::Result<Report> {
     anyhow::ensure!(
-        size >= 3,
+        plan.size >= 3,
         "--members must be at least 3 (a majority must survive)"
     );
     anyhow::ensure!(
-        locks >= 1 && agents >= 1,
+        plan.locks >= 1 && plan.agents >= 1,
         "--agents and --locks must be at least 1"
     );
     // One path segment (a resource name has a `/`, which made the parent outlive the run).
     let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
     let options = Options {
-        size,
+        size: plan.size,
         ..Options::default()
     };
     let mut cluster = Cluster::start(hivekeeper, root, &options).await?;
     let brokers = cluster.brokers();
     let mut probes = Vec::new();
-    for home in 0..size {
+    for home in 0..plan.size {
         probes.push(probe(run, &brokers, home).await?);
     }
+    let (traffic, connect_errors) = start_traffic(common, run, &brokers, &plan).await?;
+    let faults = hit_leaders(&mut cluster, &mut probes, run, &brokers, &plan).await?;
+    let (mut report, grants) = traffic.await.context("the traffic task")?;
+    report.errors.merge(connect_errors);
+
+    let (longest_no_grant_us, longest_no_grant_began) = longest_no_grant(&grants, &faults.moments);
+    let gaps = Latency::from_micros(&faults.gaps_us);
+    report.failover = Some(FailoverFigures {
+        members: plan.size,
+        gap_ms: faults
+            .gaps_us
+            .iter()
+            .map(|us| *us as f64 / 1_000.0)
+            .collect(),
+        gap_ms_median: gaps.p50_ms,
+        gap_ms_max: gaps.max_ms,
+        longest_no_grant_ms: longest_no_grant_us as f64 / 1_000.0,
+        longest_no_grant_began,
+    });
+    // The probes' SDKs would otherwise keep dialling the members being stopped.
+    drop(probes);
+    drop(cluster);
+    Ok(report)
+}
+
+/// The `contended` traffic through every member, as a task, with the errors of connecting
+/// its agents. It runs through every fault and a little after the last one.
+async fn start_traffic(
+    common: &Common,
+    run: &RunId,
+    brokers: &[String],
+    plan: &Plan,
+) -> anyhow::Result<(
+    tokio::task::JoinHandle<(Report, Vec<Grant>)>,
+    super::report::Errors,
+)> {
     let (members, connect_errors) = swarm::connect_agents(
         &AgentConfig {
-            brokers: brokers.clone(),
+            brokers: brokers.to_vec(),
             ..AgentConfig::default()
         },
         run,
-        agents,
+        plan.agents,
         common.session_ttl_ms,
         common.connect_concurrency,
     )
     .await?;
     let resources: Vec<Resource> = (0..members.len())
-        .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
+        .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % plan.locks))))
         .collect();
-    // The traffic runs through every kill and a little after the last one.
     let mut traffic_common = common.clone();
-    let paused_s = match fault {
+    let paused_s = match plan.fault {
         Fault::Pause(pause) => pause.as_secs(),
         Fault::Kill => 0,
     };
-    traffic_common.duration_s = (kill_every.as_secs() + paused_s + 2) * kills as u64 + 2;
+    traffic_common.duration_s = (plan.kill_every.as_secs() + paused_s + 2) * plan.kills as u64 + 2;
     let traffic = tokio::spawn(async move {
         cycles::measure_with_grants(
             &traffic_common,
@@ -159,22 +205,40 @@ pub async fn run(
         )
         .await
     });
+    Ok((traffic, connect_errors))
+}
 
+/// What the faults measured.
+struct FaultTimes {
+    /// Each fault's gap to the first grant through a survivor, µs.
+    gaps_us: Vec<u64>,
+    /// (when, what): every fault and recovery, for placing the longest hole.
+    moments: Vec<(Instant, String)>,
+}
+
+/// Every --kill-every-s, kills (or pauses) the leader, measures the gap to a probe's grant
+/// through a surviving member, then restarts (or continues) it and waits until it is up.
+async fn hit_leaders(
+    cluster: &mut Cluster,
+    probes: &mut [Session],
+    run: &RunId,
+    brokers: &[String],
+    plan: &Plan,
+) -> anyhow::Result<FaultTimes> {
     let probe_lock = run.resource("probe");
     let mut gaps_us = Vec::new();
-    // (when, what): every kill and restart, for placing the longest hole.
     let mut moments: Vec<(Instant, String)> = Vec::new();
-    for kill in 1..=kills {
-        tokio::time::sleep(kill_every).await;
+    for kill in 1..=plan.kills {
+        tokio::time::sleep(plan.kill_every).await;
         let leader = cluster.leader(Duration::from_secs(30)).await?;
-        let home = (leader + 1) % size;
+        let home = (leader + 1) % plan.size;
         // A probe whose lease ended in an earlier fault (one homed on a member that was paused
         // longer than its TTL) is replaced: the gap is the service's, not the probe's.
         if probes[home].state().is_ended() {
-            probes[home] = probe(run, &brokers, home).await?;
+            probes[home] = probe(run, brokers, home).await?;
         }
         let killed_at = Instant::now();
-        match fault {
+        match plan.fault {
             Fault::Kill => {
                 cluster.members[leader].kill();
                 moments.push((killed_at, format!("kill {kill}")));
@@ -186,7 +250,7 @@ pub async fn run(
         }
         let granted = first_grant(&probes[home], &probe_lock, Duration::from_secs(30)).await?;
         gaps_us.push(micros(granted - killed_at));
-        match fault {
+        match plan.fault {
             Fault::Kill => {
                 moments.push((Instant::now(), format!("restart {kill}")));
                 cluster.members[leader].spawn()?;
@@ -199,9 +263,12 @@ pub async fn run(
         }
         cluster.wait_up(leader, Duration::from_secs(30)).await?;
     }
-    let (mut report, grants) = traffic.await.context("the traffic task")?;
-    report.errors.merge(connect_errors);
+    Ok(FaultTimes { gaps_us, moments })
+}
 
+/// The longest time between two grants of the traffic, µs, and where it began relative to
+/// the last fault or recovery before it.
+fn longest_no_grant(grants: &[Grant], moments: &[(Instant, String)]) -> (u64, String) {
     let mut granted: Vec<Instant> = grants.iter().map(|grant| grant.granted_at).collect();
     granted.sort();
     let longest = granted
@@ -218,17 +285,5 @@ pub async fn run(
                 .map(|(when, what)| format!("{} ms after {what}", (began - *when).as_millis()))
         })
         .unwrap_or_else(|| "before the first kill".into());
-    let gaps = Latency::from_micros(&gaps_us);
-    report.failover = Some(FailoverFigures {
-        members: size,
-        gap_ms: gaps_us.iter().map(|us| *us as f64 / 1_000.0).collect(),
-        gap_ms_median: gaps.p50_ms,
-        gap_ms_max: gaps.max_ms,
-        longest_no_grant_ms: longest_no_grant_us as f64 / 1_000.0,
-        longest_no_grant_began,
-    });
-    // The probes' SDKs would otherwise keep dialling the members being stopped.
-    drop(probes);
-    drop(cluster);
-    Ok(report)
+    (longest_no_grant_us, longest_no_grant_began)
 }

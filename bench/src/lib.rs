@@ -28,10 +28,12 @@
 //! - `flood`: `uncontended --flood`, one raw client flooding while the swarm runs.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
+//! - `error`: [`BenchError`], what [`run`] fails with.
 
 mod accounts;
 mod airspace;
 mod cycles;
+mod error;
 mod failover;
 mod flood;
 mod history;
@@ -42,12 +44,12 @@ mod swarm;
 
 use std::path::Path;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use hivekeeper_agent::{AgentConfig, Resource};
 use hivekeeper_client_flags::{Login, TlsArgs};
 use serde_json::Value;
 
+pub use error::BenchError;
 use report::Report;
 
 /// Flags of `hivekeeper bench`.
@@ -225,25 +227,26 @@ impl Common {
 
 /// Runs `hivekeeper bench`; `hivekeeper` is the binary whose `serve` the `failover` scenario's
 /// members run (the caller's own executable: `bench` is its subcommand).
-pub fn run(args: BenchArgs, hivekeeper: &Path) -> anyhow::Result<()> {
+pub fn run(args: BenchArgs, hivekeeper: &Path) -> Result<(), BenchError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
-    let (report, json) = runtime.block_on(scenario(args.scenario, hivekeeper))?;
+        .map_err(BenchError::Runtime)?;
+    let (report, json) = runtime
+        .block_on(scenario(args.scenario, hivekeeper))
+        .map_err(BenchError::Scenario)?;
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).context("encoding the report")?
+            serde_json::to_string_pretty(&report).map_err(BenchError::Encode)?
         );
     } else {
         report.print_table();
     }
     if !report.passed() {
-        anyhow::bail!(
-            "the mutual-exclusion check failed: {} violations",
-            report.mutual_exclusion.violations
-        );
+        return Err(BenchError::MutualExclusion {
+            violations: report.mutual_exclusion.violations,
+        });
     }
     Ok(())
 }
@@ -278,130 +281,174 @@ impl Scenario {
     }
 }
 
+/// Runs one scenario on the run's names; returns its report, with the common and the
+/// scenario's own parameters recorded, and whether to print it as JSON.
 async fn run_scenario(
     scenario: Scenario,
     run: &swarm::RunId,
     hivekeeper: &Path,
 ) -> anyhow::Result<(Report, bool)> {
     let run = run.clone();
-    let (report, common, name, parameters): (Report, Common, &str, Vec<(&str, Value)>) =
-        match scenario {
-            Scenario::Uncontended {
-                common,
-                agents,
-                flood,
-                resource,
-            } => {
-                let kind = format!("{resource:?}").to_lowercase();
-                let resources = (0..agents)
-                    .map(|i| resource.resource(run.resource(&format!("{kind}-{i}")), i))
-                    .collect();
-                let report = if flood {
-                    flood::run(&common, &run, agents, resources).await?
-                } else {
-                    cycles::run(&common, &run, agents, resources, 1).await?
-                };
-                let parameters = vec![
-                    ("agents", agents.into()),
-                    ("flood", flood.into()),
-                    ("resource", kind.into()),
-                ];
-                (report, common, "uncontended", parameters)
-            }
-            Scenario::Contended {
-                common,
-                agents,
-                locks,
-            } => {
-                anyhow::ensure!(locks >= 1, "--locks must be at least 1");
-                let resources = (0..agents)
-                    .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
-                    .collect();
-                let report = cycles::run(&common, &run, agents, resources, 1).await?;
-                let parameters = vec![("agents", agents.into()), ("locks", locks.into())];
-                (report, common, "contended", parameters)
-            }
-            Scenario::Semaphore {
-                common,
-                agents,
-                limit,
-            } => {
-                anyhow::ensure!(limit >= 1, "--limit must be at least 1");
-                let name = run.resource("sem");
-                let resources = (0..agents)
-                    .map(|_| Resource::Semaphore {
-                        name: name.clone(),
-                        limit,
-                        permits: 1,
-                    })
-                    .collect();
-                let capacity = limit as usize;
-                let report = cycles::run(&common, &run, agents, resources, capacity).await?;
-                let parameters = vec![("agents", agents.into()), ("limit", limit.into())];
-                (report, common, "semaphore", parameters)
-            }
-            Scenario::Reclaim {
-                common,
-                ttl_ms,
-                rounds,
-            } => {
-                let report = reclaim::run(&common, &run, &ttl_ms, rounds).await?;
-                (report, common, "reclaim", vec![("rounds", rounds.into())])
-            }
-            Scenario::Scale {
-                common,
-                idle_agents,
-                agents,
-                locks,
-                node_pid,
-            } => {
-                anyhow::ensure!(locks >= 1, "--locks must be at least 1");
-                let report =
-                    scale::run(&common, &run, idle_agents, agents, locks, node_pid).await?;
-                let parameters = vec![
-                    ("agents", agents.into()),
-                    ("locks", locks.into()),
-                    ("idle_agents", idle_agents.into()),
-                ];
-                (report, common, "scale", parameters)
-            }
-            Scenario::Failover {
-                common,
-                members,
+    let (report, common, name, parameters): (Report, Common, &str, Parameters) = match scenario {
+        Scenario::Uncontended {
+            common,
+            agents,
+            flood,
+            resource,
+        } => {
+            let (report, parameters) =
+                run_uncontended(&common, &run, agents, flood, resource).await?;
+            (report, common, "uncontended", parameters)
+        }
+        Scenario::Contended {
+            common,
+            agents,
+            locks,
+        } => {
+            anyhow::ensure!(locks >= 1, "--locks must be at least 1");
+            let resources = (0..agents)
+                .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
+                .collect();
+            let report = cycles::run(&common, &run, agents, resources, 1).await?;
+            let parameters = vec![("agents", agents.into()), ("locks", locks.into())];
+            (report, common, "contended", parameters)
+        }
+        Scenario::Semaphore {
+            common,
+            agents,
+            limit,
+        } => {
+            let (report, parameters) = run_semaphore(&common, &run, agents, limit).await?;
+            (report, common, "semaphore", parameters)
+        }
+        Scenario::Reclaim {
+            common,
+            ttl_ms,
+            rounds,
+        } => {
+            let report = reclaim::run(&common, &run, &ttl_ms, rounds).await?;
+            (report, common, "reclaim", vec![("rounds", rounds.into())])
+        }
+        Scenario::Scale {
+            common,
+            idle_agents,
+            agents,
+            locks,
+            node_pid,
+        } => {
+            anyhow::ensure!(locks >= 1, "--locks must be at least 1");
+            let report = scale::run(&common, &run, idle_agents, agents, locks, node_pid).await?;
+            let parameters = vec![
+                ("agents", agents.into()),
+                ("locks", locks.into()),
+                ("idle_agents", idle_agents.into()),
+            ];
+            (report, common, "scale", parameters)
+        }
+        Scenario::Failover {
+            common,
+            members,
+            kills,
+            kill_every_s,
+            agents,
+            locks,
+            pause_s,
+        } => {
+            let plan = failover::Plan {
+                size: members,
                 kills,
-                kill_every_s,
-                agents,
-                locks,
-                pause_s,
-            } => {
-                let kill_every = std::time::Duration::from_secs(kill_every_s);
-                let fault = match pause_s {
+                kill_every: std::time::Duration::from_secs(kill_every_s),
+                fault: match pause_s {
                     Some(s) => failover::Fault::Pause(std::time::Duration::from_secs(s)),
                     None => failover::Fault::Kill,
-                };
-                let report = failover::run(
-                    hivekeeper, &common, &run, members, kills, kill_every, fault, agents, locks,
-                )
-                .await?;
-                let parameters = vec![
-                    ("members", members.into()),
-                    ("kills", kills.into()),
-                    ("pause_s", pause_s.into()),
-                    ("agents", agents.into()),
-                    ("locks", locks.into()),
-                    // The traffic ran through its own cluster, for as long as the kills took.
-                    ("brokers", "its own cluster".into()),
-                    ("duration_s", report.elapsed_s.round().into()),
-                ];
-                (report, common, "failover", parameters)
-            }
-        };
+                },
+                agents,
+                locks,
+            };
+            let (report, parameters) =
+                run_failover(hivekeeper, &common, &run, plan, pause_s).await?;
+            (report, common, "failover", parameters)
+        }
+    };
     let mut report = with_common(report, &common);
     report.scenario = name.into();
     for (key, value) in parameters {
         report.parameters.insert(key.into(), value);
     }
     Ok((report, common.json))
+}
+
+/// A scenario's own parameters, in the order they are recorded.
+type Parameters = Vec<(&'static str, Value)>;
+
+/// `uncontended`: each agent on its own lock, waypoint or route; with `flood`, one more
+/// agent floods meanwhile.
+async fn run_uncontended(
+    common: &Common,
+    run: &swarm::RunId,
+    agents: usize,
+    flood: bool,
+    resource: airspace::ResourceShape,
+) -> anyhow::Result<(Report, Parameters)> {
+    let kind = format!("{resource:?}").to_lowercase();
+    let resources = (0..agents)
+        .map(|i| resource.resource(run.resource(&format!("{kind}-{i}")), i))
+        .collect();
+    let report = if flood {
+        flood::run(common, run, agents, resources).await?
+    } else {
+        cycles::run(common, run, agents, resources, 1).await?
+    };
+    let parameters = vec![
+        ("agents", agents.into()),
+        ("flood", flood.into()),
+        ("resource", kind.into()),
+    ];
+    Ok((report, parameters))
+}
+
+/// `semaphore`: every agent on one semaphore of `limit` permits, one permit each.
+async fn run_semaphore(
+    common: &Common,
+    run: &swarm::RunId,
+    agents: usize,
+    limit: u32,
+) -> anyhow::Result<(Report, Parameters)> {
+    anyhow::ensure!(limit >= 1, "--limit must be at least 1");
+    let name = run.resource("sem");
+    let resources = (0..agents)
+        .map(|_| Resource::Semaphore {
+            name: name.clone(),
+            limit,
+            permits: 1,
+        })
+        .collect();
+    let capacity = limit as usize;
+    let report = cycles::run(common, run, agents, resources, capacity).await?;
+    let parameters = vec![("agents", agents.into()), ("limit", limit.into())];
+    Ok((report, parameters))
+}
+
+/// `failover`: its own cluster, its leader hit again and again under `contended` traffic.
+async fn run_failover(
+    hivekeeper: &Path,
+    common: &Common,
+    run: &swarm::RunId,
+    plan: failover::Plan,
+    pause_s: Option<u64>,
+) -> anyhow::Result<(Report, Parameters)> {
+    let report = failover::run(hivekeeper, common, run, plan).await?;
+    let parameters = vec![
+        ("members", plan.size.into()),
+        ("kills", plan.kills.into()),
+        ("pause_s", pause_s.into()),
+        ("agents", plan.agents.into()),
+        ("locks", plan.locks.into()),
+        // The traffic ran through its own cluster, for as long as the kills took.
+        ("brokers", "its own cluster".into()),
+        ("duration_s", report.elapsed_s.round().into()),
+    ];
+    Ok((report, parameters))
 }
 
 /// Records the common parameters in the report.

@@ -166,6 +166,34 @@ impl Report {
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
         println!("scenario {} ({})", self.scenario, parameters.join(" "));
+        let mut rows = self.cycle_rows();
+        for reclaim in &self.reclaim {
+            rows.push(reclaim.row());
+        }
+        if let Some(scale) = &self.scale {
+            rows.extend(scale.rows());
+        }
+        if let Some(failover) = &self.failover {
+            rows.extend(failover_rows(failover));
+        }
+        if let Some(flood) = &self.flood {
+            rows.extend(flood_rows(flood));
+        }
+        for (what, value) in rows {
+            println!("  {what:<24} {value}");
+        }
+        for (kind, count) in &self.errors.by_kind {
+            let sample = self.errors.samples.get(kind).cloned().unwrap_or_default();
+            println!("  error x{count}: {sample}");
+        }
+        for sample in &self.mutual_exclusion.samples {
+            println!("  violation: {sample}");
+        }
+    }
+
+    /// The table's rows every scenario has: the cycles, their latencies and fairness, the
+    /// errors and the mutual-exclusion check.
+    fn cycle_rows(&self) -> Vec<(String, String)> {
         let latency = |l: &Latency| {
             format!(
                 "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
@@ -207,96 +235,106 @@ impl Report {
                 self.mutual_exclusion.violations
             ),
         ));
-        for reclaim in &self.reclaim {
-            let rounds: Vec<String> = reclaim
-                .reclaim_ms
-                .iter()
-                .map(|ms| format!("{ms:.0}"))
-                .collect();
-            rows.push((
-                format!("reclaim, TTL {} ms", reclaim.ttl_ms),
-                format!(
-                    "{} ms (worst TTL + {:.0} ms)",
-                    rounds.join(", "),
-                    reclaim.over_ttl_ms_max
-                ),
-            ));
-        }
-        if let Some(scale) = &self.scale {
-            let mb = |value: Option<f64>| value.map_or("unknown".into(), |v| format!("{v:.0} MB"));
-            rows.push((
+        rows
+    }
+}
+
+impl ReclaimFigures {
+    /// This TTL's row of the table: every round's reclaim time and the worst over the TTL.
+    fn row(&self) -> (String, String) {
+        let rounds: Vec<String> = self
+            .reclaim_ms
+            .iter()
+            .map(|ms| format!("{ms:.0}"))
+            .collect();
+        (
+            format!("reclaim, TTL {} ms", self.ttl_ms),
+            format!(
+                "{} ms (worst TTL + {:.0} ms)",
+                rounds.join(", "),
+                self.over_ttl_ms_max
+            ),
+        )
+    }
+}
+
+impl ScaleFigures {
+    /// The idle swarm's rows of the table: how it connected and stayed live, and memory.
+    fn rows(&self) -> [(String, String); 3] {
+        let mb = |value: Option<f64>| value.map_or("unknown".into(), |v| format!("{v:.0} MB"));
+        [
+            (
                 "idle agents".into(),
                 format!(
                     "{} of {} connected in {:.1} s; sessions live {}, lost {}",
-                    scale.idle_connected,
-                    scale.idle_agents,
-                    scale.connect_s,
-                    scale.sessions_live,
-                    scale.sessions_lost
+                    self.idle_connected,
+                    self.idle_agents,
+                    self.connect_s,
+                    self.sessions_live,
+                    self.sessions_lost
                 ),
-            ));
-            rows.push((
+            ),
+            (
                 "node RSS".into(),
                 format!(
                     "{} (peak {})",
-                    mb(scale.node_rss_mb),
-                    mb(scale.node_rss_peak_mb)
+                    mb(self.node_rss_mb),
+                    mb(self.node_rss_peak_mb)
                 ),
-            ));
-            rows.push(("bench RSS peak".into(), mb(scale.bench_rss_peak_mb)));
-        }
-        if let Some(failover) = &self.failover {
-            let gaps: Vec<String> = failover
-                .gap_ms
-                .iter()
-                .map(|ms| format!("{ms:.0}"))
-                .collect();
-            rows.push((
-                format!("failover gaps ({} members)", failover.members),
-                format!(
-                    "median {:.0} ms, max {:.0} ms: {} ms",
-                    failover.gap_ms_median,
-                    failover.gap_ms_max,
-                    gaps.join(", ")
-                ),
-            ));
-            rows.push((
-                "longest with no grant".into(),
-                format!(
-                    "{:.0} ms, beginning {}",
-                    failover.longest_no_grant_ms, failover.longest_no_grant_began
-                ),
-            ));
-        }
-        if let Some(flood) = &self.flood {
-            let answered: Vec<String> = flood
-                .answered
-                .iter()
-                .map(|(code, count)| format!("{code} {count}"))
-                .collect();
-            rows.push((
-                "flood".into(),
-                format!(
-                    "{} sent ({:.0}/s), answered: {}",
-                    flood.sent,
-                    flood.sent_per_s,
-                    answered.join(", ")
-                ),
-            ));
-            rows.push((
-                "sessions lost".into(),
-                format!("{} (of the swarm, during the flood)", flood.sessions_lost),
-            ));
-        }
-        for (what, value) in rows {
-            println!("  {what:<24} {value}");
-        }
-        for (kind, count) in &self.errors.by_kind {
-            let sample = self.errors.samples.get(kind).cloned().unwrap_or_default();
-            println!("  error x{count}: {sample}");
-        }
-        for sample in &self.mutual_exclusion.samples {
-            println!("  violation: {sample}");
-        }
+            ),
+            ("bench RSS peak".into(), mb(self.bench_rss_peak_mb)),
+        ]
     }
+}
+
+/// `failover`'s rows of the table: the gaps after each fault and the longest hole.
+fn failover_rows(failover: &super::failover::FailoverFigures) -> [(String, String); 2] {
+    let gaps: Vec<String> = failover
+        .gap_ms
+        .iter()
+        .map(|ms| format!("{ms:.0}"))
+        .collect();
+    [
+        (
+            format!("failover gaps ({} members)", failover.members),
+            format!(
+                "median {:.0} ms, max {:.0} ms: {} ms",
+                failover.gap_ms_median,
+                failover.gap_ms_max,
+                gaps.join(", ")
+            ),
+        ),
+        (
+            "longest with no grant".into(),
+            format!(
+                "{:.0} ms, beginning {}",
+                failover.longest_no_grant_ms, failover.longest_no_grant_began
+            ),
+        ),
+    ]
+}
+
+/// `--flood`'s rows of the table: what the flooding agent sent, how it was answered, and the
+/// swarm's sessions lost meanwhile.
+fn flood_rows(flood: &super::flood::FloodFigures) -> [(String, String); 2] {
+    let answered: Vec<String> = flood
+        .answered
+        .iter()
+        .map(|(code, count)| format!("{code} {count}"))
+        .collect();
+    [
+        (
+            "flood".into(),
+            format!(
+                "{} sent ({:.0}/s), answered: {}",
+                flood.sent,
+                flood.sent_per_s,
+                answered.join(", ")
+            ),
+        ),
+        (
+            "sessions lost".into(),
+            format!("{} (of the swarm, during the flood)", flood.sessions_lost),
+        ),
+    ]
 }

@@ -11,14 +11,13 @@
 //!            ─▶ the rebooted drone's stale token is refused by the pad (fence rejection)
 //! ```
 //!
-//! The world (`World`) plays the protected resources: each pad and the gateway config remember
-//! the highest fencing token they have seen and refuse a lower one, and they count what must
-//! never happen (two drones on one pad, nine sensors on an eight-slot gateway, a live holder
-//! with an older token than a previous holder).
+//! The world (`World`, in `world.rs`) plays the protected resources: each pad and the gateway
+//! config remember the highest fencing token they have seen and refuse a lower one, and they
+//! count what must never happen (two drones on one pad, nine sensors on an eight-slot gateway,
+//! a live holder with an older token than a previous holder).
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -31,6 +30,8 @@ use hivekeeper_coordinator::node::NodeConfig;
 use hivekeeper_mqtt::Mode;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use crate::world::{World, bump};
 
 /// Metres per degree of latitude on the protocol's sphere (radius 6 371 008.8 m).
 pub(crate) const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
@@ -207,124 +208,6 @@ pub async fn embedded_node() -> anyhow::Result<(Service, tempfile::TempDir, Stri
     Ok((service, data_dir, addr.to_string()))
 }
 
-/// A protected pad: the highest token it has seen, and who stands on it.
-#[derive(Debug, Default)]
-struct Pad {
-    highest_token: u64,
-    /// `(drone, token, crashed)`.
-    occupant: Option<(String, u64, bool)>,
-    /// The last drone that landed, to count handovers.
-    last_drone: Option<String>,
-}
-
-/// Why a pad or the config refused a token.
-#[derive(Debug)]
-struct Stale {
-    highest_token: u64,
-}
-
-/// The protected resources and the counters of what they saw.
-#[derive(Debug, Default)]
-struct World {
-    pads: Mutex<HashMap<String, Pad>>,
-    gateway_occupancy: AtomicU64,
-    gateway_occupancy_max: AtomicU64,
-    gateway_permits: u64,
-    /// `(highest token, holder now)` of the gateway configuration.
-    config: Mutex<(u64, Option<String>)>,
-    fence_rejections: AtomicU64,
-    double_occupancy: AtomicU64,
-    violations: AtomicU64,
-    handovers: AtomicU64,
-}
-
-fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
-}
-
-impl World {
-    /// A drone lands on `pad` with `token`. A token not above the highest seen is refused (a
-    /// stale holder). A wreck (crashed occupant) is cleared by a higher token; a live occupant
-    /// still there is double occupancy.
-    fn land(&self, pad: &str, drone: &str, token: u64) -> Result<(), Stale> {
-        let mut pads = locked(&self.pads);
-        let pad = pads.entry(pad.to_string()).or_default();
-        if token <= pad.highest_token {
-            bump(&self.fence_rejections);
-            return Err(Stale {
-                highest_token: pad.highest_token,
-            });
-        }
-        if let Some((_, _, crashed)) = &pad.occupant
-            && !crashed
-        {
-            bump(&self.double_occupancy);
-        }
-        if pad.last_drone.as_deref().is_some_and(|last| last != drone) {
-            bump(&self.handovers);
-        }
-        pad.highest_token = token;
-        pad.occupant = Some((drone.to_string(), token, false));
-        pad.last_drone = Some(drone.to_string());
-        Ok(())
-    }
-
-    /// The drone holding `token` leaves `pad` (or crashes on it, leaving a wreck).
-    fn leave(&self, pad: &str, token: u64, crashed: bool) {
-        let mut pads = locked(&self.pads);
-        let Some(pad) = pads.get_mut(pad) else { return };
-        if let Some((_, held, wreck)) = &mut pad.occupant
-            && *held == token
-        {
-            if crashed {
-                *wreck = true;
-            } else {
-                pad.occupant = None;
-            }
-        }
-    }
-
-    /// A sensor enters the gateway under a permit.
-    fn gateway_enter(&self) {
-        let now = self.gateway_occupancy.fetch_add(1, Ordering::SeqCst) + 1;
-        self.gateway_occupancy_max.fetch_max(now, Ordering::Relaxed);
-        if now > self.gateway_permits {
-            bump(&self.violations);
-        }
-    }
-
-    fn gateway_leave(&self) {
-        self.gateway_occupancy.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// A reconfiguration starts under the config lock's `token`.
-    fn config_begin(&self, sensor: &str, token: u64) -> Result<(), Stale> {
-        let mut config = locked(&self.config);
-        if token <= config.0 {
-            bump(&self.fence_rejections);
-            return Err(Stale {
-                highest_token: config.0,
-            });
-        }
-        if config.1.is_some() {
-            bump(&self.double_occupancy);
-        }
-        *config = (token, Some(sensor.to_string()));
-        Ok(())
-    }
-
-    fn config_end(&self, sensor: &str) {
-        let mut config = locked(&self.config);
-        if config.1.as_deref() == Some(sensor) {
-            config.1 = None;
-        }
-    }
-}
-
 /// What one drone or sensor task reports.
 #[derive(Debug, Default)]
 struct Tally {
@@ -356,27 +239,14 @@ pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result
     }
     let started = Instant::now();
     let shared = Arc::new(Shared {
-        world: World {
-            gateway_permits: u64::from(config.gateway_permits),
-            ..World::default()
-        },
+        world: World::new(u64::from(config.gateway_permits)),
         deadline: started + Duration::from_secs(config.duration_s),
         progress,
         config,
     });
     let config = &shared.config;
 
-    // Sessions first, all at once, so the flight starts together. Drones that will crash
-    // connect on their own runtime instead (see `crashing_drone`).
-    let mut connecting = JoinSet::new();
-    for i in config.crashes..config.drones + config.sensors {
-        let shared = shared.clone();
-        connecting.spawn(async move { anyhow::Ok((i, connect(&shared, i).await?)) });
-    }
-    let mut sessions: Vec<(usize, Session)> = Vec::new();
-    while let Some(joined) = connecting.join_next().await {
-        sessions.push(joined.context("a connecting task panicked")??);
-    }
+    let sessions = connect_all(&shared).await?;
 
     let (crash_tx, mut crash_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut crash_threads = Vec::new();
@@ -425,6 +295,34 @@ pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result
         }
     }
 
+    Ok(summarize(&shared, tally, reclaims, started))
+}
+
+/// Every agent but the crashing drones connects and takes its session, all at once, so the
+/// flight starts together; returns them by agent index. Drones that will crash connect on
+/// their own runtime instead (see `crashing_drone`).
+async fn connect_all(shared: &Arc<Shared>) -> anyhow::Result<Vec<(usize, Session)>> {
+    let config = &shared.config;
+    let mut connecting = JoinSet::new();
+    for i in config.crashes..config.drones + config.sensors {
+        let shared = shared.clone();
+        connecting.spawn(async move { anyhow::Ok((i, connect(&shared, i).await?)) });
+    }
+    let mut sessions: Vec<(usize, Session)> = Vec::new();
+    while let Some(joined) = connecting.join_next().await {
+        sessions.push(joined.context("a connecting task panicked")??);
+    }
+    Ok(sessions)
+}
+
+/// The run's summary, from the merged tally of every task, the world's counters and the
+/// ground crews' reclaims.
+fn summarize(
+    shared: &Shared,
+    mut tally: Tally,
+    reclaims: Vec<Reclaim>,
+    started: Instant,
+) -> Summary {
     // 1 µs to an hour at 3 significant figures; `saturating_record` keeps a longer wait at
     // the top instead of failing (an auto-resizing histogram would clamp every value instead).
     let mut reservation_wait_us =
@@ -436,7 +334,7 @@ pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     let error_count = tally.errors.len() as u64;
     tally.errors.truncate(5);
-    Ok(Summary {
+    Summary {
         missions: tally.missions,
         landings: tally.landings,
         reservation_wait_us,
@@ -453,7 +351,7 @@ pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result
         error_samples: tally.errors,
         elapsed: started.elapsed(),
         cut_short: Instant::now() >= shared.deadline,
-    })
+    }
 }
 
 /// Agent `i` (drones first, then sensors) connects and takes its session.

@@ -10,7 +10,7 @@
 //! By default it starts a node in-process (the same assembly as `hivekeeper serve`) on a
 //! temporary data dir and a free loopback port. It exits non-zero if any pad saw two drones,
 //! the gateway more sensors than permits, or a live holder an older token than an earlier one.
-//! The scenario itself is in `fleet.rs`.
+//! The scenario itself is in `fleet.rs`, the pads and gateway it protects in `world.rs`.
 //!
 //! Then the airspace (`flights.rs`): drones plan whole flights hub → pad as 4D routes, share
 //! corridors at different times, and an emergency flight preempts a routine one. It exits
@@ -18,6 +18,7 @@
 
 mod fleet;
 mod flights;
+mod world;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -265,21 +265,7 @@ impl Cluster {
             mounts: Vec::new(),
             keep_files: false,
         };
-        // Per member: (ip, peer, mqtt, metrics).
-        let mut addresses = Vec::new();
-        if options.netns {
-            let network = Network::create(size)?;
-            for i in 0..size {
-                addresses.push((network.ip(i), 7000, 1883, 9464));
-            }
-            cluster.network = Some(network);
-        } else {
-            let ports = hivekeeper_loopback::free_ports(3 * size).map_err(Error::Ports)?;
-            for i in 0..size {
-                let ip = "127.0.0.1".to_string();
-                addresses.push((ip, ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]));
-            }
-        }
+        let addresses = cluster.assign_addresses(options)?;
         let list = addresses
             .iter()
             .enumerate()
@@ -288,25 +274,7 @@ impl Cluster {
             .join(",");
         for (i, (ip, _, mqtt_port, metrics_port)) in addresses.into_iter().enumerate() {
             let name = format!("n{}", i + 1);
-            let mut data = cluster.root.join(&name);
-            create_dir(&data)?;
-            if let Some(mib) = options.tmpfs_mib {
-                run(
-                    "mount",
-                    &[
-                        "-t",
-                        "tmpfs",
-                        "-o",
-                        &format!("size={mib}m"),
-                        "tmpfs",
-                        &data.display().to_string(),
-                    ],
-                    "",
-                    ": a member's own disk needs root",
-                )?;
-                cluster.mounts.push(data.clone());
-                data = data.join("data");
-            }
+            let data = cluster.data_dir(&name, options.tmpfs_mib)?;
             let faketime_file = if options.faketime {
                 let file = cluster.root.join(format!("{name}.faketime"));
                 write_file(&file, "+0\n")?;
@@ -354,6 +322,56 @@ impl Cluster {
         }
         cluster.leader(Duration::from_secs(30)).await?;
         Ok(cluster)
+    }
+
+    /// Each member's addresses, (ip, peer port, MQTT port, metrics port): the fixed ports on
+    /// an address of its own in a network namespace of its own (creating the namespaces), or
+    /// free loopback ports.
+    fn assign_addresses(
+        &mut self,
+        options: &Options,
+    ) -> Result<Vec<(String, u16, u16, u16)>, Error> {
+        let size = options.size;
+        let mut addresses = Vec::new();
+        if options.netns {
+            let network = Network::create(size)?;
+            for i in 0..size {
+                addresses.push((network.ip(i), 7000, 1883, 9464));
+            }
+            self.network = Some(network);
+        } else {
+            let ports = hivekeeper_loopback::free_ports(3 * size).map_err(Error::Ports)?;
+            for i in 0..size {
+                let ip = "127.0.0.1".to_string();
+                addresses.push((ip, ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]));
+            }
+        }
+        Ok(addresses)
+    }
+
+    /// Creates member `name`'s data dir under the root; with `tmpfs_mib`, on a tmpfs of its own
+    /// of that size (so its disk can be filled without filling the machine's).
+    fn data_dir(&mut self, name: &str, tmpfs_mib: Option<u64>) -> Result<PathBuf, Error> {
+        let data = self.root.join(name);
+        create_dir(&data)?;
+        let Some(mib) = tmpfs_mib else {
+            return Ok(data);
+        };
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m"),
+                "tmpfs",
+                &data.display().to_string(),
+            ],
+            "",
+            ": a member's own disk needs root",
+        )?;
+        self.mounts.push(data.clone());
+        Ok(data.join("data"))
     }
 
     /// Keeps the members' data and logs when the cluster drops; returns where they are.

@@ -37,6 +37,44 @@ pub struct Span<'a> {
 pub fn window(history: &History, span: Span<'_>) -> Window {
     let from = span.inject_us;
     let to = (span.recovered_us + 1_000_000).min(span.end_us);
+    let (outcomes, longest_wait) = acquire_outcomes(history, from, to);
+    let probes = probe_gaps(history, &span, from, to);
+    let probe_gap_ms: Vec<Option<f64>> = probes.gaps_us.iter().map(|gap| gap.map(ms)).collect();
+    let majority_probe_gap_ms = (0..span.members)
+        .filter(|member| !span.hit.contains(member))
+        .filter_map(|member| probe_gap_ms[member])
+        .fold(0.0, f64::max);
+    let reclaim_ms = (span.fault == FaultKind::PauseClient)
+        .then(|| reclaim_us(history, span.paused_lock, from).map(ms))
+        .flatten();
+    let hit_unavailable_ms = history
+        .sentinel
+        .iter()
+        .filter(|answer| span.hit.contains(&answer.member) && answer.outcome == "unavailable")
+        .map(|answer| answer.complete_us)
+        .filter(|&at| at > from && at <= to)
+        .min()
+        .map(|at| ms(at - from));
+    Window {
+        fault: span.fault,
+        target: span.target,
+        inject_ms: ms(span.inject_us),
+        undo_ms: ms(span.undo_us),
+        recovered_ms: ms(span.recovered_us),
+        longest_no_grant_ms: ms(longest_no_grant_us(history, from, to)),
+        longest_wait_ms: ms(longest_wait),
+        probe_gap_ms,
+        majority_probe_gap_ms,
+        hit_probe_answer_ms: probes.hit_answer_us.map(ms),
+        hit_unavailable_ms,
+        outcomes,
+        reclaim_ms,
+        exited: span.exited,
+    }
+}
+
+/// The longest time in `from..=to` without a grant of a lock or a semaphore to anyone, µs.
+fn longest_no_grant_us(history: &History, from: u64, to: u64) -> u64 {
     let mut grants: Vec<u64> = history
         .lock_holds
         .iter()
@@ -51,6 +89,12 @@ pub fn window(history: &History, span: Span<'_>) -> Window {
         longest_no_grant = longest_no_grant.max(at - previous);
         previous = at;
     }
+    longest_no_grant
+}
+
+/// The acquires sent in `from..=to`, counted by outcome, and the longest any took to be
+/// answered, µs.
+fn acquire_outcomes(history: &History, from: u64, to: u64) -> (BTreeMap<String, u64>, u64) {
     let mut outcomes = BTreeMap::new();
     let mut longest_wait = 0;
     for wait in history
@@ -61,11 +105,22 @@ pub fn window(history: &History, span: Span<'_>) -> Window {
         *outcomes.entry(wait.outcome.clone()).or_insert(0) += 1;
         longest_wait = longest_wait.max(wait.complete_us.saturating_sub(wait.invoke_us));
     }
-    // The probes, by the member each was connected to when it sent its try-lock. A probe
-    // tries every 100 ms, so its wait for a grant runs from its first try after its last grant
-    // to its next grant, counted where it made them (a probe that moved members starts
-    // afresh there). Per member, the longest such wait (`None`: no probe there); for the
-    // members hit, also the longest any single try waited for an answer.
+    (outcomes, longest_wait)
+}
+
+/// What the probes saw in a span.
+struct ProbeGaps {
+    /// Per member, the longest a probe connected there waited for a grant, µs; `None` when no
+    /// probe was connected there.
+    gaps_us: Vec<Option<u64>>,
+    /// The longest any single try of a probe on a hit member waited for an answer, µs.
+    hit_answer_us: Option<u64>,
+}
+
+/// The probes, by the member each was connected to when it sent its try-lock. A probe tries
+/// every 100 ms, so its wait for a grant runs from its first try after its last grant to its
+/// next grant, counted where it made them (a probe that moved members starts afresh there).
+fn probe_gaps(history: &History, span: &Span<'_>, from: u64, to: u64) -> ProbeGaps {
     let mut gaps_us: Vec<Option<u64>> = vec![None; span.members];
     let mut hit_answer_us: Option<u64> = None;
     let mut probes: Vec<&super::history::Wait> = history
@@ -98,56 +153,32 @@ pub fn window(history: &History, span: Span<'_>) -> Window {
             since = Some((wait.agent.as_str(), wait.member, start));
         }
     }
-    let probe_gap_ms: Vec<Option<f64>> = gaps_us.iter().map(|gap| gap.map(ms)).collect();
-    let majority_probe_gap_ms = (0..span.members)
-        .filter(|member| !span.hit.contains(member))
-        .filter_map(|member| probe_gap_ms[member])
-        .fold(0.0, f64::max);
-    let reclaim_ms = (span.fault == FaultKind::PauseClient)
-        .then(|| {
-            let paused_agent = history
-                .lock_holds
-                .iter()
-                .filter(|h| h.resource == span.paused_lock && h.granted_us <= from + 30_000_000)
-                .filter(|h| h.agent.ends_with("-paused0"))
-                .map(|h| h.granted_us)
-                .filter(|&at| at >= from)
-                .min();
-            let paused_at = paused_agent.unwrap_or(from);
-            history
-                .lock_holds
-                .iter()
-                .filter(|h| h.resource == span.paused_lock && !h.agent.ends_with("-paused0"))
-                .map(|h| h.granted_us)
-                .filter(|&at| at > paused_at)
-                .min()
-                .map(|at| ms(at - paused_at))
-        })
-        .flatten();
-    let hit_unavailable_ms = history
-        .sentinel
-        .iter()
-        .filter(|answer| span.hit.contains(&answer.member) && answer.outcome == "unavailable")
-        .map(|answer| answer.complete_us)
-        .filter(|&at| at > from && at <= to)
-        .min()
-        .map(|at| ms(at - from));
-    Window {
-        fault: span.fault,
-        target: span.target,
-        inject_ms: ms(span.inject_us),
-        undo_ms: ms(span.undo_us),
-        recovered_ms: ms(span.recovered_us),
-        longest_no_grant_ms: ms(longest_no_grant),
-        longest_wait_ms: ms(longest_wait),
-        probe_gap_ms,
-        majority_probe_gap_ms,
-        hit_probe_answer_ms: hit_answer_us.map(ms),
-        hit_unavailable_ms,
-        outcomes,
-        reclaim_ms,
-        exited: span.exited,
+    ProbeGaps {
+        gaps_us,
+        hit_answer_us,
     }
+}
+
+/// For a paused client: from its grant of `paused_lock` at or after `from` (else `from`) to
+/// the next grant of that lock to another agent, µs; `None` when nobody else got it.
+fn reclaim_us(history: &History, paused_lock: &str, from: u64) -> Option<u64> {
+    let paused_agent = history
+        .lock_holds
+        .iter()
+        .filter(|h| h.resource == paused_lock && h.granted_us <= from + 30_000_000)
+        .filter(|h| h.agent.ends_with("-paused0"))
+        .map(|h| h.granted_us)
+        .filter(|&at| at >= from)
+        .min();
+    let paused_at = paused_agent.unwrap_or(from);
+    history
+        .lock_holds
+        .iter()
+        .filter(|h| h.resource == paused_lock && !h.agent.ends_with("-paused0"))
+        .map(|h| h.granted_us)
+        .filter(|&at| at > paused_at)
+        .min()
+        .map(|at| at - paused_at)
 }
 
 fn ms(us: u64) -> f64 {

@@ -134,45 +134,10 @@ pub async fn inject(
     cluster: &mut Cluster,
     tools: Tools<'_>,
 ) -> anyhow::Result<Injected> {
-    let size = cluster.members.len();
     let leader = cluster.leader(Duration::from_secs(30)).await?;
-    let name = |cluster: &Cluster, i: usize| cluster.members[i].name.clone();
-    let random_other =
-        |rng: &mut fastrand::Rng, not: usize| (not + 1 + rng.usize(..size - 1)) % size;
     Ok(match kind {
-        FaultKind::KillLeader => {
-            cluster.members[leader].kill();
-            Injected {
-                target: name(cluster, leader),
-                hit: vec![leader],
-                undo: Undo::Restart(vec![leader]),
-            }
-        }
-        FaultKind::KillRandom => {
-            let victim = tools.rng.usize(..size);
-            cluster.members[victim].kill();
-            Injected {
-                target: name(cluster, victim),
-                hit: vec![victim],
-                undo: Undo::Restart(vec![victim]),
-            }
-        }
-        FaultKind::KillMajority => {
-            let mut victims = vec![leader];
-            while victims.len() < size / 2 + 1 {
-                let next = random_other(tools.rng, leader);
-                if !victims.contains(&next) {
-                    victims.push(next);
-                }
-            }
-            for &victim in &victims {
-                cluster.members[victim].kill();
-            }
-            Injected {
-                target: names(cluster, &victims),
-                hit: victims.clone(),
-                undo: Undo::Restart(victims),
-            }
+        FaultKind::KillLeader | FaultKind::KillRandom | FaultKind::KillMajority => {
+            kill(kind, cluster, leader, tools.rng)
         }
         FaultKind::PauseLeader => {
             cluster.members[leader].signal("STOP")?;
@@ -182,87 +147,15 @@ pub async fn inject(
                 undo: Undo::Continue(leader),
             }
         }
-        FaultKind::PauseClient => {
-            let (paused, stopped) = tokio::sync::oneshot::channel();
-            tools
-                .pause_client
-                .send(PauseRequest {
-                    pause: tools.hold,
-                    paused,
-                })
-                .await
-                .context("the pausable client is gone")?;
-            // Stopped at its next grant; the hold time counts from there.
-            let at_us = tokio::time::timeout(Duration::from_secs(30), stopped)
-                .await
-                .context("the pausable client got no grant within 30 s")?
-                .context("the pausable client is gone")?;
-            Injected {
-                target: format!("client (stopped at {} ms)", at_us / 1_000),
-                hit: Vec::new(),
-                undo: Undo::Nothing,
-            }
+        FaultKind::PauseClient => pause_client(tools.pause_client, tools.hold).await?,
+        FaultKind::PartitionMinority | FaultKind::PartitionLeader | FaultKind::PartitionBridge => {
+            partition(kind, cluster, leader, tools.rng)?
         }
-        FaultKind::PartitionMinority | FaultKind::PartitionLeader => {
-            let isolated = if kind == FaultKind::PartitionLeader {
-                leader
-            } else {
-                tools.rng.usize(..size)
-            };
-            let rest: Vec<usize> = (0..size).filter(|&i| i != isolated).collect();
-            cluster.cut(&[isolated], &rest)?;
-            Injected {
-                target: format!("{} | {}", name(cluster, isolated), names(cluster, &rest)),
-                hit: vec![isolated],
-                undo: Undo::Heal,
-            }
-        }
-        FaultKind::PartitionBridge => {
-            // The bridge sees both sides; the sides are the others, split in two.
-            let bridge = random_other(tools.rng, leader);
-            let others: Vec<usize> = (0..size).filter(|&i| i != bridge).collect();
-            let (a, b) = others.split_at(others.len() / 2);
-            cluster.cut(a, b)?;
-            Injected {
-                target: format!(
-                    "{} | {} (bridge {})",
-                    names(cluster, a),
-                    names(cluster, b),
-                    name(cluster, bridge)
-                ),
-                // Either side may be the one without the leader.
-                hit: others,
-                undo: Undo::Heal,
-            }
-        }
-        FaultKind::ClockForward | FaultKind::ClockBackward => {
-            let jump = if kind == FaultKind::ClockForward {
-                tools.clock_jump_s
-            } else {
-                -tools.clock_jump_s
-            };
-            cluster.set_clock_offset(leader, jump)?;
-            Injected {
-                target: format!("{} {jump:+} s", name(cluster, leader)),
-                hit: Vec::new(),
-                undo: Undo::ClockReset(vec![leader]),
-            }
-        }
-        FaultKind::ClockSkew => {
-            let mut described = Vec::new();
-            for i in 0..size {
-                let offset = (i as i64 - (size as i64 / 2)) * tools.clock_jump_s;
-                cluster.set_clock_offset(i, offset)?;
-                described.push(format!("{} {offset:+} s", name(cluster, i)));
-            }
-            Injected {
-                target: described.join(", "),
-                hit: Vec::new(),
-                undo: Undo::ClockReset((0..size).collect()),
-            }
+        FaultKind::ClockForward | FaultKind::ClockBackward | FaultKind::ClockSkew => {
+            shift_clocks(kind, cluster, leader, tools.clock_jump_s)?
         }
         FaultKind::DiskFull => {
-            let victim = random_other(tools.rng, leader);
+            let victim = random_other(tools.rng, cluster.members.len(), leader);
             let bytes = cluster.fill_disk(victim)?;
             Injected {
                 target: format!("{} ({} MiB filler)", name(cluster, victim), bytes >> 20),
@@ -271,6 +164,151 @@ pub async fn inject(
             }
         }
     })
+}
+
+/// `kill-leader`, `kill-random`, `kill-majority`: SIGKILLs the victims; undone by restarting
+/// them on their data.
+fn kill(
+    kind: FaultKind,
+    cluster: &mut Cluster,
+    leader: usize,
+    rng: &mut fastrand::Rng,
+) -> Injected {
+    let size = cluster.members.len();
+    let victims = match kind {
+        FaultKind::KillLeader => vec![leader],
+        FaultKind::KillRandom => vec![rng.usize(..size)],
+        _ => {
+            let mut victims = vec![leader];
+            while victims.len() < size / 2 + 1 {
+                let next = random_other(rng, size, leader);
+                if !victims.contains(&next) {
+                    victims.push(next);
+                }
+            }
+            victims
+        }
+    };
+    for &victim in &victims {
+        cluster.members[victim].kill();
+    }
+    Injected {
+        target: names(cluster, &victims),
+        hit: victims.clone(),
+        undo: Undo::Restart(victims),
+    }
+}
+
+/// `pause-client`: asks the pausable client's driver to stop it at its next grant, before it
+/// writes, for `hold`; the driver continues it by itself.
+async fn pause_client(
+    driver: &mpsc::Sender<PauseRequest>,
+    hold: Duration,
+) -> anyhow::Result<Injected> {
+    let (paused, stopped) = tokio::sync::oneshot::channel();
+    driver
+        .send(PauseRequest {
+            pause: hold,
+            paused,
+        })
+        .await
+        .context("the pausable client is gone")?;
+    // Stopped at its next grant; the hold time counts from there.
+    let at_us = tokio::time::timeout(Duration::from_secs(30), stopped)
+        .await
+        .context("the pausable client got no grant within 30 s")?
+        .context("the pausable client is gone")?;
+    Ok(Injected {
+        target: format!("client (stopped at {} ms)", at_us / 1_000),
+        hit: Vec::new(),
+        undo: Undo::Nothing,
+    })
+}
+
+/// `partition-minority`, `partition-leader`, `partition-bridge`: cuts member-to-member links;
+/// undone by healing every cut.
+fn partition(
+    kind: FaultKind,
+    cluster: &mut Cluster,
+    leader: usize,
+    rng: &mut fastrand::Rng,
+) -> anyhow::Result<Injected> {
+    let size = cluster.members.len();
+    if kind == FaultKind::PartitionBridge {
+        // The bridge sees both sides; the sides are the others, split in two.
+        let bridge = random_other(rng, size, leader);
+        let others: Vec<usize> = (0..size).filter(|&i| i != bridge).collect();
+        let (a, b) = others.split_at(others.len() / 2);
+        cluster.cut(a, b)?;
+        return Ok(Injected {
+            target: format!(
+                "{} | {} (bridge {})",
+                names(cluster, a),
+                names(cluster, b),
+                name(cluster, bridge)
+            ),
+            // Either side may be the one without the leader.
+            hit: others,
+            undo: Undo::Heal,
+        });
+    }
+    let isolated = if kind == FaultKind::PartitionLeader {
+        leader
+    } else {
+        rng.usize(..size)
+    };
+    let rest: Vec<usize> = (0..size).filter(|&i| i != isolated).collect();
+    cluster.cut(&[isolated], &rest)?;
+    Ok(Injected {
+        target: format!("{} | {}", name(cluster, isolated), names(cluster, &rest)),
+        hit: vec![isolated],
+        undo: Undo::Heal,
+    })
+}
+
+/// `clock-forward`, `clock-backward` (the leader's clock), `clock-skew` (every member's, each
+/// by a different multiple of the jump); undone by putting the clocks back to real time.
+fn shift_clocks(
+    kind: FaultKind,
+    cluster: &mut Cluster,
+    leader: usize,
+    clock_jump_s: i64,
+) -> anyhow::Result<Injected> {
+    if kind == FaultKind::ClockSkew {
+        let size = cluster.members.len();
+        let mut described = Vec::new();
+        for i in 0..size {
+            let offset = (i as i64 - (size as i64 / 2)) * clock_jump_s;
+            cluster.set_clock_offset(i, offset)?;
+            described.push(format!("{} {offset:+} s", name(cluster, i)));
+        }
+        return Ok(Injected {
+            target: described.join(", "),
+            hit: Vec::new(),
+            undo: Undo::ClockReset((0..size).collect()),
+        });
+    }
+    let jump = if kind == FaultKind::ClockForward {
+        clock_jump_s
+    } else {
+        -clock_jump_s
+    };
+    cluster.set_clock_offset(leader, jump)?;
+    Ok(Injected {
+        target: format!("{} {jump:+} s", name(cluster, leader)),
+        hit: Vec::new(),
+        undo: Undo::ClockReset(vec![leader]),
+    })
+}
+
+/// A random member other than `not`, out of `size`.
+fn random_other(rng: &mut fastrand::Rng, size: usize, not: usize) -> usize {
+    (not + 1 + rng.usize(..size - 1)) % size
+}
+
+/// Member `i`'s name.
+fn name(cluster: &Cluster, i: usize) -> String {
+    cluster.members[i].name.clone()
 }
 
 /// Undoes a fault.

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::faults::{self, FaultKind, Tools};
-use crate::history::{Recorder, Timeline};
+use crate::history::{History, Recorder, Timeline};
 use crate::store::FencedStore;
 use crate::workload::{self, Context};
 use crate::{availability, check, client, hivekeeper_binary, sentinel};
@@ -227,15 +227,7 @@ fn plan(asked: &[FaultKind]) -> anyhow::Result<(Vec<FaultKind>, Vec<String>)> {
 }
 
 async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
-    anyhow::ensure!(
-        args.members >= 3,
-        "--members must be at least 3 (a majority must survive one fault)"
-    );
-    anyhow::ensure!(
-        args.locks >= 1 && args.lock_agents >= 1,
-        "--locks and --lock-agents must be at least 1"
-    );
-    anyhow::ensure!(args.sem_limit >= 1, "--sem-limit must be at least 1");
+    validate(&args)?;
     let (kinds, not_run) = plan(&args.faults)?;
     let seed = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -244,15 +236,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     });
     let mut rng = fastrand::Rng::with_seed(seed);
     let run_id = format!("nem{}x{}", std::process::id(), seed % 10_000);
-    let options = Options {
-        size: args.members,
-        netns: kinds
-            .iter()
-            .any(|k| k.needs_root() && *k != FaultKind::DiskFull),
-        faketime: kinds.iter().any(|k| k.needs_faketime()),
-        tmpfs_mib: kinds.contains(&FaultKind::DiskFull).then_some(128),
-        extra_args: Vec::new(),
-    };
+    let options = cluster_options(&kinds, args.members);
     let root = std::env::temp_dir().join(format!("hivekeeper-{run_id}"));
     let binary = hivekeeper_binary::find(args.hivekeeper.as_deref())?;
     let mut cluster = Cluster::start(&binary, root, &options).await?;
@@ -276,6 +260,109 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     let locks: Vec<String> = (0..args.locks)
         .map(|i| format!("{run_id}-lock{i}"))
         .collect();
+    let tasks = spawn_workloads(&args, &ctx, &store, &locks);
+    let (pause_tx, pause_rx) = mpsc::channel(1);
+    let paused_lock = locks[0].clone();
+    let pausable = client::PausableClient::start(
+        ctx.clone(),
+        store.clone(),
+        paused_lock.clone(),
+        1 % args.members,
+        pause_rx,
+    )?;
+
+    let mut errors = Vec::new();
+    let schedule = Schedule {
+        kinds: &kinds,
+        until: faults_until,
+        quiet: Duration::from_secs(args.quiet_s),
+        hold: Duration::from_secs(args.fault_s),
+        clock_jump_s: args.clock_jump_s,
+    };
+    let faults = inject_on_schedule(
+        &schedule,
+        &mut cluster,
+        &mut rng,
+        &pause_tx,
+        timeline,
+        &mut errors,
+    )
+    .await;
+    drop(pause_tx);
+
+    // The workloads end at ctx.stop_at; a request in flight then ends within its deadline.
+    join_workloads(
+        tasks,
+        pausable,
+        ctx.stop_at + Duration::from_secs(40),
+        &mut errors,
+    )
+    .await;
+    let end_us = timeline.now_us();
+    let history = recorder.take();
+    if let Some(path) = &args.history {
+        let text = serde_json::to_string(&history).context("encoding the history")?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let checks = check::check(&history, args.sem_limit);
+    let windows: Vec<Window> = faults
+        .into_iter()
+        .map(|fault| fault.window(&history, end_us, args.members, &paused_lock))
+        .collect();
+    let anomalies = checks.anomalies() + errors.len() as u64;
+    let logs =
+        (anomalies > 0 || args.keep_logs).then(|| cluster.keep_files().display().to_string());
+    drop(cluster);
+    Ok(NemesisReport {
+        members: args.members,
+        seed,
+        wall_start_ms,
+        not_run,
+        windows,
+        checks,
+        registers: store.values().into_iter().collect(),
+        errors,
+        anomalies,
+        logs,
+    })
+}
+
+/// Refuses flags a run cannot work with, before anything is started.
+fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.members >= 3,
+        "--members must be at least 3 (a majority must survive one fault)"
+    );
+    anyhow::ensure!(
+        args.locks >= 1 && args.lock_agents >= 1,
+        "--locks and --lock-agents must be at least 1"
+    );
+    anyhow::ensure!(args.sem_limit >= 1, "--sem-limit must be at least 1");
+    Ok(())
+}
+
+/// The cluster the planned fault classes need: network namespaces for the partitions, clocks
+/// under libfaketime for the clock faults, a small tmpfs per member for `disk-full`.
+fn cluster_options(kinds: &[FaultKind], members: usize) -> Options {
+    Options {
+        size: members,
+        netns: kinds
+            .iter()
+            .any(|k| k.needs_root() && *k != FaultKind::DiskFull),
+        faketime: kinds.iter().any(|k| k.needs_faketime()),
+        tmpfs_mib: kinds.contains(&FaultKind::DiskFull).then_some(128),
+        extra_args: Vec::new(),
+    }
+}
+
+/// Starts every workload agent, the probes and sentinels (one each per member) and the
+/// semaphore's observer; they all stop by themselves at `ctx.stop_at`.
+fn spawn_workloads(
+    args: &NemesisArgs,
+    ctx: &Context,
+    store: &FencedStore,
+    locks: &[String],
+) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..args.lock_agents {
         let lock = locks[i % locks.len()].clone();
@@ -290,7 +377,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
             home,
         ));
     }
-    let semaphore = format!("{run_id}-sem");
+    let semaphore = format!("{}-sem", ctx.run);
     for i in 0..args.sem_agents {
         tasks.spawn(workload::semaphore(
             ctx.clone(),
@@ -306,33 +393,88 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         tasks.spawn(workload::probe(ctx.clone(), home));
         tasks.spawn(sentinel::sentinel(ctx.clone(), home));
     }
-    tasks.spawn(workload::observer(ctx.clone(), semaphore.clone()));
-    let (pause_tx, pause_rx) = mpsc::channel(1);
-    let paused_lock = locks[0].clone();
-    let pausable = client::PausableClient::start(
-        ctx.clone(),
-        store.clone(),
-        paused_lock.clone(),
-        1 % args.members,
-        pause_rx,
-    )?;
+    tasks.spawn(workload::observer(ctx.clone(), semaphore));
+    tasks
+}
 
-    let mut windows = Vec::new();
-    let mut errors = Vec::new();
-    let fault_time = Duration::from_secs(args.quiet_s + args.fault_s);
+/// When faults are injected: which classes in turn, until when, and how long each part of a
+/// cycle (quiet, then the fault held) lasts.
+struct Schedule<'a> {
+    /// The classes, cycled through in order.
+    kinds: &'a [FaultKind],
+    /// No fault starts whose cycle would end after this.
+    until: Instant,
+    /// Quiet time before each fault.
+    quiet: Duration,
+    /// How long each fault is held before it is undone.
+    hold: Duration,
+    /// The clock faults' jump, seconds.
+    clock_jump_s: i64,
+}
+
+/// One fault as the schedule ran it: what it hit and when, µs into the run.
+struct FaultRecord {
+    /// The fault class.
+    kind: FaultKind,
+    /// What it hit.
+    injected: faults::Injected,
+    /// When it was injected.
+    inject_us: u64,
+    /// When it was undone.
+    undo_us: u64,
+    /// When the cluster had recovered (or gave up recovering).
+    recovered_us: u64,
+    /// Members that exited by themselves meanwhile.
+    exited: Vec<String>,
+}
+
+impl FaultRecord {
+    /// What the clients saw around this fault, from the run's history.
+    fn window(self, history: &History, end_us: u64, members: usize, paused_lock: &str) -> Window {
+        availability::window(
+            history,
+            availability::Span {
+                fault: self.kind,
+                target: self.injected.target,
+                hit: self.injected.hit,
+                inject_us: self.inject_us,
+                undo_us: self.undo_us,
+                recovered_us: self.recovered_us,
+                end_us,
+                exited: self.exited,
+                members,
+                paused_lock,
+            },
+        )
+    }
+}
+
+/// Cycles through the fault classes until the schedule ends: quiet, inject, hold, undo, wait
+/// for the cluster to recover. A fault that cannot be injected, undone or recovered from is
+/// an error of the run, and the schedule goes on with the next.
+async fn inject_on_schedule(
+    schedule: &Schedule<'_>,
+    cluster: &mut Cluster,
+    rng: &mut fastrand::Rng,
+    pause_client: &mpsc::Sender<client::PauseRequest>,
+    timeline: Timeline,
+    errors: &mut Vec<String>,
+) -> Vec<FaultRecord> {
+    let mut records = Vec::new();
+    let fault_time = schedule.quiet + schedule.hold;
     let mut next = 0;
-    while Instant::now() + fault_time < faults_until && !kinds.is_empty() {
-        let kind = kinds[next % kinds.len()];
+    while Instant::now() + fault_time < schedule.until && !schedule.kinds.is_empty() {
+        let kind = schedule.kinds[next % schedule.kinds.len()];
         next += 1;
-        tokio::time::sleep(Duration::from_secs(args.quiet_s)).await;
+        tokio::time::sleep(schedule.quiet).await;
         let inject_us = timeline.now_us();
         let tools = Tools {
-            rng: &mut rng,
-            pause_client: &pause_tx,
-            hold: Duration::from_secs(args.fault_s),
-            clock_jump_s: args.clock_jump_s,
+            rng: &mut *rng,
+            pause_client,
+            hold: schedule.hold,
+            clock_jump_s: schedule.clock_jump_s,
         };
-        let injected = match faults::inject(kind, &mut cluster, tools).await {
+        let injected = match faults::inject(kind, cluster, tools).await {
             Ok(injected) => injected,
             Err(error) => {
                 errors.push(format!("injecting {}: {error:#}", kind.name()));
@@ -340,25 +482,39 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
             }
         };
         // A pause-client counts its hold from the stop; the others from now.
-        tokio::time::sleep(Duration::from_secs(args.fault_s)).await;
+        tokio::time::sleep(schedule.hold).await;
         let undo_us = timeline.now_us();
-        if let Err(error) = faults::undo(&injected.undo, &mut cluster) {
+        if let Err(error) = faults::undo(&injected.undo, cluster) {
             errors.push(format!("undoing {}: {error:#}", kind.name()));
         }
         let mut exited = Vec::new();
-        let recovered_us = match recover(&mut cluster, kind, &mut exited, &mut errors).await {
+        let recovered_us = match recover(cluster, kind, &mut exited, errors).await {
             Ok(()) => timeline.now_us(),
             Err(error) => {
                 errors.push(format!("after {}: {error:#}", kind.name()));
                 timeline.now_us()
             }
         };
-        windows.push((kind, injected, inject_us, undo_us, recovered_us, exited));
+        records.push(FaultRecord {
+            kind,
+            injected,
+            inject_us,
+            undo_us,
+            recovered_us,
+            exited,
+        });
     }
-    drop(pause_tx);
+    records
+}
 
-    // The workloads end at ctx.stop_at; a request in flight then ends within its deadline.
-    let join_by = ctx.stop_at + Duration::from_secs(40);
+/// Waits for the workloads and the pausable client to stop, at most until `join_by`; one that
+/// failed or did not stop in time is an error of the run (and is aborted).
+async fn join_workloads(
+    mut tasks: tokio::task::JoinSet<()>,
+    pausable: tokio::task::JoinHandle<anyhow::Result<()>>,
+    join_by: Instant,
+    errors: &mut Vec<String>,
+) {
     while let Ok(Some(joined)) = tokio::time::timeout_at(join_by, tasks.join_next()).await {
         if let Err(error) = joined {
             errors.push(format!("a workload task failed: {error}"));
@@ -377,51 +533,6 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         Ok(Err(error)) => errors.push(format!("the pausable client's driver: {error}")),
         Err(_) => errors.push("the pausable client did not stop in time".into()),
     }
-    let end_us = timeline.now_us();
-    let history = recorder.take();
-    if let Some(path) = &args.history {
-        let text = serde_json::to_string(&history).context("encoding the history")?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    let checks = check::check(&history, args.sem_limit);
-    let windows: Vec<Window> = windows
-        .into_iter()
-        .map(
-            |(fault, injected, inject_us, undo_us, recovered_us, exited)| {
-                availability::window(
-                    &history,
-                    availability::Span {
-                        fault,
-                        target: injected.target,
-                        hit: injected.hit,
-                        inject_us,
-                        undo_us,
-                        recovered_us,
-                        end_us,
-                        exited,
-                        members: args.members,
-                        paused_lock: &paused_lock,
-                    },
-                )
-            },
-        )
-        .collect();
-    let anomalies = checks.anomalies() + errors.len() as u64;
-    let logs =
-        (anomalies > 0 || args.keep_logs).then(|| cluster.keep_files().display().to_string());
-    drop(cluster);
-    Ok(NemesisReport {
-        members: args.members,
-        seed,
-        wall_start_ms,
-        not_run,
-        windows,
-        checks,
-        registers: store.values().into_iter().collect(),
-        errors,
-        anomalies,
-        logs,
-    })
 }
 
 /// Waits until every member answers and one leads, at most 30 s. A member that exited by

@@ -12,9 +12,11 @@
 //! Loopback only, bounded: `--count` round trips (default 1,000, at most 100,000) after 50
 //! warm-up ones, each with a 5 s timeout.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use bytes::Bytes;
 use std::sync::Arc;
 
 use hivekeeper_mqtt::{
@@ -62,6 +64,44 @@ fn parse_options() -> anyhow::Result<Options> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let options = parse_options()?;
+    let (transport, broker_addr) = start_transport(&options).await?;
+    let (client, mut events, poller) = connect_agent(broker_addr).await?;
+    let samples_us = measure_round_trips(&client, &mut events, &options).await?;
+    let nodelay = transport
+        .listeners()
+        .first()
+        .map(|listener| listener.tcp_nodelay.to_string())
+        .unwrap_or_else(|| "n/a (external broker)".to_string());
+    println!(
+        "mode={} listener_tcp_nodelay={nodelay} request_qos={:?} round_trips={}",
+        if options.external_url.is_some() {
+            "external"
+        } else {
+            "embedded"
+        },
+        options.request_qos,
+        samples_us.len()
+    );
+    let at = |quantile: f64| {
+        let index = ((samples_us.len() as f64 - 1.0) * quantile).round() as usize;
+        samples_us[index] as f64 / 1000.0
+    };
+    println!(
+        "p50={:.3} ms  p90={:.3} ms  p99={:.3} ms  max={:.3} ms",
+        at(0.50),
+        at(0.90),
+        at(0.99),
+        at(1.0)
+    );
+
+    poller.abort();
+    transport.shutdown().await?;
+    Ok(())
+}
+
+/// Starts the service side (the echo) on an embedded listener or an external broker, and
+/// returns it with the broker address the agent connects to.
+async fn start_transport(options: &Options) -> anyhow::Result<(Transport, SocketAddr)> {
     let mode = match &options.external_url {
         Some(url) => Mode::External(ExternalConfig {
             url: url.clone(),
@@ -95,8 +135,18 @@ async fn main() -> anyhow::Result<()> {
                 .context("resolve the external broker")?
         }
     };
+    Ok((transport, broker_addr))
+}
 
-    // The agent side.
+/// The agent side, subscribed to its responses: its client, its events (`None` for the
+/// SubAck, else a response's payload) and the task polling its connection.
+async fn connect_agent(
+    broker_addr: SocketAddr,
+) -> anyhow::Result<(
+    AsyncClient,
+    mpsc::UnboundedReceiver<Option<Bytes>>,
+    tokio::task::JoinHandle<()>,
+)> {
     let mut mqtt_options =
         MqttOptions::new("bench", broker_addr.ip().to_string(), broker_addr.port());
     mqtt_options.set_keep_alive(Duration::from_secs(30));
@@ -129,7 +179,16 @@ async fn main() -> anyhow::Result<()> {
         Ok(Some(None)) => {}
         other => bail!("no SubAck: {other:?}"),
     }
+    Ok((client, events, poller))
+}
 
+/// Sends the requests one after another, each once its predecessor's response arrived;
+/// returns the round trips after the warm-up, µs, sorted.
+async fn measure_round_trips(
+    client: &AsyncClient,
+    events: &mut mpsc::UnboundedReceiver<Option<Bytes>>,
+    options: &Options,
+) -> anyhow::Result<Vec<u64>> {
     let mut samples_us = Vec::with_capacity(options.count);
     for seq in 0..WARMUP_ROUND_TRIPS + options.count {
         let payload = format!(r#"{{"id":"{seq}","op":"lease.keepalive","lease":"L"}}"#);
@@ -156,36 +215,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     samples_us.sort_unstable();
-    let at = |quantile: f64| {
-        let index = ((samples_us.len() as f64 - 1.0) * quantile).round() as usize;
-        samples_us[index] as f64 / 1000.0
-    };
-    let nodelay = transport
-        .listeners()
-        .first()
-        .map(|listener| listener.tcp_nodelay.to_string())
-        .unwrap_or_else(|| "n/a (external broker)".to_string());
-    println!(
-        "mode={} listener_tcp_nodelay={nodelay} request_qos={:?} round_trips={}",
-        if options.external_url.is_some() {
-            "external"
-        } else {
-            "embedded"
-        },
-        options.request_qos,
-        samples_us.len()
-    );
-    println!(
-        "p50={:.3} ms  p90={:.3} ms  p99={:.3} ms  max={:.3} ms",
-        at(0.50),
-        at(0.90),
-        at(0.99),
-        at(1.0)
-    );
-
-    poller.abort();
-    transport.shutdown().await?;
-    Ok(())
+    Ok(samples_us)
 }
 
 /// The service side: echoes every request as the response to its agent, on the task that
