@@ -118,7 +118,13 @@ impl Node {
             snapshots: Arc::default(),
         };
         let timer = tokio::spawn(waits.run_timer());
-        let peer_acceptor = peer_acceptor(peer_tls.as_ref(), &raft)?;
+        let peer_acceptor = match &peer_tls {
+            Some(files) => Some(
+                PeerAcceptor::new(files, raft.clone())
+                    .map_err(|error| start_error(format!("peer TLS: {error}")))?,
+            ),
+            None => None,
+        };
         let peer_server = peer_listener.map(|listener| {
             tokio::spawn(transport::serve(
                 listener,
@@ -292,20 +298,6 @@ fn forwarder(
             Duration::from_millis(2 * config.raft.election_timeout_ms_max),
         )
     })
-}
-
-/// The TLS side of the peer port, for a member configured with peer TLS files.
-fn peer_acceptor(
-    peer_tls: Option<&PeerTlsFiles>,
-    raft: &Arc<RaftHandle>,
-) -> Result<Option<PeerAcceptor>, NodeError> {
-    match peer_tls {
-        Some(files) => Ok(Some(
-            PeerAcceptor::new(files, raft.clone())
-                .map_err(|error| start_error(format!("peer TLS: {error}")))?,
-        )),
-        None => Ok(None),
-    }
 }
 
 /// Spawns the node's supervisor and asks it for the lease keeper it started, which the fan-out
