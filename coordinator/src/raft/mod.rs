@@ -46,7 +46,8 @@
 //! - `types.rs`: the openraft type configuration ([`TypeConfig`], [`Proposal`]).
 //! - `database.rs`: the data directory (the redb file, its tables and identity record, and the
 //!   Raft log's `raft-log/` segment log); opening, the format-1 migration, reading.
-//! - `writer.rs`: the group-commit writer thread, the only writer of the data directory.
+//! - `writer.rs`: the group-commit writer thread, the only writer of the data directory;
+//!   `writer/batch.rs`: one batch's way to its durable point.
 //! - `log_store.rs`: [`LogStore`], openraft's log and vote storage.
 //! - `state_machine_store.rs`: [`StateMachineStore`], the pure machine behind a lock, snapshots.
 //! - `network.rs`: [`TcpNetwork`], openraft's RPCs on [`transport`].
