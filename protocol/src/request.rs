@@ -5,15 +5,22 @@
 //! most precise code: size first (`too_large`), then JSON and the `id` (`bad_request`, with
 //! `"id": null`), then the op name (`unknown_op`), then the op's fields and their ranges
 //! (`bad_request`, echoing the id).
+//!
+//! # Layout
+//! - this file: the request, the resource kinds and every op with its wire fields;
+//! - `accessors`: what an op is (its name, its lease, whether it writes);
+//! - `validation`: the range checks of an op's fields and of a waypoint's geometry;
+//! - `decode`: the stepwise decoder from bytes or JSON to a valid [`Request`].
 
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+mod accessors;
+mod decode;
+mod validation;
 
-use crate::airspace::{self, QueryVolume};
-use crate::error::{ErrorCode, ProtocolError};
+use serde::{Deserialize, Serialize};
+
+use crate::airspace::QueryVolume;
 use crate::priority::Priority;
 use crate::role::Role;
-use crate::validate;
 
 /// One request: the agent's id for it, and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -178,9 +185,9 @@ pub enum Op {
         /// The lease holding it.
         lease: String,
     },
-    /// Reserve a whole route, 1 to [`validate::ROUTE_VOLUMES_MAX`] 4D volumes, as one intent:
-    /// granted all or nothing with one token, or queued as a unit. A route is a waypoint
-    /// reservation with several volumes: it shares the waypoint names, `inspect` and
+    /// Reserve a whole route, 1 to [`crate::validate::ROUTE_VOLUMES_MAX`] 4D volumes, as one
+    /// intent: granted all or nothing with one token, or queued as a unit. A route is a
+    /// waypoint reservation with several volumes: it shares the waypoint names, `inspect` and
     /// `fence.check` with kind `waypoint`.
     #[serde(rename = "route.reserve")]
     RouteReserve {
@@ -228,7 +235,7 @@ pub enum Op {
         /// of `volume` and `volumes`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         volume: Option<QueryVolume>,
-        /// A route's volumes, 1 to [`validate::ROUTE_VOLUMES_MAX`].
+        /// A route's volumes, 1 to [`crate::validate::ROUTE_VOLUMES_MAX`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         volumes: Option<Vec<Volume>>,
         /// Only reservations whose name is after this (the previous page's `next_after`).
@@ -431,409 +438,4 @@ pub struct Area {
     pub alt_min_m: Option<f64>,
     /// Top of the altitude band, metres; `None` when unbounded above.
     pub alt_max_m: Option<f64>,
-}
-
-impl Op {
-    /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 26] = [
-        "lease.grant",
-        "lease.keepalive",
-        "lease.revoke",
-        "lock.acquire",
-        "lock.release",
-        "sem.acquire",
-        "sem.release",
-        "waypoint.reserve",
-        "waypoint.release",
-        "route.reserve",
-        "route.release",
-        "route.amend",
-        "airspace.query",
-        "fence.check",
-        "inspect",
-        "admin.status",
-        "admin.leases",
-        "admin.resources",
-        "admin.snapshot",
-        "admin.revoke",
-        "admin.member.add",
-        "admin.member.remove",
-        "admin.agent.add",
-        "admin.agent.list",
-        "admin.agent.remove",
-        "admin.agent.rotate",
-    ];
-
-    /// The op's wire name, e.g. `"lock.acquire"`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Op::LeaseGrant { .. } => "lease.grant",
-            Op::LeaseKeepalive { .. } => "lease.keepalive",
-            Op::LeaseRevoke { .. } => "lease.revoke",
-            Op::LockAcquire { .. } => "lock.acquire",
-            Op::LockRelease { .. } => "lock.release",
-            Op::SemAcquire { .. } => "sem.acquire",
-            Op::SemRelease { .. } => "sem.release",
-            Op::WaypointReserve { .. } => "waypoint.reserve",
-            Op::WaypointRelease { .. } => "waypoint.release",
-            Op::RouteReserve { .. } => "route.reserve",
-            Op::RouteRelease { .. } => "route.release",
-            Op::RouteAmend { .. } => "route.amend",
-            Op::AirspaceQuery { .. } => "airspace.query",
-            Op::FenceCheck { .. } => "fence.check",
-            Op::Inspect { .. } => "inspect",
-            Op::AdminStatus {} => "admin.status",
-            Op::AdminLeases { .. } => "admin.leases",
-            Op::AdminResources { .. } => "admin.resources",
-            Op::AdminSnapshot { .. } => "admin.snapshot",
-            Op::AdminRevoke { .. } => "admin.revoke",
-            Op::AdminMemberAdd { .. } => "admin.member.add",
-            Op::AdminMemberRemove { .. } => "admin.member.remove",
-            Op::AdminAgentAdd { .. } => "admin.agent.add",
-            Op::AdminAgentList { .. } => "admin.agent.list",
-            Op::AdminAgentRemove { .. } => "admin.agent.remove",
-            Op::AdminAgentRotate { .. } => "admin.agent.rotate",
-        }
-    }
-
-    /// The lease the op names, if any.
-    pub fn lease(&self) -> Option<&str> {
-        match self {
-            Op::LeaseKeepalive { lease }
-            | Op::LeaseRevoke { lease }
-            | Op::LockAcquire { lease, .. }
-            | Op::LockRelease { lease, .. }
-            | Op::SemAcquire { lease, .. }
-            | Op::SemRelease { lease, .. }
-            | Op::WaypointReserve { lease, .. }
-            | Op::WaypointRelease { lease, .. }
-            | Op::RouteReserve { lease, .. }
-            | Op::RouteRelease { lease, .. }
-            | Op::RouteAmend { lease, .. }
-            | Op::AdminRevoke { lease } => Some(lease),
-            Op::LeaseGrant { .. }
-            | Op::AirspaceQuery { .. }
-            | Op::FenceCheck { .. }
-            | Op::Inspect { .. }
-            | Op::AdminStatus {}
-            | Op::AdminLeases { .. }
-            | Op::AdminResources { .. }
-            | Op::AdminSnapshot { .. }
-            | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. }
-            | Op::AdminAgentAdd { .. }
-            | Op::AdminAgentList { .. }
-            | Op::AdminAgentRemove { .. }
-            | Op::AdminAgentRotate { .. } => None,
-        }
-    }
-
-    /// Whether the op is a command for the state machine (and so goes through the Raft log
-    /// as one). Keepalives, fence checks, inspections, the admin reads and membership changes
-    /// are not: the last change Raft's own configuration, through openraft, on the leader.
-    /// `admin.agent.add` and `admin.agent.rotate` are writes the node completes first: it
-    /// generates the secret and puts only its hash in the command ([`Op::makes_secret`]).
-    pub fn is_write(&self) -> bool {
-        !matches!(
-            self,
-            Op::LeaseKeepalive { .. }
-                | Op::AirspaceQuery { .. }
-                | Op::FenceCheck { .. }
-                | Op::Inspect { .. }
-                | Op::AdminStatus {}
-                | Op::AdminLeases { .. }
-                | Op::AdminResources { .. }
-                | Op::AdminSnapshot { .. }
-                | Op::AdminMemberAdd { .. }
-                | Op::AdminMemberRemove { .. }
-                | Op::AdminAgentList { .. }
-        )
-    }
-
-    /// Whether the node answers the op with a new secret it generates (`admin.agent.add`,
-    /// `admin.agent.rotate`): the log carries only the secret's hash.
-    pub fn makes_secret(&self) -> bool {
-        matches!(self, Op::AdminAgentAdd { .. } | Op::AdminAgentRotate { .. })
-    }
-
-    /// Whether the op is an operator's (`admin.*`): with authentication on it needs the
-    /// `observer` or `admin` role ([`Role::needed_for`]).
-    pub fn is_admin(&self) -> bool {
-        Role::needed_for(self) > Role::Agent
-    }
-
-    /// The `wait_ms` of an acquire or reserve.
-    pub fn wait_ms(&self) -> Option<u64> {
-        match self {
-            Op::LockAcquire { wait_ms, .. }
-            | Op::SemAcquire { wait_ms, .. }
-            | Op::WaypointReserve { wait_ms, .. }
-            | Op::RouteReserve { wait_ms, .. } => *wait_ms,
-            _ => None,
-        }
-    }
-
-    /// Checks every field's range. Serde has already checked presence and types.
-    pub fn validate(&self) -> Result<(), validate::InvalidField> {
-        if let Some(lease) = self.lease() {
-            validate::name("lease", lease)?;
-        }
-        validate::wait_ms(self.wait_ms())?;
-        match self {
-            Op::LeaseGrant { ttl_ms } => validate::ttl_ms(*ttl_ms)?,
-            Op::LeaseKeepalive { .. }
-            | Op::LeaseRevoke { .. }
-            | Op::AdminStatus {}
-            | Op::AdminRevoke { .. } => {}
-            Op::AdminLeases { after } => {
-                if let Some(after) = after {
-                    validate::name("after", after)?;
-                }
-            }
-            Op::AdminResources {
-                prefix,
-                after,
-                limit,
-                ..
-            } => validate::resource_page(prefix.as_deref(), after.as_deref(), *limit)?,
-            Op::AdminSnapshot {
-                index,
-                offset,
-                page_bytes_max,
-            } => validate::snapshot_page(*index, *offset, *page_bytes_max)?,
-            Op::AdminMemberAdd {
-                name,
-                addr,
-                catch_up_timeout_ms,
-                ..
-            } => {
-                validate::member_name(name)?;
-                validate::member_addr(addr)?;
-                if let Some(timeout_ms) = catch_up_timeout_ms {
-                    validate::catch_up_timeout_ms(*timeout_ms)?;
-                }
-            }
-            Op::AdminMemberRemove { name } => validate::member_name(name)?,
-            Op::AdminAgentAdd { name, .. }
-            | Op::AdminAgentRemove { name }
-            | Op::AdminAgentRotate { name } => validate::account_name(name)?,
-            Op::AdminAgentList { after } => {
-                if let Some(after) = after {
-                    validate::account_name(after)?;
-                }
-            }
-            Op::LockAcquire { name, .. }
-            | Op::LockRelease { name, .. }
-            | Op::SemRelease { name, .. }
-            | Op::WaypointRelease { name, .. }
-            | Op::RouteRelease { name, .. }
-            | Op::Inspect { name, .. } => validate::name("name", name)?,
-            Op::RouteReserve { name, volumes, .. } | Op::RouteAmend { name, volumes, .. } => {
-                validate::name("name", name)?;
-                validate::volumes(volumes)?;
-            }
-            Op::SemAcquire {
-                name,
-                limit,
-                permits,
-                ..
-            } => {
-                validate::name("name", name)?;
-                validate::sem_acquire(*limit, *permits)?;
-            }
-            Op::WaypointReserve {
-                name,
-                start_ms,
-                end_ms,
-                ..
-            } => {
-                validate::name("name", name)?;
-                self.area()?;
-                validate::window(*start_ms, *end_ms)?;
-            }
-            Op::FenceCheck { name, .. } => validate::name("name", name)?,
-            Op::AirspaceQuery {
-                volume,
-                volumes,
-                after,
-                limit,
-            } => airspace::check_query(
-                volume.as_ref(),
-                volumes.as_deref(),
-                after.as_deref(),
-                *limit,
-            )?,
-        }
-        Ok(())
-    }
-
-    /// The reservation's cylinder, for a `waypoint.reserve` with `lat` and `lon`; `Ok(None)`
-    /// without geometry or for another op. Errors on partial or out-of-range geometry.
-    pub fn area(&self) -> Result<Option<Area>, validate::InvalidField> {
-        let Op::WaypointReserve {
-            lat,
-            lon,
-            alt_min_m,
-            alt_max_m,
-            radius_m,
-            ..
-        } = self
-        else {
-            return Ok(None);
-        };
-        Area::from_fields(*lat, *lon, *alt_min_m, *alt_max_m, *radius_m)
-    }
-}
-
-impl Area {
-    /// Checks a cylinder built from a volume against the wire's ranges, as
-    /// [`Area::from_fields`] checks a `waypoint.reserve`'s fields.
-    pub fn check_ranges(&self) -> Result<(), validate::InvalidField> {
-        Area::from_fields(
-            Some(self.lat),
-            Some(self.lon),
-            self.alt_min_m,
-            self.alt_max_m,
-            Some(self.radius_m),
-        )
-        .map(|_| ())
-    }
-
-    /// The cylinder a `waypoint.reserve`'s optional geometry fields describe: `Ok(None)`
-    /// without `lat` and `lon`. Errors on partial or out-of-range geometry. Shared by the wire
-    /// decoder and the state machine, which checks a request again when it applies it.
-    pub fn from_fields(
-        lat: Option<f64>,
-        lon: Option<f64>,
-        alt_min_m: Option<f64>,
-        alt_max_m: Option<f64>,
-        radius_m: Option<f64>,
-    ) -> Result<Option<Area>, validate::InvalidField> {
-        let (lat, lon) = match (lat, lon) {
-            (Some(lat), Some(lon)) => (lat, lon),
-            (None, None) => {
-                if radius_m.is_some() || alt_min_m.is_some() || alt_max_m.is_some() {
-                    return Err(
-                        "`radius_m`, `alt_min_m` and `alt_max_m` need `lat` and `lon`".into(),
-                    );
-                }
-                return Ok(None);
-            }
-            _ => return Err("`lat` and `lon` go together: give both or neither".into()),
-        };
-        validate::float_in("lat", lat, -90.0, 90.0)?;
-        validate::float_in("lon", lon, -180.0, 180.0)?;
-        let radius_m = radius_m.unwrap_or(0.0);
-        validate::float_in("radius_m", radius_m, 0.0, validate::RADIUS_M_MAX)?;
-        if let Some(alt) = alt_min_m {
-            validate::float_in("alt_min_m", alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
-        }
-        if let Some(alt) = alt_max_m {
-            validate::float_in("alt_max_m", alt, validate::ALT_M_MIN, validate::ALT_M_MAX)?;
-        }
-        if let (Some(min), Some(max)) = (alt_min_m, alt_max_m)
-            && min > max
-        {
-            return Err(format!("`alt_min_m` ({min}) is above `alt_max_m` ({max})").into());
-        }
-        Ok(Some(Area {
-            lat,
-            lon,
-            radius_m,
-            alt_min_m,
-            alt_max_m,
-        }))
-    }
-}
-
-impl Request {
-    /// Decodes and validates one request payload as received on `hk/v1/req/{agent}`.
-    pub fn decode(payload: &[u8]) -> Result<Request, ProtocolError> {
-        if payload.len() > validate::REQUEST_BYTES_MAX {
-            return Err(ProtocolError {
-                id: None,
-                code: ErrorCode::TooLarge,
-                message: format!(
-                    "payload is {} bytes, the maximum is {}",
-                    payload.len(),
-                    validate::REQUEST_BYTES_MAX
-                ),
-            });
-        }
-        let value: Value = serde_json::from_slice(payload)
-            .map_err(|e| ProtocolError::bad_request(None, format!("malformed JSON: {e}")))?;
-        Request::from_value(value)
-    }
-
-    /// Validates an already parsed JSON value as a request.
-    pub fn from_value(value: Value) -> Result<Request, ProtocolError> {
-        let Value::Object(mut fields) = value else {
-            return Err(ProtocolError::bad_request(
-                None,
-                "a request must be a JSON object",
-            ));
-        };
-        let id = take_id(&mut fields)?;
-        let op_name = match fields.get("op") {
-            None => return Err(ProtocolError::bad_request(Some(id), "missing field `op`")),
-            Some(Value::String(op)) => op.clone(),
-            Some(_) => {
-                return Err(ProtocolError::bad_request(
-                    Some(id),
-                    "`op` must be a string",
-                ));
-            }
-        };
-        if !Op::NAMES.contains(&op_name.as_str()) {
-            return Err(ProtocolError {
-                id: Some(id),
-                code: ErrorCode::UnknownOp,
-                message: format!(
-                    "unknown op {op_name:?}; the ops are {}",
-                    Op::NAMES.join(", ")
-                ),
-            });
-        }
-        let op: Op = match serde_json::from_value(Value::Object(fields)) {
-            Ok(op) => op,
-            Err(e) => {
-                return Err(ProtocolError::bad_request(
-                    Some(id),
-                    format!("{op_name}: {e}"),
-                ));
-            }
-        };
-        if let Err(message) = op.validate() {
-            return Err(ProtocolError::bad_request(
-                Some(id),
-                format!("{op_name}: {message}"),
-            ));
-        }
-        Ok(Request { id, op })
-    }
-
-    /// The request as JSON bytes, ready to publish.
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a request is plain data and always serializes")
-    }
-}
-
-fn take_id(fields: &mut Map<String, Value>) -> Result<String, ProtocolError> {
-    match fields.remove("id") {
-        None => Err(ProtocolError::bad_request(None, "missing field `id`")),
-        Some(Value::String(id)) => match validate::request_id(&id) {
-            Ok(()) => Ok(id),
-            Err(message) => Err(ProtocolError::bad_request(None, message)),
-        },
-        Some(_) => Err(ProtocolError::bad_request(None, "`id` must be a string")),
-    }
-}
-
-/// Deserializing goes through the same checks as [`Request::from_value`], so a request read
-/// back from the Raft log is exactly as valid as one read from the wire.
-impl<'de> Deserialize<'de> for Request {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = Value::deserialize(deserializer)?;
-        Request::from_value(value).map_err(serde::de::Error::custom)
-    }
 }

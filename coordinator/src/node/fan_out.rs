@@ -36,7 +36,9 @@ use super::lease_keeper::KeeperMsg;
 use super::metrics::NodeMetrics;
 use super::waits::Waits;
 use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
-use crate::state_machine::{AccountChange, Event, LeaseEnd, ReleaseReason, StateMachine};
+use crate::state_machine::{
+    AccountChange, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text,
+};
 
 /// The fan-out: the node's [`AppliedSink`].
 pub(crate) struct FanOut {
@@ -138,18 +140,45 @@ impl AppliedSink for FanOut {
                 ..
             } => (origin, reply, events, replayed),
             Applied::SnapshotInstalled { last_log_index } => {
-                // A follower too far behind (the leader purged the entries it lacks) catches up
-                // from the leader's snapshot: worth a line in the log.
-                tracing::info!(?last_log_index, "installed a snapshot from the leader");
-                self.keeper(KeeperMsg::Resync);
-                self.metrics().snapshot_installed();
-                self.refresh_leases_active();
-                self.refresh_waiters();
-                self.refresh_dedup_agents();
+                self.snapshot_installed(last_log_index);
                 return;
             }
         };
-        if self.metrics().entry(&events, replayed) {
+        self.refresh_gauges_for_entry(&events, replayed);
+        if let Some(origin) = &origin
+            && !replayed
+        {
+            self.waits.replied(origin, reply);
+        }
+        for event in events {
+            if let Some(notice) = self.route_event(event, replayed)
+                && !replayed
+            {
+                self.outbound(notice);
+            }
+        }
+    }
+}
+
+impl FanOut {
+    /// After a snapshot from the leader replaced the machine: the keeper resyncs its leases
+    /// and every gauge is read again, since no entry's events say what changed.
+    fn snapshot_installed(&self, last_log_index: Option<u64>) {
+        // A follower too far behind (the leader purged the entries it lacks) catches up
+        // from the leader's snapshot: worth a line in the log.
+        tracing::info!(?last_log_index, "installed a snapshot from the leader");
+        self.keeper(KeeperMsg::Resync);
+        self.metrics().snapshot_installed();
+        self.refresh_leases_active();
+        self.refresh_waiters();
+        self.refresh_dedup_agents();
+    }
+
+    /// Updates the gauges one applied entry moved: the counters from its events, the active
+    /// leases when it granted or ended one, the dedup memory's agents always, and the waiters
+    /// when it queued or answered one.
+    fn refresh_gauges_for_entry(&self, events: &[Event], replayed: bool) {
+        if self.metrics().entry(events, replayed) {
             self.refresh_leases_active();
         }
         self.refresh_dedup_agents();
@@ -159,119 +188,119 @@ impl AppliedSink for FanOut {
         {
             self.refresh_waiters();
         }
-        if let Some(origin) = &origin
-            && !replayed
-        {
-            self.waits.replied(origin, reply);
-        }
-        for event in events {
-            let notice = match event {
-                Event::LeaseGranted { lease, ttl_ms, .. } => {
-                    self.keeper(KeeperMsg::LeaseGranted { lease, ttl_ms });
-                    None
-                }
-                Event::LeaseEnded {
-                    agent,
-                    lease,
-                    reason,
-                } => {
-                    self.keeper(KeeperMsg::LeaseEnded { lease });
-                    // The owner asked for its own revoke, so it is told only of the others.
-                    let lease = lease.to_string();
-                    let event = match reason {
-                        LeaseEnd::Expired => Some(Notice::LeaseExpired { lease }),
-                        LeaseEnd::AdminRevoked => Some(Notice::LeaseRevoked { lease }),
-                        LeaseEnd::Revoked => None,
-                    };
-                    event.map(|event| Outbound::Notify { agent, event })
-                }
-                // Taken away: its lease ended, or it was preempted and not released by its
-                // vacate deadline. A route is told `waypoint.lost` too (it is a waypoint
-                // reservation of several volumes).
-                Event::Released {
-                    key,
-                    agent,
+    }
+
+    /// Routes one event of an applied entry: tells the keeper of leases granted and ended, and
+    /// returns what the front door should send for it (a notice, a deferred answer not
+    /// pending here, a disconnect), if anything. The caller sends it unless the entry is
+    /// replayed.
+    fn route_event(&self, event: Event, replayed: bool) -> Option<Outbound> {
+        match event {
+            Event::LeaseGranted { lease, ttl_ms, .. } => {
+                self.keeper(KeeperMsg::LeaseGranted { lease, ttl_ms });
+                None
+            }
+            Event::LeaseEnded {
+                agent,
+                lease,
+                reason,
+            } => {
+                self.keeper(KeeperMsg::LeaseEnded { lease });
+                // The owner asked for its own revoke, so it is told only of the others.
+                let lease = lease.to_string();
+                let event = match reason {
+                    LeaseEnd::Expired => Some(Notice::LeaseExpired { lease }),
+                    LeaseEnd::AdminRevoked => Some(Notice::LeaseRevoked { lease }),
+                    LeaseEnd::Revoked => None,
+                };
+                event.map(|event| Outbound::Notify { agent, event })
+            }
+            // Taken away: its lease ended, or it was preempted and not released by its
+            // vacate deadline. A route is told `waypoint.lost` too (it is a waypoint
+            // reservation of several volumes).
+            Event::Released {
+                key,
+                agent,
+                token,
+                reason: ReleaseReason::LeaseEnded | ReleaseReason::Preempted,
+                ..
+            } => {
+                let name = key.name.to_string();
+                let event = match key.kind {
+                    ResourceKind::Lock => Notice::LockLost { name, token },
+                    ResourceKind::Sem => Notice::SemLost { name, token },
+                    ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+                };
+                Some(Outbound::Notify { agent, event })
+            }
+            Event::Preempted {
+                key,
+                agent,
+                token,
+                vacate_by_ms,
+                priority,
+                route,
+                ..
+            } => {
+                let event = Notice::ReservationPreempted {
+                    name: key.name.to_string(),
                     token,
-                    reason: ReleaseReason::LeaseEnded | ReleaseReason::Preempted,
-                    ..
-                } => {
-                    let name = key.name.to_string();
-                    let event = match key.kind {
-                        ResourceKind::Lock => Notice::LockLost { name, token },
-                        ResourceKind::Sem => Notice::SemLost { name, token },
-                        ResourceKind::Waypoint => Notice::WaypointLost { name, token },
-                    };
-                    Some(Outbound::Notify { agent, event })
-                }
-                Event::Preempted {
-                    key,
-                    agent,
-                    token,
+                    kind: reservation_kind(route),
                     vacate_by_ms,
                     priority,
-                    route,
-                    ..
-                } => {
-                    let event = Notice::ReservationPreempted {
-                        name: key.name.to_string(),
-                        token,
-                        kind: reservation_kind(route),
-                        vacate_by_ms,
-                        priority,
-                    };
-                    Some(Outbound::Notify { agent, event })
-                }
-                Event::PreemptionWithdrawn {
-                    key,
-                    agent,
-                    token,
-                    route,
-                    ..
-                } => {
-                    let event = Notice::ReservationPreemptionWithdrawn {
-                        name: key.name.to_string(),
-                        token,
-                        kind: reservation_kind(route),
-                    };
-                    Some(Outbound::Notify { agent, event })
-                }
-                Event::Respond {
-                    agent,
-                    request_id,
-                    reply,
-                    ..
-                } if !replayed => {
-                    let origin = Origin {
-                        agent: agent.to_string(),
-                        request_id,
-                    };
-                    self.waits
-                        .deferred(&origin, reply)
-                        .and_then(|reply| crate::wire::response(&origin.request_id, &reply))
-                        .map(|response| Outbound::Respond {
-                            agent,
-                            response: Box::new(response),
-                        })
-                }
-                Event::AccountChanged {
-                    agent,
-                    change: AccountChange::Rotated | AccountChange::Removed,
-                } => Some(Outbound::Disconnect { agent }),
-                Event::AccountChanged {
-                    change: AccountChange::Added,
-                    ..
-                }
-                | Event::Respond { .. }
-                | Event::Queued { .. }
-                | Event::Granted { .. }
-                | Event::Released { .. } => None,
-            };
-            if let Some(notice) = notice
-                && !replayed
-            {
-                self.outbound(notice);
+                };
+                Some(Outbound::Notify { agent, event })
             }
+            Event::PreemptionWithdrawn {
+                key,
+                agent,
+                token,
+                route,
+                ..
+            } => {
+                let event = Notice::ReservationPreemptionWithdrawn {
+                    name: key.name.to_string(),
+                    token,
+                    kind: reservation_kind(route),
+                };
+                Some(Outbound::Notify { agent, event })
+            }
+            Event::Respond {
+                agent,
+                request_id,
+                reply,
+                ..
+            } if !replayed => self.deferred_answer(agent, request_id, reply),
+            Event::AccountChanged {
+                agent,
+                change: AccountChange::Rotated | AccountChange::Removed,
+            } => Some(Outbound::Disconnect { agent }),
+            Event::AccountChanged {
+                change: AccountChange::Added,
+                ..
+            }
+            | Event::Respond { .. }
+            | Event::Queued { .. }
+            | Event::Granted { .. }
+            | Event::Released { .. } => None,
         }
+    }
+
+    /// A queued request's final answer (an `Event::Respond`): to its waiter if it is pending
+    /// here, else returned as a response for the front door to publish (its request came
+    /// before this process started, or through another member).
+    fn deferred_answer(&self, agent: Text, request_id: String, reply: Reply) -> Option<Outbound> {
+        let origin = Origin {
+            agent: agent.to_string(),
+            request_id,
+        };
+        self.waits
+            .deferred(&origin, reply)
+            .and_then(|reply| crate::wire::response(&origin.request_id, &reply))
+            .map(|response| Outbound::Respond {
+                agent,
+                response: Box::new(response),
+            })
     }
 }
 

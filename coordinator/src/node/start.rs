@@ -13,17 +13,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::fan_out::FanOut;
 use super::forward::Forwarder;
+use super::lease_keeper::KeeperMsg;
 use super::proposer::Proposer;
 use super::rate::AgentRates;
 use super::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use super::waits::Waits;
 use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
-use crate::raft::transport::{self, NetworkFaults, PeerAcceptor};
-use crate::raft::{self, RaftError, TcpNetwork};
+use crate::raft::transport::{self, NetworkFaults, PeerAcceptor, PeerTlsFiles};
+use crate::raft::{self, NodeId, RaftError, RaftHandle, TcpNetwork};
 use crate::state_machine::Limits;
 
 /// The name every Hivekeeper peer says in its hello; a node refuses another cluster's.
@@ -56,68 +58,16 @@ impl Node {
     pub async fn start(
         config: NodeConfig,
     ) -> Result<(Node, mpsc::UnboundedReceiver<Outbound>), NodeError> {
-        let start_error = |reason: String| NodeError::Start { reason };
         config.validate()?;
-        let failed = |error: RaftError| start_error(error.to_string());
         let node_id = config
             .cluster
             .as_ref()
             .map_or(config.node_id, ClusterConfig::node_id);
         let faults = NetworkFaults::default();
-        let peer_tls = match &config.cluster {
-            Some(cluster) => cluster.peer_tls()?,
-            None => None,
-        };
-        // The peer TLS files are read here, before anything is bound or opened.
-        let network = match &peer_tls {
-            None => TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone(), &config.raft),
-            Some(files) => TcpNetwork::with_peer_tls(
-                node_id,
-                CLUSTER_NAME,
-                faults.clone(),
-                &config.raft,
-                files,
-            )
-            .map_err(|error| start_error(format!("peer TLS: {error}")))?,
-        };
-        // Bound before the data file opens, so a taken port fails fast and names the port.
-        let peer_listener = match &config.cluster {
-            Some(cluster) => {
-                let addr = cluster.listen_addr()?;
-                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|error| {
-                    start_error(format!(
-                        "cannot listen for peers on {addr}: {error} (is another node using it? \
-                         give `hivekeeper serve` another --peer-listen, or fix this member's \
-                         address in --initial-cluster)"
-                    ))
-                })?;
-                Some(listener)
-            }
-            None => None,
-        };
-        let raft =
-            raft::open_with_network(&config.data_dir, node_id, &config.raft, network.clone())
-                .await
-                .map_err(failed)?;
-        let raft = Arc::new(raft);
-        match &config.cluster {
-            None => raft.initialize_single_node().await.map_err(failed)?,
-            Some(cluster) if cluster.initial_cluster_state == ClusterState::New => {
-                let members = cluster.members()?;
-                raft.initialize_cluster(members).await.map_err(failed)?;
-            }
-            Some(_) => {}
-        }
-        let forwarder = config.cluster.as_ref().map(|_| {
-            Forwarder::new(
-                raft.clone(),
-                network.forwarding_pool(),
-                Duration::from_millis(config.propose_timeout_ms),
-                // Two of the longest elections: long enough for a failover, short enough that a
-                // cut-off node answers `unavailable` promptly.
-                Duration::from_millis(2 * config.raft.election_timeout_ms_max),
-            )
-        });
+        let (peer_tls, network) = peer_network(&config, node_id, &faults)?;
+        let peer_listener = bind_peer_port(&config).await?;
+        let raft = open_raft(&config, node_id, &network).await?;
+        let forwarder = forwarder(&config, &raft, &network);
         let propose_timeout = Duration::from_millis(config.propose_timeout_ms);
         let waits = Arc::new(Waits::new(propose_timeout));
         let (proposer, proposer_task, proposer_ended) = Proposer::start(
@@ -129,9 +79,8 @@ impl Node {
         );
         let (failure_tx, failure) = watch::channel(None);
         tokio::spawn(report_raft_stop(raft.leadership(), failure_tx.clone()));
-        let (supervisor, supervisor_done) = Actor::spawn(
-            Some(format!("node@{node_id}")),
-            Supervisor,
+        let (supervisor, supervisor_done, keeper) = start_supervisor(
+            node_id,
             SupervisorArgs {
                 raft: raft.clone(),
                 proposer: proposer.clone(),
@@ -141,17 +90,7 @@ impl Node {
                 waits: waits.clone(),
             },
         )
-        .await
-        .map_err(|error| start_error(format!("starting the node's actors: {error}")))?;
-        let keeper = supervisor
-            .call(SupervisorMsg::Keeper, Some(Duration::from_secs(5)))
-            .await
-            .ok()
-            .and_then(|result| match result {
-                ractor::rpc::CallResult::Success(keeper) => Some(keeper),
-                _ => None,
-            })
-            .ok_or_else(|| start_error("the node's actors did not start".into()))?;
+        .await?;
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
         raft.deliver_applied_to(Arc::new(FanOut::new(
             waits.clone(),
@@ -199,19 +138,7 @@ impl Node {
                 peer_acceptor,
             ))
         });
-        if config.cluster.is_none() {
-            raft.wait_for_leader(Duration::from_secs(10))
-                .await
-                .map_err(failed)?;
-            handle.configure(&config.limits).await?;
-            handle.bootstrap_admin(&config.data_dir).await?;
-        } else {
-            tokio::spawn(configure_when_leading(
-                handle.clone(),
-                config.limits.clone(),
-                config.data_dir.clone(),
-            ));
-        }
+        make_configured_limits_replicated(&config, &handle).await?;
         let node = Node {
             handle,
             tasks: vec![proposer_task, timer],
@@ -278,6 +205,153 @@ impl Node {
         // next call is answered "stopped", and the data file is closed for a restart.
         self.handle.raft.shutdown().await.map_err(NodeError::from)
     }
+}
+
+/// A [`NodeError::Start`] with `reason`.
+fn start_error(reason: String) -> NodeError {
+    NodeError::Start { reason }
+}
+
+/// A Raft error while starting, as a [`NodeError::Start`] naming it.
+fn raft_failed(error: RaftError) -> NodeError {
+    start_error(error.to_string())
+}
+
+/// The peer TLS files (a cluster member with TLS only) and the network Raft calls its peers
+/// on. The files are read here, before anything is bound or opened, so a bad file fails the
+/// start first.
+fn peer_network(
+    config: &NodeConfig,
+    node_id: NodeId,
+    faults: &NetworkFaults,
+) -> Result<(Option<PeerTlsFiles>, TcpNetwork), NodeError> {
+    let peer_tls = match &config.cluster {
+        Some(cluster) => cluster.peer_tls()?,
+        None => None,
+    };
+    let network = match &peer_tls {
+        None => TcpNetwork::new(node_id, CLUSTER_NAME, faults.clone(), &config.raft),
+        Some(files) => {
+            TcpNetwork::with_peer_tls(node_id, CLUSTER_NAME, faults.clone(), &config.raft, files)
+                .map_err(|error| start_error(format!("peer TLS: {error}")))?
+        }
+    };
+    Ok((peer_tls, network))
+}
+
+/// Binds a cluster member's peer port (`None` for a single node). Bound before the data file
+/// opens, so a taken port fails fast and names the port.
+async fn bind_peer_port(config: &NodeConfig) -> Result<Option<TcpListener>, NodeError> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(None);
+    };
+    let addr = cluster.listen_addr()?;
+    let listener = TcpListener::bind(addr).await.map_err(|error| {
+        start_error(format!(
+            "cannot listen for peers on {addr}: {error} (is another node using it? \
+             give `hivekeeper serve` another --peer-listen, or fix this member's \
+             address in --initial-cluster)"
+        ))
+    })?;
+    Ok(Some(listener))
+}
+
+/// Opens Raft on the data directory and, on an empty log, bootstraps its first membership:
+/// this node alone, or the initial cluster of a member started with
+/// `initial_cluster_state = new`. A restart finds the log initialized and changes nothing.
+async fn open_raft(
+    config: &NodeConfig,
+    node_id: NodeId,
+    network: &TcpNetwork,
+) -> Result<Arc<RaftHandle>, NodeError> {
+    let raft = raft::open_with_network(&config.data_dir, node_id, &config.raft, network.clone())
+        .await
+        .map_err(raft_failed)?;
+    let raft = Arc::new(raft);
+    match &config.cluster {
+        None => raft.initialize_single_node().await.map_err(raft_failed)?,
+        Some(cluster) if cluster.initial_cluster_state == ClusterState::New => {
+            let members = cluster.members()?;
+            raft.initialize_cluster(members)
+                .await
+                .map_err(raft_failed)?;
+        }
+        Some(_) => {}
+    }
+    Ok(raft)
+}
+
+/// A cluster member's forwarder, which sends a follower's requests to the leader; `None` for a
+/// single node.
+fn forwarder(
+    config: &NodeConfig,
+    raft: &Arc<RaftHandle>,
+    network: &TcpNetwork,
+) -> Option<Forwarder> {
+    config.cluster.as_ref().map(|_| {
+        Forwarder::new(
+            raft.clone(),
+            network.forwarding_pool(),
+            Duration::from_millis(config.propose_timeout_ms),
+            // Two of the longest elections: long enough for a failover, short enough that a
+            // cut-off node answers `unavailable` promptly.
+            Duration::from_millis(2 * config.raft.election_timeout_ms_max),
+        )
+    })
+}
+
+/// Spawns the node's supervisor and asks it for the lease keeper it started, which the fan-out
+/// and the handle send to. Returns the supervisor, the task that ends with it, and the keeper.
+async fn start_supervisor(
+    node_id: NodeId,
+    args: SupervisorArgs,
+) -> Result<
+    (
+        ActorRef<SupervisorMsg>,
+        tokio::task::JoinHandle<()>,
+        ActorRef<KeeperMsg>,
+    ),
+    NodeError,
+> {
+    let (supervisor, supervisor_done) =
+        Actor::spawn(Some(format!("node@{node_id}")), Supervisor, args)
+            .await
+            .map_err(|error| start_error(format!("starting the node's actors: {error}")))?;
+    let keeper = supervisor
+        .call(SupervisorMsg::Keeper, Some(Duration::from_secs(5)))
+        .await
+        .ok()
+        .and_then(|result| match result {
+            ractor::rpc::CallResult::Success(keeper) => Some(keeper),
+            _ => None,
+        })
+        .ok_or_else(|| start_error("the node's actors did not start".into()))?;
+    Ok((supervisor, supervisor_done, keeper))
+}
+
+/// Makes the configured limits the replicated ones. A single node waits until it leads and
+/// configures them (and the first admin account) before the start returns; a cluster member
+/// configures them each time it takes office, in a task of its own.
+async fn make_configured_limits_replicated(
+    config: &NodeConfig,
+    handle: &NodeHandle,
+) -> Result<(), NodeError> {
+    if config.cluster.is_none() {
+        handle
+            .raft
+            .wait_for_leader(Duration::from_secs(10))
+            .await
+            .map_err(raft_failed)?;
+        handle.configure(&config.limits).await?;
+        handle.bootstrap_admin(&config.data_dir).await?;
+    } else {
+        tokio::spawn(configure_when_leading(
+            handle.clone(),
+            config.limits.clone(),
+            config.data_dir.clone(),
+        ));
+    }
+    Ok(())
 }
 
 /// In a cluster: each time this node takes office, makes its configured limits the replicated

@@ -491,45 +491,8 @@ fn encode_v5(
             packet_bytes_max,
             receive_maximum,
             session_expiry_zeroed,
-        } => m5::Packet::ConnAck(m5::ConnAck {
-            session_present: false,
-            code: m5::ConnectReturnCode::Success,
-            properties: Some(m5::ConnAckProperties {
-                session_expiry_interval: session_expiry_zeroed.then_some(0),
-                receive_max: Some(receive_maximum),
-                max_qos: None,
-                // No retained messages, wildcards, shared subscriptions or subscription ids:
-                // the endpoint serves two fixed topics per agent (PROTOCOL.md §1).
-                retain_available: Some(0),
-                max_packet_size: Some(limit_u32(packet_bytes_max)),
-                assigned_client_identifier: None,
-                topic_alias_max: None,
-                reason_string: None,
-                user_properties: Vec::new(),
-                wildcard_subscription_available: Some(0),
-                subscription_identifiers_available: Some(0),
-                shared_subscription_available: Some(0),
-                server_keep_alive: None,
-                response_information: None,
-                server_reference: None,
-                authentication_method: None,
-                authentication_data: None,
-            }),
-        }),
-        Outgoing::ConnRefused(refusal) => {
-            let code = match refusal {
-                Refusal::UnsupportedProtocol => m5::ConnectReturnCode::UnsupportedProtocolVersion,
-                Refusal::BadClientId => m5::ConnectReturnCode::ClientIdentifierNotValid,
-                Refusal::BadCredentials => m5::ConnectReturnCode::BadUserNamePassword,
-                Refusal::NotAuthorized => m5::ConnectReturnCode::NotAuthorized,
-                Refusal::Unavailable => m5::ConnectReturnCode::ServerUnavailable,
-            };
-            m5::Packet::ConnAck(m5::ConnAck {
-                session_present: false,
-                code,
-                properties: None,
-            })
-        }
+        } => connack_v5(packet_bytes_max, receive_maximum, session_expiry_zeroed),
+        Outgoing::ConnRefused(refusal) => conn_refused_v5(refusal),
         Outgoing::PubAck { pkid, refused } => m5::Packet::PubAck(m5::PubAck {
             pkid,
             reason: if refused {
@@ -595,40 +558,93 @@ fn encode_v5(
             publish.pkid = pkid;
             m5::Packet::Publish(publish)
         }
-        Outgoing::Disconnect(reason) => {
-            let code = match reason {
-                DisconnectReason::Malformed => m5::DisconnectReasonCode::MalformedPacket,
-                DisconnectReason::ProtocolError => m5::DisconnectReasonCode::ProtocolError,
-                DisconnectReason::ShuttingDown => m5::DisconnectReasonCode::ServerShuttingDown,
-                DisconnectReason::KeepAliveTimeout => m5::DisconnectReasonCode::KeepAliveTimeout,
-                DisconnectReason::NotAuthorized => m5::DisconnectReasonCode::NotAuthorized,
-                DisconnectReason::SessionTakenOver => m5::DisconnectReasonCode::SessionTakenOver,
-                DisconnectReason::ReceiveMaximumExceeded => {
-                    m5::DisconnectReasonCode::ReceiveMaximumExceeded
-                }
-                DisconnectReason::PacketTooLarge => m5::DisconnectReasonCode::PacketTooLarge,
-                DisconnectReason::QuotaExceeded => m5::DisconnectReasonCode::QuotaExceeded,
-            };
-            // With a Reason String: rumqttc 0.25 writes a reason code without a property
-            // length, which is valid MQTT 5 but which its own reader (and so any rumqttc v5
-            // client) cannot read, and with an empty property list it writes a normal
-            // disconnect instead (module doc).
-            m5::Packet::Disconnect(m5::Disconnect {
-                reason_code: code,
-                properties: Some(m5::DisconnectProperties {
-                    session_expiry_interval: None,
-                    reason_string: Some(reason.text().to_string()),
-                    user_properties: Vec::new(),
-                    server_reference: None,
-                }),
-            })
-        }
+        Outgoing::Disconnect(reason) => disconnect_v5(reason),
     };
     match packet.write(out, client_packet_max) {
         Ok(_) => Ok(()),
         Err(m5_base::Error::OutgoingPacketTooLarge { .. }) => Err(EncodeError::TooLarge),
         Err(error) => Err(EncodeError::Other(error.to_string())),
     }
+}
+
+/// The 5.0 CONNACK accepting a connection, with the properties that tell the client the
+/// endpoint's limits and what it does not offer.
+fn connack_v5(
+    packet_bytes_max: usize,
+    receive_maximum: u16,
+    session_expiry_zeroed: bool,
+) -> m5::Packet {
+    m5::Packet::ConnAck(m5::ConnAck {
+        session_present: false,
+        code: m5::ConnectReturnCode::Success,
+        properties: Some(m5::ConnAckProperties {
+            session_expiry_interval: session_expiry_zeroed.then_some(0),
+            receive_max: Some(receive_maximum),
+            max_qos: None,
+            // No retained messages, wildcards, shared subscriptions or subscription ids:
+            // the endpoint serves two fixed topics per agent (PROTOCOL.md §1).
+            retain_available: Some(0),
+            max_packet_size: Some(limit_u32(packet_bytes_max)),
+            assigned_client_identifier: None,
+            topic_alias_max: None,
+            reason_string: None,
+            user_properties: Vec::new(),
+            wildcard_subscription_available: Some(0),
+            subscription_identifiers_available: Some(0),
+            shared_subscription_available: Some(0),
+            server_keep_alive: None,
+            response_information: None,
+            server_reference: None,
+            authentication_method: None,
+            authentication_data: None,
+        }),
+    })
+}
+
+/// The 5.0 CONNACK refusing a connection, with the reason code of `refusal`.
+fn conn_refused_v5(refusal: Refusal) -> m5::Packet {
+    let code = match refusal {
+        Refusal::UnsupportedProtocol => m5::ConnectReturnCode::UnsupportedProtocolVersion,
+        Refusal::BadClientId => m5::ConnectReturnCode::ClientIdentifierNotValid,
+        Refusal::BadCredentials => m5::ConnectReturnCode::BadUserNamePassword,
+        Refusal::NotAuthorized => m5::ConnectReturnCode::NotAuthorized,
+        Refusal::Unavailable => m5::ConnectReturnCode::ServerUnavailable,
+    };
+    m5::Packet::ConnAck(m5::ConnAck {
+        session_present: false,
+        code,
+        properties: None,
+    })
+}
+
+/// The 5.0 DISCONNECT the endpoint sends for `reason`, with its reason code and a Reason String.
+fn disconnect_v5(reason: DisconnectReason) -> m5::Packet {
+    let code = match reason {
+        DisconnectReason::Malformed => m5::DisconnectReasonCode::MalformedPacket,
+        DisconnectReason::ProtocolError => m5::DisconnectReasonCode::ProtocolError,
+        DisconnectReason::ShuttingDown => m5::DisconnectReasonCode::ServerShuttingDown,
+        DisconnectReason::KeepAliveTimeout => m5::DisconnectReasonCode::KeepAliveTimeout,
+        DisconnectReason::NotAuthorized => m5::DisconnectReasonCode::NotAuthorized,
+        DisconnectReason::SessionTakenOver => m5::DisconnectReasonCode::SessionTakenOver,
+        DisconnectReason::ReceiveMaximumExceeded => {
+            m5::DisconnectReasonCode::ReceiveMaximumExceeded
+        }
+        DisconnectReason::PacketTooLarge => m5::DisconnectReasonCode::PacketTooLarge,
+        DisconnectReason::QuotaExceeded => m5::DisconnectReasonCode::QuotaExceeded,
+    };
+    // With a Reason String: rumqttc 0.25 writes a reason code without a property
+    // length, which is valid MQTT 5 but which its own reader (and so any rumqttc v5
+    // client) cannot read, and with an empty property list it writes a normal
+    // disconnect instead (module doc).
+    m5::Packet::Disconnect(m5::Disconnect {
+        reason_code: code,
+        properties: Some(m5::DisconnectProperties {
+            session_expiry_interval: None,
+            reason_string: Some(reason.text().to_string()),
+            user_properties: Vec::new(),
+            server_reference: None,
+        }),
+    })
 }
 
 fn qos_v4(qos: Qos) -> Option<m4_base::QoS> {

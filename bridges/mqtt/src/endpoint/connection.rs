@@ -87,6 +87,20 @@ enum End {
 }
 
 impl End {
+    /// Counts the end in its endpoint metric, for the ends that have one.
+    fn count(self) {
+        match self {
+            End::KeepAliveTimeout => counter!(ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL).increment(1),
+            End::SlowConsumer => counter!(ENDPOINT_SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1),
+            End::Malformed => counter!(ENDPOINT_MALFORMED_PACKETS_TOTAL).increment(1),
+            End::TooLarge => counter!(ENDPOINT_PACKETS_TOO_LARGE_TOTAL).increment(1),
+            End::ProtocolError | End::ReceiveMaximumExceeded => {
+                counter!(ENDPOINT_PROTOCOL_ERRORS_TOTAL).increment(1);
+            }
+            End::Client | End::Io | End::TakenOver | End::Revoked | End::Shutdown => {}
+        }
+    }
+
     /// The 5.0 DISCONNECT reason sent for this end, if any.
     fn disconnect_reason(self) -> Option<DisconnectReason> {
         match self {
@@ -141,23 +155,7 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(Ok(connect)) => connect,
     };
     let version = connect.version;
-    let refusal = if hivekeeper_protocol::validate::agent_id(&connect.client_id).is_err() {
-        Some(Refusal::BadClientId)
-    } else if *stop.borrow() {
-        Some(Refusal::Unavailable)
-    } else {
-        credentials::check(
-            shared.authenticator.as_deref(),
-            Credentials {
-                agent: &connect.client_id,
-                username: connect.username.as_deref(),
-                password: connect.password.as_deref(),
-                certificate_cn: certificate_cn.as_deref(),
-            },
-        )
-        .await
-        .err()
-    };
+    let refusal = connect_refusal(&shared, &connect, &stop, certificate_cn.as_deref()).await;
     if let Some(refusal) = refusal {
         counter!(ENDPOINT_CONNECTS_REFUSED_TOTAL).increment(1);
         debug!(client_id = %connect.client_id, ?refusal, "CONNECT refused");
@@ -186,19 +184,48 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         .registry
         .unregister(&connect.client_id, client.conn_id);
     client.queue.close();
-    match end {
-        End::KeepAliveTimeout => counter!(ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL).increment(1),
-        End::SlowConsumer => counter!(ENDPOINT_SLOW_CONSUMER_DISCONNECTS_TOTAL).increment(1),
-        End::Malformed => counter!(ENDPOINT_MALFORMED_PACKETS_TOTAL).increment(1),
-        End::TooLarge => counter!(ENDPOINT_PACKETS_TOO_LARGE_TOTAL).increment(1),
-        End::ProtocolError | End::ReceiveMaximumExceeded => {
-            counter!(ENDPOINT_PROTOCOL_ERRORS_TOTAL).increment(1);
-        }
-        End::Client | End::Io | End::TakenOver | End::Revoked | End::Shutdown => {}
-    }
+    end.count();
     debug!(agent = %connect.client_id, ?end, "connection ended");
-    // Last words: the queued messages on shutdown or revocation (a removed agent's
-    // `lease.revoked` notices), and a 5.0 DISCONNECT with the reason.
+    say_last_words(&mut stream, &mut session, version, end).await;
+}
+
+/// Why a CONNECT is refused, if it is: a client id that is not a valid agent id, an endpoint
+/// shutting down, or credentials the authenticator does not accept (checked in that order,
+/// so the cheap refusals never reach the authenticator).
+async fn connect_refusal(
+    shared: &Shared,
+    connect: &Connect,
+    stop: &watch::Receiver<bool>,
+    certificate_cn: Option<&str>,
+) -> Option<Refusal> {
+    if hivekeeper_protocol::validate::agent_id(&connect.client_id).is_err() {
+        Some(Refusal::BadClientId)
+    } else if *stop.borrow() {
+        Some(Refusal::Unavailable)
+    } else {
+        credentials::check(
+            shared.authenticator.as_deref(),
+            Credentials {
+                agent: &connect.client_id,
+                username: connect.username.as_deref(),
+                password: connect.password.as_deref(),
+                certificate_cn,
+            },
+        )
+        .await
+        .err()
+    }
+}
+
+/// Closes an ended session's socket after its last words: the queued messages on shutdown or
+/// revocation (a removed agent's `lease.revoked` notices), and a 5.0 DISCONNECT with the
+/// reason. A revoked connection then lingers for the client's answer before the close.
+async fn say_last_words<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    session: &mut Session,
+    version: Version,
+    end: End,
+) {
     let mut out = BytesMut::new();
     if matches!(end, End::Shutdown | End::Revoked) {
         session.drain(&mut out);
