@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    TestClient, TestMetrics, WAIT_S, embedded_config, eventually, forward, start_transport, within,
+    TestClient, TestMetrics, WAIT_S, embedded_config, eventually, start_refused, start_transport,
+    within,
 };
-use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, MqttError, MqttVersion, Transport};
+use hivekeeper_mqtt::{Config, EmbeddedConfig, Mode, MqttError, MqttVersion};
 use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
 use rumqttc::QoS;
 
@@ -180,14 +181,7 @@ async fn a_taken_port_is_a_clear_error() {
         }),
         ..Config::default()
     };
-    let (handler, _inbound) = forward();
-    let error = within(
-        WAIT_S,
-        "the transport starts",
-        Transport::start(config, handler),
-    )
-    .await
-    .expect_err("the port is taken");
+    let error = start_refused(config, "the port is taken").await;
     match &error {
         MqttError::ListenAddrInUse { addr: reported } => assert_eq!(*reported, addr),
         other => panic!("expected ListenAddrInUse, got {other:?}"),

@@ -6,10 +6,10 @@ mod common;
 
 use bytes::Bytes;
 use common::{
-    Mosquitto, TestClient, TestMetrics, WAIT_S, eventually, external_config, forward, free_port,
-    start_transport, within,
+    Mosquitto, TestClient, TestMetrics, WAIT_S, eventually, external_config, free_port,
+    start_refused, start_transport, within,
 };
-use hivekeeper_mqtt::{MqttError, Transport};
+use hivekeeper_mqtt::MqttError;
 use rumqttc::QoS;
 
 #[tokio::test]
@@ -168,14 +168,7 @@ async fn no_broker_at_start_is_a_clear_error_within_the_startup_timeout() {
     let port = free_port();
     let mut config = external_config(port, "hk-node-3");
     config.startup_timeout_ms = 1_000;
-    let (handler, _inbound) = forward();
-    let error = within(
-        WAIT_S,
-        "the transport starts",
-        Transport::start(config, handler),
-    )
-    .await
-    .expect_err("nothing listens on the port");
+    let error = start_refused(config, "nothing listens on the port").await;
     match &error {
         MqttError::BrokerUnreachable {
             url, last_error, ..

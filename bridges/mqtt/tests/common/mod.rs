@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hivekeeper_mqtt::{
-    Config, EmbeddedConfig, ExternalConfig, Flow, Inbound, InboundHandler, Mode, Transport,
+    Config, EmbeddedConfig, ExternalConfig, Flow, Inbound, InboundHandler, Mode, MqttError,
+    Transport,
 };
 use metrics::LocalRecorderGuard;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
@@ -62,6 +63,22 @@ pub async fn start_transport(config: Config) -> (Transport, mpsc::UnboundedRecei
     .await
     .unwrap_or_else(|error| panic!("the transport starts: {error}"));
     (transport, inbound)
+}
+
+/// Starts the transport with `config`, which must refuse to start; its error. Fails the test
+/// if the transport starts, or if the refusal takes longer than [`WAIT_S`].
+pub async fn start_refused(config: Config, why: &str) -> MqttError {
+    let (handler, _inbound) = forward();
+    match within(
+        WAIT_S,
+        "the transport starts",
+        Transport::start(config, handler),
+    )
+    .await
+    {
+        Ok(_) => panic!("the transport started, but {why}"),
+        Err(error) => error,
+    }
 }
 
 /// A Prometheus recorder of the test's own, so it reads only its own transport's metrics
