@@ -4,11 +4,12 @@
 //! machine (`hivekeeper-state-machine`, re-exported as [`state_machine`]), which each Raft
 //! replica applies in log order. This crate wraps it: Raft (openraft; its log on a segment log,
 //! its vote and snapshots on redb) and the node's actors (ractor) carry bytes and time, never
-//! decisions, and [`wire`] converts between the wire protocol and the machine's types.
+//! decisions. The machine takes the wire's own op (`hivekeeper_protocol::Op`); [`response`] turns
+//! its answer into the wire's response.
 //!
 //! ```text
-//!  front door ─▶ NodeHandle::submit ─▶ wire::write / wire::read
-//!                                   │ write: Command      read: ReadOp (read-index first)
+//!  front door ─▶ NodeHandle::submit ─▶ Op::is_write?
+//!                                   │ write: Command::Request   read: query(&Op) (read-index first)
 //!                                   ▼
 //!            leader stamps LogMeta { index, term, now_ms }
 //!                                   │ Raft log (commit on a majority)
@@ -17,15 +18,14 @@
 //!                  │                                   │       └─▶ node: deferred responses,
 //!                  │                                   │           lost/expired notices,
 //!                  │                                   │           lease keeper, metrics
-//!                  │                                   └─▶ the proposer's answer ─▶ wire::response
+//!                  │                                   └─▶ the proposer's answer ─▶ response()
 //!                  └─ snapshot() / restore(): the whole state as bytes
 //! ```
 //!
 //! # Layout
 //! - [`state_machine`]: the pure machine (its own crate), one file per concept (lease, lock,
 //!   semaphore, waypoint, FIFO queues, dedup, snapshot), each opening with its invariants.
-//! - [`wire`]: wire `Request` to the machine's `Command` or `ReadOp`, and `Reply` to the wire
-//!   `Response`.
+//! - [`response`]: the machine's `Reply` as the wire `Response`.
 //! - [`raft`]: the openraft adapter: the log on a segment log (`hivekeeper-segment-log`), vote
 //!   and snapshots on redb (both written by one group-commit writer thread, fsync before
 //!   acknowledge), the state machine behind openraft, the peer transport, and [`raft::open`] to
@@ -43,7 +43,7 @@ pub mod backup;
 mod config_error;
 pub mod node;
 pub mod raft;
-pub mod wire;
+pub mod response;
 
 pub use hivekeeper_state_machine as state_machine;
 

@@ -9,14 +9,14 @@
 mod raft_support;
 
 use hivekeeper_coordinator::raft::{self, Applied, RaftConfig, RaftError};
-use hivekeeper_coordinator::state_machine::ReadOp;
 use hivekeeper_coordinator::{Event, Reply};
+use hivekeeper_protocol::Op;
 use hivekeeper_protocol::ResourceKind;
 use raft_support::{WAIT, WAIT_S, lease_grant, lock_try, next_applied, request, tempdir, within};
 
 /// The holders of lock `name` as `(agent, token)`, read from the node's state machine.
 fn lock_holders(node: &raft::RaftHandle, name: &str) -> Vec<(String, u64)> {
-    let inspect = ReadOp::Inspect {
+    let inspect = Op::Inspect {
         kind: ResourceKind::Lock,
         name: name.to_string(),
     };

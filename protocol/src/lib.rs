@@ -43,7 +43,7 @@ pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
 pub use priority::Priority;
-pub use request::{Area, Op, Request, ResourceKind, Volume};
+pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{
     AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,
     ResourceInfo, Response, SnapshotPage, Success, WaiterInfo,

@@ -7,8 +7,9 @@
 //! (`bad_request`, echoing the id).
 //!
 //! # Layout
-//! - this file: the request, the resource kinds and every op with its wire fields;
-//! - `accessors`: what an op is (its name, its lease, whether it writes);
+//! - this file: the request, the resource kinds and every op with its wire fields, declared once
+//!   (`declare_ops!` derives its name, its class and the list of names);
+//! - `accessors`: what an op names (its lease, its wait) and whether it writes;
 //! - `validation`: the range checks of an op's fields and of a waypoint's geometry;
 //! - `decode`: the stepwise decoder from bytes or JSON to a valid [`Request`].
 
@@ -74,30 +75,87 @@ impl ResourceKind {
     }
 }
 
-/// Every operation of protocol v1 with its fields. Field names and units are the wire's.
+/// Who answers an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpClass {
+    /// A command for the state machine, applied through the Raft log.
+    Write,
+    /// A read the state machine answers from its state, after a read-index round.
+    Read,
+    /// Answered by the node from Raft itself (its status, a snapshot, its membership).
+    Node,
+}
+
+/// Declares [`Op`] once: each variant's `#[op(name, class)]` becomes its serde tag, its entry
+/// in [`Op::NAMES`] and its arms of [`Op::name`] and [`Op::class`].
+macro_rules! declare_ops {
+    (
+        $(#[$meta:meta])*
+        pub enum Op {
+            $(
+                $(#[doc = $doc:expr])*
+                #[op($wire:literal, $class:ident)]
+                $variant:ident { $($fields:tt)* }
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum Op {
+            $(
+                $(#[doc = $doc])*
+                #[serde(rename = $wire)]
+                $variant { $($fields)* },
+            )*
+        }
+
+        impl Op {
+            /// Every op name, in documentation order.
+            pub const NAMES: [&'static str; [$($wire),*].len()] = [$($wire),*];
+
+            /// The op's wire name, e.g. `"lock.acquire"`.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Op::$variant { .. } => $wire,)*
+                }
+            }
+
+            /// Who answers the op.
+            pub fn class(&self) -> OpClass {
+                match self {
+                    $(Op::$variant { .. } => OpClass::$class,)*
+                }
+            }
+        }
+    };
+}
+
+declare_ops! {
+/// Every operation of protocol v1 with its fields: the one declaration of an op. Field names
+/// and units are the wire's; `#[op(name, class)]` gives its wire name and who answers it
+/// ([`OpClass`]). [`Op::NAMES`], [`Op::name`], [`Op::class`] and the serde tag derive from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
 pub enum Op {
     /// Create a lease for the sending agent, living `ttl_ms` past its last keepalive.
-    #[serde(rename = "lease.grant")]
+    #[op("lease.grant", Write)]
     LeaseGrant {
         /// Time to live in milliseconds; the service's configured range applies.
         ttl_ms: u64,
     },
     /// Restart the lease's countdown. Not a Raft write: the leader keeps deadlines in memory.
-    #[serde(rename = "lease.keepalive")]
+    #[op("lease.keepalive", Read)]
     LeaseKeepalive {
         /// The lease to keep alive.
         lease: String,
     },
     /// End the lease now, releasing everything it holds and dropping everything it waits for.
-    #[serde(rename = "lease.revoke")]
+    #[op("lease.revoke", Write)]
     LeaseRevoke {
         /// The lease to revoke.
         lease: String,
     },
     /// Take a FIFO lock, or queue for it.
-    #[serde(rename = "lock.acquire")]
+    #[op("lock.acquire", Write)]
     LockAcquire {
         /// The lock's name.
         name: String,
@@ -108,7 +166,7 @@ pub enum Op {
         wait_ms: Option<u64>,
     },
     /// Release a held lock; the head waiter is granted in the same log entry.
-    #[serde(rename = "lock.release")]
+    #[op("lock.release", Write)]
     LockRelease {
         /// The lock's name.
         name: String,
@@ -116,7 +174,7 @@ pub enum Op {
         lease: String,
     },
     /// Take `permits` of a counting semaphore of capacity `limit`, or queue for them.
-    #[serde(rename = "sem.acquire")]
+    #[op("sem.acquire", Write)]
     SemAcquire {
         /// The semaphore's name.
         name: String,
@@ -132,7 +190,7 @@ pub enum Op {
         wait_ms: Option<u64>,
     },
     /// Give back the permits a lease holds on a semaphore.
-    #[serde(rename = "sem.release")]
+    #[op("sem.release", Write)]
     SemRelease {
         /// The semaphore's name.
         name: String,
@@ -140,7 +198,7 @@ pub enum Op {
         lease: String,
     },
     /// Reserve a named waypoint, and with `lat`/`lon` a vertical cylinder around it.
-    #[serde(rename = "waypoint.reserve")]
+    #[op("waypoint.reserve", Write)]
     WaypointReserve {
         /// The waypoint's name; two reservations of one name always conflict.
         name: String,
@@ -178,7 +236,7 @@ pub enum Op {
         priority: Priority,
     },
     /// Release a waypoint reservation.
-    #[serde(rename = "waypoint.release")]
+    #[op("waypoint.release", Write)]
     WaypointRelease {
         /// The waypoint's name.
         name: String,
@@ -189,7 +247,7 @@ pub enum Op {
     /// intent: granted all or nothing with one token, or queued as a unit. A route is a
     /// waypoint reservation with several volumes: it shares the waypoint names, `inspect` and
     /// `fence.check` with kind `waypoint`.
-    #[serde(rename = "route.reserve")]
+    #[op("route.reserve", Write)]
     RouteReserve {
         /// The route's name (a waypoint name).
         name: String,
@@ -205,7 +263,7 @@ pub enum Op {
         priority: Priority,
     },
     /// Release every volume of a route (the same as `waypoint.release` of its name).
-    #[serde(rename = "route.release")]
+    #[op("route.release", Write)]
     RouteRelease {
         /// The route's name.
         name: String,
@@ -214,7 +272,7 @@ pub enum Op {
     },
     /// Replace a held route's volumes atomically. Granted at once (the token kept) or
     /// `would_block` (the old route kept); it never waits.
-    #[serde(rename = "route.amend")]
+    #[op("route.amend", Write)]
     RouteAmend {
         /// The route's name.
         name: String,
@@ -229,7 +287,7 @@ pub enum Op {
     },
     /// The held reservations that conflict, in space and time, with one cylinder or a route, a
     /// page at a time in name order; reserves nothing (`airspace.rs`).
-    #[serde(rename = "airspace.query")]
+    #[op("airspace.query", Read)]
     AirspaceQuery {
         /// One cylinder, its window optional (absent: from the machine's time on); exactly one
         /// of `volume` and `volumes`.
@@ -247,7 +305,7 @@ pub enum Op {
         limit: Option<u32>,
     },
     /// Ask whether `token` is held right now on a resource.
-    #[serde(rename = "fence.check")]
+    #[op("fence.check", Read)]
     FenceCheck {
         /// The resource's name. `resource` is accepted as an alias (the field's first name,
         /// DESIGN.md §3); `name` is what every other op calls it.
@@ -261,7 +319,7 @@ pub enum Op {
         token: u64,
     },
     /// Holders and waiters of one resource.
-    #[serde(rename = "inspect")]
+    #[op("inspect", Read)]
     Inspect {
         /// Which kind of resource.
         kind: ResourceKind,
@@ -270,10 +328,10 @@ pub enum Op {
     },
     /// The answering node's own view of Raft (term, leader, indexes, members). Answered by the
     /// node that receives it, never forwarded, and not linearizable.
-    #[serde(rename = "admin.status")]
+    #[op("admin.status", Node)]
     AdminStatus {},
     /// Every live lease, a page at a time, in lease id order. A linearizable read.
-    #[serde(rename = "admin.leases")]
+    #[op("admin.leases", Read)]
     AdminLeases {
         /// Only leases after this lease id (the previous page's `next_after`); absent: from
         /// the first.
@@ -283,7 +341,7 @@ pub enum Op {
     /// The resources held or waited for now, a page at a time, in (kind, name) order, each with
     /// its holder and waiter counts. A linearizable read, for operators who do not know a
     /// resource's exact name.
-    #[serde(rename = "admin.resources")]
+    #[op("admin.resources", Read)]
     AdminResources {
         /// Only this kind; absent: every kind (locks, then semaphores, then waypoints).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,7 +362,7 @@ pub enum Op {
     /// read-index round, keeps it, and answers its first page; with `index` (the first page's)
     /// it answers the page at `offset` of that same snapshot, so the pages together are the
     /// state at one log index. Answered by the leader; needs `admin`.
-    #[serde(rename = "admin.snapshot")]
+    #[op("admin.snapshot", Node)]
     AdminSnapshot {
         /// The log index of the snapshot being read (every page after the first); absent: take
         /// a new snapshot and answer its first page.
@@ -322,7 +380,7 @@ pub enum Op {
     },
     /// End any agent's lease, as its own `lease.revoke` would, without the owner check. For
     /// operators freeing a stuck resource.
-    #[serde(rename = "admin.revoke")]
+    #[op("admin.revoke", Write)]
     AdminRevoke {
         /// The lease to end.
         lease: String,
@@ -331,7 +389,7 @@ pub enum Op {
     /// nothing answers there), adds it as a learner, and makes it a voter once it has caught up
     /// (refused `timeout` when it does not in time: it stays a learner). Answered by the leader
     /// (forwarded there) once it votes.
-    #[serde(rename = "admin.member.add")]
+    #[op("admin.member.add", Node)]
     AdminMemberAdd {
         /// The new member's `--name` (its id is derived from it).
         name: String,
@@ -347,14 +405,14 @@ pub enum Op {
         catch_up_lag_entries_max: Option<u64>,
     },
     /// Remove a member from a running cluster. Answered by the leader.
-    #[serde(rename = "admin.member.remove")]
+    #[op("admin.member.remove", Node)]
     AdminMemberRemove {
         /// The member's `--name`.
         name: String,
     },
     /// Create the account of agent `name` with a new secret, answered once with the secret
     /// (only its hash is kept). Needs `admin`.
-    #[serde(rename = "admin.agent.add")]
+    #[op("admin.agent.add", Write)]
     AdminAgentAdd {
         /// The agent id the account is for (the MQTT username and client id).
         name: String,
@@ -364,7 +422,7 @@ pub enum Op {
     },
     /// One page of accounts (name and role, never a secret or its hash), in name order. Needs
     /// `admin`.
-    #[serde(rename = "admin.agent.list")]
+    #[op("admin.agent.list", Read)]
     AdminAgentList {
         /// Only accounts after this name (the previous page's `next_after`); absent: from the
         /// first.
@@ -373,18 +431,19 @@ pub enum Op {
     },
     /// Delete the account of agent `name`: its connections are closed and its leases revoked.
     /// Needs `admin`.
-    #[serde(rename = "admin.agent.remove")]
+    #[op("admin.agent.remove", Write)]
     AdminAgentRemove {
         /// The agent id.
         name: String,
     },
     /// Give agent `name` a new secret, answered once; the old secret stops working and its
     /// connections are closed. Needs `admin`.
-    #[serde(rename = "admin.agent.rotate")]
+    #[op("admin.agent.rotate", Write)]
     AdminAgentRotate {
         /// The agent id.
         name: String,
     },
+}
 }
 
 fn one() -> u32 {

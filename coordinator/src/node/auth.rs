@@ -32,7 +32,7 @@ use super::waits::{Respond, SecretToReveal, answer_with};
 use super::{NodeError, NodeHandle};
 use crate::raft::Origin;
 use crate::raft::transport::AgentWrite;
-use crate::state_machine::Reply;
+use crate::state_machine::{AgentRequest, Reply};
 
 /// Bytes of randomness in a secret: 256 bits.
 pub const SECRET_BYTES: usize = 32;
@@ -297,7 +297,7 @@ impl NodeHandle {
             agent: agent.to_string(),
             request_id: request.id.clone(),
         };
-        let Some(request) = crate::wire::account_request(request, hash.clone()) else {
+        let Some(request) = AgentRequest::with_secret(request.id, request.op, hash.clone()) else {
             let refusal = Reply::refused(
                 ErrorCode::BadRequest,
                 "only admin.agent.add and admin.agent.rotate make a secret",
@@ -357,7 +357,7 @@ impl NodeHandle {
         })
         .await
         .map_err(|_| NodeError::Stopping)?;
-        let request = crate::wire::account_request(request, hash)
+        let request = AgentRequest::with_secret(request.id, request.op, hash)
             .expect("admin.agent.add is an op that makes a secret");
         let origin = Origin {
             agent: NODE_AGENT.to_string(),

@@ -31,8 +31,7 @@ use super::snapshot::KeptSnapshots;
 use super::waits::{Respond, Waits, answer_with};
 use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
-use crate::state_machine::{LeaseId, Limits, Reply};
-use crate::wire;
+use crate::state_machine::{AgentRequest, LeaseId, Limits, Reply};
 
 /// How long `admin.leases` waits for the keeper's deadlines before answering without them.
 const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -163,21 +162,18 @@ impl NodeHandle {
             agent: agent.to_string(),
             request_id: request.id.clone(),
         };
-        let request = match wire::write(request) {
-            Ok(request) => {
-                self.waits.register(origin.clone(), op, permit, respond);
-                let write = AgentWrite {
-                    agent: agent.to_string(),
-                    request,
-                };
-                if let Err(error) = self.proposer.write(write, origin.clone()) {
-                    self.waits.failed(&origin, &error);
-                }
-                return;
+        if request.op.is_write() {
+            self.waits.register(origin.clone(), op, permit, respond);
+            let write = AgentWrite {
+                agent: agent.to_string(),
+                request: AgentRequest::new(request.id, request.op),
+            };
+            if let Err(error) = self.proposer.write(write, origin.clone()) {
+                self.waits.failed(&origin, &error);
             }
-            // Not a write: a keepalive, a read or an admin op.
-            Err(request) => request,
-        };
+            return;
+        }
+        // Not a write: a keepalive, a read or an admin op.
         let handle = self.clone();
         let agent = agent.to_string();
         // Boxed: with the forwarding and read-index futures inline the task would be
@@ -311,10 +307,7 @@ impl NodeHandle {
                     .await
             }
             op => {
-                let op = match wire::read(op) {
-                    Ok(op) => op,
-                    Err(not_read) => return Ok(not_read.refusal()),
-                };
+                let op = op.clone();
                 self.raft.confirm_leadership().await?;
                 Ok(self.raft.query(|sm| sm.query(agent, &op))?)
             }
@@ -324,10 +317,7 @@ impl NodeHandle {
     /// `admin.leases`: a page of live leases (linearizable, read-index), with the time left
     /// before each deadline when this node's keeper holds deadlines (a ready leader).
     async fn admin_leases(&self, agent: &str, op: &Op) -> Result<Reply, NodeError> {
-        let op = match wire::read(op) {
-            Ok(op) => op,
-            Err(not_read) => return Ok(not_read.refusal()),
-        };
+        let op = op.clone();
         self.raft.confirm_leadership().await?;
         let reply = self.raft.query(|sm| sm.query(agent, &op))?;
         let Reply::Leases {

@@ -52,7 +52,8 @@ use tokio::time::Instant;
 use super::lessor::{Keepalive, Lessor};
 use super::proposer::{NodeCommand, Proposer};
 use crate::raft::RaftHandle;
-use crate::state_machine::{LeaseId, ReadOp, Reply};
+use crate::state_machine::{LeaseId, Reply};
+use hivekeeper_protocol::Op;
 
 /// Messages of the lease keeper.
 pub enum KeeperMsg {
@@ -167,7 +168,7 @@ impl KeeperState {
             }
             Keepalive::Live { previous } => previous,
         };
-        let op = ReadOp::LeaseKeepalive { lease };
+        let op = Op::LeaseKeepalive { lease };
         let answer = self.raft.query(|sm| sm.query(agent, &op))?;
         if let (Reply::Ttl { ttl_ms }, Some(id)) = (&answer, id) {
             self.lessor.renew(Instant::now(), id, *ttl_ms);

@@ -375,7 +375,7 @@ pub(crate) fn answer_with(
             if let Reply::Fence { valid, .. } = &reply {
                 metrics::fence_checked(*valid);
             }
-            match crate::wire::response(request_id, &reply) {
+            match crate::response::response(request_id, &reply) {
                 Some(response) => response,
                 // Only a queueable write is answered `Queued`, and those are pending here.
                 None => Response::error(

@@ -569,14 +569,16 @@ mod tests {
     use std::time::Duration;
 
     use crate::raft::{self, ApplyPanic, RaftConfig, RaftError, StoreError};
-    use crate::state_machine::{AgentOp, AgentRequest, Command, Reply};
+    use crate::state_machine::{AgentRequest, Command, Reply};
+    use hivekeeper_protocol::Op;
 
     fn grant(agent: &str, id: &str) -> Command {
         Command::Request {
             agent: agent.into(),
             request: AgentRequest {
                 id: id.into(),
-                op: AgentOp::LeaseGrant { ttl_ms: 5_000 },
+                op: Op::LeaseGrant { ttl_ms: 5_000 },
+                secret_hash: None,
             },
         }
     }

@@ -22,8 +22,9 @@ use hivekeeper_protocol::Volume;
 use hivekeeper_state_machine::M_PER_DEG;
 
 mod city;
+use hivekeeper_protocol::Op;
 use hivekeeper_state_machine::{
-    AgentOp, AgentRequest, Command, Event, Limits, LogMeta, Reply, StateMachine,
+    AgentRequest, Command, Event, Limits, LogMeta, Reply, StateMachine,
 };
 
 /// Agents (one lease each) in the loaded machine.
@@ -87,20 +88,21 @@ impl Harness {
     }
 
     /// A request with a fresh id, stamped with the next log position (not applied yet).
-    fn request(&mut self, agent: &str, op: AgentOp) -> (LogMeta, Command) {
+    fn request(&mut self, agent: &str, op: Op) -> (LogMeta, Command) {
         self.request_seq += 1;
         let command = Command::Request {
             agent: agent.to_string(),
             request: AgentRequest {
                 id: format!("r{}", self.request_seq),
                 op,
+                secret_hash: None,
             },
         };
         (self.meta(), command)
     }
 
     /// Builds and applies one request now (setup, untimed).
-    fn apply(&mut self, agent: &str, op: AgentOp) -> (Reply, Vec<Event>) {
+    fn apply(&mut self, agent: &str, op: Op) -> (Reply, Vec<Event>) {
         let (meta, command) = self.request(agent, op);
         self.sm
             .apply(meta, command)
@@ -109,7 +111,7 @@ impl Harness {
 
     /// Grants a lease to `name`.
     fn agent(&mut self, name: String) -> Agent {
-        match self.apply(&name, AgentOp::LeaseGrant { ttl_ms: TTL_MS }) {
+        match self.apply(&name, Op::LeaseGrant { ttl_ms: TTL_MS }) {
             (Reply::Lease { lease, .. }, _) => Agent {
                 name,
                 lease: lease.to_string(),
@@ -125,16 +127,16 @@ impl Harness {
     }
 }
 
-fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> AgentOp {
-    AgentOp::LockAcquire {
+fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> Op {
+    Op::LockAcquire {
         name,
         lease: agent.lease.clone(),
         wait_ms,
     }
 }
 
-fn release(agent: &Agent, name: String) -> AgentOp {
-    AgentOp::LockRelease {
+fn release(agent: &Agent, name: String) -> Op {
+    Op::LockRelease {
         name,
         lease: agent.lease.clone(),
     }
@@ -304,8 +306,8 @@ fn lock_handover(c: &mut Criterion) {
     h.check_invariants();
 }
 
-fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
-    AgentOp::WaypointReserve {
+fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> Op {
+    Op::WaypointReserve {
         name,
         lease: agent.lease.clone(),
         lat: Some(lat),
@@ -322,8 +324,8 @@ fn reserve(agent: &Agent, name: String, lat: f64, lon: f64) -> AgentOp {
     }
 }
 
-fn waypoint_release(agent: &Agent, name: String) -> AgentOp {
-    AgentOp::WaypointRelease {
+fn waypoint_release(agent: &Agent, name: String) -> Op {
+    Op::WaypointRelease {
         name,
         lease: agent.lease.clone(),
     }
@@ -412,8 +414,8 @@ fn waypoint_reserve_release(c: &mut Criterion) {
     h.check_invariants();
 }
 
-fn route_reserve(agent: &Agent, name: String, volumes: Vec<Volume>) -> AgentOp {
-    AgentOp::RouteReserve {
+fn route_reserve(agent: &Agent, name: String, volumes: Vec<Volume>) -> Op {
+    Op::RouteReserve {
         name,
         lease: agent.lease.clone(),
         volumes,
@@ -463,7 +465,7 @@ fn bench_routes(
         batch.push(h.request(&agent.name, route_reserve(agent, name.clone(), volumes)));
         batch.push(h.request(
             &agent.name,
-            AgentOp::RouteRelease {
+            Op::RouteRelease {
                 name,
                 lease: agent.lease.clone(),
             },

@@ -13,9 +13,8 @@
 
 use std::alloc::System;
 
-use hivekeeper_state_machine::{
-    AgentOp, AgentRequest, Command, Limits, LogMeta, Reply, StateMachine,
-};
+use hivekeeper_protocol::Op;
+use hivekeeper_state_machine::{AgentRequest, Command, Limits, LogMeta, Reply, StateMachine};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 mod city;
@@ -27,7 +26,7 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 const NOW0_MS: u64 = 1_750_000_000_000;
 
 /// Applies `op` from `agent` as the next entry.
-fn apply(sm: &mut StateMachine, index: &mut u64, agent: &str, op: AgentOp) -> Reply {
+fn apply(sm: &mut StateMachine, index: &mut u64, agent: &str, op: Op) -> Reply {
     *index += 1;
     let meta = LogMeta {
         index: *index,
@@ -39,6 +38,7 @@ fn apply(sm: &mut StateMachine, index: &mut u64, agent: &str, op: AgentOp) -> Re
         request: AgentRequest {
             id: format!("r{index}"),
             op,
+            secret_hash: None,
         },
     };
     sm.apply(meta, command)
@@ -57,7 +57,7 @@ fn main() {
                 &mut sm,
                 &mut index,
                 &agent,
-                AgentOp::LeaseGrant { ttl_ms: 3_600_000 },
+                Op::LeaseGrant { ttl_ms: 3_600_000 },
             ) {
                 Reply::Lease { lease, .. } => (agent, lease.to_string()),
                 other => panic!("lease.grant for {agent}: {other:?}"),
@@ -68,7 +68,7 @@ fn main() {
     for (i, (agent, lease)) in leases.iter().enumerate() {
         let (row, col) = (i / city::CELLS, i % city::CELLS);
         let start_ms = NOW0_MS + city::HOUR_MS * (1 + city::hour(row, col));
-        let op = AgentOp::RouteReserve {
+        let op = Op::RouteReserve {
             name: format!("route-{i}"),
             lease: lease.clone(),
             volumes: city::route_volumes(row, col, start_ms),

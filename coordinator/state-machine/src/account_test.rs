@@ -10,12 +10,16 @@ use super::{AccountChange, Event, LeaseEnd, LeaseId, Reply, StateMachine};
 const HASH_1: &str = "$argon2id$v=19$m=64,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo";
 const HASH_2: &str = "$argon2id$v=19$m=64,t=1,p=1$c2FsdDI$aGFzaDI";
 
-fn add(name: &str, role: Role, hash: &str) -> AgentOp {
-    AgentOp::AdminAgentAdd {
+fn add(name: &str, role: Role, hash: &str) -> (Op, String) {
+    let op = Op::AdminAgentAdd {
         name: name.into(),
-        role,
-        secret_hash: hash.into(),
-    }
+        role: Some(role),
+    };
+    (op, hash.into())
+}
+
+fn rotate(name: &str, hash: &str) -> (Op, String) {
+    (Op::AdminAgentRotate { name: name.into() }, hash.into())
 }
 
 fn changed(agent: &str, change: AccountChange) -> Event {
@@ -28,7 +32,7 @@ fn changed(agent: &str, change: AccountChange) -> Event {
 #[test]
 fn an_added_account_is_answered_with_its_hash_and_a_second_add_is_refused() {
     let mut h = Harness::new();
-    let (reply, events) = h.send("admin", add("drone-1", Role::Agent, HASH_1));
+    let (reply, events) = h.send_account("admin", add("drone-1", Role::Agent, HASH_1));
     assert_eq!(
         reply,
         Reply::Account {
@@ -44,7 +48,7 @@ fn an_added_account_is_answered_with_its_hash_and_a_second_add_is_refused() {
         (Role::Agent, HASH_1)
     );
 
-    let (reply, events) = h.send("admin", add("drone-1", Role::Admin, HASH_2));
+    let (reply, events) = h.send_account("admin", add("drone-1", Role::Admin, HASH_2));
     assert_eq!(
         reply,
         Reply::refused(
@@ -60,8 +64,8 @@ fn an_added_account_is_answered_with_its_hash_and_a_second_add_is_refused() {
 #[test]
 fn a_same_id_retry_of_an_add_gets_the_first_reply_with_the_first_hash() {
     let mut h = Harness::new();
-    let first = h.send_as("admin", "a1", add("drone-1", Role::Observer, HASH_1));
-    let (reply, events) = h.send_as("admin", "a1", add("drone-1", Role::Observer, HASH_2));
+    let first = h.send_account_as("admin", "a1", add("drone-1", Role::Observer, HASH_1));
+    let (reply, events) = h.send_account_as("admin", "a1", add("drone-1", Role::Observer, HASH_2));
     assert_eq!(reply, first.0);
     assert!(events.is_empty(), "a retry changes nothing");
     assert_eq!(h.sm.account("drone-1").expect("kept").secret_hash, HASH_1);
@@ -70,7 +74,7 @@ fn a_same_id_retry_of_an_add_gets_the_first_reply_with_the_first_hash() {
 #[test]
 fn a_secret_in_place_of_a_hash_is_refused() {
     let mut h = Harness::new();
-    let (reply, events) = h.send("admin", add("drone-1", Role::Agent, "plain-secret"));
+    let (reply, events) = h.send_account("admin", add("drone-1", Role::Agent, "plain-secret"));
     assert_eq!(
         reply,
         Reply::refused(ErrorCode::BadRequest, "`secret_hash` is not a PHC string")
@@ -82,12 +86,8 @@ fn a_secret_in_place_of_a_hash_is_refused() {
 #[test]
 fn rotate_replaces_the_hash_and_keeps_the_role() {
     let mut h = Harness::new();
-    h.send("admin", add("obs", Role::Observer, HASH_1));
-    let rotate = AgentOp::AdminAgentRotate {
-        name: "obs".into(),
-        secret_hash: HASH_2.into(),
-    };
-    let (reply, events) = h.send("admin", rotate);
+    h.send_account("admin", add("obs", Role::Observer, HASH_1));
+    let (reply, events) = h.send_account("admin", rotate("obs", HASH_2));
     assert_eq!(
         reply,
         Reply::Account {
@@ -99,12 +99,8 @@ fn rotate_replaces_the_hash_and_keeps_the_role() {
     assert_eq!(events, vec![changed("obs", AccountChange::Rotated)]);
     assert_eq!(h.sm.account("obs").expect("kept").secret_hash, HASH_2);
 
-    let unknown = AgentOp::AdminAgentRotate {
-        name: "ghost".into(),
-        secret_hash: HASH_2.into(),
-    };
     assert_eq!(
-        h.reply("admin", unknown),
+        h.send_account("admin", rotate("ghost", HASH_2)).0,
         Reply::refused(
             ErrorCode::BadRequest,
             "admin.agent.rotate: agent \"ghost\" has no account"
@@ -115,7 +111,7 @@ fn rotate_replaces_the_hash_and_keeps_the_role() {
 #[test]
 fn remove_revokes_the_agents_leases_and_hands_its_lock_over_in_the_same_entry() {
     let mut h = Harness::new();
-    h.send("admin", add("drone-1", Role::Agent, HASH_1));
+    h.send_account("admin", add("drone-1", Role::Agent, HASH_1));
     let mine = h.lease("drone-1", 5_000);
     let other = h.lease("drone-2", 5_000);
     h.reply("drone-1", lock_acquire("gw", &mine, None));
@@ -126,7 +122,7 @@ fn remove_revokes_the_agents_leases_and_hands_its_lock_over_in_the_same_entry() 
 
     let (reply, events) = h.send(
         "admin",
-        AgentOp::AdminAgentRemove {
+        Op::AdminAgentRemove {
             name: "drone-1".into(),
         },
     );
@@ -157,7 +153,7 @@ fn remove_revokes_the_agents_leases_and_hands_its_lock_over_in_the_same_entry() 
     assert_eq!(
         h.reply(
             "admin",
-            AgentOp::AdminAgentRemove {
+            Op::AdminAgentRemove {
                 name: "drone-1".into()
             }
         ),
@@ -172,12 +168,12 @@ fn remove_revokes_the_agents_leases_and_hands_its_lock_over_in_the_same_entry() 
 fn the_list_is_paged_in_name_order_without_hashes() {
     let mut h = Harness::new();
     for index in 0..=super::ACCOUNT_PAGE_MAX {
-        h.send("admin", add(&format!("a{index:04}"), Role::Agent, HASH_1));
+        h.send_account("admin", add(&format!("a{index:04}"), Role::Agent, HASH_1));
     }
     let Reply::Accounts {
         accounts,
         next_after,
-    } = h.sm.query("admin", &ReadOp::AdminAgentList { after: None })
+    } = h.sm.query("admin", &Op::AdminAgentList { after: None })
     else {
         panic!("a page of accounts");
     };
@@ -193,7 +189,7 @@ fn the_list_is_paged_in_name_order_without_hashes() {
     assert_eq!(
         h.sm.query(
             "admin",
-            &ReadOp::AdminAgentList {
+            &Op::AdminAgentList {
                 after: next_after.clone()
             }
         ),
@@ -212,7 +208,7 @@ fn accounts_survive_a_snapshot_and_a_machine_without_accounts_writes_none() {
     let mut h = Harness::new();
     let empty = String::from_utf8(h.sm.snapshot()).expect("JSON");
     assert!(!empty.contains("accounts"), "no accounts key while empty");
-    h.send("admin", add("drone-1", Role::Admin, HASH_1));
+    h.send_account("admin", add("drone-1", Role::Admin, HASH_1));
     let bytes = h.sm.snapshot();
     let restored = StateMachine::restore(&bytes).expect("restores");
     assert_eq!(restored.snapshot(), bytes);

@@ -18,12 +18,12 @@ fn code(reply: &Reply) -> ErrorCode {
 fn ttl_outside_the_configured_range_is_bad_request_and_grants_nothing() {
     let mut h = Harness::new();
     for ttl_ms in [1, 499, 3_600_001] {
-        let (reply, events) = h.send("a", AgentOp::LeaseGrant { ttl_ms });
+        let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms });
         assert_eq!(code(&reply), ErrorCode::BadRequest, "ttl {ttl_ms}");
         assert!(events.is_empty());
     }
     assert_eq!(h.sm.leases().count(), 0);
-    let (reply, events) = h.send("a", AgentOp::LeaseGrant { ttl_ms: 500 });
+    let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms: 500 });
     assert_eq!(
         reply,
         Reply::Lease {
@@ -50,7 +50,7 @@ fn another_agents_lease_is_forbidden_and_an_unknown_one_not_found() {
         ErrorCode::Forbidden
     );
     assert_eq!(
-        code(&h.reply("b", AgentOp::LeaseRevoke { lease: a.clone() })),
+        code(&h.reply("b", Op::LeaseRevoke { lease: a.clone() })),
         ErrorCode::Forbidden
     );
     assert_eq!(
@@ -61,7 +61,7 @@ fn another_agents_lease_is_forbidden_and_an_unknown_one_not_found() {
         code(&h.reply("a", lock_acquire("l", "not-a-lease", None))),
         ErrorCode::LeaseNotFound
     );
-    let keepalive = ReadOp::LeaseKeepalive { lease: a.clone() };
+    let keepalive = Op::LeaseKeepalive { lease: a.clone() };
     assert_eq!(h.sm.query("a", &keepalive), Reply::Ttl { ttl_ms: 5_000 });
     assert_eq!(code(&h.sm.query("b", &keepalive)), ErrorCode::Forbidden);
 }
@@ -192,7 +192,7 @@ fn an_expiry_from_a_deposed_leaders_term_is_ignored() {
     let a = h.lease("a", 1_000);
     h.now_ms += 5_000;
     h.term = 2;
-    h.reply("b", AgentOp::LeaseGrant { ttl_ms: 1_000 });
+    h.reply("b", Op::LeaseGrant { ttl_ms: 1_000 });
     let stale = Command::ExpireLeases {
         term: 1,
         leases: vec![LeaseId::parse(&a).unwrap()],
@@ -209,7 +209,7 @@ fn revoke_releases_and_hands_over() {
     let (a, b) = (h.lease("a", 5_000), h.lease("b", 5_000));
     let first = Harness::token(&h.reply("a", lock_acquire("l", &a, None)));
     h.reply("b", lock_acquire("l", &b, None));
-    let (reply, events) = h.send("a", AgentOp::LeaseRevoke { lease: a.clone() });
+    let (reply, events) = h.send("a", Op::LeaseRevoke { lease: a.clone() });
     assert_eq!(reply, Reply::Done);
     assert_eq!(
         events[..2],
@@ -231,7 +231,7 @@ fn revoke_releases_and_hands_over() {
     );
     assert_eq!(h.occupants(ResourceKind::Lock, "l").0, vec!["b"]);
     assert_eq!(
-        code(&h.reply("a", AgentOp::LeaseRevoke { lease: a })),
+        code(&h.reply("a", Op::LeaseRevoke { lease: a })),
         ErrorCode::LeaseNotFound
     );
 }
@@ -268,7 +268,7 @@ fn lease_count_is_bounded() {
     h.lease("a", 5_000);
     h.lease("b", 5_000);
     assert_eq!(
-        code(&h.reply("c", AgentOp::LeaseGrant { ttl_ms: 5_000 })),
+        code(&h.reply("c", Op::LeaseGrant { ttl_ms: 5_000 })),
         ErrorCode::ResourceExhausted
     );
 }
@@ -291,8 +291,8 @@ fn lease_ids_round_trip_through_their_wire_form_and_nothing_else_parses() {
     }
 }
 
-fn admin_revoke(lease: &str) -> AgentOp {
-    AgentOp::AdminRevoke {
+fn admin_revoke(lease: &str) -> Op {
+    Op::AdminRevoke {
         lease: lease.to_string(),
     }
 }
@@ -378,7 +378,7 @@ fn admin_revoke_ends_another_agents_lease_and_hands_its_lock_over_in_one_entry()
     );
     // The owner finds its lease gone.
     assert_eq!(
-        code(&h.reply("a", AgentOp::LeaseRevoke { lease: a.clone() })),
+        code(&h.reply("a", Op::LeaseRevoke { lease: a.clone() })),
         ErrorCode::LeaseNotFound
     );
 }
@@ -388,7 +388,7 @@ fn admin_revoke_of_a_lease_that_does_not_exist_is_lease_not_found_and_changes_no
     let mut h = Harness::new();
     let a = h.lease("a", 5_000);
     h.reply("a", lock_acquire("l", &a, None));
-    h.reply("a", AgentOp::LeaseRevoke { lease: a.clone() });
+    h.reply("a", Op::LeaseRevoke { lease: a.clone() });
     let b = h.lease("b", 5_000);
     h.reply("b", lock_acquire("l", &b, None));
     for lease in [a.as_str(), "00000000000000ff", "not-a-lease"] {
@@ -428,8 +428,7 @@ fn admin_leases_pages_every_live_lease_in_id_order() {
     let leases: Vec<String> = (0..count)
         .map(|n| h.lease(&format!("agent-{n}"), 5_000))
         .collect();
-    let page = |after: Option<String>| match h.sm.query("operator", &ReadOp::AdminLeases { after })
-    {
+    let page = |after: Option<String>| match h.sm.query("operator", &Op::AdminLeases { after }) {
         Reply::Leases { leases, next_after } => (leases, next_after),
         other => panic!("admin.leases failed: {other:?}"),
     };
@@ -458,7 +457,7 @@ fn admin_leases_pages_every_live_lease_in_id_order() {
             .chain(&second)
             .all(|info| info.remaining_ms.is_none())
     );
-    let garbage = ReadOp::AdminLeases {
+    let garbage = Op::AdminLeases {
         after: Some("not-a-lease".into()),
     };
     assert_eq!(

@@ -13,13 +13,13 @@
 //! ([`StateMachine::snapshot`]).
 //!
 //! ```text
-//!  node: wire Request ─▶ hivekeeper_coordinator::wire ─┬─▶ Command (writes, through the log)
-//!                                                      └─▶ ReadOp  (reads, read-index first)
+//!  node: wire Request (hivekeeper_protocol::Op) ─┬─▶ Command::Request (writes, through the log)
+//!                                                └─▶ query(&Op)      (reads, read-index first)
 //!
 //!  apply(meta, Command::Request { agent, request: AgentRequest })
 //!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ AgentOp ─▶ lease / lock / semaphore / waypoint
+//!    └─ Op ─▶ lease / lock / semaphore / waypoint / account
 //!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
 //!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
 //!                    │              later, from the entry that grants it, times it out or ends
@@ -35,7 +35,7 @@
 //!                                                         (preempted) has passed
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits })             replicated bounds
-//!  query(agent, &ReadOp)   keepalive check, fence.check, inspect, admin.leases,
+//!  query(agent, &Op)       keepalive check, fence.check, inspect, admin.leases,
 //!                          admin.resources, admin.agent.list, airspace.query: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
@@ -49,8 +49,8 @@
 //!   the concept that decides. `command.rs`: [`LogMeta`] and [`Command`], what the log carries.
 //!   `reply.rs`: [`Reply`]. `event.rs`: [`Event`], with why a lease or a hold ended.
 //!   `error.rs`: [`Error`] and [`InvariantViolation`].
-//! - `request.rs`: [`AgentRequest`]/[`AgentOp`] (writes) and [`ReadOp`] (reads), the machine's
-//!   own request types, with the log's serde shape.
+//! - `request.rs`: [`AgentRequest`], a write as the log carries it: the wire's op, plus the
+//!   secret's hash for the account ops.
 //! - `clock.rs`: the replicated clock, stepped by each entry's stamp (a jumping leader clock
 //!   cannot freeze expiry).
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares, in the
@@ -119,6 +119,8 @@ mod lock_test;
 #[cfg(test)]
 mod quota_test;
 #[cfg(test)]
+mod request_test;
+#[cfg(test)]
 mod resources_test;
 #[cfg(test)]
 mod semaphore_test;
@@ -148,7 +150,7 @@ pub use limits::{Limits, LimitsError};
 pub use machine::StateMachine;
 use reply::Decision;
 pub use reply::Reply;
-pub use request::{AgentOp, AgentRequest, InvalidRequest, ReadOp};
+pub use request::{AgentRequest, InvalidRequest};
 pub use resource::ResourceKey;
 pub use resources::ResourceQuery;
 pub use waiting::WaiterCounts;

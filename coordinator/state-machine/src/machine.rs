@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind, validate};
+use hivekeeper_protocol::{ErrorCode, Op, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
 use crate::grant::{Acquire, Core};
@@ -18,8 +18,8 @@ use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
-    AgentOp, AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits, LogMeta,
-    NameMap, ReadOp, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
+    AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits, LogMeta, NameMap,
+    Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -160,33 +160,31 @@ impl StateMachine {
         Ok((reply, ctx.events))
     }
 
-    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`)
-    /// without changing anything.
-    pub fn query(&self, agent: &str, op: &ReadOp) -> Reply {
+    /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`,
+    /// `admin.resources`, `admin.agent.list`, `airspace.query`) without changing anything. Any
+    /// other op is refused `bad_request`: a write goes through the log, and the node answers
+    /// `admin.status`, `admin.snapshot` and `admin.member.*` from Raft.
+    pub fn query(&self, agent: &str, op: &Op) -> Reply {
         self.read(agent, op).unwrap_or_else(|refusal| refusal)
     }
 
     /// Hands a read op to the concept that answers it.
-    fn read(&self, agent: &str, op: &ReadOp) -> Decision {
+    fn read(&self, agent: &str, op: &Op) -> Decision {
         Ok(match op {
-            ReadOp::LeaseKeepalive { lease } => {
+            Op::LeaseKeepalive { lease } => {
                 let ttl_ms = self.core.leases[&self.core.live_lease(agent, lease)?].ttl_ms;
                 Reply::Ttl { ttl_ms }
             }
-            ReadOp::FenceCheck {
-                resource,
-                kind,
-                token,
-            } => {
-                let tokens = self.resource(*kind).held_tokens(resource);
+            Op::FenceCheck { name, kind, token } => {
+                let tokens = self.resource(*kind).held_tokens(name);
                 Reply::Fence {
                     current: tokens.iter().copied().max().unwrap_or(0),
                     valid: tokens.contains(token),
                 }
             }
-            ReadOp::Inspect { kind, name } => self.resource(*kind).inspect(name),
-            ReadOp::AdminLeases { after } => self.lease_page(after.as_deref())?,
-            ReadOp::AdminResources {
+            Op::Inspect { kind, name } => self.resource(*kind).inspect(name),
+            Op::AdminLeases { after } => self.lease_page(after.as_deref())?,
+            Op::AdminResources {
                 kind,
                 prefix,
                 after,
@@ -197,8 +195,8 @@ impl StateMachine {
                 after: after.as_deref(),
                 limit: *limit,
             })?,
-            ReadOp::AdminAgentList { after } => self.account_page(after.as_deref()),
-            ReadOp::AirspaceQuery {
+            Op::AdminAgentList { after } => self.account_page(after.as_deref()),
+            Op::AirspaceQuery {
                 volume,
                 volumes,
                 after,
@@ -209,6 +207,17 @@ impl StateMachine {
                 after.as_deref(),
                 *limit,
             )?,
+            other => {
+                let why = if other.is_write() {
+                    "changes state and must be applied through the log"
+                } else {
+                    "is answered by the node (Raft), not the state machine"
+                };
+                return Err(Reply::refused(
+                    ErrorCode::BadRequest,
+                    format!("{} {why}", other.name()),
+                ));
+            }
         })
     }
 
@@ -226,9 +235,13 @@ impl StateMachine {
             return reply;
         }
         let agent = known.name.unwrap_or_else(|| Arc::from(agent));
-        let id = request.id;
+        let AgentRequest {
+            id,
+            op,
+            secret_hash,
+        } = request;
         let reply = self
-            .dispatch(ctx, &agent, &id, request.op)
+            .dispatch(ctx, &agent, &id, op, secret_hash)
             .unwrap_or_else(|refusal| refusal);
         if reply != Reply::Queued {
             self.core
@@ -239,22 +252,30 @@ impl StateMachine {
     }
 
     /// Hands a valid, new request to the concept that decides it.
-    fn dispatch(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: AgentOp) -> Decision {
+    fn dispatch(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        id: &str,
+        op: Op,
+        secret_hash: Option<String>,
+    ) -> Decision {
+        let secret_hash = || secret_hash.expect("validated by `request`: an account op has one");
         match op {
-            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
-            AgentOp::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
+            Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
+            Op::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
             // No owner check: with authentication on, the node checks the operator's role
             // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
-            AgentOp::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
-            AgentOp::LockAcquire {
+            Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
+            Op::LockAcquire {
                 name,
                 lease,
                 wait_ms,
             } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
-            AgentOp::LockRelease { name, lease } => {
+            Op::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
             }
-            AgentOp::SemAcquire {
+            Op::SemAcquire {
                 name,
                 limit,
                 lease,
@@ -264,10 +285,10 @@ impl StateMachine {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms);
                 self.sem_acquire(ctx, acquire, name, limit, permits)
             }
-            AgentOp::SemRelease { name, lease } => {
+            Op::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
             }
-            ref reserve @ AgentOp::WaypointReserve {
+            ref reserve @ Op::WaypointReserve {
                 ref name,
                 ref lease,
                 wait_ms,
@@ -283,10 +304,10 @@ impl StateMachine {
                 let asked = AskedWindow { start_ms, end_ms };
                 self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
             }
-            AgentOp::WaypointRelease { name, lease } | AgentOp::RouteRelease { name, lease } => {
+            Op::WaypointRelease { name, lease } | Op::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, agent, &name, &lease)
             }
-            AgentOp::RouteReserve {
+            Op::RouteReserve {
                 name,
                 lease,
                 volumes,
@@ -296,22 +317,22 @@ impl StateMachine {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms);
                 self.route_reserve(ctx, acquire, &name, volumes, priority)
             }
-            AgentOp::RouteAmend {
+            Op::RouteAmend {
                 name,
                 lease,
                 volumes,
                 priority,
             } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
             // The operator's role is checked by the node before the log, like admin.revoke.
-            AgentOp::AdminAgentAdd {
-                name,
-                role,
-                secret_hash,
-            } => self.account_add(ctx, &name, role, secret_hash),
-            AgentOp::AdminAgentRotate { name, secret_hash } => {
-                self.account_rotate(ctx, &name, secret_hash)
+            Op::AdminAgentAdd { name, role } => {
+                self.account_add(ctx, &name, role.unwrap_or_default(), secret_hash())
             }
-            AgentOp::AdminAgentRemove { name } => self.account_remove(ctx, &name),
+            Op::AdminAgentRotate { name } => self.account_rotate(ctx, &name, secret_hash()),
+            Op::AdminAgentRemove { name } => self.account_remove(ctx, &name),
+            other => Err(Reply::refused(
+                ErrorCode::BadRequest,
+                format!("{} is not a write: the log never carries it", other.name()),
+            )),
         }
     }
 

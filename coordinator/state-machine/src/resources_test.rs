@@ -2,8 +2,9 @@
 
 use hivekeeper_protocol::{ErrorCode, ResourceInfo, ResourceKind};
 
+use super::Reply;
 use super::test_support::{Harness, lock_acquire, pad, sem_acquire};
-use super::{ReadOp, Reply};
+use hivekeeper_protocol::Op;
 
 /// The page `query` answers: `(kind/name holders waiters)` rows and the cursor.
 fn page(
@@ -13,7 +14,7 @@ fn page(
     after: Option<&str>,
     limit: Option<u32>,
 ) -> (Vec<String>, Option<String>) {
-    let op = ReadOp::AdminResources {
+    let op = Op::AdminResources {
         kind,
         prefix: prefix.map(str::to_string),
         after: after.map(str::to_string),
@@ -123,7 +124,7 @@ fn a_bad_cursor_or_limit_is_bad_request() {
         (None, Some(0)),
         (None, Some(101)),
     ] {
-        let op = ReadOp::AdminResources {
+        let op = Op::AdminResources {
             kind: None,
             prefix: None,
             after: after.map(str::to_string),

@@ -52,7 +52,7 @@ fn the_first_acquirer_fixes_the_limit_until_the_semaphore_is_idle() {
         h.reply("b", sem_acquire("gw", 4, &b, 4, None)),
         Reply::Granted { .. }
     ));
-    let inspect = ReadOp::Inspect {
+    let inspect = Op::Inspect {
         kind: ResourceKind::Sem,
         name: "gw".into(),
     };

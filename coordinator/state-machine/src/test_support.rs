@@ -3,8 +3,8 @@
 
 use hivekeeper_protocol::{Priority, ResourceKind};
 
-pub use super::{AgentOp, ReadOp};
 use super::{AgentRequest, Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
+pub use hivekeeper_protocol::Op;
 
 /// A machine plus the log position and clock the next entry gets.
 pub struct Harness {
@@ -46,31 +46,51 @@ impl Harness {
     }
 
     /// A request with a fresh id.
-    pub fn send(&mut self, agent: &str, op: AgentOp) -> (Reply, Vec<Event>) {
+    pub fn send(&mut self, agent: &str, op: Op) -> (Reply, Vec<Event>) {
         self.next_id += 1;
         let id = format!("r{}", self.next_id);
         self.send_as(agent, &id, op)
     }
 
     /// A request with a given id (for retries).
-    pub fn send_as(&mut self, agent: &str, id: &str, op: AgentOp) -> (Reply, Vec<Event>) {
+    pub fn send_as(&mut self, agent: &str, id: &str, op: Op) -> (Reply, Vec<Event>) {
         self.apply(Command::Request {
             agent: agent.to_string(),
-            request: AgentRequest {
-                id: id.to_string(),
-                op,
-            },
+            request: AgentRequest::new(id, op),
+        })
+    }
+
+    /// An account op that sets a secret, with its hash as the node would log it, under a fresh
+    /// id.
+    pub fn send_account(&mut self, agent: &str, op: (Op, String)) -> (Reply, Vec<Event>) {
+        self.next_id += 1;
+        let id = format!("r{}", self.next_id);
+        self.send_account_as(agent, &id, op)
+    }
+
+    /// As [`Self::send_account`], with a given id.
+    pub fn send_account_as(
+        &mut self,
+        agent: &str,
+        id: &str,
+        (op, secret_hash): (Op, String),
+    ) -> (Reply, Vec<Event>) {
+        let mut request = AgentRequest::new(id, op);
+        request.secret_hash = Some(secret_hash);
+        self.apply(Command::Request {
+            agent: agent.to_string(),
+            request,
         })
     }
 
     /// The reply alone.
-    pub fn reply(&mut self, agent: &str, op: AgentOp) -> Reply {
+    pub fn reply(&mut self, agent: &str, op: Op) -> Reply {
         self.send(agent, op).0
     }
 
     /// Grants a lease and returns its wire id.
     pub fn lease(&mut self, agent: &str, ttl_ms: u64) -> String {
-        match self.reply(agent, AgentOp::LeaseGrant { ttl_ms }) {
+        match self.reply(agent, Op::LeaseGrant { ttl_ms }) {
             Reply::Lease { lease, .. } => lease.to_string(),
             other => panic!("lease.grant refused: {other:?}"),
         }
@@ -100,8 +120,8 @@ impl Harness {
 
     /// `fence.check` of `token` on the waypoint (or route) `name`.
     pub fn fence_waypoint(&self, name: &str, token: u64) -> Reply {
-        let op = ReadOp::FenceCheck {
-            resource: name.to_string(),
+        let op = Op::FenceCheck {
+            name: name.to_string(),
             kind: ResourceKind::Waypoint,
             token,
         };
@@ -110,7 +130,7 @@ impl Harness {
 
     /// Holder agents and waiter agents of a resource, as `inspect` shows them.
     pub fn occupants(&self, kind: ResourceKind, name: &str) -> (Vec<String>, Vec<String>) {
-        let op = ReadOp::Inspect {
+        let op = Op::Inspect {
             kind,
             name: name.to_string(),
         };
@@ -126,29 +146,23 @@ impl Harness {
     }
 }
 
-pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> AgentOp {
-    AgentOp::LockAcquire {
+pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
+    Op::LockAcquire {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms,
     }
 }
 
-pub fn lock_release(name: &str, lease: &str) -> AgentOp {
-    AgentOp::LockRelease {
+pub fn lock_release(name: &str, lease: &str) -> Op {
+    Op::LockRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }
 }
 
-pub fn sem_acquire(
-    name: &str,
-    limit: u32,
-    lease: &str,
-    permits: u32,
-    wait_ms: Option<u64>,
-) -> AgentOp {
-    AgentOp::SemAcquire {
+pub fn sem_acquire(name: &str, limit: u32, lease: &str, permits: u32, wait_ms: Option<u64>) -> Op {
+    Op::SemAcquire {
         name: name.to_string(),
         limit,
         lease: lease.to_string(),
@@ -157,15 +171,15 @@ pub fn sem_acquire(
     }
 }
 
-pub fn sem_release(name: &str, lease: &str) -> AgentOp {
-    AgentOp::SemRelease {
+pub fn sem_release(name: &str, lease: &str) -> Op {
+    Op::SemRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }
 }
 
 /// A pad `north_m` metres north of a fixed origin, with a radius and no altitude band.
-pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> AgentOp {
+pub fn pad(name: &str, lease: &str, north_m: f64, radius_m: f64, wait_ms: Option<u64>) -> Op {
     pad_with(name, lease, north_m, radius_m, wait_ms, (None, None))
 }
 
@@ -177,7 +191,7 @@ pub fn pad_in(
     north_m: f64,
     wait_ms: Option<u64>,
     window: (Option<u64>, Option<u64>),
-) -> AgentOp {
+) -> Op {
     pad_with(name, lease, north_m, 3.0, wait_ms, window)
 }
 
@@ -188,8 +202,8 @@ fn pad_with(
     radius_m: f64,
     wait_ms: Option<u64>,
     (start_ms, end_ms): (Option<u64>, Option<u64>),
-) -> AgentOp {
-    AgentOp::WaypointReserve {
+) -> Op {
+    Op::WaypointReserve {
         name: name.to_string(),
         lease: lease.to_string(),
         lat: Some(51.5 + north_m / super::M_PER_DEG),
@@ -223,8 +237,8 @@ pub fn route_reserve(
     lease: &str,
     volumes: Vec<hivekeeper_protocol::Volume>,
     wait_ms: Option<u64>,
-) -> AgentOp {
-    AgentOp::RouteReserve {
+) -> Op {
+    Op::RouteReserve {
         name: name.to_string(),
         lease: lease.to_string(),
         volumes,
@@ -233,8 +247,8 @@ pub fn route_reserve(
     }
 }
 
-pub fn route_amend(name: &str, lease: &str, volumes: Vec<hivekeeper_protocol::Volume>) -> AgentOp {
-    AgentOp::RouteAmend {
+pub fn route_amend(name: &str, lease: &str, volumes: Vec<hivekeeper_protocol::Volume>) -> Op {
+    Op::RouteAmend {
         name: name.to_string(),
         lease: lease.to_string(),
         volumes,
@@ -243,19 +257,19 @@ pub fn route_amend(name: &str, lease: &str, volumes: Vec<hivekeeper_protocol::Vo
 }
 
 /// `op` (a `waypoint.reserve`, `route.reserve` or `route.amend`) at priority `level`.
-pub fn at_priority(mut op: AgentOp, level: u8) -> AgentOp {
+pub fn at_priority(mut op: Op, level: u8) -> Op {
     let level = Priority::new(level).expect("a test priority is 0 to 3");
     match &mut op {
-        AgentOp::WaypointReserve { priority, .. }
-        | AgentOp::RouteReserve { priority, .. }
-        | AgentOp::RouteAmend { priority, .. } => *priority = level,
+        Op::WaypointReserve { priority, .. }
+        | Op::RouteReserve { priority, .. }
+        | Op::RouteAmend { priority, .. } => *priority = level,
         other => panic!("{} has no priority", other.name()),
     }
     op
 }
 
-pub fn waypoint_release(name: &str, lease: &str) -> AgentOp {
-    AgentOp::WaypointRelease {
+pub fn waypoint_release(name: &str, lease: &str) -> Op {
+    Op::WaypointRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }
@@ -277,8 +291,8 @@ pub fn responses(events: &[Event]) -> Vec<(String, String, Reply)> {
         .collect()
 }
 
-pub fn route_release(name: &str, lease: &str) -> AgentOp {
-    AgentOp::RouteRelease {
+pub fn route_release(name: &str, lease: &str) -> Op {
+    Op::RouteRelease {
         name: name.to_string(),
         lease: lease.to_string(),
     }

@@ -179,7 +179,7 @@ fn waits_due_together_all_end_before_anything_is_granted() {
 #[test]
 fn a_lease_end_drops_the_deadline_with_the_wait() {
     let (mut h, _, b, _) = queued();
-    h.reply("b", super::AgentOp::LeaseRevoke { lease: b });
+    h.reply("b", Op::LeaseRevoke { lease: b });
     assert_eq!(h.sm.wait_deadline_next_ms(), None);
 }
 

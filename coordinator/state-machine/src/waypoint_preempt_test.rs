@@ -28,7 +28,7 @@ fn level(level: u8) -> Priority {
 }
 
 /// A 3 m pad `north_m` metres north of the origin, at priority `p`.
-fn pad_at(name: &str, lease: &str, north_m: f64, p: u8, wait_ms: Option<u64>) -> AgentOp {
+fn pad_at(name: &str, lease: &str, north_m: f64, p: u8, wait_ms: Option<u64>) -> Op {
     at_priority(pad(name, lease, north_m, 3.0, wait_ms), p)
 }
 
@@ -66,7 +66,7 @@ fn queued(name: &str, agent: &str, request_id: &str) -> Event {
 
 /// The one holder of `name`, as `inspect` shows it.
 fn holder(h: &Harness, name: &str) -> HolderInfo {
-    let op = ReadOp::Inspect {
+    let op = Op::Inspect {
         kind: ResourceKind::Waypoint,
         name: name.into(),
     };
@@ -331,7 +331,7 @@ fn aging_keeps_a_long_waiter_ahead_of_later_higher_priorities_which_still_preemp
     // c gives up. d waits behind b, which aging put first, but b is routine: it lends d's
     // priority to the holder in its way (priority inheritance), so a must still vacate, by
     // the same deadline, and is not told again.
-    let (_, events) = h.send("c", AgentOp::LeaseRevoke { lease: c.clone() });
+    let (_, events) = h.send("c", Op::LeaseRevoke { lease: c.clone() });
     assert!(
         !events.iter().any(|e| matches!(
             e,
@@ -380,7 +380,7 @@ fn an_equal_priority_waiter_ahead_stops_a_preemption_through_the_chain() {
     let (_, events) = h.send_as("c", "c1", pad_at("pad", &c, 0.0, 2, None));
     assert_eq!(events, vec![queued("pad", "c", "c1")]);
     // b gives up: c is next, and preempts a in its own right; the deadline stands.
-    let (_, events) = h.send("b", AgentOp::LeaseRevoke { lease: b.clone() });
+    let (_, events) = h.send("b", Op::LeaseRevoke { lease: b.clone() });
     assert!(
         !events
             .iter()
@@ -414,7 +414,7 @@ fn a_preemptor_that_goes_away_drops_the_deadline_and_the_holder_keeps_its_reserv
         events[1],
         preempted("p-a", "a", &a, token_a, (T0 + 2_000 + VACATE_MS, 2))
     );
-    let (_, events) = h.send("d", AgentOp::LeaseRevoke { lease: d.clone() });
+    let (_, events) = h.send("d", Op::LeaseRevoke { lease: d.clone() });
     assert!(!events.iter().any(|e| matches!(e, Event::Released { .. })));
     assert_eq!(events.last(), Some(&withdrawn("p-a", "a", &a, token_a)));
     assert_eq!(holder(&h, "p-a").vacate_by_ms, None);

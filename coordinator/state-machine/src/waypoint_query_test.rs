@@ -9,8 +9,8 @@ use super::{M_PER_DEG, Reply};
 /// The harness's clock at the start (`Harness::new`).
 const T0: u64 = 1_000_000;
 
-fn query(volume: Option<QueryVolume>, volumes: Option<Vec<Volume>>) -> ReadOp {
-    ReadOp::AirspaceQuery {
+fn query(volume: Option<QueryVolume>, volumes: Option<Vec<Volume>>) -> Op {
+    Op::AirspaceQuery {
         volume,
         volumes,
         after: None,
@@ -225,7 +225,7 @@ fn pages_follow_names_with_after_and_limit_and_stop_before_too_many_volumes() {
         radius_m: 100.0,
         ..cylinder(20.0, (None, None))
     };
-    let page = |after: Option<&str>, limit: Option<u32>| ReadOp::AirspaceQuery {
+    let page = |after: Option<&str>, limit: Option<u32>| Op::AirspaceQuery {
         volume: Some(wide),
         volumes: None,
         after: after.map(str::to_string),
@@ -287,7 +287,7 @@ fn pages_follow_names_with_after_and_limit_and_stop_before_too_many_volumes() {
         [("route-0".to_string(), 64), ("route-1".to_string(), 64)]
     );
     assert_eq!(next_after.as_deref(), Some("route-1"));
-    let next = ReadOp::AirspaceQuery {
+    let next = Op::AirspaceQuery {
         volume: Some(all),
         volumes: None,
         after: next_after,
@@ -357,7 +357,7 @@ fn bad_queries_are_refused_naming_the_problem() {
             "airspace.query: `volume`: `radius_m` is 20000, it must be in [0, 10000]",
         ),
         (
-            ReadOp::AirspaceQuery {
+            Op::AirspaceQuery {
                 volume: Some(one),
                 volumes: None,
                 after: None,
@@ -366,7 +366,7 @@ fn bad_queries_are_refused_naming_the_problem() {
             "airspace.query: `limit` is 0, it must be from 1 to 100",
         ),
         (
-            ReadOp::AirspaceQuery {
+            Op::AirspaceQuery {
                 volume: Some(one),
                 volumes: None,
                 after: Some(String::new()),

@@ -102,7 +102,7 @@ fn crossing_routes_wait_as_a_unit_and_the_waiter_gets_a_higher_token_on_release(
     // route.release frees every volume: d's pad is granted.
     let (_, events) = h.send(
         "b",
-        AgentOp::RouteRelease {
+        Op::RouteRelease {
             name: "south".into(),
             lease: b.clone(),
         },
@@ -150,7 +150,7 @@ fn amend_keeps_the_token_when_granted_at_once_and_else_keeps_the_old_route() {
              the old route is kept"
         )
     );
-    let op = ReadOp::Inspect {
+    let op = Op::Inspect {
         kind: ResourceKind::Waypoint,
         name: "r".into(),
     };

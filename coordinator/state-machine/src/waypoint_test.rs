@@ -90,7 +90,7 @@ fn a_name_conflicts_with_itself_whatever_the_geometry() {
             ..
         }
     ));
-    let bare = AgentOp::WaypointReserve {
+    let bare = Op::WaypointReserve {
         name: "pad-1".into(),
         lease: b.clone(),
         lat: None,
@@ -194,7 +194,7 @@ fn conflicts_are_found_across_the_antimeridian_and_near_a_pole() {
         h.lease("c", 5_000),
         h.lease("d", 5_000),
     );
-    let at = |name: &str, lease: &str, lat: f64, lon: f64| AgentOp::WaypointReserve {
+    let at = |name: &str, lease: &str, lat: f64, lon: f64| Op::WaypointReserve {
         name: name.into(),
         lease: lease.into(),
         lat: Some(lat),
@@ -251,7 +251,7 @@ fn inspect_shows_the_cylinder_of_the_holder_and_of_each_waiter() {
     h.reply("b", pad("p", &b, 1.0, 2.0, None));
     let reply = h.sm.query(
         "inspector",
-        &ReadOp::Inspect {
+        &Op::Inspect {
             kind: ResourceKind::Waypoint,
             name: "p".into(),
         },

@@ -92,7 +92,7 @@ fn a_future_window_is_granted_now_with_its_token_and_inspect_shows_it() {
             .iter()
             .any(|event| matches!(event, Event::Granted { token: t, .. } if *t == token))
     );
-    let op = ReadOp::Inspect {
+    let op = Op::Inspect {
         kind: ResourceKind::Waypoint,
         name: "p".into(),
     };

@@ -45,12 +45,13 @@
 
 use std::collections::BTreeMap;
 
+use hivekeeper_protocol::Op;
 use hivekeeper_protocol::{
     Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
 };
 use hivekeeper_state_machine::{
-    AgentOp, AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReadOp,
-    ReleaseReason, Reply, ResourceKey, StateMachine,
+    AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply,
+    ResourceKey, StateMachine,
 };
 use hivekeeper_state_machine::{PREEMPT_CHAIN_MAX, areas_conflict, distance_m};
 use proptest::prelude::*;
@@ -1198,31 +1199,27 @@ impl Model {
         }
         let outcome = match &request.op {
             // Accounts are covered by `account_test.rs`; the model sends no account ops.
-            op @ (AgentOp::AdminAgentAdd { .. }
-            | AgentOp::AdminAgentRotate { .. }
-            | AgentOp::AdminAgentRemove { .. }) => panic!("an account op in the model: {op:?}"),
-            AgentOp::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
-            AgentOp::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
-            AgentOp::AdminRevoke { lease } => self.admin_revoke(lease),
-            AgentOp::LockAcquire {
+            op @ (Op::AdminAgentAdd { .. }
+            | Op::AdminAgentRotate { .. }
+            | Op::AdminAgentRemove { .. }) => panic!("an account op in the model: {op:?}"),
+            Op::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
+            Op::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
+            Op::AdminRevoke { lease } => self.admin_revoke(lease),
+            Op::LockAcquire {
                 name,
                 lease,
                 wait_ms,
             } => self.lock_acquire(agent, id, name, lease, *wait_ms),
-            AgentOp::LockRelease { name, lease } => {
-                self.release(ResourceKind::Lock, agent, name, lease)
-            }
-            AgentOp::SemAcquire {
+            Op::LockRelease { name, lease } => self.release(ResourceKind::Lock, agent, name, lease),
+            Op::SemAcquire {
                 name,
                 limit,
                 lease,
                 permits,
                 wait_ms,
             } => self.sem_acquire(agent, id, name, *limit, lease, *permits, *wait_ms),
-            AgentOp::SemRelease { name, lease } => {
-                self.release(ResourceKind::Sem, agent, name, lease)
-            }
-            AgentOp::WaypointReserve {
+            Op::SemRelease { name, lease } => self.release(ResourceKind::Sem, agent, name, lease),
+            Op::WaypointReserve {
                 name,
                 lease,
                 lat,
@@ -1249,7 +1246,7 @@ impl Model {
                 let ask = (area, asked, Vec::new(), priority.level());
                 self.waypoint_reserve(agent, id, name, lease, ask, *wait_ms)
             }
-            AgentOp::RouteReserve {
+            Op::RouteReserve {
                 name,
                 lease,
                 volumes,
@@ -1263,18 +1260,19 @@ impl Model {
                 (volumes, priority.level()),
                 *wait_ms,
             ),
-            AgentOp::RouteRelease { name, lease } => {
+            Op::RouteRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
-            AgentOp::RouteAmend {
+            Op::RouteAmend {
                 name,
                 lease,
                 volumes,
                 priority,
             } => self.route_amend(agent, name, lease, volumes, priority.level()),
-            AgentOp::WaypointRelease { name, lease } => {
+            Op::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
+            op => panic!("the model logs writes only: {op:?}"),
         };
         if outcome != Outcome::Queued {
             self.remember(agent, id, outcome.clone());
@@ -2486,24 +2484,24 @@ fn limits_are_valid(limits: &Limits) -> bool {
 }
 
 /// The protocol's field checks, for the requests this test can generate.
-fn op_is_valid(op: &AgentOp) -> bool {
+fn op_is_valid(op: &Op) -> bool {
     if op.wait_ms().is_some_and(|ms| ms > WAIT_MS_MAX) {
         return false;
     }
     match op {
-        AgentOp::LeaseGrant { ttl_ms } => *ttl_ms > 0,
-        AgentOp::SemAcquire { limit, permits, .. } => {
+        Op::LeaseGrant { ttl_ms } => *ttl_ms > 0,
+        Op::SemAcquire { limit, permits, .. } => {
             (1..=1_000_000).contains(limit) && (1..=*limit).contains(permits)
         }
-        AgentOp::WaypointReserve {
+        Op::WaypointReserve {
             start_ms: Some(start_ms),
             end_ms: Some(end_ms),
             ..
         } if end_ms <= start_ms => false,
-        AgentOp::RouteReserve { volumes, .. } | AgentOp::RouteAmend { volumes, .. } => {
+        Op::RouteReserve { volumes, .. } | Op::RouteAmend { volumes, .. } => {
             (1..=64).contains(&volumes.len()) && volumes.iter().all(|v| v.end_ms > v.start_ms)
         }
-        AgentOp::WaypointReserve {
+        Op::WaypointReserve {
             lat,
             lon,
             alt_min_m,
@@ -2539,7 +2537,7 @@ struct Harness {
     index: u64,
     next_request: u64,
     /// Write requests sent so far, `(agent, id, op)`, for retries and cancellations.
-    sent: Vec<(usize, String, AgentOp)>,
+    sent: Vec<(usize, String, Op)>,
     /// The final reply to each `(agent, id)`, as the machine first gave it (message included).
     final_replies: BTreeMap<(String, String), Reply>,
     /// The requests the machine reported `Event::Queued` for and has not answered with an
@@ -2719,7 +2717,7 @@ impl Harness {
                     let now_ms = self.model.now_ms;
                     let last_live = hold.volumes.iter().rev().find(|v| v.end_ms > now_ms);
                     let v = *last_live.expect("a live route has a live volume");
-                    let op = AgentOp::WaypointReserve {
+                    let op = Op::WaypointReserve {
                         name: WAYPOINT_NAMES[*name].to_string(),
                         lease: self.lease_text(*agent, &LeasePick::Own(0), None),
                         lat: Some(v.lat),
@@ -2831,7 +2829,7 @@ impl Harness {
     }
 
     /// `op` from `agent` under a request id not used before.
-    fn new_request(&mut self, agent: usize, op: AgentOp) -> Command {
+    fn new_request(&mut self, agent: usize, op: Op) -> Command {
         self.next_request += 1;
         let id = format!("r{}", self.next_request);
         self.request_command(agent, id, op)
@@ -2849,7 +2847,7 @@ impl Harness {
             .iter()
             .position(|known| *known == agent)
             .expect("holders are known agents");
-        let op = AgentOp::RouteAmend {
+        let op = Op::RouteAmend {
             name: name.to_string(),
             lease: format!("{lease:016x}"),
             volumes,
@@ -2858,11 +2856,15 @@ impl Harness {
         self.new_request(agent, op)
     }
 
-    fn request_command(&mut self, agent: usize, id: String, op: AgentOp) -> Command {
+    fn request_command(&mut self, agent: usize, id: String, op: Op) -> Command {
         self.sent.push((agent, id.clone(), op.clone()));
         Command::Request {
             agent: AGENTS[agent].to_string(),
-            request: AgentRequest { id, op },
+            request: AgentRequest {
+                id,
+                op,
+                secret_hash: None,
+            },
         }
     }
 
@@ -3027,7 +3029,7 @@ impl Harness {
                     request:
                         AgentRequest {
                             op:
-                                AgentOp::WaypointReserve {
+                                Op::WaypointReserve {
                                     start_ms: Some(start_ms),
                                     ..
                                 },
@@ -3058,12 +3060,12 @@ impl Harness {
         }
         if let Command::Request { request, .. } = command {
             let route = match (&request.op, &expected.outcome) {
-                (AgentOp::RouteReserve { .. }, Outcome::Granted { .. }) if !expected.replayed => {
+                (Op::RouteReserve { .. }, Outcome::Granted { .. }) if !expected.replayed => {
                     Some("route granted at once")
                 }
-                (AgentOp::RouteReserve { .. }, Outcome::Queued) => Some("route queued"),
-                (AgentOp::RouteAmend { .. }, Outcome::Granted { .. }) => Some("route amended"),
-                (AgentOp::RouteAmend { .. }, Outcome::Refused { code }) => match code {
+                (Op::RouteReserve { .. }, Outcome::Queued) => Some("route queued"),
+                (Op::RouteAmend { .. }, Outcome::Granted { .. }) => Some("route amended"),
+                (Op::RouteAmend { .. }, Outcome::Refused { code }) => match code {
                     ErrorCode::WouldBlock => Some("route amend would block"),
                     ErrorCode::NotHolder => Some("route amend of a route not held"),
                     _ => None,
@@ -3226,7 +3228,7 @@ impl Harness {
         prop_assert_eq!(leases, expected, "live leases\n{}", self.recent_trace());
         for kind in KINDS {
             for name in ALL_NAMES {
-                let op = ReadOp::Inspect {
+                let op = Op::Inspect {
                     kind,
                     name: name.to_string(),
                 };
@@ -3239,8 +3241,8 @@ impl Harness {
                     self.recent_trace()
                 );
                 for token in self.model.fence_tokens(kind, name) {
-                    let op = ReadOp::FenceCheck {
-                        resource: name.to_string(),
+                    let op = Op::FenceCheck {
+                        name: name.to_string(),
                         kind,
                         token,
                     };
@@ -3261,7 +3263,7 @@ impl Harness {
         for spot in SPOTS.iter().flatten() {
             for offsets in [(None, None), (Some(1_000), Some(2_000))] {
                 let volume = query_volume(spot, self.model.now_ms, offsets);
-                let op = ReadOp::AirspaceQuery {
+                let op = Op::AirspaceQuery {
                     volume: Some(volume),
                     volumes: None,
                     after: None,
@@ -3284,7 +3286,7 @@ impl Harness {
             .chain(UNKNOWN_LEASES.iter().map(|text| text.to_string()));
         for lease in lease_texts {
             for agent in AGENTS {
-                let op = ReadOp::LeaseKeepalive {
+                let op = Op::LeaseKeepalive {
                     lease: lease.clone(),
                 };
                 prop_assert_eq!(
@@ -3351,29 +3353,29 @@ impl Harness {
 
     // --- resolving generated steps --------------------------------------------------------
 
-    fn build_op(&self, agent: usize, spec: &OpSpec) -> AgentOp {
+    fn build_op(&self, agent: usize, spec: &OpSpec) -> Op {
         use ResourceKind::{Lock, Sem, Waypoint};
         let lease = |pick: &LeasePick, resource: Option<(ResourceKind, &str)>| {
             self.lease_text(agent, pick, resource)
         };
         match spec {
-            OpSpec::LeaseGrant { ttl_ms } => AgentOp::LeaseGrant { ttl_ms: *ttl_ms },
-            OpSpec::LeaseRevoke { lease: pick } => AgentOp::LeaseRevoke {
+            OpSpec::LeaseGrant { ttl_ms } => Op::LeaseGrant { ttl_ms: *ttl_ms },
+            OpSpec::LeaseRevoke { lease: pick } => Op::LeaseRevoke {
                 lease: lease(pick, None),
             },
-            OpSpec::AdminRevoke { lease: pick } => AgentOp::AdminRevoke {
+            OpSpec::AdminRevoke { lease: pick } => Op::AdminRevoke {
                 lease: lease(pick, None),
             },
             OpSpec::LockAcquire {
                 name,
                 lease: pick,
                 wait,
-            } => AgentOp::LockAcquire {
+            } => Op::LockAcquire {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
                 wait_ms: wait.wait_ms(),
             },
-            OpSpec::LockRelease { name, lease: pick } => AgentOp::LockRelease {
+            OpSpec::LockRelease { name, lease: pick } => Op::LockRelease {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
             },
@@ -3383,14 +3385,14 @@ impl Harness {
                 permits,
                 lease: pick,
                 wait,
-            } => AgentOp::SemAcquire {
+            } => Op::SemAcquire {
                 name: SEM_NAMES[*name].to_string(),
                 limit: SEM_LIMITS[*limit],
                 lease: lease(pick, Some((Sem, SEM_NAMES[*name]))),
                 permits: *permits,
                 wait_ms: wait.wait_ms(),
             },
-            OpSpec::SemRelease { name, lease: pick } => AgentOp::SemRelease {
+            OpSpec::SemRelease { name, lease: pick } => Op::SemRelease {
                 name: SEM_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Sem, SEM_NAMES[*name]))),
             },
@@ -3411,7 +3413,7 @@ impl Harness {
                 ),
                 *level,
             ),
-            OpSpec::WaypointRelease { name, lease: pick } => AgentOp::WaypointRelease {
+            OpSpec::WaypointRelease { name, lease: pick } => Op::WaypointRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
             },
@@ -3421,14 +3423,14 @@ impl Harness {
                 lease: pick,
                 wait,
                 priority: level,
-            } => AgentOp::RouteReserve {
+            } => Op::RouteReserve {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
                 volumes: self.volumes(legs),
                 wait_ms: wait.wait_ms(),
                 priority: priority(*level),
             },
-            OpSpec::RouteRelease { name, lease: pick } => AgentOp::RouteRelease {
+            OpSpec::RouteRelease { name, lease: pick } => Op::RouteRelease {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
             },
@@ -3437,7 +3439,7 @@ impl Harness {
                 legs,
                 lease: pick,
                 priority: level,
-            } => AgentOp::RouteAmend {
+            } => Op::RouteAmend {
                 name: WAYPOINT_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Waypoint, WAYPOINT_NAMES[*name]))),
                 volumes: self.volumes(legs),
@@ -3562,9 +3564,9 @@ fn reserve_op(
     lease: String,
     wait_ms: Option<u64>,
     (start_ms, end_ms): (Option<u64>, Option<u64>),
-) -> AgentOp {
+) -> Op {
     let lat_lon = spot.map(|spot| spot.lat_lon());
-    AgentOp::WaypointReserve {
+    Op::WaypointReserve {
         name: name.to_string(),
         lease,
         lat: lat_lon.map(|(lat, _)| lat),
@@ -3580,18 +3582,18 @@ fn reserve_op(
 }
 
 /// A waypoint reservation at priority `level`.
-fn at_priority(mut op: AgentOp, level: u8) -> AgentOp {
-    if let AgentOp::WaypointReserve { priority: p, .. } = &mut op {
+fn at_priority(mut op: Op, level: u8) -> Op {
+    if let Op::WaypointReserve { priority: p, .. } = &mut op {
         *p = priority(level);
     }
     op
 }
 
 /// Requests the protocol validation refuses.
-fn malformed_op(which: usize, lease: String) -> AgentOp {
+fn malformed_op(which: usize, lease: String) -> Op {
     match which {
-        0 => AgentOp::LeaseGrant { ttl_ms: 0 },
-        1 => AgentOp::WaypointReserve {
+        0 => Op::LeaseGrant { ttl_ms: 0 },
+        1 => Op::WaypointReserve {
             name: "pad1".into(),
             lease,
             lat: Some(BASE.0),
@@ -3604,7 +3606,7 @@ fn malformed_op(which: usize, lease: String) -> AgentOp {
             end_ms: None,
             priority: Priority::ROUTINE,
         },
-        2 => AgentOp::WaypointReserve {
+        2 => Op::WaypointReserve {
             name: "pad1".into(),
             lease,
             lat: Some(BASE.0),
@@ -3617,12 +3619,12 @@ fn malformed_op(which: usize, lease: String) -> AgentOp {
             end_ms: None,
             priority: Priority::ROUTINE,
         },
-        3 => AgentOp::LockAcquire {
+        3 => Op::LockAcquire {
             name: "alpha".into(),
             lease,
             wait_ms: Some(WAIT_MS_MAX + 1),
         },
-        _ => AgentOp::SemAcquire {
+        _ => Op::SemAcquire {
             name: "pool".into(),
             limit: 0,
             lease,
@@ -3703,7 +3705,7 @@ fn generator_reaches_every_path() {
         println!("  {count:6}  {label}");
     }
     let required = [
-        // No "Ttl": a keepalive is a read (`ReadOp`), never a log entry; `check_machine`
+        // No "Ttl": a keepalive is a read (`Op`), never a log entry; `check_machine`
         // queries every lease by every agent after each step instead.
         "Lease",
         "Done",

@@ -8,8 +8,9 @@ pub use hivekeeper_test_support::within;
 use std::time::Duration;
 
 use hivekeeper_coordinator::raft::{self, Applied, AppliedReceiver, RaftConfig, RaftHandle};
-use hivekeeper_coordinator::state_machine::{AgentOp, AgentRequest, LeaseId};
+use hivekeeper_coordinator::state_machine::{AgentRequest, LeaseId};
 use hivekeeper_coordinator::{Command, Reply};
+use hivekeeper_protocol::Op;
 
 /// Every wait in these tests is bounded by this, in seconds; a hang is a failure, not a stuck
 /// CI job.
@@ -19,24 +20,25 @@ pub const WAIT_S: u64 = 20;
 pub const WAIT: Duration = Duration::from_secs(WAIT_S);
 
 /// `agent` sends request `id` with `op`.
-pub fn request(agent: &str, id: &str, op: AgentOp) -> Command {
+pub fn request(agent: &str, id: &str, op: Op) -> Command {
     Command::Request {
         agent: agent.to_string(),
         request: AgentRequest {
             id: id.to_string(),
             op,
+            secret_hash: None,
         },
     }
 }
 
 /// `lease.grant` with a TTL of `ttl_ms`.
-pub fn lease_grant(ttl_ms: u64) -> AgentOp {
-    AgentOp::LeaseGrant { ttl_ms }
+pub fn lease_grant(ttl_ms: u64) -> Op {
+    Op::LeaseGrant { ttl_ms }
 }
 
 /// `lock.acquire` that does not wait.
-pub fn lock_try(name: &str, lease: &str) -> AgentOp {
-    AgentOp::LockAcquire {
+pub fn lock_try(name: &str, lease: &str) -> Op {
+    Op::LockAcquire {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms: Some(0),

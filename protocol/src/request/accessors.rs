@@ -1,72 +1,10 @@
-//! What an op is: its wire name, the lease it names, whether it writes through the log and
-//! which role it needs.
+//! What an op names (its lease, its wait), whether it writes through the log and which role it
+//! needs. Its wire name and class are declared with it (`declare_ops!`).
 
-use super::Op;
+use super::{Op, OpClass};
 use crate::role::Role;
 
 impl Op {
-    /// Every op name, in documentation order.
-    pub const NAMES: [&'static str; 26] = [
-        "lease.grant",
-        "lease.keepalive",
-        "lease.revoke",
-        "lock.acquire",
-        "lock.release",
-        "sem.acquire",
-        "sem.release",
-        "waypoint.reserve",
-        "waypoint.release",
-        "route.reserve",
-        "route.release",
-        "route.amend",
-        "airspace.query",
-        "fence.check",
-        "inspect",
-        "admin.status",
-        "admin.leases",
-        "admin.resources",
-        "admin.snapshot",
-        "admin.revoke",
-        "admin.member.add",
-        "admin.member.remove",
-        "admin.agent.add",
-        "admin.agent.list",
-        "admin.agent.remove",
-        "admin.agent.rotate",
-    ];
-
-    /// The op's wire name, e.g. `"lock.acquire"`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Op::LeaseGrant { .. } => "lease.grant",
-            Op::LeaseKeepalive { .. } => "lease.keepalive",
-            Op::LeaseRevoke { .. } => "lease.revoke",
-            Op::LockAcquire { .. } => "lock.acquire",
-            Op::LockRelease { .. } => "lock.release",
-            Op::SemAcquire { .. } => "sem.acquire",
-            Op::SemRelease { .. } => "sem.release",
-            Op::WaypointReserve { .. } => "waypoint.reserve",
-            Op::WaypointRelease { .. } => "waypoint.release",
-            Op::RouteReserve { .. } => "route.reserve",
-            Op::RouteRelease { .. } => "route.release",
-            Op::RouteAmend { .. } => "route.amend",
-            Op::AirspaceQuery { .. } => "airspace.query",
-            Op::FenceCheck { .. } => "fence.check",
-            Op::Inspect { .. } => "inspect",
-            Op::AdminStatus {} => "admin.status",
-            Op::AdminLeases { .. } => "admin.leases",
-            Op::AdminResources { .. } => "admin.resources",
-            Op::AdminSnapshot { .. } => "admin.snapshot",
-            Op::AdminRevoke { .. } => "admin.revoke",
-            Op::AdminMemberAdd { .. } => "admin.member.add",
-            Op::AdminMemberRemove { .. } => "admin.member.remove",
-            Op::AdminAgentAdd { .. } => "admin.agent.add",
-            Op::AdminAgentList { .. } => "admin.agent.list",
-            Op::AdminAgentRemove { .. } => "admin.agent.remove",
-            Op::AdminAgentRotate { .. } => "admin.agent.rotate",
-        }
-    }
-
     /// The lease the op names, if any.
     pub fn lease(&self) -> Option<&str> {
         match self {
@@ -82,20 +20,7 @@ impl Op {
             | Op::RouteRelease { lease, .. }
             | Op::RouteAmend { lease, .. }
             | Op::AdminRevoke { lease } => Some(lease),
-            Op::LeaseGrant { .. }
-            | Op::AirspaceQuery { .. }
-            | Op::FenceCheck { .. }
-            | Op::Inspect { .. }
-            | Op::AdminStatus {}
-            | Op::AdminLeases { .. }
-            | Op::AdminResources { .. }
-            | Op::AdminSnapshot { .. }
-            | Op::AdminMemberAdd { .. }
-            | Op::AdminMemberRemove { .. }
-            | Op::AdminAgentAdd { .. }
-            | Op::AdminAgentList { .. }
-            | Op::AdminAgentRemove { .. }
-            | Op::AdminAgentRotate { .. } => None,
+            _ => None,
         }
     }
 
@@ -105,20 +30,7 @@ impl Op {
     /// `admin.agent.add` and `admin.agent.rotate` are writes the node completes first: it
     /// generates the secret and puts only its hash in the command ([`Op::makes_secret`]).
     pub fn is_write(&self) -> bool {
-        !matches!(
-            self,
-            Op::LeaseKeepalive { .. }
-                | Op::AirspaceQuery { .. }
-                | Op::FenceCheck { .. }
-                | Op::Inspect { .. }
-                | Op::AdminStatus {}
-                | Op::AdminLeases { .. }
-                | Op::AdminResources { .. }
-                | Op::AdminSnapshot { .. }
-                | Op::AdminMemberAdd { .. }
-                | Op::AdminMemberRemove { .. }
-                | Op::AdminAgentList { .. }
-        )
+        self.class() == OpClass::Write
     }
 
     /// Whether the node answers the op with a new secret it generates (`admin.agent.add`,

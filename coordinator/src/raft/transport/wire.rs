@@ -324,12 +324,12 @@ mod tests {
     /// tagged enum): it must survive MessagePack too, optional fields present and absent.
     #[test]
     fn a_forwarded_write_survives_the_codec() {
-        use crate::state_machine::AgentOp;
+        use hivekeeper_protocol::Op;
         let reserve = |wait_ms, alt_max_m| AgentWrite {
             agent: "drone-1".into(),
             request: AgentRequest {
                 id: "r-2".into(),
-                op: AgentOp::WaypointReserve {
+                op: Op::WaypointReserve {
                     name: "pad/7".into(),
                     lease: "0000000000000004".into(),
                     lat: Some(51.500_044_966),
@@ -345,6 +345,7 @@ mod tests {
                         None => hivekeeper_protocol::Priority::ROUTINE,
                     },
                 },
+                secret_hash: None,
             },
         };
         let writes = vec![reserve(None, Some(120.5)), reserve(Some(0), None)];
@@ -359,13 +360,13 @@ mod tests {
     /// `COMMAND_BYTES_MAX`: the frame bound is sized from it.
     #[test]
     fn a_command_of_the_largest_request_fits_its_bound() {
-        use crate::state_machine::AgentOp;
+        use hivekeeper_protocol::Op;
         let name = "n".repeat(REQUEST_BYTES_MAX - 200);
         let write = AgentWrite {
             agent: "a".repeat(AGENT_ID_BYTES_MAX),
             request: AgentRequest {
                 id: "r".repeat(64),
-                op: AgentOp::WaypointReserve {
+                op: Op::WaypointReserve {
                     name,
                     lease: "0000000000000004".into(),
                     lat: Some(1.0),
@@ -378,6 +379,7 @@ mod tests {
                     end_ms: Some(u64::MAX),
                     priority: hivekeeper_protocol::Priority::EMERGENCY,
                 },
+                secret_hash: None,
             },
         };
         let bytes = encode(&write.into_command()).expect("encodes").len();
