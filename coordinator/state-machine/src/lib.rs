@@ -73,8 +73,9 @@
 //! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
 //!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 //! - `resources.rs`: `admin.resources`, the paged list of resources (discovery).
-//! - `kv.rs`: the key space (keys with revisions and leases, txns in `kv/txn.rs`) and its
-//!   bounded event history for resumable watches (`kv/history.rs`); bounds in `kv/limits.rs`.
+//! - `kv.rs`: the key space, keys with revisions and leases (writes in `kv/write.rs`, txns in
+//!   `kv/txn.rs`), and its bounded event history for resumable watches (`kv/history.rs`);
+//!   bounds and refusals in `kv/limits.rs`. Not yet reached from a command.
 
 /// An [`InvariantViolation`] with a formatted text: `violation!("lease {id} is from the future")`.
 macro_rules! violation {
