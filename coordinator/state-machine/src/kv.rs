@@ -52,6 +52,8 @@ mod write;
 #[cfg(test)]
 mod history_test;
 #[cfg(test)]
+mod model_test;
+#[cfg(test)]
 mod txn_test;
 
 use std::collections::{BTreeMap, BTreeSet};
