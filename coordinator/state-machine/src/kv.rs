@@ -214,9 +214,13 @@ pub struct KeySpace {
 /// The serialized part of a [`KeySpace`].
 #[derive(Deserialize)]
 struct KeySpaceData {
+    /// [`KeySpace::limits`].
     limits: KvLimits,
+    /// [`KeySpace::revision`].
     revision: u64,
+    /// The keys, from which the lease index and byte count are rebuilt.
     keys: BTreeMap<String, Entry>,
+    /// The history, whose byte count is rebuilt.
     history: History,
 }
 

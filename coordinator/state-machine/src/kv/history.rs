@@ -102,7 +102,9 @@ pub struct History {
 /// The serialized part of a [`History`].
 #[derive(Deserialize)]
 struct HistoryData {
+    /// [`History::compact_revision`].
     compact_revision: u64,
+    /// The events, from which the byte count is rebuilt.
     events: VecDeque<KvEvent>,
 }
 
