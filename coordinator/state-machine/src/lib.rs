@@ -73,6 +73,9 @@
 //! - `*_test.rs` beside each concept (with `test_support.rs`); `tests/model.rs` (model-based
 //!   property test), `tests/format.rs` (format-1 golden bytes), `benches/apply.rs`.
 //! - `resources.rs`: `admin.resources`, the paged list of resources (discovery).
+//! - `kv.rs`: the key space, keys with revisions and leases (writes in `kv/write.rs`, txns in
+//!   `kv/txn.rs`), and its bounded event history for resumable watches (`kv/history.rs`);
+//!   bounds and refusals in `kv/limits.rs`. Not yet reached from a command.
 
 /// An [`InvariantViolation`] with a formatted text: `violation!("lease {id} is from the future")`.
 macro_rules! violation {
@@ -89,6 +92,7 @@ mod error;
 mod event;
 mod fifo;
 mod grant;
+mod kv;
 mod lease;
 mod limits;
 mod lock;
@@ -110,6 +114,8 @@ mod account_test;
 mod clock_test;
 #[cfg(test)]
 mod dedup_test;
+#[cfg(test)]
+mod kv_test;
 #[cfg(test)]
 mod lease_test;
 #[cfg(test)]
@@ -145,6 +151,11 @@ pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange};
 pub use command::{Command, LogMeta};
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
+pub use kv::{
+    Compacted, Compare, CompareOp, CompareTarget, Deleted, EventKind, Holder, KV_LIMITS_DEFAULT,
+    KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult, RESERVED_PREFIX,
+    RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult, WatchPage, Writer,
+};
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
 pub use machine::StateMachine;

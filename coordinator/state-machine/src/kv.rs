@@ -1,0 +1,404 @@
+//! The key space: keys with revisions, leases and an event history that a watch resumes from.
+//!
+//! Pure and deterministic like the rest of the machine: the revision of every change is given
+//! by the caller (the log index of the entry that makes it, the space fencing tokens come
+//! from), keys are kept in a `BTreeMap` so ranges come out in byte order, and nothing reads a
+//! clock. A mutating call is all or nothing: a refused one ([`KvError`]) leaves the keys, the
+//! history and the revision exactly as they were (a txn records an undo list and rolls back).
+//!
+//! ```text
+//!  put / delete / txn / end_leases (revision = log index, strictly increasing)
+//!    ├─ refused ─▶ Err(KvError), nothing changed
+//!    └─ keys ─▶ one KvEvent per key written, appended to the history at that revision
+//!                  └─ history over its bounds ─▶ oldest whole revisions dropped,
+//!                                                compact_revision moves up
+//!  get / range            ─▶ the keys now, in byte order, paged by `after`
+//!  events_after(after, ..) ─▶ WatchPage { events, next, progress } or Compacted
+//! ```
+//!
+//! Semantics, decided here once:
+//! - A put to a new key sets `create_revision = mod_revision = revision`, `version = 1`; to an
+//!   existing key it keeps `create_revision`, sets `mod_revision` and adds one to `version`.
+//!   The put's lease replaces the key's (a put without a lease unbinds it, as in etcd). The
+//!   caller checks that the lease is alive; the key space only indexes it.
+//! - A delete event carries the key as it was just before the delete (value, revisions,
+//!   version, lease), so a watcher learns what went away without asking; the event's own
+//!   `revision` is the delete's, always after the carried `mod_revision`.
+//! - Keys starting with `$` are the service's: a [`Writer::Client`] put or delete of one is
+//!   refused ([`KvError::Reserved`]), and a client's prefix delete that spans them (the empty
+//!   prefix) leaves them alone. Reads see them.
+//!
+//! Layout: this file holds the types, the reads and the invariants; `kv/write.rs` the puts,
+//! deletes and lease ends with their undo; `kv/txn.rs` txns; `kv/history.rs` the event history
+//! and watch pages; `kv/limits.rs` the bounds and refusals.
+//!
+//! Invariants (checked by [`KeySpace::check_invariants`]):
+//! 1. Every key is 1 to `key_bytes_max` bytes; `1 <= create_revision <= mod_revision <=
+//!    revision` and `version >= 1`.
+//! 2. The lease index lists exactly the keys bound to each lease, no lease with none, and no
+//!    lease with more than `keys_per_lease_max`.
+//! 3. `bytes` is the sum of the keys' and values' lengths; at most `keys_max` keys and
+//!    `bytes_max` bytes are alive.
+//! 4. The history (`kv/history.rs`, its invariants) holds events in non-decreasing revision
+//!    order, all after `compact_revision` and at most `revision`, within its bounds.
+//! 5. The history is complete: every key changed after `compact_revision` has the put event of
+//!    its `mod_revision` in the history.
+
+mod history;
+mod limits;
+mod txn;
+mod write;
+
+#[cfg(test)]
+mod history_test;
+#[cfg(test)]
+mod model_test;
+#[cfg(test)]
+mod txn_test;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{InvariantViolation, LeaseId};
+use history::History;
+pub use history::{Compacted, EventKind, KvEvent, WatchPage};
+pub use limits::{KV_LIMITS_DEFAULT, KvError, KvLimits, TXN_COMPARES_MAX, TXN_OPS_MAX};
+pub use txn::{Compare, CompareOp, CompareTarget, Holder, Txn, TxnOp, TxnOutcome, TxnResult};
+use write::Undo;
+
+/// The first byte of the keys reserved for the service.
+pub const RESERVED_PREFIX: char = '$';
+
+/// One key as it is read and as events carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    /// The key, 1 to `key_bytes_max` bytes of UTF-8.
+    pub key: String,
+    /// The value, any UTF-8 up to `value_bytes_max` bytes.
+    pub value: String,
+    /// The revision of the put that created the key (since its last delete).
+    pub create_revision: u64,
+    /// The revision of the key's last put.
+    pub mod_revision: u64,
+    /// Puts since creation: 1 after the creating put.
+    pub version: u64,
+    /// The lease the key is deleted with, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseId>,
+}
+
+/// A key's state without its name (the map holds the name once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    /// The value.
+    value: String,
+    /// See [`KeyValue::create_revision`].
+    create_revision: u64,
+    /// See [`KeyValue::mod_revision`].
+    mod_revision: u64,
+    /// See [`KeyValue::version`].
+    version: u64,
+    /// See [`KeyValue::lease`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lease: Option<LeaseId>,
+}
+
+impl Entry {
+    fn to_kv(&self, key: &str) -> KeyValue {
+        KeyValue {
+            key: key.to_string(),
+            value: self.value.clone(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+            lease: self.lease,
+        }
+    }
+}
+
+/// Who writes: a client may not write the reserved `$` keys, the service may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// An agent's request.
+    Client,
+    /// The service itself (its own bookkeeping under `$`).
+    Service,
+}
+
+/// Which keys an op or a watch names: one key, or every key with a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeySelector {
+    /// Exactly this key.
+    Key(String),
+    /// Every key starting with this (the empty prefix: every key).
+    Prefix(String),
+}
+
+impl KeySelector {
+    /// Whether `key` is one the selector names.
+    pub fn matches(&self, key: &str) -> bool {
+        match self {
+            KeySelector::Key(named) => named == key,
+            KeySelector::Prefix(prefix) => key.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+/// A put: the key, its new value and lease, and whether to return the previous key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Put {
+    /// The key.
+    pub key: String,
+    /// Its new value.
+    pub value: String,
+    /// The lease to bind it to (replacing any it had), or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseId>,
+    /// Return the key as it was before the put.
+    #[serde(default)]
+    pub prev_kv: bool,
+}
+
+/// What a put answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutResult {
+    /// The key before the put, when asked for and it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_kv: Option<KeyValue>,
+}
+
+/// What a delete answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    /// How many keys it deleted.
+    pub deleted: u64,
+}
+
+/// One page of keys in byte order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangePage {
+    /// The keys, in byte order.
+    pub kvs: Vec<KeyValue>,
+    /// The last key of this page when more keys follow: pass it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// The key space: the keys, their lease index and the event history.
+///
+/// Serialized as its limits, revision, keys and history; the lease index and byte count are
+/// derived and rebuilt when it is read back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "KeySpaceData")]
+pub struct KeySpace {
+    /// The bounds, replicated with the state.
+    limits: KvLimits,
+    /// The revision of the last accepted mutating call (0 before any): every change carries a
+    /// later one.
+    revision: u64,
+    /// The keys in byte order.
+    keys: BTreeMap<String, Entry>,
+    /// The events of the recent revisions.
+    history: History,
+    /// Keys by lease, so a lease's end finds its keys without a scan. Derived.
+    #[serde(skip)]
+    by_lease: BTreeMap<LeaseId, BTreeSet<String>>,
+    /// Bytes of all keys and values alive. Derived.
+    #[serde(skip)]
+    bytes: u64,
+}
+
+/// The serialized part of a [`KeySpace`].
+#[derive(Deserialize)]
+struct KeySpaceData {
+    /// [`KeySpace::limits`].
+    limits: KvLimits,
+    /// [`KeySpace::revision`].
+    revision: u64,
+    /// The keys, from which the lease index and byte count are rebuilt.
+    keys: BTreeMap<String, Entry>,
+    /// The history, whose byte count is rebuilt.
+    history: History,
+}
+
+impl From<KeySpaceData> for KeySpace {
+    fn from(data: KeySpaceData) -> Self {
+        let mut space = KeySpace {
+            limits: data.limits,
+            revision: data.revision,
+            keys: BTreeMap::new(),
+            history: data.history,
+            by_lease: BTreeMap::new(),
+            bytes: 0,
+        };
+        for (key, entry) in data.keys {
+            space.set_entry(&key, Some(entry));
+        }
+        space
+    }
+}
+
+impl Default for KeySpace {
+    fn default() -> Self {
+        KeySpace::new(KvLimits::default())
+    }
+}
+
+impl KeySpace {
+    /// An empty key space with these bounds, at revision 0.
+    pub fn new(limits: KvLimits) -> Self {
+        KeySpace {
+            limits,
+            revision: 0,
+            keys: BTreeMap::new(),
+            history: History::default(),
+            by_lease: BTreeMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> &KvLimits {
+        &self.limits
+    }
+
+    /// The revision of the last accepted mutating call (0 before any).
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Every event at or before this revision has been dropped from the history.
+    pub fn compact_revision(&self) -> u64 {
+        self.history.compact_revision()
+    }
+
+    /// How many keys are alive.
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Bytes of all keys and values alive.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// How many events the history keeps.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// The keys bound to `lease`, in byte order.
+    pub fn lease_keys(&self, lease: LeaseId) -> impl Iterator<Item = &str> + '_ {
+        self.by_lease
+            .get(&lease)
+            .into_iter()
+            .flat_map(|keys| keys.iter().map(String::as_str))
+    }
+
+    /// One key.
+    pub fn get(&self, key: &str) -> Option<KeyValue> {
+        self.keys.get(key).map(|entry| entry.to_kv(key))
+    }
+
+    /// Up to `limit` keys starting with `prefix` and after `after` (exclusive), in byte order.
+    /// A `limit` of 0 is read as 1, so every page makes progress.
+    pub fn range(&self, prefix: &str, after: Option<&str>, limit: usize) -> RangePage {
+        let limit = limit.max(1);
+        let start = match after {
+            Some(after) if after >= prefix => Bound::Excluded(after),
+            _ => Bound::Included(prefix),
+        };
+        let mut kvs: Vec<KeyValue> = self
+            .keys
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .take(limit + 1)
+            .map(|(key, entry)| entry.to_kv(key))
+            .collect();
+        let more = kvs.len() > limit;
+        kvs.truncate(limit);
+        let next_after = more.then(|| kvs.last().map(|kv| kv.key.clone())).flatten();
+        RangePage { kvs, next_after }
+    }
+
+    /// The events after `after` that `selector` names, at most `max_events` of them unless
+    /// one revision alone has more (a revision's events are never split); see
+    /// [`WatchPage`]. `Compacted` when events after `after` have been dropped.
+    pub fn events_after(
+        &self,
+        after: u64,
+        selector: &KeySelector,
+        max_events: usize,
+    ) -> Result<WatchPage, Compacted> {
+        self.history
+            .page(after, selector, max_events, self.revision)
+    }
+
+    /// Checks the invariants in the module doc.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let mut bytes = 0u64;
+        let mut by_lease: BTreeMap<LeaseId, BTreeSet<String>> = BTreeMap::new();
+        for (key, entry) in &self.keys {
+            if key.is_empty() || key.len() > self.limits.key_bytes_max as usize {
+                return Err(violation!(
+                    "kv invariant 1: key {key:?} has {} bytes",
+                    key.len()
+                ));
+            }
+            let revisions_ordered = 1 <= entry.create_revision
+                && entry.create_revision <= entry.mod_revision
+                && entry.mod_revision <= self.revision;
+            if !revisions_ordered || entry.version == 0 {
+                return Err(violation!(
+                    "kv invariant 1: key {key:?} has create {} mod {} version {} at revision {}",
+                    entry.create_revision,
+                    entry.mod_revision,
+                    entry.version,
+                    self.revision
+                ));
+            }
+            bytes += (key.len() + entry.value.len()) as u64;
+            if let Some(lease) = entry.lease {
+                by_lease.entry(lease).or_default().insert(key.clone());
+            }
+            if entry.mod_revision > self.history.compact_revision()
+                && !self.history.has_put(key, entry.mod_revision)
+            {
+                return Err(violation!(
+                    "kv invariant 5: key {key:?} changed at {} after compaction at {}, and its \
+                     put event is missing",
+                    entry.mod_revision,
+                    self.history.compact_revision()
+                ));
+            }
+        }
+        if by_lease != self.by_lease {
+            return Err(violation!(
+                "kv invariant 2: the lease index is not the keys' leases"
+            ));
+        }
+        let per_lease_max = self.limits.keys_per_lease_max as usize;
+        if let Some((lease, keys)) = by_lease.iter().find(|(_, keys)| keys.len() > per_lease_max) {
+            return Err(violation!(
+                "kv invariant 2: lease {lease} has {} keys, past {per_lease_max}",
+                keys.len()
+            ));
+        }
+        if bytes != self.bytes {
+            return Err(violation!(
+                "kv invariant 3: {bytes} bytes alive, counted {}",
+                self.bytes
+            ));
+        }
+        if self.keys.len() > self.limits.keys_max as usize || bytes > self.limits.bytes_max {
+            return Err(violation!(
+                "kv invariant 3: {} keys and {bytes} bytes, past the limits",
+                self.keys.len()
+            ));
+        }
+        self.history.check_invariants(self.revision, &self.limits)
+    }
+}

@@ -1,0 +1,149 @@
+//! The key space's bounds ([`KvLimits`]) and its refusals ([`KvError`]).
+//!
+//! Like the machine's [`crate::Limits`], the bounds are replicated state: a bound decides a
+//! reply, so every replica must apply the same ones. They travel inside the key space's
+//! snapshot bytes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::LeaseId;
+
+/// Every bound the key space enforces. Units are in the names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvLimits {
+    /// Most keys alive at once: 1,000,000, the size the service is measured at (1M keys of
+    /// 32-byte names and 100-byte values in at most 400 MB per member).
+    pub keys_max: u32,
+    /// Most bytes of keys plus values alive at once: 256 MiB, twice what those 1M keys take,
+    /// so a few large values cannot push a member out of memory.
+    pub bytes_max: u64,
+    /// Most keys bound to one lease: 1,024. A presence entry is one key per lease; the bound
+    /// keeps the entry that ends a lease (which deletes its keys) small.
+    pub keys_per_lease_max: u32,
+    /// Longest key in bytes of UTF-8: 512, the wire contract.
+    pub key_bytes_max: u32,
+    /// Longest value in bytes of UTF-8: 8 KiB. A value travels as a JSON string, which can
+    /// escape a byte into six (`\u0000`), so even the worst value stays inside the default
+    /// 64 KiB MQTT packet.
+    pub value_bytes_max: u32,
+    /// Most events the history keeps: 10,000. Past it the oldest whole revisions are dropped
+    /// (compacted) and a watcher behind them re-reads.
+    pub history_events_max: u32,
+    /// Most bytes (keys plus values) the history's events keep: 16 MiB, a bound on the
+    /// history's memory and on its share of every snapshot.
+    pub history_bytes_max: u64,
+}
+
+/// The defaults, each explained on its field.
+pub const KV_LIMITS_DEFAULT: KvLimits = KvLimits {
+    keys_max: 1_000_000,
+    bytes_max: 256 << 20,
+    keys_per_lease_max: 1_024,
+    key_bytes_max: 512,
+    value_bytes_max: 8 << 10,
+    history_events_max: 10_000,
+    history_bytes_max: 16 << 20,
+};
+
+impl Default for KvLimits {
+    fn default() -> Self {
+        KV_LIMITS_DEFAULT
+    }
+}
+
+/// Most compares in one txn, as etcd's default: a txn is one log entry, so it is bounded.
+pub const TXN_COMPARES_MAX: usize = 64;
+
+/// Most ops in each branch (success, failure) of one txn.
+pub const TXN_OPS_MAX: usize = 64;
+
+/// A refused key-space call: the state is unchanged. The machine answers each with a
+/// `Reply::Refused`; [`KvError::RevisionNotIncreasing`] alone is a bug in the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvError {
+    /// A key must be 1 to `key_bytes_max` bytes.
+    #[error("key is {len} bytes, it must be 1 to {max}")]
+    KeyLength {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest allowed.
+        max: u32,
+    },
+    /// A prefix is at most `key_bytes_max` bytes (the empty prefix is every key).
+    #[error("prefix is {len} bytes, it must be at most {max}")]
+    PrefixLength {
+        /// The prefix's length in bytes.
+        len: usize,
+        /// The longest allowed.
+        max: u32,
+    },
+    /// A value is at most `value_bytes_max` bytes.
+    #[error("value is {len} bytes, it must be at most {max}")]
+    ValueLength {
+        /// The value's length in bytes.
+        len: usize,
+        /// The longest allowed.
+        max: u32,
+    },
+    /// Keys starting with `$` belong to the service; a client may read them only.
+    #[error("key {key:?} is reserved for the service (it starts with `$`): read-only")]
+    Reserved {
+        /// The key or prefix written.
+        key: String,
+    },
+    /// The put would create a key past `keys_max`.
+    #[error("{max} keys exist, the limit")]
+    KeysFull {
+        /// The limit.
+        max: u32,
+    },
+    /// The put would take the keys and values past `bytes_max`.
+    #[error("the keys and values would take {bytes} bytes, past the limit of {max}")]
+    BytesFull {
+        /// What they would take.
+        bytes: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The put would bind more than `keys_per_lease_max` keys to one lease.
+    #[error("lease {lease} has {max} keys, the limit")]
+    LeaseKeysFull {
+        /// The lease.
+        lease: LeaseId,
+        /// The limit.
+        max: u32,
+    },
+    /// A txn has more than [`TXN_COMPARES_MAX`] compares.
+    #[error("txn has {count} compares, at most {max} are allowed")]
+    TxnCompares {
+        /// How many it has.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A txn branch has more than [`TXN_OPS_MAX`] ops.
+    #[error("txn branch has {count} ops, at most {max} are allowed")]
+    TxnOps {
+        /// How many the larger branch has.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Two writes of one txn branch touch the same key (two puts, or a put and a delete that
+    /// covers it): one revision has one event per key, as in etcd.
+    #[error("txn writes key {key:?} twice in one branch")]
+    TxnDuplicateKey {
+        /// The key written twice.
+        key: String,
+    },
+    /// A mutating call's revision is not after the last one: the caller passed an old log
+    /// index, a bug rather than a refusal.
+    #[error("revision {got} is not after the key space's revision {last}")]
+    RevisionNotIncreasing {
+        /// The key space's last revision.
+        last: u64,
+        /// The revision offered.
+        got: u64,
+    },
+}
