@@ -2,3 +2,4 @@
 //!
 //! Pure functions over recorded data: no clock but the timestamps in the history, no I/O.
 pub mod linearizability;
+pub mod watch;
