@@ -15,9 +15,13 @@
 //! - `truncate_after` removes whole segments newest first (syncing the directory after each),
 //!   then cuts the one holding the new last entry: every intermediate state is a prefix.
 //! - `purge_upto` removes whole segments oldest first (syncing the directory after each): every
-//!   intermediate state is a suffix. A purge past the last entry first creates the empty segment
-//!   the log will continue in, then removes the rest; a crash in between leaves old segments, a
-//!   gap, and an empty newest segment, which opening recognises and finishes.
+//!   intermediate state is a suffix. A purge past the last entry first removes every segment,
+//!   then creates the empty one the log continues in, so that on a full disk the new segment
+//!   fits in the room of the old ones. A crash in between leaves a suffix of the old segments or
+//!   none: the log then ends at or before the purged index, which the caller made durable before
+//!   the purge, and the caller finishes the purge on open (`purge_upto` again). A log with an
+//!   empty newest segment after a gap (a purge that created the new segment before removing the
+//!   old ones, then crashed) is still recognised on open and finished.
 
 use std::fmt;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -395,17 +399,23 @@ impl SegmentLog {
             // Nothing can follow u64::MAX; keeping the entries is the safe answer.
             return Ok(());
         };
-        if self.next_index().is_none_or(|next| next <= start) {
-            // Every stored entry goes: continue in an empty segment starting at `start`.
-            if self
+        if self.next_index().is_none_or(|next| next <= start)
+            && self
                 .segments
                 .last()
                 .is_none_or(|segment| segment.first_index != start)
-            {
-                let segment = Segment::create(&self.dir, start, self.config.segment_bytes)?;
-                segment::sync_dir(&self.dir)?;
-                self.segments.push(segment);
+        {
+            // Every stored entry goes: continue in an empty segment starting at `start`. The
+            // old segments are removed first, so that on a full disk the new one is
+            // preallocated in their room. A crash in between leaves no segment at all: the
+            // caller made the purged index durable first and finishes the purge on open.
+            for segment in std::mem::take(&mut self.segments) {
+                remove_segment(&self.dir, segment)?;
             }
+            segment::sync_dir(&self.dir)?;
+            let segment = Segment::create(&self.dir, start, self.config.segment_bytes)?;
+            segment::sync_dir(&self.dir)?;
+            self.segments.push(segment);
         }
         while self.segments.len() > 1 && self.segments[1].first_index <= start {
             let segment = self.segments.remove(0);
@@ -503,9 +513,9 @@ fn remove_segment(dir: &Path, segment: Segment) -> Result<()> {
     segment::sync_dir(dir)
 }
 
-/// A purge past the last entry creates the new empty segment before it removes the old ones.
-/// If a crash came in between, the newest segment is empty and does not continue the one
-/// before it: remove everything before it, as the purge would have.
+/// A log whose newest segment is empty and does not continue the one before it was left by a
+/// purge past the last entry that created the new segment before removing the old ones, then
+/// crashed: remove everything before it, as the purge would have.
 fn finish_interrupted_purge(dir: &Path, segments: &mut Vec<Segment>) -> Result<()> {
     let count = segments.len();
     if count < 2 {

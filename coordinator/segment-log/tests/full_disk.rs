@@ -74,3 +74,41 @@ fn a_full_disk_is_an_error_and_the_log_reopens_with_every_acknowledged_entry() {
     assert_eq!(entries.len() as u64, acknowledged);
     assert!(entries.iter().all(|(_, bytes)| *bytes == entry));
 }
+
+/// A follower that installs a snapshot past its log's end purges every entry and continues after
+/// the snapshot. On a disk its segments fill, the new segment fits only once the old ones are
+/// gone: the purge succeeds, and a reopen continues after the purged index.
+#[test]
+fn a_purge_past_the_end_succeeds_on_a_disk_the_old_segments_fill() {
+    let root = tempfile::tempdir().expect("temp dir");
+    let mount_point = root.path().join("tiny");
+    let Some(_mounted) = mount_tiny(&mount_point) else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let dir = mount_point.join("log");
+    let config = SegmentLogConfig {
+        segment_bytes: 16 * 1024,
+    };
+    let mut log = SegmentLog::open(&dir, config).expect("opens");
+    let entry = vec![0x5au8; 3000];
+    let mut last = 0u64;
+    while log.append([(last + 1, entry.as_slice())]).is_ok() {
+        last += 1;
+        assert!(last < 100, "64 KiB cannot hold 100 entries of 3 KB");
+    }
+    // The full disk poisoned this handle; a reopen recovers every acknowledged entry.
+    drop(log);
+    let mut log = SegmentLog::open(&dir, config).expect("reopens");
+    assert_eq!(log.last_index(), Some(last));
+    let purged = last + 1_000;
+    log.purge_upto(purged)
+        .expect("the purge frees the room its new segment needs");
+    assert_eq!(log.next_index(), Some(purged + 1));
+    log.append([(purged + 1, entry.as_slice())])
+        .expect("appends after the purge");
+    drop(log);
+    let log = SegmentLog::open(&dir, config).expect("reopens after the purge");
+    assert_eq!(log.first_index(), Some(purged + 1));
+    assert_eq!(log.last_index(), Some(purged + 1));
+}
