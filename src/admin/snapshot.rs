@@ -22,7 +22,7 @@ use hivekeeper_agent::protocol::validate::{SNAPSHOT_PAGE_BYTES_DEFAULT, SNAPSHOT
 use hivekeeper_agent::protocol::{ErrorCode, Op};
 use hivekeeper_agent::{Agent, AgentError};
 use hivekeeper_coordinator::backup::{self, BackupFile, PageJoiner, Seat};
-use hivekeeper_coordinator::node::{ClusterConfig, DEFAULTS as NODE_DEFAULTS};
+use hivekeeper_coordinator::node::{ClusterConfig, NodeConfig};
 use hivekeeper_coordinator::state_machine::StateMachine;
 use serde_json::json;
 
@@ -83,7 +83,7 @@ enum SnapshotAction {
         #[arg(long, value_name = "NAME=HOST:PORT,...", requires = "name")]
         initial_cluster: Option<String>,
         /// A single node's id, as its config file's `[node] node_id` says (without --name).
-        #[arg(long, value_name = "N", default_value_t = NODE_DEFAULTS.node_id, conflicts_with = "name")]
+        #[arg(long, value_name = "N", default_value_t = NodeConfig::defaults().node_id, conflicts_with = "name")]
         node_id: u64,
         /// Print JSON instead of a sentence.
         #[arg(long)]

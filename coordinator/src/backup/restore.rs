@@ -32,7 +32,7 @@ pub struct Seat {
 
 impl Seat {
     /// A single node (`serve` without `--name`) whose `[node] node_id` is `node_id` (1 by
-    /// default, [`crate::node::DEFAULTS`]), alone, with the empty name and address a single node's
+    /// default, [`crate::node::NodeConfig::defaults`]), alone, with the empty name and address a single node's
     /// membership has.
     pub fn single_node(node_id: NodeId) -> Seat {
         Seat {

@@ -63,73 +63,25 @@ pub struct NodeConfig {
 /// The longest `batch_hold_us` accepted: 1 ms, about a durable commit on one node.
 pub const BATCH_HOLD_US_MAX: u64 = 1_000;
 
-/// Every default of [`NodeConfig`], in one place (a single node: no `cluster`).
-pub const DEFAULTS: Defaults = Defaults {
-    data_dir: "hivekeeper-data",
-    node_id: 1,
-    raft: RaftConfig::DEFAULTS,
-    limits: Limits::DEFAULTS,
-    ingress_max: 10_000,
-    keepalive_ingress_max: 10_000,
-    rate_per_s_max: 2_000,
-    rate_burst_max: 4_000,
-    batch_max: raft::BATCH_MAX,
-    batch_hold_us: 100,
-    keeper_tick_ms: 20,
-    propose_timeout_ms: 5_000,
-    auth_enabled: false,
-};
-
-/// The type of [`DEFAULTS`]: [`NodeConfig`]'s defaults as constants (the data dir a `&str`,
-/// since a `PathBuf` cannot be built in a `const`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Defaults {
-    /// See [`NodeConfig::data_dir`].
-    pub data_dir: &'static str,
-    /// See [`NodeConfig::node_id`].
-    pub node_id: u64,
-    /// See [`NodeConfig::raft`].
-    pub raft: RaftConfig,
-    /// See [`NodeConfig::limits`].
-    pub limits: Limits,
-    /// See [`NodeConfig::ingress_max`].
-    pub ingress_max: usize,
-    /// See [`NodeConfig::keepalive_ingress_max`].
-    pub keepalive_ingress_max: usize,
-    /// See [`NodeConfig::rate_per_s_max`].
-    pub rate_per_s_max: u32,
-    /// See [`NodeConfig::rate_burst_max`].
-    pub rate_burst_max: u32,
-    /// See [`NodeConfig::batch_max`].
-    pub batch_max: usize,
-    /// See [`NodeConfig::batch_hold_us`].
-    pub batch_hold_us: u64,
-    /// See [`NodeConfig::keeper_tick_ms`].
-    pub keeper_tick_ms: u64,
-    /// See [`NodeConfig::propose_timeout_ms`].
-    pub propose_timeout_ms: u64,
-    /// See [`NodeConfig::auth_enabled`].
-    pub auth_enabled: bool,
-}
-
 impl NodeConfig {
-    /// The defaults: [`DEFAULTS`] as a config.
+    /// Every default of a node, in one place: a single node (no `cluster`) keeping its data in
+    /// `./hivekeeper-data`.
     pub fn defaults() -> NodeConfig {
         NodeConfig {
-            data_dir: PathBuf::from(DEFAULTS.data_dir),
-            node_id: DEFAULTS.node_id,
+            data_dir: PathBuf::from("hivekeeper-data"),
+            node_id: 1,
             cluster: None,
-            raft: DEFAULTS.raft,
-            limits: DEFAULTS.limits,
-            ingress_max: DEFAULTS.ingress_max,
-            keepalive_ingress_max: DEFAULTS.keepalive_ingress_max,
-            rate_per_s_max: DEFAULTS.rate_per_s_max,
-            rate_burst_max: DEFAULTS.rate_burst_max,
-            batch_max: DEFAULTS.batch_max,
-            batch_hold_us: DEFAULTS.batch_hold_us,
-            keeper_tick_ms: DEFAULTS.keeper_tick_ms,
-            propose_timeout_ms: DEFAULTS.propose_timeout_ms,
-            auth_enabled: DEFAULTS.auth_enabled,
+            raft: RaftConfig::DEFAULTS,
+            limits: Limits::DEFAULTS,
+            ingress_max: 10_000,
+            keepalive_ingress_max: 10_000,
+            rate_per_s_max: 2_000,
+            rate_burst_max: 4_000,
+            batch_max: raft::BATCH_MAX,
+            batch_hold_us: 100,
+            keeper_tick_ms: 20,
+            propose_timeout_ms: 5_000,
+            auth_enabled: false,
         }
     }
 

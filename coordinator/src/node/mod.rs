@@ -93,7 +93,7 @@ pub use auth::{
     SECRET_BYTES, hash_secret, new_secret, verify_secret,
 };
 pub use cluster::{ClusterConfig, ClusterState};
-pub use config::{DEFAULTS, Defaults, NodeConfig};
+pub use config::NodeConfig;
 pub use error::NodeError;
 pub use handle::{NodeHandle, Submitted};
 pub use health::{Health, READY_APPLY_LAG_ENTRIES_MAX};
