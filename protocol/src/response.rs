@@ -39,7 +39,9 @@ pub struct ErrorBody {
 /// variants are ordered from the most demanding to the least (a `lease.grant` answer also has
 /// `lease.keepalive`'s `ttl_ms`; [`Done`], which needs nothing, comes last). No shape denies
 /// unknown fields: a newer service may add fields to an answer, and an older client still reads
-/// the ones it knows.
+/// the ones it knows. A required field of the wrong type makes its variant not fit, so such an
+/// answer decodes as a less demanding shape (at worst [`Done`]) and shows as an
+/// [`UnexpectedReply`] where it is read, not as a decode error.
 ///
 /// A client that knows which answer its op gets converts with `TryFrom`, e.g.
 /// `Granted::try_from(success)?`, and learns from [`UnexpectedReply`] what came instead.
