@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{
     Node, Raw, agent, agent_session, code, fifo_scenario, inspect, inspect_lock, release, within,
 };
-use hivekeeper_agent::protocol::{Area, Op, ResourceKind};
+use hivekeeper_agent::protocol::{Area, Inspection, Op, ResourceKind};
 use hivekeeper_agent::{AgentError, Resource, TimeWindow, Wait};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -144,14 +144,14 @@ async fn semaphore_of_three_never_has_more_than_three_holders() {
         let mut finished = 0;
         while finished < AGENTS && polls < 600 {
             polls += 1;
-            let success = observer
-                .request(Op::Inspect {
+            let success: Inspection = observer
+                .request_as(Op::Inspect {
                     kind: ResourceKind::Sem,
                     name: "pumps".into(),
                 })
                 .await
                 .expect("inspect sem");
-            let holders = success.holders.unwrap_or_default();
+            let holders = success.holders;
             let permits: u32 = holders.iter().map(|h| h.permits.unwrap_or(0)).sum();
             assert!(
                 permits <= LIMIT && holders.len() <= LIMIT as usize,

@@ -25,7 +25,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tracing::debug;
 
-use hivekeeper_protocol::{ErrorCode, Event, Op, Request, Response, Success, Topics};
+use hivekeeper_protocol::{
+    ErrorCode, Event, Op, Request, Response, Success, Topics, UnexpectedReply,
+};
 
 use crate::backoff::Backoff;
 use crate::config::{AgentConfig, BrokerAddr};
@@ -250,6 +252,16 @@ impl Agent {
     pub async fn request(&self, op: Op) -> Result<Success, AgentError> {
         let patience = self.patience_for(&op);
         self.call(op, patience, None).await
+    }
+
+    /// [`Agent::request`], its answer read as the shape `T` that `op` gets, e.g.
+    /// `agent.request_as::<Granted>(op)` for an acquire; another shape is
+    /// [`AgentError::Malformed`], naming what came instead.
+    pub async fn request_as<T>(&self, op: Op) -> Result<T, AgentError>
+    where
+        T: TryFrom<Success, Error = UnexpectedReply>,
+    {
+        Ok(T::try_from(self.request(op).await?)?)
     }
 
     /// The configured request timeout.

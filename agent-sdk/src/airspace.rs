@@ -2,7 +2,7 @@
 //! (`airspace.query`, docs/PROTOCOL.md §8.9.5), without reserving anything.
 //!
 //! A planner asks before it reserves, to pick a slot that is free: the answer is one page of
-//! the protocol's own [`ConflictInfo`] rows in name order, and the `next_after` to ask for the
+//! the protocol's own [`ConflictInfo`](hivekeeper_protocol::ConflictInfo) rows in name order, and the `next_after` to ask for the
 //! next page with. The conflict test is the one a grant uses (space **and** time, half-open
 //! windows), so an empty answer means a reserve of the same airspace would be granted at once,
 //! unless a request still *waiting* is queued ahead (waiters hold nothing and are not listed).
@@ -10,11 +10,11 @@
 //! ```text
 //!  AirspaceQuery::route(volumes).limit(10) ──▶ Agent::airspace_query
 //!     Op::AirspaceQuery ─▶ checked locally (the service's own rules) ─▶ Agent::request
-//!     ◀── ConflictPage { conflicts, next_after } ◀── Success { conflicts, next_after }
+//!     ◀── ConflictPage { conflicts, next_after } ◀── Success::Conflicts
 //!  next page: query.after(next_after)
 //! ```
 
-use hivekeeper_protocol::{ConflictInfo, Op, QueryVolume, Volume};
+use hivekeeper_protocol::{ConflictPage, Op, QueryVolume, Volume};
 
 use crate::agent::Agent;
 use crate::error::AgentError;
@@ -92,17 +92,6 @@ impl AirspaceQuery {
     }
 }
 
-/// One page of an `airspace.query` answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConflictPage {
-    /// The held reservations that conflict in space and time, in name order (UTF-8 bytes).
-    /// Who holds them (`agent`, `lease`) is left out of other agents' rows when authentication
-    /// is on and this agent's role is `agent` rather than `observer` or `admin`.
-    pub conflicts: Vec<ConflictInfo>,
-    /// Present when more follow: pass it to [`AirspaceQuery::after`] for the next page.
-    pub next_after: Option<String>,
-}
-
 impl Agent {
     /// `airspace.query`: one page of the held reservations (waypoints with geometry, and
     /// routes) that `query`'s cylinder or route would conflict with, in space and time.
@@ -134,14 +123,7 @@ impl Agent {
     pub async fn airspace_query(&self, query: &AirspaceQuery) -> Result<ConflictPage, AgentError> {
         let op = query.op();
         AgentError::check_locally(&op)?;
-        let answer = self.request(op).await?;
-        let conflicts = answer.conflicts.ok_or_else(|| {
-            AgentError::Malformed("airspace.query succeeded without `conflicts`".into())
-        })?;
-        Ok(ConflictPage {
-            conflicts,
-            next_after: answer.next_after,
-        })
+        self.request_as(op).await
     }
 }
 

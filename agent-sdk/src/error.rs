@@ -13,7 +13,7 @@
 //! trusted). A broker that does not answer at all is [`AgentError::Unreachable`], after the
 //! connect deadline.
 
-use hivekeeper_protocol::{ErrorBody, ErrorCode, Op, ResourceKind};
+use hivekeeper_protocol::{ErrorBody, ErrorCode, Op, ResourceKind, UnexpectedReply};
 
 use crate::session::SessionState;
 
@@ -92,10 +92,10 @@ pub enum AgentError {
         /// The service's explanation, for a human.
         message: String,
     },
-    /// A success response lacked a field its op promises (a grant without `token`): a service
-    /// or protocol-version mismatch.
+    /// A success response was not of the shape its op promises (a grant without `token`): a
+    /// service or protocol-version mismatch.
     #[error("malformed response: {0}")]
-    Malformed(String),
+    Malformed(#[from] UnexpectedReply),
 }
 
 /// Why a broker refused the CONNECT, from its CONNACK's code (MQTT 3.1.1 0x04 / 0x05, 5.0

@@ -70,12 +70,12 @@ mod request_id;
 pub mod session;
 
 pub use agent::{Agent, AgentStats};
-pub use airspace::{AirspaceQuery, ConflictPage, QueryShape};
+pub use airspace::{AirspaceQuery, QueryShape};
 pub use backoff::Backoff;
 pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULTS, Defaults, Secret};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
-pub use hivekeeper_protocol::Priority;
+pub use hivekeeper_protocol::{ConflictPage, Priority};
 pub use session::{Session, SessionState};
 
 /// The wire types (`Op`, `Success`, `Event`, `ErrorCode`, ...), re-exported so an agent needs

@@ -45,7 +45,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::{debug, info, warn};
 
-use hivekeeper_protocol::{ErrorCode, Event, Op, Priority, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, Event, Granted, LeaseGranted, Op, Priority, ResourceKind};
 
 use crate::agent::{Abandon, Agent, Patience};
 use crate::error::AgentError;
@@ -176,11 +176,11 @@ impl Session {
         // deadline counted from here is on the safe side even if a retry was the one answered.
         let sent = Instant::now();
         let events = agent.events();
-        let granted = agent.request(Op::LeaseGrant { ttl_ms }).await?;
-        let lease = granted.lease.ok_or_else(|| {
-            AgentError::Malformed("lease.grant succeeded without a `lease`".into())
-        })?;
-        let ttl = Duration::from_millis(granted.ttl_ms.unwrap_or(ttl_ms));
+        let LeaseGranted {
+            lease,
+            ttl_ms: granted_ttl_ms,
+        } = agent.request_as(Op::LeaseGrant { ttl_ms }).await?;
+        let ttl = Duration::from_millis(granted_ttl_ms);
         let margin = Duration::from_millis(margin_ms).min(ttl / 2);
         // The service may grant another TTL than asked: the period follows the granted one.
         let period = agent
@@ -304,14 +304,12 @@ impl Session {
         };
         match result {
             Ok(success) => {
-                let token = success.token;
+                let granted = Granted::try_from(success);
+                let token = granted.as_ref().map_or(0, |granted| granted.token);
                 // From here on the hold exists: the guard's drop releases it on every path.
-                let guard = Guard::new(claim, token.unwrap_or(0), resource.priority(), events);
-                if token.is_none() {
-                    return Err(AgentError::Malformed(format!(
-                        "{} granted without a `token`",
-                        guard.kind().as_str()
-                    )));
+                let guard = Guard::new(claim, token, resource.priority(), events);
+                if let Err(unexpected) = granted {
+                    return Err(unexpected.into());
                 }
                 let state = inner.state();
                 if !state.is_live() {

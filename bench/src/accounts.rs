@@ -6,7 +6,7 @@
 use std::sync::Mutex;
 
 use anyhow::{Context, anyhow};
-use hivekeeper_agent::protocol::Op;
+use hivekeeper_agent::protocol::{AccountIssued, Op};
 use hivekeeper_agent::{Agent, AgentConfig};
 
 use super::Common;
@@ -45,9 +45,9 @@ impl Accounts {
     /// `config` with a new account's secret for its agent id.
     pub async fn credentials(&self, config: AgentConfig) -> anyhow::Result<AgentConfig> {
         let name = config.agent_id.clone();
-        let added = self
+        let added: AccountIssued = self
             .admin
-            .request(Op::AdminAgentAdd {
+            .request_as(Op::AdminAgentAdd {
                 name: name.clone(),
                 role: None,
             })

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use hivekeeper_agent::protocol::{Op, ResourceKind};
+use hivekeeper_agent::protocol::{Granted, Inspection, LeaseGranted, Op, ResourceKind};
 use hivekeeper_agent::{Agent, AgentConfig};
 use tokio::time::Instant;
 
@@ -87,13 +87,10 @@ async fn one_round(
     ttl_ms: u64,
     resource: usize,
 ) -> anyhow::Result<(Duration, Vec<Grant>)> {
-    let granted = holder.request(Op::LeaseGrant { ttl_ms }).await?;
-    let lease = granted
-        .lease
-        .ok_or_else(|| anyhow::anyhow!("lease.grant without a lease"))?;
+    let LeaseGranted { lease, .. } = holder.request_as(Op::LeaseGrant { ttl_ms }).await?;
     let acquire_at = Instant::now();
-    let held = holder
-        .request(Op::LockAcquire {
+    let held: Granted = holder
+        .request_as(Op::LockAcquire {
             name: lock.to_string(),
             lease: lease.clone(),
             wait_ms: Some(0),
@@ -102,9 +99,7 @@ async fn one_round(
     let holder_grant = Grant {
         resource,
         agent: 0,
-        token: held
-            .token
-            .ok_or_else(|| anyhow::anyhow!("a grant without a token"))?,
+        token: held.token,
         acquire_at,
         granted_at: Instant::now(),
         // Set below: the holder never releases.
@@ -168,13 +163,13 @@ async fn one_round(
 async fn wait_until_queued(agent: &Agent, lock: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        let seen = agent
-            .request(Op::Inspect {
+        let seen: Inspection = agent
+            .request_as(Op::Inspect {
                 kind: ResourceKind::Lock,
                 name: lock.to_string(),
             })
             .await?;
-        if seen.waiters.is_some_and(|waiters| !waiters.is_empty()) {
+        if !seen.waiters.is_empty() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

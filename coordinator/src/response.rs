@@ -2,75 +2,89 @@
 //! machine (or of the node, for `admin.status` and `admin.snapshot`) becomes the JSON an agent
 //! reads.
 
-use hivekeeper_protocol::{Response, Success};
+use hivekeeper_protocol::{
+    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaseGranted,
+    LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
+};
 
 use crate::state_machine::Reply;
 
 /// The wire response to request `id` for `reply`, or `None` while the request is queued (its
 /// final answer comes later, as an `Event::Respond`).
 pub fn response(id: &str, reply: &Reply) -> Option<Response> {
-    let success = match reply {
-        Reply::Lease { lease, ttl_ms } => Success::lease(lease.to_string(), *ttl_ms),
-        Reply::Ttl { ttl_ms } => Success::ttl(*ttl_ms),
-        Reply::Granted { token } => Success::token(*token),
+    let success: Success = match reply {
+        Reply::Lease { lease, ttl_ms } => LeaseGranted {
+            lease: lease.to_string(),
+            ttl_ms: *ttl_ms,
+        }
+        .into(),
+        Reply::Ttl { ttl_ms } => LeaseKept { ttl_ms: *ttl_ms }.into(),
+        Reply::Granted { token } => Granted { token: *token }.into(),
         Reply::Done
         | Reply::Expired { .. }
         | Reply::WaitsExpired { .. }
         | Reply::ReservationsEnded { .. }
-        | Reply::Cancelled { .. } => Success::default(),
+        | Reply::Cancelled { .. } => Done {}.into(),
         Reply::Queued => return None,
-        Reply::Fence { current, valid } => Success::fence(*current, *valid),
+        Reply::Fence { current, valid } => FenceStatus {
+            current: *current,
+            valid: *valid,
+        }
+        .into(),
         Reply::Inspect {
             limit,
             holders,
             waiters,
-        } => Success {
+        } => Inspection {
             limit: *limit,
-            holders: Some(holders.clone()),
-            waiters: Some(waiters.clone()),
-            ..Success::default()
-        },
-        Reply::Status(status) => Success {
-            status: Some(status.clone()),
-            ..Success::default()
-        },
-        Reply::Snapshot(page) => Success::snapshot(page.as_ref().clone()),
-        Reply::Leases { leases, next_after } => Success {
-            leases: Some(leases.clone()),
+            holders: holders.clone(),
+            waiters: waiters.clone(),
+            holders_total: None,
+            waiters_total: None,
+        }
+        .into(),
+        Reply::Status(status) => StatusReport {
+            status: status.clone(),
+        }
+        .into(),
+        Reply::Snapshot(page) => page.as_ref().clone().into(),
+        Reply::Leases { leases, next_after } => LeasePage {
+            leases: leases.clone(),
             next_after: next_after.clone(),
-            ..Success::default()
-        },
+        }
+        .into(),
         Reply::Resources {
             resources,
             next_after,
-        } => Success {
-            resources: Some(resources.clone()),
+        } => ResourcePage {
+            resources: resources.clone(),
             next_after: next_after.clone(),
-            ..Success::default()
-        },
+        }
+        .into(),
         // The hash stays in the node: the secret, when this answer may carry it, is added by
         // the node that made it (`NodeHandle::submit`).
-        Reply::Account { agent, role, .. } => Success {
-            agent: Some(agent.to_string()),
-            role: Some(*role),
-            ..Success::default()
-        },
+        Reply::Account { agent, role, .. } => AccountIssued {
+            agent: agent.to_string(),
+            role: *role,
+            secret: None,
+        }
+        .into(),
         Reply::Conflicts {
             conflicts,
             next_after,
-        } => Success {
-            conflicts: Some(conflicts.clone()),
+        } => ConflictPage {
+            conflicts: conflicts.clone(),
             next_after: next_after.clone(),
-            ..Success::default()
-        },
+        }
+        .into(),
         Reply::Accounts {
             accounts,
             next_after,
-        } => Success {
-            accounts: Some(accounts.clone()),
+        } => AccountPage {
+            accounts: accounts.clone(),
             next_after: next_after.clone(),
-            ..Success::default()
-        },
+        }
+        .into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),
@@ -101,7 +115,7 @@ mod tests {
         );
         assert_eq!(
             response("r2", &Reply::Granted { token: 7 << 16 }),
-            Some(Response::ok("r2", Success::token(7 << 16)))
+            Some(Response::ok("r2", Granted { token: 7 << 16 }))
         );
     }
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
 use hivekeeper_coordinator::raft::{CatchUp, node_id_for};
-use hivekeeper_protocol::{ErrorCode, Op, Request, ResourceKind, Response, Success};
+use hivekeeper_protocol::{
+    ErrorCode, Granted, Inspection, LeaseGranted, LeaseKept, Op, Request, ResourceKind, Response,
+    StatusReport, Success,
+};
 use hivekeeper_test_support::{TestCerts, free_port, free_ports, within};
 
 struct Cluster {
@@ -175,9 +178,7 @@ async fn grant_ttl(node: &NodeHandle, agent: &str, id: &str, ttl_ms: u64) -> Str
         .await
         .outcome
     {
-        Ok(Success {
-            lease: Some(lease), ..
-        }) => lease,
+        Ok(Success::LeaseGranted(LeaseGranted { lease, .. })) => lease,
         other => panic!("lease.grant answered {other:?}"),
     }
 }
@@ -189,9 +190,7 @@ async fn acquired(node: &NodeHandle, agent: &str, id: &str, name: &str, lease: &
         .await
         .outcome
     {
-        Ok(Success {
-            token: Some(token), ..
-        }) => token,
+        Ok(Success::Granted(Granted { token, .. })) => token,
         other => panic!("lock.acquire of {name} answered {other:?}"),
     }
 }
@@ -206,10 +205,7 @@ fn try_lock(name: &str, lease: &str) -> Op {
 
 fn holders(reply: Response) -> Vec<(String, u64)> {
     match reply.outcome {
-        Ok(Success {
-            holders: Some(holders),
-            ..
-        }) => holders
+        Ok(Success::Inspection(Inspection { holders, .. })) => holders
             .into_iter()
             .map(|holder| (holder.agent, holder.token))
             .collect(),
@@ -250,10 +246,7 @@ async fn followers_forward_writes_keepalives_and_reads_to_the_leader() {
         .await
         .outcome
     {
-        Ok(Success {
-            ttl_ms: Some(ttl_ms),
-            ..
-        }) => assert_eq!(ttl_ms, 10_000),
+        Ok(Success::LeaseKept(LeaseKept { ttl_ms, .. })) => assert_eq!(ttl_ms, 10_000),
         other => panic!("a keepalive through a follower answered {other:?}"),
     }
     // The read is answered by the leader (read-index): it sees the grant.
@@ -309,9 +302,7 @@ async fn a_follower_cut_off_from_the_majority_answers_unavailable_and_never_gran
         .await
         .outcome
     {
-        Ok(Success {
-            token: Some(token), ..
-        }) => token,
+        Ok(Success::Granted(Granted { token, .. })) => token,
         other => panic!("the majority answered {other:?}"),
     };
 
@@ -430,7 +421,7 @@ async fn a_cut_off_member_answers_its_waiting_agents_and_their_waits_go_on_elsew
         });
         hivekeeper_test_support::eventually(5, "the wait queued", async || {
             let seen = node.call("tester", request("i0", inspect("dock"))).await;
-            matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+            matches!(seen.outcome, Ok(Success::Inspection(Inspection { waiters: w, .. })) if w.len() == 1)
         })
         .await;
         if silently {
@@ -480,9 +471,9 @@ async fn a_cut_off_member_answers_its_waiting_agents_and_their_waits_go_on_elsew
         )
         .await;
         match resend.outcome {
-            Ok(Success {
-                token: Some(token), ..
-            }) => assert!(token > held, "{prefix}: token {token} after {held}"),
+            Ok(Success::Granted(Granted { token, .. })) => {
+                assert!(token > held, "{prefix}: token {token} after {held}")
+            }
             other => panic!("{prefix}: the resend at the majority answered {other:?}"),
         }
         cluster.heal(cut);
@@ -557,7 +548,7 @@ async fn a_leader_cut_off_never_grants_and_the_majority_elects_a_new_one() {
         .await
         .outcome
     {
-        Ok(Success { token: Some(_), .. }) => {}
+        Ok(Success::Granted(Granted { token: _, .. })) => {}
         other => panic!("the new majority (leader index {new_leader}) answered {other:?}"),
     }
     // The old leader's holdings never included pad/9.
@@ -589,10 +580,7 @@ async fn a_leader_without_a_quorum_says_so_and_refuses_at_once() {
     let mut status = None;
     for _ in 0..200 {
         let reply = node.call("tester", request("s1", Op::AdminStatus {})).await;
-        let Ok(Success {
-            status: Some(seen), ..
-        }) = reply.outcome
-        else {
+        let Ok(Success::Status(StatusReport { status: seen, .. })) = reply.outcome else {
             panic!("admin.status answered {reply:?}");
         };
         if seen.has_quorum == Some(false) {
@@ -833,9 +821,7 @@ async fn join_and_remove(prefix: &str, tls: Option<TestCerts>) {
         .await
         .outcome
     {
-        Ok(Success {
-            token: Some(token), ..
-        }) => token,
+        Ok(Success::Granted(Granted { token, .. })) => token,
         other => panic!("acquire answered {other:?}"),
     };
 
@@ -896,10 +882,7 @@ async fn join_and_remove(prefix: &str, tls: Option<TestCerts>) {
         .await
         .outcome
     {
-        Ok(Success {
-            token: Some(second),
-            ..
-        }) => assert!(second > token),
+        Ok(Success::Granted(Granted { token: second, .. })) => assert!(second > token),
         other => panic!("acquire after the removal answered {other:?}"),
     }
     // Unknown names and non-leaders are refused with a reason.
@@ -926,10 +909,9 @@ async fn terms_and_leaders(cluster: &Cluster) -> Vec<(u64, Option<u64>)> {
             .call("tester", request(&format!("s{index}"), Op::AdminStatus {}))
             .await;
         match reply.outcome {
-            Ok(Success {
-                status: Some(status),
-                ..
-            }) => seen.push((status.term, status.leader_id)),
+            Ok(Success::Status(StatusReport { status, .. })) => {
+                seen.push((status.term, status.leader_id))
+            }
             other => panic!("admin.status answered {other:?}"),
         }
     }
@@ -1060,7 +1042,7 @@ async fn hold(cluster: &Cluster, name: &str) {
         .await
         .outcome
     {
-        Ok(Success { token: Some(_), .. }) => {}
+        Ok(Success::Granted(Granted { token: _, .. })) => {}
         other => panic!("the holder's acquire answered {other:?}"),
     }
 }
@@ -1093,11 +1075,9 @@ async fn a_followers_waiting_client_is_answered_timeout_by_the_leaders_expiry() 
     let leader = cluster.handle(cluster.leader().await);
     let seen = leader.call("tester", request("i1", inspect("dock"))).await;
     match seen.outcome {
-        Ok(Success {
-            holders: Some(holders),
-            waiters: Some(waiters),
-            ..
-        }) => {
+        Ok(Success::Inspection(Inspection {
+            holders, waiters, ..
+        })) => {
             assert_eq!(holders.len(), 1);
             assert_eq!(holders[0].agent, "drone-2");
             assert!(waiters.is_empty(), "{waiters:?}");
@@ -1129,7 +1109,7 @@ async fn a_wait_still_times_out_when_the_leader_changes_while_it_waits() {
         let seen = follower
             .call("tester", request("i0", inspect("dock")))
             .await;
-        matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+        matches!(seen.outcome, Ok(Success::Inspection(Inspection { waiters: w, .. })) if w.len() == 1)
     })
     .await;
     // The leader is cut off from both followers (as if it had died: `Node::shutdown` does
@@ -1213,7 +1193,7 @@ async fn a_wait_queued_while_the_leaders_clock_ran_ahead_still_times_out() {
     });
     hivekeeper_test_support::eventually(5, "the wait queued", async || {
         let seen = node.call("tester", request("i0", inspect("dock"))).await;
-        matches!(seen.outcome, Ok(Success { waiters: Some(w), .. }) if w.len() == 1)
+        matches!(seen.outcome, Ok(Success::Inspection(Inspection { waiters: w, .. })) if w.len() == 1)
     })
     .await;
     cluster.running(leader).set_clock_offset_ms(0);

@@ -14,7 +14,10 @@ use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig
 use hivekeeper_coordinator::raft::RaftConfig;
 use hivekeeper_coordinator::raft::transport::{HELLO_FRAME_MAX_BYTES, frame_max_bytes};
 use hivekeeper_coordinator::{Command, LeaseId, Limits};
-use hivekeeper_protocol::{Op, Request, ResourceKind, Success};
+use hivekeeper_protocol::{
+    Granted, Inspection, LeaseGranted, LeaseKept, Op, Request, ResourceKind, Success,
+    UnexpectedReply,
+};
 use hivekeeper_test_support::{free_port, within};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -85,9 +88,13 @@ fn request(id: &str, op: Op) -> Request {
     Request { id: id.into(), op }
 }
 
-async fn success(node: &NodeHandle, agent: &str, id: &str, op: Op) -> Success {
+/// The answer of shape `T` to `op`; panics on a refusal or another shape.
+async fn success<T>(node: &NodeHandle, agent: &str, id: &str, op: Op) -> T
+where
+    T: TryFrom<Success, Error = UnexpectedReply>,
+{
     match node.call(agent, request(id, op)).await.outcome {
-        Ok(success) => success,
+        Ok(success) => T::try_from(success).unwrap_or_else(|error| panic!("{id}: {error}")),
         Err(error) => panic!("{id} refused: {error:?}"),
     }
 }
@@ -151,10 +158,9 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     let handle = node.handle();
     // The victim keeps a 2 s lease alive with keepalives every 200 ms (which are not log
     // entries)...
-    let lease = success(&handle, "victim", "g1", Op::LeaseGrant { ttl_ms: 2_000 })
+    let lease = success::<LeaseGranted>(&handle, "victim", "g1", Op::LeaseGrant { ttl_ms: 2_000 })
         .await
-        .lease
-        .expect("a lease");
+        .lease;
     let lease_id = LeaseId::parse(&lease).expect("a lease id");
     let keepalives = tokio::spawn({
         let (handle, lease) = (handle.clone(), lease.clone());
@@ -174,16 +180,16 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     // TTL: the machine alone would let an `ExpireLeases` naming it end it. Only the leader's
     // keeper, which saw the keepalives, may propose that, and it does not.
     tokio::time::sleep(Duration::from_millis(2_200)).await;
-    let holder = success(&handle, "holder", "g2", Op::LeaseGrant { ttl_ms: 60_000 })
-        .await
-        .lease
-        .expect("a lease");
+    let holder =
+        success::<LeaseGranted>(&handle, "holder", "g2", Op::LeaseGrant { ttl_ms: 60_000 })
+            .await
+            .lease;
     let lock = |lease: &str, wait_ms| Op::LockAcquire {
         name: "dock".into(),
         lease: lease.to_string(),
         wait_ms,
     };
-    success(&handle, "holder", "a1", lock(&holder, None)).await;
+    success::<Granted>(&handle, "holder", "a1", lock(&holder, None)).await;
     // The victim waits for the lock, without a wait_ms: only a grant or its lease ends it.
     let waiting = tokio::spawn({
         let handle = handle.clone();
@@ -199,8 +205,8 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
         name: "dock".into(),
     };
     hivekeeper_test_support::eventually(5, "the victim queued", async || {
-        let seen = success(&handle, "tester", "i0", inspect.clone()).await;
-        seen.waiters.is_some_and(|waiters| waiters.len() == 1)
+        let seen: Inspection = success(&handle, "tester", "i0", inspect.clone()).await;
+        seen.waiters.len() == 1
     })
     .await;
 
@@ -245,18 +251,17 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     // The victim's lease is live (a keepalive is answered with its TTL), it still waits,
     // and the limits are the configured ones: a third lease is granted, which the forged
     // `leases_max: 2` would have refused.
-    let kept = success(&handle, "victim", "kx", Op::LeaseKeepalive { lease }).await;
-    assert_eq!(kept.ttl_ms, Some(2_000));
-    let seen = success(&handle, "tester", "i1", inspect).await;
+    let kept: LeaseKept = success(&handle, "victim", "kx", Op::LeaseKeepalive { lease }).await;
+    assert_eq!(kept.ttl_ms, 2_000);
+    let seen: Inspection = success(&handle, "tester", "i1", inspect).await;
     let waiters: Vec<String> = seen
         .waiters
-        .expect("waiters")
         .into_iter()
         .map(|waiter| waiter.agent)
         .collect();
     assert_eq!(waiters, vec!["victim".to_string()]);
     assert!(!waiting.is_finished(), "the victim's wait was answered");
-    success(&handle, "third", "g3", Op::LeaseGrant { ttl_ms: 60_000 }).await;
+    success::<LeaseGranted>(&handle, "third", "g3", Op::LeaseGrant { ttl_ms: 60_000 }).await;
     waiting.abort();
     keepalives.abort();
     node.shutdown().await.expect("stops");

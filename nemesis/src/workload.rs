@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Resource, Session, Wait as SdkWait};
-use hivekeeper_protocol::{ErrorCode, Op};
+use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op};
 use tokio::time::Instant;
 
 use super::history::{Hold, HoldEnd, LeaseLife, QueueView, Recorder, Timeline, Wait};
@@ -281,8 +281,10 @@ pub async fn lease(ctx: Context, index: usize) {
     let every = Duration::from_millis(ctx.ttl_ms / 3);
     while !ctx.stopped() {
         let invoke_us = ctx.timeline.now_us();
-        let granted = agent.request(Op::LeaseGrant { ttl_ms: ctx.ttl_ms }).await;
-        let Ok(Some(lease)) = granted.map(|success| success.lease) else {
+        let granted = agent
+            .request_as(Op::LeaseGrant { ttl_ms: ctx.ttl_ms })
+            .await;
+        let Ok(LeaseGranted { lease, .. }) = granted else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -357,13 +359,12 @@ pub async fn observer(ctx: Context, name: String) {
             kind: hivekeeper_protocol::ResourceKind::Sem,
             name: name.clone(),
         };
-        if let Ok(success) = agent.request(op).await {
+        if let Ok(inspection) = agent.request_as::<Inspection>(op).await {
             let view = QueueView {
                 invoke_us,
                 complete_us: ctx.timeline.now_us(),
-                waiters: success
+                waiters: inspection
                     .waiters
-                    .unwrap_or_default()
                     .into_iter()
                     .map(|waiter| waiter.agent)
                     .collect(),

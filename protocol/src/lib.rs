@@ -45,8 +45,10 @@ pub use event::Event;
 pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{
-    AccountInfo, ErrorBody, HolderInfo, LeaseInfo, MemberInfo, NodeStatus, ReplicationInfo,
-    ResourceInfo, Response, SnapshotPage, Success, WaiterInfo,
+    AccountInfo, AccountIssued, AccountPage, ConflictPage, Done, ErrorBody, FenceStatus, Granted,
+    HolderInfo, Inspection, LeaseGranted, LeaseInfo, LeaseKept, LeasePage, MemberInfo, NodeStatus,
+    ReplicationInfo, ResourceInfo, ResourcePage, Response, SnapshotPage, StatusReport, Success,
+    UnexpectedReply, WaiterInfo,
 };
 pub use role::{Role, UnknownRole};
 pub use topic::Topics;

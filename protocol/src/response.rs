@@ -31,118 +31,258 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// The result fields of a success response. Which fields are present depends on the op
-/// (DESIGN.md §3, `docs/PROTOCOL.md`); absent fields are not sent. A flat struct rather than an
-/// enum so that a client can read the field it expects without knowing every other shape.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Success {
-    /// `lease.grant`: the new lease.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<String>,
-    /// `lease.grant`, `lease.keepalive`: the lease's time to live, milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
-    /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`: the grant's fencing token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<u64>,
-    /// `fence.check`: the newest token held on the resource right now, 0 when it is free.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current: Option<u64>,
-    /// `fence.check`: whether the checked token is held right now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub valid: Option<bool>,
-    /// `inspect` of a semaphore: its capacity.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-    /// `inspect`: who holds the resource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holders: Option<Vec<HolderInfo>>,
-    /// `inspect`: who waits for it, in queue order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiters: Option<Vec<WaiterInfo>>,
-    /// `inspect`: how many hold the resource, present only when `holders` lists just the first
-    /// ones because the whole answer would not fit in one MQTT packet
-    /// ([`Response::encode_within`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holders_total: Option<u64>,
-    /// `inspect`: how many wait, present only when `waiters` lists just the first ones in queue
-    /// order, for the same reason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub waiters_total: Option<u64>,
-    /// `admin.status`: the answering node's view of Raft. Boxed: it is large and rare, and
-    /// every other response would otherwise carry its size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<Box<NodeStatus>>,
-    /// `admin.leases`: one page of live leases, in lease id order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub leases: Option<Vec<LeaseInfo>>,
-    /// `admin.resources`: one page of resources held or waited for, in (kind, name) order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resources: Option<Vec<ResourceInfo>>,
-    /// `airspace.query`: one page of the held reservations that conflict with the query, in
-    /// name order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conflicts: Option<Vec<ConflictInfo>>,
-    /// `admin.leases`, `admin.resources`, `admin.agent.list`, `airspace.query`: present when
-    /// more follow; send it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
-    /// `admin.agent.add`, `admin.agent.rotate`: the account's agent id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    /// `admin.agent.add`, `admin.agent.rotate`: the account's role.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<Role>,
-    /// `admin.agent.add`, `admin.agent.rotate`: the new secret, sent this once (the service
-    /// keeps only its hash). Absent in the answer to a same-id retry, which cannot send it
-    /// again: rotate to get a new one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret: Option<String>,
-    /// `admin.agent.list`: one page of accounts, in name order.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accounts: Option<Vec<AccountInfo>>,
-    /// `admin.snapshot`: the log index the snapshot was taken at (the last entry it covers);
-    /// every page of one snapshot says the same, and a later page asks for it by this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<u64>,
-    /// `admin.snapshot`: the term of the entry at `index`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub term: Option<u64>,
-    /// `admin.snapshot`: the length of the whole snapshot, in bytes (before base64).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total_bytes: Option<u64>,
-    /// `admin.snapshot`: where this page's bytes start in the snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
-    /// `admin.snapshot`: this page's bytes, base64 (standard alphabet, padded).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
-    /// `admin.snapshot`: the BLAKE2b-256 digest of the whole snapshot's bytes, 64 lowercase hex
-    /// digits, so the reader can check the pages it joined.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub digest: Option<String>,
-    /// `admin.snapshot`: true on the page that ends the snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub done: Option<bool>,
+/// The result of a success response: one shape per kind of answer, its fields sent flat beside
+/// `id` and `ok` (DESIGN.md §3, `docs/PROTOCOL.md`), each shape's fields in the order the wire
+/// carries them.
+///
+/// Untagged: a decoder picks the first variant whose required fields are all present, so the
+/// variants are ordered from the most demanding to the least (a `lease.grant` answer also has
+/// `lease.keepalive`'s `ttl_ms`; [`Done`], which needs nothing, comes last). No shape denies
+/// unknown fields: a newer service may add fields to an answer, and an older client still reads
+/// the ones it knows. A required field of the wrong type makes its variant not fit, so such an
+/// answer decodes as a less demanding shape (at worst [`Done`]) and shows as an
+/// [`UnexpectedReply`] where it is read, not as a decode error.
+///
+/// A client that knows which answer its op gets converts with `TryFrom`, e.g.
+/// `Granted::try_from(success)?`, and learns from [`UnexpectedReply`] what came instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Success {
+    /// `admin.snapshot`.
+    Snapshot(SnapshotPage),
+    /// `admin.status`.
+    Status(StatusReport),
+    /// `lease.grant`.
+    LeaseGranted(LeaseGranted),
+    /// `fence.check`.
+    Fence(FenceStatus),
+    /// `inspect`.
+    Inspection(Inspection),
+    /// `admin.leases`.
+    Leases(LeasePage),
+    /// `admin.resources`.
+    Resources(ResourcePage),
+    /// `airspace.query`.
+    Conflicts(ConflictPage),
+    /// `admin.agent.list`.
+    Accounts(AccountPage),
+    /// `admin.agent.add`, `admin.agent.rotate`.
+    AccountIssued(AccountIssued),
+    /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+    Granted(Granted),
+    /// `lease.keepalive`.
+    LeaseKept(LeaseKept),
+    /// Every op that answers only `ok: true`.
+    Done(Done),
 }
 
-/// One page of an `admin.snapshot` result, as the node builds it (the wire carries its fields
-/// flat in [`Success`]).
+impl Default for Success {
+    fn default() -> Self {
+        Success::Done(Done {})
+    }
+}
+
+/// A client read a success answer of another shape than its op gets, e.g. no `token` after an
+/// acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("expected {expected}, the service answered {got}")]
+pub struct UnexpectedReply {
+    /// The shape the client asked for.
+    pub expected: &'static str,
+    /// The shape that came.
+    pub got: &'static str,
+}
+
+/// `From<shape> for Success`, `TryFrom<Success> for shape`, and the shape's name for
+/// [`UnexpectedReply`], for every variant of [`Success`].
+macro_rules! reply_shapes {
+    ($($variant:ident($shape:ident) = $name:literal,)*) => {
+        impl Success {
+            /// What this answer is, in words, e.g. "a grant (`token`)".
+            pub fn shape(&self) -> &'static str {
+                match self {
+                    $(Success::$variant(_) => $name,)*
+                }
+            }
+        }
+        $(
+            impl From<$shape> for Success {
+                fn from(reply: $shape) -> Self {
+                    Success::$variant(reply)
+                }
+            }
+
+            impl TryFrom<Success> for $shape {
+                type Error = UnexpectedReply;
+
+                fn try_from(success: Success) -> Result<Self, UnexpectedReply> {
+                    match success {
+                        Success::$variant(reply) => Ok(reply),
+                        other => Err(UnexpectedReply {
+                            expected: $name,
+                            got: other.shape(),
+                        }),
+                    }
+                }
+            }
+        )*
+    };
+}
+
+reply_shapes! {
+    Snapshot(SnapshotPage) = "a snapshot page",
+    Status(StatusReport) = "a node status",
+    LeaseGranted(LeaseGranted) = "a new lease",
+    Fence(FenceStatus) = "a fence check",
+    Inspection(Inspection) = "an inspection",
+    Leases(LeasePage) = "a page of leases",
+    Resources(ResourcePage) = "a page of resources",
+    Conflicts(ConflictPage) = "a page of conflicts",
+    Accounts(AccountPage) = "a page of accounts",
+    AccountIssued(AccountIssued) = "an account",
+    Granted(Granted) = "a grant (`token`)",
+    LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
+    Done(Done) = "no result fields",
+}
+
+/// The answer to `lease.grant`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGranted {
+    /// The new lease.
+    pub lease: String,
+    /// The lease's time to live, milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// The answer to `lease.keepalive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseKept {
+    /// The lease's time to live, milliseconds, counted again from now.
+    pub ttl_ms: u64,
+}
+
+/// The answer to a grant: `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Granted {
+    /// The grant's fencing token.
+    pub token: u64,
+}
+
+/// The answer to `fence.check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceStatus {
+    /// The newest token held on the resource right now, 0 when it is free.
+    pub current: u64,
+    /// Whether the checked token is held right now.
+    pub valid: bool,
+}
+
+/// The answer to `inspect`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inspection {
+    /// A semaphore's capacity (semaphores only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Who holds the resource.
+    pub holders: Vec<HolderInfo>,
+    /// Who waits for it, in queue order.
+    pub waiters: Vec<WaiterInfo>,
+    /// How many hold the resource, present only when `holders` lists just the first ones
+    /// because the whole answer would not fit in one MQTT packet ([`Response::encode_within`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holders_total: Option<u64>,
+    /// How many wait, present only when `waiters` lists just the first ones in queue order, for
+    /// the same reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiters_total: Option<u64>,
+}
+
+/// The answer to `admin.status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The answering node's view of Raft. Boxed: it is large and rare, and every other answer
+    /// would otherwise carry its size.
+    pub status: Box<NodeStatus>,
+}
+
+/// The answer to `admin.leases`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasePage {
+    /// One page of live leases, in lease id order.
+    pub leases: Vec<LeaseInfo>,
+    /// Present when more follow; send it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// The answer to `admin.resources`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourcePage {
+    /// One page of resources held or waited for, in (kind, name) order.
+    pub resources: Vec<ResourceInfo>,
+    /// Present when more follow; send it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// The answer to `airspace.query`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConflictPage {
+    /// One page of the held reservations that conflict with the query in space and time, in
+    /// name order (UTF-8 bytes). Who holds them (`agent`, `lease`) is left out of other agents'
+    /// rows when authentication is on and the asker's role is `agent`.
+    pub conflicts: Vec<ConflictInfo>,
+    /// Present when more follow; send it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// The answer to `admin.agent.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountPage {
+    /// One page of accounts, in name order.
+    pub accounts: Vec<AccountInfo>,
+    /// Present when more follow; send it as `after` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
+}
+
+/// The answer to `admin.agent.add` and `admin.agent.rotate`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountIssued {
+    /// The account's agent id.
+    pub agent: String,
+    /// The account's role.
+    pub role: Role,
+    /// The new secret, sent this once (the service keeps only its hash). Absent in the answer
+    /// to a same-id retry, which cannot send it again: rotate to get a new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+/// The answer of every op that says only `ok: true`: releases, revokes, cancels, account
+/// removal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Done {}
+
+/// The answer to `admin.snapshot`: one page of the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotPage {
-    /// The log index the snapshot was taken at.
+    /// The log index the snapshot was taken at (the last entry it covers); every page of one
+    /// snapshot says the same, and a later page asks for it by this.
     pub index: u64,
     /// The term of the entry at `index`.
     pub term: u64,
-    /// The whole snapshot's length in bytes.
+    /// The length of the whole snapshot, in bytes (before base64).
     pub total_bytes: u64,
-    /// Where this page starts in the snapshot's bytes.
+    /// Where this page's bytes start in the snapshot.
     pub offset: u64,
-    /// This page's bytes, base64.
+    /// This page's bytes, base64 (standard alphabet, padded).
     pub data: String,
-    /// BLAKE2b-256 of the whole snapshot, lowercase hex.
+    /// The BLAKE2b-256 digest of the whole snapshot's bytes, 64 lowercase hex digits, so the
+    /// reader can check the pages it joined.
     pub digest: String,
-    /// Whether this page ends the snapshot.
+    /// True on the page that ends the snapshot.
     pub done: bool,
 }
 
@@ -327,75 +467,12 @@ pub struct WaiterInfo {
     pub priority: Option<Priority>,
 }
 
-impl Success {
-    /// The result of `lease.grant`.
-    pub fn lease(lease: String, ttl_ms: u64) -> Self {
-        Success {
-            lease: Some(lease),
-            ttl_ms: Some(ttl_ms),
-            ..Success::default()
-        }
-    }
-
-    /// The result of `lease.keepalive`.
-    pub fn ttl(ttl_ms: u64) -> Self {
-        Success {
-            ttl_ms: Some(ttl_ms),
-            ..Success::default()
-        }
-    }
-
-    /// The result of a grant.
-    pub fn token(token: u64) -> Self {
-        Success {
-            token: Some(token),
-            ..Success::default()
-        }
-    }
-
-    /// The result of `fence.check`.
-    pub fn fence(current: u64, valid: bool) -> Self {
-        Success {
-            current: Some(current),
-            valid: Some(valid),
-            ..Success::default()
-        }
-    }
-
-    /// The result of `admin.snapshot`: one page, its fields flat.
-    pub fn snapshot(page: SnapshotPage) -> Self {
-        Success {
-            index: Some(page.index),
-            term: Some(page.term),
-            total_bytes: Some(page.total_bytes),
-            offset: Some(page.offset),
-            data: Some(page.data),
-            digest: Some(page.digest),
-            done: Some(page.done),
-            ..Success::default()
-        }
-    }
-
-    /// The `admin.snapshot` page this result carries, `None` when a field of one is missing.
-    pub fn snapshot_page(&self) -> Option<SnapshotPage> {
-        Some(SnapshotPage {
-            index: self.index?,
-            term: self.term?,
-            total_bytes: self.total_bytes?,
-            offset: self.offset?,
-            data: self.data.clone()?,
-            digest: self.digest.clone()?,
-            done: self.done?,
-        })
-    }
-}
-
 impl Response {
     /// A success response.
-    pub fn ok(id: impl Into<String>, success: Success) -> Self {
+    pub fn ok(id: impl Into<String>, success: impl Into<Success>) -> Self {
         Response {
             id: Some(id.into()),
-            outcome: Ok(success),
+            outcome: Ok(success.into()),
         }
     }
 
@@ -447,27 +524,21 @@ impl Response {
     /// `inspect`'s answer with its lists cut to fit `bytes_max`, or `None` if there are no
     /// lists or even empty ones do not fit.
     fn fit_lists(&self, success: &Success, bytes_max: usize) -> Option<Vec<u8>> {
-        let holders = success.holders.as_deref()?;
-        let waiters = success.waiters.as_deref().unwrap_or_default();
-        // Everything but the two lists, copied once rather than with both whole lists at
-        // every try of the bisection below.
-        let rest = Success {
-            holders: None,
-            waiters: None,
-            ..success.clone()
+        let Success::Inspection(whole) = success else {
+            return None;
         };
+        let (holders, waiters) = (&whole.holders, &whole.waiters);
         let cut = |kept_holders: usize, kept_waiters: usize| {
-            let mut cut = rest.clone();
-            cut.holders = Some(holders[..kept_holders].to_vec());
-            cut.waiters = success
-                .waiters
-                .as_ref()
-                .map(|_| waiters[..kept_waiters].to_vec());
-            cut.holders_total = (kept_holders < holders.len()).then_some(holders.len() as u64);
-            cut.waiters_total = (kept_waiters < waiters.len()).then_some(waiters.len() as u64);
+            let cut = Inspection {
+                limit: whole.limit,
+                holders: holders[..kept_holders].to_vec(),
+                waiters: waiters[..kept_waiters].to_vec(),
+                holders_total: (kept_holders < holders.len()).then_some(holders.len() as u64),
+                waiters_total: (kept_waiters < waiters.len()).then_some(waiters.len() as u64),
+            };
             Response {
                 id: self.id.clone(),
-                outcome: Ok(cut),
+                outcome: Ok(cut.into()),
             }
             .encode()
         };
@@ -586,16 +657,23 @@ mod tests {
     fn inspect(holders: usize, waiters: usize) -> Response {
         Response::ok(
             "r1",
-            Success {
-                holders: Some((0..holders).map(holder).collect()),
-                waiters: Some((0..waiters).map(waiter).collect()),
-                ..Success::default()
+            Inspection {
+                limit: None,
+                holders: (0..holders).map(holder).collect(),
+                waiters: (0..waiters).map(waiter).collect(),
+                holders_total: None,
+                waiters_total: None,
             },
         )
     }
 
     fn decoded(bytes: &[u8]) -> Response {
         Response::decode(bytes).expect("a response")
+    }
+
+    fn inspection(bytes: &[u8]) -> Inspection {
+        let success = decoded(bytes).outcome.expect("still a success");
+        Inspection::try_from(success).expect("still an inspection")
     }
 
     #[test]
@@ -615,13 +693,13 @@ mod tests {
         );
         let bytes = response.encode_within(bytes_max);
         assert!(bytes.len() <= bytes_max, "{} bytes", bytes.len());
-        let success = decoded(&bytes).outcome.expect("still a success");
-        let waiters = success.waiters.expect("waiters");
+        let success = inspection(&bytes);
+        let waiters = success.waiters;
         assert!(waiters.len() > 100, "kept only {}", waiters.len());
         // The first ones in queue order, and as many as fit: one more would not.
         assert_eq!(waiters, (0..waiters.len()).map(waiter).collect::<Vec<_>>());
         let mut one_more = inspect(1, waiters.len() + 1);
-        if let Ok(success) = &mut one_more.outcome {
+        if let Ok(Success::Inspection(success)) = &mut one_more.outcome {
             success.waiters_total = Some(1_000);
         }
         assert!(
@@ -629,7 +707,7 @@ mod tests {
             "one more waiter would still have fitted"
         );
         assert_eq!(success.waiters_total, Some(1_000));
-        assert_eq!(success.holders.map(|h| h.len()), Some(1));
+        assert_eq!(success.holders.len(), 1);
         assert_eq!(success.holders_total, None, "holders were not cut");
     }
 
@@ -638,22 +716,176 @@ mod tests {
         let response = inspect(2_000, 50);
         let bytes = response.encode_within(16_384);
         assert!(bytes.len() <= 16_384);
-        let success = decoded(&bytes).outcome.expect("still a success");
-        let holders = success.holders.expect("holders");
+        let success = inspection(&bytes);
+        let holders = success.holders;
         assert!(!holders.is_empty() && holders.len() < 2_000);
         assert_eq!(holders, (0..holders.len()).map(holder).collect::<Vec<_>>());
         assert_eq!(success.holders_total, Some(2_000));
-        assert_eq!(success.waiters, Some(vec![]));
+        assert_eq!(success.waiters, vec![]);
         assert_eq!(success.waiters_total, Some(50));
     }
 
     #[test]
     fn anything_else_too_large_is_a_too_large_error_for_the_same_id() {
-        let response = Response::ok("r9", Success::lease("x".repeat(500), 5_000));
+        let response = Response::ok(
+            "r9",
+            LeaseGranted {
+                lease: "x".repeat(500),
+                ttl_ms: 5_000,
+            },
+        );
         let answer = decoded(&response.encode_within(100));
         assert_eq!(answer.id.as_deref(), Some("r9"));
         let error = answer.outcome.expect_err("an error");
         assert_eq!(error.code, ErrorCode::TooLarge);
         assert!(error.message.contains("100"), "{}", error.message);
+    }
+
+    /// One answer of every shape, each with its lists non-empty where it has lists.
+    fn every_shape() -> Vec<Success> {
+        let page = |after: &str| Some(after.to_string());
+        vec![
+            SnapshotPage {
+                index: 9,
+                term: 2,
+                total_bytes: 3,
+                offset: 0,
+                data: "AAEC".into(),
+                digest: "ab".repeat(32),
+                done: true,
+            }
+            .into(),
+            StatusReport {
+                status: Box::new(NodeStatus {
+                    node_id: 1,
+                    term: 2,
+                    is_leader: true,
+                    leader_id: Some(1),
+                    last_log_index: Some(9),
+                    committed_index: Some(9),
+                    applied_index: Some(9),
+                    snapshot_index: None,
+                    purged_index: None,
+                    members: vec![MemberInfo {
+                        id: 1,
+                        name: "a".into(),
+                        addr: "10.0.0.1:7001".into(),
+                        voter: true,
+                    }],
+                    replication: Some(vec![]),
+                    has_quorum: Some(true),
+                    quorum_ack_age_ms: Some(12),
+                }),
+            }
+            .into(),
+            LeaseGranted {
+                lease: "L-17".into(),
+                ttl_ms: 5_000,
+            }
+            .into(),
+            FenceStatus {
+                current: 42,
+                valid: true,
+            }
+            .into(),
+            Inspection {
+                limit: Some(3),
+                holders: vec![HolderInfo {
+                    area: Some(Area {
+                        lat: 48.5,
+                        lon: 11.25,
+                        radius_m: 30.0,
+                        alt_min_m: Some(0.0),
+                        alt_max_m: Some(120.5),
+                    }),
+                    ..holder(1)
+                }],
+                waiters: vec![waiter(2)],
+                holders_total: None,
+                waiters_total: Some(7),
+            }
+            .into(),
+            LeasePage {
+                leases: vec![LeaseInfo {
+                    lease: "L-1".into(),
+                    agent: "drone-1".into(),
+                    ttl_ms: 5_000,
+                    remaining_ms: Some(4_000),
+                }],
+                next_after: page("L-1"),
+            }
+            .into(),
+            ResourcePage {
+                resources: vec![ResourceInfo {
+                    kind: ResourceKind::Lock,
+                    name: "gw".into(),
+                    holders: 1,
+                    waiters: 0,
+                }],
+                next_after: None,
+            }
+            .into(),
+            ConflictPage {
+                conflicts: vec![],
+                next_after: page("wp-9"),
+            }
+            .into(),
+            AccountPage {
+                accounts: vec![AccountInfo {
+                    agent: "drone-1".into(),
+                    role: Role::Agent,
+                }],
+                next_after: None,
+            }
+            .into(),
+            AccountIssued {
+                agent: "drone-1".into(),
+                role: Role::Agent,
+                secret: Some("s3cret".into()),
+            }
+            .into(),
+            Granted { token: u64::MAX }.into(),
+            LeaseKept { ttl_ms: 5_000 }.into(),
+            Done {}.into(),
+        ]
+    }
+
+    #[test]
+    fn every_shape_decodes_back_to_its_own_variant() {
+        let shapes = every_shape();
+        for success in shapes {
+            let response = Response::ok("r1", success.clone());
+            let back = decoded(&response.encode()).outcome.expect("a success");
+            assert_eq!(
+                back.shape(),
+                success.shape(),
+                "{}",
+                String::from_utf8_lossy(&response.encode())
+            );
+            assert_eq!(back, success);
+        }
+    }
+
+    #[test]
+    fn fields_a_newer_service_adds_are_ignored() {
+        let answer = decoded(br#"{"id":"r1","ok":true,"token":7,"shard":"eu-1"}"#);
+        assert_eq!(answer.outcome, Ok(Granted { token: 7 }.into()));
+    }
+
+    #[test]
+    fn reading_the_wrong_shape_names_what_came() {
+        let error =
+            Granted::try_from(Success::from(LeaseKept { ttl_ms: 5 })).expect_err("not a grant");
+        assert_eq!(
+            error,
+            UnexpectedReply {
+                expected: "a grant (`token`)",
+                got: "a kept lease (`ttl_ms`)",
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "expected a grant (`token`), the service answered a kept lease (`ttl_ms`)"
+        );
     }
 }

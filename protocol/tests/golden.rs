@@ -12,10 +12,11 @@ use hivekeeper_protocol::validate::{
     WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
-    AccountInfo, Area, ConflictInfo, ErrorBody, ErrorCode, Event, HolderInfo, LeaseInfo,
-    MemberInfo, NodeStatus, Op, Priority, ProtocolError, QueryVolume, ReplicationInfo, Request,
-    ReservationKind, ResourceInfo, ResourceKind, Response, Role, SnapshotPage, Success, Topics,
-    Volume, WaiterInfo,
+    AccountInfo, AccountIssued, AccountPage, Area, ConflictInfo, ConflictPage, Done, ErrorBody,
+    ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaseGranted, LeaseInfo,
+    LeaseKept, LeasePage, MemberInfo, NodeStatus, Op, Priority, ProtocolError, QueryVolume,
+    ReplicationInfo, Request, ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response,
+    Role, SnapshotPage, StatusReport, Success, Topics, Volume, WaiterInfo,
 };
 use serde_json::{Value, json};
 
@@ -685,8 +686,8 @@ fn bad_request_airspace_query() {
 #[test]
 fn success_airspace_query() {
     let leg = hub_leg();
-    let success = Success {
-        conflicts: Some(vec![
+    let success = Success::from(ConflictPage {
+        conflicts: vec![
             ConflictInfo {
                 name: "hub-pad7".into(),
                 kind: ReservationKind::Route,
@@ -717,10 +718,9 @@ fn success_airspace_query() {
                 volume_indexes: Vec::new(),
                 priority: None,
             },
-        ]),
+        ],
         next_after: Some("pad-2".into()),
-        ..Success::default()
-    };
+    });
     let response = Response::ok("q1", success.clone());
     let wire = json!({"id": "q1", "ok": true,
         "conflicts": [
@@ -1041,8 +1041,8 @@ fn op_admin_resources() {
 
 #[test]
 fn success_admin_resources() {
-    let success = Success {
-        resources: Some(vec![
+    let success = Success::from(ResourcePage {
+        resources: vec![
             ResourceInfo {
                 kind: ResourceKind::Lock,
                 name: "door/2".into(),
@@ -1055,10 +1055,9 @@ fn success_admin_resources() {
                 holders: 0,
                 waiters: 1,
             },
-        ]),
+        ],
         next_after: Some("waypoint/pad-2".into()),
-        ..Success::default()
-    };
+    });
     let response = Response::ok("r40", success.clone());
     let wire = json!({"id": "r40", "ok": true,
         "resources": [
@@ -1134,8 +1133,8 @@ fn success_admin_snapshot() {
         digest: "324dcf027dd4a30a932c441f365a25e86b173defa4b8e58948253471b81b72cf".into(),
         done: true,
     };
-    let success = Success::snapshot(page.clone());
-    assert_eq!(success.snapshot_page(), Some(page));
+    let success = Success::from(page.clone());
+    assert_eq!(SnapshotPage::try_from(success.clone()), Ok(page));
     let response = Response::ok("s1", success.clone());
     let wire = json!({"id": "s1", "ok": true, "index": 120, "term": 3, "total_bytes": 5,
         "offset": 0, "data": "aGVsbG8=",
@@ -1145,7 +1144,7 @@ fn success_admin_snapshot() {
     let back: Response = serde_json::from_value(wire).expect("decodes");
     assert_eq!(back.outcome, Ok(success));
     // Any other result carries no page.
-    assert_eq!(Success::token(7).snapshot_page(), None);
+    assert!(SnapshotPage::try_from(Success::from(Granted { token: 7 })).is_err());
 }
 
 #[test]
@@ -2367,9 +2366,8 @@ fn success_admin_status_of_a_leader_and_a_follower() {
     assert_response_golden(
         &Response::ok(
             "r27",
-            Success {
-                status: Some(Box::new(leader)),
-                ..Success::default()
+            StatusReport {
+                status: Box::new(leader),
             },
         ),
         &json!({"id": "r27", "ok": true, "status": {
@@ -2400,9 +2398,8 @@ fn success_admin_status_of_a_leader_and_a_follower() {
     assert_response_golden(
         &Response::ok(
             "r28",
-            Success {
-                status: Some(Box::new(lost)),
-                ..Success::default()
+            StatusReport {
+                status: Box::new(lost),
             },
         ),
         &json!({"id": "r28", "ok": true, "status": {
@@ -2412,8 +2409,8 @@ fn success_admin_status_of_a_leader_and_a_follower() {
 
 #[test]
 fn success_admin_leases() {
-    let page = Success {
-        leases: Some(vec![
+    let page = Success::from(LeasePage {
+        leases: vec![
             LeaseInfo {
                 lease: "0000000000000011".into(),
                 agent: "drone-7".into(),
@@ -2426,10 +2423,9 @@ fn success_admin_leases() {
                 ttl_ms: 10000,
                 remaining_ms: None,
             },
-        ]),
+        ],
         next_after: Some("0000000000000012".into()),
-        ..Success::default()
-    };
+    });
     assert_response_golden(
         &Response::ok("r29", page),
         &json!({"id": "r29", "ok": true,
@@ -2440,10 +2436,10 @@ fn success_admin_leases() {
             "next_after": "0000000000000012"}),
     );
     // The last page: no `next_after`; no leases at all: an empty list.
-    let last = Success {
-        leases: Some(vec![]),
-        ..Success::default()
-    };
+    let last = Success::from(LeasePage {
+        leases: vec![],
+        next_after: None,
+    });
     assert_response_golden(
         &Response::ok("r30", last),
         &json!({"id": "r30", "ok": true, "leases": []}),
@@ -2452,29 +2448,28 @@ fn success_admin_leases() {
 
 #[test]
 fn success_admin_agent_add_rotate_and_list() {
-    let added = Success {
-        agent: Some("drone-7".into()),
-        role: Some(Role::Agent),
+    let added = Success::from(AccountIssued {
+        agent: "drone-7".into(),
+        role: Role::Agent,
         secret: Some("5e".repeat(32)),
-        ..Success::default()
-    };
+    });
     assert_response_golden(
         &Response::ok("r31", added),
         &json!({"id": "r31", "ok": true, "agent": "drone-7", "role": "agent",
             "secret": "5e".repeat(32)}),
     );
     // A same-id retry: the account, without the secret (only the lost answer had it).
-    let retried = Success {
-        agent: Some("drone-7".into()),
-        role: Some(Role::Observer),
-        ..Success::default()
-    };
+    let retried = Success::from(AccountIssued {
+        agent: "drone-7".into(),
+        role: Role::Observer,
+        secret: None,
+    });
     assert_response_golden(
         &Response::ok("r31", retried),
         &json!({"id": "r31", "ok": true, "agent": "drone-7", "role": "observer"}),
     );
-    let page = Success {
-        accounts: Some(vec![
+    let page = Success::from(AccountPage {
+        accounts: vec![
             AccountInfo {
                 agent: "admin".into(),
                 role: Role::Admin,
@@ -2483,10 +2478,9 @@ fn success_admin_agent_add_rotate_and_list() {
                 agent: "drone-7".into(),
                 role: Role::Agent,
             },
-        ]),
+        ],
         next_after: Some("drone-7".into()),
-        ..Success::default()
-    };
+    });
     assert_response_golden(
         &Response::ok("r33", page),
         &json!({"id": "r33", "ok": true,
@@ -2519,7 +2513,13 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
 #[test]
 fn success_lease_grant() {
     assert_response_golden(
-        &Response::ok("r1", Success::lease("L-17".into(), 5000)),
+        &Response::ok(
+            "r1",
+            LeaseGranted {
+                lease: "L-17".into(),
+                ttl_ms: 5000,
+            },
+        ),
         &json!({"id": "r1", "ok": true, "lease": "L-17", "ttl_ms": 5000}),
     );
 }
@@ -2527,7 +2527,7 @@ fn success_lease_grant() {
 #[test]
 fn success_keepalive_ttl() {
     assert_response_golden(
-        &Response::ok("r2", Success::ttl(5000)),
+        &Response::ok("r2", LeaseKept { ttl_ms: 5000 }),
         &json!({"id": "r2", "ok": true, "ttl_ms": 5000}),
     );
 }
@@ -2535,18 +2535,18 @@ fn success_keepalive_ttl() {
 #[test]
 fn success_token() {
     assert_response_golden(
-        &Response::ok("r4", Success::token(42)),
+        &Response::ok("r4", Granted { token: 42 }),
         &json!({"id": "r4", "ok": true, "token": 42}),
     );
     assert_response_golden(
-        &Response::ok("r4", Success::token(u64::MAX)),
+        &Response::ok("r4", Granted { token: u64::MAX }),
         &json!({"id": "r4", "ok": true, "token": 18_446_744_073_709_551_615_u64}),
     );
 }
 
 #[test]
 fn success_empty_for_release_and_revoke() {
-    let response = Response::ok("r8", Success::default());
+    let response = Response::ok("r8", Done {});
     assert_eq!(
         String::from_utf8(response.encode()).expect("utf-8"),
         r#"{"id":"r8","ok":true}"#
@@ -2557,12 +2557,24 @@ fn success_empty_for_release_and_revoke() {
 #[test]
 fn success_fence_check() {
     assert_response_golden(
-        &Response::ok("r19", Success::fence(42, true)),
+        &Response::ok(
+            "r19",
+            FenceStatus {
+                current: 42,
+                valid: true,
+            },
+        ),
         &json!({"id": "r19", "ok": true, "current": 42, "valid": true}),
     );
     // A free resource: current 0, nothing is valid.
     assert_response_golden(
-        &Response::ok("r20", Success::fence(0, false)),
+        &Response::ok(
+            "r20",
+            FenceStatus {
+                current: 0,
+                valid: false,
+            },
+        ),
         &json!({"id": "r20", "ok": true, "current": 0, "valid": false}),
     );
 }
@@ -2573,8 +2585,9 @@ fn success_fence_check() {
 fn success_inspect_waypoint_with_windows() {
     let response = Response::ok(
         "r23w",
-        Success {
-            holders: Some(vec![HolderInfo {
+        Inspection {
+            limit: None,
+            holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
                 token: 42,
@@ -2586,8 +2599,8 @@ fn success_inspect_waypoint_with_windows() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
-            }]),
-            waiters: Some(vec![
+            }],
+            waiters: vec![
                 WaiterInfo {
                     agent: "drone-9".into(),
                     position: 1,
@@ -2618,8 +2631,9 @@ fn success_inspect_waypoint_with_windows() {
                     }],
                     priority: None,
                 },
-            ]),
-            ..Success::default()
+            ],
+            holders_total: None,
+            waiters_total: None,
         },
     );
     assert_response_golden(
@@ -2650,8 +2664,9 @@ fn success_inspect_waypoint_with_geometry() {
     };
     let response = Response::ok(
         "r23",
-        Success {
-            holders: Some(vec![HolderInfo {
+        Inspection {
+            limit: None,
+            holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
                 token: 42,
@@ -2663,8 +2678,8 @@ fn success_inspect_waypoint_with_geometry() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
-            }]),
-            waiters: Some(vec![WaiterInfo {
+            }],
+            waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
                 position: 1,
                 permits: None,
@@ -2674,8 +2689,9 @@ fn success_inspect_waypoint_with_geometry() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
-            }]),
-            ..Success::default()
+            }],
+            holders_total: None,
+            waiters_total: None,
         },
     );
     assert_response_golden(
@@ -2695,8 +2711,9 @@ fn success_inspect_waypoint_with_geometry() {
 fn success_inspect_lock() {
     let response = Response::ok(
         "r22",
-        Success {
-            holders: Some(vec![HolderInfo {
+        Inspection {
+            limit: None,
+            holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
                 token: 42,
@@ -2708,8 +2725,8 @@ fn success_inspect_lock() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
-            }]),
-            waiters: Some(vec![
+            }],
+            waiters: vec![
                 WaiterInfo {
                     agent: "drone-9".into(),
                     position: 1,
@@ -2732,8 +2749,9 @@ fn success_inspect_lock() {
                     volumes: Vec::new(),
                     priority: None,
                 },
-            ]),
-            ..Success::default()
+            ],
+            holders_total: None,
+            waiters_total: None,
         },
     );
     assert_response_golden(
@@ -2756,9 +2774,9 @@ fn success_inspect_lock() {
 fn success_inspect_sem() {
     let response = Response::ok(
         "r23",
-        Success {
+        Inspection {
             limit: Some(4),
-            holders: Some(vec![
+            holders: vec![
                 HolderInfo {
                     agent: "drone-7".into(),
                     lease: "L-17".into(),
@@ -2785,8 +2803,8 @@ fn success_inspect_sem() {
                     priority: None,
                     vacate_by_ms: None,
                 },
-            ]),
-            waiters: Some(vec![WaiterInfo {
+            ],
+            waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
                 position: 1,
                 permits: Some(3),
@@ -2796,8 +2814,9 @@ fn success_inspect_sem() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
-            }]),
-            ..Success::default()
+            }],
+            holders_total: None,
+            waiters_total: None,
         },
     );
     assert_response_golden(
@@ -2822,10 +2841,12 @@ fn success_inspect_free_resource() {
     // Nobody holds or waits: empty arrays, not absent fields.
     let response = Response::ok(
         "r24",
-        Success {
-            holders: Some(vec![]),
-            waiters: Some(vec![]),
-            ..Success::default()
+        Inspection {
+            limit: None,
+            holders: vec![],
+            waiters: vec![],
+            holders_total: None,
+            waiters_total: None,
         },
     );
     assert_response_golden(
@@ -3089,8 +3110,9 @@ fn bad_request_priority() {
 fn success_inspect_waypoint_with_priorities() {
     let response = Response::ok(
         "r44",
-        Success {
-            holders: Some(vec![HolderInfo {
+        Inspection {
+            limit: None,
+            holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
                 token: 42,
@@ -3102,8 +3124,8 @@ fn success_inspect_waypoint_with_priorities() {
                 volumes: Vec::new(),
                 priority: Some(Priority::new(1).expect("a level")),
                 vacate_by_ms: Some(6_000),
-            }]),
-            waiters: Some(vec![WaiterInfo {
+            }],
+            waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
                 position: 1,
                 permits: None,
@@ -3113,8 +3135,9 @@ fn success_inspect_waypoint_with_priorities() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: Some(Priority::EMERGENCY),
-            }]),
-            ..Success::default()
+            }],
+            holders_total: None,
+            waiters_total: None,
         },
     );
     assert_response_golden(

@@ -1,8 +1,10 @@
 //! `hivekeeper agent add | list | remove | rotate`: the service's accounts (authentication
 //! on). `add` and `rotate` print the new secret once: the service keeps only its hash.
 
-use anyhow::{anyhow, bail};
-use hivekeeper_agent::protocol::{AccountInfo, Op, Role, Success};
+use anyhow::bail;
+use hivekeeper_agent::protocol::{
+    AccountInfo, AccountIssued, AccountPage, Done, Op, Role, Success, UnexpectedReply,
+};
 use serde_json::json;
 
 use super::table::Table;
@@ -85,7 +87,7 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
                 print_secret(&target, request_on(&target, op).await?)
             }
             AgentAction::Remove { name, target } => {
-                request_on(&target, Op::AdminAgentRemove { name: name.clone() }).await?;
+                request_on::<Done>(&target, Op::AdminAgentRemove { name: name.clone() }).await?;
                 if target.json {
                     println!("{}", json!({ "removed": name }));
                 } else {
@@ -101,20 +103,22 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
 }
 
 /// One request through a fresh connection to `target`.
-async fn request_on(target: &Target, op: Op) -> anyhow::Result<Success> {
+async fn request_on<T>(target: &Target, op: Op) -> anyhow::Result<T>
+where
+    T: TryFrom<Success, Error = UnexpectedReply>,
+{
     let agent = connect(target, &target.broker).await?;
     request(&agent, op).await
 }
 
 /// Prints an add's or rotate's answer: the secret once, or why there is none.
-fn print_secret(target: &Target, success: Success) -> anyhow::Result<()> {
-    let agent = success
-        .agent
-        .ok_or_else(|| anyhow!("the answer names no agent"))?;
-    let role = success
-        .role
-        .ok_or_else(|| anyhow!("the answer names no role"))?;
-    let Some(secret) = success.secret else {
+fn print_secret(target: &Target, account: AccountIssued) -> anyhow::Result<()> {
+    let AccountIssued {
+        agent,
+        role,
+        secret,
+    } = account;
+    let Some(secret) = secret else {
         // A same-id resend after a lost answer: the account changed, but its secret was only
         // in the lost answer.
         bail!(
@@ -141,8 +145,8 @@ async fn list(target: &Target) -> anyhow::Result<()> {
     let mut after = None;
     let mut complete = false;
     for _ in 0..ACCOUNT_PAGES_MAX {
-        let page = request(&agent, Op::AdminAgentList { after }).await?;
-        accounts.extend(page.accounts.unwrap_or_default());
+        let page: AccountPage = request(&agent, Op::AdminAgentList { after }).await?;
+        accounts.extend(page.accounts);
         match page.next_after {
             Some(next) => after = Some(next),
             None => {

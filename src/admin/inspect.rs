@@ -4,7 +4,7 @@
 
 use clap::ValueEnum;
 use hivekeeper_agent::protocol::{
-    Area, HolderInfo, Op, Priority, ResourceKind, Volume, WaiterInfo,
+    self, Area, HolderInfo, Op, Priority, ResourceKind, Volume, WaiterInfo,
 };
 use serde::Serialize;
 
@@ -103,7 +103,7 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         let target = &args.target;
         let agent = connect(target, &target.broker).await?;
         let kind = ResourceKind::from(args.kind);
-        let success = request(
+        let answer: protocol::Inspection = request(
             &agent,
             Op::Inspect {
                 kind,
@@ -111,7 +111,7 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             },
         )
         .await?;
-        let holders = success.holders.unwrap_or_default();
+        let holders = answer.holders;
         // The time left is a courtesy: without it (a node that is not the ready leader, or a
         // timeout) the holders are still worth showing.
         let mut wanted: Vec<String> = holders.iter().map(|h| h.lease.clone()).collect();
@@ -137,8 +137,8 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
                 info,
             })
             .collect();
-        let mut waiters = success.waiters.unwrap_or_default();
-        let mut waiters_total = success.waiters_total;
+        let mut waiters = answer.waiters;
+        let mut waiters_total = answer.waiters_total;
         if waiters.len() > args.limit {
             waiters_total = waiters_total.or(Some(waiters.len() as u64));
             waiters.truncate(args.limit);
@@ -153,10 +153,10 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         let inspection = Inspection {
             kind,
             name: args.name,
-            limit: success.limit,
+            limit: answer.limit,
             holders,
             waiters,
-            holders_total: success.holders_total,
+            holders_total: answer.holders_total,
             waiters_total,
         };
         if target.json {

@@ -3,7 +3,7 @@
 
 use anyhow::bail;
 use hivekeeper_agent::Agent;
-use hivekeeper_agent::protocol::{LeaseInfo, Op};
+use hivekeeper_agent::protocol::{LeaseInfo, LeasePage, Op};
 use serde_json::json;
 
 use super::table::{Table, human_ms};
@@ -32,8 +32,8 @@ pub(super) async fn all_leases(
     let mut leases = Vec::new();
     let mut after = None;
     for _ in 0..LEASE_PAGES_MAX {
-        let page = request(agent, Op::AdminLeases { after }).await?;
-        leases.extend(page.leases.unwrap_or_default());
+        let page: LeasePage = request(agent, Op::AdminLeases { after }).await?;
+        leases.extend(page.leases);
         match page.next_after {
             Some(next) if !enough(&leases) => after = Some(next),
             _ => return Ok(leases),

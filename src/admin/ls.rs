@@ -1,7 +1,7 @@
 //! `hivekeeper ls [lock|sem|waypoint] [--prefix P] [--limit N]`: the resources in use, with
 //! how many hold and wait for each, page after page of `admin.resources`.
 
-use hivekeeper_agent::protocol::{Op, ResourceInfo, ResourceKind};
+use hivekeeper_agent::protocol::{Op, ResourceInfo, ResourceKind, ResourcePage};
 use serde::Serialize;
 
 use super::inspect::Kind;
@@ -49,7 +49,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<()> {
         // Bounded: each page brings at least one resource until --limit is reached.
         loop {
             let wanted = args.limit - listing.resources.len() as u32;
-            let page = request(
+            let page: ResourcePage = request(
                 &agent,
                 Op::AdminResources {
                     kind,
@@ -59,7 +59,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<()> {
                 },
             )
             .await?;
-            listing.resources.extend(page.resources.unwrap_or_default());
+            listing.resources.extend(page.resources);
             listing.next_after = page.next_after;
             if listing.next_after.is_none() || listing.resources.len() as u32 >= args.limit {
                 break;

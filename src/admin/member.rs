@@ -10,7 +10,7 @@
 //! ```
 
 use anyhow::{anyhow, bail};
-use hivekeeper_agent::protocol::{MemberInfo, NodeStatus, Op, validate};
+use hivekeeper_agent::protocol::{Done, MemberInfo, NodeStatus, Op, validate};
 use serde::Serialize;
 use serde_json::json;
 
@@ -216,7 +216,7 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
                     catch_up_timeout_ms: Some(catch_up_timeout_ms),
                     catch_up_lag_entries_max: Some(catch_up_lag_entries_max),
                 };
-                request(&agent, op).await?;
+                request::<Done>(&agent, op).await?;
                 if target.json {
                     println!("{}", json!({"added": name, "addr": addr}));
                 } else {
@@ -228,7 +228,7 @@ pub fn member(args: MemberArgs) -> anyhow::Result<()> {
                     bail!("member remove: {reason}");
                 }
                 let agent = connect(&target, &target.broker).await?;
-                request(&agent, Op::AdminMemberRemove { name: name.clone() }).await?;
+                request::<Done>(&agent, Op::AdminMemberRemove { name: name.clone() }).await?;
                 if target.json {
                     println!("{}", json!({"removed": name}));
                 } else {

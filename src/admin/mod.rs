@@ -38,7 +38,7 @@ mod status;
 mod table;
 
 use anyhow::anyhow;
-use hivekeeper_agent::protocol::{Op, Success};
+use hivekeeper_agent::protocol::{Op, Success, UnexpectedReply};
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS, TlsFailure};
 use hivekeeper_client_flags::Login;
 
@@ -192,11 +192,15 @@ fn connect_failure(error: AgentError, authenticated: bool) -> anyhow::Error {
     }
 }
 
-/// One request, its failure as one line: a refusal names its code.
-async fn request(agent: &Agent, op: Op) -> anyhow::Result<Success> {
+/// One request, its answer read as the shape `T` its op gets, its failure as one line: a
+/// refusal names its code.
+async fn request<T>(agent: &Agent, op: Op) -> anyhow::Result<T>
+where
+    T: TryFrom<Success, Error = UnexpectedReply>,
+{
     let name = op.name();
     agent
-        .request(op)
+        .request_as(op)
         .await
         .map_err(|error| failure(name, error))
 }

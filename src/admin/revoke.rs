@@ -1,7 +1,7 @@
 //! `hivekeeper revoke LEASE` and `hivekeeper revoke --agent A`: ends a lease (or every lease
 //! of an agent) through the log, as its expiry would.
 
-use hivekeeper_agent::protocol::Op;
+use hivekeeper_agent::protocol::{Done, Op};
 use serde_json::json;
 
 use super::leases::all_leases;
@@ -28,7 +28,7 @@ pub fn revoke(args: RevokeArgs) -> anyhow::Result<()> {
         let agent = connect(target, &target.broker).await?;
         let Some(owner) = &args.agent else {
             let lease = args.lease.clone().unwrap_or_default();
-            request(
+            request::<Done>(
                 &agent,
                 Op::AdminRevoke {
                     lease: lease.clone(),
@@ -53,7 +53,7 @@ pub fn revoke(args: RevokeArgs) -> anyhow::Result<()> {
             .collect();
         let mut revoked = Vec::new();
         for lease in leases {
-            match request(
+            match request::<Done>(
                 &agent,
                 Op::AdminRevoke {
                     lease: lease.clone(),

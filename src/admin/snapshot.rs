@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
 use hivekeeper_agent::protocol::validate::{SNAPSHOT_PAGE_BYTES_DEFAULT, SNAPSHOT_PAGE_BYTES_MIN};
-use hivekeeper_agent::protocol::{ErrorCode, Op};
+use hivekeeper_agent::protocol::{ErrorCode, Op, SnapshotPage};
 use hivekeeper_agent::{Agent, AgentError};
 use hivekeeper_coordinator::backup::{self, BackupFile, PageJoiner, Seat};
 use hivekeeper_coordinator::node::{ClusterConfig, NodeConfig};
@@ -175,8 +175,8 @@ async fn read_snapshot(agent: &Agent, page_bytes_max: u32) -> anyhow::Result<Rea
             page_bytes_max: Some(page_bytes),
         };
         let name = op.name();
-        let success = match agent.request(op).await {
-            Ok(success) => success,
+        let page = match agent.request_as::<SnapshotPage>(op).await {
+            Ok(page) => page,
             Err(AgentError::Service {
                 code: ErrorCode::TooLarge,
                 message,
@@ -193,9 +193,6 @@ async fn read_snapshot(agent: &Agent, page_bytes_max: u32) -> anyhow::Result<Rea
             }) if joiner.is_some() => return Ok(Read::NotKept(message)),
             Err(error) => return Err(failure(name, error)),
         };
-        let page = success
-            .snapshot_page()
-            .ok_or_else(|| anyhow!("admin.snapshot answered without a page: {success:?}"))?;
         match &mut joiner {
             None => joiner = Some(PageJoiner::start(page)?),
             Some(joiner) => joiner.push(page)?,

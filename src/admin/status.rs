@@ -2,8 +2,8 @@
 //! how far each follower has replicated. A node without a quorum says `NO QUORUM` in its row
 //! and why under the table.
 
-use anyhow::{anyhow, bail};
-use hivekeeper_agent::protocol::{NodeStatus, Op};
+use anyhow::bail;
+use hivekeeper_agent::protocol::{NodeStatus, Op, StatusReport};
 use serde_json::json;
 
 use super::table::{Table, index};
@@ -50,10 +50,8 @@ pub(super) async fn statuses(target: &Target) -> Vec<(String, Result<Box<NodeSta
     for broker in &target.broker {
         let answer = async {
             let agent = connect(target, std::slice::from_ref(broker)).await?;
-            let success = request(&agent, Op::AdminStatus {}).await?;
-            success
-                .status
-                .ok_or_else(|| anyhow!("admin.status: the answer has no `status`"))
+            let report: StatusReport = request(&agent, Op::AdminStatus {}).await?;
+            anyhow::Ok(report.status)
         };
         rows.push((broker.clone(), answer.await.map_err(|e| e.to_string())));
     }

@@ -1,7 +1,9 @@
 //! SDK agents with test-sized timeouts, and what the tests do through them: sessions,
 //! `inspect`, `fence.check`, waiting for a queue, releasing a guard.
 
-use hivekeeper_agent::protocol::{HolderInfo, Op, ResourceKind, WaiterInfo};
+use hivekeeper_agent::protocol::{
+    FenceStatus, HolderInfo, Inspection, Op, ResourceKind, WaiterInfo,
+};
 use hivekeeper_agent::{Agent, AgentConfig, Guard, Session};
 
 use super::{eventually, within};
@@ -52,28 +54,25 @@ pub async fn inspect(
     kind: ResourceKind,
     name: &str,
 ) -> (Vec<HolderInfo>, Vec<WaiterInfo>) {
-    let success = within(
+    let inspection: Inspection = within(
         20,
         "inspect",
-        agent.request(Op::Inspect {
+        agent.request_as(Op::Inspect {
             kind,
             name: name.to_string(),
         }),
     )
     .await
     .unwrap_or_else(|e| panic!("inspect {kind:?} {name}: {e}"));
-    (
-        success.holders.unwrap_or_default(),
-        success.waiters.unwrap_or_default(),
-    )
+    (inspection.holders, inspection.waiters)
 }
 
 /// `fence.check` of `token` on a resource, through an SDK agent: (`valid`, `current`).
 pub async fn fence_check(agent: &Agent, kind: ResourceKind, name: &str, token: u64) -> (bool, u64) {
-    let success = within(
+    let fence: FenceStatus = within(
         20,
         "fence.check",
-        agent.request(Op::FenceCheck {
+        agent.request_as(Op::FenceCheck {
             name: name.to_string(),
             kind,
             token,
@@ -81,10 +80,7 @@ pub async fn fence_check(agent: &Agent, kind: ResourceKind, name: &str, token: u
     )
     .await
     .unwrap_or_else(|e| panic!("fence.check {kind:?} {name} {token}: {e}"));
-    (
-        success.valid.expect("fence.check answers `valid`"),
-        success.current.expect("fence.check answers `current`"),
-    )
+    (fence.valid, fence.current)
 }
 
 /// `inspect` of a lock.

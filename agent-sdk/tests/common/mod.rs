@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hivekeeper_agent::AgentConfig;
-use hivekeeper_agent::protocol::{ErrorCode, Event, Op, Request, Response, Success};
+use hivekeeper_agent::protocol::{
+    ErrorCode, Event, Granted, LeaseGranted, LeaseKept, Op, Request, Response, Success,
+};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -339,7 +341,7 @@ impl Fake {
                 state.next_lease += 1;
                 let lease = format!("{:016x}", 0x11 * state.next_lease);
                 state.leases.insert(lease.clone(), ttl_ms);
-                (Response::ok(&id, Success::lease(lease, ttl_ms)), true)
+                (Response::ok(&id, LeaseGranted { lease, ttl_ms }), true)
             }
             Op::LeaseKeepalive { lease } => match state.keepalive.unwrap_or(KeepaliveMode::Ack) {
                 KeepaliveMode::Silent => {
@@ -353,7 +355,7 @@ impl Fake {
                     return Action::AnswerAfter(
                         delay,
                         match known {
-                            Some(ttl_ms) => Response::ok(&id, Success::ttl(ttl_ms)),
+                            Some(ttl_ms) => Response::ok(&id, LeaseKept { ttl_ms }),
                             None => error(ErrorCode::LeaseNotFound, "fake: no such lease"),
                         },
                     );
@@ -362,7 +364,7 @@ impl Fake {
                     (error(ErrorCode::LeaseNotFound, "fake: expired"), false)
                 }
                 KeepaliveMode::Ack => match state.leases.get(&lease) {
-                    Some(ttl_ms) => (Response::ok(&id, Success::ttl(*ttl_ms)), false),
+                    Some(ttl_ms) => (Response::ok(&id, LeaseKept { ttl_ms: *ttl_ms }), false),
                     None => (
                         error(ErrorCode::LeaseNotFound, "fake: no such lease"),
                         false,
@@ -397,7 +399,7 @@ impl Fake {
                 } else if let Some((holder, token)) = state.holders.get(&resource)
                     && holder == lease
                 {
-                    (Response::ok(&id, Success::token(*token)), true)
+                    (Response::ok(&id, Granted { token: *token }), true)
                 } else if state.busy.contains(&resource) || state.holders.contains_key(&resource) {
                     match wait_ms {
                         Some(0) => (error(ErrorCode::WouldBlock, "fake: taken"), true),
@@ -420,7 +422,7 @@ impl Fake {
                     state.next_token += 1;
                     let token = state.next_token;
                     state.holders.insert(resource, (lease.clone(), token));
-                    (Response::ok(&id, Success::token(token)), true)
+                    (Response::ok(&id, Granted { token }), true)
                 }
             }
             Op::LockRelease { name, lease }
@@ -548,7 +550,7 @@ impl Fake {
                 state
                     .holders
                     .insert(q.key.clone(), (q.lease.clone(), token));
-                let response = Response::ok(&q.id, Success::token(token));
+                let response = Response::ok(&q.id, Granted { token });
                 state
                     .outcomes
                     .insert((q.agent.clone(), q.id.clone()), response.clone());

@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use hivekeeper_protocol::Response;
+use hivekeeper_protocol::{Response, Success};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
@@ -350,8 +350,8 @@ fn finish(pending: Pending, request_id: &str, answer: Result<Reply, NodeError>) 
         (Some(reveal), Ok(Reply::Account { secret_hash, .. })) if *secret_hash == reveal.hash => {
             let respond = pending.respond;
             Box::new(move |mut response: Response| {
-                if let Ok(success) = &mut response.outcome {
-                    success.secret = Some(reveal.secret);
+                if let Ok(Success::AccountIssued(account)) = &mut response.outcome {
+                    account.secret = Some(reveal.secret);
                 }
                 respond(response);
             })
@@ -399,7 +399,7 @@ pub(crate) fn answer_with(
 mod tests {
     use std::sync::Mutex as StdMutex;
 
-    use hivekeeper_protocol::{ErrorCode, Success};
+    use hivekeeper_protocol::{ErrorCode, Granted};
     use tokio::sync::Semaphore;
 
     use super::*;
@@ -452,7 +452,7 @@ mod tests {
         waits.replied(&origin("a1"), Reply::Granted { token: 7 });
         assert_eq!(
             responses(&seen),
-            vec![Response::ok("a1", Success::token(7))]
+            vec![Response::ok("a1", Granted { token: 7 })]
         );
         assert_eq!(waits.len(), 0);
         // A second copy of the reply (the proposer's, after the fan-out's) finds nothing.
@@ -530,7 +530,7 @@ mod tests {
         assert!(responses(&first).is_empty());
         assert_eq!(
             responses(&second),
-            vec![Response::ok("a1", Success::token(9))]
+            vec![Response::ok("a1", Granted { token: 9 })]
         );
     }
 
