@@ -25,7 +25,8 @@
 //! # Layout
 //! - [`state_machine`]: the pure machine (its own crate), one file per concept (lease, lock,
 //!   semaphore, waypoint, FIFO queues, dedup, snapshot), each opening with its invariants.
-//! - [`response`]: the machine's `Reply` as the wire `Response`.
+//! - [`answer`]: the node's answer, the machine's `Reply` or one only the node gives (status,
+//!   snapshot pages); [`response`]: an answer as the wire `Response`.
 //! - [`raft`]: the openraft adapter: the log on a segment log (`hivekeeper-segment-log`), vote
 //!   and snapshots on redb (both written by one group-commit writer thread, fsync before
 //!   acknowledge), the state machine behind openraft, the peer transport, and [`raft::open`] to
@@ -39,6 +40,7 @@
 //!   member's data directory from one.
 //! - [`ConfigError`]: why a node's configuration (Raft timers, membership, limits) was refused.
 
+pub mod answer;
 pub mod backup;
 mod config_error;
 pub mod node;

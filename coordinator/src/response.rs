@@ -1,5 +1,5 @@
-//! The machine's [`Reply`] as the wire [`Response`]: the one place where an answer of the state
-//! machine (or of the node, for `admin.status` and `admin.snapshot`) becomes the JSON an agent
+//! The node's [`Answer`] as the wire [`Response`]: the one place where an answer of the state
+//! machine, or of the node for `admin.status` and `admin.snapshot`, becomes the JSON an agent
 //! reads.
 
 use hivekeeper_protocol::{
@@ -7,11 +7,25 @@ use hivekeeper_protocol::{
     LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
 };
 
+use crate::answer::Answer;
 use crate::state_machine::Reply;
 
-/// The wire response to request `id` for `reply`, or `None` while the request is queued (its
+/// The wire response to request `id` for `answer`, or `None` while the request is queued (its
 /// final answer comes later, as an `Event::Respond`).
-pub fn response(id: &str, reply: &Reply) -> Option<Response> {
+pub fn response(id: &str, answer: &Answer) -> Option<Response> {
+    let success: Success = match answer {
+        Answer::Status(status) => StatusReport {
+            status: status.clone(),
+        }
+        .into(),
+        Answer::Snapshot(page) => page.as_ref().clone().into(),
+        Answer::Machine(reply) => return reply_response(id, reply),
+    };
+    Some(Response::ok(id, success))
+}
+
+/// The wire response to request `id` for the machine's `reply`; `None` while it is queued.
+pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
     let success: Success = match reply {
         Reply::Lease { lease, ttl_ms } => LeaseGranted {
             lease: lease.to_string(),
@@ -43,11 +57,6 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
             waiters_total: None,
         }
         .into(),
-        Reply::Status(status) => StatusReport {
-            status: status.clone(),
-        }
-        .into(),
-        Reply::Snapshot(page) => page.as_ref().clone().into(),
         Reply::Leases { leases, next_after } => LeasePage {
             leases: leases.clone(),
             next_after: next_after.clone(),
@@ -103,10 +112,10 @@ mod tests {
 
     #[test]
     fn a_queued_reply_has_no_response_yet_and_a_refusal_keeps_its_code_and_text() {
-        assert_eq!(response("r1", &Reply::Queued), None);
+        assert_eq!(reply_response("r1", &Reply::Queued), None);
         let refused = Reply::refused(ErrorCode::NotHolder, "lease 2 does not hold lock \"gw\"");
         assert_eq!(
-            response("r1", &refused),
+            reply_response("r1", &refused),
             Some(Response::error(
                 Some("r1".into()),
                 ErrorCode::NotHolder,
@@ -114,7 +123,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            response("r2", &Reply::Granted { token: 7 << 16 }),
+            reply_response("r2", &Reply::Granted { token: 7 << 16 }),
             Some(Response::ok("r2", Granted { token: 7 << 16 }))
         );
     }

@@ -302,7 +302,7 @@ impl NodeHandle {
                 ErrorCode::BadRequest,
                 "only admin.agent.add and admin.agent.rotate make a secret",
             );
-            return answer_with(op, started, &origin.request_id, Ok(refusal), respond);
+            return answer_with(op, started, &origin.request_id, Ok(refusal.into()), respond);
         };
         let reveal = SecretToReveal { secret, hash };
         self.waits

@@ -296,7 +296,7 @@ impl FanOut {
         };
         self.waits
             .deferred(&origin, reply)
-            .and_then(|reply| crate::response::response(&origin.request_id, &reply))
+            .and_then(|reply| crate::response::reply_response(&origin.request_id, &reply))
             .map(|response| Outbound::Respond {
                 agent,
                 response: Box::new(response),

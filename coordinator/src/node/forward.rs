@@ -26,6 +26,7 @@ use std::time::Duration;
 use hivekeeper_protocol::Request;
 
 use super::NodeError;
+use crate::answer::Answer;
 use crate::raft::transport::{AgentWrite, PeerPool, PeerRequest, PeerResponse, TransportError};
 use crate::raft::{Member, NodeId, RaftError, RaftHandle};
 use crate::state_machine::Reply;
@@ -122,7 +123,7 @@ impl Forwarder {
         (leader, member): &(NodeId, Member),
         request: PeerRequest,
         expected: usize,
-    ) -> Result<Vec<Reply>, Failure> {
+    ) -> Result<Vec<Answer>, Failure> {
         let leader = *leader;
         let client = self.pool.client(leader, &member.name, &member.addr);
         // A leader that stopped answering without closing its sockets (paused: a GC or VM
@@ -217,7 +218,7 @@ impl Forwarder {
         let expected = writes.len();
         Ok(
             match self.forward(PeerRequest::Writes(writes), expected).await? {
-                Forwarded::Answered(replies) => Ok(replies),
+                Forwarded::Answered(answers) => Ok(machine_replies(answers)?),
                 Forwarded::Here(PeerRequest::Writes(writes)) => Err(writes),
                 Forwarded::Here(_) => unreachable_request(),
             },
@@ -230,7 +231,7 @@ impl Forwarder {
         &self,
         agent: &str,
         request: Request,
-    ) -> Result<Result<Reply, Request>, NodeError> {
+    ) -> Result<Result<Answer, Request>, NodeError> {
         let request = PeerRequest::Submit {
             agent: agent.to_string(),
             request,
@@ -252,8 +253,8 @@ impl Forwarder {
 /// value moved once on the stack is cheaper than an allocation per request.
 #[allow(clippy::large_enum_variant)]
 enum Forwarded {
-    /// The leader's replies.
-    Answered(Vec<Reply>),
+    /// The leader's answers.
+    Answered(Vec<Answer>),
     /// This node leads: the request, back.
     Here(PeerRequest),
 }
@@ -269,4 +270,17 @@ enum Failure {
 /// `forward` hands back the request it was given; any other variant is a bug in this file.
 fn unreachable_request<T>() -> T {
     unreachable!("Forwarder::forward returns the request it was given")
+}
+
+/// The machine's replies to forwarded writes: a leader answers a write with nothing else.
+fn machine_replies(answers: Vec<Answer>) -> Result<Vec<Reply>, NodeError> {
+    answers
+        .into_iter()
+        .map(|answer| match answer {
+            Answer::Machine(reply) => Ok(reply),
+            other => Err(NodeError::Forward {
+                reason: format!("the leader answered a write with {other:?}"),
+            }),
+        })
+        .collect()
 }

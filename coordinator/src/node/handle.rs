@@ -29,6 +29,7 @@ use super::proposer::{NodeCommand, Proposer};
 use super::rate::AgentRates;
 use super::snapshot::KeptSnapshots;
 use super::waits::{Respond, Waits, answer_with};
+use crate::answer::Answer;
 use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
 use crate::state_machine::{AgentRequest, LeaseId, Limits, Reply};
@@ -135,7 +136,7 @@ impl NodeHandle {
         let role = self.role_for(agent, &request.op);
         if !role.allows(Role::needed_for(&request.op)) {
             let refusal = auth::forbidden(&request.op, agent, role);
-            return answer_with(op, started, &request.id, Ok(refusal), respond);
+            return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
         }
         // A leader without a quorum can commit nothing: say so now, not after the commit
         // timeout. `admin.status` still answers: it is how an operator sees this.
@@ -184,10 +185,12 @@ impl NodeHandle {
             let airspace = matches!(request.op, Op::AirspaceQuery { .. });
             let mut answer = handle.answer_read(&agent, request).await;
             if inspect && !role.allows(Role::Admin) {
-                answer = answer.map(|reply| auth::redact_inspect(&agent, reply));
+                answer = answer
+                    .map(|answer| answer.map_reply(|reply| auth::redact_inspect(&agent, reply)));
             }
             if airspace && !role.allows(Role::Observer) {
-                answer = answer.map(|reply| auth::redact_conflicts(&agent, reply));
+                answer = answer
+                    .map(|answer| answer.map_reply(|reply| auth::redact_conflicts(&agent, reply)));
             }
             drop(permit);
             answer_with(op, started, &id, answer, respond);
@@ -238,7 +241,7 @@ impl NodeHandle {
 
     /// A keepalive, read or admin op: forwarded to the leader in a cluster (except
     /// `admin.status`, this node's own view), else answered here.
-    async fn answer_read(&self, agent: &str, request: Request) -> Result<Reply, NodeError> {
+    async fn answer_read(&self, agent: &str, request: Request) -> Result<Answer, NodeError> {
         match &self.forwarder {
             Some(forwarder) if !matches!(request.op, Op::AdminStatus {}) => {
                 match forwarder.submit(agent, request).await? {
@@ -251,7 +254,7 @@ impl NodeHandle {
     }
 
     /// Answers a keepalive, read or admin op on this node (the leader, or a single node).
-    async fn answer_here(&self, agent: &str, request: Request) -> Result<Reply, NodeError> {
+    async fn answer_here(&self, agent: &str, request: Request) -> Result<Answer, NodeError> {
         match &request.op {
             Op::LeaseKeepalive { lease } => {
                 // Leadership confirmed by a quorum before the deadline moves (DESIGN.md §2).
@@ -269,11 +272,11 @@ impl NodeHandle {
                     )
                     .await;
                 match result {
-                    Ok(ractor::rpc::CallResult::Success(reply)) => Ok(reply),
+                    Ok(ractor::rpc::CallResult::Success(reply)) => Ok(reply.into()),
                     _ => Err(NodeError::Stopping),
                 }
             }
-            Op::AdminStatus {} => Ok(Reply::Status(Box::new(self.raft.status()))),
+            Op::AdminStatus {} => Ok(Answer::Status(Box::new(self.raft.status()))),
             Op::AdminMemberAdd {
                 name,
                 addr,
@@ -290,13 +293,20 @@ impl NodeHandle {
                     addr,
                     catch_up,
                 };
-                self.change_membership(agent, &request.id, change).await
+                self.change_membership(agent, &request.id, change)
+                    .await
+                    .map(Answer::from)
             }
             Op::AdminMemberRemove { name } => {
                 let change = MemberChange::Remove { name };
-                self.change_membership(agent, &request.id, change).await
+                self.change_membership(agent, &request.id, change)
+                    .await
+                    .map(Answer::from)
             }
-            Op::AdminLeases { .. } => self.admin_leases(agent, &request.op).await,
+            Op::AdminLeases { .. } => self
+                .admin_leases(agent, &request.op)
+                .await
+                .map(Answer::from),
             Op::AdminSnapshot {
                 index,
                 offset,
@@ -309,7 +319,7 @@ impl NodeHandle {
             op => {
                 let op = op.clone();
                 self.raft.confirm_leadership().await?;
-                Ok(self.raft.query(|sm| sm.query(agent, &op))?)
+                Ok(self.raft.query(|sm| sm.query(agent, &op))?.into())
             }
         }
     }
@@ -392,7 +402,7 @@ impl ForwardHandler for NodeHandle {
         self.proposer.forwarded(writes).await.map_err(refused)
     }
 
-    async fn submit(&self, agent: String, request: Request) -> Result<Reply, ForwardRefused> {
+    async fn submit(&self, agent: String, request: Request) -> Result<Answer, ForwardRefused> {
         self.leading_with_quorum()?;
         // The follower checked the agent's rate; the leader bounds what it answers, in the
         // request's lane.

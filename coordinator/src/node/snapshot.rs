@@ -25,6 +25,7 @@ use hivekeeper_protocol::validate::SNAPSHOT_PAGE_BYTES_DEFAULT;
 use tokio::time::Instant;
 
 use super::NodeError;
+use crate::answer::Answer;
 use crate::backup::PinnedSnapshot;
 use crate::raft::{RaftError, RaftHandle};
 use crate::state_machine::Reply;
@@ -61,7 +62,7 @@ impl KeptSnapshots {
         index: Option<u64>,
         offset: Option<u64>,
         page_bytes_max: Option<u32>,
-    ) -> Result<Reply, NodeError> {
+    ) -> Result<Answer, NodeError> {
         let page_bytes = page_bytes_max.unwrap_or(SNAPSHOT_PAGE_BYTES_DEFAULT) as usize;
         let snapshot = match index {
             None => self.take(raft).await?,
@@ -76,13 +77,16 @@ impl KeptSnapshots {
                              start again without `index`",
                             PINNED_IDLE.as_secs()
                         ),
-                    ));
+                    )
+                    .into());
                 }
             },
         };
         Ok(match snapshot.page(offset.unwrap_or(0), page_bytes) {
-            Ok(page) => Reply::Snapshot(Box::new(page)),
-            Err(error) => Reply::refused(ErrorCode::BadRequest, format!("admin.snapshot: {error}")),
+            Ok(page) => Answer::Snapshot(Box::new(page)),
+            Err(error) => {
+                Reply::refused(ErrorCode::BadRequest, format!("admin.snapshot: {error}")).into()
+            }
         })
     }
 

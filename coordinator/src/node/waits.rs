@@ -46,6 +46,7 @@ use tokio::time::Instant;
 
 use super::NodeError;
 use super::metrics;
+use crate::answer::Answer;
 use crate::raft::Origin;
 use crate::state_machine::Reply;
 
@@ -358,6 +359,7 @@ fn finish(pending: Pending, request_id: &str, answer: Result<Reply, NodeError>) 
         }
         (_, _) => pending.respond,
     };
+    let answer = answer.map(Answer::Machine);
     answer_with(pending.op, pending.started, request_id, answer, respond);
 }
 
@@ -367,15 +369,15 @@ pub(crate) fn answer_with(
     op: &'static str,
     started: Instant,
     request_id: &str,
-    answer: Result<Reply, NodeError>,
+    answer: Result<Answer, NodeError>,
     respond: Respond,
 ) {
     let response = match answer {
-        Ok(reply) => {
-            if let Reply::Fence { valid, .. } = &reply {
+        Ok(answer) => {
+            if let Answer::Machine(Reply::Fence { valid, .. }) = &answer {
                 metrics::fence_checked(*valid);
             }
-            match crate::response::response(request_id, &reply) {
+            match crate::response::response(request_id, &answer) {
                 Some(response) => response,
                 // Only a queueable write is answered `Queued`, and those are pending here.
                 None => Response::error(

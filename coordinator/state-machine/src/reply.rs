@@ -1,8 +1,7 @@
 //! What the machine answers: to an entry's proposer, or to a read ([`Reply`]).
 
 use hivekeeper_protocol::{
-    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, LeaseInfo, NodeStatus, ResourceInfo, Role,
-    SnapshotPage, WaiterInfo,
+    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, LeaseInfo, ResourceInfo, Role, WaiterInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -77,12 +76,6 @@ pub enum Reply {
         /// Detail for a human.
         message: String,
     },
-    /// `admin.status`, built by the node from Raft's metrics (the machine cannot see Raft).
-    /// Boxed: large and rare.
-    Status(Box<NodeStatus>),
-    /// `admin.snapshot`: one page of a snapshot the leader keeps, built by the node (the
-    /// machine's bytes at one applied index). Boxed: large and rare.
-    Snapshot(Box<SnapshotPage>),
     /// `admin.leases`: one page of live leases.
     Leases {
         /// Leases in id order; the node adds `remaining_ms` from its keeper's deadlines.

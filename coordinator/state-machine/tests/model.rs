@@ -846,9 +846,7 @@ fn outcome_of(reply: &Reply) -> Outcome {
         },
         Reply::Refused { code, .. } => refused(*code),
         // The admin reads are the node's; the model never sends them.
-        Reply::Status(_)
-        | Reply::Snapshot(_)
-        | Reply::Leases { .. }
+        Reply::Leases { .. }
         | Reply::Resources { .. }
         | Reply::Conflicts { .. }
         | Reply::Accounts { .. } => {

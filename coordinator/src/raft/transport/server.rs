@@ -28,6 +28,7 @@ use super::tls::{self, PeerAcceptor, PeerStream};
 use super::wire::{
     self, AgentWrite, Envelope, ForwardRefused, Hello, HelloReply, PeerRequest, PeerResponse,
 };
+use crate::answer::Answer;
 use crate::raft::{ElectionClock, NodeId, RaftHandle};
 use crate::state_machine::Reply;
 
@@ -46,7 +47,7 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
         &self,
         agent: String,
         request: Request,
-    ) -> impl Future<Output = Result<Reply, ForwardRefused>> + Send;
+    ) -> impl Future<Output = Result<Answer, ForwardRefused>> + Send;
 }
 
 /// Accepts peers on `listener` until the task is aborted; aborting it also ends every
@@ -322,7 +323,12 @@ async fn answer<H: ForwardHandler>(
             }
             PeerResponse::InstallSnapshot(result)
         }
-        PeerRequest::Writes(writes) => PeerResponse::Replies(handler.propose(writes).await),
+        PeerRequest::Writes(writes) => PeerResponse::Replies(
+            handler
+                .propose(writes)
+                .await
+                .map(|replies| replies.into_iter().map(Answer::Machine).collect()),
+        ),
         PeerRequest::Submit { agent, request } => PeerResponse::Replies(
             handler
                 .submit(agent, request)

@@ -34,9 +34,10 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 use super::TransportError;
+use crate::answer::Answer;
 use crate::raft::config::SNAPSHOT_CHUNK_BYTES;
 use crate::raft::{BATCH_MAX, NodeId, RaftConfig, TypeConfig};
-use crate::state_machine::{AgentRequest, Command, Reply};
+use crate::state_machine::{AgentRequest, Command};
 
 /// Largest hello or hello reply: a cluster name, two node ids and a refusal's reason. The
 /// codec starts at this bound and is raised to [`frame_max_bytes`] only after a welcome, so a
@@ -234,9 +235,10 @@ pub enum PeerResponse {
     InstallSnapshot(
         Result<InstallSnapshotResponse<TypeConfig>, RaftError<TypeConfig, InstallSnapshotError>>,
     ),
-    /// To a forwarded request: the replies, or why the node could not answer (then every
+    /// To a forwarded request: the answers (the machine's replies to writes; to a submitted
+    /// request, the machine's or the node's own), or why the node could not answer (then every
     /// command of it is answered `unavailable` and the agent retries with the same id).
-    Replies(Result<Vec<Reply>, ForwardRefused>),
+    Replies(Result<Vec<Answer>, ForwardRefused>),
 }
 
 /// Why a leader could not answer a forwarded request (it was deposed, lost its quorum, or is
@@ -273,7 +275,37 @@ pub(super) fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, TransportEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state_machine::Reply;
     use hivekeeper_protocol::Op;
+
+    /// A machine reply in an answer is the reply's own MessagePack, so members of builds
+    /// without node answers read it, and node answers come back as themselves.
+    #[test]
+    fn an_answer_of_the_machine_is_the_replys_own_bytes() {
+        let reply = Reply::Granted { token: 7 << 16 };
+        let answers: Result<Vec<Answer>, ForwardRefused> = Ok(vec![reply.clone().into()]);
+        let replies: Result<Vec<Reply>, ForwardRefused> = Ok(vec![reply]);
+        let bytes = rmp_serde::to_vec_named(&answers).expect("encodes");
+        assert_eq!(bytes, rmp_serde::to_vec_named(&replies).expect("encodes"));
+        let read: Result<Vec<Answer>, ForwardRefused> =
+            rmp_serde::from_slice(&bytes).expect("decodes");
+        assert_eq!(read, answers);
+        let page = hivekeeper_protocol::SnapshotPage {
+            index: 9,
+            term: 2,
+            total_bytes: 3,
+            offset: 0,
+            data: "AAAA".into(),
+            digest: "00".into(),
+            done: true,
+        };
+        let snapshot: Result<Vec<Answer>, ForwardRefused> =
+            Ok(vec![Answer::Snapshot(Box::new(page))]);
+        let bytes = rmp_serde::to_vec_named(&snapshot).expect("encodes");
+        let read: Result<Vec<Answer>, ForwardRefused> =
+            rmp_serde::from_slice(&bytes).expect("decodes");
+        assert_eq!(read, snapshot);
+    }
 
     /// A member of an older build reads the refusal as the text it always was, and the reverse.
     #[test]
