@@ -126,17 +126,16 @@ impl Node {
             None => None,
         };
         let peer_server = peer_listener.map(|listener| {
-            tokio::spawn(transport::serve(
-                listener,
-                node_id,
-                CLUSTER_NAME.to_string(),
-                transport::frame_max_bytes(&config.raft),
-                raft.clone(),
-                network.election_clock(),
-                handle.clone(),
-                faults.clone(),
-                peer_acceptor,
-            ))
+            let peer = transport::PeerServer {
+                me: node_id,
+                cluster: CLUSTER_NAME.to_string(),
+                frame_max_bytes: transport::frame_max_bytes(&config.raft),
+                raft: raft.clone(),
+                election: network.election_clock(),
+                handler: handle.clone(),
+                faults: faults.clone(),
+            };
+            tokio::spawn(transport::serve(listener, peer, peer_acceptor))
         });
         make_configured_limits_replicated(&config, &handle).await?;
         let node = Node {

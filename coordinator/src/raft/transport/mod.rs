@@ -41,7 +41,7 @@ mod wire;
 
 pub use client::{PeerClient, PeerPool};
 pub use faults::NetworkFaults;
-pub use server::{ForwardHandler, serve};
+pub use server::{ForwardHandler, PeerServer, serve};
 pub use tls::{PeerAcceptor, PeerHandshakeError, PeerTlsFiles};
 pub use wire::{
     AgentWrite, ForwardRefused, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse,

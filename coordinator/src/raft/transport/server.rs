@@ -52,21 +52,13 @@ pub trait ForwardHandler: Clone + Send + Sync + 'static {
 
 /// Accepts peers on `listener` until the task is aborted; aborting it also ends every
 /// connection it accepted (they are its own tasks), so a stopped node answers no peer from a
-/// connection opened before it stopped. Raft RPCs go to `raft` (and what
-/// they say about the leader's liveness to `election`), forwarded requests to `handler`.
+/// connection opened before it stopped. Each connection answers as `peer` says.
 /// Frames after the hello are bounded by `frame_max_bytes` ([`wire::frame_max_bytes`]).
 /// With `tls`, each connection's TLS handshake (on its own task) must admit the peer before
 /// its first frame is read.
-#[allow(clippy::too_many_arguments)]
 pub async fn serve<H: ForwardHandler>(
     listener: TcpListener,
-    me: NodeId,
-    cluster: String,
-    frame_max_bytes: usize,
-    raft: Arc<RaftHandle>,
-    election: Arc<ElectionClock>,
-    handler: H,
-    faults: NetworkFaults,
+    peer: PeerServer<H>,
     tls: Option<PeerAcceptor>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
@@ -86,15 +78,7 @@ pub async fn serve<H: ForwardHandler>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let peer = PeerConnection {
-            me,
-            cluster: cluster.clone(),
-            frame_max_bytes,
-            raft: raft.clone(),
-            election: election.clone(),
-            handler: handler.clone(),
-            faults: faults.clone(),
-        };
+        let peer = peer.clone();
         let tls = tls.clone();
         connections.spawn(async move {
             match tls {
@@ -108,18 +92,27 @@ pub async fn serve<H: ForwardHandler>(
     }
 }
 
-struct PeerConnection<H> {
-    me: NodeId,
-    cluster: String,
+/// What every connection of the peer server answers with; each accepted connection gets a
+/// clone.
+#[derive(Clone)]
+pub struct PeerServer<H> {
+    /// This member's id, checked against each dialler's hello.
+    pub me: NodeId,
+    /// The cluster's name, checked against each dialler's hello.
+    pub cluster: String,
     /// The bound on frames after the hello.
-    frame_max_bytes: usize,
-    raft: Arc<RaftHandle>,
-    election: Arc<ElectionClock>,
-    handler: H,
-    faults: NetworkFaults,
+    pub frame_max_bytes: usize,
+    /// Where Raft RPCs go.
+    pub raft: Arc<RaftHandle>,
+    /// What Raft RPCs say about the leader's liveness goes here.
+    pub election: Arc<ElectionClock>,
+    /// Where forwarded requests go.
+    pub handler: H,
+    /// Injected network faults (tests and the nemesis).
+    pub faults: NetworkFaults,
 }
 
-impl<H: ForwardHandler> PeerConnection<H> {
+impl<H: ForwardHandler> PeerServer<H> {
     /// Serves one connection; `identity` is who the peer's verified certificate names (TLS).
     async fn run(self, stream: PeerStream, identity: Option<PeerIdentity>) {
         let mut link = Framed::new(stream, wire::codec());
