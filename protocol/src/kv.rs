@@ -140,6 +140,46 @@ pub struct Get {
     pub limit: Option<u32>,
 }
 
+impl From<KeySelector> for Delete {
+    fn from(selector: KeySelector) -> Self {
+        match selector {
+            KeySelector::Key(key) => Delete {
+                key: Some(key),
+                prefix: None,
+            },
+            KeySelector::Prefix(prefix) => Delete {
+                key: None,
+                prefix: Some(prefix),
+            },
+        }
+    }
+}
+
+impl Delete {
+    /// The keys it names; exactly one of `key` and `prefix` must be given.
+    pub fn selector(&self) -> Result<KeySelector, InvalidField> {
+        KeySelector::from_fields("kv.txn", self.key.as_deref(), self.prefix.as_deref())
+    }
+}
+
+impl Get {
+    /// The keys it names; exactly one of `key` and `prefix` must be given.
+    pub fn selector(&self) -> Result<KeySelector, InvalidField> {
+        KeySelector::from_fields("kv.txn", self.key.as_deref(), self.prefix.as_deref())
+    }
+
+    /// A read of `selector`: for a prefix, the page after `after` of at most `limit` keys.
+    pub fn new(selector: KeySelector, after: Option<String>, limit: Option<u32>) -> Self {
+        let Delete { key, prefix } = selector.into();
+        Get {
+            key,
+            prefix,
+            after,
+            limit,
+        }
+    }
+}
+
 /// A comparison operator, with its wire spelling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CompareOp {
@@ -337,7 +377,12 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// A key: 1 to [`KEY_BYTES_MAX`] bytes; `writes` refuses the reserved keys.
-pub(crate) fn check_key(op: &str, field: &str, key: &str, writes: bool) -> Result<(), InvalidField> {
+pub(crate) fn check_key(
+    op: &str,
+    field: &str,
+    key: &str,
+    writes: bool,
+) -> Result<(), InvalidField> {
     if key.is_empty() || key.len() > KEY_BYTES_MAX {
         return Err(InvalidField(format!(
             "{op}: `{field}` is {} bytes, it must be 1 to {KEY_BYTES_MAX}",

@@ -28,7 +28,11 @@
 //!   refused ([`KvError::Reserved`]), and a client's prefix delete that spans them (the empty
 //!   prefix) leaves them alone. Reads see them.
 //!
-//! Layout: this file holds the types, the reads and the invariants; `kv/write.rs` the puts,
+//! The wire shapes (keys, selectors, puts, compares, txn ops and their results, events) are
+//! the protocol's (`hivekeeper_protocol::kv`), declared once there; a key's lease is its wire
+//! id there and a [`LeaseId`] here.
+//!
+//! Layout: this file holds the key space, the reads and the invariants; `kv/write.rs` the puts,
 //! deletes and lease ends with their undo; `kv/txn.rs` txns; `kv/history.rs` the event history
 //! and watch pages; `kv/limits.rs` the bounds and refusals.
 //!
@@ -62,32 +66,16 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::{InvariantViolation, LeaseId};
+pub use history::Compacted;
 use history::History;
-pub use history::{Compacted, EventKind, KvEvent, WatchPage};
-pub use limits::{KV_LIMITS_DEFAULT, KvError, KvLimits, TXN_COMPARES_MAX, TXN_OPS_MAX};
-pub use txn::{Compare, CompareOp, CompareTarget, Holder, Txn, TxnOp, TxnOutcome, TxnResult};
+pub use hivekeeper_protocol::kv::{
+    Compare, CompareOp, CompareTarget, Delete, Deleted, EventKind, Get, Holder, KeySelector,
+    KeyValue, KvEvent, Put, PutResult, RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX,
+    TxnOp, TxnResult, WatchPage,
+};
+pub use limits::{KV_LIMITS_DEFAULT, KvError, KvLimits};
+pub use txn::{Txn, TxnOutcome};
 use write::Undo;
-
-/// The first byte of the keys reserved for the service.
-pub const RESERVED_PREFIX: char = '$';
-
-/// One key as it is read and as events carry it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyValue {
-    /// The key, 1 to `key_bytes_max` bytes of UTF-8.
-    pub key: String,
-    /// The value, any UTF-8 up to `value_bytes_max` bytes.
-    pub value: String,
-    /// The revision of the put that created the key (since its last delete).
-    pub create_revision: u64,
-    /// The revision of the key's last put.
-    pub mod_revision: u64,
-    /// Puts since creation: 1 after the creating put.
-    pub version: u64,
-    /// The lease the key is deleted with, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseId>,
-}
 
 /// A key's state without its name (the map holds the name once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,7 +101,7 @@ impl Entry {
             create_revision: self.create_revision,
             mod_revision: self.mod_revision,
             version: self.version,
-            lease: self.lease,
+            lease: self.lease.map(|lease| lease.to_string()),
         }
     }
 }
@@ -125,66 +113,6 @@ pub enum Writer {
     Client,
     /// The service itself (its own bookkeeping under `$`).
     Service,
-}
-
-/// Which keys an op or a watch names: one key, or every key with a prefix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KeySelector {
-    /// Exactly this key.
-    Key(String),
-    /// Every key starting with this (the empty prefix: every key).
-    Prefix(String),
-}
-
-impl KeySelector {
-    /// Whether `key` is one the selector names.
-    pub fn matches(&self, key: &str) -> bool {
-        match self {
-            KeySelector::Key(named) => named == key,
-            KeySelector::Prefix(prefix) => key.starts_with(prefix.as_str()),
-        }
-    }
-}
-
-/// A put: the key, its new value and lease, and whether to return the previous key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Put {
-    /// The key.
-    pub key: String,
-    /// Its new value.
-    pub value: String,
-    /// The lease to bind it to (replacing any it had), or none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseId>,
-    /// Return the key as it was before the put.
-    #[serde(default)]
-    pub prev_kv: bool,
-}
-
-/// What a put answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PutResult {
-    /// The key before the put, when asked for and it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prev_kv: Option<KeyValue>,
-}
-
-/// What a delete answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Deleted {
-    /// How many keys it deleted.
-    pub deleted: u64,
-}
-
-/// One page of keys in byte order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RangePage {
-    /// The keys, in byte order.
-    pub kvs: Vec<KeyValue>,
-    /// The last key of this page when more keys follow: pass it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
 }
 
 /// The key space: the keys, their lease index and the event history.

@@ -152,9 +152,10 @@ pub use command::{Command, LogMeta};
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
 pub use kv::{
-    Compacted, Compare, CompareOp, CompareTarget, Deleted, EventKind, Holder, KV_LIMITS_DEFAULT,
-    KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult, RESERVED_PREFIX,
-    RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult, WatchPage, Writer,
+    Compacted, Compare, CompareOp, CompareTarget, Delete, Deleted, EventKind, Get, Holder,
+    KV_LIMITS_DEFAULT, KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult,
+    RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult,
+    WatchPage, Writer,
 };
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};
