@@ -85,6 +85,10 @@ pub fn response(id: &str, reply: &Reply) -> Option<Response> {
             next_after: next_after.clone(),
         }
         .into(),
+        Reply::KvPut(done) => done.clone().into(),
+        Reply::KvPage(page) => page.clone().into(),
+        Reply::KvDeleted(done) => done.clone().into(),
+        Reply::KvTxn(done) => done.clone().into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),

@@ -50,6 +50,7 @@
 
 mod history;
 mod limits;
+pub(crate) mod ops;
 mod txn;
 mod write;
 
@@ -216,6 +217,17 @@ impl KeySpace {
     /// How many events the history keeps.
     pub fn history_len(&self) -> usize {
         self.history.len()
+    }
+
+    /// Whether nothing was ever written and the bounds are the defaults: such a key space is
+    /// left out of the machine's snapshot, whose bytes stay those of a machine without keys.
+    pub fn is_unused(&self) -> bool {
+        self.revision == 0 && self.limits == KvLimits::default()
+    }
+
+    /// The leases some key is bound to, in id order.
+    pub fn leases(&self) -> impl Iterator<Item = LeaseId> + '_ {
+        self.by_lease.keys().copied()
     }
 
     /// The keys bound to `lease`, in byte order.
