@@ -249,12 +249,10 @@ impl NodeHandle {
                 }
         );
         match &self.forwarder {
-            Some(forwarder) if !local => {
-                match forwarder.submit(agent, request).await? {
-                    Ok(reply) => Ok(reply),
-                    Err(request) => self.answer_here(agent, request).await,
-                }
-            }
+            Some(forwarder) if !local => match forwarder.submit(agent, request).await? {
+                Ok(reply) => Ok(reply),
+                Err(request) => self.answer_here(agent, request).await,
+            },
             _ => self.answer_here(agent, request).await,
         }
     }
