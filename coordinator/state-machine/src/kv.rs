@@ -59,6 +59,8 @@ mod history_test;
 #[cfg(test)]
 mod model_test;
 #[cfg(test)]
+mod ops_test;
+#[cfg(test)]
 mod txn_test;
 
 use std::collections::{BTreeMap, BTreeSet};
