@@ -79,16 +79,15 @@ impl KeySelector {
 
     /// The selector of an op's optional `key` and `prefix`: exactly one must be given.
     pub fn from_fields(
-        op: &str,
         key: Option<&str>,
         prefix: Option<&str>,
     ) -> Result<KeySelector, InvalidField> {
         match (key, prefix) {
             (Some(key), None) => Ok(KeySelector::Key(key.to_string())),
             (None, Some(prefix)) => Ok(KeySelector::Prefix(prefix.to_string())),
-            _ => Err(InvalidField(format!(
-                "{op}: give exactly one of `key` and `prefix`"
-            ))),
+            _ => Err(InvalidField(
+                "give exactly one of `key` and `prefix`".to_string(),
+            )),
         }
     }
 }
@@ -158,14 +157,14 @@ impl From<KeySelector> for Delete {
 impl Delete {
     /// The keys it names; exactly one of `key` and `prefix` must be given.
     pub fn selector(&self) -> Result<KeySelector, InvalidField> {
-        KeySelector::from_fields("kv.txn", self.key.as_deref(), self.prefix.as_deref())
+        KeySelector::from_fields(self.key.as_deref(), self.prefix.as_deref())
     }
 }
 
 impl Get {
     /// The keys it names; exactly one of `key` and `prefix` must be given.
     pub fn selector(&self) -> Result<KeySelector, InvalidField> {
-        KeySelector::from_fields("kv.txn", self.key.as_deref(), self.prefix.as_deref())
+        KeySelector::from_fields(self.key.as_deref(), self.prefix.as_deref())
     }
 
     /// A read of `selector`: for a prefix, the page after `after` of at most `limit` keys.
@@ -377,37 +376,32 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// A key: 1 to [`KEY_BYTES_MAX`] bytes; `writes` refuses the reserved keys.
-pub(crate) fn check_key(
-    op: &str,
-    field: &str,
-    key: &str,
-    writes: bool,
-) -> Result<(), InvalidField> {
+pub(crate) fn check_key(field: &str, key: &str, writes: bool) -> Result<(), InvalidField> {
     if key.is_empty() || key.len() > KEY_BYTES_MAX {
         return Err(InvalidField(format!(
-            "{op}: `{field}` is {} bytes, it must be 1 to {KEY_BYTES_MAX}",
+            "`{field}` is {} bytes, it must be 1 to {KEY_BYTES_MAX}",
             key.len()
         )));
     }
-    check_reserved(op, field, key, writes)
+    check_reserved(field, key, writes)
 }
 
 /// A prefix: at most [`KEY_BYTES_MAX`] bytes (empty: every key); `writes` refuses one in the
 /// reserved keys.
-fn check_prefix(op: &str, prefix: &str, writes: bool) -> Result<(), InvalidField> {
+fn check_prefix(prefix: &str, writes: bool) -> Result<(), InvalidField> {
     if prefix.len() > KEY_BYTES_MAX {
         return Err(InvalidField(format!(
-            "{op}: `prefix` is {} bytes, it must be at most {KEY_BYTES_MAX}",
+            "`prefix` is {} bytes, it must be at most {KEY_BYTES_MAX}",
             prefix.len()
         )));
     }
-    check_reserved(op, "prefix", prefix, writes)
+    check_reserved("prefix", prefix, writes)
 }
 
-fn check_reserved(op: &str, field: &str, key: &str, writes: bool) -> Result<(), InvalidField> {
+fn check_reserved(field: &str, key: &str, writes: bool) -> Result<(), InvalidField> {
     if writes && key.starts_with(RESERVED_PREFIX) {
         return Err(InvalidField(format!(
-            "{op}: `{field}` {key:?} is reserved for the service (it starts with `$`): \
+            "`{field}` {key:?} is reserved for the service (it starts with `$`): \
              clients may only read it"
         )));
     }
@@ -416,22 +410,20 @@ fn check_reserved(op: &str, field: &str, key: &str, writes: bool) -> Result<(), 
 
 /// The selector of a `key`/`prefix` pair, each within its bounds.
 pub(crate) fn check_selector(
-    op: &str,
     key: Option<&str>,
     prefix: Option<&str>,
     writes: bool,
 ) -> Result<KeySelector, InvalidField> {
-    let selector = KeySelector::from_fields(op, key, prefix)?;
+    let selector = KeySelector::from_fields(key, prefix)?;
     match &selector {
-        KeySelector::Key(key) => check_key(op, "key", key, writes)?,
-        KeySelector::Prefix(prefix) => check_prefix(op, prefix, writes)?,
+        KeySelector::Key(key) => check_key("key", key, writes)?,
+        KeySelector::Prefix(prefix) => check_prefix(prefix, writes)?,
     }
     Ok(selector)
 }
 
 /// A page's `after` and `limit`: `after` only with a prefix.
 pub(crate) fn check_page(
-    op: &str,
     selector: &KeySelector,
     after: Option<&str>,
     limit: Option<u32>,
@@ -439,16 +431,16 @@ pub(crate) fn check_page(
     if let Some(after) = after {
         if matches!(selector, KeySelector::Key(_)) {
             return Err(InvalidField(format!(
-                "{op}: `after` pages a `prefix`, not a `key`"
+                "`after` pages a `prefix`, not a `key`"
             )));
         }
-        check_key(op, "after", after, false)?;
+        check_key("after", after, false)?;
     }
     if let Some(limit) = limit
         && !(1..=KV_PAGE_MAX).contains(&limit)
     {
         return Err(InvalidField(format!(
-            "{op}: `limit` is {limit}, it must be from 1 to {KV_PAGE_MAX}"
+            "`limit` is {limit}, it must be from 1 to {KV_PAGE_MAX}"
         )));
     }
     Ok(())
@@ -460,17 +452,16 @@ pub(crate) fn check_txn(
     success: &[TxnOp],
     failure: &[TxnOp],
 ) -> Result<(), InvalidField> {
-    const OP: &str = "kv.txn";
     if compare.len() > TXN_COMPARES_MAX {
         return Err(InvalidField(format!(
-            "{OP}: `compare` has {} compares, at most {TXN_COMPARES_MAX} are allowed",
+            "`compare` has {} compares, at most {TXN_COMPARES_MAX} are allowed",
             compare.len()
         )));
     }
     for compare in compare {
         match compare {
             Compare::Key { key, target, .. } => {
-                check_key(OP, "key", key, false)?;
+                check_key("key", key, false)?;
                 if let CompareTarget::Lease(Some(lease)) = target {
                     validate::name("lease", lease)?;
                 }
@@ -481,25 +472,25 @@ pub(crate) fn check_txn(
     for (field, branch) in [("success", success), ("failure", failure)] {
         if branch.len() > TXN_OPS_MAX {
             return Err(InvalidField(format!(
-                "{OP}: `{field}` has {} ops, at most {TXN_OPS_MAX} are allowed",
+                "`{field}` has {} ops, at most {TXN_OPS_MAX} are allowed",
                 branch.len()
             )));
         }
         for op in branch {
             match op {
                 TxnOp::Put(put) => {
-                    check_key(OP, "key", &put.key, true)?;
+                    check_key("key", &put.key, true)?;
                     if let Some(lease) = &put.lease {
                         validate::name("lease", lease)?;
                     }
                 }
                 TxnOp::Delete(delete) => {
-                    check_selector(OP, delete.key.as_deref(), delete.prefix.as_deref(), true)?;
+                    check_selector(delete.key.as_deref(), delete.prefix.as_deref(), true)?;
                 }
                 TxnOp::Get(get) => {
                     let selector =
-                        check_selector(OP, get.key.as_deref(), get.prefix.as_deref(), false)?;
-                    check_page(OP, &selector, get.after.as_deref(), get.limit)?;
+                        check_selector(get.key.as_deref(), get.prefix.as_deref(), false)?;
+                    check_page(&selector, get.after.as_deref(), get.limit)?;
                 }
             }
         }

@@ -86,7 +86,7 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
-            Op::KvPut { key, .. } => kv::check_key("kv.put", "key", key, true)?,
+            Op::KvPut { key, .. } => kv::check_key("key", key, true)?,
             Op::KvGet {
                 key,
                 prefix,
@@ -94,12 +94,11 @@ impl Op {
                 limit,
                 ..
             } => {
-                let selector =
-                    kv::check_selector("kv.get", key.as_deref(), prefix.as_deref(), false)?;
-                kv::check_page("kv.get", &selector, after.as_deref(), *limit)?;
+                let selector = kv::check_selector(key.as_deref(), prefix.as_deref(), false)?;
+                kv::check_page(&selector, after.as_deref(), *limit)?;
             }
             Op::KvDelete { key, prefix } => {
-                kv::check_selector("kv.delete", key.as_deref(), prefix.as_deref(), true)?;
+                kv::check_selector(key.as_deref(), prefix.as_deref(), true)?;
             }
             Op::KvTxn {
                 compare,

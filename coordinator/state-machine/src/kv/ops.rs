@@ -198,8 +198,8 @@ impl StateMachine {
 
 /// The selector of an op's `key` and `prefix`, or `bad_request`.
 fn selector(op: &str, key: Option<&str>, prefix: Option<&str>) -> Result<KeySelector, Reply> {
-    KeySelector::from_fields(op, key, prefix)
-        .map_err(|invalid| Reply::refused(ErrorCode::BadRequest, invalid.0))
+    KeySelector::from_fields(key, prefix)
+        .map_err(|invalid| Reply::refused(ErrorCode::BadRequest, format!("{op}: {invalid}")))
 }
 
 /// A key space refusal as the wire's: full key space, bytes or lease keys are
