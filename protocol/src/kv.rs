@@ -430,9 +430,7 @@ pub(crate) fn check_page(
 ) -> Result<(), InvalidField> {
     if let Some(after) = after {
         if matches!(selector, KeySelector::Key(_)) {
-            return Err(InvalidField(format!(
-                "`after` pages a `prefix`, not a `key`"
-            )));
+            return Err("`after` pages a `prefix`, not a `key`".into());
         }
         check_key("after", after, false)?;
     }

@@ -14,8 +14,7 @@ use hivekeeper_protocol::{ErrorCode, Op, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
 use crate::grant::{Acquire, Core};
-use crate::kv::ops::PutOp;
-use crate::kv::{KeySpace, Txn};
+use crate::kv::KeySpace;
 use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
@@ -343,35 +342,9 @@ impl StateMachine {
             }
             Op::AdminAgentRotate { name } => self.account_rotate(ctx, &name, secret_hash()),
             Op::AdminAgentRemove { name } => self.account_remove(ctx, &name),
-            Op::KvPut {
-                key,
-                value,
-                lease,
-                prev_kv,
-            } => self.kv_put(
-                ctx,
-                agent,
-                PutOp {
-                    key,
-                    value,
-                    lease,
-                    prev_kv,
-                },
-            ),
-            Op::KvDelete { key, prefix } => self.kv_delete(ctx, key, prefix),
-            Op::KvTxn {
-                compare,
-                success,
-                failure,
-            } => self.kv_txn(
-                ctx,
-                agent,
-                Txn {
-                    compare,
-                    success,
-                    failure,
-                },
-            ),
+            op @ (Op::KvPut { .. } | Op::KvDelete { .. } | Op::KvTxn { .. }) => {
+                self.kv_apply(ctx, agent, op)
+            }
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),

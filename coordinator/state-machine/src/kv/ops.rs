@@ -13,22 +13,10 @@
 use std::collections::BTreeSet;
 
 use hivekeeper_protocol::kv::KV_PAGE_MAX;
-use hivekeeper_protocol::{ErrorCode, KvDeleted, KvPage, KvPutDone, KvTxnDone, ResourceKind};
+use hivekeeper_protocol::{ErrorCode, KvDeleted, KvPage, KvPutDone, KvTxnDone, Op, ResourceKind};
 
 use super::{Compare, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp, Writer};
 use crate::{Ctx, Decision, InvariantViolation, LeaseId, Reply, StateMachine, Text};
-
-/// A `kv.put` as the op gives it.
-pub(crate) struct PutOp {
-    /// The key.
-    pub key: String,
-    /// Its new value.
-    pub value: String,
-    /// The lease to bind it to, as the wire names it.
-    pub lease: Option<String>,
-    /// Whether to answer the key as it was.
-    pub prev_kv: Option<bool>,
-}
 
 impl StateMachine {
     /// The last revision issued: the last fencing token or key change (0 before any). A read's
@@ -42,18 +30,51 @@ impl StateMachine {
         &self.kv
     }
 
+    /// A kv write op (`kv.put`, `kv.delete`, `kv.txn`), handed to its handler.
+    pub(crate) fn kv_apply(&mut self, ctx: &Ctx, agent: &Text, op: Op) -> Decision {
+        match op {
+            Op::KvPut {
+                key,
+                value,
+                lease,
+                prev_kv,
+            } => self.kv_put(
+                ctx,
+                agent,
+                Put {
+                    key,
+                    value,
+                    lease,
+                    prev_kv: prev_kv.unwrap_or(false),
+                },
+            ),
+            Op::KvDelete { key, prefix } => self.kv_delete(ctx, key, prefix),
+            Op::KvTxn {
+                compare,
+                success,
+                failure,
+            } => self.kv_txn(
+                ctx,
+                agent,
+                Txn {
+                    compare,
+                    success,
+                    failure,
+                },
+            ),
+            other => Err(Reply::refused(
+                ErrorCode::BadRequest,
+                format!("{} is not a kv write", other.name()),
+            )),
+        }
+    }
+
     /// `kv.put`: the lease, when named, must be alive and the agent's (`lease_not_found`,
     /// `forbidden`).
-    pub(crate) fn kv_put(&mut self, ctx: &Ctx, agent: &Text, op: PutOp) -> Decision {
-        if let Some(lease) = &op.lease {
+    fn kv_put(&mut self, ctx: &Ctx, agent: &Text, put: Put) -> Decision {
+        if let Some(lease) = &put.lease {
             self.core.live_lease(agent, lease)?;
         }
-        let put = Put {
-            key: op.key,
-            value: op.value,
-            lease: op.lease,
-            prev_kv: op.prev_kv.unwrap_or(false),
-        };
         let (revision, done) = self.kv_write(ctx, "kv.put", |space, revision| {
             space.put(revision, Writer::Client, put)
         })?;
@@ -64,12 +85,7 @@ impl StateMachine {
     }
 
     /// `kv.delete` of one key or a prefix (the service's `$` keys are left alone).
-    pub(crate) fn kv_delete(
-        &mut self,
-        ctx: &Ctx,
-        key: Option<String>,
-        prefix: Option<String>,
-    ) -> Decision {
+    fn kv_delete(&mut self, ctx: &Ctx, key: Option<String>, prefix: Option<String>) -> Decision {
         let selector = selector("kv.delete", key.as_deref(), prefix.as_deref())?;
         let (revision, done) = self.kv_write(ctx, "kv.delete", |space, revision| {
             space.delete(revision, Writer::Client, &selector)
@@ -82,7 +98,7 @@ impl StateMachine {
 
     /// `kv.txn`: every lease a put of either branch names must be alive and the agent's; a
     /// holder compare holds while its token is among the resource's held tokens.
-    pub(crate) fn kv_txn(&mut self, ctx: &Ctx, agent: &Text, txn: Txn) -> Decision {
+    fn kv_txn(&mut self, ctx: &Ctx, agent: &Text, txn: Txn) -> Decision {
         for op in txn.success.iter().chain(&txn.failure) {
             if let TxnOp::Put(Put {
                 lease: Some(lease), ..
