@@ -1,13 +1,12 @@
 //! The key space: keys with revisions, leases and an event history that a watch resumes from.
 //!
 //! Pure and deterministic like the rest of the machine: the revision of every change is given
-//! by the caller (the log index of the entry that makes it, the space fencing tokens come
-//! from), keys are kept in a `BTreeMap` so ranges come out in byte order, and nothing reads a
-//! clock. A mutating call is all or nothing: a refused one ([`KvError`]) leaves the keys, the
+//! by the caller (the machine's next fencing token, `kv/ops.rs`), keys are kept in a
+//! `BTreeMap` so ranges come out in byte order, and nothing reads a clock. A mutating call is all or nothing: a refused one ([`KvError`]) leaves the keys, the
 //! history and the revision exactly as they were (a txn records an undo list and rolls back).
 //!
 //! ```text
-//!  put / delete / txn / end_leases (revision = log index, strictly increasing)
+//!  put / delete / txn / end_leases (revision = next token, strictly increasing)
 //!    ├─ refused ─▶ Err(KvError), nothing changed
 //!    └─ keys ─▶ one KvEvent per key written, appended to the history at that revision
 //!                  └─ history over its bounds ─▶ oldest whole revisions dropped,
@@ -34,7 +33,8 @@
 //!
 //! Layout: this file holds the key space, the reads and the invariants; `kv/write.rs` the puts,
 //! deletes and lease ends with their undo; `kv/txn.rs` txns; `kv/history.rs` the event history
-//! and watch pages; `kv/limits.rs` the bounds and refusals.
+//! and watch pages; `kv/limits.rs` the bounds and refusals; `kv/ops.rs` the machine's `kv.*`
+//! ops, which give each change its revision from the fencing-token counter.
 //!
 //! Invariants (checked by [`KeySpace::check_invariants`]):
 //! 1. Every key is 1 to `key_bytes_max` bytes; `1 <= create_revision <= mod_revision <=
