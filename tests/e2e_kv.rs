@@ -9,9 +9,13 @@
 //! - `kv.txn` runs its success or failure branch; a holder compare is true while the lock's
 //!   token holds it; 65 compares are `bad_request`.
 //! - Revisions and fencing tokens share one increasing space.
+//! - In a cluster, a linearizable `kv.get` on a follower sees a put made through another
+//!   member at once; on a member cut off from every other a serializable one still answers,
+//!   a linearizable one is `unavailable`.
 
 mod common;
 
+use common::cluster::ProcessCluster;
 use common::{Node, Raw, code};
 use serde_json::{Value, json};
 
@@ -228,4 +232,42 @@ async fn keys_are_put_read_deleted_and_fenced_over_raw_mqtt() {
         bad_request(&twice),
         "kv.txn: txn writes key \"a\" twice in one branch"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_reads_keys_linearizably_and_alone_serializably() {
+    let mut cluster = ProcessCluster::start(3, &[]).await;
+    let leader = cluster.leader(30).await;
+    let ports = cluster.mqtt_ports();
+    let follower = (leader + 1) % ports.len();
+    let other = (leader + 2) % ports.len();
+    let mut writer = Raw::connect(ports[other], "kv-writer").await;
+    let mut reader = Raw::connect(ports[follower], "kv-reader").await;
+
+    let written = put(&mut writer, "w1", "hive/config", "rate=5").await;
+    let expected = json!([{"key": "hive/config", "value": "rate=5",
+                           "create_revision": written, "mod_revision": written,
+                           "version": 1}]);
+    let read = reader
+        .call(json!({"id": "g1", "op": "kv.get", "key": "hive/config"}))
+        .await;
+    assert!(revision(&read) >= written, "{read}");
+    assert_eq!(
+        read["kvs"], expected,
+        "a linearizable read sees the put: {read}"
+    );
+
+    // The reader's member alone: a serializable read still answers from its replica.
+    for index in [leader, other] {
+        cluster.nodes[index].kill9();
+    }
+    let alone = reader
+        .call(json!({"id": "g2", "op": "kv.get", "key": "hive/config",
+                     "serializable": true}))
+        .await;
+    assert_eq!(alone["kvs"], expected, "{alone}");
+    let linearizable = reader
+        .call(json!({"id": "g3", "op": "kv.get", "key": "hive/config"}))
+        .await;
+    assert_eq!(code(&linearizable), Some("unavailable"), "{linearizable}");
 }
