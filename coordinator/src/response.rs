@@ -94,6 +94,10 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
             next_after: next_after.clone(),
         }
         .into(),
+        Reply::KvPut(done) => done.clone().into(),
+        Reply::KvPage(page) => page.clone().into(),
+        Reply::KvDeleted(done) => done.clone().into(),
+        Reply::KvTxn(done) => done.clone().into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),
@@ -126,5 +130,40 @@ mod tests {
             reply_response("r2", &Reply::Granted { token: 7 << 16 }),
             Some(Response::ok("r2", Granted { token: 7 << 16 }))
         );
+    }
+
+    #[test]
+    fn each_kv_reply_becomes_its_own_answer_shape() {
+        use hivekeeper_protocol::{KvDeleted, KvPage, KvPutDone, KvTxnDone};
+        let put = KvPutDone {
+            revision: 3 << 16,
+            prev_kv: None,
+        };
+        let page = KvPage {
+            revision: 3 << 16,
+            kvs: vec![],
+            next_after: None,
+        };
+        let deleted = KvDeleted {
+            revision: 4 << 16,
+            deleted: 2,
+        };
+        let txn = KvTxnDone {
+            revision: 5 << 16,
+            succeeded: false,
+            results: vec![],
+        };
+        let cases: [(Reply, Success); 4] = [
+            (Reply::KvPut(put.clone()), put.into()),
+            (Reply::KvPage(page.clone()), page.into()),
+            (Reply::KvDeleted(deleted.clone()), deleted.into()),
+            (Reply::KvTxn(txn.clone()), txn.into()),
+        ];
+        for (reply, success) in cases {
+            let answer = reply_response("k", &reply).expect("an answer");
+            assert_eq!(answer, Response::ok("k", success.clone()));
+            let back = Response::decode(&answer.encode()).expect("decodes");
+            assert_eq!(back.outcome.expect("a success").shape(), success.shape());
+        }
     }
 }

@@ -21,6 +21,7 @@
 //!   malformed message (`bad_request`) from an unknown op (`unknown_op`) from one too large
 //!   (`too_large`).
 //! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
+//! - [`kv`]: keys, txns and watch events: what the `kv.*` ops carry and answer.
 //! - [`airspace`]: `airspace.query`'s volume and its answer's rows.
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
@@ -32,6 +33,7 @@
 pub mod airspace;
 pub mod error;
 pub mod event;
+pub mod kv;
 pub mod priority;
 pub mod request;
 pub mod response;
@@ -42,6 +44,7 @@ pub mod validate;
 pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
+pub use kv::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{

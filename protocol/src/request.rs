@@ -20,6 +20,7 @@ mod validation;
 use serde::{Deserialize, Serialize};
 
 use crate::airspace::QueryVolume;
+use crate::kv::{Compare, TxnOp};
 use crate::priority::Priority;
 use crate::role::Role;
 
@@ -442,6 +443,67 @@ pub enum Op {
     AdminAgentRotate {
         /// The agent id.
         name: String,
+    },
+    /// Put one key: create it or replace its value, bound to a lease or to none
+    /// (`crate::kv`).
+    #[op("kv.put", Write)]
+    KvPut {
+        /// The key, 1 to 512 bytes; not one of the service's (`$...`).
+        key: String,
+        /// The new value.
+        value: String,
+        /// The sending agent's live lease the key is deleted with; absent: none (a put
+        /// without a lease unbinds the key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<String>,
+        /// Answer the key as it was before the put.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prev_kv: Option<bool>,
+    },
+    /// Read one key, or a page of the keys with a prefix in byte order. Linearizable unless
+    /// `serializable`.
+    #[op("kv.get", Read)]
+    KvGet {
+        /// One key; exactly one of `key` and `prefix`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// Every key starting with it (empty: every key), a page at a time.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+        /// With `prefix`: only keys after this one (the previous page's `next_after`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<String>,
+        /// With `prefix`: most keys in the page, 1 to [`crate::kv::KV_PAGE_MAX`]; absent: the
+        /// maximum.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<u32>,
+        /// Answer from the receiving member's replica without a read-index round: faster,
+        /// possibly stale.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        serializable: Option<bool>,
+    },
+    /// Delete one key, or every key with a prefix.
+    #[op("kv.delete", Write)]
+    KvDelete {
+        /// One key; exactly one of `key` and `prefix`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// Every key starting with it (the service's `$` keys excepted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+    },
+    /// Compares, then one branch of puts, deletes and gets, all in one entry and one revision.
+    #[op("kv.txn", Write)]
+    KvTxn {
+        /// Conditions, at most 64; all must hold for `success` to run (none: it runs).
+        #[serde(default)]
+        compare: Vec<Compare>,
+        /// Ops run when every compare holds, at most 64.
+        #[serde(default)]
+        success: Vec<TxnOp>,
+        /// Ops run otherwise, at most 64.
+        #[serde(default)]
+        failure: Vec<TxnOp>,
     },
 }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::airspace::ConflictInfo;
 use crate::error::ErrorCode;
+use crate::kv::{KvDeleted, KvPage, KvPutDone, KvTxnDone};
 use crate::priority::Priority;
 use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
@@ -68,6 +69,14 @@ pub enum Success {
     Accounts(AccountPage),
     /// `admin.agent.add`, `admin.agent.rotate`.
     AccountIssued(AccountIssued),
+    /// `kv.txn`.
+    KvTxn(KvTxnDone),
+    /// `kv.get`.
+    KvPage(KvPage),
+    /// `kv.delete`.
+    KvDeleted(KvDeleted),
+    /// `kv.put`: after the other `kv.*` answers, whose `revision` it shares.
+    KvPut(KvPutDone),
     /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
     Granted(Granted),
     /// `lease.keepalive`.
@@ -140,6 +149,10 @@ reply_shapes! {
     Conflicts(ConflictPage) = "a page of conflicts",
     Accounts(AccountPage) = "a page of accounts",
     AccountIssued(AccountIssued) = "an account",
+    KvTxn(KvTxnDone) = "a txn's outcome (`succeeded`)",
+    KvPage(KvPage) = "a page of keys (`kvs`)",
+    KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
+    KvPut(KvPutDone) = "a put's revision (`revision`)",
     Granted(Granted) = "a grant (`token`)",
     LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
     Done(Done) = "no result fields",
@@ -623,6 +636,7 @@ impl TryFrom<WireResponse> for Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::{Deleted, KeyValue, PutResult, RangePage, TxnResult};
 
     fn holder(i: usize) -> HolderInfo {
         HolderInfo {
@@ -741,6 +755,17 @@ mod tests {
         assert!(error.message.contains("100"), "{}", error.message);
     }
 
+    fn key_value() -> KeyValue {
+        KeyValue {
+            key: "cfg/a".into(),
+            value: "on".into(),
+            create_revision: 3 << 16,
+            mod_revision: 5 << 16,
+            version: 2,
+            lease: Some("0000000000000011".into()),
+        }
+    }
+
     /// One answer of every shape, each with its lists non-empty where it has lists.
     fn every_shape() -> Vec<Success> {
         let page = |after: &str| Some(after.to_string());
@@ -842,6 +867,40 @@ mod tests {
                 agent: "drone-1".into(),
                 role: Role::Agent,
                 secret: Some("s3cret".into()),
+            }
+            .into(),
+            KvTxnDone {
+                revision: 9 << 16,
+                succeeded: true,
+                results: vec![
+                    TxnResult::Put(PutResult { prev_kv: None }),
+                    TxnResult::Delete(Deleted { deleted: 2 }),
+                    TxnResult::Get(RangePage {
+                        kvs: vec![key_value()],
+                        next_after: None,
+                    }),
+                ],
+            }
+            .into(),
+            KvPage {
+                revision: 9 << 16,
+                kvs: vec![key_value()],
+                next_after: page("cfg/a"),
+            }
+            .into(),
+            KvDeleted {
+                revision: 9 << 16,
+                deleted: 0,
+            }
+            .into(),
+            KvPutDone {
+                revision: 9 << 16,
+                prev_kv: Some(key_value()),
+            }
+            .into(),
+            KvPutDone {
+                revision: 10 << 16,
+                prev_kv: None,
             }
             .into(),
             Granted { token: u64::MAX }.into(),

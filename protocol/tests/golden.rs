@@ -7,6 +7,10 @@
 //! are compared exactly, messages that come from serde itself are checked for the field they
 //! name.
 
+use hivekeeper_protocol::kv::{
+    Compare, CompareOp, CompareTarget, Deleted, Get, Holder, KeySelector, Put, PutResult,
+    RangePage, TxnOp, TxnResult,
+};
 use hivekeeper_protocol::validate::{
     AGENT_ID_BYTES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX, SEM_LIMIT_MAX,
     WAIT_MS_MAX,
@@ -18,6 +22,7 @@ use hivekeeper_protocol::{
     ReplicationInfo, Request, ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response,
     Role, SnapshotPage, StatusReport, Success, Topics, Volume, WaiterInfo,
 };
+use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -1469,6 +1474,14 @@ fn op_names_are_complete_and_consistent() {
             None,
             true,
         ),
+        (
+            r#"{"id":"a","op":"kv.put","key":"k","value":"v","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (r#"{"id":"a","op":"kv.get","key":"k"}"#, None, false),
+        (r#"{"id":"a","op":"kv.delete","key":"k"}"#, None, true),
+        (r#"{"id":"a","op":"kv.txn"}"#, None, true),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -1515,6 +1528,10 @@ fn op_names_are_complete_and_consistent() {
             "admin.agent.list",
             "admin.agent.remove",
             "admin.agent.rotate",
+            "kv.put",
+            "kv.get",
+            "kv.delete",
+            "kv.txn",
         ]
     );
 }
@@ -1645,7 +1662,8 @@ fn error_code_unknown_op() {
          fence.check, inspect, \
          admin.status, admin.leases, admin.resources, admin.snapshot, \
          admin.revoke, admin.member.add, admin.member.remove, \
-         admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate",
+         admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate, \
+         kv.put, kv.get, kv.delete, kv.txn",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -3292,4 +3310,256 @@ fn topics_new_rejects_wildcards_and_empty() {
             "{prefix:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys: kv.put, kv.get, kv.delete, kv.txn
+// ---------------------------------------------------------------------------------------------
+
+fn key_value(key: &str, value: &str, lease: Option<&str>) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: value.into(),
+        create_revision: 0x30000,
+        mod_revision: 0x50000,
+        version: 2,
+        lease: lease.map(str::to_string),
+    }
+}
+
+/// `success` encodes to exactly `wire` (beside `id` and `ok`), and `wire` decodes back to it.
+fn assert_success(id: &str, success: Success, wire: Value) {
+    let response = Response::ok(id, success.clone());
+    assert_eq!(to_json(&response.encode()), wire);
+    let back: Response = serde_json::from_value(wire).expect("decodes");
+    assert_eq!(back.outcome, Ok(success));
+}
+
+#[test]
+fn op_kv_put() {
+    assert_request(
+        r#"{"id":"k1","op":"kv.put","key":"presence/drone-7","value":"up","lease":"0000000000000011","prev_kv":true}"#,
+        &req(
+            "k1",
+            Op::KvPut {
+                key: "presence/drone-7".into(),
+                value: "up".into(),
+                lease: Some("0000000000000011".into()),
+                prev_kv: Some(true),
+            },
+        ),
+        &json!({"id": "k1", "op": "kv.put", "key": "presence/drone-7", "value": "up",
+            "lease": "0000000000000011", "prev_kv": true}),
+    );
+    assert_request(
+        r#"{"id":"k2","op":"kv.put","key":"cfg","value":""}"#,
+        &req(
+            "k2",
+            Op::KvPut {
+                key: "cfg".into(),
+                value: String::new(),
+                lease: None,
+                prev_kv: None,
+            },
+        ),
+        &json!({"id": "k2", "op": "kv.put", "key": "cfg", "value": ""}),
+    );
+    assert_success(
+        "k1",
+        KvPutDone {
+            revision: 0x50000,
+            prev_kv: Some(key_value("presence/drone-7", "down", None)),
+        }
+        .into(),
+        json!({"id": "k1", "ok": true, "revision": 0x50000, "prev_kv": {"key": "presence/drone-7",
+            "value": "down", "create_revision": 0x30000, "mod_revision": 0x50000, "version": 2}}),
+    );
+    assert_success(
+        "k2",
+        KvPutDone {
+            revision: 7,
+            prev_kv: None,
+        }
+        .into(),
+        json!({"id": "k2", "ok": true, "revision": 7}),
+    );
+}
+
+#[test]
+fn op_kv_get() {
+    assert_request(
+        r#"{"id":"k3","op":"kv.get","prefix":"presence/","after":"presence/a","limit":10,"serializable":true}"#,
+        &req(
+            "k3",
+            Op::KvGet {
+                key: None,
+                prefix: Some("presence/".into()),
+                after: Some("presence/a".into()),
+                limit: Some(10),
+                serializable: Some(true),
+            },
+        ),
+        &json!({"id": "k3", "op": "kv.get", "prefix": "presence/", "after": "presence/a",
+            "limit": 10, "serializable": true}),
+    );
+    assert_success(
+        "k3",
+        KvPage {
+            revision: 0x90000,
+            kvs: vec![key_value("presence/b", "up", Some("0000000000000011"))],
+            next_after: Some("presence/b".into()),
+        }
+        .into(),
+        json!({"id": "k3", "ok": true, "revision": 0x90000, "kvs": [{"key": "presence/b",
+            "value": "up", "create_revision": 0x30000, "mod_revision": 0x50000, "version": 2,
+            "lease": "0000000000000011"}], "next_after": "presence/b"}),
+    );
+}
+
+#[test]
+fn op_kv_delete() {
+    assert_request(
+        r#"{"id":"k4","op":"kv.delete","prefix":"jobs/"}"#,
+        &req(
+            "k4",
+            Op::KvDelete {
+                key: None,
+                prefix: Some("jobs/".into()),
+            },
+        ),
+        &json!({"id": "k4", "op": "kv.delete", "prefix": "jobs/"}),
+    );
+    assert_success(
+        "k4",
+        KvDeleted {
+            revision: 0xa0000,
+            deleted: 3,
+        }
+        .into(),
+        json!({"id": "k4", "ok": true, "revision": 0xa0000, "deleted": 3}),
+    );
+}
+
+#[test]
+fn op_kv_txn() {
+    let wire = r#"{"id":"k5","op":"kv.txn","compare":[{"key":"counter","target":"version","op":"==","value":2},{"key":"owner","target":"lease","op":"!=","value":null},{"holder":{"kind":"lock","name":"gw"},"token":131072}],"success":[{"put":{"key":"counter","value":"3","prev_kv":true}},{"delete":{"prefix":"tmp/"}},{"get":{"key":"counter"}}],"failure":[{"get":{"prefix":"c","after":"ca","limit":5}}]}"#;
+    let op = Op::KvTxn {
+        compare: vec![
+            Compare::Key {
+                key: "counter".into(),
+                op: CompareOp::Eq,
+                target: CompareTarget::Version(2),
+            },
+            Compare::Key {
+                key: "owner".into(),
+                op: CompareOp::Ne,
+                target: CompareTarget::Lease(None),
+            },
+            Compare::Holder {
+                holder: Holder {
+                    kind: ResourceKind::Lock,
+                    name: "gw".into(),
+                },
+                token: 131_072,
+            },
+        ],
+        success: vec![
+            TxnOp::Put(Put {
+                key: "counter".into(),
+                value: "3".into(),
+                lease: None,
+                prev_kv: true,
+            }),
+            TxnOp::Delete(KeySelector::Prefix("tmp/".into()).into()),
+            TxnOp::Get(Get::new(KeySelector::Key("counter".into()), None, None)),
+        ],
+        failure: vec![TxnOp::Get(Get::new(
+            KeySelector::Prefix("c".into()),
+            Some("ca".into()),
+            Some(5),
+        ))],
+    };
+    let encoded: Value = serde_json::from_str(wire).expect("json");
+    assert_request(wire, &req("k5", op), &encoded);
+    assert_success(
+        "k5",
+        KvTxnDone {
+            revision: 0xb0000,
+            succeeded: true,
+            results: vec![
+                TxnResult::Put(PutResult {
+                    prev_kv: Some(key_value("counter", "2", None)),
+                }),
+                TxnResult::Delete(Deleted { deleted: 0 }),
+                TxnResult::Get(RangePage {
+                    kvs: vec![],
+                    next_after: None,
+                }),
+            ],
+        }
+        .into(),
+        json!({"id": "k5", "ok": true, "revision": 0xb0000, "succeeded": true, "results": [
+            {"put": {"prev_kv": {"key": "counter", "value": "2", "create_revision": 0x30000,
+                "mod_revision": 0x50000, "version": 2}}},
+            {"delete": {"deleted": 0}},
+            {"get": {"kvs": []}}
+        ]}),
+    );
+}
+
+#[test]
+fn bad_request_kv() {
+    let long = "k".repeat(513);
+    bad(
+        &format!(r#"{{"id":"b1","op":"kv.put","key":"{long}","value":"v"}}"#),
+        Some("b1"),
+        "kv.put: `key` is 513 bytes, it must be 1 to 512",
+    );
+    bad(
+        r#"{"id":"b2","op":"kv.put","key":"","value":"v"}"#,
+        Some("b2"),
+        "kv.put: `key` is 0 bytes, it must be 1 to 512",
+    );
+    bad(
+        r#"{"id":"b3","op":"kv.put","key":"$svc/x","value":"v"}"#,
+        Some("b3"),
+        "kv.put: `key` \"$svc/x\" is reserved for the service (it starts with `$`): clients may only read it",
+    );
+    bad(
+        r#"{"id":"b4","op":"kv.get","key":"a","prefix":"a"}"#,
+        Some("b4"),
+        "kv.get: give exactly one of `key` and `prefix`",
+    );
+    bad(
+        r#"{"id":"b5","op":"kv.delete"}"#,
+        Some("b5"),
+        "kv.delete: give exactly one of `key` and `prefix`",
+    );
+    bad(
+        r#"{"id":"b6","op":"kv.get","prefix":"a","limit":0}"#,
+        Some("b6"),
+        "kv.get: `limit` is 0, it must be from 1 to 1000",
+    );
+    bad(
+        r#"{"id":"b7","op":"kv.get","key":"a","after":"b"}"#,
+        Some("b7"),
+        "kv.get: `after` pages a `prefix`, not a `key`",
+    );
+    let compares = vec![r#"{"key":"a","target":"version","op":"==","value":0}"#; 65].join(",");
+    bad(
+        &format!(r#"{{"id":"b8","op":"kv.txn","compare":[{compares}]}}"#),
+        Some("b8"),
+        "kv.txn: `compare` has 65 compares, at most 64 are allowed",
+    );
+    bad(
+        r#"{"id":"b9","op":"kv.txn","success":[{"delete":{"prefix":"$"}}]}"#,
+        Some("b9"),
+        "kv.txn: `prefix` \"$\" is reserved for the service (it starts with `$`): clients may only read it",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"b10","op":"kv.txn","success":[{"move":{"key":"a"}}]}"#,
+        Some("b10"),
+        "kv.txn: ",
+        &[],
+    );
 }

@@ -453,9 +453,11 @@ impl Fake {
             | Op::RouteReserve { .. }
             | Op::RouteRelease { .. }
             | Op::RouteAmend { .. }
-            | Op::AirspaceQuery { .. } => {
-                (error(ErrorCode::BadRequest, "fake: not implemented"), true)
-            }
+            | Op::AirspaceQuery { .. }
+            | Op::KvPut { .. }
+            | Op::KvGet { .. }
+            | Op::KvDelete { .. }
+            | Op::KvTxn { .. } => (error(ErrorCode::BadRequest, "fake: not implemented"), true),
         };
         received.answered_ok = response.outcome.is_ok();
         state.received.push(received);

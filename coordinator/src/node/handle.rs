@@ -240,15 +240,22 @@ impl NodeHandle {
     }
 
     /// A keepalive, read or admin op: forwarded to the leader in a cluster (except
-    /// `admin.status`, this node's own view), else answered here.
+    /// `admin.status`, this node's own view, and a serializable `kv.get`, this node's own
+    /// replica), else answered here.
     async fn answer_read(&self, agent: &str, request: Request) -> Result<Answer, NodeError> {
-        match &self.forwarder {
-            Some(forwarder) if !matches!(request.op, Op::AdminStatus {}) => {
-                match forwarder.submit(agent, request).await? {
-                    Ok(reply) => Ok(reply),
-                    Err(request) => self.answer_here(agent, request).await,
+        let local = matches!(
+            request.op,
+            Op::AdminStatus {}
+                | Op::KvGet {
+                    serializable: Some(true),
+                    ..
                 }
-            }
+        );
+        match &self.forwarder {
+            Some(forwarder) if !local => match forwarder.submit(agent, request).await? {
+                Ok(reply) => Ok(reply),
+                Err(request) => self.answer_here(agent, request).await,
+            },
             _ => self.answer_here(agent, request).await,
         }
     }
@@ -315,6 +322,15 @@ impl NodeHandle {
                 self.snapshots
                     .page(&self.raft, *index, *offset, *page_bytes_max)
                     .await
+            }
+            // A serializable read answers from this member's replica as it is: no read-index
+            // round, so it may miss the latest writes, and a follower answers it alone.
+            Op::KvGet {
+                serializable: Some(true),
+                ..
+            } => {
+                let op = request.op.clone();
+                Ok(self.raft.query(|sm| sm.query(agent, &op))?.into())
             }
             op => {
                 let op = op.clone();

@@ -179,7 +179,8 @@ impl Core {
         })
     }
 
-    fn next_token(&mut self, index: u64) -> u64 {
+    /// The next token, also a key change's revision (one space, invariant 3).
+    pub(crate) fn next_token(&mut self, index: u64) -> u64 {
         let token = (self.token_last + 1).max(index << TOKEN_INDEX_SHIFT);
         self.token_last = token;
         token

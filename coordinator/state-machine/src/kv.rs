@@ -1,13 +1,12 @@
 //! The key space: keys with revisions, leases and an event history that a watch resumes from.
 //!
 //! Pure and deterministic like the rest of the machine: the revision of every change is given
-//! by the caller (the log index of the entry that makes it, the space fencing tokens come
-//! from), keys are kept in a `BTreeMap` so ranges come out in byte order, and nothing reads a
-//! clock. A mutating call is all or nothing: a refused one ([`KvError`]) leaves the keys, the
+//! by the caller (the machine's next fencing token, `kv/ops.rs`), keys are kept in a
+//! `BTreeMap` so ranges come out in byte order, and nothing reads a clock. A mutating call is all or nothing: a refused one ([`KvError`]) leaves the keys, the
 //! history and the revision exactly as they were (a txn records an undo list and rolls back).
 //!
 //! ```text
-//!  put / delete / txn / end_leases (revision = log index, strictly increasing)
+//!  put / delete / txn / end_leases (revision = next token, strictly increasing)
 //!    ├─ refused ─▶ Err(KvError), nothing changed
 //!    └─ keys ─▶ one KvEvent per key written, appended to the history at that revision
 //!                  └─ history over its bounds ─▶ oldest whole revisions dropped,
@@ -28,9 +27,14 @@
 //!   refused ([`KvError::Reserved`]), and a client's prefix delete that spans them (the empty
 //!   prefix) leaves them alone. Reads see them.
 //!
-//! Layout: this file holds the types, the reads and the invariants; `kv/write.rs` the puts,
+//! The wire shapes (keys, selectors, puts, compares, txn ops and their results, events) are
+//! the protocol's (`hivekeeper_protocol::kv`), declared once there; a key's lease is its wire
+//! id there and a [`LeaseId`] here.
+//!
+//! Layout: this file holds the key space, the reads and the invariants; `kv/write.rs` the puts,
 //! deletes and lease ends with their undo; `kv/txn.rs` txns; `kv/history.rs` the event history
-//! and watch pages; `kv/limits.rs` the bounds and refusals.
+//! and watch pages; `kv/limits.rs` the bounds and refusals; `kv/ops.rs` the machine's `kv.*`
+//! ops, which give each change its revision from the fencing-token counter.
 //!
 //! Invariants (checked by [`KeySpace::check_invariants`]):
 //! 1. Every key is 1 to `key_bytes_max` bytes; `1 <= create_revision <= mod_revision <=
@@ -46,6 +50,7 @@
 
 mod history;
 mod limits;
+pub(crate) mod ops;
 mod txn;
 mod write;
 
@@ -53,6 +58,8 @@ mod write;
 mod history_test;
 #[cfg(test)]
 mod model_test;
+#[cfg(test)]
+mod ops_test;
 #[cfg(test)]
 mod txn_test;
 
@@ -62,32 +69,16 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::{InvariantViolation, LeaseId};
+pub use history::Compacted;
 use history::History;
-pub use history::{Compacted, EventKind, KvEvent, WatchPage};
-pub use limits::{KV_LIMITS_DEFAULT, KvError, KvLimits, TXN_COMPARES_MAX, TXN_OPS_MAX};
-pub use txn::{Compare, CompareOp, CompareTarget, Holder, Txn, TxnOp, TxnOutcome, TxnResult};
+pub use hivekeeper_protocol::kv::{
+    Compare, CompareOp, CompareTarget, Delete, Deleted, EventKind, Get, Holder, KeySelector,
+    KeyValue, KvEvent, Put, PutResult, RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX,
+    TxnOp, TxnResult, WatchPage,
+};
+pub use limits::{KV_LIMITS_DEFAULT, KvError, KvLimits};
+pub use txn::{Txn, TxnOutcome};
 use write::Undo;
-
-/// The first byte of the keys reserved for the service.
-pub const RESERVED_PREFIX: char = '$';
-
-/// One key as it is read and as events carry it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyValue {
-    /// The key, 1 to `key_bytes_max` bytes of UTF-8.
-    pub key: String,
-    /// The value, any UTF-8 up to `value_bytes_max` bytes.
-    pub value: String,
-    /// The revision of the put that created the key (since its last delete).
-    pub create_revision: u64,
-    /// The revision of the key's last put.
-    pub mod_revision: u64,
-    /// Puts since creation: 1 after the creating put.
-    pub version: u64,
-    /// The lease the key is deleted with, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseId>,
-}
 
 /// A key's state without its name (the map holds the name once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,7 +104,7 @@ impl Entry {
             create_revision: self.create_revision,
             mod_revision: self.mod_revision,
             version: self.version,
-            lease: self.lease,
+            lease: self.lease.map(|lease| lease.to_string()),
         }
     }
 }
@@ -125,66 +116,6 @@ pub enum Writer {
     Client,
     /// The service itself (its own bookkeeping under `$`).
     Service,
-}
-
-/// Which keys an op or a watch names: one key, or every key with a prefix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KeySelector {
-    /// Exactly this key.
-    Key(String),
-    /// Every key starting with this (the empty prefix: every key).
-    Prefix(String),
-}
-
-impl KeySelector {
-    /// Whether `key` is one the selector names.
-    pub fn matches(&self, key: &str) -> bool {
-        match self {
-            KeySelector::Key(named) => named == key,
-            KeySelector::Prefix(prefix) => key.starts_with(prefix.as_str()),
-        }
-    }
-}
-
-/// A put: the key, its new value and lease, and whether to return the previous key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Put {
-    /// The key.
-    pub key: String,
-    /// Its new value.
-    pub value: String,
-    /// The lease to bind it to (replacing any it had), or none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<LeaseId>,
-    /// Return the key as it was before the put.
-    #[serde(default)]
-    pub prev_kv: bool,
-}
-
-/// What a put answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PutResult {
-    /// The key before the put, when asked for and it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prev_kv: Option<KeyValue>,
-}
-
-/// What a delete answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Deleted {
-    /// How many keys it deleted.
-    pub deleted: u64,
-}
-
-/// One page of keys in byte order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RangePage {
-    /// The keys, in byte order.
-    pub kvs: Vec<KeyValue>,
-    /// The last key of this page when more keys follow: pass it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
 }
 
 /// The key space: the keys, their lease index and the event history.
@@ -288,6 +219,17 @@ impl KeySpace {
     /// How many events the history keeps.
     pub fn history_len(&self) -> usize {
         self.history.len()
+    }
+
+    /// Whether nothing was ever written and the bounds are the defaults: such a key space is
+    /// left out of the machine's snapshot, whose bytes stay those of a machine without keys.
+    pub fn is_unused(&self) -> bool {
+        self.revision == 0 && self.limits == KvLimits::default()
+    }
+
+    /// The leases some key is bound to, in id order.
+    pub fn leases(&self) -> impl Iterator<Item = LeaseId> + '_ {
+        self.by_lease.keys().copied()
     }
 
     /// The keys bound to `lease`, in byte order.

@@ -23,7 +23,7 @@ pub(crate) fn put(key: &str, value: &str) -> Put {
 
 pub(crate) fn leased(key: &str, value: &str, lease: u64) -> Put {
     Put {
-        lease: Some(LeaseId(lease)),
+        lease: Some(LeaseId(lease).to_string()),
         ..put(key, value)
     }
 }
@@ -169,7 +169,10 @@ fn a_put_replaces_or_removes_the_lease_binding() {
     assert_eq!(space.lease_keys(LeaseId(200)).collect::<Vec<_>>(), ["a"]);
     space.put(4, CLIENT, put("b", "2")).expect("put");
     assert_eq!(space.lease_keys(LeaseId(100)).count(), 0);
-    assert_eq!(space.get("a").and_then(|kv| kv.lease), Some(LeaseId(200)));
+    assert_eq!(
+        space.get("a").and_then(|kv| kv.lease),
+        Some(LeaseId(200).to_string())
+    );
     assert_eq!(space.get("b").and_then(|kv| kv.lease), None);
     space.check_invariants().expect("invariants hold");
 }
@@ -381,7 +384,7 @@ fn a_client_txn_cannot_write_reserved_keys_in_either_branch() {
     let txn = Txn {
         compare: vec![],
         success: vec![TxnOp::Put(put("a", "1"))],
-        failure: vec![TxnOp::Delete(key("$x"))],
+        failure: vec![TxnOp::Delete(key("$x").into())],
     };
     assert_eq!(
         refused(space.txn(1, CLIENT, txn.clone(), &no_holds)),
@@ -543,7 +546,7 @@ fn a_lease_end_deletes_its_keys_with_their_events_in_that_revision() {
         .expect("put");
     space.put(5, CLIENT, put("config", "1")).expect("put");
     let leased_kv = |key: &str, value: &str, revision: u64, lease: u64| KeyValue {
-        lease: Some(LeaseId(lease)),
+        lease: Some(LeaseId(lease).to_string()),
         ..kv(key, value, revision, revision, 1)
     };
     let events = space

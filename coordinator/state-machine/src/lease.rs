@@ -210,13 +210,15 @@ impl StateMachine {
     }
 
     /// Ends leases in two phases, so that no grant goes to a lease ending in the same entry:
-    /// first every lease is removed with its holds and waits, then every touched resource
-    /// grants what became grantable.
+    /// first every lease is removed with its holds, waits and keys (deleted at one revision),
+    /// then every touched resource grants what became grantable.
     pub(super) fn end_leases(&mut self, ctx: &mut Ctx, ids: &[LeaseId], reason: LeaseEnd) {
         let ended: Vec<(LeaseId, Lease)> = ids
             .iter()
             .filter_map(|id| self.core.leases.remove(id).map(|lease| (*id, lease)))
             .collect();
+        let ended_ids: Vec<LeaseId> = ended.iter().map(|(id, _)| *id).collect();
+        self.kv_end_leases(ctx, &ended_ids);
         let mut touched = BTreeSet::new();
         for (id, lease) in ended {
             ctx.events.push(Event::LeaseEnded {

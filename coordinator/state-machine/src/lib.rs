@@ -75,7 +75,8 @@
 //! - `resources.rs`: `admin.resources`, the paged list of resources (discovery).
 //! - `kv.rs`: the key space, keys with revisions and leases (writes in `kv/write.rs`, txns in
 //!   `kv/txn.rs`), and its bounded event history for resumable watches (`kv/history.rs`);
-//!   bounds and refusals in `kv/limits.rs`. Not yet reached from a command.
+//!   bounds and refusals in `kv/limits.rs`; the `kv.*` ops on the machine in `kv/ops.rs`
+//!   (revisions from the token counter, leases, holder compares).
 
 /// An [`InvariantViolation`] with a formatted text: `violation!("lease {id} is from the future")`.
 macro_rules! violation {
@@ -152,9 +153,10 @@ pub use command::{Command, LogMeta};
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
 pub use kv::{
-    Compacted, Compare, CompareOp, CompareTarget, Deleted, EventKind, Holder, KV_LIMITS_DEFAULT,
-    KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult, RESERVED_PREFIX,
-    RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult, WatchPage, Writer,
+    Compacted, Compare, CompareOp, CompareTarget, Delete, Deleted, EventKind, Get, Holder,
+    KV_LIMITS_DEFAULT, KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult,
+    RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult,
+    WatchPage, Writer,
 };
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};

@@ -14,6 +14,7 @@ use hivekeeper_protocol::{ErrorCode, Op, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
 use crate::grant::{Acquire, Core};
+use crate::kv::KeySpace;
 use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
@@ -64,6 +65,10 @@ pub struct StateMachine {
     /// accounts existed still loads.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(crate) accounts: account::Accounts,
+    /// Keys, their revisions and the recent events (`kv.rs`). Absent from a snapshot until
+    /// the first key change, so a machine without keys keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "KeySpace::is_unused")]
+    pub(crate) kv: KeySpace,
 }
 
 impl Default for StateMachine {
@@ -89,6 +94,7 @@ impl StateMachine {
             sems: NameMap::default(),
             waypoints: Waypoints::default(),
             accounts: account::Accounts::new(),
+            kv: KeySpace::default(),
         }
     }
 
@@ -161,7 +167,7 @@ impl StateMachine {
     }
 
     /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`,
-    /// `admin.resources`, `admin.agent.list`, `airspace.query`) without changing anything. Any
+    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`) without changing anything. Any
     /// other op is refused `bad_request`: a write goes through the log, and the node answers
     /// `admin.status`, `admin.snapshot` and `admin.member.*` from Raft.
     pub fn query(&self, agent: &str, op: &Op) -> Reply {
@@ -196,6 +202,13 @@ impl StateMachine {
                 limit: *limit,
             })?,
             Op::AdminAgentList { after } => self.account_page(after.as_deref()),
+            Op::KvGet {
+                key,
+                prefix,
+                after,
+                limit,
+                ..
+            } => self.kv_get(key.as_deref(), prefix.as_deref(), after.as_deref(), *limit)?,
             Op::AirspaceQuery {
                 volume,
                 volumes,
@@ -329,6 +342,9 @@ impl StateMachine {
             }
             Op::AdminAgentRotate { name } => self.account_rotate(ctx, &name, secret_hash()),
             Op::AdminAgentRemove { name } => self.account_remove(ctx, &name),
+            op @ (Op::KvPut { .. } | Op::KvDelete { .. } | Op::KvTxn { .. }) => {
+                self.kv_apply(ctx, agent, op)
+            }
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),
@@ -344,6 +360,7 @@ impl StateMachine {
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
         self.check_resources()?;
-        self.check_account_invariants()
+        self.check_account_invariants()?;
+        self.check_kv_invariants()
     }
 }

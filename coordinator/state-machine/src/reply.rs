@@ -1,7 +1,8 @@
 //! What the machine answers: to an entry's proposer, or to a read ([`Reply`]).
 
 use hivekeeper_protocol::{
-    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, LeaseInfo, ResourceInfo, Role, WaiterInfo,
+    AccountInfo, ConflictInfo, ErrorCode, HolderInfo, KvDeleted, KvPage, KvPutDone, KvTxnDone,
+    LeaseInfo, ResourceInfo, Role, WaiterInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +117,14 @@ pub enum Reply {
         /// Present when more accounts follow: the `after` of the next page.
         next_after: Option<String>,
     },
+    /// `kv.put`: its revision and, when asked, the key before it.
+    KvPut(KvPutDone),
+    /// `kv.get`: a page of keys with the machine's revision.
+    KvPage(KvPage),
+    /// `kv.delete`: its revision and how many keys went.
+    KvDeleted(KvDeleted),
+    /// `kv.txn`: its revision, which branch ran and that branch's results.
+    KvTxn(KvTxnDone),
 }
 
 /// What an op's handler decided, a write's or a read's: `Err` is a refusal, with nothing

@@ -19,6 +19,9 @@
 //! A failure prints the shrunk input; commit its seed from `tests/fuzz.proptest-regressions`
 //! (proptest writes it there) with the fix, so the case is replayed first on every run.
 
+use hivekeeper_protocol::kv::{
+    Compare, CompareOp, CompareTarget, Delete, Get, Holder, KeySelector, Put, TxnOp,
+};
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Role, Volume};
 use hivekeeper_state_machine::{AgentRequest, Command, LeaseId, Limits, LogMeta, StateMachine};
 use proptest::prelude::*;
@@ -53,6 +56,70 @@ fn lease() -> BoxedStrategy<String> {
         8 => (1..40u64).prop_map(|index| LeaseId(index).to_string()),
         1 => any::<u64>().prop_map(|index| LeaseId(index).to_string()),
         1 => any::<String>(),
+    ]
+    .boxed()
+}
+
+/// Keys and prefixes: a few shared ones (a reserved one and the empty one among them), plus
+/// anything.
+fn key() -> BoxedStrategy<String> {
+    prop_oneof![
+        8 => prop::sample::select(vec!["k", "k/a", "k/b", "j", "$svc", ""]).prop_map(str::to_string),
+        1 => any::<String>(),
+    ]
+    .boxed()
+}
+
+/// A key or a prefix, or neither or both (refused).
+fn key_or_prefix() -> BoxedStrategy<(Option<String>, Option<String>)> {
+    (prop::option::of(key()), prop::option::of(key())).boxed()
+}
+
+fn kv_put() -> BoxedStrategy<Put> {
+    (key(), name(), prop::option::of(lease()), any::<bool>())
+        .prop_map(|(key, value, lease, prev_kv)| Put {
+            key,
+            value,
+            lease,
+            prev_kv,
+        })
+        .boxed()
+}
+
+fn txn_op() -> BoxedStrategy<TxnOp> {
+    prop_oneof![
+        kv_put().prop_map(TxnOp::Put),
+        key_or_prefix().prop_map(|(key, prefix)| TxnOp::Delete(Delete { key, prefix })),
+        (key(), prop::option::of(0..3u32)).prop_map(|(prefix, limit)| {
+            TxnOp::Get(Get::new(KeySelector::Prefix(prefix), None, limit))
+        }),
+    ]
+    .boxed()
+}
+
+fn compare() -> BoxedStrategy<Compare> {
+    let op = prop::sample::select(vec![
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Gt,
+    ]);
+    let target = prop_oneof![
+        name().prop_map(CompareTarget::Value),
+        (0..4u64).prop_map(CompareTarget::Version),
+        number().prop_map(CompareTarget::ModRevision),
+        number().prop_map(CompareTarget::CreateRevision),
+        prop::option::of(lease()).prop_map(CompareTarget::Lease),
+    ];
+    prop_oneof![
+        (key(), op, target).prop_map(|(key, op, target)| Compare::Key { key, op, target }),
+        (name(), number()).prop_map(|(name, token)| Compare::Holder {
+            holder: Holder {
+                kind: ResourceKind::Lock,
+                name,
+            },
+            token,
+        }),
     ]
     .boxed()
 }
@@ -237,6 +304,23 @@ fn agent_op() -> BoxedStrategy<Op> {
             .prop_map(|(name, role)| Op::AdminAgentAdd { name, role }),
         1 => name().prop_map(|name| Op::AdminAgentRotate { name }),
         1 => name().prop_map(|name| Op::AdminAgentRemove { name }),
+        4 => kv_put().prop_map(|put| Op::KvPut {
+            key: put.key,
+            value: put.value,
+            lease: put.lease,
+            prev_kv: Some(put.prev_kv),
+        }),
+        2 => key_or_prefix().prop_map(|(key, prefix)| Op::KvDelete { key, prefix }),
+        2 => (
+            prop::collection::vec(compare(), 0..3),
+            prop::collection::vec(txn_op(), 0..4),
+            prop::collection::vec(txn_op(), 0..3),
+        )
+            .prop_map(|(compare, success, failure)| Op::KvTxn {
+                compare,
+                success,
+                failure,
+            }),
     ]
     .boxed()
 }
@@ -279,6 +363,18 @@ fn unlogged_op() -> BoxedStrategy<Op> {
         }),
         name().prop_map(|name| Op::AdminMemberRemove { name }),
         after().prop_map(|after| Op::AdminAgentList { after }),
+        (
+            key_or_prefix(),
+            prop::option::of(key()),
+            prop::option::of(0..5u32)
+        )
+            .prop_map(|((key, prefix), after, limit)| Op::KvGet {
+                key,
+                prefix,
+                after,
+                limit,
+                serializable: None,
+            }),
         (volumes(), after()).prop_map(|(volumes, after)| Op::AirspaceQuery {
             volume: None,
             volumes: Some(volumes),

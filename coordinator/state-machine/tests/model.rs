@@ -854,6 +854,10 @@ fn outcome_of(reply: &Reply) -> Outcome {
         }
         // Accounts are covered by `account_test.rs`; the model sends no account ops.
         Reply::Account { .. } => panic!("an account op in the model: {reply:?}"),
+        // Keys have their own model (`kv/model_test.rs`); this one sends no kv ops.
+        Reply::KvPut(_) | Reply::KvPage(_) | Reply::KvDeleted(_) | Reply::KvTxn(_) => {
+            panic!("a kv op in the model: {reply:?}")
+        }
     }
 }
 

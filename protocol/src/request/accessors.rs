@@ -20,6 +20,7 @@ impl Op {
             | Op::RouteRelease { lease, .. }
             | Op::RouteAmend { lease, .. }
             | Op::AdminRevoke { lease } => Some(lease),
+            Op::KvPut { lease, .. } => lease.as_deref(),
             _ => None,
         }
     }

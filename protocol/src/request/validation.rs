@@ -3,6 +3,7 @@
 
 use super::{Area, Op};
 use crate::airspace;
+use crate::kv;
 use crate::validate;
 
 impl Op {
@@ -85,6 +86,25 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
+            Op::KvPut { key, .. } => kv::check_key("key", key, true)?,
+            Op::KvGet {
+                key,
+                prefix,
+                after,
+                limit,
+                ..
+            } => {
+                let selector = kv::check_selector(key.as_deref(), prefix.as_deref(), false)?;
+                kv::check_page(&selector, after.as_deref(), *limit)?;
+            }
+            Op::KvDelete { key, prefix } => {
+                kv::check_selector(key.as_deref(), prefix.as_deref(), true)?;
+            }
+            Op::KvTxn {
+                compare,
+                success,
+                failure,
+            } => kv::check_txn(compare, success, failure)?,
             Op::AirspaceQuery {
                 volume,
                 volumes,

@@ -33,48 +33,12 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::{KeySelector, KeyValue, KvLimits};
+use super::{EventKind, KeySelector, KvEvent, KvLimits, WatchPage};
 use crate::InvariantViolation;
 
-/// What happened to a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    /// Created or changed.
-    Put,
-    /// Deleted (by a delete, a txn or the end of its lease).
-    Delete,
-}
-
-/// One change of one key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KvEvent {
-    /// The revision of the change.
-    pub revision: u64,
-    /// Put or delete.
-    #[serde(rename = "type")]
-    pub kind: EventKind,
-    /// A put's key as it is after the put; a delete's key as it was before the delete.
-    pub kv: KeyValue,
-}
-
-impl KvEvent {
-    /// Bytes the event counts against `history_bytes_max`: its key and value.
-    fn bytes(&self) -> u64 {
-        (self.kv.key.len() + self.kv.value.len()) as u64
-    }
-}
-
-/// One answer to a watch: see the module doc for `next` and `progress`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WatchPage {
-    /// The matching events, whole revisions in revision order.
-    pub events: Vec<KvEvent>,
-    /// The `after` of the next call.
-    pub next: u64,
-    /// When no matching event remains: the revision up to which nothing else matched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<u64>,
+/// Bytes an event counts against `history_bytes_max`: its key and value.
+fn event_bytes(event: &KvEvent) -> u64 {
+    (event.kv.key.len() + event.kv.value.len()) as u64
 }
 
 /// A watch from before the history's window: the events right after its cursor are gone.
@@ -110,7 +74,7 @@ struct HistoryData {
 
 impl From<HistoryData> for History {
     fn from(data: HistoryData) -> Self {
-        let bytes = data.events.iter().map(KvEvent::bytes).sum();
+        let bytes = data.events.iter().map(event_bytes).sum();
         History {
             compact_revision: data.compact_revision,
             events: data.events,
@@ -137,7 +101,7 @@ impl History {
 
     /// Appends an event of the current call (trimmed when the call is accepted).
     pub fn push(&mut self, event: KvEvent) {
-        self.bytes += event.bytes();
+        self.bytes += event_bytes(&event);
         self.events.push_back(event);
     }
 
@@ -145,7 +109,7 @@ impl History {
     pub fn truncate(&mut self, len: usize) {
         while self.events.len() > len {
             let event = self.events.pop_back().expect("longer than len");
-            self.bytes -= event.bytes();
+            self.bytes -= event_bytes(&event);
         }
     }
 
@@ -167,7 +131,7 @@ impl History {
                 .is_some_and(|event| event.revision == oldest)
             {
                 let event = self.events.pop_front().expect("front exists");
-                self.bytes -= event.bytes();
+                self.bytes -= event_bytes(&event);
             }
             self.compact_revision = oldest;
         }
@@ -272,7 +236,7 @@ impl History {
                 ));
             }
         }
-        let bytes: u64 = self.events.iter().map(KvEvent::bytes).sum();
+        let bytes: u64 = self.events.iter().map(event_bytes).sum();
         if bytes != self.bytes {
             return Err(violation!(
                 "history invariant 3: {bytes} bytes, counted {}",

@@ -52,12 +52,6 @@ impl Default for KvLimits {
     }
 }
 
-/// Most compares in one txn, as etcd's default: a txn is one log entry, so it is bounded.
-pub const TXN_COMPARES_MAX: usize = 64;
-
-/// Most ops in each branch (success, failure) of one txn.
-pub const TXN_OPS_MAX: usize = 64;
-
 /// A refused key-space call: the state is unchanged. The machine answers each with a
 /// `Reply::Refused`; [`KvError::RevisionNotIncreasing`] alone is a bug in the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,7 +108,16 @@ pub enum KvError {
         /// The limit.
         max: u32,
     },
-    /// A txn has more than [`TXN_COMPARES_MAX`] compares.
+    /// A txn's delete or get names neither or both of `key` and `prefix`.
+    #[error("a txn op must give exactly one of `key` and `prefix`")]
+    Selector,
+    /// A lease named by a put or a compare is not a lease id (16 hex digits).
+    #[error("lease {lease:?} is not a lease id")]
+    LeaseId {
+        /// What was named.
+        lease: String,
+    },
+    /// A txn has more than [`super::TXN_COMPARES_MAX`] compares.
     #[error("txn has {count} compares, at most {max} are allowed")]
     TxnCompares {
         /// How many it has.
@@ -122,7 +125,7 @@ pub enum KvError {
         /// The limit.
         max: usize,
     },
-    /// A txn branch has more than [`TXN_OPS_MAX`] ops.
+    /// A txn branch has more than [`super::TXN_OPS_MAX`] ops.
     #[error("txn branch has {count} ops, at most {max} are allowed")]
     TxnOps {
         /// How many the larger branch has.

@@ -21,7 +21,7 @@ use proptest::prelude::*;
 
 use crate::kv_test::no_holds;
 use crate::{
-    Compacted, Compare, CompareOp, CompareTarget, Deleted, EventKind, KeySelector, KeySpace,
+    Compacted, Compare, CompareOp, CompareTarget, Deleted, EventKind, Get, KeySelector, KeySpace,
     KeyValue, KvError, KvEvent, KvLimits, LeaseId, Put, PutResult, RangePage, Txn, TxnOp,
     TxnOutcome, TxnResult, WatchPage, Writer,
 };
@@ -95,7 +95,7 @@ fn put() -> impl Strategy<Value = Put> {
         .prop_map(|(key, value, lease, prev_kv)| Put {
             key: KEYS[key].to_string(),
             value: VALUES[value].to_string(),
-            lease: lease.map(LeaseId),
+            lease: lease.map(|lease| LeaseId(lease).to_string()),
             prev_kv,
         })
 }
@@ -212,14 +212,17 @@ impl Model {
         if bytes > 24 {
             return Err(KvError::BytesFull { bytes, max: 24 });
         }
-        if let Some(lease) = put.lease {
+        if let Some(lease) = &put.lease {
             let bound = self
                 .keys
                 .values()
-                .filter(|kv| kv.lease == Some(lease))
+                .filter(|kv| kv.lease.as_ref() == Some(lease))
                 .count();
-            let already = old.as_ref().is_some_and(|kv| kv.lease == Some(lease));
+            let already = old
+                .as_ref()
+                .is_some_and(|kv| kv.lease.as_ref() == Some(lease));
             if !already && bound >= 2 {
+                let lease = LeaseId::parse(lease).expect("a lease id");
                 return Err(KvError::LeaseKeysFull { lease, max: 2 });
             }
         }
@@ -276,7 +279,9 @@ impl Model {
             for op in branch {
                 match op {
                     TxnOp::Put(put) => Model::check_put(writer, put)?,
-                    TxnOp::Delete(selector) => Model::check_delete(writer, selector)?,
+                    TxnOp::Delete(delete) => {
+                        Model::check_delete(writer, &delete.selector().expect("a selector"))?
+                    }
                     TxnOp::Get { .. } => {}
                 }
             }
@@ -293,7 +298,8 @@ impl Model {
             }
             let puts: BTreeSet<&str> = puts.into_iter().collect();
             for op in branch {
-                if let TxnOp::Delete(selector) = op
+                if let TxnOp::Delete(delete) = op
+                    && let Ok(selector) = delete.selector()
                     && let Some(key) = puts.iter().find(|key| selector.matches(key))
                 {
                     return Err(KvError::TxnDuplicateKey {
@@ -316,7 +322,8 @@ impl Model {
             for op in branch {
                 results.push(match op {
                     TxnOp::Put(put) => TxnResult::Put(model.put_in(revision, put)?),
-                    TxnOp::Delete(selector) => {
+                    TxnOp::Delete(delete) => {
+                        let selector = delete.selector().expect("a selector");
                         TxnResult::Delete(model.delete_in(revision, writer, &selector))
                     }
                     TxnOp::Get { .. } => TxnResult::Get(RangePage {
@@ -336,7 +343,7 @@ impl Model {
                 let doomed: Vec<String> = model
                     .keys
                     .values()
-                    .filter(|kv| kv.lease == Some(LeaseId(*lease)))
+                    .filter(|kv| kv.lease == Some(LeaseId(*lease).to_string()))
                     .map(|kv| kv.key.clone())
                     .collect();
                 for key in doomed {
@@ -418,11 +425,11 @@ fn apply(
             writer,
         } => {
             let mut success: Vec<TxnOp> = puts.into_iter().map(TxnOp::Put).collect();
-            success.push(TxnOp::Get {
-                selector: KeySelector::Prefix(String::new()),
-                after: None,
-                limit: 100,
-            });
+            success.push(TxnOp::Get(Get::new(
+                KeySelector::Prefix(String::new()),
+                None,
+                Some(100),
+            )));
             let txn = Txn {
                 compare: vec![Compare::Key {
                     key: KEYS[key].to_string(),
@@ -430,9 +437,9 @@ fn apply(
                     target: CompareTarget::Version(version),
                 }],
                 success,
-                failure: vec![TxnOp::Delete(KeySelector::Prefix(
-                    PREFIXES[failure_prefix].to_string(),
-                ))],
+                failure: vec![TxnOp::Delete(
+                    KeySelector::Prefix(PREFIXES[failure_prefix].to_string()).into(),
+                )],
             };
             let expected = model.txn(revision, writer, txn.clone());
             prop_assert_eq!(space.txn(revision, writer, txn, &no_holds), expected);
@@ -468,7 +475,7 @@ fn compare(space: &KeySpace, model: &Model) -> Result<(), TestCaseError> {
     for lease in LEASES {
         let expected: Vec<&str> = keys
             .iter()
-            .filter(|kv| kv.lease == Some(LeaseId(lease)))
+            .filter(|kv| kv.lease == Some(LeaseId(lease).to_string()))
             .map(|kv| kv.key.as_str())
             .collect();
         prop_assert_eq!(

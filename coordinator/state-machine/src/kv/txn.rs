@@ -21,140 +21,37 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use hivekeeper_protocol::ResourceKind;
-use serde::{Deserialize, Serialize};
+use hivekeeper_protocol::kv::KV_PAGE_MAX;
 
+use super::write::parse_lease;
 use super::{
-    Deleted, KeySelector, KeySpace, KvError, Put, PutResult, RangePage, TXN_COMPARES_MAX,
-    TXN_OPS_MAX, Undo, Writer,
+    Compare, CompareOp, CompareTarget, KeySelector, KeySpace, KvError, RangePage, TXN_COMPARES_MAX,
+    TXN_OPS_MAX, TxnOp, TxnResult, Undo, Writer,
 };
-use crate::LeaseId;
 
-/// A comparison operator, with its wire spelling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CompareOp {
-    /// Equal.
-    #[serde(rename = "==")]
-    Eq,
-    /// Not equal.
-    #[serde(rename = "!=")]
-    Ne,
-    /// The key's is less than the compare's.
-    #[serde(rename = "<")]
-    Lt,
-    /// The key's is greater than the compare's.
-    #[serde(rename = ">")]
-    Gt,
-}
-
-impl CompareOp {
-    /// Whether the key's field, ordered against the compare's value as `ordering`, passes.
-    fn passes(self, ordering: Ordering) -> bool {
-        match self {
-            CompareOp::Eq => ordering == Ordering::Equal,
-            CompareOp::Ne => ordering != Ordering::Equal,
-            CompareOp::Lt => ordering == Ordering::Less,
-            CompareOp::Gt => ordering == Ordering::Greater,
-        }
+/// Whether the key's field, ordered against the compare's value as `ordering`, passes `op`.
+fn passes(op: CompareOp, ordering: Ordering) -> bool {
+    match op {
+        CompareOp::Eq => ordering == Ordering::Equal,
+        CompareOp::Ne => ordering != Ordering::Equal,
+        CompareOp::Lt => ordering == Ordering::Less,
+        CompareOp::Gt => ordering == Ordering::Greater,
     }
 }
 
-/// The field a key compare reads, with the value it is compared to (on the wire
-/// `"target": "version", "value": 3`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "target", content = "value", rename_all = "snake_case")]
-pub enum CompareTarget {
-    /// The value, in byte order.
-    Value(String),
-    /// Puts since creation (0: missing).
-    Version(u64),
-    /// The creating revision (0: missing).
-    CreateRevision(u64),
-    /// The last put's revision (0: missing).
-    ModRevision(u64),
-    /// The key's lease (none: unbound or missing).
-    Lease(Option<LeaseId>),
-}
-
-/// A resource a holder compare names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Holder {
-    /// Its kind.
-    pub kind: ResourceKind,
-    /// Its name.
-    pub name: String,
-}
-
-/// One condition of a txn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Compare {
-    /// A field of a key against a value.
-    Key {
-        /// The key read (it may be reserved: reads are allowed).
-        key: String,
-        /// How the key's field must relate to the value.
-        op: CompareOp,
-        /// The field and the value.
-        #[serde(flatten)]
-        target: CompareTarget,
-    },
-    /// True while `token` holds the resource.
-    Holder {
-        /// The resource.
-        holder: Holder,
-        /// The fencing token that must hold it.
-        token: u64,
-    },
-}
-
-/// One op of a txn branch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TxnOp {
-    /// A put.
-    Put(Put),
-    /// A delete of a key or a prefix.
-    Delete(KeySelector),
-    /// A read of a key, or a page of a prefix (`limit` 0 is read as 1).
-    Get {
-        /// The key or prefix.
-        selector: KeySelector,
-        /// For a prefix: start after this key.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        after: Option<String>,
-        /// For a prefix: most keys in the page.
-        limit: usize,
-    },
-}
-
 /// A txn: compares, and the ops to run when all hold or when one does not.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Txn {
     /// Conditions, all of which must hold for `success` to run.
-    #[serde(default)]
     pub compare: Vec<Compare>,
     /// Run when every compare holds.
-    #[serde(default)]
     pub success: Vec<TxnOp>,
     /// Run otherwise.
-    #[serde(default)]
     pub failure: Vec<TxnOp>,
 }
 
-/// What one op of the branch that ran answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TxnResult {
-    /// A put's answer.
-    Put(PutResult),
-    /// A delete's answer.
-    Delete(Deleted),
-    /// A get's keys (none or one for a key).
-    Get(RangePage),
-}
-
 /// What a txn answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnOutcome {
     /// Whether every compare held (the success branch ran).
     pub succeeded: bool,
@@ -203,18 +100,24 @@ impl KeySpace {
             });
         }
         for compare in &txn.compare {
-            if let Compare::Key { key, .. } = compare {
+            if let Compare::Key { key, target, .. } = compare {
                 self.check_key_length(key)?;
+                if let CompareTarget::Lease(lease) = target {
+                    parse_lease(lease.as_deref())?;
+                }
             }
         }
         for branch in [&txn.success, &txn.failure] {
             for op in branch {
                 match op {
                     TxnOp::Put(put) => self.check_put(writer, put)?,
-                    TxnOp::Delete(selector) => self.check_selector(writer, selector)?,
-                    TxnOp::Get { selector, .. } => match selector {
-                        KeySelector::Key(key) => self.check_key_length(key)?,
-                        KeySelector::Prefix(prefix) => self.check_prefix_length(prefix)?,
+                    TxnOp::Delete(delete) => {
+                        let selector = selector_of(delete.selector())?;
+                        self.check_selector(writer, &selector)?
+                    }
+                    TxnOp::Get(get) => match selector_of(get.selector())? {
+                        KeySelector::Key(key) => self.check_key_length(&key)?,
+                        KeySelector::Prefix(prefix) => self.check_prefix_length(&prefix)?,
                     },
                 }
             }
@@ -242,9 +145,12 @@ impl KeySpace {
             CompareTarget::ModRevision(revision) => {
                 entry.map_or(0, |e| e.mod_revision).cmp(revision)
             }
-            CompareTarget::Lease(lease) => entry.and_then(|e| e.lease).cmp(lease),
+            CompareTarget::Lease(lease) => {
+                let lease = parse_lease(lease.as_deref()).expect("checked by `check_txn`");
+                entry.and_then(|e| e.lease).cmp(&lease)
+            }
         };
-        op.passes(ordering)
+        passes(op, ordering)
     }
 
     /// Runs one op of the chosen branch.
@@ -257,21 +163,20 @@ impl KeySpace {
     ) -> Result<TxnResult, KvError> {
         Ok(match op {
             TxnOp::Put(put) => TxnResult::Put(self.put_in(revision, put, undo)?),
-            TxnOp::Delete(selector) => {
+            TxnOp::Delete(delete) => {
+                let selector = selector_of(delete.selector())?;
                 TxnResult::Delete(self.delete_in(revision, writer, &selector, undo))
             }
-            TxnOp::Get {
-                selector: KeySelector::Key(key),
-                ..
-            } => TxnResult::Get(RangePage {
-                kvs: self.get(&key).into_iter().collect(),
-                next_after: None,
-            }),
-            TxnOp::Get {
-                selector: KeySelector::Prefix(prefix),
-                after,
-                limit,
-            } => TxnResult::Get(self.range(&prefix, after.as_deref(), limit)),
+            TxnOp::Get(get) => match selector_of(get.selector())? {
+                KeySelector::Key(key) => TxnResult::Get(RangePage {
+                    kvs: self.get(&key).into_iter().collect(),
+                    next_after: None,
+                }),
+                KeySelector::Prefix(prefix) => {
+                    let limit = get.limit.unwrap_or(KV_PAGE_MAX) as usize;
+                    TxnResult::Get(self.range(&prefix, get.after.as_deref(), limit))
+                }
+            },
         })
     }
 }
@@ -290,7 +195,8 @@ fn check_distinct_writes(branch: &[TxnOp]) -> Result<(), KvError> {
         }
     }
     for op in branch {
-        if let TxnOp::Delete(selector) = op
+        if let TxnOp::Delete(delete) = op
+            && let Ok(selector) = selector_of(delete.selector())
             && let Some(key) = puts.iter().find(|key| selector.matches(key))
         {
             return Err(KvError::TxnDuplicateKey {
@@ -299,4 +205,11 @@ fn check_distinct_writes(branch: &[TxnOp]) -> Result<(), KvError> {
         }
     }
     Ok(())
+}
+
+/// A txn op's selector, or the refusal when it names neither or both of `key` and `prefix`.
+fn selector_of(
+    selector: Result<KeySelector, hivekeeper_protocol::validate::InvalidField>,
+) -> Result<KeySelector, KvError> {
+    selector.map_err(|_| KvError::Selector)
 }

@@ -8,7 +8,7 @@ use crate::kv_test::{
     space_with,
 };
 use crate::{
-    Compare, CompareOp, CompareTarget, Deleted, Holder, KeySpace, KvError, KvEvent, KvLimits,
+    Compare, CompareOp, CompareTarget, Deleted, Get, Holder, KeySpace, KvError, KvEvent, KvLimits,
     LeaseId, Put, PutResult, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome,
     TxnResult,
 };
@@ -37,14 +37,10 @@ fn a_txn_whose_compares_hold_runs_its_success_branch_in_one_revision() {
                 prev_kv: true,
                 ..put("counter", "2")
             }),
-            TxnOp::Delete(key("old")),
-            TxnOp::Get {
-                selector: prefix(""),
-                after: None,
-                limit: 10,
-            },
+            TxnOp::Delete(key("old").into()),
+            TxnOp::Get(Get::new(prefix(""), None, Some(10))),
         ],
-        failure: vec![TxnOp::Delete(key("counter"))],
+        failure: vec![TxnOp::Delete(key("counter").into())],
     };
     let outcome = space.txn(5, CLIENT, txn, &no_holds).expect("accepted");
     assert_eq!(
@@ -84,11 +80,7 @@ fn a_txn_whose_compare_fails_runs_its_failure_branch() {
             compare("counter", CompareOp::Gt, CompareTarget::Version(1)),
         ],
         success: vec![TxnOp::Put(put("counter", "2"))],
-        failure: vec![TxnOp::Get {
-            selector: key("counter"),
-            after: None,
-            limit: 1,
-        }],
+        failure: vec![TxnOp::Get(Get::new(key("counter"), None, Some(1)))],
     };
     let outcome = space.txn(2, CLIENT, txn, &no_holds).expect("accepted");
     assert_eq!(
@@ -130,7 +122,7 @@ fn a_txn_refused_part_way_undoes_its_earlier_ops() {
         compare: vec![],
         success: vec![
             TxnOp::Put(put("a", "changed")),
-            TxnOp::Delete(key("b")),
+            TxnOp::Delete(key("b").into()),
             TxnOp::Put(put("c", "3")),
             TxnOp::Put(put("d", "4")),
             TxnOp::Put(put("e", "5")),
@@ -183,7 +175,11 @@ fn a_missing_key_compares_as_version_zero_and_an_absent_value() {
         (CompareOp::Eq, CompareTarget::CreateRevision(0), true),
         (CompareOp::Gt, CompareTarget::ModRevision(0), false),
         (CompareOp::Eq, CompareTarget::Lease(None), true),
-        (CompareOp::Ne, CompareTarget::Lease(Some(LeaseId(1))), true),
+        (
+            CompareOp::Ne,
+            CompareTarget::Lease(Some(LeaseId(1).to_string())),
+            true,
+        ),
         (CompareOp::Ne, CompareTarget::Value(String::new()), true),
         (CompareOp::Eq, CompareTarget::Value(String::new()), false),
         (CompareOp::Lt, CompareTarget::Value("z".into()), false),
@@ -210,9 +206,17 @@ fn values_compare_in_byte_order_and_leases_by_id() {
         (CompareOp::Gt, CompareTarget::Value("B".into()), true),
         (CompareOp::Lt, CompareTarget::Value("ba".into()), true),
         (CompareOp::Ne, CompareTarget::Value("b".into()), false),
-        (CompareOp::Eq, CompareTarget::Lease(Some(LeaseId(5))), true),
+        (
+            CompareOp::Eq,
+            CompareTarget::Lease(Some(LeaseId(5).to_string())),
+            true,
+        ),
         (CompareOp::Gt, CompareTarget::Lease(None), true),
-        (CompareOp::Lt, CompareTarget::Lease(Some(LeaseId(6))), true),
+        (
+            CompareOp::Lt,
+            CompareTarget::Lease(Some(LeaseId(6).to_string())),
+            true,
+        ),
         (CompareOp::Eq, CompareTarget::CreateRevision(1), true),
     ];
     for (revision, (op, target, expected)) in (2..).zip(cases) {
@@ -280,11 +284,7 @@ fn a_txn_is_bounded_in_compares_and_ops() {
     );
     let gets = |count: usize| {
         (0..count)
-            .map(|_| TxnOp::Get {
-                selector: key("k"),
-                after: None,
-                limit: 1,
-            })
+            .map(|_| TxnOp::Get(Get::new(key("k"), None, Some(1))))
             .collect::<Vec<_>>()
     };
     let txn = Txn {
@@ -317,9 +317,15 @@ fn a_txn_branch_writes_each_key_once() {
         key: "a".to_string(),
     };
     assert_eq!(refused(space.txn(1, CLIENT, twice, &no_holds)), duplicate);
-    let covered = txn(vec![TxnOp::Put(put("a", "1")), TxnOp::Delete(prefix(""))]);
+    let covered = txn(vec![
+        TxnOp::Put(put("a", "1")),
+        TxnOp::Delete(prefix("").into()),
+    ]);
     assert_eq!(refused(space.txn(1, CLIENT, covered, &no_holds)), duplicate);
-    let deletes = txn(vec![TxnOp::Delete(prefix("a")), TxnOp::Delete(key("ab"))]);
+    let deletes = txn(vec![
+        TxnOp::Delete(prefix("a").into()),
+        TxnOp::Delete(key("ab").into()),
+    ]);
     space
         .txn(1, CLIENT, deletes, &no_holds)
         .expect("deletes may overlap");

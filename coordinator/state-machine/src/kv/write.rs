@@ -97,9 +97,11 @@ impl KeySpace {
         }
     }
 
-    /// The checks of a put that need no state: key and value lengths, reserved keys.
+    /// The checks of a put that need no state: key and value lengths, reserved keys, the
+    /// lease's form.
     pub(super) fn check_put(&self, writer: Writer, put: &Put) -> Result<(), KvError> {
         self.check_key(writer, &put.key)?;
+        parse_lease(put.lease.as_deref())?;
         if put.value.len() > self.limits.value_bytes_max as usize {
             return Err(KvError::ValueLength {
                 len: put.value.len(),
@@ -186,7 +188,8 @@ impl KeySpace {
                 max: limits.bytes_max,
             });
         }
-        if let Some(lease) = put.lease
+        let lease = parse_lease(put.lease.as_deref())?;
+        if let Some(lease) = lease
             && old.is_none_or(|entry| entry.lease != Some(lease))
             && self.by_lease.get(&lease).map_or(0, BTreeSet::len)
                 >= limits.keys_per_lease_max as usize
@@ -201,7 +204,7 @@ impl KeySpace {
             create_revision: old.map_or(revision, |entry| entry.create_revision),
             mod_revision: revision,
             version: old.map_or(1, |entry| entry.version + 1),
-            lease: put.lease,
+            lease,
         };
         let kv = entry.to_kv(&put.key);
         let prev = self.set_entry(&put.key, Some(entry));
@@ -295,4 +298,15 @@ impl KeySpace {
         }
         old
     }
+}
+
+/// A lease named on the wire as its id; `None` for no lease.
+pub(super) fn parse_lease(lease: Option<&str>) -> Result<Option<LeaseId>, KvError> {
+    lease
+        .map(|text| {
+            LeaseId::parse(text).ok_or_else(|| KvError::LeaseId {
+                lease: text.to_string(),
+            })
+        })
+        .transpose()
 }
