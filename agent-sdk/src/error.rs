@@ -84,6 +84,18 @@ pub enum AgentError {
         /// The resource's name.
         name: String,
     },
+    /// A leased key was asked of a key handle that has no session ([`crate::Agent::kv`]):
+    /// take the handle from [`crate::Session::kv`].
+    #[error("this key handle has no session, so no lease to bind a key to")]
+    NoSession,
+    /// `compacted`: a watch's cursor is older than the oldest event the service keeps. The
+    /// changes in between are lost to the watch: read the keys again (`kv.get`) and watch on
+    /// from that read's revision.
+    #[error("the watch cursor is compacted: events up to revision {compact_revision} are gone")]
+    Compacted {
+        /// The revision up to which the service dropped the events.
+        compact_revision: u64,
+    },
     /// Any other refusal by the service, with its code and message.
     #[error("the service refused: {code}: {message}")]
     Service {

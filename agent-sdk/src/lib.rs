@@ -37,6 +37,8 @@
 //!   on drop), one hold per resource per session; a reservation's [`Priority`] and its
 //!   [`Guard::preempted`] future ([`Preempted`]: vacate by a deadline) and
 //!   [`Guard::preemption_withdrawn`] (the deadline dropped: keep it).
+//! - [`kv`]: [`Kv`] from [`Agent::kv`] or [`Session::kv`]: get, put (leased to the session
+//!   with [`Kv::put_leased`]), delete and [`Txn`], each answer with its revision.
 //! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
 //! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
 //! - [`error`]: [`AgentError`], the one error type.
@@ -66,6 +68,7 @@ pub mod config;
 mod connection;
 pub mod error;
 pub mod guard;
+pub mod kv;
 mod request_id;
 pub mod session;
 
@@ -75,6 +78,8 @@ pub use backoff::Backoff;
 pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULTS, Defaults, Secret};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
+pub use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
+pub use kv::{KeyRead, Kv, Txn};
 pub use hivekeeper_protocol::{ConflictPage, Priority};
 pub use session::{Session, SessionState};
 
