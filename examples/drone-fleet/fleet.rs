@@ -31,7 +31,7 @@ use hivekeeper_mqtt::Mode;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::world::{World, bump};
+use crate::world::{Stale, World, bump};
 
 /// Metres per degree of latitude on the protocol's sphere (radius 6 371 008.8 m).
 pub(crate) const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
@@ -89,7 +89,7 @@ pub struct FleetConfig {
 impl Default for FleetConfig {
     fn default() -> Self {
         FleetConfig {
-            brokers: vec!["127.0.0.1:1883".into()],
+            brokers: vec![hivekeeper_agent::DEFAULT_BROKER.into()],
             drones: 50,
             pads: 20,
             missions_per_drone: 8,
@@ -226,6 +226,17 @@ struct Shared {
     world: World,
     progress: Arc<Progress>,
     deadline: Instant,
+}
+
+impl Shared {
+    /// Records that `what` refused a live holder's token: the service's token order is broken.
+    fn token_refused(&self, tally: &mut Tally, what: &str, token: u64, stale: Stale) {
+        bump(&self.world.violations);
+        tally.errors.push(format!(
+            "{what} refused live token {token} (highest {})",
+            stale.highest_token
+        ));
+    }
 }
 
 /// Runs the fleet against the service at `config.brokers` until every count is done or
@@ -442,13 +453,8 @@ async fn drone(
         match shared.world.land(&name, &me, guard.token()) {
             Ok(()) => tally.landings += 1,
             Err(stale) => {
-                // A live holder with an old token: the service's token order is broken.
-                bump(&shared.world.violations);
-                tally.errors.push(format!(
-                    "{me}: pad {name} refused live token {} (highest {})",
-                    guard.token(),
-                    stale.highest_token
-                ));
+                let what = format!("{me}: pad {name}");
+                shared.token_refused(&mut tally, &what, guard.token(), stale);
                 continue;
             }
         }
@@ -668,12 +674,7 @@ async fn reconfigure(shared: &Shared, session: &Session, me: &str, tally: &mut T
             tally.reconfigurations += 1;
         }
         Err(stale) => {
-            bump(&shared.world.violations);
-            tally.errors.push(format!(
-                "{me}: the config refused live token {} (highest {})",
-                guard.token(),
-                stale.highest_token
-            ));
+            shared.token_refused(tally, &format!("{me}: the config"), guard.token(), stale)
         }
     }
     if let Err(error) = guard.release().await {

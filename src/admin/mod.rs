@@ -39,7 +39,9 @@ mod table;
 
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success, UnexpectedReply};
-use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS, TlsFailure};
+use hivekeeper_agent::{
+    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, TlsFailure,
+};
 use hivekeeper_client_flags::Login;
 
 pub use agent::{AgentArgs, agent};
@@ -62,12 +64,12 @@ pub struct Target {
         long = "brokers",
         alias = "broker",
         value_name = "HOST:PORT[,...]",
-        default_value = DEFAULTS.broker,
+        default_value = DEFAULT_BROKER,
         value_delimiter = ','
     )]
     broker: Vec<String>,
     /// Topic prefix of the service (`{prefix}/req/{agent}`).
-    #[arg(long, value_name = "PREFIX", default_value = DEFAULTS.topic_prefix)]
+    #[arg(long, value_name = "PREFIX", default_value = hivekeeper_protocol::topic::DEFAULT_PREFIX)]
     topic_prefix: String,
     /// Print JSON instead of a table.
     #[arg(long)]
