@@ -599,12 +599,8 @@ impl Session {
     }
 
     fn write_message(&mut self, message: OutMessage, wbuf: &mut BytesMut) {
-        let slot = match message.class {
-            super::queue::Class::Response => &self.client.rsp_qos,
-            super::queue::Class::Event => &self.client.evt_qos,
-        };
         // Unsubscribed since it was queued: dropped, as a broker would.
-        let Some(qos) = Client::granted(slot) else {
+        let Some(qos) = self.client.granted(message.class) else {
             counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return;
         };

@@ -18,7 +18,7 @@ use metrics::gauge;
 use tokio::sync::Notify;
 
 use super::codec::Qos;
-use super::queue::OutQueue;
+use super::queue::{Class, OutQueue};
 use crate::transport_metrics::CLIENTS_CONNECTED;
 
 /// No subscription, in [`Client::rsp_qos`] and [`Client::evt_qos`].
@@ -66,8 +66,12 @@ impl Client {
         self.kick.notify_one();
     }
 
-    /// The granted QoS of a subscription slot, `None` if not subscribed.
-    pub(crate) fn granted(slot: &AtomicU8) -> Option<Qos> {
+    /// The QoS granted on the topic of `class`, `None` if not subscribed.
+    pub(crate) fn granted(&self, class: Class) -> Option<Qos> {
+        let slot = match class {
+            Class::Response => &self.rsp_qos,
+            Class::Event => &self.evt_qos,
+        };
         match slot.load(Ordering::Acquire) {
             NOT_SUBSCRIBED => None,
             qos => Some(qos),
