@@ -138,26 +138,24 @@ fn print_secret(target: &Target, account: AccountIssued) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hivekeeper agent list`: every page.
-async fn list(target: &Target) -> anyhow::Result<()> {
-    let agent = connect(target, &target.broker).await?;
-    let mut accounts: Vec<AccountInfo> = Vec::new();
+/// Every account, page after page.
+async fn all_accounts(agent: &hivekeeper_agent::Agent) -> anyhow::Result<Vec<AccountInfo>> {
+    let mut accounts = Vec::new();
     let mut after = None;
-    let mut complete = false;
     for _ in 0..ACCOUNT_PAGES_MAX {
-        let page: AccountPage = request(&agent, Op::AdminAgentList { after }).await?;
+        let page: AccountPage = request(agent, Op::AdminAgentList { after }).await?;
         accounts.extend(page.accounts);
         match page.next_after {
             Some(next) => after = Some(next),
-            None => {
-                complete = true;
-                break;
-            }
+            None => return Ok(accounts),
         }
     }
-    if !complete {
-        bail!("admin.agent.list: more than {ACCOUNT_PAGES_MAX} pages; stopped");
-    }
+    bail!("admin.agent.list: more than {ACCOUNT_PAGES_MAX} pages; stopped")
+}
+
+/// `hivekeeper agent list`: every page.
+async fn list(target: &Target) -> anyhow::Result<()> {
+    let accounts = all_accounts(&connect(target, &target.broker).await?).await?;
     if target.json {
         println!(
             "{}",
