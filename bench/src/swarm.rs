@@ -106,10 +106,10 @@ pub async fn connect(
         let run = run.clone();
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let config = run.authenticate(config).await.map_err(|e| e.to_string())?;
-            let agent = Agent::connect(config).await.map_err(|e| e.to_string())?;
-            let session = agent.session(ttl_ms).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((index, Member { session }))
+            let config = run.authenticate(config).await?;
+            let agent = Agent::connect(config).await?;
+            let session = agent.session(ttl_ms).await?;
+            anyhow::Ok((index, Member { session }))
         });
     }
     let mut members = vec![None; count];
