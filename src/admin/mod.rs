@@ -207,6 +207,32 @@ where
         .map_err(|error| failure(name, error))
 }
 
+/// Every item of a paged admin op `name`, page after page (each page a linearizable read; the
+/// whole is not one snapshot when items come and go meanwhile): `page(after)` reads one page,
+/// its items and where the next begins. Stops at the last page, once `enough` says so, or with
+/// an error past `pages_max` pages.
+async fn all_pages<T, F>(
+    name: &str,
+    pages_max: usize,
+    mut page: impl FnMut(Option<String>) -> F,
+    mut enough: impl FnMut(&[T]) -> bool,
+) -> anyhow::Result<Vec<T>>
+where
+    F: std::future::Future<Output = anyhow::Result<(Vec<T>, Option<String>)>>,
+{
+    let mut items = Vec::new();
+    let mut after = None;
+    for _ in 0..pages_max {
+        let (more, next_after) = page(after).await?;
+        items.extend(more);
+        match next_after {
+            Some(next) if !enough(&items) => after = Some(next),
+            _ => return Ok(items),
+        }
+    }
+    anyhow::bail!("{name}: more than {pages_max} pages; stopped")
+}
+
 /// A request's failure as one line: a refusal names its code.
 fn failure(name: &str, error: AgentError) -> anyhow::Error {
     match error {
