@@ -169,6 +169,7 @@ impl AgentError {
             AgentError::Service { code, .. } => Some(*code),
             AgentError::WouldBlock => Some(ErrorCode::WouldBlock),
             AgentError::WaitTimeout => Some(ErrorCode::Timeout),
+            AgentError::Compacted { .. } => Some(ErrorCode::Compacted),
             _ => None,
         }
     }
@@ -189,6 +190,11 @@ impl AgentError {
         match body.code {
             ErrorCode::WouldBlock => AgentError::WouldBlock,
             ErrorCode::Timeout => AgentError::WaitTimeout,
+            // A `compacted` without its revision is a service fault; 0 still tells the
+            // client to read again, which is the one right answer.
+            ErrorCode::Compacted => AgentError::Compacted {
+                compact_revision: body.compact_revision.unwrap_or(0),
+            },
             code => AgentError::Service {
                 code,
                 message: body.message,

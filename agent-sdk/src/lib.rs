@@ -39,6 +39,10 @@
 //!   [`Guard::preemption_withdrawn`] (the deadline dropped: keep it).
 //! - [`kv`]: [`Kv`] from [`Agent::kv`] or [`Session::kv`]: get, put (leased to the session
 //!   with [`Kv::put_leased`]), delete and [`Txn`], each answer with its revision.
+//! - [`watch`]: [`Watch`], a `Stream` of [`WatchItem`]s that long-polls `watch.poll` with a
+//!   client-held cursor, resuming across reconnects and failover.
+//! - [`kv_cache`]: [`KvCache`], a local `BTreeMap` of a prefix kept in step: a read, then a
+//!   watch from its revision; on `compacted` it reads again.
 //! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
 //! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
 //! - [`error`]: [`AgentError`], the one error type.
@@ -69,8 +73,10 @@ mod connection;
 pub mod error;
 pub mod guard;
 pub mod kv;
+pub mod kv_cache;
 mod request_id;
 pub mod session;
+pub mod watch;
 
 pub use agent::{Agent, AgentStats};
 pub use airspace::{AirspaceQuery, QueryShape};
@@ -80,6 +86,8 @@ pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
 pub use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 pub use kv::{KeyRead, Kv, Txn};
+pub use kv_cache::{CacheSnapshot, KvCache};
+pub use watch::{Watch, WatchItem};
 pub use hivekeeper_protocol::{ConflictPage, Priority};
 pub use session::{Session, SessionState};
 

@@ -1,0 +1,372 @@
+//! [`Watch`]: a `Stream` of the changes to one key or a prefix, by long-polling `watch.poll`
+//! with a cursor the client keeps.
+//!
+//! The service keeps no watcher: each poll names its cursor (`after`), and the answer says
+//! where the next one starts (`next`). So the stream resumes wherever the request lands: after
+//! a reconnect, on another broker, on another member (a member behind the cursor waits until
+//! it has caught up). A change is never skipped or repeated, as long as the cursor only moves
+//! to an answer's `next`.
+//!
+//! ```text
+//!  cursor = after(rev)
+//!  ┌▶ watch.poll {key|prefix, after: cursor, max_events, wait_ms} (Agent::call: same-id
+//!  │   │                                 resends, backoff, failover, patience wait_ms + timeout)
+//!  │   ├ events  ─▶ one WatchItem::Changes per revision ─▶ cursor = next
+//!  │   ├ none    ─▶ WatchItem::Progress (a bookmark)     ─▶ cursor = next
+//!  │   ├ unreachable, timeout, unavailable ─▶ backoff, same cursor (nothing yielded)
+//!  │   └ compacted or another refusal ─▶ Err(..) yielded, then the stream ends
+//!  └───┘
+//! ```
+//!
+//! Events of one revision (a txn, the keys of an ended lease) come in one item, as the
+//! service never splits them across answers.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use futures_util::stream::{self, BoxStream};
+use hivekeeper_protocol::kv::{
+    Delete, KeySelector, KvEvent, WATCH_WAIT_MS_DEFAULT, WatchPage,
+};
+use hivekeeper_protocol::{ErrorCode, Op};
+use tracing::debug;
+
+use crate::agent::{Agent, Patience};
+use crate::backoff::Backoff;
+use crate::error::AgentError;
+use crate::kv::Kv;
+
+/// What a watch stream yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchItem {
+    /// Every matching change of one revision, in the service's order.
+    Changes {
+        /// The revision of the changes.
+        revision: u64,
+        /// The changes: one for a put or a delete, several for a txn or an ended lease.
+        events: Vec<KvEvent>,
+    },
+    /// A bookmark: nothing matching changed up to `revision`. The cursor is there now.
+    Progress {
+        /// The revision up to which the watch has seen everything.
+        revision: u64,
+    },
+}
+
+impl WatchItem {
+    /// The revision the watch has seen everything up to, after this item.
+    pub fn revision(&self) -> u64 {
+        match self {
+            WatchItem::Changes { revision, .. } | WatchItem::Progress { revision } => *revision,
+        }
+    }
+}
+
+/// The changes to one key or a prefix, as a `Stream` of [`WatchItem`]s; see the module doc.
+///
+/// Built by [`Kv::watch`] (or [`Kv::watch_prefix`], [`Kv::watch_key`]), tuned before the
+/// first poll with [`Watch::after`], [`Watch::max_events`] and [`Watch::wait_ms`]. Nothing is
+/// sent until the stream is polled. Dropping it stops the polls.
+///
+/// ```no_run
+/// # async fn follow(kv: hivekeeper_agent::Kv) -> Result<(), hivekeeper_agent::AgentError> {
+/// use futures_util::StreamExt;
+/// use hivekeeper_agent::WatchItem;
+/// let read = kv.get_prefix("hive/config/").await?;
+/// let mut watch = kv.watch_prefix("hive/config/").after(read.revision);
+/// while let Some(item) = watch.next().await {
+///     if let WatchItem::Changes { revision, events } = item? {
+///         println!("revision {revision}: {} changes", events.len());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Watch {
+    /// What to poll for; taken when the stream starts.
+    setup: Option<Setup>,
+    /// The cursor, shared with the running stream so [`Watch::cursor`] can read it.
+    cursor: Arc<AtomicU64>,
+    /// The running stream, from the first poll on.
+    running: Option<BoxStream<'static, Result<WatchItem, AgentError>>>,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("setup", &self.setup)
+            .field("cursor", &self.cursor())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A watch's request, before it starts.
+#[derive(Debug, Clone)]
+struct Setup {
+    /// The connection the polls go through.
+    agent: Agent,
+    /// The key or prefix watched.
+    selector: KeySelector,
+    /// `max_events`; absent: the service's default, 100.
+    max_events: Option<u32>,
+    /// `wait_ms`: how long one poll waits for an event.
+    wait_ms: u64,
+}
+
+impl Kv {
+    /// The changes to the keys `selector` names, from revision 0 (set a start with
+    /// [`Watch::after`], usually the `revision` of a read).
+    pub fn watch(&self, selector: KeySelector) -> Watch {
+        Watch {
+            setup: Some(Setup {
+                agent: self.agent().clone(),
+                selector,
+                max_events: None,
+                wait_ms: WATCH_WAIT_MS_DEFAULT,
+            }),
+            cursor: Arc::new(AtomicU64::new(0)),
+            running: None,
+        }
+    }
+
+    /// The changes to every key with `prefix`.
+    pub fn watch_prefix(&self, prefix: impl Into<String>) -> Watch {
+        self.watch(KeySelector::Prefix(prefix.into()))
+    }
+
+    /// The changes to `key`.
+    pub fn watch_key(&self, key: impl Into<String>) -> Watch {
+        self.watch(KeySelector::Key(key.into()))
+    }
+}
+
+impl Watch {
+    /// Only the changes after revision `revision` (a read's `revision`, or a cursor saved from
+    /// [`Watch::cursor`]). Has no effect once the stream is polled.
+    pub fn after(self, revision: u64) -> Watch {
+        self.cursor.store(revision, Ordering::Release);
+        self
+    }
+
+    /// Most events per poll, 1 to 1,000 (a revision's events come whole even past it).
+    pub fn max_events(mut self, max_events: u32) -> Watch {
+        if let Some(setup) = &mut self.setup {
+            setup.max_events = Some(max_events);
+        }
+        self
+    }
+
+    /// How long one poll waits for a change before the service answers a bookmark, ms (0 to
+    /// 60,000; by default 30,000).
+    pub fn wait_ms(mut self, wait_ms: u64) -> Watch {
+        if let Some(setup) = &mut self.setup {
+            setup.wait_ms = wait_ms;
+        }
+        self
+    }
+
+    /// The cursor: every change up to it has been yielded. A watch started again
+    /// `.after(cursor)` continues exactly where this one is.
+    pub fn cursor(&self) -> u64 {
+        self.cursor.load(Ordering::Acquire)
+    }
+
+    /// The stream of the events one by one (bookmarks left out).
+    pub fn events(self) -> impl Stream<Item = Result<KvEvent, AgentError>> + Send + Unpin {
+        use futures_util::StreamExt;
+        self.flat_map(|item| {
+            let events: Vec<Result<KvEvent, AgentError>> = match item {
+                Ok(WatchItem::Changes { events, .. }) => events.into_iter().map(Ok).collect(),
+                Ok(WatchItem::Progress { .. }) => Vec::new(),
+                Err(e) => vec![Err(e)],
+            };
+            stream::iter(events)
+        })
+    }
+}
+
+impl Stream for Watch {
+    type Item = Result<WatchItem, AgentError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.running.is_none() {
+            let Some(setup) = self.setup.take() else {
+                return Poll::Ready(None);
+            };
+            let config = setup.agent.config();
+            let backoff = Backoff::new(
+                Duration::from_millis(config.backoff_first_ms),
+                Duration::from_millis(config.backoff_cap_ms),
+            );
+            let source = AgentSource(setup);
+            let running = run(source, Arc::clone(&self.cursor), backoff);
+            self.running = Some(Box::pin(running));
+        }
+        let running = self.running.as_mut().expect("started just above");
+        running.as_mut().poll_next(cx)
+    }
+}
+
+/// Where a watch's pages come from: the service, or a unit test's script.
+pub(crate) trait Source: Send + 'static {
+    /// One `watch.poll` after `after`.
+    fn poll(&mut self, after: u64) -> impl Future<Output = Result<WatchPage, AgentError>> + Send;
+}
+
+/// The service, through the agent's request loop.
+struct AgentSource(Setup);
+
+impl Source for AgentSource {
+    async fn poll(&mut self, after: u64) -> Result<WatchPage, AgentError> {
+        let Setup {
+            agent,
+            selector,
+            max_events,
+            wait_ms,
+        } = &self.0;
+        let Delete { key, prefix } = selector.clone().into();
+        let op = Op::WatchPoll {
+            key,
+            prefix,
+            after,
+            max_events: *max_events,
+            wait_ms: Some(*wait_ms),
+        };
+        AgentError::check_locally(&op)?;
+        // The service holds the poll up to `wait_ms`: each attempt waits that long plus the
+        // usual timeout before it is resent (under the same id) or fails over.
+        let wait = Duration::from_millis(*wait_ms);
+        let config = agent.config();
+        let patience = Patience {
+            attempt: wait + agent.request_timeout(),
+            total: Some(wait + Duration::from_millis(config.request_deadline_ms)),
+        };
+        let success = agent.call(op, patience, None).await?;
+        Ok(WatchPage::try_from(success)?)
+    }
+}
+
+/// Whether a failed poll is worth repeating from the same cursor: the connection or the
+/// service's availability, not the request.
+fn transient(error: &AgentError) -> bool {
+    match error {
+        AgentError::Disconnected | AgentError::Timeout { .. } => true,
+        AgentError::Service { code, .. } => matches!(code, ErrorCode::Unavailable),
+        _ => false,
+    }
+}
+
+/// What the stream's loop carries from one item to the next.
+struct Run<S> {
+    source: S,
+    cursor: Cursor,
+    /// The shared copy of the cursor, for [`Watch::cursor`].
+    shared: Arc<AtomicU64>,
+    /// Items of the last page not yet yielded.
+    queue: VecDeque<WatchItem>,
+    backoff: Backoff,
+    /// Set after a final error: the next poll of the stream ends it.
+    ended: bool,
+}
+
+/// The polling loop as a stream: a page at a time, yielded an item at a time.
+pub(crate) fn run<S: Source>(
+    source: S,
+    shared: Arc<AtomicU64>,
+    backoff: Backoff,
+) -> impl Stream<Item = Result<WatchItem, AgentError>> + Send + 'static {
+    let cursor = Cursor::new(shared.load(Ordering::Acquire));
+    let run = Run {
+        source,
+        cursor,
+        shared,
+        queue: VecDeque::new(),
+        backoff,
+        ended: false,
+    };
+    stream::unfold(run, |mut run| async move {
+        loop {
+            if let Some(item) = run.queue.pop_front() {
+                // The cursor moves as each item is handed out, so a watch restarted from it
+                // repeats nothing the consumer has already seen.
+                run.shared.fetch_max(item.revision(), Ordering::AcqRel);
+                return Some((Ok(item), run));
+            }
+            if run.ended {
+                return None;
+            }
+            match run.source.poll(run.cursor.after).await {
+                Ok(page) => {
+                    run.backoff.reset();
+                    let items = run.cursor.absorb(page);
+                    run.queue.extend(items);
+                }
+                Err(error) if transient(&error) => {
+                    let delay = run.backoff.next_delay();
+                    debug!(%error, after = run.cursor.after, "watch.poll failed; again after {delay:?}");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(error) => {
+                    run.ended = true;
+                    return Some((Err(error), run));
+                }
+            }
+        }
+    })
+}
+
+/// The client-held cursor and the rules that move it. Pure: no I/O, so the rules are tested
+/// alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    /// The `after` of the next poll: every event up to it has been taken.
+    pub after: u64,
+}
+
+impl Cursor {
+    pub fn new(after: u64) -> Cursor {
+        Cursor { after }
+    }
+
+    /// Takes one answer: its events grouped by revision (any at or below the cursor dropped,
+    /// so nothing is ever repeated), or a bookmark when it has none; the cursor moves to
+    /// `next` and never backwards.
+    pub fn absorb(&mut self, page: WatchPage) -> Vec<WatchItem> {
+        let WatchPage {
+            events,
+            next,
+            progress,
+        } = page;
+        let mut items: Vec<WatchItem> = Vec::new();
+        for event in events {
+            if event.revision <= self.after {
+                continue;
+            }
+            match items.last_mut() {
+                Some(WatchItem::Changes { revision, events }) if *revision == event.revision => {
+                    events.push(event);
+                }
+                _ => items.push(WatchItem::Changes {
+                    revision: event.revision,
+                    events: vec![event],
+                }),
+            }
+        }
+        let last = items.last().map_or(self.after, WatchItem::revision);
+        let moved_to = next.max(progress.unwrap_or(0)).max(last);
+        if items.is_empty() && moved_to > self.after {
+            items.push(WatchItem::Progress { revision: moved_to });
+        }
+        self.after = self.after.max(moved_to);
+        items
+    }
+}
+
+#[cfg(test)]
+#[path = "watch_test.rs"]
+mod tests;
