@@ -50,6 +50,10 @@ enum Command {
     Member(admin::MemberArgs),
     /// Accounts (with `serve --auth`): add one (prints its secret once), list, remove, rotate.
     Agent(admin::AgentArgs),
+    /// Keys: `get KEY | --prefix P`, `put KEY VALUE`, `del KEY | --prefix P`, `txn` (JSON
+    /// from --file or stdin) and `watch KEY | --prefix P [--rev R]`, printing changes as they
+    /// happen. `--json` prints the answers and events as JSON lines.
+    Kv(admin::KvArgs),
     /// Backups: `save FILE` (online, a consistent snapshot from the leader) and `restore FILE
     /// --data-dir DIR` (offline, seeds a new cluster's member).
     Snapshot(admin::SnapshotArgs),
@@ -199,6 +203,7 @@ fn main() -> std::process::ExitCode {
         Command::Revoke(args) => admin::revoke(args),
         Command::Member(args) => admin::member(args),
         Command::Agent(args) => admin::agent(args),
+        Command::Kv(args) => admin::kv(args),
         Command::Snapshot(args) => admin::snapshot(args),
         // The failover scenario's members run this very binary.
         Command::Bench(args) => std::env::current_exe()

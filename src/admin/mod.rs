@@ -10,6 +10,7 @@
 //!  hivekeeper revoke LEASE | --agent A        ─▶ (admin.leases pages,) admin.revoke each
 //!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
 //!  hivekeeper agent add | list | remove | rotate  ─▶ admin.agent.*
+//!  hivekeeper kv get|put|del|txn|watch       ─▶ kv.get | kv.put | kv.delete | kv.txn | watch.poll
 //!  hivekeeper snapshot save FILE              ─▶ admin.snapshot, page after page (one snapshot)
 //!  hivekeeper snapshot restore FILE --data-dir DIR  (offline: no request, seeds DIR)
 //! ```
@@ -22,13 +23,14 @@
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
+//! `inspect.rs`, `kv.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
 //! (the credential and TLS flags are `hivekeeper-client-flags`'s). This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
 
 mod agent;
 mod inspect;
+mod kv;
 mod leases;
 mod ls;
 mod member;
@@ -46,6 +48,7 @@ use hivekeeper_client_flags::Login;
 
 pub use agent::{AgentArgs, agent};
 pub use inspect::{InspectArgs, inspect};
+pub use kv::{KvArgs, kv};
 pub use leases::{LeasesArgs, leases};
 pub use ls::{LsArgs, ls};
 pub use member::{MemberArgs, member};
