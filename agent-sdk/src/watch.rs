@@ -52,7 +52,8 @@ pub enum WatchItem {
         /// The changes: one for a put or a delete, several for a txn or an ended lease.
         events: Vec<KvEvent>,
     },
-    /// A bookmark: nothing matching changed up to `revision`. The cursor is there now.
+    /// A bookmark: nothing matching changed up to `revision`. The cursor is there now. One
+    /// comes after each poll that waited `wait_ms` in vain, moved or not: the watch is alive.
     Progress {
         /// The revision up to which the watch has seen everything.
         revision: u64,
@@ -334,7 +335,7 @@ impl Cursor {
     }
 
     /// Takes one answer: its events grouped by revision (any at or below the cursor dropped,
-    /// so nothing is ever repeated), or a bookmark when it has none; the cursor moves to
+    /// so nothing is ever repeated), or its bookmark when it has none; the cursor moves to
     /// `next` and never backwards.
     pub fn absorb(&mut self, page: WatchPage) -> Vec<WatchItem> {
         let WatchPage {
@@ -358,11 +359,14 @@ impl Cursor {
             }
         }
         let last = items.last().map_or(self.after, WatchItem::revision);
-        let moved_to = next.max(progress.unwrap_or(0)).max(last);
-        if items.is_empty() && moved_to > self.after {
-            items.push(WatchItem::Progress { revision: moved_to });
+        self.after = self.after.max(next).max(progress.unwrap_or(0)).max(last);
+        // Every bookmark is handed on, moved or not: it also tells an idle consumer that the
+        // watch is alive and current up to now.
+        if items.is_empty() && progress.is_some() {
+            items.push(WatchItem::Progress {
+                revision: self.after,
+            });
         }
-        self.after = self.after.max(moved_to);
         items
     }
 }

@@ -82,15 +82,18 @@ fn an_idle_answer_is_a_bookmark_that_moves_the_cursor() {
     let items = cursor.absorb(page(Vec::new(), 40, Some(40)));
     assert_eq!(items, vec![WatchItem::Progress { revision: 40 }]);
     assert_eq!(cursor.after, 40);
-    // The same bookmark again moves nothing and yields nothing.
-    assert_eq!(cursor.absorb(page(Vec::new(), 40, Some(40))), Vec::new());
+    // The same bookmark again moves nothing, and is still handed on: the watch is alive.
+    assert_eq!(
+        cursor.absorb(page(Vec::new(), 40, Some(40))),
+        vec![WatchItem::Progress { revision: 40 }]
+    );
 }
 
 #[test]
 fn the_cursor_never_goes_backwards() {
     let mut cursor = Cursor::new(50);
     let items = cursor.absorb(page(Vec::new(), 30, Some(30)));
-    assert!(items.is_empty(), "{items:?}");
+    assert_eq!(items, vec![WatchItem::Progress { revision: 50 }]);
     assert_eq!(cursor.after, 50);
 }
 
