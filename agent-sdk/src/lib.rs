@@ -43,6 +43,8 @@
 //!   client-held cursor, resuming across reconnects and failover.
 //! - [`kv_cache`]: [`KvCache`], a local `BTreeMap` of a prefix kept in step: a read, then a
 //!   watch from its revision; on `compacted` it reads again.
+//! - [`recipes`]: config distribution, presence, a counter and a work queue on keys (docs
+//!   only).
 //! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
 //! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
 //! - [`error`]: [`AgentError`], the one error type.
@@ -74,6 +76,7 @@ pub mod error;
 pub mod guard;
 pub mod kv;
 pub mod kv_cache;
+pub mod recipes;
 mod request_id;
 pub mod session;
 pub mod watch;

@@ -1,0 +1,112 @@
+//! Recipes on keys and watches: what etcd, ZooKeeper and Consul users build on them, here
+//! with [`Kv`](crate::Kv), [`Watch`](crate::Watch) and [`KvCache`](crate::KvCache). A watch
+//! is a [`futures_util::Stream`]: read it with `StreamExt::next` from `futures-util` (or
+//! `tokio-stream`).
+//!
+//! # Config distribution: a [`KvCache`](crate::KvCache) on a prefix
+//!
+//! One writer puts the hive's settings under `hive/config/`; each sensor keeps a local copy
+//! that follows every change, reads it without a round trip, and learns which revision it
+//! reflects. A cursor that falls behind the service's history (`compacted`) makes the cache
+//! read the prefix again by itself.
+//!
+//! ```no_run
+//! # async fn config(agent: hivekeeper_agent::Agent) -> Result<(), hivekeeper_agent::AgentError> {
+//! use hivekeeper_agent::KvCache;
+//! // The writer (an operator's tool, a controller):
+//! let put = agent.kv().put("hive/config/sample_rate_hz", "10").await?;
+//! // Every sensor:
+//! let config = KvCache::start(&agent.kv(), "hive/config/").await?;
+//! config.wait_for(put.revision).await?; // read-your-writes, when the writer is this agent
+//! let rate = config.get("hive/config/sample_rate_hz").map(|kv| kv.value);
+//! let snapshot = config.snapshot(); // the whole map and the revision it reflects, together
+//! println!("rate {rate:?} as of revision {}", snapshot.revision);
+//! # Ok(()) }
+//! ```
+//!
+//! # Presence: leased keys
+//!
+//! Each drone puts `presence/{id}` bound to its session's lease. The key lives while the
+//! session does: when the drone stops, crashes or loses its link for longer than the lease's
+//! TTL, the service deletes the key in the same entry that ends the lease, and every watcher
+//! sees the delete. No heartbeat key, no reaper of one's own.
+//!
+//! ```no_run
+//! # async fn presence(agent: hivekeeper_agent::Agent) -> Result<(), hivekeeper_agent::AgentError> {
+//! use futures_util::StreamExt;
+//! use hivekeeper_agent::protocol::kv::EventKind;
+//! // The drone:
+//! let session = agent.session(5_000).await?;
+//! session.kv().put_leased("presence/drone-7", r#"{"pad":"3"}"#).await?;
+//! // A controller: who is here now, then who comes and goes.
+//! let kv = agent.kv();
+//! let here = kv.get_prefix("presence/").await?;
+//! let mut changes = kv.watch_prefix("presence/").after(here.revision).events();
+//! while let Some(event) = changes.next().await {
+//!     let event = event?;
+//!     match event.kind {
+//!         EventKind::Put => println!("{} is up", event.kv.key),
+//!         EventKind::Delete => println!("{} is gone", event.kv.key),
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # A counter by txn: compare the version, put
+//!
+//! Read the counter, then write the next value only if nobody wrote in between (its
+//! `version` is still the one read); otherwise read again and retry. The txn is one log entry,
+//! so two agents never both win from the same version.
+//!
+//! ```no_run
+//! # async fn count(kv: hivekeeper_agent::Kv) -> Result<(), hivekeeper_agent::AgentError> {
+//! use hivekeeper_agent::Txn;
+//! use hivekeeper_agent::protocol::kv::CompareOp;
+//! let key = "hive/landings";
+//! loop {
+//!     let read = kv.get(key).await?;
+//!     // A missing key has version 0: the first increment creates it.
+//!     let (version, count) = read.kv.map_or((0, 0), |kv| {
+//!         (kv.version, kv.value.parse::<u64>().unwrap_or(0))
+//!     });
+//!     let txn = Txn::new()
+//!         .if_version(key, CompareOp::Eq, version)
+//!         .then_put(key, (count + 1).to_string());
+//!     if kv.txn(txn).await?.succeeded {
+//!         break;
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # A work queue: claim by txn
+//!
+//! Jobs are keys under `queue/`. A worker claims one by creating `claim/{job}` bound to its
+//! session's lease, only if no claim exists (`version == 0`) and the job is still there
+//! (`version > 0`). Done, it deletes the job and the claim in one txn. A worker that dies
+//! leaves no claim behind (its lease's end deletes it), so the job is claimable again.
+//!
+//! ```no_run
+//! # async fn work(session: hivekeeper_agent::Session) -> Result<(), hivekeeper_agent::AgentError> {
+//! use hivekeeper_agent::Txn;
+//! use hivekeeper_agent::kv::put;
+//! use hivekeeper_agent::protocol::kv::{CompareOp, Put, TxnOp};
+//! let kv = session.kv();
+//! for job in kv.get_prefix("queue/").await?.kvs {
+//!     let claim = format!("claim/{}", job.key);
+//!     let mine = Put {
+//!         lease: Some(session.lease().to_string()),
+//!         ..put(claim.clone(), "worker-3")
+//!     };
+//!     let claimed = Txn::new()
+//!         .if_version(claim.clone(), CompareOp::Eq, 0)
+//!         .if_version(job.key.clone(), CompareOp::Gt, 0)
+//!         .then(TxnOp::Put(mine));
+//!     if !kv.txn(claimed).await?.succeeded {
+//!         continue; // another worker has it, or it is done
+//!     }
+//!     println!("working on {} = {}", job.key, job.value);
+//!     kv.txn(Txn::new().then_delete(job.key.clone()).then_delete(claim)).await?;
+//! }
+//! # Ok(()) }
+//! ```
