@@ -8,7 +8,8 @@
 //!   refused.
 //! - `Watch`: puts and deletes in revision order, one item per revision (a txn's two events
 //!   together), a bookmark on an idle prefix, and a stream that goes on, without a gap or a
-//!   repeat, after the member it was polling is killed in a three-member cluster.
+//!   repeat, after the member it was polling is killed in a three-member cluster; a cursor
+//!   older than the kept history yields `AgentError::Compacted` and ends the stream.
 //! - `KvCache`: a prefix's local map follows puts, deletes and a leased key's end.
 
 mod common;
@@ -278,4 +279,30 @@ async fn a_watch_goes_on_without_a_gap_after_its_member_is_killed() {
         seen.push(revision);
     }
     assert_eq!(seen, written, "every put once, in order, across the failover");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_behind_the_kept_history_yields_compacted_and_ends() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let node = Node::start(dir.path()).await;
+    let kv = agent("bulk-writer", node.mqtt_port()).await.kv();
+    let start = within(20, "get", kv.get_prefix("bulk/")).await.expect("get").revision;
+    // 160 txns of 64 puts: 10,240 events, past the service's default history of 10,000.
+    for round in 0..160 {
+        let txn = (0..64).fold(Txn::new(), |txn, n| {
+            txn.then_put(format!("bulk/{n:02}"), round.to_string())
+        });
+        within(20, "a bulk txn", kv.txn(txn)).await.expect("the txn");
+    }
+    let mut watch = kv.watch_prefix("bulk/").after(start);
+    match within(20, "the first item", watch.next()).await {
+        Some(Err(AgentError::Compacted { compact_revision })) => {
+            assert!(compact_revision > start, "{compact_revision} > {start}");
+        }
+        other => panic!("a cursor before the kept history: {other:?}"),
+    }
+    assert!(
+        within(20, "the end", watch.next()).await.is_none(),
+        "compacted ends the stream"
+    );
 }
