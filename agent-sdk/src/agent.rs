@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tracing::debug;
 
+use hivekeeper_protocol::kv::WATCH_WAIT_MS_DEFAULT;
 use hivekeeper_protocol::{
     ErrorCode, Event, Op, Request, Response, Success, Topics, UnexpectedReply,
 };
@@ -240,7 +241,8 @@ impl Agent {
     /// backoff.
     ///
     /// Patience depends on the op. Ordinary ops wait `request_timeout_ms` per attempt and
-    /// `request_deadline_ms` in all. An acquire with `wait_ms: n` waits up to `n` plus those.
+    /// `request_deadline_ms` in all. An acquire or a `watch.poll` with `wait_ms: n` waits up
+    /// to `n` plus those.
     /// An acquire without `wait_ms` waits without deadline (the service answers it only when
     /// it is granted or its lease ends) and re-sends its id every `wait_resend_ms` in case the
     /// grant was lost; cancel it by dropping the future, or use [`Session::lock`], which also
@@ -282,6 +284,15 @@ impl Agent {
                 | Op::WaypointReserve { .. }
                 | Op::RouteReserve { .. }
         );
+        // The service holds a poll up to its `wait_ms`: each attempt waits that long plus the
+        // usual timeout before the same id is resent (or sent to the next broker).
+        if let Op::WatchPoll { wait_ms, .. } = op {
+            let wait = Duration::from_millis(wait_ms.unwrap_or(WATCH_WAIT_MS_DEFAULT));
+            return Patience {
+                attempt: wait + request_timeout,
+                total: Some(wait + request_deadline),
+            };
+        }
         match (acquires, op.wait_ms()) {
             // Queued until granted or the lease ends: no deadline. The per-attempt wait is
             // only the resend period, and a resend of a queued id takes no second slot.

@@ -37,7 +37,7 @@ use hivekeeper_protocol::kv::{
 use hivekeeper_protocol::{ErrorCode, Op};
 use tracing::debug;
 
-use crate::agent::{Agent, Patience};
+use crate::agent::Agent;
 use crate::backoff::Backoff;
 use crate::error::AgentError;
 use crate::kv::Kv;
@@ -239,15 +239,8 @@ impl Source for AgentSource {
             wait_ms: Some(*wait_ms),
         };
         AgentError::check_locally(&op)?;
-        // The service holds the poll up to `wait_ms`: each attempt waits that long plus the
-        // usual timeout before it is resent (under the same id) or fails over.
-        let wait = Duration::from_millis(*wait_ms);
-        let config = agent.config();
-        let patience = Patience {
-            attempt: wait + agent.request_timeout(),
-            total: Some(wait + Duration::from_millis(config.request_deadline_ms)),
-        };
-        let success = agent.call(op, patience, None).await?;
+        // Patient for `wait_ms` plus the usual timeouts (`Agent::request`).
+        let success = agent.request(op).await?;
         Ok(WatchPage::try_from(success)?)
     }
 }
