@@ -70,7 +70,9 @@ async fn kv_put_get_del_txn_and_watch_print_the_answers() {
     let first = first.to_string();
     let watched = kv(
         port,
-        &["watch", "--prefix", "hive/", "--rev", &first, "--count", "5", "--json"],
+        &[
+            "watch", "--prefix", "hive/", "--rev", &first, "--count", "5", "--json",
+        ],
     )
     .await;
     let events: Vec<(String, String)> = json_lines(&watched)
@@ -92,7 +94,11 @@ async fn kv_put_get_del_txn_and_watch_print_the_answers() {
         .map(|(kind, key)| (kind.to_string(), key.to_string()))
         .collect();
     assert_eq!(events, want);
-    let readable = kv(port, &["watch", "hive/mode", "--rev", &first, "--count", "2"]).await;
+    let readable = kv(
+        port,
+        &["watch", "hive/mode", "--rev", &first, "--count", "2"],
+    )
+    .await;
     let lines: Vec<&str> = readable.lines().collect();
     assert!(
         lines.len() == 2
@@ -109,5 +115,9 @@ async fn kv_get_needs_a_key_or_a_prefix() {
     let broker = format!("127.0.0.1:{}", node.mqtt_port());
     let run = run_cli(&["kv", "get", "--brokers", &broker]).await;
     assert!(!run.success);
-    assert!(run.stderr.contains("give a KEY or --prefix P"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("give a KEY or --prefix P"),
+        "{}",
+        run.stderr
+    );
 }

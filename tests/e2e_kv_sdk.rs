@@ -72,10 +72,17 @@ async fn put_get_delete_and_txn_through_the_sdk() {
     assert!(done.revision > first);
     assert_eq!(done.prev_kv.map(|prev| prev.value), Some("10".into()));
 
-    let read = within(20, "get", kv.get("hive/config/rate")).await.expect("get");
+    let read = within(20, "get", kv.get("hive/config/rate"))
+        .await
+        .expect("get");
     let rate = read.kv.expect("the key exists");
     assert_eq!(
-        (rate.value.as_str(), rate.version, rate.create_revision, rate.mod_revision),
+        (
+            rate.value.as_str(),
+            rate.version,
+            rate.create_revision,
+            rate.mod_revision
+        ),
         ("20", 2, first, done.revision)
     );
     assert!(read.revision >= done.revision);
@@ -89,8 +96,13 @@ async fn put_get_delete_and_txn_through_the_sdk() {
     let page = within(20, "a page", kv.get_page("fleet/", None, Some(3)))
         .await
         .expect("a page");
-    assert_eq!((page.kvs.len(), page.next_after.as_deref()), (3, Some("fleet/d02")));
-    let all = within(20, "get_prefix", kv.get_prefix("fleet/")).await.expect("all");
+    assert_eq!(
+        (page.kvs.len(), page.next_after.as_deref()),
+        (3, Some("fleet/d02"))
+    );
+    let all = within(20, "get_prefix", kv.get_prefix("fleet/"))
+        .await
+        .expect("all");
     let keys: Vec<String> = all.kvs.iter().map(|kv| kv.key.clone()).collect();
     let want: Vec<String> = (0..25).map(|n| format!("fleet/d{n:02}")).collect();
     assert_eq!(keys, want);
@@ -101,7 +113,9 @@ async fn put_get_delete_and_txn_through_the_sdk() {
         .if_version("hive/config/rate", CompareOp::Eq, 2)
         .then_put("hive/config/rate", "21")
         .else_get("hive/config/rate");
-    let won = within(20, "txn", kv.txn(increment.clone())).await.expect("txn");
+    let won = within(20, "txn", kv.txn(increment.clone()))
+        .await
+        .expect("txn");
     assert!(won.succeeded, "{won:?}");
     let lost = within(20, "txn", kv.txn(increment)).await.expect("txn");
     assert!(!lost.succeeded && lost.revision >= won.revision, "{lost:?}");
@@ -110,7 +124,9 @@ async fn put_get_delete_and_txn_through_the_sdk() {
         other => panic!("the failure branch's get: {other:?}"),
     }
 
-    let deleted = within(20, "delete", kv.delete("hive/config/rate")).await.expect("delete");
+    let deleted = within(20, "delete", kv.delete("hive/config/rate"))
+        .await
+        .expect("delete");
     assert_eq!(deleted.deleted, 1);
     let deleted = within(20, "delete_prefix", kv.delete_prefix("fleet/"))
         .await
@@ -136,9 +152,14 @@ async fn a_leased_key_vanishes_with_its_session() {
     let done = within(20, "put_leased", kv.put_leased("presence/drone-1", "up"))
         .await
         .expect("put_leased");
-    let here = within(20, "get", observer.get("presence/drone-1")).await.expect("get");
+    let here = within(20, "get", observer.get("presence/drone-1"))
+        .await
+        .expect("get");
     let here = here.kv.expect("the presence key exists");
-    assert_eq!((here.lease.as_deref(), here.mod_revision), (Some(session.lease()), done.revision));
+    assert_eq!(
+        (here.lease.as_deref(), here.mod_revision),
+        (Some(session.lease()), done.revision)
+    );
 
     // Without a session there is no lease to bind to.
     assert_eq!(
@@ -146,8 +167,12 @@ async fn a_leased_key_vanishes_with_its_session() {
         Err(AgentError::NoSession)
     );
 
-    within(20, "revoke", session.revoke()).await.expect("revoke");
-    let gone = within(20, "get", observer.get("presence/drone-1")).await.expect("get");
+    within(20, "revoke", session.revoke())
+        .await
+        .expect("revoke");
+    let gone = within(20, "get", observer.get("presence/drone-1"))
+        .await
+        .expect("get");
     assert_eq!(gone.kv, None, "the lease's end deleted its key");
     assert!(matches!(
         kv.put_leased("presence/drone-1", "up").await,
@@ -162,7 +187,10 @@ async fn a_watch_sees_changes_in_order_and_bookmarks_when_idle() {
     let kv = agent("watcher", node.mqtt_port()).await.kv();
     let writer = agent("writer", node.mqtt_port()).await.kv();
 
-    let start = within(20, "get", kv.get_prefix("hive/")).await.expect("get").revision;
+    let start = within(20, "get", kv.get_prefix("hive/"))
+        .await
+        .expect("get")
+        .revision;
     let mut watch = kv.watch_prefix("hive/").after(start).wait_ms(500);
     // Nothing has changed: the first answer is a bookmark, and the cursor moves with it.
     match next_item(&mut watch).await {
@@ -177,7 +205,10 @@ async fn a_watch_sees_changes_in_order_and_bookmarks_when_idle() {
 
     let (revision, events) = next_changes(&mut watch).await;
     assert_eq!(revision, a);
-    assert_eq!(summary(&events), vec![(EventKind::Put, "hive/a".into(), "1".into())]);
+    assert_eq!(
+        summary(&events),
+        vec![(EventKind::Put, "hive/a".into(), "1".into())]
+    );
     // The txn's two changes come together, in its order.
     let (revision, events) = next_changes(&mut watch).await;
     assert_eq!(revision, txn.revision);
@@ -192,7 +223,11 @@ async fn a_watch_sees_changes_in_order_and_bookmarks_when_idle() {
 
     // A watch started again from the cursor repeats nothing: its next change is a new one.
     drop(watch);
-    let mut events = kv.watch_key("hive/b").after(txn.revision).wait_ms(500).events();
+    let mut events = kv
+        .watch_key("hive/b")
+        .after(txn.revision)
+        .wait_ms(500)
+        .events();
     let c = put(&writer, "hive/b", "3").await;
     let event = within(20, "the next event", events.next())
         .await
@@ -213,14 +248,23 @@ async fn a_kv_cache_follows_a_prefix() {
     let cache = within(20, "cache", KvCache::start(&sensor, "hive/config/"))
         .await
         .expect("the cache starts");
-    assert_eq!(cache.get("hive/config/rate").map(|kv| kv.value), Some("10".into()));
+    assert_eq!(
+        cache.get("hive/config/rate").map(|kv| kv.value),
+        Some("10".into())
+    );
 
     let (_, session) = agent_session("drone-2", node.mqtt_port(), 3_000).await;
-    let leased = within(20, "put_leased", session.kv().put_leased("hive/config/drone-2", "on"))
-        .await
-        .expect("put_leased");
+    let leased = within(
+        20,
+        "put_leased",
+        session.kv().put_leased("hive/config/drone-2", "on"),
+    )
+    .await
+    .expect("put_leased");
     put(&writer, "hive/config/rate", "20").await;
-    let deleted = within(20, "delete", writer.delete("hive/config/mode")).await.expect("delete");
+    let deleted = within(20, "delete", writer.delete("hive/config/mode"))
+        .await
+        .expect("delete");
     within(20, "the cache catches up", cache.wait_for(deleted.revision))
         .await
         .expect("it follows");
@@ -241,7 +285,9 @@ async fn a_kv_cache_follows_a_prefix() {
     assert!(leased.revision < deleted.revision);
 
     // The lease's end deletes its key, and the cache sees the delete.
-    within(20, "revoke", session.revoke()).await.expect("revoke");
+    within(20, "revoke", session.revoke())
+        .await
+        .expect("revoke");
     eventually(20, "the leased key leaves the cache", || async {
         cache.get("hive/config/drone-2").is_none().then_some(())
     })
@@ -258,7 +304,10 @@ async fn a_watch_goes_on_without_a_gap_after_its_member_is_killed() {
     let kv = cluster.agent("watcher", polled).await.kv();
     let writer = cluster.agent("writer", leader).await.kv();
 
-    let start = within(20, "get", kv.get_prefix("mission/")).await.expect("get").revision;
+    let start = within(20, "get", kv.get_prefix("mission/"))
+        .await
+        .expect("get")
+        .revision;
     let mut watch = kv.watch_prefix("mission/").after(start).wait_ms(1_000);
     let mut written = Vec::new();
     for n in 0..3 {
@@ -278,7 +327,10 @@ async fn a_watch_goes_on_without_a_gap_after_its_member_is_killed() {
         let (revision, _) = within(60, "changes after the kill", next_changes(&mut watch)).await;
         seen.push(revision);
     }
-    assert_eq!(seen, written, "every put once, in order, across the failover");
+    assert_eq!(
+        seen, written,
+        "every put once, in order, across the failover"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,13 +338,18 @@ async fn a_watch_behind_the_kept_history_yields_compacted_and_ends() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let node = Node::start(dir.path()).await;
     let kv = agent("bulk-writer", node.mqtt_port()).await.kv();
-    let start = within(20, "get", kv.get_prefix("bulk/")).await.expect("get").revision;
+    let start = within(20, "get", kv.get_prefix("bulk/"))
+        .await
+        .expect("get")
+        .revision;
     // 160 txns of 64 puts: 10,240 events, past the service's default history of 10,000.
     for round in 0..160 {
         let txn = (0..64).fold(Txn::new(), |txn, n| {
             txn.then_put(format!("bulk/{n:02}"), round.to_string())
         });
-        within(20, "a bulk txn", kv.txn(txn)).await.expect("the txn");
+        within(20, "a bulk txn", kv.txn(txn))
+            .await
+            .expect("the txn");
     }
     let mut watch = kv.watch_prefix("bulk/").after(start);
     match within(20, "the first item", watch.next()).await {

@@ -375,7 +375,11 @@ impl Txn {
 
     /// On success, read `key`.
     pub fn then_get(self, key: impl Into<String>) -> Txn {
-        self.then(TxnOp::Get(Get::new(KeySelector::Key(key.into()), None, None)))
+        self.then(TxnOp::Get(Get::new(
+            KeySelector::Key(key.into()),
+            None,
+            None,
+        )))
     }
 
     /// On failure, put `value` to `key`.
@@ -390,7 +394,11 @@ impl Txn {
 
     /// On failure, read `key` (to learn why a compare failed, in the same revision).
     pub fn else_get(self, key: impl Into<String>) -> Txn {
-        self.otherwise(TxnOp::Get(Get::new(KeySelector::Key(key.into()), None, None)))
+        self.otherwise(TxnOp::Get(Get::new(
+            KeySelector::Key(key.into()),
+            None,
+            None,
+        )))
     }
 }
 

@@ -80,7 +80,11 @@ impl KvCache {
             revision: read.revision,
             ..CacheState::default()
         };
-        state.kvs = read.kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
+        state.kvs = read
+            .kvs
+            .into_iter()
+            .map(|kv| (kv.key.clone(), kv))
+            .collect();
         let state = Arc::new(RwLock::new(state));
         let (revision_tx, revision) = watch::channel(read.revision);
         let follower = Follower {
@@ -182,7 +186,11 @@ impl Follower {
             match self.kv.get_prefix(self.prefix.clone()).await {
                 Ok(read) => {
                     let mut state = self.write();
-                    state.kvs = read.kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
+                    state.kvs = read
+                        .kvs
+                        .into_iter()
+                        .map(|kv| (kv.key.clone(), kv))
+                        .collect();
                     state.revision = read.revision;
                     drop(state);
                     self.revision.send_replace(read.revision);

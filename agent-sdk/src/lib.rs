@@ -87,12 +87,12 @@ pub use backoff::Backoff;
 pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Secret};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
+pub use hivekeeper_protocol::{ConflictPage, Priority};
 pub use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 pub use kv::{KeyRead, Kv, Txn};
 pub use kv_cache::{CacheSnapshot, KvCache};
-pub use watch::{Watch, WatchItem};
-pub use hivekeeper_protocol::{ConflictPage, Priority};
 pub use session::{Session, SessionState};
+pub use watch::{Watch, WatchItem};
 
 /// The wire types (`Op`, `Success`, `Event`, `ErrorCode`, ...), re-exported so an agent needs
 /// only this crate.

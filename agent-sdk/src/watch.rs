@@ -31,9 +31,7 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use futures_util::stream::{self, BoxStream};
-use hivekeeper_protocol::kv::{
-    Delete, KeySelector, KvEvent, WATCH_WAIT_MS_DEFAULT, WatchPage,
-};
+use hivekeeper_protocol::kv::{Delete, KeySelector, KvEvent, WATCH_WAIT_MS_DEFAULT, WatchPage};
 use hivekeeper_protocol::{ErrorCode, Op};
 use tracing::debug;
 

@@ -68,7 +68,10 @@ fn events_come_one_item_per_revision_and_the_cursor_moves_to_next() {
 fn an_event_at_or_below_the_cursor_is_never_yielded_again() {
     let mut cursor = Cursor::new(12);
     let items = cursor.absorb(page(
-        vec![event(12, EventKind::Put, "a"), event(13, EventKind::Put, "a")],
+        vec![
+            event(12, EventKind::Put, "a"),
+            event(13, EventKind::Put, "a"),
+        ],
         13,
         None,
     ));
@@ -113,8 +116,7 @@ impl Source for Script {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lost_connection_is_polled_again_from_the_same_cursor_and_compacted_ends_the_stream()
-{
+async fn a_lost_connection_is_polled_again_from_the_same_cursor_and_compacted_ends_the_stream() {
     let afters = Arc::new(Mutex::new(Vec::new()));
     let script = Script {
         answers: VecDeque::from([
@@ -165,5 +167,7 @@ async fn a_refusal_other_than_unavailable_is_yielded_once_and_ends_the_stream() 
         .collect()
         .await;
     assert_eq!(items.len(), 1);
-    assert!(matches!(&items[0], Err(AgentError::Service { code, .. }) if *code == ErrorCode::ResourceExhausted));
+    assert!(
+        matches!(&items[0], Err(AgentError::Service { code, .. }) if *code == ErrorCode::ResourceExhausted)
+    );
 }

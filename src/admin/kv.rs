@@ -207,7 +207,10 @@ async fn handle(target: &Target) -> anyhow::Result<Kv> {
 async fn read(kv: &Kv, selector: KeySelector, serializable: bool) -> anyhow::Result<KvPage> {
     let answer = match selector {
         KeySelector::Prefix(prefix) if !serializable => kv.get_prefix(prefix).await,
-        selector => kv.get_with(Get::new(selector, None, None), serializable).await,
+        selector => {
+            kv.get_with(Get::new(selector, None, None), serializable)
+                .await
+        }
     };
     answer.map_err(|e| failure("kv.get", e))
 }
@@ -225,14 +228,19 @@ async fn txn(file: Option<PathBuf>, target: &Target) -> anyhow::Result<()> {
             text
         }
     };
-    let txn: Txn = serde_json::from_str(&text)
-        .context("the txn must be JSON: {\"compare\": [...], \"success\": [...], \"failure\": [...]}")?;
+    let txn: Txn = serde_json::from_str(&text).context(
+        "the txn must be JSON: {\"compare\": [...], \"success\": [...], \"failure\": [...]}",
+    )?;
     let kv = handle(target).await?;
     let done = kv.txn(txn).await.map_err(|e| failure("kv.txn", e))?;
     if target.json {
         return print_json(&done);
     }
-    let branch = if done.succeeded { "succeeded" } else { "failed" };
+    let branch = if done.succeeded {
+        "succeeded"
+    } else {
+        "failed"
+    };
     println!("{branch} at revision {}", done.revision);
     for result in &done.results {
         match result {
