@@ -1482,7 +1482,11 @@ fn op_names_are_complete_and_consistent() {
         (r#"{"id":"a","op":"kv.get","key":"k"}"#, None, false),
         (r#"{"id":"a","op":"kv.delete","key":"k"}"#, None, true),
         (r#"{"id":"a","op":"kv.txn"}"#, None, true),
-        (r#"{"id":"a","op":"watch.poll","key":"k","after":0}"#, None, false),
+        (
+            r#"{"id":"a","op":"watch.poll","key":"k","after":0}"#,
+            None,
+            false,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {

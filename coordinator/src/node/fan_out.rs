@@ -41,7 +41,7 @@ use crate::state_machine::{
     AccountChange, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text,
 };
 
-/// Most key changes one look of [`FanOut::wake_watches`] matches against the waiting polls;
+/// Most key changes one look of [`FanOut::key_space_changed`] matches against the waiting polls;
 /// past it every poll is woken instead.
 const WAKE_EVENTS_MAX: usize = 4_096;
 
@@ -158,7 +158,7 @@ impl AppliedSink for FanOut {
             }
         };
         self.refresh_gauges_for_entry(&events, replayed);
-        self.wake_watches();
+        self.key_space_changed();
         if let Some(origin) = &origin
             && !replayed
         {
@@ -186,33 +186,39 @@ impl FanOut {
         self.refresh_leases_active();
         self.refresh_waiters();
         self.refresh_dedup_agents();
-        *self.kv_seen() = self
-            .read("kv_revision", |sm| sm.key_space().revision())
-            .unwrap_or(0);
+        self.key_space_changed();
         self.watches.wake_all();
     }
 
-    /// Tells the waiting watches of the key changes since they were last told: the events
-    /// after the revision seen, from the key space's history. Nothing is read while no poll
-    /// waits; every poll is woken (to read again) when the changes cannot all be told: some
-    /// were dropped from the history, or there are more than one look covers.
-    fn wake_watches(&self) {
-        if self.watches.pending() == 0 {
-            return;
-        }
+    /// After an entry that changed keys: sets the key space's gauges, counts its new events,
+    /// and tells the waiting watches of the changes since they were last told (the events after
+    /// the revision seen, from the key space's history). Every poll is woken instead, to read
+    /// again, when the changes cannot all be told: some were dropped from the history, or
+    /// there are more than one look covers. A read of one number when no key changed.
+    fn key_space_changed(&self) {
         let mut seen = self.kv_seen();
+        let anyone = self.watches.pending() > 0;
         let every_key = KeySelector::Prefix(String::new());
-        let changed = self.read("watches", |sm| {
+        let changed = self.read("key_space", |sm| {
             let space = sm.key_space();
             let revision = space.revision();
-            let events = (revision > *seen)
-                .then(|| space.events_after(*seen, &every_key, WAKE_EVENTS_MAX));
-            (revision, events)
+            (revision > *seen).then(|| {
+                let gauges = (
+                    space.key_count(),
+                    space.bytes(),
+                    space.compact_revision(),
+                    space.events_count_after(*seen),
+                );
+                let events = anyone.then(|| space.events_after(*seen, &every_key, WAKE_EVENTS_MAX));
+                (revision, gauges, events)
+            })
         });
-        let Some((revision, events)) = changed else {
+        let Some(Some((revision, (keys, bytes, compact_revision, new_events), events))) = changed
+        else {
             return;
         };
         *seen = revision;
+        NodeMetrics::key_space(keys, bytes, compact_revision, new_events);
         match events {
             None => {}
             Some(Ok(page)) if page.progress.is_some() => self.watches.changed(&page.events),

@@ -32,6 +32,7 @@ use hivekeeper_protocol::{ErrorCode, KeySelector, KvEvent};
 use tokio::sync::oneshot;
 
 use super::NodeError;
+use super::metrics::NodeMetrics;
 use crate::answer::Answer;
 use crate::raft::RaftHandle;
 use crate::state_machine::Reply;
@@ -70,7 +71,7 @@ pub(crate) struct TooManyPolls {
 
 /// One registered poll: woken by a matching change, unregistered when dropped.
 pub(crate) struct Registration {
-    hub: Arc<Watches>,
+    watches: Arc<Watches>,
     id: u64,
     woken: oneshot::Receiver<()>,
 }
@@ -105,8 +106,9 @@ impl Watches {
                 wake: Some(wake),
             },
         );
+        NodeMetrics::watch_polls_pending(state.polls.len());
         Ok(Registration {
-            hub: self.clone(),
+            watches: self.clone(),
             id,
             woken,
         })
@@ -146,6 +148,7 @@ impl Watches {
         let Some(waiting) = state.polls.remove(&id) else {
             return;
         };
+        NodeMetrics::watch_polls_pending(state.polls.len());
         if let Some(count) = state.per_agent.get_mut(&waiting.agent) {
             *count -= 1;
             if *count == 0 {
@@ -168,7 +171,7 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.hub.unregister(self.id);
+        self.watches.unregister(self.id);
     }
 }
 
@@ -197,14 +200,15 @@ pub(crate) async fn poll(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         // Registered before the read: an entry applied in between still wakes this poll.
-        let mut registration = match watches.register(agent, request.selector.clone(), request.after)
-        {
-            Ok(registration) => registration,
-            Err(too_many) => {
-                let refusal = Reply::refused(ErrorCode::ResourceExhausted, too_many.to_string());
-                return Ok(refusal.into());
-            }
-        };
+        let mut registration =
+            match watches.register(agent, request.selector.clone(), request.after) {
+                Ok(registration) => registration,
+                Err(too_many) => {
+                    let refusal =
+                        Reply::refused(ErrorCode::ResourceExhausted, too_many.to_string());
+                    return Ok(refusal.into());
+                }
+            };
         let page = raft.query(|sm| sm.watch(request.after, &request.selector, max_events))?;
         let page = match page {
             Err(compacted) => {
@@ -212,7 +216,9 @@ pub(crate) async fn poll(
                     compact_revision: compacted.compact_revision,
                 });
             }
-            Ok(page) if !page.events.is_empty() || wait.is_zero() => return Ok(Answer::Watch(page)),
+            Ok(page) if !page.events.is_empty() || wait.is_zero() => {
+                return Ok(Answer::Watch(page));
+            }
             Ok(page) => page,
         };
         tokio::select! {

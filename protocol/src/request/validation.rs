@@ -86,6 +86,29 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
+            Op::KvPut { .. }
+            | Op::KvGet { .. }
+            | Op::KvDelete { .. }
+            | Op::KvTxn { .. }
+            | Op::WatchPoll { .. } => self.validate_keys()?,
+            Op::AirspaceQuery {
+                volume,
+                volumes,
+                after,
+                limit,
+            } => airspace::check_query(
+                volume.as_ref(),
+                volumes.as_deref(),
+                after.as_deref(),
+                *limit,
+            )?,
+        }
+        Ok(())
+    }
+
+    /// The checks of the key ops (`kv.*`, `watch.poll`): keys, selectors, pages and txns.
+    fn validate_keys(&self) -> Result<(), validate::InvalidField> {
+        match self {
             Op::KvPut { key, .. } => kv::check_key("key", key, true)?,
             Op::KvGet {
                 key,
@@ -114,17 +137,7 @@ impl Op {
                 success,
                 failure,
             } => kv::check_txn(compare, success, failure)?,
-            Op::AirspaceQuery {
-                volume,
-                volumes,
-                after,
-                limit,
-            } => airspace::check_query(
-                volume.as_ref(),
-                volumes.as_deref(),
-                after.as_deref(),
-                *limit,
-            )?,
+            _ => {}
         }
         Ok(())
     }

@@ -16,7 +16,8 @@ use hivekeeper_protocol::kv::KV_PAGE_MAX;
 use hivekeeper_protocol::{ErrorCode, KvDeleted, KvPage, KvPutDone, KvTxnDone, Op, ResourceKind};
 
 use super::{
-    Compacted, Compare, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp, WatchPage, Writer,
+    Compacted, Compare, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp, WatchPage,
+    Writer,
 };
 use crate::{Ctx, Decision, InvariantViolation, LeaseId, Reply, StateMachine, Text};
 
