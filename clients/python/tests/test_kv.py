@@ -1,0 +1,283 @@
+"""Keys against a real node: each kv op, its typed result and its errors, leased keys that go
+with their session, a counter by txn, and watches (events in order, bookmarks, resuming from a
+cursor and across a cut connection, KvCache, asyncio)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import List
+
+import pytest
+
+import hivekeeper
+import hivekeeper.aio
+from conftest import FAST
+from hivekeeper import Compare, Op
+
+
+def test_put_get_delete_answer_typed_results_with_revisions(agents, names):
+    kv = agents("a").kv
+    key = names("config")
+    first = kv.put(key, "rate=2")
+    assert isinstance(first, hivekeeper.PutResult) and first.revision > 0 and first.prev_kv is None
+    second = kv.put(key, "rate=5", prev_kv=True)
+    assert second.revision > first.revision
+    assert second.prev_kv is not None and second.prev_kv.value == "rate=2"
+    assert second.prev_kv.version == 1
+
+    read = kv.get(key)
+    assert read.revision >= second.revision
+    assert read.kv == hivekeeper.KeyValue(key, "rate=5", first.revision, second.revision, 2)
+    assert read.value == "rate=5"
+    assert kv.get(key, serializable=True).value == "rate=5"
+
+    gone = kv.delete(key)
+    assert gone == hivekeeper.DeleteResult(gone.revision, 1) and gone.revision > second.revision
+    assert kv.get(key).kv is None and kv.get(key).value is None
+    assert kv.delete(key).deleted == 0
+
+
+def test_get_prefix_pages_in_byte_order_and_delete_prefix(agents, names):
+    kv = agents("a").kv
+    prefix = names("jobs") + "/"
+    for i in (3, 1, 4, 0, 2):
+        kv.put(f"{prefix}{i}", f"job {i}")
+    kv.put(names("jobsx"), "not under the prefix")
+
+    page = kv.get_page(prefix, limit=2)
+    assert [x.key for x in page.kvs] == [f"{prefix}0", f"{prefix}1"]
+    assert page.next_after == f"{prefix}1"
+    everything = kv.get_prefix(prefix, limit=2)
+    assert [x.key for x in everything.kvs] == [f"{prefix}{i}" for i in range(5)]
+    assert everything.next_after is None and everything.revision >= page.revision
+
+    assert kv.delete_prefix(prefix).deleted == 5
+    assert kv.get_prefix(prefix).kvs == []
+    assert kv.get(names("jobsx")).value == "not under the prefix"
+
+
+def test_bad_keys_reserved_keys_and_leases_raise_their_exceptions(agents, names):
+    a, b = agents("a"), agents("b")
+    with pytest.raises(hivekeeper.BadRequest) as long_key:
+        a.kv.put("k" * 513, "v")
+    assert "513" in long_key.value.message
+    with pytest.raises(hivekeeper.BadRequest):
+        a.kv.put("", "v")
+    with pytest.raises(hivekeeper.BadRequest) as reserved:
+        a.kv.put("$svc/x", "v")
+    assert "reserved" in reserved.value.message
+    with pytest.raises(hivekeeper.BadRequest):
+        a.kv.delete("$svc/x")
+    with pytest.raises(hivekeeper.BadRequest):
+        a.kv.delete_prefix("$")
+    # Reading a `$` key is allowed.
+    assert a.kv.get("$svc/none").kv is None
+    with pytest.raises(hivekeeper.LeaseNotFound):
+        a.kv.put(names("k"), "v", lease="00000000deadbeef")
+    with b.session(ttl_ms=10_000) as sb:
+        with pytest.raises(hivekeeper.Forbidden):
+            a.kv.put(names("k"), "v", lease=sb.lease)
+    with pytest.raises(hivekeeper.ConfigError):
+        a.kv.watch(prefix="p", key="k")
+
+
+def test_a_key_put_through_a_session_goes_when_the_session_ends(agents, names):
+    a, observer = agents("a"), agents("observer")
+    key = names("presence")
+    with a.session(ttl_ms=10_000) as s:
+        put = s.kv.put(key, "up")
+        held = observer.kv.get(key).kv
+        assert held is not None and held.lease == s.lease and held.mod_revision == put.revision
+        # An explicit lease=None on agent.kv is an unbound key.
+        a.kv.put(names("plain"), "stays")
+    assert s.state is hivekeeper.SessionState.REVOKED
+    assert observer.kv.get(key).kv is None
+    assert observer.kv.get(names("plain")).value == "stays"
+    with pytest.raises(hivekeeper.SessionLost):
+        s.kv.put(key, "up again")
+
+
+def test_a_counter_incremented_by_txn_from_two_threads_counts_every_increment(agents, names):
+    key = names("counter")
+    a, b = agents("a"), agents("b")
+    increments = 15
+
+    def increment(kv: hivekeeper.Kv) -> None:
+        for _ in range(increments):
+            while True:
+                current = kv.get(key).kv
+                if current is None:
+                    compare, value = Compare.version(key, "==", 0), 1
+                else:
+                    compare = Compare.mod_revision(key, "==", current.mod_revision)
+                    value = int(current.value) + 1
+                if kv.txn([compare], [Op.put(key, str(value))]).succeeded:
+                    break
+
+    threads = [threading.Thread(target=increment, args=(x.kv,)) for x in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    final = a.kv.get(key).kv
+    assert final is not None and final.value == str(2 * increments)
+    assert final.version == 2 * increments
+
+
+def test_txn_runs_one_branch_and_fences_a_write_by_a_lock(agents, names):
+    a = agents("a")
+    key = names("k")
+    a.kv.put(key, "1")
+    failed = a.kv.txn(
+        [Compare.value(key, "==", "2")],
+        [Op.put(key, "3")],
+        [Op.get(key), Op.get_prefix(key), Op.delete(names("none"))],
+    )
+    assert not failed.succeeded
+    assert [r.verb for r in failed.results] == ["get", "get", "delete"]
+    assert failed.results[0].kv is not None and failed.results[0].kv.value == "1"
+    assert failed.results[2].deleted == 0
+    with a.session(ttl_ms=10_000) as s:
+        with s.lock(names("mission"), wait_ms=0) as g:
+            fenced = a.kv.txn(
+                [Compare.holder("lock", names("mission"), g.token)],
+                [Op.put(key, "landing", prev_kv=True), Op.delete_prefix(names("tmp/"))],
+            )
+            assert fenced.succeeded and fenced.results[0].prev_kv is not None
+        stale = a.kv.txn(
+            [Compare.holder("lock", names("mission"), g.token)], [Op.put(key, "stale")]
+        )
+        assert not stale.succeeded
+    assert a.kv.get(key).value == "landing"
+    with pytest.raises(hivekeeper.BadRequest):
+        a.kv.txn(success=[Op.put(key, "x"), Op.delete(key)])
+
+
+def test_compacted_carries_its_revision():
+    error = hivekeeper.errors.service_error("compacted", "behind", {"compact_revision": 42})
+    assert isinstance(error, hivekeeper.Compacted) and error.compact_revision == 42
+
+
+# -- watches ----------------------------------------------------------------------------------
+
+def _changes(events: List[hivekeeper.WatchEvent]) -> List[tuple]:
+    return [(e.type, e.key, e.kv.value if e.type == "put" else None) for e in events]
+
+
+def test_a_watch_sees_every_change_in_order_from_a_read_revision(agents, names):
+    a = agents("a")
+    prefix = names("hive") + "/"
+    start = a.kv.get_prefix(prefix).revision
+    a.kv.put(prefix + "x", "1")
+    a.kv.put(prefix + "y", "2")
+    a.kv.put(names("other"), "not watched")
+    a.kv.txn(success=[Op.put(prefix + "x", "3"), Op.delete(prefix + "y")])
+    with a.kv.watch(prefix=prefix, after=start, wait_ms=2000) as w:
+        events = [next(w) for _ in range(4)]
+    assert _changes(events) == [
+        ("put", prefix + "x", "1"),
+        ("put", prefix + "y", "2"),
+        ("put", prefix + "x", "3"),
+        ("delete", prefix + "y", None),
+    ]
+    revisions = [e.revision for e in events]
+    assert revisions[0] > start and revisions[0] < revisions[1] < revisions[2]
+    assert revisions[2] == revisions[3], "one txn, one revision"
+
+
+def test_an_idle_watch_gets_bookmarks_and_its_cursor_moves(agents, names):
+    a = agents("a")
+    key = names("idle")
+    start = a.kv.put(key, "v").revision
+    a.kv.put(names("elsewhere"), "moves the revision")
+    with a.kv.watch(key=key, after=start, wait_ms=200) as w:
+        t0 = time.monotonic()
+        page = w.poll()
+        assert page.events == [] and page.progress is not None
+        assert time.monotonic() - t0 >= 0.15, "the service held the poll"
+        assert w.revision == page.next >= start
+
+
+def test_a_watch_resumes_from_its_cursor_and_across_a_cut_connection(agents, names, proxy):
+    a = agents("a")
+    b = agents("b", brokers=[proxy.broker])
+    prefix = names("resume") + "/"
+    start = a.kv.get_prefix(prefix).revision
+    for i in range(3):
+        a.kv.put(f"{prefix}{i}", str(i))
+    first = b.kv.watch(prefix=prefix, after=start, wait_ms=1000)
+    seen = [next(first), next(first)]
+    first.close()
+    assert list(first) == []
+    second = b.kv.watch(prefix=prefix, after=first.revision, wait_ms=1000)
+    seen.append(next(second))
+    assert [e.key for e in seen] == [f"{prefix}{i}" for i in range(3)]
+
+    got: List[hivekeeper.WatchEvent] = []
+    reader = threading.Thread(target=lambda: got.extend([next(second), next(second)]))
+    reader.start()
+    time.sleep(0.3)
+    proxy.cut()
+    a.kv.put(prefix + "3", "3")
+    time.sleep(0.3)
+    proxy.cut()
+    a.kv.put(prefix + "4", "4")
+    reader.join(timeout=30)
+    second.close()
+    assert [e.key for e in got] == [prefix + "3", prefix + "4"]
+
+
+def test_a_kv_cache_follows_a_prefix(agents, names):
+    a, writer = agents("a"), agents("writer")
+    prefix = names("cfg") + "/"
+    writer.kv.put(prefix + "rate", "2")
+    changes: List[int] = []
+    with hivekeeper.KvCache(a.kv, prefix, on_change=lambda ev: changes.append(len(ev)),
+                            wait_ms=1000) as cache:
+        assert cache.value(prefix + "rate") == "2" and cache.loads == 1
+        writer.kv.put(prefix + "rate", "5")
+        written = writer.kv.put(prefix + "mode", "survey").revision
+        assert cache.wait_revision(written, timeout=10)
+        assert cache.value(prefix + "rate") == "5" and cache.value(prefix + "mode") == "survey"
+        writer.kv.delete(prefix + "rate")
+        assert cache.wait_until(lambda m: prefix + "rate" not in m, timeout=10)
+        assert set(cache.snapshot()) == {prefix + "mode"}
+        with writer.session(ttl_ms=10_000) as s:
+            s.kv.put(prefix + "member", "up")
+            assert cache.wait_until(lambda m: prefix + "member" in m, timeout=10)
+        assert cache.wait_until(lambda m: prefix + "member" not in m, timeout=10)
+        assert cache.error is None and sum(changes) >= 4
+
+
+def test_asyncio_watch_and_cache(node, names):
+    prefix = names("aio") + "/"
+
+    async def main() -> None:
+        async with hivekeeper.aio.Agent(names("a"), [node.broker], **FAST) as agent:
+            start = (await agent.kv.get_prefix(prefix)).revision
+            async with agent.session(ttl_ms=10_000) as s:
+                await s.kv.put(prefix + "drone-1", "up")
+            await agent.kv.put(prefix + "cfg", "x")
+            seen = []
+            async with agent.kv.watch(prefix=prefix, after=start, wait_ms=1000) as w:
+                async for event in w:
+                    seen.append((event.type, event.key))
+                    if len(seen) == 3:
+                        break
+            assert seen == [
+                ("put", prefix + "drone-1"),
+                ("delete", prefix + "drone-1"),
+                ("put", prefix + "cfg"),
+            ]
+            cache = await hivekeeper.aio.KvCache.start(agent.kv, prefix, wait_ms=1000)
+            assert cache.get(prefix + "cfg") is not None
+            await agent.kv.put(prefix + "cfg", "y")
+            assert await cache.wait_until(
+                lambda m: m.get(prefix + "cfg") is not None and m[prefix + "cfg"].value == "y", 10
+            )
+            await cache.close()
+            assert cache.error is None
+
+    asyncio.run(asyncio.wait_for(main(), 60))
