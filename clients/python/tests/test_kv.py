@@ -162,6 +162,7 @@ def test_compacted_carries_its_revision():
 
 # -- watches ----------------------------------------------------------------------------------
 
+
 def _changes(events: List[hivekeeper.WatchEvent]) -> List[tuple]:
     return [(e.type, e.key, e.kv.value if e.type == "put" else None) for e in events]
 
@@ -234,8 +235,9 @@ def test_a_kv_cache_follows_a_prefix(agents, names):
     prefix = names("cfg") + "/"
     writer.kv.put(prefix + "rate", "2")
     changes: List[int] = []
-    with hivekeeper.KvCache(a.kv, prefix, on_change=lambda ev: changes.append(len(ev)),
-                            wait_ms=1000) as cache:
+    with hivekeeper.KvCache(
+        a.kv, prefix, on_change=lambda ev: changes.append(len(ev)), wait_ms=1000
+    ) as cache:
         assert cache.value(prefix + "rate") == "2" and cache.loads == 1
         writer.kv.put(prefix + "rate", "5")
         written = writer.kv.put(prefix + "mode", "survey").revision

@@ -605,7 +605,7 @@ class Kv(KvBase):
         ``async for event in kv.watch(prefix="hive/", after=rev)``."""
         return Watch(self.agent, key, prefix, after, max_events, wait_ms)
 
-    async def _run(self, plan: Plan) -> Any:
+    async def _run(self, plan: "Plan[T]") -> T:
         op, fields, parse = plan
         return parse(await self.agent.request(op, **fields))
 
@@ -761,9 +761,7 @@ class KvCache:
             if deadline is not None and now >= deadline:
                 return False
             try:
-                await asyncio.wait_for(
-                    changed.wait(), None if deadline is None else deadline - now
-                )
+                await asyncio.wait_for(changed.wait(), None if deadline is None else deadline - now)
             except asyncio.TimeoutError:
                 pass
 

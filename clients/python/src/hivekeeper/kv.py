@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: A plain request: the op, its fields (``None`` values left out), and how to read the answer.
-Plan = Tuple[str, Dict[str, Any], Callable[[Mapping[str, Any]], Any]]
+Plan = Tuple[str, Dict[str, Any], Callable[[Mapping[str, Any]], T]]
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ class KvBase:
         after: Optional[str] = None,
         limit: Optional[int] = None,
         serializable: bool = False,
-    ) -> Plan:
+    ) -> "Plan[GetResult]":
         fields = _fields(
             key=key, prefix=prefix, after=after, limit=limit, serializable=serializable or None
         )
@@ -299,7 +299,7 @@ class KvBase:
 
     def _put_plan(
         self, key: str, value: str, lease: Optional[str], prev_kv: bool
-    ) -> Tuple[Plan, Optional["SessionBase"]]:
+    ) -> Tuple["Plan[PutResult]", Optional["SessionBase"]]:
         """The put, and the session whose lease it names (which must be live)."""
         session = None
         if lease is None and self.session is not None:
@@ -315,7 +315,9 @@ class KvBase:
         return ("kv.put", fields, PutResult.from_result), session
 
     @staticmethod
-    def _delete_plan(key: Optional[str] = None, prefix: Optional[str] = None) -> Plan:
+    def _delete_plan(
+        key: Optional[str] = None, prefix: Optional[str] = None
+    ) -> "Plan[DeleteResult]":
         return "kv.delete", _fields(key=key, prefix=prefix), DeleteResult.from_result
 
     @staticmethod
@@ -323,7 +325,7 @@ class KvBase:
         compare: Iterable[Mapping[str, Any]],
         success: Iterable[Mapping[str, Any]],
         failure: Iterable[Mapping[str, Any]],
-    ) -> Plan:
+    ) -> "Plan[TxnResult]":
         fields = {
             "compare": [dict(c) for c in compare],
             "success": [dict(o) for o in success],
@@ -425,10 +427,11 @@ class Kv(KvBase):
         as an iterator of :class:`~hivekeeper.WatchEvent` (see :class:`~hivekeeper.Watch`)."""
         from .watch import Watch
 
-        return Watch(self.agent, key=key, prefix=prefix, after=after,
-                     max_events=max_events, wait_ms=wait_ms)
+        return Watch(
+            self.agent, key=key, prefix=prefix, after=after, max_events=max_events, wait_ms=wait_ms
+        )
 
-    def _run(self, plan: Plan) -> Any:
+    def _run(self, plan: "Plan[T]") -> T:
         op, fields, parse = plan
         return parse(self.agent.request(op, **fields))
 

@@ -199,8 +199,10 @@ class Watch:
         return self._buffer[0].revision - 1 if self._buffer else self.cursor.after
 
     def __repr__(self) -> str:
-        what = f"key={self.cursor.key!r}" if self.cursor.key is not None else (
-            f"prefix={self.cursor.prefix!r}"
+        what = (
+            f"key={self.cursor.key!r}"
+            if self.cursor.key is not None
+            else (f"prefix={self.cursor.prefix!r}")
         )
         return f"Watch({what}, revision={self.revision})"
 
