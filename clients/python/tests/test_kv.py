@@ -13,7 +13,7 @@ import pytest
 
 import hivekeeper
 import hivekeeper.aio
-from conftest import FAST
+from conftest import FAST, bounded
 from hivekeeper import Compare, Op
 
 
@@ -175,7 +175,7 @@ def test_a_watch_sees_every_change_in_order_from_a_read_revision(agents, names):
     a.kv.put(prefix + "y", "2")
     a.kv.put(names("other"), "not watched")
     a.kv.txn(success=[Op.put(prefix + "x", "3"), Op.delete(prefix + "y")])
-    with a.kv.watch(prefix=prefix, after=start, wait_ms=2000) as w:
+    with bounded(a.kv.watch(prefix=prefix, after=start, wait_ms=2000)) as w:
         events = [next(w) for _ in range(4)]
     assert _changes(events) == [
         ("put", prefix + "x", "1"),
@@ -208,11 +208,11 @@ def test_a_watch_resumes_from_its_cursor_and_across_a_cut_connection(agents, nam
     start = a.kv.get_prefix(prefix).revision
     for i in range(3):
         a.kv.put(f"{prefix}{i}", str(i))
-    first = b.kv.watch(prefix=prefix, after=start, wait_ms=1000)
+    first = bounded(b.kv.watch(prefix=prefix, after=start, wait_ms=1000))
     seen = [next(first), next(first)]
     first.close()
     assert list(first) == []
-    second = b.kv.watch(prefix=prefix, after=first.revision, wait_ms=1000)
+    second = bounded(b.kv.watch(prefix=prefix, after=first.revision, wait_ms=1000))
     seen.append(next(second))
     assert [e.key for e in seen] == [f"{prefix}{i}" for i in range(3)]
 
