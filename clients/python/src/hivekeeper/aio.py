@@ -49,7 +49,7 @@ from .airspace import AirspacePage, Preempted, VolumeLike, airspace_query_fields
 from .ask import Ask
 from .errors import Compacted, Disconnected, HivekeeperError, LeaseNotFound
 from .guard import GuardBase
-from .kv import DeleteResult, GetResult, KvBase, Plan, PutResult, TxnResult
+from .kv import DeleteResult, GetResult, KeyValue, KvBase, Plan, PutResult, TxnResult
 from .kv_cache import CacheState
 from .protocol import RELEASE_OP, WATCH_POLL_OP, FenceCheck, Inspection
 from .request_loop import Abandon, Patience
@@ -728,11 +728,11 @@ class KvCache:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    def get(self, key: str) -> Optional[Any]:
-        """The cached key (a :class:`~hivekeeper.KeyValue`), or ``None``."""
+    def get(self, key: str) -> Optional[KeyValue]:
+        """The cached key, or ``None``."""
         return self._state.kvs.get(key)
 
-    def snapshot(self) -> Dict[str, Any]:
+    def snapshot(self) -> Dict[str, KeyValue]:
         """A copy of the map."""
         return dict(self._state.kvs)
 
@@ -747,7 +747,7 @@ class KvCache:
         return self._state.loads
 
     async def wait_until(
-        self, check: Callable[[Dict[str, Any]], bool], timeout: Optional[float] = None
+        self, check: Callable[[Dict[str, KeyValue]], bool], timeout: Optional[float] = None
     ) -> bool:
         """Waits until ``check(map)`` is true (at most ``timeout`` seconds); whether it is."""
         deadline = None if timeout is None else time.monotonic() + timeout
