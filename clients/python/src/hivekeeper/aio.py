@@ -16,6 +16,10 @@ routing). What differs is only how a request or a session waits: a coroutine on 
 woken through ``Shared.notify`` (``loop.call_soon_threadsafe``) instead of a thread on the
 shared condition. Keepalives are tasks instead of threads.
 
+Keys are ``agent.kv`` / ``session.kv`` (:class:`Kv`, the requests and results of
+``kv.KvBase``), watches are async iterators (:class:`Watch`, the cursor of
+``watch.WatchCursor``), and :class:`KvCache` keeps its map with a task (``kv_cache.CacheState``).
+
 **Cancellation.** Cancelling a task that waits for a grant (``task.cancel()``,
 ``asyncio.wait_for``) is safe: the request may still be queued at the service, so a grant that
 arrives later is released, as the Rust SDK does for a dropped future. The connection thread
