@@ -25,7 +25,7 @@ struct Args {
         long,
         alias = "broker",
         value_delimiter = ',',
-        default_value = "127.0.0.1:1883"
+        default_value = hivekeeper_agent::DEFAULT_BROKER
     )]
     brokers: Vec<String>,
     /// The lock's name.

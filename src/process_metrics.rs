@@ -50,47 +50,48 @@ pub fn export_build_info() {
 /// The process metrics as Prometheus text (each with its `# HELP` and `# TYPE`), those the
 /// system has; empty off Linux.
 pub fn render() -> String {
-    let mut out = String::new();
-    let status = std::fs::read_to_string("/proc/self/status").ok();
-    if let Some(bytes) = status.as_deref().and_then(resident_bytes) {
-        metric(
-            &mut out,
+    let read = |path| std::fs::read_to_string(path).ok();
+    // The directory's own handle is one of the entries while it is read.
+    let open_fds = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|entries| entries.count().saturating_sub(1) as f64);
+    let figures = [
+        (
             RESIDENT_MEMORY_BYTES,
             "gauge",
             "Resident memory size in bytes.",
-            bytes as f64,
-        );
-    }
-    if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
-        // The directory's own handle is one of the entries while it is read.
-        let open = entries.count().saturating_sub(1);
-        metric(
-            &mut out,
+            read("/proc/self/status")
+                .as_deref()
+                .and_then(resident_bytes)
+                .map(|b| b as f64),
+        ),
+        (
             OPEN_FDS,
             "gauge",
             "Number of open file descriptors.",
-            open as f64,
-        );
-    }
-    let limits = std::fs::read_to_string("/proc/self/limits").ok();
-    if let Some(max) = limits.as_deref().and_then(max_open_files) {
-        metric(
-            &mut out,
+            open_fds,
+        ),
+        (
             MAX_FDS,
             "gauge",
             "Maximum number of open file descriptors (the soft limit).",
-            max as f64,
-        );
-    }
-    let stat = std::fs::read_to_string("/proc/self/stat").ok();
-    if let Some(seconds) = stat.as_deref().and_then(cpu_seconds) {
-        metric(
-            &mut out,
+            read("/proc/self/limits")
+                .as_deref()
+                .and_then(max_open_files)
+                .map(|m| m as f64),
+        ),
+        (
             CPU_SECONDS_TOTAL,
             "counter",
             "Total user and system CPU time spent in seconds.",
-            seconds,
-        );
+            read("/proc/self/stat").as_deref().and_then(cpu_seconds),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, value) in figures {
+        if let Some(value) = value {
+            metric(&mut out, name, kind, help, value);
+        }
     }
     out
 }

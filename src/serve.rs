@@ -117,15 +117,9 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
                  but the config file selects an external broker"
             );
         };
-        if let Some(cert) = args.mqtt_tls_cert {
-            embedded.tls_cert = Some(cert);
-        }
-        if let Some(key) = args.mqtt_tls_key {
-            embedded.tls_key = Some(key);
-        }
-        if let Some(ca) = args.mqtt_client_ca {
-            embedded.client_ca = Some(ca);
-        }
+        embedded.tls_cert = args.mqtt_tls_cert.or(embedded.tls_cert.take());
+        embedded.tls_key = args.mqtt_tls_key.or(embedded.tls_key.take());
+        embedded.client_ca = args.mqtt_client_ca.or(embedded.client_ca.take());
     }
     if let Some(url) = args.mqtt_url {
         match &mut config.mqtt.mode {
@@ -162,18 +156,10 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
                 ClusterStateArg::Existing => ClusterState::Existing,
             };
         }
-        if let Some(listen) = args.peer_listen {
-            cluster.peer_listen = Some(listen);
-        }
-        if let Some(cert) = args.peer_tls_cert {
-            cluster.peer_tls_cert = Some(cert);
-        }
-        if let Some(key) = args.peer_tls_key {
-            cluster.peer_tls_key = Some(key);
-        }
-        if let Some(ca) = args.peer_ca {
-            cluster.peer_ca = Some(ca);
-        }
+        cluster.peer_listen = args.peer_listen.or(cluster.peer_listen.take());
+        cluster.peer_tls_cert = args.peer_tls_cert.or(cluster.peer_tls_cert.take());
+        cluster.peer_tls_key = args.peer_tls_key.or(cluster.peer_tls_key.take());
+        cluster.peer_ca = args.peer_ca.or(cluster.peer_ca.take());
     }
     config.node.validate().context("node settings")?;
     if config.node.cluster.is_some() && matches!(config.mqtt.mode, Mode::External(_)) {

@@ -1,11 +1,11 @@
-//! Agent configuration: one [`AgentConfig`], its defaults in one [`DEFAULTS`], cross-field rules
-//! in [`AgentConfig::validate`].
+//! Agent configuration: one [`AgentConfig`], its defaults in its `Default` (as a value,
+//! [`DEFAULTS`]), cross-field rules in [`AgentConfig::validate`].
 //!
 //! Every duration carries its unit in its name. The MQTT-level settings are in seconds because
 //! that is rumqttc's resolution for them (its keepalive refuses anything below one second).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,48 +13,13 @@ use hivekeeper_protocol::{Topics, validate};
 
 use crate::error::AgentError;
 
-/// The default value of every [`AgentConfig`] field: the single place to read or change them.
-///
-/// A separate struct (rather than a `const AgentConfig`) because an `AgentConfig` owns `String`s,
-/// which cannot be built in a `const`.
-#[derive(Debug, Clone, Copy)]
-pub struct Defaults {
-    /// See [`AgentConfig::brokers`]: the embedded broker of `hivekeeper serve` with no flags.
-    pub broker: &'static str,
-    /// See [`AgentConfig::topic_prefix`].
-    pub topic_prefix: &'static str,
-    /// See [`AgentConfig::request_timeout_ms`].
-    pub request_timeout_ms: u64,
-    /// See [`AgentConfig::request_deadline_ms`].
-    pub request_deadline_ms: u64,
-    /// See [`AgentConfig::wait_resend_ms`].
-    pub wait_resend_ms: u64,
-    /// See [`AgentConfig::backoff_first_ms`].
-    pub backoff_first_ms: u64,
-    /// See [`AgentConfig::backoff_cap_ms`].
-    pub backoff_cap_ms: u64,
-    /// See [`AgentConfig::keepalive_margin_ms`].
-    pub keepalive_margin_ms: u64,
-    /// See [`AgentConfig::mqtt_keepalive_s`].
-    pub mqtt_keepalive_s: u64,
-    /// See [`AgentConfig::connect_timeout_s`].
-    pub connect_timeout_s: u64,
-}
+/// The default broker: the embedded broker of `hivekeeper serve` with no flags. Also the
+/// default of every client command's `--brokers`.
+pub const DEFAULT_BROKER: &str = "127.0.0.1:1883";
 
-/// The defaults. `agent_id` has none: two agents sharing an id would take each other's MQTT
-/// connection (the id is also the MQTT client id), so it must be chosen.
-pub const DEFAULTS: Defaults = Defaults {
-    broker: "127.0.0.1:1883",
-    topic_prefix: hivekeeper_protocol::topic::DEFAULT_PREFIX,
-    request_timeout_ms: 2_000,
-    request_deadline_ms: 30_000,
-    wait_resend_ms: 10_000,
-    backoff_first_ms: 30,
-    backoff_cap_ms: 2_000,
-    keepalive_margin_ms: 200,
-    mqtt_keepalive_s: 5,
-    connect_timeout_s: 5,
-};
+/// Every default of [`AgentConfig`], as one value: the same as `AgentConfig::default()`, where
+/// each default is written.
+pub static DEFAULTS: LazyLock<AgentConfig> = LazyLock::new(AgentConfig::default);
 
 /// How an agent reaches the service and how patient it is.
 ///
@@ -152,21 +117,23 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// The defaults. `agent_id` has none: two agents sharing an id would take each other's MQTT
+/// connection (the id is also the MQTT client id), so it must be chosen.
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
             agent_id: String::new(),
-            brokers: vec![DEFAULTS.broker.to_string()],
-            topic_prefix: DEFAULTS.topic_prefix.to_string(),
-            request_timeout_ms: DEFAULTS.request_timeout_ms,
-            request_deadline_ms: DEFAULTS.request_deadline_ms,
-            wait_resend_ms: DEFAULTS.wait_resend_ms,
-            backoff_first_ms: DEFAULTS.backoff_first_ms,
-            backoff_cap_ms: DEFAULTS.backoff_cap_ms,
-            keepalive_margin_ms: DEFAULTS.keepalive_margin_ms,
+            brokers: vec![DEFAULT_BROKER.to_string()],
+            topic_prefix: hivekeeper_protocol::topic::DEFAULT_PREFIX.to_string(),
+            request_timeout_ms: 2_000,
+            request_deadline_ms: 30_000,
+            wait_resend_ms: 10_000,
+            backoff_first_ms: 30,
+            backoff_cap_ms: 2_000,
+            keepalive_margin_ms: 200,
             keepalive_every_ms: None,
-            mqtt_keepalive_s: DEFAULTS.mqtt_keepalive_s,
-            connect_timeout_s: DEFAULTS.connect_timeout_s,
+            mqtt_keepalive_s: 5,
+            connect_timeout_s: 5,
             secret: None,
             tls_ca: None,
             tls_cert: None,

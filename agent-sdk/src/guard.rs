@@ -518,10 +518,7 @@ impl Guard {
     pub async fn amend(&self, volumes: Vec<Volume>) -> Result<(), AgentError> {
         let claim = self.claim();
         let session = &claim.session;
-        let state = session.state();
-        if !state.is_live() {
-            return Err(AgentError::Lost(state));
-        }
+        session.check_live()?;
         let op = Op::RouteAmend {
             name: claim.name.clone(),
             lease: session.lease.clone(),

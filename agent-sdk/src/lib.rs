@@ -72,7 +72,7 @@ pub mod session;
 pub use agent::{Agent, AgentStats};
 pub use airspace::{AirspaceQuery, QueryShape};
 pub use backoff::Backoff;
-pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULTS, Defaults, Secret};
+pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Secret};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
 pub use hivekeeper_protocol::{ConflictPage, Priority};

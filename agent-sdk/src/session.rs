@@ -124,6 +124,16 @@ impl SessionInner {
         *self.state.borrow()
     }
 
+    /// `Ok` while the session is live, else [`AgentError::Lost`] with its state.
+    pub(crate) fn check_live(&self) -> Result<(), AgentError> {
+        let state = self.state();
+        if state.is_live() {
+            Ok(())
+        } else {
+            Err(AgentError::Lost(state))
+        }
+    }
+
     /// Reports that the service answered `lease_not_found`.
     pub(crate) fn lease_gone(&self) {
         let _ = self.control.try_send(Control::LeaseGone);
@@ -279,10 +289,7 @@ impl Session {
     /// while the request is queued at the service, a grant that arrives later is released.
     pub async fn acquire(&self, resource: Resource, wait: Wait) -> Result<Guard, AgentError> {
         let inner = &self.inner;
-        let state = inner.state();
-        if !state.is_live() {
-            return Err(AgentError::Lost(state));
-        }
+        inner.check_live()?;
         let op = resource.acquire_op(&inner.lease, wait.wait_ms());
         AgentError::check_locally(&op)?;
         let claim = Claim::take(inner.clone(), resource.kind(), resource.name()).await?;
@@ -311,10 +318,7 @@ impl Session {
                 if let Err(unexpected) = granted {
                     return Err(unexpected.into());
                 }
-                let state = inner.state();
-                if !state.is_live() {
-                    return Err(AgentError::Lost(state));
-                }
+                inner.check_live()?;
                 Ok(guard)
             }
             Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {

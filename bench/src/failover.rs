@@ -56,12 +56,9 @@ pub struct FailoverFigures {
 
 /// A probe homed on one member: a session through that member first.
 async fn probe(run: &RunId, brokers: &[String], home: usize) -> anyhow::Result<Session> {
-    let rotated = (0..brokers.len())
-        .map(|k| brokers[(home + k) % brokers.len()].clone())
-        .collect();
     let agent = Agent::connect(AgentConfig {
         agent_id: run.agent("probe", home),
-        brokers: rotated,
+        brokers: swarm::rotated(brokers, home),
         ..AgentConfig::default()
     })
     .await

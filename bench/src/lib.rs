@@ -179,7 +179,7 @@ struct Common {
         long,
         alias = "broker",
         value_delimiter = ',',
-        default_value = "127.0.0.1:1883"
+        default_value = hivekeeper_agent::DEFAULT_BROKER
     )]
     brokers: Vec<String>,
     /// Length of the measured phase, seconds (after every agent connected).

@@ -242,16 +242,11 @@ impl Report {
 impl ReclaimFigures {
     /// This TTL's row of the table: every round's reclaim time and the worst over the TTL.
     fn row(&self) -> (String, String) {
-        let rounds: Vec<String> = self
-            .reclaim_ms
-            .iter()
-            .map(|ms| format!("{ms:.0}"))
-            .collect();
         (
             format!("reclaim, TTL {} ms", self.ttl_ms),
             format!(
                 "{} ms (worst TTL + {:.0} ms)",
-                rounds.join(", "),
+                whole_ms(&self.reclaim_ms),
                 self.over_ttl_ms_max
             ),
         )
@@ -287,13 +282,14 @@ impl ScaleFigures {
     }
 }
 
+/// Times in ms, rounded to whole ms, comma-separated.
+fn whole_ms(values: &[f64]) -> String {
+    let rounded: Vec<String> = values.iter().map(|ms| format!("{ms:.0}")).collect();
+    rounded.join(", ")
+}
+
 /// `failover`'s rows of the table: the gaps after each fault and the longest hole.
 fn failover_rows(failover: &super::failover::FailoverFigures) -> [(String, String); 2] {
-    let gaps: Vec<String> = failover
-        .gap_ms
-        .iter()
-        .map(|ms| format!("{ms:.0}"))
-        .collect();
     [
         (
             format!("failover gaps ({} members)", failover.members),
@@ -301,7 +297,7 @@ fn failover_rows(failover: &super::failover::FailoverFigures) -> [(String, Strin
                 "median {:.0} ms, max {:.0} ms: {} ms",
                 failover.gap_ms_median,
                 failover.gap_ms_max,
-                gaps.join(", ")
+                whole_ms(&failover.gap_ms)
             ),
         ),
         (

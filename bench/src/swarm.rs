@@ -98,22 +98,18 @@ pub async fn connect(
         let permits = permits.clone();
         // Agent i starts at broker i mod n and fails over along the rest: a cluster's load
         // spreads over its members, as a real swarm's would.
-        let brokers = &base.brokers;
-        let rotated = (0..brokers.len())
-            .map(|k| brokers[(index + k) % brokers.len()].clone())
-            .collect();
         let config = AgentConfig {
             agent_id: run.agent(role, index),
-            brokers: rotated,
+            brokers: rotated(&base.brokers, index),
             ..base.clone()
         };
         let run = run.clone();
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let config = run.authenticate(config).await.map_err(|e| e.to_string())?;
-            let agent = Agent::connect(config).await.map_err(|e| e.to_string())?;
-            let session = agent.session(ttl_ms).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((index, Member { session }))
+            let config = run.authenticate(config).await?;
+            let agent = Agent::connect(config).await?;
+            let session = agent.session(ttl_ms).await?;
+            anyhow::Ok((index, Member { session }))
         });
     }
     let mut members = vec![None; count];
@@ -146,4 +142,12 @@ pub async fn connect_agents(
         errors.samples
     );
     Ok((members, errors))
+}
+
+/// `brokers` starting at the one of index `home` (mod their count), the rest after it in order:
+/// an agent's first broker and the ones it fails over to.
+pub fn rotated(brokers: &[String], home: usize) -> Vec<String> {
+    (0..brokers.len())
+        .map(|k| brokers[(home + k) % brokers.len()].clone())
+        .collect()
 }

@@ -19,6 +19,10 @@ pub fn response(id: &str, answer: &Answer) -> Option<Response> {
         }
         .into(),
         Answer::Snapshot(page) => page.as_ref().clone().into(),
+        Answer::Watch(page) => page.clone().into(),
+        Answer::Compacted { compact_revision } => {
+            return Some(Response::compacted(id, *compact_revision));
+        }
         Answer::Machine(reply) => return reply_response(id, reply),
     };
     Some(Response::ok(id, success))

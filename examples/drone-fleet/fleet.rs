@@ -31,7 +31,7 @@ use hivekeeper_mqtt::Mode;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::world::{World, bump};
+use crate::world::{Stale, World, bump};
 
 /// Metres per degree of latitude on the protocol's sphere (radius 6 371 008.8 m).
 pub(crate) const METRES_PER_DEGREE: f64 = 6_371_008.8 * std::f64::consts::PI / 180.0;
@@ -89,7 +89,7 @@ pub struct FleetConfig {
 impl Default for FleetConfig {
     fn default() -> Self {
         FleetConfig {
-            brokers: vec!["127.0.0.1:1883".into()],
+            brokers: vec![hivekeeper_agent::DEFAULT_BROKER.into()],
             drones: 50,
             pads: 20,
             missions_per_drone: 8,
@@ -228,6 +228,27 @@ struct Shared {
     deadline: Instant,
 }
 
+impl Shared {
+    /// The config of agent `id`: the fleet's brokers and keepalive.
+    fn agent_config(&self, id: &str) -> AgentConfig {
+        AgentConfig {
+            agent_id: id.to_string(),
+            brokers: self.config.brokers.clone(),
+            keepalive_every_ms: Some(self.config.keepalive_every_ms),
+            ..AgentConfig::default()
+        }
+    }
+
+    /// Records that `what` refused a live holder's token: the service's token order is broken.
+    fn token_refused(&self, tally: &mut Tally, what: &str, token: u64, stale: Stale) {
+        bump(&self.world.violations);
+        tally.errors.push(format!(
+            "{what} refused live token {token} (highest {})",
+            stale.highest_token
+        ));
+    }
+}
+
 /// Runs the fleet against the service at `config.brokers` until every count is done or
 /// `duration_s` has passed.
 pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result<Summary> {
@@ -361,14 +382,9 @@ async fn connect(shared: &Shared, i: usize) -> anyhow::Result<Session> {
     } else {
         format!("sensor-{}", i - shared.config.drones)
     };
-    let agent = Agent::connect(AgentConfig {
-        agent_id: id.clone(),
-        brokers: shared.config.brokers.clone(),
-        keepalive_every_ms: Some(shared.config.keepalive_every_ms),
-        ..AgentConfig::default()
-    })
-    .await
-    .with_context(|| format!("{id} connects"))?;
+    let agent = Agent::connect(shared.agent_config(&id))
+        .await
+        .with_context(|| format!("{id} connects"))?;
     agent
         .session(shared.config.ttl_ms)
         .await
@@ -392,6 +408,16 @@ fn jitter(low_ms: u64, high_ms: u64) -> Duration {
 
 fn pad_name(pad: usize) -> String {
     format!("pad-{pad}")
+}
+
+/// The reservation of pad `pad`: its name and its cylinder, now, at routine priority.
+fn pad_resource(pad: usize) -> Resource {
+    Resource::Waypoint {
+        name: pad_name(pad),
+        geometry: Some(pad_geometry(pad)),
+        window: TimeWindow::default(),
+        priority: hivekeeper_agent::Priority::ROUTINE,
+    }
 }
 
 /// Pad `pad`'s cylinder: on a grid of [`PADS_PER_ROW`] columns, [`PAD_SPACING_M`] apart.
@@ -442,13 +468,8 @@ async fn drone(
         match shared.world.land(&name, &me, guard.token()) {
             Ok(()) => tally.landings += 1,
             Err(stale) => {
-                // A live holder with an old token: the service's token order is broken.
-                bump(&shared.world.violations);
-                tally.errors.push(format!(
-                    "{me}: pad {name} refused live token {} (highest {})",
-                    guard.token(),
-                    stale.highest_token
-                ));
+                let what = format!("{me}: pad {name}");
+                shared.token_refused(&mut tally, &what, guard.token(), stale);
                 continue;
             }
         }
@@ -489,12 +510,7 @@ async fn reserve_some_pad(
     let first_try = Instant::now();
     while Instant::now() < shared.deadline {
         let pad = fastrand::usize(0..shared.config.pads);
-        let resource = Resource::Waypoint {
-            name: pad_name(pad),
-            geometry: Some(pad_geometry(pad)),
-            window: TimeWindow::default(),
-            priority: hivekeeper_agent::Priority::ROUTINE,
-        };
+        let resource = pad_resource(pad);
         match session.acquire(resource, Wait::Try).await {
             Ok(guard) => {
                 tally.wait_us.push(
@@ -561,21 +577,10 @@ fn crashing_drone(
 /// refuses the crashed drone's token once it "reboots".
 async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
     let id = format!("crew-{}", crash.drone);
-    let agent = Agent::connect(AgentConfig {
-        agent_id: id.clone(),
-        brokers: shared.config.brokers.clone(),
-        keepalive_every_ms: Some(shared.config.keepalive_every_ms),
-        ..AgentConfig::default()
-    })
-    .await?;
+    let agent = Agent::connect(shared.agent_config(&id)).await?;
     let session = agent.session(shared.config.ttl_ms).await?;
     let name = pad_name(crash.pad);
-    let resource = Resource::Waypoint {
-        name: name.clone(),
-        geometry: Some(pad_geometry(crash.pad)),
-        window: TimeWindow::default(),
-        priority: hivekeeper_agent::Priority::ROUTINE,
-    };
+    let resource = pad_resource(crash.pad);
     // Bounded: the crashed lease expires after its TTL; three TTLs is a broken service.
     let wait = Duration::from_millis(3 * shared.config.ttl_ms);
     let guard = session.acquire(resource, Wait::AtMost(wait)).await?;
@@ -668,12 +673,7 @@ async fn reconfigure(shared: &Shared, session: &Session, me: &str, tally: &mut T
             tally.reconfigurations += 1;
         }
         Err(stale) => {
-            bump(&shared.world.violations);
-            tally.errors.push(format!(
-                "{me}: the config refused live token {} (highest {})",
-                guard.token(),
-                stale.highest_token
-            ));
+            shared.token_refused(tally, &format!("{me}: the config"), guard.token(), stale)
         }
     }
     if let Err(error) = guard.release().await {

@@ -75,7 +75,7 @@ pub struct FlightsConfig {
 impl Default for FlightsConfig {
     fn default() -> Self {
         FlightsConfig {
-            brokers: vec!["127.0.0.1:1883".into()],
+            brokers: vec![hivekeeper_agent::DEFAULT_BROKER.into()],
             planners: 12,
             flights_each: 3,
             corridors: 4,

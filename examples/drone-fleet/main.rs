@@ -173,18 +173,7 @@ fn print_flights(flown: &FlightsSummary) {
             flown.overlaps_held.to_string(),
         ),
         ("errors", flown.errors.to_string()),
-        (
-            "elapsed",
-            format!(
-                "{:.1} s{}",
-                flown.elapsed.as_secs_f64(),
-                if flown.cut_short {
-                    " (cut short by --duration-s)"
-                } else {
-                    ""
-                }
-            ),
-        ),
+        ("elapsed", elapsed(flown.elapsed, flown.cut_short)),
     ];
     println!();
     println!("airspace");
@@ -194,6 +183,16 @@ fn print_flights(flown: &FlightsSummary) {
     for sample in &flown.error_samples {
         println!("  error: {sample}");
     }
+}
+
+/// The run's length, and whether `--duration-s` cut it short.
+fn elapsed(elapsed: Duration, cut_short: bool) -> String {
+    let cut = if cut_short {
+        " (cut short by --duration-s)"
+    } else {
+        ""
+    };
+    format!("{:.1} s{cut}", elapsed.as_secs_f64())
 }
 
 fn print_summary(summary: &Summary) {
@@ -232,18 +231,7 @@ fn print_summary(summary: &Summary) {
             summary.mutual_exclusion_violations.to_string(),
         ),
         ("errors", summary.errors.to_string()),
-        (
-            "elapsed",
-            format!(
-                "{:.1} s{}",
-                summary.elapsed.as_secs_f64(),
-                if summary.cut_short {
-                    " (cut short by --duration-s)"
-                } else {
-                    ""
-                }
-            ),
-        ),
+        ("elapsed", elapsed(summary.elapsed, summary.cut_short)),
     ];
     println!();
     for (what, value) in rows {

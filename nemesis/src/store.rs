@@ -15,7 +15,7 @@
 //! already ended. The checker verifies both from the [`Write`] records.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::history::{Recorder, Timeline, Write};
 
@@ -44,13 +44,17 @@ impl FencedStore {
         }
     }
 
+    /// The registers, under their lock (a panicked workload task leaves them usable).
+    fn registers(&self) -> MutexGuard<'_, HashMap<String, Register>> {
+        self.registers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The register's value (0 for one never written) for a holder of `token`, or `None` when
     /// a higher token was seen (recorded as a refused write: the increment cannot happen).
     pub fn read(&self, register: &str, agent: &str, token: u64) -> Option<u64> {
-        let mut registers = self
-            .registers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut registers = self.registers();
         let entry = registers.entry(register.to_string()).or_default();
         if token >= entry.highest_token {
             entry.highest_token = token;
@@ -68,10 +72,7 @@ impl FencedStore {
         token: u64,
         read_value: u64,
     ) -> bool {
-        let mut registers = self
-            .registers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut registers = self.registers();
         let entry = registers.entry(register.to_string()).or_default();
         let current_value = entry.value;
         let accepted = token >= entry.highest_token;
@@ -114,9 +115,7 @@ impl FencedStore {
 
     /// Every register's final value.
     pub fn values(&self) -> HashMap<String, u64> {
-        self.registers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.registers()
             .iter()
             .map(|(name, r)| (name.clone(), r.value))
             .collect()

@@ -162,14 +162,12 @@ pub async fn release(timeline: &Timeline, guard: Guard) -> HoldEnd {
             invoke_us,
             complete_us: timeline.now_us(),
         },
-        Err(AgentError::Lost(_)) => HoldEnd::Lost {
-            observed_us: timeline.now_us(),
-        },
         Err(error)
-            if matches!(
-                error.code(),
-                Some(ErrorCode::NotHolder | ErrorCode::LeaseNotFound)
-            ) =>
+            if matches!(error, AgentError::Lost(_))
+                || matches!(
+                    error.code(),
+                    Some(ErrorCode::NotHolder | ErrorCode::LeaseNotFound)
+                ) =>
         {
             HoldEnd::Lost {
                 observed_us: timeline.now_us(),

@@ -37,11 +37,15 @@ pub enum ErrorCode {
     /// token bucket). Nothing was done; retry the same request with backoff, as for
     /// `unavailable`.
     RateLimited,
+    /// A `watch.poll`'s `after` is below the oldest revision the service still keeps events
+    /// for; the error carries `compact_revision`. Re-read with `kv.get` and watch from its
+    /// `revision`.
+    Compacted,
 }
 
 impl ErrorCode {
     /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownOp,
         ErrorCode::TooLarge,
@@ -54,6 +58,7 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::ResourceExhausted,
         ErrorCode::RateLimited,
+        ErrorCode::Compacted,
     ];
 
     /// The code as it appears on the wire, e.g. `"bad_request"`.
@@ -71,6 +76,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::ResourceExhausted => "resource_exhausted",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::Compacted => "compacted",
         }
     }
 }

@@ -37,6 +37,18 @@ pub const KEY_BYTES_MAX: usize = 512;
 /// MQTT packet; an answer that would not is `too_large` and is re-asked with a lower `limit`.
 pub const KV_PAGE_MAX: u32 = 1_000;
 
+/// Most events one `watch.poll` answer carries (one revision's events always come whole).
+pub const WATCH_EVENTS_MAX: u32 = 1_000;
+
+/// `watch.poll`'s `max_events` when absent.
+pub const WATCH_EVENTS_DEFAULT: u32 = 100;
+
+/// The longest a `watch.poll` waits for an event, ms.
+pub const WATCH_WAIT_MS_MAX: u64 = 60_000;
+
+/// `watch.poll`'s `wait_ms` when absent.
+pub const WATCH_WAIT_MS_DEFAULT: u64 = 30_000;
+
 /// The first character of the keys reserved for the service: a client may read them only.
 pub const RESERVED_PREFIX: char = '$';
 
@@ -494,4 +506,29 @@ pub(crate) fn check_txn(
         }
     }
     Ok(())
+}
+
+/// The checks of a `watch.poll`: one key or a prefix, and its bounds.
+pub(crate) fn check_watch(
+    key: Option<&str>,
+    prefix: Option<&str>,
+    max_events: Option<u32>,
+    wait_ms: Option<u64>,
+) -> Result<KeySelector, InvalidField> {
+    let selector = check_selector(key, prefix, false)?;
+    if let Some(max_events) = max_events
+        && !(1..=WATCH_EVENTS_MAX).contains(&max_events)
+    {
+        return Err(InvalidField(format!(
+            "`max_events` is {max_events}, it must be from 1 to {WATCH_EVENTS_MAX}"
+        )));
+    }
+    if let Some(wait_ms) = wait_ms
+        && wait_ms > WATCH_WAIT_MS_MAX
+    {
+        return Err(InvalidField(format!(
+            "`wait_ms` is {wait_ms}, it must be at most {WATCH_WAIT_MS_MAX}"
+        )));
+    }
+    Ok(selector)
 }

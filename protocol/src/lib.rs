@@ -44,7 +44,7 @@ pub mod validate;
 pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
-pub use kv::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
+pub use kv::{KeySelector, KeyValue, KvDeleted, KvEvent, KvPage, KvPutDone, KvTxnDone, WatchPage};
 pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{

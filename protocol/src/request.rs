@@ -505,6 +505,30 @@ pub enum Op {
         #[serde(default)]
         failure: Vec<TxnOp>,
     },
+    /// The changes of one key or a prefix after a revision, as a long poll: answered by the
+    /// member that receives it from its own replica (never forwarded), at once when it has
+    /// events after `after`, else when one comes or `wait_ms` ends. The cursor is the
+    /// client's; the service keeps nothing of a watcher but its pending poll.
+    #[op("watch.poll", Node)]
+    WatchPoll {
+        /// One key; exactly one of `key` and `prefix`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// Every key with this prefix (the empty prefix: every key).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+        /// The cursor: only events with a revision above it. The previous answer's `next`, or
+        /// the `revision` of a `kv.get`.
+        after: u64,
+        /// Most events in the answer, 1 to [`crate::kv::WATCH_EVENTS_MAX`] (one revision's
+        /// events always come whole, even past it); absent: 100.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_events: Option<u32>,
+        /// How long to wait for an event, ms, 0 to [`crate::kv::WATCH_WAIT_MS_MAX`]; absent:
+        /// 30,000.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
 }
 }
 

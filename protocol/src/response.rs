@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::airspace::ConflictInfo;
 use crate::error::ErrorCode;
-use crate::kv::{KvDeleted, KvPage, KvPutDone, KvTxnDone};
+use crate::kv::{KvDeleted, KvPage, KvPutDone, KvTxnDone, WatchPage};
 use crate::priority::Priority;
 use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
@@ -30,6 +30,9 @@ pub struct ErrorBody {
     pub code: ErrorCode,
     /// Human-readable detail.
     pub message: String,
+    /// With `compacted`: the oldest revision a watch may resume after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_revision: Option<u64>,
 }
 
 /// The result of a success response: one shape per kind of answer, its fields sent flat beside
@@ -69,6 +72,8 @@ pub enum Success {
     Accounts(AccountPage),
     /// `admin.agent.add`, `admin.agent.rotate`.
     AccountIssued(AccountIssued),
+    /// `watch.poll`.
+    Watch(WatchPage),
     /// `kv.txn`.
     KvTxn(KvTxnDone),
     /// `kv.get`.
@@ -149,6 +154,7 @@ reply_shapes! {
     Conflicts(ConflictPage) = "a page of conflicts",
     Accounts(AccountPage) = "a page of accounts",
     AccountIssued(AccountIssued) = "an account",
+    Watch(WatchPage) = "a page of watch events (`events`)",
     KvTxn(KvTxnDone) = "a txn's outcome (`succeeded`)",
     KvPage(KvPage) = "a page of keys (`kvs`)",
     KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
@@ -496,6 +502,22 @@ impl Response {
             outcome: Err(ErrorBody {
                 code,
                 message: message.into(),
+                compact_revision: None,
+            }),
+        }
+    }
+
+    /// The `compacted` failure of a `watch.poll` whose cursor is below `compact_revision`.
+    pub fn compacted(id: impl Into<String>, compact_revision: u64) -> Self {
+        Response {
+            id: Some(id.into()),
+            outcome: Err(ErrorBody {
+                code: ErrorCode::Compacted,
+                message: format!(
+                    "the events after this cursor are compacted: the oldest kept follow \
+                     revision {compact_revision}; re-read with kv.get and watch from its revision"
+                ),
+                compact_revision: Some(compact_revision),
             }),
         }
     }

@@ -8,8 +8,8 @@
 //! name.
 
 use hivekeeper_protocol::kv::{
-    Compare, CompareOp, CompareTarget, Deleted, Get, Holder, KeySelector, Put, PutResult,
-    RangePage, TxnOp, TxnResult,
+    Compare, CompareOp, CompareTarget, Deleted, EventKind, Get, Holder, KeySelector, KvEvent, Put,
+    PutResult, RangePage, TxnOp, TxnResult, WatchPage,
 };
 use hivekeeper_protocol::validate::{
     AGENT_ID_BYTES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX, SEM_LIMIT_MAX,
@@ -1482,6 +1482,11 @@ fn op_names_are_complete_and_consistent() {
         (r#"{"id":"a","op":"kv.get","key":"k"}"#, None, false),
         (r#"{"id":"a","op":"kv.delete","key":"k"}"#, None, true),
         (r#"{"id":"a","op":"kv.txn"}"#, None, true),
+        (
+            r#"{"id":"a","op":"watch.poll","key":"k","after":0}"#,
+            None,
+            false,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -1532,6 +1537,7 @@ fn op_names_are_complete_and_consistent() {
             "kv.get",
             "kv.delete",
             "kv.txn",
+            "watch.poll",
         ]
     );
 }
@@ -1556,6 +1562,7 @@ fn wire_name(code: ErrorCode) -> &'static str {
         ErrorCode::Forbidden => "forbidden",
         ErrorCode::ResourceExhausted => "resource_exhausted",
         ErrorCode::RateLimited => "rate_limited",
+        ErrorCode::Compacted => "compacted",
     }
 }
 
@@ -1570,7 +1577,8 @@ fn assert_error_golden(id: Option<&str>, code: ErrorCode, message: &str, golden:
         decoded.outcome,
         Err(ErrorBody {
             code,
-            message: message.to_string()
+            message: message.to_string(),
+            compact_revision: None,
         })
     );
     // as_str, Display and the serde name agree.
@@ -1603,6 +1611,7 @@ fn error_code_list_is_closed_and_ordered() {
             "forbidden",
             "resource_exhausted",
             "rate_limited",
+            "compacted",
         ]
     );
     for code in ErrorCode::ALL {
@@ -1663,7 +1672,7 @@ fn error_code_unknown_op() {
          admin.status, admin.leases, admin.resources, admin.snapshot, \
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate, \
-         kv.put, kv.get, kv.delete, kv.txn",
+         kv.put, kv.get, kv.delete, kv.txn, watch.poll",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -3562,4 +3571,117 @@ fn bad_request_kv() {
         "kv.txn: ",
         &[],
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// watch.poll
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn op_watch_poll() {
+    assert_request(
+        r#"{"id":"w1","op":"watch.poll","prefix":"cfg/","after":196608,"max_events":10,"wait_ms":5000}"#,
+        &req(
+            "w1",
+            Op::WatchPoll {
+                key: None,
+                prefix: Some("cfg/".into()),
+                after: 196_608,
+                max_events: Some(10),
+                wait_ms: Some(5_000),
+            },
+        ),
+        &json!({"id": "w1", "op": "watch.poll", "prefix": "cfg/", "after": 196_608,
+            "max_events": 10, "wait_ms": 5000}),
+    );
+    assert_request(
+        r#"{"id":"w2","op":"watch.poll","key":"cfg/a","after":0}"#,
+        &req(
+            "w2",
+            Op::WatchPoll {
+                key: Some("cfg/a".into()),
+                prefix: None,
+                after: 0,
+                max_events: None,
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "w2", "op": "watch.poll", "key": "cfg/a", "after": 0}),
+    );
+    for (bad, why) in [
+        (
+            r#"{"id":"w","op":"watch.poll","after":0}"#,
+            "exactly one of",
+        ),
+        (
+            r#"{"id":"w","op":"watch.poll","key":"a","prefix":"b","after":0}"#,
+            "exactly one of",
+        ),
+        (
+            r#"{"id":"w","op":"watch.poll","key":"a","after":-1}"#,
+            "expected u64",
+        ),
+        (r#"{"id":"w","op":"watch.poll","key":"a"}"#, "after"),
+        (
+            r#"{"id":"w","op":"watch.poll","key":"a","after":0,"max_events":0}"#,
+            "max_events",
+        ),
+        (
+            r#"{"id":"w","op":"watch.poll","key":"a","after":0,"wait_ms":60001}"#,
+            "wait_ms",
+        ),
+    ] {
+        let err = decode_err(bad.as_bytes());
+        assert_eq!(err.code, ErrorCode::BadRequest, "{bad}");
+        assert!(err.message.contains(why), "{bad}: {}", err.message);
+    }
+}
+
+#[test]
+fn watch_poll_answer_and_compacted_error() {
+    let page = WatchPage {
+        events: vec![
+            KvEvent {
+                revision: 0x50000,
+                kind: EventKind::Put,
+                kv: key_value("cfg/a", "on", None),
+            },
+            KvEvent {
+                revision: 0x60000,
+                kind: EventKind::Delete,
+                kv: key_value("cfg/b", "off", Some("0000000000000011")),
+            },
+        ],
+        next: 0x60000,
+        progress: None,
+    };
+    assert_success(
+        "w1",
+        page.into(),
+        json!({"id": "w1", "ok": true, "events": [
+            {"revision": 0x50000, "type": "put", "kv": {"key": "cfg/a", "value": "on",
+                "create_revision": 0x30000, "mod_revision": 0x50000, "version": 2}},
+            {"revision": 0x60000, "type": "delete", "kv": {"key": "cfg/b", "value": "off",
+                "create_revision": 0x30000, "mod_revision": 0x50000, "version": 2,
+                "lease": "0000000000000011"}}
+        ], "next": 0x60000}),
+    );
+    let idle = WatchPage {
+        events: Vec::new(),
+        next: 0x90000,
+        progress: Some(0x90000),
+    };
+    assert_success(
+        "w2",
+        idle.into(),
+        json!({"id": "w2", "ok": true, "events": [], "next": 0x90000, "progress": 0x90000}),
+    );
+    let compacted = Response::compacted("w3", 0x40000);
+    let wire = json!({"id": "w3", "ok": false, "error": {"code": "compacted",
+        "message": "the events after this cursor are compacted: the oldest kept follow revision \
+                    262144; re-read with kv.get and watch from its revision",
+        "compact_revision": 0x40000}});
+    assert_eq!(to_json(&compacted.encode()), wire);
+    let back: Response = serde_json::from_value(wire).expect("decodes");
+    assert_eq!(back, compacted);
 }

@@ -8,7 +8,7 @@ use hivekeeper_agent::protocol::{
 use serde_json::json;
 
 use super::table::Table;
-use super::{Target, block_on, connect, request};
+use super::{Target, all_pages, block_on, connect, request};
 
 /// Most `admin.agent.list` pages read by one command: the service's account bound (100,000)
 /// at 256 a page is 391 pages.
@@ -138,26 +138,18 @@ fn print_secret(target: &Target, account: AccountIssued) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hivekeeper agent list`: every page.
+/// `hivekeeper agent list`: every page ([`all_pages`]).
 async fn list(target: &Target) -> anyhow::Result<()> {
     let agent = connect(target, &target.broker).await?;
-    let mut accounts: Vec<AccountInfo> = Vec::new();
-    let mut after = None;
-    let mut complete = false;
-    for _ in 0..ACCOUNT_PAGES_MAX {
-        let page: AccountPage = request(&agent, Op::AdminAgentList { after }).await?;
-        accounts.extend(page.accounts);
-        match page.next_after {
-            Some(next) => after = Some(next),
-            None => {
-                complete = true;
-                break;
-            }
+    let page = |after| {
+        let agent = &agent;
+        async move {
+            let page: AccountPage = request(agent, Op::AdminAgentList { after }).await?;
+            Ok((page.accounts, page.next_after))
         }
-    }
-    if !complete {
-        bail!("admin.agent.list: more than {ACCOUNT_PAGES_MAX} pages; stopped");
-    }
+    };
+    let accounts: Vec<AccountInfo> =
+        all_pages("admin.agent.list", ACCOUNT_PAGES_MAX, page, |_| false).await?;
     if target.json {
         println!(
             "{}",

@@ -1,13 +1,12 @@
 //! `hivekeeper leases [--agent A]`: every live lease (or one agent's), its agent, TTL and time
 //! left.
 
-use anyhow::bail;
 use hivekeeper_agent::Agent;
 use hivekeeper_agent::protocol::{LeaseInfo, LeasePage, Op};
 use serde_json::json;
 
 use super::table::{Table, human_ms};
-use super::{Target, block_on, connect, request};
+use super::{Target, all_pages, block_on, connect, request};
 
 /// Most `admin.leases` pages read by one command: the service's default lease bound (100,000)
 /// at 256 a page is 391 pages; this leaves room for a raised bound and still ends.
@@ -23,23 +22,16 @@ pub struct LeasesArgs {
     target: Target,
 }
 
-/// Every live lease, page after page (each page a linearizable read; the whole list is not
-/// one snapshot when leases come and go meanwhile). Stops early once `enough` says so.
+/// Every live lease ([`all_pages`]); stops early once `enough` says so.
 pub(super) async fn all_leases(
     agent: &Agent,
-    mut enough: impl FnMut(&[LeaseInfo]) -> bool,
+    enough: impl FnMut(&[LeaseInfo]) -> bool,
 ) -> anyhow::Result<Vec<LeaseInfo>> {
-    let mut leases = Vec::new();
-    let mut after = None;
-    for _ in 0..LEASE_PAGES_MAX {
+    let page = |after| async move {
         let page: LeasePage = request(agent, Op::AdminLeases { after }).await?;
-        leases.extend(page.leases);
-        match page.next_after {
-            Some(next) if !enough(&leases) => after = Some(next),
-            _ => return Ok(leases),
-        }
-    }
-    bail!("admin.leases: more than {LEASE_PAGES_MAX} pages; stopped")
+        Ok((page.leases, page.next_after))
+    };
+    all_pages("admin.leases", LEASE_PAGES_MAX, page, enough).await
 }
 
 /// `hivekeeper leases`.

@@ -39,7 +39,9 @@ mod table;
 
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success, UnexpectedReply};
-use hivekeeper_agent::{Agent, AgentConfig, AgentError, BrokerAddr, DEFAULTS, TlsFailure};
+use hivekeeper_agent::{
+    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, TlsFailure,
+};
 use hivekeeper_client_flags::Login;
 
 pub use agent::{AgentArgs, agent};
@@ -62,12 +64,12 @@ pub struct Target {
         long = "brokers",
         alias = "broker",
         value_name = "HOST:PORT[,...]",
-        default_value = DEFAULTS.broker,
+        default_value = DEFAULT_BROKER,
         value_delimiter = ','
     )]
     broker: Vec<String>,
     /// Topic prefix of the service (`{prefix}/req/{agent}`).
-    #[arg(long, value_name = "PREFIX", default_value = DEFAULTS.topic_prefix)]
+    #[arg(long, value_name = "PREFIX", default_value = hivekeeper_protocol::topic::DEFAULT_PREFIX)]
     topic_prefix: String,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -203,6 +205,32 @@ where
         .request_as(op)
         .await
         .map_err(|error| failure(name, error))
+}
+
+/// Every item of a paged admin op `name`, page after page (each page a linearizable read; the
+/// whole is not one snapshot when items come and go meanwhile): `page(after)` reads one page,
+/// its items and where the next begins. Stops at the last page, once `enough` says so, or with
+/// an error past `pages_max` pages.
+async fn all_pages<T, F>(
+    name: &str,
+    pages_max: usize,
+    mut page: impl FnMut(Option<String>) -> F,
+    mut enough: impl FnMut(&[T]) -> bool,
+) -> anyhow::Result<Vec<T>>
+where
+    F: std::future::Future<Output = anyhow::Result<(Vec<T>, Option<String>)>>,
+{
+    let mut items = Vec::new();
+    let mut after = None;
+    for _ in 0..pages_max {
+        let (more, next_after) = page(after).await?;
+        items.extend(more);
+        match next_after {
+            Some(next) if !enough(&items) => after = Some(next),
+            _ => return Ok(items),
+        }
+    }
+    anyhow::bail!("{name}: more than {pages_max} pages; stopped")
 }
 
 /// A request's failure as one line: a refusal names its code.

@@ -457,7 +457,8 @@ impl Fake {
             | Op::KvPut { .. }
             | Op::KvGet { .. }
             | Op::KvDelete { .. }
-            | Op::KvTxn { .. } => (error(ErrorCode::BadRequest, "fake: not implemented"), true),
+            | Op::KvTxn { .. }
+            | Op::WatchPoll { .. } => (error(ErrorCode::BadRequest, "fake: not implemented"), true),
         };
         received.answered_ok = response.outcome.is_ok();
         state.received.push(received);

@@ -27,7 +27,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use hivekeeper_protocol::{Event as Notice, ResourceKind};
+use hivekeeper_protocol::{Event as Notice, KeySelector, ResourceKind};
 use ractor::ActorRef;
 use tokio::sync::mpsc;
 
@@ -35,10 +35,15 @@ use super::Outbound;
 use super::lease_keeper::KeeperMsg;
 use super::metrics::NodeMetrics;
 use super::waits::Waits;
+use super::watches::Watches;
 use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
 use crate::state_machine::{
     AccountChange, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text,
 };
+
+/// Most key changes one look of [`FanOut::key_space_changed`] matches against the waiting polls;
+/// past it every poll is woken instead.
+const WAKE_EVENTS_MAX: usize = 4_096;
 
 /// The fan-out: the node's [`AppliedSink`].
 pub(crate) struct FanOut {
@@ -54,6 +59,10 @@ pub(crate) struct FanOut {
     raft: Weak<RaftHandle>,
     /// The gauges' bookkeeping; only the sm worker calls in, so the lock is never contended.
     metrics: Mutex<NodeMetrics>,
+    /// The `watch.poll`s waiting here, woken by the key changes of applied entries.
+    watches: Arc<Watches>,
+    /// The key space's revision the watches were last told of.
+    kv_seen: Mutex<u64>,
 }
 
 impl FanOut {
@@ -62,14 +71,18 @@ impl FanOut {
         waits: Arc<Waits>,
         keeper: ActorRef<KeeperMsg>,
         outbound: mpsc::UnboundedSender<Outbound>,
+        watches: Arc<Watches>,
         raft: &Arc<RaftHandle>,
     ) -> FanOut {
+        let kv_seen = raft.query(|sm| sm.key_space().revision()).unwrap_or(0);
         let fan_out = FanOut {
             waits,
             keeper,
             outbound,
             raft: Arc::downgrade(raft),
             metrics: Mutex::new(NodeMetrics::new()),
+            watches,
+            kv_seen: Mutex::new(kv_seen),
         };
         fan_out.refresh_leases_active();
         fan_out.refresh_waiters();
@@ -145,6 +158,7 @@ impl AppliedSink for FanOut {
             }
         };
         self.refresh_gauges_for_entry(&events, replayed);
+        self.key_space_changed();
         if let Some(origin) = &origin
             && !replayed
         {
@@ -172,6 +186,48 @@ impl FanOut {
         self.refresh_leases_active();
         self.refresh_waiters();
         self.refresh_dedup_agents();
+        self.key_space_changed();
+        self.watches.wake_all();
+    }
+
+    /// After an entry that changed keys: sets the key space's gauges, counts its new events,
+    /// and tells the waiting watches of the changes since they were last told (the events after
+    /// the revision seen, from the key space's history). Every poll is woken instead, to read
+    /// again, when the changes cannot all be told: some were dropped from the history, or
+    /// there are more than one look covers. A read of one number when no key changed.
+    fn key_space_changed(&self) {
+        let mut seen = self.kv_seen();
+        let anyone = self.watches.pending() > 0;
+        let every_key = KeySelector::Prefix(String::new());
+        let changed = self.read("key_space", |sm| {
+            let space = sm.key_space();
+            let revision = space.revision();
+            (revision > *seen).then(|| {
+                let gauges = (
+                    space.key_count(),
+                    space.bytes(),
+                    space.compact_revision(),
+                    space.events_count_after(*seen),
+                );
+                let events = anyone.then(|| space.events_after(*seen, &every_key, WAKE_EVENTS_MAX));
+                (revision, gauges, events)
+            })
+        });
+        let Some(Some((revision, (keys, bytes, compact_revision, new_events), events))) = changed
+        else {
+            return;
+        };
+        *seen = revision;
+        NodeMetrics::key_space(keys, bytes, compact_revision, new_events);
+        match events {
+            None => {}
+            Some(Ok(page)) if page.progress.is_some() => self.watches.changed(&page.events),
+            Some(_) => self.watches.wake_all(),
+        }
+    }
+
+    fn kv_seen(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.kv_seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Updates the gauges one applied entry moved: the counters from its events, the active

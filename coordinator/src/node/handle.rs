@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hivekeeper_protocol::{Op, Request, Response, Role};
+use hivekeeper_protocol::{ErrorCode, KeySelector, Op, Request, Response, Role};
 use ractor::ActorRef;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -29,6 +29,7 @@ use super::proposer::{NodeCommand, Proposer};
 use super::rate::AgentRates;
 use super::snapshot::KeptSnapshots;
 use super::waits::{Respond, Waits, answer_with};
+use super::watches::{self, PollRequest, Watches};
 use crate::answer::Answer;
 use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
@@ -65,6 +66,8 @@ pub struct NodeHandle {
     pub(super) membership: Arc<MembershipChanges>,
     /// The snapshots `admin.snapshot` readers are reading, page by page.
     pub(super) snapshots: Arc<KeptSnapshots>,
+    /// The `watch.poll`s waiting on this member.
+    pub(super) watches: Arc<Watches>,
 }
 
 /// What [`NodeHandle::submit`] did with a request, for the front door's flow control (the
@@ -149,6 +152,19 @@ impl NodeHandle {
             let error = self.overloaded(&request.op);
             return answer_with(op, started, &request.id, Err(error), respond);
         };
+        if let Op::WatchPoll { .. } = &request.op {
+            // A waiting poll holds no ingress permit: the watches bound them per agent, and
+            // thousands of idle watchers must not refuse other requests.
+            drop(permit);
+            let handle = self.clone();
+            let agent = agent.to_string();
+            tokio::spawn(Box::pin(async move {
+                let id = request.id.clone();
+                let answer = handle.watch_poll(&agent, request.op).await;
+                answer_with(op, started, &id, answer, respond);
+            }));
+            return;
+        }
         if request.op.makes_secret() {
             let handle = self.clone();
             let agent = agent.to_string();
@@ -338,6 +354,34 @@ impl NodeHandle {
                 Ok(self.raft.query(|sm| sm.query(agent, &op))?.into())
             }
         }
+    }
+
+    /// `watch.poll`, answered from this member's replica (never forwarded).
+    async fn watch_poll(&self, agent: &str, op: Op) -> Result<Answer, NodeError> {
+        let Op::WatchPoll {
+            key,
+            prefix,
+            after,
+            max_events,
+            wait_ms,
+        } = op
+        else {
+            return Ok(Reply::refused(ErrorCode::BadRequest, "not a watch.poll").into());
+        };
+        let selector = match KeySelector::from_fields(key.as_deref(), prefix.as_deref()) {
+            Ok(selector) => selector,
+            Err(invalid) => {
+                let message = format!("watch.poll: {invalid}");
+                return Ok(Reply::refused(ErrorCode::BadRequest, message).into());
+            }
+        };
+        let request = PollRequest {
+            selector,
+            after,
+            max_events,
+            wait_ms,
+        };
+        watches::poll(&self.raft, &self.watches, agent, request).await
     }
 
     /// `admin.leases`: a page of live leases (linearizable, read-index), with the time left

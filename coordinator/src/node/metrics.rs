@@ -41,6 +41,16 @@ use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
 /// Agents the replicated retry memory remembers (`StateMachine::dedup_agent_count`).
 pub const DEDUP_AGENTS: &str = "hivekeeper_dedup_agents";
+/// Keys in the key space (gauge).
+pub const KV_KEYS: &str = "hivekeeper_kv_keys";
+/// Bytes of the keys and values in the key space (gauge).
+pub const KV_BYTES: &str = "hivekeeper_kv_bytes";
+/// Key changes applied: one per key put or deleted (counter).
+pub const KV_EVENTS_TOTAL: &str = "hivekeeper_kv_events_total";
+/// The revision at and before which the watch history was dropped (gauge).
+pub const KV_COMPACT_REVISION: &str = "hivekeeper_kv_compact_revision";
+/// `watch.poll`s waiting on this member (gauge).
+pub const WATCH_POLLS_PENDING: &str = "hivekeeper_watch_polls_pending";
 /// Leases granted (counter).
 pub const LEASES_GRANTED_TOTAL: &str = "hivekeeper_leases_granted_total";
 /// Leases ended, `reason` = `revoked` | `expired` | `admin_revoked` (counter).
@@ -117,6 +127,20 @@ pub fn describe() {
          resource was shown a token that is no longer held)."
     );
     describe_gauge!(LEASES_ACTIVE, "Leases alive in the state machine.");
+    describe_gauge!(KV_KEYS, "Keys in the key space.");
+    describe_gauge!(KV_BYTES, "Bytes of the keys and values in the key space.");
+    describe_counter!(
+        KV_EVENTS_TOTAL,
+        "Key changes applied on this member: one per key put or deleted."
+    );
+    describe_gauge!(
+        KV_COMPACT_REVISION,
+        "The revision at and before which watch events are no longer kept."
+    );
+    describe_gauge!(
+        WATCH_POLLS_PENDING,
+        "watch.poll requests waiting on this member."
+    );
     describe_gauge!(
         DEDUP_AGENTS,
         "Agents whose recent outcomes the state machine remembers for retries (bounded by \
@@ -229,6 +253,10 @@ fn fence_result_label(valid: bool) -> &'static str {
 /// request preempts nobody).
 fn register_series() {
     counter!(LEASES_GRANTED_TOTAL).increment(0);
+    counter!(KV_EVENTS_TOTAL).increment(0);
+    for name in [KV_KEYS, KV_BYTES, KV_COMPACT_REVISION, WATCH_POLLS_PENDING] {
+        gauge!(name).set(0.0);
+    }
     counter!(LEASES_KEEPALIVES_TOTAL).increment(0);
     counter!(LEASES_EXPIRY_REFUSED_TOTAL).increment(0);
     counter!(PREEMPTIONS_WITHDRAWN_TOTAL).increment(0);
@@ -442,6 +470,19 @@ impl NodeMetrics {
     /// Sets `hivekeeper_leases_active`.
     pub fn leases_active(count: usize) {
         gauge!(LEASES_ACTIVE).set(count as f64);
+    }
+
+    /// Sets the key space's gauges and counts its new events.
+    pub fn key_space(keys: usize, bytes: u64, compact_revision: u64, new_events: usize) {
+        gauge!(KV_KEYS).set(keys as f64);
+        gauge!(KV_BYTES).set(bytes as f64);
+        gauge!(KV_COMPACT_REVISION).set(compact_revision as f64);
+        counter!(KV_EVENTS_TOTAL).increment(new_events as u64);
+    }
+
+    /// Sets `hivekeeper_watch_polls_pending`.
+    pub fn watch_polls_pending(count: usize) {
+        gauge!(WATCH_POLLS_PENDING).set(count as f64);
     }
 
     /// Sets `hivekeeper_dedup_agents`.

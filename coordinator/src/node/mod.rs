@@ -84,6 +84,7 @@ mod snapshot;
 mod start;
 mod supervisor;
 mod waits;
+mod watches;
 
 use hivekeeper_protocol::Response;
 

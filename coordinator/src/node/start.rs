@@ -23,6 +23,7 @@ use super::proposer::Proposer;
 use super::rate::AgentRates;
 use super::supervisor::{Supervisor, SupervisorArgs, SupervisorMsg};
 use super::waits::Waits;
+use super::watches::Watches;
 use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
 use crate::raft::transport::{self, NetworkFaults, PeerAcceptor, PeerTlsFiles};
 use crate::raft::{self, NodeId, RaftError, RaftHandle, TcpNetwork};
@@ -92,10 +93,12 @@ impl Node {
         )
         .await?;
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
+        let watches = Arc::new(Watches::default());
         raft.deliver_applied_to(Arc::new(FanOut::new(
             waits.clone(),
             keeper.clone(),
             outbound,
+            watches.clone(),
             &raft,
         )));
         let handle = NodeHandle {
@@ -116,6 +119,7 @@ impl Node {
             auth_enabled: config.auth_enabled,
             membership: Arc::default(),
             snapshots: Arc::default(),
+            watches,
         };
         let timer = tokio::spawn(waits.run_timer());
         let peer_acceptor = match &peer_tls {

@@ -279,6 +279,12 @@ impl KeySpace {
             .page(after, selector, max_events, self.revision)
     }
 
+    /// How many kept events have a revision above `after` (for a count of changes; a watch
+    /// reads them with [`Self::events_after`]).
+    pub fn events_count_after(&self, after: u64) -> usize {
+        self.history.count_after(after)
+    }
+
     /// Checks the invariants in the module doc.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let mut bytes = 0u64;

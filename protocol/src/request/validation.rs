@@ -100,6 +100,15 @@ impl Op {
             Op::KvDelete { key, prefix } => {
                 kv::check_selector(key.as_deref(), prefix.as_deref(), true)?;
             }
+            Op::WatchPoll {
+                key,
+                prefix,
+                max_events,
+                wait_ms,
+                ..
+            } => {
+                kv::check_watch(key.as_deref(), prefix.as_deref(), *max_events, *wait_ms)?;
+            }
             Op::KvTxn {
                 compare,
                 success,

@@ -554,14 +554,21 @@ impl Session {
         None
     }
 
+    /// The QoS slot of `filter` when it is the agent's own response or event topic.
+    fn slot(&self, filter: &str) -> Option<&std::sync::atomic::AtomicU8> {
+        if filter == self.response_topic {
+            Some(&self.client.rsp_qos)
+        } else if filter == self.event_topic {
+            Some(&self.client.evt_qos)
+        } else {
+            None
+        }
+    }
+
     /// Grants a subscription to the agent's own response or event topic (at most QoS 1: the
     /// endpoint sends nothing at QoS 2, which §3.8.4 allows), refuses anything else.
     fn subscribe(&self, filter: &str, qos: Qos) -> Option<Qos> {
-        let slot = if filter == self.response_topic {
-            &self.client.rsp_qos
-        } else if filter == self.event_topic {
-            &self.client.evt_qos
-        } else {
+        let Some(slot) = self.slot(filter) else {
             counter!(ENDPOINT_SUBSCRIBES_REFUSED_TOTAL).increment(1);
             return None;
         };
@@ -572,14 +579,8 @@ impl Session {
 
     /// Drops a subscription; whether there was one.
     fn unsubscribe(&self, filter: &str) -> bool {
-        let slot = if filter == self.response_topic {
-            &self.client.rsp_qos
-        } else if filter == self.event_topic {
-            &self.client.evt_qos
-        } else {
-            return false;
-        };
-        slot.swap(NOT_SUBSCRIBED, Ordering::AcqRel) != NOT_SUBSCRIBED
+        self.slot(filter)
+            .is_some_and(|slot| slot.swap(NOT_SUBSCRIBED, Ordering::AcqRel) != NOT_SUBSCRIBED)
     }
 
     /// Moves queued messages into `wbuf` while the QoS 1 window has room. Whether more are
@@ -598,12 +599,8 @@ impl Session {
     }
 
     fn write_message(&mut self, message: OutMessage, wbuf: &mut BytesMut) {
-        let slot = match message.class {
-            super::queue::Class::Response => &self.client.rsp_qos,
-            super::queue::Class::Event => &self.client.evt_qos,
-        };
         // Unsubscribed since it was queued: dropped, as a broker would.
-        let Some(qos) = Client::granted(slot) else {
+        let Some(qos) = self.client.granted(message.class) else {
             counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return;
         };

@@ -79,7 +79,7 @@ use crate::transport_metrics::{
 use crate::{MqttError, transport_metrics};
 use limits::ConnectRate;
 use queue::{Class, OutMessage, Push};
-use registry::{Client, Registry};
+use registry::Registry;
 use tls::EndpointTls;
 
 /// Time bound for the connections to flush and close at shutdown.
@@ -171,11 +171,7 @@ impl Shared {
             counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return Ok(());
         };
-        let slot = match class {
-            Class::Response => &client.rsp_qos,
-            Class::Event => &client.evt_qos,
-        };
-        if Client::granted(slot).is_none() {
+        if client.granted(class).is_none() {
             counter!(ENDPOINT_OUTBOUND_UNROUTED_TOTAL).increment(1);
             return Ok(());
         }

@@ -18,7 +18,7 @@ use metrics::gauge;
 use tokio::sync::Notify;
 
 use super::codec::Qos;
-use super::queue::OutQueue;
+use super::queue::{Class, OutQueue};
 use crate::transport_metrics::CLIENTS_CONNECTED;
 
 /// No subscription, in [`Client::rsp_qos`] and [`Client::evt_qos`].
@@ -58,8 +58,20 @@ impl Client {
         }
     }
 
-    /// The granted QoS of a subscription slot, `None` if not subscribed.
-    pub(crate) fn granted(slot: &AtomicU8) -> Option<Qos> {
+    /// Ends the connection: sets `why` (its `taken_over` or `revoked`), closes its queue and
+    /// wakes its task.
+    fn end(&self, why: &AtomicBool) {
+        why.store(true, Ordering::Release);
+        self.queue.close();
+        self.kick.notify_one();
+    }
+
+    /// The QoS granted on the topic of `class`, `None` if not subscribed.
+    pub(crate) fn granted(&self, class: Class) -> Option<Qos> {
+        let slot = match class {
+            Class::Response => &self.rsp_qos,
+            Class::Event => &self.evt_qos,
+        };
         match slot.load(Ordering::Acquire) {
             NOT_SUBSCRIBED => None,
             qos => Some(qos),
@@ -89,16 +101,9 @@ impl Registry {
 
     /// Registers `client` under `client_id`; kicks and returns the connection it replaces.
     pub(crate) fn register(&self, client_id: &str, client: Arc<Client>) -> Option<Arc<Client>> {
-        let previous = {
-            let mut clients = self.lock();
-            let previous = clients.insert(client_id.to_string(), client);
-            export_len(&clients);
-            previous
-        };
+        let previous = self.change(|clients| clients.insert(client_id.to_string(), client));
         if let Some(previous) = &previous {
-            previous.taken_over.store(true, Ordering::Release);
-            previous.queue.close();
-            previous.kick.notify_one();
+            previous.end(&previous.taken_over);
         }
         previous
     }
@@ -106,30 +111,31 @@ impl Registry {
     /// Removes and closes `client_id`'s connection, whose credentials are no longer good (no
     /// successor, unlike a takeover). Returns whether it was connected.
     pub(crate) fn kick(&self, client_id: &str) -> bool {
-        let removed = {
-            let mut clients = self.lock();
-            let removed = clients.remove(client_id);
-            export_len(&clients);
-            removed
-        };
+        let removed = self.change(|clients| clients.remove(client_id));
         if let Some(client) = &removed {
-            client.revoked.store(true, Ordering::Release);
-            client.queue.close();
-            client.kick.notify_one();
+            client.end(&client.revoked);
         }
         removed.is_some()
     }
 
+    /// Applies `change` to the map under the lock, and exports its new length.
+    fn change<T>(&self, change: impl FnOnce(&mut HashMap<String, Arc<Client>>) -> T) -> T {
+        let mut clients = self.lock();
+        let result = change(&mut clients);
+        export_len(&clients);
+        result
+    }
+
     /// Removes `client_id` if it is still connection `conn_id` (invariant 2).
     pub(crate) fn unregister(&self, client_id: &str, conn_id: u64) {
-        let mut clients = self.lock();
-        if clients
-            .get(client_id)
-            .is_some_and(|client| client.conn_id == conn_id)
-        {
-            clients.remove(client_id);
-            export_len(&clients);
-        }
+        self.change(|clients| {
+            if clients
+                .get(client_id)
+                .is_some_and(|client| client.conn_id == conn_id)
+            {
+                clients.remove(client_id);
+            }
+        });
     }
 
     /// The connection of `client_id`, if connected.

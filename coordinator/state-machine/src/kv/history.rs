@@ -137,6 +137,11 @@ impl History {
         }
     }
 
+    /// How many kept events have a revision above `after`.
+    pub fn count_after(&self, after: u64) -> usize {
+        self.events.len() - self.events.partition_point(|event| event.revision <= after)
+    }
+
     /// Whether the history has the put of `key` at `revision`.
     pub fn has_put(&self, key: &str, revision: u64) -> bool {
         let start = self

@@ -15,7 +15,10 @@ use std::collections::BTreeSet;
 use hivekeeper_protocol::kv::KV_PAGE_MAX;
 use hivekeeper_protocol::{ErrorCode, KvDeleted, KvPage, KvPutDone, KvTxnDone, Op, ResourceKind};
 
-use super::{Compare, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp, Writer};
+use super::{
+    Compacted, Compare, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp, WatchPage,
+    Writer,
+};
 use crate::{Ctx, Decision, InvariantViolation, LeaseId, Reply, StateMachine, Text};
 
 impl StateMachine {
@@ -28,6 +31,26 @@ impl StateMachine {
     /// The key space, for reads and gauges.
     pub fn key_space(&self) -> &KeySpace {
         &self.kv
+    }
+
+    /// One page of a watch on this replica: the events after `after` that `selector` names
+    /// ([`KeySpace::events_after`]). When none is left, `progress` and `next` are this
+    /// replica's revision (or `after`, if the replica is behind it): nothing the selector names
+    /// changed up to there, whatever else did, so an idle watcher's cursor moves with the
+    /// service's revision. `Compacted` when events after `after` are no longer kept.
+    pub fn watch(
+        &self,
+        after: u64,
+        selector: &KeySelector,
+        max_events: usize,
+    ) -> Result<WatchPage, Compacted> {
+        let mut page = self.kv.events_after(after, selector, max_events)?;
+        if page.progress.is_some() {
+            let progress = self.revision().max(after);
+            page.progress = Some(progress);
+            page.next = progress;
+        }
+        Ok(page)
     }
 
     /// A kv write op (`kv.put`, `kv.delete`, `kv.txn`), handed to its handler.

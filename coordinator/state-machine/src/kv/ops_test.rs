@@ -413,3 +413,28 @@ fn keys_survive_a_snapshot_and_an_unused_key_space_is_left_out_of_it() {
     };
     assert_eq!(page.kvs.len(), 1);
 }
+
+/// A watch page's bookmark is the machine's revision, grants included: an idle watcher's
+/// cursor moves with the service, and a cursor ahead of the replica is kept, never moved back.
+#[test]
+fn a_watch_bookmark_is_the_machines_revision_and_never_goes_back() {
+    let mut h = Harness::new();
+    h.reply("a", put("cfg/a", "1"));
+    let lease = h.lease("a", 5_000);
+    let granted = Harness::token(&h.reply("a", lock_acquire("gw", &lease, None)));
+    assert_eq!(h.sm.revision(), granted, "the grant is the newest revision");
+    let cfg = KeySelector::Prefix("cfg/".into());
+
+    let page = h.sm.watch(0, &cfg, 10).expect("kept");
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].revision, rev(1));
+    assert_eq!((page.next, page.progress), (granted, Some(granted)));
+
+    let idle = h.sm.watch(granted, &cfg, 10).expect("kept");
+    assert!(idle.events.is_empty());
+    assert_eq!((idle.next, idle.progress), (granted, Some(granted)));
+
+    let ahead = granted + 1_000;
+    let behind = h.sm.watch(ahead, &cfg, 10).expect("kept");
+    assert_eq!((behind.next, behind.progress), (ahead, Some(ahead)));
+}
