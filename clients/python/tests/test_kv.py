@@ -203,31 +203,32 @@ def test_an_idle_watch_gets_bookmarks_and_its_cursor_moves(agents, names):
 
 def test_a_watch_resumes_from_its_cursor_and_across_a_cut_connection(agents, names, proxy):
     a = agents("a")
-    b = agents("b", brokers=[proxy.broker])
     prefix = names("resume") + "/"
     start = a.kv.get_prefix(prefix).revision
     for i in range(3):
         a.kv.put(f"{prefix}{i}", str(i))
-    first = bounded(b.kv.watch(prefix=prefix, after=start, wait_ms=1000))
-    seen = [next(first), next(first)]
-    first.close()
-    assert list(first) == []
-    second = bounded(b.kv.watch(prefix=prefix, after=first.revision, wait_ms=1000))
-    seen.append(next(second))
-    assert [e.key for e in seen] == [f"{prefix}{i}" for i in range(3)]
+    with hivekeeper.Agent(names("b"), [proxy.broker], **FAST) as b:
+        first = bounded(b.kv.watch(prefix=prefix, after=start, wait_ms=1000))
+        seen = [next(first), next(first)]
+        first.close()
+        assert list(first) == []
+        second = bounded(b.kv.watch(prefix=prefix, after=first.revision, wait_ms=1000))
+        seen.append(next(second))
+        assert [e.key for e in seen] == [f"{prefix}{i}" for i in range(3)]
 
-    got: List[hivekeeper.WatchEvent] = []
-    reader = threading.Thread(target=lambda: got.extend([next(second), next(second)]))
-    reader.start()
-    time.sleep(0.3)
-    proxy.cut()
-    a.kv.put(prefix + "3", "3")
-    time.sleep(0.3)
-    proxy.cut()
-    a.kv.put(prefix + "4", "4")
-    reader.join(timeout=30)
-    second.close()
-    assert [e.key for e in got] == [prefix + "3", prefix + "4"]
+        got: List[hivekeeper.WatchEvent] = []
+        reader = threading.Thread(target=lambda: got.extend([next(second), next(second)]))
+        reader.start()
+        time.sleep(0.3)
+        proxy.cut()
+        a.kv.put(prefix + "3", "3")
+        time.sleep(0.3)
+        proxy.cut()
+        a.kv.put(prefix + "4", "4")
+        reader.join(timeout=30)
+        second.close()
+        assert [e.key for e in got] == [prefix + "3", prefix + "4"]
+        assert b.stats().connects_total >= 2
 
 
 def test_a_kv_cache_follows_a_prefix(agents, names):

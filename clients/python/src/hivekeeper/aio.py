@@ -661,12 +661,12 @@ class Watch:
         return self
 
     async def __anext__(self) -> WatchEvent:
-        while not self._buffer:
-            if self._ended:
-                raise StopAsyncIteration
-            if await self.poll() is None:
-                raise StopAsyncIteration
-        return self._buffer.pop(0)
+        while not self._closed:
+            if self._buffer:
+                return self._buffer.pop(0)
+            if self._ended or await self.poll() is None:
+                break
+        raise StopAsyncIteration
 
     async def poll(self) -> Optional[WatchPage]:
         """One long poll, bookmark included; ``None`` once the watch has ended."""

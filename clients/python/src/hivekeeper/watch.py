@@ -213,7 +213,8 @@ class Watch:
         self.close()
 
     def close(self) -> None:
-        """Ends the watch; a pending poll stops waiting at once. Idempotent, any thread."""
+        """Ends the watch: a pending poll stops waiting at once, and events polled but not
+        yet handed out stay after :attr:`revision`. Idempotent, any thread."""
         shared = self.agent._shared
         with shared.cond:
             self._closed = True
@@ -223,11 +224,15 @@ class Watch:
         return self
 
     def __next__(self) -> WatchEvent:
-        while not self._buffer:
+        # Once closed, events polled but not handed out stay after :attr:`revision`: a watch
+        # resumed from it gets them.
+        while not self._closed:
+            if self._buffer:
+                return self._buffer.pop(0)
             if self._ended:
-                raise StopIteration
+                break
             self.poll()
-        return self._buffer.pop(0)
+        raise StopIteration
 
     def poll(self) -> WatchPage:
         """One long poll: its answer, bookmark included; the cursor moves past it. The
