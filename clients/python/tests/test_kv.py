@@ -284,3 +284,29 @@ def test_asyncio_watch_and_cache(node, names):
             assert cache.error is None
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_compacted_cursor_raises_and_a_lagging_cache_reads_the_prefix_again(start_node, names):
+    node = start_node()
+    prefix = names("c") + "/"
+    with hivekeeper.Agent(names("a"), [node.broker], **FAST) as agent:
+        start = agent.kv.put(prefix + "first", "1").revision
+        gate = threading.Event()
+        # The cache's thread stalls in its callback while the history moves on without it.
+        cache = hivekeeper.KvCache(
+            agent.kv, prefix, on_change=lambda events: gate.wait(60), wait_ms=500
+        )
+        agent.kv.put(prefix + "stall", "the cache's thread waits in on_change")
+        # Past the history's 10,000 events: 160 txns of 64 puts each.
+        agent.kv.delete(prefix + "first")
+        for _ in range(160):
+            agent.kv.txn(success=[Op.put(f"{prefix}k{i:02}", "x") for i in range(64)])
+        with pytest.raises(hivekeeper.Compacted) as compacted:
+            next(bounded(agent.kv.watch(prefix=prefix, after=start)))
+        assert compacted.value.compact_revision is not None
+        assert compacted.value.compact_revision > start
+        gate.set()
+        with cache:
+            assert cache.wait_until(lambda m: len(m) == 65, timeout=30)
+            assert cache.loads == 2 and cache.error is None
+            assert prefix + "first" not in cache and cache.value(prefix + "k00") == "x"
