@@ -13,7 +13,7 @@ import pytest
 
 import hivekeeper
 import hivekeeper.aio
-from conftest import FAST, bounded
+from conftest import FAST, bounded, eventually
 from hivekeeper import Compare, Op
 
 
@@ -310,3 +310,63 @@ def test_a_compacted_cursor_raises_and_a_lagging_cache_reads_the_prefix_again(st
             assert cache.wait_until(lambda m: len(m) == 65, timeout=30)
             assert cache.loads == 2 and cache.error is None
             assert prefix + "first" not in cache and cache.value(prefix + "k00") == "x"
+
+
+def _queue_worker(session: hivekeeper.Session, watch: hivekeeper.Watch, done: List[str]) -> None:
+    """The README's work queue recipe, ending when ``watch`` is closed."""
+    kv = session.kv
+    todo = {x.key for x in kv.get_prefix(watch.cursor.prefix + "jobs/").kvs}
+    jobs, claims = watch.cursor.prefix + "jobs/", watch.cursor.prefix + "claims/"
+    while True:
+        for job in sorted(todo):
+            claim = job.replace(jobs, claims, 1)
+            taken = kv.txn(
+                [Compare.version(job, ">", 0), Compare.version(claim, "==", 0)],
+                [Op.put(claim, session.agent.agent_id, lease=session.lease), Op.get(job)],
+            )
+            if taken.succeeded:
+                job_kv = taken.results[1].kv
+                assert job_kv is not None
+                done.append(job_kv.value)
+                kv.txn(success=[Op.delete(job), Op.delete(claim)])
+        todo.clear()
+        event = next(watch, None)
+        if event is None:
+            return
+        if event.type == "put" and event.key.startswith(jobs):
+            todo.add(event.key)
+        elif event.type == "delete" and event.key.startswith(claims):
+            todo.add(event.key.replace(claims, jobs, 1))
+
+
+def test_the_work_queue_recipe_gives_a_crashed_workers_job_to_another(agents, names):
+    producer, crasher, worker = agents("producer"), agents("crasher"), agents("worker")
+    queue = names("queue") + "/"
+    producer.kv.put(queue + "jobs/1", "survey field A")
+    dead = crasher.session(ttl_ms=10_000)
+    assert dead.kv.txn(success=[Op.put(queue + "claims/1", "crasher", lease=dead.lease)]).succeeded
+    done: List[str] = []
+    with worker.session(ttl_ms=10_000) as s:
+        start = s.kv.get_prefix(queue).revision
+        watch = bounded(s.kv.watch(prefix=queue, after=start, wait_ms=1000))
+        thread = threading.Thread(target=_queue_worker, args=(s, watch, done))
+        thread.start()
+        producer.kv.put(queue + "jobs/2", "survey field B")
+        eventually("job 2 done", lambda: True if done == ["survey field B"] else None)
+        dead.revoke()  # the crasher's claim goes with its lease: job 1 is free again
+        eventually("job 1 done", lambda: True if len(done) == 2 else None)
+        watch.close()
+        thread.join(timeout=10)
+    assert done == ["survey field B", "survey field A"]
+    assert producer.kv.get_prefix(queue).kvs == []
+
+
+def test_closing_a_watch_ends_its_pending_poll_at_once(agents, names):
+    a = agents("a")
+    watch = a.kv.watch(key=names("quiet"), after=a.kv.get(names("quiet")).revision)
+    threading.Timer(0.3, watch.close).start()
+    t0 = time.monotonic()
+    assert list(watch) == []  # the default 30 s poll, cut short
+    assert time.monotonic() - t0 < 5
+    with pytest.raises(StopIteration):
+        watch.poll()
