@@ -282,6 +282,14 @@ def test_asyncio_watch_and_cache(node, names):
             )
             await cache.close()
             assert cache.error is None
+            # A task waiting in a long poll can be cancelled; the agent goes on.
+            quiet = agent.kv.watch(key=prefix + "quiet", after=(await agent.kv.get("x")).revision)
+            waiting = asyncio.ensure_future(quiet.__anext__())
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert (await agent.kv.get(prefix + "cfg")).value == "y"
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
