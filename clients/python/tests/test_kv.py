@@ -309,10 +309,16 @@ def test_a_compacted_cursor_raises_and_a_lagging_cache_reads_the_prefix_again(st
         agent.kv.delete(prefix + "first")
         for _ in range(160):
             agent.kv.txn(success=[Op.put(f"{prefix}k{i:02}", "x") for i in range(64)])
+        behind = bounded(agent.kv.watch(prefix=prefix, after=start))
         with pytest.raises(hivekeeper.Compacted) as compacted:
-            next(bounded(agent.kv.watch(prefix=prefix, after=start)))
+            next(behind)
         assert compacted.value.compact_revision is not None
         assert compacted.value.compact_revision > start
+        assert list(behind) == [], "the watch ends after Compacted"
+        # Re-read and watch from the read's revision, as the error says.
+        read = agent.kv.get_prefix(prefix)
+        assert len(read.kvs) == 65
+        assert agent.kv.watch(prefix=prefix, after=read.revision, wait_ms=0).poll().events == []
         gate.set()
         with cache:
             assert cache.wait_until(lambda m: len(m) == 65, timeout=30)

@@ -100,3 +100,11 @@ def test_the_cache_replays_events_after_a_paged_load_without_going_backwards():
     # A reload after `compacted` replaces the whole map.
     state.load(GetResult(30, [KeyValue("p/c", "3", 29, 29, 1)]))
     assert list(state.kvs) == ["p/c"] and state.revision == 30 and state.loads == 2
+
+
+def test_a_raw_watch_poll_request_waits_longer_than_its_wait_ms():
+    from hivekeeper.request_loop import Patience
+
+    config = config_from("a", None, {"request_timeout_ms": 1000, "request_deadline_ms": 5000})
+    assert Patience.for_op(config, "watch.poll", 20_000) == Patience(21.0, 25.0)
+    assert Patience.for_op(config, "watch.poll", None) == Patience(31.0, 35.0)
