@@ -36,6 +36,7 @@ READY_S = 60.0
 START_ATTEMPTS = 5
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 
 def hivekeeper_binary() -> Path:
@@ -369,3 +370,12 @@ def proxy(node: Node) -> Iterator[Proxy]:
     started = Proxy(node.mqtt_port)
     yield started
     started.close()
+
+
+def bounded(watch: W, within_s: float = 30.0) -> W:
+    """Closes ``watch`` after ``within_s`` seconds, so that a test waiting for an event that
+    never comes fails (``StopIteration``) instead of hanging."""
+    timer = threading.Timer(within_s, watch.close)  # type: ignore[attr-defined]
+    timer.daemon = True
+    timer.start()
+    return watch

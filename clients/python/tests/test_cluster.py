@@ -9,7 +9,7 @@ from typing import List
 import pytest
 
 import hivekeeper
-from conftest import FAST, Node, eventually, free_ports
+from conftest import FAST, Node, bounded, eventually, free_ports
 
 
 @pytest.fixture
@@ -79,3 +79,24 @@ def test_a_member_without_a_majority_answers_unavailable(cluster, names):
             agent.fence_check(names("pad"), 1)
         assert unavailable.value.code == "unavailable"
         assert agent.stats().resends_total >= 1
+
+
+def test_a_watch_fails_over_to_another_member_and_misses_nothing(cluster, names):
+    brokers = [node.broker for node in cluster]
+    prefix = names("fleet") + "/"
+    with (
+        hivekeeper.Agent(names("watcher"), brokers, **FAST) as watcher,
+        hivekeeper.Agent(names("writer"), brokers[::-1], **FAST) as writer,
+    ):
+        start = writer.kv.get_prefix(prefix).revision
+        written = [writer.kv.put(f"{prefix}{i}", str(i)).revision for i in range(3)]
+        seen: List[hivekeeper.WatchEvent] = []
+        with bounded(watcher.kv.watch(prefix=prefix, after=start, wait_ms=1000)) as watch:
+            seen += [next(watch) for _ in range(3)]
+            assert watcher.broker == brokers[0]
+            cluster[0].kill()
+            written += [writer.kv.put(f"{prefix}{i}", str(i)).revision for i in range(3, 6)]
+            seen += [next(watch) for _ in range(3)]
+        assert watcher.broker != brokers[0]
+        assert [e.revision for e in seen] == written
+        assert [e.key for e in seen] == [f"{prefix}{i}" for i in range(6)]

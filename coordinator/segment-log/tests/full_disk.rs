@@ -29,18 +29,40 @@ fn mount_tiny(at: &Path) -> Option<Mounted> {
     mounted.status.success().then(|| Mounted(at.to_path_buf()))
 }
 
+/// A log directory on its own 64 KiB tmpfs, unmounted when dropped (before the temporary
+/// directory it is mounted in goes: fields drop in order).
+struct TinyDisk {
+    _mounted: Mounted,
+    root: tempfile::TempDir,
+}
+
+impl TinyDisk {
+    /// 16 KiB segments: four fill the disk.
+    const CONFIG: SegmentLogConfig = SegmentLogConfig {
+        segment_bytes: 16 * 1024,
+    };
+
+    fn mount() -> Option<TinyDisk> {
+        let root = tempfile::tempdir().expect("temp dir");
+        let mounted = mount_tiny(&root.path().join("tiny"))?;
+        Some(TinyDisk {
+            _mounted: mounted,
+            root,
+        })
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.root.path().join("tiny").join("log")
+    }
+}
+
 #[test]
 fn a_full_disk_is_an_error_and_the_log_reopens_with_every_acknowledged_entry() {
-    let root = tempfile::tempdir().expect("temp dir");
-    let mount_point = root.path().join("tiny");
-    let Some(_mounted) = mount_tiny(&mount_point) else {
+    let Some(tiny) = TinyDisk::mount() else {
         eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };
-    let dir = mount_point.join("log");
-    let config = SegmentLogConfig {
-        segment_bytes: 16 * 1024,
-    };
+    let (dir, config) = (tiny.dir(), TinyDisk::CONFIG);
     let mut log = SegmentLog::open(&dir, config).expect("opens");
     let entry = vec![0x5au8; 3000];
     let mut acknowledged = 0u64;
@@ -80,16 +102,11 @@ fn a_full_disk_is_an_error_and_the_log_reopens_with_every_acknowledged_entry() {
 /// gone: the purge succeeds, and a reopen continues after the purged index.
 #[test]
 fn a_purge_past_the_end_succeeds_on_a_disk_the_old_segments_fill() {
-    let root = tempfile::tempdir().expect("temp dir");
-    let mount_point = root.path().join("tiny");
-    let Some(_mounted) = mount_tiny(&mount_point) else {
+    let Some(tiny) = TinyDisk::mount() else {
         eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
     };
-    let dir = mount_point.join("log");
-    let config = SegmentLogConfig {
-        segment_bytes: 16 * 1024,
-    };
+    let (dir, config) = (tiny.dir(), TinyDisk::CONFIG);
     let mut log = SegmentLog::open(&dir, config).expect("opens");
     let entry = vec![0x5au8; 3000];
     let mut last = 0u64;

@@ -1,10 +1,11 @@
 """hivekeeper: the Python agent client of Hivekeeper.
 
 A drone, a sensor or a service takes FIFO locks, counting-semaphore permits, waypoint
-reservations and whole routes (4D volumes with time windows and priorities) from a
-Hivekeeper service over MQTT. A :class:`Session` is a lease the client
-keeps alive in the background; each grant is a :class:`Guard` carrying its fencing token.
-The client retries safely (a resend reuses the request id, which the service deduplicates),
+reservations and whole routes (4D volumes with time windows and priorities), and shares keys
+and follows their changes, from a Hivekeeper service over MQTT. A :class:`Session` is a
+lease the client keeps alive in the background; each grant is a :class:`Guard` carrying its
+fencing token; ``agent.kv`` (or ``session.kv``, for keys that go with the lease) reads and
+writes keys, watches a prefix and keeps a :class:`KvCache`. The client retries safely (a resend reuses the request id, which the service deduplicates),
 backs off with full jitter, fails over between brokers, and gives up on a lease *before* the
 service could hand its resources to someone else. The same semantics as the Rust SDK
 (``agent-sdk/``); the wire protocol is docs/PROTOCOL.md.
@@ -24,9 +25,10 @@ Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases
 ``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
 routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
 keeper thread), ``guard`` (Guard), ``aio`` (the asyncio Agent, Session and Guard),
-``ask`` (what an acquire asks for), ``backoff`` (full jitter), ``protocol`` (wire encoding,
-typed results), ``airspace`` (volumes, airspace.query pages, preemption notices), ``errors``
-(one exception per protocol code).
+``ask`` (what an acquire asks for), ``kv`` (keys: typed results, txn helpers, Kv),
+``watch`` (the long-poll cursor, Watch), ``kv_cache`` (KvCache), ``backoff`` (full jitter),
+``protocol`` (wire encoding, typed results), ``airspace`` (volumes, airspace.query pages,
+preemption notices), ``errors`` (one exception per protocol code).
 """
 
 from .agent import Agent
@@ -45,6 +47,7 @@ from .connection import Counters
 from .errors import (
     AlreadyHeld,
     BadRequest,
+    Compacted,
     ConfigError,
     CredentialsRefused,
     Disconnected,
@@ -67,8 +70,21 @@ from .errors import (
     WouldBlock,
 )
 from .guard import Guard
+from .kv import (
+    Compare,
+    DeleteResult,
+    GetResult,
+    KeyValue,
+    Kv,
+    Op,
+    PutResult,
+    TxnOpResult,
+    TxnResult,
+)
+from .kv_cache import KvCache
 from .protocol import FenceCheck, Holder, Inspection, Waiter
 from .session import Session, SessionState
+from .watch import Watch, WatchEvent, WatchPage
 
 __version__ = "0.1.0"
 
@@ -81,26 +97,35 @@ __all__ = [
     "Backoff",
     "BadRequest",
     "BrokerAddr",
+    "Compacted",
+    "Compare",
     "ConfigError",
     "Conflict",
     "Counters",
     "CredentialsRefused",
     "DEFAULTS",
+    "DeleteResult",
     "Disconnected",
     "FenceCheck",
     "Forbidden",
+    "GetResult",
     "Guard",
     "HivekeeperError",
     "Holder",
     "Inspection",
+    "KeyValue",
+    "Kv",
+    "KvCache",
     "LeaseNotFound",
     "LimitMismatch",
     "MalformedResponse",
     "NoResponse",
     "NotHolder",
+    "Op",
     "PRIORITY_EMERGENCY",
     "PRIORITY_ROUTINE",
     "Preempted",
+    "PutResult",
     "RateLimited",
     "ResourceExhausted",
     "ServiceError",
@@ -109,10 +134,15 @@ __all__ = [
     "SessionState",
     "Timeout",
     "TooLarge",
+    "TxnOpResult",
+    "TxnResult",
     "Unavailable",
     "UnknownOp",
     "Unreachable",
     "Volume",
     "Waiter",
+    "Watch",
+    "WatchEvent",
+    "WatchPage",
     "WouldBlock",
 ]

@@ -23,6 +23,7 @@ from .protocol import FenceCheck, Inspection, Response, Topics, encode_request
 from .request_loop import Abandon, Action, Patience, RequestIds, RequestLoop, Wake
 
 if TYPE_CHECKING:
+    from .kv import Kv
     from .session import Session, SessionState
 
 log = logging.getLogger("hivekeeper")
@@ -291,6 +292,15 @@ class Agent(AgentBase):
         :class:`~hivekeeper.ServiceError` subclass. Fields whose value is ``None`` are left
         out."""
         return self._call(op, fields, self._patience_for(op, fields.get("wait_ms")))
+
+    @property
+    def kv(self) -> "Kv":
+        """Keys and watches (``kv.get``, ``kv.put``, ``kv.delete``, ``kv.txn``,
+        ``watch.poll``): a :class:`~hivekeeper.Kv`. Needs no session; ``session.kv`` binds
+        puts to the session's lease."""
+        from .kv import Kv
+
+        return Kv(self)
 
     def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
         """``fence.check``: whether ``token`` is held right now on ``resource`` (a lock by

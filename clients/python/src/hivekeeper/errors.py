@@ -20,7 +20,7 @@ The client's own failures are not service codes: :class:`ConfigError` (nothing w
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Mapping, Optional, Type
 
 
 class HivekeeperError(Exception):
@@ -200,6 +200,20 @@ class RateLimited(ServiceError):
     CODE = "rate_limited"
 
 
+class Compacted(ServiceError):
+    """``compacted``: a ``watch.poll`` asked for events after a revision the service no
+    longer keeps. Re-read with ``kv.get`` and watch again from that read's ``revision``
+    (:class:`~hivekeeper.KvCache` does both)."""
+
+    CODE = "compacted"
+
+    def __init__(self, code: str, message: str, compact_revision: Optional[int] = None) -> None:
+        super().__init__(code, message)
+        #: The oldest revision the service still has events after; ``None`` if the error
+        #: object lacked it.
+        self.compact_revision = compact_revision
+
+
 _BY_CODE: Dict[str, Type[ServiceError]] = {
     cls.CODE: cls
     for cls in (
@@ -215,12 +229,21 @@ _BY_CODE: Dict[str, Type[ServiceError]] = {
         Forbidden,
         ResourceExhausted,
         RateLimited,
+        Compacted,
     )
     if cls.CODE is not None
 }
 
 
-def service_error(code: str, message: str) -> ServiceError:
-    """The exception for a failure response: the one place that maps codes to classes."""
+def service_error(
+    code: str, message: str, details: Optional[Mapping[str, Any]] = None
+) -> ServiceError:
+    """The exception for a failure response: the one place that maps codes to classes.
+    ``details`` is the whole error object, for the codes that carry more than a message
+    (``compacted`` carries ``compact_revision``)."""
+    if code == Compacted.CODE:
+        revision = (details or {}).get("compact_revision")
+        valid = isinstance(revision, int) and not isinstance(revision, bool)
+        return Compacted(code, message, revision if valid else None)
     cls = _BY_CODE.get(code, ServiceError)
     return cls(code, message)

@@ -23,6 +23,12 @@ REQUEST_BYTES_MAX = 8192
 #: The ops that take a resource and may wait for it; their patience depends on ``wait_ms``.
 ACQUIRE_OPS = frozenset({"lock.acquire", "sem.acquire", "waypoint.reserve", "route.reserve"})
 
+#: The long poll of a watch: the service holds it up to its ``wait_ms`` (default below)
+#: before it answers, so an attempt must wait longer than that.
+WATCH_POLL_OP = "watch.poll"
+#: The service's ``wait_ms`` of a ``watch.poll`` that names none (PROTOCOL.md).
+WATCH_POLL_WAIT_MS_DEFAULT = 30_000
+
 #: Resource kinds, as ``fence.check`` and ``inspect`` name them.
 KINDS = ("lock", "sem", "waypoint")
 
@@ -94,6 +100,8 @@ class Response:
     code: Optional[str]
     #: The error message of a failure.
     message: Optional[str]
+    #: The whole error object of a failure (``compacted`` carries ``compact_revision``).
+    error: Optional[Dict[str, Any]] = None
 
 
 def decode_response(payload: bytes) -> Response:
@@ -110,7 +118,7 @@ def decode_response(payload: bytes) -> Response:
     error = body.get("error")
     if not isinstance(error, dict) or not isinstance(error.get("code"), str):
         raise ValueError("a failure without error.code")
-    return Response(request_id, False, {}, error["code"], str(error.get("message", "")))
+    return Response(request_id, False, {}, error["code"], str(error.get("message", "")), error)
 
 
 def decode_event(payload: bytes) -> Dict[str, Any]:

@@ -29,7 +29,7 @@ from .backoff import Backoff
 from .config import AgentConfig
 from .connection import Shared, Slot
 from .errors import Disconnected, HivekeeperError, NoResponse, ServiceError, service_error
-from .protocol import ACQUIRE_OPS, Response
+from .protocol import ACQUIRE_OPS, WATCH_POLL_OP, WATCH_POLL_WAIT_MS_DEFAULT, Response
 
 if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
@@ -60,6 +60,13 @@ class Patience:
             # Queued until granted or the lease ends: no deadline. A resend of a queued id
             # takes no second slot and recovers a lost grant.
             return Patience(wait_resend_s, None)
+        if op == WATCH_POLL_OP:
+            # The service holds a poll up to `wait_ms` before it answers: an attempt waits
+            # that long plus one ordinary attempt, or every idle poll would be resent (a
+            # resend of a pending poll is a second poll on the service).
+            poll_ms = wait_ms if isinstance(wait_ms, int) else WATCH_POLL_WAIT_MS_DEFAULT
+            poll_s = max(poll_ms, 0) / 1000.0
+            return Patience(poll_s + attempt_s, poll_s + deadline_s)
         if op in ACQUIRE_OPS and isinstance(wait_ms, int) and wait_ms > 0:
             # The service answers by `wait_ms` at the latest (grant or `timeout`).
             wait_s = wait_ms / 1000.0
@@ -218,7 +225,7 @@ class RequestLoop:
             if response.ok:
                 self.answered = True
                 return Action("done", result=response.result)
-            error = service_error(response.code or "", response.message or "")
+            error = service_error(response.code or "", response.message or "", response.error)
             if response.code not in RETRIED_CODES:
                 self.answered = True
                 raise error

@@ -63,6 +63,7 @@ from .request_loop import Abandon, Patience
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentBase
+    from .kv import Kv
     from .guard import Guard, GuardBase
 
 log = logging.getLogger("hivekeeper")
@@ -533,6 +534,16 @@ class Session(SessionBase):
         ``priority`` as for :meth:`waypoint`. The guard amends (:meth:`Guard.amend`) and
         releases the route."""
         return self._acquire(asks.route(name, volumes, priority), wait_ms)
+
+    @property
+    def kv(self) -> "Kv":
+        """Keys and watches as ``agent.kv``, except that a put binds the key to this
+        session's lease unless it names another: the key goes when the session ends (expiry
+        or revoke), which is how presence is kept. A leased put raises
+        :class:`~hivekeeper.SessionLost` when the session is not live."""
+        from .kv import session_kv
+
+        return session_kv(self)
 
     def fence_check(self, resource: str, token: int, kind: str = "lock") -> FenceCheck:
         """``fence.check`` (see :meth:`Agent.fence_check`); needs no live session."""
