@@ -34,7 +34,13 @@ fn mount_tiny(at: &Path) -> Option<Mounted> {
 struct TinyDisk {
     _mounted: Mounted,
     root: tempfile::TempDir,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+/// One tiny disk at a time: a `mount` or `umount` child forked by one test briefly holds every
+/// open file of the process, the other test's log lock included, so its reopen would find
+/// the log in use.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl TinyDisk {
     /// 16 KiB segments: four fill the disk.
@@ -43,11 +49,13 @@ impl TinyDisk {
     };
 
     fn mount() -> Option<TinyDisk> {
+        let serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let root = tempfile::tempdir().expect("temp dir");
         let mounted = mount_tiny(&root.path().join("tiny"))?;
         Some(TinyDisk {
             _mounted: mounted,
             root,
+            _serial: serial,
         })
     }
 
