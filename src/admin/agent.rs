@@ -79,6 +79,8 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
                 let op = Op::AdminAgentAdd {
                     name,
                     role: Some(role),
+                    kv_read: Vec::new(),
+                    kv_write: Vec::new(),
                 };
                 print_secret(&target, request_on(&target, op).await?)
             }

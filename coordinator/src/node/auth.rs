@@ -343,6 +343,8 @@ impl NodeHandle {
             op: Op::AdminAgentAdd {
                 name: ADMIN_ACCOUNT.to_string(),
                 role: Some(Role::Admin),
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             },
         };
         let permit = self
