@@ -2583,6 +2583,20 @@ fn success_admin_agent_add_rotate_and_list() {
             "accounts": [{"agent": "admin", "role": "admin"}, {"agent": "drone-7", "role": "agent"}],
             "next_after": "drone-7"}),
     );
+    let limited = Success::from(AccountPage {
+        accounts: vec![AccountInfo {
+            agent: "drone-8".into(),
+            role: Role::Agent,
+            kv_read: vec!["presence/".into(), "cfg/".into()],
+            kv_write: vec!["presence/".into()],
+        }],
+        next_after: None,
+    });
+    assert_response_golden(
+        &Response::ok("r37", limited),
+        &json!({"id": "r37", "ok": true, "accounts": [{"agent": "drone-8", "role": "agent",
+            "kv_read": ["presence/", "cfg/"], "kv_write": ["presence/"]}]}),
+    );
 }
 
 #[test]
