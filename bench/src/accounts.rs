@@ -50,6 +50,8 @@ impl Accounts {
             .request_as(Op::AdminAgentAdd {
                 name: name.clone(),
                 role: None,
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             })
             .await
             .map_err(|error| anyhow!("admin.agent.add {name}: {error}"))?;

@@ -22,6 +22,7 @@
 //!   (`too_large`).
 //! - [`response`]: [`Response`] with its success fields and [`ErrorBody`].
 //! - [`kv`]: keys, txns and watch events: what the `kv.*` ops carry and answer.
+//! - [`kv_access`]: [`KvAccess`], an account's key-prefix permissions and their check.
 //! - [`airspace`]: `airspace.query`'s volume and its answer's rows.
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
@@ -34,6 +35,7 @@ pub mod airspace;
 pub mod error;
 pub mod event;
 pub mod kv;
+pub mod kv_access;
 pub mod priority;
 pub mod request;
 pub mod response;
@@ -45,6 +47,7 @@ pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
 pub use event::Event;
 pub use kv::{KeySelector, KeyValue, KvDeleted, KvEvent, KvPage, KvPutDone, KvTxnDone, WatchPage};
+pub use kv_access::{KvAccess, KvAccessKind, KvDenied};
 pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{

@@ -420,6 +420,14 @@ pub enum Op {
         /// Its role; absent: `agent`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         role: Option<Role>,
+        /// Key prefixes it may read under, at most [`crate::kv_access::KV_PREFIXES_MAX`];
+        /// absent or empty: the role's default, every key (`crate::kv_access`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kv_read: Vec<String>,
+        /// Key prefixes it may write under; absent or empty: the role's default (every key
+        /// for an agent; an observer writes none and may not be given any).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kv_write: Vec<String>,
     },
     /// One page of accounts (name and role, never a secret or its hash), in name order. Needs
     /// `admin`.

@@ -312,6 +312,12 @@ pub struct AccountInfo {
     pub agent: String,
     /// What it may do.
     pub role: Role,
+    /// Key prefixes it may read under; absent: its role's default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_read: Vec<String>,
+    /// Key prefixes it may write under; absent: its role's default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_write: Vec<String>,
 }
 
 /// The result of `admin.status`: one node's own view, not a linearizable read. Log indexes are
@@ -881,6 +887,8 @@ mod tests {
                 accounts: vec![AccountInfo {
                     agent: "drone-1".into(),
                     role: Role::Agent,
+                    kv_read: Vec::new(),
+                    kv_write: Vec::new(),
                 }],
                 next_after: None,
             }

@@ -22,7 +22,7 @@ pub enum Role {
     #[default]
     Agent,
     /// Also `admin.status`, `admin.leases` and `admin.resources`: watching the service,
-    /// changing nothing.
+    /// changing nothing. It reads keys and never writes one (`crate::kv_access`).
     Observer,
     /// Everything: `admin.revoke`, membership and accounts.
     Admin,

@@ -1246,6 +1246,8 @@ fn op_admin_agent_add() {
             Op::AdminAgentAdd {
                 name: "drone-7".into(),
                 role: None,
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             },
         ),
         &json!({"id": "r31", "op": "admin.agent.add", "name": "drone-7"}),
@@ -1262,6 +1264,8 @@ fn op_admin_agent_add() {
                 Op::AdminAgentAdd {
                     name: "ops".into(),
                     role: Some(role),
+                    kv_read: Vec::new(),
+                    kv_write: Vec::new(),
                 },
             ),
             &json!({"id": "r32", "op": "admin.agent.add", "name": "ops", "role": wire}),
@@ -1277,6 +1281,67 @@ fn op_admin_agent_add() {
         Some("8"),
         "admin.agent.add: ",
         &["root"],
+    );
+}
+
+#[test]
+fn op_admin_agent_add_with_key_prefixes() {
+    assert_request(
+        r#"{"id":"r35","op":"admin.agent.add","name":"drone-8","kv_read":["presence/","cfg/"],"kv_write":["presence/"]}"#,
+        &req(
+            "r35",
+            Op::AdminAgentAdd {
+                name: "drone-8".into(),
+                role: None,
+                kv_read: vec!["presence/".into(), "cfg/".into()],
+                kv_write: vec!["presence/".into()],
+            },
+        ),
+        &json!({"id": "r35", "op": "admin.agent.add", "name": "drone-8",
+            "kv_read": ["presence/", "cfg/"], "kv_write": ["presence/"]}),
+    );
+    assert_request(
+        r#"{"id":"r36","op":"admin.agent.add","name":"ops","role":"observer","kv_read":["cfg/"]}"#,
+        &req(
+            "r36",
+            Op::AdminAgentAdd {
+                name: "ops".into(),
+                role: Some(Role::Observer),
+                kv_read: vec!["cfg/".into()],
+                kv_write: Vec::new(),
+            },
+        ),
+        &json!({"id": "r36", "op": "admin.agent.add", "name": "ops", "role": "observer",
+            "kv_read": ["cfg/"]}),
+    );
+    bad(
+        r#"{"id":"9","op":"admin.agent.add","name":"ops","role":"observer","kv_write":["a/"]}"#,
+        Some("9"),
+        "admin.agent.add: an observer writes no key: `kv_write` is for the agent role",
+    );
+    bad(
+        r#"{"id":"9","op":"admin.agent.add","name":"root2","role":"admin","kv_read":["a/"]}"#,
+        Some("9"),
+        "admin.agent.add: an admin reads and writes every key: `kv_read` and `kv_write` are for \
+         the agent and observer roles",
+    );
+    let many = vec!["\"p/\""; 33].join(",");
+    bad(
+        &format!(r#"{{"id":"9","op":"admin.agent.add","name":"d","kv_read":[{many}]}}"#),
+        Some("9"),
+        "admin.agent.add: `kv_read` has 33 prefixes, at most 32 are allowed",
+    );
+    let long = "k".repeat(513);
+    bad(
+        &format!(r#"{{"id":"9","op":"admin.agent.add","name":"d","kv_write":["{long}"]}}"#),
+        Some("9"),
+        "admin.agent.add: a `kv_write` prefix is 513 bytes, at most 512 are allowed",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"9","op":"admin.agent.add","name":"d","kv_read":"p/"}"#,
+        Some("9"),
+        "admin.agent.add: ",
+        &["sequence"],
     );
 }
 
@@ -2500,10 +2565,14 @@ fn success_admin_agent_add_rotate_and_list() {
             AccountInfo {
                 agent: "admin".into(),
                 role: Role::Admin,
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             },
             AccountInfo {
                 agent: "drone-7".into(),
                 role: Role::Agent,
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             },
         ],
         next_after: Some("drone-7".into()),
@@ -2513,6 +2582,20 @@ fn success_admin_agent_add_rotate_and_list() {
         &json!({"id": "r33", "ok": true,
             "accounts": [{"agent": "admin", "role": "admin"}, {"agent": "drone-7", "role": "agent"}],
             "next_after": "drone-7"}),
+    );
+    let limited = Success::from(AccountPage {
+        accounts: vec![AccountInfo {
+            agent: "drone-8".into(),
+            role: Role::Agent,
+            kv_read: vec!["presence/".into(), "cfg/".into()],
+            kv_write: vec!["presence/".into()],
+        }],
+        next_after: None,
+    });
+    assert_response_golden(
+        &Response::ok("r37", limited),
+        &json!({"id": "r37", "ok": true, "accounts": [{"agent": "drone-8", "role": "agent",
+            "kv_read": ["presence/", "cfg/"], "kv_write": ["presence/"]}]}),
     );
 }
 

@@ -32,10 +32,19 @@ enum AgentAction {
         // What it may do; the help lists each role's ops from the protocol's one list.
         #[arg(long, default_value = "agent", help = role_help())]
         role: Role,
+        /// A key prefix the agent may read under (kv.get, watch.poll, a txn's compares and
+        /// gets); repeat for more, at most 32. Without it: every key.
+        #[arg(long = "kv-read", value_name = "PREFIX")]
+        kv_read: Vec<String>,
+        /// A key prefix the agent may write under (kv.put, kv.delete, a txn's puts and
+        /// deletes); repeat for more, at most 32. Without it: every key for the agent role;
+        /// an observer writes no key and admin every key, so neither takes prefixes.
+        #[arg(long = "kv-write", value_name = "PREFIX")]
+        kv_write: Vec<String>,
         #[command(flatten)]
         target: Target,
     },
-    /// Every account: name and role (never a secret).
+    /// Every account: name, role and key prefixes (never a secret).
     List {
         #[command(flatten)]
         target: Target,
@@ -63,8 +72,8 @@ fn role_help() -> String {
     let ops = |role: Role| role.ops_added().collect::<Vec<_>>().join(", ");
     format!(
         "What it may do: agent (on its own leases: {}; inspect shows other holders by agent \
-         id only), observer (also {}: watching the service, changing nothing) or admin (also \
-         {})",
+         id only), observer (also {}: watching the service, changing nothing; it reads keys \
+         and never writes them) or admin (also {})",
         ops(Role::Agent),
         ops(Role::Observer),
         ops(Role::Admin)
@@ -75,10 +84,18 @@ fn role_help() -> String {
 pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
     block_on(async move {
         match args.action {
-            AgentAction::Add { name, role, target } => {
+            AgentAction::Add {
+                name,
+                role,
+                kv_read,
+                kv_write,
+                target,
+            } => {
                 let op = Op::AdminAgentAdd {
                     name,
                     role: Some(role),
+                    kv_read,
+                    kv_write,
                 };
                 print_secret(&target, request_on(&target, op).await?)
             }
@@ -158,11 +175,29 @@ async fn list(target: &Target) -> anyhow::Result<()> {
     } else if accounts.is_empty() {
         println!("no accounts");
     } else {
-        let mut table = Table::new(&["AGENT", "ROLE"]);
+        let mut table = Table::new(&["AGENT", "ROLE", "KV READ", "KV WRITE"]);
         for account in &accounts {
-            table.row(vec![account.agent.clone(), account.role.to_string()]);
+            let writes_default = match account.role {
+                Role::Observer => "(none)",
+                Role::Agent | Role::Admin => "(all)",
+            };
+            table.row(vec![
+                account.agent.clone(),
+                account.role.to_string(),
+                prefixes(&account.kv_read, "(all)"),
+                prefixes(&account.kv_write, writes_default),
+            ]);
         }
         print!("{}", table.render());
     }
     Ok(())
+}
+
+/// An account's key prefixes for the list's table: comma-separated, or the role's default.
+fn prefixes(list: &[String], default: &str) -> String {
+    if list.is_empty() {
+        default.to_string()
+    } else {
+        list.join(",")
+    }
 }

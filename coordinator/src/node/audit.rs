@@ -29,7 +29,7 @@ pub(super) fn subject(op: &Op) -> Option<String> {
         Op::AdminRevoke { lease } => Some(format!("lease {lease}")),
         Op::AdminMemberAdd { name, addr, .. } => Some(format!("member {name}={addr}")),
         Op::AdminMemberRemove { name } => Some(format!("member {name}")),
-        Op::AdminAgentAdd { name, role } => Some(format!(
+        Op::AdminAgentAdd { name, role, .. } => Some(format!(
             "account {name} (role {})",
             role.unwrap_or_default().as_str()
         )),
@@ -97,6 +97,8 @@ mod tests {
                 Op::AdminAgentAdd {
                     name: "ops".into(),
                     role: Some(Role::Observer),
+                    kv_read: Vec::new(),
+                    kv_write: Vec::new(),
                 },
                 Some("account ops (role observer)"),
             ),

@@ -8,6 +8,8 @@
 //!        the LOCAL replica's account (not a linearizable read: a change takes effect on a
 //!        member when it applies it) ─▶ verify_secret (constant-time) ─▶ Ok(role)
 //!  every request ─▶ role_of(agent) ≥ Role::needed_for(op)?  else `forbidden`
+//!  a key op ─▶ kv_access_for(agent): the account's role and key prefixes, from the LOCAL
+//!        replica ─▶ KvAccess::check(op)?  else `forbidden`, naming account, key and prefixes
 //! ```
 //!
 //! Why Argon2id, and why so cheap a cost ([`ARGON2_M_COST_KIB`]): the secrets are 256-bit
@@ -24,7 +26,9 @@ use std::path::Path;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
-use hivekeeper_protocol::{ConflictInfo, ErrorCode, HolderInfo, Op, Request, Role};
+use hivekeeper_protocol::{
+    ConflictInfo, ErrorCode, HolderInfo, KvAccess, KvDenied, Op, Request, Role,
+};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -112,6 +116,15 @@ pub fn forbidden(op: &Op, agent: &str, role: Role) -> Reply {
             "{} needs the {needed} role; agent {agent:?} has the {role} role",
             op.name()
         ),
+    )
+}
+
+/// The refusal of a key op outside the account's key permissions: the account, the key or
+/// prefix, and the prefixes it may use.
+pub fn kv_forbidden(agent: &str, denied: &KvDenied) -> Reply {
+    Reply::refused(
+        ErrorCode::Forbidden,
+        format!("agent {agent:?} (role {}): {denied}", denied.role),
     )
 }
 
@@ -223,6 +236,23 @@ impl NodeHandle {
         } else {
             Role::Agent
         }
+    }
+
+    /// The key permissions [`NodeHandle::submit`] checks a key op against, read like the role
+    /// ([`NodeHandle::role_of`]) from the local replica: the account's role and prefixes, the
+    /// `agent` role's defaults for an agent without an account. `None` when nothing is checked:
+    /// authentication off, or an op that touches no key.
+    pub(super) fn kv_access_for(&self, agent: &str, op: &Op) -> Option<KvAccess> {
+        if !self.auth_enabled || !op.is_key_op() {
+            return None;
+        }
+        let access = self
+            .raft
+            .query(|sm| sm.account(agent).map(|account| account.kv_access()))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| KvAccess::of_role(Role::Agent));
+        Some(access)
     }
 
     /// Checks a CONNECT's secret for `agent` against the account in this node's own replica
@@ -343,6 +373,8 @@ impl NodeHandle {
             op: Op::AdminAgentAdd {
                 name: ADMIN_ACCOUNT.to_string(),
                 role: Some(Role::Admin),
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             },
         };
         let permit = self

@@ -113,9 +113,9 @@ impl NodeHandle {
     /// comes when it is granted, its `wait_ms` runs out or its lease ends. A resend of a
     /// request still pending here replaces the first one's `respond`.
     ///
-    /// With authentication on, this is the one place roles are checked, for both front doors:
-    /// an op the agent's role may not send is answered `forbidden` here, before the log
-    /// (`auth.rs`).
+    /// With authentication on, this is the one place roles and key permissions are checked,
+    /// for both front doors: an op the agent's role may not send, or a key op outside the
+    /// account's key prefixes, is answered `forbidden` here, before the log (`auth.rs`).
     pub fn submit(&self, agent: &str, request: Request, respond: Respond) -> Submitted {
         let started = Instant::now();
         let op = request.op.name();
@@ -139,6 +139,12 @@ impl NodeHandle {
         let role = self.role_for(agent, &request.op);
         if !role.allows(Role::needed_for(&request.op)) {
             let refusal = auth::forbidden(&request.op, agent, role);
+            return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
+        }
+        if let Some(access) = self.kv_access_for(agent, &request.op)
+            && let Err(denied) = access.check(&request.op)
+        {
+            let refusal = auth::kv_forbidden(agent, &denied);
             return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
         }
         // A leader without a quorum can commit nothing: say so now, not after the commit

@@ -15,11 +15,13 @@
 //! 1. Every account's name is a valid agent id.
 //! 2. Every account's secret hash is a PHC string (`$<algorithm>$...`): never a secret.
 //! 3. There are never more than [`ACCOUNTS_MAX`] accounts.
+//! 4. Every account's key prefixes fit its role and their bounds
+//!    (`hivekeeper_protocol::kv_access::check_prefixes`).
 
 use crate::InvariantViolation;
 use std::collections::BTreeMap;
 
-use hivekeeper_protocol::{AccountInfo, ErrorCode, Role, validate};
+use hivekeeper_protocol::{AccountInfo, ErrorCode, KvAccess, Role, kv_access, validate};
 use serde::{Deserialize, Serialize};
 
 use super::{Ctx, Decision, Event, LeaseEnd, Reply, StateMachine, Text};
@@ -28,8 +30,9 @@ use super::{Ctx, Decision, Event, LeaseEnd, Reply, StateMachine, Text};
 /// measured with, and about 20 MB of state at most (a hash is about 100 bytes).
 pub const ACCOUNTS_MAX: usize = 100_000;
 
-/// Most accounts in one `admin.agent.list` page: about 90 bytes each at most (a 64-byte agent
-/// id and a role), so a page stays well inside the default 64 KiB MQTT packet.
+/// Most accounts in one `admin.agent.list` page: about 90 bytes each (a 64-byte agent id and a
+/// role), so a page of accounts without key prefixes stays well inside the default 64 KiB
+/// MQTT packet; accounts with many long prefixes need a larger packet to list 256 at a time.
 pub const ACCOUNT_PAGE_MAX: usize = 256;
 
 /// One account: an agent id's role and the hash of its secret.
@@ -40,6 +43,35 @@ pub struct Account {
     /// The secret's salted hash as a PHC string, made by the node (the machine never sees the
     /// secret).
     pub secret_hash: String,
+    /// Key prefixes the agent may read under; empty: the role's default. Skipped when empty,
+    /// so an account without prefixes keeps the shape it had before they existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_read: Vec<String>,
+    /// Key prefixes the agent may write under; empty: the role's default. Skipped when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_write: Vec<String>,
+}
+
+impl Account {
+    /// What the node checks a key op against (`hivekeeper_protocol::kv_access`).
+    pub fn kv_access(&self) -> KvAccess {
+        KvAccess {
+            role: self.role,
+            read: self.kv_read.clone(),
+            write: self.kv_write.clone(),
+        }
+    }
+}
+
+/// What `admin.agent.add` stores besides the name and the secret's hash.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountGrant {
+    /// The role.
+    pub role: Role,
+    /// Key prefixes it may read under (empty: the role's default).
+    pub kv_read: Vec<String>,
+    /// Key prefixes it may write under (empty: the role's default).
+    pub kv_write: Vec<String>,
 }
 
 /// What happened to an account, in [`Event::AccountChanged`].
@@ -79,10 +111,12 @@ impl StateMachine {
         &mut self,
         ctx: &mut Ctx,
         name: &str,
-        role: Role,
+        grant: AccountGrant,
         secret_hash: String,
     ) -> Decision {
         check_account_fields(name, &secret_hash)?;
+        kv_access::check_prefixes(grant.role, &grant.kv_read, &grant.kv_write)
+            .map_err(|reason| Reply::refused(ErrorCode::BadRequest, reason))?;
         if self.accounts.contains_key(name) {
             return Err(Reply::refused(
                 ErrorCode::BadRequest,
@@ -96,8 +130,13 @@ impl StateMachine {
             let message = format!("{ACCOUNTS_MAX} accounts exist, the limit");
             return Err(Reply::refused(ErrorCode::ResourceExhausted, message));
         }
-        let (agent, change) = (Text::from(name), AccountChange::Added);
-        Ok(self.put_account(ctx, agent, role, secret_hash, change))
+        let account = Account {
+            role: grant.role,
+            secret_hash,
+            kv_read: grant.kv_read,
+            kv_write: grant.kv_write,
+        };
+        Ok(self.put_account(ctx, Text::from(name), account, AccountChange::Added))
     }
 
     /// `admin.agent.rotate`: replaces the secret's hash, keeps the role.
@@ -111,8 +150,12 @@ impl StateMachine {
         let Some((agent, account)) = self.accounts.get_key_value(name) else {
             return Err(no_account("admin.agent.rotate", name));
         };
-        let (agent, role) = (agent.clone(), account.role);
-        Ok(self.put_account(ctx, agent, role, secret_hash, AccountChange::Rotated))
+        let account = Account {
+            secret_hash,
+            ..account.clone()
+        };
+        let agent = agent.clone();
+        Ok(self.put_account(ctx, agent, account, AccountChange::Rotated))
     }
 
     /// Stores an added or rotated account, emits its change and answers it.
@@ -120,14 +163,10 @@ impl StateMachine {
         &mut self,
         ctx: &mut Ctx,
         agent: Text,
-        role: Role,
-        secret_hash: String,
+        account: Account,
         change: AccountChange,
     ) -> Reply {
-        let account = Account {
-            role,
-            secret_hash: secret_hash.clone(),
-        };
+        let (role, secret_hash) = (account.role, account.secret_hash.clone());
         self.accounts.insert(agent.clone(), account);
         ctx.events.push(Event::AccountChanged {
             agent: agent.clone(),
@@ -178,6 +217,8 @@ impl StateMachine {
             .map(|(agent, account)| AccountInfo {
                 agent: agent.to_string(),
                 role: account.role,
+                kv_read: account.kv_read.clone(),
+                kv_write: account.kv_write.clone(),
             })
             .collect();
         let more = accounts.len() > ACCOUNT_PAGE_MAX;
@@ -191,7 +232,7 @@ impl StateMachine {
         }
     }
 
-    /// Invariants 1 to 3.
+    /// Invariants 1 to 4.
     pub(super) fn check_account_invariants(&self) -> Result<(), InvariantViolation> {
         if self.accounts.len() > ACCOUNTS_MAX {
             return Err(violation!(
@@ -202,6 +243,8 @@ impl StateMachine {
         for (name, account) in &self.accounts {
             validate::agent_id(name)
                 .map_err(|reason| format!("account invariant 1: {name:?}: {reason}"))?;
+            kv_access::check_prefixes(account.role, &account.kv_read, &account.kv_write)
+                .map_err(|reason| format!("account invariant 4: {name:?}: {reason}"))?;
             if !is_phc(&account.secret_hash) {
                 return Err(violation!(
                     "account invariant 2: {name:?}'s secret hash is not a PHC string"

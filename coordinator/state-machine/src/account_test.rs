@@ -14,6 +14,8 @@ fn add(name: &str, role: Role, hash: &str) -> (Op, String) {
     let op = Op::AdminAgentAdd {
         name: name.into(),
         role: Some(role),
+        kv_read: Vec::new(),
+        kv_write: Vec::new(),
     };
     (op, hash.into())
 }
@@ -182,7 +184,9 @@ fn the_list_is_paged_in_name_order_without_hashes() {
         accounts[0],
         AccountInfo {
             agent: "a0000".into(),
-            role: Role::Agent
+            role: Role::Agent,
+            kv_read: Vec::new(),
+            kv_write: Vec::new(),
         }
     );
     assert_eq!(next_after.as_deref(), Some("a0255"));
@@ -196,7 +200,9 @@ fn the_list_is_paged_in_name_order_without_hashes() {
         Reply::Accounts {
             accounts: vec![AccountInfo {
                 agent: "a0256".into(),
-                role: Role::Agent
+                role: Role::Agent,
+                kv_read: Vec::new(),
+                kv_write: Vec::new(),
             }],
             next_after: None,
         }
@@ -216,4 +222,86 @@ fn accounts_survive_a_snapshot_and_a_machine_without_accounts_writes_none() {
         restored.account("drone-1").expect("restored").role,
         Role::Admin
     );
+}
+
+fn add_with_prefixes(name: &str, role: Role, kv_read: &[&str], kv_write: &[&str]) -> (Op, String) {
+    let strings = |prefixes: &[&str]| prefixes.iter().map(|p| p.to_string()).collect();
+    let op = Op::AdminAgentAdd {
+        name: name.into(),
+        role: Some(role),
+        kv_read: strings(kv_read),
+        kv_write: strings(kv_write),
+    };
+    (op, HASH_1.into())
+}
+
+#[test]
+fn an_add_with_key_prefixes_keeps_them_lists_them_and_restores_them() {
+    let mut h = Harness::new();
+    let add = add_with_prefixes(
+        "drone-1",
+        Role::Agent,
+        &["presence/", "cfg/"],
+        &["presence/"],
+    );
+    let (_, events) = h.send_account("admin", add);
+    assert_eq!(events, vec![changed("drone-1", AccountChange::Added)]);
+    let account = h.sm.account("drone-1").expect("added").clone();
+    assert_eq!(account.kv_read, ["presence/", "cfg/"]);
+    assert_eq!(account.kv_write, ["presence/"]);
+    assert_eq!(
+        h.sm.query("admin", &Op::AdminAgentList { after: None }),
+        Reply::Accounts {
+            accounts: vec![AccountInfo {
+                agent: "drone-1".into(),
+                role: Role::Agent,
+                kv_read: vec!["presence/".into(), "cfg/".into()],
+                kv_write: vec!["presence/".into()],
+            }],
+            next_after: None,
+        }
+    );
+    // A rotation replaces the secret only: the prefixes stay.
+    h.send_account("admin", rotate("drone-1", HASH_2));
+    let rotated = h.sm.account("drone-1").expect("kept");
+    assert_eq!(
+        (&rotated.kv_read, &rotated.kv_write),
+        (&account.kv_read, &account.kv_write)
+    );
+    let bytes = h.sm.snapshot();
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert_eq!(restored.snapshot(), bytes);
+    assert_eq!(restored.account("drone-1"), h.sm.account("drone-1"));
+}
+
+#[test]
+fn an_account_without_prefixes_keeps_the_shape_it_had_before_them() {
+    let mut h = Harness::new();
+    h.send_account("admin", add("drone-1", Role::Observer, HASH_1));
+    let account = h.sm.account("drone-1").expect("added");
+    assert_eq!(
+        serde_json::to_string(account).expect("encodes"),
+        format!(r#"{{"role":"observer","secret_hash":"{HASH_1}"}}"#)
+    );
+    let back: super::Account = serde_json::from_str(&format!(
+        r#"{{"role":"observer","secret_hash":"{HASH_1}"}}"#
+    ))
+    .expect("an account written before prefixes decodes");
+    assert_eq!(&back, account);
+}
+
+#[test]
+fn an_add_with_prefixes_its_role_may_not_have_is_refused_when_applied() {
+    let mut h = Harness::new();
+    let add = add_with_prefixes("ops", Role::Observer, &[], &["cfg/"]);
+    let (reply, events) = h.send_account("admin", add);
+    assert_eq!(
+        reply,
+        Reply::refused(
+            ErrorCode::BadRequest,
+            "admin.agent.add: an observer writes no key: `kv_write` is for the agent role"
+        )
+    );
+    assert!(events.is_empty());
+    assert!(h.sm.account("ops").is_none());
 }

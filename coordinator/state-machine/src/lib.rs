@@ -148,7 +148,7 @@ mod waypoint_window_test;
 
 use std::sync::Arc;
 
-pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange};
+pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange, AccountGrant};
 pub use command::{Command, LogMeta};
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};

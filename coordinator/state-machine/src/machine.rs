@@ -19,8 +19,8 @@ use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
-    AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits, LogMeta, NameMap,
-    Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
+    AccountGrant, AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits,
+    LogMeta, NameMap, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -337,8 +337,18 @@ impl StateMachine {
                 priority,
             } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
             // The operator's role is checked by the node before the log, like admin.revoke.
-            Op::AdminAgentAdd { name, role } => {
-                self.account_add(ctx, &name, role.unwrap_or_default(), secret_hash())
+            Op::AdminAgentAdd {
+                name,
+                role,
+                kv_read,
+                kv_write,
+            } => {
+                let grant = AccountGrant {
+                    role: role.unwrap_or_default(),
+                    kv_read,
+                    kv_write,
+                };
+                self.account_add(ctx, &name, grant, secret_hash())
             }
             Op::AdminAgentRotate { name } => self.account_rotate(ctx, &name, secret_hash()),
             Op::AdminAgentRemove { name } => self.account_remove(ctx, &name),

@@ -9,6 +9,8 @@ fn an_account_add_is_logged_with_its_role_and_hash_after_the_wire_fields() {
     let op = Op::AdminAgentAdd {
         name: "drone-1".into(),
         role: None,
+        kv_read: Vec::new(),
+        kv_write: Vec::new(),
     };
     let request = AgentRequest::with_secret("a1", op, "$argon2id$h".into()).expect("an add");
     assert_eq!(
@@ -24,7 +26,9 @@ fn an_account_add_is_logged_with_its_role_and_hash_after_the_wire_fields() {
         back.op,
         Op::AdminAgentAdd {
             name: "drone-1".into(),
-            role: Some(Role::Agent)
+            role: Some(Role::Agent),
+            kv_read: Vec::new(),
+            kv_write: Vec::new(),
         }
     );
 }

@@ -300,8 +300,18 @@ fn agent_op() -> BoxedStrategy<Op> {
             }
         ),
         2 => lease().prop_map(|lease| Op::AdminRevoke { lease }),
-        1 => (name(), prop::option::of(role()))
-            .prop_map(|(name, role)| Op::AdminAgentAdd { name, role }),
+        1 => (
+            name(),
+            prop::option::of(role()),
+            prop::collection::vec(key(), 0..3),
+            prop::collection::vec(key(), 0..3)
+        )
+            .prop_map(|(name, role, kv_read, kv_write)| Op::AdminAgentAdd {
+                name,
+                role,
+                kv_read,
+                kv_write,
+            }),
         1 => name().prop_map(|name| Op::AdminAgentRotate { name }),
         1 => name().prop_map(|name| Op::AdminAgentRemove { name }),
         4 => kv_put().prop_map(|put| Op::KvPut {
@@ -380,6 +390,13 @@ fn unlogged_op() -> BoxedStrategy<Op> {
             volumes: Some(volumes),
             after,
             limit: None,
+        }),
+        (key_or_prefix(), any::<u64>()).prop_map(|((key, prefix), after)| Op::WatchPoll {
+            key,
+            prefix,
+            after,
+            max_events: None,
+            wait_ms: Some(0),
         }),
     ]
     .boxed()
@@ -631,6 +648,8 @@ fn busy_snapshot() -> Vec<u8> {
         Op::AdminAgentAdd {
             name: "c".into(),
             role: Some(Role::Observer),
+            kv_read: Vec::new(),
+            kv_write: Vec::new(),
         },
     );
     request.secret_hash = Some("$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA".into());

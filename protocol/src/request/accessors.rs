@@ -46,6 +46,19 @@ impl Op {
         Role::needed_for(self) > Role::Agent
     }
 
+    /// Whether the op reads or writes keys (`kv.*`, `watch.poll`): with authentication on, the
+    /// node checks it against the account's key permissions (`crate::kv_access`).
+    pub fn is_key_op(&self) -> bool {
+        matches!(
+            self,
+            Op::KvPut { .. }
+                | Op::KvGet { .. }
+                | Op::KvDelete { .. }
+                | Op::KvTxn { .. }
+                | Op::WatchPoll { .. }
+        )
+    }
+
     /// The `wait_ms` of an acquire or reserve.
     pub fn wait_ms(&self) -> Option<u64> {
         match self {

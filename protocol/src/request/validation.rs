@@ -4,6 +4,7 @@
 use super::{Area, Op};
 use crate::airspace;
 use crate::kv;
+use crate::kv_access;
 use crate::validate;
 
 impl Op {
@@ -48,9 +49,18 @@ impl Op {
                 }
             }
             Op::AdminMemberRemove { name } => validate::member_name(name)?,
-            Op::AdminAgentAdd { name, .. }
-            | Op::AdminAgentRemove { name }
-            | Op::AdminAgentRotate { name } => validate::account_name(name)?,
+            Op::AdminAgentAdd {
+                name,
+                role,
+                kv_read,
+                kv_write,
+            } => {
+                validate::account_name(name)?;
+                kv_access::check_prefixes(role.unwrap_or_default(), kv_read, kv_write)?;
+            }
+            Op::AdminAgentRemove { name } | Op::AdminAgentRotate { name } => {
+                validate::account_name(name)?
+            }
             Op::AdminAgentList { after } => {
                 if let Some(after) = after {
                     validate::account_name(after)?;
