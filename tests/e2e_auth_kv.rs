@@ -81,7 +81,11 @@ async fn an_agent_keeps_to_its_prefixes_and_an_observer_reads_without_writing() 
     let mut admin = Raw::connect_with(
         port,
         "admin",
-        Some(std::fs::read_to_string(&secret_file).expect("admin.secret").trim()),
+        Some(
+            std::fs::read_to_string(&secret_file)
+                .expect("admin.secret")
+                .trim(),
+        ),
     )
     .await;
     let seeded = admin.call(put("s1", "cfg/x")).await;

@@ -49,7 +49,9 @@ impl TinyDisk {
     };
 
     fn mount() -> Option<TinyDisk> {
-        let serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let root = tempfile::tempdir().expect("temp dir");
         let mounted = mount_tiny(&root.path().join("tiny"))?;
         Some(TinyDisk {

@@ -49,23 +49,10 @@ impl Op {
                 }
             }
             Op::AdminMemberRemove { name } => validate::member_name(name)?,
-            Op::AdminAgentAdd {
-                name,
-                role,
-                kv_read,
-                kv_write,
-            } => {
-                validate::account_name(name)?;
-                kv_access::check_prefixes(role.unwrap_or_default(), kv_read, kv_write)?;
-            }
-            Op::AdminAgentRemove { name } | Op::AdminAgentRotate { name } => {
-                validate::account_name(name)?
-            }
-            Op::AdminAgentList { after } => {
-                if let Some(after) = after {
-                    validate::account_name(after)?;
-                }
-            }
+            Op::AdminAgentAdd { .. }
+            | Op::AdminAgentRemove { .. }
+            | Op::AdminAgentRotate { .. }
+            | Op::AdminAgentList { .. } => self.validate_account()?,
             Op::LockAcquire { name, .. }
             | Op::LockRelease { name, .. }
             | Op::SemRelease { name, .. }
@@ -112,6 +99,31 @@ impl Op {
                 after.as_deref(),
                 *limit,
             )?,
+        }
+        Ok(())
+    }
+
+    /// The checks of the account ops (`admin.agent.*`): names and key permissions.
+    fn validate_account(&self) -> Result<(), validate::InvalidField> {
+        match self {
+            Op::AdminAgentAdd {
+                name,
+                role,
+                kv_read,
+                kv_write,
+            } => {
+                validate::account_name(name)?;
+                kv_access::check_prefixes(role.unwrap_or_default(), kv_read, kv_write)?;
+            }
+            Op::AdminAgentRemove { name } | Op::AdminAgentRotate { name } => {
+                validate::account_name(name)?
+            }
+            Op::AdminAgentList { after } => {
+                if let Some(after) = after {
+                    validate::account_name(after)?;
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
