@@ -118,11 +118,7 @@ impl Op {
             Op::AdminAgentRemove { name } | Op::AdminAgentRotate { name } => {
                 validate::account_name(name)?
             }
-            Op::AdminAgentList { after } => {
-                if let Some(after) = after {
-                    validate::account_name(after)?;
-                }
-            }
+            Op::AdminAgentList { after: Some(after) } => validate::account_name(after)?,
             _ => {}
         }
         Ok(())
