@@ -321,7 +321,7 @@ mod tests {
         assert!(
             help.contains(
                 "observer (also admin.status, admin.leases, admin.resources: watching the \
-                 service, changing nothing)"
+                 service, changing nothing; it reads keys and never writes them)"
             ),
             "{help}"
         );
