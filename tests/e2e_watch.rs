@@ -5,6 +5,8 @@
 //! - With nothing newer it waits `wait_ms` and answers no events and `progress`; a change that
 //!   comes while it waits answers it at once.
 //! - A txn's events and the keys of an ending lease come whole, even past `max_events`.
+//! - A revision too large for one answer (a prefix delete of 700 keys) comes in fragments,
+//!   polled on with `after_key`, every key once; a key page stops within one packet.
 //! - Bad input is `bad_request`; the 65th pending poll of one agent is `resource_exhausted`; a
 //!   cursor below the kept history is `compacted` with `compact_revision`.
 //! - In a cluster a follower serves a poll itself and is woken by a write made elsewhere.
@@ -257,4 +259,92 @@ async fn a_follower_serves_a_poll_and_is_woken_by_a_write_made_elsewhere() {
         events(&woken),
         vec![event(changed, "put", "hive/config", "rate=5")]
     );
+}
+
+/// A prefix delete of 700 keys makes one revision of about 90 KiB of events: more than one
+/// MQTT packet carries. It comes in fragments (`next_key`), each polled on with `after_key`,
+/// every key exactly once and in key order, and then the later revisions as usual. A `kv.get`
+/// of the 700 keys comes in pages that each fit a packet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_too_large_for_one_answer_comes_in_fragments() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let mut writer = Raw::connect(port, "frag-writer").await;
+    let mut watcher = Raw::connect(port, "frag-watcher").await;
+    let fleet = ("prefix", "fleet/");
+    let names: Vec<String> = (0..700)
+        .map(|i| format!("fleet/drone-{i:04}/status"))
+        .collect();
+    for (batch, chunk) in names.chunks(50).enumerate() {
+        let puts: Vec<Value> = chunk
+            .iter()
+            .map(|key| json!({"put": {"key": key, "value": "up"}}))
+            .collect();
+        let answer = writer
+            .call(json!({"id": format!("t{batch}"), "op": "kv.txn", "success": puts}))
+            .await;
+        assert_eq!(answer["succeeded"], true, "{answer}");
+    }
+    let mut next_after: Option<String> = None;
+    let mut pages = 0;
+    let mut read = 0;
+    loop {
+        let mut get = json!({"id": format!("g{pages}"), "op": "kv.get", "prefix": "fleet/"});
+        if let Some(from) = &next_after {
+            get["after"] = json!(from);
+        }
+        let page = writer.call(get).await;
+        assert_eq!(page["ok"], true, "{page}");
+        pages += 1;
+        read += page["kvs"].as_array().expect("kvs").len();
+        next_after = page["next_after"].as_str().map(str::to_string);
+        if next_after.is_none() {
+            break;
+        }
+        assert!(pages < 10, "paging ends");
+    }
+    assert_eq!(read, 700, "every key read once");
+    assert!(
+        pages >= 2,
+        "the keys take more than one packet: {pages} pages"
+    );
+
+    let before = put(&mut writer, "m", "marker", "x").await;
+    let deleted = writer
+        .call(json!({"id": "d", "op": "kv.delete", "prefix": "fleet/"}))
+        .await;
+    assert_eq!(deleted["deleted"], 700, "{deleted}");
+    let late = put(&mut writer, "late", "fleet/late", "y").await;
+
+    let mut request = poll("w0", fleet, before, 0);
+    let mut keys: Vec<String> = Vec::new();
+    let mut fragments = 0;
+    for round in 0..20 {
+        let answer = watcher.call(request.clone()).await;
+        let got = events(&answer);
+        match answer["next_key"].as_str() {
+            Some(next_key) => {
+                fragments += 1;
+                assert_eq!(next(&answer), revision(&deleted) - 1, "{answer}");
+                assert_eq!(got.last().map(|e| e.2.as_str()), Some(next_key));
+                keys.extend(got.into_iter().map(|(_, kind, key, _)| {
+                    assert_eq!(kind, "delete");
+                    key
+                }));
+                request = poll(&format!("w{}", round + 1), fleet, next(&answer), 0);
+                request["after_key"] = json!(next_key);
+            }
+            None => {
+                let (rest, later): (Vec<_>, Vec<_>) = got
+                    .into_iter()
+                    .partition(|event| event.0 == revision(&deleted));
+                keys.extend(rest.into_iter().map(|event| event.2));
+                assert_eq!(later, vec![event(late, "put", "fleet/late", "y")]);
+                break;
+            }
+        }
+    }
+    assert!(fragments >= 1, "the revision came in fragments");
+    assert_eq!(keys, names, "every deleted key once, in key order");
 }

@@ -18,8 +18,11 @@
 //!  └───┘
 //! ```
 //!
-//! Events of one revision (a txn, the keys of an ended lease) come in one item, as the
-//! service never splits them across answers.
+//! Events of one revision (a txn, the keys of an ended lease) come in one item. The service
+//! splits a revision across answers only when its events alone pass one answer's bound
+//! (`ANSWER_BYTES_MAX`, a prefix delete of thousands of keys): then each answer is a fragment
+//! with `next_key`, the stream polls on from that key (`after_key`), and it yields the
+//! revision in one item once the last fragment came.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -213,15 +216,24 @@ impl Stream for Watch {
 
 /// Where a watch's pages come from: the service, or a unit test's script.
 pub(crate) trait Source: Send + 'static {
-    /// One `watch.poll` after `after`.
-    fn poll(&mut self, after: u64) -> impl Future<Output = Result<WatchPage, AgentError>> + Send;
+    /// One `watch.poll` after `after` (and, within a revision sent in fragments, after
+    /// `after_key`).
+    fn poll(
+        &mut self,
+        after: u64,
+        after_key: Option<String>,
+    ) -> impl Future<Output = Result<WatchPage, AgentError>> + Send;
 }
 
 /// The service, through the agent's request loop.
 struct AgentSource(Setup);
 
 impl Source for AgentSource {
-    async fn poll(&mut self, after: u64) -> Result<WatchPage, AgentError> {
+    async fn poll(
+        &mut self,
+        after: u64,
+        after_key: Option<String>,
+    ) -> Result<WatchPage, AgentError> {
         let Setup {
             agent,
             selector,
@@ -233,6 +245,7 @@ impl Source for AgentSource {
             key,
             prefix,
             after,
+            after_key,
             max_events: *max_events,
             wait_ms: Some(*wait_ms),
         };
@@ -292,7 +305,8 @@ pub(crate) fn run<S: Source>(
             if run.ended {
                 return None;
             }
-            match run.source.poll(run.cursor.after).await {
+            let after_key = run.cursor.after_key.clone();
+            match run.source.poll(run.cursor.after, after_key).await {
                 Ok(page) => {
                     run.backoff.reset();
                     let items = run.cursor.absorb(page);
@@ -314,26 +328,57 @@ pub(crate) fn run<S: Source>(
 
 /// The client-held cursor and the rules that move it. Pure: no I/O, so the rules are tested
 /// alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cursor {
     /// The `after` of the next poll: every event up to it has been taken.
     pub after: u64,
+    /// While a revision comes in fragments: the last key received of revision `after + 1`,
+    /// the next poll's `after_key`.
+    pub after_key: Option<String>,
+    /// The fragments of revision `after + 1` received so far, yielded with its last one.
+    fragments: Vec<KvEvent>,
 }
 
 impl Cursor {
     pub fn new(after: u64) -> Cursor {
-        Cursor { after }
+        Cursor {
+            after,
+            after_key: None,
+            fragments: Vec::new(),
+        }
     }
 
     /// Takes one answer: its events grouped by revision (any at or below the cursor dropped,
     /// so nothing is ever repeated), or its bookmark when it has none; the cursor moves to
-    /// `next` and never backwards.
+    /// `next` and never backwards. A fragment (`next_key`) is kept until the answer that
+    /// ends its revision, which yields the whole revision in one item.
     pub fn absorb(&mut self, page: WatchPage) -> Vec<WatchItem> {
         let WatchPage {
             events,
             next,
+            next_key,
             progress,
         } = page;
+        if let Some(next_key) = next_key {
+            let within = |event: &KvEvent| {
+                event.revision == next + 1
+                    && self
+                        .after_key
+                        .as_ref()
+                        .is_none_or(|after_key| event.kv.key > *after_key)
+            };
+            let fresh: Vec<KvEvent> = events.into_iter().filter(within).collect();
+            if next >= self.after {
+                self.fragments.extend(fresh);
+                self.after = next;
+                self.after_key = Some(next_key);
+            }
+            return Vec::new();
+        }
+        self.after_key = None;
+        let events = std::mem::take(&mut self.fragments)
+            .into_iter()
+            .chain(events);
         let mut items: Vec<WatchItem> = Vec::new();
         for event in events {
             if event.revision <= self.after {

@@ -29,6 +29,7 @@ fn page(events: Vec<KvEvent>, next: u64, progress: Option<u64>) -> WatchPage {
     WatchPage {
         events,
         next,
+        next_key: None,
         progress,
     }
 }
@@ -107,7 +108,11 @@ struct Script {
 }
 
 impl Source for Script {
-    async fn poll(&mut self, after: u64) -> Result<WatchPage, AgentError> {
+    async fn poll(
+        &mut self,
+        after: u64,
+        _after_key: Option<String>,
+    ) -> Result<WatchPage, AgentError> {
         self.afters.lock().expect("not poisoned").push(after);
         self.answers
             .pop_front()
@@ -170,4 +175,63 @@ async fn a_refusal_other_than_unavailable_is_yielded_once_and_ends_the_stream() 
     assert!(
         matches!(&items[0], Err(AgentError::Service { code, .. }) if *code == ErrorCode::ResourceExhausted)
     );
+}
+
+fn fragment(events: Vec<KvEvent>, next: u64, next_key: &str) -> WatchPage {
+    WatchPage {
+        events,
+        next,
+        next_key: Some(next_key.into()),
+        progress: None,
+    }
+}
+
+/// A revision too large for one answer comes in fragments: each is kept and polled on from
+/// its last key, and the revision is yielded whole, in one item, with the answer that ends it.
+#[test]
+fn fragments_of_one_revision_are_yielded_as_one_item() {
+    let mut cursor = Cursor::new(10);
+    let first = cursor.absorb(fragment(
+        vec![
+            event(12, EventKind::Delete, "a"),
+            event(12, EventKind::Delete, "b"),
+        ],
+        11,
+        "b",
+    ));
+    assert!(first.is_empty(), "nothing yielded mid-revision");
+    assert_eq!((cursor.after, cursor.after_key.as_deref()), (11, Some("b")));
+    // A resent poll's answer repeating a fragment adds nothing twice.
+    let again = cursor.absorb(fragment(vec![event(12, EventKind::Delete, "b")], 11, "b"));
+    assert!(again.is_empty());
+    let second = cursor.absorb(fragment(vec![event(12, EventKind::Delete, "c")], 11, "c"));
+    assert!(second.is_empty());
+    assert_eq!(cursor.after_key.as_deref(), Some("c"));
+    let last = cursor.absorb(page(
+        vec![
+            event(12, EventKind::Delete, "d"),
+            event(13, EventKind::Put, "e"),
+        ],
+        13,
+        Some(13),
+    ));
+    assert_eq!(
+        last,
+        vec![
+            WatchItem::Changes {
+                revision: 12,
+                events: vec![
+                    event(12, EventKind::Delete, "a"),
+                    event(12, EventKind::Delete, "b"),
+                    event(12, EventKind::Delete, "c"),
+                    event(12, EventKind::Delete, "d"),
+                ],
+            },
+            WatchItem::Changes {
+                revision: 13,
+                events: vec![event(13, EventKind::Put, "e")],
+            },
+        ]
+    );
+    assert_eq!((cursor.after, cursor.after_key), (13, None));
 }

@@ -37,8 +37,34 @@ pub const KEY_BYTES_MAX: usize = 512;
 /// MQTT packet; an answer that would not is `too_large` and is re-asked with a lower `limit`.
 pub const KV_PAGE_MAX: u32 = 1_000;
 
-/// Most events one `watch.poll` answer carries (one revision's events always come whole).
+/// Most events one `watch.poll` answer carries (one revision's events come whole, even past
+/// it).
 pub const WATCH_EVENTS_MAX: u32 = 1_000;
+
+/// Most bytes of JSON the keys of one `kv.get` page, or the events of one `watch.poll` answer,
+/// take: 48 KiB, so that the answer fits the default 64 KiB MQTT packet. A page stops before
+/// the key that would pass it (it always holds one: the longest key and value, escaped, fit
+/// the packet). A watch answer stops before the revision that would pass it, and a revision
+/// whose events alone pass it comes in fragments (see [`WatchPage::next_key`]).
+pub const ANSWER_BYTES_MAX: usize = 48 * 1024;
+
+/// The length of `value` as compact JSON, without building the text: what it adds to an
+/// answer, for [`ANSWER_BYTES_MAX`].
+pub fn json_len<T: Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).expect("plain data always serializes");
+    count.0
+}
 
 /// `watch.poll`'s `max_events` when absent.
 pub const WATCH_EVENTS_DEFAULT: u32 = 100;
@@ -332,10 +358,17 @@ pub struct KvEvent {
 /// One page of a watch's events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchPage {
-    /// The matching events, whole revisions in revision order.
+    /// The matching events, whole revisions in revision order (or one fragment of a revision
+    /// too large for one answer, see `next_key`).
     pub events: Vec<KvEvent>,
     /// The `after` of the next call.
     pub next: u64,
+    /// Present when the answer is a fragment: the events of revision `next + 1` pass
+    /// [`ANSWER_BYTES_MAX`] alone, so they come in several answers, in key order, and this is
+    /// the last key sent. The next call passes it back as `after_key` (with `after: next`) and
+    /// gets the rest of that revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_key: Option<String>,
     /// When no matching event remains: the revision up to which nothing else matched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<u64>,
@@ -508,14 +541,18 @@ pub(crate) fn check_txn(
     Ok(())
 }
 
-/// The checks of a `watch.poll`: one key or a prefix, and its bounds.
+/// The checks of a `watch.poll`: one key or a prefix, its bounds, and a fragment's cursor.
 pub(crate) fn check_watch(
     key: Option<&str>,
     prefix: Option<&str>,
+    after_key: Option<&str>,
     max_events: Option<u32>,
     wait_ms: Option<u64>,
 ) -> Result<KeySelector, InvalidField> {
     let selector = check_selector(key, prefix, false)?;
+    if let Some(after_key) = after_key {
+        check_key("after_key", after_key, false)?;
+    }
     if let Some(max_events) = max_events
         && !(1..=WATCH_EVENTS_MAX).contains(&max_events)
     {

@@ -245,6 +245,7 @@ mod tests {
             key: None,
             prefix: Some(prefix.into()),
             after: 0,
+            after_key: None,
             max_events: None,
             wait_ms: None,
         }

@@ -528,6 +528,11 @@ pub enum Op {
         /// The cursor: only events with a revision above it. The previous answer's `next`, or
         /// the `revision` of a `kv.get`.
         after: u64,
+        /// The previous answer's `next_key`, when that answer was a fragment of a revision too
+        /// large for one answer: the events of revision `after + 1` up to this key came
+        /// already. Absent otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_key: Option<String>,
         /// Most events in the answer, 1 to [`crate::kv::WATCH_EVENTS_MAX`] (one revision's
         /// events always come whole, even past it); absent: 100.
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3670,6 +3670,7 @@ fn op_watch_poll() {
                 key: None,
                 prefix: Some("cfg/".into()),
                 after: 196_608,
+                after_key: None,
                 max_events: Some(10),
                 wait_ms: Some(5_000),
             },
@@ -3685,11 +3686,28 @@ fn op_watch_poll() {
                 key: Some("cfg/a".into()),
                 prefix: None,
                 after: 0,
+                after_key: None,
                 max_events: None,
                 wait_ms: None,
             },
         ),
         &json!({"id": "w2", "op": "watch.poll", "key": "cfg/a", "after": 0}),
+    );
+    assert_request(
+        r#"{"id":"w3","op":"watch.poll","prefix":"fleet/","after":196607,"after_key":"fleet/d-0412"}"#,
+        &req(
+            "w3",
+            Op::WatchPoll {
+                key: None,
+                prefix: Some("fleet/".into()),
+                after: 196_607,
+                after_key: Some("fleet/d-0412".into()),
+                max_events: None,
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "w3", "op": "watch.poll", "prefix": "fleet/", "after": 196_607,
+            "after_key": "fleet/d-0412"}),
     );
     for (bad, why) in [
         (
@@ -3712,6 +3730,10 @@ fn op_watch_poll() {
         (
             r#"{"id":"w","op":"watch.poll","key":"a","after":0,"wait_ms":60001}"#,
             "wait_ms",
+        ),
+        (
+            r#"{"id":"w","op":"watch.poll","key":"a","after":0,"after_key":""}"#,
+            "`after_key` is 0 bytes",
         ),
     ] {
         let err = decode_err(bad.as_bytes());
@@ -3736,6 +3758,7 @@ fn watch_poll_answer_and_compacted_error() {
             },
         ],
         next: 0x60000,
+        next_key: None,
         progress: None,
     };
     assert_success(
@@ -3752,12 +3775,32 @@ fn watch_poll_answer_and_compacted_error() {
     let idle = WatchPage {
         events: Vec::new(),
         next: 0x90000,
+        next_key: None,
         progress: Some(0x90000),
     };
     assert_success(
         "w2",
         idle.into(),
         json!({"id": "w2", "ok": true, "events": [], "next": 0x90000, "progress": 0x90000}),
+    );
+    // A fragment of a revision too large for one answer: the cursor stays before it.
+    let fragment = WatchPage {
+        events: vec![KvEvent {
+            revision: 0x70000,
+            kind: EventKind::Delete,
+            kv: key_value("cfg/a", "on", None),
+        }],
+        next: 0x6ffff,
+        next_key: Some("cfg/a".into()),
+        progress: None,
+    };
+    assert_success(
+        "w4",
+        fragment.into(),
+        json!({"id": "w4", "ok": true, "events": [
+            {"revision": 0x70000, "type": "delete", "kv": {"key": "cfg/a", "value": "on",
+                "create_revision": 0x30000, "mod_revision": 0x50000, "version": 2}}
+        ], "next": 0x6ffff, "next_key": "cfg/a"}),
     );
     let compacted = Response::compacted("w3", 0x40000);
     let wire = json!({"id": "w3", "ok": false, "error": {"code": "compacted",

@@ -108,3 +108,30 @@ def test_a_raw_watch_poll_request_waits_longer_than_its_wait_ms():
     config = config_from("a", None, {"request_timeout_ms": 1000, "request_deadline_ms": 5000})
     assert Patience.for_op(config, "watch.poll", 20_000) == Patience(21.0, 25.0)
     assert Patience.for_op(config, "watch.poll", None) == Patience(31.0, 35.0)
+
+
+def delete(revision: int, key: str) -> Dict[str, Any]:
+    return {"revision": revision, "type": "delete", "kv": kv(key, "up", 3, 3)}
+
+
+def test_a_revision_in_fragments_is_polled_on_from_its_last_key_and_handed_out_whole():
+    cursor = WatchCursor(None, "fleet/", 10, None, None)
+    first = cursor.advance(
+        {"events": [delete(12, "fleet/a"), delete(12, "fleet/b")], "next": 11, "next_key": "fleet/b"}
+    )
+    assert first.events == [] and first.next_key == "fleet/b"
+    assert cursor.fields() == {"after": 11, "after_key": "fleet/b", "prefix": "fleet/"}
+    # An answer to a resent poll repeating the fragment adds nothing twice.
+    cursor.advance({"events": [delete(12, "fleet/b")], "next": 11, "next_key": "fleet/b"})
+    last = cursor.advance(
+        {"events": [delete(12, "fleet/c"), put(13, "fleet/d", "x")], "next": 13, "progress": 13}
+    )
+    assert [(e.revision, e.kv.key) for e in last.events] == [
+        (12, "fleet/a"),
+        (12, "fleet/b"),
+        (12, "fleet/c"),
+        (13, "fleet/d"),
+    ]
+    assert cursor.fields() == {"after": 13, "prefix": "fleet/"}
+    with pytest.raises(hivekeeper.MalformedResponse):
+        cursor.advance({"events": [delete(20, "fleet/z")], "next": 12, "next_key": "fleet/z"})

@@ -368,6 +368,7 @@ impl NodeHandle {
             key,
             prefix,
             after,
+            after_key,
             max_events,
             wait_ms,
         } = op
@@ -384,6 +385,7 @@ impl NodeHandle {
         let request = PollRequest {
             selector,
             after,
+            after_key,
             max_events,
             wait_ms,
         };

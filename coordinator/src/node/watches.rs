@@ -35,7 +35,7 @@ use super::NodeError;
 use super::metrics::NodeMetrics;
 use crate::answer::Answer;
 use crate::raft::RaftHandle;
-use crate::state_machine::Reply;
+use crate::state_machine::{Cursor, Reply};
 
 /// Most polls one agent may have pending on one member; one more is refused
 /// `resource_exhausted` (a client needs one per watched selector).
@@ -181,6 +181,8 @@ pub(crate) struct PollRequest {
     pub selector: KeySelector,
     /// The cursor: only events above it.
     pub after: u64,
+    /// With a fragment's cursor: the last key received of revision `after + 1`.
+    pub after_key: Option<String>,
     /// Most events in the answer (one revision's events come whole).
     pub max_events: Option<u32>,
     /// How long to wait for an event.
@@ -209,7 +211,11 @@ pub(crate) async fn poll(
                     return Ok(refusal.into());
                 }
             };
-        let page = raft.query(|sm| sm.watch(request.after, &request.selector, max_events))?;
+        let cursor = Cursor {
+            after: request.after,
+            after_key: request.after_key.as_deref(),
+        };
+        let page = raft.query(|sm| sm.watch(cursor, &request.selector, max_events))?;
         let page = match page {
             Err(compacted) => {
                 return Ok(Answer::Compacted {

@@ -69,8 +69,9 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::{InvariantViolation, LeaseId};
-pub use history::Compacted;
 use history::History;
+pub use history::{Compacted, Cursor};
+use hivekeeper_protocol::kv::{ANSWER_BYTES_MAX, json_len};
 pub use hivekeeper_protocol::kv::{
     Compare, CompareOp, CompareTarget, Delete, Deleted, EventKind, Get, Holder, KeySelector,
     KeyValue, KvEvent, Put, PutResult, RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX,
@@ -245,38 +246,49 @@ impl KeySpace {
         self.keys.get(key).map(|entry| entry.to_kv(key))
     }
 
-    /// Up to `limit` keys starting with `prefix` and after `after` (exclusive), in byte order.
-    /// A `limit` of 0 is read as 1, so every page makes progress.
+    /// Up to `limit` keys starting with `prefix` and after `after` (exclusive), in byte order,
+    /// and no more than [`ANSWER_BYTES_MAX`] of them as JSON, so the page fits one MQTT packet.
+    /// A `limit` of 0 is read as 1, and the first key comes whatever its size, so every page
+    /// makes progress.
     pub fn range(&self, prefix: &str, after: Option<&str>, limit: usize) -> RangePage {
         let limit = limit.max(1);
         let start = match after {
             Some(after) if after >= prefix => Bound::Excluded(after),
             _ => Bound::Included(prefix),
         };
-        let mut kvs: Vec<KeyValue> = self
+        let mut kvs: Vec<KeyValue> = Vec::new();
+        let mut bytes = 0;
+        let mut more = false;
+        for (key, entry) in self
             .keys
             .range::<str, _>((start, Bound::Unbounded))
             .take_while(|(key, _)| key.starts_with(prefix))
-            .take(limit + 1)
-            .map(|(key, entry)| entry.to_kv(key))
-            .collect();
-        let more = kvs.len() > limit;
-        kvs.truncate(limit);
+        {
+            let kv = entry.to_kv(key);
+            let size = json_len(&kv);
+            if kvs.len() == limit || (!kvs.is_empty() && bytes + size > ANSWER_BYTES_MAX) {
+                more = true;
+                break;
+            }
+            bytes += size;
+            kvs.push(kv);
+        }
         let next_after = more.then(|| kvs.last().map(|kv| kv.key.clone())).flatten();
         RangePage { kvs, next_after }
     }
 
-    /// The events after `after` that `selector` names, at most `max_events` of them unless
-    /// one revision alone has more (a revision's events are never split); see
-    /// [`WatchPage`]. `Compacted` when events after `after` have been dropped.
-    pub fn events_after(
+    /// The events after `cursor` that `selector` names, at most `max_events` of them unless
+    /// one revision alone has more, a revision's events split only when they alone pass
+    /// `ANSWER_BYTES_MAX` (`history.rs`); see [`WatchPage`]. `Compacted` when events after
+    /// the cursor have been dropped.
+    pub fn events_after<'a>(
         &self,
-        after: u64,
+        cursor: impl Into<Cursor<'a>>,
         selector: &KeySelector,
         max_events: usize,
     ) -> Result<WatchPage, Compacted> {
         self.history
-            .page(after, selector, max_events, self.revision)
+            .page(cursor.into(), selector, max_events, self.revision)
     }
 
     /// How many kept events have a revision above `after` (for a count of changes; a watch

@@ -154,7 +154,7 @@ pub use dedup::IDLE_CLOCK_STEP_MS_MAX;
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
 pub use kv::{
-    Compacted, Compare, CompareOp, CompareTarget, Delete, Deleted, EventKind, Get, Holder,
+    Compacted, Compare, CompareOp, CompareTarget, Cursor, Delete, Deleted, EventKind, Get, Holder,
     KV_LIMITS_DEFAULT, KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult,
     RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult,
     WatchPage, Writer,

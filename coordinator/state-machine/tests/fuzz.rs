@@ -391,13 +391,19 @@ fn unlogged_op() -> BoxedStrategy<Op> {
             after,
             limit: None,
         }),
-        (key_or_prefix(), any::<u64>()).prop_map(|((key, prefix), after)| Op::WatchPoll {
-            key,
-            prefix,
-            after,
-            max_events: None,
-            wait_ms: Some(0),
-        }),
+        (
+            key_or_prefix(),
+            any::<u64>(),
+            proptest::option::of("[a-z/]{1,8}")
+        )
+            .prop_map(|((key, prefix), after, after_key)| Op::WatchPoll {
+                key,
+                prefix,
+                after,
+                after_key,
+                max_events: None,
+                wait_ms: Some(0),
+            }),
     ]
     .boxed()
 }

@@ -144,11 +144,18 @@ impl Op {
             Op::WatchPoll {
                 key,
                 prefix,
+                after_key,
                 max_events,
                 wait_ms,
                 ..
             } => {
-                kv::check_watch(key.as_deref(), prefix.as_deref(), *max_events, *wait_ms)?;
+                kv::check_watch(
+                    key.as_deref(),
+                    prefix.as_deref(),
+                    after_key.as_deref(),
+                    *max_events,
+                    *wait_ms,
+                )?;
             }
             Op::KvTxn {
                 compare,

@@ -75,6 +75,9 @@ class WatchPage:
     next: int
     #: Set when no event matched: the revision up to which nothing did (a bookmark).
     progress: Optional[int] = None
+    #: Set when the answer is a fragment of a revision too large for one answer: the last
+    #: key sent of revision ``next + 1``, the next poll's ``after_key``.
+    next_key: Optional[str] = None
 
 
 class WatchClosed(HivekeeperError):
@@ -113,10 +116,17 @@ class WatchCursor:
         self.wait_ms = wait_ms
         #: The last bookmark seen (an idle poll's ``progress``).
         self.progress: Optional[int] = None
+        #: While a revision too large for one answer comes in fragments: the last key
+        #: received of revision ``after + 1``, and its events so far (handed out whole with
+        #: the answer that ends the revision).
+        self.after_key: Optional[str] = None
+        self._fragments: List[WatchEvent] = []
 
     def fields(self) -> Dict[str, Any]:
         """The poll's fields from where the cursor stands."""
         fields: Dict[str, Any] = {"after": self.after}
+        if self.after_key is not None:
+            fields["after_key"] = self.after_key
         if self.key is not None:
             fields["key"] = self.key
         else:
@@ -134,15 +144,36 @@ class WatchCursor:
         return Patience((poll_ms + config.request_timeout_ms) / 1000.0, None)
 
     def advance(self, result: Mapping[str, Any]) -> WatchPage:
-        """Reads one answer and moves the cursor to its ``next``, never backwards."""
+        """Reads one answer and moves the cursor to its ``next``, never backwards. A
+        fragment (``next_key``) is kept, and its revision handed out whole, in the page of
+        the answer that ends it."""
         try:
             events = [WatchEvent.from_wire(e) for e in result.get("events", [])]
             next_rev = _int(result["next"])
             progress = result.get("progress")
             if progress is not None:
                 progress = _int(progress)
+            next_key = result.get("next_key")
+            if next_key is not None and not isinstance(next_key, str):
+                raise TypeError("next_key")
         except (KeyError, TypeError, ValueError):
             raise MalformedResponse(f"{WATCH_POLL_OP} answered {dict(result)}") from None
+        if next_key is not None:
+            if next_rev < self.after or any(e.revision != next_rev + 1 for e in events):
+                raise MalformedResponse(
+                    f"{WATCH_POLL_OP}: a fragment of revision {next_rev + 1} behind the cursor "
+                    f"{self.after} or with events of another revision"
+                )
+            after_key = self.after_key
+            self._fragments.extend(
+                e for e in events if after_key is None or e.kv.key > after_key
+            )
+            self.after = next_rev
+            self.after_key = next_key
+            return WatchPage([], next_rev, None, next_key)
+        self.after_key = None
+        events = self._fragments + events
+        self._fragments = []
         revisions = [e.revision for e in events]
         if revisions != sorted(revisions) or any(r <= self.after for r in revisions):
             raise MalformedResponse(

@@ -11,8 +11,15 @@
 //! Paging ([`History::page`], as `KeySpace::events_after`):
 //! - The page holds the matching events with revision > `after`, in revision order, the
 //!   events of one revision in the order they were made.
-//! - A revision's matching events are never split across pages: whole revisions are added
-//!   while they fit in `max_events`; the first one is added even when it alone has more.
+//! - A revision's matching events are never split across pages while they fit one answer:
+//!   whole revisions are added while they fit in `max_events` and [`ANSWER_BYTES_MAX`]; the
+//!   first one is added even when it alone has more than `max_events`.
+//! - A revision whose matching events alone pass [`ANSWER_BYTES_MAX`] (a prefix delete of
+//!   thousands of keys, a lease's keys ending) would never fit one MQTT packet, so it comes in
+//!   fragments, its events in key order: each fragment has `next` = the revision less one and
+//!   `next_key` = its last key, and the call with that cursor ([`Cursor::after_key`]) gets the
+//!   rest of the revision, then the later ones as usual. Which events make a revision and
+//!   their key order are the same on every member, so a fragment's cursor resumes anywhere.
 //! - `next` is the cursor for the next call. When matching events remain (the page is full),
 //!   `next` is the page's last revision and `progress` is `None`. When none remain, `progress`
 //!   is `Some(revision)`, the key space's revision (or `after` if that is later): nothing else
@@ -33,6 +40,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use hivekeeper_protocol::kv::{ANSWER_BYTES_MAX, json_len};
+
 use super::{EventKind, KeySelector, KvEvent, KvLimits, WatchPage};
 use crate::InvariantViolation;
 
@@ -48,6 +57,50 @@ pub struct Compacted {
     /// Every event at or before this revision has been dropped; re-read and resume from the
     /// read's revision.
     pub compact_revision: u64,
+}
+
+/// Where a watch is: after revision `after`, and, when the previous answer was a fragment,
+/// also after the events of revision `after + 1` up to `after_key` (in key order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cursor<'a> {
+    /// Every matching event up to this revision was received.
+    pub after: u64,
+    /// The last key received of revision `after + 1`, sent in fragments.
+    pub after_key: Option<&'a str>,
+}
+
+impl From<u64> for Cursor<'static> {
+    /// After revision `after`, nothing received beyond it.
+    fn from(after: u64) -> Self {
+        Cursor {
+            after,
+            after_key: None,
+        }
+    }
+}
+
+/// The first fragment of revision `at`'s `matching` events, which pass
+/// [`ANSWER_BYTES_MAX`] together: in key order, as many as fit (at least one), the cursor left
+/// before the revision with the last key sent.
+fn fragment(mut matching: Vec<&KvEvent>, at: u64) -> WatchPage {
+    matching.sort_unstable_by(|a, b| a.kv.key.cmp(&b.kv.key));
+    let mut bytes = 0;
+    let mut events: Vec<KvEvent> = Vec::new();
+    for event in matching {
+        let size = json_len(event);
+        if !events.is_empty() && bytes + size > ANSWER_BYTES_MAX {
+            break;
+        }
+        bytes += size;
+        events.push(event.clone());
+    }
+    let next_key = events.last().map(|event| event.kv.key.clone());
+    WatchPage {
+        events,
+        next: at - 1,
+        next_key,
+        progress: None,
+    }
 }
 
 /// The events of the recent revisions, oldest first.
@@ -156,43 +209,65 @@ impl History {
     /// One watch page (module doc); `revision` is the key space's.
     pub fn page(
         &self,
-        after: u64,
+        cursor: Cursor<'_>,
         selector: &KeySelector,
         max_events: usize,
         revision: u64,
     ) -> Result<WatchPage, Compacted> {
+        let Cursor { after, after_key } = cursor;
         if after < self.compact_revision {
             return Err(Compacted {
                 compact_revision: self.compact_revision,
             });
         }
         let mut events: Vec<KvEvent> = Vec::new();
-        let mut full = false;
+        let mut bytes = 0;
         let mut position = self.events.partition_point(|event| event.revision <= after);
         while let Some(first) = self.events.get(position) {
+            let at = first.revision;
             let end = position
                 + self
                     .events
                     .range(position..)
-                    .take_while(|event| event.revision == first.revision)
+                    .take_while(|event| event.revision == at)
                     .count();
-            let matching = self
+            let mut matching: Vec<&KvEvent> = self
                 .events
                 .range(position..end)
-                .filter(|event| selector.matches(&event.kv.key));
-            let count = matching.clone().count();
-            if count > 0 && !events.is_empty() && events.len() + count > max_events {
-                full = true;
-                break;
+                .filter(|event| selector.matches(&event.kv.key))
+                .collect();
+            // The rest of a revision sent in fragments: its events in key order, after the
+            // last key sent.
+            if let Some(after_key) = after_key.filter(|_| at == after + 1) {
+                matching.sort_unstable_by(|a, b| a.kv.key.cmp(&b.kv.key));
+                matching.retain(|event| event.kv.key.as_str() > after_key);
             }
-            events.extend(matching.cloned());
-            position = end;
-        }
-        if full {
+            if matching.is_empty() {
+                position = end;
+                continue;
+            }
+            let size: usize = matching.iter().map(json_len).sum();
+            if events.len() + matching.len() <= max_events && bytes + size <= ANSWER_BYTES_MAX {
+                events.extend(matching.into_iter().cloned());
+                bytes += size;
+                position = end;
+                continue;
+            }
+            if events.is_empty() && size <= ANSWER_BYTES_MAX {
+                // One revision past `max_events` alone still comes whole.
+                events.extend(matching.into_iter().cloned());
+                bytes += size;
+                position = end;
+                continue;
+            }
+            if events.is_empty() {
+                return Ok(fragment(matching, at));
+            }
             let next = events.last().expect("a full page has events").revision;
             return Ok(WatchPage {
                 events,
                 next,
+                next_key: None,
                 progress: None,
             });
         }
@@ -200,6 +275,7 @@ impl History {
         Ok(WatchPage {
             events,
             next: progress,
+            next_key: None,
             progress: Some(progress),
         })
     }

@@ -381,6 +381,7 @@ impl Model {
                 return Ok(WatchPage {
                     events,
                     next,
+                    next_key: None,
                     progress: None,
                 });
             }
@@ -390,6 +391,7 @@ impl Model {
         Ok(WatchPage {
             events,
             next: progress,
+            next_key: None,
             progress: Some(progress),
         })
     }

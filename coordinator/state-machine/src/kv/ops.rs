@@ -16,8 +16,8 @@ use hivekeeper_protocol::kv::KV_PAGE_MAX;
 use hivekeeper_protocol::{ErrorCode, KvDeleted, KvPage, KvPutDone, KvTxnDone, Op, ResourceKind};
 
 use super::{
-    Compacted, Compare, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp, WatchPage,
-    Writer,
+    Compacted, Compare, Cursor, KeySelector, KeySpace, KvError, Put, RangePage, Txn, TxnOp,
+    WatchPage, Writer,
 };
 use crate::{Ctx, Decision, InvariantViolation, LeaseId, Reply, StateMachine, Text};
 
@@ -38,15 +38,16 @@ impl StateMachine {
     /// replica's revision (or `after`, if the replica is behind it): nothing the selector names
     /// changed up to there, whatever else did, so an idle watcher's cursor moves with the
     /// service's revision. `Compacted` when events after `after` are no longer kept.
-    pub fn watch(
+    pub fn watch<'a>(
         &self,
-        after: u64,
+        cursor: impl Into<Cursor<'a>>,
         selector: &KeySelector,
         max_events: usize,
     ) -> Result<WatchPage, Compacted> {
-        let mut page = self.kv.events_after(after, selector, max_events)?;
+        let cursor = cursor.into();
+        let mut page = self.kv.events_after(cursor, selector, max_events)?;
         if page.progress.is_some() {
-            let progress = self.revision().max(after);
+            let progress = self.revision().max(cursor.after);
             page.progress = Some(progress);
             page.next = progress;
         }
