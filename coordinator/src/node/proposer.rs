@@ -84,7 +84,7 @@ impl NodeCommand {
             NodeCommand::ExpireLeases { term, leases } => Command::ExpireLeases { term, leases },
             NodeCommand::ExpireWaits { term } => Command::ExpireWaits { term },
             NodeCommand::ExpireReservations { term } => Command::ExpireReservations { term },
-            NodeCommand::Configure { limits } => Command::Configure { limits },
+            NodeCommand::Configure { limits } => Command::Configure { limits, kv: None },
         }
     }
 }

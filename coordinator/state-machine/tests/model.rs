@@ -1156,7 +1156,7 @@ impl Model {
                     self.expire_reservations()
                 }
             }
-            Command::Configure { limits } => {
+            Command::Configure { limits, .. } => {
                 if limits_are_valid(limits) {
                     self.limits = limits.clone();
                     Outcome::Done
@@ -2800,6 +2800,7 @@ impl Harness {
             }
             Action::Configure { preset } => Command::Configure {
                 limits: preset_limits(*preset),
+                kv: None,
             },
         };
         self.apply(command)
