@@ -540,6 +540,34 @@ mod tests {
     }
 
     #[test]
+    fn the_kv_section_sets_the_key_space_bounds() {
+        let config: ServeConfig =
+            toml::from_str("[node.kv]\nhistory_events_max = 50\nhistory_bytes_max = 4096\n")
+                .expect("parses");
+        assert_eq!(config.node.kv.history_events_max, 50);
+        assert_eq!(config.node.kv.history_bytes_max, 4_096);
+        assert_eq!(
+            config.node.kv.keys_max,
+            hivekeeper_coordinator::state_machine::KV_LIMITS_DEFAULT.keys_max,
+            "a key left out keeps its default"
+        );
+        config.node.validate().expect("valid");
+
+        let typo = "[node.kv]\nhistory_event_max = 50\n";
+        let error = toml::from_str::<ServeConfig>(typo).expect_err("unknown key");
+        assert!(error.to_string().contains("history_event_max"), "{error}");
+
+        let config: ServeConfig =
+            toml::from_str("[node.kv]\nvalue_bytes_max = 10000\n").expect("parses");
+        let error = config.node.validate().expect_err("past a request");
+        assert_eq!(
+            error.to_string(),
+            "kv.value_bytes_max = 10000 is outside 1..=8192 (8192: a value travels inside one \
+             request, whose MQTT payload is at most this)"
+        );
+    }
+
+    #[test]
     fn an_unknown_key_is_an_error_not_a_silent_default() {
         let typo = "[node]\ndata_dri = \"x\"\n";
         let error = toml::from_str::<ServeConfig>(typo).expect_err("unknown key");
