@@ -21,6 +21,7 @@ use hivekeeper_coordinator::node::metrics::{
 };
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Health, NodeConfig};
 use hivekeeper_coordinator::raft::{ApplyPanic, EXIT_APPLY_PANICKED};
+use hivekeeper_coordinator::state_machine::KvLimits;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,9 @@ pub struct ServeConfig {
     pub metrics: MetricsConfig,
     /// Accounts and roles.
     pub auth: AuthConfig,
+    /// `[kv]`: the key space's replicated bounds, proposed by the leader like `[node.limits]`
+    /// (docs/OPERATIONS.md).
+    pub kv: KvLimits,
 }
 
 /// `[auth]`: accounts and roles (docs/PROTOCOL.md, authentication).
@@ -146,6 +150,7 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         config.auth.enabled = true;
     }
     config.node.auth_enabled = config.auth.enabled;
+    config.node.kv = config.kv.clone();
     if let (Some(name), Some(initial_cluster)) = (args.name, args.initial_cluster) {
         config.node.cluster = Some(ClusterConfig::new(name, initial_cluster));
     }
@@ -537,6 +542,41 @@ mod tests {
         let error = toml::from_str::<ServeConfig>("[metrics]\nlisten = \"localhost\"\n")
             .expect_err("no port");
         assert!(error.to_string().contains("is not HOST:PORT"), "{error}");
+    }
+
+    #[test]
+    fn the_kv_section_sets_the_key_space_bounds() {
+        let load_file = |text: &str| {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let path = dir.path().join("hivekeeper.toml");
+            std::fs::write(&path, text).expect("write the config");
+            let args = serve_args(&["--config", path.to_str().expect("UTF-8")]).expect("parses");
+            super::load(args)
+        };
+        let config =
+            load_file("[kv]\nhistory_events_max = 50\nhistory_bytes_max = 4096\n").expect("loads");
+        assert_eq!(config.node.kv.history_events_max, 50);
+        assert_eq!(config.node.kv.history_bytes_max, 4_096);
+        assert_eq!(
+            config.node.kv.keys_max,
+            hivekeeper_coordinator::state_machine::KV_LIMITS_DEFAULT.keys_max,
+            "a key left out keeps its default"
+        );
+        config.node.validate().expect("valid");
+
+        let typo = "[kv]\nhistory_event_max = 50\n";
+        let error = toml::from_str::<ServeConfig>(typo).expect_err("unknown key");
+        assert!(error.to_string().contains("history_event_max"), "{error}");
+        let nested = "[node.kv]\nhistory_events_max = 50\n";
+        let error = toml::from_str::<ServeConfig>(nested).expect_err("the section is [kv]");
+        assert!(error.to_string().contains("kv"), "{error}");
+
+        let error = load_file("[kv]\nvalue_bytes_max = 10000\n").expect_err("past a request");
+        assert_eq!(
+            format!("{error:#}"),
+            "node settings: kv.value_bytes_max = 10000 is outside 1..=8192 (8192: a value \
+             travels inside one request, whose MQTT payload is at most this)"
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!   polled on with `after_key`, every key once; a key page stops within one packet.
 //! - Bad input is `bad_request`; the 65th pending poll of one agent is `resource_exhausted`; a
 //!   cursor below the kept history is `compacted` with `compact_revision`.
+//! - The history's bounds are `[kv]` settings: a restart with a lower one makes the node
+//!   propose it, which compacts the history at once.
 //! - In a cluster a follower serves a poll itself and is woken by a write made elsewhere.
 
 mod common;
@@ -236,6 +238,63 @@ async fn a_cursor_below_the_kept_history_is_compacted() {
     assert_eq!(
         resumed["ok"], true,
         "a cursor at the compact revision is served: {resumed}"
+    );
+}
+
+/// `[kv]` bounds are proposed through the log at start: a lower `history_events_max`
+/// compacts the history kept so far (whole revisions, the oldest first), and a lower
+/// `key_bytes_max` refuses a longer key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_kv_bounds_are_proposed_and_a_lower_history_bound_compacts() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let config = dir.path().join("kv.toml");
+    std::fs::write(&config, "[kv]\n").expect("write the config");
+    let config_arg = config.to_str().expect("a UTF-8 temp path");
+    let mut node = Node::start_with_args(&dir.path().join("data"), &["--config", config_arg]).await;
+    let mut writer = Raw::connect(node.mqtt_port(), "kv-bounds-writer").await;
+    let mut revisions = Vec::new();
+    for key in ["a", "b", "c", "d", "e"] {
+        revisions.push(
+            put(
+                &mut writer,
+                &format!("p-{key}"),
+                &format!("hist/{key}"),
+                "v",
+            )
+            .await,
+        );
+    }
+    let all = writer
+        .call(poll("w0", ("prefix", "hist/"), revisions[0], 0))
+        .await;
+    assert_eq!(events(&all).len(), 4, "the default history keeps them all");
+    drop(writer);
+
+    std::fs::write(&config, "[kv]\nhistory_events_max = 2\nkey_bytes_max = 8\n")
+        .expect("rewrite the config");
+    node.restart().await;
+    let mut writer = Raw::connect(node.mqtt_port(), "kv-bounds-writer-2").await;
+    let compacted = writer
+        .call(poll("w1", ("prefix", "hist/"), revisions[0], 0))
+        .await;
+    assert_eq!(code(&compacted), Some("compacted"), "{compacted}");
+    assert_eq!(
+        compacted["error"]["compact_revision"], revisions[2],
+        "the two newest revisions kept: {compacted}"
+    );
+    let kept = writer
+        .call(poll("w2", ("prefix", "hist/"), revisions[2], 0))
+        .await;
+    let kept: Vec<u64> = events(&kept).iter().map(|event| event.0).collect();
+    assert_eq!(kept, revisions[3..].to_vec());
+
+    let long = writer
+        .call(json!({"id": "p-long", "op": "kv.put", "key": "hist/long", "value": "v"}))
+        .await;
+    assert_eq!(code(&long), Some("bad_request"), "{long}");
+    assert_eq!(
+        long["error"]["message"], "kv.put: key is 9 bytes, it must be 1 to 8",
+        "{long}"
     );
 }
 

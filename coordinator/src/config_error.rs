@@ -66,6 +66,10 @@ pub enum ConfigError {
     /// The replicated limits refused themselves (`Limits::validate`).
     #[error("limits: {0}")]
     Limits(#[from] crate::state_machine::LimitsError),
+    /// The key space's replicated bounds refused themselves (`KvLimits::validate`); the text
+    /// names the bound and the range it accepts.
+    #[error(transparent)]
+    KvLimits(#[from] crate::state_machine::KvLimitsError),
     /// A lease could expire in an ordinary hiccup of a few missed heartbeats (DESIGN.md §2).
     #[error(
         "limits.lease_ttl_ms_min ({lease_ttl_ms_min} ms) must be at least three heartbeat \

@@ -236,7 +236,10 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     forge(
         &addr,
         &handle,
-        OldPeerRequest::Propose(vec![Command::Configure { limits: tight }]),
+        OldPeerRequest::Propose(vec![Command::Configure {
+            limits: tight,
+            kv: None,
+        }]),
         "a forged Configure",
     )
     .await;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::ClusterConfig;
 use crate::ConfigError;
 use crate::raft::{self, RaftConfig};
-use crate::state_machine::Limits;
+use crate::state_machine::{KV_LIMITS_DEFAULT, KvLimits, Limits};
 
 /// Node settings. Units are in the names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,6 +25,12 @@ pub struct NodeConfig {
     pub raft: RaftConfig,
     /// The replicated limits this node proposes when it first leads with other limits in force.
     pub limits: Limits,
+    /// The key space's replicated bounds (keys, bytes, lengths and the watch history),
+    /// proposed like `limits` when this node leads with other bounds in force. Not read with
+    /// `[node]`: the service's config file has them as a section of their own, `[kv]`, which
+    /// `serve` copies here.
+    #[serde(skip)]
+    pub kv: KvLimits,
     /// Requests admitted at once (proposals in flight, reads, keepalives); past it the answer is
     /// `unavailable` instead of an ever-growing queue (ractor mailboxes are unbounded).
     pub ingress_max: usize,
@@ -73,6 +79,7 @@ impl NodeConfig {
             cluster: None,
             raft: RaftConfig::DEFAULTS,
             limits: Limits::DEFAULTS,
+            kv: KV_LIMITS_DEFAULT,
             ingress_max: 10_000,
             keepalive_ingress_max: 10_000,
             rate_per_s_max: 2_000,
@@ -88,6 +95,7 @@ impl NodeConfig {
     /// Cross-field rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.limits.validate()?;
+        self.kv.validate()?;
         self.raft.validate()?;
         // A lease must outlive a few heartbeats, or an ordinary hiccup expires it (DESIGN.md §2).
         let heartbeats_min_ms = 3 * self.raft.heartbeat_interval_ms;
@@ -150,6 +158,24 @@ impl Default for NodeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_bounds_out_of_range_are_refused_with_the_bound_and_the_range() {
+        let mut config = NodeConfig::default();
+        config.kv.key_bytes_max = 600;
+        let error = config.validate().expect_err("past the wire's keys");
+        assert!(matches!(error, ConfigError::KvLimits(_)), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            "kv.key_bytes_max = 600 is outside 1..=512 (512: the wire contract's longest key)"
+        );
+        config.kv = KV_LIMITS_DEFAULT;
+        config.kv.history_bytes_max = 0;
+        let error = config.validate().expect_err("no history");
+        assert_eq!(error.to_string(), "kv.history_bytes_max must be at least 1");
+        config.kv.history_bytes_max = 1;
+        assert_eq!(config.validate(), Ok(()));
+    }
 
     #[test]
     fn a_batch_hold_is_off_at_zero_and_refused_past_a_millisecond() {

@@ -33,7 +33,7 @@ use super::watches::{self, PollRequest, Watches};
 use crate::answer::Answer;
 use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
-use crate::state_machine::{AgentRequest, LeaseId, Limits, Reply};
+use crate::state_machine::{AgentRequest, KvLimits, LeaseId, Limits, Reply};
 
 /// How long `admin.leases` waits for the keeper's deadlines before answering without them.
 const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -426,14 +426,19 @@ impl NodeHandle {
         Ok(Reply::Leases { leases, next_after })
     }
 
-    /// Proposes `limits` if the replicated ones differ (this node must lead).
-    pub(super) async fn configure(&self, limits: &Limits) -> Result<(), NodeError> {
-        let current = self.raft.query(|sm| sm.limits().clone())?;
-        if &current == limits {
+    /// Proposes `limits` and the key space's `kv` bounds if the replicated ones differ (this
+    /// node must lead). The entry carries `kv` only when those differ, so a cluster at the
+    /// default key-space bounds writes the entries it always wrote.
+    pub(super) async fn configure(&self, limits: &Limits, kv: &KvLimits) -> Result<(), NodeError> {
+        let (current, current_kv) = self
+            .raft
+            .query(|sm| (sm.limits().clone(), sm.kv_limits().clone()))?;
+        if &current == limits && &current_kv == kv {
             return Ok(());
         }
         let command = NodeCommand::Configure {
             limits: limits.clone(),
+            kv: (&current_kv != kv).then(|| kv.clone()),
         };
         match self.proposer.propose(command).await? {
             Reply::Done => Ok(()),

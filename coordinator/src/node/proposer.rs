@@ -48,7 +48,7 @@ use super::forward::Forwarder;
 use super::waits::Waits;
 use crate::raft::transport::AgentWrite;
 use crate::raft::{Origin, RaftHandle};
-use crate::state_machine::{Command, LeaseId, Limits, Reply};
+use crate::state_machine::{Command, KvLimits, LeaseId, Limits, Reply};
 
 /// A command the node proposes on its own behalf, only while it leads.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +74,8 @@ pub(crate) enum NodeCommand {
     Configure {
         /// The new limits.
         limits: Limits,
+        /// The key space's new bounds; `None` when the replicated ones are the configured ones.
+        kv: Option<KvLimits>,
     },
 }
 
@@ -84,7 +86,7 @@ impl NodeCommand {
             NodeCommand::ExpireLeases { term, leases } => Command::ExpireLeases { term, leases },
             NodeCommand::ExpireWaits { term } => Command::ExpireWaits { term },
             NodeCommand::ExpireReservations { term } => Command::ExpireReservations { term },
-            NodeCommand::Configure { limits } => Command::Configure { limits },
+            NodeCommand::Configure { limits, kv } => Command::Configure { limits, kv },
         }
     }
 }

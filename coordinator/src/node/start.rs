@@ -27,7 +27,7 @@ use super::watches::Watches;
 use super::{ClusterConfig, ClusterState, NodeConfig, NodeError, NodeHandle, Outbound};
 use crate::raft::transport::{self, NetworkFaults, PeerAcceptor, PeerTlsFiles};
 use crate::raft::{self, NodeId, RaftError, RaftHandle, TcpNetwork};
-use crate::state_machine::Limits;
+use crate::state_machine::{KvLimits, Limits};
 
 /// The name every Hivekeeper peer says in its hello; a node refuses another cluster's.
 const CLUSTER_NAME: &str = "hivekeeper";
@@ -345,23 +345,30 @@ async fn make_configured_limits_replicated(
             .wait_for_leader(Duration::from_secs(10))
             .await
             .map_err(raft_failed)?;
-        handle.configure(&config.limits).await?;
+        handle.configure(&config.limits, &config.kv).await?;
         handle.bootstrap_admin(&config.data_dir).await?;
     } else {
         tokio::spawn(configure_when_leading(
             handle.clone(),
             config.limits.clone(),
+            config.kv.clone(),
             config.data_dir.clone(),
         ));
     }
     Ok(())
 }
 
-/// In a cluster: each time this node takes office, makes its configured limits the replicated
-/// ones (the members should all be configured alike; the latest leader's win). A failure is
-/// logged and retried at the next term: limits are not worth stopping a node for. With
-/// authentication on, it then creates the first `admin` account if there is none.
-async fn configure_when_leading(handle: NodeHandle, limits: Limits, data_dir: PathBuf) {
+/// In a cluster: each time this node takes office, makes its configured limits and key-space
+/// bounds the replicated ones (the members should all be configured alike; the latest
+/// leader's win). A failure is logged and retried at the next term: limits are not worth
+/// stopping a node for. With authentication on, it then creates the first `admin` account if
+/// there is none.
+async fn configure_when_leading(
+    handle: NodeHandle,
+    limits: Limits,
+    kv: KvLimits,
+    data_dir: PathBuf,
+) {
     let mut leadership = handle.raft.leadership();
     let mut configured_term = None;
     loop {
@@ -371,7 +378,7 @@ async fn configure_when_leading(handle: NodeHandle, limits: Limits, data_dir: Pa
         };
         if ready && configured_term != Some(term) {
             configured_term = Some(term);
-            if let Err(error) = handle.configure(&limits).await {
+            if let Err(error) = handle.configure(&limits, &kv).await {
                 tracing::warn!(%error, term, "could not make the configured limits the replicated ones");
             }
             if let Err(error) = handle.bootstrap_admin(&data_dir).await {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AgentRequest, LeaseId, Limits};
+use crate::{AgentRequest, KvLimits, LeaseId, Limits};
 
 /// Where an entry sits in the Raft log and when the leader stamped it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +71,13 @@ pub enum Command {
     Configure {
         /// The new limits; they bound what comes after, nothing already granted is taken back.
         limits: Limits,
+        /// The key space's new bounds, or `None` to keep those in force. Like `limits` they
+        /// bound what comes after, but lowering a history bound compacts the history at once
+        /// (`KeySpace::configure`). Absent from the bytes when `None`, so an entry that leaves
+        /// them alone (every entry written before they could be set) reads and writes as
+        /// before.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kv: Option<KvLimits>,
     },
 }
 

@@ -37,16 +37,22 @@
 //! ops, which give each change its revision from the fencing-token counter.
 //!
 //! Invariants (checked by [`KeySpace::check_invariants`]):
-//! 1. Every key is 1 to `key_bytes_max` bytes; `1 <= create_revision <= mod_revision <=
-//!    revision` and `version >= 1`.
-//! 2. The lease index lists exactly the keys bound to each lease, no lease with none, and no
-//!    lease with more than `keys_per_lease_max`.
-//! 3. `bytes` is the sum of the keys' and values' lengths; at most `keys_max` keys and
-//!    `bytes_max` bytes are alive.
+//! 1. Every key is 1 to [`KEY_BYTES_MAX_CEILING`] bytes; `1 <= create_revision <= mod_revision
+//!    <= revision` and `version >= 1`.
+//! 2. The lease index lists exactly the keys bound to each lease, no lease with none.
+//! 3. `bytes` is the sum of the keys' and values' lengths.
 //! 4. The history (`kv/history.rs`, its invariants) holds events in non-decreasing revision
 //!    order, all after `compact_revision` and at most `revision`, within its bounds.
 //! 5. The history is complete: every key changed after `compact_revision` has the put event of
 //!    its `mod_revision` in the history.
+//! 6. The bounds keep [`KvLimits::validate`]'s rules.
+//!
+//! The bounds on what is stored (`keys_max`, `bytes_max`, `keys_per_lease_max`,
+//! `key_bytes_max`, `value_bytes_max`) are checked at admission: a put that would pass one is
+//! refused with nothing changed. A `Configure` that lowers one takes nothing back, so the keys
+//! stored before it may stay past it, and no invariant asserts them against it. The history's
+//! bounds are the exception: lowering one compacts the history at once
+//! ([`KeySpace::configure`]), so invariant 4 holds after every entry.
 
 mod history;
 mod limits;
@@ -56,6 +62,8 @@ mod write;
 
 #[cfg(test)]
 mod history_test;
+#[cfg(test)]
+mod limits_test;
 #[cfg(test)]
 mod model_test;
 #[cfg(test)]
@@ -77,7 +85,10 @@ pub use hivekeeper_protocol::kv::{
     KeyValue, KvEvent, Put, PutResult, RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX,
     TxnOp, TxnResult, WatchPage,
 };
-pub use limits::{KV_LIMITS_DEFAULT, KvError, KvLimits};
+pub use limits::{
+    KEY_BYTES_MAX_CEILING, KV_LIMITS_DEFAULT, KvError, KvLimits, KvLimitsError,
+    VALUE_BYTES_MAX_CEILING,
+};
 pub use txn::{Txn, TxnOutcome};
 use write::Undo;
 
@@ -197,6 +208,15 @@ impl KeySpace {
         &self.limits
     }
 
+    /// Replaces the bounds (a `Configure` entry's `kv`, already validated). They bound the
+    /// writes that come after: no key is taken back. The history is the exception, trimmed to
+    /// the new bounds at once (the oldest whole revisions dropped, `compact_revision` moving
+    /// up), so every member and every snapshot holds the same window from this entry on.
+    pub fn configure(&mut self, limits: KvLimits) {
+        self.limits = limits;
+        self.history.trim(&self.limits);
+    }
+
     /// The revision of the last accepted mutating call (0 before any).
     pub fn revision(&self) -> u64 {
         self.revision
@@ -301,8 +321,11 @@ impl KeySpace {
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let mut bytes = 0u64;
         let mut by_lease: BTreeMap<LeaseId, BTreeSet<String>> = BTreeMap::new();
+        if let Err(error) = self.limits.validate() {
+            return Err(violation!("kv invariant 6: {error}"));
+        }
         for (key, entry) in &self.keys {
-            if key.is_empty() || key.len() > self.limits.key_bytes_max as usize {
+            if key.is_empty() || key.len() > KEY_BYTES_MAX_CEILING as usize {
                 return Err(violation!(
                     "kv invariant 1: key {key:?} has {} bytes",
                     key.len()
@@ -340,23 +363,10 @@ impl KeySpace {
                 "kv invariant 2: the lease index is not the keys' leases"
             ));
         }
-        let per_lease_max = self.limits.keys_per_lease_max as usize;
-        if let Some((lease, keys)) = by_lease.iter().find(|(_, keys)| keys.len() > per_lease_max) {
-            return Err(violation!(
-                "kv invariant 2: lease {lease} has {} keys, past {per_lease_max}",
-                keys.len()
-            ));
-        }
         if bytes != self.bytes {
             return Err(violation!(
                 "kv invariant 3: {bytes} bytes alive, counted {}",
                 self.bytes
-            ));
-        }
-        if self.keys.len() > self.limits.keys_max as usize || bytes > self.limits.bytes_max {
-            return Err(violation!(
-                "kv invariant 3: {} keys and {bytes} bytes, past the limits",
-                self.keys.len()
             ));
         }
         self.history.check_invariants(self.revision, &self.limits)

@@ -34,7 +34,9 @@
 //!                                                         volume's) end or vacate deadline
 //!                                                         (preempted) has passed
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
-//!  apply(meta, Command::Configure { limits })             replicated bounds
+//!  apply(meta, Command::Configure { limits, kv })         replicated bounds (kv: the key
+//!                                                         space's, lowering a history bound
+//!                                                         compacts it)
 //!  query(agent, &Op)       keepalive check, fence.check, inspect, admin.leases,
 //!                          admin.resources, admin.agent.list, airspace.query: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
@@ -155,9 +157,9 @@ pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
 pub use kv::{
     Compacted, Compare, CompareOp, CompareTarget, Cursor, Delete, Deleted, EventKind, Get, Holder,
-    KV_LIMITS_DEFAULT, KeySelector, KeySpace, KeyValue, KvError, KvEvent, KvLimits, Put, PutResult,
-    RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX, TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult,
-    WatchPage, Writer,
+    KEY_BYTES_MAX_CEILING, KV_LIMITS_DEFAULT, KeySelector, KeySpace, KeyValue, KvError, KvEvent,
+    KvLimits, KvLimitsError, Put, PutResult, RESERVED_PREFIX, RangePage, TXN_COMPARES_MAX,
+    TXN_OPS_MAX, Txn, TxnOp, TxnOutcome, TxnResult, VALUE_BYTES_MAX_CEILING, WatchPage, Writer,
 };
 pub use lease::{LEASE_PAGE_MAX, LeaseId};
 pub use limits::{Limits, LimitsError};

@@ -19,8 +19,8 @@ use crate::lock::Lock;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
-    AccountGrant, AgentRequest, Command, Decision, Error, Event, InvariantViolation, Limits,
-    LogMeta, NameMap, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
+    AccountGrant, AgentRequest, Command, Decision, Error, Event, InvariantViolation, KvLimits,
+    Limits, LogMeta, NameMap, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -103,6 +103,11 @@ impl StateMachine {
         &self.limits
     }
 
+    /// The key space's replicated bounds in force.
+    pub fn kv_limits(&self) -> &KvLimits {
+        self.kv.limits()
+    }
+
     /// The last applied log index.
     pub fn applied_index(&self) -> u64 {
         self.index
@@ -151,19 +156,29 @@ impl StateMachine {
             Command::CancelWait { agent, request_id } => {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
-            Command::Configure { limits } => match limits.validate() {
-                Ok(()) => {
-                    self.limits = limits;
-                    self.core.dedup.set_limits(&self.limits);
-                    Reply::Done
-                }
-                Err(error) => Reply::refused(ErrorCode::BadRequest, error.to_string()),
-            },
+            Command::Configure { limits, kv } => self.configure(limits, kv),
         };
         self.core
             .sweep_idle_dedup(&self.limits, meta.index, clock_before_ms, self.now_ms);
         self.core.enforce_dedup(&self.limits);
         Ok((reply, ctx.events))
+    }
+
+    /// A `Configure` entry: both sets of bounds are checked before either is replaced, so a
+    /// refused entry changes nothing.
+    fn configure(&mut self, limits: Limits, kv: Option<KvLimits>) -> Reply {
+        if let Err(error) = limits.validate() {
+            return Reply::refused(ErrorCode::BadRequest, error.to_string());
+        }
+        if let Some(Err(error)) = kv.as_ref().map(KvLimits::validate) {
+            return Reply::refused(ErrorCode::BadRequest, error.to_string());
+        }
+        self.limits = limits;
+        self.core.dedup.set_limits(&self.limits);
+        if let Some(kv) = kv {
+            self.kv.configure(kv);
+        }
+        Reply::Done
     }
 
     /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`,

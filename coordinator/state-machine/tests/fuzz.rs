@@ -23,7 +23,9 @@ use hivekeeper_protocol::kv::{
     Compare, CompareOp, CompareTarget, Delete, Get, Holder, KeySelector, Put, TxnOp,
 };
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Role, Volume};
-use hivekeeper_state_machine::{AgentRequest, Command, LeaseId, Limits, LogMeta, StateMachine};
+use hivekeeper_state_machine::{
+    AgentRequest, Command, KV_LIMITS_DEFAULT, KvLimits, LeaseId, Limits, LogMeta, StateMachine,
+};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -467,9 +469,36 @@ fn command() -> BoxedStrategy<Command> {
         2 => number().prop_map(|term| Command::ExpireReservations { term }),
         1 => (agent(), request_id())
             .prop_map(|(agent, request_id)| Command::CancelWait { agent, request_id }),
-        1 => limits().prop_map(|limits| Command::Configure { limits }),
+        1 => (limits(), prop::option::of(kv_limits()))
+            .prop_map(|(limits, kv)| Command::Configure { limits, kv }),
     ]
     .boxed()
+}
+
+/// Key-space bounds: the defaults, tight ones that keys and the history meet (lowering a
+/// history bound compacts at once), or any, zero and past the wire's ceilings included.
+fn kv_limits() -> BoxedStrategy<KvLimits> {
+    let tight = (
+        count(),
+        count(),
+        count(),
+        count(),
+        count(),
+        count(),
+        count(),
+    )
+        .prop_map(
+            |(keys, bytes, per_lease, key_bytes, value_bytes, events, history_bytes)| KvLimits {
+                keys_max: keys,
+                bytes_max: u64::from(bytes) * 16,
+                keys_per_lease_max: per_lease,
+                key_bytes_max: key_bytes,
+                value_bytes_max: value_bytes,
+                history_events_max: events,
+                history_bytes_max: u64::from(history_bytes) * 16,
+            },
+        );
+    prop_oneof![2 => Just(KV_LIMITS_DEFAULT), 3 => tight].boxed()
 }
 
 /// How the entry's position and stamp move before it.

@@ -1160,7 +1160,7 @@ impl Model {
                     self.expire_reservations()
                 }
             }
-            Command::Configure { limits } => {
+            Command::Configure { limits, .. } => {
                 if limits_are_valid(limits) {
                     self.limits = limits.clone();
                     Outcome::Done
@@ -2807,6 +2807,7 @@ impl Harness {
             }
             Action::Configure { preset } => Command::Configure {
                 limits: preset_limits(*preset),
+                kv: None,
             },
         };
         self.apply(command)

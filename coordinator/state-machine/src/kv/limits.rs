@@ -2,8 +2,13 @@
 //!
 //! Like the machine's [`crate::Limits`], the bounds are replicated state: a bound decides a
 //! reply, so every replica must apply the same ones. They travel inside the key space's
-//! snapshot bytes.
+//! snapshot bytes, and change only through a `Command::Configure` entry (`kv`), which every
+//! replica applies at the same position. A lowered bound takes nothing already stored back
+//! (it bounds the writes that come after), except the history's: lowering one compacts the
+//! history at once ([`super::KeySpace::configure`]).
 
+use hivekeeper_protocol::kv::KEY_BYTES_MAX;
+use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
 use serde::{Deserialize, Serialize};
 
 use crate::LeaseId;
@@ -52,6 +57,82 @@ impl Default for KvLimits {
     }
 }
 
+/// The longest `value_bytes_max` accepted: a put's value travels inside one request, which the
+/// wire refuses past [`REQUEST_BYTES_MAX`] bytes, so a larger bound could never be reached.
+pub const VALUE_BYTES_MAX_CEILING: u32 = REQUEST_BYTES_MAX as u32;
+
+/// The longest `key_bytes_max` accepted: keys are 1 to [`KEY_BYTES_MAX`] bytes on the wire.
+pub const KEY_BYTES_MAX_CEILING: u32 = KEY_BYTES_MAX as u32;
+
+impl KvLimits {
+    /// The rules every bound keeps: each is at least 1 (a bound of 0 would refuse every write
+    /// it bounds, or leave no history to watch), and the key and value lengths stay within
+    /// what the wire can carry.
+    pub fn validate(&self) -> Result<(), KvLimitsError> {
+        for (limit, value) in [
+            ("keys_max", u64::from(self.keys_max)),
+            ("bytes_max", self.bytes_max),
+            ("keys_per_lease_max", u64::from(self.keys_per_lease_max)),
+            ("key_bytes_max", u64::from(self.key_bytes_max)),
+            ("value_bytes_max", u64::from(self.value_bytes_max)),
+            ("history_events_max", u64::from(self.history_events_max)),
+            ("history_bytes_max", self.history_bytes_max),
+        ] {
+            if value == 0 {
+                return Err(KvLimitsError::Zero { limit });
+            }
+        }
+        for (limit, value, max, why) in [
+            (
+                "key_bytes_max",
+                self.key_bytes_max,
+                KEY_BYTES_MAX_CEILING,
+                "the wire contract's longest key",
+            ),
+            (
+                "value_bytes_max",
+                self.value_bytes_max,
+                VALUE_BYTES_MAX_CEILING,
+                "a value travels inside one request, whose MQTT payload is at most this",
+            ),
+        ] {
+            if value > max {
+                return Err(KvLimitsError::AboveCeiling {
+                    limit,
+                    value,
+                    max,
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Key-space bounds that break a rule of [`KvLimits::validate`]; the text names the bound, its
+/// value and the accepted range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvLimitsError {
+    /// A bound is 0, so the key space would refuse everything it bounds.
+    #[error("kv.{limit} must be at least 1")]
+    Zero {
+        /// The bound's field name, e.g. `history_events_max`.
+        limit: &'static str,
+    },
+    /// A length bound past what the wire can carry.
+    #[error("kv.{limit} = {value} is outside 1..={max} ({max}: {why})")]
+    AboveCeiling {
+        /// The bound's field name, `key_bytes_max` or `value_bytes_max`.
+        limit: &'static str,
+        /// The value given.
+        value: u32,
+        /// The largest value accepted.
+        max: u32,
+        /// Where the ceiling comes from.
+        why: &'static str,
+    },
+}
+
 /// A refused key-space call: the state is unchanged. The machine answers each with a
 /// `Reply::Refused`; [`KvError::RevisionNotIncreasing`] alone is a bug in the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,7 +145,7 @@ pub enum KvError {
         /// The longest allowed.
         max: u32,
     },
-    /// A prefix is at most `key_bytes_max` bytes (the empty prefix is every key).
+    /// A prefix is at most [`KEY_BYTES_MAX_CEILING`] bytes (the empty prefix is every key).
     #[error("prefix is {len} bytes, it must be at most {max}")]
     PrefixLength {
         /// The prefix's length in bytes.

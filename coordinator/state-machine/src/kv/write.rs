@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
+use super::limits::KEY_BYTES_MAX_CEILING;
 use super::{
     Deleted, Entry, EventKind, KeySelector, KeySpace, KvError, KvEvent, Put, PutResult,
     RESERVED_PREFIX, Writer,
@@ -100,7 +101,8 @@ impl KeySpace {
     /// The checks of a put that need no state: key and value lengths, reserved keys, the
     /// lease's form.
     pub(super) fn check_put(&self, writer: Writer, put: &Put) -> Result<(), KvError> {
-        self.check_key(writer, &put.key)?;
+        check_key_length(&put.key, self.limits.key_bytes_max)?;
+        check_reserved(writer, &put.key)?;
         parse_lease(put.lease.as_deref())?;
         if put.value.len() > self.limits.value_bytes_max as usize {
             return Err(KvError::ValueLength {
@@ -111,26 +113,17 @@ impl KeySpace {
         Ok(())
     }
 
-    /// A key is 1 to `key_bytes_max` bytes, and a client's is not reserved.
+    /// A named key is 1 to [`KEY_BYTES_MAX_CEILING`] bytes, and a client's is not reserved.
+    /// The wire's bound, not `key_bytes_max`: that one bounds the keys a put writes, and a key
+    /// written before it was lowered can still be read, compared and deleted.
     pub(super) fn check_key(&self, writer: Writer, key: &str) -> Result<(), KvError> {
         self.check_key_length(key)?;
-        if writer == Writer::Client && key.starts_with(RESERVED_PREFIX) {
-            return Err(KvError::Reserved {
-                key: key.to_string(),
-            });
-        }
-        Ok(())
+        check_reserved(writer, key)
     }
 
+    /// A named key is 1 to [`KEY_BYTES_MAX_CEILING`] bytes (see [`Self::check_key`]).
     pub(super) fn check_key_length(&self, key: &str) -> Result<(), KvError> {
-        let max = self.limits.key_bytes_max;
-        if key.is_empty() || key.len() > max as usize {
-            return Err(KvError::KeyLength {
-                len: key.len(),
-                max,
-            });
-        }
-        Ok(())
+        check_key_length(key, KEY_BYTES_MAX_CEILING)
     }
 
     /// A selector's key or prefix is within the length bound; a client's does not name only
@@ -145,18 +138,14 @@ impl KeySpace {
             KeySelector::Key(key) => self.check_key(writer, key),
             KeySelector::Prefix(prefix) => {
                 self.check_prefix_length(prefix)?;
-                if writer == Writer::Client && prefix.starts_with(RESERVED_PREFIX) {
-                    return Err(KvError::Reserved {
-                        key: prefix.clone(),
-                    });
-                }
-                Ok(())
+                check_reserved(writer, prefix)
             }
         }
     }
 
+    /// A prefix is at most [`KEY_BYTES_MAX_CEILING`] bytes (see [`Self::check_key`]).
     pub(super) fn check_prefix_length(&self, prefix: &str) -> Result<(), KvError> {
-        let max = self.limits.key_bytes_max;
+        let max = KEY_BYTES_MAX_CEILING;
         if prefix.len() > max as usize {
             return Err(KvError::PrefixLength {
                 len: prefix.len(),
@@ -309,4 +298,25 @@ pub(super) fn parse_lease(lease: Option<&str>) -> Result<Option<LeaseId>, KvErro
             })
         })
         .transpose()
+}
+
+/// A key is 1 to `max` bytes.
+fn check_key_length(key: &str, max: u32) -> Result<(), KvError> {
+    if key.is_empty() || key.len() > max as usize {
+        return Err(KvError::KeyLength {
+            len: key.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// A client writes no reserved key (one starting with `$`), nor a prefix of them only.
+fn check_reserved(writer: Writer, key: &str) -> Result<(), KvError> {
+    if writer == Writer::Client && key.starts_with(RESERVED_PREFIX) {
+        return Err(KvError::Reserved {
+            key: key.to_string(),
+        });
+    }
+    Ok(())
 }
