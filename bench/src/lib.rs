@@ -26,6 +26,7 @@
 //! - `scale`: an idle swarm kept alive while a contended run goes on; node memory.
 //! - `failover`: a cluster the bench starts itself, its leader killed again and again.
 //! - `flood`: `uncontended --flood`, one raw client flooding while the swarm runs.
+//! - `memory`: a process's memory from /proc.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
 //! - `error`: [`BenchError`], what [`run`] fails with.
@@ -37,6 +38,7 @@ mod error;
 mod failover;
 mod flood;
 mod history;
+mod memory;
 mod reclaim;
 mod report;
 mod scale;
