@@ -49,6 +49,8 @@ mod history;
 mod kv_cluster;
 mod kv_fill;
 mod kv_put;
+#[cfg(test)]
+mod kv_scenarios_test;
 mod kv_watch;
 mod memory;
 mod reclaim;
