@@ -95,7 +95,7 @@ pub async fn run(
     let puts_per_s = puts as f64 / elapsed_s.max(1e-9);
     let figures = KvFigures {
         members: cluster.size(),
-        puts: puts,
+        puts,
         puts_per_s,
         commit: Latency::from_micros(&commit_us),
         member_rss: cluster.member_rss(),

@@ -179,8 +179,7 @@ fn kv_fill_refuses_a_batch_over_what_fits_in_one_request() {
             &RunId::new(),
             &PathBuf::from("/nonexistent/hivekeeper"),
         ))
-        .err()
-        .expect("refused before any cluster starts");
+        .expect_err("refused before any cluster starts");
     assert!(
         error.to_string().starts_with("--batch must be 1 to "),
         "{error}"

@@ -188,7 +188,9 @@ enum Scenario {
     /// agent, one MQTT connection each, spread over the members) each put keys of their own
     /// (100-byte values) one after another, for --duration-s or --puts-per-client. Reports
     /// puts a second and the commit latency of a put (sent → answered), and each member's
-    /// memory. `--clients 1` measures the latency of one put at a time. --brokers is ignored.
+    /// memory. `--clients 1` measures the latency of one put at a time. --brokers, --user and
+    /// the TLS flags are ignored (a plaintext cluster without accounts), and so are the lock
+    /// flags (--cycles, --hold-ms, --session-ttl-ms).
     KvPut {
         #[command(flatten)]
         common: Common,
@@ -208,7 +210,8 @@ enum Scenario {
     /// event received and the commit latency. With --watchers N, the fan-out instead: N
     /// watchers (one agent each) with a poll pending on one follower, then one put; reports
     /// when each heard of it, and the follower's memory before the watchers and with every
-    /// poll pending. Raise `ulimit -n` above N. --brokers is ignored.
+    /// poll pending. Raise `ulimit -n` above N. --brokers, --user, the TLS flags and the lock
+    /// flags are ignored, as for kv-put.
     Watch {
         #[command(flatten)]
         common: Common,
@@ -226,7 +229,8 @@ enum Scenario {
     /// Starts its own cluster and fills it with --keys keys (32-byte names, 100-byte values)
     /// in `kv.txn` batches, from several clients at once; reports the fill rate (keys a
     /// second), a batch's commit latency, and each member's memory once every member holds
-    /// every key. --duration-s does not bound it. --brokers is ignored.
+    /// every key. --duration-s does not bound it. --brokers, --user, the TLS flags and the lock
+    /// flags are ignored, as for kv-put.
     KvFill {
         #[command(flatten)]
         common: Common,
