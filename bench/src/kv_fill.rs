@@ -138,14 +138,16 @@ pub async fn run(
                     Err(error) => errors.add(format!("kv.txn: {error}")),
                 }
             }
-            (filled, commit_us, errors)
+            let resends = client.stats().resends_total;
+            (filled, commit_us, resends, errors)
         });
     }
-    let (mut filled, mut commit_us) = (0, Vec::new());
+    let (mut filled, mut commit_us, mut resends) = (0, Vec::new(), 0);
     while let Some(joined) = tasks.join_next().await {
-        let (client_filled, client_commit_us, client_errors) =
+        let (client_filled, client_commit_us, client_resends, client_errors) =
             joined.context("a filling client's task")?;
         filled += client_filled;
+        resends += client_resends;
         commit_us.extend(client_commit_us);
         errors.merge(client_errors);
     }
@@ -166,6 +168,7 @@ pub async fn run(
         puts: filled,
         puts_per_s,
         commit: Latency::from_micros(&commit_us),
+        resends,
         member_rss: cluster.member_rss(),
         ..KvFigures::default()
     };

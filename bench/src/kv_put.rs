@@ -41,6 +41,8 @@ pub struct Plan {
 struct ClientRun {
     /// Each committed put's latency, µs.
     commit_us: Vec<u64>,
+    /// The client's resends (its SDK's count).
+    resends: u64,
     errors: Errors,
 }
 
@@ -80,11 +82,12 @@ pub async fn run(
         let prefix = run.resource(&format!("kv/{index}"));
         tasks.spawn(client_loop(client, prefix, deadline, plan.puts_per_client));
     }
-    let mut commit_us = Vec::new();
+    let (mut commit_us, mut resends) = (Vec::new(), 0);
     while let Some(joined) = tasks.join_next().await {
         match joined {
             Ok(client) => {
                 commit_us.extend(client.commit_us);
+                resends += client.resends;
                 errors.merge(client.errors);
             }
             Err(panic) => errors.add(format!("client task: {panic}")),
@@ -98,6 +101,7 @@ pub async fn run(
         puts,
         puts_per_s,
         commit: Latency::from_micros(&commit_us),
+        resends,
         member_rss: cluster.member_rss(),
         ..KvFigures::default()
     };
@@ -123,5 +127,6 @@ async fn client_loop(client: Agent, prefix: String, deadline: Instant, puts_max:
             }
         }
     }
+    run.resends = client.stats().resends_total;
     run
 }

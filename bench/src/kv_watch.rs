@@ -80,6 +80,7 @@ pub async fn run(
     figures.members = cluster.size();
     figures.puts_per_s = figures.puts as f64 / elapsed_s.max(1e-9);
     figures.member_rss = cluster.member_rss();
+    figures.resends = writer.stats().resends_total;
     Ok(Report::of_kv(elapsed_s, errors, figures))
 }
 

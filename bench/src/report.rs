@@ -138,6 +138,9 @@ pub struct KvFigures {
     /// From sending a write (a `kv.put`, or one `kv.txn` batch of `kv-fill`) to its answer:
     /// the commit latency, as a client sees it.
     pub commit: Latency,
+    /// Writes the SDK sent again under the same id (after its 2 s request timeout or a lost
+    /// link): a commit latency above that timeout includes one.
+    pub resends: u64,
     /// `watch`: from sending a put (to the leader) to the watcher's receiving its event
     /// (through a follower).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -384,6 +387,7 @@ impl KvFigures {
         if self.commit.count > 0 {
             rows.push(("commit".into(), self.commit.row()));
         }
+        rows.push(("SDK resends".into(), self.resends.to_string()));
         if let Some(event) = &self.event {
             rows.push(("put → event".into(), event.row()));
         }
