@@ -288,6 +288,7 @@ async fn fan_out(
         }
     }
     tasks.abort_all();
+    let watcher_resends = agents.iter().map(|agent| agent.stats().resends_total).sum();
     let event = Latency::from_micros(&event_us);
     Ok(KvFigures {
         puts: commit_us.len() as u64,
@@ -297,6 +298,7 @@ async fn fan_out(
             watchers: watchers as u64,
             connected,
             polls_pending,
+            watcher_resends,
             setup_s,
             received: event.count,
             event,

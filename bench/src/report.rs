@@ -162,8 +162,11 @@ pub struct FanOutFigures {
     pub watchers: u64,
     /// Watchers that connected.
     pub connected: u64,
-    /// The member's `hivekeeper_watch_polls_pending` when the put was sent.
+    /// The member's `hivekeeper_watch_polls_pending` when the put was sent. Above `connected`
+    /// when some poll was sent again (`watcher_resends`) while its first copy still waited.
     pub polls_pending: u64,
+    /// Polls the watchers' SDKs sent again under the same id, from connecting to the end.
+    pub watcher_resends: u64,
     /// Time to connect every watcher and see every poll pending, seconds.
     pub setup_s: f64,
     /// From sending the one put to each watcher's receiving its event.
@@ -395,11 +398,12 @@ impl KvFigures {
             rows.push((
                 "fan-out watchers".into(),
                 format!(
-                    "{} of {} connected to {}, {} polls pending, set up in {:.1} s",
+                    "{} of {} connected to {}, {} polls pending ({} resent), set up in {:.1} s",
                     fan_out.connected,
                     fan_out.watchers,
                     fan_out.member,
                     fan_out.polls_pending,
+                    fan_out.watcher_resends,
                     fan_out.setup_s
                 ),
             ));
