@@ -163,7 +163,7 @@ pub struct FanOutFigures {
     /// Watchers that connected.
     pub connected: u64,
     /// The member's `hivekeeper_watch_polls_pending` when the put was sent. Above `connected`
-    /// when some poll was sent again (`watcher_resends`) while its first copy still waited.
+    /// when some poll was sent again (a resend, a reconnect) while its first copy still waited.
     pub polls_pending: u64,
     /// Polls the watchers' SDKs sent again under the same id, from connecting to the end.
     pub watcher_resends: u64,
