@@ -60,7 +60,10 @@ enum Command {
     /// Measure a running service through the agent SDK over MQTT, one agent = one MQTT
     /// connection and one lease: throughput, acquire and handover latency, fairness, and a
     /// mutual-exclusion check over every grant. Scenarios: uncontended, contended, semaphore,
-    /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses).
+    /// reclaim, scale, and failover (its own cluster, whose leader it kills or pauses); for
+    /// keys and watches, on a cluster of their own: kv-put (puts/s, commit latency), watch
+    /// (put → event through a follower; --watchers N pending polls woken by one put) and
+    /// kv-fill (K keys, each member's memory).
     Bench(hivekeeper_bench::BenchArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.
@@ -251,7 +254,10 @@ mod tests {
                 "semaphore",
                 "reclaim",
                 "scale",
-                "failover"
+                "failover",
+                "kv-put",
+                "watch",
+                "kv-fill"
             ]
         );
         for scenario in scenarios {

@@ -5,7 +5,9 @@
 //! ([`BenchArgs`] is its clap definition, [`run`] its body); its code is a crate of its own so
 //! that the server's own modules and the bench's stay apart. `failover` starts its own
 //! cluster with `hivekeeper-local-cluster`, the launcher it shares with `hivekeeper-nemesis`,
-//! and `uncontended --flood` floods with that crate's raw MQTT client.
+//! and `uncontended --flood` floods with that crate's raw MQTT client. The key scenarios
+//! (`kv-put`, `watch`, `kv-fill`) start their own cluster too, to home a watcher on a
+//! follower and to read each member's memory.
 //!
 //! ```text
 //!  swarm::connect ─ N agents, each Agent::connect + a session (lease kept alive by the SDK)
@@ -26,6 +28,13 @@
 //! - `scale`: an idle swarm kept alive while a contended run goes on; node memory.
 //! - `failover`: a cluster the bench starts itself, its leader killed again and again.
 //! - `flood`: `uncontended --flood`, one raw client flooding while the swarm runs.
+//! - `kv_cluster`: the key scenarios' own cluster, its leader and a follower, their gauges
+//!   and memory; plain agents (no lease) homed on chosen members.
+//! - `kv_put`: `kv-put`, N clients putting keys of their own in a loop.
+//! - `kv_watch`: `watch`, put → event latency through a follower, and `--watchers N` pending
+//!   polls on one member woken by one put.
+//! - `kv_fill`: `kv-fill`, K keys in `kv.txn` batches, then each member's memory.
+//! - `memory`: a process's memory from /proc.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
 //! - `error`: [`BenchError`], what [`run`] fails with.
@@ -37,6 +46,13 @@ mod error;
 mod failover;
 mod flood;
 mod history;
+mod kv_cluster;
+mod kv_fill;
+mod kv_put;
+#[cfg(test)]
+mod kv_scenarios_test;
+mod kv_watch;
+mod memory;
 mod reclaim;
 mod report;
 mod scale;
@@ -168,6 +184,69 @@ enum Scenario {
         #[arg(long, value_name = "S")]
         pause_s: Option<u64>,
     },
+    /// Starts its own cluster (as `failover` does) and puts keys through it: N clients (one
+    /// agent, one MQTT connection each, spread over the members) each put keys of their own
+    /// (100-byte values) one after another, for --duration-s or --puts-per-client. Reports
+    /// puts a second and the commit latency of a put (sent → answered), and each member's
+    /// memory. `--clients 1` measures the latency of one put at a time. --brokers, --user and
+    /// the TLS flags are ignored (a plaintext cluster without accounts), and so are the lock
+    /// flags (--cycles, --hold-ms, --session-ttl-ms).
+    KvPut {
+        #[command(flatten)]
+        common: Common,
+        /// Cluster members.
+        #[arg(long, default_value_t = 3)]
+        members: usize,
+        /// Clients putting at once.
+        #[arg(long, default_value_t = 100)]
+        clients: usize,
+        /// Most puts per client: the run also stops when every client did them.
+        #[arg(long, default_value_t = 1_000_000)]
+        puts_per_client: u64,
+    },
+    /// Starts its own cluster and measures how soon a watcher hears of a put: a watcher
+    /// (the SDK's watch, `watch.poll` long polls) connected to a follower, a writer putting
+    /// on the leader one key at a time (--puts, within --duration-s); reports put sent →
+    /// event received and the commit latency. With --watchers N, the fan-out instead: N
+    /// watchers (one agent each) with a poll pending on one follower, then one put; reports
+    /// when each heard of it, and the follower's memory before the watchers and with every
+    /// poll pending. Raise `ulimit -n` above N. --brokers, --user, the TLS flags and the lock
+    /// flags are ignored, as for kv-put.
+    Watch {
+        #[command(flatten)]
+        common: Common,
+        /// Cluster members (at least 2: the watcher is on a follower).
+        #[arg(long, default_value_t = 3)]
+        members: usize,
+        /// Puts of the latency run, each waited for at the watcher.
+        #[arg(long, default_value_t = 1_000)]
+        puts: u64,
+        /// Fan-out: this many watchers, each one agent with one poll pending on the same
+        /// follower, woken by one put.
+        #[arg(long, value_name = "N")]
+        watchers: Option<usize>,
+    },
+    /// Starts its own cluster and fills it with --keys keys (32-byte names, 100-byte values)
+    /// in `kv.txn` batches, from several clients at once; reports the fill rate (keys a
+    /// second), a batch's commit latency, and each member's memory once every member holds
+    /// every key. --duration-s does not bound it. --brokers, --user, the TLS flags and the lock
+    /// flags are ignored, as for kv-put.
+    KvFill {
+        #[command(flatten)]
+        common: Common,
+        /// Cluster members.
+        #[arg(long, default_value_t = 3)]
+        members: usize,
+        /// Keys to write.
+        #[arg(long, default_value_t = 1_000_000)]
+        keys: u64,
+        /// Puts per `kv.txn`; by default as many as fit in one request (at most 64).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Clients writing batches at once.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+    },
 }
 
 /// Flags every scenario takes.
@@ -253,7 +332,11 @@ pub fn run(args: BenchArgs, hivekeeper: &Path) -> Result<(), BenchError> {
 
 async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Report, bool)> {
     let accounts = match &scenario {
-        Scenario::Failover { .. } => None,
+        // These run their own cluster, without authentication.
+        Scenario::Failover { .. }
+        | Scenario::KvPut { .. }
+        | Scenario::Watch { .. }
+        | Scenario::KvFill { .. } => None,
         other => accounts::Accounts::open(other.common()).await?,
     };
     let run = swarm::RunId::new().with_accounts(accounts);
@@ -276,7 +359,10 @@ impl Scenario {
             | Scenario::Semaphore { common, .. }
             | Scenario::Reclaim { common, .. }
             | Scenario::Scale { common, .. }
-            | Scenario::Failover { common, .. } => common,
+            | Scenario::Failover { common, .. }
+            | Scenario::KvPut { common, .. }
+            | Scenario::Watch { common, .. }
+            | Scenario::KvFill { common, .. } => common,
         }
     }
 }
@@ -368,6 +454,69 @@ async fn run_scenario(
             let (report, parameters) =
                 run_failover(hivekeeper, &common, &run, plan, pause_s).await?;
             (report, common, "failover", parameters)
+        }
+        Scenario::KvPut {
+            common,
+            members,
+            clients,
+            puts_per_client,
+        } => {
+            let plan = kv_put::Plan {
+                members,
+                clients,
+                puts_per_client,
+            };
+            let report = kv_put::run(hivekeeper, &common, &run, plan).await?;
+            let parameters = vec![
+                ("members", members.into()),
+                ("clients", clients.into()),
+                ("puts_per_client", puts_per_client.into()),
+                ("brokers", "its own cluster".into()),
+            ];
+            (report, common, "kv-put", parameters)
+        }
+        Scenario::Watch {
+            common,
+            members,
+            puts,
+            watchers,
+        } => {
+            let plan = kv_watch::Plan {
+                members,
+                puts,
+                watchers,
+            };
+            let report = kv_watch::run(hivekeeper, &common, &run, plan).await?;
+            let parameters = vec![
+                ("members", members.into()),
+                ("puts", puts.into()),
+                ("watchers", watchers.into()),
+                ("brokers", "its own cluster".into()),
+            ];
+            (report, common, "watch", parameters)
+        }
+        Scenario::KvFill {
+            common,
+            members,
+            keys,
+            batch,
+            clients,
+        } => {
+            let plan = kv_fill::Plan {
+                members,
+                keys,
+                batch,
+                clients,
+            };
+            let report = kv_fill::run(hivekeeper, &common, &run, plan).await?;
+            let parameters = vec![
+                ("members", members.into()),
+                ("keys", keys.into()),
+                ("batch", batch.unwrap_or_else(kv_fill::batch_max).into()),
+                ("clients", clients.into()),
+                ("brokers", "its own cluster".into()),
+            ];
+            (report, common, "kv-fill", parameters)
         }
     };
     let mut report = with_common(report, &common);

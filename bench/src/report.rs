@@ -14,6 +14,8 @@ pub struct Latency {
     pub count: u64,
     /// Median, ms.
     pub p50_ms: f64,
+    /// 90th percentile, ms.
+    pub p90_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
     /// Largest, ms.
@@ -36,6 +38,7 @@ impl Latency {
         Latency {
             count: histogram.len(),
             p50_ms: ms(histogram.value_at_quantile(0.50)),
+            p90_ms: ms(histogram.value_at_quantile(0.90)),
             p99_ms: ms(histogram.value_at_quantile(0.99)),
             max_ms: ms(histogram.max()),
         }
@@ -116,6 +119,75 @@ pub struct Report {
     /// `uncontended --flood`: what the flooding agent sent and was answered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flood: Option<super::flood::FloodFigures>,
+    /// `kv-put`, `watch`, `kv-fill`: the puts, their commit latency, the watch figures and the
+    /// members' memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvFigures>,
+}
+
+/// What the key scenarios (`kv-put`, `watch`, `kv-fill`) measured on their own cluster.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KvFigures {
+    /// Members of the cluster the scenario started.
+    pub members: usize,
+    /// Keys written and committed: one per `kv.put`, and every put of a committed `kv.txn`
+    /// (`kv-fill`).
+    pub puts: u64,
+    /// `puts` per second of the measured phase.
+    pub puts_per_s: f64,
+    /// From sending a write (a `kv.put`, or one `kv.txn` batch of `kv-fill`) to its answer:
+    /// the commit latency, as a client sees it.
+    pub commit: Latency,
+    /// Writes the SDK sent again under the same id (after its 2 s request timeout or a lost
+    /// link): a commit latency above that timeout includes one.
+    pub resends: u64,
+    /// `watch`: from sending a put (to the leader) to the watcher's receiving its event
+    /// (through a follower).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<Latency>,
+    /// `watch --watchers N`: N pending polls on one member and one put.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<FanOutFigures>,
+    /// Each member's resident memory at the end of the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub member_rss: Vec<MemberRss>,
+}
+
+/// `watch --watchers N`: many pending polls on one member, then one put.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FanOutFigures {
+    /// The member the watchers are connected to (a follower).
+    pub member: String,
+    /// Watchers asked for: one agent (one MQTT connection) and one pending poll each.
+    pub watchers: u64,
+    /// Watchers that connected.
+    pub connected: u64,
+    /// The member's `hivekeeper_watch_polls_pending` when the put was sent. Above `connected`
+    /// when some poll was sent again (a resend, a reconnect) while its first copy still waited.
+    pub polls_pending: u64,
+    /// Polls the watchers' SDKs sent again under the same id, from connecting to the end.
+    pub watcher_resends: u64,
+    /// Time to connect every watcher and see every poll pending, seconds.
+    pub setup_s: f64,
+    /// From sending the one put to each watcher's receiving its event.
+    pub event: Latency,
+    /// Watchers that got the event within the wait.
+    pub received: u64,
+    /// The member's resident memory before the watchers connected, MB.
+    pub rss_mb_before: Option<f64>,
+    /// The member's resident memory with every poll pending, MB.
+    pub rss_mb_pending: Option<f64>,
+}
+
+/// One member's resident memory.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MemberRss {
+    /// `n1`, `n2`, ...
+    pub member: String,
+    /// `leader` or `follower`, when the run measured it.
+    pub role: String,
+    /// VmRSS from /proc/<pid>/status, MB; `None` when it could not be read.
+    pub rss_mb: Option<f64>,
 }
 
 /// Reclaim times at one TTL.
@@ -153,6 +225,20 @@ pub struct ScaleFigures {
 }
 
 impl Report {
+    /// The report of a key scenario: its figures, the puts as the report's operations, and
+    /// the mutual-exclusion check over no grant (the scenario acquires nothing).
+    pub fn of_kv(elapsed_s: f64, errors: Errors, kv: KvFigures) -> Report {
+        Report {
+            elapsed_s,
+            cycles: kv.puts,
+            ops_per_s: kv.puts_per_s,
+            errors,
+            mutual_exclusion: super::history::check_exclusion(&[], 1),
+            kv: Some(kv),
+            ..Report::default()
+        }
+    }
+
     /// Whether the run is acceptable: no mutual-exclusion violation.
     pub fn passed(&self) -> bool {
         self.mutual_exclusion.ok
@@ -166,7 +252,11 @@ impl Report {
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
         println!("scenario {} ({})", self.scenario, parameters.join(" "));
-        let mut rows = self.cycle_rows();
+        // The key scenarios do no acquire: their own rows say what they did.
+        let mut rows = match &self.kv {
+            Some(kv) => kv.rows(self.elapsed_s, self.errors.total),
+            None => self.cycle_rows(),
+        };
         for reclaim in &self.reclaim {
             rows.push(reclaim.row());
         }
@@ -194,12 +284,6 @@ impl Report {
     /// The table's rows every scenario has: the cycles, their latencies and fairness, the
     /// errors and the mutual-exclusion check.
     fn cycle_rows(&self) -> Vec<(String, String)> {
-        let latency = |l: &Latency| {
-            format!(
-                "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
-                l.p50_ms, l.p99_ms, l.max_ms, l.count
-            )
-        };
         let mut rows = vec![
             ("elapsed".to_string(), format!("{:.2} s", self.elapsed_s)),
             ("cycles".into(), self.cycles.to_string()),
@@ -207,10 +291,10 @@ impl Report {
         ];
         // Rows a scenario did not measure (no samples) are left out rather than shown as 0.
         if self.acquire.count > 0 {
-            rows.push(("acquire".into(), latency(&self.acquire)));
+            rows.push(("acquire".into(), self.acquire.row()));
         }
         if self.handover.count > 0 {
-            rows.push(("handover".into(), latency(&self.handover)));
+            rows.push(("handover".into(), self.handover.row()));
         }
         if self.fairness.grants_max > 0 {
             rows.push((
@@ -279,6 +363,71 @@ impl ScaleFigures {
             ),
             ("bench RSS peak".into(), mb(self.bench_rss_peak_mb)),
         ]
+    }
+}
+
+impl Latency {
+    /// The latency as a row of the table.
+    fn row(&self) -> String {
+        format!(
+            "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
+            self.p50_ms, self.p90_ms, self.p99_ms, self.max_ms, self.count
+        )
+    }
+}
+
+impl KvFigures {
+    /// The key scenarios' rows of the table: the puts, their commit latency, the events and
+    /// the memory.
+    fn rows(&self, elapsed_s: f64, errors: u64) -> Vec<(String, String)> {
+        let mb = |value: Option<f64>| value.map_or("unknown".into(), |v| format!("{v:.0} MB"));
+        let mut rows = vec![
+            ("elapsed".to_string(), format!("{elapsed_s:.2} s")),
+            ("members".into(), self.members.to_string()),
+            ("puts".into(), self.puts.to_string()),
+            ("puts/s".into(), format!("{:.0}", self.puts_per_s)),
+        ];
+        if self.commit.count > 0 {
+            rows.push(("commit".into(), self.commit.row()));
+        }
+        rows.push(("SDK resends".into(), self.resends.to_string()));
+        if let Some(event) = &self.event {
+            rows.push(("put → event".into(), event.row()));
+        }
+        if let Some(fan_out) = &self.fan_out {
+            rows.push((
+                "fan-out watchers".into(),
+                format!(
+                    "{} of {} connected to {}, {} polls pending ({} resent), set up in {:.1} s",
+                    fan_out.connected,
+                    fan_out.watchers,
+                    fan_out.member,
+                    fan_out.polls_pending,
+                    fan_out.watcher_resends,
+                    fan_out.setup_s
+                ),
+            ));
+            rows.push((
+                "fan-out put → events".into(),
+                format!("{} ({} received)", fan_out.event.row(), fan_out.received),
+            ));
+            rows.push((
+                format!("{} RSS", fan_out.member),
+                format!(
+                    "{} before the watchers, {} with every poll pending",
+                    mb(fan_out.rss_mb_before),
+                    mb(fan_out.rss_mb_pending)
+                ),
+            ));
+        }
+        for member in &self.member_rss {
+            rows.push((
+                format!("{} RSS ({})", member.member, member.role),
+                mb(member.rss_mb),
+            ));
+        }
+        rows.push(("errors".into(), errors.to_string()));
+        rows
     }
 }
 

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::Common;
 use super::cycles;
+use super::memory::status_mb;
 use super::report::{Report, ScaleFigures};
 use super::swarm::{self, Member, RunId};
 
@@ -103,16 +104,6 @@ pub async fn run(
     );
     drop(idle);
     Ok(report)
-}
-
-/// A `kB` field of a /proc status file, in MB (10^6 bytes).
-fn status_mb(path: &Path, field: &str) -> Option<f64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let line = text
-        .lines()
-        .find(|line| line.starts_with(&format!("{field}:")))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024.0 / 1e6)
 }
 
 /// The pid of the `hivekeeper serve` process on this machine whose embedded broker is the

@@ -168,6 +168,11 @@ impl Member {
         self.paused = false;
     }
 
+    /// The process id while it runs (the bench reads its memory from /proc/<pid>/status).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The member's log file.
     pub fn log(&self) -> &Path {
         &self.log

@@ -1,0 +1,182 @@
+//! The cluster the key scenarios (`kv-put`, `watch`, `kv-fill`) start for themselves, as
+//! `failover` does: `hivekeeper serve` children on loopback ports, data in a temporary
+//! directory, all stopped and removed when it drops. Owning the members is what lets a
+//! scenario home a watcher on a follower, read a member's gauges and its memory.
+//!
+//! ```text
+//!  KvCluster::start ─ Cluster::start (N members, waits for a leader) ─▶ leader, a follower
+//!  connect_agents ─ plain SDK agents (no lease), each homed where the scenario says
+//!  rss_mb(member) ─ /proc/<member pid>/status VmRSS       gauge(member) ─ its /metrics
+//! ```
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use hivekeeper_agent::{Agent, AgentConfig};
+use hivekeeper_local_cluster::{Cluster, Options};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::memory;
+use super::report::{Errors, MemberRss};
+use super::swarm::RunId;
+
+/// A value of 100 bytes, what every key scenario writes (the size of a small config entry or
+/// presence record).
+pub const VALUE_BYTES: usize = 100;
+
+/// A cluster of the scenario's own, and which member led when it started.
+pub struct KvCluster {
+    /// The members; dropping it stops them and removes their data.
+    cluster: Cluster,
+    /// The member that led once the cluster was up: writers are homed on it, watchers on
+    /// another.
+    leader: usize,
+}
+
+impl KvCluster {
+    /// Starts `members` members of `hivekeeper serve` (the binary at `hivekeeper`) and finds
+    /// the leader.
+    pub async fn start(hivekeeper: &Path, run: &RunId, members: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(members >= 1, "--members must be at least 1");
+        // One path segment (a resource name has a `/`).
+        let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
+        let options = Options {
+            size: members,
+            ..Options::default()
+        };
+        let cluster = Cluster::start(hivekeeper, root, &options)
+            .await
+            .context("starting the scenario's own cluster")?;
+        let leader = cluster.leader(Duration::from_secs(30)).await?;
+        Ok(KvCluster { cluster, leader })
+    }
+
+    /// Members in the cluster.
+    pub fn size(&self) -> usize {
+        self.cluster.members.len()
+    }
+
+    /// The member that led at the start.
+    pub fn leader(&self) -> usize {
+        self.leader
+    }
+
+    /// A member that did not lead at the start (the next one after the leader).
+    pub fn follower(&self) -> usize {
+        (self.leader + 1) % self.size()
+    }
+
+    /// Every member's agent endpoint, `host:port`, n1 first.
+    pub fn brokers(&self) -> Vec<String> {
+        self.cluster.brokers()
+    }
+
+    /// Member `index`'s name (`n1`, ...).
+    pub fn name(&self, index: usize) -> &str {
+        &self.cluster.members[index].name
+    }
+
+    /// Member `index`'s resident memory now, MB.
+    pub fn rss_mb(&self, index: usize) -> Option<f64> {
+        self.cluster.members[index].pid().and_then(memory::rss_mb)
+    }
+
+    /// Every member's resident memory now, with its role at the start.
+    pub fn member_rss(&self) -> Vec<MemberRss> {
+        (0..self.size())
+            .map(|index| MemberRss {
+                member: self.name(index).to_string(),
+                role: if index == self.leader {
+                    "leader"
+                } else {
+                    "follower"
+                }
+                .into(),
+                rss_mb: self.rss_mb(index),
+            })
+            .collect()
+    }
+
+    /// An unlabelled gauge of member `index`'s /metrics, `None` when it does not answer.
+    pub async fn gauge(&self, index: usize, name: &str) -> Option<u64> {
+        let text = hivekeeper_local_cluster::scrape(self.cluster.members[index].metrics).await?;
+        hivekeeper_local_cluster::gauge(&text, name)
+    }
+
+    /// Waits until gauge `name` is at least `target` on each of `members`, at most `within`;
+    /// returns whether they all got there.
+    pub async fn wait_for_gauge(
+        &self,
+        members: &[usize],
+        name: &str,
+        target: u64,
+        within: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let mut all = true;
+            for &index in members {
+                if self.gauge(index, name).await.unwrap_or(0) < target {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                return true;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every member's index.
+    pub fn all(&self) -> Vec<usize> {
+        (0..self.size()).collect()
+    }
+}
+
+/// Connects `count` plain agents (no lease) named `run.agent(role, i)`, at most
+/// `concurrency` at once; agent i dials the brokers `brokers_of(i)` (its home first). Returns
+/// them in index order (`None` where connecting failed, the failure counted in the errors).
+pub async fn connect_agents(
+    run: &RunId,
+    role: &str,
+    count: usize,
+    concurrency: usize,
+    brokers_of: impl Fn(usize) -> Vec<String>,
+) -> (Vec<Option<Agent>>, Errors) {
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut tasks = JoinSet::new();
+    for index in 0..count {
+        let permits = permits.clone();
+        let config = AgentConfig {
+            agent_id: run.agent(role, index),
+            brokers: brokers_of(index),
+            ..AgentConfig::default()
+        };
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            anyhow::Ok((index, Agent::connect(config).await?))
+        });
+    }
+    let mut agents = vec![None; count];
+    let mut errors = Errors::default();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok((index, agent))) => agents[index] = Some(agent),
+            Ok(Err(error)) => errors.add(format!("connect: {error}")),
+            Err(panic) => errors.add(format!("connect: task failed: {panic}")),
+        }
+    }
+    (agents, errors)
+}
+
+/// The value every key scenario writes: [`VALUE_BYTES`] bytes.
+pub fn value() -> String {
+    "v".repeat(VALUE_BYTES)
+}
