@@ -43,9 +43,11 @@ mod client;
 mod faults;
 mod history;
 mod hivekeeper_binary;
+mod keys;
 mod run;
 mod sentinel;
 mod store;
+mod watchers;
 mod workload;
 
 use clap::{Parser, Subcommand};

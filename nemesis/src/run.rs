@@ -20,7 +20,7 @@ use crate::faults::{self, FaultKind, Tools};
 use crate::history::{History, Recorder, Timeline};
 use crate::store::FencedStore;
 use crate::workload::{self, Context};
-use crate::{availability, check, client, hivekeeper_binary, sentinel};
+use crate::{availability, check, client, hivekeeper_binary, keys, sentinel, watchers};
 
 /// Flags of `hivekeeper-nemesis`.
 #[derive(Debug, Args)]
@@ -68,6 +68,16 @@ pub struct NemesisArgs {
     /// Agents of the lease workload.
     #[arg(long, default_value_t = 3)]
     lease_agents: usize,
+    /// Agents of the keys workload (put, get, delete, compare-and-set; checked for
+    /// linearizability); 0 leaves it, and the watchers, out.
+    #[arg(long, default_value_t = 3)]
+    kv_agents: usize,
+    /// Keys the keys workload shares out among its agents (few, so their writes contend).
+    #[arg(long, default_value_t = 4)]
+    kv_keys: usize,
+    /// Watchers of the keys' prefix (checked against etcd's watch guarantees).
+    #[arg(long, default_value_t = 2)]
+    watchers: usize,
     /// How long a holder keeps what it got, ms.
     #[arg(long, default_value_t = 20)]
     hold_ms: u64,
@@ -298,6 +308,12 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         &mut errors,
     )
     .await;
+    if args.kv_agents > 0 {
+        match keys::final_read(&ctx, &keys::keys(&run_id, args.kv_keys)).await {
+            Ok(read) => recorder.with(|history| history.final_read = Some(read)),
+            Err(error) => errors.push(error),
+        }
+    }
     let end_us = timeline.now_us();
     let history = recorder.take();
     if let Some(path) = &args.history {
@@ -338,6 +354,10 @@ fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
         "--locks and --lock-agents must be at least 1"
     );
     anyhow::ensure!(args.sem_limit >= 1, "--sem-limit must be at least 1");
+    anyhow::ensure!(
+        args.kv_agents == 0 || args.kv_keys >= 1,
+        "--kv-keys must be at least 1 when --kv-agents is"
+    );
     Ok(())
 }
 
@@ -394,6 +414,15 @@ fn spawn_workloads(
         tasks.spawn(sentinel::sentinel(ctx.clone(), home));
     }
     tasks.spawn(workload::observer(ctx.clone(), semaphore));
+    if args.kv_agents > 0 {
+        let keys = keys::keys(&ctx.run, args.kv_keys);
+        for i in 0..args.kv_agents {
+            tasks.spawn(keys::agent(ctx.clone(), i, keys.clone()));
+        }
+        for i in 0..args.watchers {
+            tasks.spawn(watchers::watcher(ctx.clone(), i, keys::prefix(&ctx.run)));
+        }
+    }
     tasks
 }
 
@@ -608,6 +637,8 @@ fn print_table(report: &NemesisReport) {
         ("semaphore", &checks.semaphore),
         ("leases", &checks.leases),
         ("answers", &checks.answers),
+        ("keys", &checks.keys),
+        ("watch", &checks.watch),
     ] {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",
@@ -615,6 +646,12 @@ fn print_table(report: &NemesisReport) {
         );
         for sample in &verdict.samples {
             println!("    {sample}");
+        }
+        for undecided in &verdict.undecided {
+            println!("    undecided: {undecided}");
+        }
+        for note in &verdict.notes {
+            println!("    note: {note}");
         }
     }
     for line in &report.not_run {
