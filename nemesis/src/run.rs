@@ -308,17 +308,11 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         &mut errors,
     )
     .await;
-    if args.kv_agents > 0 {
-        match keys::final_read(&ctx, &keys::keys(&run_id, args.kv_keys)).await {
-            Ok(read) => recorder.with(|history| history.final_read = Some(read)),
-            Err(error) => errors.push(error),
-        }
-    }
+    final_read(&args, &ctx, &mut errors).await;
     let end_us = timeline.now_us();
     let history = recorder.take();
     if let Some(path) = &args.history {
-        let text = serde_json::to_string(&history).context("encoding the history")?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        write_history(path, &history)?;
     }
     let checks = check::check(&history, args.sem_limit);
     let windows: Vec<Window> = faults
@@ -341,6 +335,24 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         anomalies,
         logs,
     })
+}
+
+/// The keys workload's final read, into the history once every agent stopped; one that fails
+/// is an error of the run (the checks would lack the keys' end state).
+async fn final_read(args: &NemesisArgs, ctx: &Context, errors: &mut Vec<String>) {
+    if args.kv_agents == 0 {
+        return;
+    }
+    match keys::final_read(ctx, &keys::keys(&ctx.run, args.kv_keys)).await {
+        Ok(read) => ctx.recorder.with(|history| history.final_read = Some(read)),
+        Err(error) => errors.push(error),
+    }
+}
+
+/// Every record of the run, as JSON, for `--history`.
+fn write_history(path: &Path, history: &History) -> anyhow::Result<()> {
+    let text = serde_json::to_string(history).context("encoding the history")?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Refuses flags a run cannot work with, before anything is started.
