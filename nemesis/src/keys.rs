@@ -314,13 +314,16 @@ pub fn check(history: &History, budget: &Budget) -> Verdict {
         ops: ops.len() as u64,
         ..Verdict::default()
     };
-    // The checker stops at the first key it proves wrong: the others are checked again
-    // without it, so every wrong key is reported.
-    let mut remaining: Vec<usize> = (0..ops.len()).collect();
-    loop {
-        let subset: Vec<Operation> = remaining.iter().map(|&i| ops[i].op.clone()).collect();
+    // One key at a time (the checker would stop at the first key it proves wrong): every
+    // wrong key is reported, and each key is searched once.
+    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, labelled) in ops.iter().enumerate() {
+        by_key.entry(labelled.op.input.key()).or_default().push(i);
+    }
+    for (key, ids) in by_key {
+        let subset: Vec<Operation> = ids.iter().map(|&i| ops[i].op.clone()).collect();
         match linearizability::check(&subset, budget) {
-            Ok(linearizability::Verdict::Linearizable) => break,
+            Ok(linearizability::Verdict::Linearizable) => {}
             Ok(linearizability::Verdict::Unknown { timed_out }) => {
                 for key in timed_out {
                     verdict.undecided.push(format!(
@@ -328,19 +331,16 @@ pub fn check(history: &History, budget: &Budget) -> Verdict {
                         key.key, key.ops, key.steps
                     ));
                 }
-                break;
             }
             Ok(linearizability::Verdict::NotLinearizable(counterexample)) => {
                 verdict.anomalies += 1;
-                describe(&counterexample, &remaining, &ops, &mut verdict.samples);
-                remaining.retain(|&i| ops[i].op.input.key() != counterexample.key);
+                describe(&counterexample, &ids, &ops, &mut verdict.samples);
             }
             Err(error) => {
                 verdict.anomalies += 1;
                 verdict
                     .samples
-                    .push(format!("the keys' history is unreadable: {error}"));
-                break;
+                    .push(format!("the history of key {key:?} is unreadable: {error}"));
             }
         }
     }
@@ -356,12 +356,12 @@ pub fn check(history: &History, budget: &Budget) -> Verdict {
 /// that could not, each with its agent and request number.
 fn describe(
     counterexample: &Counterexample,
-    remaining: &[usize],
+    ids: &[usize],
     ops: &[Labelled],
     samples: &mut Vec<String>,
 ) {
     let line = |id: usize| {
-        let Labelled { label, op } = &ops[remaining[id]];
+        let Labelled { label, op } = &ops[ids[id]];
         let returned = match op.outcome {
             Outcome::Unknown => "no answer".to_string(),
             Outcome::Ok(_) => format!("{} µs", op.return_ns / 1_000),
