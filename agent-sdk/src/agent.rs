@@ -26,6 +26,7 @@ use tokio::time::{Instant, sleep_until, timeout, timeout_at};
 use tracing::debug;
 
 use hivekeeper_protocol::kv::WATCH_WAIT_MS_DEFAULT;
+use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
 use hivekeeper_protocol::{
     ErrorCode, Event, Op, Request, Response, Success, Topics, UnexpectedReply,
 };
@@ -326,6 +327,18 @@ impl Agent {
         let op_name = op.name();
         let id = self.inner.ids.next();
         let payload = Request { id: id.clone(), op }.encode();
+        // The service answers an oversized payload `too_large` without reading its id, so that
+        // answer could not be matched to this request: refuse it here, naming the sizes.
+        if payload.len() > REQUEST_BYTES_MAX {
+            return Err(AgentError::Service {
+                code: ErrorCode::TooLarge,
+                message: format!(
+                    "the {op_name} request is {} bytes, more than the {REQUEST_BYTES_MAX} the \
+                     service accepts; nothing was sent (split it, or send less)",
+                    payload.len()
+                ),
+            });
+        }
         let mut reply = PendingReply::register(self.clone(), id, abandon);
         let started = Instant::now();
         let deadline = patience.total.map(|total| started + total);

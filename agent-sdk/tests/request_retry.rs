@@ -146,3 +146,32 @@ async fn unanswered_request_ends_at_its_deadline() {
     assert!(sent.len() >= 2, "resent before giving up");
     assert!(sent.iter().all(|r| r.id == sent[0].id));
 }
+
+/// A request larger than the service accepts is refused `too_large` at once, naming both sizes,
+/// and never sent: the service's `too_large` answer to it would carry no id to match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_is_refused_before_it_is_sent() {
+    let (port, fake) = broker_with_fake().await;
+    let agent = within(10, "connect", Agent::connect(agent_config("d1", &[port])))
+        .await
+        .expect("connect");
+    let op = Op::KvPut {
+        key: "config/big".into(),
+        value: "x".repeat(9_000),
+        lease: None,
+        prev_kv: None,
+    };
+    let error = within(10, "refusal", agent.request(op))
+        .await
+        .expect_err("too large to send");
+    let AgentError::Service { code, message } = &error else {
+        panic!("a service-shaped refusal: {error:?}");
+    };
+    assert_eq!(*code, ErrorCode::TooLarge);
+    assert!(
+        message.contains("kv.put request is 9") && message.contains("8192"),
+        "{message}"
+    );
+    assert!(fake.received_op("kv.put").is_empty(), "nothing sent");
+    assert_eq!(agent.stats().resends_total, 0);
+}

@@ -17,16 +17,25 @@
 //!
 //! Agents with no live lease are also forgotten by time, so that a stream of short-lived agents
 //! (a new id per process run, per test, per bench) does not keep memory for every id ever
-//! seen until `dedup_agents_max` is reached. The sweep runs in the entry whose clock crosses a
-//! multiple of `dedup_idle_ms` (a function of the replicated clock, so every replica sweeps in
-//! the same entry), and forgets each agent without a live lease that recorded nothing since
-//! the previous sweep's entry. An idle agent is so forgotten at the second sweep after its last
-//! outcome, never sooner than `dedup_idle_ms` after it: within twice that while entries are
-//! applied at least once per `dedup_idle_ms`, later when the cluster is quiet (no entry, no
-//! sweep; but then no new agent arrives to take memory either: the memory holds at most the
-//! agents of two sweep periods). One pass over the memos per sweep, no per-entry cost. What it narrows: a retry more than `dedup_idle_ms` after the
-//! first attempt, from an agent that no longer has a live lease, is answered afresh (a
-//! `lease.revoke` retried then gets `lease_not_found` rather than its first `ok`).
+//! seen until `dedup_agents_max` is reached. The time is the memory's own *idle clock*: it
+//! moves with the machine's clock, but by at most [`IDLE_CLOCK_STEP_MS_MAX`] per entry. The
+//! machine's clock may step far in one entry (up to `lease_ttl_ms_max`, `clock.rs`): a leader
+//! whose wall clock jumped ahead, or a leader change to a member whose clock runs ahead, moves
+//! it by the whole difference, and a few such steps within seconds would otherwise pass
+//! `dedup_idle_ms` and forget an agent whose retry is still on its way (a put applied twice).
+//! Capped, such a step costs the window at most one second, while under load (entries far
+//! less than a second apart) the idle clock keeps the machine's pace; a quiet cluster's idle
+//! clock runs slow, which only keeps agents longer. The sweep runs in the entry whose idle
+//! clock crosses a multiple of `dedup_idle_ms` (a function of the log, so every replica sweeps
+//! in the same entry), and forgets each agent without a live lease that recorded nothing
+//! since the previous sweep's entry. An idle agent is so forgotten at the second sweep after
+//! its last outcome, never sooner than `dedup_idle_ms` of idle clock after it: within twice
+//! that while entries are applied at least once a second, later when the cluster is quiet
+//! (no entry, no sweep; but then no new agent arrives to take memory either: the memory holds
+//! at most the agents of two sweep periods). One pass over the memos per sweep, no per-entry
+//! cost. What it narrows: a retry more than `dedup_idle_ms` after the first attempt, from an
+//! agent that no longer has a live lease, is answered afresh (a `lease.revoke` retried then
+//! gets `lease_not_found` rather than its first `ok`).
 //!
 //! Invariants:
 //! 1. After every apply, no agent remembers more than `dedup_per_agent_max` outcomes and no more
@@ -40,6 +49,8 @@
 //! 5. A sweep forgets exactly the agents without a live lease whose last outcome is at or
 //!    before the previous sweep's entry (`swept_index`), and records its own entry as the new
 //!    `swept_index` ([`Dedup::forget_idle`]; the model test checks it against a naive model).
+//! 6. The idle clock never goes backwards and moves by at most [`IDLE_CLOCK_STEP_MS_MAX`] per
+//!    entry ([`Dedup::tick_idle_clock`]).
 
 use crate::InvariantViolation;
 use std::collections::{BTreeMap, VecDeque};
@@ -49,6 +60,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::grant::Core;
 use crate::{Limits, NameMap, Reply, Text};
+
+/// The most one entry moves the retry memory's idle clock: one second. Far above the time
+/// between entries under any load, far below the `dedup_idle_ms` it measures (one minute by
+/// default), so a jump of a leader's wall clock shortens that window by a second at most.
+pub const IDLE_CLOCK_STEP_MS_MAX: u64 = 1_000;
 
 /// The remembered outcomes of every agent.
 ///
@@ -71,6 +87,10 @@ pub struct Dedup {
     /// first. Replicated (in the snapshot once set), since it decides whom the next sweep
     /// forgets.
     swept_index: Option<u64>,
+    /// The idle clock, ms: the sum of the machine clock's steps, each capped at
+    /// [`IDLE_CLOCK_STEP_MS_MAX`] (module docs). Replicated (in the snapshot once it moved),
+    /// since it decides when the sweeps run.
+    idle_clock_ms: u64,
 }
 
 /// Where an agent's memo is. Valid until the end of the entry that returned it: agents are
@@ -228,6 +248,22 @@ impl Dedup {
         self.reindex();
     }
 
+    /// Moves the idle clock by the machine clock's step of one entry, capped at
+    /// [`IDLE_CLOCK_STEP_MS_MAX`] (invariant 6). Returns whether it crossed a multiple of
+    /// `period_ms`: the entry sweeps.
+    pub fn tick_idle_clock(&mut self, step_ms: u64, period_ms: u64) -> bool {
+        let before_ms = self.idle_clock_ms;
+        self.idle_clock_ms = before_ms.saturating_add(step_ms.min(IDLE_CLOCK_STEP_MS_MAX));
+        let period_ms = period_ms.max(1);
+        before_ms / period_ms < self.idle_clock_ms / period_ms
+    }
+
+    /// The idle clock, ms.
+    #[cfg(test)]
+    pub fn idle_clock_ms(&self) -> u64 {
+        self.idle_clock_ms
+    }
+
     /// The sweep of idle agents (invariant 5), run at the end of entry `index` when that
     /// entry's clock crossed a multiple of `dedup_idle_ms`: forgets every agent that is not
     /// `active` (no live lease) and has recorded nothing since the previous sweep's entry.
@@ -307,13 +343,21 @@ impl Dedup {
 
 /// The snapshot form, unchanged from when the memos were a map by name: `{"agents": {name:
 /// {"touched_index": n, "recent": [[id, reply], ...]}}}`, names in order, plus
-/// `"swept_index": n` once a sweep of idle agents ran.
+/// `"swept_index": n` once a sweep of idle agents ran and `"idle_clock_ms": n` once the idle
+/// clock moved.
 #[derive(Serialize)]
 struct DedupRef<'a> {
     agents: BTreeMap<&'a Text, MemoRef<'a>>,
     /// Absent until the first sweep, so older snapshots' bytes are unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     swept_index: Option<u64>,
+    /// Absent while zero, so a fresh machine's bytes are unchanged.
+    #[serde(skip_serializing_if = "is_zero")]
+    idle_clock_ms: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 #[derive(Serialize)]
@@ -327,6 +371,8 @@ struct DedupOwned {
     agents: BTreeMap<Text, MemoOwned>,
     #[serde(default)]
     swept_index: Option<u64>,
+    #[serde(default)]
+    idle_clock_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -354,6 +400,7 @@ impl Serialize for Dedup {
                 })
                 .collect(),
             swept_index: self.swept_index,
+            idle_clock_ms: self.idle_clock_ms,
         }
         .serialize(serializer)
     }
@@ -382,6 +429,7 @@ impl<'de> Deserialize<'de> for Dedup {
                 })
                 .collect(),
             swept_index: owned.swept_index,
+            idle_clock_ms: owned.idle_clock_ms,
             ..Dedup::default()
         };
         dedup.reindex();
@@ -426,9 +474,10 @@ impl Core {
     }
 
     /// The sweep of idle agents from the dedup memory, at the end of entry `index`, when the
-    /// entry moved the clock from `clock_before_ms` across a multiple of `dedup_idle_ms`.
-    /// Agents with a live lease are never swept. The first entry of a machine
-    /// (`clock_before_ms` is `None`) never sweeps: its clock jumps from 0 to the first stamp.
+    /// entry's step of the machine clock (from `clock_before_ms` to `clock_after_ms`) moved the
+    /// idle clock across a multiple of `dedup_idle_ms`. Agents with a live lease are never
+    /// swept. The first entry of a machine (`clock_before_ms` is `None`) neither moves the idle
+    /// clock nor sweeps: its clock jumps from 0 to the first stamp.
     pub fn sweep_idle_dedup(
         &mut self,
         limits: &Limits,
@@ -436,11 +485,12 @@ impl Core {
         clock_before_ms: Option<u64>,
         clock_after_ms: u64,
     ) {
-        let period_ms = limits.dedup_idle_ms.max(1);
-        if clock_before_ms
-            .is_some_and(|before_ms| before_ms / period_ms < clock_after_ms / period_ms)
-        {
-            let Core { dedup, usage, .. } = self;
+        let Some(before_ms) = clock_before_ms else {
+            return;
+        };
+        let step_ms = clock_after_ms.saturating_sub(before_ms);
+        let Core { dedup, usage, .. } = self;
+        if dedup.tick_idle_clock(step_ms, limits.dedup_idle_ms) {
             dedup.forget_idle(index, |agent| usage.has_lease(agent));
         }
     }

@@ -3,7 +3,7 @@
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 
 use super::test_support::*;
-use super::{AgentRequest, Command, Limits, LogMeta, Reply, StateMachine};
+use super::{AgentRequest, Command, IDLE_CLOCK_STEP_MS_MAX, Limits, LogMeta, Reply, StateMachine};
 
 #[test]
 fn retry_returns_the_same_reply() {
@@ -203,9 +203,22 @@ fn restore_refuses_garbage_another_format_and_broken_state() {
     assert!(err.to_string().contains("dead lease"), "{err}");
 }
 
+/// Moves the clock by `ms` in entries of one second at most (an unrelated agent's release):
+/// the idle clock then keeps the machine clock's pace.
+fn pass(h: &mut Harness, ms: u64) {
+    let mut left = ms;
+    while left > 0 {
+        let step = left.min(IDLE_CLOCK_STEP_MS_MAX);
+        h.now_ms += step;
+        h.send("other", lock_release("l", "0000000000000001"));
+        left -= step;
+    }
+}
+
 /// An agent with no live lease is forgotten by the retry memory between one and two
 /// `dedup_idle_ms` after its last outcome, an agent with a live lease never, and a restored
-/// replica sweeps exactly as the live one (the sweep's entry is in the snapshot).
+/// replica sweeps exactly as the live one (the sweep's entry and the idle clock are in the
+/// snapshot).
 #[test]
 fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
     let limits = Limits {
@@ -213,7 +226,7 @@ fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
         ..Limits::DEFAULTS
     };
     let mut h = Harness::with_limits(limits);
-    // Clock 1,000,000: a multiple of 10,000, so the next boundary is 10,000 ms ahead.
+    // The first entry does not move the idle clock; the grant and the revoke move it by 0.
     let gone = h.lease("gone", 5_000);
     let (revoked, _) = h.send_as(
         "gone",
@@ -236,19 +249,19 @@ fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
     };
 
     // The first boundary: the first sweep, which forgets nothing (no sweep before it).
-    h.now_ms += 9_999;
-    h.send("other", lock_release("l", "0000000000000001"));
-    h.now_ms += 1;
-    h.send("other", lock_release("l", "0000000000000001"));
+    pass(&mut h, 10_000);
+    assert_eq!(h.sm.core.dedup.idle_clock_ms(), 10_000);
     assert_eq!(
         revoke_again(&mut h),
         Reply::Done,
         "remembered one boundary later"
     );
 
-    // The second boundary: "gone" recorded its last outcome before the first sweep's entry
-    // (the retry above was answered from memory and recorded nothing), and has no lease.
-    h.now_ms += 10_000;
+    // Just before the second boundary: "gone" recorded its last outcome before the first
+    // sweep's entry (the retry above was answered from memory and recorded nothing), and has
+    // no lease. The entry that crosses the boundary forgets it, on a restored replica alike.
+    pass(&mut h, 9_000);
+    h.now_ms += 1_000;
     let mut replica = StateMachine::restore(&h.sm.snapshot()).expect("a snapshot restores");
     let sweep = Command::Request {
         agent: "other".to_string(),
@@ -286,5 +299,64 @@ fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
         h.send_as("holder", "g-1", Op::LeaseGrant { ttl_ms: 3_600_000 })
             .0,
         holder
+    );
+}
+
+/// Leaders whose wall clocks disagree by a minute take turns, each leader change stepping the
+/// machine's clock a minute ahead (`clock.rs`): within two seconds of stamps the machine's
+/// clock passes two `dedup_idle_ms`. The retry memory's idle clock moves a second per such
+/// step, so a key write retried by a lease-less agent seconds later still gets its first
+/// answer and is not applied twice.
+#[test]
+fn clock_jumps_of_leader_changes_do_not_forget_a_recent_write() {
+    let limits = Limits {
+        dedup_idle_ms: 60_000,
+        ..Limits::DEFAULTS
+    };
+    let mut h = Harness::with_limits(limits);
+    let put = || Op::KvPut {
+        key: "mission/state".into(),
+        value: "climb".into(),
+        lease: None,
+        prev_kv: None,
+    };
+    let (first, _) = h.send_as("planner", "put-1", put());
+    let honest_ms = h.now_ms;
+    let clock_before_ms = h.sm.now_ms();
+    for turn in 1..=4u64 {
+        // A member a minute ahead leads, then an honest one.
+        h.now_ms = honest_ms + turn * 250 + 60_000;
+        h.send("other", lock_release("l", "0000000000000001"));
+        h.now_ms = honest_ms + turn * 250 + 100;
+        h.send("other", lock_release("l", "0000000000000001"));
+    }
+    assert!(
+        h.sm.now_ms() - clock_before_ms >= 2 * 60_000,
+        "the machine's clock passed two periods"
+    );
+    assert!(h.sm.core.dedup.idle_clock_ms() < 10_000);
+    let (retried, _) = h.send_as("planner", "put-1", put());
+    assert_eq!(retried, first, "the retry gets the first answer");
+    let Reply::KvPut(done) = &first else {
+        panic!("a put's answer: {first:?}");
+    };
+    let read = h.sm.query(
+        "planner",
+        &Op::KvGet {
+            key: Some("mission/state".into()),
+            prefix: None,
+            after: None,
+            limit: None,
+            serializable: Some(true),
+        },
+    );
+    let Reply::KvPage(page) = &read else {
+        panic!("a get's answer: {read:?}");
+    };
+    assert_eq!(page.kvs.len(), 1, "{read:?}");
+    assert_eq!(
+        (page.kvs[0].mod_revision, page.kvs[0].version),
+        (done.revision, 1),
+        "written once, at the first answer's revision"
     );
 }

@@ -150,6 +150,7 @@ use std::sync::Arc;
 
 pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange, AccountGrant};
 pub use command::{Command, LogMeta};
+pub use dedup::IDLE_CLOCK_STEP_MS_MAX;
 pub use error::{Error, InvariantViolation};
 pub use event::{Event, LeaseEnd, ReleaseReason};
 pub use kv::{

@@ -58,11 +58,13 @@ pub struct Limits {
     #[serde(skip_serializing_if = "is_default_reservation_horizon_ms_max")]
     pub reservation_horizon_ms_max: u64,
     /// How long the outcomes of an agent with no live lease are remembered for retries: one
-    /// minute. Such an agent's retry can take nothing (every acquire names a live lease), and
-    /// the SDK gives up retrying a request within seconds, so a minute covers every retry that
-    /// matters while an endless stream of new agent ids (one per short-lived process) no
-    /// longer keeps memory for each (`dedup.rs`: an idle agent is forgotten between this and
-    /// twice this after its last outcome). Left out of the bytes at its default.
+    /// minute. Such an agent can take nothing (every acquire names a live lease), but its key
+    /// writes need no lease: a `kv.put` or `kv.txn` retried after it was forgotten is applied
+    /// again. The SDK gives up retrying a request within seconds, so a minute covers every
+    /// retry while an endless stream of new agent ids (one per short-lived process) no longer
+    /// keeps memory for each (`dedup.rs`: an idle agent is forgotten between this and twice
+    /// this after its last outcome, on a clock that a jump of a leader's wall clock moves by a
+    /// second at most). Left out of the bytes at its default.
     #[serde(skip_serializing_if = "is_default_dedup_idle_ms")]
     pub dedup_idle_ms: u64,
     /// How long a preempted reservation's holder has to vacate and release it, from the entry that

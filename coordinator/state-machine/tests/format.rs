@@ -75,8 +75,10 @@ fn replaying_the_format1_log_gives_the_format1_snapshot() {
     // Replies are in the snapshot too (the dedup memory), so equal bytes mean the same
     // replies as well as the same state. Since wait deadlines are replicated, the two waits
     // still queued with a `wait_ms` (r4: 60 s, r11: 20 s) also carry their deadline, queued
-    // time + wait_ms; nothing else differs. A format 1 snapshot, which has no deadlines,
-    // still restores to its own bytes (above).
+    // time + wait_ms, and since the retry memory keeps its own idle clock (`dedup.rs`), it is
+    // there too: the 31 steps after the first entry, each over a second, count a second each.
+    // Nothing else differs. A format 1 snapshot, which has neither, still restores to its own
+    // bytes (above).
     let golden = String::from_utf8(SNAPSHOT.to_vec()).expect("the golden snapshot is UTF-8");
     let with_deadlines = golden
         .replacen(
@@ -88,10 +90,17 @@ fn replaying_the_format1_log_gives_the_format1_snapshot() {
             r#""r4":{"lease":5,"key":"lock:gw/config"}"#,
             r#""r4":{"lease":5,"key":"lock:gw/config","deadline_ms":1700000070315}"#,
             1,
+        )
+        .replacen(
+            r#"["r19","done"]]}}}},"locks""#,
+            r#"["r19","done"]]}},"idle_clock_ms":31000}},"locks""#,
+            1,
         );
     assert_eq!(
         with_deadlines.len(),
-        golden.len() + 2 * r#","deadline_ms":1700000000000"#.len()
+        golden.len()
+            + 2 * r#","deadline_ms":1700000000000"#.len()
+            + r#","idle_clock_ms":31000"#.len()
     );
     assert!(
         machine.snapshot() == with_deadlines.as_bytes(),

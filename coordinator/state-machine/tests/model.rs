@@ -50,8 +50,8 @@ use hivekeeper_protocol::{
     Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
 };
 use hivekeeper_state_machine::{
-    AgentRequest, Command, Event, LeaseEnd, LeaseId, Limits, LogMeta, ReleaseReason, Reply,
-    ResourceKey, StateMachine,
+    AgentRequest, Command, Event, IDLE_CLOCK_STEP_MS_MAX, LeaseEnd, LeaseId, Limits, LogMeta,
+    ReleaseReason, Reply, ResourceKey, StateMachine,
 };
 use hivekeeper_state_machine::{PREEMPT_CHAIN_MAX, areas_conflict, distance_m};
 use proptest::prelude::*;
@@ -1066,6 +1066,9 @@ struct Model {
     memories: Vec<Memory>,
     /// The entry of the last sweep of idle agents' memories (0 before the first).
     swept_index: u64,
+    /// The retry memory's idle clock: the machine clock's steps, each at most
+    /// `IDLE_CLOCK_STEP_MS_MAX`.
+    idle_clock_ms: u64,
     /// Every grant ever made, `(kind, name, token)`, for stale `fence.check`s.
     tokens_granted: Vec<(ResourceKind, String, u64)>,
     /// The current entry's deferred answers.
@@ -1099,6 +1102,7 @@ impl Model {
             waiters: Vec::new(),
             memories: Vec::new(),
             swept_index: 0,
+            idle_clock_ms: 0,
             tokens_granted: Vec::new(),
             responds: Vec::new(),
             ended: Vec::new(),
@@ -2329,15 +2333,18 @@ impl Model {
         }
     }
 
-    /// At the end of an entry whose clock passed a multiple of `dedup_idle_ms` (not the first
-    /// entry): the agents without a live lease that recorded nothing since the previous such
-    /// entry are forgotten. Returns how many.
+    /// At the end of an entry whose idle clock (the clock's step, at most
+    /// `IDLE_CLOCK_STEP_MS_MAX` per entry, not moved by the first entry) passed a multiple of
+    /// `dedup_idle_ms`: the agents without a live lease that recorded nothing since the
+    /// previous such entry are forgotten. Returns how many.
     fn forget_idle_agents(&mut self, clock_before_ms: Option<u64>) -> usize {
         let period_ms = self.limits.dedup_idle_ms;
         let Some(before_ms) = clock_before_ms else {
             return 0;
         };
-        if before_ms / period_ms == self.now_ms / period_ms {
+        let idle_before_ms = self.idle_clock_ms;
+        self.idle_clock_ms += (self.now_ms - before_ms).min(IDLE_CLOCK_STEP_MS_MAX);
+        if idle_before_ms / period_ms == self.idle_clock_ms / period_ms {
             return 0;
         }
         let before = self.memories.len();
