@@ -24,6 +24,13 @@
 //!    least that long).
 //! 5. **Answers.** No well-formed acquire was answered `bad_request` or `internal` (or failed
 //!    in the SDK for a reason other than time, connection or the session).
+//! 6. **Keys.** The keys workload's operations and the final read are linearizable per key
+//!    (`hivekeeper-checker`'s search, within a budget: a key over it is undecided, not an
+//!    anomaly), and no value, each written by one request, is seen at two revisions (a write
+//!    applied twice). See `keys.rs`.
+//! 7. **Watch.** Every watcher's streams keep etcd's watch guarantees (ordered, unique,
+//!    reliable, atomic, bookmarkable, resumable, consistent) against the writes the keys
+//!    workload saw committed. See `watchers.rs`.
 
 use std::collections::HashMap;
 
@@ -40,6 +47,12 @@ pub struct Verdict {
     pub anomalies: u64,
     /// The first few, described.
     pub samples: Vec<String>,
+    /// Parts of the history the check could not decide within its budget (not anomalies).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<String>,
+    /// Context for the verdict that is no anomaly (operations left without an answer, ...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Verdict {
@@ -64,6 +77,10 @@ pub struct Verdicts {
     pub leases: Verdict,
     /// 5: the answers.
     pub answers: Verdict,
+    /// 6: the keys' linearizability.
+    pub keys: Verdict,
+    /// 7: the watchers' guarantees.
+    pub watch: Verdict,
 }
 
 impl Verdicts {
@@ -73,6 +90,8 @@ impl Verdicts {
             + self.mutex.anomalies
             + self.semaphore.anomalies
             + self.leases.anomalies
+            + self.keys.anomalies
+            + self.watch.anomalies
     }
 }
 
@@ -84,6 +103,8 @@ pub fn check(history: &History, sem_limit: u32) -> Verdicts {
         semaphore: semaphore(&history.sem_holds, sem_limit, &history.queue_views),
         leases: leases(history),
         answers: answers(history),
+        keys: super::keys::check(history, &super::keys::BUDGET),
+        watch: super::watchers::check(history),
     }
 }
 

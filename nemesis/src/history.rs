@@ -1,5 +1,5 @@
-//! What the workloads saw: one record per hold, per fenced write, per lease and per request,
-//! with the times the client invoked it and saw it complete.
+//! What the workloads saw: one record per hold, per fenced write, per lease, per request and
+//! per key operation, each watcher's streams, with the times the client invoked it and saw it complete.
 //!
 //! Every time is microseconds on the nemesis's own monotonic clock since the run began
 //! ([`Timeline::now_us`]); the report adds the wall-clock time of that start, so a record can
@@ -8,8 +8,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use hivekeeper_checker::watch::Watcher;
 use serde::Serialize;
 use tokio::time::Instant;
+
+use crate::keys::{FinalRead, KeyOp};
 
 /// The run's clock.
 #[derive(Debug, Clone, Copy)]
@@ -167,6 +170,12 @@ pub struct History {
     pub queue_views: Vec<QueueView>,
     /// Every sentinel's asks and their answers.
     pub sentinel: Vec<Answer>,
+    /// Every operation of the keys workload.
+    pub key_ops: Vec<KeyOp>,
+    /// The linearizable read of the keys after the keys workload stopped.
+    pub final_read: Option<FinalRead>,
+    /// The watch workload's watchers and their streams.
+    pub watchers: Vec<Watcher>,
 }
 
 /// The history, shared by the workload tasks.

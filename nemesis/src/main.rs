@@ -3,10 +3,10 @@
 //! Starts a cluster of real `hivekeeper serve` processes on this machine, runs workloads
 //! through real SDK clients over MQTT, injects faults on a schedule (kill, pause of a leader or
 //! of a client, partitions, clock jumps and skew, a full disk) and checks the whole history at
-//! the end (fenced register, mutex, semaphore, leases). Exits non-zero on any anomaly or
-//! harness error. A binary of its own, beside `hivekeeper`: the server binary links no test
-//! harness, and this one runs the `hivekeeper` it finds (`--hivekeeper`, else the one beside
-//! it, else PATH).
+//! the end (fenced register, mutex, semaphore, leases, keys, watches). Exits non-zero on any
+//! anomaly or harness error. A binary of its own, beside `hivekeeper`: the server binary links
+//! no test harness, and this one runs the `hivekeeper` it finds (`--hivekeeper`, else the one
+//! beside it, else PATH).
 //!
 //! # Layout
 //! - `run`: the flags, the schedule, the recovery wait after each fault, the report.
@@ -17,6 +17,9 @@
 //!   subcommand), so SIGSTOP freezes its keepalives too.
 //! - `sentinel`: one raw MQTT client pinned to each member, recording when it answers
 //!   `unavailable`.
+//! - `keys`: the keys workload (put, get, delete, compare-and-set on a few keys) and its
+//!   linearizability check; `watchers`: the watch workload and its check against etcd's
+//!   watch guarantees (both checks are `hivekeeper-checker`'s).
 //! - `store`: the fenced store the register agents write through.
 //! - `history`: the records of the run and the clock they are stamped with.
 //! - `check`: the checkers over the history; `availability`: each fault's window figures.
@@ -31,9 +34,11 @@
 //!  workloads, all through the run (workload.rs, client.rs, sentinel.rs):
 //!        register/mutex agents ── fenced store (store.rs)      ┐
 //!        semaphore agents, lease agents, the pausable client   ├─▶ history (history.rs)
+//!        keys agents (keys.rs), watchers (watchers.rs)         │
 //!  schedule: quiet ─▶ inject ─▶ hold ─▶ undo ─▶ recovered      ┘   + one window per fault
 //!        (faults.rs; every class in turn until --duration-s)
-//!  stop ─▶ check.rs (register, mutex, semaphore, leases) + availability per window
+//!  stop ─▶ final read of the keys ─▶ check.rs (register, mutex, semaphore, leases, keys,
+//!       watch) + availability per window
 //!       ─▶ report (table or --json); exit status 1 on any anomaly or harness error
 //! ```
 
@@ -43,9 +48,11 @@ mod client;
 mod faults;
 mod history;
 mod hivekeeper_binary;
+mod keys;
 mod run;
 mod sentinel;
 mod store;
+mod watchers;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -57,10 +64,10 @@ use tracing_subscriber::EnvFilter;
 /// Starts a cluster of `hivekeeper serve` processes on this machine, runs workloads through
 /// real SDK clients, injects faults (kill, pause, partition, clock jumps, full disk) on a
 /// schedule and checks the whole history (fenced register, mutex linearizability, semaphore,
-/// leases). Prints a report (a table, or --json) and exits non-zero on any anomaly.
-/// Partitions and disk-full need root; clock faults need Debian's faketime: with neither, the
-/// classes that need them are left out and the report says why. Every class in turn, as root:
-/// `sudo hivekeeper-nemesis --duration-s 120`.
+/// leases, keys linearizability, etcd's watch guarantees). Prints a report (a table, or
+/// --json) and exits non-zero on any anomaly. Partitions and disk-full need root; clock faults
+/// need Debian's faketime: with neither, the classes that need them are left out and the
+/// report says why. Every class in turn, as root: `sudo hivekeeper-nemesis --duration-s 120`.
 #[derive(Debug, Parser)]
 #[command(
     name = "hivekeeper-nemesis",

@@ -20,7 +20,7 @@ use crate::faults::{self, FaultKind, Tools};
 use crate::history::{History, Recorder, Timeline};
 use crate::store::FencedStore;
 use crate::workload::{self, Context};
-use crate::{availability, check, client, hivekeeper_binary, sentinel};
+use crate::{availability, check, client, hivekeeper_binary, keys, sentinel, watchers};
 
 /// Flags of `hivekeeper-nemesis`.
 #[derive(Debug, Args)]
@@ -68,6 +68,16 @@ pub struct NemesisArgs {
     /// Agents of the lease workload.
     #[arg(long, default_value_t = 3)]
     lease_agents: usize,
+    /// Agents of the keys workload (put, get, delete, compare-and-set; checked for
+    /// linearizability); 0 leaves it, and the watchers, out.
+    #[arg(long, default_value_t = 3)]
+    kv_agents: usize,
+    /// Keys the keys workload shares out among its agents (few, so their writes contend).
+    #[arg(long, default_value_t = 4)]
+    kv_keys: usize,
+    /// Watchers of the keys' prefix (checked against etcd's watch guarantees).
+    #[arg(long, default_value_t = 2)]
+    watchers: usize,
     /// How long a holder keeps what it got, ms.
     #[arg(long, default_value_t = 20)]
     hold_ms: u64,
@@ -298,11 +308,11 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         &mut errors,
     )
     .await;
+    final_read(&args, &ctx, &mut errors).await;
     let end_us = timeline.now_us();
     let history = recorder.take();
     if let Some(path) = &args.history {
-        let text = serde_json::to_string(&history).context("encoding the history")?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        write_history(path, &history)?;
     }
     let checks = check::check(&history, args.sem_limit);
     let windows: Vec<Window> = faults
@@ -327,6 +337,24 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     })
 }
 
+/// The keys workload's final read, into the history once every agent stopped; one that fails
+/// is an error of the run (the checks would lack the keys' end state).
+async fn final_read(args: &NemesisArgs, ctx: &Context, errors: &mut Vec<String>) {
+    if args.kv_agents == 0 {
+        return;
+    }
+    match keys::final_read(ctx, &keys::keys(&ctx.run, args.kv_keys)).await {
+        Ok(read) => ctx.recorder.with(|history| history.final_read = Some(read)),
+        Err(error) => errors.push(error),
+    }
+}
+
+/// Every record of the run, as JSON, for `--history`.
+fn write_history(path: &Path, history: &History) -> anyhow::Result<()> {
+    let text = serde_json::to_string(history).context("encoding the history")?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Refuses flags a run cannot work with, before anything is started.
 fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -338,6 +366,10 @@ fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
         "--locks and --lock-agents must be at least 1"
     );
     anyhow::ensure!(args.sem_limit >= 1, "--sem-limit must be at least 1");
+    anyhow::ensure!(
+        args.kv_agents == 0 || args.kv_keys >= 1,
+        "--kv-keys must be at least 1 when --kv-agents is"
+    );
     Ok(())
 }
 
@@ -394,6 +426,15 @@ fn spawn_workloads(
         tasks.spawn(sentinel::sentinel(ctx.clone(), home));
     }
     tasks.spawn(workload::observer(ctx.clone(), semaphore));
+    if args.kv_agents > 0 {
+        let keys = keys::keys(&ctx.run, args.kv_keys);
+        for i in 0..args.kv_agents {
+            tasks.spawn(keys::agent(ctx.clone(), i, keys.clone()));
+        }
+        for i in 0..args.watchers {
+            tasks.spawn(watchers::watcher(ctx.clone(), i, keys::prefix(&ctx.run)));
+        }
+    }
     tasks
 }
 
@@ -608,6 +649,8 @@ fn print_table(report: &NemesisReport) {
         ("semaphore", &checks.semaphore),
         ("leases", &checks.leases),
         ("answers", &checks.answers),
+        ("keys", &checks.keys),
+        ("watch", &checks.watch),
     ] {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",
@@ -615,6 +658,12 @@ fn print_table(report: &NemesisReport) {
         );
         for sample in &verdict.samples {
             println!("    {sample}");
+        }
+        for undecided in &verdict.undecided {
+            println!("    undecided: {undecided}");
+        }
+        for note in &verdict.notes {
+            println!("    note: {note}");
         }
     }
     for line in &report.not_run {

@@ -12,6 +12,9 @@
 //!                     100 ms: how long the service (not a queue) made a client wait  records: Wait
 //! ```
 //!
+//! The keys and watch workloads, whose records the checker crate judges, are `keys.rs` and
+//! `watchers.rs`.
+//!
 //! Every loop ends at the run's stop time; a request in flight then ends within the SDK's
 //! request deadline.
 

@@ -1,8 +1,8 @@
 //! `hivekeeper-nemesis` on three members: every fault class once (kill -9 of the leader, of a
 //! random member and of a majority; SIGSTOP of the leader and of a client holding a lock;
 //! partitions: minority, isolated leader, bridge; the leader's clock forward and backward,
-//! skew; one member's disk full), with every workload running throughout, and the whole
-//! history checked. The run must find no anomaly and no harness error.
+//! skew; one member's disk full), with every workload running throughout (the keys and watch
+//! workloads included), and the whole history checked. The run must find no anomaly and no harness error.
 //!
 //! Partitions and the full disk need root (network namespaces, tmpfs) and the clock faults
 //! Debian's `faketime`: `.ci/run` runs as root and installs it. Run elsewhere, this test fails
@@ -100,7 +100,7 @@ async fn every_fault_class_once_on_three_members_finds_no_anomaly() {
     ] {
         assert!(ran.contains(&fault), "{fault} did not run: {ran:?}");
     }
-    for check in ["register", "mutex", "semaphore", "leases"] {
+    for check in ["register", "mutex", "semaphore", "leases", "keys", "watch"] {
         let ops = report["checks"][check]["ops"].as_u64().expect("ops");
         assert!(ops > 0, "the {check} workload did nothing: {report:#}");
     }
