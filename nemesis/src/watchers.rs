@@ -62,6 +62,9 @@ pub async fn watcher(ctx: Context, index: usize, prefix: String) {
                 key: None,
                 prefix: Some(prefix.clone()),
                 after: cursor,
+                // The workload's revisions (a put, a delete or a one-put txn of four short
+                // keys) always fit one answer, so no answer is a fragment to continue.
+                after_key: None,
                 max_events: Some(POLL_EVENTS_MAX),
                 wait_ms: Some(POLL_WAIT_MS),
             };

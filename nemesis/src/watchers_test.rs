@@ -142,6 +142,7 @@ fn an_answer_becomes_a_batch_with_its_bookmark_and_moves_the_cursor() {
             },
         ],
         next: 4,
+        next_key: None,
         progress: None,
     };
     let got = batch(&page);
@@ -153,6 +154,7 @@ fn an_answer_becomes_a_batch_with_its_bookmark_and_moves_the_cursor() {
     let bookmark = WatchPage {
         events: Vec::new(),
         next: 4,
+        next_key: None,
         progress: Some(9),
     };
     assert_eq!(batch(&bookmark).progress, Some(9));
