@@ -47,6 +47,9 @@ pub const ENDPOINT_TLS_HANDSHAKE_FAILURES_TOTAL: &str =
 pub const ENDPOINT_TAKEOVERS_TOTAL: &str = "hivekeeper_endpoint_takeovers_total";
 /// Connections closed after 1.5 x their keepalive without a packet.
 pub const ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL: &str = "hivekeeper_endpoint_keepalive_timeouts_total";
+/// Connections whose client had already closed them right behind what it sent after a
+/// silence (no DISCONNECT): those requests were abandoned, and are dropped unhandled.
+pub const ENDPOINT_ABANDONED_TOTAL: &str = "hivekeeper_endpoint_abandoned_total";
 /// Connections closed because their outbound queue overflowed with responses or a write did
 /// not finish within `write_timeout_ms`.
 pub const ENDPOINT_SLOW_CONSUMER_DISCONNECTS_TOTAL: &str =
@@ -72,7 +75,7 @@ pub const ENDPOINT_OUTBOUND_UNROUTED_TOTAL: &str = "hivekeeper_endpoint_outbound
 pub const ENDPOINT_OUTBOUND_TOO_LARGE_TOTAL: &str = "hivekeeper_endpoint_outbound_too_large_total";
 
 /// Every counter of the transport, for [`export_at_zero`].
-const COUNTERS: [&str; 22] = [
+const COUNTERS: [&str; 23] = [
     MESSAGES_IN_TOTAL,
     MESSAGES_DROPPED_TOTAL,
     MESSAGES_OUT_TOTAL,
@@ -86,6 +89,7 @@ const COUNTERS: [&str; 22] = [
     ENDPOINT_TLS_HANDSHAKE_FAILURES_TOTAL,
     ENDPOINT_TAKEOVERS_TOTAL,
     ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL,
+    ENDPOINT_ABANDONED_TOTAL,
     ENDPOINT_SLOW_CONSUMER_DISCONNECTS_TOTAL,
     ENDPOINT_MALFORMED_PACKETS_TOTAL,
     ENDPOINT_PACKETS_TOO_LARGE_TOTAL,

@@ -371,3 +371,84 @@ async fn a_second_listener_serves_mqtt5_too() {
         .await
         .expect("clean shutdown");
 }
+
+/// An MQTT 3.1.1 packet: `kind` (the fixed header's first byte) and its body, with the
+/// remaining length (bodies here are under 128 bytes: one length byte).
+fn packet(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut packet = vec![kind, u8::try_from(body.len()).expect("a short body")];
+    packet.extend_from_slice(body);
+    packet
+}
+
+/// A length-prefixed MQTT string.
+fn mqtt_str(text: &str) -> Vec<u8> {
+    let mut bytes = u16::try_from(text.len())
+        .expect("short")
+        .to_be_bytes()
+        .to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    bytes
+}
+
+/// Connects `client_id` over raw TCP (MQTT 3.1.1, clean session, keepalive 60 s) and reads
+/// its CONNACK.
+async fn raw_connect(addr: std::net::SocketAddr, client_id: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut body = mqtt_str("MQTT");
+    body.extend_from_slice(&[4, 0x02, 0, 60]);
+    body.extend(mqtt_str(client_id));
+    stream
+        .write_all(&packet(0x10, &body))
+        .await
+        .expect("CONNECT");
+    let mut connack = [0u8; 4];
+    stream.read_exact(&mut connack).await.expect("CONNACK");
+    assert_eq!(connack, [0x20, 2, 0, 0], "accepted");
+    stream
+}
+
+/// A client that went silent, then sent a request and closed the connection right behind it
+/// without DISCONNECT, gave up on this member: the kernel kept its bytes until the endpoint
+/// read them (a paused process, a healed partition), and the client resent elsewhere. The
+/// request is dropped unhandled. The same request followed by DISCONNECT is served.
+#[tokio::test]
+async fn a_request_its_client_abandoned_after_a_silence_is_dropped() {
+    use tokio::io::AsyncWriteExt;
+    let metrics = TestMetrics::install();
+    let (transport, mut inbound) = start_transport(embedded_config()).await;
+    let addr = transport.listeners()[0].addr;
+    let request = |agent: &str| {
+        let mut body = mqtt_str(&format!("hk/v1/req/{agent}"));
+        body.extend_from_slice(br#"{"id":"1","op":"admin.status"}"#);
+        packet(0x30, &body)
+    };
+
+    let mut gone = raw_connect(addr, "drone-gone").await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    gone.write_all(&request("drone-gone"))
+        .await
+        .expect("PUBLISH");
+    gone.shutdown().await.expect("close");
+    let nothing = tokio::time::timeout(Duration::from_millis(500), inbound.recv()).await;
+    assert!(
+        nothing.is_err(),
+        "an abandoned request is not handled: {nothing:?}"
+    );
+    assert_eq!(metrics.counter("hivekeeper_endpoint_abandoned_total"), 1);
+
+    let mut meant = raw_connect(addr, "drone-meant").await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let mut bytes = request("drone-meant");
+    bytes.extend(packet(0xE0, &[]));
+    meant.write_all(&bytes).await.expect("PUBLISH, DISCONNECT");
+    meant.shutdown().await.expect("close");
+    let received = within(WAIT_S, "the request", inbound.recv())
+        .await
+        .expect("inbound open");
+    assert_eq!(received.agent, "drone-meant");
+    assert_eq!(metrics.counter("hivekeeper_endpoint_abandoned_total"), 1);
+    within(WAIT_S, "the transport shuts down", transport.shutdown())
+        .await
+        .expect("clean shutdown");
+}

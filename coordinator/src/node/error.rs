@@ -61,6 +61,17 @@ pub enum NodeError {
         /// The bound (`propose_timeout_ms`).
         timeout_ms: u64,
     },
+    /// The request waited on this member longer than [`super::proposer::WRITE_WAIT_MAX`]
+    /// without reaching the log (no leader, a stuck entry, a paused process), or was answered
+    /// meanwhile: it is dropped, never proposed later, so nothing was done.
+    #[error(
+        "the request waited {waited_ms} ms on this member without reaching the log and was \
+         dropped: nothing was done; resend it"
+    )]
+    Stale {
+        /// How long it had waited.
+        waited_ms: u64,
+    },
     /// The leader could not be reached or could not answer a forwarded request.
     #[error("forwarding to the leader failed: {reason}")]
     Forward {

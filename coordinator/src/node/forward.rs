@@ -184,7 +184,16 @@ impl Forwarder {
     /// it says so), the request waits up to `leader_wait` for the cluster to elect another and
     /// goes there, once. Sending it again is safe: every write carries its agent's request id,
     /// so one the old leader did commit is answered from the dedup memory, not done twice.
-    async fn forward(&self, request: PeerRequest, expected: usize) -> Result<Forwarded, NodeError> {
+    ///
+    /// `may_resend` is asked before that second send: a batch of writes whose agents were
+    /// answered meanwhile, or that waited too long (`proposer::WRITE_WAIT_MAX`), is not sent
+    /// again, so no copy of a write reaches the log after its agent moved on.
+    async fn forward(
+        &self,
+        request: PeerRequest,
+        expected: usize,
+        may_resend: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Forwarded, NodeError> {
         let mut retried = false;
         loop {
             let leader = match self.route().await? {
@@ -193,7 +202,7 @@ impl Forwarder {
             };
             match self.call(&leader, request.clone(), expected).await {
                 Ok(replies) => return Ok(Forwarded::Answered(replies)),
-                Err(Failure::Gone(reason)) if !retried => {
+                Err(Failure::Gone(reason)) if !retried && may_resend() => {
                     retried = true;
                     tracing::debug!(%reason, "the leader is gone; waiting for the next one");
                     self.wait_for_leader(Some(leader.0)).await?;
@@ -210,14 +219,19 @@ impl Forwarder {
     }
 
     /// Proposes agents' `writes` through the leader, as one entry: one reply per write, or
-    /// the writes back when this node leads.
+    /// the writes back when this node leads. `may_resend` says whether they may go to the
+    /// next leader when this one is gone ([`Forwarder::forward`]).
     pub(crate) async fn propose(
         &self,
         writes: Vec<AgentWrite>,
+        may_resend: &(dyn Fn() -> bool + Sync),
     ) -> Result<Result<Vec<Reply>, Vec<AgentWrite>>, NodeError> {
         let expected = writes.len();
         Ok(
-            match self.forward(PeerRequest::Writes(writes), expected).await? {
+            match self
+                .forward(PeerRequest::Writes(writes), expected, may_resend)
+                .await?
+            {
                 Forwarded::Answered(answers) => Ok(machine_replies(answers)?),
                 Forwarded::Here(PeerRequest::Writes(writes)) => Err(writes),
                 Forwarded::Here(_) => unreachable_request(),
@@ -236,7 +250,8 @@ impl Forwarder {
             agent: agent.to_string(),
             request,
         };
-        match self.forward(request, 1).await? {
+        // A keepalive or a read changes nothing: sending it to the next leader is always safe.
+        match self.forward(request, 1, &|| true).await? {
             Forwarded::Answered(mut replies) => {
                 replies.pop().map(Ok).ok_or_else(|| NodeError::Forward {
                     reason: "the leader answered nothing".into(),

@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::NodeError;
 use super::batch_hold::BatchHold;
@@ -94,8 +95,13 @@ impl NodeCommand {
 /// What waits in the channel: an agent's write or one of the node's own commands, each with
 /// where its reply goes.
 enum Queued {
-    /// An agent's write: its reply goes to the waits component, keyed by `origin`.
-    Write { write: AgentWrite, origin: Origin },
+    /// An agent's write: its reply goes to the waits component, keyed by `origin`. `since`
+    /// is when it was handed to the proposer ([`WRITE_WAIT_MAX`]).
+    Write {
+        write: AgentWrite,
+        origin: Origin,
+        since: Instant,
+    },
     /// A follower's batch of agents' writes, on the leader: the replies go back to the
     /// follower's forwarding call, in order. It joins the leader's next entry with the
     /// leader's own agents' writes, so the requests a handover sets off share an entry
@@ -151,7 +157,11 @@ impl Proposer {
     /// reply goes to the waits component under `origin`.
     pub(crate) fn write(&self, write: AgentWrite, origin: Origin) -> Result<(), NodeError> {
         self.queue
-            .send(Queued::Write { write, origin })
+            .send(Queued::Write {
+                write,
+                origin,
+                since: Instant::now(),
+            })
             .map_err(|_| NodeError::Stopping)
     }
 
@@ -228,6 +238,17 @@ impl Drop for Ended {
     }
 }
 
+/// The longest an agent's write may wait on this member before it first goes to the log (or
+/// to the leader): one second. A write that waited longer (its member had no leader, an entry
+/// stuck without a quorum, the process paused) is answered `unavailable` and dropped, as is
+/// one already answered meanwhile (its commit deadline, a lost quorum): never proposed later.
+/// Why: the agent resends its id after its request timeout (the SDK's default: 2 s) and moves
+/// on once a copy is answered; a copy proposed after that could come past the retry memory's
+/// newest outcomes of that agent (`dedup_per_agent_max`) and be applied a second time. Below
+/// the resend interval, every copy is in the log, ordered before the resend, or gone, by the
+/// time the agent resends.
+pub(crate) const WRITE_WAIT_MAX: Duration = Duration::from_secs(1);
+
 /// The task's parts.
 struct Task {
     raft: Arc<RaftHandle>,
@@ -236,6 +257,31 @@ struct Task {
 }
 
 impl Task {
+    /// Whether a write queued `since` then may still be proposed ([`WRITE_WAIT_MAX`]); if
+    /// not, its wait (if still pending) is answered `unavailable` now.
+    fn still_wanted(&self, origin: &Origin, since: Instant) -> bool {
+        let waited = since.elapsed();
+        if waited <= WRITE_WAIT_MAX && self.waits.is_pending(origin) {
+            return true;
+        }
+        let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            agent = %origin.agent,
+            request_id = %origin.request_id,
+            waited_ms,
+            "a write that waited too long, or was answered meanwhile, is dropped unproposed"
+        );
+        self.waits.failed(origin, &NodeError::Stale { waited_ms });
+        false
+    }
+
+    /// Whether a batch of writes, the oldest queued at `oldest`, may still go to the log as a
+    /// whole: none waited past [`WRITE_WAIT_MAX`] and none was answered meanwhile.
+    fn all_still_wanted(&self, origins: &[Origin], oldest: Option<Instant>) -> bool {
+        oldest.is_none_or(|oldest| oldest.elapsed() <= WRITE_WAIT_MAX)
+            && origins.iter().all(|origin| self.waits.is_pending(origin))
+    }
+
     /// One batch at a time, in arrival order.
     async fn run(
         &self,
@@ -257,15 +303,26 @@ impl Task {
             }
             let mut writes = Vec::new();
             let mut origins = Vec::new();
+            let mut oldest: Option<Instant> = None;
             let mut forwarded = Vec::new();
             let mut own = Vec::new();
             let mut callers = Vec::new();
             for queued in batch.drain(..) {
                 match queued {
-                    Queued::Write { write, origin } => {
-                        writes.push(write);
-                        origins.push(origin);
+                    Queued::Write {
+                        write,
+                        origin,
+                        since,
+                    } => {
+                        if self.still_wanted(&origin, since) {
+                            writes.push(write);
+                            origins.push(origin);
+                            oldest = Some(oldest.map_or(since, |oldest| oldest.min(since)));
+                        }
                     }
+                    // A follower that stopped waiting (its call timed out) answers its agents
+                    // itself, and they resend: its writes must not reach the log after that.
+                    Queued::Forwarded { reply, .. } if reply.is_closed() => {}
                     Queued::Forwarded { writes, reply } => forwarded.push((writes, reply)),
                     Queued::Own { command, caller } => {
                         own.push(command);
@@ -273,7 +330,8 @@ impl Task {
                     }
                 }
             }
-            self.propose(writes, origins, forwarded, own, callers).await;
+            self.propose(writes, origins, oldest, forwarded, own, callers)
+                .await;
         }
     }
 
@@ -284,6 +342,7 @@ impl Task {
         &self,
         writes: Vec<AgentWrite>,
         origins: Vec<Origin>,
+        oldest: Option<Instant>,
         forwarded: Vec<Forwarded>,
         own: Vec<NodeCommand>,
         callers: Vec<oneshot::Sender<Result<Reply, NodeError>>>,
@@ -292,7 +351,10 @@ impl Task {
         // single node, or a follower that won an election meanwhile).
         let started = tokio::time::Instant::now();
         let (writes, origins) = match &self.forwarder {
-            Some(forwarder) if !writes.is_empty() => match forwarder.propose(writes).await {
+            Some(forwarder) if !writes.is_empty() => match forwarder
+                .propose(writes, &|| self.all_still_wanted(&origins, oldest))
+                .await
+            {
                 Ok(Ok(replies)) => {
                     self.answer_writes(&origins, Ok(replies));
                     (Vec::new(), Vec::new())

@@ -213,6 +213,12 @@ impl Waits {
         }
     }
 
+    /// Whether `origin` still waits for its answer here: not answered yet (by its command,
+    /// a failure, its commit deadline or a lost quorum). The proposer proposes only these.
+    pub(crate) fn is_pending(&self, origin: &Origin) -> bool {
+        self.lock().pending.contains_key(origin)
+    }
+
     /// The machine's direct reply to `origin`'s command: `Queued` means committed (the commit
     /// deadline no longer applies; the final answer comes from the log), anything else is its
     /// final answer. Nothing happens when the request is not pending here (answered already,

@@ -36,7 +36,7 @@ use super::registry::{Client, NOT_SUBSCRIBED};
 use crate::reply_route::ReplyRoute;
 use crate::transport::{Flow, Inlet};
 use crate::transport_metrics::{
-    ENDPOINT_CONNECT_TIMEOUTS_TOTAL, ENDPOINT_CONNECTS_ABANDONED_TOTAL,
+    ENDPOINT_ABANDONED_TOTAL, ENDPOINT_CONNECT_TIMEOUTS_TOTAL, ENDPOINT_CONNECTS_ABANDONED_TOTAL,
     ENDPOINT_CONNECTS_REFUSED_TOTAL, ENDPOINT_CONNECTS_TOTAL, ENDPOINT_KEEPALIVE_TIMEOUTS_TOTAL,
     ENDPOINT_MALFORMED_PACKETS_TOTAL, ENDPOINT_OUTBOUND_TOO_LARGE_TOTAL,
     ENDPOINT_OUTBOUND_UNROUTED_TOTAL, ENDPOINT_PACKETS_TOO_LARGE_TOTAL,
@@ -55,6 +55,45 @@ const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 const REVOKED_LINGER: Duration = Duration::from_millis(500);
 /// Initial read buffer: a CONNECT or a request fits.
 const READ_BUFFER_BYTES: usize = 1024;
+
+/// How long a connection may be silent before what it sends next is looked behind for the
+/// end of the connection ([`abandoned`]).
+const SILENCE_LOOK_BEHIND: Duration = Duration::from_secs(1);
+
+/// Whether what was just read after a silence was abandoned by its client: the connection is
+/// already closed right behind it (end of stream, no DISCONNECT among the packets). That is
+/// what a client leaves behind when it gave up on this member (a paused process, a partition
+/// healing) and resent its requests elsewhere; the kernel kept the bytes and the close until
+/// this process read them. Handling those requests now would put a stale copy in the log after
+/// the agent moved on, past what the retry memory keeps of it, so they are dropped unanswered
+/// (never acknowledged: MQTT lets a receiver drop them). A client that ends with DISCONNECT
+/// meant what it sent, and is served.
+fn abandoned<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    rbuf: &mut BytesMut,
+    version: Version,
+    shared: &Shared,
+) -> bool {
+    let look = std::pin::pin!(stream.read_buf(rbuf));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    if !matches!(
+        std::future::Future::poll(look, &mut context),
+        std::task::Poll::Ready(Ok(0))
+    ) {
+        return false;
+    }
+    let mut packets = rbuf.clone();
+    while let Ok(Some(packet)) =
+        codec::decode(version, &mut packets, shared.settings.packet_bytes_max)
+    {
+        if matches!(packet, Incoming::Disconnect) {
+            return false;
+        }
+    }
+    counter!(ENDPOINT_ABANDONED_TOTAL).increment(1);
+    debug!("a connection closed right behind what it sent after a silence: dropped unhandled");
+    true
+}
 /// A buffer grown past this (one large packet or batch) is given back once empty, so an idle
 /// agent costs its small buffers again, not its largest moment.
 const BUFFER_KEEP_BYTES: usize = 16 * 1024;
@@ -417,7 +456,11 @@ impl Session {
                 read = stream.read_buf(rbuf), if paused.is_none() => match read {
                     Ok(0) => return End::Client,
                     Ok(_) => {
+                        let silent = last_received.elapsed() > SILENCE_LOOK_BEHIND;
                         last_received = Instant::now();
+                        if silent && abandoned(&mut *stream, rbuf, self.version, &self.shared) {
+                            return End::Client;
+                        }
                         self.handle_buffered(rbuf, &mut wbuf)
                     }
                     Err(_) => return End::Io,
