@@ -41,7 +41,10 @@ pub struct AgentConfig {
     pub topic_prefix: String,
     /// How long one attempt of a request waits for its response before the SAME request id is
     /// sent again. The service answers a retry with the first outcome, so a resend never does
-    /// the work twice.
+    /// the work twice. Keep it above one second: a member drops a write that waited there
+    /// longer than that without reaching the log, which is what keeps an earlier copy from
+    /// being applied after the resend's answer (docs/PROTOCOL.md §2, "A copy never comes
+    /// late"); below it, a copy and its resend can both be pending.
     pub request_timeout_ms: u64,
     /// How long a request is retried in all before it fails with [`AgentError::Timeout`]. A
     /// waiting acquire adds its `wait_ms` to this; one without `wait_ms` has no deadline (it
