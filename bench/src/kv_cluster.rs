@@ -10,14 +10,11 @@
 //! ```
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use hivekeeper_agent::{Agent, AgentConfig};
 use hivekeeper_local_cluster::{Cluster, Options};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 
 use super::memory;
 use super::report::{Errors, MemberRss};
@@ -140,6 +137,32 @@ impl KvCluster {
     }
 }
 
+impl KvCluster {
+    /// Connects `count` plain agents named `run.agent(role, i)`, agent i homed on member
+    /// i mod N (its broker list rotated to start there), at most `concurrency` at once: those
+    /// that connected, and the failures counted. An error when none could.
+    pub async fn connect_spread(
+        &self,
+        run: &RunId,
+        role: &str,
+        count: usize,
+        concurrency: usize,
+    ) -> anyhow::Result<(Vec<Agent>, Errors)> {
+        let brokers = self.brokers();
+        let (agents, errors) = connect_agents(run, role, count, concurrency, |index| {
+            super::swarm::rotated(&brokers, index)
+        })
+        .await;
+        let agents: Vec<Agent> = agents.into_iter().flatten().collect();
+        anyhow::ensure!(
+            !agents.is_empty(),
+            "no client could connect: {:?}",
+            errors.samples
+        );
+        Ok((agents, errors))
+    }
+}
+
 /// Connects `count` plain agents (no lease) named `run.agent(role, i)`, at most
 /// `concurrency` at once; agent i dials the brokers `brokers_of(i)` (its home first). Returns
 /// them in index order (`None` where connecting failed, the failure counted in the errors).
@@ -150,30 +173,15 @@ pub async fn connect_agents(
     concurrency: usize,
     brokers_of: impl Fn(usize) -> Vec<String>,
 ) -> (Vec<Option<Agent>>, Errors) {
-    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
-    let mut tasks = JoinSet::new();
-    for index in 0..count {
-        let permits = permits.clone();
-        let config = AgentConfig {
-            agent_id: run.agent(role, index),
-            brokers: brokers_of(index),
-            ..AgentConfig::default()
-        };
-        tasks.spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            anyhow::Ok((index, Agent::connect(config).await?))
-        });
-    }
-    let mut agents = vec![None; count];
-    let mut errors = Errors::default();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(Ok((index, agent))) => agents[index] = Some(agent),
-            Ok(Err(error)) => errors.add(format!("connect: {error}")),
-            Err(panic) => errors.add(format!("connect: task failed: {panic}")),
-        }
-    }
-    (agents, errors)
+    let configs = (0..count).map(|index| AgentConfig {
+        agent_id: run.agent(role, index),
+        brokers: brokers_of(index),
+        ..AgentConfig::default()
+    });
+    super::swarm::connect_each(configs, concurrency, |config| async move {
+        Ok(Agent::connect(config).await?)
+    })
+    .await
 }
 
 /// The value every key scenario writes: [`VALUE_BYTES`] bytes.

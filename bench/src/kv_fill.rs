@@ -13,10 +13,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use hivekeeper_agent::Txn;
 use hivekeeper_agent::protocol::kv::TxnOp;
 use hivekeeper_agent::protocol::validate::REQUEST_BYTES_MAX;
 use hivekeeper_agent::protocol::{Op, Request};
-use hivekeeper_agent::{Agent, Txn};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -24,7 +24,7 @@ use super::Common;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
 use super::report::{Errors, KvFigures, Latency, Report};
-use super::swarm::{self, RunId};
+use super::swarm::RunId;
 
 /// The length of every key name, bytes.
 pub const KEY_BYTES: usize = 32;
@@ -100,21 +100,9 @@ pub async fn run(
     anyhow::ensure!(plan.keys >= 1, "--keys must be at least 1");
     anyhow::ensure!(plan.clients >= 1, "--clients must be at least 1");
     let cluster = KvCluster::start(hivekeeper, run, plan.members).await?;
-    let brokers = cluster.brokers();
-    let (clients, mut errors) = kv_cluster::connect_agents(
-        run,
-        "filler",
-        plan.clients,
-        common.connect_concurrency,
-        |index| swarm::rotated(&brokers, index),
-    )
-    .await;
-    let clients: Vec<Agent> = clients.into_iter().flatten().collect();
-    anyhow::ensure!(
-        !clients.is_empty(),
-        "no client could connect: {:?}",
-        errors.samples
-    );
+    let (clients, mut errors) = cluster
+        .connect_spread(run, "filler", plan.clients, common.connect_concurrency)
+        .await?;
 
     let started = Instant::now();
     let batches = plan.keys.div_ceil(batch as u64);

@@ -23,7 +23,7 @@ use super::Common;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
 use super::report::{Errors, KvFigures, Latency, Report};
-use super::swarm::{self, RunId};
+use super::swarm::RunId;
 
 /// The scenario's shape.
 #[derive(Debug, Clone, Copy)]
@@ -59,21 +59,9 @@ pub async fn run(
         "--puts-per-client must be at least 1"
     );
     let cluster = KvCluster::start(hivekeeper, run, plan.members).await?;
-    let brokers = cluster.brokers();
-    let (clients, mut errors) = kv_cluster::connect_agents(
-        run,
-        "client",
-        plan.clients,
-        common.connect_concurrency,
-        |index| swarm::rotated(&brokers, index),
-    )
-    .await;
-    let clients: Vec<Agent> = clients.into_iter().flatten().collect();
-    anyhow::ensure!(
-        !clients.is_empty(),
-        "no client could connect: {:?}",
-        errors.samples
-    );
+    let (clients, mut errors) = cluster
+        .connect_spread(run, "client", plan.clients, common.connect_concurrency)
+        .await?;
 
     let started = Instant::now();
     let deadline = started + Duration::from_secs(common.duration_s);

@@ -92,36 +92,61 @@ pub async fn connect(
     ttl_ms: u64,
     concurrency: usize,
 ) -> (Vec<Option<Member>>, Errors) {
-    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
-    let mut tasks = JoinSet::new();
-    for index in 0..count {
-        let permits = permits.clone();
-        // Agent i starts at broker i mod n and fails over along the rest: a cluster's load
-        // spreads over its members, as a real swarm's would.
-        let config = AgentConfig {
-            agent_id: run.agent(role, index),
-            brokers: rotated(&base.brokers, index),
-            ..base.clone()
-        };
+    // Agent i starts at broker i mod n and fails over along the rest: a cluster's load
+    // spreads over its members, as a real swarm's would.
+    let configs = (0..count).map(|index| AgentConfig {
+        agent_id: run.agent(role, index),
+        brokers: rotated(&base.brokers, index),
+        ..base.clone()
+    });
+    let run = run.clone();
+    connect_each(configs, concurrency, move |config| {
         let run = run.clone();
-        tasks.spawn(async move {
-            let _permit = permits.acquire_owned().await;
+        async move {
             let config = run.authenticate(config).await?;
             let agent = Agent::connect(config).await?;
             let session = agent.session(ttl_ms).await?;
-            anyhow::Ok((index, Member { session }))
+            Ok(Member { session })
+        }
+    })
+    .await
+}
+
+/// Connects an agent of each of `configs` through `connect`, at most `concurrency` at once.
+/// Returns what each gave in the configs' order (`None` where it failed; the failure is
+/// counted in the errors).
+pub async fn connect_each<T, F, Fut>(
+    configs: impl IntoIterator<Item = AgentConfig>,
+    concurrency: usize,
+    connect: F,
+) -> (Vec<Option<T>>, Errors)
+where
+    T: Send + 'static,
+    F: Fn(AgentConfig) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut tasks = JoinSet::new();
+    let mut count = 0;
+    for (index, config) in configs.into_iter().enumerate() {
+        count += 1;
+        let permits = permits.clone();
+        let connected = connect(config);
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            anyhow::Ok((index, connected.await?))
         });
     }
-    let mut members = vec![None; count];
+    let mut connected: Vec<Option<T>> = (0..count).map(|_| None).collect();
     let mut errors = Errors::default();
     while let Some(joined) = tasks.join_next().await {
         match joined {
-            Ok(Ok((index, member))) => members[index] = Some(member),
+            Ok(Ok((index, value))) => connected[index] = Some(value),
             Ok(Err(error)) => errors.add(format!("connect: {error}")),
             Err(panic) => errors.add(format!("connect: task failed: {panic}")),
         }
     }
-    (members, errors)
+    (connected, errors)
 }
 
 /// The traffic's agents (role `agent`): only those that connected, and their connect errors;
