@@ -145,6 +145,27 @@ fn watch_fan_out_wakes_every_pending_poll_with_one_put() {
     assert_ne!(Some(&fan_out.member), leader.map(|m| &m.member));
 }
 
+/// Five watchers, two to an agent: three connections, five polls, five events.
+#[test]
+fn watch_fan_out_shares_agents_between_watchers() {
+    let report = bench(&[
+        "watch",
+        "--watchers",
+        "5",
+        "--polls-per-agent",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(report.parameters["polls_per_agent"], 2);
+    let fan_out = kv_figures(&report)
+        .fan_out
+        .clone()
+        .expect("fan-out figures");
+    assert_eq!((fan_out.watchers, fan_out.connected), (5, 5));
+    assert!(fan_out.polls_pending >= 5, "{fan_out:#?}");
+    assert_eq!(fan_out.received, 5, "{fan_out:#?}");
+}
+
 #[test]
 fn kv_fill_writes_every_key_in_batches_and_reads_each_members_memory() {
     let report = bench(&[

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use hivekeeper_agent::protocol::kv::WATCH_POLLS_PER_AGENT_MAX as POLLS_PER_AGENT_MAX;
 use hivekeeper_agent::{Agent, WatchItem};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -46,6 +47,8 @@ pub struct Plan {
     pub puts: u64,
     /// Fan-out mode: this many watchers on one follower, and one put.
     pub watchers: Option<usize>,
+    /// Fan-out mode: watchers per agent (connection), 1 to 64.
+    pub polls_per_agent: usize,
 }
 
 /// Runs the scenario.
@@ -74,7 +77,13 @@ pub async fn run(
     let started = Instant::now();
     let mut figures = match plan.watchers {
         None => latency(&cluster, run, &writer, plan.puts, common, &mut errors).await?,
-        Some(watchers) => fan_out(&cluster, run, &writer, watchers, common, &mut errors).await?,
+        Some(watchers) => {
+            let shape = FanOut {
+                watchers,
+                polls_per_agent: plan.polls_per_agent,
+            };
+            fan_out(&cluster, run, &writer, shape, common, &mut errors).await?
+        }
     };
     let elapsed_s = started.elapsed().as_secs_f64();
     figures.members = cluster.size();
@@ -190,26 +199,46 @@ async fn wait_for_key(
     }
 }
 
-/// `watchers` agents on one follower, each with one poll pending on one key; one put on the
-/// leader; when each watcher heard of it.
+/// The fan-out's shape: how many watchers, and how many of them share an agent.
+#[derive(Debug, Clone, Copy)]
+struct FanOut {
+    watchers: usize,
+    polls_per_agent: usize,
+}
+
+/// `watchers` watchers on one follower, `polls_per_agent` to an agent, each with one poll
+/// pending on one key; one put on the leader; when each watcher heard of it.
 async fn fan_out(
     cluster: &KvCluster,
     run: &RunId,
     writer: &Agent,
-    watchers: usize,
+    shape: FanOut,
     common: &Common,
     errors: &mut Errors,
 ) -> anyhow::Result<KvFigures> {
+    let FanOut {
+        watchers,
+        polls_per_agent,
+    } = shape;
     anyhow::ensure!(watchers >= 1, "--watchers must be at least 1");
+    anyhow::ensure!(
+        (1..=POLLS_PER_AGENT_MAX).contains(&polls_per_agent),
+        "--polls-per-agent must be 1 to {POLLS_PER_AGENT_MAX} (the service's bound on one \
+         agent's pending polls)"
+    );
     let member = cluster.follower();
     let follower = cluster.brokers()[member].clone();
     let rss_mb_before = cluster.rss_mb(member);
     let setup_started = Instant::now();
-    let (agents, connect_errors) =
-        kv_cluster::connect_agents(run, "watcher", watchers, common.connect_concurrency, |_| {
-            vec![follower.clone()]
-        })
-        .await;
+    let agent_count = watchers.div_ceil(polls_per_agent);
+    let (agents, connect_errors) = kv_cluster::connect_agents(
+        run,
+        "watcher",
+        agent_count,
+        common.connect_concurrency,
+        |_| vec![follower.clone()],
+    )
+    .await;
     errors.merge(connect_errors);
     let agents: Vec<Agent> = agents.into_iter().flatten().collect();
     anyhow::ensure!(
@@ -222,12 +251,15 @@ async fn fan_out(
     // When each watcher got its event (or why it got none), from the watchers' tasks.
     let (heard_tx, mut heard) = mpsc::unbounded_channel::<Result<Instant, String>>();
     let mut tasks = JoinSet::new();
-    for agent in &agents {
-        let mut watch = agent
-            .kv()
-            .watch_key(key.clone())
-            .after(after)
-            .wait_ms(POLL_WAIT_MS);
+    let mut watches = Vec::new();
+    for (index, agent) in agents.iter().enumerate() {
+        let first = index * polls_per_agent;
+        for _ in first..watchers.min(first + polls_per_agent) {
+            watches.push(agent.kv().watch_key(key.clone()));
+        }
+    }
+    for watch in watches {
+        let mut watch = watch.after(after).wait_ms(POLL_WAIT_MS);
         let heard_tx = heard_tx.clone();
         tasks.spawn(async move {
             while let Some(item) = watch.next().await {
@@ -242,7 +274,7 @@ async fn fan_out(
         });
     }
     drop(heard_tx);
-    let connected = agents.len() as u64;
+    let connected = agents.len().saturating_mul(polls_per_agent).min(watchers) as u64;
     // Every poll registered on the member: the put must find them all pending.
     // At most half a poll's wait: past a full one the first polls are answered with a
     // bookmark and polled again.

@@ -221,10 +221,15 @@ enum Scenario {
         /// Puts of the latency run, each waited for at the watcher.
         #[arg(long, default_value_t = 1_000)]
         puts: u64,
-        /// Fan-out: this many watchers, each one agent with one poll pending on the same
-        /// follower, woken by one put.
+        /// Fan-out: this many watchers, each one poll pending on the same follower, woken by
+        /// one put.
         #[arg(long, value_name = "N")]
         watchers: Option<usize>,
+        /// Fan-out: watchers per agent (one MQTT connection), 1 to 64 (the service's bound on
+        /// one agent's pending polls). 1, the default: one connection per watcher, as a swarm
+        /// of drones each watching; more: the polls' own cost apart from the connections'.
+        #[arg(long, default_value_t = 1, value_name = "K")]
+        polls_per_agent: usize,
     },
     /// Starts its own cluster and fills it with --keys keys (32-byte names, 100-byte values)
     /// in `kv.txn` batches, from several clients at once; reports the fill rate (keys a
@@ -480,17 +485,20 @@ async fn run_scenario(
             members,
             puts,
             watchers,
+            polls_per_agent,
         } => {
             let plan = kv_watch::Plan {
                 members,
                 puts,
                 watchers,
+                polls_per_agent,
             };
             let report = kv_watch::run(hivekeeper, &common, &run, plan).await?;
             let parameters = vec![
                 ("members", members.into()),
                 ("puts", puts.into()),
                 ("watchers", watchers.into()),
+                ("polls_per_agent", polls_per_agent.into()),
                 ("brokers", "its own cluster".into()),
             ];
             (report, common, "watch", parameters)

@@ -158,9 +158,10 @@ pub struct KvFigures {
 pub struct FanOutFigures {
     /// The member the watchers are connected to (a follower).
     pub member: String,
-    /// Watchers asked for: one agent (one MQTT connection) and one pending poll each.
+    /// Watchers asked for: one pending poll each, `polls_per_agent` of them to an agent (one
+    /// MQTT connection).
     pub watchers: u64,
-    /// Watchers that connected.
+    /// Watchers whose agent connected.
     pub connected: u64,
     /// The member's `hivekeeper_watch_polls_pending` when the put was sent. Above `connected`
     /// when some poll was sent again (a resend, a reconnect) while its first copy still waited.

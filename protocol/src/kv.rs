@@ -66,6 +66,10 @@ pub fn json_len<T: Serialize>(value: &T) -> usize {
     count.0
 }
 
+/// Most `watch.poll`s one agent may have pending on one member; one more is refused
+/// `resource_exhausted` (a client needs one per watched selector).
+pub const WATCH_POLLS_PER_AGENT_MAX: usize = 64;
+
 /// `watch.poll`'s `max_events` when absent.
 pub const WATCH_EVENTS_DEFAULT: u32 = 100;
 

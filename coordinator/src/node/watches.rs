@@ -37,9 +37,8 @@ use crate::answer::Answer;
 use crate::raft::RaftHandle;
 use crate::state_machine::{Cursor, Reply};
 
-/// Most polls one agent may have pending on one member; one more is refused
-/// `resource_exhausted` (a client needs one per watched selector).
-pub const POLLS_PER_AGENT_MAX: usize = 64;
+/// Most polls one agent may have pending on one member (the protocol's bound).
+pub const POLLS_PER_AGENT_MAX: usize = hivekeeper_protocol::kv::WATCH_POLLS_PER_AGENT_MAX;
 
 /// The pending polls of a member.
 #[derive(Default)]
