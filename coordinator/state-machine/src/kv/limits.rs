@@ -214,6 +214,19 @@ pub enum KvError {
         /// The limit.
         max: usize,
     },
+    /// The results of a txn's branch (its gets' keys) would pass one answer's bound: the txn
+    /// is refused whole, nothing written, rather than committed with an answer that cannot be
+    /// delivered (and that the retry memory would keep).
+    #[error(
+        "txn results would be {bytes} bytes of JSON, more than one answer carries ({max}): read \
+         fewer keys in one txn (page a prefix with `limit`, or use kv.get)"
+    )]
+    TxnResultsTooLarge {
+        /// The results' size.
+        bytes: usize,
+        /// [`hivekeeper_protocol::kv::ANSWER_BYTES_MAX`].
+        max: usize,
+    },
     /// Two writes of one txn branch touch the same key (two puts, or a put and a delete that
     /// covers it): one revision has one event per key, as in etcd.
     #[error("txn writes key {key:?} twice in one branch")]

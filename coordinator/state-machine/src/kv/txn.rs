@@ -21,7 +21,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use hivekeeper_protocol::ResourceKind;
-use hivekeeper_protocol::kv::KV_PAGE_MAX;
+use hivekeeper_protocol::kv::{ANSWER_BYTES_MAX, KV_PAGE_MAX, json_len};
 
 use super::write::parse_lease;
 use super::{
@@ -80,6 +80,13 @@ impl KeySpace {
                 .into_iter()
                 .map(|op| space.run(revision, writer, op, undo))
                 .collect::<Result<Vec<_>, _>>()?;
+            let bytes: usize = results.iter().map(json_len).sum();
+            if bytes > ANSWER_BYTES_MAX {
+                return Err(KvError::TxnResultsTooLarge {
+                    bytes,
+                    max: ANSWER_BYTES_MAX,
+                });
+            }
             Ok(TxnOutcome { succeeded, results })
         })
     }

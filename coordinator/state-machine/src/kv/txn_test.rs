@@ -390,3 +390,32 @@ fn a_compare_has_the_wire_shape() {
         }
     );
 }
+
+/// Gets whose keys would pass one answer's bound make the txn refused whole: its put is not
+/// written and the revision does not move, rather than a commit whose answer cannot reach the
+/// client.
+#[test]
+fn a_txn_whose_results_would_not_fit_one_answer_is_refused_whole() {
+    let value = "v".repeat(8_000);
+    let names: Vec<String> = (0..8).map(|i| format!("big/{i}")).collect();
+    let keys: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), value.as_str())).collect();
+    let mut space = space_with(KvLimits::default(), &keys);
+    let revision = space.revision();
+    let gets = names
+        .iter()
+        .map(|name| TxnOp::Get(Get::new(key(name), None, None)));
+    let txn = Txn {
+        success: std::iter::once(TxnOp::Put(put("marker", "x")))
+            .chain(gets)
+            .collect(),
+        ..Txn::default()
+    };
+    let refusal = refused(space.txn(revision + 1, CLIENT, txn, &no_holds));
+    assert!(
+        matches!(refusal, KvError::TxnResultsTooLarge { bytes, max } if bytes > max),
+        "{refusal:?}"
+    );
+    assert!(space.get("marker").is_none(), "nothing written");
+    assert_eq!(space.revision(), revision);
+    space.check_invariants().expect("invariants hold");
+}
