@@ -35,61 +35,6 @@ pub struct ErrorBody {
     pub compact_revision: Option<u64>,
 }
 
-/// The result of a success response: one shape per kind of answer, its fields sent flat beside
-/// `id` and `ok` (DESIGN.md §3, `docs/PROTOCOL.md`), each shape's fields in the order the wire
-/// carries them.
-///
-/// Untagged: a decoder picks the first variant whose required fields are all present, so the
-/// variants are ordered from the most demanding to the least (a `lease.grant` answer also has
-/// `lease.keepalive`'s `ttl_ms`; [`Done`], which needs nothing, comes last). No shape denies
-/// unknown fields: a newer service may add fields to an answer, and an older client still reads
-/// the ones it knows. A required field of the wrong type makes its variant not fit, so such an
-/// answer decodes as a less demanding shape (at worst [`Done`]) and shows as an
-/// [`UnexpectedReply`] where it is read, not as a decode error.
-///
-/// A client that knows which answer its op gets converts with `TryFrom`, e.g.
-/// `Granted::try_from(success)?`, and learns from [`UnexpectedReply`] what came instead.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Success {
-    /// `admin.snapshot`.
-    Snapshot(SnapshotPage),
-    /// `admin.status`.
-    Status(StatusReport),
-    /// `lease.grant`.
-    LeaseGranted(LeaseGranted),
-    /// `fence.check`.
-    Fence(FenceStatus),
-    /// `inspect`.
-    Inspection(Inspection),
-    /// `admin.leases`.
-    Leases(LeasePage),
-    /// `admin.resources`.
-    Resources(ResourcePage),
-    /// `airspace.query`.
-    Conflicts(ConflictPage),
-    /// `admin.agent.list`.
-    Accounts(AccountPage),
-    /// `admin.agent.add`, `admin.agent.rotate`.
-    AccountIssued(AccountIssued),
-    /// `watch.poll`.
-    Watch(WatchPage),
-    /// `kv.txn`.
-    KvTxn(KvTxnDone),
-    /// `kv.get`.
-    KvPage(KvPage),
-    /// `kv.delete`.
-    KvDeleted(KvDeleted),
-    /// `kv.put`: after the other `kv.*` answers, whose `revision` it shares.
-    KvPut(KvPutDone),
-    /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
-    Granted(Granted),
-    /// `lease.keepalive`.
-    LeaseKept(LeaseKept),
-    /// Every op that answers only `ok: true`.
-    Done(Done),
-}
-
 impl Default for Success {
     fn default() -> Self {
         Success::Done(Done {})
@@ -107,10 +52,22 @@ pub struct UnexpectedReply {
     pub got: &'static str,
 }
 
-/// `From<shape> for Success`, `TryFrom<Success> for shape`, and the shape's name for
-/// [`UnexpectedReply`], for every variant of [`Success`].
+/// Declares [`Success`] from one list: each variant with its doc, its shape (the answer type)
+/// and the shape's name for [`UnexpectedReply`]; and derives `From<shape> for Success`,
+/// `TryFrom<Success> for shape` and [`Success::shape`]. The list's order is the untagged
+/// decoder's (the most demanding shape first).
 macro_rules! reply_shapes {
-    ($($variant:ident($shape:ident) = $name:literal,)*) => {
+    (
+        $(#[$meta:meta])*
+        pub enum Success {
+            $($(#[$doc:meta])* $variant:ident($shape:ident) = $name:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum Success {
+            $($(#[$doc])* $variant($shape),)*
+        }
+
         impl Success {
             /// What this answer is, in words, e.g. "a grant (`token`)".
             pub fn shape(&self) -> &'static str {
@@ -144,24 +101,60 @@ macro_rules! reply_shapes {
 }
 
 reply_shapes! {
-    Snapshot(SnapshotPage) = "a snapshot page",
-    Status(StatusReport) = "a node status",
-    LeaseGranted(LeaseGranted) = "a new lease",
-    Fence(FenceStatus) = "a fence check",
-    Inspection(Inspection) = "an inspection",
-    Leases(LeasePage) = "a page of leases",
-    Resources(ResourcePage) = "a page of resources",
-    Conflicts(ConflictPage) = "a page of conflicts",
-    Accounts(AccountPage) = "a page of accounts",
-    AccountIssued(AccountIssued) = "an account",
-    Watch(WatchPage) = "a page of watch events (`events`)",
-    KvTxn(KvTxnDone) = "a txn's outcome (`succeeded`)",
-    KvPage(KvPage) = "a page of keys (`kvs`)",
-    KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
-    KvPut(KvPutDone) = "a put's revision (`revision`)",
-    Granted(Granted) = "a grant (`token`)",
-    LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
-    Done(Done) = "no result fields",
+    /// The result of a success response: one shape per kind of answer, its fields sent flat beside
+    /// `id` and `ok` (DESIGN.md §3, `docs/PROTOCOL.md`), each shape's fields in the order the wire
+    /// carries them.
+    ///
+    /// Untagged: a decoder picks the first variant whose required fields are all present, so the
+    /// variants are ordered from the most demanding to the least (a `lease.grant` answer also has
+    /// `lease.keepalive`'s `ttl_ms`; [`Done`], which needs nothing, comes last). No shape denies
+    /// unknown fields: a newer service may add fields to an answer, and an older client still reads
+    /// the ones it knows. A required field of the wrong type makes its variant not fit, so such an
+    /// answer decodes as a less demanding shape (at worst [`Done`]) and shows as an
+    /// [`UnexpectedReply`] where it is read, not as a decode error.
+    ///
+    /// A client that knows which answer its op gets converts with `TryFrom`, e.g.
+    /// `Granted::try_from(success)?`, and learns from [`UnexpectedReply`] what came instead.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(untagged)]
+    pub enum Success {
+        /// `admin.snapshot`.
+        Snapshot(SnapshotPage) = "a snapshot page",
+        /// `admin.status`.
+        Status(StatusReport) = "a node status",
+        /// `lease.grant`.
+        LeaseGranted(LeaseGranted) = "a new lease",
+        /// `fence.check`.
+        Fence(FenceStatus) = "a fence check",
+        /// `inspect`.
+        Inspection(Inspection) = "an inspection",
+        /// `admin.leases`.
+        Leases(LeasePage) = "a page of leases",
+        /// `admin.resources`.
+        Resources(ResourcePage) = "a page of resources",
+        /// `airspace.query`.
+        Conflicts(ConflictPage) = "a page of conflicts",
+        /// `admin.agent.list`.
+        Accounts(AccountPage) = "a page of accounts",
+        /// `admin.agent.add`, `admin.agent.rotate`.
+        AccountIssued(AccountIssued) = "an account",
+        /// `watch.poll`.
+        Watch(WatchPage) = "a page of watch events (`events`)",
+        /// `kv.txn`.
+        KvTxn(KvTxnDone) = "a txn's outcome (`succeeded`)",
+        /// `kv.get`.
+        KvPage(KvPage) = "a page of keys (`kvs`)",
+        /// `kv.delete`.
+        KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
+        /// `kv.put`: after the other `kv.*` answers, whose `revision` it shares.
+        KvPut(KvPutDone) = "a put's revision (`revision`)",
+        /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+        Granted(Granted) = "a grant (`token`)",
+        /// `lease.keepalive`.
+        LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
+        /// Every op that answers only `ok: true`.
+        Done(Done) = "no result fields",
+    }
 }
 
 /// The answer to `lease.grant`.
