@@ -17,7 +17,7 @@ use hivekeeper_agent::{Agent, AgentConfig};
 use hivekeeper_local_cluster::{Cluster, Options};
 
 use super::memory;
-use super::report::{Errors, MemberRss};
+use super::report::{Errors, KvFigures, Latency, MemberRss, Report};
 use super::swarm::RunId;
 
 /// A value of 100 bytes, what every key scenario writes (the size of a small config entry or
@@ -138,6 +138,28 @@ impl KvCluster {
 }
 
 impl KvCluster {
+    /// The report of a write scenario (`kv-put`, `kv-fill`): `puts` committed in `elapsed_s`,
+    /// each write's commit latency, the SDK's resends, and every member's memory now.
+    pub fn write_report(
+        &self,
+        elapsed_s: f64,
+        errors: Errors,
+        puts: u64,
+        commit_us: &[u64],
+        resends: u64,
+    ) -> Report {
+        let figures = KvFigures {
+            members: self.size(),
+            puts,
+            puts_per_s: puts as f64 / elapsed_s.max(1e-9),
+            commit: Latency::from_micros(commit_us),
+            resends,
+            member_rss: self.member_rss(),
+            ..KvFigures::default()
+        };
+        Report::of_kv(elapsed_s, errors, figures)
+    }
+
     /// Connects `count` plain agents named `run.agent(role, i)`, agent i homed on member
     /// i mod N (its broker list rotated to start there), at most `concurrency` at once: those
     /// that connected, and the failures counted. An error when none could.

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::Common;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
-use super::report::{Errors, KvFigures, Latency, Report};
+use super::report::{Errors, Report};
 use super::swarm::RunId;
 
 /// The length of every key name, bytes.
@@ -150,17 +150,7 @@ pub async fn run(
             CATCH_UP.as_secs()
         ));
     }
-    let puts_per_s = filled as f64 / elapsed_s.max(1e-9);
-    let figures = KvFigures {
-        members: cluster.size(),
-        puts: filled,
-        puts_per_s,
-        commit: Latency::from_micros(&commit_us),
-        resends,
-        member_rss: cluster.member_rss(),
-        ..KvFigures::default()
-    };
-    Ok(Report::of_kv(elapsed_s, errors, figures))
+    Ok(cluster.write_report(elapsed_s, errors, filled, &commit_us, resends))
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::Common;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
-use super::report::{Errors, KvFigures, Latency, Report};
+use super::report::{Errors, Report};
 use super::swarm::RunId;
 
 /// The scenario's shape.
@@ -83,17 +83,7 @@ pub async fn run(
     }
     let elapsed_s = started.elapsed().as_secs_f64();
     let puts = commit_us.len() as u64;
-    let puts_per_s = puts as f64 / elapsed_s.max(1e-9);
-    let figures = KvFigures {
-        members: cluster.size(),
-        puts,
-        puts_per_s,
-        commit: Latency::from_micros(&commit_us),
-        resends,
-        member_rss: cluster.member_rss(),
-        ..KvFigures::default()
-    };
-    Ok(Report::of_kv(elapsed_s, errors, figures))
+    Ok(cluster.write_report(elapsed_s, errors, puts, &commit_us, resends))
 }
 
 /// One client: a put of a fresh key, its answer, the next, until the deadline or `puts_max`.
