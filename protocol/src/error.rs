@@ -5,80 +5,63 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The machine-readable reason a request failed, sent as `error.code`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
+/// Declares [`ErrorCode`] from one list: each code with its doc and its wire name, in
+/// documentation order; derives its serde form, [`ErrorCode::ALL`] and [`ErrorCode::as_str`].
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $code:ident = $wire:literal,)*) => {
+        /// The machine-readable reason a request failed, sent as `error.code`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum ErrorCode {
+            $($(#[$doc])* #[serde(rename = $wire)] $code,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in documentation order.
+            pub const ALL: [ErrorCode; [$(stringify!($code),)*].len()] = [$(ErrorCode::$code,)*];
+
+            /// The code as it appears on the wire, e.g. `"bad_request"`.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$code => $wire,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
     /// The message is not JSON, not an object, misses a field, has a field of the wrong type or
     /// out of range, or has a field the op does not take.
-    BadRequest,
+    BadRequest = "bad_request",
     /// The `op` names no operation of this protocol version.
-    UnknownOp,
+    UnknownOp = "unknown_op",
     /// The payload is larger than [`crate::validate::REQUEST_BYTES_MAX`].
-    TooLarge,
+    TooLarge = "too_large",
     /// The named lease does not exist (never granted, revoked or expired).
-    LeaseNotFound,
+    LeaseNotFound = "lease_not_found",
     /// A release named a resource the lease does not hold.
-    NotHolder,
+    NotHolder = "not_holder",
     /// `wait_ms: 0` was given and the resource is not free.
-    WouldBlock,
+    WouldBlock = "would_block",
     /// `wait_ms` elapsed before the resource was granted.
-    Timeout,
+    Timeout = "timeout",
     /// A semaphore was asked for with a `limit` other than the one it was created with.
-    LimitMismatch,
+    LimitMismatch = "limit_mismatch",
     /// No leader can be reached, or this node is in a minority; retry with backoff.
-    Unavailable,
+    Unavailable = "unavailable",
     /// The lease belongs to another agent.
-    Forbidden,
+    Forbidden = "forbidden",
     /// A configured bound is reached (leases, waiters on one resource, resources). Retrying
     /// later may succeed; retrying at once will not.
-    ResourceExhausted,
+    ResourceExhausted = "resource_exhausted",
     /// The agent sent requests faster than its configured rate (`rate_per_s_max` per agent, a
     /// token bucket). Nothing was done; retry the same request with backoff, as for
     /// `unavailable`.
-    RateLimited,
+    RateLimited = "rate_limited",
     /// A `watch.poll`'s `after` is below the oldest revision the service still keeps events
     /// for; the error carries `compact_revision`. Re-read with `kv.get` and watch from its
     /// `revision`.
-    Compacted,
-}
-
-impl ErrorCode {
-    /// Every code, in documentation order.
-    pub const ALL: [ErrorCode; 13] = [
-        ErrorCode::BadRequest,
-        ErrorCode::UnknownOp,
-        ErrorCode::TooLarge,
-        ErrorCode::LeaseNotFound,
-        ErrorCode::NotHolder,
-        ErrorCode::WouldBlock,
-        ErrorCode::Timeout,
-        ErrorCode::LimitMismatch,
-        ErrorCode::Unavailable,
-        ErrorCode::Forbidden,
-        ErrorCode::ResourceExhausted,
-        ErrorCode::RateLimited,
-        ErrorCode::Compacted,
-    ];
-
-    /// The code as it appears on the wire, e.g. `"bad_request"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::BadRequest => "bad_request",
-            ErrorCode::UnknownOp => "unknown_op",
-            ErrorCode::TooLarge => "too_large",
-            ErrorCode::LeaseNotFound => "lease_not_found",
-            ErrorCode::NotHolder => "not_holder",
-            ErrorCode::WouldBlock => "would_block",
-            ErrorCode::Timeout => "timeout",
-            ErrorCode::LimitMismatch => "limit_mismatch",
-            ErrorCode::Unavailable => "unavailable",
-            ErrorCode::Forbidden => "forbidden",
-            ErrorCode::ResourceExhausted => "resource_exhausted",
-            ErrorCode::RateLimited => "rate_limited",
-            ErrorCode::Compacted => "compacted",
-        }
-    }
+    Compacted = "compacted",
 }
 
 impl std::fmt::Display for ErrorCode {
