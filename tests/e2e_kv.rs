@@ -257,6 +257,24 @@ async fn a_follower_reads_keys_linearizably_and_alone_serializably() {
         "a linearizable read sees the put: {read}"
     );
 
+    // A serializable read answers from the reader's own replica, which may still lag the
+    // commit (the put needed only the leader and one other member): wait until it has it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let local = reader
+            .call(json!({"id": "g0", "op": "kv.get", "key": "hive/config",
+                         "serializable": true}))
+            .await;
+        if local["kvs"] == expected {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the follower's replica never applied the put: {local}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
     // The reader's member alone: a serializable read still answers from its replica.
     for index in [leader, other] {
         cluster.nodes[index].kill9();
