@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use hivekeeper_agent::protocol::kv::WATCH_POLLS_PER_AGENT_MAX as POLLS_PER_AGENT_MAX;
-use hivekeeper_agent::{Agent, WatchItem};
+use hivekeeper_agent::{Agent, AgentError, WatchItem};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -93,6 +93,24 @@ pub async fn run(
     Ok(Report::of_kv(elapsed_s, errors, figures))
 }
 
+/// Why a watcher heard no event: its stream failed or ended, or nothing came in time. The
+/// text starts `watch:`, the kind the report counts it under.
+#[derive(Debug, thiserror::Error)]
+enum WatchFailure {
+    /// The SDK's watch stream yielded an error.
+    #[error("watch: {0}")]
+    Stream(#[from] AgentError),
+    /// The watch stream ended.
+    #[error("watch: the watcher's stream ended")]
+    Ended,
+    /// No event for the key within [`EVENT_WAIT`].
+    #[error("watch: no event for {key} within {} s", EVENT_WAIT.as_secs())]
+    NoEvent {
+        /// The key whose put was not heard of.
+        key: String,
+    },
+}
+
 /// The revision now, read through `writer`: a watch after it sees every later put.
 async fn revision_now(writer: &Agent, run: &RunId) -> anyhow::Result<u64> {
     Ok(writer.kv().get(run.resource("watch/start")).await?.revision)
@@ -120,7 +138,8 @@ async fn latency(
     let prefix = run.resource("watch/");
     let after = revision_now(writer, run).await?;
     // Each event's key and when it arrived, from the watch's own task.
-    let (events_tx, mut events) = mpsc::unbounded_channel::<Result<(String, Instant), String>>();
+    let (events_tx, mut events) =
+        mpsc::unbounded_channel::<Result<(String, Instant), WatchFailure>>();
     let mut watch = watcher
         .kv()
         .watch_prefix(prefix.clone())
@@ -135,7 +154,7 @@ async fn latency(
                     .all(|event| events_tx.send(Ok((event.kv.key, received))).is_ok()),
                 Ok(WatchItem::Progress { .. }) => true,
                 Err(error) => {
-                    let _ = events_tx.send(Err(format!("watch: {error}")));
+                    let _ = events_tx.send(Err(error.into()));
                     false
                 }
             };
@@ -161,8 +180,8 @@ async fn latency(
         commit_us.push(micros(sent.elapsed()));
         match wait_for_key(&mut events, &key).await {
             Ok(received) => event_us.push(micros(received - sent)),
-            Err(error) => {
-                errors.add(error);
+            Err(failure) => {
+                errors.add(failure.to_string());
                 break;
             }
         }
@@ -179,21 +198,20 @@ async fn latency(
 /// The arrival of `key`'s event, skipping any other; an error when the watch failed or
 /// nothing came within [`EVENT_WAIT`].
 async fn wait_for_key(
-    events: &mut mpsc::UnboundedReceiver<Result<(String, Instant), String>>,
+    events: &mut mpsc::UnboundedReceiver<Result<(String, Instant), WatchFailure>>,
     key: &str,
-) -> Result<Instant, String> {
+) -> Result<Instant, WatchFailure> {
     let deadline = Instant::now() + EVENT_WAIT;
     loop {
         match tokio::time::timeout_at(deadline, events.recv()).await {
             Ok(Some(Ok((received_key, received)))) if received_key == key => return Ok(received),
             Ok(Some(Ok(_))) => continue,
             Ok(Some(Err(error))) => return Err(error),
-            Ok(None) => return Err("watch: the watcher's stream ended".into()),
+            Ok(None) => return Err(WatchFailure::Ended),
             Err(_) => {
-                return Err(format!(
-                    "watch: no event for {key} within {} s",
-                    EVENT_WAIT.as_secs()
-                ));
+                return Err(WatchFailure::NoEvent {
+                    key: key.to_string(),
+                });
             }
         }
     }
@@ -249,7 +267,7 @@ async fn fan_out(
     let key = run.resource("watch/fan-out");
     let after = revision_now(writer, run).await?;
     // When each watcher got its event (or why it got none), from the watchers' tasks.
-    let (heard_tx, mut heard) = mpsc::unbounded_channel::<Result<Instant, String>>();
+    let (heard_tx, mut heard) = mpsc::unbounded_channel::<Result<Instant, WatchFailure>>();
     let mut tasks = JoinSet::new();
     let mut watches = Vec::new();
     for (index, agent) in agents.iter().enumerate() {
@@ -266,7 +284,7 @@ async fn fan_out(
                 let outcome = match item {
                     Ok(WatchItem::Changes { .. }) => Ok(Instant::now()),
                     Ok(WatchItem::Progress { .. }) => continue,
-                    Err(error) => Err(format!("watch: {error}")),
+                    Err(error) => Err(WatchFailure::from(error)),
                 };
                 let _ = heard_tx.send(outcome);
                 return;
@@ -307,7 +325,7 @@ async fn fan_out(
     while (event_us.len() as u64) < connected {
         match tokio::time::timeout_at(deadline, heard.recv()).await {
             Ok(Some(Ok(received))) => event_us.push(micros(received - sent)),
-            Ok(Some(Err(error))) => errors.add(error),
+            Ok(Some(Err(failure))) => errors.add(failure.to_string()),
             Ok(None) => break,
             Err(_) => {
                 let missing = connected - event_us.len() as u64;
