@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use clap::Parser;
+use hivekeeper_test_support::hivekeeper_binary;
 
 use super::report::{KvFigures, Report};
 use super::swarm::RunId;
@@ -23,22 +24,6 @@ struct Cli {
 
 /// One cluster at a time: three members each on a shared two-core machine are enough.
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// `target/<profile>/hivekeeper`: these tests run from `target/<profile>/deps/`.
-fn hivekeeper_binary() -> PathBuf {
-    let test = std::env::current_exe().expect("the test's own path");
-    let profile_dir = test
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps");
-    let binary = profile_dir.join(format!("hivekeeper{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "{} is missing: build it first (cargo build --bin hivekeeper)",
-        binary.display()
-    );
-    binary
-}
 
 /// Runs `hivekeeper bench <args>` in this process and returns its report.
 fn bench(args: &[&str]) -> Report {

@@ -15,27 +15,10 @@
 //! The availability figures are reported, not asserted (a shared 2-core machine); they are
 //! recorded in docs/RELIABILITY.md from release builds.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use hivekeeper_test_support::within;
+use hivekeeper_test_support::{hivekeeper_binary, within};
 use serde_json::Value;
-
-/// `target/<profile>/hivekeeper`: this test runs from `target/<profile>/deps/`.
-fn hivekeeper_binary() -> PathBuf {
-    let test = std::env::current_exe().expect("the test's own path");
-    let profile_dir = test
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test runs from target/<profile>/deps");
-    let binary = profile_dir.join(format!("hivekeeper{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "{} is missing: build it first (cargo build --bin hivekeeper)",
-        binary.display()
-    );
-    binary
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fault_class_once_on_three_members_finds_no_anomaly() {

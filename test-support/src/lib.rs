@@ -17,13 +17,16 @@
 //!   dies.
 //! - [`certs`]: [`TestCerts`], development certificates (CA, server, clients, peers).
 //! - [`mosquitto`]: [`Mosquitto`], a broker process with a generated config, killed on drop.
+//! - [`binary`]: [`hivekeeper_binary`], the workspace's `hivekeeper` beside the running test.
 
+pub mod binary;
 pub mod certs;
 pub mod mosquitto;
 pub mod ports;
 pub mod proxy;
 pub mod wait;
 
+pub use binary::hivekeeper_binary;
 pub use certs::TestCerts;
 pub use mosquitto::Mosquitto;
 pub use ports::{free_port, free_ports};
