@@ -314,12 +314,7 @@ fn clock_jumps_of_leader_changes_do_not_forget_a_recent_write() {
         ..Limits::DEFAULTS
     };
     let mut h = Harness::with_limits(limits);
-    let put = || Op::KvPut {
-        key: "mission/state".into(),
-        value: "climb".into(),
-        lease: None,
-        prev_kv: None,
-    };
+    let put = || kv_put("mission/state", "climb");
     let (first, _) = h.send_as("planner", "put-1", put());
     let honest_ms = h.now_ms;
     let clock_before_ms = h.sm.now_ms();

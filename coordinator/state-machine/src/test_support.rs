@@ -146,6 +146,32 @@ impl Harness {
     }
 }
 
+/// A `kv.put` of `key` without a lease.
+pub fn kv_put(key: &str, value: &str) -> Op {
+    Op::KvPut {
+        key: key.into(),
+        value: value.into(),
+        lease: None,
+        prev_kv: None,
+    }
+}
+
+/// A `kv.delete` of one key.
+pub fn kv_delete(key: &str) -> Op {
+    Op::KvDelete {
+        key: Some(key.into()),
+        prefix: None,
+    }
+}
+
+/// A refusal's code and message; panics on any other reply.
+pub fn refusal(reply: &Reply) -> (hivekeeper_protocol::ErrorCode, &str) {
+    match reply {
+        Reply::Refused { code, message } => (*code, message.as_str()),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
 pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
     Op::LockAcquire {
         name: name.to_string(),

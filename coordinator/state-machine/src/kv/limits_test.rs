@@ -11,35 +11,13 @@ use super::{
     VALUE_BYTES_MAX_CEILING,
 };
 use crate::test_support::*;
+use crate::test_support::{kv_delete as delete, kv_put as put, refusal as refused};
 use crate::{Command, Limits, Reply, StateMachine};
-
-fn put(key: &str, value: &str) -> Op {
-    Op::KvPut {
-        key: key.into(),
-        value: value.into(),
-        lease: None,
-        prev_kv: None,
-    }
-}
-
-fn delete(key: &str) -> Op {
-    Op::KvDelete {
-        key: Some(key.into()),
-        prefix: None,
-    }
-}
 
 fn configure(kv: KvLimits) -> Command {
     Command::Configure {
         limits: Limits::DEFAULTS,
         kv: Some(kv),
-    }
-}
-
-fn refused(reply: &Reply) -> (ErrorCode, &str) {
-    match reply {
-        Reply::Refused { code, message } => (*code, message.as_str()),
-        other => panic!("expected a refusal, got {other:?}"),
     }
 }
 

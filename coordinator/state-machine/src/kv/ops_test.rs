@@ -8,20 +8,12 @@ use hivekeeper_protocol::kv::{
 use hivekeeper_protocol::{ErrorCode, KvDeleted, KvPage, KvPutDone, KvTxnDone, ResourceKind};
 
 use crate::test_support::*;
+use crate::test_support::{kv_put as put, refusal as refused};
 use crate::{Reply, StateMachine};
 
 /// The revision an entry at `index` gives its first change.
 fn rev(index: u64) -> u64 {
     index << 16
-}
-
-fn put(key: &str, value: &str) -> Op {
-    Op::KvPut {
-        key: key.into(),
-        value: value.into(),
-        lease: None,
-        prev_kv: None,
-    }
 }
 
 fn get_key(key: &str) -> Op {
@@ -52,13 +44,6 @@ fn kv(key: &str, value: &str, create: u64, modified: u64, version: u64) -> KeyVa
         mod_revision: modified,
         version,
         lease: None,
-    }
-}
-
-fn refused(reply: &Reply) -> (ErrorCode, &str) {
-    match reply {
-        Reply::Refused { code, message } => (*code, message.as_str()),
-        other => panic!("expected a refusal, got {other:?}"),
     }
 }
 
