@@ -27,7 +27,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hivekeeper_protocol::kv::{WATCH_EVENTS_DEFAULT, WATCH_WAIT_MS_DEFAULT};
+use hivekeeper_protocol::kv::{
+    WATCH_EVENTS_DEFAULT, WATCH_POLLS_PER_AGENT_MAX as POLLS_PER_AGENT_MAX, WATCH_WAIT_MS_DEFAULT,
+};
 use hivekeeper_protocol::{ErrorCode, KeySelector, KvEvent};
 use tokio::sync::oneshot;
 
@@ -36,9 +38,6 @@ use super::metrics::NodeMetrics;
 use crate::answer::Answer;
 use crate::raft::RaftHandle;
 use crate::state_machine::{Cursor, Reply};
-
-/// Most polls one agent may have pending on one member (the protocol's bound).
-pub const POLLS_PER_AGENT_MAX: usize = hivekeeper_protocol::kv::WATCH_POLLS_PER_AGENT_MAX;
 
 /// The pending polls of a member.
 #[derive(Default)]
