@@ -61,7 +61,7 @@ pub enum NodeError {
         /// The bound (`propose_timeout_ms`).
         timeout_ms: u64,
     },
-    /// The request waited on this member longer than [`super::proposer::WRITE_WAIT_MAX`]
+    /// The request waited on this member longer than the proposer's `WRITE_WAIT_MAX`
     /// without reaching the log (no leader, a stuck entry, a paused process), or was answered
     /// meanwhile: it is dropped, never proposed later, so nothing was done.
     #[error(
