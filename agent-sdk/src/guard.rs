@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, broadcast, watch};
 use tracing::debug;
 
-use hivekeeper_protocol::{Area, ErrorCode, Event, Op, Priority, ResourceKind, Volume};
+use hivekeeper_protocol::{Area, ErrorCode, Event, LockMode, Op, Priority, ResourceKind, Volume};
 
 use crate::error::AgentError;
 use crate::session::{Session, SessionInner, SessionState, wait_lost};
@@ -145,6 +145,7 @@ impl Resource {
                 name: name.clone(),
                 lease,
                 wait_ms,
+                mode: LockMode::Exclusive,
             },
             Resource::Semaphore {
                 name,

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use hivekeeper_agent::protocol::{Granted, Inspection, LeaseGranted, Op, ResourceKind};
+use hivekeeper_agent::protocol::{Granted, Inspection, LeaseGranted, LockMode, Op, ResourceKind};
 use hivekeeper_agent::{Agent, AgentConfig};
 use tokio::time::Instant;
 
@@ -94,6 +94,7 @@ async fn one_round(
             name: lock.to_string(),
             lease: lease.clone(),
             wait_ms: Some(0),
+            mode: LockMode::Exclusive,
         })
         .await?;
     let holder_grant = Grant {

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::airspace::QueryVolume;
 use crate::kv::{Compare, TxnOp};
+use crate::lock_mode::LockMode;
 use crate::priority::Priority;
 use crate::role::Role;
 
@@ -155,7 +156,7 @@ pub enum Op {
         /// The lease to revoke.
         lease: String,
     },
-    /// Take a FIFO lock, or queue for it.
+    /// Take a FIFO lock, exclusive or shared, or queue for it.
     #[op("lock.acquire", Write)]
     LockAcquire {
         /// The lock's name.
@@ -165,6 +166,10 @@ pub enum Op {
         /// Absent: wait while the lease lives. `0`: try once. `n`: wait at most n ms.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// Exclusive (absent, the default) or shared with other shared holders
+        /// ([`crate::LockMode`]).
+        #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+        mode: LockMode,
     },
     /// Release a held lock; the head waiter is granted in the same log entry.
     #[op("lock.release", Write)]
@@ -172,6 +177,39 @@ pub enum Op {
         /// The lock's name.
         name: String,
         /// The lease holding it.
+        lease: String,
+    },
+    /// Make an exclusive hold shared, keeping its token; the shared waiters at the head of the
+    /// queue are granted in the same log entry.
+    #[op("lock.downgrade", Write)]
+    LockDowngrade {
+        /// The lock's name.
+        name: String,
+        /// The lease holding it exclusively.
+        lease: String,
+    },
+    /// Take 1 to [`crate::validate::LOCK_NAMES_MAX`] locks at once, in one mode, with one
+    /// token, or queue for them as a unit: it waits in every name's queue and is granted in
+    /// the entry where it can have all of them.
+    #[op("lock.acquire_all", Write)]
+    LockAcquireAll {
+        /// The locks' names, distinct.
+        names: Vec<String>,
+        /// The lease the locks will be bound to.
+        lease: String,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+        /// As for `lock.acquire`: every name in this mode.
+        #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+        mode: LockMode,
+    },
+    /// Release several held locks together, in one log entry, or none of them.
+    #[op("lock.release_all", Write)]
+    LockReleaseAll {
+        /// The locks' names, distinct.
+        names: Vec<String>,
+        /// The lease holding every one of them.
         lease: String,
     },
     /// Take `permits` of a counting semaphore of capacity `limit`, or queue for them.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::airspace::ConflictInfo;
 use crate::error::ErrorCode;
 use crate::kv::{KvDeleted, KvPage, KvPutDone, KvTxnDone, WatchPage};
+use crate::lock_mode::LockMode;
 use crate::priority::Priority;
 use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
@@ -148,7 +149,8 @@ reply_shapes! {
         KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
         /// `kv.put`: after the other `kv.*` answers, whose `revision` it shares.
         KvPut(KvPutDone) = "a put's revision (`revision`)",
-        /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+        /// `lock.acquire`, `lock.downgrade`, `lock.acquire_all`, `sem.acquire`,
+        /// `waypoint.reserve`, `route.reserve`.
         Granted(Granted) = "a grant (`token`)",
         /// `lease.keepalive`.
         LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
@@ -173,7 +175,8 @@ pub struct LeaseKept {
     pub ttl_ms: u64,
 }
 
-/// The answer to a grant: `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+/// The answer to a grant: `lock.acquire`, `lock.downgrade`, `lock.acquire_all`, `sem.acquire`,
+/// `waypoint.reserve`, `route.reserve`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Granted {
     /// The grant's fencing token.
@@ -452,6 +455,10 @@ pub struct HolderInfo {
     /// routes only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vacate_by_ms: Option<u64>,
+    /// A lock hold's mode: `shared` for a shared hold; absent (exclusive) otherwise, as in the
+    /// request.
+    #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+    pub mode: LockMode,
 }
 
 /// One waiter in an `inspect` result.
@@ -483,6 +490,9 @@ pub struct WaiterInfo {
     /// order, which priority and aging decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// The mode a lock waiter asks for: `shared`, or absent (exclusive), as in the request.
+    #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+    pub mode: LockMode,
 }
 
 impl Response {
@@ -672,6 +682,7 @@ mod tests {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            mode: LockMode::Exclusive,
         }
     }
 
@@ -686,6 +697,7 @@ mod tests {
             end_ms: None,
             volumes: Vec::new(),
             priority: None,
+            mode: LockMode::Exclusive,
         }
     }
 

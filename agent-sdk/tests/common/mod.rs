@@ -380,6 +380,7 @@ impl Fake {
                 ref name,
                 ref lease,
                 wait_ms,
+                ..
             }
             | Op::SemAcquire {
                 ref name,
@@ -450,6 +451,9 @@ impl Fake {
             | Op::AdminAgentList { .. }
             | Op::AdminAgentRemove { .. }
             | Op::AdminAgentRotate { .. }
+            | Op::LockDowngrade { .. }
+            | Op::LockAcquireAll { .. }
+            | Op::LockReleaseAll { .. }
             | Op::RouteReserve { .. }
             | Op::RouteRelease { .. }
             | Op::RouteAmend { .. }

@@ -22,7 +22,7 @@ use hivekeeper_protocol::Volume;
 use hivekeeper_state_machine::M_PER_DEG;
 
 mod city;
-use hivekeeper_protocol::Op;
+use hivekeeper_protocol::{LockMode, Op};
 use hivekeeper_state_machine::{
     AgentRequest, Command, Event, Limits, LogMeta, Reply, StateMachine,
 };
@@ -132,6 +132,7 @@ fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> Op {
         name,
         lease: agent.lease.clone(),
         wait_ms,
+        mode: LockMode::Exclusive,
     }
 }
 

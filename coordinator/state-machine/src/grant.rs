@@ -13,13 +13,15 @@
 //! 1. Every hold and every waiter belongs to a live lease of the same agent (DESIGN.md §5.1: a
 //!    grant is applied only if the waiter's lease is alive in that same entry).
 //! 2. A lease's `holds` and `waits` list exactly the holds and waiters the resources have, and
-//!    the pending-wait index lists each waiter once (`waiting.rs`).
+//!    the pending-wait index lists each waiting request once (a multi-lock once, with all its
+//!    locks, though it waits in each of their queues: `waiting.rs`).
 //! 3. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
 //!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
+//!    A multi-lock's grant is one grant: one token on every lock it takes.
 
 use std::collections::{BTreeSet, HashMap};
 
-use hivekeeper_protocol::{ErrorCode, HolderInfo};
+use hivekeeper_protocol::{ErrorCode, HolderInfo, LockMode};
 use serde::{Deserialize, Serialize};
 
 use crate::dedup::Dedup;
@@ -94,6 +96,7 @@ impl Hold {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            mode: LockMode::Exclusive,
         }
     }
 }
@@ -113,6 +116,10 @@ pub struct Waiter {
     pub since_ms: u64,
     /// Log index of the request that queued it: the order among waiters.
     pub seq: u64,
+    /// The mode a lock waiter asks for; exclusive (and left out of the snapshot) for every
+    /// other kind.
+    #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+    pub mode: LockMode,
 }
 
 /// State shared by every resource kind, each part kept by its concept's file.
@@ -195,36 +202,50 @@ impl Core {
         agent: &Text,
         permits: u32,
     ) -> Hold {
-        self.grant(ctx, key, lease, agent, permits, None)
+        self.grant(ctx, std::slice::from_ref(key), lease, agent, permits, None)
     }
 
-    /// Records a grant of `key` to `lease` of `agent` in the lease, the per-agent counts and
-    /// [`Event::Granted`] (with how long it waited when it comes from a queue, queued at
-    /// `queued_ms`), under a new token: the new hold.
+    /// Grants every one of `keys` (a multi-lock's names, in name order) at once to the
+    /// requester under one token: the caller stores the returned hold on each.
+    pub fn grant_now_all(
+        &mut self,
+        ctx: &mut Ctx,
+        keys: &[ResourceKey],
+        lease: LeaseId,
+        agent: &Text,
+    ) -> Hold {
+        self.grant(ctx, keys, lease, agent, 1, None)
+    }
+
+    /// Records a grant of `keys` (one, or a multi-lock's) to `lease` of `agent` in the lease,
+    /// the per-agent counts and one [`Event::Granted`] per key (with how long it waited when it
+    /// comes from a queue, queued at `queued_ms`), under one new token: the new hold.
     fn grant(
         &mut self,
         ctx: &mut Ctx,
-        key: &ResourceKey,
+        keys: &[ResourceKey],
         lease: LeaseId,
         agent: &Text,
         permits: u32,
         queued_ms: Option<u64>,
     ) -> Hold {
         let token = self.next_token(ctx.index);
-        self.leases
+        let record = self
+            .leases
             .get_mut(&lease)
-            .expect("the lease is alive: checked by the caller, or kept by its queued waiter")
-            .holds
-            .insert(key.clone());
-        self.usage.held(agent);
-        ctx.events.push(Event::Granted {
-            key: key.clone(),
-            agent: agent.clone(),
-            lease,
-            token,
-            waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
-            queued: queued_ms.is_some(),
-        });
+            .expect("the lease is alive: checked by the caller, or kept by its queued waiter");
+        for key in keys {
+            record.holds.insert(key.clone());
+            self.usage.held(agent);
+            ctx.events.push(Event::Granted {
+                key: key.clone(),
+                agent: agent.clone(),
+                lease,
+                token,
+                waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
+                queued: queued_ms.is_some(),
+            });
+        }
         Hold {
             lease,
             agent: agent.clone(),
@@ -244,27 +265,47 @@ impl Core {
         claim: &Claim<'_>,
         permits: u32,
     ) -> Waiter {
+        self.enqueue_all(ctx, std::slice::from_ref(key), claim, permits)
+    }
+
+    /// [`Core::enqueue`] of one request for every one of `keys` (a multi-lock's names, in name
+    /// order) as a unit: one request id waiting in each key's queue, one pending wait (under
+    /// the first key, the others beside it) and one [`Event::Queued`], for the first key. The
+    /// caller appends the waiter to every key's queue.
+    pub fn enqueue_all(
+        &mut self,
+        ctx: &mut Ctx,
+        keys: &[ResourceKey],
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Waiter {
         let Claim {
             agent,
             lease,
             request_id,
             wait_ms,
         } = *claim;
+        let (key, others) = keys
+            .split_first()
+            .expect("a request waits for at least one resource");
         let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
         if let Some(deadline_ms) = deadline_ms {
             self.deadlines.insert(deadline_ms, agent, request_id);
         }
-        self.leases
+        let record = self
+            .leases
             .get_mut(&lease)
-            .expect("the caller checked the lease is live")
-            .waits
-            .insert(key.clone(), request_id.to_string());
+            .expect("the caller checked the lease is live");
+        for key in keys {
+            record.waits.insert(key.clone(), request_id.to_string());
+        }
         self.waiting.entry(agent.clone()).or_default().insert(
             request_id.to_string(),
             Wait {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                others: others.iter().map(|other| other.name.clone()).collect(),
             },
         );
         ctx.events.push(Event::Queued {
@@ -279,6 +320,7 @@ impl Core {
             permits,
             since_ms: ctx.now_ms,
             seq: ctx.index,
+            mode: LockMode::Exclusive,
         }
     }
 
@@ -286,34 +328,51 @@ impl Core {
     /// waiter's lease must be alive: leases are ended (and their waiters removed) before any
     /// grant pass runs.
     pub fn grant_waiter(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter) -> Hold {
-        self.leases
+        self.grant_waiter_all(ctx, std::slice::from_ref(key), waiter)
+    }
+
+    /// [`Core::grant_waiter`] of a request that waited for every one of `keys` (its pending
+    /// wait's keys, [`Core::wait_keys`]), taken from the head of each of their queues: one
+    /// token for all of them, one answer.
+    pub fn grant_waiter_all(
+        &mut self,
+        ctx: &mut Ctx,
+        keys: &[ResourceKey],
+        waiter: Waiter,
+    ) -> Hold {
+        let record = self
+            .leases
             .get_mut(&waiter.lease)
-            .expect("a queued waiter's lease is alive: lease ends remove their waiters first")
-            .waits
-            .remove(key);
+            .expect("a queued waiter's lease is alive: lease ends remove their waiters first");
+        for key in keys {
+            record.waits.remove(key);
+        }
         self.forget_wait(&waiter);
         let (lease, since_ms) = (waiter.lease, Some(waiter.since_ms));
-        let hold = self.grant(ctx, key, lease, &waiter.agent, waiter.permits, since_ms);
+        let hold = self.grant(ctx, keys, lease, &waiter.agent, waiter.permits, since_ms);
         let reply = Reply::Granted { token: hold.token };
-        self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
+        self.respond(ctx, &keys[0], &waiter.agent, waiter.request_id, reply);
         hold
     }
 
-    /// Answers a waiter taken out of its queue without a grant (timeout, lease ended).
+    /// Answers a waiter taken out of the queues of `keys` (its pending wait's keys) without a
+    /// grant (timeout, lease ended).
     pub fn answer_waiter(
         &mut self,
         ctx: &mut Ctx,
-        key: &ResourceKey,
+        keys: &[ResourceKey],
         waiter: Waiter,
         code: ErrorCode,
         message: &str,
     ) {
         if let Some(record) = self.leases.get_mut(&waiter.lease) {
-            record.waits.remove(key);
+            for key in keys {
+                record.waits.remove(key);
+            }
         }
         self.forget_wait(&waiter);
         let reply = Reply::refused(code, message);
-        self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
+        self.respond(ctx, &keys[0], &waiter.agent, waiter.request_id, reply);
     }
 
     /// Records the end of a hold in its lease (if the lease is still there) and in the events.
@@ -426,12 +485,19 @@ impl Core {
                     "{key} waiter {agent}/{request_id} is not what lease {lease} records"
                 ));
             }
-            if !waits_seen.insert((agent.clone(), request_id.clone())) {
-                return Err(violation!("waiter {agent}/{request_id} is queued twice"));
+            if !waits_seen.insert((agent.clone(), request_id.clone(), key.clone())) {
+                return Err(violation!(
+                    "waiter {agent}/{request_id} is queued twice on {key}"
+                ));
             }
         }
         let listed_waits: usize = self.leases.values().map(|lease| lease.waits.len()).sum();
-        let indexed_waits: usize = self.waiting.values().map(PendingWaits::len).sum();
+        let indexed_waits: usize = self
+            .waiting
+            .values()
+            .flatten()
+            .map(|(_, wait)| 1 + wait.others.len())
+            .sum();
         if listed_waits != waits_seen.len() || indexed_waits != waits_seen.len() {
             return Err(violation!(
                 "leases list {listed_waits} waits, the index {indexed_waits}, the queues {}",

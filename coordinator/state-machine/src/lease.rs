@@ -235,15 +235,14 @@ impl StateMachine {
                 touched.insert(key);
             }
             for (key, request_id) in lease.waits {
-                self.remove_waiter(
+                touched.extend(self.remove_waiter(
                     ctx,
                     &key,
                     &lease.agent,
                     &request_id,
                     ErrorCode::LeaseNotFound,
                     "the lease ended while the request waited",
-                );
-                touched.insert(key);
+                ));
             }
             self.core.usage.lease_ended(&lease.agent);
         }

@@ -299,9 +299,23 @@ impl StateMachine {
                 name,
                 lease,
                 wait_ms,
-            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
+                mode,
+            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name, mode),
             Op::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
+            }
+            Op::LockDowngrade { name, lease } => self.lock_downgrade(ctx, agent, &name, &lease),
+            Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                mode,
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                self.lock_acquire_all(ctx, acquire, names, mode)
+            }
+            Op::LockReleaseAll { names, lease } => {
+                self.lock_release_all(ctx, agent, &names, &lease)
             }
             Op::SemAcquire {
                 name,

@@ -1,7 +1,7 @@
 //! A small harness for the unit tests: applies commands at increasing indexes with a clock the
 //! test moves, checks every invariant after every entry, and builds requests tersely.
 
-use hivekeeper_protocol::{Priority, ResourceKind};
+use hivekeeper_protocol::{LockMode, Priority, ResourceKind};
 
 use super::{AgentRequest, Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
 pub use hivekeeper_protocol::Op;
@@ -128,6 +128,40 @@ impl Harness {
         self.sm.query("inspector", &op)
     }
 
+    /// `fence.check` of `token` on lock `name`.
+    pub fn fence_lock(&self, name: &str, token: u64) -> Reply {
+        let op = Op::FenceCheck {
+            name: name.to_string(),
+            kind: ResourceKind::Lock,
+            token,
+        };
+        self.sm.query("inspector", &op)
+    }
+
+    /// Holders of lock `name` as `(agent, token, mode)` and its waiters as `(agent, mode)`, as
+    /// `inspect` shows them.
+    pub fn lock_modes(
+        &self,
+        name: &str,
+    ) -> (Vec<(String, u64, LockMode)>, Vec<(String, LockMode)>) {
+        let op = Op::Inspect {
+            kind: ResourceKind::Lock,
+            name: name.to_string(),
+        };
+        match self.sm.query("inspector", &op) {
+            Reply::Inspect {
+                holders, waiters, ..
+            } => (
+                holders
+                    .into_iter()
+                    .map(|h| (h.agent, h.token, h.mode))
+                    .collect(),
+                waiters.into_iter().map(|w| (w.agent, w.mode)).collect(),
+            ),
+            other => panic!("inspect failed: {other:?}"),
+        }
+    }
+
     /// Holder agents and waiter agents of a resource, as `inspect` shows them.
     pub fn occupants(&self, kind: ResourceKind, name: &str) -> (Vec<String>, Vec<String>) {
         let op = Op::Inspect {
@@ -173,10 +207,45 @@ pub fn refusal(reply: &Reply) -> (hivekeeper_protocol::ErrorCode, &str) {
 }
 
 pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
+    lock_acquire_in(name, lease, wait_ms, LockMode::Exclusive)
+}
+
+/// A `lock.acquire` of `name` in `mode`.
+pub fn lock_acquire_in(name: &str, lease: &str, wait_ms: Option<u64>, mode: LockMode) -> Op {
     Op::LockAcquire {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms,
+        mode,
+    }
+}
+
+/// A shared `lock.acquire` of `name`.
+pub fn lock_shared(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
+    lock_acquire_in(name, lease, wait_ms, LockMode::Shared)
+}
+
+pub fn lock_downgrade(name: &str, lease: &str) -> Op {
+    Op::LockDowngrade {
+        name: name.to_string(),
+        lease: lease.to_string(),
+    }
+}
+
+/// A `lock.acquire_all` of `names` in `mode`.
+pub fn lock_acquire_all(names: &[&str], lease: &str, wait_ms: Option<u64>, mode: LockMode) -> Op {
+    Op::LockAcquireAll {
+        names: names.iter().map(|name| name.to_string()).collect(),
+        lease: lease.to_string(),
+        wait_ms,
+        mode,
+    }
+}
+
+pub fn lock_release_all(names: &[&str], lease: &str) -> Op {
+    Op::LockReleaseAll {
+        names: names.iter().map(|name| name.to_string()).collect(),
+        lease: lease.to_string(),
     }
 }
 
@@ -321,5 +390,54 @@ pub fn route_release(name: &str, lease: &str) -> Op {
     Op::RouteRelease {
         name: name.to_string(),
         lease: lease.to_string(),
+    }
+}
+
+/// The key of lock `name`.
+pub fn lock_key(name: &str) -> super::ResourceKey {
+    super::ResourceKey::new(ResourceKind::Lock, &std::sync::Arc::from(name))
+}
+
+/// `Event::Granted` of lock `name` to `agent`'s lease `lease` (its log position): at once
+/// (`queued: None`) or from the queue after `Some(waited_ms)`.
+pub fn lock_granted(name: &str, agent: &str, lease: u64, token: u64, queued: Option<u64>) -> Event {
+    Event::Granted {
+        key: lock_key(name),
+        agent: agent.into(),
+        lease: LeaseId(lease),
+        token,
+        waited_ms: queued.unwrap_or(0),
+        queued: queued.is_some(),
+    }
+}
+
+/// `Event::Released` of lock `name` by its holder, held `held_ms`.
+pub fn lock_released(name: &str, agent: &str, lease: u64, token: u64, held_ms: u64) -> Event {
+    Event::Released {
+        key: lock_key(name),
+        agent: agent.into(),
+        lease: LeaseId(lease),
+        token,
+        held_ms,
+        reason: super::ReleaseReason::Released,
+    }
+}
+
+/// `Event::Queued` of `agent`'s request `request_id` on lock `name`.
+pub fn lock_queued(name: &str, agent: &str, request_id: &str) -> Event {
+    Event::Queued {
+        key: lock_key(name),
+        agent: agent.into(),
+        request_id: request_id.into(),
+    }
+}
+
+/// `Event::Respond` to `agent`'s request `request_id` that waited on lock `name`.
+pub fn lock_respond(name: &str, agent: &str, request_id: &str, reply: Reply) -> Event {
+    Event::Respond {
+        key: lock_key(name),
+        agent: agent.into(),
+        request_id: request_id.into(),
+        reply,
     }
 }

@@ -22,7 +22,7 @@
 use hivekeeper_protocol::kv::{
     Compare, CompareOp, CompareTarget, Delete, Get, Holder, KeySelector, Put, TxnOp,
 };
-use hivekeeper_protocol::{Op, Priority, ResourceKind, Role, Volume};
+use hivekeeper_protocol::{LockMode, Op, Priority, ResourceKind, Role, Volume};
 use hivekeeper_state_machine::{
     AgentRequest, Command, KV_LIMITS_DEFAULT, KvLimits, LeaseId, Limits, LogMeta, StateMachine,
 };
@@ -150,6 +150,22 @@ fn number() -> BoxedStrategy<u64> {
     .boxed()
 }
 
+/// A lock's mode, exclusive more often than not.
+fn lock_mode() -> BoxedStrategy<LockMode> {
+    prop_oneof![2 => Just(LockMode::Exclusive), 1 => Just(LockMode::Shared)].boxed()
+}
+
+/// A multi-lock's names: none, a few (duplicates sometimes), or more than a multi-lock may
+/// have.
+fn lock_names() -> BoxedStrategy<Vec<String>> {
+    prop_oneof![
+        8 => prop::collection::vec(name(), 1..4),
+        1 => Just(Vec::new()),
+        1 => prop::collection::vec(name(), 64..67),
+    ]
+    .boxed()
+}
+
 fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
 }
@@ -242,9 +258,25 @@ fn agent_op() -> BoxedStrategy<Op> {
         4 => number().prop_map(|ttl_ms| Op::LeaseGrant { ttl_ms }),
         4 => (500..10_000u64).prop_map(|ttl_ms| Op::LeaseGrant { ttl_ms }),
         2 => lease().prop_map(|lease| Op::LeaseRevoke { lease }),
-        4 => (name(), lease(), wait_ms())
-            .prop_map(|(name, lease, wait_ms)| Op::LockAcquire { name, lease, wait_ms }),
+        4 => (name(), lease(), wait_ms(), lock_mode())
+            .prop_map(|(name, lease, wait_ms, mode)| Op::LockAcquire {
+                name,
+                lease,
+                wait_ms,
+                mode,
+            }),
         3 => (name(), lease()).prop_map(|(name, lease)| Op::LockRelease { name, lease }),
+        2 => (name(), lease()).prop_map(|(name, lease)| Op::LockDowngrade { name, lease }),
+        3 => (lock_names(), lease(), wait_ms(), lock_mode()).prop_map(
+            |(names, lease, wait_ms, mode)| Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                mode,
+            }
+        ),
+        2 => (lock_names(), lease())
+            .prop_map(|(names, lease)| Op::LockReleaseAll { names, lease }),
         4 => (name(), count(), lease(), count(), wait_ms()).prop_map(
             |(name, limit, lease, permits, wait_ms)| Op::SemAcquire {
                 name,
@@ -647,9 +679,28 @@ fn busy_snapshot() -> Vec<u8> {
         name: "l".into(),
         lease: lease.into(),
         wait_ms,
+        mode: LockMode::Exclusive,
     };
     apply("a", "l1", lock(&a, None));
     apply("b", "l2", lock(&b, Some(1_000)));
+    // Two shared holders, a multi-lock held, and one waiting on a lock it makes holder-less,
+    // so that mutations reach modes and multi-locks too.
+    let shared = |lease: &str| Op::LockAcquire {
+        name: "r".into(),
+        lease: lease.into(),
+        wait_ms: None,
+        mode: LockMode::Shared,
+    };
+    let all = |names: [&str; 2], lease: &str| Op::LockAcquireAll {
+        names: names.map(str::to_string).to_vec(),
+        lease: lease.into(),
+        wait_ms: Some(1_000),
+        mode: LockMode::Exclusive,
+    };
+    apply("a", "r1", shared(&a));
+    apply("b", "r2", shared(&b));
+    apply("a", "m1", all(["m", "n"], &a));
+    apply("b", "m2", all(["o", "n"], &b));
     let sem = |lease: &str| Op::SemAcquire {
         name: "s".into(),
         limit: 2,

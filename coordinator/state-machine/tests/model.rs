@@ -45,10 +45,10 @@
 
 use std::collections::BTreeMap;
 
-use hivekeeper_protocol::Op;
 use hivekeeper_protocol::{
     Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
 };
+use hivekeeper_protocol::{LockMode, Op};
 use hivekeeper_state_machine::{
     AgentRequest, Command, Event, IDLE_CLOCK_STEP_MS_MAX, LeaseEnd, LeaseId, Limits, LogMeta,
     ReleaseReason, Reply, ResourceKey, StateMachine,
@@ -1215,6 +1215,7 @@ impl Model {
                 name,
                 lease,
                 wait_ms,
+                ..
             } => self.lock_acquire(agent, id, name, lease, *wait_ms),
             Op::LockRelease { name, lease } => self.release(ResourceKind::Lock, agent, name, lease),
             Op::SemAcquire {
@@ -2411,6 +2412,7 @@ impl Model {
                     volumes: hold.volumes.clone(),
                     priority: (hold.priority > 0).then(|| priority(hold.priority)),
                     vacate_by_ms: hold.vacate_by_ms,
+                    mode: LockMode::Exclusive,
                 })
                 .collect(),
             waiters: self
@@ -2427,6 +2429,7 @@ impl Model {
                     end_ms: w.window.and_then(|(_, end_ms)| end_ms),
                     volumes: w.volumes.clone(),
                     priority: (w.priority > 0).then(|| priority(w.priority)),
+                    mode: LockMode::Exclusive,
                 })
                 .collect(),
         }
@@ -3384,6 +3387,7 @@ impl Harness {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
                 wait_ms: wait.wait_ms(),
+                mode: LockMode::Exclusive,
             },
             OpSpec::LockRelease { name, lease: pick } => Op::LockRelease {
                 name: LOCK_NAMES[*name].to_string(),
@@ -3633,6 +3637,7 @@ fn malformed_op(which: usize, lease: String) -> Op {
             name: "alpha".into(),
             lease,
             wait_ms: Some(WAIT_MS_MAX + 1),
+            mode: LockMode::Exclusive,
         },
         _ => Op::SemAcquire {
             name: "pool".into(),

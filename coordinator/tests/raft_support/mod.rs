@@ -10,7 +10,7 @@ use std::time::Duration;
 use hivekeeper_coordinator::raft::{self, Applied, AppliedReceiver, RaftConfig, RaftHandle};
 use hivekeeper_coordinator::state_machine::{AgentRequest, LeaseId};
 use hivekeeper_coordinator::{Command, Reply};
-use hivekeeper_protocol::Op;
+use hivekeeper_protocol::{LockMode, Op};
 
 /// Every wait in these tests is bounded by this, in seconds; a hang is a failure, not a stuck
 /// CI job.
@@ -42,6 +42,7 @@ pub fn lock_try(name: &str, lease: &str) -> Op {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms: Some(0),
+        mode: LockMode::Exclusive,
     }
 }
 

@@ -12,6 +12,9 @@ impl Op {
             | Op::LeaseRevoke { lease }
             | Op::LockAcquire { lease, .. }
             | Op::LockRelease { lease, .. }
+            | Op::LockDowngrade { lease, .. }
+            | Op::LockAcquireAll { lease, .. }
+            | Op::LockReleaseAll { lease, .. }
             | Op::SemAcquire { lease, .. }
             | Op::SemRelease { lease, .. }
             | Op::WaypointReserve { lease, .. }
@@ -63,6 +66,7 @@ impl Op {
     pub fn wait_ms(&self) -> Option<u64> {
         match self {
             Op::LockAcquire { wait_ms, .. }
+            | Op::LockAcquireAll { wait_ms, .. }
             | Op::SemAcquire { wait_ms, .. }
             | Op::WaypointReserve { wait_ms, .. }
             | Op::RouteReserve { wait_ms, .. } => *wait_ms,

@@ -55,10 +55,14 @@ impl Op {
             | Op::AdminAgentList { .. } => self.validate_account()?,
             Op::LockAcquire { name, .. }
             | Op::LockRelease { name, .. }
+            | Op::LockDowngrade { name, .. }
             | Op::SemRelease { name, .. }
             | Op::WaypointRelease { name, .. }
             | Op::RouteRelease { name, .. }
             | Op::Inspect { name, .. } => validate::name("name", name)?,
+            Op::LockAcquireAll { names, .. } | Op::LockReleaseAll { names, .. } => {
+                validate::lock_names(names)?
+            }
             Op::RouteReserve { name, volumes, .. } | Op::RouteAmend { name, volumes, .. } => {
                 validate::name("name", name)?;
                 validate::volumes(volumes)?;
