@@ -12,8 +12,8 @@ use hivekeeper_protocol::kv::{
     PutResult, RangePage, TxnOp, TxnResult, WatchPage,
 };
 use hivekeeper_protocol::validate::{
-    AGENT_ID_BYTES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX, SEM_LIMIT_MAX,
-    WAIT_MS_MAX,
+    AGENT_ID_BYTES_MAX, LOCK_NAMES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX,
+    SEM_LIMIT_MAX, WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
     AccountInfo, AccountIssued, AccountPage, Area, ConflictInfo, ConflictPage, Done, ErrorBody,
@@ -22,7 +22,7 @@ use hivekeeper_protocol::{
     ReplicationInfo, Request, ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response,
     Role, SnapshotPage, StatusReport, Success, Topics, Volume, WaiterInfo,
 };
-use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
+use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone, LockMode};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -185,6 +185,7 @@ fn op_lock_acquire() {
                 name: "gateway/config".into(),
                 lease: "L-17".into(),
                 wait_ms: None,
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r4", "op": "lock.acquire", "name": "gateway/config", "lease": "L-17"}),
@@ -198,6 +199,7 @@ fn op_lock_acquire() {
                 name: "door".into(),
                 lease: "L-17".into(),
                 wait_ms: Some(0),
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r5", "op": "lock.acquire", "name": "door", "lease": "L-17", "wait_ms": 0}),
@@ -211,6 +213,7 @@ fn op_lock_acquire() {
                 name: "door".into(),
                 lease: "L-17".into(),
                 wait_ms: Some(WAIT_MS_MAX),
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r6", "op": "lock.acquire", "name": "door", "lease": "L-17",
@@ -225,6 +228,7 @@ fn op_lock_acquire() {
                 name: "door".into(),
                 lease: "L".into(),
                 wait_ms: None,
+                mode: LockMode::Exclusive,
             },
         )
     );
@@ -242,6 +246,132 @@ fn op_lock_release() {
             },
         ),
         &json!({"id": "r8", "op": "lock.release", "name": "door", "lease": "L-17"}),
+    );
+}
+
+/// `mode` is `exclusive` by default and then never sent; `shared` is sent.
+#[test]
+fn op_lock_acquire_with_a_mode() {
+    assert_request(
+        r#"{"id":"r8s","op":"lock.acquire","name":"db","lease":"L-17","mode":"shared"}"#,
+        &req(
+            "r8s",
+            Op::LockAcquire {
+                name: "db".into(),
+                lease: "L-17".into(),
+                wait_ms: None,
+                mode: LockMode::Shared,
+            },
+        ),
+        &json!({"id": "r8s", "op": "lock.acquire", "name": "db", "lease": "L-17",
+                "mode": "shared"}),
+    );
+    // An explicit exclusive is the default: read, and left out when written.
+    let exclusive =
+        decode_ok(r#"{"id":"r8e","op":"lock.acquire","name":"db","lease":"L","mode":"exclusive"}"#);
+    assert_eq!(
+        serde_json::to_value(&exclusive).expect("encodes"),
+        json!({"id": "r8e", "op": "lock.acquire", "name": "db", "lease": "L"})
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"lock.acquire","name":"db","lease":"L","mode":"read"}"#,
+        Some("7"),
+        "lock.acquire: ",
+        &["unknown variant `read`, expected `exclusive` or `shared`"],
+    );
+}
+
+#[test]
+fn op_lock_downgrade() {
+    assert_request(
+        r#"{"id":"r8d","op":"lock.downgrade","name":"db","lease":"L-17"}"#,
+        &req(
+            "r8d",
+            Op::LockDowngrade {
+                name: "db".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r8d", "op": "lock.downgrade", "name": "db", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_lock_acquire_all_and_release_all() {
+    assert_request(
+        r#"{"id":"r8m","op":"lock.acquire_all","names":["bay/1","door"],"lease":"L-17"}"#,
+        &req(
+            "r8m",
+            Op::LockAcquireAll {
+                names: vec!["bay/1".into(), "door".into()],
+                lease: "L-17".into(),
+                wait_ms: None,
+                mode: LockMode::Exclusive,
+            },
+        ),
+        &json!({"id": "r8m", "op": "lock.acquire_all", "names": ["bay/1", "door"],
+                "lease": "L-17"}),
+    );
+    assert_request(
+        r#"{"id":"r8n","op":"lock.acquire_all","names":["db"],"lease":"L-17","wait_ms":0,"mode":"shared"}"#,
+        &req(
+            "r8n",
+            Op::LockAcquireAll {
+                names: vec!["db".into()],
+                lease: "L-17".into(),
+                wait_ms: Some(0),
+                mode: LockMode::Shared,
+            },
+        ),
+        &json!({"id": "r8n", "op": "lock.acquire_all", "names": ["db"], "lease": "L-17",
+                "wait_ms": 0, "mode": "shared"}),
+    );
+    assert_request(
+        r#"{"id":"r8r","op":"lock.release_all","names":["door","bay/1"],"lease":"L-17"}"#,
+        &req(
+            "r8r",
+            Op::LockReleaseAll {
+                names: vec!["door".into(), "bay/1".into()],
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r8r", "op": "lock.release_all", "names": ["door", "bay/1"],
+                "lease": "L-17"}),
+    );
+}
+
+/// A multi-lock names 1 to `LOCK_NAMES_MAX` distinct locks, each a resource name.
+#[test]
+fn bad_request_lock_names() {
+    let all = |names: Value| {
+        json!({"id": "7", "op": "lock.acquire_all", "names": names, "lease": "L"}).to_string()
+    };
+    bad(
+        &all(json!([])),
+        Some("7"),
+        "lock.acquire_all: `names` has 0 names, a multi-lock takes 1 to 64",
+    );
+    let many: Vec<String> = (0..=LOCK_NAMES_MAX).map(|i| format!("l{i}")).collect();
+    bad(
+        &all(json!(many)),
+        Some("7"),
+        "lock.acquire_all: `names` has 65 names, a multi-lock takes 1 to 64",
+    );
+    bad(
+        &all(json!(["a", "b", "a"])),
+        Some("7"),
+        "lock.acquire_all: `names` has \"a\" twice; name each lock once",
+    );
+    bad(
+        &json!({"id": "7", "op": "lock.release_all", "names": ["a", ""], "lease": "L"}).to_string(),
+        Some("7"),
+        "lock.release_all: `names[1]` must not be empty",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"lock.release_all","names":"a","lease":"L"}"#,
+        Some("7"),
+        "lock.release_all: ",
+        &["invalid type: string \"a\", expected a sequence"],
     );
 }
 
@@ -1450,6 +1580,21 @@ fn op_names_are_complete_and_consistent() {
             true,
         ),
         (
+            r#"{"id":"a","op":"lock.downgrade","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"lock.acquire_all","names":["n"],"lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"lock.release_all","names":["n"],"lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
             r#"{"id":"a","op":"sem.acquire","name":"n","limit":2,"lease":"L","wait_ms":7}"#,
             Some("L"),
             true,
@@ -1560,6 +1705,7 @@ fn op_names_are_complete_and_consistent() {
         assert_eq!(request.op.lease(), *lease, "{name}");
         assert_eq!(request.op.is_write(), *is_write, "{name}");
         let expected_wait = if name.ends_with(".acquire")
+            || name == "lock.acquire_all"
             || name == "waypoint.reserve"
             || name == "route.reserve"
         {
@@ -1577,6 +1723,9 @@ fn op_names_are_complete_and_consistent() {
             "lease.revoke",
             "lock.acquire",
             "lock.release",
+            "lock.downgrade",
+            "lock.acquire_all",
+            "lock.release_all",
             "sem.acquire",
             "sem.release",
             "waypoint.reserve",
@@ -1731,7 +1880,8 @@ fn error_code_unknown_op() {
         Some("7"),
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
-         lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
+         lock.acquire, lock.release, lock.downgrade, lock.acquire_all, lock.release_all, \
+         sem.acquire, sem.release, waypoint.reserve, \
          waypoint.release, route.reserve, route.release, route.amend, airspace.query, \
          fence.check, inspect, \
          admin.status, admin.leases, admin.resources, admin.snapshot, \
@@ -2162,7 +2312,8 @@ fn bad_request_unknown_fields() {
     bad(
         r#"{"id":"7","op":"lock.acquire","name":"n","lease":"L","wiat_ms":5}"#,
         Some("7"),
-        "lock.acquire: unknown field `wiat_ms`, expected one of `name`, `lease`, `wait_ms`",
+        "lock.acquire: unknown field `wiat_ms`, expected one of `name`, `lease`, `wait_ms`, \
+         `mode`",
     );
 }
 
@@ -2613,6 +2764,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         volumes: Vec::new(),
         priority: None,
         vacate_by_ms: None,
+        mode: LockMode::Exclusive,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2709,6 +2861,7 @@ fn success_inspect_waypoint_with_windows() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                mode: LockMode::Exclusive,
             }],
             waiters: vec![
                 WaiterInfo {
@@ -2721,6 +2874,7 @@ fn success_inspect_waypoint_with_windows() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    mode: LockMode::Exclusive,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2740,6 +2894,7 @@ fn success_inspect_waypoint_with_windows() {
                         end_ms: 3_000,
                     }],
                     priority: None,
+                    mode: LockMode::Exclusive,
                 },
             ],
             holders_total: None,
@@ -2788,6 +2943,7 @@ fn success_inspect_waypoint_with_geometry() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                mode: LockMode::Exclusive,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2799,6 +2955,7 @@ fn success_inspect_waypoint_with_geometry() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
+                mode: LockMode::Exclusive,
             }],
             holders_total: None,
             waiters_total: None,
@@ -2835,6 +2992,7 @@ fn success_inspect_lock() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                mode: LockMode::Exclusive,
             }],
             waiters: vec![
                 WaiterInfo {
@@ -2847,6 +3005,7 @@ fn success_inspect_lock() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    mode: LockMode::Exclusive,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2858,6 +3017,7 @@ fn success_inspect_lock() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    mode: LockMode::Exclusive,
                 },
             ],
             holders_total: None,
@@ -2875,6 +3035,69 @@ fn success_inspect_lock() {
             "waiters": [
                 {"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64},
                 {"agent": "drone-3", "position": 2, "since_ms": 1_764_500_000_200_u64}
+            ]
+        }),
+    );
+}
+
+/// A lock held shared: each holder and each shared waiter says `"mode":"shared"`; an
+/// exclusive waiter says nothing, as in its request.
+#[test]
+fn success_inspect_lock_held_shared() {
+    let holder = |agent: &str, lease: &str, token: u64| HolderInfo {
+        agent: agent.into(),
+        lease: lease.into(),
+        token,
+        permits: None,
+        since_ms: 1_764_500_000_000,
+        area: None,
+        start_ms: None,
+        end_ms: None,
+        volumes: Vec::new(),
+        priority: None,
+        vacate_by_ms: None,
+        mode: LockMode::Shared,
+    };
+    let waiter = |agent: &str, position: u32, mode: LockMode| WaiterInfo {
+        agent: agent.into(),
+        position,
+        permits: None,
+        since_ms: 1_764_500_000_100,
+        area: None,
+        start_ms: None,
+        end_ms: None,
+        volumes: Vec::new(),
+        priority: None,
+        mode,
+    };
+    let response = Response::ok(
+        "r22s",
+        Inspection {
+            limit: None,
+            holders: vec![holder("drone-7", "L-17", 42), holder("drone-8", "L-18", 43)],
+            waiters: vec![
+                waiter("drone-9", 1, LockMode::Exclusive),
+                waiter("drone-3", 2, LockMode::Shared),
+            ],
+            holders_total: None,
+            waiters_total: None,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r22s",
+            "ok": true,
+            "holders": [
+                {"agent": "drone-7", "lease": "L-17", "token": 42,
+                 "since_ms": 1_764_500_000_000_u64, "mode": "shared"},
+                {"agent": "drone-8", "lease": "L-18", "token": 43,
+                 "since_ms": 1_764_500_000_000_u64, "mode": "shared"}
+            ],
+            "waiters": [
+                {"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64},
+                {"agent": "drone-3", "position": 2, "since_ms": 1_764_500_000_100_u64,
+                 "mode": "shared"}
             ]
         }),
     );
@@ -2899,6 +3122,7 @@ fn success_inspect_sem() {
                     volumes: Vec::new(),
                     priority: None,
                     vacate_by_ms: None,
+                    mode: LockMode::Exclusive,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -2912,6 +3136,7 @@ fn success_inspect_sem() {
                     volumes: Vec::new(),
                     priority: None,
                     vacate_by_ms: None,
+                    mode: LockMode::Exclusive,
                 },
             ],
             waiters: vec![WaiterInfo {
@@ -2924,6 +3149,7 @@ fn success_inspect_sem() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
+                mode: LockMode::Exclusive,
             }],
             holders_total: None,
             waiters_total: None,
@@ -3234,6 +3460,7 @@ fn success_inspect_waypoint_with_priorities() {
                 volumes: Vec::new(),
                 priority: Some(Priority::new(1).expect("a level")),
                 vacate_by_ms: Some(6_000),
+                mode: LockMode::Exclusive,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -3245,6 +3472,7 @@ fn success_inspect_waypoint_with_priorities() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: Some(Priority::EMERGENCY),
+                mode: LockMode::Exclusive,
             }],
             holders_total: None,
             waiters_total: None,
