@@ -22,7 +22,7 @@
 //! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
 //!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
-//!   included, by fencing token (each hold has its own). The machine has no public count of
+//!   included, by fencing token (each grant has its own; a multi-lock's is on each of its locks). The machine has no public count of
 //!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
 //!   until a later entry grants them again; a release of such a hold is ignored rather than
 //!   driving the gauge below zero.
@@ -334,10 +334,11 @@ pub(super) fn keepalive_ttl_used(
 /// The gauges' bookkeeping, owned by the fan-out.
 #[derive(Debug, Default)]
 pub(super) struct NodeMetrics {
-    /// The kind of every hold seen granted and not yet released, by fencing token (tokens are
-    /// unique across the machine): `hivekeeper_resource_held` is its size per kind, and a
-    /// release of a hold never seen granted is ignored.
-    holds: HashMap<u64, ResourceKind>,
+    /// The kind and number of the holds seen granted and not yet released, by fencing token
+    /// (a token is one grant's: one hold, or one per lock of a multi-lock):
+    /// `hivekeeper_resource_held` is their count per kind, and a release of a hold never seen
+    /// granted is ignored.
+    holds: HashMap<u64, (ResourceKind, u32)>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
     held: [u64; 3],
 }
@@ -406,10 +407,9 @@ impl NodeMetrics {
                     queued,
                     ..
                 } => {
-                    if self.holds.insert(*token, key.kind).is_none() {
-                        self.held[slot(key.kind)] += 1;
-                        held_changed = true;
-                    }
+                    self.holds.entry(*token).or_insert((key.kind, 0)).1 += 1;
+                    self.held[slot(key.kind)] += 1;
+                    held_changed = true;
                     if !replayed {
                         let kind = kind_label(key.kind);
                         counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind).increment(1);
@@ -427,9 +427,13 @@ impl NodeMetrics {
                     reason,
                     ..
                 } => {
-                    if let Some(kind) = self.holds.remove(token) {
-                        self.held[slot(kind)] -= 1;
+                    if let Some((kind, count)) = self.holds.get_mut(token) {
+                        self.held[slot(*kind)] -= 1;
                         held_changed = true;
+                        *count -= 1;
+                        if *count == 0 {
+                            self.holds.remove(token);
+                        }
                     }
                     if !replayed {
                         let kind = kind_label(key.kind);
@@ -494,5 +498,58 @@ impl NodeMetrics {
         for kind in KINDS {
             gauge!(RESOURCE_HELD, "kind" => kind_label(kind)).set(self.held[slot(kind)] as f64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::state_machine::LeaseId;
+
+    fn lock(name: &str) -> ResourceKey {
+        ResourceKey::new(ResourceKind::Lock, &Arc::from(name))
+    }
+
+    fn granted(name: &str) -> Event {
+        Event::Granted {
+            key: lock(name),
+            agent: "m".into(),
+            lease: LeaseId(1),
+            token: 7 << 16,
+            waited_ms: 0,
+            queued: false,
+        }
+    }
+
+    fn released(name: &str) -> Event {
+        Event::Released {
+            key: lock(name),
+            agent: "m".into(),
+            lease: LeaseId(1),
+            token: 7 << 16,
+            held_ms: 0,
+            reason: ReleaseReason::Released,
+        }
+    }
+
+    /// A multi-lock's one token is on each of its locks: each is a hold until released.
+    #[test]
+    fn a_multi_lock_is_one_held_lock_per_lock_until_each_is_released() {
+        let mut metrics = NodeMetrics::default();
+        metrics.entry(&[granted("a"), granted("b")], true);
+        assert_eq!(metrics.held, [2, 0, 0]);
+        metrics.entry(&[released("a")], true);
+        assert_eq!(metrics.held, [1, 0, 0]);
+        metrics.entry(&[released("b")], true);
+        assert_eq!(metrics.held, [0, 0, 0]);
+        assert!(metrics.holds.is_empty());
+        metrics.entry(&[released("b")], true);
+        assert_eq!(
+            metrics.held,
+            [0, 0, 0],
+            "a release never seen granted is ignored"
+        );
     }
 }
