@@ -1,7 +1,8 @@
 //! Model-based test of the coordinator's state machine (DESIGN.md §6, step 2).
 //!
 //! proptest draws random logs (up to 6 opening lease grants, then 1 to 120 steps) over a small
-//! universe: 4 agents, 2 lock names, 2 semaphore names with capacities 2 and 3 and weighted
+//! universe: 4 agents, 3 lock names (held exclusive or shared, downgraded, and taken and
+//! released several at once as multi-locks), 2 semaphore names with capacities 2 and 3 and weighted
 //! requests, 4 waypoint names with cylinders a few metres apart (some with altitude bands, some
 //! across a cell boundary of the machine's grid, a pair across the antimeridian and one across
 //! the pole, and reservations without geometry), with time windows (overlapping, touching, in
@@ -64,11 +65,11 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 
 const AGENTS: [&str; 4] = ["a0", "a1", "a2", "a3"];
 /// "alpha" is a lock, a semaphore and a waypoint: the three kinds must not share state.
-const LOCK_NAMES: [&str; 2] = ["alpha", "beta"];
+const LOCK_NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 const SEM_NAMES: [&str; 2] = ["alpha", "pool"];
 const SEM_LIMITS: [u32; 2] = [2, 3];
 const WAYPOINT_NAMES: [&str; 4] = ["alpha", "pad1", "pad2", "pad3"];
-const ALL_NAMES: [&str; 6] = ["alpha", "beta", "pool", "pad1", "pad2", "pad3"];
+const ALL_NAMES: [&str; 7] = ["alpha", "beta", "gamma", "pool", "pad1", "pad2", "pad3"];
 const KINDS: [ResourceKind; 3] = [
     ResourceKind::Lock,
     ResourceKind::Sem,
@@ -412,6 +413,11 @@ enum Action {
         narrow: bool,
         queue: Option<(usize, usize)>,
     },
+    /// The lease of the `back`-th most recent lock hold releases every lock it holds with
+    /// `lock.release_all` (several grants at once, often).
+    ReleaseHeldLocks {
+        back: usize,
+    },
     /// The leader's reservation expiry: ends every window whose end has passed.
     ExpireReservations {
         term: TermPick,
@@ -467,9 +473,25 @@ enum OpSpec {
         name: usize,
         lease: LeasePick,
         wait: WaitSpec,
+        shared: bool,
     },
     LockRelease {
         name: usize,
+        lease: LeasePick,
+    },
+    LockDowngrade {
+        name: usize,
+        lease: LeasePick,
+    },
+    /// A multi-lock of `names` (indexes into [`LOCK_NAMES`]; one named twice is refused).
+    LockAcquireAll {
+        names: Vec<usize>,
+        lease: LeasePick,
+        wait: WaitSpec,
+        shared: bool,
+    },
+    LockReleaseAll {
+        names: Vec<usize>,
         lease: LeasePick,
     },
     SemAcquire {
@@ -598,10 +620,27 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
         24 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
         3 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
         2 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
-        12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
-            .prop_map(|(name, lease, wait)| OpSpec::LockAcquire { name, lease, wait }),
+        12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec(), prop::bool::weighted(0.5))
+            .prop_map(|(name, lease, wait, shared)| OpSpec::LockAcquire {
+                name,
+                lease,
+                wait,
+                shared
+            }),
         6 => (0..LOCK_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::LockRelease { name, lease }),
+        2 => (0..LOCK_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::LockDowngrade { name, lease }),
+        4 => (lock_name_set(), lease_pick(), wait_spec(), prop::bool::weighted(0.5)).prop_map(
+            |(names, lease, wait, shared)| OpSpec::LockAcquireAll {
+                names,
+                lease,
+                wait,
+                shared
+            }
+        ),
+        3 => (lock_name_set(), release_lease_pick())
+            .prop_map(|(names, lease)| OpSpec::LockReleaseAll { names, lease }),
         12 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), 1..=3u32, lease_pick(), wait_spec())
             .prop_map(|(name, limit, permits, lease, wait)| OpSpec::SemAcquire {
                 name,
@@ -648,6 +687,17 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
                 priority
             }
         ),
+    ]
+    .boxed()
+}
+
+/// A multi-lock's names: 1 to 3 distinct lock names in any order, or now and then one named
+/// twice (`bad_request`).
+fn lock_name_set() -> BoxedStrategy<Vec<usize>> {
+    prop_oneof![
+        12 => prop::sample::subsequence((0..LOCK_NAMES.len()).collect::<Vec<_>>(), 1..=3)
+            .prop_shuffle(),
+        1 => (0..LOCK_NAMES.len()).prop_map(|name| vec![name, name]),
     ]
     .boxed()
 }
@@ -710,6 +760,7 @@ fn action() -> BoxedStrategy<Action> {
             }),
         8 => (0..4usize, legs(), priority_level())
             .prop_map(|(back, legs, priority)| Action::AmendHeldRoute { back, legs, priority }),
+        3 => (0..4usize).prop_map(|back| Action::ReleaseHeldLocks { back }),
         6 => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireReservationsAtEnd { back, early_ms }),
         3 => Just(Action::Restore),
@@ -983,6 +1034,8 @@ struct ModelHold {
     priority: u8,
     /// When a preempted reservation is ended unless released.
     vacate_by_ms: Option<u64>,
+    /// A lock hold's mode (exclusive for every other kind).
+    mode: LockMode,
 }
 
 /// A queued request. The model keeps every waiter of every kind in one `Vec`, in arrival
@@ -1008,6 +1061,11 @@ struct ModelWaiter {
     priority: u8,
     /// Its priority times `reservation_aging_ms` when it was queued.
     head_start_ms: u64,
+    /// A lock request's mode (exclusive for every other kind).
+    mode: LockMode,
+    /// A lock request's locks, in name order (`name` is the first); it waits in each one's
+    /// queue. Empty for every other kind.
+    lock_names: Vec<String>,
 }
 
 impl ModelWaiter {
@@ -1215,9 +1273,23 @@ impl Model {
                 name,
                 lease,
                 wait_ms,
-                ..
-            } => self.lock_acquire(agent, id, name, lease, *wait_ms),
+                mode,
+            } => self.lock_acquire(
+                agent,
+                id,
+                std::slice::from_ref(name),
+                lease,
+                (*wait_ms, *mode),
+            ),
             Op::LockRelease { name, lease } => self.release(ResourceKind::Lock, agent, name, lease),
+            Op::LockDowngrade { name, lease } => self.lock_downgrade(agent, name, lease),
+            Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                mode,
+            } => self.lock_acquire(agent, id, names, lease, (*wait_ms, *mode)),
+            Op::LockReleaseAll { names, lease } => self.lock_release_all(agent, names, lease),
             Op::SemAcquire {
                 name,
                 limit,
@@ -1525,10 +1597,11 @@ impl Model {
             .filter(move |hold| hold.kind == kind && hold.name == name)
     }
 
+    /// A resource's waiters, in arrival order: a multi-lock is a waiter of each of its locks.
     fn waiters_of(&self, kind: ResourceKind, name: &str) -> impl Iterator<Item = &ModelWaiter> {
-        self.waiters
-            .iter()
-            .filter(move |w| w.kind == kind && w.name == name)
+        self.waiters.iter().filter(move |w| {
+            w.kind == kind && (w.name == name || w.lock_names.iter().any(|lock| lock == name))
+        })
     }
 
     /// A resource's queue, head first: arrival order, except that waypoint waiters go by
@@ -1705,7 +1778,10 @@ impl Model {
             .holds
             .iter()
             .map(|hold| (hold.kind, hold.name.as_str()))
-            .chain(self.waiters.iter().map(|w| (w.kind, w.name.as_str())));
+            .chain(self.waiters.iter().flat_map(|w| {
+                let locks = w.lock_names.iter().map(move |name| (w.kind, name.as_str()));
+                std::iter::once((w.kind, w.name.as_str())).chain(locks)
+            }));
         for (kind, name) in lock_and_sem_users {
             if kind == ResourceKind::Waypoint {
                 waypoints += 1;
@@ -1749,6 +1825,7 @@ impl Model {
             volumes: Vec::new(),
             priority: 0,
             vacate_by_ms: None,
+            mode: LockMode::Exclusive,
         });
         self.tokens_granted.push((kind, name.to_string(), token));
         Outcome::Granted { token }
@@ -1784,64 +1861,168 @@ impl Model {
             volumes: Vec::new(),
             priority: 0,
             head_start_ms: 0,
+            mode: LockMode::Exclusive,
+            lock_names: Vec::new(),
         });
         Outcome::Queued
     }
 
+    /// `lock.acquire` (one name) and `lock.acquire_all`, naively: what the lease holds or
+    /// waits for first, then granted at once when no lock has a waiter and every lock's
+    /// holders admit the mode, else queued as one waiter of every lock.
     fn lock_acquire(
         &mut self,
         agent: &str,
         request_id: &str,
-        name: &str,
+        names: &[String],
         lease: &str,
-        wait_ms: Option<u64>,
+        (wait_ms, mode): (Option<u64>, LockMode),
     ) -> Outcome {
         let lease = match self.live_lease(agent, lease) {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
         let kind = ResourceKind::Lock;
-        let Some(holder) = self.holds_of(kind, name).next() else {
-            if self.over_holds_quota(agent) {
-                return refused(ErrorCode::ResourceExhausted);
-            }
-            if self.resources_in_use() >= self.limits.resources_max as usize {
-                return refused(ErrorCode::ResourceExhausted);
-            }
-            return self.grant_now(kind, name, lease, agent, 1, 0, None, None);
-        };
-        if holder.lease == lease {
-            return Outcome::Granted {
-                token: holder.token,
+        let mut names = names.to_vec();
+        names.sort();
+        let held: Vec<&ModelHold> = names
+            .iter()
+            .filter_map(|name| self.holds_of(kind, name).find(|hold| hold.lease == lease))
+            .collect();
+        if let Some(first) = held.first() {
+            let one_grant = held.len() == names.len()
+                && held
+                    .iter()
+                    .all(|hold| hold.token == first.token && hold.mode == mode);
+            return if one_grant {
+                Outcome::Granted { token: first.token }
+            } else {
+                refused(ErrorCode::BadRequest)
             };
         }
-        if self.is_waiting(lease, kind, name) {
-            return self.take_over(
-                kind,
-                name,
-                lease,
-                request_id,
-                1,
-                None,
-                wait_ms,
-                (None, None),
-            );
+        let waiting = self.waiters.iter().position(|w| {
+            w.kind == kind && w.lease == lease && w.lock_names.iter().any(|n| names.contains(n))
+        });
+        if let Some(position) = waiting {
+            let waiter = self.waiters[position].clone();
+            if waiter.lock_names != names || waiter.mode != mode {
+                return refused(ErrorCode::BadRequest);
+            }
+            if wait_ms == Some(0) {
+                return refused(ErrorCode::WouldBlock);
+            }
+            self.respond(&waiter, refused(ErrorCode::Timeout));
+            let now_ms = self.now_ms;
+            let moved = &mut self.waiters[position];
+            moved.request_id = request_id.to_string();
+            moved.deadline_ms = wait_ms.map(|wait_ms| now_ms + wait_ms);
+            return Outcome::Queued;
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, names.len()) {
             return refused(ErrorCode::ResourceExhausted);
+        }
+        let unused = names
+            .iter()
+            .filter(|name| {
+                self.holds_of(kind, name).next().is_none()
+                    && self.waiters_of(kind, name).next().is_none()
+            })
+            .count();
+        let resources_full =
+            unused > 0 && self.resources_in_use() + unused > self.limits.resources_max as usize;
+        let free = names.iter().all(|name| {
+            self.waiters_of(kind, name).next().is_none()
+                && self.holds_of(kind, name).all(|hold| mode.admits(hold.mode))
+        });
+        if free {
+            if resources_full {
+                return refused(ErrorCode::ResourceExhausted);
+            }
+            let token = self.next_token();
+            for name in &names {
+                self.holds.push(ModelHold {
+                    kind,
+                    name: name.clone(),
+                    lease,
+                    agent: agent.to_string(),
+                    token,
+                    permits: 1,
+                    since_ms: self.now_ms,
+                    sem_limit: 0,
+                    area: None,
+                    window: None,
+                    volumes: Vec::new(),
+                    priority: 0,
+                    vacate_by_ms: None,
+                    mode,
+                });
+                self.tokens_granted.push((kind, name.clone(), token));
+            }
+            return Outcome::Granted { token };
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, names.len()) {
             return refused(ErrorCode::ResourceExhausted);
         }
-        if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
+        let queue_max = self.limits.waiters_per_resource_max as usize;
+        if names
+            .iter()
+            .any(|name| self.waiters_of(kind, name).count() >= queue_max)
+            || resources_full
+        {
             return refused(ErrorCode::ResourceExhausted);
         }
         self.enqueue(
-            kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
-        )
+            kind, &names[0], lease, agent, request_id, 1, 0, None, None, wait_ms,
+        );
+        let queued = self.waiters.last_mut().expect("just queued");
+        queued.mode = mode;
+        queued.lock_names = names;
+        Outcome::Queued
+    }
+
+    /// `lock.downgrade`: an exclusive hold becomes shared, its token kept; a shared one is
+    /// answered its token.
+    fn lock_downgrade(&mut self, agent: &str, name: &str, lease: &str) -> Outcome {
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(hold) = self
+            .holds
+            .iter_mut()
+            .find(|h| h.kind == ResourceKind::Lock && h.name == name && h.lease == lease)
+        else {
+            return refused(ErrorCode::NotHolder);
+        };
+        hold.mode = LockMode::Shared;
+        let token = hold.token;
+        self.grant_what_is_grantable();
+        Outcome::Granted { token }
+    }
+
+    /// `lock.release_all`: every named lock released, or none when the lease does not hold
+    /// them all.
+    fn lock_release_all(&mut self, agent: &str, names: &[String], lease: &str) -> Outcome {
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let held = |hold: &ModelHold, name: &String| {
+            hold.kind == ResourceKind::Lock && hold.name == *name && hold.lease == lease
+        };
+        if !names
+            .iter()
+            .all(|name| self.holds.iter().any(|hold| held(hold, name)))
+        {
+            return refused(ErrorCode::NotHolder);
+        }
+        self.holds
+            .retain(|hold| !names.iter().any(|name| held(hold, name)));
+        self.grant_what_is_grantable();
+        Outcome::Done
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1863,7 +2044,7 @@ impl Model {
         let capacity = match self.sem_capacity(name) {
             Some(capacity) => capacity,
             None => {
-                if self.over_holds_quota(agent) {
+                if self.over_holds_quota(agent, 1) {
                     return refused(ErrorCode::ResourceExhausted);
                 }
                 if self.resources_in_use() >= self.limits.resources_max as usize {
@@ -1894,7 +2075,7 @@ impl Model {
                 (None, None),
             );
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         let nobody_waits = self.waiters_of(kind, name).next().is_none();
@@ -1904,7 +2085,7 @@ impl Model {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
@@ -1915,17 +2096,29 @@ impl Model {
         )
     }
 
-    /// Whether `agent` holds and waits for `holds_per_agent_max` resources already.
-    fn over_holds_quota(&self, agent: &str) -> bool {
+    /// Whether `agent` would hold and wait for more than `holds_per_agent_max` resources with
+    /// `count` more (a waiting multi-lock counts each of its locks).
+    fn over_holds_quota(&self, agent: &str, count: usize) -> bool {
         let holds = self.holds.iter().filter(|hold| hold.agent == agent).count();
-        let waits = self.waiters.iter().filter(|w| w.agent == agent).count();
-        holds + waits >= self.limits.holds_per_agent_max as usize
+        let waits: usize = self
+            .waiters
+            .iter()
+            .filter(|w| w.agent == agent)
+            .map(|w| w.lock_names.len().max(1))
+            .sum();
+        holds + waits + count > self.limits.holds_per_agent_max as usize
     }
 
-    /// Whether `lease` waits for `waits_per_lease_max` resources already.
-    fn over_waits_quota(&self, lease: u64) -> bool {
-        let waits = self.waiters.iter().filter(|w| w.lease == lease).count();
-        waits >= self.limits.waits_per_lease_max as usize
+    /// Whether `lease` would wait for more than `waits_per_lease_max` resources with `count`
+    /// more.
+    fn over_waits_quota(&self, lease: u64, count: usize) -> bool {
+        let waits: usize = self
+            .waiters
+            .iter()
+            .filter(|w| w.lease == lease)
+            .map(|w| w.lock_names.len().max(1))
+            .sum();
+        waits + count > self.limits.waits_per_lease_max as usize
     }
 
     /// The capacity of a semaphore in use (held or waited for); an idle one has none.
@@ -2074,7 +2267,7 @@ impl Model {
             let area = area.as_ref();
             return self.take_over(kind, name, lease, request_id, 1, area, wait_ms, asked);
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.resources_in_use() >= self.limits.resources_max as usize {
@@ -2093,7 +2286,7 @@ impl Model {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
@@ -2213,10 +2406,16 @@ impl Model {
     /// semaphore grants heads while they fit (by name), then waypoint waiters are granted
     /// earliest first until none is left that nothing blocks.
     fn grant_what_is_grantable(&mut self) {
-        for name in self.names_with_waiters(ResourceKind::Lock) {
-            if self.holds_of(ResourceKind::Lock, &name).next().is_none() {
-                self.grant_head(ResourceKind::Lock, &name);
-            }
+        // Locks: a request heading the queue of each of its locks, whose mode every holder of
+        // each admits, is granted; among several, the one whose first lock comes first.
+        loop {
+            let grantable = (0..self.waiters.len())
+                .filter(|&i| self.lock_grantable(&self.waiters[i]))
+                .min_by_key(|&i| self.waiters[i].name.clone());
+            let Some(position) = grantable else {
+                break;
+            };
+            self.grant_waiter(position);
         }
         for name in self.names_with_waiters(ResourceKind::Sem) {
             loop {
@@ -2249,6 +2448,19 @@ impl Model {
         }
     }
 
+    /// Whether a lock request could be granted now.
+    fn lock_grantable(&self, w: &ModelWaiter) -> bool {
+        let kind = ResourceKind::Lock;
+        w.kind == kind
+            && w.lock_names.iter().all(|name| {
+                let head = self.waiters_of(kind, name).next();
+                head.is_some_and(|head| head.seq == w.seq)
+                    && self
+                        .holds_of(kind, name)
+                        .all(|hold| w.mode.admits(hold.mode))
+            })
+    }
+
     fn names_with_waiters(&self, kind: ResourceKind) -> Vec<String> {
         let mut names: Vec<String> = self
             .waiters
@@ -2270,26 +2482,34 @@ impl Model {
         self.grant_waiter(position);
     }
 
+    /// Grants a waiter: one token, on each of a lock request's locks.
     fn grant_waiter(&mut self, position: usize) {
         let waiter = self.waiters.remove(position);
         let token = self.next_token();
-        self.holds.push(ModelHold {
-            kind: waiter.kind,
-            name: waiter.name.clone(),
-            lease: waiter.lease,
-            agent: waiter.agent.clone(),
-            token,
-            permits: waiter.permits,
-            since_ms: self.now_ms,
-            sem_limit: waiter.sem_limit,
-            area: waiter.area,
-            window: waiter.window,
-            volumes: waiter.volumes.clone(),
-            priority: waiter.priority,
-            vacate_by_ms: None,
-        });
-        self.tokens_granted
-            .push((waiter.kind, waiter.name.clone(), token));
+        let names = if waiter.lock_names.is_empty() {
+            vec![waiter.name.clone()]
+        } else {
+            waiter.lock_names.clone()
+        };
+        for name in names {
+            self.holds.push(ModelHold {
+                kind: waiter.kind,
+                name: name.clone(),
+                lease: waiter.lease,
+                agent: waiter.agent.clone(),
+                token,
+                permits: waiter.permits,
+                since_ms: self.now_ms,
+                sem_limit: waiter.sem_limit,
+                area: waiter.area,
+                window: waiter.window,
+                volumes: waiter.volumes.clone(),
+                priority: waiter.priority,
+                vacate_by_ms: None,
+                mode: waiter.mode,
+            });
+            self.tokens_granted.push((waiter.kind, name, token));
+        }
         self.respond(&waiter, Outcome::Granted { token });
     }
 
@@ -2412,7 +2632,7 @@ impl Model {
                     volumes: hold.volumes.clone(),
                     priority: (hold.priority > 0).then(|| priority(hold.priority)),
                     vacate_by_ms: hold.vacate_by_ms,
-                    mode: LockMode::Exclusive,
+                    mode: hold.mode,
                 })
                 .collect(),
             waiters: self
@@ -2429,7 +2649,7 @@ impl Model {
                     end_ms: w.window.and_then(|(_, end_ms)| end_ms),
                     volumes: w.volumes.clone(),
                     priority: (w.priority > 0).then(|| priority(w.priority)),
-                    mode: LockMode::Exclusive,
+                    mode: w.mode,
                 })
                 .collect(),
         }
@@ -2502,6 +2722,13 @@ fn op_is_valid(op: &Op) -> bool {
     }
     match op {
         Op::LeaseGrant { ttl_ms } => *ttl_ms > 0,
+        Op::LockAcquireAll { names, .. } | Op::LockReleaseAll { names, .. } => {
+            (1..=64).contains(&names.len())
+                && names
+                    .iter()
+                    .enumerate()
+                    .all(|(i, name)| !names[..i].contains(name))
+        }
         Op::SemAcquire { limit, permits, .. } => {
             (1..=1_000_000).contains(limit) && (1..=*limit).contains(permits)
         }
@@ -2703,6 +2930,32 @@ impl Harness {
                 };
                 let volumes = self.volumes(legs);
                 self.amend_command((&agent, &name, lease), volumes, *level)
+            }
+            Action::ReleaseHeldLocks { back } => {
+                let lock = ResourceKind::Lock;
+                let holders: Vec<(String, u64)> = self
+                    .model
+                    .holds
+                    .iter()
+                    .filter(|hold| hold.kind == lock)
+                    .map(|hold| (hold.agent.clone(), hold.lease))
+                    .collect();
+                let Some((agent, lease)) = pick_recent(&holders, *back).cloned() else {
+                    return Ok(());
+                };
+                let names = self.model.holds.iter().filter(|hold| hold.lease == lease);
+                let names = names
+                    .filter(|hold| hold.kind == lock)
+                    .map(|h| h.name.clone());
+                let op = Op::LockReleaseAll {
+                    names: names.collect(),
+                    lease: format!("{lease:016x}"),
+                };
+                let agent = AGENTS
+                    .iter()
+                    .position(|known| *known == agent)
+                    .expect("holders are known agents");
+                self.new_request(agent, op)
             }
             Action::TrimHeldRoute {
                 back,
@@ -3162,12 +3415,88 @@ impl Harness {
         if expected.kept_before_waiter {
             self.count("route amend kept a volume a waiter waits for");
         }
+        self.tally_locks(command, expected);
         let overtaken = WAYPOINT_NAMES.iter().any(|name| {
             let queue = self.model.queue_of(ResourceKind::Waypoint, name);
             queue.windows(2).any(|pair| pair[0].seq > pair[1].seq)
         });
         if overtaken {
             self.count("a waiter overtaken by a higher priority");
+        }
+    }
+
+    /// The read-write and multi-lock paths an entry took.
+    fn tally_locks(&mut self, command: &Command, expected: &ModelStep) {
+        let granted = matches!(expected.outcome, Outcome::Granted { .. }) && !expected.replayed;
+        if let Command::Request { request, .. } = command {
+            let label = match (&request.op, &expected.outcome) {
+                (Op::LockAcquire { mode, .. }, _) if granted && !mode.is_exclusive() => {
+                    Some("shared lock granted at once")
+                }
+                (Op::LockAcquireAll { names, .. }, _) if granted && names.len() > 1 => {
+                    Some("multi-lock granted at once")
+                }
+                (Op::LockAcquireAll { names, .. }, Outcome::Queued)
+                    if names.len() > 1 && !expected.replayed =>
+                {
+                    Some("multi-lock queued")
+                }
+                (Op::LockDowngrade { .. }, _) if granted => Some("lock downgraded"),
+                (Op::LockReleaseAll { names, .. }, Outcome::Done) if names.len() > 1 => {
+                    Some("locks released together")
+                }
+                _ => None,
+            };
+            if let Some(label) = label {
+                self.count(label);
+            }
+        }
+        let lock = ResourceKind::Lock;
+        let holds_of_token = |token: u64| {
+            let holds = self.model.holds.iter();
+            holds.filter(move |hold| hold.kind == lock && hold.token == token)
+        };
+        let granted_tokens: Vec<u64> = expected
+            .responds
+            .iter()
+            .filter_map(|respond| match respond.outcome {
+                Outcome::Granted { token } => Some(token),
+                _ => None,
+            })
+            .collect();
+        let mut labels = Vec::new();
+        if granted_tokens
+            .iter()
+            .any(|token| holds_of_token(*token).count() > 1)
+        {
+            labels.push("a queued multi-lock granted");
+        }
+        let shared_grants = granted_tokens
+            .iter()
+            .filter(|token| holds_of_token(**token).any(|hold| !hold.mode.is_exclusive()))
+            .count();
+        if shared_grants > 1 {
+            labels.push("several shared waiters granted in one entry");
+        }
+        for name in LOCK_NAMES {
+            let holds: Vec<&ModelHold> = self.model.holds_of(lock, name).collect();
+            let queue = self.model.queue_of(lock, name);
+            let shared_held = !holds.is_empty() && holds.iter().all(|h| !h.mode.is_exclusive());
+            if holds.len() > 1 {
+                labels.push("shared holders together");
+            }
+            if shared_held && queue.first().is_some_and(|w| w.mode.is_exclusive()) {
+                labels.push("a writer waits for readers");
+                if queue.iter().any(|w| !w.mode.is_exclusive()) {
+                    labels.push("a reader waits behind a writer");
+                }
+            }
+            if holds.is_empty() && !queue.is_empty() {
+                labels.push("a multi-lock waits on a free lock");
+            }
+        }
+        for label in labels {
+            self.count(label);
         }
     }
 
@@ -3383,15 +3712,35 @@ impl Harness {
                 name,
                 lease: pick,
                 wait,
+                shared,
             } => Op::LockAcquire {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
                 wait_ms: wait.wait_ms(),
-                mode: LockMode::Exclusive,
+                mode: lock_mode(*shared),
             },
             OpSpec::LockRelease { name, lease: pick } => Op::LockRelease {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
+            },
+            OpSpec::LockDowngrade { name, lease: pick } => Op::LockDowngrade {
+                name: LOCK_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
+            },
+            OpSpec::LockAcquireAll {
+                names,
+                lease: pick,
+                wait,
+                shared,
+            } => Op::LockAcquireAll {
+                names: names.iter().map(|i| LOCK_NAMES[*i].to_string()).collect(),
+                lease: lease(pick, Some((Lock, LOCK_NAMES[names[0]]))),
+                wait_ms: wait.wait_ms(),
+                mode: lock_mode(*shared),
+            },
+            OpSpec::LockReleaseAll { names, lease: pick } => Op::LockReleaseAll {
+                names: names.iter().map(|i| LOCK_NAMES[*i].to_string()).collect(),
+                lease: lease(pick, Some((Lock, LOCK_NAMES[names[0]]))),
             },
             OpSpec::SemAcquire {
                 name,
@@ -3561,6 +3910,15 @@ impl Harness {
             }
             LeasePick::Unknown(k) => UNKNOWN_LEASES[*k].to_string(),
         }
+    }
+}
+
+/// The lock mode a generated request asks for.
+fn lock_mode(shared: bool) -> LockMode {
+    if shared {
+        LockMode::Shared
+    } else {
+        LockMode::Exclusive
     }
 }
 
@@ -3777,6 +4135,17 @@ fn generator_reaches_every_path() {
         "refused: would_block",
         "refused: limit_mismatch",
         "refused: resource_exhausted",
+        "shared lock granted at once",
+        "multi-lock granted at once",
+        "multi-lock queued",
+        "lock downgraded",
+        "locks released together",
+        "a queued multi-lock granted",
+        "several shared waiters granted in one entry",
+        "shared holders together",
+        "a writer waits for readers",
+        "a reader waits behind a writer",
+        "a multi-lock waits on a free lock",
     ];
     let missing: Vec<&str> = required
         .iter()
