@@ -120,6 +120,9 @@ mod tests {
             name: "gw".into(),
         };
         assert_eq!(Role::needed_for(&inspect), Role::Agent);
+        for lock_op in ["lock.downgrade", "lock.acquire_all", "lock.release_all"] {
+            assert_eq!(Role::needed_for_name(lock_op), Role::Agent, "{lock_op}");
+        }
         assert_eq!(Role::needed_for(&Op::AdminStatus {}), Role::Observer);
         assert_eq!(
             Role::needed_for(&Op::AdminLeases { after: None }),

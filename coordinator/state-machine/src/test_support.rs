@@ -6,6 +6,9 @@ use hivekeeper_protocol::{LockMode, Priority, ResourceKind};
 use super::{AgentRequest, Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
 pub use hivekeeper_protocol::Op;
 
+/// A lock holder as `inspect` shows it: agent, token and mode.
+pub type LockHolder = (String, u64, LockMode);
+
 /// A machine plus the log position and clock the next entry gets.
 pub struct Harness {
     pub sm: StateMachine,
@@ -140,10 +143,7 @@ impl Harness {
 
     /// Holders of lock `name` as `(agent, token, mode)` and its waiters as `(agent, mode)`, as
     /// `inspect` shows them.
-    pub fn lock_modes(
-        &self,
-        name: &str,
-    ) -> (Vec<(String, u64, LockMode)>, Vec<(String, LockMode)>) {
+    pub fn lock_modes(&self, name: &str) -> (Vec<LockHolder>, Vec<(String, LockMode)>) {
         let op = Op::Inspect {
             kind: ResourceKind::Lock,
             name: name.to_string(),
