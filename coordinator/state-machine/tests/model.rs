@@ -1759,9 +1759,17 @@ impl Model {
         {
             return refused(ErrorCode::BadRequest);
         }
+        self.move_wait(position, request_id, wait_ms)
+    }
+
+    /// The wait of the waiter at `position` asked for again under `request_id`: a try is
+    /// `would_block`; otherwise it goes on in place under the new id and deadline, and the
+    /// earlier request is answered `timeout`.
+    fn move_wait(&mut self, position: usize, request_id: &str, wait_ms: Option<u64>) -> Outcome {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
+        let waiter = self.waiters[position].clone();
         self.respond(&waiter, refused(ErrorCode::Timeout));
         let now_ms = self.now_ms;
         let moved = &mut self.waiters[position];
@@ -1904,19 +1912,11 @@ impl Model {
             w.kind == kind && w.lease == lease && w.lock_names.iter().any(|n| names.contains(n))
         });
         if let Some(position) = waiting {
-            let waiter = self.waiters[position].clone();
+            let waiter = &self.waiters[position];
             if waiter.lock_names != names || waiter.mode != mode {
                 return refused(ErrorCode::BadRequest);
             }
-            if wait_ms == Some(0) {
-                return refused(ErrorCode::WouldBlock);
-            }
-            self.respond(&waiter, refused(ErrorCode::Timeout));
-            let now_ms = self.now_ms;
-            let moved = &mut self.waiters[position];
-            moved.request_id = request_id.to_string();
-            moved.deadline_ms = wait_ms.map(|wait_ms| now_ms + wait_ms);
-            return Outcome::Queued;
+            return self.move_wait(position, request_id, wait_ms);
         }
         if self.over_holds_quota(agent, names.len()) {
             return refused(ErrorCode::ResourceExhausted);
