@@ -13,6 +13,8 @@
 //!   under the new id (`waiting.rs`, `Core::take_over_wait`), or `would_block` for a try; it
 //!   waits for some of them otherwise: `bad_request`.
 
+use std::fmt;
+
 use hivekeeper_protocol::{ErrorCode, LockMode, ResourceKind};
 
 use super::Lock;
@@ -56,118 +58,82 @@ impl StateMachine {
     ) -> Decision {
         let claim = self.core.claim(&acquire)?;
         names.sort_unstable();
-        if let Some(token) = self.held_already(claim.lease, &names, mode)? {
+        let survey = self.survey(&names, claim.lease, mode);
+        if let Some(token) = held_already(&survey, claim.lease, names.len(), mode)? {
             return Ok(Reply::Granted { token });
         }
         let keys: Vec<ResourceKey> = names
             .iter()
             .map(|name| ResourceKey::new(ResourceKind::Lock, name))
             .collect();
-        if self.waiting_already(ctx, &claim, &keys, mode)? {
+        if self.waiting_already(ctx, &claim, &keys, (mode, &survey.blocker))? {
             return Ok(Reply::Queued);
         }
         self.core
             .holds_quota_for(claim.agent, names.len(), &self.limits)?;
-        let unused = names
-            .iter()
-            .filter(|name| !self.locks.contains_key(*name))
-            .count();
-        let Some(blocked) = self.blocker(&names, mode) else {
-            self.resources_full_for(unused)?;
+        let Some(blocked) = &survey.blocker else {
+            self.resources_full_for(survey.unused)?;
             let hold = self
                 .core
                 .grant_now_all(ctx, &keys, claim.lease, claim.agent);
             let token = hold.token;
-            for name in names {
-                self.locks.entry(name).or_default().hold(hold.clone(), mode);
+            for (name, hold) in names.into_iter().zip(std::iter::repeat_n(hold, keys.len())) {
+                self.locks.entry(name).or_default().hold(hold, mode);
             }
             return Ok(Reply::Granted { token });
         };
         if claim.wait_ms == Some(0) {
-            return Err(Reply::refused(ErrorCode::WouldBlock, blocked));
+            return Err(Reply::refused(ErrorCode::WouldBlock, blocked.to_string()));
         }
         self.core
             .waits_quota_for(claim.lease, names.len(), &self.limits)?;
-        for name in &names {
-            if let Some(lock) = self.locks.get(name) {
-                fifo::full("lock", name, lock.waiters.len(), &self.limits)?;
-            }
+        if let Some((name, waiting)) = survey.full {
+            fifo::full("lock", name, waiting, &self.limits)?;
         }
-        self.resources_full_for(unused)?;
+        self.resources_full_for(survey.unused)?;
         let mut waiter = self.core.enqueue_all(ctx, &keys, &claim, 1);
         waiter.mode = mode;
-        for name in names {
+        for (name, waiter) in names
+            .into_iter()
+            .zip(std::iter::repeat_n(waiter, keys.len()))
+        {
             let lock = self.locks.entry(name).or_default();
-            lock.waiters.push_back(waiter.clone());
+            lock.waiters.push_back(waiter);
         }
         Ok(Reply::Queued)
     }
 
-    /// Why `names` cannot all be granted in `mode` now (nobody waiting, holders it may join),
-    /// in words for a `would_block`: a lock's holders first, else a queue; `None` when they
-    /// can.
-    fn blocker(&self, names: &[Text], mode: LockMode) -> Option<String> {
-        let locks = || {
-            names
-                .iter()
-                .filter_map(|name| Some((name, self.locks.get(name)?)))
+    /// One look at each of `names` for a request of `lease` in `mode` (one look-up each).
+    fn survey<'n>(&self, names: &'n [Text], lease: LeaseId, mode: LockMode) -> Survey<'n> {
+        let mut survey = Survey {
+            held: Vec::new(),
+            unused: 0,
+            blocker: None,
+            full: None,
         };
-        let held = locks().find_map(|(name, lock)| {
-            let why = if lock.holder.is_some() {
-                "is held by another lease"
-            } else if !lock.admits(mode) {
-                "is held shared"
-            } else {
-                return None;
+        let mut queued = None;
+        for name in names {
+            let Some(lock) = self.locks.get(name) else {
+                survey.unused += 1;
+                continue;
             };
-            Some(format!("lock {name:?} {why}"))
-        });
-        held.or_else(|| {
-            let (name, lock) = locks().find(|(_, lock)| !lock.waiters.is_empty())?;
-            Some(format!(
-                "lock {name:?} has {} requests waiting, and a later request never overtakes them",
-                lock.waiters.len()
-            ))
-        })
-    }
-
-    /// The token of what `lease` already holds of `names`, when it is exactly what is asked
-    /// for; `Ok(None)` when it holds none of them; the refusal otherwise (module docs).
-    fn held_already(
-        &self,
-        lease: LeaseId,
-        names: &[Text],
-        mode: LockMode,
-    ) -> Result<Option<u64>, Reply> {
-        let held: Vec<(&Text, u64, LockMode)> = names
-            .iter()
-            .filter_map(|name| {
-                let (hold, held_mode) = self.locks.get(name)?.hold_of(lease)?;
-                Some((name, hold.token, held_mode))
-            })
-            .collect();
-        let Some(&(first, token, _)) = held.first() else {
-            return Ok(None);
-        };
-        let refusal = |message: String| Err(Reply::refused(ErrorCode::BadRequest, message));
-        match held.iter().find(|(_, _, held_mode)| *held_mode != mode) {
-            Some((name, _, LockMode::Shared)) => refusal(format!(
-                "lock {name:?}: lease {lease} holds it shared, and a shared hold is never \
-                 upgraded to exclusive (two shared holders upgrading at once would each wait \
-                 for the other forever); release it, then acquire it exclusive"
-            )),
-            Some((name, _, LockMode::Exclusive)) => refusal(format!(
-                "lock {name:?}: lease {lease} holds it exclusive; lock.downgrade makes the hold \
-                 shared, keeping its token"
-            )),
-            None if held.len() == names.len() && held.iter().all(|(_, t, _)| *t == token) => {
-                Ok(Some(token))
+            if let Some((hold, held_mode)) = lock.hold_of(lease) {
+                survey.held.push((name, hold.token, held_mode));
+            } else if survey.blocker.is_none() && lock.holder.is_some() {
+                survey.blocker = Some(Blocker::Held(name));
+            } else if survey.blocker.is_none() && !lock.admits(mode) {
+                survey.blocker = Some(Blocker::HeldShared(name));
             }
-            None => refusal(format!(
-                "lease {lease} already holds lock {first:?}, and a multi-lock takes all its \
-                 locks in one grant: release it, or leave it out"
-            )),
+            let waiting = lock.waiters.len();
+            if queued.is_none() && waiting > 0 {
+                queued = Some(Blocker::Queue(name, waiting));
+            }
+            if survey.full.is_none() && waiting >= self.limits.waiters_per_resource_max as usize {
+                survey.full = Some((name, waiting));
+            }
         }
+        survey.blocker = survey.blocker.or(queued);
+        survey
     }
 
     /// A request by a lease that already waits for one of `keys`: `Ok(true)` when its wait
@@ -179,7 +145,7 @@ impl StateMachine {
         ctx: &mut Ctx,
         claim: &Claim<'_>,
         keys: &[ResourceKey],
-        mode: LockMode,
+        (mode, blocker): (LockMode, &Option<Blocker<'_>>),
     ) -> Result<bool, Reply> {
         let Some(key) = keys
             .iter()
@@ -205,10 +171,10 @@ impl StateMachine {
             return Err(self.core.already_waiting(claim.lease, key, &what));
         }
         if claim.wait_ms == Some(0) {
-            let names: Vec<Text> = keys.iter().map(|key| key.name.clone()).collect();
-            let blocked = self
-                .blocker(&names, mode)
-                .unwrap_or_else(|| format!("lock {:?} cannot be granted yet", keys[0].name));
+            let blocked = blocker.as_ref().map_or_else(
+                || format!("lock {:?} cannot be granted yet", keys[0].name),
+                Blocker::to_string,
+            );
             return Err(Reply::refused(
                 ErrorCode::WouldBlock,
                 format!("{blocked} (this lease already waits for it, request id {old_id:?})"),
@@ -223,5 +189,74 @@ impl StateMachine {
             lock.waiters.rename(claim.agent, &old_id, claim.request_id);
         }
         Ok(true)
+    }
+}
+
+/// What one look at each lock of a request found ([`StateMachine::survey`]).
+struct Survey<'n> {
+    /// What the asking lease holds of them: name, token and mode.
+    held: Vec<(&'n Text, u64, LockMode)>,
+    /// How many are not in use yet (what `resources_max` counts).
+    unused: usize,
+    /// Why they cannot all be granted now (nobody waiting, holders it may join): a lock's
+    /// holders first, else a queue; `None` when they can.
+    blocker: Option<Blocker<'n>>,
+    /// The first whose queue is at `waiters_per_resource_max`, with its length.
+    full: Option<(&'n Text, usize)>,
+}
+
+/// The token of what `lease` already holds of a request's `asked` locks, when it is exactly
+/// what is asked for; `Ok(None)` when it holds none of them; the refusal otherwise (module
+/// docs).
+fn held_already(
+    survey: &Survey<'_>,
+    lease: LeaseId,
+    asked: usize,
+    mode: LockMode,
+) -> Result<Option<u64>, Reply> {
+    let held = &survey.held;
+    let Some(&(first, token, _)) = held.first() else {
+        return Ok(None);
+    };
+    let refusal = |message: String| Err(Reply::refused(ErrorCode::BadRequest, message));
+    match held.iter().find(|(_, _, held_mode)| *held_mode != mode) {
+        Some((name, _, LockMode::Shared)) => refusal(format!(
+            "lock {name:?}: lease {lease} holds it shared, and a shared hold is never upgraded \
+             to exclusive (two shared holders upgrading at once would each wait for the other \
+             forever); release it, then acquire it exclusive"
+        )),
+        Some((name, _, LockMode::Exclusive)) => refusal(format!(
+            "lock {name:?}: lease {lease} holds it exclusive; lock.downgrade makes the hold \
+             shared, keeping its token"
+        )),
+        None if held.len() == asked && held.iter().all(|(_, t, _)| *t == token) => Ok(Some(token)),
+        None => refusal(format!(
+            "lease {lease} already holds lock {first:?}, and a multi-lock takes all its locks \
+             in one grant: release it, or leave it out"
+        )),
+    }
+}
+
+/// Why a request's locks cannot all be granted now: what a `would_block` says.
+enum Blocker<'n> {
+    /// This lock has an exclusive holder.
+    Held(&'n Text),
+    /// This lock has shared holders, and the request is exclusive.
+    HeldShared(&'n Text),
+    /// This lock has this many requests waiting.
+    Queue(&'n Text, usize),
+}
+
+impl fmt::Display for Blocker<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Blocker::Held(name) => write!(f, "lock {name:?} is held by another lease"),
+            Blocker::HeldShared(name) => write!(f, "lock {name:?} is held shared"),
+            Blocker::Queue(name, waiting) => write!(
+                f,
+                "lock {name:?} has {waiting} requests waiting, and a later request never \
+                 overtakes them"
+            ),
+        }
     }
 }

@@ -138,6 +138,34 @@ pub(super) fn hand_over(
     }
 }
 
+/// Grants, from `lock`'s own queue (the lock `key`, out of the map), the heads that ask for
+/// this lock alone and may join its holders, in order, as [`hand_over`] would; whether it
+/// stopped at a multi-lock that may join them, which [`hand_over`] must then look at with its
+/// other locks.
+pub(super) fn grant_own_heads(
+    lock: &mut Lock,
+    ctx: &mut Ctx,
+    core: &mut Core,
+    key: &ResourceKey,
+) -> bool {
+    while let Some(head) = lock.waiters.front() {
+        if !lock.admits(head.mode) {
+            return false;
+        }
+        let wait = core
+            .pending_wait(&head.agent, &head.request_id)
+            .expect("invariant 1 of waiting.rs: a queued request is indexed");
+        if !wait.others.is_empty() {
+            return true;
+        }
+        let head = lock.waiters.pop_front().expect("looked at above");
+        let mode = head.mode;
+        let hold = core.grant_waiter(ctx, key, head);
+        lock.hold(hold, mode);
+    }
+    false
+}
+
 /// The locks of the request at the head of `name`'s queue, in name order, when it can be
 /// granted now: it heads each one's queue and may join each one's holders.
 fn grantable_head(locks: &NameMap<Lock>, core: &Core, name: &str) -> Option<Vec<ResourceKey>> {
