@@ -201,6 +201,12 @@ fn release_op(kind: ResourceKind, name: &str, lease: &str) -> Op {
         ResourceKind::Lock => Op::LockRelease { name, lease },
         ResourceKind::Sem => Op::SemRelease { name, lease },
         ResourceKind::Waypoint => Op::WaypointRelease { name, lease },
+        // A barrier's hold (a passed round) ends when the member leaves it.
+        ResourceKind::Barrier => Op::BarrierLeave {
+            name,
+            lease,
+            wait_ms: None,
+        },
     }
 }
 

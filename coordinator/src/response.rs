@@ -3,8 +3,8 @@
 //! reads.
 
 use hivekeeper_protocol::{
-    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaseGranted,
-    LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
+    AccountIssued, AccountPage, BarrierPassed, ConflictPage, Done, FenceStatus, Granted,
+    Inspection, LeaseGranted, LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
 };
 
 use crate::answer::Answer;
@@ -53,10 +53,14 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
             limit,
             holders,
             waiters,
+            count,
+            leaving,
         } => Inspection {
             limit: *limit,
+            count: *count,
             holders: holders.clone(),
             waiters: waiters.clone(),
+            leaving: *leaving,
             holders_total: None,
             waiters_total: None,
         }
@@ -102,6 +106,10 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::KvPage(page) => page.clone().into(),
         Reply::KvDeleted(done) => done.clone().into(),
         Reply::KvTxn(done) => done.clone().into(),
+        Reply::BarrierPassed { generation } => BarrierPassed {
+            generation: *generation,
+        }
+        .into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),

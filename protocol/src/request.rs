@@ -49,17 +49,20 @@ pub enum ResourceKind {
     Sem,
     /// A waypoint reservation (`waypoint.*`).
     Waypoint,
+    /// A reusable double barrier (`barrier.*`).
+    Barrier,
 }
 
 impl ResourceKind {
     /// Every kind, in the order `admin.resources` lists them.
-    pub const ALL: [ResourceKind; 3] = [
+    pub const ALL: [ResourceKind; 4] = [
         ResourceKind::Lock,
         ResourceKind::Sem,
         ResourceKind::Waypoint,
+        ResourceKind::Barrier,
     ];
 
-    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`).
+    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`, `barrier`).
     pub fn parse(text: &str) -> Option<ResourceKind> {
         ResourceKind::ALL
             .into_iter()
@@ -72,6 +75,7 @@ impl ResourceKind {
             ResourceKind::Lock => "lock",
             ResourceKind::Sem => "sem",
             ResourceKind::Waypoint => "waypoint",
+            ResourceKind::Barrier => "barrier",
         }
     }
 }
@@ -539,6 +543,32 @@ pub enum Op {
         max_events: Option<u32>,
         /// How long to wait for an event, ms, 0 to [`crate::kv::WATCH_WAIT_MS_MAX`]; absent:
         /// 30,000.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Enter the round of a double barrier that is filling: answered, with the round's
+    /// generation, in the one entry where the `count`-th member arrives (`barrier.rs`).
+    #[op("barrier.enter", Write)]
+    BarrierEnter {
+        /// The barrier's name.
+        name: String,
+        /// How many members a round has; fixed by the round's first arrival while it fills.
+        count: u32,
+        /// The lease the membership is bound to.
+        lease: String,
+        /// As for `lock.acquire`: how long to wait for the round to fill.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Leave the round the lease passed: answered, with the round's generation, in the one
+    /// entry where the last member of that round leaves.
+    #[op("barrier.leave", Write)]
+    BarrierLeave {
+        /// The barrier's name.
+        name: String,
+        /// The lease that passed the round.
+        lease: String,
+        /// As for `lock.acquire`: how long to wait for the others to leave.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },

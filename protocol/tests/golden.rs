@@ -1552,6 +1552,16 @@ fn op_names_are_complete_and_consistent() {
             None,
             false,
         ),
+        (
+            r#"{"id":"a","op":"barrier.enter","name":"n","count":3,"lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"barrier.leave","name":"n","lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -1562,6 +1572,7 @@ fn op_names_are_complete_and_consistent() {
         let expected_wait = if name.ends_with(".acquire")
             || name == "waypoint.reserve"
             || name == "route.reserve"
+            || name.starts_with("barrier.")
         {
             Some(7)
         } else {
@@ -1603,6 +1614,8 @@ fn op_names_are_complete_and_consistent() {
             "kv.delete",
             "kv.txn",
             "watch.poll",
+            "barrier.enter",
+            "barrier.leave",
         ]
     );
 }
@@ -1737,7 +1750,7 @@ fn error_code_unknown_op() {
          admin.status, admin.leases, admin.resources, admin.snapshot, \
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate, \
-         kv.put, kv.get, kv.delete, kv.txn, watch.poll",
+         kv.put, kv.get, kv.delete, kv.txn, watch.poll, barrier.enter, barrier.leave",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -2697,6 +2710,8 @@ fn success_inspect_waypoint_with_windows() {
         "r23w",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2776,6 +2791,8 @@ fn success_inspect_waypoint_with_geometry() {
         "r23",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2823,6 +2840,8 @@ fn success_inspect_lock() {
         "r22",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2886,6 +2905,8 @@ fn success_inspect_sem() {
         "r23",
         Inspection {
             limit: Some(4),
+            count: None,
+            leaving: None,
             holders: vec![
                 HolderInfo {
                     agent: "drone-7".into(),
@@ -2953,6 +2974,8 @@ fn success_inspect_free_resource() {
         "r24",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![],
             waiters: vec![],
             holders_total: None,
@@ -3222,6 +3245,8 @@ fn success_inspect_waypoint_with_priorities() {
         "r44",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),

@@ -22,7 +22,7 @@
 //! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
 //!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
-//!   included, by fencing token (each hold has its own). The machine has no public count of
+//!   included, by fencing token and lease (each hold has its own pair). The machine has no public count of
 //!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
 //!   until a later entry grants them again; a release of such a hold is ignored rather than
 //!   driving the gauge below zero.
@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet};
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
+use crate::state_machine::{Event, LeaseEnd, LeaseId, ReleaseReason, ResourceKey};
 
 /// Live leases (gauge).
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
@@ -101,11 +101,7 @@ pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds"
 pub const FENCE_CHECKS_TOTAL: &str = "hivekeeper_fence_checks_total";
 
 /// Every resource kind, for the per-kind gauges.
-const KINDS: [ResourceKind; 3] = [
-    ResourceKind::Lock,
-    ResourceKind::Sem,
-    ResourceKind::Waypoint,
-];
+const KINDS: [ResourceKind; ResourceKind::ALL.len()] = ResourceKind::ALL;
 
 /// Gives every metric of the node its help text. Call once, after the recorder is installed.
 pub fn describe() {
@@ -334,21 +330,18 @@ pub(super) fn keepalive_ttl_used(
 /// The gauges' bookkeeping, owned by the fan-out.
 #[derive(Debug, Default)]
 pub(super) struct NodeMetrics {
-    /// The kind of every hold seen granted and not yet released, by fencing token (tokens are
-    /// unique across the machine): `hivekeeper_resource_held` is its size per kind, and a
-    /// release of a hold never seen granted is ignored.
-    holds: HashMap<u64, ResourceKind>,
+    /// The kind of every hold seen granted and not yet released, by fencing token and lease
+    /// (a token is unique across the machine but for a barrier's round, whose members share
+    /// its generation): `hivekeeper_resource_held` is its size per kind, and a release of a
+    /// hold never seen granted is ignored.
+    holds: HashMap<(u64, LeaseId), ResourceKind>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
-    held: [u64; 3],
+    held: [u64; KINDS.len()],
 }
 
-/// A kind's place in [`KINDS`].
+/// A kind's place in [`KINDS`] (`ResourceKind::ALL`, in declaration order).
 fn slot(kind: ResourceKind) -> usize {
-    match kind {
-        ResourceKind::Lock => 0,
-        ResourceKind::Sem => 1,
-        ResourceKind::Waypoint => 2,
-    }
+    kind as usize
 }
 
 impl NodeMetrics {
@@ -401,12 +394,13 @@ impl NodeMetrics {
                 }
                 Event::Granted {
                     key,
+                    lease,
                     token,
                     waited_ms,
                     queued,
                     ..
                 } => {
-                    if self.holds.insert(*token, key.kind).is_none() {
+                    if self.holds.insert((*token, *lease), key.kind).is_none() {
                         self.held[slot(key.kind)] += 1;
                         held_changed = true;
                     }
@@ -422,12 +416,13 @@ impl NodeMetrics {
                 }
                 Event::Released {
                     key,
+                    lease,
                     token,
                     held_ms,
                     reason,
                     ..
                 } => {
-                    if let Some(kind) = self.holds.remove(token) {
+                    if let Some(kind) = self.holds.remove(&(*token, *lease)) {
                         self.held[slot(kind)] -= 1;
                         held_changed = true;
                     }
@@ -463,7 +458,7 @@ impl NodeMetrics {
     /// The machine was replaced by a snapshot: the holds it carries are unknown here.
     pub fn snapshot_installed(&mut self) {
         self.holds.clear();
-        self.held = [0; 3];
+        self.held = [0; KINDS.len()];
         self.publish_held();
     }
 

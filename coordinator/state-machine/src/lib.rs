@@ -63,7 +63,7 @@
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
 //!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`, `barrier.rs`: the resource kinds. A waypoint reservation
 //!   (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space and time by `grid.rs` and
 //!   `index.rs`), a time window (`window.rs`, which also ends windows), or several 4D volumes
 //!   when it is a route (`route.rs`), and a priority: a higher one preempts lower holders with
@@ -88,6 +88,7 @@ macro_rules! violation {
 }
 
 mod account;
+mod barrier;
 mod clock;
 mod command;
 mod dedup;
@@ -113,6 +114,8 @@ mod waypoint;
 
 #[cfg(test)]
 mod account_test;
+#[cfg(test)]
+mod barrier_test;
 #[cfg(test)]
 mod clock_test;
 #[cfg(test)]

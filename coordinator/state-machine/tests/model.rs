@@ -791,6 +791,11 @@ enum Outcome {
         limit: Option<u32>,
         holders: Vec<HolderInfo>,
         waiters: Vec<WaiterInfo>,
+        count: Option<u32>,
+        leaving: Option<u32>,
+    },
+    Passed {
+        generation: u64,
     },
     Expired {
         leases: Vec<u64>,
@@ -831,10 +836,17 @@ fn outcome_of(reply: &Reply) -> Outcome {
             limit,
             holders,
             waiters,
+            count,
+            leaving,
         } => Outcome::Inspect {
             limit: *limit,
             holders: holders.clone(),
             waiters: waiters.clone(),
+            count: *count,
+            leaving: *leaving,
+        },
+        Reply::BarrierPassed { generation } => Outcome::Passed {
+            generation: *generation,
         },
         Reply::Expired { leases } => Outcome::Expired {
             leases: leases.iter().map(|lease| lease.0).collect(),
@@ -2429,6 +2441,8 @@ impl Model {
                     priority: (w.priority > 0).then(|| priority(w.priority)),
                 })
                 .collect(),
+            count: None,
+            leaving: None,
         }
     }
 
