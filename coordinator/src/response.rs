@@ -145,6 +145,37 @@ mod tests {
     }
 
     #[test]
+    fn a_barrier_round_is_answered_its_generation_and_its_inspect_keeps_count_and_leaving() {
+        assert_eq!(
+            reply_response(
+                "b1",
+                &Reply::BarrierPassed {
+                    generation: 9 << 16
+                }
+            ),
+            Some(Response::ok(
+                "b1",
+                BarrierPassed {
+                    generation: 9 << 16
+                }
+            ))
+        );
+        let inspect = Reply::Inspect {
+            limit: None,
+            holders: Vec::new(),
+            waiters: Vec::new(),
+            count: Some(3),
+            leaving: Some(2),
+        };
+        let answer = reply_response("i1", &inspect).expect("an answer");
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&answer.encode()).expect("JSON"),
+            serde_json::json!({"id": "i1", "ok": true, "count": 3, "holders": [],
+                               "waiters": [], "leaving": 2})
+        );
+    }
+
+    #[test]
     fn each_kv_reply_becomes_its_own_answer_shape() {
         use hivekeeper_protocol::{KvDeleted, KvPage, KvPutDone, KvTxnDone};
         let put = KvPutDone {

@@ -333,6 +333,16 @@ fn agent_op() -> BoxedStrategy<Op> {
                 success,
                 failure,
             }),
+        3 => (name(), count(), lease(), wait_ms()).prop_map(|(name, count, lease, wait_ms)| {
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            }
+        }),
+        2 => (name(), lease(), wait_ms())
+            .prop_map(|(name, lease, wait_ms)| Op::BarrierLeave { name, lease, wait_ms }),
     ]
     .boxed()
 }
@@ -622,8 +632,8 @@ fn busy_snapshot_json() -> &'static Value {
     SNAPSHOT.get_or_init(|| serde_json::from_slice(&busy_snapshot()).expect("a snapshot is JSON"))
 }
 
-/// A machine with leases, holds, waiters, remembered outcomes and an account: the snapshot
-/// the mutations start from.
+/// A machine with leases, holds, waiters, barriers, remembered outcomes and an account: the
+/// snapshot the mutations start from.
 fn busy_snapshot() -> Vec<u8> {
     let mut machine = StateMachine::default();
     let mut index = 0;
@@ -678,6 +688,22 @@ fn busy_snapshot() -> Vec<u8> {
     let window = (Some(START_MS + 1_000), Some(START_MS + 60_000));
     apply("a", "w3", pad("slot-a", &a, window));
     apply("b", "w4", pad("slot-b", &b, window));
+    // A barrier's passed round with a member leaving, and another's round filling.
+    let enter = |name: &str, count, lease: &str| Op::BarrierEnter {
+        name: name.into(),
+        count,
+        lease: lease.into(),
+        wait_ms: Some(1_000),
+    };
+    apply("a", "b1", enter("bar", 2, &a));
+    apply("b", "b2", enter("bar", 2, &b));
+    let leave = Op::BarrierLeave {
+        name: "bar".into(),
+        lease: a.clone(),
+        wait_ms: None,
+    };
+    apply("a", "b3", leave);
+    apply("a", "b4", enter("bar2", 3, &a));
     let mut request = AgentRequest::new(
         "acct",
         Op::AdminAgentAdd {
