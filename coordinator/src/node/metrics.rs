@@ -22,10 +22,11 @@
 //! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
 //!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
-//!   included, by fencing token and lease (each hold has its own pair). The machine has no public count of
-//!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
-//!   until a later entry grants them again; a release of such a hold is ignored rather than
-//!   driving the gauge below zero.
+//!   included, by fencing token and lease (each hold has its own pair: the members of a
+//!   barrier's round share its token). The machine has no public count of holds, so holds
+//!   restored from a snapshot at start, or installed by one, are not counted until a later
+//!   entry grants them again; a release of such a hold is ignored rather than driving the
+//!   gauge below zero.
 //! - `hivekeeper_resource_waiters{kind}` is kept by the MQTT bridge, which alone knows a queued
 //!   request's kind (an applied `Queued` reply carries neither kind nor request id).
 //! - Labels are the resource kind, never the resource name, to keep cardinality bounded.
@@ -489,5 +490,46 @@ impl NodeMetrics {
         for kind in KINDS {
             gauge!(RESOURCE_HELD, "kind" => kind_label(kind)).set(self.held[slot(kind)] as f64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::state_machine::{LeaseId, ReleaseReason, ResourceKey};
+
+    #[test]
+    fn the_members_of_a_barriers_round_are_held_apart_though_they_share_its_token() {
+        let key = ResourceKey::new(ResourceKind::Barrier, &Arc::from("start"));
+        let agent: Arc<str> = Arc::from("drone-1");
+        let generation = 7 << 16;
+        let granted = |lease| Event::Granted {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease: LeaseId(lease),
+            token: generation,
+            waited_ms: 0,
+            queued: false,
+        };
+        let released = |lease| Event::Released {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease: LeaseId(lease),
+            token: generation,
+            held_ms: 5,
+            reason: ReleaseReason::Released,
+        };
+        let mut metrics = NodeMetrics::default();
+        metrics.entry(&[granted(1), granted(2), granted(3)], false);
+        assert_eq!(metrics.held[slot(ResourceKind::Barrier)], 3);
+        metrics.entry(&[released(2)], false);
+        metrics.entry(&[released(1), released(3), released(3)], false);
+        assert_eq!(
+            metrics.held,
+            [0; KINDS.len()],
+            "a release not held is ignored"
+        );
     }
 }
