@@ -3,8 +3,8 @@
 //! reads.
 
 use hivekeeper_protocol::{
-    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaseGranted,
-    LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
+    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaderReport,
+    LeaseGranted, LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
 };
 
 use crate::answer::Answer;
@@ -102,6 +102,10 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::KvPage(page) => page.clone().into(),
         Reply::KvDeleted(done) => done.clone().into(),
         Reply::KvTxn(done) => done.clone().into(),
+        Reply::Leader { leader } => LeaderReport {
+            leader: leader.clone(),
+        }
+        .into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),

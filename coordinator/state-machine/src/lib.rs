@@ -63,11 +63,13 @@
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
 //!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`, `election.rs`: the four resource kinds. A waypoint reservation
 //!   (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space and time by `grid.rs` and
 //!   `index.rs`), a time window (`window.rs`, which also ends windows), or several 4D volumes
 //!   when it is a route (`route.rs`), and a priority: a higher one preempts lower holders with
 //!   a vacate deadline (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
+//!   An election's leader holds it and its candidates wait, its leader mirrored as the key
+//!   `$election/{name}`.
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -91,6 +93,7 @@ mod account;
 mod clock;
 mod command;
 mod dedup;
+mod election;
 mod error;
 mod event;
 mod fifo;
@@ -117,6 +120,8 @@ mod account_test;
 mod clock_test;
 #[cfg(test)]
 mod dedup_test;
+#[cfg(test)]
+mod election_test;
 #[cfg(test)]
 mod kv_test;
 #[cfg(test)]
