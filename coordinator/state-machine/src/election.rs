@@ -45,7 +45,7 @@ use hivekeeper_protocol::kv::{ELECTION_KEY_PREFIX, election_key};
 use hivekeeper_protocol::{ErrorCode, HolderInfo, KvPutDone, LeaderInfo, Op, ResourceKind};
 use serde::{Deserialize, Serialize};
 
-use crate::fifo::{self, Queue};
+use crate::fifo::Queue;
 use crate::grant::{Acquire, Core, Hold, Occupancy, Waiter};
 use crate::kv::KvError;
 use crate::resource::{Listed, Resource};
@@ -75,12 +75,20 @@ pub struct Election {
 enum MirrorChange {
     /// Put the leader's value (created anew when the key is absent).
     Put {
+        /// The election's name.
         name: Text,
+        /// The leader's value.
         value: String,
+        /// The put's revision: the new leader's token, or a proclaim's own.
         revision: u64,
     },
     /// Delete the key: nobody leads, or a new leader is about to.
-    Delete { name: Text, revision: u64 },
+    Delete {
+        /// The election's name.
+        name: Text,
+        /// The delete's revision, before the next leader's token.
+        revision: u64,
+    },
 }
 
 /// Every election in use, and the mirror changes of the current entry. Serialized as the map
@@ -165,7 +173,7 @@ impl StateMachine {
     ) -> Decision {
         self.check_election_value("election.campaign", &value)?;
         let claim = self.core.claim(&acquire)?;
-        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
+        let (agent, lease) = (claim.agent, claim.lease);
         let Some(election) = self.elections.by_name.get_mut(name.as_str()) else {
             self.core.holds_quota(agent, &self.limits)?;
             self.resources_full()?;
@@ -206,37 +214,18 @@ impl StateMachine {
                 token: leader.token,
             });
         }
-        if self.core.is_waiting(lease, &key) {
-            if election.candidate_values.get(&lease) != Some(&value) {
-                return Err(self.core.already_waiting(lease, &key, "another value"));
-            }
-            if wait_ms == Some(0) {
-                let old_id = self.core.waiting_id(lease, &key);
-                return Err(Reply::refused(
-                    ErrorCode::WouldBlock,
-                    format!(
-                        "election {name:?} has a leader (this lease already campaigns, request \
-                         id {old_id:?})"
-                    ),
-                ));
-            }
-            let old_id = self.core.take_over_wait(ctx, &key, &claim);
-            election.candidates.rename(agent, &old_id, claim.request_id);
-            return Ok(Reply::Queued);
+        let waits_with = election.candidate_values.get(&lease);
+        if waits_with.is_some_and(|waiting| *waiting != value) {
+            return Err(self.core.already_waiting(lease, &key, "another value"));
         }
-        self.core.holds_quota(agent, &self.limits)?;
-        if wait_ms == Some(0) {
-            return Err(Reply::refused(
-                ErrorCode::WouldBlock,
-                format!("election {name:?} has a leader"),
-            ));
-        }
-        self.core.waits_quota(lease, &self.limits)?;
-        fifo::full("election", &name, election.candidates.len(), &self.limits)?;
-        let waiter = self.core.enqueue(ctx, &key, &claim, 1);
-        election.candidates.push_back(waiter);
+        let held = || format!("election {name:?} has a leader");
+        let candidates = &mut election.candidates;
+        let queued = self
+            .core
+            .wait_behind(ctx, &key, &claim, candidates, &held, &self.limits)?;
+        // Its own value again when it took its wait over.
         election.candidate_values.insert(lease, value);
-        Ok(Reply::Queued)
+        Ok(queued)
     }
 
     /// `election.proclaim`: the leader's new value, put to its key at a fresh revision (the

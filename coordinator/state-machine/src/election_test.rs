@@ -150,6 +150,60 @@ fn about(name: &str, events: &[Event]) -> Vec<Event> {
         .collect()
 }
 
+/// A handover of "hive" from a (value "va") to b (value "vb", its campaign `r5` queued): the
+/// entry's events and what the watch sees.
+struct Handover {
+    /// a's token.
+    first: u64,
+    /// The entry that hands over: its position makes the revisions.
+    entry: u64,
+    /// a's lease, then b's.
+    leases: (u64, u64),
+    /// How long a led.
+    held_ms: u64,
+    /// How long b waited.
+    waited_ms: u64,
+    /// Why a's leadership ended.
+    reason: ReleaseReason,
+}
+
+/// Checks `handover`'s events and watch events: a's leadership ends, the old key goes at the
+/// entry's first revision, b leads with the next as its token (its key created at it), and
+/// only b is answered. Returns b's token.
+fn assert_handover(h: &Harness, events: &[Event], handover: &Handover) -> u64 {
+    let Handover {
+        first,
+        entry,
+        leases: (from, to),
+        ..
+    } = *handover;
+    let (deleted_at, second) = (entry << 16, (entry << 16) + 1);
+    assert_eq!(
+        about("hive", events),
+        vec![
+            released(
+                "hive",
+                ("a", from),
+                first,
+                handover.held_ms,
+                handover.reason
+            ),
+            granted("hive", "b", to, second, Some(handover.waited_ms)),
+            answered("hive", "b", "r5", Reply::Granted { token: second }),
+        ],
+        "no herd: only the new leader is answered"
+    );
+    assert_eq!(
+        watched(h, first),
+        vec![
+            delete_event(deleted_at, mirrored("hive", "va", first, first, 1)),
+            put_event(second, mirrored("hive", "vb", second, second, 1)),
+        ]
+    );
+    assert_eq!(leader(h, "hive"), leads("b", "vb", second));
+    second
+}
+
 #[test]
 fn the_first_campaign_leads_at_once_and_creates_the_key_at_its_token() {
     let mut h = Harness::new();
@@ -187,25 +241,16 @@ fn a_resign_hands_over_to_the_head_candidate_in_the_same_entry() {
     h.now_ms += 25;
     let (reply, events) = h.send("a", resign("hive", first));
     assert_eq!(reply, Reply::Done);
-    // The old key goes at 7 << 16, the next leader's token (and key) is the revision after.
-    let (deleted_at, second) = (7 << 16, (7 << 16) + 1);
-    assert_eq!(
-        events,
-        vec![
-            released("hive", ("a", 1), first, 35, ReleaseReason::Released),
-            granted("hive", "b", 2, second, Some(25)),
-            answered("hive", "b", "r5", Reply::Granted { token: second }),
-        ],
-        "no herd: only the new leader is answered"
-    );
-    assert_eq!(
-        watched(&h, first),
-        vec![
-            delete_event(deleted_at, mirrored("hive", "va", first, first, 1)),
-            put_event(second, mirrored("hive", "vb", second, second, 1)),
-        ]
-    );
-    assert_eq!(leader(&h, "hive"), leads("b", "vb", second));
+    assert_eq!(events.len(), 3, "{events:?}");
+    let handover = Handover {
+        first,
+        entry: 7,
+        leases: (1, 2),
+        held_ms: 35,
+        waited_ms: 25,
+        reason: ReleaseReason::Released,
+    };
+    assert_handover(&h, &events, &handover);
     let (holders, waiters) = h.occupants(ResourceKind::Election, "hive");
     assert_eq!((holders, waiters), (vec!["b".into()], vec!["c".into()]));
 }
@@ -257,58 +302,48 @@ fn inspect(name: &str) -> Op {
     }
 }
 
-/// How a leader's lease ends, in one entry of `h`: its events.
-type LeaseEnding = fn(&mut Harness, &str) -> Vec<Event>;
-
-fn revoked(h: &mut Harness, lease: &str) -> Vec<Event> {
-    let (reply, events) = h.send(
-        "a",
-        Op::LeaseRevoke {
-            lease: lease.into(),
-        },
-    );
-    assert_eq!(reply, Reply::Done);
-    events
+/// How agent a's leadership ends with its lease.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    Revoked,
+    Expired,
+    AdminRevoked,
+    /// Its account removed (the harness must have added it).
+    AccountRemoved,
 }
 
-fn expired(h: &mut Harness, lease: &str) -> Vec<Event> {
-    h.now_ms += 5_000;
-    let (reply, events) = h.expire(&[lease]);
-    assert_eq!(
-        reply,
-        Reply::Expired {
-            leases: vec![LeaseId::parse(lease).expect("a lease id")]
+/// Ends agent a's `lease` as `ending` says, in one entry of `h`: its events.
+fn end(h: &mut Harness, ending: Ending, lease: &str) -> Vec<Event> {
+    let lease_op = |op: fn(String) -> Op| op(lease.to_string());
+    let (reply, events) = match ending {
+        Ending::Revoked => h.send("a", lease_op(|lease| Op::LeaseRevoke { lease })),
+        Ending::Expired => {
+            h.now_ms += 5_000;
+            h.expire(&[lease])
         }
-    );
-    events
-}
-
-fn admin_revoked(h: &mut Harness, lease: &str) -> Vec<Event> {
-    let (reply, events) = h.send(
-        "admin",
-        Op::AdminRevoke {
-            lease: lease.into(),
+        Ending::AdminRevoked => h.send("admin", lease_op(|lease| Op::AdminRevoke { lease })),
+        Ending::AccountRemoved => h.send("admin", Op::AdminAgentRemove { name: "a".into() }),
+    };
+    let ended = LeaseId::parse(lease).expect("a lease id");
+    let expected = match ending {
+        Ending::Expired => Reply::Expired {
+            leases: vec![ended],
         },
-    );
-    assert_eq!(reply, Reply::Done);
-    events
-}
-
-fn account_removed(h: &mut Harness, _: &str) -> Vec<Event> {
-    let (reply, events) = h.send("admin", Op::AdminAgentRemove { name: "a".into() });
-    assert_eq!(reply, Reply::Done);
+        _ => Reply::Done,
+    };
+    assert_eq!(reply, expected, "{ending:?}");
     events
 }
 
 #[test]
 fn every_way_a_leaders_lease_ends_hands_over_and_moves_the_key() {
-    let endings: [(&str, LeaseEnding); 4] = [
-        ("lease.revoke", revoked),
-        ("expiry", expired),
-        ("admin.revoke", admin_revoked),
-        ("account removal", account_removed),
+    let endings = [
+        Ending::Revoked,
+        Ending::Expired,
+        Ending::AdminRevoked,
+        Ending::AccountRemoved,
     ];
-    for (how, end) in endings {
+    for how in endings {
         let mut h = Harness::new();
         let add = Op::AdminAgentAdd {
             name: "a".into(),
@@ -324,38 +359,28 @@ fn every_way_a_leaders_lease_ends_hands_over_and_moves_the_key() {
             Reply::Queued
         );
         let ending = h.index + 1;
-        let events = end(&mut h, &a);
-        let (deleted_at, second) = (ending << 16, (ending << 16) + 1);
+        let events = end(&mut h, how, &a);
         let held_ms = h.now_ms - 1_000_000;
-        assert_eq!(
-            about("hive", &events),
-            vec![
-                released("hive", ("a", 2), first, held_ms, ReleaseReason::LeaseEnded),
-                granted("hive", "b", 3, second, Some(held_ms)),
-                answered("hive", "b", "r5", Reply::Granted { token: second }),
-            ],
-            "{how}"
-        );
-        assert_eq!(
-            watched(&h, first),
-            vec![
-                delete_event(deleted_at, mirrored("hive", "va", first, first, 1)),
-                put_event(second, mirrored("hive", "vb", second, second, 1)),
-            ],
-            "{how}"
-        );
-        assert_eq!(leader(&h, "hive"), leads("b", "vb", second), "{how}");
+        let handover = Handover {
+            first,
+            entry: ending,
+            leases: (2, 3),
+            held_ms,
+            waited_ms: held_ms,
+            reason: ReleaseReason::LeaseEnded,
+        };
+        assert_handover(&h, &events, &handover);
     }
 }
 
 #[test]
 fn a_leader_whose_lease_ends_alone_leaves_no_key_and_no_leader() {
-    for end in [revoked as LeaseEnding, expired, admin_revoked] {
+    for how in [Ending::Revoked, Ending::Expired, Ending::AdminRevoked] {
         let mut h = Harness::new();
         let a = h.lease("a", 5_000);
         let token = Harness::token(&h.reply("a", campaign("hive", &a, "va", None)));
         let ending = h.index + 1;
-        let events = end(&mut h, &a);
+        let events = end(&mut h, how, &a);
         assert_eq!(
             about("hive", &events),
             vec![released(
@@ -444,12 +469,12 @@ fn proclaim_and_resign_need_the_leading_token_and_its_agent() {
 /// own resign, and even when it campaigns again.
 #[test]
 fn regression_a_proclaim_after_a_lost_leadership_is_refused_and_changes_nothing() {
-    for lost in [expired as LeaseEnding, revoked, admin_revoked] {
+    for lost in [Ending::Expired, Ending::Revoked, Ending::AdminRevoked] {
         let mut h = Harness::new();
         let [a, b] = h.leases(["a", "b"], 5_000);
         let old = Harness::token(&h.reply("a", campaign("hive", &a, "a-addr", None)));
         h.reply("b", campaign("hive", &b, "b-addr", None));
-        lost(&mut h, &a);
+        end(&mut h, lost, &a);
         let new = leader(&h, "hive").expect("b leads").token;
         assert!(new > old);
         let a2 = h.lease("a", 5_000);
@@ -488,7 +513,7 @@ fn regression_a_stale_resign_does_not_unseat_the_new_leader() {
     let old = Harness::token(&h.reply("a", campaign("hive", &a, "a-addr", None)));
     h.reply("b", campaign("hive", &b, "b-addr", None));
     h.reply("c", campaign("hive", &c, "c-addr", None));
-    expired(&mut h, &a);
+    end(&mut h, Ending::Expired, &a);
     let new = leader(&h, "hive").expect("b leads").token;
     let a2 = h.lease("a", 5_000);
     h.reply("a", campaign("hive", &a2, "a-addr", None));
@@ -773,6 +798,46 @@ fn inspect_fence_check_and_admin_resources_show_elections() {
             }],
             next_after: None
         }
+    );
+}
+
+#[test]
+fn admin_resources_lists_elections_after_the_other_kinds() {
+    let mut h = Harness::new();
+    let a = h.lease("a", 5_000);
+    h.reply("a", campaign("hive", &a, "va", None));
+    h.reply("a", lock_acquire("hive", &a, None));
+    let page = |after: Option<&str>| {
+        let op = Op::AdminResources {
+            kind: None,
+            prefix: None,
+            after: after.map(str::to_string),
+            limit: Some(1),
+        };
+        match h.sm.query("x", &op) {
+            Reply::Resources {
+                resources,
+                next_after,
+            } => (
+                resources
+                    .into_iter()
+                    .map(|info| (info.kind, info.name))
+                    .collect::<Vec<_>>(),
+                next_after,
+            ),
+            other => panic!("a page: {other:?}"),
+        }
+    };
+    assert_eq!(
+        page(None),
+        (
+            vec![(ResourceKind::Lock, "hive".into())],
+            Some("lock/hive".into())
+        )
+    );
+    assert_eq!(
+        page(Some("lock/hive")),
+        (vec![(ResourceKind::Election, "hive".into())], None)
     );
 }
 

@@ -1917,7 +1917,24 @@ impl Model {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
-        let kind = ResourceKind::Lock;
+        self.exclusive_acquire(
+            ResourceKind::Lock,
+            (agent, lease, request_id),
+            name,
+            wait_ms,
+        )
+    }
+
+    /// An acquire of a resource with one holder (a lock, an election) by a live lease:
+    /// granted at once when nobody holds it, its token again for its holder, the wait taken
+    /// over for a lease that waits already, or queued within the bounds.
+    fn exclusive_acquire(
+        &mut self,
+        kind: ResourceKind,
+        (agent, lease, request_id): (&str, u64, &str),
+        name: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
         let Some(holder) = self.holds_of(kind, name).next() else {
             if self.over_holds_quota(agent) {
                 return refused(ErrorCode::ResourceExhausted);
@@ -2432,53 +2449,30 @@ impl Model {
             Err(refusal) => return refusal,
         };
         let kind = ResourceKind::Election;
-        let Some(leader) = self.holds_of(kind, name).next() else {
-            if self.over_holds_quota(agent) {
-                return refused(ErrorCode::ResourceExhausted);
+        // Leading or waiting already, it must ask with the same value.
+        let held = self
+            .holds_of(kind, name)
+            .map(|hold| (hold.lease, &hold.value));
+        let waiting = self.waiters_of(kind, name).map(|w| (w.lease, &w.value));
+        if held
+            .chain(waiting)
+            .any(|(of, asked)| of == lease && asked != value)
+        {
+            return refused(ErrorCode::BadRequest);
+        }
+        let led = self.holds_of(kind, name).next().is_some();
+        let waited = self.is_waiting(lease, kind, name);
+        let outcome = self.exclusive_acquire(kind, (agent, lease, request_id), name, wait_ms);
+        match outcome {
+            Outcome::Granted { token } if !led => {
+                self.holds.last_mut().expect("just granted").value = value.to_string();
+                self.mirror_created(name, value.to_string(), token);
             }
-            if self.resources_in_use() >= self.limits.resources_max as usize {
-                return refused(ErrorCode::ResourceExhausted);
+            Outcome::Queued if !waited => {
+                self.waiters.last_mut().expect("just queued").value = value.to_string();
             }
-            let outcome = self.grant_now(kind, name, lease, agent, 1, 0, None, None);
-            let leader = self.holds.last_mut().expect("just granted");
-            leader.value = value.to_string();
-            let token = leader.token;
-            self.mirror_created(name, value.to_string(), token);
-            return outcome;
-        };
-        if leader.lease == lease {
-            return if leader.value == value {
-                Outcome::Granted {
-                    token: leader.token,
-                }
-            } else {
-                refused(ErrorCode::BadRequest)
-            };
+            _ => {}
         }
-        let waiting = self.waiters_of(kind, name).find(|w| w.lease == lease);
-        if let Some(asks_the_same) = waiting.map(|w| w.value == value) {
-            if !asks_the_same {
-                return refused(ErrorCode::BadRequest);
-            }
-            let asked = (None, None);
-            return self.take_over(kind, name, lease, request_id, 1, None, wait_ms, asked);
-        }
-        if self.over_holds_quota(agent) {
-            return refused(ErrorCode::ResourceExhausted);
-        }
-        if wait_ms == Some(0) {
-            return refused(ErrorCode::WouldBlock);
-        }
-        if self.over_waits_quota(lease) {
-            return refused(ErrorCode::ResourceExhausted);
-        }
-        if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
-            return refused(ErrorCode::ResourceExhausted);
-        }
-        let outcome = self.enqueue(
-            kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
-        );
-        self.waiters.last_mut().expect("just queued").value = value.to_string();
         outcome
     }
 
