@@ -188,13 +188,11 @@ impl StateMachine {
                 candidate_values: BTreeMap::new(),
             };
             self.elections.by_name.insert(name.clone(), election);
-            let revision = token;
-            let put = MirrorChange::Put {
+            self.elections.mirror.push(MirrorChange::Put {
                 name,
                 value,
-                revision,
-            };
-            self.elections.mirror.push(put);
+                revision: token,
+            });
             return Ok(Reply::Granted { token });
         };
         let key = ResourceKey::new(ResourceKind::Election, &Arc::from(name.as_str()));
@@ -223,7 +221,7 @@ impl StateMachine {
         let queued = self
             .core
             .wait_behind(ctx, &key, &claim, candidates, &held, &self.limits)?;
-        // Its own value again when it took its wait over.
+        // The candidate's value (the same one when it took its wait over).
         election.candidate_values.insert(lease, value);
         Ok(queued)
     }

@@ -842,6 +842,40 @@ fn admin_resources_lists_elections_after_the_other_kinds() {
 }
 
 #[test]
+fn a_txn_fenced_by_the_leadership_runs_only_while_its_token_leads() {
+    use hivekeeper_protocol::kv::{Compare, Holder, Put, TxnOp};
+    let mut h = Harness::new();
+    let [a, b] = h.leases(["a", "b"], 5_000);
+    let first = Harness::token(&h.reply("a", campaign("hive", &a, "va", None)));
+    h.reply("b", campaign("hive", &b, "vb", None));
+    let fenced = |token| Op::KvTxn {
+        compare: vec![Compare::Holder {
+            holder: Holder {
+                kind: ResourceKind::Election,
+                name: "hive".into(),
+            },
+            token,
+        }],
+        success: vec![TxnOp::Put(Put {
+            key: "hive/config".into(),
+            value: "by the leader".into(),
+            lease: None,
+            prev_kv: false,
+        })],
+        failure: vec![],
+    };
+    let succeeded = |reply: Reply| match reply {
+        Reply::KvTxn(done) => done.succeeded,
+        other => panic!("a txn's outcome: {other:?}"),
+    };
+    assert!(succeeded(h.reply("a", fenced(first))));
+    h.reply("a", resign("hive", first));
+    assert!(!succeeded(h.reply("a", fenced(first))), "a deposed token");
+    let second = leader(&h, "hive").expect("b leads").token;
+    assert!(succeeded(h.reply("b", fenced(second))));
+}
+
+#[test]
 fn a_value_is_bounded_as_a_keys_value_is() {
     let mut h = Harness::new();
     let a = h.lease("a", 5_000);

@@ -19,7 +19,7 @@
 //!  apply(meta, Command::Request { agent, request: AgentRequest })
 //!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ Op ─▶ lease / lock / semaphore / waypoint / account
+//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / account / kv
 //!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
 //!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
 //!                    │              later, from the entry that grants it, times it out or ends
@@ -38,7 +38,8 @@
 //!                                                         space's, lowering a history bound
 //!                                                         compacts it)
 //!  query(agent, &Op)       keepalive check, fence.check, inspect, admin.leases,
-//!                          admin.resources, admin.agent.list, airspace.query: no change
+//!                          admin.resources, admin.agent.list, airspace.query, kv.get,
+//!                          election.leader: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
 //!        ▼

@@ -188,9 +188,10 @@ impl StateMachine {
     }
 
     /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`,
-    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`) without changing anything. Any
-    /// other op is refused `bad_request`: a write goes through the log, and the node answers
-    /// `admin.status`, `admin.snapshot` and `admin.member.*` from Raft.
+    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`, `election.leader`)
+    /// without changing anything. Any other op is refused `bad_request`: a write goes through
+    /// the log, and the node answers `admin.status`, `admin.snapshot` and `admin.member.*` from
+    /// Raft.
     pub fn query(&self, agent: &str, op: &Op) -> Reply {
         self.read(agent, op).unwrap_or_else(|refusal| refusal)
     }
