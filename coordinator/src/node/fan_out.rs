@@ -286,6 +286,7 @@ impl FanOut {
                     ResourceKind::Lock => Notice::LockLost { name, token },
                     ResourceKind::Sem => Notice::SemLost { name, token },
                     ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+                    ResourceKind::Election => Notice::ElectionLost { name, token },
                 };
                 Some(Outbound::Notify { agent, event })
             }
