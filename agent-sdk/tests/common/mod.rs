@@ -459,6 +459,10 @@ impl Fake {
             | Op::KvDelete { .. }
             | Op::KvTxn { .. }
             | Op::WatchPoll { .. }
+            | Op::ElectionCampaign { .. }
+            | Op::ElectionProclaim { .. }
+            | Op::ElectionResign { .. }
+            | Op::ElectionLeader { .. }
             | Op::BarrierEnter { .. }
             | Op::BarrierLeave { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)

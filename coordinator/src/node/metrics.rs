@@ -340,7 +340,8 @@ pub(super) struct NodeMetrics {
     held: [u64; KINDS.len()],
 }
 
-/// A kind's place in [`KINDS`] (`ResourceKind::ALL`, in declaration order).
+/// A kind's place in [`KINDS`]: its place in the declaration, which [`ResourceKind::ALL`]
+/// follows.
 fn slot(kind: ResourceKind) -> usize {
     kind as usize
 }

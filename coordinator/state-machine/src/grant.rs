@@ -105,6 +105,7 @@ impl Hold {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            value: None,
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use hivekeeper_protocol::{
     AccountInfo, ConflictInfo, ErrorCode, HolderInfo, KvDeleted, KvPage, KvPutDone, KvTxnDone,
-    LeaseInfo, ResourceInfo, Role, WaiterInfo,
+    LeaderInfo, LeaseInfo, ResourceInfo, Role, WaiterInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -132,6 +132,11 @@ pub enum Reply {
     KvDeleted(KvDeleted),
     /// `kv.txn`: its revision, which branch ran and that branch's results.
     KvTxn(KvTxnDone),
+    /// `election.leader`: who leads, or `None` when nobody does.
+    Leader {
+        /// The leader's agent, value and token.
+        leader: Option<LeaderInfo>,
+    },
     /// `barrier.enter`: the round filled; `barrier.leave`: every member of the round left.
     BarrierPassed {
         /// The round's generation (`barrier.rs`).

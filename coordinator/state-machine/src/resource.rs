@@ -140,6 +140,7 @@ impl StateMachine {
             ResourceKind::Lock => &self.locks,
             ResourceKind::Sem => &self.sems,
             ResourceKind::Waypoint => &self.waypoints,
+            ResourceKind::Election => &self.elections,
             ResourceKind::Barrier => &self.barriers,
         }
     }
@@ -154,6 +155,7 @@ impl StateMachine {
             locks,
             sems,
             waypoints,
+            elections,
             barriers,
             core,
             limits,
@@ -163,6 +165,7 @@ impl StateMachine {
             ResourceKind::Lock => locks,
             ResourceKind::Sem => sems,
             ResourceKind::Waypoint => waypoints,
+            ResourceKind::Election => elections,
             ResourceKind::Barrier => barriers,
         };
         (resource, core, limits)
@@ -205,7 +208,8 @@ impl StateMachine {
     }
 
     /// Grants whatever became grantable on these resources, given in (kind, name) order, after
-    /// holds or waiters went away, and forgets resources left with neither (invariant 1).
+    /// holds or waiters went away, and forgets resources left with neither (invariant 1); a
+    /// new leader of an election is in the key space when it returns (`election.rs`).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
         debug_assert!(
             keys.is_sorted(),
@@ -215,6 +219,7 @@ impl StateMachine {
             let (resource, core, limits) = self.resource_mut(same_kind[0].kind);
             resource.settle(ctx, core, same_kind, limits);
         }
+        self.write_election_mirror();
     }
 
     /// How many resources are in use: locks and semaphores held (or waited for), waypoint

@@ -60,6 +60,10 @@ impl Op {
             | Op::RouteRelease { name, .. }
             | Op::Inspect { name, .. }
             | Op::BarrierLeave { name, .. } => validate::name("name", name)?,
+            Op::ElectionCampaign { name, .. }
+            | Op::ElectionProclaim { name, .. }
+            | Op::ElectionResign { name, .. }
+            | Op::ElectionLeader { name } => validate::name("name", name)?,
             Op::RouteReserve { name, volumes, .. } | Op::RouteAmend { name, volumes, .. } => {
                 validate::name("name", name)?;
                 validate::volumes(volumes)?;
