@@ -19,7 +19,7 @@
 //!  apply(meta, Command::Request { agent, request: AgentRequest })
 //!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / account / kv
+//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / barrier / account / kv
 //!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
 //!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
 //!                    │              later, from the entry that grants it, times it out or ends
