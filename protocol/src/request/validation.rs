@@ -58,7 +58,8 @@ impl Op {
             | Op::SemRelease { name, .. }
             | Op::WaypointRelease { name, .. }
             | Op::RouteRelease { name, .. }
-            | Op::Inspect { name, .. } => validate::name("name", name)?,
+            | Op::Inspect { name, .. }
+            | Op::BarrierLeave { name, .. } => validate::name("name", name)?,
             Op::ElectionCampaign { name, .. }
             | Op::ElectionProclaim { name, .. }
             | Op::ElectionResign { name, .. }
@@ -87,6 +88,10 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
+            Op::BarrierEnter { name, count, .. } => {
+                validate::name("name", name)?;
+                validate::barrier_count(*count)?;
+            }
             Op::KvPut { .. }
             | Op::KvGet { .. }
             | Op::KvDelete { .. }
