@@ -3,8 +3,9 @@
 //! reads.
 
 use hivekeeper_protocol::{
-    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaseGranted,
-    LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
+    AccountIssued, AccountPage, BarrierPassed, ConflictPage, Done, FenceStatus, Granted,
+    Inspection, LeaderReport, LeaseGranted, LeaseKept, LeasePage, ResourcePage, Response,
+    StatusReport, Success,
 };
 
 use crate::answer::Answer;
@@ -53,10 +54,14 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
             limit,
             holders,
             waiters,
+            count,
+            leaving,
         } => Inspection {
             limit: *limit,
+            count: *count,
             holders: holders.clone(),
             waiters: waiters.clone(),
+            leaving: *leaving,
             holders_total: None,
             waiters_total: None,
         }
@@ -102,6 +107,14 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::KvPage(page) => page.clone().into(),
         Reply::KvDeleted(done) => done.clone().into(),
         Reply::KvTxn(done) => done.clone().into(),
+        Reply::Leader { leader } => LeaderReport {
+            leader: leader.clone(),
+        }
+        .into(),
+        Reply::BarrierPassed { generation } => BarrierPassed {
+            generation: *generation,
+        }
+        .into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),
@@ -137,6 +150,37 @@ mod tests {
     }
 
     #[test]
+    fn a_barrier_round_is_answered_its_generation_and_its_inspect_keeps_count_and_leaving() {
+        assert_eq!(
+            reply_response(
+                "b1",
+                &Reply::BarrierPassed {
+                    generation: 9 << 16
+                }
+            ),
+            Some(Response::ok(
+                "b1",
+                BarrierPassed {
+                    generation: 9 << 16
+                }
+            ))
+        );
+        let inspect = Reply::Inspect {
+            limit: None,
+            holders: Vec::new(),
+            waiters: Vec::new(),
+            count: Some(3),
+            leaving: Some(2),
+        };
+        let answer = reply_response("i1", &inspect).expect("an answer");
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&answer.encode()).expect("JSON"),
+            serde_json::json!({"id": "i1", "ok": true, "count": 3, "holders": [],
+                               "waiters": [], "leaving": 2})
+        );
+    }
+
+    #[test]
     fn each_kv_reply_becomes_its_own_answer_shape() {
         use hivekeeper_protocol::{KvDeleted, KvPage, KvPutDone, KvTxnDone};
         let put = KvPutDone {
@@ -168,6 +212,25 @@ mod tests {
             assert_eq!(answer, Response::ok("k", success.clone()));
             let back = Response::decode(&answer.encode()).expect("decodes");
             assert_eq!(back.outcome.expect("a success").shape(), success.shape());
+        }
+    }
+
+    #[test]
+    fn an_election_leader_becomes_its_answer_with_leader_sent_even_when_null() {
+        use hivekeeper_protocol::{LeaderInfo, LeaderReport};
+        let leader = LeaderInfo {
+            agent: "drone-7".into(),
+            value: "10.0.0.7:7000".into(),
+            token: 9 << 16,
+        };
+        for leader in [Some(leader), None] {
+            let reply = Reply::Leader {
+                leader: leader.clone(),
+            };
+            let answer = reply_response("e", &reply).expect("an answer");
+            assert_eq!(answer, Response::ok("e", LeaderReport { leader }));
+            let back = Response::decode(&answer.encode()).expect("decodes");
+            assert_eq!(back, answer);
         }
     }
 }

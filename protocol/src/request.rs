@@ -50,17 +50,23 @@ pub enum ResourceKind {
     Sem,
     /// A waypoint reservation (`waypoint.*`).
     Waypoint,
+    /// A leader election (`election.*`): the leader holds it, the candidates wait.
+    Election,
+    /// A reusable double barrier (`barrier.*`).
+    Barrier,
 }
 
 impl ResourceKind {
     /// Every kind, in the order `admin.resources` lists them.
-    pub const ALL: [ResourceKind; 3] = [
+    pub const ALL: [ResourceKind; 5] = [
         ResourceKind::Lock,
         ResourceKind::Sem,
         ResourceKind::Waypoint,
+        ResourceKind::Election,
+        ResourceKind::Barrier,
     ];
 
-    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`).
+    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`, `election`, `barrier`).
     pub fn parse(text: &str) -> Option<ResourceKind> {
         ResourceKind::ALL
             .into_iter()
@@ -73,6 +79,8 @@ impl ResourceKind {
             ResourceKind::Lock => "lock",
             ResourceKind::Sem => "sem",
             ResourceKind::Waypoint => "waypoint",
+            ResourceKind::Election => "election",
+            ResourceKind::Barrier => "barrier",
         }
     }
 }
@@ -577,6 +585,73 @@ pub enum Op {
         max_events: Option<u32>,
         /// How long to wait for an event, ms, 0 to [`crate::kv::WATCH_WAIT_MS_MAX`]; absent:
         /// 30,000.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Queue the lease as a candidate of an election, in arrival order; answered when it
+    /// leads, with the leadership's fencing token.
+    #[op("election.campaign", Write)]
+    ElectionCampaign {
+        /// The election's name.
+        name: String,
+        /// The lease the leadership will be bound to.
+        lease: String,
+        /// The value the candidate proclaims when it leads, at most the key space's
+        /// `value_bytes_max` bytes: `$election/{name}` holds it.
+        value: String,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Change the leader's value; refused `not_holder` unless `token` leads now and the
+    /// sender is the agent whose lease leads.
+    #[op("election.proclaim", Write)]
+    ElectionProclaim {
+        /// The election's name.
+        name: String,
+        /// The leadership's token, as `election.campaign` answered it.
+        token: u64,
+        /// The new value, at most `value_bytes_max` bytes.
+        value: String,
+    },
+    /// Step down: the next candidate leads in the same log entry. Refused `not_holder` as
+    /// `election.proclaim` is.
+    #[op("election.resign", Write)]
+    ElectionResign {
+        /// The election's name.
+        name: String,
+        /// The leadership's token.
+        token: u64,
+    },
+    /// The leader of an election (agent, value, token), or none.
+    #[op("election.leader", Read)]
+    ElectionLeader {
+        /// The election's name.
+        name: String,
+    },
+    /// Enter the round of a double barrier that is filling: answered, with the round's
+    /// generation, in the one entry where the `count`-th member arrives (`barrier.rs`).
+    #[op("barrier.enter", Write)]
+    BarrierEnter {
+        /// The barrier's name.
+        name: String,
+        /// How many members a round has; fixed by the round's first arrival while it fills.
+        count: u32,
+        /// The lease the membership is bound to.
+        lease: String,
+        /// As for `lock.acquire`: how long to wait for the round to fill.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Leave the round the lease passed: answered, with the round's generation, in the one
+    /// entry where the last member of that round leaves.
+    #[op("barrier.leave", Write)]
+    BarrierLeave {
+        /// The barrier's name.
+        name: String,
+        /// The lease that passed the round.
+        lease: String,
+        /// As for `lock.acquire`: how long to wait for the others to leave.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },

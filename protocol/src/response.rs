@@ -147,13 +147,18 @@ reply_shapes! {
         KvPage(KvPage) = "a page of keys (`kvs`)",
         /// `kv.delete`.
         KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
-        /// `kv.put`: after the other `kv.*` answers, whose `revision` it shares.
+        /// `kv.put`, `election.proclaim`: after the other `kv.*` answers, whose `revision` it
+        /// shares.
         KvPut(KvPutDone) = "a put's revision (`revision`)",
+        /// `election.leader`: its one field, `leader`, is required even when `null`.
+        Leader(LeaderReport) = "an election's leader (`leader`)",
         /// `lock.acquire`, `lock.downgrade`, `lock.acquire_all`, `sem.acquire`,
-        /// `waypoint.reserve`, `route.reserve`.
+        /// `waypoint.reserve`, `route.reserve`, `election.campaign`.
         Granted(Granted) = "a grant (`token`)",
         /// `lease.keepalive`.
         LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
+        /// `barrier.enter`, `barrier.leave`.
+        BarrierPassed(BarrierPassed) = "a barrier's round (`generation`)",
         /// Every op that answers only `ok: true`.
         Done(Done) = "no result fields",
     }
@@ -176,11 +181,41 @@ pub struct LeaseKept {
 }
 
 /// The answer to a grant: `lock.acquire`, `lock.downgrade`, `lock.acquire_all`, `sem.acquire`,
-/// `waypoint.reserve`, `route.reserve`.
+/// `waypoint.reserve`, `route.reserve`, `election.campaign` (the leadership's token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Granted {
     /// The grant's fencing token.
     pub token: u64,
+}
+
+/// The answer to `election.leader`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderReport {
+    /// The leader, `null` when nobody leads. Required on the wire either way (a missing field
+    /// is not read as `null`), so that this answer is told apart from every other shape.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub leader: Option<LeaderInfo>,
+}
+
+/// The leader of an election, in an `election.leader` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// The leading agent.
+    pub agent: String,
+    /// Its value: what it campaigned with, or last proclaimed.
+    pub value: String,
+    /// The leadership's fencing token (`$election/{name}`'s `create_revision`).
+    pub token: u64,
+}
+
+/// The answer to `barrier.enter` (the round filled) and to `barrier.leave` (every member of
+/// the round left).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BarrierPassed {
+    /// The round: the revision of the entry that filled it, so it is unique, increases from
+    /// round to round of a barrier (also after the barrier was forgotten while unused) and
+    /// compares with fencing tokens and key revisions. Both answers of one round carry it.
+    pub generation: u64,
 }
 
 /// The answer to `fence.check`.
@@ -198,10 +233,19 @@ pub struct Inspection {
     /// A semaphore's capacity (semaphores only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// How many members the barrier's round filling now needs (barriers only, while a round
+    /// fills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
     /// Who holds the resource.
     pub holders: Vec<HolderInfo>,
     /// Who waits for it, in queue order.
     pub waiters: Vec<WaiterInfo>,
+    /// How many members of the barrier's passed rounds have sent `barrier.leave` and wait for
+    /// the rest of their round (barriers only, when any do); `holders` lists the members that
+    /// have not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaving: Option<u32>,
     /// How many hold the resource, present only when `holders` lists just the first ones
     /// because the whole answer would not fit in one MQTT packet ([`Response::encode_within`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -459,6 +503,9 @@ pub struct HolderInfo {
     /// request.
     #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
     pub mode: LockMode,
+    /// The leader's value (elections only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// One waiter in an `inspect` result.
@@ -493,6 +540,9 @@ pub struct WaiterInfo {
     /// The mode a lock waiter asks for: `shared`, or absent (exclusive), as in the request.
     #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
     pub mode: LockMode,
+    /// The value the candidate campaigns with (elections only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 impl Response {
@@ -575,8 +625,10 @@ impl Response {
         let cut = |kept_holders: usize, kept_waiters: usize| {
             let cut = Inspection {
                 limit: whole.limit,
+                count: whole.count,
                 holders: holders[..kept_holders].to_vec(),
                 waiters: waiters[..kept_waiters].to_vec(),
+                leaving: whole.leaving,
                 holders_total: (kept_holders < holders.len()).then_some(holders.len() as u64),
                 waiters_total: (kept_waiters < waiters.len()).then_some(waiters.len() as u64),
             };
@@ -683,6 +735,7 @@ mod tests {
             priority: None,
             vacate_by_ms: None,
             mode: LockMode::Exclusive,
+            value: None,
         }
     }
 
@@ -698,6 +751,7 @@ mod tests {
             volumes: Vec::new(),
             priority: None,
             mode: LockMode::Exclusive,
+            value: None,
         }
     }
 
@@ -706,8 +760,10 @@ mod tests {
             "r1",
             Inspection {
                 limit: None,
+                count: None,
                 holders: (0..holders).map(holder).collect(),
                 waiters: (0..waiters).map(waiter).collect(),
+                leaving: None,
                 holders_total: None,
                 waiters_total: None,
             },
@@ -848,6 +904,8 @@ mod tests {
             .into(),
             Inspection {
                 limit: Some(3),
+                count: None,
+                leaving: None,
                 holders: vec![HolderInfo {
                     area: Some(Area {
                         lat: 48.5,
@@ -938,8 +996,31 @@ mod tests {
                 prev_kv: None,
             }
             .into(),
+            LeaderReport {
+                leader: Some(LeaderInfo {
+                    agent: "drone-1".into(),
+                    value: "10.0.0.1:7000".into(),
+                    token: 9 << 16,
+                }),
+            }
+            .into(),
+            LeaderReport { leader: None }.into(),
+            Inspection {
+                limit: None,
+                count: Some(3),
+                holders: vec![holder(4)],
+                waiters: vec![waiter(5)],
+                leaving: Some(2),
+                holders_total: None,
+                waiters_total: None,
+            }
+            .into(),
             Granted { token: u64::MAX }.into(),
             LeaseKept { ttl_ms: 5_000 }.into(),
+            BarrierPassed {
+                generation: 9 << 16,
+            }
+            .into(),
             Done {}.into(),
         ]
     }

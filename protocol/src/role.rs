@@ -123,6 +123,9 @@ mod tests {
         for lock_op in ["lock.downgrade", "lock.acquire_all", "lock.release_all"] {
             assert_eq!(Role::needed_for_name(lock_op), Role::Agent, "{lock_op}");
         }
+        for barrier in ["barrier.enter", "barrier.leave"] {
+            assert_eq!(Role::needed_for_name(barrier), Role::Agent, "{barrier}");
+        }
         assert_eq!(Role::needed_for(&Op::AdminStatus {}), Role::Observer);
         assert_eq!(
             Role::needed_for(&Op::AdminLeases { after: None }),
@@ -152,6 +155,20 @@ mod tests {
             Role::needed_for(&Op::AdminAgentList { after: None }),
             Role::Admin
         );
+        // Agents campaign, proclaim, resign and read the leader; observers, above them, may
+        // read the leader (and do what agents do).
+        for name in [
+            "election.campaign",
+            "election.proclaim",
+            "election.resign",
+            "election.leader",
+        ] {
+            assert_eq!(Role::needed_for_name(name), Role::Agent, "{name}");
+        }
+        let leader = Op::ElectionLeader {
+            name: "hive".into(),
+        };
+        assert!(Role::Observer.allows(Role::needed_for(&leader)));
     }
 
     #[test]

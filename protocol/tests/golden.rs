@@ -16,11 +16,12 @@ use hivekeeper_protocol::validate::{
     SEM_LIMIT_MAX, WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
-    AccountInfo, AccountIssued, AccountPage, Area, ConflictInfo, ConflictPage, Done, ErrorBody,
-    ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaseGranted, LeaseInfo,
-    LeaseKept, LeasePage, MemberInfo, NodeStatus, Op, Priority, ProtocolError, QueryVolume,
-    ReplicationInfo, Request, ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response,
-    Role, SnapshotPage, StatusReport, Success, Topics, Volume, WaiterInfo,
+    AccountInfo, AccountIssued, AccountPage, Area, BarrierPassed, ConflictInfo, ConflictPage, Done,
+    ErrorBody, ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo,
+    LeaderReport, LeaseGranted, LeaseInfo, LeaseKept, LeasePage, MemberInfo, NodeStatus, Op,
+    Priority, ProtocolError, QueryVolume, ReplicationInfo, Request, ReservationKind, ResourceInfo,
+    ResourceKind, ResourcePage, Response, Role, SnapshotPage, StatusReport, Success, Topics,
+    Volume, WaiterInfo,
 };
 use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone, LockMode};
 use serde_json::{Value, json};
@@ -1547,6 +1548,7 @@ fn only_admin_ops_are_admin() {
         r#"{"id":"a","op":"lease.revoke","lease":"L"}"#,
         r#"{"id":"a","op":"inspect","kind":"lock","name":"n"}"#,
         r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
+        r#"{"id":"a","op":"election.leader","name":"n"}"#,
         r#"{"id":"a","op":"airspace.query","volume":{"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9}}"#,
     ];
     for wire in ordinary {
@@ -1697,6 +1699,36 @@ fn op_names_are_complete_and_consistent() {
             None,
             false,
         ),
+        (
+            r#"{"id":"a","op":"election.campaign","name":"n","lease":"L","value":"v","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"election.proclaim","name":"n","token":1,"value":"v"}"#,
+            None,
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"election.resign","name":"n","token":1}"#,
+            None,
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"election.leader","name":"n"}"#,
+            None,
+            false,
+        ),
+        (
+            r#"{"id":"a","op":"barrier.enter","name":"n","count":3,"lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"barrier.leave","name":"n","lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -1708,6 +1740,8 @@ fn op_names_are_complete_and_consistent() {
             || name == "lock.acquire_all"
             || name == "waypoint.reserve"
             || name == "route.reserve"
+            || name == "election.campaign"
+            || name.starts_with("barrier.")
         {
             Some(7)
         } else {
@@ -1752,6 +1786,12 @@ fn op_names_are_complete_and_consistent() {
             "kv.delete",
             "kv.txn",
             "watch.poll",
+            "election.campaign",
+            "election.proclaim",
+            "election.resign",
+            "election.leader",
+            "barrier.enter",
+            "barrier.leave",
         ]
     );
 }
@@ -1887,7 +1927,9 @@ fn error_code_unknown_op() {
          admin.status, admin.leases, admin.resources, admin.snapshot, \
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate, \
-         kv.put, kv.get, kv.delete, kv.txn, watch.poll",
+         kv.put, kv.get, kv.delete, kv.txn, watch.poll, \
+         election.campaign, election.proclaim, election.resign, election.leader, \
+         barrier.enter, barrier.leave",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -2765,6 +2807,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         priority: None,
         vacate_by_ms: None,
         mode: LockMode::Exclusive,
+        value: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2849,6 +2892,8 @@ fn success_inspect_waypoint_with_windows() {
         "r23w",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2862,6 +2907,7 @@ fn success_inspect_waypoint_with_windows() {
                 priority: None,
                 vacate_by_ms: None,
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             waiters: vec![
                 WaiterInfo {
@@ -2875,6 +2921,7 @@ fn success_inspect_waypoint_with_windows() {
                     volumes: Vec::new(),
                     priority: None,
                     mode: LockMode::Exclusive,
+                    value: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2895,6 +2942,7 @@ fn success_inspect_waypoint_with_windows() {
                     }],
                     priority: None,
                     mode: LockMode::Exclusive,
+                    value: None,
                 },
             ],
             holders_total: None,
@@ -2931,6 +2979,8 @@ fn success_inspect_waypoint_with_geometry() {
         "r23",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2944,6 +2994,7 @@ fn success_inspect_waypoint_with_geometry() {
                 priority: None,
                 vacate_by_ms: None,
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2956,6 +3007,7 @@ fn success_inspect_waypoint_with_geometry() {
                 volumes: Vec::new(),
                 priority: None,
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             holders_total: None,
             waiters_total: None,
@@ -2980,6 +3032,8 @@ fn success_inspect_lock() {
         "r22",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2993,6 +3047,7 @@ fn success_inspect_lock() {
                 priority: None,
                 vacate_by_ms: None,
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             waiters: vec![
                 WaiterInfo {
@@ -3006,6 +3061,7 @@ fn success_inspect_lock() {
                     volumes: Vec::new(),
                     priority: None,
                     mode: LockMode::Exclusive,
+                    value: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -3018,6 +3074,7 @@ fn success_inspect_lock() {
                     volumes: Vec::new(),
                     priority: None,
                     mode: LockMode::Exclusive,
+                    value: None,
                 },
             ],
             holders_total: None,
@@ -3057,6 +3114,7 @@ fn success_inspect_lock_held_shared() {
         priority: None,
         vacate_by_ms: None,
         mode: LockMode::Shared,
+        value: None,
     };
     let waiter = |agent: &str, position: u32, mode: LockMode| WaiterInfo {
         agent: agent.into(),
@@ -3069,6 +3127,7 @@ fn success_inspect_lock_held_shared() {
         volumes: Vec::new(),
         priority: None,
         mode,
+        value: None,
     };
     let response = Response::ok(
         "r22s",
@@ -3081,6 +3140,8 @@ fn success_inspect_lock_held_shared() {
             ],
             holders_total: None,
             waiters_total: None,
+            count: None,
+            leaving: None,
         },
     );
     assert_response_golden(
@@ -3109,6 +3170,8 @@ fn success_inspect_sem() {
         "r23",
         Inspection {
             limit: Some(4),
+            count: None,
+            leaving: None,
             holders: vec![
                 HolderInfo {
                     agent: "drone-7".into(),
@@ -3123,6 +3186,7 @@ fn success_inspect_sem() {
                     priority: None,
                     vacate_by_ms: None,
                     mode: LockMode::Exclusive,
+                    value: None,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -3137,6 +3201,7 @@ fn success_inspect_sem() {
                     priority: None,
                     vacate_by_ms: None,
                     mode: LockMode::Exclusive,
+                    value: None,
                 },
             ],
             waiters: vec![WaiterInfo {
@@ -3150,6 +3215,7 @@ fn success_inspect_sem() {
                 volumes: Vec::new(),
                 priority: None,
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             holders_total: None,
             waiters_total: None,
@@ -3179,6 +3245,8 @@ fn success_inspect_free_resource() {
         "r24",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![],
             waiters: vec![],
             holders_total: None,
@@ -3302,6 +3370,17 @@ fn event_reservation_preempted() {
             priority: Priority::EMERGENCY,
         },
         r#"{"event":"reservation.preempted","name":"survey-3","token":3342336,"kind":"route","vacate_by_ms":1764503705000,"priority":3}"#,
+    );
+}
+
+#[test]
+fn event_election_lost() {
+    assert_event_golden(
+        &Event::ElectionLost {
+            name: "hive/leader".into(),
+            token: 2_752_512,
+        },
+        r#"{"event":"election.lost","name":"hive/leader","token":2752512}"#,
     );
 }
 
@@ -3448,6 +3527,8 @@ fn success_inspect_waypoint_with_priorities() {
         "r44",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -3461,6 +3542,7 @@ fn success_inspect_waypoint_with_priorities() {
                 priority: Some(Priority::new(1).expect("a level")),
                 vacate_by_ms: Some(6_000),
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -3473,6 +3555,7 @@ fn success_inspect_waypoint_with_priorities() {
                 volumes: Vec::new(),
                 priority: Some(Priority::EMERGENCY),
                 mode: LockMode::Exclusive,
+                value: None,
             }],
             holders_total: None,
             waiters_total: None,
@@ -4038,4 +4121,441 @@ fn watch_poll_answer_and_compacted_error() {
     assert_eq!(to_json(&compacted.encode()), wire);
     let back: Response = serde_json::from_value(wire).expect("decodes");
     assert_eq!(back, compacted);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elections
+// ---------------------------------------------------------------------------------------------
+
+/// `election.campaign` takes `wait_ms` as `lock.acquire` does; its `value` is required (the
+/// empty string is a value).
+#[test]
+fn op_election_campaign() {
+    assert_request(
+        r#"{"id":"e1","op":"election.campaign","name":"hive/leader","lease":"0000000000000011","value":"10.0.0.7:7000"}"#,
+        &req(
+            "e1",
+            Op::ElectionCampaign {
+                name: "hive/leader".into(),
+                lease: "0000000000000011".into(),
+                value: "10.0.0.7:7000".into(),
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "e1", "op": "election.campaign", "name": "hive/leader",
+            "lease": "0000000000000011", "value": "10.0.0.7:7000"}),
+    );
+    assert_request(
+        r#"{"id":"e2","op":"election.campaign","name":"hive/leader","lease":"L","value":"","wait_ms":0}"#,
+        &req(
+            "e2",
+            Op::ElectionCampaign {
+                name: "hive/leader".into(),
+                lease: "L".into(),
+                value: String::new(),
+                wait_ms: Some(0),
+            },
+        ),
+        &json!({"id": "e2", "op": "election.campaign", "name": "hive/leader", "lease": "L",
+            "value": "", "wait_ms": 0}),
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"e3","op":"election.campaign","name":"hive/leader","lease":"L"}"#,
+        Some("e3"),
+        "election.campaign: ",
+        &["missing field `value`"],
+    );
+    bad(
+        r#"{"id":"e4","op":"election.campaign","name":"","lease":"L","value":"v"}"#,
+        Some("e4"),
+        "election.campaign: `name` must not be empty",
+    );
+}
+
+/// `election.proclaim` and `election.resign` name the leadership by its token, not a lease.
+#[test]
+fn op_election_proclaim_and_resign() {
+    assert_request(
+        r#"{"id":"e5","op":"election.proclaim","name":"hive/leader","token":2752512,"value":"10.0.0.8:7000"}"#,
+        &req(
+            "e5",
+            Op::ElectionProclaim {
+                name: "hive/leader".into(),
+                token: 2_752_512,
+                value: "10.0.0.8:7000".into(),
+            },
+        ),
+        &json!({"id": "e5", "op": "election.proclaim", "name": "hive/leader",
+            "token": 2_752_512, "value": "10.0.0.8:7000"}),
+    );
+    assert_request(
+        r#"{"id":"e6","op":"election.resign","name":"hive/leader","token":2752512}"#,
+        &req(
+            "e6",
+            Op::ElectionResign {
+                name: "hive/leader".into(),
+                token: 2_752_512,
+            },
+        ),
+        &json!({"id": "e6", "op": "election.resign", "name": "hive/leader",
+            "token": 2_752_512}),
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"e7","op":"election.resign","name":"hive/leader","lease":"L","token":1}"#,
+        Some("e7"),
+        "election.resign: ",
+        &["unknown field `lease`"],
+    );
+}
+
+#[test]
+fn op_election_leader() {
+    assert_request(
+        r#"{"id":"e8","op":"election.leader","name":"hive/leader"}"#,
+        &req(
+            "e8",
+            Op::ElectionLeader {
+                name: "hive/leader".into(),
+            },
+        ),
+        &json!({"id": "e8", "op": "election.leader", "name": "hive/leader"}),
+    );
+}
+
+/// The leader, or `"leader": null` (sent, and required: without it the answer is another
+/// shape); a proclaim answers its revision as a put does.
+#[test]
+fn success_election_leader_and_proclaim() {
+    assert_success(
+        "e8",
+        LeaderReport {
+            leader: Some(LeaderInfo {
+                agent: "drone-7".into(),
+                value: "10.0.0.7:7000".into(),
+                token: 2_752_512,
+            }),
+        }
+        .into(),
+        json!({"id": "e8", "ok": true, "leader": {"agent": "drone-7",
+            "value": "10.0.0.7:7000", "token": 2_752_512}}),
+    );
+    assert_success(
+        "e9",
+        LeaderReport { leader: None }.into(),
+        json!({"id": "e9", "ok": true, "leader": null}),
+    );
+    let without: Response =
+        serde_json::from_value(json!({"id": "e9", "ok": true})).expect("decodes");
+    assert_eq!(without.outcome, Ok(Done {}.into()));
+    assert_success(
+        "e5",
+        KvPutDone {
+            revision: 2_818_048,
+            prev_kv: None,
+        }
+        .into(),
+        json!({"id": "e5", "ok": true, "revision": 2_818_048}),
+    );
+}
+
+/// `inspect` of an election: the leader with its value, the candidates in order with theirs;
+/// `value` is absent for every other kind (the holders and waiters above).
+#[test]
+fn success_inspect_election_with_values() {
+    let response = Response::ok(
+        "e10",
+        Inspection {
+            limit: None,
+            count: None,
+            leaving: None,
+            holders: vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "0000000000000011".into(),
+                token: 2_752_512,
+                permits: None,
+                since_ms: 1_764_500_000_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
+                value: Some("10.0.0.7:7000".into()),
+                mode: LockMode::Exclusive,
+            }],
+            waiters: vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1_764_500_000_100,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                value: Some("10.0.0.9:7000".into()),
+                mode: LockMode::Exclusive,
+            }],
+            holders_total: None,
+            waiters_total: None,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({"id": "e10", "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "0000000000000011", "token": 2_752_512,
+                         "since_ms": 1_764_500_000_000_u64, "value": "10.0.0.7:7000"}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64,
+                         "value": "10.0.0.9:7000"}]}),
+    );
+    assert_eq!(
+        ResourceKind::parse("election"),
+        Some(ResourceKind::Election)
+    );
+    assert_eq!(
+        serde_json::to_value(ResourceKind::Election).expect("encodes"),
+        json!("election")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barriers (docs/PROTOCOL.md §8.24)
+// ---------------------------------------------------------------------------------------------
+
+fn barrier_enter(name: &str, count: u32, lease: &str, wait_ms: Option<u64>) -> Op {
+    Op::BarrierEnter {
+        name: name.into(),
+        count,
+        lease: lease.into(),
+        wait_ms,
+    }
+}
+
+#[test]
+fn op_barrier_enter() {
+    assert_request(
+        r#"{"id":"b1","op":"barrier.enter","name":"survey/start","count":3,"lease":"L-17"}"#,
+        &req("b1", barrier_enter("survey/start", 3, "L-17", None)),
+        &json!({"id": "b1", "op": "barrier.enter", "name": "survey/start", "count": 3,
+                "lease": "L-17"}),
+    );
+    assert_request(
+        r#"{"id":"b2","op":"barrier.enter","name":"b","count":1,"lease":"L-17","wait_ms":0}"#,
+        &req("b2", barrier_enter("b", 1, "L-17", Some(0))),
+        &json!({"id": "b2", "op": "barrier.enter", "name": "b", "count": 1, "lease": "L-17",
+                "wait_ms": 0}),
+    );
+    assert_request(
+        r#"{"id":"b3","op":"barrier.enter","name":"b","count":4294967295,"lease":"L","wait_ms":86400000}"#,
+        &req("b3", barrier_enter("b", u32::MAX, "L", Some(WAIT_MS_MAX))),
+        &json!({"id": "b3", "op": "barrier.enter", "name": "b", "count": 4_294_967_295_u64,
+                "lease": "L", "wait_ms": 86_400_000}),
+    );
+    assert_eq!(
+        decode_ok(
+            r#"{"id":"b4","op":"barrier.enter","name":"b","count":2,"lease":"L","wait_ms":null}"#
+        ),
+        req("b4", barrier_enter("b", 2, "L", None)),
+        "an explicit null is read as absent"
+    );
+}
+
+#[test]
+fn op_barrier_leave() {
+    assert_request(
+        r#"{"id":"b5","op":"barrier.leave","name":"survey/start","lease":"L-17"}"#,
+        &req(
+            "b5",
+            Op::BarrierLeave {
+                name: "survey/start".into(),
+                lease: "L-17".into(),
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "b5", "op": "barrier.leave", "name": "survey/start", "lease": "L-17"}),
+    );
+    assert_request(
+        r#"{"id":"b6","op":"barrier.leave","name":"b","lease":"L","wait_ms":2500}"#,
+        &req(
+            "b6",
+            Op::BarrierLeave {
+                name: "b".into(),
+                lease: "L".into(),
+                wait_ms: Some(2_500),
+            },
+        ),
+        &json!({"id": "b6", "op": "barrier.leave", "name": "b", "lease": "L", "wait_ms": 2500}),
+    );
+}
+
+#[test]
+fn bad_request_barrier() {
+    bad(
+        r#"{"id":"7","op":"barrier.enter","name":"b","count":0,"lease":"L"}"#,
+        Some("7"),
+        "barrier.enter: `count` must be at least 1",
+    );
+    bad(
+        r#"{"id":"7","op":"barrier.enter","name":"","count":2,"lease":"L"}"#,
+        Some("7"),
+        "barrier.enter: `name` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"barrier.leave","name":"b","lease":"L","wait_ms":86400001}"#,
+        Some("7"),
+        "barrier.leave: `wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to \
+         wait while the lease lives",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"barrier.enter","name":"b","lease":"L"}"#,
+        Some("7"),
+        "barrier.enter: ",
+        &["missing field `count`"],
+    );
+    for count in ["-1", "2.0", "4294967296", "\"3\""] {
+        assert_bad_request_mentions(
+            &format!(r#"{{"id":"7","op":"barrier.enter","name":"b","count":{count},"lease":"L"}}"#),
+            Some("7"),
+            "barrier.enter: ",
+            &[],
+        );
+    }
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"barrier.leave","name":"b","count":2,"lease":"L"}"#,
+        Some("7"),
+        "barrier.leave: ",
+        &["unknown field `count`", "`name`, `lease`, `wait_ms`"],
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"barrier.enter","name":"b","count":2,"lease":"L","wiat_ms":0}"#,
+        Some("7"),
+        "barrier.enter: ",
+        &[
+            "unknown field `wiat_ms`",
+            "`name`, `count`, `lease`, `wait_ms`",
+        ],
+    );
+}
+
+#[test]
+fn success_barrier_generation() {
+    let response = Response::ok(
+        "b1",
+        BarrierPassed {
+            generation: 2_555_904,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({"id": "b1", "ok": true, "generation": 2_555_904}),
+    );
+    let success = Response::decode(br#"{"id":"b1","ok":true,"generation":2555904}"#)
+        .expect("decodes")
+        .outcome
+        .expect("a success");
+    assert_eq!(success.shape(), "a barrier's round (`generation`)");
+    assert_eq!(
+        BarrierPassed::try_from(success),
+        Ok(BarrierPassed {
+            generation: 2_555_904
+        })
+    );
+}
+
+#[test]
+fn success_inspect_barrier() {
+    let response = Response::ok(
+        "r14",
+        Inspection {
+            limit: None,
+            count: Some(3),
+            holders: vec![HolderInfo {
+                agent: "drone-9".into(),
+                lease: "0000000000000013".into(),
+                token: 2_555_904,
+                permits: None,
+                since_ms: 1_764_500_002_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
+                value: None,
+                mode: LockMode::Exclusive,
+            }],
+            waiters: vec![WaiterInfo {
+                agent: "drone-4".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1_764_500_003_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                value: None,
+                mode: LockMode::Exclusive,
+            }],
+            leaving: Some(2),
+            holders_total: None,
+            waiters_total: None,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r14",
+            "ok": true,
+            "count": 3,
+            "holders": [{"agent": "drone-9", "lease": "0000000000000013", "token": 2_555_904,
+                         "since_ms": 1_764_500_002_000_u64}],
+            "waiters": [{"agent": "drone-4", "position": 1, "since_ms": 1_764_500_003_000_u64}],
+            "leaving": 2
+        }),
+    );
+}
+
+#[test]
+fn the_barrier_kind_on_the_wire() {
+    assert_eq!(ResourceKind::Barrier.as_str(), "barrier");
+    assert_eq!(ResourceKind::parse("barrier"), Some(ResourceKind::Barrier));
+    assert_eq!(ResourceKind::ALL.last(), Some(&ResourceKind::Barrier));
+    assert_request(
+        r#"{"id":"r22","op":"inspect","kind":"barrier","name":"b"}"#,
+        &req(
+            "r22",
+            Op::Inspect {
+                kind: ResourceKind::Barrier,
+                name: "b".into(),
+            },
+        ),
+        &json!({"id": "r22", "op": "inspect", "kind": "barrier", "name": "b"}),
+    );
+    assert_request(
+        r#"{"id":"r10","op":"fence.check","name":"b","kind":"barrier","token":2555904}"#,
+        &req(
+            "r10",
+            Op::FenceCheck {
+                name: "b".into(),
+                kind: ResourceKind::Barrier,
+                token: 2_555_904,
+            },
+        ),
+        &json!({"id": "r10", "op": "fence.check", "name": "b", "kind": "barrier",
+                "token": 2_555_904}),
+    );
+    assert_request(
+        r#"{"id":"r41","op":"admin.resources","kind":"barrier","after":"barrier/b"}"#,
+        &req(
+            "r41",
+            Op::AdminResources {
+                kind: Some(ResourceKind::Barrier),
+                prefix: None,
+                after: Some("barrier/b".into()),
+                limit: None,
+            },
+        ),
+        &json!({"id": "r41", "op": "admin.resources", "kind": "barrier", "after": "barrier/b"}),
+    );
 }

@@ -286,6 +286,10 @@ impl FanOut {
                     ResourceKind::Lock => Notice::LockLost { name, token },
                     ResourceKind::Sem => Notice::SemLost { name, token },
                     ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+                    ResourceKind::Election => Notice::ElectionLost { name, token },
+                    // A barrier's member protects nothing it could lose: its lease's own end
+                    // (and the answer to a leave it waited in) tells it.
+                    ResourceKind::Barrier => return None,
                 };
                 Some(Outbound::Notify { agent, event })
             }

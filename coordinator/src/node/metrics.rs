@@ -22,10 +22,12 @@
 //! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
 //!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
-//!   included, by fencing token (each grant has its own; a multi-lock's is on each of its locks). The machine has no public count of
-//!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
-//!   until a later entry grants them again; a release of such a hold is ignored rather than
-//!   driving the gauge below zero.
+//!   included, by fencing token and lease (each grant has its own pair: the members of a
+//!   barrier's round share its token; a multi-lock's pair is on each of its locks, so it is
+//!   counted once a lock). The machine has no public count of holds, so holds
+//!   restored from a snapshot at start, or installed by one, are not counted until a later
+//!   entry grants them again; a release of such a hold is ignored rather than driving the
+//!   gauge below zero.
 //! - `hivekeeper_resource_waiters{kind}` is kept by the MQTT bridge, which alone knows a queued
 //!   request's kind (an applied `Queued` reply carries neither kind nor request id).
 //! - Labels are the resource kind, never the resource name, to keep cardinality bounded.
@@ -35,7 +37,7 @@ use std::collections::{HashMap, HashSet};
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
+use crate::state_machine::{Event, LeaseEnd, LeaseId, ReleaseReason, ResourceKey};
 
 /// Live leases (gauge).
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
@@ -101,11 +103,7 @@ pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds"
 pub const FENCE_CHECKS_TOTAL: &str = "hivekeeper_fence_checks_total";
 
 /// Every resource kind, for the per-kind gauges.
-const KINDS: [ResourceKind; 3] = [
-    ResourceKind::Lock,
-    ResourceKind::Sem,
-    ResourceKind::Waypoint,
-];
+const KINDS: [ResourceKind; ResourceKind::ALL.len()] = ResourceKind::ALL;
 
 /// Gives every metric of the node its help text. Call once, after the recorder is installed.
 pub fn describe() {
@@ -335,21 +333,19 @@ pub(super) fn keepalive_ttl_used(
 #[derive(Debug, Default)]
 pub(super) struct NodeMetrics {
     /// The kind and number of the holds seen granted and not yet released, by fencing token
-    /// (a token is one grant's: one hold, or one per lock of a multi-lock):
+    /// and lease (a token is unique across the machine but for a barrier's round, whose members
+    /// share its generation; a multi-lock's pair is on each of its locks):
     /// `hivekeeper_resource_held` is their count per kind, and a release of a hold never seen
     /// granted is ignored.
-    holds: HashMap<u64, (ResourceKind, u32)>,
+    holds: HashMap<(u64, LeaseId), (ResourceKind, u32)>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
-    held: [u64; 3],
+    held: [u64; KINDS.len()],
 }
 
-/// A kind's place in [`KINDS`].
+/// A kind's place in [`KINDS`]: its place in the declaration, which [`ResourceKind::ALL`]
+/// follows.
 fn slot(kind: ResourceKind) -> usize {
-    match kind {
-        ResourceKind::Lock => 0,
-        ResourceKind::Sem => 1,
-        ResourceKind::Waypoint => 2,
-    }
+    kind as usize
 }
 
 impl NodeMetrics {
@@ -402,12 +398,14 @@ impl NodeMetrics {
                 }
                 Event::Granted {
                     key,
+                    lease,
                     token,
                     waited_ms,
                     queued,
                     ..
                 } => {
-                    self.holds.entry(*token).or_insert((key.kind, 0)).1 += 1;
+                    let grant = (*token, *lease);
+                    self.holds.entry(grant).or_insert((key.kind, 0)).1 += 1;
                     self.held[slot(key.kind)] += 1;
                     held_changed = true;
                     if !replayed {
@@ -422,17 +420,19 @@ impl NodeMetrics {
                 }
                 Event::Released {
                     key,
+                    lease,
                     token,
                     held_ms,
                     reason,
                     ..
                 } => {
-                    if let Some((kind, count)) = self.holds.get_mut(token) {
+                    let grant = (*token, *lease);
+                    if let Some((kind, count)) = self.holds.get_mut(&grant) {
                         self.held[slot(*kind)] -= 1;
                         held_changed = true;
                         *count -= 1;
                         if *count == 0 {
-                            self.holds.remove(token);
+                            self.holds.remove(&grant);
                         }
                     }
                     if !replayed {
@@ -467,7 +467,7 @@ impl NodeMetrics {
     /// The machine was replaced by a snapshot: the holds it carries are unknown here.
     pub fn snapshot_installed(&mut self) {
         self.holds.clear();
-        self.held = [0; 3];
+        self.held = [0; KINDS.len()];
         self.publish_held();
     }
 
@@ -506,50 +506,73 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::state_machine::LeaseId;
+    use crate::state_machine::{LeaseId, ReleaseReason, ResourceKey};
 
-    fn lock(name: &str) -> ResourceKey {
-        ResourceKey::new(ResourceKind::Lock, &Arc::from(name))
+    #[test]
+    fn the_members_of_a_barriers_round_are_held_apart_though_they_share_its_token() {
+        let key = ResourceKey::new(ResourceKind::Barrier, &Arc::from("start"));
+        let agent: Arc<str> = Arc::from("drone-1");
+        let generation = 7 << 16;
+        let granted = |lease| Event::Granted {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease: LeaseId(lease),
+            token: generation,
+            waited_ms: 0,
+            queued: false,
+        };
+        let released = |lease| Event::Released {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease: LeaseId(lease),
+            token: generation,
+            held_ms: 5,
+            reason: ReleaseReason::Released,
+        };
+        let mut metrics = NodeMetrics::default();
+        metrics.entry(&[granted(1), granted(2), granted(3)], false);
+        assert_eq!(metrics.held[slot(ResourceKind::Barrier)], 3);
+        metrics.entry(&[released(2)], false);
+        metrics.entry(&[released(1), released(3), released(3)], false);
+        assert_eq!(
+            metrics.held,
+            [0; KINDS.len()],
+            "a release not held is ignored"
+        );
     }
 
-    fn granted(name: &str) -> Event {
-        Event::Granted {
+    /// A multi-lock's one token is on each of its locks: each is a hold until released.
+    #[test]
+    fn a_multi_lock_is_one_held_lock_per_lock_until_each_is_released() {
+        let lock = |name: &str| ResourceKey::new(ResourceKind::Lock, &Arc::from(name));
+        let granted = |name: &str| Event::Granted {
             key: lock(name),
             agent: "m".into(),
             lease: LeaseId(1),
             token: 7 << 16,
             waited_ms: 0,
             queued: false,
-        }
-    }
-
-    fn released(name: &str) -> Event {
-        Event::Released {
+        };
+        let released = |name: &str| Event::Released {
             key: lock(name),
             agent: "m".into(),
             lease: LeaseId(1),
             token: 7 << 16,
             held_ms: 0,
             reason: ReleaseReason::Released,
-        }
-    }
-
-    /// A multi-lock's one token is on each of its locks: each is a hold until released.
-    #[test]
-    fn a_multi_lock_is_one_held_lock_per_lock_until_each_is_released() {
+        };
         let mut metrics = NodeMetrics::default();
+        let locks = slot(ResourceKind::Lock);
         metrics.entry(&[granted("a"), granted("b")], true);
-        assert_eq!(metrics.held, [2, 0, 0]);
+        assert_eq!(metrics.held[locks], 2);
         metrics.entry(&[released("a")], true);
-        assert_eq!(metrics.held, [1, 0, 0]);
-        metrics.entry(&[released("b")], true);
-        assert_eq!(metrics.held, [0, 0, 0]);
-        assert!(metrics.holds.is_empty());
-        metrics.entry(&[released("b")], true);
+        assert_eq!(metrics.held[locks], 1);
+        metrics.entry(&[released("b"), released("b")], true);
         assert_eq!(
             metrics.held,
-            [0, 0, 0],
-            "a release never seen granted is ignored"
+            [0; KINDS.len()],
+            "a release not held is ignored"
         );
+        assert!(metrics.holds.is_empty());
     }
 }

@@ -82,6 +82,17 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// A hold of `permits` under `token` for `lease` of `agent`, granted by this entry.
+    pub fn new(ctx: &Ctx, lease: LeaseId, agent: &Text, token: u64, permits: u32) -> Hold {
+        Hold {
+            lease,
+            agent: agent.clone(),
+            token,
+            permits,
+            since_ms: ctx.now_ms,
+        }
+    }
+
     /// The hold as `inspect` shows it; `permits` only for semaphores.
     pub fn info(&self, permits: Option<u32>) -> HolderInfo {
         HolderInfo {
@@ -96,6 +107,7 @@ impl Hold {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            value: None,
             mode: LockMode::Exclusive,
         }
     }
@@ -202,7 +214,8 @@ impl Core {
         agent: &Text,
         permits: u32,
     ) -> Hold {
-        self.grant(ctx, std::slice::from_ref(key), lease, agent, permits, None)
+        let token = self.next_token(ctx.index);
+        self.grant(ctx, key, Hold::new(ctx, lease, agent, token, permits), None)
     }
 
     /// Grants every one of `keys` (a multi-lock's names, in name order) at once to the
@@ -214,45 +227,41 @@ impl Core {
         lease: LeaseId,
         agent: &Text,
     ) -> Hold {
-        self.grant(ctx, keys, lease, agent, 1, None)
+        let token = self.next_token(ctx.index);
+        let hold = Hold::new(ctx, lease, agent, token, 1);
+        for key in keys {
+            self.grant(ctx, key, hold.clone(), None);
+        }
+        hold
     }
 
-    /// Records a grant of `keys` (one, or a multi-lock's) to `lease` of `agent` in the lease,
-    /// the per-agent counts and one [`Event::Granted`] per key (with how long it waited when it
-    /// comes from a queue, queued at `queued_ms`), under one new token: the new hold.
-    fn grant(
+    /// Records `hold`, a grant of `key` made by this entry under a token the caller took, in
+    /// its lease, the per-agent counts and [`Event::Granted`] (with how long it waited when it
+    /// comes from a queue, queued at `queued_ms`): the hold, for the caller to store. Every
+    /// grant takes a token of its own ([`Self::next_token`]), except the members of a
+    /// barrier's round, who share the round's generation (`barrier.rs`).
+    pub fn grant(
         &mut self,
         ctx: &mut Ctx,
-        keys: &[ResourceKey],
-        lease: LeaseId,
-        agent: &Text,
-        permits: u32,
+        key: &ResourceKey,
+        hold: Hold,
         queued_ms: Option<u64>,
     ) -> Hold {
-        let token = self.next_token(ctx.index);
-        let record = self
-            .leases
-            .get_mut(&lease)
-            .expect("the lease is alive: checked by the caller, or kept by its queued waiter");
-        for key in keys {
-            record.holds.insert(key.clone());
-            self.usage.held(agent);
-            ctx.events.push(Event::Granted {
-                key: key.clone(),
-                agent: agent.clone(),
-                lease,
-                token,
-                waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
-                queued: queued_ms.is_some(),
-            });
-        }
-        Hold {
-            lease,
-            agent: agent.clone(),
-            token,
-            permits,
-            since_ms: ctx.now_ms,
-        }
+        self.leases
+            .get_mut(&hold.lease)
+            .expect("the lease is alive: checked by the caller, or kept by its queued waiter")
+            .holds
+            .insert(key.clone());
+        self.usage.held(&hold.agent);
+        ctx.events.push(Event::Granted {
+            key: key.clone(),
+            agent: hold.agent.clone(),
+            lease: hold.lease,
+            token: hold.token,
+            waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
+            queued: queued_ms.is_some(),
+        });
+        hold
     }
 
     /// Records a new waiter for `key` and emits [`Event::Queued`]: the caller appends the
@@ -328,7 +337,25 @@ impl Core {
     /// waiter's lease must be alive: leases are ended (and their waiters removed) before any
     /// grant pass runs.
     pub fn grant_waiter(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter) -> Hold {
-        self.grant_waiter_all(ctx, std::slice::from_ref(key), waiter)
+        let token = self.next_token(ctx.index);
+        self.admit_waiter(ctx, key, waiter, token, Reply::Granted { token })
+    }
+
+    /// Grants `key` under `token` to a waiter taken out of its queue, and answers its request
+    /// `reply`: [`Self::grant_waiter`] with a token the caller took (the members of a barrier's
+    /// round share one). The waiter's lease must be alive, as there.
+    pub fn admit_waiter(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        waiter: Waiter,
+        token: u64,
+        reply: Reply,
+    ) -> Hold {
+        let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
+        let hold = self.grant(ctx, key, hold, Some(waiter.since_ms));
+        self.answer(ctx, key, waiter, reply);
+        hold
     }
 
     /// [`Core::grant_waiter`] of a request that waited for every one of `keys` (its pending
@@ -340,18 +367,12 @@ impl Core {
         keys: &[ResourceKey],
         waiter: Waiter,
     ) -> Hold {
-        let record = self
-            .leases
-            .get_mut(&waiter.lease)
-            .expect("a queued waiter's lease is alive: lease ends remove their waiters first");
+        let token = self.next_token(ctx.index);
+        let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
         for key in keys {
-            record.waits.remove(key);
+            self.grant(ctx, key, hold.clone(), Some(waiter.since_ms));
         }
-        self.forget_wait(&waiter);
-        let (lease, since_ms) = (waiter.lease, Some(waiter.since_ms));
-        let hold = self.grant(ctx, keys, lease, &waiter.agent, waiter.permits, since_ms);
-        let reply = Reply::Granted { token: hold.token };
-        self.respond(ctx, &keys[0], &waiter.agent, waiter.request_id, reply);
+        self.answer_all(ctx, keys, waiter, Reply::Granted { token });
         hold
     }
 
@@ -365,13 +386,24 @@ impl Core {
         code: ErrorCode,
         message: &str,
     ) {
+        self.answer_all(ctx, keys, waiter, Reply::refused(code, message));
+    }
+
+    /// Answers a waiter taken out of its queue with `reply`: its wait leaves its lease (if the
+    /// lease is still there) and the pending-wait index.
+    pub fn answer(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter, reply: Reply) {
+        self.answer_all(ctx, std::slice::from_ref(key), waiter, reply);
+    }
+
+    /// [`Core::answer`] of a request taken out of the queue of every one of `keys` (a
+    /// multi-lock's): answered once, under the first.
+    fn answer_all(&mut self, ctx: &mut Ctx, keys: &[ResourceKey], waiter: Waiter, reply: Reply) {
         if let Some(record) = self.leases.get_mut(&waiter.lease) {
             for key in keys {
                 record.waits.remove(key);
             }
         }
         self.forget_wait(&waiter);
-        let reply = Reply::refused(code, message);
         self.respond(ctx, &keys[0], &waiter.agent, waiter.request_id, reply);
     }
 

@@ -19,7 +19,7 @@
 //!  apply(meta, Command::Request { agent, request: AgentRequest })
 //!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ Op ─▶ lease / lock / semaphore / waypoint / account
+//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / barrier / account / kv
 //!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
 //!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
 //!                    │              later, from the entry that grants it, times it out or ends
@@ -38,7 +38,8 @@
 //!                                                         space's, lowering a history bound
 //!                                                         compacts it)
 //!  query(agent, &Op)       keepalive check, fence.check, inspect, admin.leases,
-//!                          admin.resources, admin.agent.list, airspace.query: no change
+//!                          admin.resources, admin.agent.list, airspace.query, kv.get,
+//!                          election.leader: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
 //!        ▼
@@ -58,18 +59,22 @@
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares, in the
 //!   state every kind shares (`Core`). `waiting.rs`: the pending-wait index, by agent and
 //!   request id, through which a retry finds its queue slot.
-//! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
+//! - `fifo.rs`: queues in arrival order, shared by locks, semaphores, waypoints and barriers.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
 //!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
-//! - `lock/`, `semaphore.rs`, `waypoint/`: the three resource kinds. A lock is held exclusive
-//!   or shared (`lock/mod.rs`), one at a time or several at once as a multi-lock, acquired in
-//!   `acquire.rs` and handed over in `handover.rs`. A waypoint reservation
-//!   (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space and time by `grid.rs` and
-//!   `index.rs`), a time window (`window.rs`, which also ends windows), or several 4D volumes
-//!   when it is a route (`route.rs`), and a priority: a higher one preempts lower holders with
-//!   a vacate deadline (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
+//! - `lock/`, `semaphore.rs`, `waypoint/`, `election.rs`, `barrier.rs`: the five resource
+//!   kinds. A lock is held exclusive or shared (`lock/mod.rs`), one at a time or several at
+//!   once as a multi-lock, acquired in `acquire.rs` and handed over in `handover.rs`. A
+//!   waypoint reservation (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space
+//!   and time by `grid.rs` and `index.rs`), a time window (`window.rs`, which also ends
+//!   windows), or several 4D volumes when it is a route (`route.rs`), and a priority: a higher
+//!   one preempts lower holders with a vacate deadline (`preempt.rs`); `query.rs` answers
+//!   `airspace.query` from the same index. An election's leader holds it and its candidates
+//!   wait, its leader mirrored as the key `$election/{name}`. A barrier passes a round of
+//!   members in the entry where the last arrives and ends it in the entry where the last
+//!   leaves.
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -90,9 +95,11 @@ macro_rules! violation {
 }
 
 mod account;
+mod barrier;
 mod clock;
 mod command;
 mod dedup;
+mod election;
 mod error;
 mod event;
 mod fifo;
@@ -116,9 +123,13 @@ mod waypoint;
 #[cfg(test)]
 mod account_test;
 #[cfg(test)]
+mod barrier_test;
+#[cfg(test)]
 mod clock_test;
 #[cfg(test)]
 mod dedup_test;
+#[cfg(test)]
+mod election_test;
 #[cfg(test)]
 mod kv_test;
 #[cfg(test)]

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, Op, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
+use crate::barrier::Barrier;
+use crate::election::Elections;
 use crate::grant::{Acquire, Core};
 use crate::kv::KeySpace;
 use crate::lock::Lock;
@@ -60,6 +62,10 @@ pub struct StateMachine {
     pub(crate) sems: NameMap<Semaphore>,
     /// Waypoint reservations and their waiters.
     pub(crate) waypoints: Waypoints,
+    /// Elections in use, their leaders and candidates. Absent from a snapshot while there are
+    /// none, so a machine without elections keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "Elections::is_empty")]
+    pub(crate) elections: Elections,
     /// Accounts, by agent id. Absent from a snapshot while there are none, so a snapshot of a
     /// cluster without authentication keeps data format 1's bytes, and one written before
     /// accounts existed still loads.
@@ -69,6 +75,14 @@ pub struct StateMachine {
     /// the first key change, so a machine without keys keeps data format 1's bytes.
     #[serde(default, skip_serializing_if = "KeySpace::is_unused")]
     pub(crate) kv: KeySpace,
+    /// Barriers in use, by name (`barrier.rs`). Absent from a snapshot while there are none,
+    /// so a machine that never had one keeps data format 1's bytes.
+    #[serde(
+        default,
+        skip_serializing_if = "std::collections::HashMap::is_empty",
+        serialize_with = "snapshot::sorted"
+    )]
+    pub(crate) barriers: NameMap<Barrier>,
 }
 
 impl Default for StateMachine {
@@ -93,8 +107,10 @@ impl StateMachine {
             locks: NameMap::default(),
             sems: NameMap::default(),
             waypoints: Waypoints::default(),
+            elections: Elections::default(),
             accounts: account::Accounts::new(),
             kv: KeySpace::default(),
+            barriers: NameMap::default(),
         }
     }
 
@@ -182,9 +198,10 @@ impl StateMachine {
     }
 
     /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`,
-    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`) without changing anything. Any
-    /// other op is refused `bad_request`: a write goes through the log, and the node answers
-    /// `admin.status`, `admin.snapshot` and `admin.member.*` from Raft.
+    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`, `election.leader`)
+    /// without changing anything. Any other op is refused `bad_request`: a write goes through
+    /// the log, and the node answers `admin.status`, `admin.snapshot` and `admin.member.*` from
+    /// Raft.
     pub fn query(&self, agent: &str, op: &Op) -> Reply {
         self.read(agent, op).unwrap_or_else(|refusal| refusal)
     }
@@ -235,6 +252,7 @@ impl StateMachine {
                 after.as_deref(),
                 *limit,
             )?,
+            Op::ElectionLeader { name } => self.election_leader(name),
             other => {
                 let why = if other.is_write() {
                     "changes state and must be applied through the log"
@@ -384,6 +402,20 @@ impl StateMachine {
             op @ (Op::KvPut { .. } | Op::KvDelete { .. } | Op::KvTxn { .. }) => {
                 self.kv_apply(ctx, agent, op)
             }
+            op @ (Op::ElectionCampaign { .. }
+            | Op::ElectionProclaim { .. }
+            | Op::ElectionResign { .. }) => self.election_apply(ctx, agent, id, op),
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            } => self.barrier_enter(ctx, Acquire::new(agent, id, &lease, wait_ms), name, count),
+            Op::BarrierLeave {
+                name,
+                lease,
+                wait_ms,
+            } => self.barrier_leave(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),
@@ -400,6 +432,7 @@ impl StateMachine {
         self.core.dedup.check_bounds(&self.limits)?;
         self.check_resources()?;
         self.check_account_invariants()?;
-        self.check_kv_invariants()
+        self.check_kv_invariants()?;
+        self.check_election_invariants()
     }
 }

@@ -1,7 +1,7 @@
 //! The resource kinds behind one trait, and the one place that maps a kind to its state.
 //!
-//! A kind (lock, semaphore, waypoint) decides *whether* to grant, in its own acquire or
-//! reserve; `grant.rs` records the grant. Everything else the machine does to a resource,
+//! A kind (lock, semaphore, waypoint, barrier) decides *whether* to grant, in its own acquire,
+//! reserve or enter; `grant.rs` records the grant. Everything else the machine does to a resource,
 //! whatever its kind — fence it, inspect it, release it, take a hold or a waiter out when a
 //! lease or a wait ends, grant what became grantable, count and list it, check it — goes
 //! through [`Resource`]. [`StateMachine::resource`] and [`StateMachine::resource_mut`] are the
@@ -29,7 +29,7 @@ use crate::{
 /// the kind never contains `:`, so names may.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceKey {
-    /// Lock, semaphore or waypoint.
+    /// Lock, semaphore, waypoint or barrier.
     pub kind: ResourceKind,
     /// The resource's name.
     pub name: Text,
@@ -140,6 +140,8 @@ impl StateMachine {
             ResourceKind::Lock => &self.locks,
             ResourceKind::Sem => &self.sems,
             ResourceKind::Waypoint => &self.waypoints,
+            ResourceKind::Election => &self.elections,
+            ResourceKind::Barrier => &self.barriers,
         }
     }
 
@@ -153,6 +155,8 @@ impl StateMachine {
             locks,
             sems,
             waypoints,
+            elections,
+            barriers,
             core,
             limits,
             ..
@@ -161,6 +165,8 @@ impl StateMachine {
             ResourceKind::Lock => locks,
             ResourceKind::Sem => sems,
             ResourceKind::Waypoint => waypoints,
+            ResourceKind::Election => elections,
+            ResourceKind::Barrier => barriers,
         };
         (resource, core, limits)
     }
@@ -219,7 +225,8 @@ impl StateMachine {
     }
 
     /// Grants whatever became grantable on these resources, given in (kind, name) order, after
-    /// holds or waiters went away, and forgets resources left with neither (invariant 1).
+    /// holds or waiters went away, and forgets resources left with neither (invariant 1); a
+    /// new leader of an election is in the key space when it returns (`election.rs`).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
         debug_assert!(
             keys.is_sorted(),
@@ -229,6 +236,7 @@ impl StateMachine {
             let (resource, core, limits) = self.resource_mut(same_kind[0].kind);
             resource.settle(ctx, core, same_kind, limits);
         }
+        self.write_election_mirror();
     }
 
     /// How many resources are in use: locks and semaphores held (or waited for), waypoint

@@ -166,6 +166,16 @@ fn lock_names() -> BoxedStrategy<Vec<String>> {
     .boxed()
 }
 
+/// A fencing token: one a short log can grant (`position << 16`, plus a few for the further
+/// grants of an entry), so that proclaims and resigns meet a leadership, or any number.
+fn token() -> BoxedStrategy<u64> {
+    prop_oneof![
+        3 => (1..64u64, 0..3u64).prop_map(|(position, extra)| (position << 16) + extra),
+        1 => number(),
+    ]
+    .boxed()
+}
+
 fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
 }
@@ -365,6 +375,27 @@ fn agent_op() -> BoxedStrategy<Op> {
                 success,
                 failure,
             }),
+        4 => (name(), lease(), name(), wait_ms()).prop_map(|(name, lease, value, wait_ms)| {
+            Op::ElectionCampaign {
+                name,
+                lease,
+                value,
+                wait_ms,
+            }
+        }),
+        2 => (name(), token(), name())
+            .prop_map(|(name, token, value)| Op::ElectionProclaim { name, token, value }),
+        2 => (name(), token()).prop_map(|(name, token)| Op::ElectionResign { name, token }),
+        3 => (name(), count(), lease(), wait_ms()).prop_map(|(name, count, lease, wait_ms)| {
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            }
+        }),
+        2 => (name(), lease(), wait_ms())
+            .prop_map(|(name, lease, wait_ms)| Op::BarrierLeave { name, lease, wait_ms }),
     ]
     .boxed()
 }
@@ -438,6 +469,7 @@ fn unlogged_op() -> BoxedStrategy<Op> {
                 max_events: None,
                 wait_ms: Some(0),
             }),
+        name().prop_map(|name| Op::ElectionLeader { name }),
     ]
     .boxed()
 }
@@ -654,8 +686,8 @@ fn busy_snapshot_json() -> &'static Value {
     SNAPSHOT.get_or_init(|| serde_json::from_slice(&busy_snapshot()).expect("a snapshot is JSON"))
 }
 
-/// A machine with leases, holds, waiters, remembered outcomes and an account: the snapshot
-/// the mutations start from.
+/// A machine with leases, holds, waiters, an election, barriers, remembered outcomes and an
+/// account: the snapshot the mutations start from.
 fn busy_snapshot() -> Vec<u8> {
     let mut machine = StateMachine::default();
     let mut index = 0;
@@ -729,6 +761,31 @@ fn busy_snapshot() -> Vec<u8> {
     let window = (Some(START_MS + 1_000), Some(START_MS + 60_000));
     apply("a", "w3", pad("slot-a", &a, window));
     apply("b", "w4", pad("slot-b", &b, window));
+    // An election with a leader (its `$election/` key) and a candidate.
+    let campaign = |lease: &str, value: &str| Op::ElectionCampaign {
+        name: "e".into(),
+        lease: lease.into(),
+        value: value.into(),
+        wait_ms: None,
+    };
+    apply("a", "e1", campaign(&a, "node-a"));
+    apply("b", "e2", campaign(&b, "node-b"));
+    // A barrier's passed round with a member leaving, and another's round filling.
+    let enter = |name: &str, count, lease: &str| Op::BarrierEnter {
+        name: name.into(),
+        count,
+        lease: lease.into(),
+        wait_ms: Some(1_000),
+    };
+    apply("a", "b1", enter("bar", 2, &a));
+    apply("b", "b2", enter("bar", 2, &b));
+    let leave = Op::BarrierLeave {
+        name: "bar".into(),
+        lease: a.clone(),
+        wait_ms: None,
+    };
+    apply("a", "b3", leave);
+    apply("a", "b4", enter("bar2", 3, &a));
     let mut request = AgentRequest::new(
         "acct",
         Op::AdminAgentAdd {

@@ -1,9 +1,14 @@
 //! Model-based test of the coordinator's state machine (DESIGN.md §6, step 2).
 //!
 //! proptest draws random logs (up to 6 opening lease grants, then 1 to 120 steps) over a small
-//! universe: 4 agents, 3 lock names (held exclusive or shared, downgraded, and taken and
-//! released several at once as multi-locks), 2 semaphore names with capacities 2 and 3 and weighted
-//! requests, 4 waypoint names with cylinders a few metres apart (some with altitude bands, some
+//! universe: 4 agents, 2 lock names (held exclusive or shared, downgraded, and taken and
+//! released several at once as multi-locks), 2 semaphore names with capacities 2 and 3 and
+//! weighted requests, 2 election names whose candidates campaign with values (one of them too
+//! long) and whose leaders proclaim and resign, or are sent deposed and never-granted tokens
+//! (the naive election: at most one leader per name, candidates in arrival order, a new
+//! leader's token larger than every earlier one, and its `$election/` key created at that
+//! token, modified by each proclaim, deleted when it goes), 4 waypoint names with cylinders a
+//! few metres apart (some with altitude bands, some
 //! across a cell boundary of the machine's grid, a pair across the antimeridian and one across
 //! the pole, and reservations without geometry), with time windows (overlapping, touching, in
 //! the future, live, and refused ones: in the past, empty, too long, beyond the horizon), and
@@ -11,7 +16,10 @@
 //! ahead, the queue ordered by priority and aging; the model runs its naive preemption pass
 //! after every entry and the test compares the `Event::Preempted`s and
 //! `Event::PreemptionWithdrawn`s), and routes amended (trimmed to the legs not flown, kept
-//! volumes narrowed, while another lease waits on a kept one). Each entry goes to the real
+//! volumes narrowed, while another lease waits on a kept one), and 2 barrier names with rounds
+//! of 1 to 4 members (drawn by a case generator of their own, [`barrier_case`], with locks and
+//! semaphores among them; the model's barrier says nobody passes early, nobody is left behind,
+//! generations increase). Each entry goes to the real
 //! [`StateMachine`] and to [`Model`], a naive reference written from DESIGN.md §2 and the
 //! module docs: plain `Vec`s, linear scans, one global "grant whatever is grantable" pass after
 //! every change. Only the geometry (`areas_conflict`, `distance_m`) is shared with the machine.
@@ -46,13 +54,14 @@
 
 use std::collections::BTreeMap;
 
+use hivekeeper_protocol::kv::{KeyValue, election_key};
 use hivekeeper_protocol::{
-    Area, ErrorCode, HolderInfo, Priority, ResourceKind, Volume, WaiterInfo,
+    Area, ErrorCode, HolderInfo, KvPutDone, LeaderInfo, Priority, ResourceKind, Volume, WaiterInfo,
 };
 use hivekeeper_protocol::{LockMode, Op};
 use hivekeeper_state_machine::{
-    AgentRequest, Command, Event, IDLE_CLOCK_STEP_MS_MAX, LeaseEnd, LeaseId, Limits, LogMeta,
-    ReleaseReason, Reply, ResourceKey, StateMachine,
+    AgentRequest, Command, Event, IDLE_CLOCK_STEP_MS_MAX, KV_LIMITS_DEFAULT, LeaseEnd, LeaseId,
+    Limits, LogMeta, ReleaseReason, Reply, ResourceKey, StateMachine,
 };
 use hivekeeper_state_machine::{PREEMPT_CHAIN_MAX, areas_conflict, distance_m};
 use proptest::prelude::*;
@@ -64,17 +73,31 @@ use proptest::test_runner::{TestCaseError, TestRunner};
 // ------------------------------------------------------------------------------------------
 
 const AGENTS: [&str; 4] = ["a0", "a1", "a2", "a3"];
-/// "alpha" is a lock, a semaphore and a waypoint: the three kinds must not share state.
-const LOCK_NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+/// "alpha" is a lock, a semaphore, a waypoint and an election: the kinds must not share state.
+const LOCK_NAMES: [&str; 2] = ["alpha", "beta"];
 const SEM_NAMES: [&str; 2] = ["alpha", "pool"];
 const SEM_LIMITS: [u32; 2] = [2, 3];
 const WAYPOINT_NAMES: [&str; 4] = ["alpha", "pad1", "pad2", "pad3"];
-const ALL_NAMES: [&str; 7] = ["alpha", "beta", "gamma", "pool", "pad1", "pad2", "pad3"];
-const KINDS: [ResourceKind; 3] = [
-    ResourceKind::Lock,
-    ResourceKind::Sem,
-    ResourceKind::Waypoint,
+const BARRIER_NAMES: [&str; 2] = ["alpha", "gate"];
+/// Round sizes: small enough for four agents to fill often, and one past the tight preset's
+/// bound (its `waiters_per_resource_max` + 1 is 3).
+const BARRIER_COUNTS: [u32; 4] = [1, 2, 3, 4];
+const ELECTION_NAMES: [&str; 2] = ["alpha", "chair"];
+const ALL_NAMES: [&str; 8] = [
+    "alpha", "beta", "pool", "pad1", "pad2", "pad3", "chair", "gate",
 ];
+const KINDS: [ResourceKind; ResourceKind::ALL.len()] = ResourceKind::ALL;
+/// Values a candidate campaigns with or a leader proclaims; [`value`] adds one too long.
+const VALUES: [&str; 3] = ["", "node-1", "node-2"];
+
+/// [`VALUES`]`[k]`, or past them a value one byte longer than the key space's default
+/// `value_bytes_max` (refused `bad_request`).
+fn value(k: usize) -> String {
+    VALUES.get(k).map_or_else(
+        || "v".repeat(KV_LIMITS_DEFAULT.value_bytes_max as usize + 1),
+        |value| value.to_string(),
+    )
+}
 /// TTLs that run out within a few steps, long ones, and ones outside the default range
 /// 500..=3_600_000 (0 is refused by the protocol validation, before the machine's limits).
 const TTLS_MS_SHORT: [u64; 4] = [500, 800, 1_500, 3_000];
@@ -418,6 +441,13 @@ enum Action {
     ReleaseHeldLocks {
         back: usize,
     },
+    /// The agent that leads election `ELECTION_NAMES[name]` (if any) proclaims
+    /// [`value`]`(value)` with its token, or resigns.
+    LeaderActs {
+        name: usize,
+        resign: bool,
+        value: usize,
+    },
     /// The leader's reservation expiry: ends every window whose end has passed.
     ExpireReservations {
         term: TermPick,
@@ -536,10 +566,49 @@ enum OpSpec {
         lease: LeasePick,
         priority: u8,
     },
+    ElectionCampaign {
+        name: usize,
+        /// Index for [`value`].
+        value: usize,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
+    ElectionProclaim {
+        name: usize,
+        token: TokenPick,
+        value: usize,
+    },
+    ElectionResign {
+        name: usize,
+        token: TokenPick,
+    },
+    BarrierEnter {
+        name: usize,
+        /// Index into [`BARRIER_COUNTS`].
+        count: usize,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
+    BarrierLeave {
+        name: usize,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
     /// A request the protocol validation refuses (`bad_request`, not remembered).
     Malformed {
         which: usize,
     },
+}
+
+/// The token a proclaim or resign names.
+#[derive(Debug, Clone)]
+enum TokenPick {
+    /// The election's leadership now (one never granted when nobody leads).
+    Leading,
+    /// The `k`-th most recent earlier leadership of the election: a deposed leader's.
+    Stale(usize),
+    /// One never granted.
+    Never,
 }
 
 #[derive(Debug, Clone)]
@@ -620,27 +689,15 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
         24 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
         3 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
         2 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
-        12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec(), prop::bool::weighted(0.5))
-            .prop_map(|(name, lease, wait, shared)| OpSpec::LockAcquire {
+        12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
+            .prop_map(|(name, lease, wait)| OpSpec::LockAcquire {
                 name,
                 lease,
                 wait,
-                shared
+                shared: false
             }),
         6 => (0..LOCK_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::LockRelease { name, lease }),
-        2 => (0..LOCK_NAMES.len(), release_lease_pick())
-            .prop_map(|(name, lease)| OpSpec::LockDowngrade { name, lease }),
-        4 => (lock_name_set(), lease_pick(), wait_spec(), prop::bool::weighted(0.5)).prop_map(
-            |(names, lease, wait, shared)| OpSpec::LockAcquireAll {
-                names,
-                lease,
-                wait,
-                shared
-            }
-        ),
-        3 => (lock_name_set(), release_lease_pick())
-            .prop_map(|(names, lease)| OpSpec::LockReleaseAll { names, lease }),
         12 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), 1..=3u32, lease_pick(), wait_spec())
             .prop_map(|(name, limit, permits, lease, wait)| OpSpec::SemAcquire {
                 name,
@@ -687,19 +744,72 @@ fn write_op_spec() -> BoxedStrategy<OpSpec> {
                 priority
             }
         ),
+        5 => (0..ELECTION_NAMES.len(), value_pick(), lease_pick(), wait_spec()).prop_map(
+            |(name, value, lease, wait)| OpSpec::ElectionCampaign {
+                name,
+                value,
+                lease,
+                wait
+            }
+        ),
+        1 => (0..ELECTION_NAMES.len(), token_pick(), value_pick())
+            .prop_map(|(name, token, value)| OpSpec::ElectionProclaim { name, token, value }),
+        1 => (0..ELECTION_NAMES.len(), token_pick())
+            .prop_map(|(name, token)| OpSpec::ElectionResign { name, token }),
     ]
     .boxed()
 }
 
-/// A multi-lock's names: 1 to 3 distinct lock names in any order, or now and then one named
+/// A multi-lock's names: 1 or 2 distinct lock names in any order, or now and then one named
 /// twice (`bad_request`).
 fn lock_name_set() -> BoxedStrategy<Vec<usize>> {
     prop_oneof![
-        12 => prop::sample::subsequence((0..LOCK_NAMES.len()).collect::<Vec<_>>(), 1..=3)
+        12 => prop::sample::subsequence((0..LOCK_NAMES.len()).collect::<Vec<_>>(), 1..=2)
             .prop_shuffle(),
         1 => (0..LOCK_NAMES.len()).prop_map(|name| vec![name, name]),
     ]
     .boxed()
+}
+
+/// A value's index for [`value`]: mostly a short one, sometimes one too long.
+fn value_pick() -> BoxedStrategy<usize> {
+    prop_oneof![20 => 0..VALUES.len(), 1 => Just(VALUES.len())].boxed()
+}
+
+fn token_pick() -> BoxedStrategy<TokenPick> {
+    prop_oneof![
+        3 => Just(TokenPick::Leading),
+        3 => (0..3usize).prop_map(TokenPick::Stale),
+        1 => Just(TokenPick::Never),
+    ]
+    .boxed()
+}
+
+/// A `barrier.enter`: rounds of 2 and 3 most often (four agents fill them), sometimes of 1
+/// (passes at once) or 4 (past the tight preset's bound).
+fn barrier_enter_spec() -> BoxedStrategy<OpSpec> {
+    let count =
+        prop_oneof![1 => Just(0usize), 4 => Just(1usize), 3 => Just(2usize), 1 => Just(3usize)];
+    (0..BARRIER_NAMES.len(), count, lease_pick(), wait_spec())
+        .prop_map(|(name, count, lease, wait)| OpSpec::BarrierEnter {
+            name,
+            count,
+            lease,
+            wait,
+        })
+        .boxed()
+}
+
+/// A `barrier.leave`, mostly by a member, often with a `wait_ms` that runs out.
+fn barrier_leave_spec() -> BoxedStrategy<OpSpec> {
+    let wait = prop_oneof![
+        3 => Just(WaitSpec::Forever),
+        2 => Just(WaitSpec::Try),
+        3 => prop::sample::select(&[100u64, 5_000][..]).prop_map(WaitSpec::For),
+    ];
+    (0..BARRIER_NAMES.len(), release_lease_pick(), wait)
+        .prop_map(|(name, lease, wait)| OpSpec::BarrierLeave { name, lease, wait })
+        .boxed()
 }
 
 /// A route's legs: 1 to 4 `(spot, window)` picks (spots with geometry only; a window without
@@ -760,9 +870,10 @@ fn action() -> BoxedStrategy<Action> {
             }),
         8 => (0..4usize, legs(), priority_level())
             .prop_map(|(back, legs, priority)| Action::AmendHeldRoute { back, legs, priority }),
-        3 => (0..4usize).prop_map(|back| Action::ReleaseHeldLocks { back }),
         6 => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireReservationsAtEnd { back, early_ms }),
+        3 => (0..ELECTION_NAMES.len(), prop::bool::weighted(0.4), value_pick())
+            .prop_map(|(name, resign, value)| Action::LeaderActs { name, resign, value }),
         3 => Just(Action::Restore),
         1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
     ]
@@ -814,6 +925,155 @@ fn case() -> impl Strategy<Value = Case> {
         })
 }
 
+/// The actions of a case about barriers: members entering and leaving, with leases granted
+/// and ending, waits expiring, retries and restores between, and a few locks and semaphores
+/// (the bounds and the lease ends they share), so that rounds fill, pass, lose members in
+/// both phases and end together. [`case`] draws no barrier op, so its cases, and the paths
+/// they reach, are what they were before barriers.
+fn barrier_action() -> BoxedStrategy<Action> {
+    let current =
+        || prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)];
+    let op = prop_oneof![
+        16 => barrier_enter_spec(),
+        12 => barrier_leave_spec(),
+        5 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
+        2 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
+        1 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
+        1 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
+            .prop_map(|(name, lease, wait)| OpSpec::LockAcquire {
+                name,
+                lease,
+                wait,
+                shared: false
+            }),
+        1 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), lease_pick(), wait_spec()).prop_map(
+            |(name, limit, lease, wait)| OpSpec::SemAcquire {
+                name,
+                limit,
+                permits: 1,
+                lease,
+                wait,
+            }
+        ),
+    ];
+    prop_oneof![
+        60 => (0..AGENTS.len(), op).prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
+        6 => (0..6usize, any::<bool>(), barrier_leave_spec())
+            .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
+        6 => (
+            current(),
+            prop::collection::vec(0..6usize, 0..3).prop_map(ExpirePick::Some),
+        )
+            .prop_map(|(term, leases)| Action::Expire { term, leases }),
+        6 => current().prop_map(|term| Action::ExpireWaits { term }),
+        3 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
+        2 => Just(Action::Restore),
+    ]
+    .boxed()
+}
+
+/// An op of a case about read-write locks and multi-locks: shared and exclusive acquires,
+/// downgrades, multi-locks (now and then naming a lock twice) and their releases, with leases
+/// granted and ending between.
+fn lock_op_spec() -> BoxedStrategy<OpSpec> {
+    prop_oneof![
+        14 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec(), any::<bool>()).prop_map(
+            |(name, lease, wait, shared)| OpSpec::LockAcquire {
+                name,
+                lease,
+                wait,
+                shared
+            }
+        ),
+        6 => (0..LOCK_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::LockRelease { name, lease }),
+        3 => (0..LOCK_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::LockDowngrade { name, lease }),
+        8 => (lock_name_set(), lease_pick(), wait_spec(), any::<bool>()).prop_map(
+            |(names, lease, wait, shared)| OpSpec::LockAcquireAll {
+                names,
+                lease,
+                wait,
+                shared
+            }
+        ),
+        3 => (lock_name_set(), release_lease_pick())
+            .prop_map(|(names, lease)| OpSpec::LockReleaseAll { names, lease }),
+        5 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
+        2 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
+        1 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
+    ]
+    .boxed()
+}
+
+/// The actions of a case about read-write locks and multi-locks ([`lock_op_spec`]), with
+/// retries, expiries, releases of everything a lease holds and restores between. [`case`]
+/// draws no shared or multi-lock op, so its cases, and the paths they reach, are what they
+/// were before them.
+fn lock_action() -> BoxedStrategy<Action> {
+    let current =
+        || prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)];
+    prop_oneof![
+        60 => (0..AGENTS.len(), lock_op_spec())
+            .prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
+        6 => (0..6usize, any::<bool>(), lock_op_spec())
+            .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
+        6 => (
+            current(),
+            prop::collection::vec(0..6usize, 0..3).prop_map(ExpirePick::Some),
+        )
+            .prop_map(|(term, leases)| Action::Expire { term, leases }),
+        6 => current().prop_map(|term| Action::ExpireWaits { term }),
+        3 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
+        4 => (0..4usize).prop_map(|back| Action::ReleaseHeldLocks { back }),
+        2 => (0..6usize, prop::bool::weighted(0.1))
+            .prop_map(|(back, unknown_id)| Action::CancelWait { back, unknown_id }),
+        2 => Just(Action::Restore),
+        1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
+    ]
+    .boxed()
+}
+
+fn lock_case() -> impl Strategy<Value = Case> {
+    let step = (clock(), prop::bool::weighted(0.04), lock_action()).prop_map(
+        |(clock, new_term, action)| Step {
+            clock,
+            new_term,
+            action,
+        },
+    );
+    (
+        0..2usize,
+        prop::collection::vec(opening_grant(), 2..=6),
+        prop::collection::vec(step, 1..=80),
+    )
+        .prop_map(|(limits, opening, steps)| Case {
+            limits,
+            steps: opening.into_iter().chain(steps).collect(),
+        })
+}
+
+fn barrier_case() -> impl Strategy<Value = Case> {
+    let step = (clock(), prop::bool::weighted(0.04), barrier_action()).prop_map(
+        |(clock, new_term, action)| Step {
+            clock,
+            new_term,
+            action,
+        },
+    );
+    (
+        0..2usize,
+        prop::collection::vec(opening_grant(), 2..=6),
+        prop::collection::vec(step, 1..=80),
+    )
+        .prop_map(|(limits, opening, steps)| Case {
+            limits,
+            steps: opening.into_iter().chain(steps).collect(),
+        })
+}
+
 // ------------------------------------------------------------------------------------------
 // The reference model.
 // ------------------------------------------------------------------------------------------
@@ -842,6 +1102,12 @@ enum Outcome {
         limit: Option<u32>,
         holders: Vec<HolderInfo>,
         waiters: Vec<WaiterInfo>,
+        /// Barriers: the filling round's count and how many members leave.
+        count: Option<u32>,
+        leaving: Option<u32>,
+    },
+    Passed {
+        generation: u64,
     },
     Expired {
         leases: Vec<u64>,
@@ -855,6 +1121,11 @@ enum Outcome {
     ReservationsEnded {
         count: u64,
     },
+    /// `election.proclaim`'s answer: the revision of its put.
+    Proclaimed {
+        revision: u64,
+    },
+    Leader(Option<LeaderInfo>),
     Refused {
         code: ErrorCode,
     },
@@ -882,10 +1153,17 @@ fn outcome_of(reply: &Reply) -> Outcome {
             limit,
             holders,
             waiters,
+            count,
+            leaving,
         } => Outcome::Inspect {
             limit: *limit,
             holders: holders.clone(),
             waiters: waiters.clone(),
+            count: *count,
+            leaving: *leaving,
+        },
+        Reply::BarrierPassed { generation } => Outcome::Passed {
+            generation: *generation,
         },
         Reply::Expired { leases } => Outcome::Expired {
             leases: leases.iter().map(|lease| lease.0).collect(),
@@ -905,6 +1183,14 @@ fn outcome_of(reply: &Reply) -> Outcome {
         }
         // Accounts are covered by `account_test.rs`; the model sends no account ops.
         Reply::Account { .. } => panic!("an account op in the model: {reply:?}"),
+        // A proclaim answers as a put does.
+        Reply::KvPut(KvPutDone {
+            revision,
+            prev_kv: None,
+        }) => Outcome::Proclaimed {
+            revision: *revision,
+        },
+        Reply::Leader { leader } => Outcome::Leader(leader.clone()),
         // Keys have their own model (`kv/model_test.rs`); this one sends no kv ops.
         Reply::KvPut(_) | Reply::KvPage(_) | Reply::KvDeleted(_) | Reply::KvTxn(_) => {
             panic!("a kv op in the model: {reply:?}")
@@ -1014,7 +1300,8 @@ struct ModelLease {
     granted_ms: u64,
 }
 
-/// A grant still held: a lock, a semaphore's permits or a waypoint reservation.
+/// A grant still held: a lock, a semaphore's permits, a waypoint reservation, or a member of a
+/// barrier's passed round (its token the round's generation).
 #[derive(Debug, Clone)]
 struct ModelHold {
     kind: ResourceKind,
@@ -1036,10 +1323,24 @@ struct ModelHold {
     vacate_by_ms: Option<u64>,
     /// A lock hold's mode (exclusive for every other kind).
     mode: LockMode,
+    /// An election leader's value (empty for every other kind).
+    value: String,
+}
+
+/// An election's `$election/{name}` key, naively: there while the election has a leader.
+#[derive(Debug, Clone)]
+struct ModelMirror {
+    name: String,
+    value: String,
+    create_revision: u64,
+    mod_revision: u64,
+    version: u64,
 }
 
 /// A queued request. The model keeps every waiter of every kind in one `Vec`, in arrival
-/// order, so a resource's queue is the waiters with its kind and name, in `Vec` order.
+/// order, so a resource's queue is the waiters with its kind and name, in `Vec` order. A
+/// barrier's waiters are its filling round's arrivals (`sem_limit`: the round's count) and its
+/// members' leaves (their lease is a member's).
 #[derive(Debug, Clone)]
 struct ModelWaiter {
     kind: ResourceKind,
@@ -1066,6 +1367,8 @@ struct ModelWaiter {
     /// A lock request's locks, in name order (`name` is the first); it waits in each one's
     /// queue. Empty for every other kind.
     lock_names: Vec<String>,
+    /// An election candidate's value (empty for every other kind).
+    value: String,
 }
 
 impl ModelWaiter {
@@ -1104,6 +1407,8 @@ struct ModelStep {
     remembered: bool,
     /// Agents the entry's sweep of idle agents forgot (`dedup_idle_ms`).
     forgot_idle: usize,
+    /// What the entry did to barriers, for the coverage tally.
+    barrier_notes: Vec<&'static str>,
 }
 
 /// The naive reference: everything in flat `Vec`s, found by linear scans.
@@ -1121,6 +1426,8 @@ struct Model {
     leases_ever: Vec<(u64, String)>,
     holds: Vec<ModelHold>,
     waiters: Vec<ModelWaiter>,
+    /// The `$election/` keys, one per election with a leader.
+    mirrors: Vec<ModelMirror>,
     memories: Vec<Memory>,
     /// The entry of the last sweep of idle agents' memories (0 before the first).
     swept_index: u64,
@@ -1143,6 +1450,8 @@ struct Model {
     kept_before_waiter: bool,
     replayed: bool,
     remembered: bool,
+    /// What the current entry did to barriers, for the coverage tally.
+    barrier_notes: Vec<&'static str>,
 }
 
 impl Model {
@@ -1158,6 +1467,7 @@ impl Model {
             leases_ever: Vec::new(),
             holds: Vec::new(),
             waiters: Vec::new(),
+            mirrors: Vec::new(),
             memories: Vec::new(),
             swept_index: 0,
             idle_clock_ms: 0,
@@ -1170,6 +1480,7 @@ impl Model {
             kept_before_waiter: false,
             replayed: false,
             remembered: false,
+            barrier_notes: Vec::new(),
         }
     }
 
@@ -1241,6 +1552,7 @@ impl Model {
             replayed: self.replayed,
             remembered: self.remembered,
             forgot_idle,
+            barrier_notes: std::mem::take(&mut self.barrier_notes),
         }
     }
 
@@ -1351,6 +1663,27 @@ impl Model {
             Op::WaypointRelease { name, lease } => {
                 self.release(ResourceKind::Waypoint, agent, name, lease)
             }
+            Op::ElectionCampaign {
+                name,
+                lease,
+                value,
+                wait_ms,
+            } => self.campaign(agent, id, name, lease, value, *wait_ms),
+            Op::ElectionProclaim { name, token, value } => {
+                self.proclaim(agent, name, *token, value)
+            }
+            Op::ElectionResign { name, token } => self.resign(agent, name, *token),
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            } => self.barrier_enter(agent, id, name, *count, lease, *wait_ms),
+            Op::BarrierLeave {
+                name,
+                lease,
+                wait_ms,
+            } => self.barrier_leave(agent, id, name, lease, *wait_ms),
             op => panic!("the model logs writes only: {op:?}"),
         };
         if outcome != Outcome::Queued {
@@ -1509,6 +1842,13 @@ impl Model {
             (a.deadline_ms, &a.agent, &a.request_id).cmp(&(b.deadline_ms, &b.agent, &b.request_id))
         });
         for waiter in &due {
+            if waiter.kind == ResourceKind::Barrier {
+                self.barrier_notes
+                    .push(match self.round_of(&waiter.name, waiter.lease) {
+                        Some(_) => "barrier leave timed out: the member has not left",
+                        None => "barrier arrival timed out: out of the round",
+                    });
+            }
             self.respond(waiter, refused(ErrorCode::Timeout));
         }
         self.grant_what_is_grantable();
@@ -1834,6 +2174,7 @@ impl Model {
             priority: 0,
             vacate_by_ms: None,
             mode: LockMode::Exclusive,
+            value: String::new(),
         });
         self.tokens_granted.push((kind, name.to_string(), token));
         Outcome::Granted { token }
@@ -1871,6 +2212,7 @@ impl Model {
             head_start_ms: 0,
             mode: LockMode::Exclusive,
             lock_names: Vec::new(),
+            value: String::new(),
         });
         Outcome::Queued
     }
@@ -1955,6 +2297,7 @@ impl Model {
                     priority: 0,
                     vacate_by_ms: None,
                     mode,
+                    value: String::new(),
                 });
                 self.tokens_granted.push((kind, name.clone(), token));
             }
@@ -1981,6 +2324,59 @@ impl Model {
         queued.mode = mode;
         queued.lock_names = names;
         Outcome::Queued
+    }
+
+    /// An acquire of a resource with one holder (a lock, an election) by a live lease:
+    /// granted at once when nobody holds it, its token again for its holder, the wait taken
+    /// over for a lease that waits already, or queued within the bounds.
+    fn exclusive_acquire(
+        &mut self,
+        kind: ResourceKind,
+        (agent, lease, request_id): (&str, u64, &str),
+        name: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        let Some(holder) = self.holds_of(kind, name).next() else {
+            if self.over_holds_quota(agent, 1) {
+                return refused(ErrorCode::ResourceExhausted);
+            }
+            if self.resources_in_use() >= self.limits.resources_max as usize {
+                return refused(ErrorCode::ResourceExhausted);
+            }
+            return self.grant_now(kind, name, lease, agent, 1, 0, None, None);
+        };
+        if holder.lease == lease {
+            return Outcome::Granted {
+                token: holder.token,
+            };
+        }
+        if self.is_waiting(lease, kind, name) {
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                1,
+                None,
+                wait_ms,
+                (None, None),
+            );
+        }
+        if self.over_holds_quota(agent, 1) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        if self.over_waits_quota(lease, 1) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        self.enqueue(
+            kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
+        )
     }
 
     /// `lock.downgrade`: an exclusive hold becomes shared, its token kept; a shared one is
@@ -2446,6 +2842,159 @@ impl Model {
             };
             self.grant_waiter(position);
         }
+        self.elect();
+        self.end_left_rounds();
+    }
+
+    /// The election pass, last: every election whose leader went loses its key at a fresh
+    /// revision, then its first candidate (if any) leads and its key is created at its token.
+    fn elect(&mut self) {
+        let kind = ResourceKind::Election;
+        let mut leaderless: Vec<String> = self
+            .mirrors
+            .iter()
+            .map(|mirror| mirror.name.clone())
+            .filter(|name| self.holds_of(kind, name).next().is_none())
+            .collect();
+        leaderless.sort();
+        for name in leaderless {
+            self.next_token();
+            self.mirrors.retain(|mirror| mirror.name != name);
+            if self.waiters_of(kind, &name).next().is_some() {
+                self.grant_head(kind, &name);
+                let leader = self.holds.last().expect("just granted");
+                let (value, token) = (leader.value.clone(), leader.token);
+                self.mirror_created(&name, value, token);
+            }
+        }
+    }
+
+    fn mirror_created(&mut self, name: &str, value: String, token: u64) {
+        self.mirrors.push(ModelMirror {
+            name: name.to_string(),
+            value,
+            create_revision: token,
+            mod_revision: token,
+            version: 1,
+        });
+    }
+
+    /// The leadership of `name` when `token` leads it for `agent`.
+    fn leading(&self, agent: &str, name: &str, token: u64) -> Option<usize> {
+        self.holds.iter().position(|hold| {
+            hold.kind == ResourceKind::Election
+                && hold.name == name
+                && hold.token == token
+                && hold.agent == agent
+        })
+    }
+
+    fn value_too_long(value: &str) -> bool {
+        value.len() > KV_LIMITS_DEFAULT.value_bytes_max as usize
+    }
+
+    /// `election.campaign`: a lock acquire whose holder and waiters carry a value.
+    fn campaign(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        value: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        if Self::value_too_long(value) {
+            return refused(ErrorCode::BadRequest);
+        }
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let kind = ResourceKind::Election;
+        // Leading or waiting already, it must ask with the same value.
+        let held = self
+            .holds_of(kind, name)
+            .map(|hold| (hold.lease, &hold.value));
+        let waiting = self.waiters_of(kind, name).map(|w| (w.lease, &w.value));
+        if held
+            .chain(waiting)
+            .any(|(of, asked)| of == lease && asked != value)
+        {
+            return refused(ErrorCode::BadRequest);
+        }
+        let led = self.holds_of(kind, name).next().is_some();
+        let waited = self.is_waiting(lease, kind, name);
+        let outcome = self.exclusive_acquire(kind, (agent, lease, request_id), name, wait_ms);
+        match outcome {
+            Outcome::Granted { token } if !led => {
+                self.holds.last_mut().expect("just granted").value = value.to_string();
+                self.mirror_created(name, value.to_string(), token);
+            }
+            Outcome::Queued if !waited => {
+                self.waiters.last_mut().expect("just queued").value = value.to_string();
+            }
+            _ => {}
+        }
+        outcome
+    }
+
+    /// `election.proclaim`: the leader's new value at a fresh revision.
+    fn proclaim(&mut self, agent: &str, name: &str, token: u64, value: &str) -> Outcome {
+        if Self::value_too_long(value) {
+            return refused(ErrorCode::BadRequest);
+        }
+        let Some(position) = self.leading(agent, name, token) else {
+            return refused(ErrorCode::NotHolder);
+        };
+        let revision = self.next_token();
+        self.holds[position].value = value.to_string();
+        let mirror = self
+            .mirrors
+            .iter_mut()
+            .find(|mirror| mirror.name == name)
+            .expect("a leader's key exists");
+        mirror.value = value.to_string();
+        mirror.mod_revision = revision;
+        mirror.version += 1;
+        Outcome::Proclaimed { revision }
+    }
+
+    /// `election.resign`: the leadership ends, the next candidate leads.
+    fn resign(&mut self, agent: &str, name: &str, token: u64) -> Outcome {
+        let Some(position) = self.leading(agent, name, token) else {
+            return refused(ErrorCode::NotHolder);
+        };
+        self.holds.remove(position);
+        self.grant_what_is_grantable();
+        Outcome::Done
+    }
+
+    /// `election.leader`.
+    fn leader(&self, name: &str) -> Outcome {
+        let leader = self.holds_of(ResourceKind::Election, name).next();
+        Outcome::Leader(leader.map(|hold| LeaderInfo {
+            agent: hold.agent.clone(),
+            value: hold.value.clone(),
+            token: hold.token,
+        }))
+    }
+
+    /// The `$election/` keys, in key order.
+    fn mirror_keys(&self) -> Vec<KeyValue> {
+        let mut keys: Vec<KeyValue> = self
+            .mirrors
+            .iter()
+            .map(|mirror| KeyValue {
+                key: election_key(&mirror.name),
+                value: mirror.value.clone(),
+                create_revision: mirror.create_revision,
+                mod_revision: mirror.mod_revision,
+                version: mirror.version,
+                lease: None,
+            })
+            .collect();
+        keys.sort_by(|a, b| a.key.cmp(&b.key));
+        keys
     }
 
     /// Whether a lock request could be granted now.
@@ -2507,10 +3056,275 @@ impl Model {
                 priority: waiter.priority,
                 vacate_by_ms: None,
                 mode: waiter.mode,
+                value: waiter.value.clone(),
             });
             self.tokens_granted.push((waiter.kind, name, token));
         }
         self.respond(&waiter, Outcome::Granted { token });
+    }
+
+    // --- barriers -------------------------------------------------------------------------
+    //
+    // The naive double barrier, from docs/PROTOCOL.md §8.24: a member of a passed round is a
+    // hold of kind `Barrier` whose token is the round's generation; the filling round's
+    // arrivals and the members' leaves are waiters of that kind. A round passes only in the
+    // entry where `count` live arrivals are in, answering every one of them (nobody passes
+    // early, nobody is left behind); it ends only when every member still in has left,
+    // answering every leaver; a generation is the token counter's next value (they increase).
+
+    /// The generation of the passed round `lease` is a member of on barrier `name`.
+    fn round_of(&self, name: &str, lease: u64) -> Option<u64> {
+        self.holds_of(ResourceKind::Barrier, name)
+            .find(|hold| hold.lease == lease)
+            .map(|hold| hold.token)
+    }
+
+    /// The filling round's arrivals, first first.
+    fn arrivals(&self, name: &str) -> Vec<ModelWaiter> {
+        self.waiters_of(ResourceKind::Barrier, name)
+            .filter(|w| self.round_of(name, w.lease).is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// The leaves of round `generation`, in the order they were sent.
+    fn leavers(&self, name: &str, generation: u64) -> Vec<ModelWaiter> {
+        self.waiters_of(ResourceKind::Barrier, name)
+            .filter(|w| self.round_of(name, w.lease) == Some(generation))
+            .cloned()
+            .collect()
+    }
+
+    fn members(&self, name: &str, generation: u64) -> usize {
+        self.holds_of(ResourceKind::Barrier, name)
+            .filter(|hold| hold.token == generation)
+            .count()
+    }
+
+    fn take_waiter(&mut self, waiter: &ModelWaiter) {
+        self.waiters
+            .retain(|w| !(w.agent == waiter.agent && w.request_id == waiter.request_id));
+    }
+
+    fn admit(&mut self, name: &str, lease: u64, agent: &str, generation: u64) {
+        self.holds.push(ModelHold {
+            kind: ResourceKind::Barrier,
+            name: name.to_string(),
+            lease,
+            agent: agent.to_string(),
+            token: generation,
+            permits: 1,
+            since_ms: self.now_ms,
+            sem_limit: 0,
+            area: None,
+            window: None,
+            volumes: Vec::new(),
+            priority: 0,
+            vacate_by_ms: None,
+            value: String::new(),
+            mode: LockMode::Exclusive,
+        });
+    }
+
+    fn barrier_enter(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        count: u32,
+        lease: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        let kind = ResourceKind::Barrier;
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        if let Some(generation) = self.round_of(name, lease) {
+            if self.is_waiting(lease, kind, name) {
+                return refused(ErrorCode::BadRequest);
+            }
+            self.barrier_notes.push("barrier entered again by a member");
+            return Outcome::Passed { generation };
+        }
+        if u64::from(count) > u64::from(self.limits.waiters_per_resource_max) + 1 {
+            return refused(ErrorCode::BadRequest);
+        }
+        let arrivals = self.arrivals(name);
+        if arrivals.first().is_some_and(|w| w.sem_limit != count) {
+            return refused(ErrorCode::BadRequest);
+        }
+        if self.is_waiting(lease, kind, name) {
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                1,
+                None,
+                wait_ms,
+                (None, None),
+            );
+        }
+        if self.over_holds_quota(agent, 1) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        let in_use = self.holds_of(kind, name).next().is_some() || !arrivals.is_empty();
+        if !in_use && self.resources_in_use() >= self.limits.resources_max as usize {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        if arrivals.len() + 1 == count as usize {
+            let generation = self.next_token();
+            self.barrier_notes.push("barrier round passed");
+            if self.holds_of(kind, name).next().is_some() {
+                self.barrier_notes
+                    .push("barrier round passed while an earlier one leaves");
+            }
+            for waiter in arrivals {
+                self.take_waiter(&waiter);
+                self.admit(name, waiter.lease, &waiter.agent, generation);
+                self.respond(&waiter, Outcome::Passed { generation });
+            }
+            self.admit(name, lease, agent, generation);
+            self.tokens_granted
+                .push((kind, name.to_string(), generation));
+            return Outcome::Passed { generation };
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        if self.over_waits_quota(lease, 1) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        self.enqueue(
+            kind, name, lease, agent, request_id, 1, count, None, None, wait_ms,
+        )
+    }
+
+    fn barrier_leave(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        let kind = ResourceKind::Barrier;
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(generation) = self.round_of(name, lease) else {
+            return refused(ErrorCode::NotHolder);
+        };
+        if self.is_waiting(lease, kind, name) {
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                1,
+                None,
+                wait_ms,
+                (None, None),
+            );
+        }
+        if self.members(name, generation) == self.leavers(name, generation).len() + 1 {
+            self.barrier_notes
+                .push("barrier round ended by its last leave");
+            self.end_round(name, generation);
+            return Outcome::Passed { generation };
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        self.enqueue(
+            kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
+        )
+    }
+
+    /// Answers every leaver of round `generation`, in the order they left, and ends it.
+    fn end_round(&mut self, name: &str, generation: u64) {
+        for waiter in self.leavers(name, generation) {
+            self.take_waiter(&waiter);
+            self.respond(&waiter, Outcome::Passed { generation });
+        }
+        self.holds.retain(|hold| {
+            !(hold.kind == ResourceKind::Barrier && hold.name == name && hold.token == generation)
+        });
+    }
+
+    /// After members went (their lease ended): every round whose members still in have all
+    /// left ends, barriers by name, rounds oldest first.
+    fn end_left_rounds(&mut self) {
+        let mut rounds: Vec<(String, u64)> = self
+            .holds
+            .iter()
+            .filter(|hold| hold.kind == ResourceKind::Barrier)
+            .map(|hold| (hold.name.clone(), hold.token))
+            .collect();
+        rounds.sort();
+        rounds.dedup();
+        for (name, generation) in rounds {
+            if self.members(&name, generation) == self.leavers(&name, generation).len() {
+                self.barrier_notes
+                    .push("barrier round ended by a lease end");
+                self.end_round(&name, generation);
+            }
+        }
+    }
+
+    /// `inspect` of a barrier: the members that have not left by (round, lease), the filling
+    /// round's arrivals, its count, and how many leave.
+    fn inspect_barrier(&self, name: &str) -> Outcome {
+        let kind = ResourceKind::Barrier;
+        let mut staying: Vec<&ModelHold> = self
+            .holds_of(kind, name)
+            .filter(|hold| !self.is_waiting(hold.lease, kind, name))
+            .collect();
+        staying.sort_by_key(|hold| (hold.token, hold.lease));
+        let arrivals = self.arrivals(name);
+        let leaving = self.waiters_of(kind, name).count() - arrivals.len();
+        Outcome::Inspect {
+            limit: None,
+            holders: staying
+                .iter()
+                .map(|hold| HolderInfo {
+                    agent: hold.agent.clone(),
+                    lease: format!("{:016x}", hold.lease),
+                    token: hold.token,
+                    permits: None,
+                    since_ms: hold.since_ms,
+                    area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
+                    priority: None,
+                    vacate_by_ms: None,
+                    value: None,
+                    mode: LockMode::Exclusive,
+                })
+                .collect(),
+            waiters: arrivals
+                .iter()
+                .enumerate()
+                .map(|(i, w)| WaiterInfo {
+                    agent: w.agent.clone(),
+                    position: i as u32 + 1,
+                    permits: None,
+                    since_ms: w.since_ms,
+                    area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
+                    priority: None,
+                    value: None,
+                    mode: LockMode::Exclusive,
+                })
+                .collect(),
+            count: arrivals.first().map(|w| w.sem_limit),
+            leaving: (leaving > 0).then_some(leaving as u32),
+        }
     }
 
     /// Answers a waiter: the deferred response, remembered for retries.
@@ -2609,9 +3423,13 @@ impl Model {
     // --- reads --------------------------------------------------------------------------
 
     fn inspect(&self, kind: ResourceKind, name: &str) -> Outcome {
+        if kind == ResourceKind::Barrier {
+            return self.inspect_barrier(name);
+        }
         let mut holds: Vec<&ModelHold> = self.holds_of(kind, name).collect();
         holds.sort_by_key(|hold| hold.token);
         let is_sem = kind == ResourceKind::Sem;
+        let is_election = kind == ResourceKind::Election;
         Outcome::Inspect {
             limit: if is_sem {
                 self.sem_capacity(name)
@@ -2633,6 +3451,7 @@ impl Model {
                     priority: (hold.priority > 0).then(|| priority(hold.priority)),
                     vacate_by_ms: hold.vacate_by_ms,
                     mode: hold.mode,
+                    value: is_election.then(|| hold.value.clone()),
                 })
                 .collect(),
             waiters: self
@@ -2650,8 +3469,11 @@ impl Model {
                     volumes: w.volumes.clone(),
                     priority: (w.priority > 0).then(|| priority(w.priority)),
                     mode: w.mode,
+                    value: is_election.then(|| w.value.clone()),
                 })
                 .collect(),
+            count: None,
+            leaving: None,
         }
     }
 
@@ -2740,6 +3562,7 @@ fn op_is_valid(op: &Op) -> bool {
         Op::RouteReserve { volumes, .. } | Op::RouteAmend { volumes, .. } => {
             (1..=64).contains(&volumes.len()) && volumes.iter().all(|v| v.end_ms > v.start_ms)
         }
+        Op::BarrierEnter { count, .. } => *count >= 1,
         Op::WaypointReserve {
             lat,
             lon,
@@ -2782,6 +3605,8 @@ struct Harness {
     /// The requests the machine reported `Event::Queued` for and has not answered with an
     /// `Event::Respond` yet, with the resource: what a node's waiters gauge would count.
     queued: BTreeMap<(String, String), ResourceKey>,
+    /// The generation of each barrier's newest round so far.
+    generations: BTreeMap<String, u64>,
     /// The log, and what the machine answered to each entry, for the replicas.
     log: Vec<(LogMeta, Command)>,
     outputs: Vec<(Reply, Vec<Event>)>,
@@ -2803,6 +3628,7 @@ impl Harness {
             sent: Vec::new(),
             final_replies: BTreeMap::new(),
             queued: BTreeMap::new(),
+            generations: BTreeMap::new(),
             log: Vec::new(),
             outputs: Vec::new(),
             trace: Vec::new(),
@@ -3014,6 +3840,35 @@ impl Harness {
                     volumes,
                     hold.priority,
                 )
+            }
+            Action::LeaderActs {
+                name,
+                resign,
+                value: pick,
+            } => {
+                let name = ELECTION_NAMES[*name];
+                let leader = self.model.holds_of(ResourceKind::Election, name).next();
+                let Some((agent, token)) = leader.map(|hold| (hold.agent.clone(), hold.token))
+                else {
+                    return Ok(());
+                };
+                let agent = AGENTS
+                    .iter()
+                    .position(|known| *known == agent)
+                    .expect("leaders are known agents");
+                let op = if *resign {
+                    Op::ElectionResign {
+                        name: name.to_string(),
+                        token,
+                    }
+                } else {
+                    Op::ElectionProclaim {
+                        name: name.to_string(),
+                        token,
+                        value: value(*pick),
+                    }
+                };
+                self.new_request(agent, op)
             }
             Action::ExpireReservations { term } => {
                 let term = match term {
@@ -3275,8 +4130,39 @@ impl Harness {
                 _ => {}
             }
         }
+        self.check_generations(&events)?;
         self.tally_step(&command, &expected);
         self.check_machine()
+    }
+
+    /// The members a barrier's round admits in one entry share one generation, above every
+    /// earlier round's of that barrier (forgotten in between or not).
+    fn check_generations(&mut self, events: &[Event]) -> Result<(), TestCaseError> {
+        let mut passed: BTreeMap<String, u64> = BTreeMap::new();
+        for event in events {
+            if let Event::Granted { key, token, .. } = event
+                && key.kind == ResourceKind::Barrier
+            {
+                let generation = *passed.entry(key.name.to_string()).or_insert(*token);
+                prop_assert_eq!(
+                    generation,
+                    *token,
+                    "one generation per round\n{}",
+                    self.recent_trace()
+                );
+            }
+        }
+        for (name, generation) in passed {
+            let before = self.generations.insert(name, generation);
+            prop_assert!(
+                before.is_none_or(|before| before < generation),
+                "generations increase: {:?} then {}\n{}",
+                before,
+                generation,
+                self.recent_trace()
+            );
+        }
+        Ok(())
     }
 
     fn tally_step(&mut self, command: &Command, expected: &ModelStep) {
@@ -3323,6 +4209,46 @@ impl Harness {
             && *term < self.term
         {
             self.count("stale expire");
+        }
+        if let Command::Request { request, .. } = command
+            && !expected.replayed
+        {
+            let election = match (&request.op, &expected.outcome) {
+                (Op::ElectionCampaign { .. }, Outcome::Granted { .. }) => {
+                    Some("election: led at once")
+                }
+                (Op::ElectionCampaign { .. }, Outcome::Queued) => Some("election: campaign queued"),
+                (Op::ElectionProclaim { .. }, Outcome::Proclaimed { .. }) => {
+                    Some("election: proclaimed")
+                }
+                (Op::ElectionProclaim { .. }, Outcome::Refused { code }) => match code {
+                    ErrorCode::NotHolder => Some("election: proclaim refused not_holder"),
+                    ErrorCode::BadRequest => Some("election: value too long"),
+                    _ => None,
+                },
+                (Op::ElectionResign { .. }, Outcome::Done) => Some("election: resigned"),
+                (Op::ElectionResign { .. }, Outcome::Refused { .. }) => {
+                    Some("election: resign refused not_holder")
+                }
+                _ => None,
+            };
+            if let Some(label) = election {
+                self.count(label);
+            }
+        }
+        let handed_over = expected
+            .responds
+            .iter()
+            .any(|respond| match respond.outcome {
+                Outcome::Granted { token } => self
+                    .model
+                    .holds
+                    .iter()
+                    .any(|hold| hold.kind == ResourceKind::Election && hold.token == token),
+                _ => false,
+            });
+        if handed_over {
+            self.count("election: a candidate leads");
         }
         if let Command::Request { request, .. } = command {
             let route = match (&request.op, &expected.outcome) {
@@ -3386,9 +4312,13 @@ impl Harness {
             };
             self.count(label);
         }
+        for note in &expected.barrier_notes {
+            self.count(*note);
+        }
         for respond in &expected.responds {
             let label = match &respond.outcome {
                 Outcome::Granted { .. } => "respond: granted".to_string(),
+                Outcome::Passed { .. } => "respond: passed".to_string(),
                 Outcome::Refused { code } => format!("respond: {code}"),
                 other => format!("respond: {other:?}"),
             };
@@ -3600,6 +4530,28 @@ impl Harness {
                 }
             }
         }
+        // Elections: the leader as `election.leader` reads it, and its `$election/` key.
+        for name in ELECTION_NAMES {
+            let op = Op::ElectionLeader {
+                name: name.to_string(),
+            };
+            prop_assert_eq!(
+                outcome_of(&self.sm.query("a0", &op)),
+                self.model.leader(name),
+                "election.leader {:?} (left: machine, right: model)\n{}",
+                name,
+                self.recent_trace()
+            );
+        }
+        prop_assert_eq!(
+            self.sm
+                .key_space()
+                .range(hivekeeper_protocol::kv::ELECTION_KEY_PREFIX, None, 100)
+                .kvs,
+            self.model.mirror_keys(),
+            "the $election/ keys (left: machine, right: model)\n{}",
+            self.recent_trace()
+        );
         // airspace.query: the machine's answer from its space-and-time index, against every
         // held reservation checked pair by pair.
         for spot in SPOTS.iter().flatten() {
@@ -3696,7 +4648,7 @@ impl Harness {
     // --- resolving generated steps --------------------------------------------------------
 
     fn build_op(&self, agent: usize, spec: &OpSpec) -> Op {
-        use ResourceKind::{Lock, Sem, Waypoint};
+        use ResourceKind::{Barrier, Election, Lock, Sem, Waypoint};
         let lease = |pick: &LeasePick, resource: Option<(ResourceKind, &str)>| {
             self.lease_text(agent, pick, resource)
         };
@@ -3808,7 +4760,76 @@ impl Harness {
                 volumes: self.volumes(legs),
                 priority: priority(*level),
             },
+            OpSpec::ElectionCampaign {
+                name,
+                value: pick,
+                lease: lease_pick,
+                wait,
+            } => Op::ElectionCampaign {
+                name: ELECTION_NAMES[*name].to_string(),
+                lease: lease(lease_pick, Some((Election, ELECTION_NAMES[*name]))),
+                value: value(*pick),
+                wait_ms: wait.wait_ms(),
+            },
+            OpSpec::ElectionProclaim {
+                name,
+                token,
+                value: pick,
+            } => Op::ElectionProclaim {
+                name: ELECTION_NAMES[*name].to_string(),
+                token: self.election_token(ELECTION_NAMES[*name], token),
+                value: value(*pick),
+            },
+            OpSpec::ElectionResign { name, token } => Op::ElectionResign {
+                name: ELECTION_NAMES[*name].to_string(),
+                token: self.election_token(ELECTION_NAMES[*name], token),
+            },
+            OpSpec::BarrierEnter {
+                name,
+                count,
+                lease: pick,
+                wait,
+            } => Op::BarrierEnter {
+                name: BARRIER_NAMES[*name].to_string(),
+                count: BARRIER_COUNTS[*count],
+                lease: lease(pick, Some((Barrier, BARRIER_NAMES[*name]))),
+                wait_ms: wait.wait_ms(),
+            },
+            OpSpec::BarrierLeave {
+                name,
+                lease: pick,
+                wait,
+            } => Op::BarrierLeave {
+                name: BARRIER_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Barrier, BARRIER_NAMES[*name]))),
+                wait_ms: wait.wait_ms(),
+            },
             OpSpec::Malformed { which } => malformed_op(*which, lease(&LeasePick::Own(0), None)),
+        }
+    }
+
+    /// The token a proclaim or resign of election `name` names.
+    fn election_token(&self, name: &str, pick: &TokenPick) -> u64 {
+        let kind = ResourceKind::Election;
+        let never = self.model.token_last + 1;
+        let leading = self
+            .model
+            .holds_of(kind, name)
+            .next()
+            .map(|hold| hold.token);
+        match pick {
+            TokenPick::Leading => leading.unwrap_or(never),
+            TokenPick::Stale(k) => {
+                let deposed: Vec<u64> = self
+                    .model
+                    .tokens_granted
+                    .iter()
+                    .filter(|(k, n, token)| *k == kind && n == name && Some(*token) != leading)
+                    .map(|(_, _, token)| *token)
+                    .collect();
+                pick_recent(&deposed, *k).copied().unwrap_or(never)
+            }
+            TokenPick::Never => never,
         }
     }
 
@@ -4044,6 +5065,22 @@ proptest! {
     fn state_machine_matches_the_naive_model(case in case()) {
         run_case(&case)?;
     }
+
+    /// The same, for logs about barriers: rounds fill and pass with nobody early and nobody
+    /// left behind, end when every member has left (a member gone with its lease counts as
+    /// left, an arrival gone is not counted), and generations increase.
+    #[test]
+    fn barriers_match_the_naive_model(case in barrier_case()) {
+        run_case(&case)?;
+    }
+
+    /// The same, for logs about read-write locks and multi-locks: never an exclusive holder
+    /// beside anybody, strict FIFO across modes and across a multi-lock's queues, one token on
+    /// every lock of a multi-lock.
+    #[test]
+    fn read_write_and_multi_locks_match_the_naive_model(case in lock_case()) {
+        run_case(&case)?;
+    }
 }
 
 /// Deterministic cases the coverage check runs. 256 since the clock steps (`clock.rs`): a
@@ -4054,26 +5091,41 @@ proptest! {
 /// draws miss one of them (about 14 s in debug).
 const COVERAGE_CASES: usize = 512;
 
+/// Deterministic barrier cases ([`barrier_case`]) the coverage check runs besides.
+const BARRIER_COVERAGE_CASES: usize = 256;
+
+/// Deterministic read-write and multi-lock cases ([`lock_case`]) the coverage check runs
+/// besides.
+const LOCK_COVERAGE_CASES: usize = 256;
+
 /// The generator reaches every interesting path (each label below happened at least once in
 /// [`COVERAGE_CASES`] deterministic cases). Run with `--nocapture` to see the tally.
 #[test]
 fn generator_reaches_every_path() {
-    let mut runner = TestRunner::deterministic();
-    let strategy = case();
     let mut total = Tally::new();
     let mut steps = 0;
-    for _ in 0..COVERAGE_CASES {
-        let case = strategy
-            .new_tree(&mut runner)
-            .expect("the case strategy never rejects")
-            .current();
+    let mut cases = Vec::new();
+    for (strategy, count) in [
+        (case().boxed(), COVERAGE_CASES),
+        (barrier_case().boxed(), BARRIER_COVERAGE_CASES),
+        (lock_case().boxed(), LOCK_COVERAGE_CASES),
+    ] {
+        // A runner of its own for each generator: what one draws never moves the other's.
+        let mut runner = TestRunner::deterministic();
+        for _ in 0..count {
+            let tree = strategy.new_tree(&mut runner);
+            cases.push(tree.expect("the case strategy never rejects").current());
+        }
+    }
+    for case in cases {
         steps += case.steps.len();
         let tally = run_case(&case).unwrap_or_else(|failure| panic!("{failure}\n{case:#?}"));
         for (label, count) in tally {
             *total.entry(label).or_default() += count;
         }
     }
-    println!("{steps} steps in {COVERAGE_CASES} cases:");
+    let cases = COVERAGE_CASES + BARRIER_COVERAGE_CASES + LOCK_COVERAGE_CASES;
+    println!("{steps} steps in {cases} cases:");
     for (label, count) in &total {
         println!("  {count:6}  {label}");
     }
@@ -4125,6 +5177,14 @@ fn generator_reaches_every_path() {
         "a preempted reservation ended at its deadline",
         "a waiter overtaken by a higher priority",
         "route amend of a route not held",
+        "election: led at once",
+        "election: campaign queued",
+        "election: proclaimed",
+        "election: proclaim refused not_holder",
+        "election: value too long",
+        "election: resigned",
+        "election: resign refused not_holder",
+        "election: a candidate leads",
         "a queued route granted",
         "retry ran again: its outcome was forgotten",
         "idle agents forgotten by the sweep",
@@ -4146,6 +5206,15 @@ fn generator_reaches_every_path() {
         "a writer waits for readers",
         "a reader waits behind a writer",
         "a multi-lock waits on a free lock",
+        "Passed",
+        "respond: passed",
+        "barrier round passed",
+        "barrier round passed while an earlier one leaves",
+        "barrier round ended by its last leave",
+        "barrier round ended by a lease end",
+        "barrier entered again by a member",
+        "barrier arrival timed out: out of the round",
+        "barrier leave timed out: the member has not left",
     ];
     let missing: Vec<&str> = required
         .iter()

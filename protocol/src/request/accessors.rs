@@ -22,7 +22,10 @@ impl Op {
             | Op::RouteReserve { lease, .. }
             | Op::RouteRelease { lease, .. }
             | Op::RouteAmend { lease, .. }
-            | Op::AdminRevoke { lease } => Some(lease),
+            | Op::AdminRevoke { lease }
+            | Op::ElectionCampaign { lease, .. }
+            | Op::BarrierEnter { lease, .. }
+            | Op::BarrierLeave { lease, .. } => Some(lease),
             Op::KvPut { lease, .. } => lease.as_deref(),
             _ => None,
         }
@@ -62,14 +65,17 @@ impl Op {
         )
     }
 
-    /// The `wait_ms` of an acquire or reserve.
+    /// The `wait_ms` of an acquire, a reserve, a campaign, or a barrier's enter or leave.
     pub fn wait_ms(&self) -> Option<u64> {
         match self {
             Op::LockAcquire { wait_ms, .. }
             | Op::LockAcquireAll { wait_ms, .. }
             | Op::SemAcquire { wait_ms, .. }
             | Op::WaypointReserve { wait_ms, .. }
-            | Op::RouteReserve { wait_ms, .. } => *wait_ms,
+            | Op::RouteReserve { wait_ms, .. }
+            | Op::ElectionCampaign { wait_ms, .. }
+            | Op::BarrierEnter { wait_ms, .. }
+            | Op::BarrierLeave { wait_ms, .. } => *wait_ms,
             _ => None,
         }
     }

@@ -59,10 +59,15 @@ impl Op {
             | Op::SemRelease { name, .. }
             | Op::WaypointRelease { name, .. }
             | Op::RouteRelease { name, .. }
-            | Op::Inspect { name, .. } => validate::name("name", name)?,
+            | Op::Inspect { name, .. }
+            | Op::BarrierLeave { name, .. } => validate::name("name", name)?,
             Op::LockAcquireAll { names, .. } | Op::LockReleaseAll { names, .. } => {
                 validate::lock_names(names)?
             }
+            Op::ElectionCampaign { name, .. }
+            | Op::ElectionProclaim { name, .. }
+            | Op::ElectionResign { name, .. }
+            | Op::ElectionLeader { name } => validate::name("name", name)?,
             Op::RouteReserve { name, volumes, .. } | Op::RouteAmend { name, volumes, .. } => {
                 validate::name("name", name)?;
                 validate::volumes(volumes)?;
@@ -87,6 +92,10 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
+            Op::BarrierEnter { name, count, .. } => {
+                validate::name("name", name)?;
+                validate::barrier_count(*count)?;
+            }
             Op::KvPut { .. }
             | Op::KvGet { .. }
             | Op::KvDelete { .. }
