@@ -1036,14 +1036,20 @@ fn lock_action() -> BoxedStrategy<Action> {
     .boxed()
 }
 
+/// A case about read-write locks and multi-locks ([`lock_action`]).
 fn lock_case() -> impl Strategy<Value = Case> {
-    let step = (clock(), prop::bool::weighted(0.04), lock_action()).prop_map(
-        |(clock, new_term, action)| Step {
+    side_case(lock_action())
+}
+
+/// A case of a generator beside [`case`]: 2 to 6 opening lease grants, then 1 to 80 steps of
+/// `action`.
+fn side_case(action: BoxedStrategy<Action>) -> impl Strategy<Value = Case> {
+    let step =
+        (clock(), prop::bool::weighted(0.04), action).prop_map(|(clock, new_term, action)| Step {
             clock,
             new_term,
             action,
-        },
-    );
+        });
     (
         0..2usize,
         prop::collection::vec(opening_grant(), 2..=6),
@@ -1056,22 +1062,7 @@ fn lock_case() -> impl Strategy<Value = Case> {
 }
 
 fn barrier_case() -> impl Strategy<Value = Case> {
-    let step = (clock(), prop::bool::weighted(0.04), barrier_action()).prop_map(
-        |(clock, new_term, action)| Step {
-            clock,
-            new_term,
-            action,
-        },
-    );
-    (
-        0..2usize,
-        prop::collection::vec(opening_grant(), 2..=6),
-        prop::collection::vec(step, 1..=80),
-    )
-        .prop_map(|(limits, opening, steps)| Case {
-            limits,
-            steps: opening.into_iter().chain(steps).collect(),
-        })
+    side_case(barrier_action())
 }
 
 // ------------------------------------------------------------------------------------------
