@@ -1,8 +1,11 @@
 //! Model-based test of the coordinator's state machine (DESIGN.md §6, step 2).
 //!
 //! proptest draws random logs (up to 6 opening lease grants, then 1 to 120 steps) over a small
-//! universe: 4 agents, 2 lock names (held exclusive or shared, downgraded, and taken and
-//! released several at once as multi-locks), 2 semaphore names with capacities 2 and 3 and
+//! universe: 4 agents, 2 lock names (exclusive; and, drawn by a case generator of their own,
+//! [`lock_case`], held shared, downgraded, and taken and released together as multi-locks:
+//! the model's locks say no exclusive holder is ever beside anybody, queues are FIFO across
+//! modes and across a multi-lock's locks, and a multi-lock has one token on every lock), 2
+//! semaphore names with capacities 2 and 3 and
 //! weighted requests, 2 election names whose candidates campaign with values (one of them too
 //! long) and whose leaders proclaim and resign, or are sent deposed and never-granted tokens
 //! (the naive election: at most one leader per name, candidates in arrival order, a new
