@@ -27,7 +27,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use hivekeeper_protocol::{Event as Notice, KeySelector, ResourceKind};
+use hivekeeper_protocol::{Event as Notice, KeySelector, LostReason, ResourceKind};
 use ractor::ActorRef;
 use tokio::sync::mpsc;
 
@@ -271,20 +271,32 @@ impl FanOut {
                 };
                 event.map(|event| Outbound::Notify { agent, event })
             }
-            // Taken away: its lease ended, or it was preempted and not released by its
-            // vacate deadline. A route is told `waypoint.lost` too (it is a waypoint
-            // reservation of several volumes).
+            // Taken away: its lease ended, it was preempted and not released by its vacate
+            // deadline, or its max-hold ran out (the one reason the notice names). A route is
+            // told `waypoint.lost` too (it is a waypoint reservation of several volumes).
             Event::Released {
                 key,
                 agent,
                 token,
-                reason: ReleaseReason::LeaseEnded | ReleaseReason::Preempted,
+                reason:
+                    reason @ (ReleaseReason::LeaseEnded
+                    | ReleaseReason::Preempted
+                    | ReleaseReason::MaxHold),
                 ..
             } => {
                 let name = key.name.to_string();
+                let reason = (reason == ReleaseReason::MaxHold).then_some(LostReason::MaxHold);
                 let event = match key.kind {
-                    ResourceKind::Lock => Notice::LockLost { name, token },
-                    ResourceKind::Sem => Notice::SemLost { name, token },
+                    ResourceKind::Lock => Notice::LockLost {
+                        name,
+                        token,
+                        reason,
+                    },
+                    ResourceKind::Sem => Notice::SemLost {
+                        name,
+                        token,
+                        reason,
+                    },
                     ResourceKind::Waypoint => Notice::WaypointLost { name, token },
                 };
                 Some(Outbound::Notify { agent, event })

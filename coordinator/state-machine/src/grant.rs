@@ -16,6 +16,8 @@
 //!    the pending-wait index lists each waiter once (`waiting.rs`).
 //! 3. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
 //!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
+//! 4. A hold granted with a `max_hold_ms` carries its deadline (grant time + `max_hold_ms`), and
+//!    the max-hold index lists exactly those holds under it (`max_hold.rs`).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -24,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dedup::Dedup;
 use crate::lease::{Lease, LeaseId};
+use crate::max_hold::HoldEnds;
 use crate::quota::Usage;
 use crate::wait_deadline::WaitDeadlines;
 use crate::waiting::{PendingWaits, Wait};
@@ -47,6 +50,8 @@ pub struct Claim<'a, L = LeaseId> {
     pub lease: L,
     /// How long it may wait in a queue; `None`: until granted or its lease ends.
     pub wait_ms: Option<u64>,
+    /// How long the hold lasts once granted (`max_hold.rs`); `None`: while its lease lives.
+    pub max_hold_ms: Option<u64>,
 }
 
 /// A [`Claim`] as the request gave it, its lease not yet checked.
@@ -60,6 +65,15 @@ impl<'a> Acquire<'a> {
             request_id,
             lease,
             wait_ms,
+            max_hold_ms: None,
+        }
+    }
+
+    /// The same request, its hold bounded to `max_hold_ms` once granted (`None`: unbounded).
+    pub fn max_hold(self, max_hold_ms: Option<u64>) -> Self {
+        Claim {
+            max_hold_ms,
+            ..self
         }
     }
 }
@@ -77,6 +91,11 @@ pub struct Hold {
     pub permits: u32,
     /// When it was granted (machine clock).
     pub since_ms: u64,
+    /// When its `max_hold_ms` ends it, whether or not its lease lives (machine clock,
+    /// `max_hold.rs`); absent: while its lease lives. Absent from the snapshot when unset, so
+    /// holds without a bound keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_deadline_ms: Option<u64>,
 }
 
 impl Hold {
@@ -138,6 +157,10 @@ pub struct Core {
     /// `leases`: not in the snapshot, rebuilt on restore.
     #[serde(skip)]
     pub usage: Usage,
+    /// The holds that have a max-hold deadline, earliest first (`max_hold.rs`): derived from
+    /// the holds, left out of the snapshot and rebuilt on restore.
+    #[serde(skip)]
+    pub hold_ends: HoldEnds,
 }
 
 /// Holds and waits as the resources record them, gathered for the cross-check against leases.
@@ -147,6 +170,8 @@ pub struct Occupancy {
     pub holds: Vec<(LeaseId, ResourceKey, Text, u64)>,
     /// `(lease, resource, agent, request id)` of every waiter.
     pub waits: Vec<(LeaseId, ResourceKey, Text, String)>,
+    /// `(max-hold deadline, resource, lease)` of every hold that has one (`max_hold.rs`).
+    pub hold_ends: Vec<(u64, ResourceKey, LeaseId)>,
 }
 
 impl Occupancy {
@@ -154,6 +179,9 @@ impl Occupancy {
     pub fn hold(&mut self, key: &ResourceKey, hold: &Hold) {
         self.holds
             .push((hold.lease, key.clone(), hold.agent.clone(), hold.token));
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.push((deadline_ms, key.clone(), hold.lease));
+        }
     }
 
     /// Records a waiter.
@@ -176,6 +204,7 @@ impl Core {
             lease: self.live_lease(acquire.agent, acquire.lease)?,
             request_id: acquire.request_id,
             wait_ms: acquire.wait_ms,
+            max_hold_ms: acquire.max_hold_ms,
         })
     }
 
@@ -195,20 +224,34 @@ impl Core {
         agent: &Text,
         permits: u32,
     ) -> Hold {
-        self.grant(ctx, key, lease, agent, permits, None)
+        self.grant(ctx, key, (lease, agent), permits, None, None)
+    }
+
+    /// Grants `key` at once to `claim`'s request, bounded by its `max_hold_ms`: the caller
+    /// stores the returned hold.
+    pub fn grant_claim(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Hold {
+        let holder = (claim.lease, claim.agent);
+        self.grant(ctx, key, holder, permits, None, claim.max_hold_ms)
     }
 
     /// Records a grant of `key` to `lease` of `agent` in the lease, the per-agent counts and
     /// [`Event::Granted`] (with how long it waited when it comes from a queue, queued at
-    /// `queued_ms`), under a new token: the new hold.
+    /// `queued_ms`), under a new token, ending `max_hold_ms` from now when given: the new
+    /// hold.
     fn grant(
         &mut self,
         ctx: &mut Ctx,
         key: &ResourceKey,
-        lease: LeaseId,
-        agent: &Text,
+        (lease, agent): (LeaseId, &Text),
         permits: u32,
         queued_ms: Option<u64>,
+        max_hold_ms: Option<u64>,
     ) -> Hold {
         let token = self.next_token(ctx.index);
         self.leases
@@ -225,12 +268,17 @@ impl Core {
             waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
             queued: queued_ms.is_some(),
         });
+        let max_hold_deadline_ms = max_hold_ms.map(|ms| ctx.now_ms.saturating_add(ms));
+        if let Some(deadline_ms) = max_hold_deadline_ms {
+            self.hold_ends.insert(deadline_ms, key, lease);
+        }
         Hold {
             lease,
             agent: agent.clone(),
             token,
             permits,
             since_ms: ctx.now_ms,
+            max_hold_deadline_ms,
         }
     }
 
@@ -249,6 +297,7 @@ impl Core {
             lease,
             request_id,
             wait_ms,
+            max_hold_ms,
         } = *claim;
         let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
         if let Some(deadline_ms) = deadline_ms {
@@ -265,6 +314,7 @@ impl Core {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                max_hold_ms,
             },
         );
         ctx.events.push(Event::Queued {
@@ -291,9 +341,10 @@ impl Core {
             .expect("a queued waiter's lease is alive: lease ends remove their waiters first")
             .waits
             .remove(key);
-        self.forget_wait(&waiter);
-        let (lease, since_ms) = (waiter.lease, Some(waiter.since_ms));
-        let hold = self.grant(ctx, key, lease, &waiter.agent, waiter.permits, since_ms);
+        let max_hold_ms = self.forget_wait(&waiter).and_then(|wait| wait.max_hold_ms);
+        let holder = (waiter.lease, &waiter.agent);
+        let since_ms = Some(waiter.since_ms);
+        let hold = self.grant(ctx, key, holder, waiter.permits, since_ms, max_hold_ms);
         let reply = Reply::Granted { token: hold.token };
         self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
         hold
@@ -326,6 +377,9 @@ impl Core {
     ) {
         if let Some(record) = self.leases.get_mut(&hold.lease) {
             record.holds.remove(key);
+        }
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.remove(deadline_ms, key, hold.lease);
         }
         self.usage.released(&hold.agent);
         ctx.events.push(Event::Released {
@@ -379,8 +433,9 @@ impl Core {
         self.dedup.check_invariants()
     }
 
-    /// Invariants 1, 2 and 3 against what the resources record.
+    /// Invariants 1, 2, 3 and 4 against what the resources record.
     pub fn check_occupancy(&self, occupancy: &Occupancy) -> Result<(), InvariantViolation> {
+        self.hold_ends.check_invariants(&occupancy.hold_ends)?;
         let mut holds_seen = BTreeSet::new();
         for (lease, key, agent, token) in &occupancy.holds {
             let Some(record) = self.leases.get(lease) else {

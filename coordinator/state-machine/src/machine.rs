@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::grant::{Acquire, Core};
 use crate::kv::KeySpace;
 use crate::lock::Lock;
+use crate::lock_delay::LockDelays;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
@@ -69,6 +70,10 @@ pub struct StateMachine {
     /// the first key change, so a machine without keys keeps data format 1's bytes.
     #[serde(default, skip_serializing_if = "KeySpace::is_unused")]
     pub(crate) kv: KeySpace,
+    /// Locks held back by a lock-delay, until when (`lock_delay.rs`). Absent from a snapshot
+    /// while none is, so a machine without lock-delays keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "LockDelays::is_empty")]
+    pub(crate) lock_delays: LockDelays,
 }
 
 impl Default for StateMachine {
@@ -95,6 +100,7 @@ impl StateMachine {
             waypoints: Waypoints::default(),
             accounts: account::Accounts::new(),
             kv: KeySpace::default(),
+            lock_delays: LockDelays::default(),
         }
     }
 
@@ -153,6 +159,7 @@ impl StateMachine {
             }
             Command::ExpireWaits { term } => self.expire_waits(&mut ctx, term),
             Command::ExpireReservations { term } => self.expire_reservations(&mut ctx, term),
+            Command::ExpireHoldTimes { term } => self.expire_hold_times(&mut ctx, term),
             Command::CancelWait { agent, request_id } => {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
@@ -289,8 +296,12 @@ impl StateMachine {
         secret_hash: Option<String>,
     ) -> Decision {
         let secret_hash = || secret_hash.expect("validated by `request`: an account op has one");
+        self.check_max_hold(&op)?;
         match op {
-            Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
+            Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms,
+            } => self.lease_grant(ctx, agent, ttl_ms, lock_delay_ms),
             Op::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
             // No owner check: with authentication on, the node checks the operator's role
             // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
@@ -299,7 +310,11 @@ impl StateMachine {
                 name,
                 lease,
                 wait_ms,
-            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
+                max_hold_ms,
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.lock_acquire(ctx, acquire, name)
+            }
             Op::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
             }
@@ -309,8 +324,9 @@ impl StateMachine {
                 lease,
                 permits,
                 wait_ms,
+                max_hold_ms,
             } => {
-                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
                 self.sem_acquire(ctx, acquire, name, limit, permits)
             }
             Op::SemRelease { name, lease } => {
@@ -385,6 +401,7 @@ impl StateMachine {
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
         self.check_resources()?;
+        self.check_lock_delays()?;
         self.check_account_invariants()?;
         self.check_kv_invariants()
     }

@@ -33,6 +33,10 @@ pub struct Wait {
     /// wait keeps waiting, as it did across a failover then. See `wait_deadline.rs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// The request's `max_hold_ms`, which bounds the hold once it is granted (`max_hold.rs`);
+    /// absent for an unbounded one, and then absent from the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
 }
 
 /// One agent's pending waits by request id: a vector sorted by id, serialized as the map it
@@ -164,7 +168,8 @@ impl Core {
 
     /// A second acquire of `key` by a lease that already waits for it, under `request_id`:
     /// the wait moves to the new request (its place in the queue kept, its deadline now the
-    /// new request's `wait_ms`), and the earlier request is answered `timeout` ("superseded").
+    /// new request's `wait_ms`, its hold's bound the new request's `max_hold_ms`), and the
+    /// earlier request is answered `timeout` ("superseded").
     /// This is what a client that gave up on its request (a lost answer, a session in
     /// jeopardy) and asks again under a fresh id needs: its place, not a refusal. The caller
     /// renames the waiter in the resource's queue (`Queue::rename`) with the returned old id.
@@ -179,6 +184,7 @@ impl Core {
             lease,
             request_id,
             wait_ms,
+            max_hold_ms,
         } = *claim;
         let record = self
             .leases
@@ -199,6 +205,7 @@ impl Core {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                max_hold_ms,
             },
         );
         if let Some(deadline_ms) = deadline_ms {
@@ -218,20 +225,19 @@ impl Core {
         old_id
     }
 
-    /// Forgets a waiter's pending wait and its deadline (it was granted or answered).
-    pub(crate) fn forget_wait(&mut self, waiter: &Waiter) {
-        if let Some(waits) = self.waiting.get_mut(&waiter.agent) {
-            if let Some(deadline_ms) = waits
-                .remove(&waiter.request_id)
-                .and_then(|wait| wait.deadline_ms)
-            {
-                self.deadlines
-                    .remove(deadline_ms, &waiter.agent, &waiter.request_id);
-            }
-            if waits.is_empty() {
-                self.waiting.remove(&waiter.agent);
-            }
+    /// Forgets a waiter's pending wait and its deadline (it was granted or answered); the
+    /// wait it was.
+    pub(crate) fn forget_wait(&mut self, waiter: &Waiter) -> Option<Wait> {
+        let waits = self.waiting.get_mut(&waiter.agent)?;
+        let wait = waits.remove(&waiter.request_id);
+        if waits.is_empty() {
+            self.waiting.remove(&waiter.agent);
         }
+        if let Some(deadline_ms) = wait.as_ref().and_then(|wait| wait.deadline_ms) {
+            self.deadlines
+                .remove(deadline_ms, &waiter.agent, &waiter.request_id);
+        }
+        wait
     }
 
     /// Invariants 1 and 2.

@@ -14,8 +14,15 @@ impl Op {
             validate::name("lease", lease)?;
         }
         validate::wait_ms(self.wait_ms())?;
+        validate::max_hold_ms(self.max_hold_ms())?;
         match self {
-            Op::LeaseGrant { ttl_ms } => validate::ttl_ms(*ttl_ms)?,
+            Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms,
+            } => {
+                validate::ttl_ms(*ttl_ms)?;
+                validate::lock_delay_ms(*lock_delay_ms)?;
+            }
             Op::LeaseKeepalive { .. }
             | Op::LeaseRevoke { .. }
             | Op::AdminStatus {}
