@@ -2336,45 +2336,46 @@ fn bad_request_ttl_and_wait() {
         r#""op":"sem.acquire","name":"n","limit":1,"lease":"L""#,
         r#""op":"waypoint.reserve","name":"n","lease":"L""#,
     ] {
-        let name: String = op.split('"').nth(3).expect("op name").to_string();
-        assert!(
-            Request::decode(format!(r#"{{"id":"7",{op},"wait_ms":86400000}}"#).as_bytes()).is_ok()
-        );
-        bad(
-            &format!(r#"{{"id":"7",{op},"wait_ms":86400001}}"#),
-            Some("7"),
-            &format!(
-                "{name}: `wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to \
-                 wait while the lease lives"
-            ),
+        bounded_field(
+            op,
+            r#""wait_ms":86400000"#,
+            r#""wait_ms":86400001"#,
+            "`wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to wait while \
+             the lease lives",
         );
     }
 }
 
+/// A request of `op` (its name and fields, without `id`) with `accepted` decodes, and with
+/// `refused` is `bad_request` with the op's name and `why`.
+fn bounded_field(op: &str, accepted: &str, refused: &str, why: &str) {
+    let name = op.split('"').nth(3).expect("op name");
+    assert!(Request::decode(format!(r#"{{"id":"7",{op},{accepted}}}"#).as_bytes()).is_ok());
+    bad(
+        &format!(r#"{{"id":"7",{op},{refused}}}"#),
+        Some("7"),
+        &format!("{name}: {why}"),
+    );
+}
+
 #[test]
 fn bad_request_lock_delay_and_max_hold() {
-    assert!(
-        Request::decode(br#"{"id":"7","op":"lease.grant","ttl_ms":1,"lock_delay_ms":60000}"#)
-            .is_ok()
-    );
-    bad(
-        r#"{"id":"7","op":"lease.grant","ttl_ms":1,"lock_delay_ms":60001}"#,
-        Some("7"),
-        "lease.grant: `lock_delay_ms` is 60001, the maximum is 60000 (one minute)",
+    bounded_field(
+        r#""op":"lease.grant","ttl_ms":1"#,
+        r#""lock_delay_ms":60000"#,
+        r#""lock_delay_ms":60001"#,
+        "`lock_delay_ms` is 60001, the maximum is 60000 (one minute)",
     );
     for op in [
         r#""op":"lock.acquire","name":"n","lease":"L""#,
         r#""op":"sem.acquire","name":"n","limit":1,"lease":"L""#,
     ] {
-        let name: String = op.split('"').nth(3).expect("op name").to_string();
         // Any positive bound passes the decoder; the service's longest TTL is checked there.
-        assert!(
-            Request::decode(format!(r#"{{"id":"7",{op},"max_hold_ms":1}}"#).as_bytes()).is_ok()
-        );
-        bad(
-            &format!(r#"{{"id":"7",{op},"max_hold_ms":0}}"#),
-            Some("7"),
-            &format!("{name}: `max_hold_ms` must be positive; omit it for no bound"),
+        bounded_field(
+            op,
+            r#""max_hold_ms":1"#,
+            r#""max_hold_ms":0"#,
+            "`max_hold_ms` must be positive; omit it for no bound",
         );
     }
     // Only locks and semaphores take a bound.

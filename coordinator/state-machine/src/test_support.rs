@@ -90,13 +90,7 @@ impl Harness {
 
     /// Grants a lease and returns its wire id.
     pub fn lease(&mut self, agent: &str, ttl_ms: u64) -> String {
-        match self.reply(
-            agent,
-            Op::LeaseGrant {
-                ttl_ms,
-                lock_delay_ms: 0,
-            },
-        ) {
+        match self.reply(agent, lease_grant(ttl_ms)) {
             Reply::Lease { lease, .. } => lease.to_string(),
             other => panic!("lease.grant refused: {other:?}"),
         }
@@ -168,6 +162,14 @@ impl Harness {
             ),
             other => panic!("inspect failed: {other:?}"),
         }
+    }
+}
+
+/// A `lease.grant` of `ttl_ms` without a lock-delay.
+pub fn lease_grant(ttl_ms: u64) -> Op {
+    Op::LeaseGrant {
+        ttl_ms,
+        lock_delay_ms: 0,
     }
 }
 

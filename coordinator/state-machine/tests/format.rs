@@ -39,6 +39,17 @@ fn stamps(count: usize) -> Vec<LogMeta> {
         .collect()
 }
 
+/// A fresh machine that applied `commands` at the positions and clock of [`stamps`], its
+/// invariants checked.
+fn replay(commands: Vec<Command>) -> StateMachine {
+    let mut machine = StateMachine::default();
+    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    machine.check_invariants().expect("invariants hold");
+    machine
+}
+
 #[test]
 fn format1_commands_decode_and_encode_to_the_same_bytes() {
     let commands = commands();
@@ -179,11 +190,7 @@ fn windows_and_routes_are_optional_members_and_the_new_commands_have_a_fixed_sha
         serde_json::json!({"expire_reservations": {"term": 1}})
     );
     let route_command = commands[34].clone();
-    let mut machine = StateMachine::default();
-    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
-        machine.apply(meta, command).expect("indexes increase");
-    }
-    machine.check_invariants().expect("invariants hold");
+    let machine = replay(commands);
     let bytes = machine.snapshot();
     let text = String::from_utf8(bytes.clone()).expect("UTF-8");
     assert!(
@@ -342,27 +349,17 @@ fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
         r#"{"request":{"agent":"c","request":{"id":"h0","op":"lease.grant","ttl_ms":5000}}}"#,
         "a lock-delay of 0 is left out, as if absent"
     );
-    // a's lease expires at its TTL, holding gw: gw is held back 2 s.
+    // a's lease expires at its TTL (5 s; the sixth entry is stamped 5,105 ms after its
+    // grant), holding gw: gw is held back 2 s from then.
     commands.push(Command::ExpireLeases {
         term: 1,
         leases: vec![hivekeeper_state_machine::LeaseId(1)],
     });
-    let mut machine = StateMachine::default();
-    let mut now_ms = 1_700_000_000_000;
-    for (i, command) in commands.into_iter().enumerate() {
-        now_ms += if i == 5 { 5_000 } else { 0 };
-        let meta = LogMeta {
-            index: i as u64 + 1,
-            term: 1,
-            now_ms,
-        };
-        machine.apply(meta, command).expect("indexes increase");
-    }
-    machine.check_invariants().expect("invariants hold");
+    let machine = replay(commands);
     let bytes = machine.snapshot();
     let text = String::from_utf8(bytes.clone()).expect("UTF-8");
     assert!(
-        text.ends_with(r#","lock_delays":{"gw":1700000007000}}}"#),
+        text.ends_with(r#","lock_delays":{"gw":1700000008105}}}"#),
         "the held-back lock, last: {text}"
     );
     assert!(
@@ -370,7 +367,7 @@ fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
         "b waits with its bound: {text}"
     );
     assert!(
-        text.contains(r#""since_ms":1700000000000,"max_hold_deadline_ms":1700000009000}"#),
+        text.contains(r#""since_ms":1700000005070,"max_hold_deadline_ms":1700000014070}"#),
         "b's permit ends at its deadline: {text}"
     );
     assert!(
@@ -379,5 +376,5 @@ fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
     );
     let restored = StateMachine::restore(&bytes).expect("restores");
     assert!(restored.snapshot() == bytes);
-    assert_eq!(restored.hold_time_next_ms(), Some(1_700_000_007_000));
+    assert_eq!(restored.hold_time_next_ms(), Some(1_700_000_008_105));
 }
