@@ -8,13 +8,14 @@
 //!   without asking again.
 //! - Max-hold: a lock acquired with `max_hold_ms` is taken from its live holder at its grant
 //!   time plus that much: the holder is told `lock.lost` with `"reason":"max_hold"`, the waiter
-//!   is granted with a higher token, and the holder's lease lives on.
+//!   is granted with a higher token, the holder's lease lives on, and /metrics counts the
+//!   release under `reason="max_hold"`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Node, Raw, code};
+use common::{Node, Raw, code, eventually, metric_sum, metrics_text};
 use serde_json::{Value, json};
 
 /// An agent that also reads its event topic, with a lease of a minute (`lock_delay_ms` as
@@ -163,4 +164,13 @@ async fn a_lock_past_its_max_hold_is_lost_with_reason_max_hold_and_handed_to_the
         .call(json!({"id": "a2", "op": "lock.release", "name": "batch", "lease": lease_a}))
         .await;
     assert_eq!(code(&released), Some("not_holder"), "{released}");
+
+    let port = node.metrics_port;
+    let labels = [("kind", "lock"), ("reason", "max_hold")];
+    eventually(10, "the max-hold release counted", || async {
+        let text = metrics_text(port).await?;
+        let count = metric_sum(&text, "hivekeeper_resource_releases_total", &labels);
+        (count == 1.0).then_some(())
+    })
+    .await;
 }
