@@ -203,6 +203,10 @@ fn release_op(kind: ResourceKind, name: &str, lease: &str) -> Op {
         ResourceKind::Lock => Op::LockRelease { name, lease },
         ResourceKind::Sem => Op::SemRelease { name, lease },
         ResourceKind::Waypoint => Op::WaypointRelease { name, lease },
+        ResourceKind::Election => unreachable!(
+            "a guard holds a lock, a semaphore or a waypoint ([`Resource::kind`]), never an \
+             election, which is left by `election.resign` with its token"
+        ),
     }
 }
 

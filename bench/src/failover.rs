@@ -19,7 +19,6 @@
 //! the first commit of the new leader, and the SDK's own retry. Killing the member the probe is
 //! homed on is avoided (a probe homed on the dead member would measure its reconnect instead).
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -27,11 +26,11 @@ use hivekeeper_agent::{Agent, AgentConfig, Resource, Session};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::Common;
 use super::cycles;
 use super::history::{Grant, micros};
 use super::report::{Latency, Report};
 use super::swarm::{self, RunId};
+use super::{Common, Launch};
 use hivekeeper_local_cluster::{Cluster, Options};
 
 /// What `failover` measured.
@@ -112,12 +111,7 @@ pub struct Plan {
 }
 
 /// Runs the scenario.
-pub async fn run(
-    hivekeeper: &Path,
-    common: &Common,
-    run: &RunId,
-    plan: Plan,
-) -> anyhow::Result<Report> {
+pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(
         plan.size >= 3,
         "--members must be at least 3 (a majority must survive)"
@@ -127,19 +121,20 @@ pub async fn run(
         "--agents and --locks must be at least 1"
     );
     // One path segment (a resource name has a `/`, which made the parent outlive the run).
-    let root = std::env::temp_dir().join(format!("hivekeeper-{}", run.agent("cluster", 0)));
+    let root = std::env::temp_dir().join(format!("hivekeeper-{}", launch.run.agent("cluster", 0)));
     let options = Options {
         size: plan.size,
         ..Options::default()
     };
-    let mut cluster = Cluster::start(hivekeeper, root, &options).await?;
+    let mut cluster = Cluster::start(launch.hivekeeper, root, &options).await?;
     let brokers = cluster.brokers();
     let mut probes = Vec::new();
     for home in 0..plan.size {
-        probes.push(probe(run, &brokers, home).await?);
+        probes.push(probe(launch.run, &brokers, home).await?);
     }
-    let (traffic, connect_errors) = start_traffic(common, run, &brokers, &plan).await?;
-    let faults = hit_leaders(&mut cluster, &mut probes, run, &brokers, &plan).await?;
+    let (traffic, connect_errors) =
+        start_traffic(launch.common, launch.run, &brokers, &plan).await?;
+    let faults = hit_leaders(&mut cluster, &mut probes, launch.run, &brokers, &plan).await?;
     let (mut report, grants) = traffic.await.context("the traffic task")?;
     report.errors.merge(connect_errors);
 

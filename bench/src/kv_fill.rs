@@ -9,7 +9,6 @@
 //!  report: keys, keys/s, commit latency of a batch, each member's RSS
 //! ```
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -20,11 +19,10 @@ use hivekeeper_agent::protocol::{Op, Request};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::Common;
+use super::Launch;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
 use super::report::{Errors, Report};
-use super::swarm::RunId;
 
 /// The length of every key name, bytes.
 pub const KEY_BYTES: usize = 32;
@@ -84,12 +82,7 @@ pub fn batch_max() -> usize {
 }
 
 /// Runs the scenario.
-pub async fn run(
-    hivekeeper: &Path,
-    common: &Common,
-    run: &RunId,
-    plan: Plan,
-) -> anyhow::Result<Report> {
+pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     let batch_fits = batch_max();
     let batch = plan.batch.unwrap_or(batch_fits);
     anyhow::ensure!(
@@ -99,9 +92,14 @@ pub async fn run(
     );
     anyhow::ensure!(plan.keys >= 1, "--keys must be at least 1");
     anyhow::ensure!(plan.clients >= 1, "--clients must be at least 1");
-    let cluster = KvCluster::start(hivekeeper, run, plan.members).await?;
+    let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
     let (clients, mut errors) = cluster
-        .connect_spread(run, "filler", plan.clients, common.connect_concurrency)
+        .connect_spread(
+            launch.run,
+            "filler",
+            plan.clients,
+            launch.common.connect_concurrency,
+        )
         .await?;
 
     let started = Instant::now();

@@ -12,18 +12,16 @@
 //! A put through a follower is forwarded to the leader, as any client's would be: the figure
 //! is what a fleet spread over the members sees.
 
-use std::path::Path;
 use std::time::Duration;
 
 use hivekeeper_agent::Agent;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::Common;
+use super::Launch;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
 use super::report::{Errors, Report};
-use super::swarm::RunId;
 
 /// The scenario's shape.
 #[derive(Debug, Clone, Copy)]
@@ -47,27 +45,27 @@ struct ClientRun {
 }
 
 /// Runs the scenario.
-pub async fn run(
-    hivekeeper: &Path,
-    common: &Common,
-    run: &RunId,
-    plan: Plan,
-) -> anyhow::Result<Report> {
+pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(plan.clients >= 1, "--clients must be at least 1");
     anyhow::ensure!(
         plan.puts_per_client >= 1,
         "--puts-per-client must be at least 1"
     );
-    let cluster = KvCluster::start(hivekeeper, run, plan.members).await?;
+    let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
     let (clients, mut errors) = cluster
-        .connect_spread(run, "client", plan.clients, common.connect_concurrency)
+        .connect_spread(
+            launch.run,
+            "client",
+            plan.clients,
+            launch.common.connect_concurrency,
+        )
         .await?;
 
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(common.duration_s);
+    let deadline = started + Duration::from_secs(launch.common.duration_s);
     let mut tasks = JoinSet::new();
     for (index, client) in clients.into_iter().enumerate() {
-        let prefix = run.resource(&format!("kv/{index}"));
+        let prefix = launch.run.resource(&format!("kv/{index}"));
         tasks.spawn(client_loop(client, prefix, deadline, plan.puts_per_client));
     }
     let (mut commit_us, mut resends) = (Vec::new(), 0);

@@ -12,7 +12,6 @@
 //!    ─▶ each watcher's event (t1): put → event p50/p99/max over the watchers
 //! ```
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -22,11 +21,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::Common;
 use super::history::micros;
 use super::kv_cluster::{self, KvCluster};
 use super::report::{Errors, FanOutFigures, KvFigures, Latency, Report};
 use super::swarm::RunId;
+use super::{Common, Launch};
 
 /// How long one poll waits for a change before the member answers a bookmark (the most the
 /// service allows): a pending poll stays pending this long.
@@ -52,20 +51,15 @@ pub struct Plan {
 }
 
 /// Runs the scenario.
-pub async fn run(
-    hivekeeper: &Path,
-    common: &Common,
-    run: &RunId,
-    plan: Plan,
-) -> anyhow::Result<Report> {
+pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(
         plan.members >= 2,
         "--members must be at least 2 (the watcher is on a follower)"
     );
     anyhow::ensure!(plan.puts >= 1, "--puts must be at least 1");
-    let cluster = KvCluster::start(hivekeeper, run, plan.members).await?;
+    let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
     let brokers = cluster.brokers();
-    let (writer, mut errors) = kv_cluster::connect_agents(run, "writer", 1, 1, |_| {
+    let (writer, mut errors) = kv_cluster::connect_agents(launch.run, "writer", 1, 1, |_| {
         vec![brokers[cluster.leader()].clone()]
     })
     .await;
@@ -76,13 +70,31 @@ pub async fn run(
         .ok_or_else(|| anyhow::anyhow!("the writer could not connect: {:?}", errors.samples))?;
     let started = Instant::now();
     let mut figures = match plan.watchers {
-        None => latency(&cluster, run, &writer, plan.puts, common, &mut errors).await?,
+        None => {
+            latency(
+                &cluster,
+                launch.run,
+                &writer,
+                plan.puts,
+                launch.common,
+                &mut errors,
+            )
+            .await?
+        }
         Some(watchers) => {
             let shape = FanOut {
                 watchers,
                 polls_per_agent: plan.polls_per_agent,
             };
-            fan_out(&cluster, run, &writer, shape, common, &mut errors).await?
+            fan_out(
+                &cluster,
+                launch.run,
+                &writer,
+                shape,
+                launch.common,
+                &mut errors,
+            )
+            .await?
         }
     };
     let elapsed_s = started.elapsed().as_secs_f64();

@@ -255,6 +255,25 @@ enum Scenario {
 }
 
 /// Flags every scenario takes.
+/// What a scenario that starts its own cluster is given: the `hivekeeper` binary to start,
+/// the common flags and the run's id.
+#[derive(Clone, Copy)]
+struct Launch<'a> {
+    hivekeeper: &'a Path,
+    common: &'a Common,
+    run: &'a swarm::RunId,
+}
+
+impl<'a> Launch<'a> {
+    fn new(hivekeeper: &'a Path, common: &'a Common, run: &'a swarm::RunId) -> Self {
+        Launch {
+            hivekeeper,
+            common,
+            run,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 struct Common {
     /// Brokers of the service, `host:port,...` (any node of a cluster). `--broker` is a
@@ -471,7 +490,7 @@ async fn run_scenario(
                 clients,
                 puts_per_client,
             };
-            let report = kv_put::run(hivekeeper, &common, &run, plan).await?;
+            let report = kv_put::run(Launch::new(hivekeeper, &common, &run), plan).await?;
             let parameters = vec![
                 ("members", members.into()),
                 ("clients", clients.into()),
@@ -493,7 +512,7 @@ async fn run_scenario(
                 watchers,
                 polls_per_agent,
             };
-            let report = kv_watch::run(hivekeeper, &common, &run, plan).await?;
+            let report = kv_watch::run(Launch::new(hivekeeper, &common, &run), plan).await?;
             let parameters = vec![
                 ("members", members.into()),
                 ("puts", puts.into()),
@@ -516,7 +535,7 @@ async fn run_scenario(
                 batch,
                 clients,
             };
-            let report = kv_fill::run(hivekeeper, &common, &run, plan).await?;
+            let report = kv_fill::run(Launch::new(hivekeeper, &common, &run), plan).await?;
             let parameters = vec![
                 ("members", members.into()),
                 ("keys", keys.into()),
@@ -594,7 +613,7 @@ async fn run_failover(
     plan: failover::Plan,
     pause_s: Option<u64>,
 ) -> anyhow::Result<(Report, Parameters)> {
-    let report = failover::run(hivekeeper, common, run, plan).await?;
+    let report = failover::run(Launch::new(hivekeeper, common, run), plan).await?;
     let parameters = vec![
         ("members", plan.size.into()),
         ("kills", plan.kills.into()),

@@ -3,8 +3,8 @@
 //! reads.
 
 use hivekeeper_protocol::{
-    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaseGranted,
-    LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
+    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaderReport,
+    LeaseGranted, LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
 };
 
 use crate::answer::Answer;
@@ -103,6 +103,10 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
         Reply::KvPage(page) => page.clone().into(),
         Reply::KvDeleted(done) => done.clone().into(),
         Reply::KvTxn(done) => done.clone().into(),
+        Reply::Leader { leader } => LeaderReport {
+            leader: leader.clone(),
+        }
+        .into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),
@@ -169,6 +173,25 @@ mod tests {
             assert_eq!(answer, Response::ok("k", success.clone()));
             let back = Response::decode(&answer.encode()).expect("decodes");
             assert_eq!(back.outcome.expect("a success").shape(), success.shape());
+        }
+    }
+
+    #[test]
+    fn an_election_leader_becomes_its_answer_with_leader_sent_even_when_null() {
+        use hivekeeper_protocol::{LeaderInfo, LeaderReport};
+        let leader = LeaderInfo {
+            agent: "drone-7".into(),
+            value: "10.0.0.7:7000".into(),
+            token: 9 << 16,
+        };
+        for leader in [Some(leader), None] {
+            let reply = Reply::Leader {
+                leader: leader.clone(),
+            };
+            let answer = reply_response("e", &reply).expect("an answer");
+            assert_eq!(answer, Response::ok("e", LeaderReport { leader }));
+            let back = Response::decode(&answer.encode()).expect("decodes");
+            assert_eq!(back, answer);
         }
     }
 }

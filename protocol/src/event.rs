@@ -90,6 +90,15 @@ pub enum Event {
         /// `waypoint` or `route`: what `name` is.
         kind: String,
     },
+    /// The agent no longer leads an election, because its lease ended; the next candidate, if
+    /// any, leads in the same log entry.
+    #[serde(rename = "election.lost")]
+    ElectionLost {
+        /// The election's name.
+        name: String,
+        /// The token of the leadership that ended.
+        token: u64,
+    },
 }
 
 /// Why a hold was taken away, in a `lock.lost` or `sem.lost`, when it was not its lease's end

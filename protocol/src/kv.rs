@@ -82,6 +82,22 @@ pub const WATCH_WAIT_MS_DEFAULT: u64 = 30_000;
 /// The first character of the keys reserved for the service: a client may read them only.
 pub const RESERVED_PREFIX: char = '$';
 
+/// Where the service mirrors each election's leader: `$election/{name}` holds the leader's
+/// value, created at the revision of the leadership's token, modified by each proclaim and
+/// deleted when nobody leads (docs/PROTOCOL.md §8.23), so a watch on this prefix follows every
+/// election.
+pub const ELECTION_KEY_PREFIX: &str = "$election/";
+
+// The mirror key is reserved (clients read it only), and the longest election name fits in a
+// key.
+const _: () = assert!(ELECTION_KEY_PREFIX.as_bytes()[0] == RESERVED_PREFIX as u8);
+const _: () = assert!(ELECTION_KEY_PREFIX.len() + crate::validate::NAME_BYTES_MAX <= KEY_BYTES_MAX);
+
+/// The key that mirrors election `name`'s leader.
+pub fn election_key(name: &str) -> String {
+    format!("{ELECTION_KEY_PREFIX}{name}")
+}
+
 /// One key as it is read and as events carry it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {

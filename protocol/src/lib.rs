@@ -52,9 +52,9 @@ pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{
     AccountInfo, AccountIssued, AccountPage, ConflictPage, Done, ErrorBody, FenceStatus, Granted,
-    HolderInfo, Inspection, LeaseGranted, LeaseInfo, LeaseKept, LeasePage, MemberInfo, NodeStatus,
-    ReplicationInfo, ResourceInfo, ResourcePage, Response, SnapshotPage, StatusReport, Success,
-    UnexpectedReply, WaiterInfo,
+    HolderInfo, Inspection, LeaderInfo, LeaderReport, LeaseGranted, LeaseInfo, LeaseKept,
+    LeasePage, MemberInfo, NodeStatus, ReplicationInfo, ResourceInfo, ResourcePage, Response,
+    SnapshotPage, StatusReport, Success, UnexpectedReply, WaiterInfo,
 };
 pub use role::{Role, UnknownRole};
 pub use topic::Topics;

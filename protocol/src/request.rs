@@ -49,17 +49,20 @@ pub enum ResourceKind {
     Sem,
     /// A waypoint reservation (`waypoint.*`).
     Waypoint,
+    /// A leader election (`election.*`): the leader holds it, the candidates wait.
+    Election,
 }
 
 impl ResourceKind {
     /// Every kind, in the order `admin.resources` lists them.
-    pub const ALL: [ResourceKind; 3] = [
+    pub const ALL: [ResourceKind; 4] = [
         ResourceKind::Lock,
         ResourceKind::Sem,
         ResourceKind::Waypoint,
+        ResourceKind::Election,
     ];
 
-    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`).
+    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`, `election`).
     pub fn parse(text: &str) -> Option<ResourceKind> {
         ResourceKind::ALL
             .into_iter()
@@ -72,6 +75,7 @@ impl ResourceKind {
             ResourceKind::Lock => "lock",
             ResourceKind::Sem => "sem",
             ResourceKind::Waypoint => "waypoint",
+            ResourceKind::Election => "election",
         }
     }
 }
@@ -553,6 +557,47 @@ pub enum Op {
         /// 30,000.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+    },
+    /// Queue the lease as a candidate of an election, in arrival order; answered when it
+    /// leads, with the leadership's fencing token.
+    #[op("election.campaign", Write)]
+    ElectionCampaign {
+        /// The election's name.
+        name: String,
+        /// The lease the leadership will be bound to.
+        lease: String,
+        /// The value the candidate proclaims when it leads, at most the key space's
+        /// `value_bytes_max` bytes: `$election/{name}` holds it.
+        value: String,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Change the leader's value; refused `not_holder` unless `token` leads now and the
+    /// sender is the agent whose lease leads.
+    #[op("election.proclaim", Write)]
+    ElectionProclaim {
+        /// The election's name.
+        name: String,
+        /// The leadership's token, as `election.campaign` answered it.
+        token: u64,
+        /// The new value, at most `value_bytes_max` bytes.
+        value: String,
+    },
+    /// Step down: the next candidate leads in the same log entry. Refused `not_holder` as
+    /// `election.proclaim` is.
+    #[op("election.resign", Write)]
+    ElectionResign {
+        /// The election's name.
+        name: String,
+        /// The leadership's token.
+        token: u64,
+    },
+    /// The leader of an election (agent, value, token), or none.
+    #[op("election.leader", Read)]
+    ElectionLeader {
+        /// The election's name.
+        name: String,
     },
 }
 }

@@ -146,9 +146,13 @@ reply_shapes! {
         KvPage(KvPage) = "a page of keys (`kvs`)",
         /// `kv.delete`.
         KvDeleted(KvDeleted) = "a delete's count (`deleted`)",
-        /// `kv.put`: after the other `kv.*` answers, whose `revision` it shares.
+        /// `kv.put`, `election.proclaim`: after the other `kv.*` answers, whose `revision` it
+        /// shares.
         KvPut(KvPutDone) = "a put's revision (`revision`)",
-        /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+        /// `election.leader`: its one field, `leader`, is required even when `null`.
+        Leader(LeaderReport) = "an election's leader (`leader`)",
+        /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`,
+        /// `election.campaign`.
         Granted(Granted) = "a grant (`token`)",
         /// `lease.keepalive`.
         LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
@@ -173,10 +177,31 @@ pub struct LeaseKept {
     pub ttl_ms: u64,
 }
 
-/// The answer to a grant: `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`.
+/// The answer to a grant: `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`,
+/// `election.campaign` (the leadership's token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Granted {
     /// The grant's fencing token.
+    pub token: u64,
+}
+
+/// The answer to `election.leader`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderReport {
+    /// The leader, `null` when nobody leads. Required on the wire either way (a missing field
+    /// is not read as `null`), so that this answer is told apart from every other shape.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub leader: Option<LeaderInfo>,
+}
+
+/// The leader of an election, in an `election.leader` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderInfo {
+    /// The leading agent.
+    pub agent: String,
+    /// Its value: what it campaigned with, or last proclaimed.
+    pub value: String,
+    /// The leadership's fencing token (`$election/{name}`'s `create_revision`).
     pub token: u64,
 }
 
@@ -452,6 +477,9 @@ pub struct HolderInfo {
     /// routes only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vacate_by_ms: Option<u64>,
+    /// The leader's value (elections only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// One waiter in an `inspect` result.
@@ -483,6 +511,9 @@ pub struct WaiterInfo {
     /// order, which priority and aging decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// The value the candidate campaigns with (elections only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 impl Response {
@@ -672,6 +703,7 @@ mod tests {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            value: None,
         }
     }
 
@@ -686,6 +718,7 @@ mod tests {
             end_ms: None,
             volumes: Vec::new(),
             priority: None,
+            value: None,
         }
     }
 
@@ -926,6 +959,15 @@ mod tests {
                 prev_kv: None,
             }
             .into(),
+            LeaderReport {
+                leader: Some(LeaderInfo {
+                    agent: "drone-1".into(),
+                    value: "10.0.0.1:7000".into(),
+                    token: 9 << 16,
+                }),
+            }
+            .into(),
+            LeaderReport { leader: None }.into(),
             Granted { token: u64::MAX }.into(),
             LeaseKept { ttl_ms: 5_000 }.into(),
             Done {}.into(),

@@ -149,6 +149,20 @@ mod tests {
             Role::needed_for(&Op::AdminAgentList { after: None }),
             Role::Admin
         );
+        // Agents campaign, proclaim, resign and read the leader; observers, above them, may
+        // read the leader (and do what agents do).
+        for name in [
+            "election.campaign",
+            "election.proclaim",
+            "election.resign",
+            "election.leader",
+        ] {
+            assert_eq!(Role::needed_for_name(name), Role::Agent, "{name}");
+        }
+        let leader = Op::ElectionLeader {
+            name: "hive".into(),
+        };
+        assert!(Role::Observer.allows(Role::needed_for(&leader)));
     }
 
     #[test]

@@ -17,10 +17,11 @@ use hivekeeper_protocol::validate::{
 };
 use hivekeeper_protocol::{
     AccountInfo, AccountIssued, AccountPage, Area, ConflictInfo, ConflictPage, Done, ErrorBody,
-    ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaseGranted, LeaseInfo,
-    LeaseKept, LeasePage, LostReason, MemberInfo, NodeStatus, Op, Priority, ProtocolError,
-    QueryVolume, ReplicationInfo, Request, ReservationKind, ResourceInfo, ResourceKind,
-    ResourcePage, Response, Role, SnapshotPage, StatusReport, Success, Topics, Volume, WaiterInfo,
+    ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo, LeaderReport,
+    LeaseGranted, LeaseInfo, LeaseKept, LeasePage, LostReason, MemberInfo, NodeStatus, Op,
+    Priority, ProtocolError, QueryVolume, ReplicationInfo, Request, ReservationKind, ResourceInfo,
+    ResourceKind, ResourcePage, Response, Role, SnapshotPage, StatusReport, Success, Topics,
+    Volume, WaiterInfo,
 };
 use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 use serde_json::{Value, json};
@@ -1478,6 +1479,7 @@ fn only_admin_ops_are_admin() {
         r#"{"id":"a","op":"lease.revoke","lease":"L"}"#,
         r#"{"id":"a","op":"inspect","kind":"lock","name":"n"}"#,
         r#"{"id":"a","op":"fence.check","name":"n","token":1}"#,
+        r#"{"id":"a","op":"election.leader","name":"n"}"#,
         r#"{"id":"a","op":"airspace.query","volume":{"lat":1,"lon":2,"radius_m":3,"alt_min_m":0,"alt_max_m":9}}"#,
     ];
     for wire in ordinary {
@@ -1613,6 +1615,26 @@ fn op_names_are_complete_and_consistent() {
             None,
             false,
         ),
+        (
+            r#"{"id":"a","op":"election.campaign","name":"n","lease":"L","value":"v","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"election.proclaim","name":"n","token":1,"value":"v"}"#,
+            None,
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"election.resign","name":"n","token":1}"#,
+            None,
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"election.leader","name":"n"}"#,
+            None,
+            false,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -1623,6 +1645,7 @@ fn op_names_are_complete_and_consistent() {
         let expected_wait = if name.ends_with(".acquire")
             || name == "waypoint.reserve"
             || name == "route.reserve"
+            || name == "election.campaign"
         {
             Some(7)
         } else {
@@ -1664,6 +1687,10 @@ fn op_names_are_complete_and_consistent() {
             "kv.delete",
             "kv.txn",
             "watch.poll",
+            "election.campaign",
+            "election.proclaim",
+            "election.resign",
+            "election.leader",
         ]
     );
 }
@@ -1798,7 +1825,8 @@ fn error_code_unknown_op() {
          admin.status, admin.leases, admin.resources, admin.snapshot, \
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate, \
-         kv.put, kv.get, kv.delete, kv.txn, watch.poll",
+         kv.put, kv.get, kv.delete, kv.txn, watch.poll, \
+         election.campaign, election.proclaim, election.resign, election.leader",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -2716,6 +2744,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         volumes: Vec::new(),
         priority: None,
         vacate_by_ms: None,
+        value: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
     assert_eq!(value, json!({"agent": "other", "token": 9, "since_ms": 5}));
@@ -2812,6 +2841,7 @@ fn success_inspect_waypoint_with_windows() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                value: None,
             }],
             waiters: vec![
                 WaiterInfo {
@@ -2824,6 +2854,7 @@ fn success_inspect_waypoint_with_windows() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    value: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2843,6 +2874,7 @@ fn success_inspect_waypoint_with_windows() {
                         end_ms: 3_000,
                     }],
                     priority: None,
+                    value: None,
                 },
             ],
             holders_total: None,
@@ -2891,6 +2923,7 @@ fn success_inspect_waypoint_with_geometry() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                value: None,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -2902,6 +2935,7 @@ fn success_inspect_waypoint_with_geometry() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
+                value: None,
             }],
             holders_total: None,
             waiters_total: None,
@@ -2938,6 +2972,7 @@ fn success_inspect_lock() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                value: None,
             }],
             waiters: vec![
                 WaiterInfo {
@@ -2950,6 +2985,7 @@ fn success_inspect_lock() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    value: None,
                 },
                 WaiterInfo {
                     agent: "drone-3".into(),
@@ -2961,6 +2997,7 @@ fn success_inspect_lock() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    value: None,
                 },
             ],
             holders_total: None,
@@ -3002,6 +3039,7 @@ fn success_inspect_sem() {
                     volumes: Vec::new(),
                     priority: None,
                     vacate_by_ms: None,
+                    value: None,
                 },
                 HolderInfo {
                     agent: "drone-8".into(),
@@ -3015,6 +3053,7 @@ fn success_inspect_sem() {
                     volumes: Vec::new(),
                     priority: None,
                     vacate_by_ms: None,
+                    value: None,
                 },
             ],
             waiters: vec![WaiterInfo {
@@ -3027,6 +3066,7 @@ fn success_inspect_sem() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
+                value: None,
             }],
             holders_total: None,
             waiters_total: None,
@@ -3205,6 +3245,17 @@ fn event_reservation_preempted() {
     );
 }
 
+#[test]
+fn event_election_lost() {
+    assert_event_golden(
+        &Event::ElectionLost {
+            name: "hive/leader".into(),
+            token: 2_752_512,
+        },
+        r#"{"event":"election.lost","name":"hive/leader","token":2752512}"#,
+    );
+}
+
 /// A dropped vacate deadline: the holder keeps its reservation, with its token.
 #[test]
 fn event_reservation_preemption_withdrawn() {
@@ -3360,6 +3411,7 @@ fn success_inspect_waypoint_with_priorities() {
                 volumes: Vec::new(),
                 priority: Some(Priority::new(1).expect("a level")),
                 vacate_by_ms: Some(6_000),
+                value: None,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -3371,6 +3423,7 @@ fn success_inspect_waypoint_with_priorities() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: Some(Priority::EMERGENCY),
+                value: None,
             }],
             holders_total: None,
             waiters_total: None,
@@ -3936,4 +3989,195 @@ fn watch_poll_answer_and_compacted_error() {
     assert_eq!(to_json(&compacted.encode()), wire);
     let back: Response = serde_json::from_value(wire).expect("decodes");
     assert_eq!(back, compacted);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elections
+// ---------------------------------------------------------------------------------------------
+
+/// `election.campaign` takes `wait_ms` as `lock.acquire` does; its `value` is required (the
+/// empty string is a value).
+#[test]
+fn op_election_campaign() {
+    assert_request(
+        r#"{"id":"e1","op":"election.campaign","name":"hive/leader","lease":"0000000000000011","value":"10.0.0.7:7000"}"#,
+        &req(
+            "e1",
+            Op::ElectionCampaign {
+                name: "hive/leader".into(),
+                lease: "0000000000000011".into(),
+                value: "10.0.0.7:7000".into(),
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "e1", "op": "election.campaign", "name": "hive/leader",
+            "lease": "0000000000000011", "value": "10.0.0.7:7000"}),
+    );
+    assert_request(
+        r#"{"id":"e2","op":"election.campaign","name":"hive/leader","lease":"L","value":"","wait_ms":0}"#,
+        &req(
+            "e2",
+            Op::ElectionCampaign {
+                name: "hive/leader".into(),
+                lease: "L".into(),
+                value: String::new(),
+                wait_ms: Some(0),
+            },
+        ),
+        &json!({"id": "e2", "op": "election.campaign", "name": "hive/leader", "lease": "L",
+            "value": "", "wait_ms": 0}),
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"e3","op":"election.campaign","name":"hive/leader","lease":"L"}"#,
+        Some("e3"),
+        "election.campaign: ",
+        &["missing field `value`"],
+    );
+    bad(
+        r#"{"id":"e4","op":"election.campaign","name":"","lease":"L","value":"v"}"#,
+        Some("e4"),
+        "election.campaign: `name` must not be empty",
+    );
+}
+
+/// `election.proclaim` and `election.resign` name the leadership by its token, not a lease.
+#[test]
+fn op_election_proclaim_and_resign() {
+    assert_request(
+        r#"{"id":"e5","op":"election.proclaim","name":"hive/leader","token":2752512,"value":"10.0.0.8:7000"}"#,
+        &req(
+            "e5",
+            Op::ElectionProclaim {
+                name: "hive/leader".into(),
+                token: 2_752_512,
+                value: "10.0.0.8:7000".into(),
+            },
+        ),
+        &json!({"id": "e5", "op": "election.proclaim", "name": "hive/leader",
+            "token": 2_752_512, "value": "10.0.0.8:7000"}),
+    );
+    assert_request(
+        r#"{"id":"e6","op":"election.resign","name":"hive/leader","token":2752512}"#,
+        &req(
+            "e6",
+            Op::ElectionResign {
+                name: "hive/leader".into(),
+                token: 2_752_512,
+            },
+        ),
+        &json!({"id": "e6", "op": "election.resign", "name": "hive/leader",
+            "token": 2_752_512}),
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"e7","op":"election.resign","name":"hive/leader","lease":"L","token":1}"#,
+        Some("e7"),
+        "election.resign: ",
+        &["unknown field `lease`"],
+    );
+}
+
+#[test]
+fn op_election_leader() {
+    assert_request(
+        r#"{"id":"e8","op":"election.leader","name":"hive/leader"}"#,
+        &req(
+            "e8",
+            Op::ElectionLeader {
+                name: "hive/leader".into(),
+            },
+        ),
+        &json!({"id": "e8", "op": "election.leader", "name": "hive/leader"}),
+    );
+}
+
+/// The leader, or `"leader": null` (sent, and required: without it the answer is another
+/// shape); a proclaim answers its revision as a put does.
+#[test]
+fn success_election_leader_and_proclaim() {
+    assert_success(
+        "e8",
+        LeaderReport {
+            leader: Some(LeaderInfo {
+                agent: "drone-7".into(),
+                value: "10.0.0.7:7000".into(),
+                token: 2_752_512,
+            }),
+        }
+        .into(),
+        json!({"id": "e8", "ok": true, "leader": {"agent": "drone-7",
+            "value": "10.0.0.7:7000", "token": 2_752_512}}),
+    );
+    assert_success(
+        "e9",
+        LeaderReport { leader: None }.into(),
+        json!({"id": "e9", "ok": true, "leader": null}),
+    );
+    let without: Response =
+        serde_json::from_value(json!({"id": "e9", "ok": true})).expect("decodes");
+    assert_eq!(without.outcome, Ok(Done {}.into()));
+    assert_success(
+        "e5",
+        KvPutDone {
+            revision: 2_818_048,
+            prev_kv: None,
+        }
+        .into(),
+        json!({"id": "e5", "ok": true, "revision": 2_818_048}),
+    );
+}
+
+/// `inspect` of an election: the leader with its value, the candidates in order with theirs;
+/// `value` is absent for every other kind (the holders and waiters above).
+#[test]
+fn success_inspect_election_with_values() {
+    let response = Response::ok(
+        "e10",
+        Inspection {
+            limit: None,
+            holders: vec![HolderInfo {
+                agent: "drone-7".into(),
+                lease: "0000000000000011".into(),
+                token: 2_752_512,
+                permits: None,
+                since_ms: 1_764_500_000_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
+                value: Some("10.0.0.7:7000".into()),
+            }],
+            waiters: vec![WaiterInfo {
+                agent: "drone-9".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1_764_500_000_100,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                value: Some("10.0.0.9:7000".into()),
+            }],
+            holders_total: None,
+            waiters_total: None,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({"id": "e10", "ok": true,
+            "holders": [{"agent": "drone-7", "lease": "0000000000000011", "token": 2_752_512,
+                         "since_ms": 1_764_500_000_000_u64, "value": "10.0.0.7:7000"}],
+            "waiters": [{"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64,
+                         "value": "10.0.0.9:7000"}]}),
+    );
+    assert_eq!(
+        ResourceKind::parse("election"),
+        Some(ResourceKind::Election)
+    );
+    assert_eq!(
+        serde_json::to_value(ResourceKind::Election).expect("encodes"),
+        json!("election")
+    );
 }

@@ -459,7 +459,13 @@ impl Fake {
             | Op::KvGet { .. }
             | Op::KvDelete { .. }
             | Op::KvTxn { .. }
-            | Op::WatchPoll { .. } => (error(ErrorCode::BadRequest, "fake: not implemented"), true),
+            | Op::WatchPoll { .. }
+            | Op::ElectionCampaign { .. }
+            | Op::ElectionProclaim { .. }
+            | Op::ElectionResign { .. }
+            | Op::ElectionLeader { .. } => {
+                (error(ErrorCode::BadRequest, "fake: not implemented"), true)
+            }
         };
         received.answered_ok = response.outcome.is_ok();
         state.received.push(received);

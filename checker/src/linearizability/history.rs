@@ -106,10 +106,11 @@ pub enum Outcome {
 }
 
 /// A successful reply. Revisions are optional: a workload that does not record them still gets
-/// its values checked, and one that does also gets its revisions checked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// its values checked, and one that does also gets its revisions checked. `V` is how a value is
+/// held: the text in a history, an interned id in the model ([`Reply::map_value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Reply {
+pub enum Reply<V = String> {
     /// The answer to a put.
     Put {
         /// The revision of the put.
@@ -118,7 +119,7 @@ pub enum Reply {
     /// The answer to a get.
     Get {
         /// The value read; `None` when the key was absent.
-        value: Option<String>,
+        value: Option<V>,
         /// The key's `mod_revision`; `None` (or 0) when absent or not recorded.
         mod_revision: Option<u64>,
     },
@@ -138,7 +139,29 @@ pub enum Reply {
     },
 }
 
-impl Reply {
+impl<V> Reply<V> {
+    /// The same reply with its value, if any, passed through `map`.
+    pub fn map_value<W>(&self, map: impl FnOnce(&V) -> W) -> Reply<W> {
+        match *self {
+            Reply::Put { revision } => Reply::Put { revision },
+            Reply::Get {
+                ref value,
+                mod_revision,
+            } => Reply::Get {
+                value: value.as_ref().map(map),
+                mod_revision,
+            },
+            Reply::Delete { deleted, revision } => Reply::Delete { deleted, revision },
+            Reply::CompareAndSet {
+                succeeded,
+                revision,
+            } => Reply::CompareAndSet {
+                succeeded,
+                revision,
+            },
+        }
+    }
+
     /// The reply's kind, as reports name it.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -66,24 +66,7 @@ enum ModelExpected {
 }
 
 /// A reply with its value interned.
-#[derive(Debug, Clone, Copy)]
-enum ModelReply {
-    Put {
-        revision: Option<u64>,
-    },
-    Get {
-        value: Option<ValueId>,
-        mod_revision: Option<u64>,
-    },
-    Delete {
-        deleted: Option<bool>,
-        revision: Option<u64>,
-    },
-    CompareAndSet {
-        succeeded: bool,
-        revision: Option<u64>,
-    },
-}
+type ModelReply = Reply<ValueId>;
 
 /// The states an operation may lead to: one for most, two for an unknown compare-and-set whose
 /// compare the model cannot decide (a compare on a revision that was never recorded).
@@ -121,27 +104,7 @@ impl Interner {
         };
         let reply = match &operation.outcome {
             Outcome::Unknown => None,
-            Outcome::Ok(Reply::Put { revision }) => Some(ModelReply::Put {
-                revision: *revision,
-            }),
-            Outcome::Ok(Reply::Get {
-                value,
-                mod_revision,
-            }) => Some(ModelReply::Get {
-                value: value.as_deref().map(|v| self.id(v)),
-                mod_revision: *mod_revision,
-            }),
-            Outcome::Ok(Reply::Delete { deleted, revision }) => Some(ModelReply::Delete {
-                deleted: *deleted,
-                revision: *revision,
-            }),
-            Outcome::Ok(Reply::CompareAndSet {
-                succeeded,
-                revision,
-            }) => Some(ModelReply::CompareAndSet {
-                succeeded: *succeeded,
-                revision: *revision,
-            }),
+            Outcome::Ok(reply) => Some(reply.map_value(|value| self.id(value))),
         };
         ModelOp { input, reply }
     }
@@ -160,13 +123,13 @@ impl KeyState {
     /// The states `op` may lead to from `self`; none when its reply contradicts the model.
     pub(crate) fn successors(&self, op: &ModelOp) -> Successors {
         match (op.input, op.reply) {
-            (ModelInput::Put(value), Some(ModelReply::Put { revision })) => {
+            (ModelInput::Put(value), Some(Reply::Put { revision })) => {
                 [self.write(Some(value), revision), None]
             }
             (ModelInput::Put(value), _) => [self.write(Some(value), None), None],
             (
                 ModelInput::Get,
-                Some(ModelReply::Get {
+                Some(Reply::Get {
                     value,
                     mod_revision,
                 }),
@@ -235,7 +198,7 @@ impl KeyState {
     fn delete(&self, reply: Option<ModelReply>) -> Option<KeyState> {
         let existed = self.value.is_some();
         let (deleted, revision) = match reply {
-            Some(ModelReply::Delete { deleted, revision }) => (deleted, revision),
+            Some(Reply::Delete { deleted, revision }) => (deleted, revision),
             _ => (None, None),
         };
         if deleted.is_some_and(|deleted| deleted != existed) {
@@ -268,7 +231,7 @@ impl KeyState {
     ) -> Successors {
         let holds = self.holds(expected);
         match reply {
-            Some(ModelReply::CompareAndSet {
+            Some(Reply::CompareAndSet {
                 succeeded: true,
                 revision,
             }) => {
@@ -282,7 +245,7 @@ impl KeyState {
                     None,
                 ]
             }
-            Some(ModelReply::CompareAndSet {
+            Some(Reply::CompareAndSet {
                 succeeded: false,
                 revision,
             }) => match holds {

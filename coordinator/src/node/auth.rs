@@ -481,6 +481,7 @@ mod tests {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            value: None,
         };
         let reply = Reply::Inspect {
             limit: None,

@@ -298,6 +298,7 @@ impl FanOut {
                         reason,
                     },
                     ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+                    ResourceKind::Election => Notice::ElectionLost { name, token },
                 };
                 Some(Outbound::Notify { agent, event })
             }

@@ -101,11 +101,7 @@ pub const REQUEST_DURATION_SECONDS: &str = "hivekeeper_request_duration_seconds"
 pub const FENCE_CHECKS_TOTAL: &str = "hivekeeper_fence_checks_total";
 
 /// Every resource kind, for the per-kind gauges.
-const KINDS: [ResourceKind; 3] = [
-    ResourceKind::Lock,
-    ResourceKind::Sem,
-    ResourceKind::Waypoint,
-];
+const KINDS: [ResourceKind; ResourceKind::ALL.len()] = ResourceKind::ALL;
 
 /// Gives every metric of the node its help text. Call once, after the recorder is installed.
 pub fn describe() {
@@ -341,16 +337,13 @@ pub(super) struct NodeMetrics {
     /// release of a hold never seen granted is ignored.
     holds: HashMap<u64, ResourceKind>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
-    held: [u64; 3],
+    held: [u64; KINDS.len()],
 }
 
-/// A kind's place in [`KINDS`].
+/// A kind's place in [`KINDS`]: its place in the declaration, which [`ResourceKind::ALL`]
+/// follows.
 fn slot(kind: ResourceKind) -> usize {
-    match kind {
-        ResourceKind::Lock => 0,
-        ResourceKind::Sem => 1,
-        ResourceKind::Waypoint => 2,
-    }
+    kind as usize
 }
 
 impl NodeMetrics {
@@ -465,7 +458,7 @@ impl NodeMetrics {
     /// The machine was replaced by a snapshot: the holds it carries are unknown here.
     pub fn snapshot_installed(&mut self) {
         self.holds.clear();
-        self.held = [0; 3];
+        self.held = [0; KINDS.len()];
         self.publish_held();
     }
 

@@ -143,6 +143,7 @@ pub fn infos<'w>(
             end_ms: None,
             volumes: Vec::new(),
             priority: None,
+            value: None,
         })
         .collect()
 }

@@ -113,6 +113,7 @@ impl Hold {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            value: None,
         }
     }
 }

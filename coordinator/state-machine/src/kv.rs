@@ -261,6 +261,14 @@ impl KeySpace {
             .flat_map(|keys| keys.iter().map(String::as_str))
     }
 
+    /// The keys starting with `prefix`, in byte order.
+    pub fn keys_with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.keys
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .map(|(key, _)| key.as_str())
+            .take_while(move |key| key.starts_with(prefix))
+    }
+
     /// One key.
     pub fn get(&self, key: &str) -> Option<KeyValue> {
         self.keys.get(key).map(|entry| entry.to_kv(key))

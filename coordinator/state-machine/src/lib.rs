@@ -19,7 +19,7 @@
 //!  apply(meta, Command::Request { agent, request: AgentRequest })
 //!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ Op ─▶ lease / lock / semaphore / waypoint / account
+//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / account / kv
 //!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
 //!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
 //!                    │              later, from the entry that grants it, times it out or ends
@@ -41,7 +41,8 @@
 //!                                                         space's, lowering a history bound
 //!                                                         compacts it)
 //!  query(agent, &Op)       keepalive check, fence.check, inspect, admin.leases,
-//!                          admin.resources, admin.agent.list, airspace.query: no change
+//!                          admin.resources, admin.agent.list, airspace.query, kv.get,
+//!                          election.leader: no change
 //!  snapshot() / restore()  the whole state as JSON bytes (data format 1)
 //!        │
 //!        ▼
@@ -66,11 +67,13 @@
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
 //!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`: the three resource kinds. A waypoint reservation
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`, `election.rs`: the four resource kinds. A waypoint reservation
 //!   (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space and time by `grid.rs` and
 //!   `index.rs`), a time window (`window.rs`, which also ends windows), or several 4D volumes
 //!   when it is a route (`route.rs`), and a priority: a higher one preempts lower holders with
 //!   a vacate deadline (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
+//!   An election's leader holds it and its candidates wait, its leader mirrored as the key
+//!   `$election/{name}`.
 //! - Hold time: `lock_delay.rs` holds back the locks of a lease that expired or was revoked by
 //!   an operator, `max_hold.rs` ends a hold at its grant time plus its `max_hold_ms`, and
 //!   `hold_time.rs` applies both deadlines (`ExpireHoldTimes`).
@@ -97,6 +100,7 @@ mod account;
 mod clock;
 mod command;
 mod dedup;
+mod election;
 mod error;
 mod event;
 mod fifo;
@@ -126,6 +130,8 @@ mod account_test;
 mod clock_test;
 #[cfg(test)]
 mod dedup_test;
+#[cfg(test)]
+mod election_test;
 #[cfg(test)]
 mod kv_test;
 #[cfg(test)]

@@ -17,11 +17,11 @@
 use crate::InvariantViolation;
 use std::sync::Arc;
 
-use hivekeeper_protocol::{ErrorCode, ResourceKind};
+use hivekeeper_protocol::ResourceKind;
 use serde::{Deserialize, Serialize};
 
 use crate::ResourceKey;
-use crate::fifo::{self, Queue};
+use crate::fifo::Queue;
 use crate::grant::{Acquire, Core, Hold, Occupancy, Waiter};
 use crate::resource::{Listed, Resource};
 use crate::{Ctx, Decision, LeaseId, Limits, NameMap, ReleaseReason, Reply, StateMachine, Text};
@@ -45,8 +45,8 @@ impl StateMachine {
         name: String,
     ) -> Decision {
         let claim = self.core.claim(&acquire)?;
-        let (agent, lease, wait_ms) = (claim.agent, claim.lease, claim.wait_ms);
-        self.lock_delays.try_refused(&name, wait_ms)?;
+        let (agent, lease) = (claim.agent, claim.lease);
+        self.lock_delays.try_refused(&name, claim.wait_ms)?;
         let Some(lock) = self.locks.get_mut(name.as_str()) else {
             self.core.holds_quota(agent, &self.limits)?;
             self.resources_full()?;
@@ -71,33 +71,10 @@ impl StateMachine {
                 token: holder.token,
             });
         }
-        if self.core.is_waiting(lease, &key) {
-            if wait_ms == Some(0) {
-                let old_id = self.core.waiting_id(lease, &key);
-                return Err(Reply::refused(
-                    ErrorCode::WouldBlock,
-                    format!(
-                        "lock {name:?} is held by another lease (this lease already waits for \
-                         it, request id {old_id:?})"
-                    ),
-                ));
-            }
-            let old_id = self.core.take_over_wait(ctx, &key, &claim);
-            lock.waiters.rename(agent, &old_id, claim.request_id);
-            return Ok(Reply::Queued);
-        }
-        self.core.holds_quota(agent, &self.limits)?;
-        if wait_ms == Some(0) {
-            return Err(Reply::refused(
-                ErrorCode::WouldBlock,
-                format!("lock {name:?} is held by another lease"),
-            ));
-        }
-        self.core.waits_quota(lease, &self.limits)?;
-        fifo::full("lock", &name, lock.waiters.len(), &self.limits)?;
-        let waiter = self.core.enqueue(ctx, &key, &claim, 1);
-        lock.waiters.push_back(waiter);
-        Ok(Reply::Queued)
+        let held = || format!("lock {name:?} is held by another lease");
+        let waiters = &mut lock.waiters;
+        self.core
+            .wait_behind(ctx, &key, &claim, waiters, &held, &self.limits)
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, Op, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
+use crate::election::Elections;
 use crate::grant::{Acquire, Core};
 use crate::kv::KeySpace;
 use crate::lock::Lock;
@@ -61,6 +62,10 @@ pub struct StateMachine {
     pub(crate) sems: NameMap<Semaphore>,
     /// Waypoint reservations and their waiters.
     pub(crate) waypoints: Waypoints,
+    /// Elections in use, their leaders and candidates. Absent from a snapshot while there are
+    /// none, so a machine without elections keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "Elections::is_empty")]
+    pub(crate) elections: Elections,
     /// Accounts, by agent id. Absent from a snapshot while there are none, so a snapshot of a
     /// cluster without authentication keeps data format 1's bytes, and one written before
     /// accounts existed still loads.
@@ -98,6 +103,7 @@ impl StateMachine {
             locks: NameMap::default(),
             sems: NameMap::default(),
             waypoints: Waypoints::default(),
+            elections: Elections::default(),
             accounts: account::Accounts::new(),
             kv: KeySpace::default(),
             lock_delays: LockDelays::default(),
@@ -189,9 +195,10 @@ impl StateMachine {
     }
 
     /// Answers a read op (`lease.keepalive` check, `fence.check`, `inspect`, `admin.leases`,
-    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`) without changing anything. Any
-    /// other op is refused `bad_request`: a write goes through the log, and the node answers
-    /// `admin.status`, `admin.snapshot` and `admin.member.*` from Raft.
+    /// `admin.resources`, `admin.agent.list`, `airspace.query`, `kv.get`, `election.leader`)
+    /// without changing anything. Any other op is refused `bad_request`: a write goes through
+    /// the log, and the node answers `admin.status`, `admin.snapshot` and `admin.member.*` from
+    /// Raft.
     pub fn query(&self, agent: &str, op: &Op) -> Reply {
         self.read(agent, op).unwrap_or_else(|refusal| refusal)
     }
@@ -242,6 +249,7 @@ impl StateMachine {
                 after.as_deref(),
                 *limit,
             )?,
+            Op::ElectionLeader { name } => self.election_leader(name),
             other => {
                 let why = if other.is_write() {
                     "changes state and must be applied through the log"
@@ -386,6 +394,9 @@ impl StateMachine {
             op @ (Op::KvPut { .. } | Op::KvDelete { .. } | Op::KvTxn { .. }) => {
                 self.kv_apply(ctx, agent, op)
             }
+            op @ (Op::ElectionCampaign { .. }
+            | Op::ElectionProclaim { .. }
+            | Op::ElectionResign { .. }) => self.election_apply(ctx, agent, id, op),
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),
@@ -403,6 +414,7 @@ impl StateMachine {
         self.check_resources()?;
         self.check_lock_delays()?;
         self.check_account_invariants()?;
-        self.check_kv_invariants()
+        self.check_kv_invariants()?;
+        self.check_election_invariants()
     }
 }

@@ -2,7 +2,7 @@
 
 use hivekeeper_protocol::{
     AccountInfo, ConflictInfo, ErrorCode, HolderInfo, KvDeleted, KvPage, KvPutDone, KvTxnDone,
-    LeaseInfo, ResourceInfo, Role, WaiterInfo,
+    LeaderInfo, LeaseInfo, ResourceInfo, Role, WaiterInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +133,11 @@ pub enum Reply {
     KvDeleted(KvDeleted),
     /// `kv.txn`: its revision, which branch ran and that branch's results.
     KvTxn(KvTxnDone),
+    /// `election.leader`: who leads, or `None` when nobody does.
+    Leader {
+        /// The leader's agent, value and token.
+        leader: Option<LeaderInfo>,
+    },
 }
 
 /// What an op's handler decided, a write's or a read's: `Err` is a refusal, with nothing

@@ -140,6 +140,7 @@ impl StateMachine {
             ResourceKind::Lock => &self.locks,
             ResourceKind::Sem => &self.sems,
             ResourceKind::Waypoint => &self.waypoints,
+            ResourceKind::Election => &self.elections,
         }
     }
 
@@ -153,6 +154,7 @@ impl StateMachine {
             locks,
             sems,
             waypoints,
+            elections,
             core,
             limits,
             ..
@@ -161,6 +163,7 @@ impl StateMachine {
             ResourceKind::Lock => locks,
             ResourceKind::Sem => sems,
             ResourceKind::Waypoint => waypoints,
+            ResourceKind::Election => elections,
         };
         (resource, core, limits)
     }
@@ -202,8 +205,9 @@ impl StateMachine {
     }
 
     /// Grants whatever became grantable on these resources, given in (kind, name) order, after
-    /// holds or waiters went away, and forgets resources left with neither (invariant 1). A
-    /// lock held back by a lock-delay is left as it is until the delay ends (`lock_delay.rs`).
+    /// holds or waiters went away, and forgets resources left with neither (invariant 1); a
+    /// new leader of an election is in the key space when it returns (`election.rs`). A lock
+    /// held back by a lock-delay is left as it is until the delay ends (`lock_delay.rs`).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
         debug_assert!(
             keys.is_sorted(),
@@ -214,6 +218,7 @@ impl StateMachine {
             let (resource, core, limits) = self.resource_mut(same_kind[0].kind);
             resource.settle(ctx, core, same_kind, limits);
         }
+        self.write_election_mirror();
     }
 
     /// How many resources are in use: locks and semaphores held (or waited for), waypoint

@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 use hivekeeper_protocol::{ErrorCode, ResourceKind};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::fifo::{self, Queue};
 use crate::grant::{Claim, Core, Waiter};
-use crate::{Ctx, Event, InvariantViolation, LeaseId, Reply, ResourceKey};
+use crate::{Ctx, Decision, Event, InvariantViolation, LeaseId, Limits, Reply, ResourceKey};
 
 /// Where a pending request waits, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +224,46 @@ impl Core {
             request_id: request_id.to_string(),
         });
         old_id
+    }
+
+    /// A request for `key`, held by another lease, that waits in `queue` (the one way locks and
+    /// elections queue): a lease that waits already takes its wait over
+    /// ([`Core::take_over_wait`]); otherwise, within the holds, waits and queue bounds, the
+    /// request joins the back of the queue. `wait_ms: 0` is `would_block` either way, nothing
+    /// changed; `held` says why it cannot be granted now (`lock "gw" is held by another
+    /// lease`).
+    pub fn wait_behind(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        queue: &mut Queue,
+        held: &dyn Fn() -> String,
+        limits: &Limits,
+    ) -> Decision {
+        let would_block = |why: String| Err(Reply::refused(ErrorCode::WouldBlock, why));
+        if self.is_waiting(claim.lease, key) {
+            if claim.wait_ms == Some(0) {
+                let old_id = self.waiting_id(claim.lease, key);
+                let why = format!(
+                    "{} (this lease already waits for it, request id {old_id:?})",
+                    held()
+                );
+                return would_block(why);
+            }
+            let old_id = self.take_over_wait(ctx, key, claim);
+            queue.rename(claim.agent, &old_id, claim.request_id);
+            return Ok(Reply::Queued);
+        }
+        self.holds_quota(claim.agent, limits)?;
+        if claim.wait_ms == Some(0) {
+            return would_block(held());
+        }
+        self.waits_quota(claim.lease, limits)?;
+        fifo::full(key.kind.as_str(), &key.name, queue.len(), limits)?;
+        let waiter = self.enqueue(ctx, key, claim, 1);
+        queue.push_back(waiter);
+        Ok(Reply::Queued)
     }
 
     /// Forgets a waiter's pending wait and its deadline (it was granted or answered); the

@@ -378,3 +378,46 @@ fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
     assert!(restored.snapshot() == bytes);
     assert_eq!(restored.hold_time_next_ms(), Some(1_700_000_008_105));
 }
+
+/// The election commands' log form (added after format 1): the wire ops as they are, and the
+/// snapshot's `elections` member, present only while an election is in use (so a format-1
+/// snapshot stays valid and a machine without elections keeps its bytes), restoring to its own
+/// bytes. The leader is mirrored as the key `$election/{name}`, created at its token.
+#[test]
+fn election_commands_and_their_snapshot_have_a_fixed_shape() {
+    let log = r#"[{"request":{"agent":"a","request":{"id":"g1","op":"lease.grant","ttl_ms":5000}}},{"request":{"agent":"b","request":{"id":"g2","op":"lease.grant","ttl_ms":5000}}},{"request":{"agent":"a","request":{"id":"e1","op":"election.campaign","name":"hive","lease":"0000000000000001","value":"10.0.0.1"}}},{"request":{"agent":"b","request":{"id":"e2","op":"election.campaign","name":"hive","lease":"0000000000000002","value":"10.0.0.2","wait_ms":60000}}},{"request":{"agent":"a","request":{"id":"e3","op":"election.proclaim","name":"hive","token":196608,"value":"10.0.0.9"}}}]"#;
+    let commands: Vec<Command> = serde_json::from_str(log).expect("the election log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the election commands changed shape"
+    );
+    let resign = r#"{"request":{"agent":"a","request":{"id":"e4","op":"election.resign","name":"hive","token":196608}}}"#;
+    let command: Command = serde_json::from_str(resign).expect("a resign decodes");
+    assert_eq!(serde_json::to_string(&command).expect("encodes"), resign);
+
+    let mut machine = StateMachine::default();
+    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    let snapshot: serde_json::Value =
+        serde_json::from_slice(&machine.snapshot()).expect("a snapshot is JSON");
+    let queued_ms = stamps(4)[3].now_ms;
+    assert_eq!(
+        snapshot["state"]["elections"],
+        serde_json::json!({"hive": {
+            "leader": {"lease": 1, "agent": "a", "token": 3 << 16, "permits": 1,
+                       "since_ms": stamps(3)[2].now_ms},
+            "value": "10.0.0.9",
+            "candidates": [{"lease": 2, "agent": "b", "request_id": "e2", "permits": 1,
+                            "since_ms": queued_ms, "seq": 4}],
+            "candidate_values": {"2": "10.0.0.2"}}})
+    );
+    assert_eq!(
+        snapshot["state"]["kv"]["keys"],
+        serde_json::json!({"$election/hive": {"value": "10.0.0.9", "create_revision": 3 << 16,
+            "mod_revision": 5 << 16, "version": 2}})
+    );
+    let restored = StateMachine::restore(&machine.snapshot()).expect("restores");
+    assert_eq!(restored.snapshot(), machine.snapshot());
+}

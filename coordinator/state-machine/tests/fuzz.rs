@@ -150,6 +150,16 @@ fn number() -> BoxedStrategy<u64> {
     .boxed()
 }
 
+/// A fencing token: one a short log can grant (`position << 16`, plus a few for the further
+/// grants of an entry), so that proclaims and resigns meet a leadership, or any number.
+fn token() -> BoxedStrategy<u64> {
+    prop_oneof![
+        3 => (1..64u64, 0..3u64).prop_map(|(position, extra)| (position << 16) + extra),
+        1 => number(),
+    ]
+    .boxed()
+}
+
 fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
 }
@@ -353,6 +363,17 @@ fn agent_op() -> BoxedStrategy<Op> {
                 success,
                 failure,
             }),
+        4 => (name(), lease(), name(), wait_ms()).prop_map(|(name, lease, value, wait_ms)| {
+            Op::ElectionCampaign {
+                name,
+                lease,
+                value,
+                wait_ms,
+            }
+        }),
+        2 => (name(), token(), name())
+            .prop_map(|(name, token, value)| Op::ElectionProclaim { name, token, value }),
+        2 => (name(), token()).prop_map(|(name, token)| Op::ElectionResign { name, token }),
     ]
     .boxed()
 }
@@ -426,6 +447,7 @@ fn unlogged_op() -> BoxedStrategy<Op> {
                 max_events: None,
                 wait_ms: Some(0),
             }),
+        name().prop_map(|name| Op::ElectionLeader { name }),
     ]
     .boxed()
 }
@@ -643,8 +665,8 @@ fn busy_snapshot_json() -> &'static Value {
     SNAPSHOT.get_or_init(|| serde_json::from_slice(&busy_snapshot()).expect("a snapshot is JSON"))
 }
 
-/// A machine with leases, holds, waiters, remembered outcomes and an account: the snapshot
-/// the mutations start from.
+/// A machine with leases, holds, waiters, an election, remembered outcomes and an account: the
+/// snapshot the mutations start from.
 fn busy_snapshot() -> Vec<u8> {
     let mut machine = StateMachine::default();
     let mut index = 0;
@@ -736,6 +758,15 @@ fn busy_snapshot() -> Vec<u8> {
     let window = (Some(START_MS + 1_000), Some(START_MS + 60_000));
     apply("a", "w3", pad("slot-a", &a, window));
     apply("b", "w4", pad("slot-b", &b, window));
+    // An election with a leader (its `$election/` key) and a candidate.
+    let campaign = |lease: &str, value: &str| Op::ElectionCampaign {
+        name: "e".into(),
+        lease: lease.into(),
+        value: value.into(),
+        wait_ms: None,
+    };
+    apply("a", "e1", campaign(&a, "node-a"));
+    apply("b", "e2", campaign(&b, "node-b"));
     let mut request = AgentRequest::new(
         "acct",
         Op::AdminAgentAdd {

@@ -19,7 +19,8 @@ impl Op {
             | Op::RouteReserve { lease, .. }
             | Op::RouteRelease { lease, .. }
             | Op::RouteAmend { lease, .. }
-            | Op::AdminRevoke { lease } => Some(lease),
+            | Op::AdminRevoke { lease }
+            | Op::ElectionCampaign { lease, .. } => Some(lease),
             Op::KvPut { lease, .. } => lease.as_deref(),
             _ => None,
         }
@@ -69,13 +70,14 @@ impl Op {
         }
     }
 
-    /// The `wait_ms` of an acquire or reserve.
+    /// The `wait_ms` of an acquire, reserve or campaign.
     pub fn wait_ms(&self) -> Option<u64> {
         match self {
             Op::LockAcquire { wait_ms, .. }
             | Op::SemAcquire { wait_ms, .. }
             | Op::WaypointReserve { wait_ms, .. }
-            | Op::RouteReserve { wait_ms, .. } => *wait_ms,
+            | Op::RouteReserve { wait_ms, .. }
+            | Op::ElectionCampaign { wait_ms, .. } => *wait_ms,
             _ => None,
         }
     }

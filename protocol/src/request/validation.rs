@@ -66,6 +66,10 @@ impl Op {
             | Op::WaypointRelease { name, .. }
             | Op::RouteRelease { name, .. }
             | Op::Inspect { name, .. } => validate::name("name", name)?,
+            Op::ElectionCampaign { name, .. }
+            | Op::ElectionProclaim { name, .. }
+            | Op::ElectionResign { name, .. }
+            | Op::ElectionLeader { name } => validate::name("name", name)?,
             Op::RouteReserve { name, volumes, .. } | Op::RouteAmend { name, volumes, .. } => {
                 validate::name("name", name)?;
                 validate::volumes(volumes)?;

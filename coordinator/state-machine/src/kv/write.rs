@@ -188,26 +188,65 @@ impl KeySpace {
                 max: limits.keys_per_lease_max,
             });
         }
+        let want_prev = put.prev_kv;
+        let (key, prev) = self.write_in(revision, put.key, put.value, lease, undo);
+        let prev_kv = want_prev
+            .then(|| prev.as_ref().map(|entry| entry.to_kv(key)))
+            .flatten();
+        Ok(PutResult { prev_kv })
+    }
+
+    /// Writes one key with its put event, after every check: created at `revision` when
+    /// absent, else its `create_revision` kept and its version one more. Returns the undo
+    /// record: the key and what it replaced.
+    fn write_in<'u>(
+        &mut self,
+        revision: u64,
+        key: String,
+        value: String,
+        lease: Option<LeaseId>,
+        undo: &'u mut Undo,
+    ) -> &'u (String, Option<Entry>) {
+        let old = self.keys.get(&key);
         let entry = Entry {
-            value: put.value,
+            value,
             create_revision: old.map_or(revision, |entry| entry.create_revision),
             mod_revision: revision,
             version: old.map_or(1, |entry| entry.version + 1),
             lease,
         };
-        let kv = entry.to_kv(&put.key);
-        let prev = self.set_entry(&put.key, Some(entry));
+        let kv = entry.to_kv(&key);
+        let prev = self.set_entry(&key, Some(entry));
         self.history.push(KvEvent {
             revision,
             kind: EventKind::Put,
             kv,
         });
-        let prev_kv = put
-            .prev_kv
-            .then(|| prev.as_ref().map(|entry| entry.to_kv(&put.key)))
-            .flatten();
-        undo.keys.push((put.key, prev));
-        Ok(PutResult { prev_kv })
+        undo.keys.push((key, prev));
+        undo.keys.last().expect("just pushed")
+    }
+
+    /// Writes one of the service's own keys at `revision`, bound to no lease: `Some(value)`
+    /// puts it (created anew when absent), `None` deletes it (it exists). Outside the capacity
+    /// bounds (`keys_max`, `bytes_max`): the caller bounds what it mirrors (elections: at most
+    /// `resources_max`, values checked against `value_bytes_max` at admission), and a
+    /// leadership change must never be refused for a full key space.
+    pub fn mirror(
+        &mut self,
+        revision: u64,
+        key: &str,
+        value: Option<String>,
+    ) -> Result<(), KvError> {
+        debug_assert!(key.starts_with(RESERVED_PREFIX), "a mirror key is reserved");
+        self.mutate(revision, |space, undo| {
+            match value {
+                Some(value) => {
+                    space.write_in(revision, key.to_string(), value, None, undo);
+                }
+                None => space.remove_in(revision, key, undo),
+            }
+            Ok(())
+        })
     }
 
     /// A checked delete inside a mutating call.
