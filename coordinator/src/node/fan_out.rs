@@ -38,7 +38,7 @@ use super::waits::Waits;
 use super::watches::Watches;
 use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
 use crate::state_machine::{
-    AccountChange, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text,
+    AccountChange, Event, LeaseEnd, ReleaseReason, Reply, ResourceKey, StateMachine, Text,
 };
 
 /// Most key changes one look of [`FanOut::key_space_changed`] matches against the waiting polls;
@@ -284,22 +284,7 @@ impl FanOut {
                     | ReleaseReason::MaxHold),
                 ..
             } => {
-                let name = key.name.to_string();
-                let reason = (reason == ReleaseReason::MaxHold).then_some(LostReason::MaxHold);
-                let event = match key.kind {
-                    ResourceKind::Lock => Notice::LockLost {
-                        name,
-                        token,
-                        reason,
-                    },
-                    ResourceKind::Sem => Notice::SemLost {
-                        name,
-                        token,
-                        reason,
-                    },
-                    ResourceKind::Waypoint => Notice::WaypointLost { name, token },
-                    ResourceKind::Election => Notice::ElectionLost { name, token },
-                };
+                let event = lost(&key, token, reason);
                 Some(Outbound::Notify { agent, event })
             }
             Event::Preempted {
@@ -370,6 +355,27 @@ impl FanOut {
                 agent,
                 response: Box::new(response),
             })
+    }
+}
+
+/// The notice of a hold taken away for `reason`: `*.lost` of its kind, naming the reason when
+/// it is the hold's max-hold (the lease's end and a preemption go without one).
+fn lost(key: &ResourceKey, token: u64, reason: ReleaseReason) -> Notice {
+    let name = key.name.to_string();
+    let reason = (reason == ReleaseReason::MaxHold).then_some(LostReason::MaxHold);
+    match key.kind {
+        ResourceKind::Lock => Notice::LockLost {
+            name,
+            token,
+            reason,
+        },
+        ResourceKind::Sem => Notice::SemLost {
+            name,
+            token,
+            reason,
+        },
+        ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+        ResourceKind::Election => Notice::ElectionLost { name, token },
     }
 }
 

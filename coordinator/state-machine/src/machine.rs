@@ -304,7 +304,6 @@ impl StateMachine {
         secret_hash: Option<String>,
     ) -> Decision {
         let secret_hash = || secret_hash.expect("validated by `request`: an account op has one");
-        self.check_max_hold(&op)?;
         match op {
             Op::LeaseGrant {
                 ttl_ms,
@@ -314,28 +313,11 @@ impl StateMachine {
             // No owner check: with authentication on, the node checks the operator's role
             // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
             Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
-            Op::LockAcquire {
-                name,
-                lease,
-                wait_ms,
-                max_hold_ms,
-            } => {
-                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
-                self.lock_acquire(ctx, acquire, name)
+            op @ (Op::LockAcquire { .. } | Op::SemAcquire { .. }) => {
+                self.bounded_acquire(ctx, agent, id, op)
             }
             Op::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
-            }
-            Op::SemAcquire {
-                name,
-                limit,
-                lease,
-                permits,
-                wait_ms,
-                max_hold_ms,
-            } => {
-                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
-                self.sem_acquire(ctx, acquire, name, limit, permits)
             }
             Op::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
@@ -400,6 +382,38 @@ impl StateMachine {
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),
+            )),
+        }
+    }
+
+    /// `lock.acquire` and `sem.acquire`: the request, its hold bounded by its `max_hold_ms`
+    /// (checked against the limits first: `max_hold.rs`), to the lock or the semaphore.
+    fn bounded_acquire(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: Op) -> Decision {
+        let max_hold_ms = self.checked_max_hold(&op)?;
+        match op {
+            Op::LockAcquire {
+                name,
+                lease,
+                wait_ms,
+                ..
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.lock_acquire(ctx, acquire, name)
+            }
+            Op::SemAcquire {
+                name,
+                limit,
+                lease,
+                permits,
+                wait_ms,
+                ..
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.sem_acquire(ctx, acquire, name, limit, permits)
+            }
+            other => Err(Reply::refused(
+                ErrorCode::BadRequest,
+                format!("{} is not a lock or semaphore acquire", other.name()),
             )),
         }
     }

@@ -26,7 +26,7 @@
 //!    `ExpireHoldTimes` ends only holds with `deadline <= now`, and one of a stale term ends
 //!    nothing, so a hold ends once even if two expiry entries arrive.
 //! 3. A `max_hold_ms` is at least 1 (the wire's check) and at most the longest lease TTL of
-//!    the limits in force when it was asked for ([`StateMachine::check_max_hold`]).
+//!    the limits in force when it was asked for ([`StateMachine::checked_max_hold`]).
 
 use std::collections::BTreeSet;
 
@@ -92,11 +92,11 @@ impl HoldEnds {
 }
 
 impl StateMachine {
-    /// Invariant 3: an op's `max_hold_ms`, if it has one, is at most the longest lease TTL of
-    /// the limits in force (`bad_request` otherwise, naming the bound). A hold is meant to end
-    /// no later than a lease would have to be renewed at the longest; the wire checked it is
-    /// positive.
-    pub(crate) fn check_max_hold(&self, op: &Op) -> Result<(), Reply> {
+    /// An op's `max_hold_ms`, if it has one, checked against invariant 3: at most the longest
+    /// lease TTL of the limits in force (`bad_request` otherwise, naming the bound). A hold is
+    /// meant to end no later than a lease would have to be renewed at the longest; the wire
+    /// checked it is positive.
+    pub(crate) fn checked_max_hold(&self, op: &Op) -> Result<Option<u64>, Reply> {
         let max_ms = self.limits.lease_ttl_ms_max;
         match op.max_hold_ms() {
             Some(max_hold_ms) if max_hold_ms > max_ms => Err(Reply::refused(
@@ -107,7 +107,7 @@ impl StateMachine {
                     op.name()
                 ),
             )),
-            _ => Ok(()),
+            max_hold_ms => Ok(max_hold_ms),
         }
     }
 }

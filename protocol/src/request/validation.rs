@@ -14,15 +14,9 @@ impl Op {
             validate::name("lease", lease)?;
         }
         validate::wait_ms(self.wait_ms())?;
-        validate::max_hold_ms(self.max_hold_ms())?;
+        self.validate_hold_times()?;
         match self {
-            Op::LeaseGrant {
-                ttl_ms,
-                lock_delay_ms,
-            } => {
-                validate::ttl_ms(*ttl_ms)?;
-                validate::lock_delay_ms(*lock_delay_ms)?;
-            }
+            Op::LeaseGrant { ttl_ms, .. } => validate::ttl_ms(*ttl_ms)?,
             Op::LeaseKeepalive { .. }
             | Op::LeaseRevoke { .. }
             | Op::AdminStatus {}
@@ -112,6 +106,14 @@ impl Op {
             )?,
         }
         Ok(())
+    }
+
+    /// The checks of the hold times (a lease's `lock_delay_ms`, an acquire's `max_hold_ms`).
+    fn validate_hold_times(&self) -> Result<(), validate::InvalidField> {
+        if let Op::LeaseGrant { lock_delay_ms, .. } = self {
+            validate::lock_delay_ms(*lock_delay_ms)?;
+        }
+        validate::max_hold_ms(self.max_hold_ms())
     }
 
     /// The checks of the account ops (`admin.agent.*`): names and key permissions.
