@@ -207,6 +207,10 @@ fn release_op(kind: ResourceKind, name: &str, lease: &str) -> Op {
             "a guard holds a lock, a semaphore or a waypoint ([`Resource::kind`]), never an \
              election, which is left by `election.resign` with its token"
         ),
+        ResourceKind::Barrier => unreachable!(
+            "a guard holds a lock, a semaphore or a waypoint ([`Resource::kind`]), never a \
+             barrier, which is left by `barrier.leave`"
+        ),
     }
 }
 

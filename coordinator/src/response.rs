@@ -3,8 +3,9 @@
 //! reads.
 
 use hivekeeper_protocol::{
-    AccountIssued, AccountPage, ConflictPage, Done, FenceStatus, Granted, Inspection, LeaderReport,
-    LeaseGranted, LeaseKept, LeasePage, ResourcePage, Response, StatusReport, Success,
+    AccountIssued, AccountPage, BarrierPassed, ConflictPage, Done, FenceStatus, Granted,
+    Inspection, LeaderReport, LeaseGranted, LeaseKept, LeasePage, ResourcePage, Response,
+    StatusReport, Success,
 };
 
 use crate::answer::Answer;
@@ -54,10 +55,14 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
             limit,
             holders,
             waiters,
+            count,
+            leaving,
         } => Inspection {
             limit: *limit,
+            count: *count,
             holders: holders.clone(),
             waiters: waiters.clone(),
+            leaving: *leaving,
             holders_total: None,
             waiters_total: None,
         }
@@ -107,6 +112,10 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
             leader: leader.clone(),
         }
         .into(),
+        Reply::BarrierPassed { generation } => BarrierPassed {
+            generation: *generation,
+        }
+        .into(),
         Reply::Refused { code, message } => {
             return Some(Response::error(
                 Some(id.to_string()),
@@ -138,6 +147,37 @@ mod tests {
         assert_eq!(
             reply_response("r2", &Reply::Granted { token: 7 << 16 }),
             Some(Response::ok("r2", Granted { token: 7 << 16 }))
+        );
+    }
+
+    #[test]
+    fn a_barrier_round_is_answered_its_generation_and_its_inspect_keeps_count_and_leaving() {
+        assert_eq!(
+            reply_response(
+                "b1",
+                &Reply::BarrierPassed {
+                    generation: 9 << 16
+                }
+            ),
+            Some(Response::ok(
+                "b1",
+                BarrierPassed {
+                    generation: 9 << 16
+                }
+            ))
+        );
+        let inspect = Reply::Inspect {
+            limit: None,
+            holders: Vec::new(),
+            waiters: Vec::new(),
+            count: Some(3),
+            leaving: Some(2),
+        };
+        let answer = reply_response("i1", &inspect).expect("an answer");
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&answer.encode()).expect("JSON"),
+            serde_json::json!({"id": "i1", "ok": true, "count": 3, "holders": [],
+                               "waiters": [], "leaving": 2})
         );
     }
 

@@ -51,10 +51,10 @@ pub use kv_access::{KvAccess, KvAccessKind, KvDenied};
 pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{
-    AccountInfo, AccountIssued, AccountPage, ConflictPage, Done, ErrorBody, FenceStatus, Granted,
-    HolderInfo, Inspection, LeaderInfo, LeaderReport, LeaseGranted, LeaseInfo, LeaseKept,
-    LeasePage, MemberInfo, NodeStatus, ReplicationInfo, ResourceInfo, ResourcePage, Response,
-    SnapshotPage, StatusReport, Success, UnexpectedReply, WaiterInfo,
+    AccountInfo, AccountIssued, AccountPage, BarrierPassed, ConflictPage, Done, ErrorBody,
+    FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo, LeaderReport, LeaseGranted,
+    LeaseInfo, LeaseKept, LeasePage, MemberInfo, NodeStatus, ReplicationInfo, ResourceInfo,
+    ResourcePage, Response, SnapshotPage, StatusReport, Success, UnexpectedReply, WaiterInfo,
 };
 pub use role::{Role, UnknownRole};
 pub use topic::Topics;

@@ -51,18 +51,21 @@ pub enum ResourceKind {
     Waypoint,
     /// A leader election (`election.*`): the leader holds it, the candidates wait.
     Election,
+    /// A reusable double barrier (`barrier.*`).
+    Barrier,
 }
 
 impl ResourceKind {
     /// Every kind, in the order `admin.resources` lists them.
-    pub const ALL: [ResourceKind; 4] = [
+    pub const ALL: [ResourceKind; 5] = [
         ResourceKind::Lock,
         ResourceKind::Sem,
         ResourceKind::Waypoint,
         ResourceKind::Election,
+        ResourceKind::Barrier,
     ];
 
-    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`, `election`).
+    /// The kind named `text` on the wire (`lock`, `sem`, `waypoint`, `election`, `barrier`).
     pub fn parse(text: &str) -> Option<ResourceKind> {
         ResourceKind::ALL
             .into_iter()
@@ -76,6 +79,7 @@ impl ResourceKind {
             ResourceKind::Sem => "sem",
             ResourceKind::Waypoint => "waypoint",
             ResourceKind::Election => "election",
+            ResourceKind::Barrier => "barrier",
         }
     }
 }
@@ -598,6 +602,32 @@ pub enum Op {
     ElectionLeader {
         /// The election's name.
         name: String,
+    },
+    /// Enter the round of a double barrier that is filling: answered, with the round's
+    /// generation, in the one entry where the `count`-th member arrives (`barrier.rs`).
+    #[op("barrier.enter", Write)]
+    BarrierEnter {
+        /// The barrier's name.
+        name: String,
+        /// How many members a round has; fixed by the round's first arrival while it fills.
+        count: u32,
+        /// The lease the membership is bound to.
+        lease: String,
+        /// As for `lock.acquire`: how long to wait for the round to fill.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
+    /// Leave the round the lease passed: answered, with the round's generation, in the one
+    /// entry where the last member of that round leaves.
+    #[op("barrier.leave", Write)]
+    BarrierLeave {
+        /// The barrier's name.
+        name: String,
+        /// The lease that passed the round.
+        lease: String,
+        /// As for `lock.acquire`: how long to wait for the others to leave.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
     },
 }
 }

@@ -156,6 +156,8 @@ reply_shapes! {
         Granted(Granted) = "a grant (`token`)",
         /// `lease.keepalive`.
         LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
+        /// `barrier.enter`, `barrier.leave`.
+        BarrierPassed(BarrierPassed) = "a barrier's round (`generation`)",
         /// Every op that answers only `ok: true`.
         Done(Done) = "no result fields",
     }
@@ -205,6 +207,16 @@ pub struct LeaderInfo {
     pub token: u64,
 }
 
+/// The answer to `barrier.enter` (the round filled) and to `barrier.leave` (every member of
+/// the round left).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BarrierPassed {
+    /// The round: the revision of the entry that filled it, so it is unique, increases from
+    /// round to round of a barrier (also after the barrier was forgotten while unused) and
+    /// compares with fencing tokens and key revisions. Both answers of one round carry it.
+    pub generation: u64,
+}
+
 /// The answer to `fence.check`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FenceStatus {
@@ -220,10 +232,19 @@ pub struct Inspection {
     /// A semaphore's capacity (semaphores only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// How many members the barrier's round filling now needs (barriers only, while a round
+    /// fills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
     /// Who holds the resource.
     pub holders: Vec<HolderInfo>,
     /// Who waits for it, in queue order.
     pub waiters: Vec<WaiterInfo>,
+    /// How many members of the barrier's passed rounds have sent `barrier.leave` and wait for
+    /// the rest of their round (barriers only, when any do); `holders` lists the members that
+    /// have not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaving: Option<u32>,
     /// How many hold the resource, present only when `holders` lists just the first ones
     /// because the whole answer would not fit in one MQTT packet ([`Response::encode_within`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -596,8 +617,10 @@ impl Response {
         let cut = |kept_holders: usize, kept_waiters: usize| {
             let cut = Inspection {
                 limit: whole.limit,
+                count: whole.count,
                 holders: holders[..kept_holders].to_vec(),
                 waiters: waiters[..kept_waiters].to_vec(),
+                leaving: whole.leaving,
                 holders_total: (kept_holders < holders.len()).then_some(holders.len() as u64),
                 waiters_total: (kept_waiters < waiters.len()).then_some(waiters.len() as u64),
             };
@@ -727,8 +750,10 @@ mod tests {
             "r1",
             Inspection {
                 limit: None,
+                count: None,
                 holders: (0..holders).map(holder).collect(),
                 waiters: (0..waiters).map(waiter).collect(),
+                leaving: None,
                 holders_total: None,
                 waiters_total: None,
             },
@@ -869,6 +894,8 @@ mod tests {
             .into(),
             Inspection {
                 limit: Some(3),
+                count: None,
+                leaving: None,
                 holders: vec![HolderInfo {
                     area: Some(Area {
                         lat: 48.5,
@@ -968,8 +995,22 @@ mod tests {
             }
             .into(),
             LeaderReport { leader: None }.into(),
+            Inspection {
+                limit: None,
+                count: Some(3),
+                holders: vec![holder(4)],
+                waiters: vec![waiter(5)],
+                leaving: Some(2),
+                holders_total: None,
+                waiters_total: None,
+            }
+            .into(),
             Granted { token: u64::MAX }.into(),
             LeaseKept { ttl_ms: 5_000 }.into(),
+            BarrierPassed {
+                generation: 9 << 16,
+            }
+            .into(),
             Done {}.into(),
         ]
     }

@@ -120,6 +120,9 @@ mod tests {
             name: "gw".into(),
         };
         assert_eq!(Role::needed_for(&inspect), Role::Agent);
+        for barrier in ["barrier.enter", "barrier.leave"] {
+            assert_eq!(Role::needed_for_name(barrier), Role::Agent, "{barrier}");
+        }
         assert_eq!(Role::needed_for(&Op::AdminStatus {}), Role::Observer);
         assert_eq!(
             Role::needed_for(&Op::AdminLeases { after: None }),

@@ -397,6 +397,16 @@ pub fn sem_acquire(limit: u32, permits: u32) -> Result<(), InvalidField> {
     Ok(())
 }
 
+/// Checks a `barrier.enter`'s `count` as far as the wire can: at least 1. Its upper bound is
+/// the state machine's check, derived from the replicated waiter bound (a round's other
+/// members all wait at once).
+pub fn barrier_count(count: u32) -> Result<(), InvalidField> {
+    if count == 0 {
+        return Err("`count` must be at least 1".into());
+    }
+    Ok(())
+}
+
 /// Checks that a float field is a finite number within `[min, max]`.
 pub fn float_in(field: &str, value: f64, min: f64, max: f64) -> Result<(), InvalidField> {
     if !value.is_finite() || value < min || value > max {

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value};
 
 /// Field names of every op, and some that no op has.
-const FIELDS: [&str; 22] = [
+const FIELDS: [&str; 23] = [
     "id",
     "name",
     "lease",
@@ -21,6 +21,7 @@ const FIELDS: [&str; 22] = [
     "wait_ms",
     "limit",
     "permits",
+    "count",
     "lat",
     "lon",
     "alt_min_m",

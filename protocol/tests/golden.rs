@@ -16,12 +16,12 @@ use hivekeeper_protocol::validate::{
     WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
-    AccountInfo, AccountIssued, AccountPage, Area, ConflictInfo, ConflictPage, Done, ErrorBody,
-    ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo, LeaderReport,
-    LeaseGranted, LeaseInfo, LeaseKept, LeasePage, LostReason, MemberInfo, NodeStatus, Op,
-    Priority, ProtocolError, QueryVolume, ReplicationInfo, Request, ReservationKind, ResourceInfo,
-    ResourceKind, ResourcePage, Response, Role, SnapshotPage, StatusReport, Success, Topics,
-    Volume, WaiterInfo,
+    AccountInfo, AccountIssued, AccountPage, Area, BarrierPassed, ConflictInfo, ConflictPage, Done,
+    ErrorBody, ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo,
+    LeaderReport, LeaseGranted, LeaseInfo, LeaseKept, LeasePage, LostReason, MemberInfo,
+    NodeStatus, Op, Priority, ProtocolError, QueryVolume, ReplicationInfo, Request,
+    ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response, Role, SnapshotPage,
+    StatusReport, Success, Topics, Volume, WaiterInfo,
 };
 use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 use serde_json::{Value, json};
@@ -1635,6 +1635,16 @@ fn op_names_are_complete_and_consistent() {
             None,
             false,
         ),
+        (
+            r#"{"id":"a","op":"barrier.enter","name":"n","count":3,"lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"barrier.leave","name":"n","lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
     ];
     assert_eq!(samples.len(), Op::NAMES.len());
     for ((wire, lease, is_write), name) in samples.iter().zip(Op::NAMES) {
@@ -1646,6 +1656,7 @@ fn op_names_are_complete_and_consistent() {
             || name == "waypoint.reserve"
             || name == "route.reserve"
             || name == "election.campaign"
+            || name.starts_with("barrier.")
         {
             Some(7)
         } else {
@@ -1691,6 +1702,8 @@ fn op_names_are_complete_and_consistent() {
             "election.proclaim",
             "election.resign",
             "election.leader",
+            "barrier.enter",
+            "barrier.leave",
         ]
     );
 }
@@ -1826,7 +1839,8 @@ fn error_code_unknown_op() {
          admin.revoke, admin.member.add, admin.member.remove, \
          admin.agent.add, admin.agent.list, admin.agent.remove, admin.agent.rotate, \
          kv.put, kv.get, kv.delete, kv.txn, watch.poll, \
-         election.campaign, election.proclaim, election.resign, election.leader",
+         election.campaign, election.proclaim, election.resign, election.leader, \
+         barrier.enter, barrier.leave",
     );
     // Op names are case-sensitive.
     let err = decode_err(br#"{"id":"8","op":"Lease.Grant","ttl_ms":1000}"#);
@@ -2829,6 +2843,8 @@ fn success_inspect_waypoint_with_windows() {
         "r23w",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2911,6 +2927,8 @@ fn success_inspect_waypoint_with_geometry() {
         "r23",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -2960,6 +2978,8 @@ fn success_inspect_lock() {
         "r22",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -3026,6 +3046,8 @@ fn success_inspect_sem() {
         "r23",
         Inspection {
             limit: Some(4),
+            count: None,
+            leaving: None,
             holders: vec![
                 HolderInfo {
                     agent: "drone-7".into(),
@@ -3096,6 +3118,8 @@ fn success_inspect_free_resource() {
         "r24",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![],
             waiters: vec![],
             holders_total: None,
@@ -3399,6 +3423,8 @@ fn success_inspect_waypoint_with_priorities() {
         "r44",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "L-17".into(),
@@ -4134,6 +4160,8 @@ fn success_inspect_election_with_values() {
         "e10",
         Inspection {
             limit: None,
+            count: None,
+            leaving: None,
             holders: vec![HolderInfo {
                 agent: "drone-7".into(),
                 lease: "0000000000000011".into(),
@@ -4179,5 +4207,245 @@ fn success_inspect_election_with_values() {
     assert_eq!(
         serde_json::to_value(ResourceKind::Election).expect("encodes"),
         json!("election")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barriers (docs/PROTOCOL.md §8.24)
+// ---------------------------------------------------------------------------------------------
+
+fn barrier_enter(name: &str, count: u32, lease: &str, wait_ms: Option<u64>) -> Op {
+    Op::BarrierEnter {
+        name: name.into(),
+        count,
+        lease: lease.into(),
+        wait_ms,
+    }
+}
+
+#[test]
+fn op_barrier_enter() {
+    assert_request(
+        r#"{"id":"b1","op":"barrier.enter","name":"survey/start","count":3,"lease":"L-17"}"#,
+        &req("b1", barrier_enter("survey/start", 3, "L-17", None)),
+        &json!({"id": "b1", "op": "barrier.enter", "name": "survey/start", "count": 3,
+                "lease": "L-17"}),
+    );
+    assert_request(
+        r#"{"id":"b2","op":"barrier.enter","name":"b","count":1,"lease":"L-17","wait_ms":0}"#,
+        &req("b2", barrier_enter("b", 1, "L-17", Some(0))),
+        &json!({"id": "b2", "op": "barrier.enter", "name": "b", "count": 1, "lease": "L-17",
+                "wait_ms": 0}),
+    );
+    assert_request(
+        r#"{"id":"b3","op":"barrier.enter","name":"b","count":4294967295,"lease":"L","wait_ms":86400000}"#,
+        &req("b3", barrier_enter("b", u32::MAX, "L", Some(WAIT_MS_MAX))),
+        &json!({"id": "b3", "op": "barrier.enter", "name": "b", "count": 4_294_967_295_u64,
+                "lease": "L", "wait_ms": 86_400_000}),
+    );
+    assert_eq!(
+        decode_ok(
+            r#"{"id":"b4","op":"barrier.enter","name":"b","count":2,"lease":"L","wait_ms":null}"#
+        ),
+        req("b4", barrier_enter("b", 2, "L", None)),
+        "an explicit null is read as absent"
+    );
+}
+
+#[test]
+fn op_barrier_leave() {
+    assert_request(
+        r#"{"id":"b5","op":"barrier.leave","name":"survey/start","lease":"L-17"}"#,
+        &req(
+            "b5",
+            Op::BarrierLeave {
+                name: "survey/start".into(),
+                lease: "L-17".into(),
+                wait_ms: None,
+            },
+        ),
+        &json!({"id": "b5", "op": "barrier.leave", "name": "survey/start", "lease": "L-17"}),
+    );
+    assert_request(
+        r#"{"id":"b6","op":"barrier.leave","name":"b","lease":"L","wait_ms":2500}"#,
+        &req(
+            "b6",
+            Op::BarrierLeave {
+                name: "b".into(),
+                lease: "L".into(),
+                wait_ms: Some(2_500),
+            },
+        ),
+        &json!({"id": "b6", "op": "barrier.leave", "name": "b", "lease": "L", "wait_ms": 2500}),
+    );
+}
+
+#[test]
+fn bad_request_barrier() {
+    bad(
+        r#"{"id":"7","op":"barrier.enter","name":"b","count":0,"lease":"L"}"#,
+        Some("7"),
+        "barrier.enter: `count` must be at least 1",
+    );
+    bad(
+        r#"{"id":"7","op":"barrier.enter","name":"","count":2,"lease":"L"}"#,
+        Some("7"),
+        "barrier.enter: `name` must not be empty",
+    );
+    bad(
+        r#"{"id":"7","op":"barrier.leave","name":"b","lease":"L","wait_ms":86400001}"#,
+        Some("7"),
+        "barrier.leave: `wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to \
+         wait while the lease lives",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"barrier.enter","name":"b","lease":"L"}"#,
+        Some("7"),
+        "barrier.enter: ",
+        &["missing field `count`"],
+    );
+    for count in ["-1", "2.0", "4294967296", "\"3\""] {
+        assert_bad_request_mentions(
+            &format!(r#"{{"id":"7","op":"barrier.enter","name":"b","count":{count},"lease":"L"}}"#),
+            Some("7"),
+            "barrier.enter: ",
+            &[],
+        );
+    }
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"barrier.leave","name":"b","count":2,"lease":"L"}"#,
+        Some("7"),
+        "barrier.leave: ",
+        &["unknown field `count`", "`name`, `lease`, `wait_ms`"],
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"barrier.enter","name":"b","count":2,"lease":"L","wiat_ms":0}"#,
+        Some("7"),
+        "barrier.enter: ",
+        &[
+            "unknown field `wiat_ms`",
+            "`name`, `count`, `lease`, `wait_ms`",
+        ],
+    );
+}
+
+#[test]
+fn success_barrier_generation() {
+    let response = Response::ok(
+        "b1",
+        BarrierPassed {
+            generation: 2_555_904,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({"id": "b1", "ok": true, "generation": 2_555_904}),
+    );
+    let success = Response::decode(br#"{"id":"b1","ok":true,"generation":2555904}"#)
+        .expect("decodes")
+        .outcome
+        .expect("a success");
+    assert_eq!(success.shape(), "a barrier's round (`generation`)");
+    assert_eq!(
+        BarrierPassed::try_from(success),
+        Ok(BarrierPassed {
+            generation: 2_555_904
+        })
+    );
+}
+
+#[test]
+fn success_inspect_barrier() {
+    let response = Response::ok(
+        "r14",
+        Inspection {
+            limit: None,
+            count: Some(3),
+            holders: vec![HolderInfo {
+                agent: "drone-9".into(),
+                lease: "0000000000000013".into(),
+                token: 2_555_904,
+                permits: None,
+                since_ms: 1_764_500_002_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                vacate_by_ms: None,
+                value: None,
+            }],
+            waiters: vec![WaiterInfo {
+                agent: "drone-4".into(),
+                position: 1,
+                permits: None,
+                since_ms: 1_764_500_003_000,
+                area: None,
+                start_ms: None,
+                end_ms: None,
+                volumes: Vec::new(),
+                priority: None,
+                value: None,
+            }],
+            leaving: Some(2),
+            holders_total: None,
+            waiters_total: None,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r14",
+            "ok": true,
+            "count": 3,
+            "holders": [{"agent": "drone-9", "lease": "0000000000000013", "token": 2_555_904,
+                         "since_ms": 1_764_500_002_000_u64}],
+            "waiters": [{"agent": "drone-4", "position": 1, "since_ms": 1_764_500_003_000_u64}],
+            "leaving": 2
+        }),
+    );
+}
+
+#[test]
+fn the_barrier_kind_on_the_wire() {
+    assert_eq!(ResourceKind::Barrier.as_str(), "barrier");
+    assert_eq!(ResourceKind::parse("barrier"), Some(ResourceKind::Barrier));
+    assert_eq!(ResourceKind::ALL.last(), Some(&ResourceKind::Barrier));
+    assert_request(
+        r#"{"id":"r22","op":"inspect","kind":"barrier","name":"b"}"#,
+        &req(
+            "r22",
+            Op::Inspect {
+                kind: ResourceKind::Barrier,
+                name: "b".into(),
+            },
+        ),
+        &json!({"id": "r22", "op": "inspect", "kind": "barrier", "name": "b"}),
+    );
+    assert_request(
+        r#"{"id":"r10","op":"fence.check","name":"b","kind":"barrier","token":2555904}"#,
+        &req(
+            "r10",
+            Op::FenceCheck {
+                name: "b".into(),
+                kind: ResourceKind::Barrier,
+                token: 2_555_904,
+            },
+        ),
+        &json!({"id": "r10", "op": "fence.check", "name": "b", "kind": "barrier",
+                "token": 2_555_904}),
+    );
+    assert_request(
+        r#"{"id":"r41","op":"admin.resources","kind":"barrier","after":"barrier/b"}"#,
+        &req(
+            "r41",
+            Op::AdminResources {
+                kind: Some(ResourceKind::Barrier),
+                prefix: None,
+                after: Some("barrier/b".into()),
+                limit: None,
+            },
+        ),
+        &json!({"id": "r41", "op": "admin.resources", "kind": "barrier", "after": "barrier/b"}),
     );
 }

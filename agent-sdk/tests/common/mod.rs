@@ -463,7 +463,9 @@ impl Fake {
             | Op::ElectionCampaign { .. }
             | Op::ElectionProclaim { .. }
             | Op::ElectionResign { .. }
-            | Op::ElectionLeader { .. } => {
+            | Op::ElectionLeader { .. }
+            | Op::BarrierEnter { .. }
+            | Op::BarrierLeave { .. } => {
                 (error(ErrorCode::BadRequest, "fake: not implemented"), true)
             }
         };

@@ -26,9 +26,7 @@ use std::path::Path;
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
-use hivekeeper_protocol::{
-    ConflictInfo, ErrorCode, HolderInfo, KvAccess, KvDenied, Op, Request, Role,
-};
+use hivekeeper_protocol::{ConflictInfo, ErrorCode, KvAccess, KvDenied, Op, Request, Role};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -130,31 +128,13 @@ pub fn kv_forbidden(agent: &str, denied: &KvDenied) -> Reply {
 
 /// An `inspect` answer as a non-admin sees it with authentication on: other agents' holds by
 /// agent id, without their lease ids (a lease id is what a request needs to act on a hold).
-pub fn redact_inspect(agent: &str, reply: Reply) -> Reply {
-    match reply {
-        Reply::Inspect {
-            limit,
-            holders,
-            waiters,
-        } => Reply::Inspect {
-            limit,
-            holders: holders
-                .into_iter()
-                .map(|holder| {
-                    if holder.agent == agent {
-                        holder
-                    } else {
-                        HolderInfo {
-                            lease: String::new(),
-                            ..holder
-                        }
-                    }
-                })
-                .collect(),
-            waiters,
-        },
-        other => other,
+pub fn redact_inspect(agent: &str, mut reply: Reply) -> Reply {
+    if let Reply::Inspect { holders, .. } = &mut reply {
+        for holder in holders.iter_mut().filter(|holder| holder.agent != agent) {
+            holder.lease = String::new();
+        }
     }
+    reply
 }
 
 /// An `airspace.query` answer as the `agent` role sees it with authentication on: other agents'
@@ -453,6 +433,7 @@ fn write_secret_file(path: &Path, secret: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hivekeeper_protocol::HolderInfo;
 
     #[test]
     fn a_secret_verifies_against_its_hash_and_nothing_else_does() {
@@ -490,6 +471,8 @@ mod tests {
                 holder("you", "0000000000000003"),
             ],
             waiters: Vec::new(),
+            count: None,
+            leaving: None,
         };
         assert_eq!(
             redact_inspect("me", reply),
@@ -497,6 +480,8 @@ mod tests {
                 limit: None,
                 holders: vec![holder("me", "0000000000000002"), holder("you", "")],
                 waiters: Vec::new(),
+                count: None,
+                leaving: None,
             }
         );
     }

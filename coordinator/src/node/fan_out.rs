@@ -283,10 +283,7 @@ impl FanOut {
                     | ReleaseReason::Preempted
                     | ReleaseReason::MaxHold),
                 ..
-            } => {
-                let event = lost(&key, token, reason);
-                Some(Outbound::Notify { agent, event })
-            }
+            } => lost(&key, token, reason).map(|event| Outbound::Notify { agent, event }),
             Event::Preempted {
                 key,
                 agent,
@@ -359,11 +356,13 @@ impl FanOut {
 }
 
 /// The notice of a hold taken away for `reason`: `*.lost` of its kind, naming the reason when
-/// it is the hold's max-hold (the lease's end and a preemption go without one).
-fn lost(key: &ResourceKey, token: u64, reason: ReleaseReason) -> Notice {
+/// it is the hold's max-hold (the lease's end and a preemption go without one); none for a
+/// barrier's member, which protects nothing it could lose: its lease's own end (and the
+/// answer to a leave it waited in) tells it.
+fn lost(key: &ResourceKey, token: u64, reason: ReleaseReason) -> Option<Notice> {
     let name = key.name.to_string();
     let reason = (reason == ReleaseReason::MaxHold).then_some(LostReason::MaxHold);
-    match key.kind {
+    Some(match key.kind {
         ResourceKind::Lock => Notice::LockLost {
             name,
             token,
@@ -376,7 +375,8 @@ fn lost(key: &ResourceKey, token: u64, reason: ReleaseReason) -> Notice {
         },
         ResourceKind::Waypoint => Notice::WaypointLost { name, token },
         ResourceKind::Election => Notice::ElectionLost { name, token },
-    }
+        ResourceKind::Barrier => return None,
+    })
 }
 
 /// A reservation notice's `kind`: what its name is.

@@ -22,10 +22,11 @@
 //! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
 //!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
-//!   included, by fencing token (each hold has its own). The machine has no public count of
-//!   holds, so holds restored from a snapshot at start, or installed by one, are not counted
-//!   until a later entry grants them again; a release of such a hold is ignored rather than
-//!   driving the gauge below zero.
+//!   included, by fencing token and lease (each hold has its own pair: the members of a
+//!   barrier's round share its token). The machine has no public count of holds, so holds
+//!   restored from a snapshot at start, or installed by one, are not counted until a later
+//!   entry grants them again; a release of such a hold is ignored rather than driving the
+//!   gauge below zero.
 //! - `hivekeeper_resource_waiters{kind}` is kept by the MQTT bridge, which alone knows a queued
 //!   request's kind (an applied `Queued` reply carries neither kind nor request id).
 //! - Labels are the resource kind, never the resource name, to keep cardinality bounded.
@@ -35,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Response};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-use crate::state_machine::{Event, LeaseEnd, ReleaseReason, ResourceKey};
+use crate::state_machine::{Event, LeaseEnd, LeaseId, ReleaseReason, ResourceKey};
 
 /// Live leases (gauge).
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
@@ -332,10 +333,11 @@ pub(super) fn keepalive_ttl_used(
 /// The gauges' bookkeeping, owned by the fan-out.
 #[derive(Debug, Default)]
 pub(super) struct NodeMetrics {
-    /// The kind of every hold seen granted and not yet released, by fencing token (tokens are
-    /// unique across the machine): `hivekeeper_resource_held` is its size per kind, and a
-    /// release of a hold never seen granted is ignored.
-    holds: HashMap<u64, ResourceKind>,
+    /// The kind of every hold seen granted and not yet released, by fencing token and lease
+    /// (a token is unique across the machine but for a barrier's round, whose members share
+    /// its generation): `hivekeeper_resource_held` is its size per kind, and a release of a
+    /// hold never seen granted is ignored.
+    holds: HashMap<(u64, LeaseId), ResourceKind>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
     held: [u64; KINDS.len()],
 }
@@ -396,12 +398,13 @@ impl NodeMetrics {
                 }
                 Event::Granted {
                     key,
+                    lease,
                     token,
                     waited_ms,
                     queued,
                     ..
                 } => {
-                    if self.holds.insert(*token, key.kind).is_none() {
+                    if self.holds.insert((*token, *lease), key.kind).is_none() {
                         self.held[slot(key.kind)] += 1;
                         held_changed = true;
                     }
@@ -417,12 +420,13 @@ impl NodeMetrics {
                 }
                 Event::Released {
                     key,
+                    lease,
                     token,
                     held_ms,
                     reason,
                     ..
                 } => {
-                    if let Some(kind) = self.holds.remove(token) {
+                    if let Some(kind) = self.holds.remove(&(*token, *lease)) {
                         self.held[slot(kind)] -= 1;
                         held_changed = true;
                     }
@@ -489,5 +493,46 @@ impl NodeMetrics {
         for kind in KINDS {
             gauge!(RESOURCE_HELD, "kind" => kind_label(kind)).set(self.held[slot(kind)] as f64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::state_machine::{LeaseId, ReleaseReason, ResourceKey};
+
+    #[test]
+    fn the_members_of_a_barriers_round_are_held_apart_though_they_share_its_token() {
+        let key = ResourceKey::new(ResourceKind::Barrier, &Arc::from("start"));
+        let agent: Arc<str> = Arc::from("drone-1");
+        let generation = 7 << 16;
+        let granted = |lease| Event::Granted {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease: LeaseId(lease),
+            token: generation,
+            waited_ms: 0,
+            queued: false,
+        };
+        let released = |lease| Event::Released {
+            key: key.clone(),
+            agent: agent.clone(),
+            lease: LeaseId(lease),
+            token: generation,
+            held_ms: 5,
+            reason: ReleaseReason::Released,
+        };
+        let mut metrics = NodeMetrics::default();
+        metrics.entry(&[granted(1), granted(2), granted(3)], false);
+        assert_eq!(metrics.held[slot(ResourceKind::Barrier)], 3);
+        metrics.entry(&[released(2)], false);
+        metrics.entry(&[released(1), released(3), released(3)], false);
+        assert_eq!(
+            metrics.held,
+            [0; KINDS.len()],
+            "a release not held is ignored"
+        );
     }
 }

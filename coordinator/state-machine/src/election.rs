@@ -381,6 +381,8 @@ impl Resource for Elections {
             limit: None,
             holders: leader.into_iter().collect(),
             waiters: election.map(Election::candidate_infos).unwrap_or_default(),
+            count: None,
+            leaving: None,
         }
     }
 

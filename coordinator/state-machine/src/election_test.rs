@@ -286,7 +286,9 @@ fn the_last_resign_deletes_the_key_and_forgets_the_election() {
         Reply::Inspect {
             limit: None,
             holders: vec![],
-            waiters: vec![]
+            waiters: vec![],
+            count: None,
+            leaving: None,
         }
     );
     assert_eq!(h.sm.resource_count(), 0);
@@ -712,6 +714,7 @@ fn inspect_fence_check_and_admin_resources_show_elections() {
         limit,
         holders,
         waiters,
+        ..
     } = reply
     else {
         panic!("an inspection: {reply:?}");

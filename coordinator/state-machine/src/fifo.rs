@@ -1,6 +1,7 @@
 //! FIFO queues of waiters: arrival (log) order, the head first, shared by every resource kind.
 //!
-//! Locks and semaphores keep one [`Queue`] per resource and grant from its head only. Waypoint
+//! Locks and semaphores keep one [`Queue`] per resource and grant from its head only; a barrier
+//! keeps one for its filling round's arrivals and one per passed round's leaves. Waypoint
 //! reservations are FIFO among *conflicting* requests, so they keep their waiters in one map by
 //! arrival instead; they share the bound ([`full`]) and the way `inspect` shows a queue
 //! ([`infos`]). Who joins a queue and who is granted is recorded by `grant.rs` (`Core::enqueue`,

@@ -99,6 +99,27 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// A hold of `permits` under `token` for `lease` of `agent`, granted by this entry.
+    pub fn new(ctx: &Ctx, lease: LeaseId, agent: &Text, token: u64, permits: u32) -> Hold {
+        Hold {
+            lease,
+            agent: agent.clone(),
+            token,
+            permits,
+            since_ms: ctx.now_ms,
+            max_hold_deadline_ms: None,
+        }
+    }
+
+    /// The same hold, ended by its max-hold `max_hold_ms` after this entry (`None`: while its
+    /// lease lives).
+    pub fn bounded(self, ctx: &Ctx, max_hold_ms: Option<u64>) -> Hold {
+        Hold {
+            max_hold_deadline_ms: max_hold_ms.map(|ms| ctx.now_ms.saturating_add(ms)),
+            ..self
+        }
+    }
+
     /// The hold as `inspect` shows it; `permits` only for semaphores.
     pub fn info(&self, permits: Option<u32>) -> HolderInfo {
         HolderInfo {
@@ -225,7 +246,8 @@ impl Core {
         agent: &Text,
         permits: u32,
     ) -> Hold {
-        self.grant(ctx, key, (lease, agent), permits, None, None)
+        let token = self.next_token(ctx.index);
+        self.grant(ctx, key, Hold::new(ctx, lease, agent, token, permits), None)
     }
 
     /// Grants `key` at once to `claim`'s request, bounded by its `max_hold_ms`: the caller
@@ -237,50 +259,42 @@ impl Core {
         claim: &Claim<'_>,
         permits: u32,
     ) -> Hold {
-        let holder = (claim.lease, claim.agent);
-        self.grant(ctx, key, holder, permits, None, claim.max_hold_ms)
+        let token = self.next_token(ctx.index);
+        let hold = Hold::new(ctx, claim.lease, claim.agent, token, permits);
+        self.grant(ctx, key, hold.bounded(ctx, claim.max_hold_ms), None)
     }
 
-    /// Records a grant of `key` to `lease` of `agent` in the lease, the per-agent counts and
-    /// [`Event::Granted`] (with how long it waited when it comes from a queue, queued at
-    /// `queued_ms`), under a new token, ending `max_hold_ms` from now when given: the new
-    /// hold.
-    fn grant(
+    /// Records `hold`, a grant of `key` made by this entry under a token the caller took, in
+    /// its lease, the per-agent counts and [`Event::Granted`] (with how long it waited when it
+    /// comes from a queue, queued at `queued_ms`), and its max-hold deadline if it has one in
+    /// the max-hold index (`max_hold.rs`): the hold, for the caller to store. Every grant
+    /// takes a token of its own ([`Self::next_token`]), except the members of a barrier's
+    /// round, who share the round's generation (`barrier.rs`).
+    pub fn grant(
         &mut self,
         ctx: &mut Ctx,
         key: &ResourceKey,
-        (lease, agent): (LeaseId, &Text),
-        permits: u32,
+        hold: Hold,
         queued_ms: Option<u64>,
-        max_hold_ms: Option<u64>,
     ) -> Hold {
-        let token = self.next_token(ctx.index);
         self.leases
-            .get_mut(&lease)
+            .get_mut(&hold.lease)
             .expect("the lease is alive: checked by the caller, or kept by its queued waiter")
             .holds
             .insert(key.clone());
-        self.usage.held(agent);
+        self.usage.held(&hold.agent);
         ctx.events.push(Event::Granted {
             key: key.clone(),
-            agent: agent.clone(),
-            lease,
-            token,
+            agent: hold.agent.clone(),
+            lease: hold.lease,
+            token: hold.token,
             waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
             queued: queued_ms.is_some(),
         });
-        let max_hold_deadline_ms = max_hold_ms.map(|ms| ctx.now_ms.saturating_add(ms));
-        if let Some(deadline_ms) = max_hold_deadline_ms {
-            self.hold_ends.insert(deadline_ms, key, lease);
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.insert(deadline_ms, key, hold.lease);
         }
-        Hold {
-            lease,
-            agent: agent.clone(),
-            token,
-            permits,
-            since_ms: ctx.now_ms,
-            max_hold_deadline_ms,
-        }
+        hold
     }
 
     /// Records a new waiter for `key` and emits [`Event::Queued`]: the caller appends the
@@ -337,17 +351,25 @@ impl Core {
     /// waiter's lease must be alive: leases are ended (and their waiters removed) before any
     /// grant pass runs.
     pub fn grant_waiter(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter) -> Hold {
-        self.leases
-            .get_mut(&waiter.lease)
-            .expect("a queued waiter's lease is alive: lease ends remove their waiters first")
-            .waits
-            .remove(key);
-        let max_hold_ms = self.forget_wait(&waiter).and_then(|wait| wait.max_hold_ms);
-        let holder = (waiter.lease, &waiter.agent);
-        let since_ms = Some(waiter.since_ms);
-        let hold = self.grant(ctx, key, holder, waiter.permits, since_ms, max_hold_ms);
-        let reply = Reply::Granted { token: hold.token };
-        self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
+        let token = self.next_token(ctx.index);
+        self.admit_waiter(ctx, key, waiter, token, Reply::Granted { token })
+    }
+
+    /// Grants `key` under `token` to a waiter taken out of its queue, and answers its request
+    /// `reply`: [`Self::grant_waiter`] with a token the caller took (the members of a barrier's
+    /// round share one). The waiter's lease must be alive, as there.
+    pub fn admit_waiter(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        waiter: Waiter,
+        token: u64,
+        reply: Reply,
+    ) -> Hold {
+        let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
+        let hold = hold.bounded(ctx, self.waiting_max_hold(&waiter));
+        let hold = self.grant(ctx, key, hold, Some(waiter.since_ms));
+        self.answer(ctx, key, waiter, reply);
         hold
     }
 
@@ -360,11 +382,16 @@ impl Core {
         code: ErrorCode,
         message: &str,
     ) {
+        self.answer(ctx, key, waiter, Reply::refused(code, message));
+    }
+
+    /// Answers a waiter taken out of its queue with `reply`: its wait leaves its lease (if the
+    /// lease is still there) and the pending-wait index.
+    pub fn answer(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter, reply: Reply) {
         if let Some(record) = self.leases.get_mut(&waiter.lease) {
             record.waits.remove(key);
         }
         self.forget_wait(&waiter);
-        let reply = Reply::refused(code, message);
         self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
     }
 

@@ -19,7 +19,7 @@
 //!  apply(meta, Command::Request { agent, request: AgentRequest })
 //!    ├─ invalid fields ─▶ Reply::Refused { bad_request } (the wire decoder's checks, again)
 //!    ├─ retry of a known request id ─▶ dedup: the first outcome, no second queue slot
-//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / account / kv
+//!    └─ Op ─▶ lease / lock / semaphore / waypoint / election / barrier / account / kv
 //!                    ├─ grant now ─▶ Reply::Granted { token }          + Event::Granted
 //!                    ├─ queue     ─▶ Reply::Queued                     + Event::Queued
 //!                    │              later, from the entry that grants it, times it out or ends
@@ -62,18 +62,20 @@
 //! - `grant.rs`: holds, waiters and fencing tokens, the bookkeeping every kind shares, in the
 //!   state every kind shares (`Core`). `waiting.rs`: the pending-wait index, by agent and
 //!   request id, through which a retry finds its queue slot.
-//! - `fifo.rs`: queues in arrival order, shared by locks, semaphores and waypoints.
+//! - `fifo.rs`: queues in arrival order, shared by locks, semaphores, waypoints and barriers.
 //! - `lease.rs`: grant, keepalive check, revoke, expiry; a lease's end frees everything.
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
 //!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`, `election.rs`: the four resource kinds. A waypoint reservation
-//!   (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space and time by `grid.rs` and
-//!   `index.rs`), a time window (`window.rs`, which also ends windows), or several 4D volumes
-//!   when it is a route (`route.rs`), and a priority: a higher one preempts lower holders with
-//!   a vacate deadline (`preempt.rs`); `query.rs` answers `airspace.query` from the same index.
-//!   An election's leader holds it and its candidates wait, its leader mirrored as the key
-//!   `$election/{name}`.
+//! - `lock.rs`, `semaphore.rs`, `waypoint/`, `election.rs`, `barrier.rs`: the five resource
+//!   kinds. A waypoint reservation (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space
+//!   and time by `grid.rs` and `index.rs`), a time window (`window.rs`, which also ends
+//!   windows), or several 4D volumes when it is a route (`route.rs`), and a priority: a higher
+//!   one preempts lower holders with a vacate deadline (`preempt.rs`); `query.rs` answers
+//!   `airspace.query` from the same index. An election's leader holds it and its candidates
+//!   wait, its leader mirrored as the key `$election/{name}`. A barrier passes a round of
+//!   members in the entry where the last arrives and ends it in the entry where the last
+//!   leaves.
 //! - Hold time: `lock_delay.rs` holds back the locks of a lease that expired or was revoked by
 //!   an operator, `max_hold.rs` ends a hold at its grant time plus its `max_hold_ms`, and
 //!   `hold_time.rs` applies both deadlines (`ExpireHoldTimes`).
@@ -97,6 +99,7 @@ macro_rules! violation {
 }
 
 mod account;
+mod barrier;
 mod clock;
 mod command;
 mod dedup;
@@ -126,6 +129,8 @@ mod waypoint;
 
 #[cfg(test)]
 mod account_test;
+#[cfg(test)]
+mod barrier_test;
 #[cfg(test)]
 mod clock_test;
 #[cfg(test)]

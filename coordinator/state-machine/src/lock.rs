@@ -96,6 +96,8 @@ impl Resource for NameMap<Lock> {
             waiters: lock
                 .map(|lock| lock.waiters.infos(false))
                 .unwrap_or_default(),
+            count: None,
+            leaving: None,
         }
     }
 

@@ -191,7 +191,7 @@ fn a_retried_wait_is_queued_once_and_waiter_counts_follow_the_events() {
     );
     let counts = h.sm.waiter_counts();
     let per_kind = ResourceKind::ALL.map(|kind| counts.get(kind));
-    assert_eq!(per_kind, [1, 0, 0, 0]);
+    assert_eq!(per_kind, [1, 0, 0, 0, 0]);
     assert_eq!(counts.get(ResourceKind::Lock), 1);
     // The queue exit: one `Respond` on the same key, and the count is back to zero.
     let (_, events) = h.send("a", lock_release("l", &a));

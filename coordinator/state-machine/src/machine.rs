@@ -13,6 +13,7 @@ use std::sync::Arc;
 use hivekeeper_protocol::{ErrorCode, Op, ResourceKind, validate};
 use serde::{Deserialize, Serialize};
 
+use crate::barrier::Barrier;
 use crate::election::Elections;
 use crate::grant::{Acquire, Core};
 use crate::kv::KeySpace;
@@ -75,6 +76,14 @@ pub struct StateMachine {
     /// the first key change, so a machine without keys keeps data format 1's bytes.
     #[serde(default, skip_serializing_if = "KeySpace::is_unused")]
     pub(crate) kv: KeySpace,
+    /// Barriers in use, by name (`barrier.rs`). Absent from a snapshot while there are none,
+    /// so a machine that never had one keeps data format 1's bytes.
+    #[serde(
+        default,
+        skip_serializing_if = "std::collections::HashMap::is_empty",
+        serialize_with = "snapshot::sorted"
+    )]
+    pub(crate) barriers: NameMap<Barrier>,
     /// Locks held back by a lock-delay, until when (`lock_delay.rs`). Absent from a snapshot
     /// while none is, so a machine without lock-delays keeps data format 1's bytes.
     #[serde(default, skip_serializing_if = "LockDelays::is_empty")]
@@ -106,6 +115,7 @@ impl StateMachine {
             elections: Elections::default(),
             accounts: account::Accounts::new(),
             kv: KeySpace::default(),
+            barriers: NameMap::default(),
             lock_delays: LockDelays::default(),
         }
     }
@@ -379,6 +389,17 @@ impl StateMachine {
             op @ (Op::ElectionCampaign { .. }
             | Op::ElectionProclaim { .. }
             | Op::ElectionResign { .. }) => self.election_apply(ctx, agent, id, op),
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            } => self.barrier_enter(ctx, Acquire::new(agent, id, &lease, wait_ms), name, count),
+            Op::BarrierLeave {
+                name,
+                lease,
+                wait_ms,
+            } => self.barrier_leave(ctx, Acquire::new(agent, id, &lease, wait_ms), name),
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),

@@ -48,6 +48,13 @@ pub enum Reply {
         holders: Vec<HolderInfo>,
         /// Waiters, in queue order.
         waiters: Vec<WaiterInfo>,
+        /// Barriers only: the count of the round filling now, when one fills.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u32>,
+        /// Barriers only: how many members of passed rounds wait in `barrier.leave` for the
+        /// rest of their round, when any do (`holders` lists the members that have not left).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        leaving: Option<u32>,
     },
     /// `ExpireLeases`: the leases that ended (stale or unknown ones are skipped).
     Expired {
@@ -137,6 +144,11 @@ pub enum Reply {
     Leader {
         /// The leader's agent, value and token.
         leader: Option<LeaderInfo>,
+    },
+    /// `barrier.enter`: the round filled; `barrier.leave`: every member of the round left.
+    BarrierPassed {
+        /// The round's generation (`barrier.rs`).
+        generation: u64,
     },
 }
 

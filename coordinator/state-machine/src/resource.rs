@@ -1,7 +1,7 @@
 //! The resource kinds behind one trait, and the one place that maps a kind to its state.
 //!
-//! A kind (lock, semaphore, waypoint) decides *whether* to grant, in its own acquire or
-//! reserve; `grant.rs` records the grant. Everything else the machine does to a resource,
+//! A kind (lock, semaphore, waypoint, barrier) decides *whether* to grant, in its own acquire,
+//! reserve or enter; `grant.rs` records the grant. Everything else the machine does to a resource,
 //! whatever its kind — fence it, inspect it, release it, take a hold or a waiter out when a
 //! lease or a wait ends, grant what became grantable, count and list it, check it — goes
 //! through [`Resource`]. [`StateMachine::resource`] and [`StateMachine::resource_mut`] are the
@@ -29,7 +29,7 @@ use crate::{
 /// the kind never contains `:`, so names may.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceKey {
-    /// Lock, semaphore or waypoint.
+    /// Lock, semaphore, waypoint or barrier.
     pub kind: ResourceKind,
     /// The resource's name.
     pub name: Text,
@@ -141,6 +141,7 @@ impl StateMachine {
             ResourceKind::Sem => &self.sems,
             ResourceKind::Waypoint => &self.waypoints,
             ResourceKind::Election => &self.elections,
+            ResourceKind::Barrier => &self.barriers,
         }
     }
 
@@ -155,6 +156,7 @@ impl StateMachine {
             sems,
             waypoints,
             elections,
+            barriers,
             core,
             limits,
             ..
@@ -164,6 +166,7 @@ impl StateMachine {
             ResourceKind::Sem => sems,
             ResourceKind::Waypoint => waypoints,
             ResourceKind::Election => elections,
+            ResourceKind::Barrier => barriers,
         };
         (resource, core, limits)
     }

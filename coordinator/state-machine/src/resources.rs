@@ -3,11 +3,11 @@
 //!
 //! Invariants:
 //! 1. A page lists resources in (kind, name) order: locks, then semaphores, then waypoints,
-//!    each by name bytes; `next_after` is the last one's cursor `kind/name` and is present
-//!    exactly when more matching resources follow it.
+//!    then barriers, each by name bytes; `next_after` is the last one's cursor `kind/name` and
+//!    is present exactly when more matching resources follow it.
 //! 2. A resource is listed while it exists in the state: a lock or semaphore while it has a
 //!    holder (a released one with no holder is gone), a waypoint name while it is held or
-//!    waited for.
+//!    waited for, a barrier while anyone is in it.
 //! 3. Reading changes nothing (a query, no log entry).
 
 use hivekeeper_protocol::validate::{RESOURCE_PAGE_MAX, resource_cursor};

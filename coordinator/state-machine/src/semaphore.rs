@@ -190,6 +190,8 @@ impl Resource for NameMap<Semaphore> {
             limit: sem.map(|sem| sem.limit),
             holders,
             waiters: sem.map(|sem| sem.waiters.infos(true)).unwrap_or_default(),
+            count: None,
+            leaving: None,
         }
     }
 

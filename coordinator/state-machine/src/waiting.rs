@@ -266,19 +266,27 @@ impl Core {
         Ok(Reply::Queued)
     }
 
-    /// Forgets a waiter's pending wait and its deadline (it was granted or answered); the
-    /// wait it was.
-    pub(crate) fn forget_wait(&mut self, waiter: &Waiter) -> Option<Wait> {
-        let waits = self.waiting.get_mut(&waiter.agent)?;
-        let wait = waits.remove(&waiter.request_id);
-        if waits.is_empty() {
-            self.waiting.remove(&waiter.agent);
+    /// The `max_hold_ms` a waiter's request asked for (`max_hold.rs`), for its hold when it is
+    /// granted.
+    pub(crate) fn waiting_max_hold(&self, waiter: &Waiter) -> Option<u64> {
+        let waits = self.waiting.get(&waiter.agent)?;
+        waits.get(&waiter.request_id)?.max_hold_ms
+    }
+
+    /// Forgets a waiter's pending wait and its deadline (it was granted or answered).
+    pub(crate) fn forget_wait(&mut self, waiter: &Waiter) {
+        if let Some(waits) = self.waiting.get_mut(&waiter.agent) {
+            if let Some(deadline_ms) = waits
+                .remove(&waiter.request_id)
+                .and_then(|wait| wait.deadline_ms)
+            {
+                self.deadlines
+                    .remove(deadline_ms, &waiter.agent, &waiter.request_id);
+            }
+            if waits.is_empty() {
+                self.waiting.remove(&waiter.agent);
+            }
         }
-        if let Some(deadline_ms) = wait.as_ref().and_then(|wait| wait.deadline_ms) {
-            self.deadlines
-                .remove(deadline_ms, &waiter.agent, &waiter.request_id);
-        }
-        wait
     }
 
     /// Invariants 1 and 2.

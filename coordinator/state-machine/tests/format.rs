@@ -421,3 +421,44 @@ fn election_commands_and_their_snapshot_have_a_fixed_shape() {
     let restored = StateMachine::restore(&machine.snapshot()).expect("restores");
     assert_eq!(restored.snapshot(), machine.snapshot());
 }
+
+/// The barrier commands' log form (added after format 1): the wire ops as they are, and the
+/// snapshot's `barriers` member, present only while a barrier is in use (so a format-1
+/// snapshot stays valid and a machine without barriers keeps its bytes), restoring to its own
+/// bytes: a passed round with its members (holds under the generation) and a leaver, and the
+/// next round filling.
+#[test]
+fn barrier_commands_and_their_snapshot_have_a_fixed_shape() {
+    let log = r#"[{"request":{"agent":"a","request":{"id":"g1","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"b","request":{"id":"g2","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"c","request":{"id":"g3","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"a","request":{"id":"e1","op":"barrier.enter","name":"start","count":2,"lease":"0000000000000001","wait_ms":60000}}},{"request":{"agent":"b","request":{"id":"e2","op":"barrier.enter","name":"start","count":2,"lease":"0000000000000002"}}},{"request":{"agent":"a","request":{"id":"l1","op":"barrier.leave","name":"start","lease":"0000000000000001"}}},{"request":{"agent":"c","request":{"id":"e3","op":"barrier.enter","name":"start","count":2,"lease":"0000000000000003","wait_ms":0}}},{"request":{"agent":"c","request":{"id":"e4","op":"barrier.enter","name":"start","count":2,"lease":"0000000000000003","wait_ms":30000}}}]"#;
+    let commands: Vec<Command> = serde_json::from_str(log).expect("the barrier log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the barrier commands changed shape"
+    );
+    let mut machine = StateMachine::default();
+    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    machine.check_invariants().expect("invariants hold");
+    let snapshot: serde_json::Value =
+        serde_json::from_slice(&machine.snapshot()).expect("a snapshot is JSON");
+    let generation = 5u64 << 16;
+    let hold = |lease: u64, agent: &str| {
+        serde_json::json!({"lease": lease, "agent": agent, "token": generation, "permits": 1,
+                           "since_ms": 1_700_000_005_070u64})
+    };
+    assert_eq!(
+        snapshot["state"]["barriers"],
+        serde_json::json!({"start": {
+            "filling": {"count": 2, "arrivals": [{"lease": 3, "agent": "c", "request_id": "e4",
+                "permits": 1, "since_ms": 1_700_000_008_196u64, "seq": 8}]},
+            "passed": [{"generation": generation,
+                "members": {"1": hold(1, "a"), "2": hold(2, "b")},
+                "leaving": [{"lease": 1, "agent": "a", "request_id": "l1", "permits": 1,
+                    "since_ms": 1_700_000_006_105u64, "seq": 6}]}]}})
+    );
+    let restored = StateMachine::restore(&machine.snapshot()).expect("restores");
+    assert_eq!(restored.snapshot(), machine.snapshot());
+    assert_eq!(restored.wait_deadline_next_ms(), Some(1_700_000_038_196));
+}

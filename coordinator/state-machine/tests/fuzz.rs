@@ -374,6 +374,16 @@ fn agent_op() -> BoxedStrategy<Op> {
         2 => (name(), token(), name())
             .prop_map(|(name, token, value)| Op::ElectionProclaim { name, token, value }),
         2 => (name(), token()).prop_map(|(name, token)| Op::ElectionResign { name, token }),
+        3 => (name(), count(), lease(), wait_ms()).prop_map(|(name, count, lease, wait_ms)| {
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            }
+        }),
+        2 => (name(), lease(), wait_ms())
+            .prop_map(|(name, lease, wait_ms)| Op::BarrierLeave { name, lease, wait_ms }),
     ]
     .boxed()
 }
@@ -665,8 +675,8 @@ fn busy_snapshot_json() -> &'static Value {
     SNAPSHOT.get_or_init(|| serde_json::from_slice(&busy_snapshot()).expect("a snapshot is JSON"))
 }
 
-/// A machine with leases, holds, waiters, an election, remembered outcomes and an account: the
-/// snapshot the mutations start from.
+/// A machine with leases, holds, waiters, an election, barriers, remembered outcomes and an
+/// account: the snapshot the mutations start from.
 fn busy_snapshot() -> Vec<u8> {
     let mut machine = StateMachine::default();
     let mut index = 0;
@@ -767,6 +777,22 @@ fn busy_snapshot() -> Vec<u8> {
     };
     apply("a", "e1", campaign(&a, "node-a"));
     apply("b", "e2", campaign(&b, "node-b"));
+    // A barrier's passed round with a member leaving, and another's round filling.
+    let enter = |name: &str, count, lease: &str| Op::BarrierEnter {
+        name: name.into(),
+        count,
+        lease: lease.into(),
+        wait_ms: Some(1_000),
+    };
+    apply("a", "b1", enter("bar", 2, &a));
+    apply("b", "b2", enter("bar", 2, &b));
+    let leave = Op::BarrierLeave {
+        name: "bar".into(),
+        lease: a.clone(),
+        wait_ms: None,
+    };
+    apply("a", "b3", leave);
+    apply("a", "b4", enter("bar2", 3, &a));
     let mut request = AgentRequest::new(
         "acct",
         Op::AdminAgentAdd {

@@ -15,7 +15,10 @@
 //! ahead, the queue ordered by priority and aging; the model runs its naive preemption pass
 //! after every entry and the test compares the `Event::Preempted`s and
 //! `Event::PreemptionWithdrawn`s), and routes amended (trimmed to the legs not flown, kept
-//! volumes narrowed, while another lease waits on a kept one). Each entry goes to the real
+//! volumes narrowed, while another lease waits on a kept one), and 2 barrier names with rounds
+//! of 1 to 4 members (drawn by a case generator of their own, [`barrier_case`], with locks and
+//! semaphores among them; the model's barrier says nobody passes early, nobody is left behind,
+//! generations increase). Each entry goes to the real
 //! [`StateMachine`] and to [`Model`], a naive reference written from DESIGN.md §2 and the
 //! module docs: plain `Vec`s, linear scans, one global "grant whatever is grantable" pass after
 //! every change. Only the geometry (`areas_conflict`, `distance_m`) is shared with the machine.
@@ -74,9 +77,15 @@ const LOCK_NAMES: [&str; 2] = ["alpha", "beta"];
 const SEM_NAMES: [&str; 2] = ["alpha", "pool"];
 const SEM_LIMITS: [u32; 2] = [2, 3];
 const WAYPOINT_NAMES: [&str; 4] = ["alpha", "pad1", "pad2", "pad3"];
+const BARRIER_NAMES: [&str; 2] = ["alpha", "gate"];
+/// Round sizes: small enough for four agents to fill often, and one past the tight preset's
+/// bound (its `waiters_per_resource_max` + 1 is 3).
+const BARRIER_COUNTS: [u32; 4] = [1, 2, 3, 4];
 const ELECTION_NAMES: [&str; 2] = ["alpha", "chair"];
-const ALL_NAMES: [&str; 7] = ["alpha", "beta", "pool", "pad1", "pad2", "pad3", "chair"];
-const KINDS: [ResourceKind; 4] = ResourceKind::ALL;
+const ALL_NAMES: [&str; 8] = [
+    "alpha", "beta", "pool", "pad1", "pad2", "pad3", "chair", "gate",
+];
+const KINDS: [ResourceKind; ResourceKind::ALL.len()] = ResourceKind::ALL;
 /// Values a candidate campaigns with or a leader proclaims; [`value`] adds one too long.
 const VALUES: [&str; 3] = ["", "node-1", "node-2"];
 
@@ -577,6 +586,18 @@ enum OpSpec {
         name: usize,
         token: TokenPick,
     },
+    BarrierEnter {
+        name: usize,
+        /// Index into [`BARRIER_COUNTS`].
+        count: usize,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
+    BarrierLeave {
+        name: usize,
+        lease: LeasePick,
+        wait: WaitSpec,
+    },
     /// A request the protocol validation refuses (`bad_request`, not remembered).
     Malformed {
         which: usize,
@@ -795,6 +816,33 @@ fn token_pick() -> BoxedStrategy<TokenPick> {
     .boxed()
 }
 
+/// A `barrier.enter`: rounds of 2 and 3 most often (four agents fill them), sometimes of 1
+/// (passes at once) or 4 (past the tight preset's bound).
+fn barrier_enter_spec() -> BoxedStrategy<OpSpec> {
+    let count =
+        prop_oneof![1 => Just(0usize), 4 => Just(1usize), 3 => Just(2usize), 1 => Just(3usize)];
+    (0..BARRIER_NAMES.len(), count, lease_pick(), wait_spec())
+        .prop_map(|(name, count, lease, wait)| OpSpec::BarrierEnter {
+            name,
+            count,
+            lease,
+            wait,
+        })
+        .boxed()
+}
+
+/// A `barrier.leave`, mostly by a member, often with a `wait_ms` that runs out.
+fn barrier_leave_spec() -> BoxedStrategy<OpSpec> {
+    let wait = prop_oneof![
+        3 => Just(WaitSpec::Forever),
+        2 => Just(WaitSpec::Try),
+        3 => prop::sample::select(&[100u64, 5_000][..]).prop_map(WaitSpec::For),
+    ];
+    (0..BARRIER_NAMES.len(), release_lease_pick(), wait)
+        .prop_map(|(name, lease, wait)| OpSpec::BarrierLeave { name, lease, wait })
+        .boxed()
+}
+
 /// A route's legs: 1 to 4 `(spot, window)` picks (spots with geometry only; a window without
 /// an end gets one 1 s after its start, one without a start starts at the clock).
 fn legs() -> BoxedStrategy<Vec<(usize, usize)>> {
@@ -930,6 +978,77 @@ fn case(hold_times: bool) -> impl Strategy<Value = Case> {
         })
 }
 
+/// The actions of a case about barriers: members entering and leaving, with leases granted
+/// and ending, waits expiring, retries and restores between, and a few locks and semaphores
+/// (the bounds and the lease ends they share), so that rounds fill, pass, lose members in
+/// both phases and end together. [`case`] draws no barrier op, so its cases, and the paths
+/// they reach, are what they were before barriers.
+fn barrier_action() -> BoxedStrategy<Action> {
+    let current =
+        || prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)];
+    let op = prop_oneof![
+        16 => barrier_enter_spec(),
+        12 => barrier_leave_spec(),
+        5 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms: 0
+        }),
+        2 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
+        1 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
+        1 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
+            .prop_map(|(name, lease, wait)| OpSpec::LockAcquire {
+                name,
+                lease,
+                wait,
+                max_hold_ms: None
+            }),
+        1 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), lease_pick(), wait_spec()).prop_map(
+            |(name, limit, lease, wait)| OpSpec::SemAcquire {
+                name,
+                limit,
+                permits: 1,
+                lease,
+                wait,
+                max_hold_ms: None,
+            }
+        ),
+    ];
+    prop_oneof![
+        60 => (0..AGENTS.len(), op).prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
+        6 => (0..6usize, any::<bool>(), barrier_leave_spec())
+            .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
+        6 => (
+            current(),
+            prop::collection::vec(0..6usize, 0..3).prop_map(ExpirePick::Some),
+        )
+            .prop_map(|(term, leases)| Action::Expire { term, leases }),
+        6 => current().prop_map(|term| Action::ExpireWaits { term }),
+        3 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
+        2 => Just(Action::Restore),
+    ]
+    .boxed()
+}
+
+fn barrier_case() -> impl Strategy<Value = Case> {
+    let step = (clock(), prop::bool::weighted(0.04), barrier_action()).prop_map(
+        |(clock, new_term, action)| Step {
+            clock,
+            new_term,
+            action,
+        },
+    );
+    (
+        0..2usize,
+        prop::collection::vec(opening_grant(false), 2..=6),
+        prop::collection::vec(step, 1..=80),
+    )
+        .prop_map(|(limits, opening, steps)| Case {
+            limits,
+            steps: opening.into_iter().chain(steps).collect(),
+        })
+}
+
 // ------------------------------------------------------------------------------------------
 // The reference model.
 // ------------------------------------------------------------------------------------------
@@ -958,6 +1077,12 @@ enum Outcome {
         limit: Option<u32>,
         holders: Vec<HolderInfo>,
         waiters: Vec<WaiterInfo>,
+        /// Barriers: the filling round's count and how many members leave.
+        count: Option<u32>,
+        leaving: Option<u32>,
+    },
+    Passed {
+        generation: u64,
     },
     Expired {
         leases: Vec<u64>,
@@ -1007,10 +1132,17 @@ fn outcome_of(reply: &Reply) -> Outcome {
             limit,
             holders,
             waiters,
+            count,
+            leaving,
         } => Outcome::Inspect {
             limit: *limit,
             holders: holders.clone(),
             waiters: waiters.clone(),
+            count: *count,
+            leaving: *leaving,
+        },
+        Reply::BarrierPassed { generation } => Outcome::Passed {
+            generation: *generation,
         },
         Reply::Expired { leases } => Outcome::Expired {
             leases: leases.iter().map(|lease| lease.0).collect(),
@@ -1156,7 +1288,8 @@ struct ModelLease {
     lock_delay_ms: u64,
 }
 
-/// A grant still held: a lock, a semaphore's permits or a waypoint reservation.
+/// A grant still held: a lock, a semaphore's permits, a waypoint reservation, or a member of a
+/// barrier's passed round (its token the round's generation).
 #[derive(Debug, Clone)]
 struct ModelHold {
     kind: ResourceKind,
@@ -1193,7 +1326,9 @@ struct ModelMirror {
 }
 
 /// A queued request. The model keeps every waiter of every kind in one `Vec`, in arrival
-/// order, so a resource's queue is the waiters with its kind and name, in `Vec` order.
+/// order, so a resource's queue is the waiters with its kind and name, in `Vec` order. A
+/// barrier's waiters are its filling round's arrivals (`sem_limit`: the round's count) and its
+/// members' leaves (their lease is a member's).
 #[derive(Debug, Clone)]
 struct ModelWaiter {
     kind: ResourceKind,
@@ -1257,6 +1392,8 @@ struct ModelStep {
     remembered: bool,
     /// Agents the entry's sweep of idle agents forgot (`dedup_idle_ms`).
     forgot_idle: usize,
+    /// What the entry did to barriers, for the coverage tally.
+    barrier_notes: Vec<&'static str>,
 }
 
 /// The naive reference: everything in flat `Vec`s, found by linear scans.
@@ -1300,6 +1437,8 @@ struct Model {
     kept_before_waiter: bool,
     replayed: bool,
     remembered: bool,
+    /// What the current entry did to barriers, for the coverage tally.
+    barrier_notes: Vec<&'static str>,
 }
 
 impl Model {
@@ -1329,6 +1468,7 @@ impl Model {
             kept_before_waiter: false,
             replayed: false,
             remembered: false,
+            barrier_notes: Vec::new(),
         }
     }
 
@@ -1410,6 +1550,7 @@ impl Model {
             replayed: self.replayed,
             remembered: self.remembered,
             forgot_idle,
+            barrier_notes: std::mem::take(&mut self.barrier_notes),
         }
     }
 
@@ -1527,6 +1668,17 @@ impl Model {
                 self.proclaim(agent, name, *token, value)
             }
             Op::ElectionResign { name, token } => self.resign(agent, name, *token),
+            Op::BarrierEnter {
+                name,
+                count,
+                lease,
+                wait_ms,
+            } => self.barrier_enter(agent, id, name, *count, lease, *wait_ms),
+            Op::BarrierLeave {
+                name,
+                lease,
+                wait_ms,
+            } => self.barrier_leave(agent, id, name, lease, *wait_ms),
             op => panic!("the model logs writes only: {op:?}"),
         };
         if outcome != Outcome::Queued {
@@ -1698,6 +1850,13 @@ impl Model {
             (a.deadline_ms, &a.agent, &a.request_id).cmp(&(b.deadline_ms, &b.agent, &b.request_id))
         });
         for waiter in &due {
+            if waiter.kind == ResourceKind::Barrier {
+                self.barrier_notes
+                    .push(match self.round_of(&waiter.name, waiter.lease) {
+                        Some(_) => "barrier leave timed out: the member has not left",
+                        None => "barrier arrival timed out: out of the round",
+                    });
+            }
             self.respond(waiter, refused(ErrorCode::Timeout));
         }
         self.grant_what_is_grantable();
@@ -2595,6 +2754,7 @@ impl Model {
             self.grant_waiter(position);
         }
         self.elect();
+        self.end_left_rounds();
     }
 
     /// The election pass, last: every election whose leader went loses its key at a fresh
@@ -2795,6 +2955,268 @@ impl Model {
         self.respond(&waiter, Outcome::Granted { token });
     }
 
+    // --- barriers -------------------------------------------------------------------------
+    //
+    // The naive double barrier, from docs/PROTOCOL.md §8.24: a member of a passed round is a
+    // hold of kind `Barrier` whose token is the round's generation; the filling round's
+    // arrivals and the members' leaves are waiters of that kind. A round passes only in the
+    // entry where `count` live arrivals are in, answering every one of them (nobody passes
+    // early, nobody is left behind); it ends only when every member still in has left,
+    // answering every leaver; a generation is the token counter's next value (they increase).
+
+    /// The generation of the passed round `lease` is a member of on barrier `name`.
+    fn round_of(&self, name: &str, lease: u64) -> Option<u64> {
+        self.holds_of(ResourceKind::Barrier, name)
+            .find(|hold| hold.lease == lease)
+            .map(|hold| hold.token)
+    }
+
+    /// The filling round's arrivals, first first.
+    fn arrivals(&self, name: &str) -> Vec<ModelWaiter> {
+        self.waiters_of(ResourceKind::Barrier, name)
+            .filter(|w| self.round_of(name, w.lease).is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// The leaves of round `generation`, in the order they were sent.
+    fn leavers(&self, name: &str, generation: u64) -> Vec<ModelWaiter> {
+        self.waiters_of(ResourceKind::Barrier, name)
+            .filter(|w| self.round_of(name, w.lease) == Some(generation))
+            .cloned()
+            .collect()
+    }
+
+    fn members(&self, name: &str, generation: u64) -> usize {
+        self.holds_of(ResourceKind::Barrier, name)
+            .filter(|hold| hold.token == generation)
+            .count()
+    }
+
+    fn take_waiter(&mut self, waiter: &ModelWaiter) {
+        self.waiters
+            .retain(|w| !(w.agent == waiter.agent && w.request_id == waiter.request_id));
+    }
+
+    fn admit(&mut self, name: &str, lease: u64, agent: &str, generation: u64) {
+        self.holds.push(ModelHold {
+            kind: ResourceKind::Barrier,
+            name: name.to_string(),
+            lease,
+            agent: agent.to_string(),
+            token: generation,
+            permits: 1,
+            since_ms: self.now_ms,
+            sem_limit: 0,
+            area: None,
+            window: None,
+            volumes: Vec::new(),
+            priority: 0,
+            vacate_by_ms: None,
+            value: String::new(),
+            max_hold_until_ms: None,
+        });
+    }
+
+    fn barrier_enter(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        count: u32,
+        lease: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        let kind = ResourceKind::Barrier;
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        if let Some(generation) = self.round_of(name, lease) {
+            if self.is_waiting(lease, kind, name) {
+                return refused(ErrorCode::BadRequest);
+            }
+            self.barrier_notes.push("barrier entered again by a member");
+            return Outcome::Passed { generation };
+        }
+        if u64::from(count) > u64::from(self.limits.waiters_per_resource_max) + 1 {
+            return refused(ErrorCode::BadRequest);
+        }
+        let arrivals = self.arrivals(name);
+        if arrivals.first().is_some_and(|w| w.sem_limit != count) {
+            return refused(ErrorCode::BadRequest);
+        }
+        if self.is_waiting(lease, kind, name) {
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                1,
+                None,
+                (wait_ms, None),
+                (None, None),
+            );
+        }
+        if self.over_holds_quota(agent) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        let in_use = self.holds_of(kind, name).next().is_some() || !arrivals.is_empty();
+        if !in_use && self.resources_in_use() >= self.limits.resources_max as usize {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        if arrivals.len() + 1 == count as usize {
+            let generation = self.next_token();
+            self.barrier_notes.push("barrier round passed");
+            if self.holds_of(kind, name).next().is_some() {
+                self.barrier_notes
+                    .push("barrier round passed while an earlier one leaves");
+            }
+            for waiter in arrivals {
+                self.take_waiter(&waiter);
+                self.admit(name, waiter.lease, &waiter.agent, generation);
+                self.respond(&waiter, Outcome::Passed { generation });
+            }
+            self.admit(name, lease, agent, generation);
+            self.tokens_granted
+                .push((kind, name.to_string(), generation));
+            return Outcome::Passed { generation };
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        if self.over_waits_quota(lease) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        self.enqueue(
+            kind, name, lease, agent, request_id, 1, count, None, None, wait_ms,
+        )
+    }
+
+    fn barrier_leave(
+        &mut self,
+        agent: &str,
+        request_id: &str,
+        name: &str,
+        lease: &str,
+        wait_ms: Option<u64>,
+    ) -> Outcome {
+        let kind = ResourceKind::Barrier;
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(generation) = self.round_of(name, lease) else {
+            return refused(ErrorCode::NotHolder);
+        };
+        if self.is_waiting(lease, kind, name) {
+            return self.take_over(
+                kind,
+                name,
+                lease,
+                request_id,
+                1,
+                None,
+                (wait_ms, None),
+                (None, None),
+            );
+        }
+        if self.members(name, generation) == self.leavers(name, generation).len() + 1 {
+            self.barrier_notes
+                .push("barrier round ended by its last leave");
+            self.end_round(name, generation);
+            return Outcome::Passed { generation };
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        self.enqueue(
+            kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
+        )
+    }
+
+    /// Answers every leaver of round `generation`, in the order they left, and ends it.
+    fn end_round(&mut self, name: &str, generation: u64) {
+        for waiter in self.leavers(name, generation) {
+            self.take_waiter(&waiter);
+            self.respond(&waiter, Outcome::Passed { generation });
+        }
+        self.holds.retain(|hold| {
+            !(hold.kind == ResourceKind::Barrier && hold.name == name && hold.token == generation)
+        });
+    }
+
+    /// After members went (their lease ended): every round whose members still in have all
+    /// left ends, barriers by name, rounds oldest first.
+    fn end_left_rounds(&mut self) {
+        let mut rounds: Vec<(String, u64)> = self
+            .holds
+            .iter()
+            .filter(|hold| hold.kind == ResourceKind::Barrier)
+            .map(|hold| (hold.name.clone(), hold.token))
+            .collect();
+        rounds.sort();
+        rounds.dedup();
+        for (name, generation) in rounds {
+            if self.members(&name, generation) == self.leavers(&name, generation).len() {
+                self.barrier_notes
+                    .push("barrier round ended by a lease end");
+                self.end_round(&name, generation);
+            }
+        }
+    }
+
+    /// `inspect` of a barrier: the members that have not left by (round, lease), the filling
+    /// round's arrivals, its count, and how many leave.
+    fn inspect_barrier(&self, name: &str) -> Outcome {
+        let kind = ResourceKind::Barrier;
+        let mut staying: Vec<&ModelHold> = self
+            .holds_of(kind, name)
+            .filter(|hold| !self.is_waiting(hold.lease, kind, name))
+            .collect();
+        staying.sort_by_key(|hold| (hold.token, hold.lease));
+        let arrivals = self.arrivals(name);
+        let leaving = self.waiters_of(kind, name).count() - arrivals.len();
+        Outcome::Inspect {
+            limit: None,
+            holders: staying
+                .iter()
+                .map(|hold| HolderInfo {
+                    agent: hold.agent.clone(),
+                    lease: format!("{:016x}", hold.lease),
+                    token: hold.token,
+                    permits: None,
+                    since_ms: hold.since_ms,
+                    area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
+                    priority: None,
+                    vacate_by_ms: None,
+                    value: None,
+                })
+                .collect(),
+            waiters: arrivals
+                .iter()
+                .enumerate()
+                .map(|(i, w)| WaiterInfo {
+                    agent: w.agent.clone(),
+                    position: i as u32 + 1,
+                    permits: None,
+                    since_ms: w.since_ms,
+                    area: None,
+                    start_ms: None,
+                    end_ms: None,
+                    volumes: Vec::new(),
+                    priority: None,
+                    value: None,
+                })
+                .collect(),
+            count: arrivals.first().map(|w| w.sem_limit),
+            leaving: (leaving > 0).then_some(leaving as u32),
+        }
+    }
+
     /// Answers a waiter: the deferred response, remembered for retries.
     fn respond(&mut self, waiter: &ModelWaiter, outcome: Outcome) {
         self.remember(&waiter.agent, &waiter.request_id, outcome.clone());
@@ -2891,6 +3313,9 @@ impl Model {
     // --- reads --------------------------------------------------------------------------
 
     fn inspect(&self, kind: ResourceKind, name: &str) -> Outcome {
+        if kind == ResourceKind::Barrier {
+            return self.inspect_barrier(name);
+        }
         let mut holds: Vec<&ModelHold> = self.holds_of(kind, name).collect();
         holds.sort_by_key(|hold| hold.token);
         let is_sem = kind == ResourceKind::Sem;
@@ -2935,6 +3360,8 @@ impl Model {
                     value: is_election.then(|| w.value.clone()),
                 })
                 .collect(),
+            count: None,
+            leaving: None,
         }
     }
 
@@ -3019,6 +3446,7 @@ fn op_is_valid(op: &Op) -> bool {
         Op::RouteReserve { volumes, .. } | Op::RouteAmend { volumes, .. } => {
             (1..=64).contains(&volumes.len()) && volumes.iter().all(|v| v.end_ms > v.start_ms)
         }
+        Op::BarrierEnter { count, .. } => *count >= 1,
         Op::WaypointReserve {
             lat,
             lon,
@@ -3061,6 +3489,8 @@ struct Harness {
     /// The requests the machine reported `Event::Queued` for and has not answered with an
     /// `Event::Respond` yet, with the resource: what a node's waiters gauge would count.
     queued: BTreeMap<(String, String), ResourceKey>,
+    /// The generation of each barrier's newest round so far.
+    generations: BTreeMap<String, u64>,
     /// The log, and what the machine answered to each entry, for the replicas.
     log: Vec<(LogMeta, Command)>,
     outputs: Vec<(Reply, Vec<Event>)>,
@@ -3082,6 +3512,7 @@ impl Harness {
             sent: Vec::new(),
             final_replies: BTreeMap::new(),
             queued: BTreeMap::new(),
+            generations: BTreeMap::new(),
             log: Vec::new(),
             outputs: Vec::new(),
             trace: Vec::new(),
@@ -3598,6 +4029,7 @@ impl Harness {
                 _ => {}
             }
         }
+        self.check_generations(&events)?;
         self.tally_step(&command, &expected);
         self.check_machine()
     }
@@ -3660,6 +4092,36 @@ impl Harness {
         }
         if !self.model.lock_delays.is_empty() {
             self.count("a lock held back");
+        }
+        Ok(())
+    }
+
+    /// The members a barrier's round admits in one entry share one generation, above every
+    /// earlier round's of that barrier (forgotten in between or not).
+    fn check_generations(&mut self, events: &[Event]) -> Result<(), TestCaseError> {
+        let mut passed: BTreeMap<String, u64> = BTreeMap::new();
+        for event in events {
+            if let Event::Granted { key, token, .. } = event
+                && key.kind == ResourceKind::Barrier
+            {
+                let generation = *passed.entry(key.name.to_string()).or_insert(*token);
+                prop_assert_eq!(
+                    generation,
+                    *token,
+                    "one generation per round\n{}",
+                    self.recent_trace()
+                );
+            }
+        }
+        for (name, generation) in passed {
+            let before = self.generations.insert(name, generation);
+            prop_assert!(
+                before.is_none_or(|before| before < generation),
+                "generations increase: {:?} then {}\n{}",
+                before,
+                generation,
+                self.recent_trace()
+            );
         }
         Ok(())
     }
@@ -3829,9 +4291,13 @@ impl Harness {
             };
             self.count(label);
         }
+        for note in &expected.barrier_notes {
+            self.count(*note);
+        }
         for respond in &expected.responds {
             let label = match &respond.outcome {
                 Outcome::Granted { .. } => "respond: granted".to_string(),
+                Outcome::Passed { .. } => "respond: passed".to_string(),
                 Outcome::Refused { code } => format!("respond: {code}"),
                 other => format!("respond: {other:?}"),
             };
@@ -4091,7 +4557,7 @@ impl Harness {
     // --- resolving generated steps --------------------------------------------------------
 
     fn build_op(&self, agent: usize, spec: &OpSpec) -> Op {
-        use ResourceKind::{Election, Lock, Sem, Waypoint};
+        use ResourceKind::{Barrier, Election, Lock, Sem, Waypoint};
         let lease = |pick: &LeasePick, resource: Option<(ResourceKind, &str)>| {
             self.lease_text(agent, pick, resource)
         };
@@ -4215,6 +4681,26 @@ impl Harness {
             OpSpec::ElectionResign { name, token } => Op::ElectionResign {
                 name: ELECTION_NAMES[*name].to_string(),
                 token: self.election_token(ELECTION_NAMES[*name], token),
+            },
+            OpSpec::BarrierEnter {
+                name,
+                count,
+                lease: pick,
+                wait,
+            } => Op::BarrierEnter {
+                name: BARRIER_NAMES[*name].to_string(),
+                count: BARRIER_COUNTS[*count],
+                lease: lease(pick, Some((Barrier, BARRIER_NAMES[*name]))),
+                wait_ms: wait.wait_ms(),
+            },
+            OpSpec::BarrierLeave {
+                name,
+                lease: pick,
+                wait,
+            } => Op::BarrierLeave {
+                name: BARRIER_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Barrier, BARRIER_NAMES[*name]))),
+                wait_ms: wait.wait_ms(),
             },
             OpSpec::Malformed { which } => malformed_op(*which, lease(&LeasePick::Own(0), None)),
         }
@@ -4472,6 +4958,14 @@ proptest! {
     fn state_machine_matches_the_naive_model(case in case(true)) {
         run_case(&case)?;
     }
+
+    /// The same, for logs about barriers: rounds fill and pass with nobody early and nobody
+    /// left behind, end when every member has left (a member gone with its lease counts as
+    /// left, an arrival gone is not counted), and generations increase.
+    #[test]
+    fn barriers_match_the_naive_model(case in barrier_case()) {
+        run_case(&case)?;
+    }
 }
 
 /// Deterministic cases the coverage check runs. 256 since the clock steps (`clock.rs`): a
@@ -4481,6 +4975,9 @@ proptest! {
 /// ahead" and "route amend would block" come a few times in 512 cases, and some 256-case
 /// draws miss one of them (about 14 s in debug).
 const COVERAGE_CASES: usize = 512;
+
+/// Deterministic barrier cases ([`barrier_case`]) the coverage check runs besides.
+const BARRIER_COVERAGE_CASES: usize = 256;
 
 /// Deterministic cases with hold times ([`case`]) the coverage check runs besides: the
 /// hold-time paths, which the cases above never take, so their draws stay as they were (a few
@@ -4492,24 +4989,28 @@ const HOLD_TIME_COVERAGE_CASES: usize = 256;
 /// [`HOLD_TIME_COVERAGE_CASES`] with them). Run with `--nocapture` to see the tally.
 #[test]
 fn generator_reaches_every_path() {
+    let mut runner = TestRunner::deterministic();
     let mut total = Tally::new();
     let mut steps = 0;
-    for (hold_times, cases) in [(false, COVERAGE_CASES), (true, HOLD_TIME_COVERAGE_CASES)] {
-        let mut runner = TestRunner::deterministic();
-        let strategy = case(hold_times);
-        for _ in 0..cases {
-            let case = strategy
-                .new_tree(&mut runner)
-                .expect("the case strategy never rejects")
-                .current();
-            steps += case.steps.len();
-            let tally = run_case(&case).unwrap_or_else(|failure| panic!("{failure}\n{case:#?}"));
-            for (label, count) in tally {
-                *total.entry(label).or_default() += count;
-            }
+    let mut cases = Vec::new();
+    for (strategy, count) in [
+        (case(false).boxed(), COVERAGE_CASES),
+        (barrier_case().boxed(), BARRIER_COVERAGE_CASES),
+        (case(true).boxed(), HOLD_TIME_COVERAGE_CASES),
+    ] {
+        for _ in 0..count {
+            let tree = strategy.new_tree(&mut runner);
+            cases.push(tree.expect("the case strategy never rejects").current());
         }
     }
-    let cases = COVERAGE_CASES + HOLD_TIME_COVERAGE_CASES;
+    for case in cases {
+        steps += case.steps.len();
+        let tally = run_case(&case).unwrap_or_else(|failure| panic!("{failure}\n{case:#?}"));
+        for (label, count) in tally {
+            *total.entry(label).or_default() += count;
+        }
+    }
+    let cases = COVERAGE_CASES + BARRIER_COVERAGE_CASES + HOLD_TIME_COVERAGE_CASES;
     println!("{steps} steps in {cases} cases:");
     for (label, count) in &total {
         println!("  {count:6}  {label}");
@@ -4593,6 +5094,15 @@ fn generator_reaches_every_path() {
         "an acquire of a held-back lock queued",
         "lock ended at its max-hold",
         "sem ended at its max-hold",
+        "Passed",
+        "respond: passed",
+        "barrier round passed",
+        "barrier round passed while an earlier one leaves",
+        "barrier round ended by its last leave",
+        "barrier round ended by a lease end",
+        "barrier entered again by a member",
+        "barrier arrival timed out: out of the round",
+        "barrier leave timed out: the member has not left",
     ];
     let missing: Vec<&str> = required
         .iter()

@@ -20,7 +20,9 @@ impl Op {
             | Op::RouteRelease { lease, .. }
             | Op::RouteAmend { lease, .. }
             | Op::AdminRevoke { lease }
-            | Op::ElectionCampaign { lease, .. } => Some(lease),
+            | Op::ElectionCampaign { lease, .. }
+            | Op::BarrierEnter { lease, .. }
+            | Op::BarrierLeave { lease, .. } => Some(lease),
             Op::KvPut { lease, .. } => lease.as_deref(),
             _ => None,
         }
@@ -70,14 +72,16 @@ impl Op {
         }
     }
 
-    /// The `wait_ms` of an acquire, reserve or campaign.
+    /// The `wait_ms` of an acquire, a reserve, a campaign, or a barrier's enter or leave.
     pub fn wait_ms(&self) -> Option<u64> {
         match self {
             Op::LockAcquire { wait_ms, .. }
             | Op::SemAcquire { wait_ms, .. }
             | Op::WaypointReserve { wait_ms, .. }
             | Op::RouteReserve { wait_ms, .. }
-            | Op::ElectionCampaign { wait_ms, .. } => *wait_ms,
+            | Op::ElectionCampaign { wait_ms, .. }
+            | Op::BarrierEnter { wait_ms, .. }
+            | Op::BarrierLeave { wait_ms, .. } => *wait_ms,
             _ => None,
         }
     }

@@ -13,8 +13,7 @@ impl Op {
         if let Some(lease) = self.lease() {
             validate::name("lease", lease)?;
         }
-        validate::wait_ms(self.wait_ms())?;
-        self.validate_hold_times()?;
+        self.validate_times()?;
         match self {
             Op::LeaseGrant { ttl_ms, .. } => validate::ttl_ms(*ttl_ms)?,
             Op::LeaseKeepalive { .. }
@@ -59,7 +58,8 @@ impl Op {
             | Op::SemRelease { name, .. }
             | Op::WaypointRelease { name, .. }
             | Op::RouteRelease { name, .. }
-            | Op::Inspect { name, .. } => validate::name("name", name)?,
+            | Op::Inspect { name, .. }
+            | Op::BarrierLeave { name, .. } => validate::name("name", name)?,
             Op::ElectionCampaign { name, .. }
             | Op::ElectionProclaim { name, .. }
             | Op::ElectionResign { name, .. }
@@ -88,6 +88,10 @@ impl Op {
                 validate::window(*start_ms, *end_ms)?;
             }
             Op::FenceCheck { name, .. } => validate::name("name", name)?,
+            Op::BarrierEnter { name, count, .. } => {
+                validate::name("name", name)?;
+                validate::barrier_count(*count)?;
+            }
             Op::KvPut { .. }
             | Op::KvGet { .. }
             | Op::KvDelete { .. }
@@ -108,8 +112,10 @@ impl Op {
         Ok(())
     }
 
-    /// The checks of the hold times (a lease's `lock_delay_ms`, an acquire's `max_hold_ms`).
-    fn validate_hold_times(&self) -> Result<(), validate::InvalidField> {
+    /// The checks of the times an op asks for: a wait's `wait_ms`, a lease's `lock_delay_ms`
+    /// and an acquire's `max_hold_ms`.
+    fn validate_times(&self) -> Result<(), validate::InvalidField> {
+        validate::wait_ms(self.wait_ms())?;
         if let Op::LeaseGrant { lock_delay_ms, .. } = self {
             validate::lock_delay_ms(*lock_delay_ms)?;
         }

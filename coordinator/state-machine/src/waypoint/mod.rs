@@ -480,6 +480,8 @@ impl Resource for Waypoints {
             limit: None,
             holders,
             waiters,
+            count: None,
+            leaving: None,
         }
     }
 
