@@ -49,7 +49,6 @@ from typing import (
 
 from . import ask as asks
 from .agent import AgentBase
-from .aio_recipes import Barrier, Leadership, Observer
 from .airspace import AirspacePage, Preempted, VolumeLike, airspace_query_fields
 from .ask import Ask
 from .election import Leader
@@ -854,3 +853,8 @@ class KvCache:
                 self.error = error
                 self._bump()
                 return
+
+
+# The recipes build on the Guard above (a leadership is one): imported last, so that
+# ``hivekeeper.aio.Leadership``, ``Barrier`` and ``Observer`` are this module's names.
+from .aio_recipes import Barrier, Leadership, Observer  # noqa: E402

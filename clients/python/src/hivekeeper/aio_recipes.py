@@ -1,48 +1,33 @@
 """The elections and barriers of ``hivekeeper.aio``: the decisions of ``election`` and
 ``barrier`` (:class:`~hivekeeper.election.LeadershipBase`,
 :class:`~hivekeeper.election.LeaderFollower`, :class:`~hivekeeper.barrier.BarrierBase`),
-waiting on the event loop. Import them from ``hivekeeper.aio``.
+waiting on the event loop; a leadership is an asyncio ``Guard``. Import them from
+``hivekeeper.aio``, which imports this module after its ``Guard``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
+from .aio import Guard
 from .barrier import BarrierBase
-from .election import Leader, LeaderFollower, LeadershipBase, Mirror
+from .election import Leader, LeadershipBase, ObserverBase
 from .errors import Compacted, HivekeeperError
-from .protocol import RELEASE_OP, FenceCheck
+from .protocol import RELEASE_OP
 
 if TYPE_CHECKING:
-    from .aio import Agent, Session, Watch
-    from .ask import Ask
+    from .aio import Agent, Session
 
 log = logging.getLogger("hivekeeper")
 
 
-class Leadership(LeadershipBase):
+class Leadership(LeadershipBase, Guard):
     """This session leads an election; see :class:`hivekeeper.Leadership`. ``async with``
     resigns at the end."""
 
-    def __init__(self, session: "Session", ask: "Ask", token: int) -> None:
-        super().__init__(session, ask, token)
-        #: The session, typed as the asyncio one.
-        self.session: "Session" = session
-
     async def __aenter__(self) -> "Leadership":
         return self
-
-    async def __aexit__(self, exc_type: Optional[type], *_: Any) -> None:
-        if self._skip_resign_at_exit():
-            return
-        if exc_type is None:
-            await self.resign()
-            return
-        try:
-            await self.resign()
-        except HivekeeperError as error:
-            log.debug("resign of election %r failed: %s", self.name, error)
 
     async def proclaim(self, value: str) -> int:
         """Announces ``value``; see :meth:`hivekeeper.Leadership.proclaim`."""
@@ -56,16 +41,7 @@ class Leadership(LeadershipBase):
 
     async def resign(self) -> None:
         """Steps down; see :meth:`hivekeeper.Leadership.resign`."""
-        request = self._resign_request()
-        if request is None:
-            return
-        try:
-            await self.session.agent.request(**request)
-        except BaseException as error:
-            self._request_failed(error)
-            raise
-        finally:
-            self._forget()
+        await self.release()
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Waits until :meth:`is_lost` (at most ``timeout`` seconds); whether it is."""
@@ -74,10 +50,6 @@ class Leadership(LeadershipBase):
             return True if self.is_lost() else None
 
         return await self.session.agent._wait_for(lost, timeout) is not None
-
-    async def fence_check(self) -> FenceCheck:
-        """``fence.check`` of this leadership's token."""
-        return await self.session.agent.fence_check(self.name, self.token, "election")
 
 
 class Barrier(BarrierBase):
@@ -124,23 +96,11 @@ class Barrier(BarrierBase):
         return self._left(result)
 
 
-class Observer:
+class Observer(ObserverBase):
     """The leaders of an election as an async iterator of ``Optional[Leader]``; see
-    :class:`hivekeeper.Observer` (the same items, from the same decisions)."""
+    :class:`hivekeeper.Observer` (the same items, from the same steps)."""
 
-    def __init__(self, agent: "Agent", name: str, wait_ms: Optional[int] = None) -> None:
-        #: The agent that reads and polls.
-        self.agent = agent
-        #: The decisions.
-        self.follower = LeaderFollower(name)
-        #: The ``wait_ms`` of each poll (``None``: the service's default).
-        self.wait_ms = wait_ms
-        #: States seen and not yet handed out.
-        self._buffer: List[Mirror] = []
-        #: The watch in progress.
-        self._watch: Optional["Watch"] = None
-        #: Set by :meth:`close`.
-        self._closed = False
+    agent: "Agent"
 
     async def __aenter__(self) -> "Observer":
         return self
@@ -148,40 +108,33 @@ class Observer:
     async def __aexit__(self, *exc: Any) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Ends the observation; a pending poll stops at once. Idempotent, any thread."""
-        self._closed = True
-        watch = self._watch
-        if watch is not None:
-            watch.close()
-
     def __aiter__(self) -> "Observer":
         return self
 
     async def __anext__(self) -> Optional[Leader]:
-        follower = self.follower
-        while not self._buffer:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._watch is None:
-                self._buffer.extend(follower.load(await self.agent.kv.get(follower.key)))
-                self._watch = self.agent.kv.watch(
-                    key=follower.key, after=follower.after, wait_ms=self.wait_ms
-                )
-                if self._closed:
-                    self._watch.close()
-                continue
+        reply: Any = None
+        while not self._closed:
             try:
-                page = await self._watch.poll()
-            except Compacted as compacted:
-                log.info("observe %r: %s; reading the key again", follower.name, compacted)
-                self._watch = None
-                continue
-            if page is None:
-                raise StopAsyncIteration
-            self._buffer.extend(follower.advance(page))
-        state = self._buffer.pop(0)
-        asked = None
-        if follower.needs_agent(state):
-            asked = await self.agent.request("election.leader", name=follower.name)
-        return follower.hand_out(state, asked)
+                need, what = self._steps.send(reply)
+            except StopIteration:
+                break  # the watch ended
+            if need == "item":
+                return what  # type: ignore[no-any-return]
+            try:
+                reply = await self._serve(need, what)
+            except BaseException:
+                self.close()
+                raise
+        raise StopAsyncIteration
+
+    async def _serve(self, need: str, what: Any) -> Any:
+        if need == "read":
+            return await self.agent.kv.get(what)
+        if need == "ask":
+            return await self.agent.request("election.leader", name=what)
+        if need == "watch":
+            return self._start_watch(what)
+        try:
+            return await self._watch.poll()  # type: ignore[union-attr]
+        except Compacted as compacted:
+            return compacted

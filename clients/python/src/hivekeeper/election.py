@@ -31,17 +31,17 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, Iterator, List, Mapping, Optional, Tuple
 
-from .errors import Compacted, HivekeeperError, MalformedResponse, NotHolder, SessionLost
-from .protocol import FenceCheck
+from .errors import Compacted, MalformedResponse, NotHolder, SessionLost
+from .guard import Guard, GuardBase
 from .watch import WatchPage
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .ask import Ask
     from .kv import GetResult
-    from .session import Session, SessionBase
+    from .session import SessionBase
 
 log = logging.getLogger("hivekeeper")
 
@@ -53,6 +53,13 @@ ENTRY_SHIFT = 16
 
 #: What the mirror key says at a revision: ``(value, token)``, or ``None`` when nobody leads.
 Mirror = Optional[Tuple[str, int]]
+#: A step of an observation, as :meth:`LeaderFollower.steps` asks its driver, and the answer
+#: it takes: ``("read", key)``, the ``kv.get`` of the key; ``("watch", after)``, start a watch
+#: of the key after that revision (``None``); ``("poll", None)``, the watch's next answer
+#: (``None`` once it ended, or the :class:`~hivekeeper.Compacted` it raised);
+#: ``("ask", name)``, the ``election.leader`` answer; ``("item", leader)``, hand it out
+#: (``None``).
+Step = Tuple[str, Any]
 
 
 @dataclass(frozen=True)
@@ -87,33 +94,25 @@ def election_key(name: str) -> str:
     return ELECTION_KEY_PREFIX + name
 
 
-class LeadershipBase:
-    """What the threaded :class:`Leadership` and ``hivekeeper.aio.Leadership`` share."""
+class LeadershipBase(GuardBase):
+    """What the threaded :class:`Leadership` and ``hivekeeper.aio.Leadership`` share: a
+    guard of kind ``"election"`` (released by ``election.resign``, which names the token)
+    with a value and the news of its loss."""
 
     def __init__(self, session: "SessionBase", ask: "Ask", token: int) -> None:
-        #: The session the leadership is bound to.
-        self.session = session
-        #: The election's name.
-        self.name = ask.name
-        #: The leadership's fencing token: strictly increasing per election. Send it with
-        #: every action only the leader may take.
-        self.token = token
+        super().__init__(session, ask, token)
         #: The value announced, as last proclaimed.
         self.value: str = ask.fields["value"]
-        #: Set when the service said this leadership ended: ``election.lost`` (its lease
-        #: ended), or a ``not_holder`` answer to :meth:`proclaim`. Final. Events are a
-        #: courtesy: :meth:`is_lost` also counts the session's loss.
+        #: Set when this leadership is known to have ended: ``election.lost`` or the end of
+        #: its session (its lease ended), or a ``not_holder`` answer to ``proclaim`` or
+        #: ``resign``. Final. :meth:`is_lost` also counts a session in jeopardy.
         self.deposed = threading.Event()
-        #: The op that gives the leadership back.
-        self._release_op = ask.release_op
-        #: Whether it was resigned (or given up by the client).
-        self._resigned = False
         session._watch_leadership(self)
 
     def is_lost(self) -> bool:
         """Whether this session may no longer lead: deposed, or the session is not LIVE
         (in jeopardy the leadership may be taken away before the client can tell)."""
-        return self.deposed.is_set() or not self.session.state.is_live()
+        return self.deposed.is_set() or super().is_lost()
 
     def _lost_now(self) -> bool:
         """:meth:`is_lost` with the session's condition held."""
@@ -124,20 +123,17 @@ class LeadershipBase:
         self.deposed.set()
         self.session.agent._shared.notify()
 
-    def _check_leading(self, op: str) -> None:
-        """:class:`~hivekeeper.SessionLost` when the session is not live,
-        :class:`~hivekeeper.NotHolder` when deposed: nothing to send."""
-        state = self.session.state
-        if not state.is_live():
-            raise SessionLost(state)
-        if self.deposed.is_set():
-            raise self._not_leading(op)
-
     def _not_leading(self, op: str) -> NotHolder:
         return NotHolder("not_holder", f"{op}: the leadership {self.token} of {self.name!r} ended")
 
     def _proclaim_request(self, value: str) -> Dict[str, Any]:
-        self._check_leading("election.proclaim")
+        """The proclaim; :class:`~hivekeeper.SessionLost` when the session is not live,
+        :class:`~hivekeeper.NotHolder` when deposed (nothing to send)."""
+        state = self.session.state
+        if not state.is_live():
+            raise SessionLost(state)
+        if self.deposed.is_set():
+            raise self._not_leading("election.proclaim")
         return {"op": "election.proclaim", "name": self.name, "token": self.token, "value": value}
 
     def _proclaimed(self, value: str, result: Mapping[str, Any]) -> int:
@@ -151,65 +147,36 @@ class LeadershipBase:
 
     def _request_failed(self, error: BaseException) -> None:
         """A ``not_holder`` answer: this token leads no more."""
+        super()._request_failed(error)
         if isinstance(error, NotHolder):
             with self.session._cond:
                 self._deposed()
 
-    def _resign_request(self) -> Optional[Dict[str, Any]]:
-        """The resign's request, or ``None`` when there is nothing to send (resigned
-        already). :class:`~hivekeeper.SessionLost` when the lease ended,
-        :class:`~hivekeeper.NotHolder` when deposed: it was gone before this resign."""
-        if self._resigned:
-            return None
-        state = self.session.state
-        if state.is_ended() or self.deposed.is_set():
+    def _release_request(self) -> Optional[Dict[str, Any]]:
+        """The resign; as a guard's release, and :class:`~hivekeeper.NotHolder` without
+        sending anything when deposed."""
+        if not self._released and self.deposed.is_set() and not self.session.state.is_ended():
             self._forget()
-            raise SessionLost(state) if state.is_ended() else self._not_leading("election.resign")
-        from .ask import release_request
+            raise self._not_leading("election.resign")
+        return super()._release_request()
 
-        return release_request(self._release_op, self.name, self.session.lease, self.token)
-
-    def _skip_resign_at_exit(self) -> bool:
-        """Whether the end of a ``with`` block has nothing to resign."""
-        if self._resigned:
-            return True
-        if self.session.state.is_ended() or self.deposed.is_set():
+    def _skip_release_at_exit(self) -> bool:
+        if not self._released and self.deposed.is_set():
             self._forget()
-            return True
-        return False
-
-    def _forget(self) -> None:
-        self._resigned = True
-        self.session._unclaim(("election", self.name))
+        return super()._skip_release_at_exit()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, token={self.token})"
 
 
-class Leadership(LeadershipBase):
+class Leadership(LeadershipBase, Guard):
     """This session leads an election (made by :meth:`Session.campaign`): its token, the
-    value it announces, :meth:`proclaim` and :meth:`resign`. As a context manager it resigns
-    when the block ends. Python has no reliable destructor: one used without ``with`` is
+    value it announces, :meth:`proclaim` and :meth:`resign`. A guard of kind ``"election"``:
+    as a context manager it resigns when the block ends; one used without ``with`` is
     resigned with :meth:`resign`, or goes with its session."""
-
-    def __init__(self, session: "Session", ask: "Ask", token: int) -> None:
-        super().__init__(session, ask, token)
-        #: The session, typed as the threaded one.
-        self.session: "Session" = session
 
     def __enter__(self) -> "Leadership":
         return self
-
-    def __exit__(self, exc_type: Optional[type], *_: object) -> None:
-        if self._skip_resign_at_exit():
-            return
-        if exc_type is None:
-            self.resign()
-            return
-        try:
-            self.resign()
-        except HivekeeperError as error:
-            log.debug("resign of election %r failed: %s", self.name, error)
 
     def proclaim(self, value: str) -> int:
         """Announces ``value`` instead (``election.proclaim``); the revision of the put of the
@@ -229,25 +196,12 @@ class Leadership(LeadershipBase):
         the leadership was already lost, nothing is sent and
         :class:`~hivekeeper.SessionLost` (the lease ended) or :class:`~hivekeeper.NotHolder`
         (deposed) is raised. A second resign does nothing."""
-        request = self._resign_request()
-        if request is None:
-            return
-        try:
-            self.session.agent.request(**request)
-        except BaseException as error:
-            self._request_failed(error)
-            raise
-        finally:
-            self._forget()
+        self.release()
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Blocks until :meth:`is_lost` (at most ``timeout`` seconds); whether it is."""
         with self.session._cond:
             return self.session._cond.wait_for(self._lost_now, timeout)
-
-    def fence_check(self) -> FenceCheck:
-        """``fence.check`` of this leadership's token."""
-        return self.session.agent.fence_check(self.name, self.token, "election")
 
 
 class LeaderFollower:
@@ -329,38 +283,49 @@ class LeaderFollower:
         self._last = Leader(agent, value, token)
         return self._last
 
+    def steps(self) -> Generator[Step, Any, None]:
+        """An observation as the steps its driver takes (see :data:`Step`), for ever: the
+        read, a watch after it, then the items of each answer; a compacted history is read
+        again. Ends when a poll answers ``None`` (the watch ended)."""
+        pending: List[Mirror] = []
+        while True:
+            pending.extend(self.load((yield ("read", self.key))))
+            yield ("watch", self.after)
+            while True:
+                while pending:
+                    state = pending.pop(0)
+                    asked = (yield ("ask", self.name)) if self.needs_agent(state) else None
+                    yield ("item", self.hand_out(state, asked))
+                page = yield ("poll", None)
+                if page is None:
+                    return
+                if isinstance(page, Compacted):
+                    log.info("observe %r: %s; reading the key again", self.name, page)
+                    break
+                pending.extend(self.advance(page))
+
 
 def _same_entry(first: int, second: int) -> bool:
     return first >> ENTRY_SHIFT == second >> ENTRY_SHIFT
 
 
-class Observer:
-    """The leaders of an election, as an iterator of ``Optional[Leader]`` (threads): made by
-    :meth:`Agent.observe`. The first item is the leader now (``None``: nobody leads), then one
-    per change, in order (see the module doc). Lost connections and failover are retried from
-    the same cursor; a compacted history is read again (one item if the leader changed
-    meanwhile). It lives until :meth:`close` (any thread), the end of its ``with`` block, or
-    an error."""
+class ObserverBase:
+    """What the threaded :class:`Observer` and ``hivekeeper.aio.Observer`` share: the steps
+    of :meth:`LeaderFollower.steps` and the watch they ask for."""
 
-    def __init__(self, agent: "Agent", name: str, wait_ms: Optional[int] = None) -> None:
+    def __init__(self, agent: Any, name: str, wait_ms: Optional[int] = None) -> None:
         #: The agent that reads and polls.
         self.agent = agent
         #: The decisions.
         self.follower = LeaderFollower(name)
         #: The ``wait_ms`` of each poll (``None``: the service's default).
         self.wait_ms = wait_ms
-        #: States seen and not yet handed out.
-        self._buffer: List[Mirror] = []
+        #: The follower's steps, driven by ``next``.
+        self._steps = self.follower.steps()
         #: The watch in progress.
         self._watch: Optional[Any] = None
         #: Set by :meth:`close`.
         self._closed = False
-
-    def __enter__(self) -> "Observer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Ends the observation; a pending poll stops at once. Idempotent, any thread."""
@@ -369,29 +334,54 @@ class Observer:
         if watch is not None:
             watch.close()
 
+    def _start_watch(self, after: int) -> None:
+        self._watch = self.agent.kv.watch(key=self.follower.key, after=after, wait_ms=self.wait_ms)
+        if self._closed:
+            self._watch.close()
+
+
+class Observer(ObserverBase):
+    """The leaders of an election, as an iterator of ``Optional[Leader]`` (threads): made by
+    :meth:`Agent.observe`. The first item is the leader now (``None``: nobody leads), then one
+    per change, in order (see the module doc). Lost connections and failover are retried from
+    the same cursor; a compacted history is read again (one item if the leader changed
+    meanwhile). It lives until :meth:`close` (any thread), the end of its ``with`` block, or
+    an error."""
+
+    agent: "Agent"
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __iter__(self) -> Iterator[Optional[Leader]]:
         return self
 
     def __next__(self) -> Optional[Leader]:
-        while not self._buffer:
-            if self._closed:
-                raise StopIteration
-            if self._watch is None:
-                follower = self.follower
-                self._buffer.extend(follower.load(self.agent.kv.get(follower.key)))
-                self._watch = self.agent.kv.watch(
-                    key=follower.key, after=follower.after, wait_ms=self.wait_ms
-                )
-                if self._closed:
-                    self._watch.close()
-                continue
+        reply: Any = None
+        while not self._closed:
+            need, what = self._steps.send(reply)  # StopIteration: the watch ended
+            if need == "item":
+                return what  # type: ignore[no-any-return]
             try:
-                self._buffer.extend(self.follower.advance(self._watch.poll()))
-            except Compacted as compacted:
-                log.info("observe %r: %s; reading the key again", self.follower.name, compacted)
-                self._watch = None
-        state = self._buffer.pop(0)
-        asked = None
-        if self.follower.needs_agent(state):
-            asked = self.agent.request("election.leader", name=self.follower.name)
-        return self.follower.hand_out(state, asked)
+                reply = self._serve(need, what)
+            except BaseException:
+                self.close()
+                raise
+        raise StopIteration
+
+    def _serve(self, need: str, what: Any) -> Any:
+        if need == "read":
+            return self.agent.kv.get(what)
+        if need == "ask":
+            return self.agent.request("election.leader", name=what)
+        if need == "watch":
+            return self._start_watch(what)
+        try:
+            return self._watch.poll()  # type: ignore[union-attr]
+        except StopIteration:
+            return None
+        except Compacted as compacted:
+            return compacted

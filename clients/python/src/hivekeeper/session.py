@@ -65,8 +65,8 @@ if TYPE_CHECKING:
     from .agent import Agent, AgentBase
     from .barrier import Barrier
     from .election import Leadership, LeadershipBase
-    from .kv import Kv
     from .guard import Guard, GuardBase
+    from .kv import Kv
 
 log = logging.getLogger("hivekeeper")
 
@@ -397,6 +397,10 @@ class SessionBase:
         self._claims.clear()
         self._reservations.clear()
         self._preemptions.clear()
+        # The lease is over, and every leadership bound to it (an ``election.lost`` that
+        # arrives after this end finds no session to route it to).
+        for leadership in self._leaderships.values():
+            leadership._deposed()
         self._leaderships.clear()
         shared = self.agent._shared
         if self._on_event in shared.event_handlers:
