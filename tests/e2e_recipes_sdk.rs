@@ -1,5 +1,5 @@
-//! The Rust SDK's elections against a real `hivekeeper serve` over MQTT (the
-//! SDK's own tests play the service with a fake, which knows no recipe).
+//! The Rust SDK's elections and barriers against a real `hivekeeper serve` over MQTT (the
+//! SDK's own tests play the service with a fake, which knows neither recipe).
 //!
 //! - `Session::campaign`: one session leads, another waits; a resign hands the leadership
 //!   over with a larger token, and the first one's `lost()` resolves `Resigned`.
@@ -8,6 +8,8 @@
 //! - A campaign dropped while queued leaves no leadership behind once it is granted.
 //! - `Agent::observe`: nobody, then two leaders in order with their agents, no `None`
 //!   between them at the handover, and a proclaim as a change of value.
+//! - `Session::barrier`: three sessions pass a barrier of 3 together with one generation and
+//!   leave together.
 
 mod common;
 
@@ -232,4 +234,62 @@ async fn observe_sees_two_leaders_in_order() {
     );
     within(20, "resign", next.resign()).await.expect("resign");
     assert_eq!(next_leader(&mut observe).await, None, "nobody leads again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sessions_pass_a_barrier_together_and_leave() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let node = Node::start(dir.path()).await;
+    let mut members = Vec::new();
+    for id in ["d1", "d2", "d3"] {
+        members.push(agent_session(id, node.mqtt_port(), 5_000).await);
+    }
+    let enters: Vec<_> = members
+        .iter()
+        .map(|(_, session)| {
+            let mut barrier = session.barrier("survey", 3);
+            tokio::spawn(async move {
+                let generation = barrier.enter().await?;
+                Ok::<_, AgentError>((barrier, generation))
+            })
+        })
+        .collect();
+    let mut barriers = Vec::new();
+    for enter in enters {
+        let (barrier, generation) = within(20, "enter", enter)
+            .await
+            .expect("the task ends")
+            .expect("the round fills");
+        barriers.push((barrier, generation));
+    }
+    let generation = barriers[0].1;
+    assert!(
+        barriers
+            .iter()
+            .all(|(b, g)| *g == generation && b.generation() == Some(generation))
+    );
+
+    // Two leave and wait; the third's leave lets all three go.
+    let (mut last, _) = barriers.pop().expect("three");
+    let leaves: Vec<_> = barriers
+        .into_iter()
+        .map(|(mut barrier, _)| tokio::spawn(async move { barrier.leave().await }))
+        .collect();
+    let early = last.leave_wait(hivekeeper_agent::Wait::Try);
+    // Not the last to leave until the others' leaves are in.
+    let observer = agent("observer", node.mqtt_port()).await;
+    eventually(20, "two leaving", || async {
+        inspect(&observer, ResourceKind::Barrier, "survey")
+            .await
+            .0
+            .len()
+            == 1
+    })
+    .await;
+    assert_eq!(within(20, "the last leave", early).await, Ok(generation));
+    for leave in leaves {
+        let left = within(20, "leave", leave).await.expect("the task ends");
+        assert_eq!(left, Ok(generation));
+    }
+    assert_eq!(last.generation(), None);
 }

@@ -1,5 +1,5 @@
 //! Recipes: what etcd, ZooKeeper and Consul users build, here either decided by the service
-//! (leader election: one log entry decides, fenced by tokens) or built on
+//! (leader election, double barriers: one log entry decides, fenced by tokens) or built on
 //! keys and watches with [`Kv`](crate::Kv), [`Watch`](crate::Watch) and
 //! [`KvCache`](crate::KvCache). A watch is a [`futures_util::Stream`]: read it with
 //! `StreamExt::next` from `futures-util` (or `tokio-stream`).
@@ -31,6 +31,22 @@
 //! }
 //! # Ok(()) }
 //! # async fn serve_as_gateway(token: u64) {}
+//! ```
+//!
+//! # A double barrier: [`Session::barrier`](crate::Session::barrier)
+//!
+//! Nobody starts until all `count` members have arrived, nobody goes on until all have
+//! finished; the service answers every member in the one log entry where the last arrives,
+//! and again where the last leaves, with the round's generation. A member that dies is never
+//! counted; dropping the handle inside a round leaves it.
+//!
+//! ```no_run
+//! # async fn survey(session: hivekeeper_agent::Session) -> Result<(), hivekeeper_agent::AgentError> {
+//! let mut barrier = session.barrier("survey/start", 3);
+//! let generation = barrier.enter().await?; // all three are here
+//! println!("surveying in round {generation}");
+//! barrier.leave().await?; // all three are done
+//! # Ok(()) }
 //! ```
 //!
 //! # Config distribution: a [`KvCache`](crate::KvCache) on a prefix
