@@ -145,6 +145,7 @@ impl Resource {
                 name: name.clone(),
                 lease,
                 wait_ms,
+                max_hold_ms: None,
             },
             Resource::Semaphore {
                 name,
@@ -156,6 +157,7 @@ impl Resource {
                 lease,
                 permits: *permits,
                 wait_ms,
+                max_hold_ms: None,
             },
             Resource::Waypoint {
                 name,

@@ -191,7 +191,12 @@ impl Session {
         let LeaseGranted {
             lease,
             ttl_ms: granted_ttl_ms,
-        } = agent.request_as(Op::LeaseGrant { ttl_ms }).await?;
+        } = agent
+            .request_as(Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms: 0,
+            })
+            .await?;
         let ttl = Duration::from_millis(granted_ttl_ms);
         let margin = Duration::from_millis(margin_ms).min(ttl / 2);
         // The service may grant another TTL than asked: the period follows the granted one.

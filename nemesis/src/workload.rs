@@ -283,7 +283,10 @@ pub async fn lease(ctx: Context, index: usize) {
     while !ctx.stopped() {
         let invoke_us = ctx.timeline.now_us();
         let granted = agent
-            .request_as(Op::LeaseGrant { ttl_ms: ctx.ttl_ms })
+            .request_as(Op::LeaseGrant {
+                ttl_ms: ctx.ttl_ms,
+                lock_delay_ms: 0,
+            })
             .await;
         let Ok(LeaseGranted { lease, .. }) = granted else {
             tokio::time::sleep(Duration::from_millis(100)).await;

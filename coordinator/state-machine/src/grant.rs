@@ -16,6 +16,8 @@
 //!    the pending-wait index lists each waiter once (`waiting.rs`).
 //! 3. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
 //!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
+//! 4. A hold granted with a `max_hold_ms` carries its deadline (grant time + `max_hold_ms`), and
+//!    the max-hold index lists exactly those holds under it (`max_hold.rs`).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -24,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dedup::Dedup;
 use crate::lease::{Lease, LeaseId};
+use crate::max_hold::HoldEnds;
 use crate::quota::Usage;
 use crate::wait_deadline::WaitDeadlines;
 use crate::waiting::{PendingWaits, Wait};
@@ -47,6 +50,8 @@ pub struct Claim<'a, L = LeaseId> {
     pub lease: L,
     /// How long it may wait in a queue; `None`: until granted or its lease ends.
     pub wait_ms: Option<u64>,
+    /// How long the hold lasts once granted (`max_hold.rs`); `None`: while its lease lives.
+    pub max_hold_ms: Option<u64>,
 }
 
 /// A [`Claim`] as the request gave it, its lease not yet checked.
@@ -60,6 +65,15 @@ impl<'a> Acquire<'a> {
             request_id,
             lease,
             wait_ms,
+            max_hold_ms: None,
+        }
+    }
+
+    /// The same request, its hold bounded to `max_hold_ms` once granted (`None`: unbounded).
+    pub fn max_hold(self, max_hold_ms: Option<u64>) -> Self {
+        Claim {
+            max_hold_ms,
+            ..self
         }
     }
 }
@@ -77,6 +91,11 @@ pub struct Hold {
     pub permits: u32,
     /// When it was granted (machine clock).
     pub since_ms: u64,
+    /// When its `max_hold_ms` ends it, whether or not its lease lives (machine clock,
+    /// `max_hold.rs`); absent: while its lease lives. Absent from the snapshot when unset, so
+    /// holds without a bound keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_deadline_ms: Option<u64>,
 }
 
 impl Hold {
@@ -88,6 +107,16 @@ impl Hold {
             token,
             permits,
             since_ms: ctx.now_ms,
+            max_hold_deadline_ms: None,
+        }
+    }
+
+    /// The same hold, ended by its max-hold `max_hold_ms` after this entry (`None`: while its
+    /// lease lives).
+    pub fn bounded(self, ctx: &Ctx, max_hold_ms: Option<u64>) -> Hold {
+        Hold {
+            max_hold_deadline_ms: max_hold_ms.map(|ms| ctx.now_ms.saturating_add(ms)),
+            ..self
         }
     }
 
@@ -150,6 +179,10 @@ pub struct Core {
     /// `leases`: not in the snapshot, rebuilt on restore.
     #[serde(skip)]
     pub usage: Usage,
+    /// The holds that have a max-hold deadline, earliest first (`max_hold.rs`): derived from
+    /// the holds, left out of the snapshot and rebuilt on restore.
+    #[serde(skip)]
+    pub hold_ends: HoldEnds,
 }
 
 /// Holds and waits as the resources record them, gathered for the cross-check against leases.
@@ -159,6 +192,8 @@ pub struct Occupancy {
     pub holds: Vec<(LeaseId, ResourceKey, Text, u64)>,
     /// `(lease, resource, agent, request id)` of every waiter.
     pub waits: Vec<(LeaseId, ResourceKey, Text, String)>,
+    /// `(max-hold deadline, resource, lease)` of every hold that has one (`max_hold.rs`).
+    pub hold_ends: Vec<(u64, ResourceKey, LeaseId)>,
 }
 
 impl Occupancy {
@@ -166,6 +201,9 @@ impl Occupancy {
     pub fn hold(&mut self, key: &ResourceKey, hold: &Hold) {
         self.holds
             .push((hold.lease, key.clone(), hold.agent.clone(), hold.token));
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.push((deadline_ms, key.clone(), hold.lease));
+        }
     }
 
     /// Records a waiter.
@@ -188,6 +226,7 @@ impl Core {
             lease: self.live_lease(acquire.agent, acquire.lease)?,
             request_id: acquire.request_id,
             wait_ms: acquire.wait_ms,
+            max_hold_ms: acquire.max_hold_ms,
         })
     }
 
@@ -211,11 +250,26 @@ impl Core {
         self.grant(ctx, key, Hold::new(ctx, lease, agent, token, permits), None)
     }
 
+    /// Grants `key` at once to `claim`'s request, bounded by its `max_hold_ms`: the caller
+    /// stores the returned hold.
+    pub fn grant_claim(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Hold {
+        let token = self.next_token(ctx.index);
+        let hold = Hold::new(ctx, claim.lease, claim.agent, token, permits);
+        self.grant(ctx, key, hold.bounded(ctx, claim.max_hold_ms), None)
+    }
+
     /// Records `hold`, a grant of `key` made by this entry under a token the caller took, in
     /// its lease, the per-agent counts and [`Event::Granted`] (with how long it waited when it
-    /// comes from a queue, queued at `queued_ms`): the hold, for the caller to store. Every
-    /// grant takes a token of its own ([`Self::next_token`]), except the members of a
-    /// barrier's round, who share the round's generation (`barrier.rs`).
+    /// comes from a queue, queued at `queued_ms`), and its max-hold deadline if it has one in
+    /// the max-hold index (`max_hold.rs`): the hold, for the caller to store. Every grant
+    /// takes a token of its own ([`Self::next_token`]), except the members of a barrier's
+    /// round, who share the round's generation (`barrier.rs`).
     pub fn grant(
         &mut self,
         ctx: &mut Ctx,
@@ -237,6 +291,9 @@ impl Core {
             waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
             queued: queued_ms.is_some(),
         });
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.insert(deadline_ms, key, hold.lease);
+        }
         hold
     }
 
@@ -255,6 +312,7 @@ impl Core {
             lease,
             request_id,
             wait_ms,
+            max_hold_ms,
         } = *claim;
         let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
         if let Some(deadline_ms) = deadline_ms {
@@ -271,6 +329,7 @@ impl Core {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                max_hold_ms,
             },
         );
         ctx.events.push(Event::Queued {
@@ -308,6 +367,7 @@ impl Core {
         reply: Reply,
     ) -> Hold {
         let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
+        let hold = hold.bounded(ctx, self.waiting_max_hold(&waiter));
         let hold = self.grant(ctx, key, hold, Some(waiter.since_ms));
         self.answer(ctx, key, waiter, reply);
         hold
@@ -345,6 +405,9 @@ impl Core {
     ) {
         if let Some(record) = self.leases.get_mut(&hold.lease) {
             record.holds.remove(key);
+        }
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.remove(deadline_ms, key, hold.lease);
         }
         self.usage.released(&hold.agent);
         ctx.events.push(Event::Released {
@@ -398,8 +461,9 @@ impl Core {
         self.dedup.check_invariants()
     }
 
-    /// Invariants 1, 2 and 3 against what the resources record.
+    /// Invariants 1, 2, 3 and 4 against what the resources record.
     pub fn check_occupancy(&self, occupancy: &Occupancy) -> Result<(), InvariantViolation> {
+        self.hold_ends.check_invariants(&occupancy.hold_ends)?;
         let mut holds_seen = BTreeSet::new();
         for (lease, key, agent, token) in &occupancy.holds {
             let Some(record) = self.leases.get(lease) else {

@@ -6,9 +6,10 @@
 //! existing token (not counted: one release frees it).
 //!
 //! Invariants:
-//! 1. After every entry a lock in the map has a holder; a lock with neither holder nor waiters
-//!    is forgotten. (A holder-less lock exists only inside an apply, between a lease's end and
-//!    the handover.)
+//! 1. After every entry a lock in the map has a holder, or is held back by a lock-delay
+//!    (`lock_delay.rs`, which checks it); a lock with neither holder nor waiters nor delay is
+//!    forgotten. (Otherwise a holder-less lock exists only inside an apply, between a lease's
+//!    end and the handover.)
 //! 2. The holder's lease never also waits in the lock's queue.
 //! 3. The waiters are a FIFO queue (`fifo.rs`, its invariants 1 to 4): arrival order, one slot
 //!    per lease, bounded at enqueue, and the lock goes to the head alone.
@@ -45,12 +46,13 @@ impl StateMachine {
     ) -> Decision {
         let claim = self.core.claim(&acquire)?;
         let (agent, lease) = (claim.agent, claim.lease);
+        self.lock_delays.try_refused(&name, claim.wait_ms)?;
         let Some(lock) = self.locks.get_mut(name.as_str()) else {
             self.core.holds_quota(agent, &self.limits)?;
             self.resources_full()?;
             let name: Text = Arc::from(name);
             let key = ResourceKey::new(ResourceKind::Lock, &name);
-            let hold = self.core.grant_now(ctx, &key, lease, agent, 1);
+            let hold = self.core.grant_claim(ctx, &key, &claim, 1);
             let token = hold.token;
             let waiters = Queue::default();
             self.locks.insert(
@@ -63,11 +65,8 @@ impl StateMachine {
             return Ok(Reply::Granted { token });
         };
         let key = ResourceKey::new(ResourceKind::Lock, &Arc::from(name.as_str()));
-        let holder = lock
-            .holder
-            .as_ref()
-            .expect("invariant 1: a lock in use has a holder");
-        if holder.lease == lease {
+        // No holder: held back by a lock-delay (invariant 1), so the request queues.
+        if let Some(holder) = lock.holder.as_ref().filter(|holder| holder.lease == lease) {
             return Ok(Reply::Granted {
                 token: holder.token,
             });
@@ -187,16 +186,17 @@ impl Resource for NameMap<Lock> {
     fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {
         for (name, lock) in self {
             let key = ResourceKey::new(ResourceKind::Lock, name);
-            let Some(holder) = &lock.holder else {
-                return Err(violation!("lock {name:?} has no holder after the entry"));
-            };
-            occupancy.hold(&key, holder);
             lock.waiters.check(&key)?;
-            if lock.waiters.has_lease(holder.lease) {
-                return Err(violation!("lock {name:?}: the holder's lease also waits"));
-            }
             for waiter in lock.waiters.iter() {
                 occupancy.wait(&key, waiter);
+            }
+            // Held back by a lock-delay: `lock_delay.rs` checks that it is.
+            let Some(holder) = &lock.holder else {
+                continue;
+            };
+            occupancy.hold(&key, holder);
+            if lock.waiters.has_lease(holder.lease) {
+                return Err(violation!("lock {name:?}: the holder's lease also waits"));
             }
         }
         Ok(())

@@ -209,12 +209,14 @@ impl StateMachine {
 
     /// Grants whatever became grantable on these resources, given in (kind, name) order, after
     /// holds or waiters went away, and forgets resources left with neither (invariant 1); a
-    /// new leader of an election is in the key space when it returns (`election.rs`).
+    /// new leader of an election is in the key space when it returns (`election.rs`). A lock
+    /// held back by a lock-delay is left as it is until the delay ends (`lock_delay.rs`).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
         debug_assert!(
             keys.is_sorted(),
             "invariant 1: keys settle in (kind, name) order"
         );
+        let keys = self.lock_delays.not_held_back(keys);
         for same_kind in keys.chunk_by(|a, b| a.kind == b.kind) {
             let (resource, core, limits) = self.resource_mut(same_kind[0].kind);
             resource.settle(ctx, core, same_kind, limits);
@@ -243,10 +245,15 @@ impl StateMachine {
 
     /// Every kind's invariants, then the holds and waiters they report against the leases.
     pub(crate) fn check_resources(&self) -> Result<(), InvariantViolation> {
+        self.core.check_occupancy(&self.occupancy()?)
+    }
+
+    /// Every kind's invariants, and the holds and waiters they report.
+    pub(crate) fn occupancy(&self) -> Result<Occupancy, InvariantViolation> {
         let mut occupancy = Occupancy::default();
         for kind in ResourceKind::ALL {
             self.resource(kind).check_invariants(&mut occupancy)?;
         }
-        self.core.check_occupancy(&occupancy)
+        Ok(occupancy)
     }
 }

@@ -34,6 +34,10 @@ pub struct Wait {
     /// wait keeps waiting, as it did across a failover then. See `wait_deadline.rs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// The request's `max_hold_ms`, which bounds the hold once it is granted (`max_hold.rs`);
+    /// absent for an unbounded one, and then absent from the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
 }
 
 /// One agent's pending waits by request id: a vector sorted by id, serialized as the map it
@@ -165,7 +169,8 @@ impl Core {
 
     /// A second acquire of `key` by a lease that already waits for it, under `request_id`:
     /// the wait moves to the new request (its place in the queue kept, its deadline now the
-    /// new request's `wait_ms`), and the earlier request is answered `timeout` ("superseded").
+    /// new request's `wait_ms`, its hold's bound the new request's `max_hold_ms`), and the
+    /// earlier request is answered `timeout` ("superseded").
     /// This is what a client that gave up on its request (a lost answer, a session in
     /// jeopardy) and asks again under a fresh id needs: its place, not a refusal. The caller
     /// renames the waiter in the resource's queue (`Queue::rename`) with the returned old id.
@@ -180,6 +185,7 @@ impl Core {
             lease,
             request_id,
             wait_ms,
+            max_hold_ms,
         } = *claim;
         let record = self
             .leases
@@ -200,6 +206,7 @@ impl Core {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                max_hold_ms,
             },
         );
         if let Some(deadline_ms) = deadline_ms {
@@ -257,6 +264,13 @@ impl Core {
         let waiter = self.enqueue(ctx, key, claim, 1);
         queue.push_back(waiter);
         Ok(Reply::Queued)
+    }
+
+    /// The `max_hold_ms` a waiter's request asked for (`max_hold.rs`), for its hold when it is
+    /// granted.
+    pub(crate) fn waiting_max_hold(&self, waiter: &Waiter) -> Option<u64> {
+        let waits = self.waiting.get(&waiter.agent)?;
+        waits.get(&waiter.request_id)?.max_hold_ms
     }
 
     /// Forgets a waiter's pending wait and its deadline (it was granted or answered).

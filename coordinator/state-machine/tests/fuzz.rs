@@ -164,6 +164,11 @@ fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
 }
 
+/// A hold's bound: none mostly, or any number (0 and past the longest TTL included).
+fn max_hold_ms() -> BoxedStrategy<Option<u64>> {
+    prop_oneof![2 => Just(None), 1 => number().prop_map(Some)].boxed()
+}
+
 /// A route's volumes: none, a few, or more than a route may have; any coordinates and times.
 fn volumes() -> BoxedStrategy<Vec<Volume>> {
     let volume = (
@@ -249,19 +254,34 @@ fn role() -> BoxedStrategy<Role> {
 /// Every op an agent's request can carry, with any field values.
 fn agent_op() -> BoxedStrategy<Op> {
     prop_oneof![
-        4 => number().prop_map(|ttl_ms| Op::LeaseGrant { ttl_ms }),
-        4 => (500..10_000u64).prop_map(|ttl_ms| Op::LeaseGrant { ttl_ms }),
+        4 => (number(), number()).prop_map(|(ttl_ms, lock_delay_ms)| Op::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms
+        }),
+        4 => (500..10_000u64, prop_oneof![Just(0u64), 0..3_000u64]).prop_map(
+            |(ttl_ms, lock_delay_ms)| Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms
+            }
+        ),
         2 => lease().prop_map(|lease| Op::LeaseRevoke { lease }),
-        4 => (name(), lease(), wait_ms())
-            .prop_map(|(name, lease, wait_ms)| Op::LockAcquire { name, lease, wait_ms }),
+        4 => (name(), lease(), wait_ms(), max_hold_ms()).prop_map(
+            |(name, lease, wait_ms, max_hold_ms)| Op::LockAcquire {
+                name,
+                lease,
+                wait_ms,
+                max_hold_ms
+            }
+        ),
         3 => (name(), lease()).prop_map(|(name, lease)| Op::LockRelease { name, lease }),
-        4 => (name(), count(), lease(), count(), wait_ms()).prop_map(
-            |(name, limit, lease, permits, wait_ms)| Op::SemAcquire {
+        4 => (name(), count(), lease(), count(), wait_ms(), max_hold_ms()).prop_map(
+            |(name, limit, lease, permits, wait_ms, max_hold_ms)| Op::SemAcquire {
                 name,
                 limit,
                 lease,
                 permits,
                 wait_ms,
+                max_hold_ms,
             }
         ),
         2 => (name(), lease()).prop_map(|(name, lease)| Op::SemRelease { name, lease }),
@@ -499,6 +519,7 @@ fn command() -> BoxedStrategy<Command> {
             .prop_map(|(term, leases)| Command::ExpireLeases { term, leases }),
         2 => number().prop_map(|term| Command::ExpireWaits { term }),
         2 => number().prop_map(|term| Command::ExpireReservations { term }),
+        2 => number().prop_map(|term| Command::ExpireHoldTimes { term }),
         1 => (agent(), request_id())
             .prop_map(|(agent, request_id)| Command::CancelWait { agent, request_id }),
         1 => (limits(), prop::option::of(kv_limits()))
@@ -672,22 +693,59 @@ fn busy_snapshot() -> Vec<u8> {
             .apply(meta, Command::Request { agent, request })
             .expect("a well-formed log");
     };
-    apply("a", "g", Op::LeaseGrant { ttl_ms: 5_000 });
-    apply("b", "g", Op::LeaseGrant { ttl_ms: 5_000 });
+    apply(
+        "a",
+        "g",
+        Op::LeaseGrant {
+            ttl_ms: 5_000,
+            lock_delay_ms: 0,
+        },
+    );
+    apply(
+        "b",
+        "g",
+        Op::LeaseGrant {
+            ttl_ms: 5_000,
+            lock_delay_ms: 0,
+        },
+    );
     let (a, b) = (LeaseId(1).to_string(), LeaseId(2).to_string());
-    let lock = |lease: &str, wait_ms| Op::LockAcquire {
-        name: "l".into(),
+    let lock = |name: &str, lease: &str, wait_ms, max_hold_ms| Op::LockAcquire {
+        name: name.into(),
         lease: lease.into(),
         wait_ms,
+        max_hold_ms,
     };
-    apply("a", "l1", lock(&a, None));
-    apply("b", "l2", lock(&b, Some(1_000)));
+    apply("a", "l1", lock("l", &a, None, Some(60_000)));
+    apply("b", "l2", lock("l", &b, Some(1_000), Some(30_000)));
+    // A lock held back by the lock-delay of an operator's revoke, so mutations reach it too.
+    apply(
+        "c",
+        "g",
+        Op::LeaseGrant {
+            ttl_ms: 5_000,
+            lock_delay_ms: 60_000,
+        },
+    );
+    apply(
+        "c",
+        "l3",
+        lock("held-back", &LeaseId(5).to_string(), None, None),
+    );
+    apply(
+        "admin",
+        "r",
+        Op::AdminRevoke {
+            lease: LeaseId(5).to_string(),
+        },
+    );
     let sem = |lease: &str| Op::SemAcquire {
         name: "s".into(),
         limit: 2,
         lease: lease.into(),
         permits: 1,
         wait_ms: None,
+        max_hold_ms: None,
     };
     apply("a", "s1", sem(&a));
     apply("b", "s2", sem(&b));

@@ -62,6 +62,16 @@ impl Op {
         )
     }
 
+    /// The `max_hold_ms` of a lock or semaphore acquire.
+    pub fn max_hold_ms(&self) -> Option<u64> {
+        match self {
+            Op::LockAcquire { max_hold_ms, .. } | Op::SemAcquire { max_hold_ms, .. } => {
+                *max_hold_ms
+            }
+            _ => None,
+        }
+    }
+
     /// The `wait_ms` of an acquire, a reserve, a campaign, or a barrier's enter or leave.
     pub fn wait_ms(&self) -> Option<u64> {
         self.wait_field().copied().flatten()
