@@ -32,6 +32,15 @@ impl<T> Answer<T> {
         }
     }
 
+    /// The same outcome with the result turned by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Answer<U> {
+        match self {
+            Answer::Ok(value) => Answer::Ok(f(value)),
+            Answer::Refused(code) => Answer::Refused(code),
+            Answer::Unknown => Answer::Unknown,
+        }
+    }
+
     /// Whether the service refused it with `code`.
     pub fn refused(&self, code: &str) -> bool {
         matches!(self, Answer::Refused(refused) if refused == code)
