@@ -138,13 +138,7 @@ pub async fn member(ctx: Context, member: Member, seed: u64) {
 /// requests by outcome and the rounds seen.
 pub fn check(history: &History) -> Verdict {
     let ops = &history.barrier_ops;
-    let mut verdict = Verdict {
-        ops: ops.len() as u64,
-        ..Verdict::default()
-    };
-    for violation in barrier::check(ops, &history.leases_alive) {
-        verdict.anomaly(violation.to_string());
-    }
+    let mut verdict = Verdict::of(ops.len(), barrier::check(ops, &history.leases_alive));
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     let mut rounds = std::collections::BTreeSet::new();
     for op in ops {

@@ -69,6 +69,18 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The verdict of a check that looked at `ops` operations and found `violations`.
+    pub fn of<V: ToString>(ops: usize, violations: impl IntoIterator<Item = V>) -> Verdict {
+        let mut verdict = Verdict {
+            ops: ops as u64,
+            ..Verdict::default()
+        };
+        for violation in violations {
+            verdict.anomaly(violation.to_string());
+        }
+        verdict
+    }
+
     /// Counts one anomaly, described among the first few.
     pub fn anomaly(&mut self, what: String) {
         self.anomalies += 1;

@@ -265,13 +265,7 @@ pub async fn observer(ctx: Context, names: Vec<String>) {
 /// requests by outcome.
 pub fn check(history: &History) -> Verdict {
     let ops = &history.election_ops;
-    let mut verdict = Verdict {
-        ops: ops.len() as u64,
-        ..Verdict::default()
-    };
-    for violation in election::check(ops, &history.leases_alive) {
-        verdict.anomaly(violation.to_string());
-    }
+    let mut verdict = Verdict::of(ops.len(), election::check(ops, &history.leases_alive));
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     for op in ops {
         let (what, outcome) = match &op.kind {
