@@ -225,7 +225,10 @@ mod tests {
             decoded,
             Decoded::Request(Request {
                 id: "r1".into(),
-                op: Op::LeaseGrant { ttl_ms: 5000 },
+                op: Op::LeaseGrant {
+                    ttl_ms: 5000,
+                    lock_delay_ms: 0
+                },
             })
         );
     }

@@ -1,5 +1,6 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
-//! `revoke`, `member`, `agent` and `snapshot` are the operator's commands (an MQTT client of the service,
+//! `revoke`, `member`, `agent` and `snapshot` are the operator's commands; `kv`, `elect` and
+//! `barrier` use keys and recipes from the shell (an MQTT client of the service,
 //! `admin/`); `bench` measures a running service (the `hivekeeper-bench` crate); `certs dev`
 //! writes development certificates. The fault test is a binary of its own,
 //! `hivekeeper-nemesis`: this one links no test harness.
@@ -35,10 +36,11 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Each node's view of the cluster: role, leader, term, log indexes, members.
     Status(admin::StatusArgs),
-    /// Who holds a lock, semaphore or waypoint (tokens, lease time left) and who waits, in order.
+    /// Who holds a lock, semaphore, waypoint, election or barrier (tokens, lease time left) and
+    /// who waits, in order.
     Inspect(admin::InspectArgs),
-    /// The resources in use (locks, semaphores, waypoints), with how many hold and wait for
-    /// each: find a name for `inspect`.
+    /// The resources in use (locks, semaphores, waypoints, elections, barriers), with how many
+    /// hold and wait for each: find a name for `inspect`.
     Ls(admin::LsArgs),
     /// Every live lease (or one agent's, --agent): id, agent, TTL and time left.
     Leases(admin::LeasesArgs),
@@ -54,6 +56,14 @@ enum Command {
     /// from --file or stdin) and `watch KEY | --prefix P [--rev R]`, printing changes as they
     /// happen. `--json` prints the answers and events as JSON lines.
     Kv(admin::KvArgs),
+    /// Lead an election: campaign (waiting in line), print the token when leading, hold the
+    /// leadership until Ctrl-C, then resign. With --listen, do not campaign: print the leader
+    /// and then each change, one line each.
+    Elect(admin::ElectArgs),
+    /// Pass a double barrier with N members: enter and print the round's generation when all N
+    /// have arrived; with --leave, then leave and wait until all have left; with `-- COMMAND`,
+    /// run it between the two.
+    Barrier(admin::BarrierArgs),
     /// Backups: `save FILE` (online, a consistent snapshot from the leader) and `restore FILE
     /// --data-dir DIR` (offline, seeds a new cluster's member).
     Snapshot(admin::SnapshotArgs),
@@ -207,6 +217,8 @@ fn main() -> std::process::ExitCode {
         Command::Member(args) => admin::member(args),
         Command::Agent(args) => admin::agent(args),
         Command::Kv(args) => admin::kv(args),
+        Command::Elect(args) => admin::elect(args),
+        Command::Barrier(args) => admin::barrier(args),
         Command::Snapshot(args) => admin::snapshot(args),
         // The failover scenario's members run this very binary.
         Command::Bench(args) => std::env::current_exe()

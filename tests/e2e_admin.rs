@@ -132,7 +132,8 @@ async fn inspect_leases_and_revoke_hand_a_stuck_lock_to_the_next_waiter() {
     assert!(
         told.contains(&Event::LockLost {
             name: "pad-3".into(),
-            token: old_token
+            token: old_token,
+            reason: None,
         }),
         "{told:?}"
     );

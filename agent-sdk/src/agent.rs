@@ -115,10 +115,35 @@ pub(crate) struct Patience {
 /// (while the lease lives; its end releases everything anyway).
 #[derive(Debug)]
 pub(crate) struct Abandon {
-    /// The op that undoes the grant.
-    pub release: Op,
+    /// How to undo the grant.
+    pub undo: Undo,
     /// The session's state: waiting ends with the lease.
     pub session: watch::Receiver<SessionState>,
+}
+
+/// The request that undoes a grant nobody waits for any more.
+#[derive(Debug)]
+pub(crate) enum Undo {
+    /// This op, whatever the grant answered (a release, a barrier's leave).
+    Send(Op),
+    /// `election.resign` of the election `name`, with the token the campaign's answer carries.
+    Resign {
+        /// The election's name.
+        name: String,
+    },
+}
+
+impl Undo {
+    /// The op that undoes the grant `success` answered, when it can be built.
+    fn op(self, success: Success) -> Option<Op> {
+        match self {
+            Undo::Send(op) => Some(op),
+            Undo::Resign { name } => {
+                let token = hivekeeper_protocol::Granted::try_from(success).ok()?.token;
+                Some(Op::ElectionResign { name, token })
+            }
+        }
+    }
 }
 
 impl Agent {
@@ -278,13 +303,7 @@ impl Agent {
         let request_timeout = self.request_timeout();
         let request_deadline = Duration::from_millis(config.request_deadline_ms);
         let wait_resend = Duration::from_millis(config.wait_resend_ms);
-        let acquires = matches!(
-            op,
-            Op::LockAcquire { .. }
-                | Op::SemAcquire { .. }
-                | Op::WaypointReserve { .. }
-                | Op::RouteReserve { .. }
-        );
+        let acquires = op.queues();
         // The service holds a poll up to its `wait_ms`: each attempt waits that long plus the
         // usual timeout before the same id is resent (or sent to the next broker).
         if let Op::WatchPoll { wait_ms, .. } = op {
@@ -590,15 +609,52 @@ async fn release_if_granted(
     mut plan: Abandon,
 ) {
     let granted = tokio::select! {
-        response = rx => matches!(response, Ok(Response { outcome: Ok(_), .. })),
-        _ = plan.session.wait_for(|state| state.is_ended()) => false,
+        response = rx => match response {
+            Ok(Response { outcome: Ok(success), .. }) => Some(success),
+            _ => None,
+        },
+        _ = plan.session.wait_for(|state| state.is_ended()) => None,
     };
     agent.shared().pending().remove(&id);
     let ended = plan.session.borrow().is_ended();
-    if granted && !ended {
-        debug!(%id, op = plan.release.name(), "releasing the grant of an abandoned acquire");
-        if let Err(e) = agent.request(plan.release).await {
-            debug!(%id, "release after an abandoned acquire failed: {e}");
-        }
+    let Some(release) = granted
+        .filter(|_| !ended)
+        .and_then(|success| plan.undo.op(success))
+    else {
+        return;
+    };
+    debug!(%id, op = release.name(), "releasing the grant of an abandoned acquire");
+    if let Err(e) = agent.request(release).await {
+        debug!(%id, "release after an abandoned acquire failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hivekeeper_protocol::{Done, Granted};
+
+    use super::*;
+
+    /// An abandoned campaign is undone by a resign with the token its grant carries; a
+    /// release is sent as it is; a grant without a token cannot be resigned.
+    #[test]
+    fn an_undo_is_built_from_the_grant_it_undoes() {
+        let resign = Undo::Resign { name: "gw".into() };
+        assert_eq!(
+            resign.op(Success::Granted(Granted { token: 42 })),
+            Some(Op::ElectionResign {
+                name: "gw".into(),
+                token: 42
+            })
+        );
+        let resign = Undo::Resign { name: "gw".into() };
+        assert_eq!(resign.op(Success::Done(Done {})), None);
+        let leave = Op::BarrierLeave {
+            name: "survey".into(),
+            lease: "11".into(),
+            wait_ms: None,
+        };
+        let send = Undo::Send(leave.clone());
+        assert_eq!(send.op(Success::Done(Done {})), Some(leave));
     }
 }

@@ -79,7 +79,7 @@ pub enum AgentError {
     /// under each other.
     #[error("this session already holds or is acquiring {kind:?} {name:?}")]
     AlreadyHeld {
-        /// Lock, semaphore or waypoint.
+        /// The resource's kind.
         kind: ResourceKind,
         /// The resource's name.
         name: String,

@@ -145,6 +145,7 @@ impl Resource {
                 name: name.clone(),
                 lease,
                 wait_ms,
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
             Resource::Semaphore {
@@ -157,6 +158,7 @@ impl Resource {
                 lease,
                 permits: *permits,
                 wait_ms,
+                max_hold_ms: None,
             },
             Resource::Waypoint {
                 name,
@@ -289,6 +291,59 @@ impl Claim {
             // Returns when the release task drops its sender, after it removed the slot.
             let _ = releasing.changed().await;
         }
+    }
+
+    /// The session the claim is in.
+    pub(crate) fn session(&self) -> &Arc<SessionInner> {
+        &self.session
+    }
+
+    /// The resource's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sends `op`, which ends the hold, and waits for the answer; an acquire of the same
+    /// resource waits meanwhile. When the lease already ended nothing is sent and the answer
+    /// is [`AgentError::Lost`] (the hold was gone before), as it is when the service no longer
+    /// knows the lease.
+    pub(crate) async fn release(self, op: Op) -> Result<hivekeeper_protocol::Success, AgentError> {
+        let session = self.session.clone();
+        let state = session.state();
+        if state.is_ended() {
+            return Err(AgentError::Lost(state));
+        }
+        let releasing = self.start_release();
+        let result = session.agent.request(op).await;
+        drop(releasing);
+        match result {
+            Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {
+                session.lease_gone();
+                Err(AgentError::Lost(SessionState::Expired))
+            }
+            result => result,
+        }
+    }
+
+    /// Sends `op`, which ends the hold, in a task of its own, as a dropped guard does; the
+    /// slot stays releasing until the answer. Best effort: nothing is sent when the lease has
+    /// ended (its end released everything) or outside a tokio runtime.
+    pub(crate) fn release_in_background(self, op: Op) {
+        if self.session.state().is_ended() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let agent = self.session.agent.clone();
+        let releasing = self.start_release();
+        let name = op.name();
+        runtime.spawn(async move {
+            if let Err(e) = agent.request(op).await {
+                debug!("{name} on drop failed (the lease's end undoes it): {e}");
+            }
+            drop(releasing);
+        });
     }
 
     /// Marks the claim as releasing; the slot is freed when the returned value drops.
@@ -498,23 +553,8 @@ impl Guard {
             .claim
             .take()
             .expect("a guard keeps its claim until it is released");
-        let session = claim.session.clone();
-        let state = session.state();
-        if state.is_ended() {
-            return Err(AgentError::Lost(state));
-        }
-        let op = release_op(claim.kind, &claim.name, &session.lease);
-        let releasing = claim.start_release();
-        let result = session.agent.request(op).await;
-        drop(releasing);
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {
-                session.lease_gone();
-                Err(AgentError::Lost(SessionState::Expired))
-            }
-            Err(e) => Err(e),
-        }
+        let op = release_op(claim.kind, &claim.name, &claim.session.lease);
+        claim.release(op).await.map(drop)
     }
 }
 
@@ -543,21 +583,7 @@ impl Drop for Guard {
         let Some(claim) = self.claim.take() else {
             return;
         };
-        let session = claim.session.clone();
-        if session.state().is_ended() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let op = release_op(claim.kind, &claim.name, &session.lease);
-        let releasing = claim.start_release();
-        let agent = session.agent.clone();
-        runtime.spawn(async move {
-            if let Err(e) = agent.request(op).await {
-                debug!("release on drop failed (the lease's end releases it): {e}");
-            }
-            drop(releasing);
-        });
+        let op = release_op(claim.kind, &claim.name, &claim.session.lease);
+        claim.release_in_background(op);
     }
 }

@@ -3,7 +3,8 @@
 //! What a drone, a sensor or a service links to coordinate through Hivekeeper over MQTT: a
 //! [`Session`] is a lease the SDK keeps alive in the background; through it the agent takes
 //! FIFO locks, semaphore permits and waypoint reservations, each returned as a [`Guard`] that
-//! carries its fencing token. The SDK retries safely (a resend reuses the request id, which the
+//! carries its fencing token, leads elections ([`Leadership`]) and passes barriers
+//! ([`Barrier`]). The SDK retries safely (a resend reuses the request id, which the
 //! service deduplicates), backs off with full jitter, fails over between brokers, and gives up
 //! on a lease *before* the service could hand its resources to someone else (DESIGN.md §5.3).
 //!
@@ -37,14 +38,20 @@
 //!   on drop), one hold per resource per session; a reservation's [`Priority`] and its
 //!   [`Guard::preempted`] future ([`Preempted`]: vacate by a deadline) and
 //!   [`Guard::preemption_withdrawn`] (the deadline dropped: keep it).
+//! - [`election`]: [`Leadership`] from [`Session::campaign`]: the leader's token, proclaim,
+//!   resign (also on drop), and [`Leadership::lost`] ([`LeadershipEnd`]).
+//! - [`observe`]: [`Observe`] from [`Agent::observe`], a `Stream` of an election's
+//!   [`Leader`]s, one item per change, on a watch of `$election/{name}`.
+//! - [`barrier`]: [`Barrier`] from [`Session::barrier`]: enter and leave a double barrier's
+//!   rounds, each answered with the round's generation.
 //! - [`kv`]: [`Kv`] from [`Agent::kv`] or [`Session::kv`]: get, put (leased to the session
 //!   with [`Kv::put_leased`]), delete and [`Txn`], each answer with its revision.
 //! - [`watch`]: [`Watch`], a `Stream` of [`WatchItem`]s that long-polls `watch.poll` with a
 //!   client-held cursor, resuming across reconnects and failover.
 //! - [`kv_cache`]: [`KvCache`], a local `BTreeMap` of a prefix kept in step: a read, then a
 //!   watch from its revision; on `compacted` it reads again.
-//! - [`recipes`]: config distribution, presence, a counter and a work queue on keys (docs
-//!   only).
+//! - [`recipes`]: leader election and double barriers; config distribution, presence, a
+//!   counter and a work queue on keys (docs only).
 //! - [`backoff`]: [`Backoff`], exponential bounds (from `backon`) with full jitter.
 //! - `request_id`: ids unique per agent across restarts (`{random boot}-{counter}`).
 //! - [`error`]: [`AgentError`], the one error type.
@@ -70,12 +77,15 @@
 pub mod agent;
 pub mod airspace;
 pub mod backoff;
+pub mod barrier;
 pub mod config;
 mod connection;
+pub mod election;
 pub mod error;
 pub mod guard;
 pub mod kv;
 pub mod kv_cache;
+pub mod observe;
 pub mod recipes;
 mod request_id;
 pub mod session;
@@ -84,13 +94,16 @@ pub mod watch;
 pub use agent::{Agent, AgentStats};
 pub use airspace::{AirspaceQuery, QueryShape};
 pub use backoff::Backoff;
+pub use barrier::Barrier;
 pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Secret};
+pub use election::{Leadership, LeadershipEnd};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
 pub use hivekeeper_protocol::{ConflictPage, Priority};
 pub use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 pub use kv::{KeyRead, Kv, Txn};
 pub use kv_cache::{CacheSnapshot, KvCache};
+pub use observe::{Leader, Observe};
 pub use session::{Session, SessionState};
 pub use watch::{Watch, WatchItem};
 

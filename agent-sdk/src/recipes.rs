@@ -1,7 +1,53 @@
-//! Recipes on keys and watches: what etcd, ZooKeeper and Consul users build on them, here
-//! with [`Kv`](crate::Kv), [`Watch`](crate::Watch) and [`KvCache`](crate::KvCache). A watch
-//! is a [`futures_util::Stream`]: read it with `StreamExt::next` from `futures-util` (or
-//! `tokio-stream`).
+//! Recipes: what etcd, ZooKeeper and Consul users build, here either decided by the service
+//! (leader election, double barriers: one log entry decides, fenced by tokens) or built on
+//! keys and watches with [`Kv`](crate::Kv), [`Watch`](crate::Watch) and
+//! [`KvCache`](crate::KvCache). A watch is a [`futures_util::Stream`]: read it with
+//! `StreamExt::next` from `futures-util` (or `tokio-stream`).
+//!
+//! # Leader election: [`Session::campaign`](crate::Session::campaign)
+//!
+//! Candidates wait in arrival order; the leader holds a [`Leadership`](crate::Leadership)
+//! with a fencing token, which every action it takes carries. Race the work against
+//! [`Leadership::lost`](crate::Leadership::lost): it resolves when the service ends the
+//! leadership (`election.lost`), when the session is no longer live, or on a resign.
+//! Dropping the guard resigns; a campaign dropped while it waits never leaves a leadership
+//! behind. Anyone can follow who leads with [`Agent::observe`](crate::Agent::observe), one
+//! item per change.
+//!
+//! ```no_run
+//! # async fn lead(agent: hivekeeper_agent::Agent) -> Result<(), hivekeeper_agent::AgentError> {
+//! use futures_util::StreamExt;
+//! let session = agent.session(5_000).await?;
+//! let leadership = session.campaign("hive/gateway", "10.0.0.7:7000").await?;
+//! let lost = leadership.lost();
+//! tokio::select! {
+//!     end = lost => println!("no longer leading: {end:?}"),
+//!     () = serve_as_gateway(leadership.token()) => leadership.resign().await?,
+//! }
+//! // Elsewhere, a follower:
+//! let mut leaders = agent.observe("hive/gateway");
+//! while let Some(leader) = leaders.next().await {
+//!     println!("gateway: {:?}", leader?.map(|leader| leader.value));
+//! }
+//! # Ok(()) }
+//! # async fn serve_as_gateway(token: u64) {}
+//! ```
+//!
+//! # A double barrier: [`Session::barrier`](crate::Session::barrier)
+//!
+//! Nobody starts until all `count` members have arrived, nobody goes on until all have
+//! finished; the service answers every member in the one log entry where the last arrives,
+//! and again where the last leaves, with the round's generation. A member that dies is never
+//! counted; dropping the handle inside a round leaves it.
+//!
+//! ```no_run
+//! # async fn survey(session: hivekeeper_agent::Session) -> Result<(), hivekeeper_agent::AgentError> {
+//! let mut barrier = session.barrier("survey/start", 3);
+//! let generation = barrier.enter().await?; // all three are here
+//! println!("surveying in round {generation}");
+//! barrier.leave().await?; // all three are done
+//! # Ok(()) }
+//! ```
 //!
 //! # Config distribution: a [`KvCache`](crate::KvCache) on a prefix
 //!

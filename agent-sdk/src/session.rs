@@ -45,9 +45,11 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::{debug, info, warn};
 
-use hivekeeper_protocol::{ErrorCode, Event, Granted, LeaseGranted, Op, Priority, ResourceKind};
+use hivekeeper_protocol::{
+    ErrorCode, Event, Granted, LeaseGranted, Op, Priority, ResourceKind, Success,
+};
 
-use crate::agent::{Abandon, Agent, Patience};
+use crate::agent::{Abandon, Agent, Patience, Undo};
 use crate::error::AgentError;
 use crate::guard::{Claim, Geometry, Guard, Resource, Slot, TimeWindow, Wait};
 
@@ -189,7 +191,12 @@ impl Session {
         let LeaseGranted {
             lease,
             ttl_ms: granted_ttl_ms,
-        } = agent.request_as(Op::LeaseGrant { ttl_ms }).await?;
+        } = agent
+            .request_as(Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms: 0,
+            })
+            .await?;
         let ttl = Duration::from_millis(granted_ttl_ms);
         let margin = Duration::from_millis(margin_ms).min(ttl / 2);
         // The service may grant another TTL than asked: the period follows the granted one.
@@ -296,36 +303,43 @@ impl Session {
         // Subscribed before the request goes, so a `reservation.preempted` that follows the
         // grant at once is not missed (`Guard::preempted`).
         let events = (resource.kind() == ResourceKind::Waypoint).then(|| inner.agent.events());
-        let release = resource.release_op(&inner.lease);
+        let undo = Undo::Send(resource.release_op(&inner.lease));
+        let success = self.queue(op, Some(undo)).await?;
+        let granted = Granted::try_from(success);
+        let token = granted.as_ref().map_or(0, |granted| granted.token);
+        // From here on the hold exists: the guard's drop releases it on every path.
+        let guard = Guard::new(claim, token, resource.priority(), events);
+        if let Err(unexpected) = granted {
+            return Err(unexpected.into());
+        }
+        inner.check_live()?;
+        Ok(guard)
+    }
+
+    /// Sends `op`, a request that may wait in a resource's queue, and waits for its answer
+    /// while the session is live: [`AgentError::Lost`] as soon as it is not (or when the
+    /// service no longer knows the lease). If the future is dropped, or the session is lost,
+    /// while the request is queued, `undo` undoes a grant that arrives later.
+    pub(crate) async fn queue(&self, op: Op, undo: Option<Undo>) -> Result<Success, AgentError> {
+        let inner = &self.inner;
         let patience = inner.agent.patience_for(&op);
-        let abandon = Abandon {
-            release,
+        let abandon = undo.map(|undo| Abandon {
+            undo,
             session: inner.state.clone(),
-        };
+        });
         let result = tokio::select! {
-            // A grant that is ready wins over a loss noticed at the same instant; the check
-            // below still refuses it if the session is no longer live.
+            // A grant that is ready wins over a loss noticed at the same instant; the caller
+            // still refuses it if the session is no longer live.
             biased;
-            result = inner.agent.call(op, patience, Some(abandon)) => result,
+            result = inner.agent.call(op, patience, abandon) => result,
             state = wait_lost(inner.state.clone()) => return Err(AgentError::Lost(state)),
         };
         match result {
-            Ok(success) => {
-                let granted = Granted::try_from(success);
-                let token = granted.as_ref().map_or(0, |granted| granted.token);
-                // From here on the hold exists: the guard's drop releases it on every path.
-                let guard = Guard::new(claim, token, resource.priority(), events);
-                if let Err(unexpected) = granted {
-                    return Err(unexpected.into());
-                }
-                inner.check_live()?;
-                Ok(guard)
-            }
             Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {
                 inner.lease_gone();
                 Err(AgentError::Lost(SessionState::Expired))
             }
-            Err(e) => Err(e),
+            result => result,
         }
     }
 

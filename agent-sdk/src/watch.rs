@@ -24,7 +24,6 @@
 //! with `next_key`, the stream polls on from that key (`after_key`), and it yields the
 //! revision in one item once the last fragment came.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -192,6 +191,30 @@ impl Watch {
     }
 }
 
+impl Watch {
+    /// The watch as a stream of whole answers (each answer's items together, so a consumer can
+    /// tell what one answer showed at once), for the recipes built on a watch. The cursor is
+    /// not shared: [`Watch::cursor`] stays where the watch started.
+    pub(crate) fn answers(
+        mut self,
+    ) -> Option<impl Stream<Item = Result<Vec<WatchItem>, AgentError>> + Send + 'static> {
+        let setup = self.setup.take()?;
+        let backoff = setup.backoff();
+        Some(answers(AgentSource(setup), self.cursor(), backoff))
+    }
+}
+
+impl Setup {
+    /// The backoff between failed polls, from the agent's configuration.
+    fn backoff(&self) -> Backoff {
+        let config = self.agent.config();
+        Backoff::new(
+            Duration::from_millis(config.backoff_first_ms),
+            Duration::from_millis(config.backoff_cap_ms),
+        )
+    }
+}
+
 impl Stream for Watch {
     type Item = Result<WatchItem, AgentError>;
 
@@ -200,11 +223,7 @@ impl Stream for Watch {
             let Some(setup) = self.setup.take() else {
                 return Poll::Ready(None);
             };
-            let config = setup.agent.config();
-            let backoff = Backoff::new(
-                Duration::from_millis(config.backoff_first_ms),
-                Duration::from_millis(config.backoff_cap_ms),
-            );
+            let backoff = setup.backoff();
             let source = AgentSource(setup);
             let running = run(source, Arc::clone(&self.cursor), backoff);
             self.running = Some(Box::pin(running));
@@ -258,7 +277,7 @@ impl Source for AgentSource {
 
 /// Whether a failed poll is worth repeating from the same cursor: the connection or the
 /// service's availability, not the request.
-fn transient(error: &AgentError) -> bool {
+pub(crate) fn transient(error: &AgentError) -> bool {
     match error {
         AgentError::Disconnected | AgentError::Timeout { .. } => true,
         AgentError::Service { code, .. } => matches!(code, ErrorCode::Unavailable),
@@ -266,42 +285,30 @@ fn transient(error: &AgentError) -> bool {
     }
 }
 
-/// What the stream's loop carries from one item to the next.
+/// What the stream's loop carries from one answer to the next.
 struct Run<S> {
     source: S,
     cursor: Cursor,
-    /// The shared copy of the cursor, for [`Watch::cursor`].
-    shared: Arc<AtomicU64>,
-    /// Items of the last page not yet yielded.
-    queue: VecDeque<WatchItem>,
     backoff: Backoff,
     /// Set after a final error: the next poll of the stream ends it.
     ended: bool,
 }
 
-/// The polling loop as a stream: a page at a time, yielded an item at a time.
-pub(crate) fn run<S: Source>(
+/// The polling loop as a stream of answers: the items of each answer that has any, together,
+/// from the cursor `after`.
+pub(crate) fn answers<S: Source>(
     source: S,
-    shared: Arc<AtomicU64>,
+    after: u64,
     backoff: Backoff,
-) -> impl Stream<Item = Result<WatchItem, AgentError>> + Send + 'static {
-    let cursor = Cursor::new(shared.load(Ordering::Acquire));
+) -> impl Stream<Item = Result<Vec<WatchItem>, AgentError>> + Send + 'static {
     let run = Run {
         source,
-        cursor,
-        shared,
-        queue: VecDeque::new(),
+        cursor: Cursor::new(after),
         backoff,
         ended: false,
     };
     stream::unfold(run, |mut run| async move {
         loop {
-            if let Some(item) = run.queue.pop_front() {
-                // The cursor moves as each item is handed out, so a watch restarted from it
-                // repeats nothing the consumer has already seen.
-                run.shared.fetch_max(item.revision(), Ordering::AcqRel);
-                return Some((Ok(item), run));
-            }
             if run.ended {
                 return None;
             }
@@ -310,7 +317,9 @@ pub(crate) fn run<S: Source>(
                 Ok(page) => {
                     run.backoff.reset();
                     let items = run.cursor.absorb(page);
-                    run.queue.extend(items);
+                    if !items.is_empty() {
+                        return Some((Ok(items), run));
+                    }
                 }
                 Err(error) if transient(&error) => {
                     let delay = run.backoff.next_delay();
@@ -324,6 +333,31 @@ pub(crate) fn run<S: Source>(
             }
         }
     })
+}
+
+/// The polling loop as a stream of items, one answer's items after the other; `shared` is
+/// the cursor to start from, moved as each item is handed out, so a watch restarted from it
+/// repeats nothing the consumer has already seen.
+pub(crate) fn run<S: Source>(
+    source: S,
+    shared: Arc<AtomicU64>,
+    backoff: Backoff,
+) -> impl Stream<Item = Result<WatchItem, AgentError>> + Send + 'static {
+    use futures_util::StreamExt;
+    let after = shared.load(Ordering::Acquire);
+    answers(source, after, backoff)
+        .flat_map(|answer| {
+            let items: Vec<Result<WatchItem, AgentError>> = match answer {
+                Ok(items) => items.into_iter().map(Ok).collect(),
+                Err(error) => vec![Err(error)],
+            };
+            stream::iter(items)
+        })
+        .inspect(move |item| {
+            if let Ok(item) = item {
+                shared.fetch_max(item.revision(), Ordering::AcqRel);
+            }
+        })
 }
 
 /// The client-held cursor and the rules that move it. Pure: no I/O, so the rules are tested

@@ -87,13 +87,19 @@ async fn one_round(
     ttl_ms: u64,
     resource: usize,
 ) -> anyhow::Result<(Duration, Vec<Grant>)> {
-    let LeaseGranted { lease, .. } = holder.request_as(Op::LeaseGrant { ttl_ms }).await?;
+    let LeaseGranted { lease, .. } = holder
+        .request_as(Op::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms: 0,
+        })
+        .await?;
     let acquire_at = Instant::now();
     let held: Granted = holder
         .request_as(Op::LockAcquire {
             name: lock.to_string(),
             lease: lease.clone(),
             wait_ms: Some(0),
+            max_hold_ms: None,
             mode: LockMode::Exclusive,
         })
         .await?;

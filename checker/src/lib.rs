@@ -1,6 +1,6 @@
-//! Offline checkers for histories recorded against Hivekeeper's keys: is what the clients saw
-//! possible for a correct, linearizable key-value store, and did every watcher get what etcd's
-//! watch guarantees promise? The nemesis records a history under faults; these functions judge
+//! Offline checkers for histories recorded against Hivekeeper's keys and recipes: is what the
+//! clients saw possible for a correct, linearizable key-value store, did every watcher get what
+//! etcd's watch guarantees promise, and did elections and barriers keep their rules? The nemesis records a history under faults; these functions judge
 //! it. They are pure: no clock but the timestamps in the history, no I/O, no randomness.
 //!
 //! ```text
@@ -13,6 +13,10 @@
 //!   per-key register model and the search, `check(&history, &budget) -> Verdict`.
 //! - `watch`: the recorded writes and watcher streams (`Event`, `Watcher`, `Stream`, `Batch`),
 //!   the guarantees (`Rule`) and `check(&history, &watchers) -> Vec<Violation>`.
+//! - `election`, `barrier`: the recipes' records (`ElectionOp`, `BarrierOp`) and their rules
+//!   (one leader per name in real time, the token fences; nobody passes a barrier early or is
+//!   dropped, rounds in order), each `check(&ops, &alive) -> Vec<Violation<Rule>>`; `recipe`:
+//!   what they share (`Answer`, `LeaseAlive`, `Violation`). Their module docs give the rules.
 //!
 //! # Linearizability
 //! An operation is a put, get, delete or compare-and-set (a txn with one compare, on the value
@@ -74,5 +78,8 @@
 //! the linearizability model; watch histories may hold them. A write missing from the watch
 //! history cannot be found missing from a watcher.
 
+pub mod barrier;
+pub mod election;
 pub mod linearizability;
+pub mod recipe;
 pub mod watch;

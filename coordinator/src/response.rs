@@ -43,6 +43,7 @@ pub fn reply_response(id: &str, reply: &Reply) -> Option<Response> {
         | Reply::Expired { .. }
         | Reply::WaitsExpired { .. }
         | Reply::ReservationsEnded { .. }
+        | Reply::HoldTimesEnded { .. }
         | Reply::Cancelled { .. } => Done {}.into(),
         Reply::Queued => return None,
         Reply::Fence { current, valid } => FenceStatus {

@@ -174,7 +174,16 @@ async fn grant(node: &NodeHandle, agent: &str, id: &str) -> String {
 /// A lease of `ttl_ms` for `agent`; its wire id.
 async fn grant_ttl(node: &NodeHandle, agent: &str, id: &str, ttl_ms: u64) -> String {
     match node
-        .call(agent, request(id, Op::LeaseGrant { ttl_ms }))
+        .call(
+            agent,
+            request(
+                id,
+                Op::LeaseGrant {
+                    ttl_ms,
+                    lock_delay_ms: 0,
+                },
+            ),
+        )
         .await
         .outcome
     {
@@ -200,6 +209,7 @@ fn try_lock(name: &str, lease: &str) -> Op {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms: Some(0),
+        max_hold_ms: None,
         mode: LockMode::Exclusive,
     }
 }
@@ -1053,6 +1063,7 @@ fn wait_lock(name: &str, lease: &str, wait_ms: u64) -> Op {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms: Some(wait_ms),
+        max_hold_ms: None,
         mode: LockMode::Exclusive,
     }
 }
@@ -1222,7 +1233,16 @@ async fn a_member_stops_cleanly_while_a_front_door_holds_its_handle_and_restarts
     let reply = within(
         10,
         "a write through a stopped member's handle",
-        held.call("drone-1", request("g2", Op::LeaseGrant { ttl_ms: 5_000 })),
+        held.call(
+            "drone-1",
+            request(
+                "g2",
+                Op::LeaseGrant {
+                    ttl_ms: 5_000,
+                    lock_delay_ms: 0,
+                },
+            ),
+        ),
     )
     .await;
     assert!(

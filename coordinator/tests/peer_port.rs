@@ -158,9 +158,17 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     let handle = node.handle();
     // The victim keeps a 2 s lease alive with keepalives every 200 ms (which are not log
     // entries)...
-    let lease = success::<LeaseGranted>(&handle, "victim", "g1", Op::LeaseGrant { ttl_ms: 2_000 })
-        .await
-        .lease;
+    let lease = success::<LeaseGranted>(
+        &handle,
+        "victim",
+        "g1",
+        Op::LeaseGrant {
+            ttl_ms: 2_000,
+            lock_delay_ms: 0,
+        },
+    )
+    .await
+    .lease;
     let lease_id = LeaseId::parse(&lease).expect("a lease id");
     let keepalives = tokio::spawn({
         let (handle, lease) = (handle.clone(), lease.clone());
@@ -180,14 +188,22 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     // TTL: the machine alone would let an `ExpireLeases` naming it end it. Only the leader's
     // keeper, which saw the keepalives, may propose that, and it does not.
     tokio::time::sleep(Duration::from_millis(2_200)).await;
-    let holder =
-        success::<LeaseGranted>(&handle, "holder", "g2", Op::LeaseGrant { ttl_ms: 60_000 })
-            .await
-            .lease;
+    let holder = success::<LeaseGranted>(
+        &handle,
+        "holder",
+        "g2",
+        Op::LeaseGrant {
+            ttl_ms: 60_000,
+            lock_delay_ms: 0,
+        },
+    )
+    .await
+    .lease;
     let lock = |lease: &str, wait_ms| Op::LockAcquire {
         name: "dock".into(),
         lease: lease.to_string(),
         wait_ms,
+        max_hold_ms: None,
         mode: LockMode::Exclusive,
     };
     success::<Granted>(&handle, "holder", "a1", lock(&holder, None)).await;
@@ -247,7 +263,11 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
     forge(
         &addr,
         &handle,
-        ForgedWrites::Writes(vec![expire, Command::ExpireWaits { term: u64::MAX }]),
+        ForgedWrites::Writes(vec![
+            expire,
+            Command::ExpireWaits { term: u64::MAX },
+            Command::ExpireHoldTimes { term: u64::MAX },
+        ]),
         "internal commands in today's Writes",
     )
     .await;
@@ -265,7 +285,16 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
         .collect();
     assert_eq!(waiters, vec!["victim".to_string()]);
     assert!(!waiting.is_finished(), "the victim's wait was answered");
-    success::<LeaseGranted>(&handle, "third", "g3", Op::LeaseGrant { ttl_ms: 60_000 }).await;
+    success::<LeaseGranted>(
+        &handle,
+        "third",
+        "g3",
+        Op::LeaseGrant {
+            ttl_ms: 60_000,
+            lock_delay_ms: 0,
+        },
+    )
+    .await;
     waiting.abort();
     keepalives.abort();
     node.shutdown().await.expect("stops");
@@ -308,7 +337,16 @@ async fn frames_over_their_bound_drop_the_connection_before_and_after_the_hello(
 
     // The node serves on.
     let reply = handle
-        .call("agent", request("g1", Op::LeaseGrant { ttl_ms: 60_000 }))
+        .call(
+            "agent",
+            request(
+                "g1",
+                Op::LeaseGrant {
+                    ttl_ms: 60_000,
+                    lock_delay_ms: 0,
+                },
+            ),
+        )
         .await;
     assert!(reply.outcome.is_ok(), "{reply:?}");
     node.shutdown().await.expect("stops");

@@ -31,6 +31,19 @@
 //! 7. **Watch.** Every watcher's streams keep etcd's watch guarantees (ordered, unique,
 //!    reliable, atomic, bookmarkable, resumable, consistent) against the writes the keys
 //!    workload saw committed. See `watchers.rs`.
+//! 8. **Election.** Per name, the leaderships in token order fit one after the other in real
+//!    time (a grant only after the previous leadership was last seen alive), a leadership seen
+//!    over is never seen alive again (a deposed leader's proclaim and `fence.check` are
+//!    refused), the leader read (`election.leader`, `$election/{name}`'s `create_revision`) is
+//!    the grantee with one of its values, and a leadership ends only by a resign or its
+//!    lease's end. See `hivekeeper-checker`'s `election` and `elections.rs`.
+//! 9. **Barrier.** Per barrier, no round answered before one of its members started entering
+//!    (or, for leaves, leaving), at most `count` members per round, later rounds with higher
+//!    generations, and no member dropped from its round while its lease lived. See
+//!    `hivekeeper-checker`'s `barrier` and `barriers.rs`.
+//!
+//! Checks 8 and 9 also count every election or barrier request answered `bad_request` or
+//! `internal` (or unreadable) as an anomaly.
 
 use std::collections::HashMap;
 
@@ -56,7 +69,20 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    fn anomaly(&mut self, what: String) {
+    /// The verdict of a check that looked at `ops` operations and found `violations`.
+    pub fn of<V: ToString>(ops: usize, violations: impl IntoIterator<Item = V>) -> Verdict {
+        let mut verdict = Verdict {
+            ops: ops as u64,
+            ..Verdict::default()
+        };
+        for violation in violations {
+            verdict.anomaly(violation.to_string());
+        }
+        verdict
+    }
+
+    /// Counts one anomaly, described among the first few.
+    pub fn anomaly(&mut self, what: String) {
         self.anomalies += 1;
         if self.samples.len() < 8 {
             self.samples.push(what);
@@ -81,6 +107,10 @@ pub struct Verdicts {
     pub keys: Verdict,
     /// 7: the watchers' guarantees.
     pub watch: Verdict,
+    /// 8: the elections.
+    pub election: Verdict,
+    /// 9: the barriers.
+    pub barrier: Verdict,
 }
 
 impl Verdicts {
@@ -92,6 +122,8 @@ impl Verdicts {
             + self.leases.anomalies
             + self.keys.anomalies
             + self.watch.anomalies
+            + self.election.anomalies
+            + self.barrier.anomalies
     }
 }
 
@@ -105,7 +137,20 @@ pub fn check(history: &History, sem_limit: u32) -> Verdicts {
         answers: answers(history),
         keys: super::keys::check(history, &super::keys::BUDGET),
         watch: super::watchers::check(history),
+        election: recipe(super::elections::check(history), history, "election."),
+        barrier: recipe(super::barriers::check(history), history, "barrier."),
     }
+}
+
+/// A recipe's verdict with its requests answered in a way no well-formed request should be
+/// (each described by its agent and op, e.g. `…'s election.campaign`) as anomalies.
+fn recipe(mut verdict: Verdict, history: &History, ops: &str) -> Verdict {
+    for error in &history.recipe_errors {
+        if error.contains(ops) {
+            verdict.anomaly(error.clone());
+        }
+    }
+    verdict
 }
 
 /// Check 5.

@@ -1,5 +1,6 @@
-//! What the workloads saw: one record per hold, per fenced write, per lease, per request and
-//! per key operation, each watcher's streams, with the times the client invoked it and saw it complete.
+//! What the workloads saw: one record per hold, per fenced write, per lease, per request, per
+//! key operation and per election or barrier request, each watcher's streams, with the times
+//! the client invoked it and saw it complete.
 //!
 //! Every time is microseconds on the nemesis's own monotonic clock since the run began
 //! ([`Timeline::now_us`]); the report adds the wall-clock time of that start, so a record can
@@ -8,6 +9,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use hivekeeper_checker::barrier::BarrierOp;
+use hivekeeper_checker::election::ElectionOp;
+use hivekeeper_checker::recipe::LeaseAlive;
 use hivekeeper_checker::watch::Watcher;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -176,6 +180,16 @@ pub struct History {
     pub final_read: Option<FinalRead>,
     /// The watch workload's watchers and their streams.
     pub watchers: Vec<Watcher>,
+    /// Every request of the election workload and its observer.
+    pub election_ops: Vec<ElectionOp>,
+    /// Every request of the barrier workload.
+    pub barrier_ops: Vec<BarrierOp>,
+    /// Acknowledged keepalives of the election and barrier agents' leases, sent after a
+    /// refusal that said the lease held nothing any more.
+    pub leases_alive: Vec<LeaseAlive>,
+    /// Election and barrier requests answered in a way a well-formed request never should
+    /// (`bad_request`, `internal`, an unreadable answer), described.
+    pub recipe_errors: Vec<String>,
 }
 
 /// The history, shared by the workload tasks.

@@ -1,11 +1,11 @@
 //! # hivekeeper-nemesis: Hivekeeper's fault test
 //!
-//! Starts a cluster of real `hivekeeper serve` processes on this machine, runs workloads
-//! through real SDK clients over MQTT, injects faults on a schedule (kill, pause of a leader or
-//! of a client, partitions, clock jumps and skew, a full disk) and checks the whole history at
-//! the end (fenced register, mutex, semaphore, leases, keys, watches). Exits non-zero on any
-//! anomaly or harness error. A binary of its own, beside `hivekeeper`: the server binary links
-//! no test harness, and this one runs the `hivekeeper` it finds (`--hivekeeper`, else the one
+//! Starts a cluster of real `hivekeeper serve` processes on this machine, runs workloads through
+//! real SDK clients over MQTT, injects faults on a schedule (kill, pause of a leader or of a
+//! client, partitions, clock jumps and skew, a full disk) and checks the whole history at the end
+//! (fenced register, mutex, semaphore, leases, keys, watches, elections, barriers). Exits non-zero
+//! on any anomaly or harness error. A binary of its own, beside `hivekeeper`: the server binary
+//! links no test harness, and this one runs the `hivekeeper` it finds (`--hivekeeper`, else the one
 //! beside it, else PATH).
 //!
 //! # Layout
@@ -20,6 +20,9 @@
 //! - `keys`: the keys workload (put, get, delete, compare-and-set on a few keys) and its
 //!   linearizability check; `watchers`: the watch workload and its check against etcd's
 //!   watch guarantees (both checks are `hivekeeper-checker`'s).
+//! - `elections`, `barriers`: the election workload (campaign, proclaim, resign, fence
+//!   checks, leader reads) and the barrier workload (enter, leave), checked by
+//!   `hivekeeper-checker`'s election and barrier rules.
 //! - `store`: the fenced store the register agents write through.
 //! - `history`: the records of the run and the clock they are stamped with.
 //! - `check`: the checkers over the history; `availability`: each fault's window figures.
@@ -35,16 +38,19 @@
 //!        register/mutex agents ── fenced store (store.rs)      ┐
 //!        semaphore agents, lease agents, the pausable client   ├─▶ history (history.rs)
 //!        keys agents (keys.rs), watchers (watchers.rs)         │
+//!        candidates (elections.rs), barrier members (barriers.rs) │
 //!  schedule: quiet ─▶ inject ─▶ hold ─▶ undo ─▶ recovered      ┘   + one window per fault
 //!        (faults.rs; every class in turn until --duration-s)
 //!  stop ─▶ final read of the keys ─▶ check.rs (register, mutex, semaphore, leases, keys,
-//!       watch) + availability per window
+//!       watch, election, barrier) + availability per window
 //!       ─▶ report (table or --json); exit status 1 on any anomaly or harness error
 //! ```
 
 mod availability;
+mod barriers;
 mod check;
 mod client;
+mod elections;
 mod faults;
 mod history;
 mod hivekeeper_binary;
@@ -61,13 +67,13 @@ use tracing_subscriber::EnvFilter;
 /// Hivekeeper's fault test: a cluster of `hivekeeper serve` processes under faults, the whole
 /// history checked.
 ///
-/// Starts a cluster of `hivekeeper serve` processes on this machine, runs workloads through
-/// real SDK clients, injects faults (kill, pause, partition, clock jumps, full disk) on a
-/// schedule and checks the whole history (fenced register, mutex linearizability, semaphore,
-/// leases, keys linearizability, etcd's watch guarantees). Prints a report (a table, or
-/// --json) and exits non-zero on any anomaly. Partitions and disk-full need root; clock faults
-/// need Debian's faketime: with neither, the classes that need them are left out and the
-/// report says why. Every class in turn, as root: `sudo hivekeeper-nemesis --duration-s 120`.
+/// Starts a cluster of `hivekeeper serve` processes on this machine, runs workloads through real
+/// SDK clients, injects faults (kill, pause, partition, clock jumps, full disk) on a schedule and
+/// checks the whole history (fenced register, mutex linearizability, semaphore, leases, keys
+/// linearizability, etcd's watch guarantees, elections, barriers). Prints a report (a table, or
+/// --json) and exits non-zero on any anomaly. Partitions and disk-full need root; clock faults need
+/// Debian's faketime: with neither, the classes that need them are left out and the report says
+/// why. Every class in turn, as root: `sudo hivekeeper-nemesis --duration-s 120`.
 #[derive(Debug, Parser)]
 #[command(
     name = "hivekeeper-nemesis",

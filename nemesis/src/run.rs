@@ -20,7 +20,9 @@ use crate::faults::{self, FaultKind, Tools};
 use crate::history::{History, Recorder, Timeline};
 use crate::store::FencedStore;
 use crate::workload::{self, Context};
-use crate::{availability, check, client, hivekeeper_binary, keys, sentinel, watchers};
+use crate::{
+    availability, barriers, check, client, elections, hivekeeper_binary, keys, sentinel, watchers,
+};
 
 /// Flags of `hivekeeper-nemesis`.
 #[derive(Debug, Args)]
@@ -78,6 +80,23 @@ pub struct NemesisArgs {
     /// Watchers of the keys' prefix (checked against etcd's watch guarantees).
     #[arg(long, default_value_t = 2)]
     watchers: usize,
+    /// Agents of the election workload (campaign, proclaim, resign; one leader per name at a
+    /// time, checked); 0 leaves it out.
+    #[arg(long, default_value_t = 4)]
+    election_agents: usize,
+    /// Elections the election agents campaign on (few, so they contend).
+    #[arg(long, default_value_t = 2)]
+    elections: usize,
+    /// Barriers of the barrier workload (enter, leave; nobody passes early or is dropped,
+    /// checked); 0 leaves it out.
+    #[arg(long, default_value_t = 2)]
+    barriers: usize,
+    /// Agents per barrier: more than --barrier-count, so its rounds mix them.
+    #[arg(long, default_value_t = 3)]
+    barrier_agents: usize,
+    /// The members of one round of a barrier (its `count`).
+    #[arg(long, default_value_t = 2)]
+    barrier_count: u32,
     /// How long a holder keeps what it got, ms.
     #[arg(long, default_value_t = 20)]
     hold_ms: u64,
@@ -270,7 +289,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     let locks: Vec<String> = (0..args.locks)
         .map(|i| format!("{run_id}-lock{i}"))
         .collect();
-    let tasks = spawn_workloads(&args, &ctx, &store, &locks);
+    let tasks = spawn_workloads(&args, &ctx, &store, &locks, seed);
     let (pause_tx, pause_rx) = mpsc::channel(1);
     let paused_lock = locks[0].clone();
     let pausable = client::PausableClient::start(
@@ -370,6 +389,14 @@ fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
         args.kv_agents == 0 || args.kv_keys >= 1,
         "--kv-keys must be at least 1 when --kv-agents is"
     );
+    anyhow::ensure!(
+        args.election_agents == 0 || args.elections >= 1,
+        "--elections must be at least 1 when --election-agents is"
+    );
+    anyhow::ensure!(
+        args.barriers == 0 || (args.barrier_count >= 1 && args.barrier_agents >= 1),
+        "--barrier-count and --barrier-agents must be at least 1 when --barriers is"
+    );
     Ok(())
 }
 
@@ -388,12 +415,13 @@ fn cluster_options(kinds: &[FaultKind], members: usize) -> Options {
 }
 
 /// Starts every workload agent, the probes and sentinels (one each per member) and the
-/// semaphore's observer; they all stop by themselves at `ctx.stop_at`.
+/// semaphore's and elections' observers; they all stop by themselves at `ctx.stop_at`.
 fn spawn_workloads(
     args: &NemesisArgs,
     ctx: &Context,
     store: &FencedStore,
     locks: &[String],
+    seed: u64,
 ) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..args.lock_agents {
@@ -433,6 +461,23 @@ fn spawn_workloads(
         }
         for i in 0..args.watchers {
             tasks.spawn(watchers::watcher(ctx.clone(), i, keys::prefix(&ctx.run)));
+        }
+    }
+    if args.election_agents > 0 {
+        let names = elections::names(&ctx.run, args.elections);
+        for i in 0..args.election_agents {
+            tasks.spawn(elections::candidate(ctx.clone(), i, names.clone(), seed));
+        }
+        tasks.spawn(elections::observer(ctx.clone(), names));
+    }
+    for b in 0..args.barriers {
+        for j in 0..args.barrier_agents {
+            let member = barriers::Member {
+                index: b * args.barrier_agents + j,
+                name: format!("{}-barrier{b}", ctx.run),
+                count: args.barrier_count,
+            };
+            tasks.spawn(barriers::member(ctx.clone(), member, seed));
         }
     }
     tasks
@@ -651,6 +696,8 @@ fn print_table(report: &NemesisReport) {
         ("answers", &checks.answers),
         ("keys", &checks.keys),
         ("watch", &checks.watch),
+        ("election", &checks.election),
+        ("barrier", &checks.barrier),
     ] {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! The keys and watch workloads, whose records the checker crate judges, are `keys.rs` and
-//! `watchers.rs`.
+//! `watchers.rs`; the election and barrier workloads are `elections.rs` and `barriers.rs`.
 //!
 //! Every loop ends at the run's stop time; a request in flight then ends within the SDK's
 //! request deadline.
@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Resource, Session, Wait as SdkWait};
+use hivekeeper_checker::recipe::{Answer, LeaseAlive};
 use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op};
 use tokio::time::Instant;
 
@@ -82,7 +83,11 @@ impl Context {
     }
 
     /// A live session, new if `current` is absent or no longer live.
-    async fn live_session(&self, agent: &Agent, current: &mut Option<Session>) -> Option<Session> {
+    pub async fn live_session(
+        &self,
+        agent: &Agent,
+        current: &mut Option<Session>,
+    ) -> Option<Session> {
         if let Some(session) = current
             && session.state().is_live()
         {
@@ -136,6 +141,45 @@ impl Context {
             detail,
         };
         self.recorder.with(|history| history.waits.push(wait));
+    }
+}
+
+/// A recipe request's outcome as the checkers read it: the service's refusal by its code, or
+/// `Unknown` when the SDK gave up (no answer, a lost connection). One a well-formed request
+/// should never get ([`unexpected`]) is also recorded, with the request and the error.
+pub fn answer<T>(ctx: &Context, request: &str, result: Result<T, AgentError>) -> Answer<T> {
+    match result {
+        Ok(value) => Answer::Ok(value),
+        Err(error) => {
+            let outcome = outcome(&error);
+            if unexpected(&outcome) {
+                let what = format!("{request} was answered {outcome}: {error}");
+                ctx.recorder
+                    .with(|history| history.recipe_errors.push(what));
+            }
+            match error.code() {
+                Some(code) => Answer::Refused(code.to_string()),
+                None => Answer::Unknown,
+            }
+        }
+    }
+}
+
+/// One `lease.keepalive` of `lease`, recorded when acknowledged: the proof that the lease
+/// still lived, after a refusal that says it holds nothing any more.
+pub async fn prove_alive(ctx: &Context, agent: &Agent, lease: &str) {
+    let invoke_us = ctx.timeline.now_us();
+    let op = Op::LeaseKeepalive {
+        lease: lease.to_string(),
+    };
+    if agent.request(op).await.is_ok() {
+        let alive = LeaseAlive {
+            lease: lease.to_string(),
+            invoke_us,
+            complete_us: ctx.timeline.now_us(),
+        };
+        ctx.recorder
+            .with(|history| history.leases_alive.push(alive));
     }
 }
 
@@ -283,7 +327,10 @@ pub async fn lease(ctx: Context, index: usize) {
     while !ctx.stopped() {
         let invoke_us = ctx.timeline.now_us();
         let granted = agent
-            .request_as(Op::LeaseGrant { ttl_ms: ctx.ttl_ms })
+            .request_as(Op::LeaseGrant {
+                ttl_ms: ctx.ttl_ms,
+                lock_delay_ms: 0,
+            })
             .await;
         let Ok(LeaseGranted { lease, .. }) = granted else {
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -83,7 +83,16 @@ async fn every_fault_class_once_on_three_members_finds_no_anomaly() {
     ] {
         assert!(ran.contains(&fault), "{fault} did not run: {ran:?}");
     }
-    for check in ["register", "mutex", "semaphore", "leases", "keys", "watch"] {
+    for check in [
+        "register",
+        "mutex",
+        "semaphore",
+        "leases",
+        "keys",
+        "watch",
+        "election",
+        "barrier",
+    ] {
         let ops = report["checks"][check]["ops"].as_u64().expect("ops");
         assert!(ops > 0, "the {check} workload did nothing: {report:#}");
     }

@@ -24,21 +24,28 @@ pub enum Event {
         /// The lease that ended.
         lease: String,
     },
-    /// A lock was taken away because its lease ended.
+    /// A lock was taken away because its lease ended, or because its `max_hold_ms` ran out.
     #[serde(rename = "lock.lost")]
     LockLost {
         /// The lock's name.
         name: String,
         /// The token of the hold that ended.
         token: u64,
+        /// Why, when it is not the lease's end; absent: the lease ended.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<LostReason>,
     },
-    /// Semaphore permits were taken away because their lease ended.
+    /// Semaphore permits were taken away because their lease ended, or because their
+    /// `max_hold_ms` ran out.
     #[serde(rename = "sem.lost")]
     SemLost {
         /// The semaphore's name.
         name: String,
         /// The token of the hold that ended.
         token: u64,
+        /// As for `lock.lost`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<LostReason>,
     },
     /// A waypoint reservation (or a route) was taken away because its lease ended, or because
     /// it was preempted and not released by its `vacate_by_ms`.
@@ -92,6 +99,16 @@ pub enum Event {
         /// The token of the leadership that ended.
         token: u64,
     },
+}
+
+/// Why a hold was taken away, in a `lock.lost` or `sem.lost`, when it was not its lease's end
+/// (which the event says by having no `reason`, as it did before reasons existed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostReason {
+    /// The acquire's `max_hold_ms` ran out: the hold ended at its grant time plus that much,
+    /// on the service's clock, whether or not its lease lived.
+    MaxHold,
 }
 
 impl Event {

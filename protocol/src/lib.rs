@@ -47,7 +47,7 @@ pub mod validate;
 
 pub use airspace::{ConflictInfo, QueryVolume, ReservationKind};
 pub use error::{ErrorCode, ProtocolError};
-pub use event::Event;
+pub use event::{Event, LostReason};
 pub use kv::{KeySelector, KeyValue, KvDeleted, KvEvent, KvPage, KvPutDone, KvTxnDone, WatchPage};
 pub use kv_access::{KvAccess, KvAccessKind, KvDenied};
 pub use lock_mode::LockMode;

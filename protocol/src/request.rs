@@ -151,6 +151,11 @@ pub enum Op {
     LeaseGrant {
         /// Time to live in milliseconds; the service's configured range applies.
         ttl_ms: u64,
+        /// When the lease ends by expiry or by an operator, nobody is granted the locks it held
+        /// for this long (ms, 0 to [`crate::validate::LOCK_DELAY_MS_MAX`]); 0, the default,
+        /// for none. Absent from the serialized form when 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        lock_delay_ms: u64,
     },
     /// Restart the lease's countdown. Not a Raft write: the leader keeps deadlines in memory.
     #[op("lease.keepalive", Read)]
@@ -174,6 +179,10 @@ pub enum Op {
         /// Absent: wait while the lease lives. `0`: try once. `n`: wait at most n ms.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// The hold ends this long after its grant (ms, at least 1, at most the service's
+        /// longest lease TTL), whether or not the lease lives; absent: no bound.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_hold_ms: Option<u64>,
         /// Exclusive (absent, the default) or shared with other shared holders
         /// ([`crate::LockMode`]).
         #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
@@ -208,6 +217,9 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// As for `lock.acquire`: at the end the hold of every name ends together.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_hold_ms: Option<u64>,
         /// As for `lock.acquire`: every name in this mode.
         #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
         mode: LockMode,
@@ -235,6 +247,9 @@ pub enum Op {
         /// As for `lock.acquire`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_hold_ms: Option<u64>,
     },
     /// Give back the permits a lease holds on a semaphore.
     #[op("sem.release", Write)]
@@ -660,6 +675,11 @@ pub enum Op {
 
 fn one() -> u32 {
     1
+}
+
+/// Whether a defaulted integer field is at its default, 0 (left out of the serialized form).
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// One 4D volume of a route: a vertical cylinder, an altitude band and a time window

@@ -377,6 +377,31 @@ pub fn ttl_ms(ttl_ms: u64) -> Result<(), InvalidField> {
     Ok(())
 }
 
+/// Longest lock-delay a lease may ask for (`lease.grant`'s `lock_delay_ms`): one minute, as
+/// Consul bounds its sessions' lock-delay. Past a minute a dead holder's locks would sit idle
+/// longer than any real holder needs to notice it lost them.
+pub const LOCK_DELAY_MS_MAX: u64 = 60_000;
+
+/// Checks a `lease.grant`'s `lock_delay_ms`: at most [`LOCK_DELAY_MS_MAX`].
+pub fn lock_delay_ms(lock_delay_ms: u64) -> Result<(), InvalidField> {
+    if lock_delay_ms > LOCK_DELAY_MS_MAX {
+        return Err(invalid!(
+            "`lock_delay_ms` is {lock_delay_ms}, the maximum is {LOCK_DELAY_MS_MAX} (one minute)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an acquire's optional `max_hold_ms` as far as the wire can: positive. That it is at
+/// most the service's longest lease TTL is the state machine's check, against the replicated
+/// limits.
+pub fn max_hold_ms(max_hold_ms: Option<u64>) -> Result<(), InvalidField> {
+    if max_hold_ms == Some(0) {
+        return Err("`max_hold_ms` must be positive; omit it for no bound".into());
+    }
+    Ok(())
+}
+
 /// Checks a `sem.acquire`'s capacity and weight: `limit` in `[1, SEM_LIMIT_MAX]`, `permits` in
 /// `[1, limit]`.
 pub fn sem_acquire(limit: u32, permits: u32) -> Result<(), InvalidField> {

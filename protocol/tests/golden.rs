@@ -18,10 +18,10 @@ use hivekeeper_protocol::validate::{
 use hivekeeper_protocol::{
     AccountInfo, AccountIssued, AccountPage, Area, BarrierPassed, ConflictInfo, ConflictPage, Done,
     ErrorBody, ErrorCode, Event, FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo,
-    LeaderReport, LeaseGranted, LeaseInfo, LeaseKept, LeasePage, MemberInfo, NodeStatus, Op,
-    Priority, ProtocolError, QueryVolume, ReplicationInfo, Request, ReservationKind, ResourceInfo,
-    ResourceKind, ResourcePage, Response, Role, SnapshotPage, StatusReport, Success, Topics,
-    Volume, WaiterInfo,
+    LeaderReport, LeaseGranted, LeaseInfo, LeaseKept, LeasePage, LostReason, MemberInfo,
+    NodeStatus, Op, Priority, ProtocolError, QueryVolume, ReplicationInfo, Request,
+    ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response, Role, SnapshotPage,
+    StatusReport, Success, Topics, Volume, WaiterInfo,
 };
 use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone, LockMode};
 use serde_json::{Value, json};
@@ -142,8 +142,30 @@ fn bad(wire: &str, id: Option<&str>, message: &str) {
 fn op_lease_grant() {
     assert_request(
         r#"{"id":"r1","op":"lease.grant","ttl_ms":5000}"#,
-        &req("r1", Op::LeaseGrant { ttl_ms: 5000 }),
+        &req(
+            "r1",
+            Op::LeaseGrant {
+                ttl_ms: 5000,
+                lock_delay_ms: 0,
+            },
+        ),
         &json!({"id": "r1", "op": "lease.grant", "ttl_ms": 5000}),
+    );
+    // A lock-delay; 0, the default, is left out when encoded.
+    assert_request(
+        r#"{"id":"r1","op":"lease.grant","ttl_ms":5000,"lock_delay_ms":15000}"#,
+        &req(
+            "r1",
+            Op::LeaseGrant {
+                ttl_ms: 5000,
+                lock_delay_ms: 15_000,
+            },
+        ),
+        &json!({"id": "r1", "op": "lease.grant", "ttl_ms": 5000, "lock_delay_ms": 15000}),
+    );
+    assert_eq!(
+        decode_ok(r#"{"id":"r1","op":"lease.grant","ttl_ms":5000,"lock_delay_ms":0}"#).encode(),
+        br#"{"id":"r1","op":"lease.grant","ttl_ms":5000}"#.to_vec()
     );
 }
 
@@ -186,6 +208,7 @@ fn op_lock_acquire() {
                 name: "gateway/config".into(),
                 lease: "L-17".into(),
                 wait_ms: None,
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
         ),
@@ -200,6 +223,7 @@ fn op_lock_acquire() {
                 name: "door".into(),
                 lease: "L-17".into(),
                 wait_ms: Some(0),
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
         ),
@@ -214,11 +238,28 @@ fn op_lock_acquire() {
                 name: "door".into(),
                 lease: "L-17".into(),
                 wait_ms: Some(WAIT_MS_MAX),
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r6", "op": "lock.acquire", "name": "door", "lease": "L-17",
                 "wait_ms": 86_400_000}),
+    );
+    // max_hold_ms: the hold ends this long after its grant.
+    assert_request(
+        r#"{"id":"r6","op":"lock.acquire","name":"door","lease":"L-17","max_hold_ms":30000}"#,
+        &req(
+            "r6",
+            Op::LockAcquire {
+                name: "door".into(),
+                lease: "L-17".into(),
+                wait_ms: None,
+                max_hold_ms: Some(30_000),
+                mode: LockMode::Exclusive,
+            },
+        ),
+        &json!({"id": "r6", "op": "lock.acquire", "name": "door", "lease": "L-17",
+                "max_hold_ms": 30_000}),
     );
     // An explicit null is read as absent.
     assert_eq!(
@@ -229,6 +270,7 @@ fn op_lock_acquire() {
                 name: "door".into(),
                 lease: "L".into(),
                 wait_ms: None,
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
         )
@@ -261,11 +303,35 @@ fn op_lock_acquire_with_a_mode() {
                 name: "db".into(),
                 lease: "L-17".into(),
                 wait_ms: None,
+                max_hold_ms: None,
                 mode: LockMode::Shared,
             },
         ),
         &json!({"id": "r8s", "op": "lock.acquire", "name": "db", "lease": "L-17",
                 "mode": "shared"}),
+    );
+    // A shared hold with a max-hold: `max_hold_ms` is written before `mode`.
+    assert_request(
+        r#"{"id":"r8t","op":"lock.acquire","name":"db","lease":"L-17","wait_ms":100,"max_hold_ms":30000,"mode":"shared"}"#,
+        &req(
+            "r8t",
+            Op::LockAcquire {
+                name: "db".into(),
+                lease: "L-17".into(),
+                wait_ms: Some(100),
+                max_hold_ms: Some(30_000),
+                mode: LockMode::Shared,
+            },
+        ),
+        &json!({"id": "r8t", "op": "lock.acquire", "name": "db", "lease": "L-17",
+                "wait_ms": 100, "max_hold_ms": 30_000, "mode": "shared"}),
+    );
+    assert_eq!(
+        decode_ok(
+            r#"{"id":"r8t","op":"lock.acquire","name":"db","lease":"L-17","mode":"shared","max_hold_ms":30000,"wait_ms":100}"#
+        )
+        .encode(),
+        br#"{"id":"r8t","op":"lock.acquire","name":"db","lease":"L-17","wait_ms":100,"max_hold_ms":30000,"mode":"shared"}"#
     );
     // An explicit exclusive is the default: read, and left out when written.
     let exclusive =
@@ -307,6 +373,7 @@ fn op_lock_acquire_all_and_release_all() {
                 names: vec!["bay/1".into(), "door".into()],
                 lease: "L-17".into(),
                 wait_ms: None,
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
         ),
@@ -321,11 +388,28 @@ fn op_lock_acquire_all_and_release_all() {
                 names: vec!["db".into()],
                 lease: "L-17".into(),
                 wait_ms: Some(0),
+                max_hold_ms: None,
                 mode: LockMode::Shared,
             },
         ),
         &json!({"id": "r8n", "op": "lock.acquire_all", "names": ["db"], "lease": "L-17",
                 "wait_ms": 0, "mode": "shared"}),
+    );
+    // max_hold_ms: the hold of every name ends this long after the grant.
+    assert_request(
+        r#"{"id":"r8h","op":"lock.acquire_all","names":["bay/1","door"],"lease":"L-17","max_hold_ms":30000}"#,
+        &req(
+            "r8h",
+            Op::LockAcquireAll {
+                names: vec!["bay/1".into(), "door".into()],
+                lease: "L-17".into(),
+                wait_ms: None,
+                max_hold_ms: Some(30_000),
+                mode: LockMode::Exclusive,
+            },
+        ),
+        &json!({"id": "r8h", "op": "lock.acquire_all", "names": ["bay/1", "door"],
+                "lease": "L-17", "max_hold_ms": 30_000}),
     );
     assert_request(
         r#"{"id":"r8r","op":"lock.release_all","names":["door","bay/1"],"lease":"L-17"}"#,
@@ -389,6 +473,7 @@ fn op_sem_acquire() {
                 lease: "L-17".into(),
                 permits: 1,
                 wait_ms: None,
+                max_hold_ms: None,
             },
         ),
         &json!({"id": "r9", "op": "sem.acquire", "name": "chargers", "limit": 4,
@@ -406,10 +491,28 @@ fn op_sem_acquire() {
                 lease: "L-17".into(),
                 permits: 4,
                 wait_ms: Some(2500),
+                max_hold_ms: None,
             },
         ),
         &json!({"id": "r10", "op": "sem.acquire", "name": "chargers", "limit": 4,
                 "lease": "L-17", "permits": 4, "wait_ms": 2500}),
+    );
+    assert_request(
+        r#"{"id":"r10","op":"sem.acquire","name":"chargers","limit":4,"lease":"L-17",
+            "max_hold_ms":600000}"#,
+        &req(
+            "r10",
+            Op::SemAcquire {
+                name: "chargers".into(),
+                limit: 4,
+                lease: "L-17".into(),
+                permits: 1,
+                wait_ms: None,
+                max_hold_ms: Some(600_000),
+            },
+        ),
+        &json!({"id": "r10", "op": "sem.acquire", "name": "chargers", "limit": 4,
+                "lease": "L-17", "permits": 1, "max_hold_ms": 600_000}),
     );
     // The largest capacity.
     assert_request(
@@ -422,6 +525,7 @@ fn op_sem_acquire() {
                 lease: "L".into(),
                 permits: 999,
                 wait_ms: None,
+                max_hold_ms: None,
             },
         ),
         &json!({"id": "r11", "op": "sem.acquire", "name": "s", "limit": 1_000_000,
@@ -1958,7 +2062,13 @@ fn error_code_too_large() {
     assert_eq!(exactly_max.len(), REQUEST_BYTES_MAX);
     assert_eq!(
         decode_ok(&exactly_max),
-        req("7", Op::LeaseGrant { ttl_ms: 1000 })
+        req(
+            "7",
+            Op::LeaseGrant {
+                ttl_ms: 1000,
+                lock_delay_ms: 0
+            }
+        )
     );
     let one_over = format!("{exactly_max} ");
     assert_rejected(
@@ -2355,7 +2465,7 @@ fn bad_request_unknown_fields() {
         r#"{"id":"7","op":"lock.acquire","name":"n","lease":"L","wiat_ms":5}"#,
         Some("7"),
         "lock.acquire: unknown field `wiat_ms`, expected one of `name`, `lease`, `wait_ms`, \
-         `mode`",
+         `max_hold_ms`, `mode`",
     );
 }
 
@@ -2462,19 +2572,56 @@ fn bad_request_ttl_and_wait() {
         r#""op":"sem.acquire","name":"n","limit":1,"lease":"L""#,
         r#""op":"waypoint.reserve","name":"n","lease":"L""#,
     ] {
-        let name: String = op.split('"').nth(3).expect("op name").to_string();
-        assert!(
-            Request::decode(format!(r#"{{"id":"7",{op},"wait_ms":86400000}}"#).as_bytes()).is_ok()
-        );
-        bad(
-            &format!(r#"{{"id":"7",{op},"wait_ms":86400001}}"#),
-            Some("7"),
-            &format!(
-                "{name}: `wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to \
-                 wait while the lease lives"
-            ),
+        bounded_field(
+            op,
+            r#""wait_ms":86400000"#,
+            r#""wait_ms":86400001"#,
+            "`wait_ms` is 86400001, the maximum is 86400000 (one day); omit it to wait while \
+             the lease lives",
         );
     }
+}
+
+/// A request of `op` (its name and fields, without `id`) with `accepted` decodes, and with
+/// `refused` is `bad_request` with the op's name and `why`.
+fn bounded_field(op: &str, accepted: &str, refused: &str, why: &str) {
+    let name = op.split('"').nth(3).expect("op name");
+    assert!(Request::decode(format!(r#"{{"id":"7",{op},{accepted}}}"#).as_bytes()).is_ok());
+    bad(
+        &format!(r#"{{"id":"7",{op},{refused}}}"#),
+        Some("7"),
+        &format!("{name}: {why}"),
+    );
+}
+
+#[test]
+fn bad_request_lock_delay_and_max_hold() {
+    bounded_field(
+        r#""op":"lease.grant","ttl_ms":1"#,
+        r#""lock_delay_ms":60000"#,
+        r#""lock_delay_ms":60001"#,
+        "`lock_delay_ms` is 60001, the maximum is 60000 (one minute)",
+    );
+    for op in [
+        r#""op":"lock.acquire","name":"n","lease":"L""#,
+        r#""op":"lock.acquire_all","names":["n"],"lease":"L""#,
+        r#""op":"sem.acquire","name":"n","limit":1,"lease":"L""#,
+    ] {
+        // Any positive bound passes the decoder; the service's longest TTL is checked there.
+        bounded_field(
+            op,
+            r#""max_hold_ms":1"#,
+            r#""max_hold_ms":0"#,
+            "`max_hold_ms` must be positive; omit it for no bound",
+        );
+    }
+    // Only locks, multi-locks and semaphores take a bound.
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","max_hold_ms":5}"#,
+        Some("7"),
+        "waypoint.reserve: ",
+        &["unknown field `max_hold_ms`"],
+    );
 }
 
 #[test]
@@ -3330,8 +3477,30 @@ fn event_lock_lost() {
         &Event::LockLost {
             name: "door".into(),
             token: 42,
+            reason: None,
         },
         r#"{"event":"lock.lost","name":"door","token":42}"#,
+    );
+}
+
+/// A hold ended by its `max_hold_ms` says so; one ended with its lease has no `reason`.
+#[test]
+fn event_lost_at_max_hold() {
+    assert_event_golden(
+        &Event::LockLost {
+            name: "door".into(),
+            token: 42,
+            reason: Some(LostReason::MaxHold),
+        },
+        r#"{"event":"lock.lost","name":"door","token":42,"reason":"max_hold"}"#,
+    );
+    assert_event_golden(
+        &Event::SemLost {
+            name: "chargers".into(),
+            token: 41,
+            reason: Some(LostReason::MaxHold),
+        },
+        r#"{"event":"sem.lost","name":"chargers","token":41,"reason":"max_hold"}"#,
     );
 }
 
@@ -3341,6 +3510,7 @@ fn event_sem_lost() {
         &Event::SemLost {
             name: "chargers".into(),
             token: 41,
+            reason: None,
         },
         r#"{"event":"sem.lost","name":"chargers","token":41}"#,
     );

@@ -2,7 +2,6 @@
 //! order, with how long each has held or waited, the time each holder's lease has left and a
 //! waypoint's cylinders; the first `--limit` waiters, then how many more.
 
-use clap::ValueEnum;
 use hivekeeper_agent::protocol::{
     self, Area, HolderInfo, Op, Priority, ResourceKind, Volume, WaiterInfo,
 };
@@ -16,8 +15,8 @@ use super::{Target, block_on, connect, request};
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
     /// What kind of resource.
-    #[arg(value_enum)]
-    kind: Kind,
+    #[arg(value_parser = kind_parser())]
+    kind: ResourceKind,
     /// The resource's name (`hivekeeper ls` lists them).
     name: String,
     /// Show at most this many waiters, the first in queue order (then how many more).
@@ -27,25 +26,11 @@ pub struct InspectArgs {
     target: Target,
 }
 
-/// A resource kind on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(super) enum Kind {
-    /// A FIFO lock.
-    Lock,
-    /// A counting semaphore.
-    Sem,
-    /// A waypoint reservation.
-    Waypoint,
-}
-
-impl From<Kind> for ResourceKind {
-    fn from(kind: Kind) -> Self {
-        match kind {
-            Kind::Lock => ResourceKind::Lock,
-            Kind::Sem => ResourceKind::Sem,
-            Kind::Waypoint => ResourceKind::Waypoint,
-        }
-    }
+/// A resource kind on the command line: every [`ResourceKind`], by its wire name.
+pub(super) fn kind_parser() -> impl clap::builder::TypedValueParser<Value = ResourceKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(ResourceKind::ALL.map(ResourceKind::as_str))
+        .map(|text| ResourceKind::parse(&text).expect("a possible value names a kind"))
 }
 
 /// What `inspect --json` prints: the `inspect` result, with each holder's lease time left.
@@ -55,8 +40,14 @@ struct Inspection {
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     limit: Option<u32>,
+    /// A barrier's filling round: how many members it needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u32>,
     holders: Vec<Holder>,
     waiters: Vec<Waiter>,
+    /// A barrier's members that have sent `barrier.leave` and wait for the rest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leaving: Option<u32>,
     /// How many hold it, when `holders` lists only the first ones (the answer had to fit one
     /// MQTT packet).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,7 +93,7 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     block_on(async move {
         let target = &args.target;
         let agent = connect(target, &target.broker).await?;
-        let kind = ResourceKind::from(args.kind);
+        let kind = args.kind;
         let answer: protocol::Inspection = request(
             &agent,
             Op::Inspect {
@@ -154,8 +145,10 @@ pub fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             kind,
             name: args.name,
             limit: answer.limit,
+            count: answer.count,
             holders,
             waiters,
+            leaving: answer.leaving,
             holders_total: answer.holders_total,
             waiters_total,
         };
@@ -174,6 +167,12 @@ fn inspection_text(inspection: &Inspection) -> String {
     if let Some(limit) = inspection.limit {
         out.push_str(&format!(" (limit {limit})"));
     }
+    if let Some(count) = inspection.count {
+        out.push_str(&format!(" (filling a round of {count})"));
+    }
+    if let Some(leaving) = inspection.leaving {
+        out.push_str(&format!(" ({leaving} leaving)"));
+    }
     out.push('\n');
     if inspection.holders.is_empty() {
         out.push_str("holders: none\n");
@@ -190,6 +189,10 @@ fn inspection_text(inspection: &Inspection) -> String {
         if with_area {
             headers.push("AREA");
         }
+        let with_value = inspection.kind == ResourceKind::Election;
+        if with_value {
+            headers.push("VALUE");
+        }
         let mut table = Table::new(&headers);
         for holder in &inspection.holders {
             let mut row = vec![
@@ -205,6 +208,9 @@ fn inspection_text(inspection: &Inspection) -> String {
                 let window = (info.start_ms, info.end_ms);
                 let shape = shape_text(info.area.as_ref(), window, &info.volumes);
                 row.push(shape + &priority_text(info.priority, info.vacate_by_ms));
+            }
+            if with_value {
+                row.push(holder.info.value.clone().unwrap_or_default());
             }
             table.row(row);
         }
@@ -223,6 +229,10 @@ fn inspection_text(inspection: &Inspection) -> String {
         if with_area {
             headers.push("AREA");
         }
+        let with_value = inspection.kind == ResourceKind::Election;
+        if with_value {
+            headers.push("VALUE");
+        }
         let mut table = Table::new(&headers);
         for waiter in &inspection.waiters {
             let mut row = vec![
@@ -236,6 +246,9 @@ fn inspection_text(inspection: &Inspection) -> String {
                 let window = (info.start_ms, info.end_ms);
                 let shape = shape_text(info.area.as_ref(), window, &info.volumes);
                 row.push(shape + &priority_text(info.priority, None));
+            }
+            if with_value {
+                row.push(waiter.info.value.clone().unwrap_or_default());
             }
             table.row(row);
         }
@@ -377,6 +390,7 @@ mod tests {
             kind: ResourceKind::Waypoint,
             name: "pad-1".into(),
             limit: None,
+            count: None,
             holders: vec![Holder {
                 info: HolderInfo {
                     agent: "drone-7".into(),
@@ -412,6 +426,7 @@ mod tests {
                 },
                 waited_for_ms: 850,
             }],
+            leaving: None,
             holders_total: None,
             waiters_total: Some(125),
         };

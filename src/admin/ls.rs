@@ -1,10 +1,10 @@
-//! `hivekeeper ls [lock|sem|waypoint] [--prefix P] [--limit N]`: the resources in use, with
+//! `hivekeeper ls [KIND] [--prefix P] [--limit N]`: the resources in use, with
 //! how many hold and wait for each, page after page of `admin.resources`.
 
 use hivekeeper_agent::protocol::{Op, ResourceInfo, ResourceKind, ResourcePage};
 use serde::Serialize;
 
-use super::inspect::Kind;
+use super::inspect::kind_parser;
 use super::table::Table;
 use super::{Target, block_on, connect, request};
 
@@ -15,8 +15,8 @@ const PAGE_MAX: u32 = 100;
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
     /// Only this kind; all kinds when left out.
-    #[arg(value_enum)]
-    kind: Option<Kind>,
+    #[arg(value_parser = kind_parser())]
+    kind: Option<ResourceKind>,
     /// Only names that start with this.
     #[arg(long, value_name = "P")]
     prefix: Option<String>,
@@ -41,7 +41,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<()> {
     block_on(async move {
         let target = &args.target;
         let agent = connect(target, &target.broker).await?;
-        let kind = args.kind.map(ResourceKind::from);
+        let kind = args.kind;
         let mut listing = Listing {
             resources: Vec::new(),
             next_after: None,

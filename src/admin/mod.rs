@@ -11,6 +11,9 @@
 //!  hivekeeper member list | add N=H:P | remove N ─▶ admin.status | admin.member.add | .remove
 //!  hivekeeper agent add | list | remove | rotate  ─▶ admin.agent.*
 //!  hivekeeper kv get|put|del|txn|watch       ─▶ kv.get | kv.put | kv.delete | kv.txn | watch.poll
+//!  hivekeeper elect NAME [--value V]        ─▶ lease.grant, election.campaign, … election.resign
+//!  hivekeeper elect NAME --listen            ─▶ kv.get + watch.poll of $election/NAME
+//!  hivekeeper barrier NAME --count N [--leave] [-- CMD] ─▶ lease.grant, barrier.enter, barrier.leave
 //!  hivekeeper snapshot save FILE              ─▶ admin.snapshot, page after page (one snapshot)
 //!  hivekeeper snapshot restore FILE --data-dir DIR  (offline: no request, seeds DIR)
 //! ```
@@ -18,17 +21,20 @@
 //! Requests go through the agent SDK (`Agent::request`): its same-id resends, backoff and
 //! broker failover are reused rather than written again. The CLI's agent id is
 //! `hk-admin-{pid}`, or the `--user` it authenticates as (`hivekeeper-client-flags`); it takes no lease, so it
-//! holds nothing on the service. Output is a table
+//! holds nothing on the service, except `elect` and `barrier`, which take one for as long as
+//! they run and revoke it on the way out. Output is a table
 //! for people, or JSON (`--json`) for scripts. A failure is one line on stderr and exit code 1.
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `kv.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
+//! `inspect.rs`, `kv.rs`, `elect.rs`, `barrier.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
 //! (the credential and TLS flags are `hivekeeper-client-flags`'s). This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
 
 mod agent;
+mod barrier;
+mod elect;
 mod inspect;
 mod kv;
 mod leases;
@@ -47,6 +53,8 @@ use hivekeeper_agent::{
 use hivekeeper_client_flags::Login;
 
 pub use agent::{AgentArgs, agent};
+pub use barrier::{BarrierArgs, barrier};
+pub use elect::{ElectArgs, elect};
 pub use inspect::{InspectArgs, inspect};
 pub use kv::{KvArgs, kv};
 pub use leases::{LeasesArgs, leases};

@@ -337,7 +337,7 @@ impl Fake {
         let id = request.id.clone();
         let error = |code, message: &str| Response::error(Some(id.clone()), code, message);
         let (response, remember) = match request.op {
-            Op::LeaseGrant { ttl_ms } => {
+            Op::LeaseGrant { ttl_ms, .. } => {
                 state.next_lease += 1;
                 let lease = format!("{:016x}", 0x11 * state.next_lease);
                 state.leases.insert(lease.clone(), ttl_ms);

@@ -27,7 +27,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use hivekeeper_protocol::{Event as Notice, KeySelector, ResourceKind};
+use hivekeeper_protocol::{Event as Notice, KeySelector, LostReason, ResourceKind};
 use ractor::ActorRef;
 use tokio::sync::mpsc;
 
@@ -38,7 +38,7 @@ use super::waits::Waits;
 use super::watches::Watches;
 use crate::raft::{Applied, AppliedSink, Origin, RaftHandle};
 use crate::state_machine::{
-    AccountChange, Event, LeaseEnd, ReleaseReason, Reply, StateMachine, Text,
+    AccountChange, Event, LeaseEnd, ReleaseReason, Reply, ResourceKey, StateMachine, Text,
 };
 
 /// Most key changes one look of [`FanOut::key_space_changed`] matches against the waiting polls;
@@ -271,28 +271,19 @@ impl FanOut {
                 };
                 event.map(|event| Outbound::Notify { agent, event })
             }
-            // Taken away: its lease ended, or it was preempted and not released by its
-            // vacate deadline. A route is told `waypoint.lost` too (it is a waypoint
-            // reservation of several volumes).
+            // Taken away: its lease ended, it was preempted and not released by its vacate
+            // deadline, or its max-hold ran out (the one reason the notice names). A route is
+            // told `waypoint.lost` too (it is a waypoint reservation of several volumes).
             Event::Released {
                 key,
                 agent,
                 token,
-                reason: ReleaseReason::LeaseEnded | ReleaseReason::Preempted,
+                reason:
+                    reason @ (ReleaseReason::LeaseEnded
+                    | ReleaseReason::Preempted
+                    | ReleaseReason::MaxHold),
                 ..
-            } => {
-                let name = key.name.to_string();
-                let event = match key.kind {
-                    ResourceKind::Lock => Notice::LockLost { name, token },
-                    ResourceKind::Sem => Notice::SemLost { name, token },
-                    ResourceKind::Waypoint => Notice::WaypointLost { name, token },
-                    ResourceKind::Election => Notice::ElectionLost { name, token },
-                    // A barrier's member protects nothing it could lose: its lease's own end
-                    // (and the answer to a leave it waited in) tells it.
-                    ResourceKind::Barrier => return None,
-                };
-                Some(Outbound::Notify { agent, event })
-            }
+            } => lost(&key, token, reason).map(|event| Outbound::Notify { agent, event }),
             Event::Preempted {
                 key,
                 agent,
@@ -362,6 +353,30 @@ impl FanOut {
                 response: Box::new(response),
             })
     }
+}
+
+/// The notice of a hold taken away for `reason`: `*.lost` of its kind, naming the reason when
+/// it is the hold's max-hold (the lease's end and a preemption go without one); none for a
+/// barrier's member, which protects nothing it could lose: its lease's own end (and the
+/// answer to a leave it waited in) tells it.
+fn lost(key: &ResourceKey, token: u64, reason: ReleaseReason) -> Option<Notice> {
+    let name = key.name.to_string();
+    let reason = (reason == ReleaseReason::MaxHold).then_some(LostReason::MaxHold);
+    Some(match key.kind {
+        ResourceKind::Lock => Notice::LockLost {
+            name,
+            token,
+            reason,
+        },
+        ResourceKind::Sem => Notice::SemLost {
+            name,
+            token,
+            reason,
+        },
+        ResourceKind::Waypoint => Notice::WaypointLost { name, token },
+        ResourceKind::Election => Notice::ElectionLost { name, token },
+        ResourceKind::Barrier => return None,
+    })
 }
 
 /// A reservation notice's `kind`: what its name is.

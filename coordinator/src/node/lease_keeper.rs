@@ -10,7 +10,9 @@
 //! time windows (`waypoint/window.rs`) are replicated deadlines too, watched the same way and
 //! ended by `ExpireReservations { term }`, and so are the vacate deadlines of reservations
 //! preempted by a higher priority (`waypoint/preempt.rs`): the machine's next reservation
-//! deadline is the earlier of the two, so one watch serves both.
+//! deadline is the earlier of the two, so one watch serves both. The hold-time deadlines
+//! (a hold's `max_hold_ms`, a lock-delay's end: the machine's `hold_time.rs`) are a third
+//! watch, ended by `ExpireHoldTimes { term }`.
 //!
 //! Keepalives are not Raft writes (DESIGN.md §2): like etcd's lessor, the leader keeps each
 //! lease's deadline in memory and only an expiry goes through the log, as `ExpireLeases`
@@ -36,6 +38,9 @@
 //!                                        deadline due (`reservation_expiry_due`)?
 //!                                        ─▶ proposer: ExpireReservations { term } (one at a
 //!                                           time)
+//!                                     ─▶ earliest max-hold or lock-delay end due
+//!                                        (`hold_time_expiry_due`)?
+//!                                        ─▶ proposer: ExpireHoldTimes { term } (one at a time)
 //!  Leadership (from Raft metrics)     ─▶ ready? rebuild deadlines from the machine : clear
 //! ```
 //!
@@ -97,14 +102,20 @@ pub enum Deadline {
     Wait,
     /// A waypoint reservation's `end_ms`: `ExpireReservations`.
     ReservationEnd,
+    /// A hold's `max_hold_ms` or a lock-delay's end: `ExpireHoldTimes`.
+    HoldTime,
 }
 
 impl Deadline {
+    /// Every kind, in the order the keeper checks them at a tick.
+    const ALL: [Deadline; 3] = [Deadline::Wait, Deadline::ReservationEnd, Deadline::HoldTime];
+
     /// Its slot in [`KeeperState::expiring`].
     fn slot(self) -> usize {
         match self {
             Deadline::Wait => 0,
             Deadline::ReservationEnd => 1,
+            Deadline::HoldTime => 2,
         }
     }
 }
@@ -124,10 +135,10 @@ pub struct KeeperState {
     raft: Arc<RaftHandle>,
     proposer: Proposer,
     lessor: Lessor,
-    /// Whether an `ExpireWaits` (slot 0) or an `ExpireReservations` (slot 1) is in flight:
-    /// one of each at a time, so a slow commit does not pile up proposals that would each find
-    /// nothing left to end.
-    expiring: [bool; 2],
+    /// Whether an expiry of each [`Deadline`] kind is in flight (by its slot): one of each at
+    /// a time, so a slow commit does not pile up proposals that would each find nothing left
+    /// to end.
+    expiring: [bool; Deadline::ALL.len()],
 }
 
 impl KeeperState {
@@ -203,9 +214,9 @@ impl KeeperState {
         }
     }
 
-    /// Proposes `ExpireWaits` or `ExpireReservations` (by `deadline`) when this node is a
-    /// ready leader, none of that kind is in flight, and its clock has reached the machine's
-    /// earliest deadline of that kind.
+    /// Proposes `ExpireWaits`, `ExpireReservations` or `ExpireHoldTimes` (by `deadline`) when
+    /// this node is a ready leader, none of that kind is in flight, and its clock has reached
+    /// the machine's earliest deadline of that kind.
     fn expire_due(
         &mut self,
         myself: &ActorRef<KeeperMsg>,
@@ -220,6 +231,7 @@ impl KeeperState {
         let due = self.raft.query(|sm| match deadline {
             Deadline::Wait => sm.wait_expiry_due(stamp_ms),
             Deadline::ReservationEnd => sm.reservation_expiry_due(stamp_ms),
+            Deadline::HoldTime => sm.hold_time_expiry_due(stamp_ms),
         })?;
         if !due {
             return Ok(());
@@ -229,6 +241,7 @@ impl KeeperState {
         let command = match deadline {
             Deadline::Wait => NodeCommand::ExpireWaits { term },
             Deadline::ReservationEnd => NodeCommand::ExpireReservations { term },
+            Deadline::HoldTime => NodeCommand::ExpireHoldTimes { term },
         };
         let (proposer, myself) = (self.proposer.clone(), myself.clone());
         tokio::spawn(async move {
@@ -263,7 +276,7 @@ impl Actor for LeaseKeeper {
             raft: args.raft,
             proposer: args.proposer,
             lessor: Lessor::default(),
-            expiring: [false; 2],
+            expiring: [false; Deadline::ALL.len()],
         })
     }
 
@@ -297,8 +310,9 @@ impl Actor for LeaseKeeper {
                 }
             }
             KeeperMsg::Tick => {
-                state.expire_due(&myself, Deadline::Wait)?;
-                state.expire_due(&myself, Deadline::ReservationEnd)?;
+                for deadline in Deadline::ALL {
+                    state.expire_due(&myself, deadline)?;
+                }
                 let overdue = state.lessor.overdue(Instant::now());
                 if overdue.is_empty() {
                     return Ok(());

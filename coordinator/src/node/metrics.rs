@@ -222,11 +222,12 @@ fn lease_end_label(reason: LeaseEnd) -> &'static str {
 }
 
 /// Every way a hold ends, for `hivekeeper_resource_releases_total{kind,reason}`.
-const RELEASE_REASONS: [ReleaseReason; 4] = [
+const RELEASE_REASONS: [ReleaseReason; 5] = [
     ReleaseReason::Released,
     ReleaseReason::LeaseEnded,
     ReleaseReason::WindowEnded,
     ReleaseReason::Preempted,
+    ReleaseReason::MaxHold,
 ];
 
 /// The `reason` label of a hold's end.
@@ -236,6 +237,7 @@ fn release_reason_label(reason: ReleaseReason) -> &'static str {
         ReleaseReason::LeaseEnded => "lease_ended",
         ReleaseReason::WindowEnded => "window_ended",
         ReleaseReason::Preempted => "preempted",
+        ReleaseReason::MaxHold => "max_hold",
     }
 }
 

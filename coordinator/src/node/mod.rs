@@ -26,6 +26,7 @@
 //!                             ─▶ a replicated wait deadline passed ─▶ ExpireWaits { term }
 //!                             ─▶ a reservation window's end passed ─▶ ExpireReservations { term }
 //!                                (or a preempted reservation's vacate deadline: the same entry)
+//!                             ─▶ a max-hold or a lock-delay ended ─▶ ExpireHoldTimes { term }
 //! ```
 //!
 //! In a cluster, a follower's proposer forwards its batches of agents' writes to the leader,

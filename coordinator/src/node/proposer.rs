@@ -71,6 +71,11 @@ pub(crate) enum NodeCommand {
         /// The leader's term.
         term: u64,
     },
+    /// The keeper found a max-hold or a lock-delay end passed.
+    ExpireHoldTimes {
+        /// The leader's term.
+        term: u64,
+    },
     /// The configured limits differ from the replicated ones.
     Configure {
         /// The new limits.
@@ -87,6 +92,7 @@ impl NodeCommand {
             NodeCommand::ExpireLeases { term, leases } => Command::ExpireLeases { term, leases },
             NodeCommand::ExpireWaits { term } => Command::ExpireWaits { term },
             NodeCommand::ExpireReservations { term } => Command::ExpireReservations { term },
+            NodeCommand::ExpireHoldTimes { term } => Command::ExpireHoldTimes { term },
             NodeCommand::Configure { limits, kv } => Command::Configure { limits, kv },
         }
     }

@@ -577,7 +577,10 @@ mod tests {
             agent: agent.into(),
             request: AgentRequest {
                 id: id.into(),
-                op: Op::LeaseGrant { ttl_ms: 5_000 },
+                op: Op::LeaseGrant {
+                    ttl_ms: 5_000,
+                    lock_delay_ms: 0,
+                },
                 secret_hash: None,
             },
         }

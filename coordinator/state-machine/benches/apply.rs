@@ -111,7 +111,13 @@ impl Harness {
 
     /// Grants a lease to `name`.
     fn agent(&mut self, name: String) -> Agent {
-        match self.apply(&name, Op::LeaseGrant { ttl_ms: TTL_MS }) {
+        match self.apply(
+            &name,
+            Op::LeaseGrant {
+                ttl_ms: TTL_MS,
+                lock_delay_ms: 0,
+            },
+        ) {
             (Reply::Lease { lease, .. }, _) => Agent {
                 name,
                 lease: lease.to_string(),
@@ -132,6 +138,7 @@ fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> Op {
         name,
         lease: agent.lease.clone(),
         wait_ms,
+        max_hold_ms: None,
         mode: LockMode::Exclusive,
     }
 }

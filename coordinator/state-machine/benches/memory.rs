@@ -57,7 +57,10 @@ fn main() {
                 &mut sm,
                 &mut index,
                 &agent,
-                Op::LeaseGrant { ttl_ms: 3_600_000 },
+                Op::LeaseGrant {
+                    ttl_ms: 3_600_000,
+                    lock_delay_ms: 0,
+                },
             ) {
                 Reply::Lease { lease, .. } => (agent, lease.to_string()),
                 other => panic!("lease.grant for {agent}: {other:?}"),

@@ -67,6 +67,14 @@ pub enum Command {
         /// The proposing leader's term.
         term: u64,
     },
+    /// The leader found a hold-time deadline passed: ends every hold whose `max_hold_ms` ran
+    /// out and every lock-delay that passed on the machine's clock (none other, whatever the
+    /// proposer believed), granting what became grantable in this entry. Ignored when `term`
+    /// is older than a term already applied, like [`Command::ExpireWaits`] (`hold_time.rs`).
+    ExpireHoldTimes {
+        /// The proposing leader's term.
+        term: u64,
+    },
     /// Replace the replicated limits.
     Configure {
         /// The new limits; they bound what comes after, nothing already granted is taken back.
@@ -91,6 +99,7 @@ impl Command {
             Command::CancelWait { .. } => "cancel_wait",
             Command::ExpireWaits { .. } => "expire_waits",
             Command::ExpireReservations { .. } => "expire_reservations",
+            Command::ExpireHoldTimes { .. } => "expire_hold_times",
             Command::Configure { .. } => "configure",
         }
     }

@@ -8,8 +8,8 @@ use super::{AgentRequest, Command, IDLE_CLOCK_STEP_MS_MAX, Limits, LogMeta, Repl
 #[test]
 fn retry_returns_the_same_reply() {
     let mut h = Harness::new();
-    let (first, _) = h.send_as("a", "grant-1", Op::LeaseGrant { ttl_ms: 5_000 });
-    let (again, events) = h.send_as("a", "grant-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (first, _) = h.send_as("a", "grant-1", lease_grant(5_000));
+    let (again, events) = h.send_as("a", "grant-1", lease_grant(5_000));
     assert_eq!(first, again);
     assert!(events.is_empty(), "no second lease");
     assert_eq!(h.sm.leases().count(), 1);
@@ -73,24 +73,21 @@ fn dedup_memory_is_bounded_per_agent_and_in_agents() {
         ..Limits::DEFAULTS
     };
     let mut h = Harness::with_limits(limits);
-    let (one, _) = h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 });
-    h.send_as("a", "2", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (one, _) = h.send_as("a", "1", lease_grant(5_000));
+    h.send_as("a", "2", lease_grant(5_000));
     assert_eq!(
-        h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 }).0,
+        h.send_as("a", "1", lease_grant(5_000)).0,
         one,
         "still remembered"
     );
-    h.send_as("a", "3", Op::LeaseGrant { ttl_ms: 5_000 });
-    let (fresh, _) = h.send_as("a", "1", Op::LeaseGrant { ttl_ms: 5_000 });
+    h.send_as("a", "3", lease_grant(5_000));
+    let (fresh, _) = h.send_as("a", "1", lease_grant(5_000));
     assert_ne!(fresh, one, "the oldest of three outcomes was forgotten");
     // Three agents, room for two: the least recently active (b) is forgotten.
-    let (b_reply, _) = h.send_as("b", "x", Op::LeaseGrant { ttl_ms: 5_000 });
-    h.send_as("a", "4", Op::LeaseGrant { ttl_ms: 5_000 });
-    h.send_as("c", "x", Op::LeaseGrant { ttl_ms: 5_000 });
-    assert_ne!(
-        h.send_as("b", "x", Op::LeaseGrant { ttl_ms: 5_000 }).0,
-        b_reply
-    );
+    let (b_reply, _) = h.send_as("b", "x", lease_grant(5_000));
+    h.send_as("a", "4", lease_grant(5_000));
+    h.send_as("c", "x", lease_grant(5_000));
+    assert_ne!(h.send_as("b", "x", lease_grant(5_000)).0, b_reply);
 }
 
 #[test]
@@ -100,7 +97,7 @@ fn one_agents_new_ids_never_forget_another_agents_outcomes() {
         ..Limits::DEFAULTS
     };
     let mut h = Harness::with_limits(limits);
-    let (victim, _) = h.send_as("victim", "v-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (victim, _) = h.send_as("victim", "v-1", lease_grant(5_000));
     // A flood under one agent id: a hundred refused requests, each remembered.
     for i in 0..100 {
         h.send_as(
@@ -110,8 +107,7 @@ fn one_agents_new_ids_never_forget_another_agents_outcomes() {
         );
     }
     assert_eq!(
-        h.send_as("victim", "v-1", Op::LeaseGrant { ttl_ms: 5_000 })
-            .0,
+        h.send_as("victim", "v-1", lease_grant(5_000)).0,
         victim,
         "the victim's outcome is still remembered"
     );
@@ -126,7 +122,7 @@ fn the_agent_bound_forgets_agents_without_a_lease_first() {
     };
     let mut h = Harness::with_limits(limits);
     // The victim's last request is the oldest of all.
-    let (victim, _) = h.send_as("victim", "v-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (victim, _) = h.send_as("victim", "v-1", lease_grant(5_000));
     // A flood under fresh agent ids, each with a refused request and no lease.
     for i in 0..10 {
         h.send_as(
@@ -136,8 +132,7 @@ fn the_agent_bound_forgets_agents_without_a_lease_first() {
         );
     }
     assert_eq!(
-        h.send_as("victim", "v-1", Op::LeaseGrant { ttl_ms: 5_000 })
-            .0,
+        h.send_as("victim", "v-1", lease_grant(5_000)).0,
         victim,
         "the agent with a live lease is kept, though least recently active"
     );
@@ -162,7 +157,7 @@ fn the_agent_bound_forgets_agents_without_a_lease_first() {
             lock_release("l", "0000000000000001"),
         );
     }
-    let (again, _) = h.send_as("victim", "v-1", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (again, _) = h.send_as("victim", "v-1", lease_grant(5_000));
     assert_ne!(
         again, victim,
         "forgotten once it had no lease and went quiet"
@@ -236,7 +231,7 @@ fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
         },
     );
     assert_eq!(revoked, Reply::Done);
-    let (holder, _) = h.send_as("holder", "g-1", Op::LeaseGrant { ttl_ms: 3_600_000 });
+    let (holder, _) = h.send_as("holder", "g-1", lease_grant(3_600_000));
     let revoke_again = |h: &mut Harness| {
         h.send_as(
             "gone",
@@ -295,11 +290,7 @@ fn idle_agents_without_a_lease_are_forgotten_after_dedup_idle_ms() {
         "answered afresh once forgotten: {fresh:?}"
     );
     // The holder's lease is live: its first outcome is still remembered.
-    assert_eq!(
-        h.send_as("holder", "g-1", Op::LeaseGrant { ttl_ms: 3_600_000 })
-            .0,
-        holder
-    );
+    assert_eq!(h.send_as("holder", "g-1", lease_grant(3_600_000)).0, holder);
 }
 
 /// Leaders whose wall clocks disagree by a minute take turns, each leader change stepping the

@@ -31,6 +31,9 @@ pub enum ReleaseReason {
     /// passed before it was released; the holder should be told it lost the reservation
     /// (`waypoint/preempt.rs`).
     Preempted,
+    /// The hold's `max_hold_ms` ran out (its deadline passed on the machine's clock), whether or
+    /// not its lease lived; the holder should be told it lost the resource (`max_hold.rs`).
+    MaxHold,
 }
 
 /// What an applied entry did, for the node layer: deferred responses, notices to agents, the

@@ -18,6 +18,9 @@
 //! 3. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
 //!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
 //!    A multi-lock's grant is one grant: one token on every lock it takes.
+//! 4. A hold granted with a `max_hold_ms` carries its deadline (grant time + `max_hold_ms`), and
+//!    the max-hold index lists exactly those holds under it (`max_hold.rs`); a multi-lock's
+//!    holds share one deadline, each lock's hold indexed under it.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -26,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dedup::Dedup;
 use crate::lease::{Lease, LeaseId};
+use crate::max_hold::HoldEnds;
 use crate::quota::Usage;
 use crate::wait_deadline::WaitDeadlines;
 use crate::waiting::{PendingWaits, Wait};
@@ -49,6 +53,8 @@ pub struct Claim<'a, L = LeaseId> {
     pub lease: L,
     /// How long it may wait in a queue; `None`: until granted or its lease ends.
     pub wait_ms: Option<u64>,
+    /// How long the hold lasts once granted (`max_hold.rs`); `None`: while its lease lives.
+    pub max_hold_ms: Option<u64>,
 }
 
 /// A [`Claim`] as the request gave it, its lease not yet checked.
@@ -62,6 +68,15 @@ impl<'a> Acquire<'a> {
             request_id,
             lease,
             wait_ms,
+            max_hold_ms: None,
+        }
+    }
+
+    /// The same request, its hold bounded to `max_hold_ms` once granted (`None`: unbounded).
+    pub fn max_hold(self, max_hold_ms: Option<u64>) -> Self {
+        Claim {
+            max_hold_ms,
+            ..self
         }
     }
 }
@@ -79,6 +94,11 @@ pub struct Hold {
     pub permits: u32,
     /// When it was granted (machine clock).
     pub since_ms: u64,
+    /// When its `max_hold_ms` ends it, whether or not its lease lives (machine clock,
+    /// `max_hold.rs`); absent: while its lease lives. Absent from the snapshot when unset, so
+    /// holds without a bound keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_deadline_ms: Option<u64>,
 }
 
 impl Hold {
@@ -90,6 +110,16 @@ impl Hold {
             token,
             permits,
             since_ms: ctx.now_ms,
+            max_hold_deadline_ms: None,
+        }
+    }
+
+    /// The same hold, ended by its max-hold `max_hold_ms` after this entry (`None`: while its
+    /// lease lives).
+    pub fn bounded(self, ctx: &Ctx, max_hold_ms: Option<u64>) -> Hold {
+        Hold {
+            max_hold_deadline_ms: max_hold_ms.map(|ms| ctx.now_ms.saturating_add(ms)),
+            ..self
         }
     }
 
@@ -157,6 +187,10 @@ pub struct Core {
     /// `leases`: not in the snapshot, rebuilt on restore.
     #[serde(skip)]
     pub usage: Usage,
+    /// The holds that have a max-hold deadline, earliest first (`max_hold.rs`): derived from
+    /// the holds, left out of the snapshot and rebuilt on restore.
+    #[serde(skip)]
+    pub hold_ends: HoldEnds,
 }
 
 /// Holds and waits as the resources record them, gathered for the cross-check against leases.
@@ -166,6 +200,8 @@ pub struct Occupancy {
     pub holds: Vec<(LeaseId, ResourceKey, Text, u64)>,
     /// `(lease, resource, agent, request id)` of every waiter.
     pub waits: Vec<(LeaseId, ResourceKey, Text, String)>,
+    /// `(max-hold deadline, resource, lease)` of every hold that has one (`max_hold.rs`).
+    pub hold_ends: Vec<(u64, ResourceKey, LeaseId)>,
 }
 
 impl Occupancy {
@@ -173,6 +209,9 @@ impl Occupancy {
     pub fn hold(&mut self, key: &ResourceKey, hold: &Hold) {
         self.holds
             .push((hold.lease, key.clone(), hold.agent.clone(), hold.token));
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.push((deadline_ms, key.clone(), hold.lease));
+        }
     }
 
     /// Records a waiter.
@@ -195,6 +234,7 @@ impl Core {
             lease: self.live_lease(acquire.agent, acquire.lease)?,
             request_id: acquire.request_id,
             wait_ms: acquire.wait_ms,
+            max_hold_ms: acquire.max_hold_ms,
         })
     }
 
@@ -218,28 +258,46 @@ impl Core {
         self.grant(ctx, key, Hold::new(ctx, lease, agent, token, permits), None)
     }
 
-    /// Grants every one of `keys` (a multi-lock's names, in name order) at once to the
-    /// requester under one token: the caller stores the returned hold on each.
-    pub fn grant_now_all(
+    /// Grants `key` at once to `claim`'s request, bounded by its `max_hold_ms`: the caller
+    /// stores the returned hold.
+    pub fn grant_claim(
+        &mut self,
+        ctx: &mut Ctx,
+        key: &ResourceKey,
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Hold {
+        self.grant_claim_all(ctx, std::slice::from_ref(key), claim, permits)
+    }
+
+    /// [`Core::grant_claim`] of every one of `keys` (a multi-lock's names, in name order) at
+    /// once, under one token and one max-hold deadline: the caller stores the returned hold
+    /// on each.
+    pub fn grant_claim_all(
         &mut self,
         ctx: &mut Ctx,
         keys: &[ResourceKey],
-        lease: LeaseId,
-        agent: &Text,
+        claim: &Claim<'_>,
+        permits: u32,
     ) -> Hold {
         let token = self.next_token(ctx.index);
-        let hold = Hold::new(ctx, lease, agent, token, 1);
-        for key in keys {
+        let hold = Hold::new(ctx, claim.lease, claim.agent, token, permits);
+        let hold = hold.bounded(ctx, claim.max_hold_ms);
+        let (last, others) = keys
+            .split_last()
+            .expect("a request asks for at least one resource");
+        for key in others {
             self.grant(ctx, key, hold.clone(), None);
         }
-        hold
+        self.grant(ctx, last, hold, None)
     }
 
     /// Records `hold`, a grant of `key` made by this entry under a token the caller took, in
     /// its lease, the per-agent counts and [`Event::Granted`] (with how long it waited when it
-    /// comes from a queue, queued at `queued_ms`): the hold, for the caller to store. Every
-    /// grant takes a token of its own ([`Self::next_token`]), except the members of a
-    /// barrier's round, who share the round's generation (`barrier.rs`).
+    /// comes from a queue, queued at `queued_ms`), and its max-hold deadline if it has one in
+    /// the max-hold index (`max_hold.rs`): the hold, for the caller to store. Every grant
+    /// takes a token of its own ([`Self::next_token`]), except the members of a barrier's
+    /// round, who share the round's generation (`barrier.rs`).
     pub fn grant(
         &mut self,
         ctx: &mut Ctx,
@@ -261,6 +319,9 @@ impl Core {
             waited_ms: queued_ms.map_or(0, |since_ms| ctx.now_ms.saturating_sub(since_ms)),
             queued: queued_ms.is_some(),
         });
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.insert(deadline_ms, key, hold.lease);
+        }
         hold
     }
 
@@ -293,6 +354,7 @@ impl Core {
             lease,
             request_id,
             wait_ms,
+            max_hold_ms,
         } = *claim;
         let (key, others) = keys
             .split_first()
@@ -314,6 +376,7 @@ impl Core {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                max_hold_ms,
                 others: others.iter().map(|other| other.name.clone()).collect(),
             },
         );
@@ -353,6 +416,7 @@ impl Core {
         reply: Reply,
     ) -> Hold {
         let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
+        let hold = hold.bounded(ctx, self.waiting_max_hold(&waiter));
         let hold = self.grant(ctx, key, hold, Some(waiter.since_ms));
         self.answer(ctx, key, waiter, reply);
         hold
@@ -360,7 +424,7 @@ impl Core {
 
     /// [`Core::grant_waiter`] of a request that waited for every one of `keys` (its pending
     /// wait's keys, [`Core::wait_keys`]), taken from the head of each of their queues: one
-    /// token for all of them, one answer.
+    /// token and one max-hold deadline for all of them, one answer.
     pub fn grant_waiter_all(
         &mut self,
         ctx: &mut Ctx,
@@ -369,6 +433,7 @@ impl Core {
     ) -> Hold {
         let token = self.next_token(ctx.index);
         let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
+        let hold = hold.bounded(ctx, self.waiting_max_hold(&waiter));
         for key in keys {
             self.grant(ctx, key, hold.clone(), Some(waiter.since_ms));
         }
@@ -417,6 +482,9 @@ impl Core {
     ) {
         if let Some(record) = self.leases.get_mut(&hold.lease) {
             record.holds.remove(key);
+        }
+        if let Some(deadline_ms) = hold.max_hold_deadline_ms {
+            self.hold_ends.remove(deadline_ms, key, hold.lease);
         }
         self.usage.released(&hold.agent);
         ctx.events.push(Event::Released {
@@ -470,8 +538,9 @@ impl Core {
         self.dedup.check_invariants()
     }
 
-    /// Invariants 1, 2 and 3 against what the resources record.
+    /// Invariants 1, 2, 3 and 4 against what the resources record.
     pub fn check_occupancy(&self, occupancy: &Occupancy) -> Result<(), InvariantViolation> {
+        self.hold_ends.check_invariants(&occupancy.hold_ends)?;
         let mut holds_seen = BTreeSet::new();
         for (lease, key, agent, token) in &occupancy.holds {
             let Some(record) = self.leases.get(lease) else {

@@ -4,7 +4,9 @@
 //! one. Keepalives are not log entries: the leader keeps each lease's deadline in memory (as
 //! etcd's lessor does) and, when one passes, proposes `ExpireLeases`; this file decides what the
 //! expiry does. A lease's end — revoke or expiry — releases every hold, drops every wait and
-//! grants the next waiters, all in the same entry.
+//! grants the next waiters, all in the same entry, except for the locks a lease with a
+//! lock-delay held when it ends by expiry or by an operator: those are held back until the
+//! delay has passed (`lock_delay.rs`).
 //!
 //! Invariants:
 //! 1. A lease id is the log position of the command that granted it, so ids are unique and
@@ -88,6 +90,10 @@ pub struct Lease {
     pub ttl_ms: u64,
     /// When it was granted (machine clock): the earliest it can expire is this plus the TTL.
     pub granted_ms: u64,
+    /// How long its locks are held back when it ends by expiry or by an operator
+    /// (`lock_delay.rs`); 0 for none, and then absent from the snapshot.
+    #[serde(default, skip_serializing_if = "crate::lock_delay::no_lock_delay")]
+    pub lock_delay_ms: u64,
     /// Resources it holds.
     pub holds: BTreeSet<ResourceKey>,
     /// Resources it waits for, with the waiting request's id.
@@ -95,8 +101,15 @@ pub struct Lease {
 }
 
 impl StateMachine {
-    /// `lease.grant`: a lease of `ttl_ms` for `agent`, its id the entry's index.
-    pub(crate) fn lease_grant(&mut self, ctx: &mut Ctx, agent: &Text, ttl_ms: u64) -> Decision {
+    /// `lease.grant`: a lease of `ttl_ms` for `agent`, its locks held back for
+    /// `lock_delay_ms` when it ends by expiry or by an operator, its id the entry's index.
+    pub(crate) fn lease_grant(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &Text,
+        ttl_ms: u64,
+        lock_delay_ms: u64,
+    ) -> Decision {
         let limits = &self.limits;
         if !(limits.lease_ttl_ms_min..=limits.lease_ttl_ms_max).contains(&ttl_ms) {
             return Err(Reply::refused(
@@ -119,6 +132,7 @@ impl StateMachine {
                 agent: agent.clone(),
                 ttl_ms,
                 granted_ms: ctx.now_ms,
+                lock_delay_ms,
                 holds: BTreeSet::new(),
                 waits: BTreeMap::new(),
             },
@@ -211,7 +225,8 @@ impl StateMachine {
 
     /// Ends leases in two phases, so that no grant goes to a lease ending in the same entry:
     /// first every lease is removed with its holds, waits and keys (deleted at one revision),
-    /// then every touched resource grants what became grantable.
+    /// then every touched resource grants what became grantable, but for the locks held back
+    /// by a lock-delay (`lock_delay.rs`).
     pub(super) fn end_leases(&mut self, ctx: &mut Ctx, ids: &[LeaseId], reason: LeaseEnd) {
         let ended: Vec<(LeaseId, Lease)> = ids
             .iter()
@@ -226,6 +241,8 @@ impl StateMachine {
                 lease: id,
                 reason,
             });
+            self.lock_delays
+                .hold_back(ctx, &lease, reason, &mut self.locks);
             for key in lease.holds {
                 let (resource, core, _) = self.resource_mut(key.kind);
                 let hold = resource

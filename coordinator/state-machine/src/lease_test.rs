@@ -18,12 +18,12 @@ fn code(reply: &Reply) -> ErrorCode {
 fn ttl_outside_the_configured_range_is_bad_request_and_grants_nothing() {
     let mut h = Harness::new();
     for ttl_ms in [1, 499, 3_600_001] {
-        let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms });
+        let (reply, events) = h.send("a", lease_grant(ttl_ms));
         assert_eq!(code(&reply), ErrorCode::BadRequest, "ttl {ttl_ms}");
         assert!(events.is_empty());
     }
     assert_eq!(h.sm.leases().count(), 0);
-    let (reply, events) = h.send("a", Op::LeaseGrant { ttl_ms: 500 });
+    let (reply, events) = h.send("a", lease_grant(500));
     assert_eq!(
         reply,
         Reply::Lease {
@@ -192,7 +192,7 @@ fn an_expiry_from_a_deposed_leaders_term_is_ignored() {
     let a = h.lease("a", 1_000);
     h.now_ms += 5_000;
     h.term = 2;
-    h.reply("b", Op::LeaseGrant { ttl_ms: 1_000 });
+    h.reply("b", lease_grant(1_000));
     let stale = Command::ExpireLeases {
         term: 1,
         leases: vec![LeaseId::parse(&a).unwrap()],
@@ -268,7 +268,7 @@ fn lease_count_is_bounded() {
     h.lease("a", 5_000);
     h.lease("b", 5_000);
     assert_eq!(
-        code(&h.reply("c", Op::LeaseGrant { ttl_ms: 5_000 })),
+        code(&h.reply("c", lease_grant(5_000))),
         ErrorCode::ResourceExhausted
     );
 }

@@ -33,6 +33,9 @@
 //!                                                         whose window (a route: its last
 //!                                                         volume's) end or vacate deadline
 //!                                                         (preempted) has passed
+//!  apply(meta, Command::ExpireHoldTimes { term })        leader only; ends the holds whose
+//!                                                         max_hold_ms ran out and the
+//!                                                         lock-delays that passed
 //!  apply(meta, Command::CancelWait { agent, request_id }) legacy (old logs), applied as before
 //!  apply(meta, Command::Configure { limits, kv })         replicated bounds (kv: the key
 //!                                                         space's, lowering a history bound
@@ -75,6 +78,9 @@
 //!   wait, its leader mirrored as the key `$election/{name}`. A barrier passes a round of
 //!   members in the entry where the last arrives and ends it in the entry where the last
 //!   leaves.
+//! - Hold time: `lock_delay.rs` holds back the locks of a lease that expired or was revoked by
+//!   an operator, `max_hold.rs` ends a hold at its grant time plus its `max_hold_ms`, and
+//!   `hold_time.rs` applies both deadlines (`ExpireHoldTimes`).
 //! - `account.rs`: accounts (agent id, role, secret hash) for authentication.
 //! - `dedup.rs`: remembered outcomes for retries. `snapshot.rs`: bytes in and out.
 //! - `limits.rs`: the replicated bounds. `quota.rs`: the per-agent ones (leases and holds per
@@ -104,11 +110,14 @@ mod error;
 mod event;
 mod fifo;
 mod grant;
+mod hold_time;
 mod kv;
 mod lease;
 mod limits;
 mod lock;
+mod lock_delay;
 mod machine;
+mod max_hold;
 mod quota;
 mod reply;
 mod request;
@@ -137,11 +146,15 @@ mod lease_test;
 #[cfg(test)]
 mod limits_test;
 #[cfg(test)]
+mod lock_delay_test;
+#[cfg(test)]
 mod lock_multi_test;
 #[cfg(test)]
 mod lock_rw_test;
 #[cfg(test)]
 mod lock_test;
+#[cfg(test)]
+mod max_hold_test;
 #[cfg(test)]
 mod quota_test;
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::election::Elections;
 use crate::grant::{Acquire, Core};
 use crate::kv::KeySpace;
 use crate::lock::Lock;
+use crate::lock_delay::LockDelays;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
@@ -83,6 +84,10 @@ pub struct StateMachine {
         serialize_with = "snapshot::sorted"
     )]
     pub(crate) barriers: NameMap<Barrier>,
+    /// Locks held back by a lock-delay, until when (`lock_delay.rs`). Absent from a snapshot
+    /// while none is, so a machine without lock-delays keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "LockDelays::is_empty")]
+    pub(crate) lock_delays: LockDelays,
 }
 
 impl Default for StateMachine {
@@ -111,6 +116,7 @@ impl StateMachine {
             accounts: account::Accounts::new(),
             kv: KeySpace::default(),
             barriers: NameMap::default(),
+            lock_delays: LockDelays::default(),
         }
     }
 
@@ -169,6 +175,7 @@ impl StateMachine {
             }
             Command::ExpireWaits { term } => self.expire_waits(&mut ctx, term),
             Command::ExpireReservations { term } => self.expire_reservations(&mut ctx, term),
+            Command::ExpireHoldTimes { term } => self.expire_hold_times(&mut ctx, term),
             Command::CancelWait { agent, request_id } => {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
@@ -308,42 +315,23 @@ impl StateMachine {
     ) -> Decision {
         let secret_hash = || secret_hash.expect("validated by `request`: an account op has one");
         match op {
-            Op::LeaseGrant { ttl_ms } => self.lease_grant(ctx, agent, ttl_ms),
+            Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms,
+            } => self.lease_grant(ctx, agent, ttl_ms, lock_delay_ms),
             Op::LeaseRevoke { lease } => self.lease_revoke(ctx, agent, &lease),
             // No owner check: with authentication on, the node checks the operator's role
             // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
             Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
-            Op::LockAcquire {
-                name,
-                lease,
-                wait_ms,
-                mode,
-            } => self.lock_acquire(ctx, Acquire::new(agent, id, &lease, wait_ms), name, mode),
+            op @ (Op::LockAcquire { .. } | Op::LockAcquireAll { .. } | Op::SemAcquire { .. }) => {
+                self.bounded_acquire(ctx, agent, id, op)
+            }
             Op::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
             }
             Op::LockDowngrade { name, lease } => self.lock_downgrade(ctx, agent, &name, &lease),
-            Op::LockAcquireAll {
-                names,
-                lease,
-                wait_ms,
-                mode,
-            } => {
-                let acquire = Acquire::new(agent, id, &lease, wait_ms);
-                self.lock_acquire_all(ctx, acquire, names, mode)
-            }
             Op::LockReleaseAll { names, lease } => {
                 self.lock_release_all(ctx, agent, &names, &lease)
-            }
-            Op::SemAcquire {
-                name,
-                limit,
-                lease,
-                permits,
-                wait_ms,
-            } => {
-                let acquire = Acquire::new(agent, id, &lease, wait_ms);
-                self.sem_acquire(ctx, acquire, name, limit, permits)
             }
             Op::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
@@ -423,6 +411,53 @@ impl StateMachine {
         }
     }
 
+    /// `lock.acquire`, `lock.acquire_all` and `sem.acquire`: the request, its hold bounded by
+    /// its `max_hold_ms` (checked against the limits first: `max_hold.rs`), to the locks or
+    /// the semaphore.
+    fn bounded_acquire(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: Op) -> Decision {
+        let max_hold_ms = self.checked_max_hold(&op)?;
+        match op {
+            Op::LockAcquire {
+                name,
+                lease,
+                wait_ms,
+                mode,
+                ..
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.lock_acquire(ctx, acquire, name, mode)
+            }
+            Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                mode,
+                ..
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.lock_acquire_all(ctx, acquire, names, mode)
+            }
+            Op::SemAcquire {
+                name,
+                limit,
+                lease,
+                permits,
+                wait_ms,
+                ..
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.sem_acquire(ctx, acquire, name, limit, permits)
+            }
+            other => Err(Reply::refused(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} is not a lock, multi-lock or semaphore acquire",
+                    other.name()
+                ),
+            )),
+        }
+    }
+
     /// Checks every invariant of every concept. Tests call it after each apply; restore calls
     /// it on the state it read. The concepts' checks run in dependency order; each says what it
     /// found broken.
@@ -431,6 +466,7 @@ impl StateMachine {
         self.core.check_invariants(self.index)?;
         self.core.dedup.check_bounds(&self.limits)?;
         self.check_resources()?;
+        self.check_lock_delays()?;
         self.check_account_invariants()?;
         self.check_kv_invariants()?;
         self.check_election_invariants()

@@ -24,7 +24,7 @@ fn an_agent_gets_at_most_leases_per_agent_max_leases() {
     let mut h = Harness::with_limits(tight());
     let first = h.lease("flood", 5_000);
     h.lease("flood", 5_000);
-    let (reply, events) = h.send("flood", Op::LeaseGrant { ttl_ms: 5_000 });
+    let (reply, events) = h.send("flood", lease_grant(5_000));
     assert_eq!(
         reply,
         exhausted("agent flood has 2 leases alive: leases_per_agent_max is 2")
@@ -125,7 +125,7 @@ fn the_counts_survive_a_snapshot_restore() {
     h.reply("a", lock_acquire("l", &a, None));
     h.sm = StateMachine::restore(&h.sm.snapshot()).expect("a fresh snapshot restores");
     assert_eq!(
-        h.reply("a", Op::LeaseGrant { ttl_ms: 5_000 }),
+        h.reply("a", lease_grant(5_000)),
         exhausted("agent a has 2 leases alive: leases_per_agent_max is 2")
     );
     // The expiry of a lease with a hold gives back both the lease and the hold.

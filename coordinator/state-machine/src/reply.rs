@@ -72,6 +72,14 @@ pub enum Reply {
         /// Reservations ended by this entry.
         count: u64,
     },
+    /// `ExpireHoldTimes`: how many holds its max-hold ended and how many lock-delays ended (0
+    /// and 0 for a stale term or when none was due).
+    HoldTimesEnded {
+        /// Holds ended because their `max_hold_ms` ran out.
+        max_holds: u64,
+        /// Locks whose lock-delay ended (each granted to its head waiter, or forgotten).
+        lock_delays: u64,
+    },
     /// `CancelWait` (legacy): whether a waiter was cancelled (false when the grant won).
     Cancelled {
         /// True if the waiter was still queued and is now answered `timeout`.

@@ -39,6 +39,7 @@ fn a_write_without_a_secret_is_logged_in_the_wire_form() {
         name: "gw".into(),
         lease: "0000000000000002".into(),
         wait_ms: None,
+        max_hold_ms: None,
         mode: LockMode::Exclusive,
     };
     let json = r#"{"id":"r1","op":"lock.acquire","name":"gw","lease":"0000000000000002"}"#;

@@ -226,7 +226,9 @@ impl StateMachine {
 
     /// Grants whatever became grantable on these resources, given in (kind, name) order, after
     /// holds or waiters went away, and forgets resources left with neither (invariant 1); a
-    /// new leader of an election is in the key space when it returns (`election.rs`).
+    /// new leader of an election is in the key space when it returns (`election.rs`). A lock
+    /// held back by a lock-delay grants nobody and stays until the delay ends (`Lock::admits`,
+    /// `lock_delay.rs`).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
         debug_assert!(
             keys.is_sorted(),
@@ -266,10 +268,15 @@ impl StateMachine {
 
     /// Every kind's invariants, then the holds and waiters they report against the leases.
     pub(crate) fn check_resources(&self) -> Result<(), InvariantViolation> {
+        self.core.check_occupancy(&self.occupancy()?)
+    }
+
+    /// Every kind's invariants, and the holds and waiters they report.
+    pub(crate) fn occupancy(&self) -> Result<Occupancy, InvariantViolation> {
         let mut occupancy = Occupancy::default();
         for kind in ResourceKind::ALL {
             self.resource(kind).check_invariants(&mut occupancy)?;
         }
-        self.core.check_occupancy(&occupancy)
+        Ok(occupancy)
     }
 }

@@ -90,7 +90,7 @@ impl StateMachine {
         }
         over_quota?;
         if sem.waiters.is_empty() && sem.used + permits <= sem.limit {
-            let hold = self.core.grant_now(ctx, &key, lease, agent, permits);
+            let hold = self.core.grant_claim(ctx, &key, &claim, permits);
             let token = hold.token;
             sem.used += permits;
             sem.holders.insert(lease, hold);

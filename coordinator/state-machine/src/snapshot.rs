@@ -17,6 +17,7 @@ use std::hash::BuildHasher;
 
 use serde::{Deserialize, Serialize, Serializer};
 
+use super::max_hold::HoldEnds;
 use super::quota::Usage;
 use super::wait_deadline::WaitDeadlines;
 use super::{Error, StateMachine};
@@ -75,6 +76,9 @@ impl StateMachine {
         state.waypoints.rebuild_index();
         state.core.deadlines = WaitDeadlines::rebuild(&state.core.waiting);
         state.core.usage = Usage::rebuild(&state.core.leases);
+        state.lock_delays.flag(&mut state.locks);
+        let occupancy = state.occupancy().map_err(Error::SnapshotInvariant)?;
+        state.core.hold_ends = HoldEnds::rebuild(&occupancy.hold_ends);
         state.core.enforce_dedup(&state.limits);
         state.check_invariants().map_err(Error::SnapshotInvariant)?;
         Ok(state)

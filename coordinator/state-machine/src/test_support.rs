@@ -93,10 +93,29 @@ impl Harness {
 
     /// Grants a lease and returns its wire id.
     pub fn lease(&mut self, agent: &str, ttl_ms: u64) -> String {
-        match self.reply(agent, Op::LeaseGrant { ttl_ms }) {
+        match self.reply(agent, lease_grant(ttl_ms)) {
             Reply::Lease { lease, .. } => lease.to_string(),
             other => panic!("lease.grant refused: {other:?}"),
         }
+    }
+
+    /// Grants a lease whose locks are held back `lock_delay_ms` when it expires or an operator
+    /// ends it, and returns its wire id.
+    pub fn lease_with_delay(&mut self, agent: &str, ttl_ms: u64, lock_delay_ms: u64) -> String {
+        let op = Op::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms,
+        };
+        match self.reply(agent, op) {
+            Reply::Lease { lease, .. } => lease.to_string(),
+            other => panic!("lease.grant refused: {other:?}"),
+        }
+    }
+
+    /// An `ExpireHoldTimes` of the current term, as the next entry.
+    pub fn expire_hold_times(&mut self) -> (Reply, Vec<Event>) {
+        let term = self.term;
+        self.apply(Command::ExpireHoldTimes { term })
     }
 
     /// One lease of `ttl_ms` for each agent, granted in order; their wire ids.
@@ -180,6 +199,14 @@ impl Harness {
     }
 }
 
+/// A `lease.grant` of `ttl_ms` without a lock-delay.
+pub fn lease_grant(ttl_ms: u64) -> Op {
+    Op::LeaseGrant {
+        ttl_ms,
+        lock_delay_ms: 0,
+    }
+}
+
 /// A `kv.put` of `key` without a lease.
 pub fn kv_put(key: &str, value: &str) -> Op {
     Op::KvPut {
@@ -216,6 +243,7 @@ pub fn lock_acquire_in(name: &str, lease: &str, wait_ms: Option<u64>, mode: Lock
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms,
+        max_hold_ms: None,
         mode,
     }
 }
@@ -238,6 +266,7 @@ pub fn lock_acquire_all(names: &[&str], lease: &str, wait_ms: Option<u64>, mode:
         names: names.iter().map(|name| name.to_string()).collect(),
         lease: lease.to_string(),
         wait_ms,
+        max_hold_ms: None,
         mode,
     }
 }
@@ -263,6 +292,7 @@ pub fn sem_acquire(name: &str, limit: u32, lease: &str, permits: u32, wait_ms: O
         lease: lease.to_string(),
         permits,
         wait_ms,
+        max_hold_ms: None,
     }
 }
 
@@ -359,6 +389,18 @@ pub fn at_priority(mut op: Op, level: u8) -> Op {
         | Op::RouteReserve { priority, .. }
         | Op::RouteAmend { priority, .. } => *priority = level,
         other => panic!("{} has no priority", other.name()),
+    }
+    op
+}
+
+/// `op` (a `lock.acquire`, `lock.acquire_all` or `sem.acquire`) with its hold bounded to
+/// `max_hold_ms`.
+pub fn held_at_most(mut op: Op, ms: u64) -> Op {
+    match &mut op {
+        Op::LockAcquire { max_hold_ms, .. }
+        | Op::LockAcquireAll { max_hold_ms, .. }
+        | Op::SemAcquire { max_hold_ms, .. } => *max_hold_ms = Some(ms),
+        other => panic!("{} has no max_hold_ms", other.name()),
     }
     op
 }

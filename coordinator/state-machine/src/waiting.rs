@@ -35,6 +35,10 @@ pub struct Wait {
     /// wait keeps waiting, as it did across a failover then. See `wait_deadline.rs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<u64>,
+    /// The request's `max_hold_ms`, which bounds the hold once it is granted (`max_hold.rs`);
+    /// absent for an unbounded one, and then absent from the snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_ms: Option<u64>,
     /// A multi-lock's (`lock.acquire_all`) other lock names, in name order, all after `key`'s:
     /// the request waits in each of their queues too, under this one request id. Empty (and
     /// left out of the snapshot) for a request for one resource.
@@ -187,7 +191,8 @@ impl Core {
 
     /// A second acquire of `key` by a lease that already waits for it, under `request_id`:
     /// the wait moves to the new request (its place in the queue kept, its deadline now the
-    /// new request's `wait_ms`), and the earlier request is answered `timeout` ("superseded").
+    /// new request's `wait_ms`, its hold's bound the new request's `max_hold_ms`), and the
+    /// earlier request is answered `timeout` ("superseded").
     /// This is what a client that gave up on its request (a lost answer, a session in
     /// jeopardy) and asks again under a fresh id needs: its place, not a refusal. The caller
     /// renames the waiter in the resource's queue (`Queue::rename`) with the returned old id,
@@ -203,6 +208,7 @@ impl Core {
             lease,
             request_id,
             wait_ms,
+            max_hold_ms,
         } = *claim;
         let record = self
             .leases
@@ -231,6 +237,7 @@ impl Core {
                 lease,
                 key: key.clone(),
                 deadline_ms,
+                max_hold_ms,
                 others: old.others,
             },
         );
@@ -289,6 +296,13 @@ impl Core {
         let waiter = self.enqueue(ctx, key, claim, 1);
         queue.push_back(waiter);
         Ok(Reply::Queued)
+    }
+
+    /// The `max_hold_ms` a waiter's request asked for (`max_hold.rs`), for its hold when it is
+    /// granted.
+    pub(crate) fn waiting_max_hold(&self, waiter: &Waiter) -> Option<u64> {
+        let waits = self.waiting.get(&waiter.agent)?;
+        waits.get(&waiter.request_id)?.max_hold_ms
     }
 
     /// Forgets a waiter's pending wait and its deadline (it was granted or answered).

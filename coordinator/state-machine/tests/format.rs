@@ -39,6 +39,17 @@ fn stamps(count: usize) -> Vec<LogMeta> {
         .collect()
 }
 
+/// A fresh machine that applied `commands` at the positions and clock of [`stamps`], its
+/// invariants checked.
+fn replay(commands: Vec<Command>) -> StateMachine {
+    let mut machine = StateMachine::default();
+    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+    }
+    machine.check_invariants().expect("invariants hold");
+    machine
+}
+
 #[test]
 fn format1_commands_decode_and_encode_to_the_same_bytes() {
     let commands = commands();
@@ -179,11 +190,7 @@ fn windows_and_routes_are_optional_members_and_the_new_commands_have_a_fixed_sha
         serde_json::json!({"expire_reservations": {"term": 1}})
     );
     let route_command = commands[34].clone();
-    let mut machine = StateMachine::default();
-    for (meta, command) in stamps(commands.len()).into_iter().zip(commands) {
-        machine.apply(meta, command).expect("indexes increase");
-    }
-    machine.check_invariants().expect("invariants hold");
+    let machine = replay(commands);
     let bytes = machine.snapshot();
     let text = String::from_utf8(bytes.clone()).expect("UTF-8");
     assert!(
@@ -379,6 +386,67 @@ fn lock_modes_and_multi_locks_are_optional_members_and_the_new_commands_have_a_f
     let bytes = machine.snapshot();
     let restored = StateMachine::restore(&bytes).expect("restores");
     assert!(restored.snapshot() == bytes);
+}
+
+/// Hold times add to format 1 without changing it: `lease.grant`'s `lock_delay_ms` and the
+/// acquires' `max_hold_ms` are optional members (a `lock_delay_ms` of 0 is left out, as if
+/// absent), and so are a lease's `lock_delay_ms`, a hold's `max_hold_deadline_ms`, a waiting
+/// request's `max_hold_ms` and the machine's `lock_delays` in the snapshot (absent while unset
+/// or empty, so the snapshots above keep their bytes); `ExpireHoldTimes` is a command of its
+/// own. A snapshot taken while a lock is held back restores to its own bytes and deadlines.
+#[test]
+fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
+    let command = Command::ExpireHoldTimes { term: 7 };
+    let json = serde_json::to_string(&command).expect("encodes");
+    assert_eq!(json, r#"{"expire_hold_times":{"term":7}}"#);
+    assert_eq!(
+        serde_json::from_str::<Command>(&json).expect("decodes"),
+        command
+    );
+
+    let log = r#"[{"request":{"agent":"a","request":{"id":"h1","op":"lease.grant","ttl_ms":5000,"lock_delay_ms":2000}}},{"request":{"agent":"b","request":{"id":"h2","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"a","request":{"id":"h3","op":"lock.acquire","name":"gw","lease":"0000000000000001","max_hold_ms":4000}}},{"request":{"agent":"b","request":{"id":"h4","op":"lock.acquire","name":"gw","lease":"0000000000000002","max_hold_ms":3000}}},{"request":{"agent":"b","request":{"id":"h5","op":"sem.acquire","name":"pool","limit":2,"lease":"0000000000000002","permits":1,"max_hold_ms":9000}}}]"#;
+    let mut commands: Vec<Command> = serde_json::from_str(log).expect("the hold-time log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the hold-time requests changed shape"
+    );
+    let zero: Command = serde_json::from_value(serde_json::json!({"request": {"agent": "c",
+        "request": {"id": "h0", "op": "lease.grant", "ttl_ms": 5_000, "lock_delay_ms": 0}}}))
+    .expect("a zero lock-delay decodes");
+    assert_eq!(
+        serde_json::to_string(&zero).expect("encodes"),
+        r#"{"request":{"agent":"c","request":{"id":"h0","op":"lease.grant","ttl_ms":5000}}}"#,
+        "a lock-delay of 0 is left out, as if absent"
+    );
+    // a's lease expires at its TTL (5 s; the sixth entry is stamped 5,105 ms after its
+    // grant), holding gw: gw is held back 2 s from then.
+    commands.push(Command::ExpireLeases {
+        term: 1,
+        leases: vec![hivekeeper_state_machine::LeaseId(1)],
+    });
+    let machine = replay(commands);
+    let bytes = machine.snapshot();
+    let text = String::from_utf8(bytes.clone()).expect("UTF-8");
+    assert!(
+        text.ends_with(r#","lock_delays":{"gw":1700000008105}}}"#),
+        "the held-back lock, last: {text}"
+    );
+    assert!(
+        text.contains(r#""key":"lock:gw","max_hold_ms":3000}"#),
+        "b waits with its bound: {text}"
+    );
+    assert!(
+        text.contains(r#""since_ms":1700000005070,"max_hold_deadline_ms":1700000014070}"#),
+        "b's permit ends at its deadline: {text}"
+    );
+    assert!(
+        !text.contains(r#""lock_delay_ms""#),
+        "a's lease ended: {text}"
+    );
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert!(restored.snapshot() == bytes);
+    assert_eq!(restored.hold_time_next_ms(), Some(1_700_000_008_105));
 }
 
 /// The election commands' log form (added after format 1): the wire ops as they are, and the

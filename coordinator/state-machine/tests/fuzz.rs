@@ -180,6 +180,11 @@ fn wait_ms() -> BoxedStrategy<Option<u64>> {
     prop::option::of(number()).boxed()
 }
 
+/// A hold's bound: none mostly, or any number (0 and past the longest TTL included).
+fn max_hold_ms() -> BoxedStrategy<Option<u64>> {
+    prop_oneof![2 => Just(None), 1 => number().prop_map(Some)].boxed()
+}
+
 /// A route's volumes: none, a few, or more than a route may have; any coordinates and times.
 fn volumes() -> BoxedStrategy<Vec<Volume>> {
     let volume = (
@@ -265,35 +270,47 @@ fn role() -> BoxedStrategy<Role> {
 /// Every op an agent's request can carry, with any field values.
 fn agent_op() -> BoxedStrategy<Op> {
     prop_oneof![
-        4 => number().prop_map(|ttl_ms| Op::LeaseGrant { ttl_ms }),
-        4 => (500..10_000u64).prop_map(|ttl_ms| Op::LeaseGrant { ttl_ms }),
+        4 => (number(), number()).prop_map(|(ttl_ms, lock_delay_ms)| Op::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms
+        }),
+        4 => (500..10_000u64, prop_oneof![Just(0u64), 0..3_000u64]).prop_map(
+            |(ttl_ms, lock_delay_ms)| Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms
+            }
+        ),
         2 => lease().prop_map(|lease| Op::LeaseRevoke { lease }),
-        4 => (name(), lease(), wait_ms(), lock_mode())
-            .prop_map(|(name, lease, wait_ms, mode)| Op::LockAcquire {
+        4 => (name(), lease(), wait_ms(), max_hold_ms(), lock_mode()).prop_map(
+            |(name, lease, wait_ms, max_hold_ms, mode)| Op::LockAcquire {
                 name,
                 lease,
                 wait_ms,
+                max_hold_ms,
                 mode,
-            }),
+            }
+        ),
         3 => (name(), lease()).prop_map(|(name, lease)| Op::LockRelease { name, lease }),
         2 => (name(), lease()).prop_map(|(name, lease)| Op::LockDowngrade { name, lease }),
-        3 => (lock_names(), lease(), wait_ms(), lock_mode()).prop_map(
-            |(names, lease, wait_ms, mode)| Op::LockAcquireAll {
+        3 => (lock_names(), lease(), wait_ms(), max_hold_ms(), lock_mode()).prop_map(
+            |(names, lease, wait_ms, max_hold_ms, mode)| Op::LockAcquireAll {
                 names,
                 lease,
                 wait_ms,
+                max_hold_ms,
                 mode,
             }
         ),
         2 => (lock_names(), lease())
             .prop_map(|(names, lease)| Op::LockReleaseAll { names, lease }),
-        4 => (name(), count(), lease(), count(), wait_ms()).prop_map(
-            |(name, limit, lease, permits, wait_ms)| Op::SemAcquire {
+        4 => (name(), count(), lease(), count(), wait_ms(), max_hold_ms()).prop_map(
+            |(name, limit, lease, permits, wait_ms, max_hold_ms)| Op::SemAcquire {
                 name,
                 limit,
                 lease,
                 permits,
                 wait_ms,
+                max_hold_ms,
             }
         ),
         2 => (name(), lease()).prop_map(|(name, lease)| Op::SemRelease { name, lease }),
@@ -531,6 +548,7 @@ fn command() -> BoxedStrategy<Command> {
             .prop_map(|(term, leases)| Command::ExpireLeases { term, leases }),
         2 => number().prop_map(|term| Command::ExpireWaits { term }),
         2 => number().prop_map(|term| Command::ExpireReservations { term }),
+        2 => number().prop_map(|term| Command::ExpireHoldTimes { term }),
         1 => (agent(), request_id())
             .prop_map(|(agent, request_id)| Command::CancelWait { agent, request_id }),
         1 => (limits(), prop::option::of(kv_limits()))
@@ -704,41 +722,73 @@ fn busy_snapshot() -> Vec<u8> {
             .apply(meta, Command::Request { agent, request })
             .expect("a well-formed log");
     };
-    apply("a", "g", Op::LeaseGrant { ttl_ms: 5_000 });
-    apply("b", "g", Op::LeaseGrant { ttl_ms: 5_000 });
+    apply(
+        "a",
+        "g",
+        Op::LeaseGrant {
+            ttl_ms: 5_000,
+            lock_delay_ms: 0,
+        },
+    );
+    apply(
+        "b",
+        "g",
+        Op::LeaseGrant {
+            ttl_ms: 5_000,
+            lock_delay_ms: 0,
+        },
+    );
     let (a, b) = (LeaseId(1).to_string(), LeaseId(2).to_string());
-    let lock = |lease: &str, wait_ms| Op::LockAcquire {
-        name: "l".into(),
+    let lock = |name: &str, lease: &str, wait_ms, max_hold_ms| Op::LockAcquire {
+        name: name.into(),
         lease: lease.into(),
         wait_ms,
+        max_hold_ms,
         mode: LockMode::Exclusive,
     };
-    apply("a", "l1", lock(&a, None));
-    apply("b", "l2", lock(&b, Some(1_000)));
-    // Two shared holders, a multi-lock held, and one waiting on a lock it makes holder-less,
-    // so that mutations reach modes and multi-locks too.
+    apply("a", "l1", lock("l", &a, None, Some(60_000)));
+    apply("b", "l2", lock("l", &b, Some(1_000), Some(30_000)));
+    // Two shared holders, a multi-lock held with a max-hold, and one waiting on a lock it
+    // makes holder-less, so that mutations reach modes and multi-locks too.
     let shared = |lease: &str| Op::LockAcquire {
         name: "r".into(),
         lease: lease.into(),
         wait_ms: None,
+        max_hold_ms: None,
         mode: LockMode::Shared,
     };
-    let all = |names: [&str; 2], lease: &str| Op::LockAcquireAll {
+    let all = |names: [&str; 2], lease: &str, max_hold_ms| Op::LockAcquireAll {
         names: names.map(str::to_string).to_vec(),
         lease: lease.into(),
         wait_ms: Some(1_000),
+        max_hold_ms,
         mode: LockMode::Exclusive,
     };
     apply("a", "r1", shared(&a));
     apply("b", "r2", shared(&b));
-    apply("a", "m1", all(["m", "n"], &a));
-    apply("b", "m2", all(["o", "n"], &b));
+    apply("a", "m1", all(["m", "n"], &a, Some(60_000)));
+    apply("b", "m2", all(["o", "n"], &b, Some(30_000)));
+    // Locks held back by the lock-delay of an operator's revoke, one held exclusive and one
+    // shared beside other shared holders, so mutations reach them too.
+    apply(
+        "c",
+        "g",
+        Op::LeaseGrant {
+            ttl_ms: 5_000,
+            lock_delay_ms: 60_000,
+        },
+    );
+    let c = LeaseId(9).to_string();
+    apply("c", "l3", lock("held-back", &c, None, None));
+    apply("c", "r3", shared(&c));
+    apply("admin", "r", Op::AdminRevoke { lease: c });
     let sem = |lease: &str| Op::SemAcquire {
         name: "s".into(),
         limit: 2,
         lease: lease.into(),
         permits: 1,
         wait_ms: None,
+        max_hold_ms: None,
     };
     apply("a", "s1", sem(&a));
     apply("b", "s2", sem(&b));

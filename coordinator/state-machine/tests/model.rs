@@ -22,7 +22,13 @@
 //! volumes narrowed, while another lease waits on a kept one), and 2 barrier names with rounds
 //! of 1 to 4 members (drawn by a case generator of their own, [`barrier_case`], with locks and
 //! semaphores among them; the model's barrier says nobody passes early, nobody is left behind,
-//! generations increase). Each entry goes to the real
+//! generations increase). Hold times come in [`case`] and [`lock_case`] drawn with them
+//! (`case(true)`, `lock_case(true)`: leases with lock-delays, acquires and multi-locks with max-holds, operators'
+//! revokes of lock holders, `ExpireHoldTimes` stamped at a deadline and 1 ms before it): the
+//! model holds back every lock an expired or operator-revoked lease held, in either mode and
+//! through a multi-lock, until the latest delay on it ends, grants nobody a held-back lock
+//! while leaving its other shared holders be, and ends each hold at its own max-hold deadline,
+//! a multi-lock's on all its locks together. Each entry goes to the real
 //! [`StateMachine`] and to [`Model`], a naive reference written from DESIGN.md §2 and the
 //! module docs: plain `Vec`s, linear scans, one global "grant whatever is grantable" pass after
 //! every change. Only the geometry (`areas_conflict`, `distance_m`) is shared with the machine.
@@ -113,10 +119,18 @@ const UNKNOWN_LEASES: [&str; 4] = [
     "not-a-lease",
     "0123",
 ];
+/// Lock-delays: short ones that a few steps' clock moves pass, and one over the protocol's
+/// minute (refused by the validation).
+const LOCK_DELAYS_MS: [u64; 3] = [300, 2_000, 60_001];
+/// Max-holds: short ones that a few steps' clock moves reach, the default longest lease TTL
+/// (accepted) and one more (refused by the machine), and 0 (refused by the validation).
+const MAX_HOLDS_MS: [u64; 5] = [200, 1_500, 3_600_000, 3_600_001, 0];
 /// The leader's wall clock at the first entry.
 const START_MS: u64 = 1_000_000;
 /// `validate::WAIT_MS_MAX`.
 const WAIT_MS_MAX: u64 = 86_400_000;
+/// `validate::LOCK_DELAY_MS_MAX`.
+const LOCK_DELAY_MS_MAX: u64 = 60_000;
 
 /// The main cluster's origin. 47.0 and 8.0 are multiples of 2^-3 degrees, so the origin lies
 /// on a cell boundary of the machine's spatial grid at every level: spots south or west of it
@@ -462,6 +476,21 @@ enum Action {
         back: usize,
         early_ms: u64,
     },
+    /// An operator's `admin.revoke` of the lease of the `back`-th most recent lock holder: a
+    /// lease with a lock-delay holds its locks back.
+    RevokeLockHolder {
+        back: usize,
+    },
+    /// The leader's hold-time expiry: ends every max-hold and lock-delay that has passed.
+    ExpireHoldTimes {
+        term: TermPick,
+    },
+    /// Stamp the entry exactly at a hold's max-hold deadline or a lock-delay's end
+    /// (`early_ms` 0) or 1 ms before it (`early_ms` 1): neither ends before its time.
+    ExpireHoldTimesAtDeadline {
+        back: usize,
+        early_ms: u64,
+    },
     /// The legacy `CancelWait` of the `back`-th most recent request's wait (or an id never
     /// sent): old logs carry it and must replay the same.
     CancelWait {
@@ -494,6 +523,7 @@ enum ExpirePick {
 enum OpSpec {
     LeaseGrant {
         ttl_ms: u64,
+        lock_delay_ms: u64,
     },
     LeaseRevoke {
         lease: LeasePick,
@@ -507,6 +537,7 @@ enum OpSpec {
         lease: LeasePick,
         wait: WaitSpec,
         shared: bool,
+        max_hold_ms: Option<u64>,
     },
     LockRelease {
         name: usize,
@@ -522,6 +553,7 @@ enum OpSpec {
         lease: LeasePick,
         wait: WaitSpec,
         shared: bool,
+        max_hold_ms: Option<u64>,
     },
     LockReleaseAll {
         names: Vec<usize>,
@@ -533,6 +565,7 @@ enum OpSpec {
         permits: u32,
         lease: LeasePick,
         wait: WaitSpec,
+        max_hold_ms: Option<u64>,
     },
     SemRelease {
         name: usize,
@@ -668,6 +701,34 @@ fn ttl_ms() -> BoxedStrategy<u64> {
     .boxed()
 }
 
+/// A lease's lock-delay: none without hold times (a `Just`, which draws nothing, so the
+/// other draws are what they were before hold times existed); with them, mostly none.
+fn lock_delay_ms(hold_times: bool) -> BoxedStrategy<u64> {
+    if !hold_times {
+        return Just(0).boxed();
+    }
+    prop_oneof![
+        3 => Just(0u64),
+        6 => prop::sample::select(&LOCK_DELAYS_MS[..2]),
+        1 => prop::sample::select(&LOCK_DELAYS_MS[2..]),
+    ]
+    .boxed()
+}
+
+/// An acquire's max-hold: as for [`lock_delay_ms`], none without hold times, mostly none
+/// with them.
+fn max_hold_ms(hold_times: bool) -> BoxedStrategy<Option<u64>> {
+    if !hold_times {
+        return Just(None).boxed();
+    }
+    prop_oneof![
+        6 => Just(None),
+        3 => prop::sample::select(&MAX_HOLDS_MS[..2]).prop_map(Some),
+        1 => prop::sample::select(&MAX_HOLDS_MS[2..]).prop_map(Some),
+    ]
+    .boxed()
+}
+
 /// Releases mostly name a lease that holds the resource.
 fn release_lease_pick() -> BoxedStrategy<LeasePick> {
     prop_oneof![
@@ -686,28 +747,39 @@ fn wait_spec() -> BoxedStrategy<WaitSpec> {
     .boxed()
 }
 
-/// Ops that change state (what a retry may carry).
-fn write_op_spec() -> BoxedStrategy<OpSpec> {
+/// Ops that change state (what a retry may carry), with hold times or not ([`case`]).
+fn write_op_spec(hold_times: bool) -> BoxedStrategy<OpSpec> {
     prop_oneof![
-        24 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
+        24 => (ttl_ms(), lock_delay_ms(hold_times))
+            .prop_map(|(ttl_ms, lock_delay_ms)| OpSpec::LeaseGrant { ttl_ms, lock_delay_ms }),
         3 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
         2 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
-        12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
-            .prop_map(|(name, lease, wait)| OpSpec::LockAcquire {
+        12 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec(), max_hold_ms(hold_times)).prop_map(
+            |(name, lease, wait, max_hold_ms)| OpSpec::LockAcquire {
                 name,
                 lease,
                 wait,
-                shared: false
-            }),
+                shared: false,
+                max_hold_ms
+            }
+        ),
         6 => (0..LOCK_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::LockRelease { name, lease }),
-        12 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), 1..=3u32, lease_pick(), wait_spec())
-            .prop_map(|(name, limit, permits, lease, wait)| OpSpec::SemAcquire {
-                name,
-                limit,
-                permits,
-                lease,
-                wait,
+        12 => (
+            (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), 1..=3u32),
+            lease_pick(),
+            wait_spec(),
+            max_hold_ms(hold_times)
+        )
+            .prop_map(|((name, limit, permits), lease, wait, max_hold_ms)| {
+                OpSpec::SemAcquire {
+                    name,
+                    limit,
+                    permits,
+                    lease,
+                    wait,
+                    max_hold_ms,
+                }
             }),
         6 => (0..SEM_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::SemRelease { name, lease }),
@@ -827,18 +899,19 @@ fn priority_level() -> BoxedStrategy<u8> {
     prop_oneof![3 => Just(0u8), 2 => 1..=3u8].boxed()
 }
 
-fn op_spec() -> BoxedStrategy<OpSpec> {
+fn op_spec(hold_times: bool) -> BoxedStrategy<OpSpec> {
     prop_oneof![
-        70 => write_op_spec(),
+        70 => write_op_spec(hold_times),
         1 => (0..5usize).prop_map(|which| OpSpec::Malformed { which }),
     ]
     .boxed()
 }
 
-fn action() -> BoxedStrategy<Action> {
-    prop_oneof![
-        70 => (0..AGENTS.len(), op_spec()).prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
-        8 => (0..6usize, any::<bool>(), write_op_spec())
+fn action(hold_times: bool) -> BoxedStrategy<Action> {
+    let other = prop_oneof![
+        70 => (0..AGENTS.len(), op_spec(hold_times))
+            .prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
+        8 => (0..6usize, any::<bool>(), write_op_spec(hold_times))
             .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
         7 => (
             prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)],
@@ -880,6 +953,20 @@ fn action() -> BoxedStrategy<Action> {
         3 => Just(Action::Restore),
         1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
     ]
+    .boxed();
+    if !hold_times {
+        return other;
+    }
+    // The weights above sum to 122: the hold-time expiries come about as often as the
+    // reservations' expiries.
+    prop_oneof![
+        122 => other,
+        2 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
+            .prop_map(|term| Action::ExpireHoldTimes { term }),
+        6 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireHoldTimesAtDeadline { back, early_ms }),
+        3 => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
+    ]
     .boxed()
 }
 
@@ -892,8 +979,8 @@ fn clock() -> BoxedStrategy<Clock> {
     .boxed()
 }
 
-fn step() -> BoxedStrategy<Step> {
-    (clock(), prop::bool::weighted(0.04), action())
+fn step(hold_times: bool) -> BoxedStrategy<Step> {
+    (clock(), prop::bool::weighted(0.04), action(hold_times))
         .prop_map(|(clock, new_term, action)| Step {
             clock,
             new_term,
@@ -903,24 +990,31 @@ fn step() -> BoxedStrategy<Step> {
 }
 
 /// A lease grant at the start of a case, so that agents have leases from the first steps.
-fn opening_grant() -> BoxedStrategy<Step> {
-    (0..AGENTS.len(), ttl_ms())
-        .prop_map(|(agent, ttl_ms)| Step {
+fn opening_grant(hold_times: bool) -> BoxedStrategy<Step> {
+    (0..AGENTS.len(), ttl_ms(), lock_delay_ms(hold_times))
+        .prop_map(|(agent, ttl_ms, lock_delay_ms)| Step {
             clock: Clock::Forward(0),
             new_term: false,
             action: Action::AgentRequest {
                 agent,
-                op: OpSpec::LeaseGrant { ttl_ms },
+                op: OpSpec::LeaseGrant {
+                    ttl_ms,
+                    lock_delay_ms,
+                },
             },
         })
         .boxed()
 }
 
-fn case() -> impl Strategy<Value = Case> {
+/// A case. With `hold_times` its leases may have lock-delays, its acquires max-holds, and
+/// its log hold-time expiries; without, it draws exactly what it drew before hold times
+/// existed (the hold-time draws are `Just`s, which take nothing from the random source), so
+/// the coverage of every other path stays where it was ([`generator_reaches_every_path`]).
+fn case(hold_times: bool) -> impl Strategy<Value = Case> {
     (
         0..2usize,
-        prop::collection::vec(opening_grant(), 0..=6),
-        prop::collection::vec(step(), 1..=120),
+        prop::collection::vec(opening_grant(hold_times), 0..=6),
+        prop::collection::vec(step(hold_times), 1..=120),
     )
         .prop_map(|(limits, opening, steps)| Case {
             limits,
@@ -939,7 +1033,10 @@ fn barrier_action() -> BoxedStrategy<Action> {
     let op = prop_oneof![
         16 => barrier_enter_spec(),
         12 => barrier_leave_spec(),
-        5 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
+        5 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms: 0
+        }),
         2 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
         1 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
         1 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec())
@@ -947,7 +1044,8 @@ fn barrier_action() -> BoxedStrategy<Action> {
                 name,
                 lease,
                 wait,
-                shared: false
+                shared: false,
+                max_hold_ms: None
             }),
         1 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), lease_pick(), wait_spec()).prop_map(
             |(name, limit, lease, wait)| OpSpec::SemAcquire {
@@ -956,6 +1054,7 @@ fn barrier_action() -> BoxedStrategy<Action> {
                 permits: 1,
                 lease,
                 wait,
+                max_hold_ms: None,
             }
         ),
     ];
@@ -978,32 +1077,46 @@ fn barrier_action() -> BoxedStrategy<Action> {
 
 /// An op of a case about read-write locks and multi-locks: shared and exclusive acquires,
 /// downgrades, multi-locks (now and then naming a lock twice) and their releases, with leases
-/// granted and ending between.
-fn lock_op_spec() -> BoxedStrategy<OpSpec> {
+/// granted and ending between; with `hold_times`, leases with lock-delays and acquires with
+/// max-holds, as in [`write_op_spec`].
+fn lock_op_spec(hold_times: bool) -> BoxedStrategy<OpSpec> {
     prop_oneof![
-        14 => (0..LOCK_NAMES.len(), lease_pick(), wait_spec(), any::<bool>()).prop_map(
-            |(name, lease, wait, shared)| OpSpec::LockAcquire {
-                name,
-                lease,
-                wait,
-                shared
-            }
-        ),
+        14 => (
+            (0..LOCK_NAMES.len(), lease_pick(), wait_spec()),
+            any::<bool>(),
+            max_hold_ms(hold_times)
+        )
+            .prop_map(|((name, lease, wait), shared, max_hold_ms)| {
+                OpSpec::LockAcquire {
+                    name,
+                    lease,
+                    wait,
+                    shared,
+                    max_hold_ms,
+                }
+            }),
         6 => (0..LOCK_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::LockRelease { name, lease }),
         3 => (0..LOCK_NAMES.len(), release_lease_pick())
             .prop_map(|(name, lease)| OpSpec::LockDowngrade { name, lease }),
-        8 => (lock_name_set(), lease_pick(), wait_spec(), any::<bool>()).prop_map(
-            |(names, lease, wait, shared)| OpSpec::LockAcquireAll {
-                names,
-                lease,
-                wait,
-                shared
-            }
-        ),
+        8 => (
+            (lock_name_set(), lease_pick(), wait_spec()),
+            any::<bool>(),
+            max_hold_ms(hold_times)
+        )
+            .prop_map(|((names, lease, wait), shared, max_hold_ms)| {
+                OpSpec::LockAcquireAll {
+                    names,
+                    lease,
+                    wait,
+                    shared,
+                    max_hold_ms,
+                }
+            }),
         3 => (lock_name_set(), release_lease_pick())
             .prop_map(|(names, lease)| OpSpec::LockReleaseAll { names, lease }),
-        5 => ttl_ms().prop_map(|ttl_ms| OpSpec::LeaseGrant { ttl_ms }),
+        5 => (ttl_ms(), lock_delay_ms(hold_times))
+            .prop_map(|(ttl_ms, lock_delay_ms)| OpSpec::LeaseGrant { ttl_ms, lock_delay_ms }),
         2 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
         1 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
     ]
@@ -1011,16 +1124,18 @@ fn lock_op_spec() -> BoxedStrategy<OpSpec> {
 }
 
 /// The actions of a case about read-write locks and multi-locks ([`lock_op_spec`]), with
-/// retries, expiries, releases of everything a lease holds and restores between. [`case`]
-/// draws no shared or multi-lock op, so its cases, and the paths they reach, are what they
-/// were before them.
-fn lock_action() -> BoxedStrategy<Action> {
+/// retries, expiries, releases of everything a lease holds and restores between; with
+/// `hold_times`, hold-time expiries and operators' revokes of lock holders too, as in
+/// [`action`]. [`case`] draws no shared or multi-lock op, so its cases, and the paths they
+/// reach, are what they were before them; and without hold times this draws what it drew
+/// before they were joined to modes and multi-locks.
+fn lock_action(hold_times: bool) -> BoxedStrategy<Action> {
     let current =
         || prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)];
-    prop_oneof![
-        60 => (0..AGENTS.len(), lock_op_spec())
+    let other = prop_oneof![
+        60 => (0..AGENTS.len(), lock_op_spec(hold_times))
             .prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
-        6 => (0..6usize, any::<bool>(), lock_op_spec())
+        6 => (0..6usize, any::<bool>(), lock_op_spec(hold_times))
             .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
         6 => (
             current(),
@@ -1036,17 +1151,29 @@ fn lock_action() -> BoxedStrategy<Action> {
         2 => Just(Action::Restore),
         1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
     ]
+    .boxed();
+    if !hold_times {
+        return other;
+    }
+    // The weights above sum to 90.
+    prop_oneof![
+        90 => other,
+        3 => current().prop_map(|term| Action::ExpireHoldTimes { term }),
+        6 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireHoldTimesAtDeadline { back, early_ms }),
+        4 => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
+    ]
     .boxed()
 }
 
-/// A case about read-write locks and multi-locks ([`lock_action`]).
-fn lock_case() -> impl Strategy<Value = Case> {
-    side_case(lock_action())
+/// A case about read-write locks and multi-locks ([`lock_action`]), with hold times or not.
+fn lock_case(hold_times: bool) -> impl Strategy<Value = Case> {
+    side_case(lock_action(hold_times), hold_times)
 }
 
-/// A case of a generator beside [`case`]: 2 to 6 opening lease grants, then 1 to 80 steps of
-/// `action`.
-fn side_case(action: BoxedStrategy<Action>) -> impl Strategy<Value = Case> {
+/// A case of a generator beside [`case`]: 2 to 6 opening lease grants (with lock-delays or
+/// not, as `hold_times` says), then 1 to 80 steps of `action`.
+fn side_case(action: BoxedStrategy<Action>, hold_times: bool) -> impl Strategy<Value = Case> {
     let step =
         (clock(), prop::bool::weighted(0.04), action).prop_map(|(clock, new_term, action)| Step {
             clock,
@@ -1055,7 +1182,7 @@ fn side_case(action: BoxedStrategy<Action>) -> impl Strategy<Value = Case> {
         });
     (
         0..2usize,
-        prop::collection::vec(opening_grant(), 2..=6),
+        prop::collection::vec(opening_grant(hold_times), 2..=6),
         prop::collection::vec(step, 1..=80),
     )
         .prop_map(|(limits, opening, steps)| Case {
@@ -1065,7 +1192,7 @@ fn side_case(action: BoxedStrategy<Action>) -> impl Strategy<Value = Case> {
 }
 
 fn barrier_case() -> impl Strategy<Value = Case> {
-    side_case(barrier_action())
+    side_case(barrier_action(), false)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1114,6 +1241,10 @@ enum Outcome {
     },
     ReservationsEnded {
         count: u64,
+    },
+    HoldTimesEnded {
+        max_holds: u64,
+        lock_delays: u64,
     },
     /// `election.proclaim`'s answer: the revision of its put.
     Proclaimed {
@@ -1164,6 +1295,13 @@ fn outcome_of(reply: &Reply) -> Outcome {
         },
         Reply::WaitsExpired { count } => Outcome::WaitsExpired { count: *count },
         Reply::ReservationsEnded { count } => Outcome::ReservationsEnded { count: *count },
+        Reply::HoldTimesEnded {
+            max_holds,
+            lock_delays,
+        } => Outcome::HoldTimesEnded {
+            max_holds: *max_holds,
+            lock_delays: *lock_delays,
+        },
         Reply::Cancelled { cancelled } => Outcome::Cancelled {
             cancelled: *cancelled,
         },
@@ -1292,6 +1430,8 @@ struct ModelLease {
     agent: String,
     ttl_ms: u64,
     granted_ms: u64,
+    /// How long its locks are held back when it expires or an operator ends it.
+    lock_delay_ms: u64,
 }
 
 /// A grant still held: a lock, a semaphore's permits, a waypoint reservation, or a member of a
@@ -1317,6 +1457,8 @@ struct ModelHold {
     vacate_by_ms: Option<u64>,
     /// A lock hold's mode (exclusive for every other kind).
     mode: LockMode,
+    /// Locks and semaphores: when its `max_hold_ms` ends it (grant time + `max_hold_ms`).
+    max_hold_until_ms: Option<u64>,
     /// An election leader's value (empty for every other kind).
     value: String,
 }
@@ -1361,6 +1503,8 @@ struct ModelWaiter {
     /// A lock request's locks, in name order (`name` is the first); it waits in each one's
     /// queue. Empty for every other kind.
     lock_names: Vec<String>,
+    /// Locks and semaphores: the request's `max_hold_ms`, for its hold once granted.
+    max_hold_ms: Option<u64>,
     /// An election candidate's value (empty for every other kind).
     value: String,
 }
@@ -1420,6 +1564,8 @@ struct Model {
     leases_ever: Vec<(u64, String)>,
     holds: Vec<ModelHold>,
     waiters: Vec<ModelWaiter>,
+    /// Locks held back by a lock-delay, `(name, until_ms)`: granted to nobody until then.
+    lock_delays: Vec<(String, u64)>,
     /// The `$election/` keys, one per election with a leader.
     mirrors: Vec<ModelMirror>,
     memories: Vec<Memory>,
@@ -1461,6 +1607,7 @@ impl Model {
             leases_ever: Vec::new(),
             holds: Vec::new(),
             waiters: Vec::new(),
+            lock_delays: Vec::new(),
             mirrors: Vec::new(),
             memories: Vec::new(),
             swept_index: 0,
@@ -1523,6 +1670,16 @@ impl Model {
                     self.expire_reservations()
                 }
             }
+            Command::ExpireHoldTimes { term } => {
+                if *term < self.term_max {
+                    Outcome::HoldTimesEnded {
+                        max_holds: 0,
+                        lock_delays: 0,
+                    }
+                } else {
+                    self.expire_hold_times()
+                }
+            }
             Command::Configure { limits, .. } => {
                 if limits_are_valid(limits) {
                     self.limits = limits.clone();
@@ -1567,25 +1724,33 @@ impl Model {
             self.replayed = true;
             return outcome;
         }
+        let too_long = request.op.max_hold_ms();
         let outcome = match &request.op {
+            _ if too_long.is_some_and(|ms| ms > self.limits.lease_ttl_ms_max) => {
+                refused(ErrorCode::BadRequest)
+            }
             // Accounts are covered by `account_test.rs`; the model sends no account ops.
             op @ (Op::AdminAgentAdd { .. }
             | Op::AdminAgentRotate { .. }
             | Op::AdminAgentRemove { .. }) => panic!("an account op in the model: {op:?}"),
-            Op::LeaseGrant { ttl_ms } => self.lease_grant(agent, *ttl_ms),
+            Op::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms,
+            } => self.lease_grant(agent, *ttl_ms, *lock_delay_ms),
             Op::LeaseRevoke { lease } => self.lease_revoke(agent, lease),
             Op::AdminRevoke { lease } => self.admin_revoke(lease),
             Op::LockAcquire {
                 name,
                 lease,
                 wait_ms,
+                max_hold_ms,
                 mode,
             } => self.lock_acquire(
                 agent,
                 id,
                 std::slice::from_ref(name),
                 lease,
-                (*wait_ms, *mode),
+                (*wait_ms, *max_hold_ms, *mode),
             ),
             Op::LockRelease { name, lease } => self.release(ResourceKind::Lock, agent, name, lease),
             Op::LockDowngrade { name, lease } => self.lock_downgrade(agent, name, lease),
@@ -1593,8 +1758,9 @@ impl Model {
                 names,
                 lease,
                 wait_ms,
+                max_hold_ms,
                 mode,
-            } => self.lock_acquire(agent, id, names, lease, (*wait_ms, *mode)),
+            } => self.lock_acquire(agent, id, names, lease, (*wait_ms, *max_hold_ms, *mode)),
             Op::LockReleaseAll { names, lease } => self.lock_release_all(agent, names, lease),
             Op::SemAcquire {
                 name,
@@ -1602,7 +1768,11 @@ impl Model {
                 lease,
                 permits,
                 wait_ms,
-            } => self.sem_acquire(agent, id, name, *limit, lease, *permits, *wait_ms),
+                max_hold_ms,
+            } => {
+                let times = (*wait_ms, *max_hold_ms);
+                self.sem_acquire(agent, id, name, *limit, lease, *permits, times)
+            }
             Op::SemRelease { name, lease } => self.release(ResourceKind::Sem, agent, name, lease),
             Op::WaypointReserve {
                 name,
@@ -1717,7 +1887,7 @@ impl Model {
             .expect("the model only looks up live leases")
     }
 
-    fn lease_grant(&mut self, agent: &str, ttl_ms: u64) -> Outcome {
+    fn lease_grant(&mut self, agent: &str, ttl_ms: u64, lock_delay_ms: u64) -> Outcome {
         if ttl_ms < self.limits.lease_ttl_ms_min || ttl_ms > self.limits.lease_ttl_ms_max {
             return refused(ErrorCode::BadRequest);
         }
@@ -1733,6 +1903,7 @@ impl Model {
             agent: agent.to_string(),
             ttl_ms,
             granted_ms: self.now_ms,
+            lock_delay_ms,
         });
         self.leases_ever.push((self.index, agent.to_string()));
         Outcome::Lease {
@@ -1784,6 +1955,22 @@ impl Model {
     fn end_leases(&mut self, ids: &[u64], reason: LeaseEnd) {
         for id in ids {
             let agent = self.lease(*id).agent.clone();
+            let lock_delay_ms = self.lease(*id).lock_delay_ms;
+            if lock_delay_ms > 0 && reason != LeaseEnd::Revoked {
+                let until_ms = self.now_ms + lock_delay_ms;
+                let held_locks = self
+                    .holds
+                    .iter()
+                    .filter(|hold| hold.lease == *id && hold.kind == ResourceKind::Lock);
+                let held_back: Vec<String> = held_locks.map(|hold| hold.name.clone()).collect();
+                // A lock held shared by several leases with delays: the later end holds.
+                for name in held_back {
+                    match self.lock_delays.iter_mut().find(|(held, _)| *held == name) {
+                        Some((_, until)) => *until = (*until).max(until_ms),
+                        None => self.lock_delays.push((name, until_ms)),
+                    }
+                }
+            }
             self.ended.push((agent, *id, reason));
             self.leases.retain(|lease| lease.id != *id);
             self.holds.retain(|hold| hold.lease != *id);
@@ -1900,6 +2087,59 @@ impl Model {
         let waiters = self.waiters.iter().map(|w| model_end(w.window, &w.volumes));
         let vacates = self.holds.iter().map(|hold| hold.vacate_by_ms);
         holds.chain(waiters).chain(vacates).flatten().min()
+    }
+
+    /// Ends every hold whose max-hold has run out and every lock-delay that has passed on the
+    /// machine clock, then grants whatever became free.
+    fn expire_hold_times(&mut self) -> Outcome {
+        let now_ms = self.now_ms;
+        let holds_before = self.holds.len();
+        self.holds.retain(|hold| {
+            hold.max_hold_until_ms
+                .is_none_or(|until_ms| until_ms > now_ms)
+        });
+        let delays_before = self.lock_delays.len();
+        self.lock_delays.retain(|(_, until_ms)| *until_ms > now_ms);
+        let outcome = Outcome::HoldTimesEnded {
+            max_holds: (holds_before - self.holds.len()) as u64,
+            lock_delays: (delays_before - self.lock_delays.len()) as u64,
+        };
+        self.grant_what_is_grantable();
+        outcome
+    }
+
+    /// The earliest max-hold deadline or lock-delay end.
+    fn hold_time_next_ms(&self) -> Option<u64> {
+        let holds = self.holds.iter().filter_map(|hold| hold.max_hold_until_ms);
+        let delays = self.lock_delays.iter().map(|(_, until_ms)| *until_ms);
+        holds.chain(delays).min()
+    }
+
+    /// Whether lock `name` is held back by a lock-delay.
+    fn held_back(&self, name: &str) -> bool {
+        self.lock_delays
+            .iter()
+            .any(|(held_back, _)| held_back == name)
+    }
+
+    /// Bounds the hold just granted (the last one) by `max_hold_ms`, if the outcome is a new
+    /// grant.
+    fn bound_new_hold(&mut self, outcome: &Outcome, max_hold_ms: Option<u64>) {
+        let now_ms = self.now_ms;
+        // A new grant's token is from this entry (one of a hold asked for again is older).
+        if let (Outcome::Granted { token }, Some(hold)) = (outcome, self.holds.last_mut())
+            && hold.token == *token
+            && *token >> 16 == self.index
+        {
+            hold.max_hold_until_ms = max_hold_ms.map(|ms| now_ms + ms);
+        }
+    }
+
+    /// Gives the waiter just queued (the last one) its request's `max_hold_ms`.
+    fn bound_new_waiter(&mut self, max_hold_ms: Option<u64>) {
+        if let Some(waiter) = self.waiters.last_mut() {
+            waiter.max_hold_ms = max_hold_ms;
+        }
     }
 
     /// The window a reservation asks for, checked against the clock and the limits.
@@ -2078,7 +2318,7 @@ impl Model {
         request_id: &str,
         permits: u32,
         area: Option<&Area>,
-        wait_ms: Option<u64>,
+        (wait_ms, max_hold_ms): (Option<u64>, Option<u64>),
         asked: (Option<u64>, Option<u64>),
     ) -> Outcome {
         let position = self
@@ -2093,13 +2333,18 @@ impl Model {
         {
             return refused(ErrorCode::BadRequest);
         }
-        self.move_wait(position, request_id, wait_ms)
+        self.move_wait(position, request_id, (wait_ms, max_hold_ms))
     }
 
     /// The wait of the waiter at `position` asked for again under `request_id`: a try is
-    /// `would_block`; otherwise it goes on in place under the new id and deadline, and the
-    /// earlier request is answered `timeout`.
-    fn move_wait(&mut self, position: usize, request_id: &str, wait_ms: Option<u64>) -> Outcome {
+    /// `would_block`; otherwise it goes on in place under the new id, deadline and max-hold,
+    /// and the earlier request is answered `timeout`.
+    fn move_wait(
+        &mut self,
+        position: usize,
+        request_id: &str,
+        (wait_ms, max_hold_ms): (Option<u64>, Option<u64>),
+    ) -> Outcome {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
@@ -2109,10 +2354,12 @@ impl Model {
         let moved = &mut self.waiters[position];
         moved.request_id = request_id.to_string();
         moved.deadline_ms = wait_ms.map(|wait_ms| now_ms + wait_ms);
+        moved.max_hold_ms = max_hold_ms;
         Outcome::Queued
     }
 
-    /// Locks held, semaphores held or waited for, waypoint reservations held or waiting.
+    /// Locks held, waited for or held back, semaphores held or waited for, waypoint
+    /// reservations held or waiting.
     fn resources_in_use(&self) -> usize {
         let mut names: Vec<(ResourceKind, &str)> = Vec::new();
         let mut waypoints = 0;
@@ -2124,7 +2371,12 @@ impl Model {
                 let locks = w.lock_names.iter().map(move |name| (w.kind, name.as_str()));
                 std::iter::once((w.kind, w.name.as_str())).chain(locks)
             }));
-        for (kind, name) in lock_and_sem_users {
+        // A lock held back by a lock-delay is in use even when nobody waits for it.
+        let held_back = self
+            .lock_delays
+            .iter()
+            .map(|(name, _)| (ResourceKind::Lock, name.as_str()));
+        for (kind, name) in lock_and_sem_users.chain(held_back) {
             if kind == ResourceKind::Waypoint {
                 waypoints += 1;
             } else if !names.contains(&(kind, name)) {
@@ -2168,6 +2420,7 @@ impl Model {
             priority: 0,
             vacate_by_ms: None,
             mode: LockMode::Exclusive,
+            max_hold_until_ms: None,
             value: String::new(),
         });
         self.tokens_granted.push((kind, name.to_string(), token));
@@ -2206,6 +2459,7 @@ impl Model {
             head_start_ms: 0,
             mode: LockMode::Exclusive,
             lock_names: Vec::new(),
+            max_hold_ms: None,
             value: String::new(),
         });
         Outcome::Queued
@@ -2220,7 +2474,7 @@ impl Model {
         request_id: &str,
         names: &[String],
         lease: &str,
-        (wait_ms, mode): (Option<u64>, LockMode),
+        (wait_ms, max_hold_ms, mode): (Option<u64>, Option<u64>, LockMode),
     ) -> Outcome {
         let lease = match self.live_lease(agent, lease) {
             Ok(id) => id,
@@ -2244,6 +2498,11 @@ impl Model {
                 refused(ErrorCode::BadRequest)
             };
         }
+        // A lock held back by a lock-delay grants nobody: a try is refused, others queue.
+        let held_back = names.iter().any(|name| self.held_back(name));
+        if held_back && wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
         let waiting = self.waiters.iter().position(|w| {
             w.kind == kind && w.lease == lease && w.lock_names.iter().any(|n| names.contains(n))
         });
@@ -2252,7 +2511,7 @@ impl Model {
             if waiter.lock_names != names || waiter.mode != mode {
                 return refused(ErrorCode::BadRequest);
             }
-            return self.move_wait(position, request_id, wait_ms);
+            return self.move_wait(position, request_id, (wait_ms, max_hold_ms));
         }
         if self.over_holds_quota(agent, names.len()) {
             return refused(ErrorCode::ResourceExhausted);
@@ -2262,14 +2521,16 @@ impl Model {
             .filter(|name| {
                 self.holds_of(kind, name).next().is_none()
                     && self.waiters_of(kind, name).next().is_none()
+                    && !self.held_back(name)
             })
             .count();
         let resources_full =
             unused > 0 && self.resources_in_use() + unused > self.limits.resources_max as usize;
-        let free = names.iter().all(|name| {
-            self.waiters_of(kind, name).next().is_none()
-                && self.holds_of(kind, name).all(|hold| mode.admits(hold.mode))
-        });
+        let free = !held_back
+            && names.iter().all(|name| {
+                self.waiters_of(kind, name).next().is_none()
+                    && self.holds_of(kind, name).all(|hold| mode.admits(hold.mode))
+            });
         if free {
             if resources_full {
                 return refused(ErrorCode::ResourceExhausted);
@@ -2291,6 +2552,7 @@ impl Model {
                     priority: 0,
                     vacate_by_ms: None,
                     mode,
+                    max_hold_until_ms: max_hold_ms.map(|ms| self.now_ms + ms),
                     value: String::new(),
                 });
                 self.tokens_granted.push((kind, name.clone(), token));
@@ -2317,10 +2579,11 @@ impl Model {
         let queued = self.waiters.last_mut().expect("just queued");
         queued.mode = mode;
         queued.lock_names = names;
+        queued.max_hold_ms = max_hold_ms;
         Outcome::Queued
     }
 
-    /// An acquire of a resource with one holder (a lock, an election) by a live lease:
+    /// An acquire of a resource with one holder (an election's leadership) by a live lease:
     /// granted at once when nobody holds it, its token again for its holder, the wait taken
     /// over for a lease that waits already, or queued within the bounds.
     fn exclusive_acquire(
@@ -2345,16 +2608,8 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
-            return self.take_over(
-                kind,
-                name,
-                lease,
-                request_id,
-                1,
-                None,
-                wait_ms,
-                (None, None),
-            );
+            let times = (wait_ms, None);
+            return self.take_over(kind, name, lease, request_id, 1, None, times, (None, None));
         }
         if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
@@ -2424,7 +2679,7 @@ impl Model {
         limit: u32,
         lease: &str,
         permits: u32,
-        wait_ms: Option<u64>,
+        (wait_ms, max_hold_ms): (Option<u64>, Option<u64>),
     ) -> Outcome {
         let lease = match self.live_lease(agent, lease) {
             Ok(id) => id,
@@ -2454,6 +2709,7 @@ impl Model {
             };
         }
         if self.is_waiting(lease, kind, name) {
+            let times = (wait_ms, max_hold_ms);
             return self.take_over(
                 kind,
                 name,
@@ -2461,7 +2717,7 @@ impl Model {
                 request_id,
                 permits,
                 None,
-                wait_ms,
+                times,
                 (None, None),
             );
         }
@@ -2470,7 +2726,9 @@ impl Model {
         }
         let nobody_waits = self.waiters_of(kind, name).next().is_none();
         if nobody_waits && self.sem_used(name) + permits <= capacity {
-            return self.grant_now(kind, name, lease, agent, permits, capacity, None, None);
+            let outcome = self.grant_now(kind, name, lease, agent, permits, capacity, None, None);
+            self.bound_new_hold(&outcome, max_hold_ms);
+            return outcome;
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
@@ -2481,9 +2739,11 @@ impl Model {
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        self.enqueue(
+        let outcome = self.enqueue(
             kind, name, lease, agent, request_id, permits, capacity, None, None, wait_ms,
-        )
+        );
+        self.bound_new_waiter(max_hold_ms);
+        outcome
     }
 
     /// Whether `agent` would hold and wait for more than `holds_per_agent_max` resources with
@@ -2655,7 +2915,8 @@ impl Model {
                 return refused(ErrorCode::BadRequest);
             }
             let area = area.as_ref();
-            return self.take_over(kind, name, lease, request_id, 1, area, wait_ms, asked);
+            let times = (wait_ms, None);
+            return self.take_over(kind, name, lease, request_id, 1, area, times, asked);
         }
         if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
@@ -2797,7 +3058,8 @@ impl Model {
     /// earliest first until none is left that nothing blocks.
     fn grant_what_is_grantable(&mut self) {
         // Locks: a request heading the queue of each of its locks, whose mode every holder of
-        // each admits, is granted; among several, the one whose first lock comes first.
+        // each admits and none of which a lock-delay holds back, is granted; among several,
+        // the one whose first lock comes first.
         loop {
             let grantable = (0..self.waiters.len())
                 .filter(|&i| self.lock_grantable(&self.waiters[i]))
@@ -2998,6 +3260,7 @@ impl Model {
             && w.lock_names.iter().all(|name| {
                 let head = self.waiters_of(kind, name).next();
                 head.is_some_and(|head| head.seq == w.seq)
+                    && !self.held_back(name)
                     && self
                         .holds_of(kind, name)
                         .all(|hold| w.mode.admits(hold.mode))
@@ -3050,6 +3313,7 @@ impl Model {
                 priority: waiter.priority,
                 vacate_by_ms: None,
                 mode: waiter.mode,
+                max_hold_until_ms: waiter.max_hold_ms.map(|ms| self.now_ms + ms),
                 value: waiter.value.clone(),
             });
             self.tokens_granted.push((waiter.kind, name, token));
@@ -3117,6 +3381,7 @@ impl Model {
             vacate_by_ms: None,
             value: String::new(),
             mode: LockMode::Exclusive,
+            max_hold_until_ms: None,
         });
     }
 
@@ -3156,7 +3421,7 @@ impl Model {
                 request_id,
                 1,
                 None,
-                wait_ms,
+                (wait_ms, None),
                 (None, None),
             );
         }
@@ -3219,7 +3484,7 @@ impl Model {
                 request_id,
                 1,
                 None,
-                wait_ms,
+                (wait_ms, None),
                 (None, None),
             );
         }
@@ -3533,11 +3798,14 @@ fn limits_are_valid(limits: &Limits) -> bool {
 
 /// The protocol's field checks, for the requests this test can generate.
 fn op_is_valid(op: &Op) -> bool {
-    if op.wait_ms().is_some_and(|ms| ms > WAIT_MS_MAX) {
+    if op.wait_ms().is_some_and(|ms| ms > WAIT_MS_MAX) || op.max_hold_ms() == Some(0) {
         return false;
     }
     match op {
-        Op::LeaseGrant { ttl_ms } => *ttl_ms > 0,
+        Op::LeaseGrant {
+            ttl_ms,
+            lock_delay_ms,
+        } => *ttl_ms > 0 && *lock_delay_ms <= LOCK_DELAY_MS_MAX,
         Op::LockAcquireAll { names, .. } | Op::LockReleaseAll { names, .. } => {
             (1..=64).contains(&names.len())
                 && names
@@ -3896,6 +4164,46 @@ impl Harness {
                 }
                 Command::ExpireReservations { term: self.term }
             }
+            Action::RevokeLockHolder { back } => {
+                let holders: Vec<u64> = self
+                    .model
+                    .holds
+                    .iter()
+                    .filter(|hold| hold.kind == ResourceKind::Lock)
+                    .map(|hold| hold.lease)
+                    .collect();
+                let Some(lease) = pick_recent(&holders, *back) else {
+                    return Ok(());
+                };
+                let op = Op::AdminRevoke {
+                    lease: format!("{lease:016x}"),
+                };
+                self.new_request(0, op)
+            }
+            Action::ExpireHoldTimes { term } => {
+                let term = match term {
+                    TermPick::Current => self.term,
+                    TermPick::Stale(k) => self.term.saturating_sub(1 + k),
+                };
+                Command::ExpireHoldTimes { term }
+            }
+            Action::ExpireHoldTimesAtDeadline { back, early_ms } => {
+                let holds = self.model.holds.iter();
+                let holds = holds.filter_map(|hold| hold.max_hold_until_ms);
+                let delays = self.model.lock_delays.iter().map(|(_, until_ms)| *until_ms);
+                let ends: Vec<((), u64)> = holds.chain(delays).map(|end_ms| ((), end_ms)).collect();
+                let labels = [
+                    "expire hold times at the deadline",
+                    "expire hold times 1 ms before the deadline",
+                ];
+                if self
+                    .stamp_at_deadline(ends, *back, *early_ms, labels)
+                    .is_none()
+                {
+                    return Ok(());
+                }
+                Command::ExpireHoldTimes { term: self.term }
+            }
             Action::CancelWait { back, unknown_id } => {
                 let Some((agent, id, _)) = pick_recent(&self.sent, *back).cloned() else {
                     return Ok(());
@@ -4094,6 +4402,7 @@ impl Harness {
         }) {
             self.count("a preempted reservation ended at its deadline");
         }
+        self.check_hold_times(&command, &events, &expected)?;
         for event in events.iter() {
             match event {
                 Event::Queued {
@@ -4127,6 +4436,118 @@ impl Harness {
         self.check_generations(&events)?;
         self.tally_step(&command, &expected);
         self.check_machine()
+    }
+
+    /// No lock is granted while the model holds it back by a lock-delay, and the holds the
+    /// entry ended by max-hold are the ones whose deadline the model says passed, no sooner.
+    fn check_hold_times(
+        &mut self,
+        command: &Command,
+        events: &[Event],
+        expected: &ModelStep,
+    ) -> Result<(), TestCaseError> {
+        if let Command::Request { request, .. } = command
+            && let Op::LockAcquire { wait_ms, .. } | Op::LockAcquireAll { wait_ms, .. } =
+                &request.op
+            && lock_names(&request.op)
+                .iter()
+                .any(|name| self.model.held_back(name))
+        {
+            let multi = matches!(request.op, Op::LockAcquireAll { .. });
+            let label = match (wait_ms, &expected.outcome, multi) {
+                (Some(0), Outcome::Refused { .. }, false) => "a try of a held-back lock refused",
+                (_, Outcome::Queued, false) => "an acquire of a held-back lock queued",
+                (Some(0), Outcome::Refused { .. }, true) => {
+                    "a multi-lock try of a held-back lock refused"
+                }
+                (_, Outcome::Queued, true) => "a multi-lock of a held-back lock queued",
+                _ => "an acquire of a held-back lock",
+            };
+            self.count(label);
+        }
+        self.tally_joined_hold_times(events);
+        for event in events {
+            match event {
+                Event::Granted { key, .. } if key.kind == ResourceKind::Lock => {
+                    prop_assert!(
+                        !self.model.held_back(&key.name),
+                        "{} granted inside its lock-delay\n{}",
+                        key,
+                        self.recent_trace()
+                    );
+                    if matches!(
+                        expected.outcome,
+                        Outcome::HoldTimesEnded {
+                            lock_delays: 1..,
+                            ..
+                        }
+                    ) {
+                        self.count("a lock granted at the end of its lock-delay");
+                    }
+                }
+                Event::Released {
+                    key,
+                    token,
+                    reason: ReleaseReason::MaxHold,
+                    ..
+                } => {
+                    prop_assert!(
+                        !self.model.holds.iter().any(|hold| hold.token == *token),
+                        "{} token {} ended by max-hold, the model still holds it\n{}",
+                        key,
+                        token,
+                        self.recent_trace()
+                    );
+                    self.count(format!("{} ended at its max-hold", key.kind.as_str()));
+                }
+                _ => {}
+            }
+        }
+        if !self.model.lock_delays.is_empty() {
+            self.count("a lock held back");
+        }
+        Ok(())
+    }
+
+    /// The paths where hold times meet lock modes and multi-locks.
+    fn tally_joined_hold_times(&mut self, events: &[Event]) {
+        let lock = ResourceKind::Lock;
+        let mut labels = Vec::new();
+        let mut max_hold_tokens: Vec<u64> = Vec::new();
+        for event in events {
+            if let Event::Released {
+                key,
+                token,
+                reason: ReleaseReason::MaxHold,
+                ..
+            } = event
+                && key.kind == lock
+            {
+                if max_hold_tokens.contains(token) {
+                    labels.push("a multi-lock's holds ended together at its max-hold");
+                }
+                max_hold_tokens.push(*token);
+                if self
+                    .model
+                    .holds_of(lock, &key.name)
+                    .any(|h| !h.mode.is_exclusive())
+                {
+                    labels.push("a shared hold ended at its max-hold, others still held");
+                }
+            }
+        }
+        for (name, _) in &self.model.lock_delays {
+            if self.model.holds_of(lock, name).next().is_some() {
+                labels.push("a lock held back beside its shared holders");
+            }
+            let multi_waits = self.model.waiters_of(lock, name);
+            if multi_waits.into_iter().any(|w| w.lock_names.len() > 1) {
+                labels.push("a multi-lock waits for a held-back lock");
+            }
+        }
+        for label in labels {
+            self.count(label);
+        }
     }
 
     /// The members a barrier's round admits in one entry share one generation, above every
@@ -4170,6 +4591,17 @@ impl Harness {
             (Outcome::ReservationsEnded { count: 0 }, _) => "reservations ended: none".into(),
             (Outcome::ReservationsEnded { .. }, _) => "reservations ended: some".into(),
             (
+                Outcome::HoldTimesEnded {
+                    max_holds,
+                    lock_delays,
+                },
+                _,
+            ) => format!(
+                "hold times ended: {} max-hold, {} lock-delay",
+                if *max_holds > 0 { "some" } else { "no" },
+                if *lock_delays > 0 { "some" } else { "no" }
+            ),
+            (
                 Outcome::Granted { .. },
                 Command::Request {
                     request:
@@ -4203,6 +4635,13 @@ impl Harness {
             && *term < self.term
         {
             self.count("stale expire");
+        }
+        if let Command::ExpireHoldTimes { term } = command {
+            if *term < self.term {
+                self.count("stale hold-time expiry");
+            } else if self.model.hold_time_next_ms().is_some() {
+                self.count("hold-time expiry left a deadline alone");
+            }
         }
         if let Command::Request { request, .. } = command
             && !expected.replayed
@@ -4480,6 +4919,12 @@ impl Harness {
             "the earliest window end (left: machine, right: model)\n{}",
             self.recent_trace()
         );
+        prop_assert_eq!(
+            self.sm.hold_time_next_ms(),
+            self.model.hold_time_next_ms(),
+            "the earliest max-hold or lock-delay end (left: machine, right: model)\n{}",
+            self.recent_trace()
+        );
         let leases: Vec<(u64, String, u64)> = self
             .sm
             .leases()
@@ -4647,7 +5092,13 @@ impl Harness {
             self.lease_text(agent, pick, resource)
         };
         match spec {
-            OpSpec::LeaseGrant { ttl_ms } => Op::LeaseGrant { ttl_ms: *ttl_ms },
+            OpSpec::LeaseGrant {
+                ttl_ms,
+                lock_delay_ms,
+            } => Op::LeaseGrant {
+                ttl_ms: *ttl_ms,
+                lock_delay_ms: *lock_delay_ms,
+            },
             OpSpec::LeaseRevoke { lease: pick } => Op::LeaseRevoke {
                 lease: lease(pick, None),
             },
@@ -4659,10 +5110,12 @@ impl Harness {
                 lease: pick,
                 wait,
                 shared,
+                max_hold_ms,
             } => Op::LockAcquire {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
                 wait_ms: wait.wait_ms(),
+                max_hold_ms: *max_hold_ms,
                 mode: lock_mode(*shared),
             },
             OpSpec::LockRelease { name, lease: pick } => Op::LockRelease {
@@ -4678,10 +5131,12 @@ impl Harness {
                 lease: pick,
                 wait,
                 shared,
+                max_hold_ms,
             } => Op::LockAcquireAll {
                 names: names.iter().map(|i| LOCK_NAMES[*i].to_string()).collect(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[names[0]]))),
                 wait_ms: wait.wait_ms(),
+                max_hold_ms: *max_hold_ms,
                 mode: lock_mode(*shared),
             },
             OpSpec::LockReleaseAll { names, lease: pick } => Op::LockReleaseAll {
@@ -4694,12 +5149,14 @@ impl Harness {
                 permits,
                 lease: pick,
                 wait,
+                max_hold_ms,
             } => Op::SemAcquire {
                 name: SEM_NAMES[*name].to_string(),
                 limit: SEM_LIMITS[*limit],
                 lease: lease(pick, Some((Sem, SEM_NAMES[*name]))),
                 permits: *permits,
                 wait_ms: wait.wait_ms(),
+                max_hold_ms: *max_hold_ms,
             },
             OpSpec::SemRelease { name, lease: pick } => Op::SemRelease {
                 name: SEM_NAMES[*name].to_string(),
@@ -4928,6 +5385,15 @@ impl Harness {
     }
 }
 
+/// The locks a lock or multi-lock acquire names.
+fn lock_names(op: &Op) -> Vec<String> {
+    match op {
+        Op::LockAcquire { name, .. } => vec![name.clone()],
+        Op::LockAcquireAll { names, .. } => names.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// The lock mode a generated request asks for.
 fn lock_mode(shared: bool) -> LockMode {
     if shared {
@@ -4979,7 +5445,10 @@ fn at_priority(mut op: Op, level: u8) -> Op {
 /// Requests the protocol validation refuses.
 fn malformed_op(which: usize, lease: String) -> Op {
     match which {
-        0 => Op::LeaseGrant { ttl_ms: 0 },
+        0 => Op::LeaseGrant {
+            ttl_ms: 0,
+            lock_delay_ms: 0,
+        },
         1 => Op::WaypointReserve {
             name: "pad1".into(),
             lease,
@@ -5010,6 +5479,7 @@ fn malformed_op(which: usize, lease: String) -> Op {
             name: "alpha".into(),
             lease,
             wait_ms: Some(WAIT_MS_MAX + 1),
+            max_hold_ms: None,
             mode: LockMode::Exclusive,
         },
         _ => Op::SemAcquire {
@@ -5018,6 +5488,7 @@ fn malformed_op(which: usize, lease: String) -> Op {
             lease,
             permits: 1,
             wait_ms: None,
+            max_hold_ms: None,
         },
     }
 }
@@ -5056,7 +5527,7 @@ proptest! {
     /// Random logs: the machine answers and looks exactly like the naive model after every
     /// entry, keeps its invariants, and replicas agree byte for byte.
     #[test]
-    fn state_machine_matches_the_naive_model(case in case()) {
+    fn state_machine_matches_the_naive_model(case in case(true)) {
         run_case(&case)?;
     }
 
@@ -5068,11 +5539,13 @@ proptest! {
         run_case(&case)?;
     }
 
-    /// The same, for logs about read-write locks and multi-locks: never an exclusive holder
-    /// beside anybody, strict FIFO across modes and across a multi-lock's queues, one token on
-    /// every lock of a multi-lock.
+    /// The same, for logs about read-write locks and multi-locks with hold times: never an
+    /// exclusive holder beside anybody, strict FIFO across modes and across a multi-lock's
+    /// queues, one token on every lock of a multi-lock; a lock-delay holds back every lock
+    /// the ended lease held, in either mode, without taking other shared holders' holds; a
+    /// max-hold ends each shared hold at its own deadline and a multi-lock's holds together.
     #[test]
-    fn read_write_and_multi_locks_match_the_naive_model(case in lock_case()) {
+    fn read_write_and_multi_locks_match_the_naive_model(case in lock_case(true)) {
         run_case(&case)?;
     }
 }
@@ -5089,20 +5562,28 @@ const COVERAGE_CASES: usize = 512;
 const BARRIER_COVERAGE_CASES: usize = 256;
 
 /// Deterministic read-write and multi-lock cases ([`lock_case`]) the coverage check runs
-/// besides.
+/// besides, without hold times and with them (as for [`case`]).
 const LOCK_COVERAGE_CASES: usize = 256;
 
+/// Deterministic cases with hold times ([`case`]) the coverage check runs besides: the
+/// hold-time paths, which the cases above never take, so their draws stay as they were (a few
+/// paths come in only one or two of those cases, and a change to what they draw can lose one).
+const HOLD_TIME_COVERAGE_CASES: usize = 256;
+
 /// The generator reaches every interesting path (each label below happened at least once in
-/// [`COVERAGE_CASES`] deterministic cases). Run with `--nocapture` to see the tally.
+/// [`COVERAGE_CASES`] deterministic cases without hold times and
+/// [`HOLD_TIME_COVERAGE_CASES`] with them). Run with `--nocapture` to see the tally.
 #[test]
 fn generator_reaches_every_path() {
     let mut total = Tally::new();
     let mut steps = 0;
     let mut cases = Vec::new();
     for (strategy, count) in [
-        (case().boxed(), COVERAGE_CASES),
+        (case(false).boxed(), COVERAGE_CASES),
         (barrier_case().boxed(), BARRIER_COVERAGE_CASES),
-        (lock_case().boxed(), LOCK_COVERAGE_CASES),
+        (lock_case(false).boxed(), LOCK_COVERAGE_CASES),
+        (case(true).boxed(), HOLD_TIME_COVERAGE_CASES),
+        (lock_case(true).boxed(), LOCK_COVERAGE_CASES),
     ] {
         // A runner of its own for each generator: what one draws never moves the other's.
         let mut runner = TestRunner::deterministic();
@@ -5118,7 +5599,10 @@ fn generator_reaches_every_path() {
             *total.entry(label).or_default() += count;
         }
     }
-    let cases = COVERAGE_CASES + BARRIER_COVERAGE_CASES + LOCK_COVERAGE_CASES;
+    let cases = COVERAGE_CASES
+        + BARRIER_COVERAGE_CASES
+        + 2 * LOCK_COVERAGE_CASES
+        + HOLD_TIME_COVERAGE_CASES;
     println!("{steps} steps in {cases} cases:");
     for (label, count) in &total {
         println!("  {count:6}  {label}");
@@ -5200,6 +5684,25 @@ fn generator_reaches_every_path() {
         "a writer waits for readers",
         "a reader waits behind a writer",
         "a multi-lock waits on a free lock",
+        "hold times ended: some max-hold, no lock-delay",
+        "hold times ended: no max-hold, some lock-delay",
+        "hold times ended: no max-hold, no lock-delay",
+        "stale hold-time expiry",
+        "hold-time expiry left a deadline alone",
+        "expire hold times at the deadline",
+        "expire hold times 1 ms before the deadline",
+        "a lock held back",
+        "a lock granted at the end of its lock-delay",
+        "a try of a held-back lock refused",
+        "an acquire of a held-back lock queued",
+        "lock ended at its max-hold",
+        "sem ended at its max-hold",
+        "a multi-lock try of a held-back lock refused",
+        "a multi-lock of a held-back lock queued",
+        "a multi-lock's holds ended together at its max-hold",
+        "a shared hold ended at its max-hold, others still held",
+        "a lock held back beside its shared holders",
+        "a multi-lock waits for a held-back lock",
         "Passed",
         "respond: passed",
         "barrier round passed",

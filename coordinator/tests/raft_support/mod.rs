@@ -33,7 +33,10 @@ pub fn request(agent: &str, id: &str, op: Op) -> Command {
 
 /// `lease.grant` with a TTL of `ttl_ms`.
 pub fn lease_grant(ttl_ms: u64) -> Op {
-    Op::LeaseGrant { ttl_ms }
+    Op::LeaseGrant {
+        ttl_ms,
+        lock_delay_ms: 0,
+    }
 }
 
 /// `lock.acquire` that does not wait.
@@ -42,6 +45,7 @@ pub fn lock_try(name: &str, lease: &str) -> Op {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms: Some(0),
+        max_hold_ms: None,
         mode: LockMode::Exclusive,
     }
 }

@@ -65,8 +65,30 @@ impl Op {
         )
     }
 
+    /// The `max_hold_ms` of a lock, multi-lock or semaphore acquire.
+    pub fn max_hold_ms(&self) -> Option<u64> {
+        match self {
+            Op::LockAcquire { max_hold_ms, .. }
+            | Op::LockAcquireAll { max_hold_ms, .. }
+            | Op::SemAcquire { max_hold_ms, .. } => *max_hold_ms,
+            _ => None,
+        }
+    }
+
     /// The `wait_ms` of an acquire, a reserve, a campaign, or a barrier's enter or leave.
     pub fn wait_ms(&self) -> Option<u64> {
+        self.wait_field().copied().flatten()
+    }
+
+    /// Whether the op may wait in a resource's queue (it takes a `wait_ms`): without one it
+    /// is answered only when granted or when its lease ends, so a client waits for it
+    /// without a deadline.
+    pub fn queues(&self) -> bool {
+        self.wait_field().is_some()
+    }
+
+    /// The `wait_ms` field of an op that may wait in a queue, the one list of those ops.
+    fn wait_field(&self) -> Option<&Option<u64>> {
         match self {
             Op::LockAcquire { wait_ms, .. }
             | Op::LockAcquireAll { wait_ms, .. }
@@ -75,7 +97,7 @@ impl Op {
             | Op::RouteReserve { wait_ms, .. }
             | Op::ElectionCampaign { wait_ms, .. }
             | Op::BarrierEnter { wait_ms, .. }
-            | Op::BarrierLeave { wait_ms, .. } => *wait_ms,
+            | Op::BarrierLeave { wait_ms, .. } => Some(wait_ms),
             _ => None,
         }
     }

@@ -13,9 +13,9 @@ impl Op {
         if let Some(lease) = self.lease() {
             validate::name("lease", lease)?;
         }
-        validate::wait_ms(self.wait_ms())?;
+        self.validate_times()?;
         match self {
-            Op::LeaseGrant { ttl_ms } => validate::ttl_ms(*ttl_ms)?,
+            Op::LeaseGrant { ttl_ms, .. } => validate::ttl_ms(*ttl_ms)?,
             Op::LeaseKeepalive { .. }
             | Op::LeaseRevoke { .. }
             | Op::AdminStatus {}
@@ -114,6 +114,16 @@ impl Op {
             )?,
         }
         Ok(())
+    }
+
+    /// The checks of the times an op asks for: a wait's `wait_ms`, a lease's `lock_delay_ms`
+    /// and an acquire's `max_hold_ms`.
+    fn validate_times(&self) -> Result<(), validate::InvalidField> {
+        validate::wait_ms(self.wait_ms())?;
+        if let Op::LeaseGrant { lock_delay_ms, .. } = self {
+            validate::lock_delay_ms(*lock_delay_ms)?;
+        }
+        validate::max_hold_ms(self.max_hold_ms())
     }
 
     /// The checks of the account ops (`admin.agent.*`): names and key permissions.

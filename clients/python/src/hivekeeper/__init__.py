@@ -5,9 +5,12 @@ reservations and whole routes (4D volumes with time windows and priorities), and
 and follows their changes, from a Hivekeeper service over MQTT. A :class:`Session` is a
 lease the client keeps alive in the background; each grant is a :class:`Guard` carrying its
 fencing token; ``agent.kv`` (or ``session.kv``, for keys that go with the lease) reads and
-writes keys, watches a prefix and keeps a :class:`KvCache`. The client retries safely (a resend reuses the request id, which the service deduplicates),
-backs off with full jitter, fails over between brokers, and gives up on a lease *before* the
-service could hand its resources to someone else. The same semantics as the Rust SDK
+writes keys, watches a prefix and keeps a :class:`KvCache`; ``session.campaign`` wins a
+:class:`Leadership` of an election (``agent.observe`` follows its leaders) and
+``session.barrier`` lines agents up in a double :class:`Barrier`. The client retries safely
+(a resend reuses the request id, which the service deduplicates), backs off with full jitter,
+fails over between brokers, and gives up on a lease *before* the service could hand its
+resources to someone else. The same semantics as the Rust SDK
 (``agent-sdk/``); the wire protocol is docs/PROTOCOL.md.
 
 ::
@@ -18,15 +21,17 @@ service could hand its resources to someone else. The same semantics as the Rust
             with s.lock("pad-3", wait_ms=2000) as g:
                 land(fencing_token=g.token)
 
-For asyncio, ``hivekeeper.aio`` has the same ``Agent``, ``Session`` and ``Guard`` with
-``await``, on the same protocol core.
+For asyncio, ``hivekeeper.aio`` has the same ``Agent``, ``Session``, ``Guard``,
+``Leadership``, ``Barrier`` and ``Observer`` with ``await``, on the same protocol core.
 
 Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases, no I/O),
 ``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
 routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
 keeper thread), ``guard`` (Guard), ``aio`` (the asyncio Agent, Session and Guard),
 ``ask`` (what an acquire asks for), ``kv`` (keys: typed results, txn helpers, Kv),
-``watch`` (the long-poll cursor, Watch), ``kv_cache`` (KvCache), ``backoff`` (full jitter),
+``watch`` (the long-poll cursor, Watch), ``kv_cache`` (KvCache), ``election`` (Leadership,
+Leader, Observer and the LeaderFollower that decides them), ``barrier`` (Barrier),
+``aio_recipes`` (their asyncio twins), ``backoff`` (full jitter),
 ``protocol`` (wire encoding, typed results), ``airspace`` (volumes, airspace.query pages,
 preemption notices), ``errors`` (one exception per protocol code).
 """
@@ -42,8 +47,10 @@ from .airspace import (
     Volume,
 )
 from .backoff import Backoff
+from .barrier import Barrier
 from .config import DEFAULTS, AgentConfig, BrokerAddr
 from .connection import Counters
+from .election import Leader, Leadership, Observer
 from .errors import (
     AlreadyHeld,
     BadRequest,
@@ -96,6 +103,7 @@ __all__ = [
     "Area",
     "Backoff",
     "BadRequest",
+    "Barrier",
     "BrokerAddr",
     "Compacted",
     "Compare",
@@ -117,10 +125,13 @@ __all__ = [
     "Kv",
     "KvCache",
     "LeaseNotFound",
+    "Leader",
+    "Leadership",
     "LimitMismatch",
     "MalformedResponse",
     "NoResponse",
     "NotHolder",
+    "Observer",
     "Op",
     "PRIORITY_EMERGENCY",
     "PRIORITY_ROUTINE",

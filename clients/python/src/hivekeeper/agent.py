@@ -23,6 +23,7 @@ from .protocol import FenceCheck, Inspection, Response, Topics, encode_request
 from .request_loop import Abandon, Action, Patience, RequestIds, RequestLoop, Wake
 
 if TYPE_CHECKING:
+    from .election import Leader, Observer
     from .kv import Kv
     from .session import Session, SessionState
 
@@ -310,9 +311,26 @@ class Agent(AgentBase):
         )
 
     def inspect(self, kind: str, name: str) -> Inspection:
-        """``inspect``: who holds ``name`` (a ``"lock"``, ``"sem"`` or ``"waypoint"``) and who
-        waits for it, in queue order."""
+        """``inspect``: who holds ``name`` (a ``"lock"``, ``"sem"``, ``"waypoint"``,
+        ``"election"`` or ``"barrier"``) and who waits for it, in queue order."""
         return Inspection.from_result(self.request("inspect", kind=kind, name=name))
+
+    def leader(self, name: str) -> Optional["Leader"]:
+        """``election.leader``: who leads the election ``name`` (agent, value, token), or
+        ``None`` when nobody does. Linearizable; needs no session."""
+        from .election import Leader
+
+        return Leader.from_result(self.request("election.leader", name=name))
+
+    def observe(self, name: str, wait_ms: Optional[int] = None) -> "Observer":
+        """The leaders of the election ``name`` as an iterator of
+        ``Optional[``:class:`~hivekeeper.Leader```]``: the leader now, then one item per
+        change of who leads or of its value, a handover yielding the new leader without a
+        ``None`` between (see :class:`~hivekeeper.Observer`). ``wait_ms`` is each poll's
+        (default 30 s). Needs no session."""
+        from .election import Observer
+
+        return Observer(self, name, wait_ms)
 
     def airspace_query(
         self,

@@ -51,16 +51,27 @@ from . import ask as asks
 from .agent import AgentBase
 from .airspace import AirspacePage, Preempted, VolumeLike, airspace_query_fields
 from .ask import Ask
+from .election import Leader
 from .errors import Compacted, Disconnected, HivekeeperError, LeaseNotFound
 from .guard import GuardBase
 from .kv import DeleteResult, GetResult, KeyValue, KvBase, Plan, PutResult, TxnResult
 from .kv_cache import CacheState
-from .protocol import RELEASE_OP, WATCH_POLL_OP, FenceCheck, Inspection
+from .protocol import WATCH_POLL_OP, FenceCheck, Inspection
 from .request_loop import Abandon, Patience
 from .session import SessionBase, SessionState, check_ttl
 from .watch import WatchClosed, WatchCursor, WatchEvent, WatchPage
 
-__all__ = ["Agent", "Guard", "Kv", "KvCache", "Session", "Watch"]
+__all__ = [
+    "Agent",
+    "Barrier",
+    "Guard",
+    "Kv",
+    "KvCache",
+    "Leadership",
+    "Observer",
+    "Session",
+    "Watch",
+]
 
 log = logging.getLogger("hivekeeper")
 
@@ -248,6 +259,15 @@ class Agent(AgentBase):
         """``inspect``: who holds ``name`` and who waits for it, in queue order."""
         return Inspection.from_result(await self.request("inspect", kind=kind, name=name))
 
+    async def leader(self, name: str) -> Optional[Leader]:
+        """``election.leader``: who leads ``name``; see :meth:`hivekeeper.Agent.leader`."""
+        return Leader.from_result(await self.request("election.leader", name=name))
+
+    def observe(self, name: str, wait_ms: Optional[int] = None) -> "Observer":
+        """The leaders of the election ``name`` as an async iterator; see
+        :meth:`hivekeeper.Agent.observe`."""
+        return Observer(self, name, wait_ms)
+
     async def airspace_query(
         self,
         volume: Optional[VolumeLike] = None,
@@ -402,6 +422,21 @@ class Session(SessionBase):
         """Reserves the route ``name`` as one intent; see :meth:`hivekeeper.Session.route`."""
         return Opening(self._acquire(asks.route(name, volumes, priority), wait_ms))
 
+    def campaign(
+        self, name: str, value: str, wait_ms: Optional[int] = None
+    ) -> "Opening[Leadership]":
+        """Campaigns for the leadership of ``name``; see :meth:`hivekeeper.Session.campaign`.
+        ``await`` it, or ``async with`` it to resign at the end."""
+        return Opening(self._campaign(asks.election(name, value), wait_ms))
+
+    async def _campaign(self, ask: Ask, wait_ms: Optional[int]) -> "Leadership":
+        return Leadership(self, ask, await self._take(ask, wait_ms))
+
+    def barrier(self, name: str, count: int) -> "Barrier":
+        """The double barrier ``name`` of ``count`` members; see
+        :meth:`hivekeeper.Session.barrier`."""
+        return Barrier(self, name, count)
+
     @property
     def kv(self) -> "Kv":
         """Keys and watches, a put bound to this session's lease by default; see
@@ -417,6 +452,10 @@ class Session(SessionBase):
         return await self.agent.inspect(kind, name)
 
     async def _acquire(self, ask: Ask, wait_ms: Optional[int]) -> "Guard":
+        return Guard(self, ask, await self._take(ask, wait_ms))
+
+    async def _take(self, ask: Ask, wait_ms: Optional[int]) -> int:
+        """Asks for ``ask`` and waits for the grant; its token."""
         fields, patience, abandon = self._begin_acquire(ask, wait_ms)
         try:
             result = await self.agent._call(
@@ -425,16 +464,16 @@ class Session(SessionBase):
         except BaseException as error:
             self._acquire_failed(ask.kind, ask.name, error)
             raise
-        return Guard(self, ask, self._granted(ask, result))
+        return self._granted(ask, result)
 
-    def _release_later(self, kind: str, name: str) -> None:
-        self.agent._spawn(self._release_now(kind, name))
+    def _release_later(self, request: Dict[str, Any]) -> None:
+        self.agent._spawn(self._release_now(request))
 
-    async def _release_now(self, kind: str, name: str) -> None:
+    async def _release_now(self, request: Dict[str, Any]) -> None:
         try:
-            await self.agent.request(RELEASE_OP[kind], name=name, lease=self.lease)
+            await self.agent.request(**request)
         except HivekeeperError as error:
-            log.debug("background release of %s %r failed: %s", kind, name, error)
+            log.debug("background %s of %r failed: %s", request["op"], request["name"], error)
 
     async def _keep(self) -> None:
         """The keeper task: waits as :meth:`_step` says, sends keepalives as tasks, reports
@@ -664,12 +703,15 @@ class Watch:
         while not self._closed:
             if self._buffer:
                 return self._buffer.pop(0)
-            if self._ended or await self.poll() is None:
+            page = None if self._ended else await self.poll()
+            if page is None:
                 break
+            self._buffer.extend(page.events)
         raise StopAsyncIteration
 
     async def poll(self) -> Optional[WatchPage]:
-        """One long poll, bookmark included; ``None`` once the watch has ended."""
+        """One long poll, bookmark included, its events the caller's (see
+        :meth:`hivekeeper.Watch.poll`); ``None`` once the watch has ended."""
         if self._ended:
             return None
         try:
@@ -688,7 +730,6 @@ class Watch:
         except BaseException:
             self._ended = True
             raise
-        self._buffer.extend(page.events)
         return page
 
     def _interrupt(self) -> Optional[HivekeeperError]:
@@ -812,3 +853,8 @@ class KvCache:
                 self.error = error
                 self._bump()
                 return
+
+
+# The recipes build on the Guard above (a leadership is one): imported last, so that
+# ``hivekeeper.aio.Leadership``, ``Barrier`` and ``Observer`` are this module's names.
+from .aio_recipes import Barrier, Leadership, Observer  # noqa: E402

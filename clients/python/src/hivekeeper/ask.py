@@ -1,5 +1,7 @@
 """``Ask``: what one acquire asks the service for, built once for the threaded and the asyncio
-session (the Rust SDK's ``Resource``).
+session (the Rust SDK's ``Resource``): a lock, permits, a waypoint or a route (kept by a
+guard), a leadership (``election.campaign``, kept by a ``Leadership``) or a barrier's round
+(``barrier.enter``, kept by a ``Barrier`` until it leaves).
 
 An ask names the op and its own fields (everything but ``name``, ``lease`` and ``wait_ms``,
 which the session adds), the kind the session claims it under, and what the guard keeps of it
@@ -34,6 +36,9 @@ class Ask:
     priority: int = PRIORITY_ROUTINE
     #: A route's volumes as sent; ``None`` for everything else.
     volumes: Optional[List[Dict[str, Any]]] = None
+    #: The field of the grant's answer that carries its fencing token (a barrier's round
+    #: answers its ``generation``).
+    answer: str = "token"
 
     @property
     def is_route(self) -> bool:
@@ -45,6 +50,18 @@ class Ask:
         """The op that releases the grant."""
         return "route.release" if self.is_route else RELEASE_OP[self.kind]
 
+    def release_request(self, lease: str, token: int) -> Dict[str, Any]:
+        """The request that gives the grant of ``token`` back: an election names its
+        leadership by the token (``election.resign``), everything else by the lease."""
+        return release_request(self.release_op, self.name, lease, token)
+
+
+def release_request(op: str, name: str, lease: str, token: int) -> Dict[str, Any]:
+    """The release ``op`` of ``name``, as held by ``lease`` under ``token``."""
+    if op == RELEASE_OP["election"]:
+        return {"op": op, "name": name, "token": token}
+    return {"op": op, "name": name, "lease": lease}
+
 
 def lock(name: str) -> Ask:
     """The FIFO lock ``name``."""
@@ -54,6 +71,16 @@ def lock(name: str) -> Ask:
 def semaphore(name: str, limit: int, permits: int) -> Ask:
     """``permits`` of the semaphore ``name`` of capacity ``limit``."""
     return Ask("sem", name, ACQUIRE_OP["sem"], {"limit": limit, "permits": permits})
+
+
+def election(name: str, value: str) -> Ask:
+    """The leadership of the election ``name``, announcing ``value``."""
+    return Ask("election", name, ACQUIRE_OP["election"], {"value": value})
+
+
+def barrier(name: str, count: int) -> Ask:
+    """A place in the round of ``count`` members of the barrier ``name``."""
+    return Ask("barrier", name, ACQUIRE_OP["barrier"], {"count": count}, answer="generation")
 
 
 def waypoint(

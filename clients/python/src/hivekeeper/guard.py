@@ -26,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .airspace import Preempted, Volume, VolumeLike, wire_volumes
+from .ask import release_request
 from .errors import BadRequest, HivekeeperError, LeaseNotFound, MalformedResponse, SessionLost
 from .protocol import FenceCheck
 
@@ -122,7 +123,7 @@ class GuardBase:
         if state.is_ended():
             self._forget()
             raise SessionLost(state)
-        return {"op": self._release_op, "name": self.name, "lease": self.session.lease}
+        return release_request(self._release_op, self.name, self.session.lease, self.token)
 
     def _request_failed(self, error: BaseException) -> None:
         """After a failed release or amend: a ``lease_not_found`` ends the session."""

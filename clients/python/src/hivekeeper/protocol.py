@@ -20,8 +20,19 @@ from .errors import BadRequest, MalformedResponse, TooLarge
 #: The largest request payload the service reads (PROTOCOL.md section 5).
 REQUEST_BYTES_MAX = 8192
 
-#: The ops that take a resource and may wait for it; their patience depends on ``wait_ms``.
-ACQUIRE_OPS = frozenset({"lock.acquire", "sem.acquire", "waypoint.reserve", "route.reserve"})
+#: The ops that may wait in the service (for a resource, a leadership, a barrier's round);
+#: their patience depends on ``wait_ms``.
+ACQUIRE_OPS = frozenset(
+    {
+        "lock.acquire",
+        "sem.acquire",
+        "waypoint.reserve",
+        "route.reserve",
+        "election.campaign",
+        "barrier.enter",
+        "barrier.leave",
+    }
+)
 
 #: The long poll of a watch: the service holds it up to its ``wait_ms`` (default below)
 #: before it answers, so an attempt must wait longer than that.
@@ -30,11 +41,25 @@ WATCH_POLL_OP = "watch.poll"
 WATCH_POLL_WAIT_MS_DEFAULT = 30_000
 
 #: Resource kinds, as ``fence.check`` and ``inspect`` name them.
-KINDS = ("lock", "sem", "waypoint")
+KINDS = ("lock", "sem", "waypoint", "election", "barrier")
 
-#: The acquire and release op of each kind.
-ACQUIRE_OP = {"lock": "lock.acquire", "sem": "sem.acquire", "waypoint": "waypoint.reserve"}
-RELEASE_OP = {"lock": "lock.release", "sem": "sem.release", "waypoint": "waypoint.release"}
+#: The acquire and release op of each kind. An election's release (``election.resign``) names
+#: the leadership's token instead of the lease (``ask.release_request``); a barrier's is the
+#: leave of the round its member passed.
+ACQUIRE_OP = {
+    "lock": "lock.acquire",
+    "sem": "sem.acquire",
+    "waypoint": "waypoint.reserve",
+    "election": "election.campaign",
+    "barrier": "barrier.enter",
+}
+RELEASE_OP = {
+    "lock": "lock.release",
+    "sem": "sem.release",
+    "waypoint": "waypoint.release",
+    "election": "election.resign",
+    "barrier": "barrier.leave",
+}
 
 
 @dataclass(frozen=True)
@@ -173,6 +198,8 @@ class Holder:
     priority: int = PRIORITY_ROUTINE
     #: When a preempted reservation is ended unless released (preempted ones only).
     vacate_by_ms: Optional[int] = None
+    #: The leader's value (elections only).
+    value: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -197,6 +224,8 @@ class Waiter:
     volumes: Optional[List[Volume]] = None
     #: The priority asked for (0, routine, when the service leaves it out).
     priority: int = PRIORITY_ROUTINE
+    #: The value the candidate campaigns with (elections only).
+    value: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +242,10 @@ class Inspection:
     holders_total: Optional[int] = None
     #: The real number of waiters, only when the answer was cut to fit one packet.
     waiters_total: Optional[int] = None
+    #: How many members the filling round needs (barriers only, while a round fills).
+    count: Optional[int] = None
+    #: How many members of passed rounds wait in ``barrier.leave`` (barriers only).
+    leaving: Optional[int] = None
 
     @staticmethod
     def from_result(result: Mapping[str, Any]) -> "Inspection":
@@ -237,6 +270,7 @@ class Inspection:
                 volumes=volumes_from(h.get("volumes")),
                 priority=h.get("priority", PRIORITY_ROUTINE),
                 vacate_by_ms=h.get("vacate_by_ms"),
+                value=h.get("value"),
             )
             for h in result["holders"]
         ]
@@ -251,6 +285,7 @@ class Inspection:
                 end_ms=w.get("end_ms"),
                 volumes=volumes_from(w.get("volumes")),
                 priority=w.get("priority", PRIORITY_ROUTINE),
+                value=w.get("value"),
             )
             for w in result["waiters"]
         ]
@@ -260,4 +295,6 @@ class Inspection:
             limit=result.get("limit"),
             holders_total=result.get("holders_total"),
             waiters_total=result.get("waiters_total"),
+            count=result.get("count"),
+            leaving=result.get("leaving"),
         )

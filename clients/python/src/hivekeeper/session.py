@@ -58,13 +58,15 @@ from .errors import (
     MalformedResponse,
     SessionLost,
 )
-from .protocol import RELEASE_OP, FenceCheck, Inspection, Response
+from .protocol import FenceCheck, Inspection, Response
 from .request_loop import Abandon, Patience
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentBase
-    from .kv import Kv
+    from .barrier import Barrier
+    from .election import Leadership, LeadershipBase
     from .guard import Guard, GuardBase
+    from .kv import Kv
 
 log = logging.getLogger("hivekeeper")
 
@@ -111,6 +113,12 @@ def check_ttl(agent: "AgentBase", ttl_ms: int) -> None:
             f"ttl_ms ({ttl_ms}) must be more than twice keepalive_every_ms ({every_ms}): "
             "one lost keepalive must not cost the lease"
         )
+
+
+def _grant_token(ask: Ask, result: Dict[str, Any]) -> Optional[int]:
+    """The fencing token a grant's answer carries (``ask.answer``), or ``None``."""
+    token = result.get(ask.answer)
+    return None if isinstance(token, bool) or not isinstance(token, int) else token
 
 
 class SessionBase:
@@ -174,6 +182,9 @@ class SessionBase:
         #: ``reservation.preemption_withdrawn``. Kept until the claim ends: the news can
         #: arrive before its grant's guard exists.
         self._preemptions: Dict[str, Tuple[int, Optional[Preempted]]] = {}
+        #: The leaderships this session holds, by election name: the ones an
+        #: ``election.lost`` event can be for.
+        self._leaderships: Dict[str, "LeadershipBase"] = {}
 
     def _register(self) -> None:
         with self._cond:
@@ -213,7 +224,7 @@ class SessionBase:
             **ask.fields,
             "wait_ms": wait_ms,
         }
-        abandon = Abandon(on_late=self._late_answer(ask.kind, ask.name), owner=self)
+        abandon = Abandon(on_late=self._late_answer(ask), owner=self)
         return fields, self.agent._patience_for(ask.op, wait_ms), abandon
 
     def _acquire_failed(self, kind: str, name: str, error: BaseException) -> None:
@@ -222,17 +233,17 @@ class SessionBase:
             self._request_end(SessionState.EXPIRED)
 
     def _granted(self, ask: Ask, result: Dict[str, Any]) -> int:
-        """The grant's token; :class:`SessionLost` (and the grant given back) if the session
-        was lost meanwhile."""
-        token = result.get("token")
-        if isinstance(token, bool) or not isinstance(token, int):
+        """The grant's token (a barrier's generation); :class:`SessionLost` (and the grant
+        given back) if the session was lost meanwhile."""
+        token = _grant_token(ask, result)
+        if token is None:
             self._unclaim((ask.kind, ask.name))
-            raise MalformedResponse(f"{ask.op} granted without a `token`: {result}")
+            raise MalformedResponse(f"{ask.op} granted without a `{ask.answer}`: {result}")
         with self._cond:
             state = self._state
         if not state.is_live():
             self._unclaim((ask.kind, ask.name))
-            self._release_later(ask.kind, ask.name)
+            self._release_later(ask.release_request(self.lease, token))
             raise SessionLost(state)
         return token
 
@@ -240,19 +251,23 @@ class SessionBase:
         """Ends an acquire's wait when the session is lost (called under the condition)."""
         return None if self._state.is_live() else SessionLost(self._state)
 
-    def _late_answer(self, kind: str, name: str) -> Callable[[Response], None]:
+    def _late_answer(self, ask: Ask) -> Callable[[Response], None]:
         """What to do with the answer of an acquire its caller left: release a grant."""
 
         def on_late(response: Response) -> None:
             # On the connection thread, condition held: never block here.
-            if response.ok and not self._state.is_ended():
-                log.debug("releasing the grant of an abandoned acquire of %s %r", kind, name)
-                self._release_later(kind, name)
+            token = _grant_token(ask, response.result) if response.ok else None
+            if token is not None and not self._state.is_ended():
+                log.debug(
+                    "releasing the grant of an abandoned acquire of %s %r", ask.kind, ask.name
+                )
+                self._release_later(ask.release_request(self.lease, token))
 
         return on_late
 
-    def _release_later(self, kind: str, name: str) -> None:
-        """Releases ``kind`` ``name`` in the background; never blocks (any thread)."""
+    def _release_later(self, request: Dict[str, Any]) -> None:
+        """Sends the release ``request`` (``{"op": ..., fields}``) in the background; never
+        blocks (any thread)."""
         raise NotImplementedError
 
     def _unclaim(self, key: Tuple[str, str]) -> None:
@@ -262,6 +277,8 @@ class SessionBase:
             if kind == "waypoint":
                 self._reservations.pop(name, None)
                 self._preemptions.pop(name, None)
+            elif kind == "election":
+                self._leaderships.pop(name, None)
 
     # -- preemption ---------------------------------------------------------------------------
 
@@ -294,6 +311,22 @@ class SessionBase:
                 guard._preemption_news(notice)
             self.agent._shared.notify()
 
+    # -- elections ----------------------------------------------------------------------------
+
+    def _watch_leadership(self, leadership: "LeadershipBase") -> None:
+        """Routes the ``election.lost`` event of ``leadership`` to it."""
+        with self._cond:
+            self._leaderships[leadership.name] = leadership
+
+    def _on_election_lost(self, event: Dict[str, Any]) -> None:
+        """An ``election.lost`` event: for this session's leadership of that name and token,
+        if it has one (the agent's other sessions see the event too)."""
+        name, token = event.get("name"), event.get("token")
+        with self._cond:
+            leadership = self._leaderships.get(name) if isinstance(name, str) else None
+            if leadership is not None and leadership.token == token:
+                leadership._deposed()
+
     # -- the keeper's decisions ---------------------------------------------------------------
 
     def _request_end(self, state: SessionState) -> None:
@@ -306,6 +339,9 @@ class SessionBase:
     def _on_event(self, event: Dict[str, Any]) -> None:
         if event.get("event") in ("reservation.preempted", "reservation.preemption_withdrawn"):
             self._on_preemption_event(event)
+            return
+        if event.get("event") == "election.lost":
+            self._on_election_lost(event)
             return
         # An operator's admin.revoke ends the lease as surely as an expiry.
         if (
@@ -361,6 +397,11 @@ class SessionBase:
         self._claims.clear()
         self._reservations.clear()
         self._preemptions.clear()
+        # The lease is over, and every leadership bound to it (an ``election.lost`` that
+        # arrives after this end finds no session to route it to).
+        for leadership in self._leaderships.values():
+            leadership._deposed()
+        self._leaderships.clear()
         shared = self.agent._shared
         if self._on_event in shared.event_handlers:
             shared.event_handlers.remove(self._on_event)
@@ -535,6 +576,25 @@ class Session(SessionBase):
         releases the route."""
         return self._acquire(asks.route(name, volumes, priority), wait_ms)
 
+    def campaign(self, name: str, value: str, wait_ms: Optional[int] = None) -> "Leadership":
+        """Campaigns for the leadership of the election ``name``, announcing ``value`` (what
+        the leader's key ``$election/{name}`` holds, e.g. its address), and returns the
+        :class:`~hivekeeper.Leadership` once this session leads. Candidates are served in
+        arrival order; ``wait_ms`` as for :meth:`lock`. As a context manager the leadership
+        is resigned when the block ends."""
+        from .election import Leadership
+
+        ask = asks.election(name, value)
+        return Leadership(self, ask, self._take(ask, wait_ms))
+
+    def barrier(self, name: str, count: int) -> "Barrier":
+        """The double barrier ``name`` of ``count`` members, for this session to
+        :meth:`~hivekeeper.Barrier.enter` and :meth:`~hivekeeper.Barrier.leave`. Sends
+        nothing by itself."""
+        from .barrier import Barrier
+
+        return Barrier(self, name, count)
+
     @property
     def kv(self) -> "Kv":
         """Keys and watches as ``agent.kv``, except that a put binds the key to this
@@ -556,6 +616,10 @@ class Session(SessionBase):
     def _acquire(self, ask: Ask, wait_ms: Optional[int]) -> "Guard":
         from .guard import Guard
 
+        return Guard(self, ask, self._take(ask, wait_ms))
+
+    def _take(self, ask: Ask, wait_ms: Optional[int]) -> int:
+        """Asks for ``ask`` and waits for the grant; its token."""
         fields, patience, abandon = self._begin_acquire(ask, wait_ms)
         try:
             result = self.agent._call(
@@ -564,16 +628,16 @@ class Session(SessionBase):
         except BaseException as error:
             self._acquire_failed(ask.kind, ask.name, error)
             raise
-        return Guard(self, ask, self._granted(ask, result))
+        return self._granted(ask, result)
 
-    def _release_later(self, kind: str, name: str) -> None:
-        threading.Thread(target=self._release_now, args=(kind, name), daemon=True).start()
+    def _release_later(self, request: Dict[str, Any]) -> None:
+        threading.Thread(target=self._release_now, args=(request,), daemon=True).start()
 
-    def _release_now(self, kind: str, name: str) -> None:
+    def _release_now(self, request: Dict[str, Any]) -> None:
         try:
-            self.agent.request(RELEASE_OP[kind], name=name, lease=self.lease)
+            self.agent.request(**request)
         except HivekeeperError as error:
-            log.debug("background release of %s %r failed: %s", kind, name, error)
+            log.debug("background %s of %r failed: %s", request["op"], request["name"], error)
 
     # -- the keeper -------------------------------------------------------------------------
 

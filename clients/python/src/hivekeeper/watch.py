@@ -262,13 +262,15 @@ class Watch:
                 return self._buffer.pop(0)
             if self._ended:
                 break
-            self.poll()
+            self._buffer.extend(self.poll().events)
         raise StopIteration
 
     def poll(self) -> WatchPage:
-        """One long poll: its answer, bookmark included; the cursor moves past it. The
-        iterator uses it; call it directly to see bookmarks (an idle answer has no events and
-        a ``progress``). Raises ``StopIteration`` once the watch has ended."""
+        """One long poll: its answer, bookmark included; the cursor moves past it, and its
+        events are the caller's (the iterator does not hand them out again). The iterator uses
+        it; call it directly to see bookmarks (an idle answer has no events and a
+        ``progress``) or to take the events an answer at a time. Raises ``StopIteration`` once
+        the watch has ended."""
         with self._polling:
             if self._ended:
                 raise StopIteration
@@ -286,7 +288,6 @@ class Watch:
             except BaseException:
                 self._ended = True
                 raise
-            self._buffer.extend(page.events)
             return page
 
     def _interrupt(self) -> Optional[HivekeeperError]:

@@ -328,6 +328,7 @@ mod tests {
                 name: "pad/7".into(),
                 lease: "0000000000000004".into(),
                 wait_ms: Some(1_500),
+                max_hold_ms: None,
                 mode: LockMode::Exclusive,
             },
         };

@@ -12,6 +12,10 @@
 //! - it waits for the same locks in the same mode under another request id: that wait goes on
 //!   under the new id (`waiting.rs`, `Core::take_over_wait`), or `would_block` for a try; it
 //!   waits for some of them otherwise: `bad_request`.
+//!
+//! Then a lock held back by a lock-delay (`lock_delay.rs`) blocks the request like a held
+//! one: it queues, or a try (`wait_ms: 0`) is refused `would_block` naming the delay and its
+//! end, whichever of its locks is held back.
 
 use std::fmt;
 
@@ -62,6 +66,9 @@ impl StateMachine {
         if let Some(token) = held_already(&survey, claim.lease, names.len(), mode)? {
             return Ok(Reply::Granted { token });
         }
+        if let Some(Blocker::HeldBack(name)) = survey.blocker {
+            self.lock_delays.try_refused(name, claim.wait_ms)?;
+        }
         let keys: Vec<ResourceKey> = names
             .iter()
             .map(|name| ResourceKey::new(ResourceKind::Lock, name))
@@ -73,9 +80,7 @@ impl StateMachine {
             .holds_quota_for(claim.agent, names.len(), &self.limits)?;
         let Some(blocked) = &survey.blocker else {
             self.resources_full_for(survey.unused)?;
-            let hold = self
-                .core
-                .grant_now_all(ctx, &keys, claim.lease, claim.agent);
+            let hold = self.core.grant_claim_all(ctx, &keys, &claim, 1);
             let token = hold.token;
             for (name, hold) in names.into_iter().zip(std::iter::repeat_n(hold, keys.len())) {
                 self.locks.entry(name).or_default().hold(hold, mode);
@@ -111,12 +116,15 @@ impl StateMachine {
             blocker: None,
             full: None,
         };
-        let mut queued = None;
+        let (mut held_back, mut queued) = (None, None);
         for name in names {
             let Some(lock) = self.locks.get(name) else {
                 survey.unused += 1;
                 continue;
             };
+            if held_back.is_none() && lock.held_back {
+                held_back = Some(Blocker::HeldBack(name));
+            }
             if let Some((hold, held_mode)) = lock.hold_of(lease) {
                 survey.held.push((name, hold.token, held_mode));
             } else if survey.blocker.is_none() && lock.holder.is_some() {
@@ -132,7 +140,7 @@ impl StateMachine {
                 survey.full = Some((name, waiting));
             }
         }
-        survey.blocker = survey.blocker.or(queued);
+        survey.blocker = held_back.or(survey.blocker).or(queued);
         survey
     }
 
@@ -198,8 +206,9 @@ struct Survey<'n> {
     held: Vec<(&'n Text, u64, LockMode)>,
     /// How many are not in use yet (what `resources_max` counts).
     unused: usize,
-    /// Why they cannot all be granted now (nobody waiting, holders it may join): a lock's
-    /// holders first, else a queue; `None` when they can.
+    /// Why they cannot all be granted now (nobody waiting, holders it may join, no
+    /// lock-delay): a lock-delay first, then a lock's holders, else a queue; `None` when they
+    /// can.
     blocker: Option<Blocker<'n>>,
     /// The first whose queue is at `waiters_per_resource_max`, with its length.
     full: Option<(&'n Text, usize)>,
@@ -239,6 +248,9 @@ fn held_already(
 
 /// Why a request's locks cannot all be granted now: what a `would_block` says.
 enum Blocker<'n> {
+    /// This lock is held back by a lock-delay (whose refusal, `LockDelays::try_refused`, says
+    /// until when).
+    HeldBack(&'n Text),
     /// This lock has an exclusive holder.
     Held(&'n Text),
     /// This lock has shared holders, and the request is exclusive.
@@ -250,6 +262,7 @@ enum Blocker<'n> {
 impl fmt::Display for Blocker<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Blocker::HeldBack(name) => write!(f, "lock {name:?} is held back by a lock-delay"),
             Blocker::Held(name) => write!(f, "lock {name:?} is held by another lease"),
             Blocker::HeldShared(name) => write!(f, "lock {name:?} is held shared"),
             Blocker::Queue(name, waiting) => write!(
