@@ -148,6 +148,8 @@ mod limits_test;
 #[cfg(test)]
 mod lock_delay_test;
 #[cfg(test)]
+mod lock_hold_time_test;
+#[cfg(test)]
 mod lock_multi_test;
 #[cfg(test)]
 mod lock_rw_test;

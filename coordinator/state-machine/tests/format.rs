@@ -449,6 +449,62 @@ fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
     assert_eq!(restored.hold_time_next_ms(), Some(1_700_000_008_105));
 }
 
+/// Hold times with lock modes and multi-locks add nothing new to format 1, only their members
+/// together: `lock.acquire_all`'s `max_hold_ms` (written between `wait_ms` and `mode`), a
+/// shared hold's `max_hold_deadline_ms`, a waiting multi-lock's `max_hold_ms` beside its
+/// `others`, and the locks a lease held back in either mode and through a multi-lock in
+/// `lock_delays`, the shared holder beside it kept. It restores to its own bytes, the
+/// held-back locks still held back.
+#[test]
+fn hold_times_of_shared_locks_and_multi_locks_are_the_members_of_each_together() {
+    let log = r#"[{"request":{"agent":"a","request":{"id":"g1","op":"lease.grant","ttl_ms":5000,"lock_delay_ms":2000}}},{"request":{"agent":"b","request":{"id":"g2","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"c","request":{"id":"g3","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"a","request":{"id":"l4","op":"lock.acquire","name":"r","lease":"0000000000000001","mode":"shared"}}},{"request":{"agent":"b","request":{"id":"l5","op":"lock.acquire","name":"r","lease":"0000000000000002","max_hold_ms":30000,"mode":"shared"}}},{"request":{"agent":"a","request":{"id":"l6","op":"lock.acquire_all","names":["y","x"],"lease":"0000000000000001"}}},{"request":{"agent":"c","request":{"id":"l7","op":"lock.acquire_all","names":["x","z"],"lease":"0000000000000003","wait_ms":60000,"max_hold_ms":4000,"mode":"shared"}}}]"#;
+    let mut commands: Vec<Command> = serde_json::from_str(log).expect("the log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the requests changed shape"
+    );
+    // a's lease expires holding r shared and the multi-lock x, y: all three held back 2 s.
+    commands.push(Command::ExpireLeases {
+        term: 1,
+        leases: vec![hivekeeper_state_machine::LeaseId(1)],
+    });
+    let stamps = stamps(commands.len());
+    let machine = replay(commands);
+    let bytes = machine.snapshot();
+    let text = String::from_utf8(bytes.clone()).expect("UTF-8");
+    let until_ms = stamps[7].now_ms + 2_000;
+    assert!(
+        text.ends_with(&format!(
+            r#","lock_delays":{{"r":{until_ms},"x":{until_ms},"y":{until_ms}}}}}}}"#
+        )),
+        "every lock a held, in either mode: {text}"
+    );
+    let snapshot: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    let locks = &snapshot["state"]["locks"];
+    assert_eq!(
+        locks["r"],
+        serde_json::json!({"holder": null,
+            "shared": [{"lease": 2, "agent": "b", "token": 5 << 16, "permits": 1,
+                        "since_ms": stamps[4].now_ms,
+                        "max_hold_deadline_ms": stamps[4].now_ms + 30_000}],
+            "waiters": []}),
+        "b's shared hold is kept, with its own deadline"
+    );
+    assert_eq!(
+        locks["y"],
+        serde_json::json!({"holder": null, "waiters": []})
+    );
+    assert_eq!(
+        snapshot["state"]["core"]["waiting"]["c"]["l7"],
+        serde_json::json!({"lease": 3, "key": "lock:x",
+            "deadline_ms": stamps[6].now_ms + 60_000, "max_hold_ms": 4_000, "others": ["z"]})
+    );
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert!(restored.snapshot() == bytes);
+    assert_eq!(restored.hold_time_next_ms(), Some(until_ms));
+}
+
 /// The election commands' log form (added after format 1): the wire ops as they are, and the
 /// snapshot's `elections` member, present only while an election is in use (so a format-1
 /// snapshot stays valid and a machine without elections keeps its bytes), restoring to its own
