@@ -7,6 +7,9 @@
 //!   reader behind it while keeping its token.
 //! - A multi-lock of two locks held by others waits as a unit and is granted, with one token
 //!   valid on both, in the entry that frees the second; `lock.release_all` frees both.
+//! - A multi-lock acquired with `max_hold_ms` is taken from its live holder at the deadline,
+//!   on both locks in one entry: a `lock.lost` with `"reason":"max_hold"` for each, and the
+//!   reader waiting on one of them granted, with no client action.
 
 mod common;
 
@@ -233,4 +236,51 @@ async fn a_multi_lock_is_granted_once_both_locks_are_free_with_one_token() {
     for (id, name) in [("i3", "bay/1"), ("i4", "bay/2")] {
         assert_eq!(occupants(&mut z, id, name).await, (vec![], vec![]));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_locks_max_hold_ends_both_locks_with_a_loss_each_and_grants_the_reader_waiting() {
+    const MAX_HOLD_MS: u64 = 1_500;
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let (mut m, lm) = agent(port, "mover").await;
+    m.subscribe("hk/v1/evt/mover").await;
+    let (mut r, lr) = agent(port, "reader").await;
+
+    let granted_at = std::time::Instant::now();
+    let held = token(
+        &m.call(
+            json!({"id": "m1", "op": "lock.acquire_all", "names": ["bay/1", "bay/2"],
+                   "lease": lm, "max_hold_ms": MAX_HOLD_MS}),
+        )
+        .await,
+    );
+    queue(
+        &mut r,
+        json!({"id": "s1", "op": "lock.acquire", "name": "bay/2", "lease": lr,
+               "mode": "shared"}),
+    )
+    .await;
+
+    // At the deadline the node ends both holds in one entry, with no client action: the
+    // reader is granted, and the mover is told it lost each lock, by max-hold.
+    let granted = r.next(10).await;
+    assert_eq!(granted["id"], "s1", "{granted}");
+    assert!(token(&granted) > held);
+    let waited = granted_at.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(MAX_HOLD_MS),
+        "granted {waited:?} after the multi-lock, inside its {MAX_HOLD_MS} ms max-hold"
+    );
+    let mut told = vec![m.next_event(10).await.1, m.next_event(10).await.1];
+    told.sort_by_key(|event| event["name"].to_string());
+    let lost = |name: &str| json!({"event": "lock.lost", "name": name, "token": held, "reason": "max_hold"});
+    assert_eq!(told, vec![lost("bay/1"), lost("bay/2")]);
+    assert_eq!(occupants(&mut r, "i1", "bay/1").await, (vec![], vec![]));
+    // The mover's lease lives on.
+    let again = m
+        .call(json!({"id": "m2", "op": "lock.acquire", "name": "bay/1", "lease": lm}))
+        .await;
+    assert!(token(&again) > held, "{again}");
 }
