@@ -9,23 +9,6 @@ use hivekeeper_protocol::LockMode::{Exclusive, Shared};
 use super::test_support::*;
 use super::{Event, LeaseEnd, LeaseId, ReleaseReason, Reply, StateMachine};
 
-/// `Event::Released` of lock `name` for `reason`.
-fn ended(
-    name: &str,
-    (agent, lease, token): (&str, u64, u64),
-    held_ms: u64,
-    reason: ReleaseReason,
-) -> Event {
-    Event::Released {
-        key: lock_key(name),
-        agent: agent.into(),
-        lease: LeaseId(lease),
-        token,
-        held_ms,
-        reason,
-    }
-}
-
 fn lease_ended(agent: &str, lease: u64, reason: LeaseEnd) -> Event {
     Event::LeaseEnded {
         agent: agent.into(),
@@ -58,11 +41,6 @@ fn granted_from_queue(
     ]
 }
 
-const NOTHING_ENDED: Reply = Reply::HoldTimesEnded {
-    max_holds: 0,
-    lock_delays: 0,
-};
-
 #[test]
 fn a_shared_holders_lock_delay_leaves_the_other_shared_holders_and_grants_nobody_until_it_ends() {
     let mut h = Harness::new();
@@ -77,7 +55,7 @@ fn a_shared_holders_lock_delay_leaves_the_other_shared_holders_and_grants_nobody
         events,
         vec![
             lease_ended("a", 1, LeaseEnd::Expired),
-            ended("db", ("a", 1, a_token), 5_000, ReleaseReason::LeaseEnded),
+            lock_ended("db", ("a", 1, a_token), 5_000, ReleaseReason::LeaseEnded),
         ],
         "a's hold ends; b's stays, and nobody is granted anything"
     );
@@ -125,13 +103,7 @@ fn a_shared_holders_lock_delay_leaves_the_other_shared_holders_and_grants_nobody
     assert_eq!(h.expire_hold_times(), (NOTHING_ENDED, vec![]));
     h.now_ms = 1_007_000;
     let (reply, events) = h.expire_hold_times();
-    assert_eq!(
-        reply,
-        Reply::HoldTimesEnded {
-            max_holds: 0,
-            lock_delays: 1
-        }
-    );
+    assert_eq!(reply, hold_times_ended(0, 1));
     assert_eq!(
         events,
         granted_from_queue("db", ("c", 3, "c1"), 14 << 16, 2_000),
@@ -195,8 +167,8 @@ fn a_multi_locks_lease_end_holds_back_each_of_its_locks_and_a_multi_lock_naming_
         events,
         vec![
             lease_ended("a", 1, LeaseEnd::Expired),
-            ended("x", ("a", 1, token), 5_000, ReleaseReason::LeaseEnded),
-            ended("y", ("a", 1, token), 5_000, ReleaseReason::LeaseEnded),
+            lock_ended("x", ("a", 1, token), 5_000, ReleaseReason::LeaseEnded),
+            lock_ended("y", ("a", 1, token), 5_000, ReleaseReason::LeaseEnded),
         ],
         "one loss for each lock of the multi-lock"
     );
@@ -222,13 +194,7 @@ fn a_multi_locks_lease_end_holds_back_each_of_its_locks_and_a_multi_lock_naming_
 
     h.now_ms = 1_007_000;
     let (reply, events) = h.expire_hold_times();
-    assert_eq!(
-        reply,
-        Reply::HoldTimesEnded {
-            max_holds: 0,
-            lock_delays: 2
-        }
-    );
+    assert_eq!(reply, hold_times_ended(0, 2));
     let token = 9 << 16;
     assert_eq!(
         events,
@@ -254,16 +220,10 @@ fn a_multi_locks_max_hold_ends_every_one_of_its_locks_together_and_grants_their_
 
     h.now_ms = 1_001_000;
     let (reply, events) = h.expire_hold_times();
-    assert_eq!(
-        reply,
-        Reply::HoldTimesEnded {
-            max_holds: 2,
-            lock_delays: 0
-        }
-    );
+    assert_eq!(reply, hold_times_ended(2, 0));
     let mut expected = vec![
-        ended("x", ("a", 1, token), 1_000, ReleaseReason::MaxHold),
-        ended("y", ("a", 1, token), 1_000, ReleaseReason::MaxHold),
+        lock_ended("x", ("a", 1, token), 1_000, ReleaseReason::MaxHold),
+        lock_ended("y", ("a", 1, token), 1_000, ReleaseReason::MaxHold),
     ];
     expected.extend(granted_from_queue("x", ("b", 2, "b1"), 7 << 16, 1_000));
     expected.extend(granted_from_queue(
@@ -295,13 +255,7 @@ fn a_queued_multi_locks_max_hold_counts_from_its_grant_on_every_lock() {
     assert_eq!(h.sm.hold_time_next_ms(), Some(1_000_800));
     h.now_ms = 1_000_800;
     let (reply, events) = h.expire_hold_times();
-    assert_eq!(
-        reply,
-        Reply::HoldTimesEnded {
-            max_holds: 2,
-            lock_delays: 0
-        }
-    );
+    assert_eq!(reply, hold_times_ended(2, 0));
     assert_eq!(events.len(), 2, "x and y, nobody to grant: {events:?}");
     assert_eq!(h.lock_modes("x"), (vec![], vec![]));
     assert_eq!(h.lock_modes("y"), (vec![], vec![]));
@@ -319,16 +273,10 @@ fn each_shared_hold_ends_at_its_own_max_hold() {
 
     h.now_ms = 1_001_000;
     let (reply, events) = h.expire_hold_times();
-    assert_eq!(
-        reply,
-        Reply::HoldTimesEnded {
-            max_holds: 1,
-            lock_delays: 0
-        }
-    );
+    assert_eq!(reply, hold_times_ended(1, 0));
     assert_eq!(
         events,
-        vec![ended(
+        vec![lock_ended(
             "db",
             ("a", 1, a_token),
             1_000,
@@ -340,7 +288,7 @@ fn each_shared_hold_ends_at_its_own_max_hold() {
 
     h.now_ms = 1_001_300;
     let (_, events) = h.expire_hold_times();
-    let mut expected = vec![ended(
+    let mut expected = vec![lock_ended(
         "db",
         ("b", 2, b_token),
         1_000,
@@ -373,7 +321,12 @@ fn a_downgrade_keeps_the_holds_max_hold_deadline() {
     let (_, events) = h.expire_hold_times();
     assert_eq!(
         events,
-        vec![ended("db", ("a", 1, token), 1_000, ReleaseReason::MaxHold)]
+        vec![lock_ended(
+            "db",
+            ("a", 1, token),
+            1_000,
+            ReleaseReason::MaxHold
+        )]
     );
     assert_eq!(h.lock_modes("db").0, vec![("b".into(), 5 << 16, Shared)]);
 }

@@ -455,13 +455,36 @@ pub fn lock_granted(name: &str, agent: &str, lease: u64, token: u64, queued: Opt
 
 /// `Event::Released` of lock `name` by its holder, held `held_ms`.
 pub fn lock_released(name: &str, agent: &str, lease: u64, token: u64, held_ms: u64) -> Event {
+    let released = super::ReleaseReason::Released;
+    lock_ended(name, (agent, lease, token), held_ms, released)
+}
+
+/// `Event::Released` of the hold `(agent, lease, token)` of lock `name`, held `held_ms`, for
+/// `reason`.
+pub fn lock_ended(
+    name: &str,
+    (agent, lease, token): (&str, u64, u64),
+    held_ms: u64,
+    reason: super::ReleaseReason,
+) -> Event {
     Event::Released {
         key: lock_key(name),
         agent: agent.into(),
         lease: LeaseId(lease),
         token,
         held_ms,
-        reason: super::ReleaseReason::Released,
+        reason,
+    }
+}
+
+/// `ExpireHoldTimes`'s reply when it ended nothing.
+pub const NOTHING_ENDED: Reply = hold_times_ended(0, 0);
+
+/// `ExpireHoldTimes`'s reply: how many holds its max-hold ended and how many lock-delays.
+pub const fn hold_times_ended(max_holds: u64, lock_delays: u64) -> Reply {
+    Reply::HoldTimesEnded {
+        max_holds,
+        lock_delays,
     }
 }
 

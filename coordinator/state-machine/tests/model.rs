@@ -959,13 +959,23 @@ fn action(hold_times: bool) -> BoxedStrategy<Action> {
     }
     // The weights above sum to 122: the hold-time expiries come about as often as the
     // reservations' expiries.
+    with_hold_time_actions(other, [122, 2, 6, 3])
+}
+
+/// `other` and the hold-time actions, weighted `[other, ExpireHoldTimes (current or stale
+/// term), ExpireHoldTimesAtDeadline, RevokeLockHolder]`.
+fn with_hold_time_actions(
+    other: BoxedStrategy<Action>,
+    weights: [u32; 4],
+) -> BoxedStrategy<Action> {
+    let [other_weight, expire, at_deadline, revoke] = weights;
     prop_oneof![
-        122 => other,
-        2 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
+        other_weight => other,
+        expire => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
             .prop_map(|term| Action::ExpireHoldTimes { term }),
-        6 => (0..4usize, 0..=1u64)
+        at_deadline => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireHoldTimesAtDeadline { back, early_ms }),
-        3 => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
+        revoke => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
     ]
     .boxed()
 }
@@ -1156,14 +1166,7 @@ fn lock_action(hold_times: bool) -> BoxedStrategy<Action> {
         return other;
     }
     // The weights above sum to 90.
-    prop_oneof![
-        90 => other,
-        3 => current().prop_map(|term| Action::ExpireHoldTimes { term }),
-        6 => (0..4usize, 0..=1u64)
-            .prop_map(|(back, early_ms)| Action::ExpireHoldTimesAtDeadline { back, early_ms }),
-        4 => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
-    ]
-    .boxed()
+    with_hold_time_actions(other, [90, 3, 6, 4])
 }
 
 /// A case about read-write locks and multi-locks ([`lock_action`]), with hold times or not.
