@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, broadcast, watch};
 use tracing::debug;
 
-use hivekeeper_protocol::{Area, ErrorCode, Event, Op, Priority, ResourceKind, Volume};
+use hivekeeper_protocol::{Area, ErrorCode, Event, LockMode, Op, Priority, ResourceKind, Volume};
 
 use crate::error::AgentError;
 use crate::session::{Session, SessionInner, SessionState, wait_lost};
@@ -146,6 +146,7 @@ impl Resource {
                 lease,
                 wait_ms,
                 max_hold_ms: None,
+                mode: LockMode::Exclusive,
             },
             Resource::Semaphore {
                 name,

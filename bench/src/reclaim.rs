@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use hivekeeper_agent::protocol::{Granted, Inspection, LeaseGranted, Op, ResourceKind};
+use hivekeeper_agent::protocol::{Granted, Inspection, LeaseGranted, LockMode, Op, ResourceKind};
 use hivekeeper_agent::{Agent, AgentConfig};
 use tokio::time::Instant;
 
@@ -100,6 +100,7 @@ async fn one_round(
             lease: lease.clone(),
             wait_ms: Some(0),
             max_hold_ms: None,
+            mode: LockMode::Exclusive,
         })
         .await?;
     let holder_grant = Grant {

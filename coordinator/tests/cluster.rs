@@ -11,8 +11,8 @@ use std::time::Duration;
 use hivekeeper_coordinator::node::{ClusterConfig, ClusterState, Node, NodeConfig, NodeHandle};
 use hivekeeper_coordinator::raft::{CatchUp, node_id_for};
 use hivekeeper_protocol::{
-    ErrorCode, Granted, Inspection, LeaseGranted, LeaseKept, Op, Request, ResourceKind, Response,
-    StatusReport, Success,
+    ErrorCode, Granted, Inspection, LeaseGranted, LeaseKept, LockMode, Op, Request, ResourceKind,
+    Response, StatusReport, Success,
 };
 use hivekeeper_test_support::{TestCerts, free_port, free_ports, within};
 
@@ -210,6 +210,7 @@ fn try_lock(name: &str, lease: &str) -> Op {
         lease: lease.to_string(),
         wait_ms: Some(0),
         max_hold_ms: None,
+        mode: LockMode::Exclusive,
     }
 }
 
@@ -1063,6 +1064,7 @@ fn wait_lock(name: &str, lease: &str, wait_ms: u64) -> Op {
         lease: lease.to_string(),
         wait_ms: Some(wait_ms),
         max_hold_ms: None,
+        mode: LockMode::Exclusive,
     }
 }
 

@@ -15,7 +15,7 @@ use hivekeeper_coordinator::raft::RaftConfig;
 use hivekeeper_coordinator::raft::transport::{HELLO_FRAME_MAX_BYTES, frame_max_bytes};
 use hivekeeper_coordinator::{Command, LeaseId, Limits};
 use hivekeeper_protocol::{
-    Granted, Inspection, LeaseGranted, LeaseKept, Op, Request, ResourceKind, Success,
+    Granted, Inspection, LeaseGranted, LeaseKept, LockMode, Op, Request, ResourceKind, Success,
     UnexpectedReply,
 };
 use hivekeeper_test_support::{free_port, within};
@@ -204,6 +204,7 @@ async fn forged_internal_commands_do_not_decode_and_the_victim_keeps_what_it_hol
         lease: lease.to_string(),
         wait_ms,
         max_hold_ms: None,
+        mode: LockMode::Exclusive,
     };
     success::<Granted>(&handle, "holder", "a1", lock(&holder, None)).await;
     // The victim waits for the lock, without a wait_ms: only a grant or its lease ends it.

@@ -27,6 +27,7 @@
 //! - [`role`]: [`Role`] (`agent`, `observer`, `admin`) and the role each op needs.
 //! - [`event`]: unsolicited [`Event`]s.
 //! - [`priority`]: [`Priority`], a reservation's level (0 routine to 3 emergency).
+//! - [`lock_mode`]: [`LockMode`], a lock's `exclusive` or `shared` mode.
 //! - [`error`]: [`ErrorCode`], the closed list of codes, and [`ProtocolError`].
 //! - [`topic`]: building and parsing `hk/v1/{req,rsp,evt}/{agent}`.
 //! - [`validate`]: the bounds on ids, names and numeric fields, one precise message per failure.
@@ -36,6 +37,7 @@ pub mod error;
 pub mod event;
 pub mod kv;
 pub mod kv_access;
+pub mod lock_mode;
 pub mod priority;
 pub mod request;
 pub mod response;
@@ -48,6 +50,7 @@ pub use error::{ErrorCode, ProtocolError};
 pub use event::{Event, LostReason};
 pub use kv::{KeySelector, KeyValue, KvDeleted, KvEvent, KvPage, KvPutDone, KvTxnDone, WatchPage};
 pub use kv_access::{KvAccess, KvAccessKind, KvDenied};
+pub use lock_mode::LockMode;
 pub use priority::Priority;
 pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{

@@ -11,16 +11,21 @@
 //!   (`declare_ops!` derives its name, its class and the list of names);
 //! - `accessors`: what an op names (its lease, its wait) and whether it writes;
 //! - `validation`: the range checks of an op's fields and of a waypoint's geometry;
-//! - `decode`: the stepwise decoder from bytes or JSON to a valid [`Request`].
+//! - `decode`: the stepwise decoder from bytes or JSON to a valid [`Request`];
+//! - `geometry`: a route's [`Volume`]s and a reservation's validated [`Area`].
 
 mod accessors;
 mod decode;
+mod geometry;
 mod validation;
+
+pub use geometry::{Area, Volume};
 
 use serde::{Deserialize, Serialize};
 
 use crate::airspace::QueryVolume;
 use crate::kv::{Compare, TxnOp};
+use crate::lock_mode::LockMode;
 use crate::priority::Priority;
 use crate::role::Role;
 
@@ -168,7 +173,7 @@ pub enum Op {
         /// The lease to revoke.
         lease: String,
     },
-    /// Take a FIFO lock, or queue for it.
+    /// Take a FIFO lock, exclusive or shared, or queue for it.
     #[op("lock.acquire", Write)]
     LockAcquire {
         /// The lock's name.
@@ -182,6 +187,10 @@ pub enum Op {
         /// longest lease TTL), whether or not the lease lives; absent: no bound.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_hold_ms: Option<u64>,
+        /// Exclusive (absent, the default) or shared with other shared holders
+        /// ([`crate::LockMode`]).
+        #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+        mode: LockMode,
     },
     /// Release a held lock; the head waiter is granted in the same log entry.
     #[op("lock.release", Write)]
@@ -189,6 +198,42 @@ pub enum Op {
         /// The lock's name.
         name: String,
         /// The lease holding it.
+        lease: String,
+    },
+    /// Make an exclusive hold shared, keeping its token; the shared waiters at the head of the
+    /// queue are granted in the same log entry.
+    #[op("lock.downgrade", Write)]
+    LockDowngrade {
+        /// The lock's name.
+        name: String,
+        /// The lease holding it exclusively.
+        lease: String,
+    },
+    /// Take 1 to [`crate::validate::LOCK_NAMES_MAX`] locks at once, in one mode, with one
+    /// token, or queue for them as a unit: it waits in every name's queue and is granted in
+    /// the entry where it can have all of them.
+    #[op("lock.acquire_all", Write)]
+    LockAcquireAll {
+        /// The locks' names, distinct.
+        names: Vec<String>,
+        /// The lease the locks will be bound to.
+        lease: String,
+        /// As for `lock.acquire`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+        /// As for `lock.acquire`: at the end the hold of every name ends together.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_hold_ms: Option<u64>,
+        /// As for `lock.acquire`: every name in this mode.
+        #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+        mode: LockMode,
+    },
+    /// Release several held locks together, in one log entry, or none of them.
+    #[op("lock.release_all", Write)]
+    LockReleaseAll {
+        /// The locks' names, distinct.
+        names: Vec<String>,
+        /// The lease holding every one of them.
         lease: String,
     },
     /// Take `permits` of a counting semaphore of capacity `limit`, or queue for them.
@@ -639,53 +684,4 @@ fn one() -> u32 {
 /// Whether a defaulted integer field is at its default, 0 (left out of the serialized form).
 fn is_zero(value: &u64) -> bool {
     *value == 0
-}
-
-/// One 4D volume of a route: a vertical cylinder, an altitude band and a time window
-/// `[start_ms, end_ms)`, every field required.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Volume {
-    /// Latitude of the axis, degrees (WGS84).
-    pub lat: f64,
-    /// Longitude of the axis, degrees (WGS84).
-    pub lon: f64,
-    /// Radius, metres.
-    pub radius_m: f64,
-    /// Bottom of the altitude band, metres.
-    pub alt_min_m: f64,
-    /// Top of the altitude band, metres.
-    pub alt_max_m: f64,
-    /// Start of the time window, UTC ms since the Unix epoch.
-    pub start_ms: u64,
-    /// End of the time window, exclusive.
-    pub end_ms: u64,
-}
-
-impl Volume {
-    /// The volume's cylinder.
-    pub fn area(&self) -> Area {
-        Area {
-            lat: self.lat,
-            lon: self.lon,
-            radius_m: self.radius_m,
-            alt_min_m: Some(self.alt_min_m),
-            alt_max_m: Some(self.alt_max_m),
-        }
-    }
-}
-
-/// The validated geometry of a waypoint reservation: a vertical cylinder.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Area {
-    /// Latitude of the axis, degrees.
-    pub lat: f64,
-    /// Longitude of the axis, degrees.
-    pub lon: f64,
-    /// Radius, metres.
-    pub radius_m: f64,
-    /// Bottom of the altitude band, metres; `None` when unbounded below.
-    pub alt_min_m: Option<f64>,
-    /// Top of the altitude band, metres; `None` when unbounded above.
-    pub alt_max_m: Option<f64>,
 }

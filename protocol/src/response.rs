@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::airspace::ConflictInfo;
 use crate::error::ErrorCode;
 use crate::kv::{KvDeleted, KvPage, KvPutDone, KvTxnDone, WatchPage};
+use crate::lock_mode::LockMode;
 use crate::priority::Priority;
 use crate::request::{Area, ResourceKind, Volume};
 use crate::role::Role;
@@ -151,8 +152,8 @@ reply_shapes! {
         KvPut(KvPutDone) = "a put's revision (`revision`)",
         /// `election.leader`: its one field, `leader`, is required even when `null`.
         Leader(LeaderReport) = "an election's leader (`leader`)",
-        /// `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`,
-        /// `election.campaign`.
+        /// `lock.acquire`, `lock.downgrade`, `lock.acquire_all`, `sem.acquire`,
+        /// `waypoint.reserve`, `route.reserve`, `election.campaign`.
         Granted(Granted) = "a grant (`token`)",
         /// `lease.keepalive`.
         LeaseKept(LeaseKept) = "a kept lease (`ttl_ms`)",
@@ -179,8 +180,8 @@ pub struct LeaseKept {
     pub ttl_ms: u64,
 }
 
-/// The answer to a grant: `lock.acquire`, `sem.acquire`, `waypoint.reserve`, `route.reserve`,
-/// `election.campaign` (the leadership's token).
+/// The answer to a grant: `lock.acquire`, `lock.downgrade`, `lock.acquire_all`, `sem.acquire`,
+/// `waypoint.reserve`, `route.reserve`, `election.campaign` (the leadership's token).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Granted {
     /// The grant's fencing token.
@@ -498,6 +499,10 @@ pub struct HolderInfo {
     /// routes only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vacate_by_ms: Option<u64>,
+    /// A lock hold's mode: `shared` for a shared hold; absent (exclusive) otherwise, as in the
+    /// request.
+    #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+    pub mode: LockMode,
     /// The leader's value (elections only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -532,6 +537,9 @@ pub struct WaiterInfo {
     /// order, which priority and aging decide.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    /// The mode a lock waiter asks for: `shared`, or absent (exclusive), as in the request.
+    #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+    pub mode: LockMode,
     /// The value the candidate campaigns with (elections only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -726,6 +734,7 @@ mod tests {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            mode: LockMode::Exclusive,
             value: None,
         }
     }
@@ -741,6 +750,7 @@ mod tests {
             end_ms: None,
             volumes: Vec::new(),
             priority: None,
+            mode: LockMode::Exclusive,
             value: None,
         }
     }

@@ -120,6 +120,9 @@ mod tests {
             name: "gw".into(),
         };
         assert_eq!(Role::needed_for(&inspect), Role::Agent);
+        for lock_op in ["lock.downgrade", "lock.acquire_all", "lock.release_all"] {
+            assert_eq!(Role::needed_for_name(lock_op), Role::Agent, "{lock_op}");
+        }
         for barrier in ["barrier.enter", "barrier.leave"] {
             assert_eq!(Role::needed_for_name(barrier), Role::Agent, "{barrier}");
         }

@@ -347,6 +347,27 @@ pub fn volumes(volumes: &[crate::Volume]) -> Result<(), InvalidField> {
     Ok(())
 }
 
+/// Most locks in one multi-lock (`lock.acquire_all`, `lock.release_all`).
+pub const LOCK_NAMES_MAX: usize = 64;
+
+/// Checks a multi-lock's `names`: 1 to [`LOCK_NAMES_MAX`], each a resource name, none twice;
+/// the message names a bad one by its index from 0.
+pub fn lock_names(names: &[String]) -> Result<(), InvalidField> {
+    if names.is_empty() || names.len() > LOCK_NAMES_MAX {
+        return Err(invalid!(
+            "`names` has {} names, a multi-lock takes 1 to {LOCK_NAMES_MAX}",
+            names.len()
+        ));
+    }
+    for (i, lock) in names.iter().enumerate() {
+        name(&format!("names[{i}]"), lock)?;
+        if names[..i].contains(lock) {
+            return Err(invalid!("`names` has {lock:?} twice; name each lock once"));
+        }
+    }
+    Ok(())
+}
+
 /// Checks a `lease.grant`'s `ttl_ms` (the service's configured range is the state machine's
 /// check; this is the wire's: positive).
 pub fn ttl_ms(ttl_ms: u64) -> Result<(), InvalidField> {

@@ -12,8 +12,8 @@ use hivekeeper_protocol::kv::{
     PutResult, RangePage, TxnOp, TxnResult, WatchPage,
 };
 use hivekeeper_protocol::validate::{
-    AGENT_ID_BYTES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX, SEM_LIMIT_MAX,
-    WAIT_MS_MAX,
+    AGENT_ID_BYTES_MAX, LOCK_NAMES_MAX, NAME_BYTES_MAX, REQUEST_BYTES_MAX, REQUEST_ID_BYTES_MAX,
+    SEM_LIMIT_MAX, WAIT_MS_MAX,
 };
 use hivekeeper_protocol::{
     AccountInfo, AccountIssued, AccountPage, Area, BarrierPassed, ConflictInfo, ConflictPage, Done,
@@ -23,7 +23,7 @@ use hivekeeper_protocol::{
     ReservationKind, ResourceInfo, ResourceKind, ResourcePage, Response, Role, SnapshotPage,
     StatusReport, Success, Topics, Volume, WaiterInfo,
 };
-use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
+use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone, LockMode};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -209,6 +209,7 @@ fn op_lock_acquire() {
                 lease: "L-17".into(),
                 wait_ms: None,
                 max_hold_ms: None,
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r4", "op": "lock.acquire", "name": "gateway/config", "lease": "L-17"}),
@@ -223,6 +224,7 @@ fn op_lock_acquire() {
                 lease: "L-17".into(),
                 wait_ms: Some(0),
                 max_hold_ms: None,
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r5", "op": "lock.acquire", "name": "door", "lease": "L-17", "wait_ms": 0}),
@@ -237,6 +239,7 @@ fn op_lock_acquire() {
                 lease: "L-17".into(),
                 wait_ms: Some(WAIT_MS_MAX),
                 max_hold_ms: None,
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r6", "op": "lock.acquire", "name": "door", "lease": "L-17",
@@ -252,6 +255,7 @@ fn op_lock_acquire() {
                 lease: "L-17".into(),
                 wait_ms: None,
                 max_hold_ms: Some(30_000),
+                mode: LockMode::Exclusive,
             },
         ),
         &json!({"id": "r6", "op": "lock.acquire", "name": "door", "lease": "L-17",
@@ -267,6 +271,7 @@ fn op_lock_acquire() {
                 lease: "L".into(),
                 wait_ms: None,
                 max_hold_ms: None,
+                mode: LockMode::Exclusive,
             },
         )
     );
@@ -284,6 +289,174 @@ fn op_lock_release() {
             },
         ),
         &json!({"id": "r8", "op": "lock.release", "name": "door", "lease": "L-17"}),
+    );
+}
+
+/// `mode` is `exclusive` by default and then never sent; `shared` is sent.
+#[test]
+fn op_lock_acquire_with_a_mode() {
+    assert_request(
+        r#"{"id":"r8s","op":"lock.acquire","name":"db","lease":"L-17","mode":"shared"}"#,
+        &req(
+            "r8s",
+            Op::LockAcquire {
+                name: "db".into(),
+                lease: "L-17".into(),
+                wait_ms: None,
+                max_hold_ms: None,
+                mode: LockMode::Shared,
+            },
+        ),
+        &json!({"id": "r8s", "op": "lock.acquire", "name": "db", "lease": "L-17",
+                "mode": "shared"}),
+    );
+    // A shared hold with a max-hold: `max_hold_ms` is written before `mode`.
+    assert_request(
+        r#"{"id":"r8t","op":"lock.acquire","name":"db","lease":"L-17","wait_ms":100,"max_hold_ms":30000,"mode":"shared"}"#,
+        &req(
+            "r8t",
+            Op::LockAcquire {
+                name: "db".into(),
+                lease: "L-17".into(),
+                wait_ms: Some(100),
+                max_hold_ms: Some(30_000),
+                mode: LockMode::Shared,
+            },
+        ),
+        &json!({"id": "r8t", "op": "lock.acquire", "name": "db", "lease": "L-17",
+                "wait_ms": 100, "max_hold_ms": 30_000, "mode": "shared"}),
+    );
+    assert_eq!(
+        decode_ok(
+            r#"{"id":"r8t","op":"lock.acquire","name":"db","lease":"L-17","mode":"shared","max_hold_ms":30000,"wait_ms":100}"#
+        )
+        .encode(),
+        br#"{"id":"r8t","op":"lock.acquire","name":"db","lease":"L-17","wait_ms":100,"max_hold_ms":30000,"mode":"shared"}"#
+    );
+    // An explicit exclusive is the default: read, and left out when written.
+    let exclusive =
+        decode_ok(r#"{"id":"r8e","op":"lock.acquire","name":"db","lease":"L","mode":"exclusive"}"#);
+    assert_eq!(
+        serde_json::to_value(&exclusive).expect("encodes"),
+        json!({"id": "r8e", "op": "lock.acquire", "name": "db", "lease": "L"})
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"lock.acquire","name":"db","lease":"L","mode":"read"}"#,
+        Some("7"),
+        "lock.acquire: ",
+        &["unknown variant `read`, expected `exclusive` or `shared`"],
+    );
+}
+
+#[test]
+fn op_lock_downgrade() {
+    assert_request(
+        r#"{"id":"r8d","op":"lock.downgrade","name":"db","lease":"L-17"}"#,
+        &req(
+            "r8d",
+            Op::LockDowngrade {
+                name: "db".into(),
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r8d", "op": "lock.downgrade", "name": "db", "lease": "L-17"}),
+    );
+}
+
+#[test]
+fn op_lock_acquire_all_and_release_all() {
+    assert_request(
+        r#"{"id":"r8m","op":"lock.acquire_all","names":["bay/1","door"],"lease":"L-17"}"#,
+        &req(
+            "r8m",
+            Op::LockAcquireAll {
+                names: vec!["bay/1".into(), "door".into()],
+                lease: "L-17".into(),
+                wait_ms: None,
+                max_hold_ms: None,
+                mode: LockMode::Exclusive,
+            },
+        ),
+        &json!({"id": "r8m", "op": "lock.acquire_all", "names": ["bay/1", "door"],
+                "lease": "L-17"}),
+    );
+    assert_request(
+        r#"{"id":"r8n","op":"lock.acquire_all","names":["db"],"lease":"L-17","wait_ms":0,"mode":"shared"}"#,
+        &req(
+            "r8n",
+            Op::LockAcquireAll {
+                names: vec!["db".into()],
+                lease: "L-17".into(),
+                wait_ms: Some(0),
+                max_hold_ms: None,
+                mode: LockMode::Shared,
+            },
+        ),
+        &json!({"id": "r8n", "op": "lock.acquire_all", "names": ["db"], "lease": "L-17",
+                "wait_ms": 0, "mode": "shared"}),
+    );
+    // max_hold_ms: the hold of every name ends this long after the grant.
+    assert_request(
+        r#"{"id":"r8h","op":"lock.acquire_all","names":["bay/1","door"],"lease":"L-17","max_hold_ms":30000}"#,
+        &req(
+            "r8h",
+            Op::LockAcquireAll {
+                names: vec!["bay/1".into(), "door".into()],
+                lease: "L-17".into(),
+                wait_ms: None,
+                max_hold_ms: Some(30_000),
+                mode: LockMode::Exclusive,
+            },
+        ),
+        &json!({"id": "r8h", "op": "lock.acquire_all", "names": ["bay/1", "door"],
+                "lease": "L-17", "max_hold_ms": 30_000}),
+    );
+    assert_request(
+        r#"{"id":"r8r","op":"lock.release_all","names":["door","bay/1"],"lease":"L-17"}"#,
+        &req(
+            "r8r",
+            Op::LockReleaseAll {
+                names: vec!["door".into(), "bay/1".into()],
+                lease: "L-17".into(),
+            },
+        ),
+        &json!({"id": "r8r", "op": "lock.release_all", "names": ["door", "bay/1"],
+                "lease": "L-17"}),
+    );
+}
+
+/// A multi-lock names 1 to `LOCK_NAMES_MAX` distinct locks, each a resource name.
+#[test]
+fn bad_request_lock_names() {
+    let all = |names: Value| {
+        json!({"id": "7", "op": "lock.acquire_all", "names": names, "lease": "L"}).to_string()
+    };
+    bad(
+        &all(json!([])),
+        Some("7"),
+        "lock.acquire_all: `names` has 0 names, a multi-lock takes 1 to 64",
+    );
+    let many: Vec<String> = (0..=LOCK_NAMES_MAX).map(|i| format!("l{i}")).collect();
+    bad(
+        &all(json!(many)),
+        Some("7"),
+        "lock.acquire_all: `names` has 65 names, a multi-lock takes 1 to 64",
+    );
+    bad(
+        &all(json!(["a", "b", "a"])),
+        Some("7"),
+        "lock.acquire_all: `names` has \"a\" twice; name each lock once",
+    );
+    bad(
+        &json!({"id": "7", "op": "lock.release_all", "names": ["a", ""], "lease": "L"}).to_string(),
+        Some("7"),
+        "lock.release_all: `names[1]` must not be empty",
+    );
+    assert_bad_request_mentions(
+        r#"{"id":"7","op":"lock.release_all","names":"a","lease":"L"}"#,
+        Some("7"),
+        "lock.release_all: ",
+        &["invalid type: string \"a\", expected a sequence"],
     );
 }
 
@@ -1513,6 +1686,21 @@ fn op_names_are_complete_and_consistent() {
             true,
         ),
         (
+            r#"{"id":"a","op":"lock.downgrade","name":"n","lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"lock.acquire_all","names":["n"],"lease":"L","wait_ms":7}"#,
+            Some("L"),
+            true,
+        ),
+        (
+            r#"{"id":"a","op":"lock.release_all","names":["n"],"lease":"L"}"#,
+            Some("L"),
+            true,
+        ),
+        (
             r#"{"id":"a","op":"sem.acquire","name":"n","limit":2,"lease":"L","wait_ms":7}"#,
             Some("L"),
             true,
@@ -1653,6 +1841,7 @@ fn op_names_are_complete_and_consistent() {
         assert_eq!(request.op.lease(), *lease, "{name}");
         assert_eq!(request.op.is_write(), *is_write, "{name}");
         let expected_wait = if name.ends_with(".acquire")
+            || name == "lock.acquire_all"
             || name == "waypoint.reserve"
             || name == "route.reserve"
             || name == "election.campaign"
@@ -1672,6 +1861,9 @@ fn op_names_are_complete_and_consistent() {
             "lease.revoke",
             "lock.acquire",
             "lock.release",
+            "lock.downgrade",
+            "lock.acquire_all",
+            "lock.release_all",
             "sem.acquire",
             "sem.release",
             "waypoint.reserve",
@@ -1832,7 +2024,8 @@ fn error_code_unknown_op() {
         Some("7"),
         ErrorCode::UnknownOp,
         "unknown op \"lock.steal\"; the ops are lease.grant, lease.keepalive, lease.revoke, \
-         lock.acquire, lock.release, sem.acquire, sem.release, waypoint.reserve, \
+         lock.acquire, lock.release, lock.downgrade, lock.acquire_all, lock.release_all, \
+         sem.acquire, sem.release, waypoint.reserve, \
          waypoint.release, route.reserve, route.release, route.amend, airspace.query, \
          fence.check, inspect, \
          admin.status, admin.leases, admin.resources, admin.snapshot, \
@@ -2271,7 +2464,8 @@ fn bad_request_unknown_fields() {
     bad(
         r#"{"id":"7","op":"lock.acquire","name":"n","lease":"L","wiat_ms":5}"#,
         Some("7"),
-        "lock.acquire: unknown field `wiat_ms`, expected one of `name`, `lease`, `wait_ms`, `max_hold_ms`",
+        "lock.acquire: unknown field `wiat_ms`, expected one of `name`, `lease`, `wait_ms`, \
+         `max_hold_ms`, `mode`",
     );
 }
 
@@ -2410,6 +2604,7 @@ fn bad_request_lock_delay_and_max_hold() {
     );
     for op in [
         r#""op":"lock.acquire","name":"n","lease":"L""#,
+        r#""op":"lock.acquire_all","names":["n"],"lease":"L""#,
         r#""op":"sem.acquire","name":"n","limit":1,"lease":"L""#,
     ] {
         // Any positive bound passes the decoder; the service's longest TTL is checked there.
@@ -2420,7 +2615,7 @@ fn bad_request_lock_delay_and_max_hold() {
             "`max_hold_ms` must be positive; omit it for no bound",
         );
     }
-    // Only locks and semaphores take a bound.
+    // Only locks, multi-locks and semaphores take a bound.
     assert_bad_request_mentions(
         r#"{"id":"7","op":"waypoint.reserve","name":"n","lease":"L","max_hold_ms":5}"#,
         Some("7"),
@@ -2758,6 +2953,7 @@ fn inspect_holder_without_lease_leaves_the_field_out() {
         volumes: Vec::new(),
         priority: None,
         vacate_by_ms: None,
+        mode: LockMode::Exclusive,
         value: None,
     };
     let value = serde_json::to_value(&holder).expect("encodes");
@@ -2857,6 +3053,7 @@ fn success_inspect_waypoint_with_windows() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             waiters: vec![
@@ -2870,6 +3067,7 @@ fn success_inspect_waypoint_with_windows() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    mode: LockMode::Exclusive,
                     value: None,
                 },
                 WaiterInfo {
@@ -2890,6 +3088,7 @@ fn success_inspect_waypoint_with_windows() {
                         end_ms: 3_000,
                     }],
                     priority: None,
+                    mode: LockMode::Exclusive,
                     value: None,
                 },
             ],
@@ -2941,6 +3140,7 @@ fn success_inspect_waypoint_with_geometry() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             waiters: vec![WaiterInfo {
@@ -2953,6 +3153,7 @@ fn success_inspect_waypoint_with_geometry() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             holders_total: None,
@@ -2992,6 +3193,7 @@ fn success_inspect_lock() {
                 volumes: Vec::new(),
                 priority: None,
                 vacate_by_ms: None,
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             waiters: vec![
@@ -3005,6 +3207,7 @@ fn success_inspect_lock() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    mode: LockMode::Exclusive,
                     value: None,
                 },
                 WaiterInfo {
@@ -3017,6 +3220,7 @@ fn success_inspect_lock() {
                     end_ms: None,
                     volumes: Vec::new(),
                     priority: None,
+                    mode: LockMode::Exclusive,
                     value: None,
                 },
             ],
@@ -3035,6 +3239,73 @@ fn success_inspect_lock() {
             "waiters": [
                 {"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64},
                 {"agent": "drone-3", "position": 2, "since_ms": 1_764_500_000_200_u64}
+            ]
+        }),
+    );
+}
+
+/// A lock held shared: each holder and each shared waiter says `"mode":"shared"`; an
+/// exclusive waiter says nothing, as in its request.
+#[test]
+fn success_inspect_lock_held_shared() {
+    let holder = |agent: &str, lease: &str, token: u64| HolderInfo {
+        agent: agent.into(),
+        lease: lease.into(),
+        token,
+        permits: None,
+        since_ms: 1_764_500_000_000,
+        area: None,
+        start_ms: None,
+        end_ms: None,
+        volumes: Vec::new(),
+        priority: None,
+        vacate_by_ms: None,
+        mode: LockMode::Shared,
+        value: None,
+    };
+    let waiter = |agent: &str, position: u32, mode: LockMode| WaiterInfo {
+        agent: agent.into(),
+        position,
+        permits: None,
+        since_ms: 1_764_500_000_100,
+        area: None,
+        start_ms: None,
+        end_ms: None,
+        volumes: Vec::new(),
+        priority: None,
+        mode,
+        value: None,
+    };
+    let response = Response::ok(
+        "r22s",
+        Inspection {
+            limit: None,
+            holders: vec![holder("drone-7", "L-17", 42), holder("drone-8", "L-18", 43)],
+            waiters: vec![
+                waiter("drone-9", 1, LockMode::Exclusive),
+                waiter("drone-3", 2, LockMode::Shared),
+            ],
+            holders_total: None,
+            waiters_total: None,
+            count: None,
+            leaving: None,
+        },
+    );
+    assert_response_golden(
+        &response,
+        &json!({
+            "id": "r22s",
+            "ok": true,
+            "holders": [
+                {"agent": "drone-7", "lease": "L-17", "token": 42,
+                 "since_ms": 1_764_500_000_000_u64, "mode": "shared"},
+                {"agent": "drone-8", "lease": "L-18", "token": 43,
+                 "since_ms": 1_764_500_000_000_u64, "mode": "shared"}
+            ],
+            "waiters": [
+                {"agent": "drone-9", "position": 1, "since_ms": 1_764_500_000_100_u64},
+                {"agent": "drone-3", "position": 2, "since_ms": 1_764_500_000_100_u64,
+                 "mode": "shared"}
             ]
         }),
     );
@@ -3061,6 +3332,7 @@ fn success_inspect_sem() {
                     volumes: Vec::new(),
                     priority: None,
                     vacate_by_ms: None,
+                    mode: LockMode::Exclusive,
                     value: None,
                 },
                 HolderInfo {
@@ -3075,6 +3347,7 @@ fn success_inspect_sem() {
                     volumes: Vec::new(),
                     priority: None,
                     vacate_by_ms: None,
+                    mode: LockMode::Exclusive,
                     value: None,
                 },
             ],
@@ -3088,6 +3361,7 @@ fn success_inspect_sem() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: None,
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             holders_total: None,
@@ -3437,6 +3711,7 @@ fn success_inspect_waypoint_with_priorities() {
                 volumes: Vec::new(),
                 priority: Some(Priority::new(1).expect("a level")),
                 vacate_by_ms: Some(6_000),
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             waiters: vec![WaiterInfo {
@@ -3449,6 +3724,7 @@ fn success_inspect_waypoint_with_priorities() {
                 end_ms: None,
                 volumes: Vec::new(),
                 priority: Some(Priority::EMERGENCY),
+                mode: LockMode::Exclusive,
                 value: None,
             }],
             holders_total: None,
@@ -4175,6 +4451,7 @@ fn success_inspect_election_with_values() {
                 priority: None,
                 vacate_by_ms: None,
                 value: Some("10.0.0.7:7000".into()),
+                mode: LockMode::Exclusive,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-9".into(),
@@ -4187,6 +4464,7 @@ fn success_inspect_election_with_values() {
                 volumes: Vec::new(),
                 priority: None,
                 value: Some("10.0.0.9:7000".into()),
+                mode: LockMode::Exclusive,
             }],
             holders_total: None,
             waiters_total: None,
@@ -4374,6 +4652,7 @@ fn success_inspect_barrier() {
                 priority: None,
                 vacate_by_ms: None,
                 value: None,
+                mode: LockMode::Exclusive,
             }],
             waiters: vec![WaiterInfo {
                 agent: "drone-4".into(),
@@ -4386,6 +4665,7 @@ fn success_inspect_barrier() {
                 volumes: Vec::new(),
                 priority: None,
                 value: None,
+                mode: LockMode::Exclusive,
             }],
             leaving: Some(2),
             holders_total: None,

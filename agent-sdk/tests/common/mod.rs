@@ -451,6 +451,9 @@ impl Fake {
             | Op::AdminAgentList { .. }
             | Op::AdminAgentRemove { .. }
             | Op::AdminAgentRotate { .. }
+            | Op::LockDowngrade { .. }
+            | Op::LockAcquireAll { .. }
+            | Op::LockReleaseAll { .. }
             | Op::RouteReserve { .. }
             | Op::RouteRelease { .. }
             | Op::RouteAmend { .. }

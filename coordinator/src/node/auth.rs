@@ -462,6 +462,7 @@ mod tests {
             volumes: Vec::new(),
             priority: None,
             vacate_by_ms: None,
+            mode: hivekeeper_protocol::LockMode::Exclusive,
             value: None,
         };
         let reply = Reply::Inspect {

@@ -22,8 +22,9 @@
 //! - `hivekeeper_dedup_agents` is read from the machine after every entry (a length, under the
 //!   lock the applier just released), so it follows the sweeps of idle agents too.
 //! - `hivekeeper_resource_held{kind}` is kept from `Granted` / `Released` events, replayed ones
-//!   included, by fencing token and lease (each hold has its own pair: the members of a
-//!   barrier's round share its token). The machine has no public count of holds, so holds
+//!   included, by fencing token and lease (each grant has its own pair: the members of a
+//!   barrier's round share its token; a multi-lock's pair is on each of its locks, so it is
+//!   counted once a lock). The machine has no public count of holds, so holds
 //!   restored from a snapshot at start, or installed by one, are not counted until a later
 //!   entry grants them again; a release of such a hold is ignored rather than driving the
 //!   gauge below zero.
@@ -333,11 +334,12 @@ pub(super) fn keepalive_ttl_used(
 /// The gauges' bookkeeping, owned by the fan-out.
 #[derive(Debug, Default)]
 pub(super) struct NodeMetrics {
-    /// The kind of every hold seen granted and not yet released, by fencing token and lease
-    /// (a token is unique across the machine but for a barrier's round, whose members share
-    /// its generation): `hivekeeper_resource_held` is its size per kind, and a release of a
-    /// hold never seen granted is ignored.
-    holds: HashMap<(u64, LeaseId), ResourceKind>,
+    /// The kind and number of the holds seen granted and not yet released, by fencing token
+    /// and lease (a token is unique across the machine but for a barrier's round, whose members
+    /// share its generation; a multi-lock's pair is on each of its locks):
+    /// `hivekeeper_resource_held` is their count per kind, and a release of a hold never seen
+    /// granted is ignored.
+    holds: HashMap<(u64, LeaseId), (ResourceKind, u32)>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
     held: [u64; KINDS.len()],
 }
@@ -404,10 +406,10 @@ impl NodeMetrics {
                     queued,
                     ..
                 } => {
-                    if self.holds.insert((*token, *lease), key.kind).is_none() {
-                        self.held[slot(key.kind)] += 1;
-                        held_changed = true;
-                    }
+                    let grant = (*token, *lease);
+                    self.holds.entry(grant).or_insert((key.kind, 0)).1 += 1;
+                    self.held[slot(key.kind)] += 1;
+                    held_changed = true;
                     if !replayed {
                         let kind = kind_label(key.kind);
                         counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind).increment(1);
@@ -426,9 +428,14 @@ impl NodeMetrics {
                     reason,
                     ..
                 } => {
-                    if let Some(kind) = self.holds.remove(&(*token, *lease)) {
-                        self.held[slot(kind)] -= 1;
+                    let grant = (*token, *lease);
+                    if let Some((kind, count)) = self.holds.get_mut(&grant) {
+                        self.held[slot(*kind)] -= 1;
                         held_changed = true;
+                        *count -= 1;
+                        if *count == 0 {
+                            self.holds.remove(&grant);
+                        }
                     }
                     if !replayed {
                         let kind = kind_label(key.kind);
@@ -534,5 +541,40 @@ mod tests {
             [0; KINDS.len()],
             "a release not held is ignored"
         );
+    }
+
+    /// A multi-lock's one token is on each of its locks: each is a hold until released.
+    #[test]
+    fn a_multi_lock_is_one_held_lock_per_lock_until_each_is_released() {
+        let lock = |name: &str| ResourceKey::new(ResourceKind::Lock, &Arc::from(name));
+        let granted = |name: &str| Event::Granted {
+            key: lock(name),
+            agent: "m".into(),
+            lease: LeaseId(1),
+            token: 7 << 16,
+            waited_ms: 0,
+            queued: false,
+        };
+        let released = |name: &str| Event::Released {
+            key: lock(name),
+            agent: "m".into(),
+            lease: LeaseId(1),
+            token: 7 << 16,
+            held_ms: 0,
+            reason: ReleaseReason::Released,
+        };
+        let mut metrics = NodeMetrics::default();
+        let locks = slot(ResourceKind::Lock);
+        metrics.entry(&[granted("a"), granted("b")], true);
+        assert_eq!(metrics.held[locks], 2);
+        metrics.entry(&[released("a")], true);
+        assert_eq!(metrics.held[locks], 1);
+        metrics.entry(&[released("b"), released("b")], true);
+        assert_eq!(
+            metrics.held,
+            [0; KINDS.len()],
+            "a release not held is ignored"
+        );
+        assert!(metrics.holds.is_empty());
     }
 }

@@ -22,7 +22,7 @@ use hivekeeper_protocol::Volume;
 use hivekeeper_state_machine::M_PER_DEG;
 
 mod city;
-use hivekeeper_protocol::Op;
+use hivekeeper_protocol::{LockMode, Op};
 use hivekeeper_state_machine::{
     AgentRequest, Command, Event, Limits, LogMeta, Reply, StateMachine,
 };
@@ -139,6 +139,7 @@ fn acquire(agent: &Agent, name: String, wait_ms: Option<u64>) -> Op {
         lease: agent.lease.clone(),
         wait_ms,
         max_hold_ms: None,
+        mode: LockMode::Exclusive,
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use hivekeeper_protocol::kv::{EventKind, KeySelector, KeyValue, KvEvent};
 use hivekeeper_protocol::{
-    ErrorCode, HolderInfo, KvPutDone, LeaderInfo, ResourceInfo, ResourceKind, Role, WaiterInfo,
+    ErrorCode, HolderInfo, KvPutDone, LeaderInfo, LockMode, ResourceInfo, ResourceKind, Role,
+    WaiterInfo,
 };
 
 use super::kv_test::{delete_event, kv, put_event};
@@ -735,6 +736,7 @@ fn inspect_fence_check_and_admin_resources_show_elections() {
             priority: None,
             vacate_by_ms: None,
             value: Some("va".into()),
+            mode: LockMode::Exclusive,
         }]
     );
     assert_eq!(
@@ -750,6 +752,7 @@ fn inspect_fence_check_and_admin_resources_show_elections() {
             volumes: vec![],
             priority: None,
             value: Some("vb".into()),
+            mode: LockMode::Exclusive,
         }]
     );
     let fence = |token| Op::FenceCheck {

@@ -144,6 +144,7 @@ pub fn infos<'w>(
             end_ms: None,
             volumes: Vec::new(),
             priority: None,
+            mode: waiter.mode,
             value: None,
         })
         .collect()

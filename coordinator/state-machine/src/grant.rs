@@ -13,15 +13,18 @@
 //! 1. Every hold and every waiter belongs to a live lease of the same agent (DESIGN.md §5.1: a
 //!    grant is applied only if the waiter's lease is alive in that same entry).
 //! 2. A lease's `holds` and `waits` list exactly the holds and waiters the resources have, and
-//!    the pending-wait index lists each waiter once (`waiting.rs`).
+//!    the pending-wait index lists each waiting request once (a multi-lock once, with all its
+//!    locks, though it waits in each of their queues: `waiting.rs`).
 //! 3. Tokens strictly increase across all grants: every token is at most `token_last`, and a new
 //!    token is `max(token_last + 1, position << 16)`, so it also says which command granted it.
+//!    A multi-lock's grant is one grant: one token on every lock it takes.
 //! 4. A hold granted with a `max_hold_ms` carries its deadline (grant time + `max_hold_ms`), and
-//!    the max-hold index lists exactly those holds under it (`max_hold.rs`).
+//!    the max-hold index lists exactly those holds under it (`max_hold.rs`); a multi-lock's
+//!    holds share one deadline, each lock's hold indexed under it.
 
 use std::collections::{BTreeSet, HashMap};
 
-use hivekeeper_protocol::{ErrorCode, HolderInfo};
+use hivekeeper_protocol::{ErrorCode, HolderInfo, LockMode};
 use serde::{Deserialize, Serialize};
 
 use crate::dedup::Dedup;
@@ -135,6 +138,7 @@ impl Hold {
             priority: None,
             vacate_by_ms: None,
             value: None,
+            mode: LockMode::Exclusive,
         }
     }
 }
@@ -154,6 +158,10 @@ pub struct Waiter {
     pub since_ms: u64,
     /// Log index of the request that queued it: the order among waiters.
     pub seq: u64,
+    /// The mode a lock waiter asks for; exclusive (and left out of the snapshot) for every
+    /// other kind.
+    #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
+    pub mode: LockMode,
 }
 
 /// State shared by every resource kind, each part kept by its concept's file.
@@ -259,9 +267,29 @@ impl Core {
         claim: &Claim<'_>,
         permits: u32,
     ) -> Hold {
+        self.grant_claim_all(ctx, std::slice::from_ref(key), claim, permits)
+    }
+
+    /// [`Core::grant_claim`] of every one of `keys` (a multi-lock's names, in name order) at
+    /// once, under one token and one max-hold deadline: the caller stores the returned hold
+    /// on each.
+    pub fn grant_claim_all(
+        &mut self,
+        ctx: &mut Ctx,
+        keys: &[ResourceKey],
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Hold {
         let token = self.next_token(ctx.index);
         let hold = Hold::new(ctx, claim.lease, claim.agent, token, permits);
-        self.grant(ctx, key, hold.bounded(ctx, claim.max_hold_ms), None)
+        let hold = hold.bounded(ctx, claim.max_hold_ms);
+        let (last, others) = keys
+            .split_last()
+            .expect("a request asks for at least one resource");
+        for key in others {
+            self.grant(ctx, key, hold.clone(), None);
+        }
+        self.grant(ctx, last, hold, None)
     }
 
     /// Records `hold`, a grant of `key` made by this entry under a token the caller took, in
@@ -307,6 +335,20 @@ impl Core {
         claim: &Claim<'_>,
         permits: u32,
     ) -> Waiter {
+        self.enqueue_all(ctx, std::slice::from_ref(key), claim, permits)
+    }
+
+    /// [`Core::enqueue`] of one request for every one of `keys` (a multi-lock's names, in name
+    /// order) as a unit: one request id waiting in each key's queue, one pending wait (under
+    /// the first key, the others beside it) and one [`Event::Queued`], for the first key. The
+    /// caller appends the waiter to every key's queue.
+    pub fn enqueue_all(
+        &mut self,
+        ctx: &mut Ctx,
+        keys: &[ResourceKey],
+        claim: &Claim<'_>,
+        permits: u32,
+    ) -> Waiter {
         let Claim {
             agent,
             lease,
@@ -314,15 +356,20 @@ impl Core {
             wait_ms,
             max_hold_ms,
         } = *claim;
+        let (key, others) = keys
+            .split_first()
+            .expect("a request waits for at least one resource");
         let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
         if let Some(deadline_ms) = deadline_ms {
             self.deadlines.insert(deadline_ms, agent, request_id);
         }
-        self.leases
+        let record = self
+            .leases
             .get_mut(&lease)
-            .expect("the caller checked the lease is live")
-            .waits
-            .insert(key.clone(), request_id.to_string());
+            .expect("the caller checked the lease is live");
+        for key in keys {
+            record.waits.insert(key.clone(), request_id.to_string());
+        }
         self.waiting.entry(agent.clone()).or_default().insert(
             request_id.to_string(),
             Wait {
@@ -330,6 +377,7 @@ impl Core {
                 key: key.clone(),
                 deadline_ms,
                 max_hold_ms,
+                others: others.iter().map(|other| other.name.clone()).collect(),
             },
         );
         ctx.events.push(Event::Queued {
@@ -344,6 +392,7 @@ impl Core {
             permits,
             since_ms: ctx.now_ms,
             seq: ctx.index,
+            mode: LockMode::Exclusive,
         }
     }
 
@@ -373,26 +422,54 @@ impl Core {
         hold
     }
 
-    /// Answers a waiter taken out of its queue without a grant (timeout, lease ended).
+    /// [`Core::grant_waiter`] of a request that waited for every one of `keys` (its pending
+    /// wait's keys, [`Core::wait_keys`]), taken from the head of each of their queues: one
+    /// token and one max-hold deadline for all of them, one answer.
+    pub fn grant_waiter_all(
+        &mut self,
+        ctx: &mut Ctx,
+        keys: &[ResourceKey],
+        waiter: Waiter,
+    ) -> Hold {
+        let token = self.next_token(ctx.index);
+        let hold = Hold::new(ctx, waiter.lease, &waiter.agent, token, waiter.permits);
+        let hold = hold.bounded(ctx, self.waiting_max_hold(&waiter));
+        for key in keys {
+            self.grant(ctx, key, hold.clone(), Some(waiter.since_ms));
+        }
+        self.answer_all(ctx, keys, waiter, Reply::Granted { token });
+        hold
+    }
+
+    /// Answers a waiter taken out of the queues of `keys` (its pending wait's keys) without a
+    /// grant (timeout, lease ended).
     pub fn answer_waiter(
         &mut self,
         ctx: &mut Ctx,
-        key: &ResourceKey,
+        keys: &[ResourceKey],
         waiter: Waiter,
         code: ErrorCode,
         message: &str,
     ) {
-        self.answer(ctx, key, waiter, Reply::refused(code, message));
+        self.answer_all(ctx, keys, waiter, Reply::refused(code, message));
     }
 
     /// Answers a waiter taken out of its queue with `reply`: its wait leaves its lease (if the
     /// lease is still there) and the pending-wait index.
     pub fn answer(&mut self, ctx: &mut Ctx, key: &ResourceKey, waiter: Waiter, reply: Reply) {
+        self.answer_all(ctx, std::slice::from_ref(key), waiter, reply);
+    }
+
+    /// [`Core::answer`] of a request taken out of the queue of every one of `keys` (a
+    /// multi-lock's): answered once, under the first.
+    fn answer_all(&mut self, ctx: &mut Ctx, keys: &[ResourceKey], waiter: Waiter, reply: Reply) {
         if let Some(record) = self.leases.get_mut(&waiter.lease) {
-            record.waits.remove(key);
+            for key in keys {
+                record.waits.remove(key);
+            }
         }
         self.forget_wait(&waiter);
-        self.respond(ctx, key, &waiter.agent, waiter.request_id, reply);
+        self.respond(ctx, &keys[0], &waiter.agent, waiter.request_id, reply);
     }
 
     /// Records the end of a hold in its lease (if the lease is still there) and in the events.
@@ -509,12 +586,19 @@ impl Core {
                     "{key} waiter {agent}/{request_id} is not what lease {lease} records"
                 ));
             }
-            if !waits_seen.insert((agent.clone(), request_id.clone())) {
-                return Err(violation!("waiter {agent}/{request_id} is queued twice"));
+            if !waits_seen.insert((agent.clone(), request_id.clone(), key.clone())) {
+                return Err(violation!(
+                    "waiter {agent}/{request_id} is queued twice on {key}"
+                ));
             }
         }
         let listed_waits: usize = self.leases.values().map(|lease| lease.waits.len()).sum();
-        let indexed_waits: usize = self.waiting.values().map(PendingWaits::len).sum();
+        let indexed_waits: usize = self
+            .waiting
+            .values()
+            .flatten()
+            .map(|(_, wait)| 1 + wait.others.len())
+            .sum();
         if listed_waits != waits_seen.len() || indexed_waits != waits_seen.len() {
             return Err(violation!(
                 "leases list {listed_waits} waits, the index {indexed_waits}, the queues {}",

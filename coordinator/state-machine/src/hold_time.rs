@@ -55,7 +55,7 @@ impl StateMachine {
             core.release(ctx, key, &hold, ReleaseReason::MaxHold);
             touched.insert(key.clone());
         }
-        let delays_ended = self.lock_delays.end_due(ctx.now_ms);
+        let delays_ended = self.lock_delays.end_due(ctx.now_ms, &mut self.locks);
         let lock_delays = delays_ended.len();
         touched.extend(delays_ended);
         let touched: Vec<ResourceKey> = touched.into_iter().collect();

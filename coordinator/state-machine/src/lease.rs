@@ -241,7 +241,8 @@ impl StateMachine {
                 lease: id,
                 reason,
             });
-            self.lock_delays.hold_back(ctx, &lease, reason);
+            self.lock_delays
+                .hold_back(ctx, &lease, reason, &mut self.locks);
             for key in lease.holds {
                 let (resource, core, _) = self.resource_mut(key.kind);
                 let hold = resource
@@ -251,15 +252,14 @@ impl StateMachine {
                 touched.insert(key);
             }
             for (key, request_id) in lease.waits {
-                self.remove_waiter(
+                touched.extend(self.remove_waiter(
                     ctx,
                     &key,
                     &lease.agent,
                     &request_id,
                     ErrorCode::LeaseNotFound,
                     "the lease ended while the request waited",
-                );
-                touched.insert(key);
+                ));
             }
             self.core.usage.lease_ended(&lease.agent);
         }

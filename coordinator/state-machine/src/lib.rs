@@ -67,8 +67,10 @@
 //! - `wait_deadline.rs`: a queued request's `wait_ms` as a replicated deadline, and its expiry.
 //! - `resource.rs`: the `Resource` trait every kind implements (fence, inspect, release, take a
 //!   hold or a waiter out, settle, count, check), and the one place a kind maps to its state.
-//! - `lock.rs`, `semaphore.rs`, `waypoint/`, `election.rs`, `barrier.rs`: the five resource
-//!   kinds. A waypoint reservation (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space
+//! - `lock/`, `semaphore.rs`, `waypoint/`, `election.rs`, `barrier.rs`: the five resource
+//!   kinds. A lock is held exclusive or shared (`lock/mod.rs`), one at a time or several at
+//!   once as a multi-lock, acquired in `acquire.rs` and handed over in `handover.rs`. A
+//!   waypoint reservation (`reserve.rs`) has a cylinder (`geo.rs`, indexed in space
 //!   and time by `grid.rs` and `index.rs`), a time window (`window.rs`, which also ends
 //!   windows), or several 4D volumes when it is a route (`route.rs`), and a priority: a higher
 //!   one preempts lower holders with a vacate deadline (`preempt.rs`); `query.rs` answers
@@ -145,6 +147,12 @@ mod lease_test;
 mod limits_test;
 #[cfg(test)]
 mod lock_delay_test;
+#[cfg(test)]
+mod lock_hold_time_test;
+#[cfg(test)]
+mod lock_multi_test;
+#[cfg(test)]
+mod lock_rw_test;
 #[cfg(test)]
 mod lock_test;
 #[cfg(test)]

@@ -60,11 +60,6 @@ fn granted(
     ]
 }
 
-const NOTHING_ENDED: Reply = Reply::HoldTimesEnded {
-    max_holds: 0,
-    lock_delays: 0,
-};
-
 #[test]
 fn an_expired_lease_holds_its_lock_back_and_the_waiter_is_granted_in_the_entry_at_the_delays_end() {
     let mut h = Harness::new();

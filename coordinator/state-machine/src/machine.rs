@@ -323,11 +323,15 @@ impl StateMachine {
             // No owner check: with authentication on, the node checks the operator's role
             // before the log (`NodeHandle::submit`, docs/PROTOCOL.md, roles).
             Op::AdminRevoke { lease } => self.admin_revoke(ctx, &lease),
-            op @ (Op::LockAcquire { .. } | Op::SemAcquire { .. }) => {
+            op @ (Op::LockAcquire { .. } | Op::LockAcquireAll { .. } | Op::SemAcquire { .. }) => {
                 self.bounded_acquire(ctx, agent, id, op)
             }
             Op::LockRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Lock, agent, &name, &lease)
+            }
+            Op::LockDowngrade { name, lease } => self.lock_downgrade(ctx, agent, &name, &lease),
+            Op::LockReleaseAll { names, lease } => {
+                self.lock_release_all(ctx, agent, &names, &lease)
             }
             Op::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
@@ -407,8 +411,9 @@ impl StateMachine {
         }
     }
 
-    /// `lock.acquire` and `sem.acquire`: the request, its hold bounded by its `max_hold_ms`
-    /// (checked against the limits first: `max_hold.rs`), to the lock or the semaphore.
+    /// `lock.acquire`, `lock.acquire_all` and `sem.acquire`: the request, its hold bounded by
+    /// its `max_hold_ms` (checked against the limits first: `max_hold.rs`), to the locks or
+    /// the semaphore.
     fn bounded_acquire(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: Op) -> Decision {
         let max_hold_ms = self.checked_max_hold(&op)?;
         match op {
@@ -416,10 +421,21 @@ impl StateMachine {
                 name,
                 lease,
                 wait_ms,
+                mode,
                 ..
             } => {
                 let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
-                self.lock_acquire(ctx, acquire, name)
+                self.lock_acquire(ctx, acquire, name, mode)
+            }
+            Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                mode,
+                ..
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms).max_hold(max_hold_ms);
+                self.lock_acquire_all(ctx, acquire, names, mode)
             }
             Op::SemAcquire {
                 name,
@@ -434,7 +450,10 @@ impl StateMachine {
             }
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
-                format!("{} is not a lock or semaphore acquire", other.name()),
+                format!(
+                    "{} is not a lock, multi-lock or semaphore acquire",
+                    other.name()
+                ),
             )),
         }
     }

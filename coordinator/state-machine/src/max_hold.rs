@@ -15,9 +15,12 @@
 //!
 //! Every grant of a lock or a semaphore takes the bound through
 //! [`Core::grant_claim`](crate::grant::Core::grant_claim) (or
-//! [`Core::grant_waiter`](crate::grant::Core::grant_waiter) for a queued request), so an op
-//! that grants several resources at once passes the same [`Claim`](crate::grant::Claim) with
-//! its `max_hold_ms` to each.
+//! [`Core::grant_waiter`](crate::grant::Core::grant_waiter) for a queued request). A
+//! multi-lock's grant, [`Core::grant_claim_all`](crate::grant::Core::grant_claim_all) or
+//! [`Core::grant_waiter_all`](crate::grant::Core::grant_waiter_all), gives every one of its
+//! locks the same hold and so the same deadline: its holds end together, each indexed here
+//! under its own lock. Each shared holder's hold has its own deadline, and a downgrade keeps
+//! the hold, so its deadline too (`lock/`).
 //!
 //! Invariants (checked by [`HoldEnds::check_invariants`] after every apply in tests):
 //! 1. `HoldEnds` indexes exactly the holds that have a max-hold deadline, each once, under that

@@ -47,15 +47,7 @@ fn handover(
     ]
 }
 
-const NOTHING_ENDED: Reply = Reply::HoldTimesEnded {
-    max_holds: 0,
-    lock_delays: 0,
-};
-
-const ONE_ENDED: Reply = Reply::HoldTimesEnded {
-    max_holds: 1,
-    lock_delays: 0,
-};
+const ONE_ENDED: Reply = hold_times_ended(1, 0);
 
 #[test]
 fn a_lock_hold_ends_at_its_max_hold_and_the_next_waiter_is_granted_in_that_entry() {

@@ -16,8 +16,9 @@
 //!    holds over all of them; an agent with no live lease is not in the index.
 //! 2. A request is refused, with nothing changed, when it would give its agent a lease more
 //!    than `leases_per_agent_max`, a hold or wait more than `holds_per_agent_max` (holds plus
-//!    waits, over all its leases), or its lease a wait more than `waits_per_lease_max`. Checked
-//!    at admission: a `Configure` that lowers a bound takes nothing back.
+//!    waits, over all its leases), or its lease a wait more than `waits_per_lease_max`; a
+//!    multi-lock counts each of its locks. Checked at admission: a `Configure` that lowers a
+//!    bound takes nothing back.
 
 use crate::InvariantViolation;
 use std::collections::HashMap;
@@ -144,9 +145,20 @@ impl Core {
     /// `holds_per_agent_max` resources held or waited for (invariant 2). Waits count: a
     /// waiter becomes a hold without asking again.
     pub fn holds_quota(&self, agent: &str, limits: &Limits) -> Result<(), Reply> {
+        self.holds_quota_for(agent, 1, limits)
+    }
+
+    /// [`Core::holds_quota`] of a request for `count` resources at once (a multi-lock's
+    /// locks); a waiting multi-lock counts each lock it waits for.
+    pub fn holds_quota_for(&self, agent: &str, count: usize, limits: &Limits) -> Result<(), Reply> {
         let holds = self.usage.of(agent).holds as usize;
-        let waits = self.waiting.get(agent).map_or(0, |waits| waits.len());
-        if holds + waits < limits.holds_per_agent_max as usize {
+        let waits: usize = self.waiting.get(agent).map_or(0, |waits| {
+            waits
+                .into_iter()
+                .map(|(_, wait)| 1 + wait.others.len())
+                .sum()
+        });
+        if holds + waits + count <= limits.holds_per_agent_max as usize {
             return Ok(());
         }
         Err(Reply::refused(
@@ -162,11 +174,21 @@ impl Core {
     /// Refuses a wait that would give `lease` more than `waits_per_lease_max` waits
     /// (invariant 2).
     pub fn waits_quota(&self, lease: LeaseId, limits: &Limits) -> Result<(), Reply> {
+        self.waits_quota_for(lease, 1, limits)
+    }
+
+    /// [`Core::waits_quota`] of a wait for `count` resources at once (a multi-lock's locks).
+    pub fn waits_quota_for(
+        &self,
+        lease: LeaseId,
+        count: usize,
+        limits: &Limits,
+    ) -> Result<(), Reply> {
         let waits = self
             .leases
             .get(&lease)
             .map_or(0, |record| record.waits.len());
-        if waits < limits.waits_per_lease_max as usize {
+        if waits + count <= limits.waits_per_lease_max as usize {
             return Ok(());
         }
         Err(Reply::refused(

@@ -1,6 +1,6 @@
 //! The log's form of a request: the wire's, plus the secret's hash for the account ops.
 
-use hivekeeper_protocol::{Op, Role};
+use hivekeeper_protocol::{LockMode, Op, Role};
 
 use super::{AgentRequest, InvalidRequest};
 
@@ -40,6 +40,7 @@ fn a_write_without_a_secret_is_logged_in_the_wire_form() {
         lease: "0000000000000002".into(),
         wait_ms: None,
         max_hold_ms: None,
+        mode: LockMode::Exclusive,
     };
     let json = r#"{"id":"r1","op":"lock.acquire","name":"gw","lease":"0000000000000002"}"#;
     assert_eq!(

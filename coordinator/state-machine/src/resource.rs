@@ -190,7 +190,10 @@ impl StateMachine {
         Err(Reply::refused(ErrorCode::NotHolder, message))
     }
 
-    /// Takes one waiter out of its resource's queue and answers it with an error.
+    /// Takes one waiting request on `key` out of its queue — out of every queue of a
+    /// multi-lock — and answers it with an error, once; the resources it waited on, for the
+    /// caller to settle. Nothing when it waits no more: a multi-lock answered already, through
+    /// another of its locks.
     pub(crate) fn remove_waiter(
         &mut self,
         ctx: &mut Ctx,
@@ -199,24 +202,38 @@ impl StateMachine {
         request_id: &str,
         code: ErrorCode,
         message: &str,
-    ) {
+    ) -> Vec<ResourceKey> {
+        let Some(keys) = self.core.wait_keys(agent, request_id) else {
+            return Vec::new();
+        };
+        debug_assert!(
+            keys.contains(key),
+            "{key} is one of the request's resources"
+        );
         let (resource, core, _) = self.resource_mut(key.kind);
-        let waiter = resource
-            .take_waiter(&key.name, agent, request_id)
-            .expect("the pending-wait index points at a queued waiter");
-        core.answer_waiter(ctx, key, waiter, code, message);
+        let mut waiters = keys.iter().map(|key| {
+            resource
+                .take_waiter(&key.name, agent, request_id)
+                .expect("the pending-wait index points at a queued waiter")
+        });
+        let waiter = waiters
+            .next()
+            .expect("a request waits on at least one resource");
+        waiters.for_each(drop);
+        core.answer_waiter(ctx, &keys, waiter, code, message);
+        keys
     }
 
     /// Grants whatever became grantable on these resources, given in (kind, name) order, after
     /// holds or waiters went away, and forgets resources left with neither (invariant 1); a
     /// new leader of an election is in the key space when it returns (`election.rs`). A lock
-    /// held back by a lock-delay is left as it is until the delay ends (`lock_delay.rs`).
+    /// held back by a lock-delay grants nobody and stays until the delay ends (`Lock::admits`,
+    /// `lock_delay.rs`).
     pub(crate) fn settle(&mut self, ctx: &mut Ctx, keys: &[ResourceKey]) {
         debug_assert!(
             keys.is_sorted(),
             "invariant 1: keys settle in (kind, name) order"
         );
-        let keys = self.lock_delays.not_held_back(keys);
         for same_kind in keys.chunk_by(|a, b| a.kind == b.kind) {
             let (resource, core, limits) = self.resource_mut(same_kind[0].kind);
             resource.settle(ctx, core, same_kind, limits);
@@ -235,8 +252,14 @@ impl StateMachine {
 
     /// Refuses a request that would put one resource more in use than `resources_max`.
     pub(crate) fn resources_full(&self) -> Result<(), Reply> {
+        self.resources_full_for(1)
+    }
+
+    /// [`Self::resources_full`] of a request that puts `count` resources more in use (a
+    /// multi-lock's locks not yet in use); none is always fine, even past a lowered bound.
+    pub(crate) fn resources_full_for(&self, count: usize) -> Result<(), Reply> {
         let max = self.limits.resources_max;
-        if self.resource_count() < max as usize {
+        if count == 0 || self.resource_count() + count <= max as usize {
             return Ok(());
         }
         let message = format!("{max} resources are in use, the limit");

@@ -76,6 +76,7 @@ impl StateMachine {
         state.waypoints.rebuild_index();
         state.core.deadlines = WaitDeadlines::rebuild(&state.core.waiting);
         state.core.usage = Usage::rebuild(&state.core.leases);
+        state.lock_delays.flag(&mut state.locks);
         let occupancy = state.occupancy().map_err(Error::SnapshotInvariant)?;
         state.core.hold_ends = HoldEnds::rebuild(&occupancy.hold_ends);
         state.core.enforce_dedup(&state.limits);

@@ -1,10 +1,13 @@
 //! A small harness for the unit tests: applies commands at increasing indexes with a clock the
 //! test moves, checks every invariant after every entry, and builds requests tersely.
 
-use hivekeeper_protocol::{Priority, ResourceKind};
+use hivekeeper_protocol::{LockMode, Priority, ResourceKind};
 
 use super::{AgentRequest, Command, Event, LeaseId, Limits, LogMeta, Reply, StateMachine};
 pub use hivekeeper_protocol::Op;
+
+/// A lock holder as `inspect` shows it: agent, token and mode.
+pub type LockHolder = (String, u64, LockMode);
 
 /// A machine plus the log position and clock the next entry gets.
 pub struct Harness {
@@ -147,6 +150,37 @@ impl Harness {
         self.sm.query("inspector", &op)
     }
 
+    /// `fence.check` of `token` on lock `name`.
+    pub fn fence_lock(&self, name: &str, token: u64) -> Reply {
+        let op = Op::FenceCheck {
+            name: name.to_string(),
+            kind: ResourceKind::Lock,
+            token,
+        };
+        self.sm.query("inspector", &op)
+    }
+
+    /// Holders of lock `name` as `(agent, token, mode)` and its waiters as `(agent, mode)`, as
+    /// `inspect` shows them.
+    pub fn lock_modes(&self, name: &str) -> (Vec<LockHolder>, Vec<(String, LockMode)>) {
+        let op = Op::Inspect {
+            kind: ResourceKind::Lock,
+            name: name.to_string(),
+        };
+        match self.sm.query("inspector", &op) {
+            Reply::Inspect {
+                holders, waiters, ..
+            } => (
+                holders
+                    .into_iter()
+                    .map(|h| (h.agent, h.token, h.mode))
+                    .collect(),
+                waiters.into_iter().map(|w| (w.agent, w.mode)).collect(),
+            ),
+            other => panic!("inspect failed: {other:?}"),
+        }
+    }
+
     /// Holder agents and waiter agents of a resource, as `inspect` shows them.
     pub fn occupants(&self, kind: ResourceKind, name: &str) -> (Vec<String>, Vec<String>) {
         let op = Op::Inspect {
@@ -200,11 +234,47 @@ pub fn refusal(reply: &Reply) -> (hivekeeper_protocol::ErrorCode, &str) {
 }
 
 pub fn lock_acquire(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
+    lock_acquire_in(name, lease, wait_ms, LockMode::Exclusive)
+}
+
+/// A `lock.acquire` of `name` in `mode`.
+pub fn lock_acquire_in(name: &str, lease: &str, wait_ms: Option<u64>, mode: LockMode) -> Op {
     Op::LockAcquire {
         name: name.to_string(),
         lease: lease.to_string(),
         wait_ms,
         max_hold_ms: None,
+        mode,
+    }
+}
+
+/// A shared `lock.acquire` of `name`.
+pub fn lock_shared(name: &str, lease: &str, wait_ms: Option<u64>) -> Op {
+    lock_acquire_in(name, lease, wait_ms, LockMode::Shared)
+}
+
+pub fn lock_downgrade(name: &str, lease: &str) -> Op {
+    Op::LockDowngrade {
+        name: name.to_string(),
+        lease: lease.to_string(),
+    }
+}
+
+/// A `lock.acquire_all` of `names` in `mode`.
+pub fn lock_acquire_all(names: &[&str], lease: &str, wait_ms: Option<u64>, mode: LockMode) -> Op {
+    Op::LockAcquireAll {
+        names: names.iter().map(|name| name.to_string()).collect(),
+        lease: lease.to_string(),
+        wait_ms,
+        max_hold_ms: None,
+        mode,
+    }
+}
+
+pub fn lock_release_all(names: &[&str], lease: &str) -> Op {
+    Op::LockReleaseAll {
+        names: names.iter().map(|name| name.to_string()).collect(),
+        lease: lease.to_string(),
     }
 }
 
@@ -323,12 +393,13 @@ pub fn at_priority(mut op: Op, level: u8) -> Op {
     op
 }
 
-/// `op` (a `lock.acquire` or `sem.acquire`) with its hold bounded to `max_hold_ms`.
+/// `op` (a `lock.acquire`, `lock.acquire_all` or `sem.acquire`) with its hold bounded to
+/// `max_hold_ms`.
 pub fn held_at_most(mut op: Op, ms: u64) -> Op {
     match &mut op {
-        Op::LockAcquire { max_hold_ms, .. } | Op::SemAcquire { max_hold_ms, .. } => {
-            *max_hold_ms = Some(ms)
-        }
+        Op::LockAcquire { max_hold_ms, .. }
+        | Op::LockAcquireAll { max_hold_ms, .. }
+        | Op::SemAcquire { max_hold_ms, .. } => *max_hold_ms = Some(ms),
         other => panic!("{} has no max_hold_ms", other.name()),
     }
     op
@@ -361,5 +432,77 @@ pub fn route_release(name: &str, lease: &str) -> Op {
     Op::RouteRelease {
         name: name.to_string(),
         lease: lease.to_string(),
+    }
+}
+
+/// The key of lock `name`.
+pub fn lock_key(name: &str) -> super::ResourceKey {
+    super::ResourceKey::new(ResourceKind::Lock, &std::sync::Arc::from(name))
+}
+
+/// `Event::Granted` of lock `name` to `agent`'s lease `lease` (its log position): at once
+/// (`queued: None`) or from the queue after `Some(waited_ms)`.
+pub fn lock_granted(name: &str, agent: &str, lease: u64, token: u64, queued: Option<u64>) -> Event {
+    Event::Granted {
+        key: lock_key(name),
+        agent: agent.into(),
+        lease: LeaseId(lease),
+        token,
+        waited_ms: queued.unwrap_or(0),
+        queued: queued.is_some(),
+    }
+}
+
+/// `Event::Released` of lock `name` by its holder, held `held_ms`.
+pub fn lock_released(name: &str, agent: &str, lease: u64, token: u64, held_ms: u64) -> Event {
+    let released = super::ReleaseReason::Released;
+    lock_ended(name, (agent, lease, token), held_ms, released)
+}
+
+/// `Event::Released` of the hold `(agent, lease, token)` of lock `name`, held `held_ms`, for
+/// `reason`.
+pub fn lock_ended(
+    name: &str,
+    (agent, lease, token): (&str, u64, u64),
+    held_ms: u64,
+    reason: super::ReleaseReason,
+) -> Event {
+    Event::Released {
+        key: lock_key(name),
+        agent: agent.into(),
+        lease: LeaseId(lease),
+        token,
+        held_ms,
+        reason,
+    }
+}
+
+/// `ExpireHoldTimes`'s reply when it ended nothing.
+pub const NOTHING_ENDED: Reply = hold_times_ended(0, 0);
+
+/// `ExpireHoldTimes`'s reply: how many holds its max-hold ended and how many lock-delays.
+pub const fn hold_times_ended(max_holds: u64, lock_delays: u64) -> Reply {
+    Reply::HoldTimesEnded {
+        max_holds,
+        lock_delays,
+    }
+}
+
+/// `Event::Queued` of `agent`'s request `request_id` on lock `name`.
+pub fn lock_queued(name: &str, agent: &str, request_id: &str) -> Event {
+    Event::Queued {
+        key: lock_key(name),
+        agent: agent.into(),
+        request_id: request_id.into(),
+    }
+}
+
+/// `Event::Respond` to `agent`'s request `request_id` that waited on lock `name`.
+pub fn lock_respond(name: &str, agent: &str, request_id: &str, reply: Reply) -> Event {
+    Event::Respond {
+        key: lock_key(name),
+        agent: agent.into(),
+        request_id: request_id.into(),
+        reply,
     }
 }

@@ -148,10 +148,10 @@ impl StateMachine {
         let due = self.core.deadlines.due(ctx.now_ms);
         let mut touched = BTreeSet::new();
         for (agent, request_id) in &due {
-            let key = self
+            let keys = self
                 .time_out(ctx, agent, request_id)
                 .expect("invariant 1: an indexed deadline belongs to a pending wait");
-            touched.insert(key);
+            touched.extend(keys);
         }
         let touched: Vec<ResourceKey> = touched.into_iter().collect();
         self.settle(ctx, &touched);
@@ -163,19 +163,24 @@ impl StateMachine {
     /// The legacy `CancelWait`: cancels one named waiter, whatever its deadline. If the grant
     /// came first there is nothing to do: a grant is never taken back by a timeout.
     pub(super) fn cancel_wait(&mut self, ctx: &mut Ctx, agent: &str, request_id: &str) -> Reply {
-        let Some(key) = self.time_out(ctx, agent, request_id) else {
+        let Some(keys) = self.time_out(ctx, agent, request_id) else {
             return Reply::Cancelled { cancelled: false };
         };
-        self.settle(ctx, std::slice::from_ref(&key));
+        self.settle(ctx, &keys);
         Reply::Cancelled { cancelled: true }
     }
 
-    /// Takes `agent`'s waiting request `request_id` out of its queue and answers it `timeout`;
-    /// the resource it waited on, for the caller to settle. `None` when it does not wait.
-    fn time_out(&mut self, ctx: &mut Ctx, agent: &str, request_id: &str) -> Option<ResourceKey> {
-        let key = self.core.waiting_key(agent, request_id)?;
+    /// Takes `agent`'s waiting request `request_id` out of its queue (every queue of a
+    /// multi-lock) and answers it `timeout`; the resources it waited on, in (kind, name)
+    /// order, for the caller to settle. `None` when it does not wait.
+    fn time_out(
+        &mut self,
+        ctx: &mut Ctx,
+        agent: &str,
+        request_id: &str,
+    ) -> Option<Vec<ResourceKey>> {
+        let key = self.core.pending_wait(agent, request_id)?.key.clone();
         let (code, message) = (ErrorCode::Timeout, WAIT_ELAPSED);
-        self.remove_waiter(ctx, &key, agent, request_id, code, message);
-        Some(key)
+        Some(self.remove_waiter(ctx, &key, agent, request_id, code, message))
     }
 }

@@ -7,9 +7,10 @@
 //! `WaitDeadlines::check_invariants`):
 //! 1. `waiting` indexes exactly the queued waiters, by agent and request id: no waiter twice.
 //!    An agent's waits are sorted by request id, and an agent that waits for nothing is not
-//!    in the index.
+//!    in the index. A multi-lock (`lock.acquire_all`) is one waiting request for several
+//!    locks: indexed once, under its first lock, with the others beside it in name order.
 //! 2. Every indexed wait names a live lease, and that lease's `waits` lists it under the same
-//!    resource and request id, and nothing else.
+//!    resources (each of a multi-lock's) and request id, and nothing else.
 //! 3. `deadlines` lists exactly the indexed waits that have a deadline (`wait_deadline.rs`).
 
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::fifo::{self, Queue};
 use crate::grant::{Claim, Core, Waiter};
-use crate::{Ctx, Decision, Event, InvariantViolation, LeaseId, Limits, Reply, ResourceKey};
+use crate::{Ctx, Decision, Event, InvariantViolation, LeaseId, Limits, Reply, ResourceKey, Text};
 
 /// Where a pending request waits, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +39,22 @@ pub struct Wait {
     /// absent for an unbounded one, and then absent from the snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_hold_ms: Option<u64>,
+    /// A multi-lock's (`lock.acquire_all`) other lock names, in name order, all after `key`'s:
+    /// the request waits in each of their queues too, under this one request id. Empty (and
+    /// left out of the snapshot) for a request for one resource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<Text>,
+}
+
+impl Wait {
+    /// Every resource the request waits for: `key`, then the multi-lock's others.
+    pub fn keys(&self) -> Vec<ResourceKey> {
+        let others = self
+            .others
+            .iter()
+            .map(|name| ResourceKey::new(self.key.kind, name));
+        std::iter::once(self.key.clone()).chain(others).collect()
+    }
 }
 
 /// One agent's pending waits by request id: a vector sorted by id, serialized as the map it
@@ -137,9 +154,14 @@ impl Core {
         counts
     }
 
-    /// The resource a pending request waits on.
-    pub fn waiting_key(&self, agent: &str, request_id: &str) -> Option<ResourceKey> {
-        Some(self.waiting.get(agent)?.get(request_id)?.key.clone())
+    /// The pending wait of `agent`'s request `request_id`, if it waits.
+    pub fn pending_wait(&self, agent: &str, request_id: &str) -> Option<&Wait> {
+        self.waiting.get(agent)?.get(request_id)
+    }
+
+    /// Every resource a pending request waits on: one, or a multi-lock's locks in name order.
+    pub fn wait_keys(&self, agent: &str, request_id: &str) -> Option<Vec<ResourceKey>> {
+        Some(self.pending_wait(agent, request_id)?.keys())
     }
 
     /// Whether `lease` already waits on `key` (under any request id).
@@ -173,7 +195,8 @@ impl Core {
     /// earlier request is answered `timeout` ("superseded").
     /// This is what a client that gave up on its request (a lost answer, a session in
     /// jeopardy) and asks again under a fresh id needs: its place, not a refusal. The caller
-    /// renames the waiter in the resource's queue (`Queue::rename`) with the returned old id.
+    /// renames the waiter in the resource's queue (`Queue::rename`) with the returned old id,
+    /// in every queue of a multi-lock (whose `key` is its first lock).
     pub fn take_over_wait(
         &mut self,
         ctx: &mut Ctx,
@@ -197,8 +220,16 @@ impl Core {
             .expect("the caller checked the lease waits on key");
         let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
         let waits = self.waiting.entry(agent.clone()).or_default();
-        if let Some(old_deadline_ms) = waits.remove(&old_id).and_then(|wait| wait.deadline_ms) {
+        let old = waits
+            .remove(&old_id)
+            .expect("invariant 2: the lease's wait is indexed");
+        if let Some(old_deadline_ms) = old.deadline_ms {
             self.deadlines.remove(old_deadline_ms, agent, &old_id);
+        }
+        // A multi-lock's wait moves whole: every one of its locks now waits under the new id.
+        for other in &old.others {
+            let other = ResourceKey::new(key.kind, other);
+            record.waits.insert(other, request_id.to_string());
         }
         waits.insert(
             request_id.to_string(),
@@ -207,6 +238,7 @@ impl Core {
                 key: key.clone(),
                 deadline_ms,
                 max_hold_ms,
+                others: old.others,
             },
         );
         if let Some(deadline_ms) = deadline_ms {
@@ -226,12 +258,12 @@ impl Core {
         old_id
     }
 
-    /// A request for `key`, held by another lease, that waits in `queue` (the one way locks and
-    /// elections queue): a lease that waits already takes its wait over
-    /// ([`Core::take_over_wait`]); otherwise, within the holds, waits and queue bounds, the
-    /// request joins the back of the queue. `wait_ms: 0` is `would_block` either way, nothing
-    /// changed; `held` says why it cannot be granted now (`lock "gw" is held by another
-    /// lease`).
+    /// A request for `key`, held by another lease, that waits in `queue` (how elections queue;
+    /// locks, with their modes and multi-locks, queue in `lock/acquire.rs`): a lease that
+    /// waits already takes its wait over ([`Core::take_over_wait`]); otherwise, within the
+    /// holds, waits and queue bounds, the request joins the back of the queue. `wait_ms: 0` is
+    /// `would_block` either way, nothing changed; `held` says why it cannot be granted now
+    /// (`election "chair" has a leader`).
     pub fn wait_behind(
         &mut self,
         ctx: &mut Ctx,
@@ -307,12 +339,19 @@ impl Core {
                         wait.lease
                     ));
                 };
-                if lease.waits.get(&wait.key) != Some(request_id) {
+                let names = std::iter::once(&wait.key.name).chain(&wait.others);
+                if !names.clone().zip(names.skip(1)).all(|(a, b)| a < b) {
                     return Err(violation!(
-                        "pending wait {agent}/{request_id} on {} is not in lease {}",
-                        wait.key,
-                        wait.lease
+                        "pending wait {agent}/{request_id}: its locks are not in name order"
                     ));
+                }
+                for key in wait.keys() {
+                    if lease.waits.get(&key) != Some(request_id) {
+                        return Err(violation!(
+                            "pending wait {agent}/{request_id} on {key} is not in lease {}",
+                            wait.lease
+                        ));
+                    }
                 }
             }
         }
@@ -322,7 +361,7 @@ impl Core {
                     .waiting
                     .get(&lease.agent)
                     .and_then(|waits| waits.get(request_id));
-                if indexed.is_none_or(|wait| wait.lease != *id || wait.key != *key) {
+                if indexed.is_none_or(|wait| wait.lease != *id || !wait.keys().contains(key)) {
                     return Err(violation!(
                         "lease {id} waits for {key} as {request_id:?}, but the index disagrees"
                     ));

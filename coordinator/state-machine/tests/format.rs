@@ -318,6 +318,76 @@ fn kv_commands_and_their_snapshot_have_a_fixed_shape() {
     assert_eq!(restored.snapshot(), machine.snapshot());
 }
 
+/// Read-write locks and multi-locks add to format 1 without changing it: a request's `mode`
+/// is an optional member (absent for exclusive, so the requests above keep their bytes), and
+/// so are a lock's `shared` holders, a waiter's `mode` and a pending wait's `others` (a
+/// multi-lock's other locks) in the snapshot; `lock.downgrade`, `lock.acquire_all` and
+/// `lock.release_all` are commands of their own. A snapshot with all of them restores to its
+/// own bytes.
+#[test]
+fn lock_modes_and_multi_locks_are_optional_members_and_the_new_commands_have_a_fixed_shape() {
+    let log = r#"[{"request":{"agent":"a","request":{"id":"g1","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"b","request":{"id":"g2","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"c","request":{"id":"g3","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"a","request":{"id":"l4","op":"lock.acquire","name":"w","lease":"0000000000000001"}}},{"request":{"agent":"a","request":{"id":"l5","op":"lock.downgrade","name":"w","lease":"0000000000000001"}}},{"request":{"agent":"b","request":{"id":"l6","op":"lock.acquire","name":"w","lease":"0000000000000002"}}},{"request":{"agent":"c","request":{"id":"l7","op":"lock.acquire","name":"w","lease":"0000000000000003","wait_ms":5000,"mode":"shared"}}},{"request":{"agent":"a","request":{"id":"l8","op":"lock.acquire_all","names":["y","x"],"lease":"0000000000000001"}}},{"request":{"agent":"b","request":{"id":"l9","op":"lock.acquire_all","names":["x","z"],"lease":"0000000000000002","wait_ms":1000,"mode":"shared"}}},{"request":{"agent":"c","request":{"id":"l10","op":"lock.acquire_all","names":["v"],"lease":"0000000000000003","wait_ms":0}}},{"request":{"agent":"c","request":{"id":"l11","op":"lock.release_all","names":["v"],"lease":"0000000000000003"}}}]"#;
+    let commands: Vec<Command> = serde_json::from_str(log).expect("the lock log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the lock commands changed shape"
+    );
+    let mut machine = StateMachine::default();
+    let stamps = stamps(commands.len());
+    for (meta, command) in stamps.iter().copied().zip(commands) {
+        machine.apply(meta, command).expect("indexes increase");
+        machine.check_invariants().expect("invariants hold");
+    }
+    let snapshot: serde_json::Value =
+        serde_json::from_slice(&machine.snapshot()).expect("a snapshot is JSON");
+    let (w_since_ms, b_queued_ms) = (stamps[3].now_ms, stamps[8].now_ms);
+    let waiter = |lease: u64, agent: &str, id: &str, seq: u64| {
+        serde_json::json!({"lease": lease, "agent": agent, "request_id": id, "permits": 1,
+            "since_ms": stamps[seq as usize - 1].now_ms, "seq": seq})
+    };
+    let mut c_shared = waiter(3, "c", "l7", 7);
+    c_shared["mode"] = "shared".into();
+    assert_eq!(
+        snapshot["state"]["locks"]["w"],
+        serde_json::json!({
+            "holder": null,
+            "shared": [{"lease": 1, "agent": "a", "token": 4 << 16, "permits": 1,
+                        "since_ms": w_since_ms}],
+            "waiters": [waiter(2, "b", "l6", 6), c_shared]
+        }),
+        "the downgraded hold keeps its token; only the shared waiter has a mode"
+    );
+    let mut b_multi = waiter(2, "b", "l9", 9);
+    b_multi["mode"] = "shared".into();
+    assert_eq!(
+        snapshot["state"]["locks"]["x"]["waiters"],
+        serde_json::json!([b_multi])
+    );
+    assert_eq!(
+        snapshot["state"]["locks"]["z"],
+        serde_json::json!({"holder": null, "waiters": [b_multi]})
+    );
+    assert_eq!(
+        snapshot["state"]["core"]["waiting"]["b"]["l9"],
+        serde_json::json!({"lease": 2, "key": "lock:x", "deadline_ms": b_queued_ms + 1_000,
+                           "others": ["z"]})
+    );
+    assert_eq!(
+        snapshot["state"]["core"]["waiting"]["b"]["l6"],
+        serde_json::json!({"lease": 2, "key": "lock:w"}),
+        "a request for one lock has no `others`"
+    );
+    assert_eq!(
+        snapshot["state"]["locks"]["x"]["holder"]["token"],
+        snapshot["state"]["locks"]["y"]["holder"]["token"],
+        "one token on every lock of a multi-lock"
+    );
+    let bytes = machine.snapshot();
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert!(restored.snapshot() == bytes);
+}
+
 /// Hold times add to format 1 without changing it: `lease.grant`'s `lock_delay_ms` and the
 /// acquires' `max_hold_ms` are optional members (a `lock_delay_ms` of 0 is left out, as if
 /// absent), and so are a lease's `lock_delay_ms`, a hold's `max_hold_deadline_ms`, a waiting
@@ -377,6 +447,62 @@ fn hold_times_are_optional_members_and_the_new_command_has_a_fixed_shape() {
     let restored = StateMachine::restore(&bytes).expect("restores");
     assert!(restored.snapshot() == bytes);
     assert_eq!(restored.hold_time_next_ms(), Some(1_700_000_008_105));
+}
+
+/// Hold times with lock modes and multi-locks add nothing new to format 1, only their members
+/// together: `lock.acquire_all`'s `max_hold_ms` (written between `wait_ms` and `mode`), a
+/// shared hold's `max_hold_deadline_ms`, a waiting multi-lock's `max_hold_ms` beside its
+/// `others`, and the locks a lease held back in either mode and through a multi-lock in
+/// `lock_delays`, the shared holder beside it kept. It restores to its own bytes, the
+/// held-back locks still held back.
+#[test]
+fn hold_times_of_shared_locks_and_multi_locks_are_the_members_of_each_together() {
+    let log = r#"[{"request":{"agent":"a","request":{"id":"g1","op":"lease.grant","ttl_ms":5000,"lock_delay_ms":2000}}},{"request":{"agent":"b","request":{"id":"g2","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"c","request":{"id":"g3","op":"lease.grant","ttl_ms":60000}}},{"request":{"agent":"a","request":{"id":"l4","op":"lock.acquire","name":"r","lease":"0000000000000001","mode":"shared"}}},{"request":{"agent":"b","request":{"id":"l5","op":"lock.acquire","name":"r","lease":"0000000000000002","max_hold_ms":30000,"mode":"shared"}}},{"request":{"agent":"a","request":{"id":"l6","op":"lock.acquire_all","names":["y","x"],"lease":"0000000000000001"}}},{"request":{"agent":"c","request":{"id":"l7","op":"lock.acquire_all","names":["x","z"],"lease":"0000000000000003","wait_ms":60000,"max_hold_ms":4000,"mode":"shared"}}}]"#;
+    let mut commands: Vec<Command> = serde_json::from_str(log).expect("the log decodes");
+    assert_eq!(
+        serde_json::to_string(&commands).expect("encodes"),
+        log,
+        "the requests changed shape"
+    );
+    // a's lease expires holding r shared and the multi-lock x, y: all three held back 2 s.
+    commands.push(Command::ExpireLeases {
+        term: 1,
+        leases: vec![hivekeeper_state_machine::LeaseId(1)],
+    });
+    let stamps = stamps(commands.len());
+    let machine = replay(commands);
+    let bytes = machine.snapshot();
+    let text = String::from_utf8(bytes.clone()).expect("UTF-8");
+    let until_ms = stamps[7].now_ms + 2_000;
+    assert!(
+        text.ends_with(&format!(
+            r#","lock_delays":{{"r":{until_ms},"x":{until_ms},"y":{until_ms}}}}}}}"#
+        )),
+        "every lock a held, in either mode: {text}"
+    );
+    let snapshot: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    let locks = &snapshot["state"]["locks"];
+    assert_eq!(
+        locks["r"],
+        serde_json::json!({"holder": null,
+            "shared": [{"lease": 2, "agent": "b", "token": 5 << 16, "permits": 1,
+                        "since_ms": stamps[4].now_ms,
+                        "max_hold_deadline_ms": stamps[4].now_ms + 30_000}],
+            "waiters": []}),
+        "b's shared hold is kept, with its own deadline"
+    );
+    assert_eq!(
+        locks["y"],
+        serde_json::json!({"holder": null, "waiters": []})
+    );
+    assert_eq!(
+        snapshot["state"]["core"]["waiting"]["c"]["l7"],
+        serde_json::json!({"lease": 3, "key": "lock:x",
+            "deadline_ms": stamps[6].now_ms + 60_000, "max_hold_ms": 4_000, "others": ["z"]})
+    );
+    let restored = StateMachine::restore(&bytes).expect("restores");
+    assert!(restored.snapshot() == bytes);
+    assert_eq!(restored.hold_time_next_ms(), Some(until_ms));
 }
 
 /// The election commands' log form (added after format 1): the wire ops as they are, and the

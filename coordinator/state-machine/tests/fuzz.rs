@@ -22,7 +22,7 @@
 use hivekeeper_protocol::kv::{
     Compare, CompareOp, CompareTarget, Delete, Get, Holder, KeySelector, Put, TxnOp,
 };
-use hivekeeper_protocol::{Op, Priority, ResourceKind, Role, Volume};
+use hivekeeper_protocol::{LockMode, Op, Priority, ResourceKind, Role, Volume};
 use hivekeeper_state_machine::{
     AgentRequest, Command, KV_LIMITS_DEFAULT, KvLimits, LeaseId, Limits, LogMeta, StateMachine,
 };
@@ -150,6 +150,22 @@ fn number() -> BoxedStrategy<u64> {
     .boxed()
 }
 
+/// A lock's mode, exclusive more often than not.
+fn lock_mode() -> BoxedStrategy<LockMode> {
+    prop_oneof![2 => Just(LockMode::Exclusive), 1 => Just(LockMode::Shared)].boxed()
+}
+
+/// A multi-lock's names: none, a few (duplicates sometimes), or more than a multi-lock may
+/// have.
+fn lock_names() -> BoxedStrategy<Vec<String>> {
+    prop_oneof![
+        8 => prop::collection::vec(name(), 1..4),
+        1 => Just(Vec::new()),
+        1 => prop::collection::vec(name(), 64..67),
+    ]
+    .boxed()
+}
+
 /// A fencing token: one a short log can grant (`position << 16`, plus a few for the further
 /// grants of an entry), so that proclaims and resigns meet a leadership, or any number.
 fn token() -> BoxedStrategy<u64> {
@@ -265,15 +281,28 @@ fn agent_op() -> BoxedStrategy<Op> {
             }
         ),
         2 => lease().prop_map(|lease| Op::LeaseRevoke { lease }),
-        4 => (name(), lease(), wait_ms(), max_hold_ms()).prop_map(
-            |(name, lease, wait_ms, max_hold_ms)| Op::LockAcquire {
+        4 => (name(), lease(), wait_ms(), max_hold_ms(), lock_mode()).prop_map(
+            |(name, lease, wait_ms, max_hold_ms, mode)| Op::LockAcquire {
                 name,
                 lease,
                 wait_ms,
-                max_hold_ms
+                max_hold_ms,
+                mode,
             }
         ),
         3 => (name(), lease()).prop_map(|(name, lease)| Op::LockRelease { name, lease }),
+        2 => (name(), lease()).prop_map(|(name, lease)| Op::LockDowngrade { name, lease }),
+        3 => (lock_names(), lease(), wait_ms(), max_hold_ms(), lock_mode()).prop_map(
+            |(names, lease, wait_ms, max_hold_ms, mode)| Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                max_hold_ms,
+                mode,
+            }
+        ),
+        2 => (lock_names(), lease())
+            .prop_map(|(names, lease)| Op::LockReleaseAll { names, lease }),
         4 => (name(), count(), lease(), count(), wait_ms(), max_hold_ms()).prop_map(
             |(name, limit, lease, permits, wait_ms, max_hold_ms)| Op::SemAcquire {
                 name,
@@ -715,10 +744,32 @@ fn busy_snapshot() -> Vec<u8> {
         lease: lease.into(),
         wait_ms,
         max_hold_ms,
+        mode: LockMode::Exclusive,
     };
     apply("a", "l1", lock("l", &a, None, Some(60_000)));
     apply("b", "l2", lock("l", &b, Some(1_000), Some(30_000)));
-    // A lock held back by the lock-delay of an operator's revoke, so mutations reach it too.
+    // Two shared holders, a multi-lock held with a max-hold, and one waiting on a lock it
+    // makes holder-less, so that mutations reach modes and multi-locks too.
+    let shared = |lease: &str| Op::LockAcquire {
+        name: "r".into(),
+        lease: lease.into(),
+        wait_ms: None,
+        max_hold_ms: None,
+        mode: LockMode::Shared,
+    };
+    let all = |names: [&str; 2], lease: &str, max_hold_ms| Op::LockAcquireAll {
+        names: names.map(str::to_string).to_vec(),
+        lease: lease.into(),
+        wait_ms: Some(1_000),
+        max_hold_ms,
+        mode: LockMode::Exclusive,
+    };
+    apply("a", "r1", shared(&a));
+    apply("b", "r2", shared(&b));
+    apply("a", "m1", all(["m", "n"], &a, Some(60_000)));
+    apply("b", "m2", all(["o", "n"], &b, Some(30_000)));
+    // Locks held back by the lock-delay of an operator's revoke, one held exclusive and one
+    // shared beside other shared holders, so mutations reach them too.
     apply(
         "c",
         "g",
@@ -727,18 +778,10 @@ fn busy_snapshot() -> Vec<u8> {
             lock_delay_ms: 60_000,
         },
     );
-    apply(
-        "c",
-        "l3",
-        lock("held-back", &LeaseId(5).to_string(), None, None),
-    );
-    apply(
-        "admin",
-        "r",
-        Op::AdminRevoke {
-            lease: LeaseId(5).to_string(),
-        },
-    );
+    let c = LeaseId(9).to_string();
+    apply("c", "l3", lock("held-back", &c, None, None));
+    apply("c", "r3", shared(&c));
+    apply("admin", "r", Op::AdminRevoke { lease: c });
     let sem = |lease: &str| Op::SemAcquire {
         name: "s".into(),
         limit: 2,

@@ -1,13 +1,17 @@
 //! Model-based test of the coordinator's state machine (DESIGN.md §6, step 2).
 //!
 //! proptest draws random logs (up to 6 opening lease grants, then 1 to 120 steps) over a small
-//! universe: 4 agents, 2 lock names, 2 semaphore names with capacities 2 and 3 and weighted
-//! requests, 2 election names whose candidates campaign with values (one of them too long)
-//! and whose leaders proclaim and resign, or are sent deposed and never-granted tokens (the
-//! naive election: at most one leader per name, candidates in arrival order, a new leader's
-//! token larger than every earlier one, and its `$election/` key created at that token,
-//! modified by each proclaim, deleted when it goes), 4 waypoint names with cylinders a few
-//! metres apart (some with altitude bands, some
+//! universe: 4 agents, 2 lock names (exclusive; and, drawn by a case generator of their own,
+//! [`lock_case`], held shared, downgraded, and taken and released together as multi-locks:
+//! the model's locks say no exclusive holder is ever beside anybody, queues are FIFO across
+//! modes and across a multi-lock's locks, and a multi-lock has one token on every lock), 2
+//! semaphore names with capacities 2 and 3 and
+//! weighted requests, 2 election names whose candidates campaign with values (one of them too
+//! long) and whose leaders proclaim and resign, or are sent deposed and never-granted tokens
+//! (the naive election: at most one leader per name, candidates in arrival order, a new
+//! leader's token larger than every earlier one, and its `$election/` key created at that
+//! token, modified by each proclaim, deleted when it goes), 4 waypoint names with cylinders a
+//! few metres apart (some with altitude bands, some
 //! across a cell boundary of the machine's grid, a pair across the antimeridian and one across
 //! the pole, and reservations without geometry), with time windows (overlapping, touching, in
 //! the future, live, and refused ones: in the past, empty, too long, beyond the horizon), and
@@ -18,7 +22,13 @@
 //! volumes narrowed, while another lease waits on a kept one), and 2 barrier names with rounds
 //! of 1 to 4 members (drawn by a case generator of their own, [`barrier_case`], with locks and
 //! semaphores among them; the model's barrier says nobody passes early, nobody is left behind,
-//! generations increase). Each entry goes to the real
+//! generations increase). Hold times come in [`case`] and [`lock_case`] drawn with them
+//! (`case(true)`, `lock_case(true)`: leases with lock-delays, acquires and multi-locks with max-holds, operators'
+//! revokes of lock holders, `ExpireHoldTimes` stamped at a deadline and 1 ms before it): the
+//! model holds back every lock an expired or operator-revoked lease held, in either mode and
+//! through a multi-lock, until the latest delay on it ends, grants nobody a held-back lock
+//! while leaving its other shared holders be, and ends each hold at its own max-hold deadline,
+//! a multi-lock's on all its locks together. Each entry goes to the real
 //! [`StateMachine`] and to [`Model`], a naive reference written from DESIGN.md §2 and the
 //! module docs: plain `Vec`s, linear scans, one global "grant whatever is grantable" pass after
 //! every change. Only the geometry (`areas_conflict`, `distance_m`) is shared with the machine.
@@ -53,11 +63,11 @@
 
 use std::collections::BTreeMap;
 
-use hivekeeper_protocol::Op;
 use hivekeeper_protocol::kv::{KeyValue, election_key};
 use hivekeeper_protocol::{
     Area, ErrorCode, HolderInfo, KvPutDone, LeaderInfo, Priority, ResourceKind, Volume, WaiterInfo,
 };
+use hivekeeper_protocol::{LockMode, Op};
 use hivekeeper_state_machine::{
     AgentRequest, Command, Event, IDLE_CLOCK_STEP_MS_MAX, KV_LIMITS_DEFAULT, LeaseEnd, LeaseId,
     Limits, LogMeta, ReleaseReason, Reply, ResourceKey, StateMachine,
@@ -443,6 +453,11 @@ enum Action {
         narrow: bool,
         queue: Option<(usize, usize)>,
     },
+    /// The lease of the `back`-th most recent lock hold releases every lock it holds with
+    /// `lock.release_all` (several grants at once, often).
+    ReleaseHeldLocks {
+        back: usize,
+    },
     /// The agent that leads election `ELECTION_NAMES[name]` (if any) proclaims
     /// [`value`]`(value)` with its token, or resigns.
     LeaderActs {
@@ -521,10 +536,27 @@ enum OpSpec {
         name: usize,
         lease: LeasePick,
         wait: WaitSpec,
+        shared: bool,
         max_hold_ms: Option<u64>,
     },
     LockRelease {
         name: usize,
+        lease: LeasePick,
+    },
+    LockDowngrade {
+        name: usize,
+        lease: LeasePick,
+    },
+    /// A multi-lock of `names` (indexes into [`LOCK_NAMES`]; one named twice is refused).
+    LockAcquireAll {
+        names: Vec<usize>,
+        lease: LeasePick,
+        wait: WaitSpec,
+        shared: bool,
+        max_hold_ms: Option<u64>,
+    },
+    LockReleaseAll {
+        names: Vec<usize>,
         lease: LeasePick,
     },
     SemAcquire {
@@ -727,6 +759,7 @@ fn write_op_spec(hold_times: bool) -> BoxedStrategy<OpSpec> {
                 name,
                 lease,
                 wait,
+                shared: false,
                 max_hold_ms
             }
         ),
@@ -798,6 +831,17 @@ fn write_op_spec(hold_times: bool) -> BoxedStrategy<OpSpec> {
             .prop_map(|(name, token, value)| OpSpec::ElectionProclaim { name, token, value }),
         1 => (0..ELECTION_NAMES.len(), token_pick())
             .prop_map(|(name, token)| OpSpec::ElectionResign { name, token }),
+    ]
+    .boxed()
+}
+
+/// A multi-lock's names: 1 or 2 distinct lock names in any order, or now and then one named
+/// twice (`bad_request`).
+fn lock_name_set() -> BoxedStrategy<Vec<usize>> {
+    prop_oneof![
+        12 => prop::sample::subsequence((0..LOCK_NAMES.len()).collect::<Vec<_>>(), 1..=2)
+            .prop_shuffle(),
+        1 => (0..LOCK_NAMES.len()).prop_map(|name| vec![name, name]),
     ]
     .boxed()
 }
@@ -915,13 +959,23 @@ fn action(hold_times: bool) -> BoxedStrategy<Action> {
     }
     // The weights above sum to 122: the hold-time expiries come about as often as the
     // reservations' expiries.
+    with_hold_time_actions(other, [122, 2, 6, 3])
+}
+
+/// `other` and the hold-time actions, weighted `[other, ExpireHoldTimes (current or stale
+/// term), ExpireHoldTimesAtDeadline, RevokeLockHolder]`.
+fn with_hold_time_actions(
+    other: BoxedStrategy<Action>,
+    weights: [u32; 4],
+) -> BoxedStrategy<Action> {
+    let [other_weight, expire, at_deadline, revoke] = weights;
     prop_oneof![
-        122 => other,
-        2 => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
+        other_weight => other,
+        expire => prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)]
             .prop_map(|term| Action::ExpireHoldTimes { term }),
-        6 => (0..4usize, 0..=1u64)
+        at_deadline => (0..4usize, 0..=1u64)
             .prop_map(|(back, early_ms)| Action::ExpireHoldTimesAtDeadline { back, early_ms }),
-        3 => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
+        revoke => (0..3usize).prop_map(|back| Action::RevokeLockHolder { back }),
     ]
     .boxed()
 }
@@ -1000,6 +1054,7 @@ fn barrier_action() -> BoxedStrategy<Action> {
                 name,
                 lease,
                 wait,
+                shared: false,
                 max_hold_ms: None
             }),
         1 => (0..SEM_NAMES.len(), 0..SEM_LIMITS.len(), lease_pick(), wait_spec()).prop_map(
@@ -1030,23 +1085,117 @@ fn barrier_action() -> BoxedStrategy<Action> {
     .boxed()
 }
 
-fn barrier_case() -> impl Strategy<Value = Case> {
-    let step = (clock(), prop::bool::weighted(0.04), barrier_action()).prop_map(
-        |(clock, new_term, action)| Step {
+/// An op of a case about read-write locks and multi-locks: shared and exclusive acquires,
+/// downgrades, multi-locks (now and then naming a lock twice) and their releases, with leases
+/// granted and ending between; with `hold_times`, leases with lock-delays and acquires with
+/// max-holds, as in [`write_op_spec`].
+fn lock_op_spec(hold_times: bool) -> BoxedStrategy<OpSpec> {
+    prop_oneof![
+        14 => (
+            (0..LOCK_NAMES.len(), lease_pick(), wait_spec()),
+            any::<bool>(),
+            max_hold_ms(hold_times)
+        )
+            .prop_map(|((name, lease, wait), shared, max_hold_ms)| {
+                OpSpec::LockAcquire {
+                    name,
+                    lease,
+                    wait,
+                    shared,
+                    max_hold_ms,
+                }
+            }),
+        6 => (0..LOCK_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::LockRelease { name, lease }),
+        3 => (0..LOCK_NAMES.len(), release_lease_pick())
+            .prop_map(|(name, lease)| OpSpec::LockDowngrade { name, lease }),
+        8 => (
+            (lock_name_set(), lease_pick(), wait_spec()),
+            any::<bool>(),
+            max_hold_ms(hold_times)
+        )
+            .prop_map(|((names, lease, wait), shared, max_hold_ms)| {
+                OpSpec::LockAcquireAll {
+                    names,
+                    lease,
+                    wait,
+                    shared,
+                    max_hold_ms,
+                }
+            }),
+        3 => (lock_name_set(), release_lease_pick())
+            .prop_map(|(names, lease)| OpSpec::LockReleaseAll { names, lease }),
+        5 => (ttl_ms(), lock_delay_ms(hold_times))
+            .prop_map(|(ttl_ms, lock_delay_ms)| OpSpec::LeaseGrant { ttl_ms, lock_delay_ms }),
+        2 => lease_pick().prop_map(|lease| OpSpec::LeaseRevoke { lease }),
+        1 => lease_pick().prop_map(|lease| OpSpec::AdminRevoke { lease }),
+    ]
+    .boxed()
+}
+
+/// The actions of a case about read-write locks and multi-locks ([`lock_op_spec`]), with
+/// retries, expiries, releases of everything a lease holds and restores between; with
+/// `hold_times`, hold-time expiries and operators' revokes of lock holders too, as in
+/// [`action`]. [`case`] draws no shared or multi-lock op, so its cases, and the paths they
+/// reach, are what they were before them; and without hold times this draws what it drew
+/// before they were joined to modes and multi-locks.
+fn lock_action(hold_times: bool) -> BoxedStrategy<Action> {
+    let current =
+        || prop_oneof![5 => Just(TermPick::Current), 1 => (0..2u64).prop_map(TermPick::Stale)];
+    let other = prop_oneof![
+        60 => (0..AGENTS.len(), lock_op_spec(hold_times))
+            .prop_map(|(agent, op)| Action::AgentRequest { agent, op }),
+        6 => (0..6usize, any::<bool>(), lock_op_spec(hold_times))
+            .prop_map(|(back, same_op, op)| Action::Retry { back, same_op, op }),
+        6 => (
+            current(),
+            prop::collection::vec(0..6usize, 0..3).prop_map(ExpirePick::Some),
+        )
+            .prop_map(|(term, leases)| Action::Expire { term, leases }),
+        6 => current().prop_map(|term| Action::ExpireWaits { term }),
+        3 => (0..4usize, 0..=1u64)
+            .prop_map(|(back, early_ms)| Action::ExpireWaitsAtDeadline { back, early_ms }),
+        4 => (0..4usize).prop_map(|back| Action::ReleaseHeldLocks { back }),
+        2 => (0..6usize, prop::bool::weighted(0.1))
+            .prop_map(|(back, unknown_id)| Action::CancelWait { back, unknown_id }),
+        2 => Just(Action::Restore),
+        1 => (0..3usize).prop_map(|preset| Action::Configure { preset }),
+    ]
+    .boxed();
+    if !hold_times {
+        return other;
+    }
+    // The weights above sum to 90.
+    with_hold_time_actions(other, [90, 3, 6, 4])
+}
+
+/// A case about read-write locks and multi-locks ([`lock_action`]), with hold times or not.
+fn lock_case(hold_times: bool) -> impl Strategy<Value = Case> {
+    side_case(lock_action(hold_times), hold_times)
+}
+
+/// A case of a generator beside [`case`]: 2 to 6 opening lease grants (with lock-delays or
+/// not, as `hold_times` says), then 1 to 80 steps of `action`.
+fn side_case(action: BoxedStrategy<Action>, hold_times: bool) -> impl Strategy<Value = Case> {
+    let step =
+        (clock(), prop::bool::weighted(0.04), action).prop_map(|(clock, new_term, action)| Step {
             clock,
             new_term,
             action,
-        },
-    );
+        });
     (
         0..2usize,
-        prop::collection::vec(opening_grant(false), 2..=6),
+        prop::collection::vec(opening_grant(hold_times), 2..=6),
         prop::collection::vec(step, 1..=80),
     )
         .prop_map(|(limits, opening, steps)| Case {
             limits,
             steps: opening.into_iter().chain(steps).collect(),
         })
+}
+
+fn barrier_case() -> impl Strategy<Value = Case> {
+    side_case(barrier_action(), false)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1309,6 +1458,8 @@ struct ModelHold {
     priority: u8,
     /// When a preempted reservation is ended unless released.
     vacate_by_ms: Option<u64>,
+    /// A lock hold's mode (exclusive for every other kind).
+    mode: LockMode,
     /// Locks and semaphores: when its `max_hold_ms` ends it (grant time + `max_hold_ms`).
     max_hold_until_ms: Option<u64>,
     /// An election leader's value (empty for every other kind).
@@ -1350,6 +1501,11 @@ struct ModelWaiter {
     priority: u8,
     /// Its priority times `reservation_aging_ms` when it was queued.
     head_start_ms: u64,
+    /// A lock request's mode (exclusive for every other kind).
+    mode: LockMode,
+    /// A lock request's locks, in name order (`name` is the first); it waits in each one's
+    /// queue. Empty for every other kind.
+    lock_names: Vec<String>,
     /// Locks and semaphores: the request's `max_hold_ms`, for its hold once granted.
     max_hold_ms: Option<u64>,
     /// An election candidate's value (empty for every other kind).
@@ -1591,8 +1747,24 @@ impl Model {
                 lease,
                 wait_ms,
                 max_hold_ms,
-            } => self.lock_acquire(agent, id, name, lease, (*wait_ms, *max_hold_ms)),
+                mode,
+            } => self.lock_acquire(
+                agent,
+                id,
+                std::slice::from_ref(name),
+                lease,
+                (*wait_ms, *max_hold_ms, *mode),
+            ),
             Op::LockRelease { name, lease } => self.release(ResourceKind::Lock, agent, name, lease),
+            Op::LockDowngrade { name, lease } => self.lock_downgrade(agent, name, lease),
+            Op::LockAcquireAll {
+                names,
+                lease,
+                wait_ms,
+                max_hold_ms,
+                mode,
+            } => self.lock_acquire(agent, id, names, lease, (*wait_ms, *max_hold_ms, *mode)),
+            Op::LockReleaseAll { names, lease } => self.lock_release_all(agent, names, lease),
             Op::SemAcquire {
                 name,
                 limit,
@@ -1793,10 +1965,14 @@ impl Model {
                     .holds
                     .iter()
                     .filter(|hold| hold.lease == *id && hold.kind == ResourceKind::Lock);
-                let held_back: Vec<(String, u64)> = held_locks
-                    .map(|hold| (hold.name.clone(), until_ms))
-                    .collect();
-                self.lock_delays.extend(held_back);
+                let held_back: Vec<String> = held_locks.map(|hold| hold.name.clone()).collect();
+                // A lock held shared by several leases with delays: the later end holds.
+                for name in held_back {
+                    match self.lock_delays.iter_mut().find(|(held, _)| *held == name) {
+                        Some((_, until)) => *until = (*until).max(until_ms),
+                        None => self.lock_delays.push((name, until_ms)),
+                    }
+                }
             }
             self.ended.push((agent, *id, reason));
             self.leases.retain(|lease| lease.id != *id);
@@ -1998,10 +2174,11 @@ impl Model {
             .filter(move |hold| hold.kind == kind && hold.name == name)
     }
 
+    /// A resource's waiters, in arrival order: a multi-lock is a waiter of each of its locks.
     fn waiters_of(&self, kind: ResourceKind, name: &str) -> impl Iterator<Item = &ModelWaiter> {
-        self.waiters
-            .iter()
-            .filter(move |w| w.kind == kind && w.name == name)
+        self.waiters.iter().filter(move |w| {
+            w.kind == kind && (w.name == name || w.lock_names.iter().any(|lock| lock == name))
+        })
     }
 
     /// A resource's queue, head first: arrival order, except that waypoint waiters go by
@@ -2159,9 +2336,22 @@ impl Model {
         {
             return refused(ErrorCode::BadRequest);
         }
+        self.move_wait(position, request_id, (wait_ms, max_hold_ms))
+    }
+
+    /// The wait of the waiter at `position` asked for again under `request_id`: a try is
+    /// `would_block`; otherwise it goes on in place under the new id, deadline and max-hold,
+    /// and the earlier request is answered `timeout`.
+    fn move_wait(
+        &mut self,
+        position: usize,
+        request_id: &str,
+        (wait_ms, max_hold_ms): (Option<u64>, Option<u64>),
+    ) -> Outcome {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
+        let waiter = self.waiters[position].clone();
         self.respond(&waiter, refused(ErrorCode::Timeout));
         let now_ms = self.now_ms;
         let moved = &mut self.waiters[position];
@@ -2180,7 +2370,10 @@ impl Model {
             .holds
             .iter()
             .map(|hold| (hold.kind, hold.name.as_str()))
-            .chain(self.waiters.iter().map(|w| (w.kind, w.name.as_str())));
+            .chain(self.waiters.iter().flat_map(|w| {
+                let locks = w.lock_names.iter().map(move |name| (w.kind, name.as_str()));
+                std::iter::once((w.kind, w.name.as_str())).chain(locks)
+            }));
         // A lock held back by a lock-delay is in use even when nobody waits for it.
         let held_back = self
             .lock_delays
@@ -2229,6 +2422,7 @@ impl Model {
             volumes: Vec::new(),
             priority: 0,
             vacate_by_ms: None,
+            mode: LockMode::Exclusive,
             max_hold_until_ms: None,
             value: String::new(),
         });
@@ -2266,81 +2460,217 @@ impl Model {
             volumes: Vec::new(),
             priority: 0,
             head_start_ms: 0,
+            mode: LockMode::Exclusive,
+            lock_names: Vec::new(),
             max_hold_ms: None,
             value: String::new(),
         });
         Outcome::Queued
     }
 
+    /// `lock.acquire` (one name) and `lock.acquire_all`, naively: what the lease holds or
+    /// waits for first, then granted at once when no lock has a waiter and every lock's
+    /// holders admit the mode, else queued as one waiter of every lock.
     fn lock_acquire(
         &mut self,
         agent: &str,
         request_id: &str,
-        name: &str,
+        names: &[String],
         lease: &str,
-        times: (Option<u64>, Option<u64>),
+        (wait_ms, max_hold_ms, mode): (Option<u64>, Option<u64>, LockMode),
     ) -> Outcome {
         let lease = match self.live_lease(agent, lease) {
             Ok(id) => id,
             Err(refusal) => return refusal,
         };
-        self.exclusive_acquire(ResourceKind::Lock, (agent, lease, request_id), name, times)
+        let kind = ResourceKind::Lock;
+        let mut names = names.to_vec();
+        names.sort();
+        let held: Vec<&ModelHold> = names
+            .iter()
+            .filter_map(|name| self.holds_of(kind, name).find(|hold| hold.lease == lease))
+            .collect();
+        if let Some(first) = held.first() {
+            let one_grant = held.len() == names.len()
+                && held
+                    .iter()
+                    .all(|hold| hold.token == first.token && hold.mode == mode);
+            return if one_grant {
+                Outcome::Granted { token: first.token }
+            } else {
+                refused(ErrorCode::BadRequest)
+            };
+        }
+        // A lock held back by a lock-delay grants nobody: a try is refused, others queue.
+        let held_back = names.iter().any(|name| self.held_back(name));
+        if held_back && wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        let waiting = self.waiters.iter().position(|w| {
+            w.kind == kind && w.lease == lease && w.lock_names.iter().any(|n| names.contains(n))
+        });
+        if let Some(position) = waiting {
+            let waiter = &self.waiters[position];
+            if waiter.lock_names != names || waiter.mode != mode {
+                return refused(ErrorCode::BadRequest);
+            }
+            return self.move_wait(position, request_id, (wait_ms, max_hold_ms));
+        }
+        if self.over_holds_quota(agent, names.len()) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        let unused = names
+            .iter()
+            .filter(|name| {
+                self.holds_of(kind, name).next().is_none()
+                    && self.waiters_of(kind, name).next().is_none()
+                    && !self.held_back(name)
+            })
+            .count();
+        let resources_full =
+            unused > 0 && self.resources_in_use() + unused > self.limits.resources_max as usize;
+        let free = !held_back
+            && names.iter().all(|name| {
+                self.waiters_of(kind, name).next().is_none()
+                    && self.holds_of(kind, name).all(|hold| mode.admits(hold.mode))
+            });
+        if free {
+            if resources_full {
+                return refused(ErrorCode::ResourceExhausted);
+            }
+            let token = self.next_token();
+            for name in &names {
+                self.holds.push(ModelHold {
+                    kind,
+                    name: name.clone(),
+                    lease,
+                    agent: agent.to_string(),
+                    token,
+                    permits: 1,
+                    since_ms: self.now_ms,
+                    sem_limit: 0,
+                    area: None,
+                    window: None,
+                    volumes: Vec::new(),
+                    priority: 0,
+                    vacate_by_ms: None,
+                    mode,
+                    max_hold_until_ms: max_hold_ms.map(|ms| self.now_ms + ms),
+                    value: String::new(),
+                });
+                self.tokens_granted.push((kind, name.clone(), token));
+            }
+            return Outcome::Granted { token };
+        }
+        if wait_ms == Some(0) {
+            return refused(ErrorCode::WouldBlock);
+        }
+        if self.over_waits_quota(lease, names.len()) {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        let queue_max = self.limits.waiters_per_resource_max as usize;
+        if names
+            .iter()
+            .any(|name| self.waiters_of(kind, name).count() >= queue_max)
+            || resources_full
+        {
+            return refused(ErrorCode::ResourceExhausted);
+        }
+        self.enqueue(
+            kind, &names[0], lease, agent, request_id, 1, 0, None, None, wait_ms,
+        );
+        let queued = self.waiters.last_mut().expect("just queued");
+        queued.mode = mode;
+        queued.lock_names = names;
+        queued.max_hold_ms = max_hold_ms;
+        Outcome::Queued
     }
 
-    /// An acquire of a resource with one holder (a lock, an election) by a live lease, waiting
-    /// at most `wait_ms`, its hold bounded by `max_hold_ms`: granted at once when nobody holds
-    /// it (and it is not a lock held back by a lock-delay), its token again for its holder, the
-    /// wait taken over for a lease that waits already, or queued within the bounds.
+    /// An acquire of a resource with one holder (an election's leadership) by a live lease:
+    /// granted at once when nobody holds it, its token again for its holder, the wait taken
+    /// over for a lease that waits already, or queued within the bounds.
     fn exclusive_acquire(
         &mut self,
         kind: ResourceKind,
         (agent, lease, request_id): (&str, u64, &str),
         name: &str,
-        (wait_ms, max_hold_ms): (Option<u64>, Option<u64>),
+        wait_ms: Option<u64>,
     ) -> Outcome {
-        // A held-back lock has no holder and grants nobody: a try is refused, others queue.
-        let held_back = kind == ResourceKind::Lock && self.held_back(name);
-        if held_back && wait_ms == Some(0) {
-            return refused(ErrorCode::WouldBlock);
-        }
-        let holder = self.holds_of(kind, name).next().cloned();
-        if holder.is_none() && !held_back {
-            if self.over_holds_quota(agent) {
+        let Some(holder) = self.holds_of(kind, name).next() else {
+            if self.over_holds_quota(agent, 1) {
                 return refused(ErrorCode::ResourceExhausted);
             }
             if self.resources_in_use() >= self.limits.resources_max as usize {
                 return refused(ErrorCode::ResourceExhausted);
             }
-            let outcome = self.grant_now(kind, name, lease, agent, 1, 0, None, None);
-            self.bound_new_hold(&outcome, max_hold_ms);
-            return outcome;
-        }
-        if let Some(holder) = holder.filter(|holder| holder.lease == lease) {
+            return self.grant_now(kind, name, lease, agent, 1, 0, None, None);
+        };
+        if holder.lease == lease {
             return Outcome::Granted {
                 token: holder.token,
             };
         }
         if self.is_waiting(lease, kind, name) {
-            let times = (wait_ms, max_hold_ms);
+            let times = (wait_ms, None);
             return self.take_over(kind, name, lease, request_id, 1, None, times, (None, None));
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
             return refused(ErrorCode::ResourceExhausted);
         }
-        let outcome = self.enqueue(
+        self.enqueue(
             kind, name, lease, agent, request_id, 1, 0, None, None, wait_ms,
-        );
-        self.bound_new_waiter(max_hold_ms);
-        outcome
+        )
+    }
+
+    /// `lock.downgrade`: an exclusive hold becomes shared, its token kept; a shared one is
+    /// answered its token.
+    fn lock_downgrade(&mut self, agent: &str, name: &str, lease: &str) -> Outcome {
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let Some(hold) = self
+            .holds
+            .iter_mut()
+            .find(|h| h.kind == ResourceKind::Lock && h.name == name && h.lease == lease)
+        else {
+            return refused(ErrorCode::NotHolder);
+        };
+        hold.mode = LockMode::Shared;
+        let token = hold.token;
+        self.grant_what_is_grantable();
+        Outcome::Granted { token }
+    }
+
+    /// `lock.release_all`: every named lock released, or none when the lease does not hold
+    /// them all.
+    fn lock_release_all(&mut self, agent: &str, names: &[String], lease: &str) -> Outcome {
+        let lease = match self.live_lease(agent, lease) {
+            Ok(id) => id,
+            Err(refusal) => return refusal,
+        };
+        let held = |hold: &ModelHold, name: &String| {
+            hold.kind == ResourceKind::Lock && hold.name == *name && hold.lease == lease
+        };
+        if !names
+            .iter()
+            .all(|name| self.holds.iter().any(|hold| held(hold, name)))
+        {
+            return refused(ErrorCode::NotHolder);
+        }
+        self.holds
+            .retain(|hold| !names.iter().any(|name| held(hold, name)));
+        self.grant_what_is_grantable();
+        Outcome::Done
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -2362,7 +2692,7 @@ impl Model {
         let capacity = match self.sem_capacity(name) {
             Some(capacity) => capacity,
             None => {
-                if self.over_holds_quota(agent) {
+                if self.over_holds_quota(agent, 1) {
                     return refused(ErrorCode::ResourceExhausted);
                 }
                 if self.resources_in_use() >= self.limits.resources_max as usize {
@@ -2394,7 +2724,7 @@ impl Model {
                 (None, None),
             );
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         let nobody_waits = self.waiters_of(kind, name).next().is_none();
@@ -2406,7 +2736,7 @@ impl Model {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
@@ -2419,17 +2749,29 @@ impl Model {
         outcome
     }
 
-    /// Whether `agent` holds and waits for `holds_per_agent_max` resources already.
-    fn over_holds_quota(&self, agent: &str) -> bool {
+    /// Whether `agent` would hold and wait for more than `holds_per_agent_max` resources with
+    /// `count` more (a waiting multi-lock counts each of its locks).
+    fn over_holds_quota(&self, agent: &str, count: usize) -> bool {
         let holds = self.holds.iter().filter(|hold| hold.agent == agent).count();
-        let waits = self.waiters.iter().filter(|w| w.agent == agent).count();
-        holds + waits >= self.limits.holds_per_agent_max as usize
+        let waits: usize = self
+            .waiters
+            .iter()
+            .filter(|w| w.agent == agent)
+            .map(|w| w.lock_names.len().max(1))
+            .sum();
+        holds + waits + count > self.limits.holds_per_agent_max as usize
     }
 
-    /// Whether `lease` waits for `waits_per_lease_max` resources already.
-    fn over_waits_quota(&self, lease: u64) -> bool {
-        let waits = self.waiters.iter().filter(|w| w.lease == lease).count();
-        waits >= self.limits.waits_per_lease_max as usize
+    /// Whether `lease` would wait for more than `waits_per_lease_max` resources with `count`
+    /// more.
+    fn over_waits_quota(&self, lease: u64, count: usize) -> bool {
+        let waits: usize = self
+            .waiters
+            .iter()
+            .filter(|w| w.lease == lease)
+            .map(|w| w.lock_names.len().max(1))
+            .sum();
+        waits + count > self.limits.waits_per_lease_max as usize
     }
 
     /// The capacity of a semaphore in use (held or waited for); an idle one has none.
@@ -2579,7 +2921,7 @@ impl Model {
             let times = (wait_ms, None);
             return self.take_over(kind, name, lease, request_id, 1, area, times, asked);
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.resources_in_use() >= self.limits.resources_max as usize {
@@ -2598,7 +2940,7 @@ impl Model {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         if self.waiters_of(kind, name).count() >= self.limits.waiters_per_resource_max as usize {
@@ -2718,11 +3060,17 @@ impl Model {
     /// semaphore grants heads while they fit (by name), then waypoint waiters are granted
     /// earliest first until none is left that nothing blocks.
     fn grant_what_is_grantable(&mut self) {
-        for name in self.names_with_waiters(ResourceKind::Lock) {
-            let free = self.holds_of(ResourceKind::Lock, &name).next().is_none();
-            if free && !self.held_back(&name) {
-                self.grant_head(ResourceKind::Lock, &name);
-            }
+        // Locks: a request heading the queue of each of its locks, whose mode every holder of
+        // each admits and none of which a lock-delay holds back, is granted; among several,
+        // the one whose first lock comes first.
+        loop {
+            let grantable = (0..self.waiters.len())
+                .filter(|&i| self.lock_grantable(&self.waiters[i]))
+                .min_by_key(|&i| self.waiters[i].name.clone());
+            let Some(position) = grantable else {
+                break;
+            };
+            self.grant_waiter(position);
         }
         for name in self.names_with_waiters(ResourceKind::Sem) {
             loop {
@@ -2835,8 +3183,7 @@ impl Model {
         }
         let led = self.holds_of(kind, name).next().is_some();
         let waited = self.is_waiting(lease, kind, name);
-        let outcome =
-            self.exclusive_acquire(kind, (agent, lease, request_id), name, (wait_ms, None));
+        let outcome = self.exclusive_acquire(kind, (agent, lease, request_id), name, wait_ms);
         match outcome {
             Outcome::Granted { token } if !led => {
                 self.holds.last_mut().expect("just granted").value = value.to_string();
@@ -2909,6 +3256,20 @@ impl Model {
         keys
     }
 
+    /// Whether a lock request could be granted now.
+    fn lock_grantable(&self, w: &ModelWaiter) -> bool {
+        let kind = ResourceKind::Lock;
+        w.kind == kind
+            && w.lock_names.iter().all(|name| {
+                let head = self.waiters_of(kind, name).next();
+                head.is_some_and(|head| head.seq == w.seq)
+                    && !self.held_back(name)
+                    && self
+                        .holds_of(kind, name)
+                        .all(|hold| w.mode.admits(hold.mode))
+            })
+    }
+
     fn names_with_waiters(&self, kind: ResourceKind) -> Vec<String> {
         let mut names: Vec<String> = self
             .waiters
@@ -2930,28 +3291,36 @@ impl Model {
         self.grant_waiter(position);
     }
 
+    /// Grants a waiter: one token, on each of a lock request's locks.
     fn grant_waiter(&mut self, position: usize) {
         let waiter = self.waiters.remove(position);
         let token = self.next_token();
-        self.holds.push(ModelHold {
-            kind: waiter.kind,
-            name: waiter.name.clone(),
-            lease: waiter.lease,
-            agent: waiter.agent.clone(),
-            token,
-            permits: waiter.permits,
-            since_ms: self.now_ms,
-            sem_limit: waiter.sem_limit,
-            area: waiter.area,
-            window: waiter.window,
-            volumes: waiter.volumes.clone(),
-            priority: waiter.priority,
-            vacate_by_ms: None,
-            max_hold_until_ms: waiter.max_hold_ms.map(|ms| self.now_ms + ms),
-            value: waiter.value.clone(),
-        });
-        self.tokens_granted
-            .push((waiter.kind, waiter.name.clone(), token));
+        let names = if waiter.lock_names.is_empty() {
+            vec![waiter.name.clone()]
+        } else {
+            waiter.lock_names.clone()
+        };
+        for name in names {
+            self.holds.push(ModelHold {
+                kind: waiter.kind,
+                name: name.clone(),
+                lease: waiter.lease,
+                agent: waiter.agent.clone(),
+                token,
+                permits: waiter.permits,
+                since_ms: self.now_ms,
+                sem_limit: waiter.sem_limit,
+                area: waiter.area,
+                window: waiter.window,
+                volumes: waiter.volumes.clone(),
+                priority: waiter.priority,
+                vacate_by_ms: None,
+                mode: waiter.mode,
+                max_hold_until_ms: waiter.max_hold_ms.map(|ms| self.now_ms + ms),
+                value: waiter.value.clone(),
+            });
+            self.tokens_granted.push((waiter.kind, name, token));
+        }
         self.respond(&waiter, Outcome::Granted { token });
     }
 
@@ -3014,6 +3383,7 @@ impl Model {
             priority: 0,
             vacate_by_ms: None,
             value: String::new(),
+            mode: LockMode::Exclusive,
             max_hold_until_ms: None,
         });
     }
@@ -3058,7 +3428,7 @@ impl Model {
                 (None, None),
             );
         }
-        if self.over_holds_quota(agent) {
+        if self.over_holds_quota(agent, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         let in_use = self.holds_of(kind, name).next().is_some() || !arrivals.is_empty();
@@ -3085,7 +3455,7 @@ impl Model {
         if wait_ms == Some(0) {
             return refused(ErrorCode::WouldBlock);
         }
-        if self.over_waits_quota(lease) {
+        if self.over_waits_quota(lease, 1) {
             return refused(ErrorCode::ResourceExhausted);
         }
         self.enqueue(
@@ -3194,6 +3564,7 @@ impl Model {
                     priority: None,
                     vacate_by_ms: None,
                     value: None,
+                    mode: LockMode::Exclusive,
                 })
                 .collect(),
             waiters: arrivals
@@ -3210,6 +3581,7 @@ impl Model {
                     volumes: Vec::new(),
                     priority: None,
                     value: None,
+                    mode: LockMode::Exclusive,
                 })
                 .collect(),
             count: arrivals.first().map(|w| w.sem_limit),
@@ -3340,6 +3712,7 @@ impl Model {
                     volumes: hold.volumes.clone(),
                     priority: (hold.priority > 0).then(|| priority(hold.priority)),
                     vacate_by_ms: hold.vacate_by_ms,
+                    mode: hold.mode,
                     value: is_election.then(|| hold.value.clone()),
                 })
                 .collect(),
@@ -3357,6 +3730,7 @@ impl Model {
                     end_ms: w.window.and_then(|(_, end_ms)| end_ms),
                     volumes: w.volumes.clone(),
                     priority: (w.priority > 0).then(|| priority(w.priority)),
+                    mode: w.mode,
                     value: is_election.then(|| w.value.clone()),
                 })
                 .collect(),
@@ -3435,6 +3809,13 @@ fn op_is_valid(op: &Op) -> bool {
             ttl_ms,
             lock_delay_ms,
         } => *ttl_ms > 0 && *lock_delay_ms <= LOCK_DELAY_MS_MAX,
+        Op::LockAcquireAll { names, .. } | Op::LockReleaseAll { names, .. } => {
+            (1..=64).contains(&names.len())
+                && names
+                    .iter()
+                    .enumerate()
+                    .all(|(i, name)| !names[..i].contains(name))
+        }
         Op::SemAcquire { limit, permits, .. } => {
             (1..=1_000_000).contains(limit) && (1..=*limit).contains(permits)
         }
@@ -3640,6 +4021,32 @@ impl Harness {
                 };
                 let volumes = self.volumes(legs);
                 self.amend_command((&agent, &name, lease), volumes, *level)
+            }
+            Action::ReleaseHeldLocks { back } => {
+                let lock = ResourceKind::Lock;
+                let holders: Vec<(String, u64)> = self
+                    .model
+                    .holds
+                    .iter()
+                    .filter(|hold| hold.kind == lock)
+                    .map(|hold| (hold.agent.clone(), hold.lease))
+                    .collect();
+                let Some((agent, lease)) = pick_recent(&holders, *back).cloned() else {
+                    return Ok(());
+                };
+                let names = self.model.holds.iter().filter(|hold| hold.lease == lease);
+                let names = names
+                    .filter(|hold| hold.kind == lock)
+                    .map(|h| h.name.clone());
+                let op = Op::LockReleaseAll {
+                    names: names.collect(),
+                    lease: format!("{lease:016x}"),
+                };
+                let agent = AGENTS
+                    .iter()
+                    .position(|known| *known == agent)
+                    .expect("holders are known agents");
+                self.new_request(agent, op)
             }
             Action::TrimHeldRoute {
                 back,
@@ -4043,16 +4450,25 @@ impl Harness {
         expected: &ModelStep,
     ) -> Result<(), TestCaseError> {
         if let Command::Request { request, .. } = command
-            && let Op::LockAcquire { name, wait_ms, .. } = &request.op
-            && self.model.held_back(name)
+            && let Op::LockAcquire { wait_ms, .. } | Op::LockAcquireAll { wait_ms, .. } =
+                &request.op
+            && lock_names(&request.op)
+                .iter()
+                .any(|name| self.model.held_back(name))
         {
-            let label = match (wait_ms, &expected.outcome) {
-                (Some(0), Outcome::Refused { .. }) => "a try of a held-back lock refused",
-                (_, Outcome::Queued) => "an acquire of a held-back lock queued",
+            let multi = matches!(request.op, Op::LockAcquireAll { .. });
+            let label = match (wait_ms, &expected.outcome, multi) {
+                (Some(0), Outcome::Refused { .. }, false) => "a try of a held-back lock refused",
+                (_, Outcome::Queued, false) => "an acquire of a held-back lock queued",
+                (Some(0), Outcome::Refused { .. }, true) => {
+                    "a multi-lock try of a held-back lock refused"
+                }
+                (_, Outcome::Queued, true) => "a multi-lock of a held-back lock queued",
                 _ => "an acquire of a held-back lock",
             };
             self.count(label);
         }
+        self.tally_joined_hold_times(events);
         for event in events {
             match event {
                 Event::Granted { key, .. } if key.kind == ResourceKind::Lock => {
@@ -4094,6 +4510,47 @@ impl Harness {
             self.count("a lock held back");
         }
         Ok(())
+    }
+
+    /// The paths where hold times meet lock modes and multi-locks.
+    fn tally_joined_hold_times(&mut self, events: &[Event]) {
+        let lock = ResourceKind::Lock;
+        let mut labels = Vec::new();
+        let mut max_hold_tokens: Vec<u64> = Vec::new();
+        for event in events {
+            if let Event::Released {
+                key,
+                token,
+                reason: ReleaseReason::MaxHold,
+                ..
+            } = event
+                && key.kind == lock
+            {
+                if max_hold_tokens.contains(token) {
+                    labels.push("a multi-lock's holds ended together at its max-hold");
+                }
+                max_hold_tokens.push(*token);
+                if self
+                    .model
+                    .holds_of(lock, &key.name)
+                    .any(|h| !h.mode.is_exclusive())
+                {
+                    labels.push("a shared hold ended at its max-hold, others still held");
+                }
+            }
+        }
+        for (name, _) in &self.model.lock_delays {
+            if self.model.holds_of(lock, name).next().is_some() {
+                labels.push("a lock held back beside its shared holders");
+            }
+            let multi_waits = self.model.waiters_of(lock, name);
+            if multi_waits.into_iter().any(|w| w.lock_names.len() > 1) {
+                labels.push("a multi-lock waits for a held-back lock");
+            }
+        }
+        for label in labels {
+            self.count(label);
+        }
     }
 
     /// The members a barrier's round admits in one entry share one generation, above every
@@ -4324,12 +4781,88 @@ impl Harness {
         if expected.kept_before_waiter {
             self.count("route amend kept a volume a waiter waits for");
         }
+        self.tally_locks(command, expected);
         let overtaken = WAYPOINT_NAMES.iter().any(|name| {
             let queue = self.model.queue_of(ResourceKind::Waypoint, name);
             queue.windows(2).any(|pair| pair[0].seq > pair[1].seq)
         });
         if overtaken {
             self.count("a waiter overtaken by a higher priority");
+        }
+    }
+
+    /// The read-write and multi-lock paths an entry took.
+    fn tally_locks(&mut self, command: &Command, expected: &ModelStep) {
+        let granted = matches!(expected.outcome, Outcome::Granted { .. }) && !expected.replayed;
+        if let Command::Request { request, .. } = command {
+            let label = match (&request.op, &expected.outcome) {
+                (Op::LockAcquire { mode, .. }, _) if granted && !mode.is_exclusive() => {
+                    Some("shared lock granted at once")
+                }
+                (Op::LockAcquireAll { names, .. }, _) if granted && names.len() > 1 => {
+                    Some("multi-lock granted at once")
+                }
+                (Op::LockAcquireAll { names, .. }, Outcome::Queued)
+                    if names.len() > 1 && !expected.replayed =>
+                {
+                    Some("multi-lock queued")
+                }
+                (Op::LockDowngrade { .. }, _) if granted => Some("lock downgraded"),
+                (Op::LockReleaseAll { names, .. }, Outcome::Done) if names.len() > 1 => {
+                    Some("locks released together")
+                }
+                _ => None,
+            };
+            if let Some(label) = label {
+                self.count(label);
+            }
+        }
+        let lock = ResourceKind::Lock;
+        let holds_of_token = |token: u64| {
+            let holds = self.model.holds.iter();
+            holds.filter(move |hold| hold.kind == lock && hold.token == token)
+        };
+        let granted_tokens: Vec<u64> = expected
+            .responds
+            .iter()
+            .filter_map(|respond| match respond.outcome {
+                Outcome::Granted { token } => Some(token),
+                _ => None,
+            })
+            .collect();
+        let mut labels = Vec::new();
+        if granted_tokens
+            .iter()
+            .any(|token| holds_of_token(*token).count() > 1)
+        {
+            labels.push("a queued multi-lock granted");
+        }
+        let shared_grants = granted_tokens
+            .iter()
+            .filter(|token| holds_of_token(**token).any(|hold| !hold.mode.is_exclusive()))
+            .count();
+        if shared_grants > 1 {
+            labels.push("several shared waiters granted in one entry");
+        }
+        for name in LOCK_NAMES {
+            let holds: Vec<&ModelHold> = self.model.holds_of(lock, name).collect();
+            let queue = self.model.queue_of(lock, name);
+            let shared_held = !holds.is_empty() && holds.iter().all(|h| !h.mode.is_exclusive());
+            if holds.len() > 1 {
+                labels.push("shared holders together");
+            }
+            if shared_held && queue.first().is_some_and(|w| w.mode.is_exclusive()) {
+                labels.push("a writer waits for readers");
+                if queue.iter().any(|w| !w.mode.is_exclusive()) {
+                    labels.push("a reader waits behind a writer");
+                }
+            }
+            if holds.is_empty() && !queue.is_empty() {
+                labels.push("a multi-lock waits on a free lock");
+            }
+        }
+        for label in labels {
+            self.count(label);
         }
     }
 
@@ -4579,16 +5112,39 @@ impl Harness {
                 name,
                 lease: pick,
                 wait,
+                shared,
                 max_hold_ms,
             } => Op::LockAcquire {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
                 wait_ms: wait.wait_ms(),
                 max_hold_ms: *max_hold_ms,
+                mode: lock_mode(*shared),
             },
             OpSpec::LockRelease { name, lease: pick } => Op::LockRelease {
                 name: LOCK_NAMES[*name].to_string(),
                 lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
+            },
+            OpSpec::LockDowngrade { name, lease: pick } => Op::LockDowngrade {
+                name: LOCK_NAMES[*name].to_string(),
+                lease: lease(pick, Some((Lock, LOCK_NAMES[*name]))),
+            },
+            OpSpec::LockAcquireAll {
+                names,
+                lease: pick,
+                wait,
+                shared,
+                max_hold_ms,
+            } => Op::LockAcquireAll {
+                names: names.iter().map(|i| LOCK_NAMES[*i].to_string()).collect(),
+                lease: lease(pick, Some((Lock, LOCK_NAMES[names[0]]))),
+                wait_ms: wait.wait_ms(),
+                max_hold_ms: *max_hold_ms,
+                mode: lock_mode(*shared),
+            },
+            OpSpec::LockReleaseAll { names, lease: pick } => Op::LockReleaseAll {
+                names: names.iter().map(|i| LOCK_NAMES[*i].to_string()).collect(),
+                lease: lease(pick, Some((Lock, LOCK_NAMES[names[0]]))),
             },
             OpSpec::SemAcquire {
                 name,
@@ -4832,6 +5388,24 @@ impl Harness {
     }
 }
 
+/// The locks a lock or multi-lock acquire names.
+fn lock_names(op: &Op) -> Vec<String> {
+    match op {
+        Op::LockAcquire { name, .. } => vec![name.clone()],
+        Op::LockAcquireAll { names, .. } => names.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// The lock mode a generated request asks for.
+fn lock_mode(shared: bool) -> LockMode {
+    if shared {
+        LockMode::Shared
+    } else {
+        LockMode::Exclusive
+    }
+}
+
 /// The `back`-th most recent element.
 fn pick_recent<T>(items: &[T], back: usize) -> Option<&T> {
     if items.is_empty() {
@@ -4909,6 +5483,7 @@ fn malformed_op(which: usize, lease: String) -> Op {
             lease,
             wait_ms: Some(WAIT_MS_MAX + 1),
             max_hold_ms: None,
+            mode: LockMode::Exclusive,
         },
         _ => Op::SemAcquire {
             name: "pool".into(),
@@ -4966,6 +5541,16 @@ proptest! {
     fn barriers_match_the_naive_model(case in barrier_case()) {
         run_case(&case)?;
     }
+
+    /// The same, for logs about read-write locks and multi-locks with hold times: never an
+    /// exclusive holder beside anybody, strict FIFO across modes and across a multi-lock's
+    /// queues, one token on every lock of a multi-lock; a lock-delay holds back every lock
+    /// the ended lease held, in either mode, without taking other shared holders' holds; a
+    /// max-hold ends each shared hold at its own deadline and a multi-lock's holds together.
+    #[test]
+    fn read_write_and_multi_locks_match_the_naive_model(case in lock_case(true)) {
+        run_case(&case)?;
+    }
 }
 
 /// Deterministic cases the coverage check runs. 256 since the clock steps (`clock.rs`): a
@@ -4979,6 +5564,10 @@ const COVERAGE_CASES: usize = 512;
 /// Deterministic barrier cases ([`barrier_case`]) the coverage check runs besides.
 const BARRIER_COVERAGE_CASES: usize = 256;
 
+/// Deterministic read-write and multi-lock cases ([`lock_case`]) the coverage check runs
+/// besides, without hold times and with them (as for [`case`]).
+const LOCK_COVERAGE_CASES: usize = 256;
+
 /// Deterministic cases with hold times ([`case`]) the coverage check runs besides: the
 /// hold-time paths, which the cases above never take, so their draws stay as they were (a few
 /// paths come in only one or two of those cases, and a change to what they draw can lose one).
@@ -4989,15 +5578,18 @@ const HOLD_TIME_COVERAGE_CASES: usize = 256;
 /// [`HOLD_TIME_COVERAGE_CASES`] with them). Run with `--nocapture` to see the tally.
 #[test]
 fn generator_reaches_every_path() {
-    let mut runner = TestRunner::deterministic();
     let mut total = Tally::new();
     let mut steps = 0;
     let mut cases = Vec::new();
     for (strategy, count) in [
         (case(false).boxed(), COVERAGE_CASES),
         (barrier_case().boxed(), BARRIER_COVERAGE_CASES),
+        (lock_case(false).boxed(), LOCK_COVERAGE_CASES),
         (case(true).boxed(), HOLD_TIME_COVERAGE_CASES),
+        (lock_case(true).boxed(), LOCK_COVERAGE_CASES),
     ] {
+        // A runner of its own for each generator: what one draws never moves the other's.
+        let mut runner = TestRunner::deterministic();
         for _ in 0..count {
             let tree = strategy.new_tree(&mut runner);
             cases.push(tree.expect("the case strategy never rejects").current());
@@ -5010,7 +5602,10 @@ fn generator_reaches_every_path() {
             *total.entry(label).or_default() += count;
         }
     }
-    let cases = COVERAGE_CASES + BARRIER_COVERAGE_CASES + HOLD_TIME_COVERAGE_CASES;
+    let cases = COVERAGE_CASES
+        + BARRIER_COVERAGE_CASES
+        + 2 * LOCK_COVERAGE_CASES
+        + HOLD_TIME_COVERAGE_CASES;
     println!("{steps} steps in {cases} cases:");
     for (label, count) in &total {
         println!("  {count:6}  {label}");
@@ -5081,6 +5676,17 @@ fn generator_reaches_every_path() {
         "refused: would_block",
         "refused: limit_mismatch",
         "refused: resource_exhausted",
+        "shared lock granted at once",
+        "multi-lock granted at once",
+        "multi-lock queued",
+        "lock downgraded",
+        "locks released together",
+        "a queued multi-lock granted",
+        "several shared waiters granted in one entry",
+        "shared holders together",
+        "a writer waits for readers",
+        "a reader waits behind a writer",
+        "a multi-lock waits on a free lock",
         "hold times ended: some max-hold, no lock-delay",
         "hold times ended: no max-hold, some lock-delay",
         "hold times ended: no max-hold, no lock-delay",
@@ -5094,6 +5700,12 @@ fn generator_reaches_every_path() {
         "an acquire of a held-back lock queued",
         "lock ended at its max-hold",
         "sem ended at its max-hold",
+        "a multi-lock try of a held-back lock refused",
+        "a multi-lock of a held-back lock queued",
+        "a multi-lock's holds ended together at its max-hold",
+        "a shared hold ended at its max-hold, others still held",
+        "a lock held back beside its shared holders",
+        "a multi-lock waits for a held-back lock",
         "Passed",
         "respond: passed",
         "barrier round passed",

@@ -10,7 +10,7 @@ use std::time::Duration;
 use hivekeeper_coordinator::raft::{self, Applied, AppliedReceiver, RaftConfig, RaftHandle};
 use hivekeeper_coordinator::state_machine::{AgentRequest, LeaseId};
 use hivekeeper_coordinator::{Command, Reply};
-use hivekeeper_protocol::Op;
+use hivekeeper_protocol::{LockMode, Op};
 
 /// Every wait in these tests is bounded by this, in seconds; a hang is a failure, not a stuck
 /// CI job.
@@ -46,6 +46,7 @@ pub fn lock_try(name: &str, lease: &str) -> Op {
         lease: lease.to_string(),
         wait_ms: Some(0),
         max_hold_ms: None,
+        mode: LockMode::Exclusive,
     }
 }
 

@@ -12,6 +12,9 @@ impl Op {
             | Op::LeaseRevoke { lease }
             | Op::LockAcquire { lease, .. }
             | Op::LockRelease { lease, .. }
+            | Op::LockDowngrade { lease, .. }
+            | Op::LockAcquireAll { lease, .. }
+            | Op::LockReleaseAll { lease, .. }
             | Op::SemAcquire { lease, .. }
             | Op::SemRelease { lease, .. }
             | Op::WaypointReserve { lease, .. }
@@ -62,12 +65,12 @@ impl Op {
         )
     }
 
-    /// The `max_hold_ms` of a lock or semaphore acquire.
+    /// The `max_hold_ms` of a lock, multi-lock or semaphore acquire.
     pub fn max_hold_ms(&self) -> Option<u64> {
         match self {
-            Op::LockAcquire { max_hold_ms, .. } | Op::SemAcquire { max_hold_ms, .. } => {
-                *max_hold_ms
-            }
+            Op::LockAcquire { max_hold_ms, .. }
+            | Op::LockAcquireAll { max_hold_ms, .. }
+            | Op::SemAcquire { max_hold_ms, .. } => *max_hold_ms,
             _ => None,
         }
     }
@@ -88,6 +91,7 @@ impl Op {
     fn wait_field(&self) -> Option<&Option<u64>> {
         match self {
             Op::LockAcquire { wait_ms, .. }
+            | Op::LockAcquireAll { wait_ms, .. }
             | Op::SemAcquire { wait_ms, .. }
             | Op::WaypointReserve { wait_ms, .. }
             | Op::RouteReserve { wait_ms, .. }

@@ -55,11 +55,15 @@ impl Op {
             | Op::AdminAgentList { .. } => self.validate_account()?,
             Op::LockAcquire { name, .. }
             | Op::LockRelease { name, .. }
+            | Op::LockDowngrade { name, .. }
             | Op::SemRelease { name, .. }
             | Op::WaypointRelease { name, .. }
             | Op::RouteRelease { name, .. }
             | Op::Inspect { name, .. }
             | Op::BarrierLeave { name, .. } => validate::name("name", name)?,
+            Op::LockAcquireAll { names, .. } | Op::LockReleaseAll { names, .. } => {
+                validate::lock_names(names)?
+            }
             Op::ElectionCampaign { name, .. }
             | Op::ElectionProclaim { name, .. }
             | Op::ElectionResign { name, .. }

@@ -25,6 +25,7 @@ REQUEST_BYTES_MAX = 8192
 ACQUIRE_OPS = frozenset(
     {
         "lock.acquire",
+        "lock.acquire_all",
         "sem.acquire",
         "waypoint.reserve",
         "route.reserve",

@@ -276,7 +276,7 @@ pub(super) fn decode<T: DeserializeOwned>(frame: &[u8]) -> Result<T, TransportEr
 mod tests {
     use super::*;
     use crate::state_machine::Reply;
-    use hivekeeper_protocol::Op;
+    use hivekeeper_protocol::{LockMode, Op};
 
     /// A machine reply in an answer is the reply's own MessagePack, so members of builds
     /// without node answers read it, and node answers come back as themselves.
@@ -329,6 +329,7 @@ mod tests {
                 lease: "0000000000000004".into(),
                 wait_ms: Some(1_500),
                 max_hold_ms: None,
+                mode: LockMode::Exclusive,
             },
         };
         let frame = encode(&Envelope {
