@@ -16,6 +16,8 @@
 //! **When a hold ended, at the earliest.** A lease lived when each request it answered took
 //! effect, so it ended after the latest send of an acknowledged request naming it (its grant, a
 //! keepalive, a granted acquire, an acknowledged release or revoke): its *last proof of life*.
+//! (A keepalive is acknowledged only by a leader that confirmed its leadership with a quorum
+//! after receiving it, so a deposed leader's acknowledgement proves nothing false here.)
 //! A hold ended no earlier than:
 //! - the send of its release, when a release of it was acknowledged (the release found it);
 //! - otherwise the earliest of the ends still possible: the send of a release of it that got
@@ -30,8 +32,8 @@
 //! stamps enter the log (a few ms). A clock fault moves the service's clock by a jump
 //! (`clock.rs` there: a forward jump moves the machine's clock ahead in one entry, which ends
 //! every delay and max-hold then running), so a part whose span from its start to its bound
-//! meets a [`ClockFault`] is not counted: that hold's end falls back to the non-clock parts
-//! (the start itself). So, per lock:
+//! meets a [`ClockFault`] is not counted: it falls back to its start (the last proof of life,
+//! the grant), so a second holder while the first lived is still found. So, per lock:
 //!
 //! 1. **Exclusive, and delayed** (`Rule::Early`): the holds in token order (the log order of
 //!    their grants) are placed one after the other, each grant as early as its records allow
@@ -42,7 +44,7 @@
 //! 2. **One grant per token** (`Rule::TokenTwice`).
 //! 3. **Max-hold not early** (`Rule::MaxHoldEarly`): a `lock.lost` of `reason: "max_hold"`
 //!    arrives no sooner than the hold's placed grant plus its `max_hold_ms`, and only for a
-//!    hold that asked for one.
+//!    hold that asked for one (else `Rule::TakenWhileAlive`).
 //! 4. **Not taken from a live lease** (`Rule::TakenWhileAlive`): a hold found gone (its release
 //!    refused `not_holder`) while its lease lived (a later proof of life), with no other
 //!    release of it sent before, ended by its max-hold: it asked for one, and the refusal came
@@ -50,10 +52,10 @@
 //!    `lock.lost` without a reason (the lease ended) followed by a proof of life of its lease
 //!    is `Rule::TakenWhileAlive` too.
 //!
-//! A grant that came within the lock-delay of a voluntary end (release or own revoke) is no
-//! anomaly: no delay follows those; [`Outcome`] counts them, with the rule-1 bounds that had a
-//! lock-delay in them, those a clock fault excused, and the closest a grant came to such a
-//! bound.
+//! A grant that came within the lock-delay of a voluntary end (a release or the agent's own
+//! revoke) is no anomaly: no delay follows those. [`Outcome`] counts such grants after an
+//! acknowledged release, the grants checked against a lock-delay window, the delays and
+//! max-holds a clock fault excused, and the closest a grant came to a window's end.
 //!
 //! `O(n log n)` for `n` records.
 
@@ -152,9 +154,10 @@ pub enum Rule {
     Early,
     /// 2: a token granted twice.
     TokenTwice,
-    /// 3, 4: a max-hold that ended early, or a hold that had none ended as one.
+    /// 3, 4: a max-hold that ended before it ran out.
     MaxHoldEarly,
-    /// 4: a hold taken while its lease lived, by nothing it asked for.
+    /// 3, 4: a hold taken while its lease lived, by nothing it asked for (or ended as a
+    /// max-hold it did not ask for).
     TakenWhileAlive,
 }
 
