@@ -35,12 +35,11 @@ use hivekeeper_protocol::{
     Done, ErrorCode, Event, Granted, LeaseGranted, LostReason, Op, Success, UnexpectedReply,
 };
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::check::Verdict;
 use crate::elections::outcome;
 use crate::history::History;
-use crate::workload::{Context, answer};
+use crate::workload::{self, Context, answer};
 
 /// In every agent id of the workload (`{run}-holdtime{i}`): what marks its requests among
 /// those answered in a way a well-formed request never should be.
@@ -260,24 +259,12 @@ async fn keep_alive(
     every: Duration,
     gone: Arc<AtomicBool>,
 ) {
-    let mut next = Instant::now() + every;
-    while !ctx.stopped() {
-        tokio::time::sleep_until(next).await;
-        next += every;
-        let invoke_us = ctx.timeline.now_us();
-        let op = Op::LeaseKeepalive {
-            lease: lease.clone(),
-        };
-        match agent.request(op).await {
-            Ok(_) => record(&ctx, &id, &lease, invoke_us, LockKind::Keepalive),
-            Err(error) if error.code() == Some(ErrorCode::LeaseNotFound) => {
-                gone.store(true, Ordering::Relaxed);
-                return;
-            }
-            Err(_) => {}
-        }
-        // A keepalive answered late: the next one goes out now, not in a burst.
-        next = next.max(Instant::now());
+    let acked = |sent_us| record(&ctx, &id, &lease, sent_us, LockKind::Keepalive);
+    if workload::keep_alive(&ctx, &agent, &lease, every, acked)
+        .await
+        .is_some()
+    {
+        gone.store(true, Ordering::Relaxed);
     }
 }
 
