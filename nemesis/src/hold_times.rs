@@ -39,7 +39,7 @@ use tokio::task::JoinHandle;
 use crate::check::Verdict;
 use crate::elections::outcome;
 use crate::history::History;
-use crate::workload::{self, Context, answer};
+use crate::workload::{self, Context, ask};
 
 /// In every agent id of the workload (`{run}-holdtime{i}`): what marks its requests among
 /// those answered in a way a well-formed request never should be.
@@ -125,24 +125,19 @@ impl HoldAgent<'_> {
         T: TryFrom<Success, Error = UnexpectedReply> + Clone,
         F: FnOnce(Answer<T>) -> LockKind,
     {
-        let invoke_us = self.ctx.timeline.now_us();
-        let request = format!("{}'s {}", self.id, op.name());
-        let result = self.agent.request_as::<T>(op).await;
-        let answered = answer(self.ctx, &request, result);
+        let (invoke_us, answered) = ask(self.ctx, &self.agent, &self.id, op).await;
         record(self.ctx, &self.id, lease, invoke_us, kind(answered.clone()));
         answered
     }
 
     /// A new lease, recorded, and its keepalive task; `None` when the grant failed.
     async fn grant(&self) -> Option<KeptLease> {
-        let invoke_us = self.ctx.timeline.now_us();
         let op = Op::LeaseGrant {
             ttl_ms: self.plan.ttl_ms,
             lock_delay_ms: self.plan.lock_delay_ms,
         };
-        let request = format!("{}'s {}", self.id, op.name());
-        let result = self.agent.request_as::<LeaseGranted>(op).await;
-        let Answer::Ok(granted) = answer(self.ctx, &request, result) else {
+        let (invoke_us, granted) = ask::<LeaseGranted>(self.ctx, &self.agent, &self.id, op).await;
+        let Answer::Ok(granted) = granted else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             return None;
         };

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Resource, Session, Wait as SdkWait};
 use hivekeeper_checker::recipe::{Answer, LeaseAlive};
-use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op};
+use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op, Success, UnexpectedReply};
 use tokio::time::Instant;
 
 use super::history::{Hold, HoldEnd, LeaseLife, QueueView, Recorder, Timeline, Wait};
@@ -163,6 +163,18 @@ pub fn answer<T>(ctx: &Context, request: &str, result: Result<T, AgentError>) ->
             }
         }
     }
+}
+
+/// Sends `op` as agent `id` and reads its answer as the checkers do ([`answer`]): returns its
+/// send time and that answer.
+pub async fn ask<T>(ctx: &Context, agent: &Agent, id: &str, op: Op) -> (u64, Answer<T>)
+where
+    T: TryFrom<Success, Error = UnexpectedReply>,
+{
+    let invoke_us = ctx.timeline.now_us();
+    let request = format!("{id}'s {}", op.name());
+    let result = agent.request_as::<T>(op).await;
+    (invoke_us, answer(ctx, &request, result))
 }
 
 /// One `lease.keepalive` of `lease`, recorded when acknowledged: the proof that the lease
