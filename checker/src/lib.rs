@@ -1,7 +1,9 @@
 //! Offline checkers for histories recorded against Hivekeeper's keys and recipes: is what the
 //! clients saw possible for a correct, linearizable key-value store, did every watcher get what
-//! etcd's watch guarantees promise, and did elections and barriers keep their rules? The nemesis records a history under faults; these functions judge
-//! it. They are pure: no clock but the timestamps in the history, no I/O, no randomness.
+//! etcd's watch guarantees promise, did elections and barriers keep their rules, and did
+//! lock-delay and max-hold hold locks back and end them on time? The nemesis records a history
+//! under faults; these functions judge it. They are pure: no clock but the timestamps in the
+//! history, no I/O, no randomness.
 //!
 //! ```text
 //!  nemesis workload ──records──> Vec<Operation> ──linearizability::check──> Verdict
@@ -17,6 +19,11 @@
 //!   (one leader per name in real time, the token fences; nobody passes a barrier early or is
 //!   dropped, rounds in order), each `check(&ops, &alive) -> Vec<Violation<Rule>>`; `recipe`:
 //!   what they share (`Answer`, `LeaseAlive`, `Violation`). Their module docs give the rules.
+//! - `hold_time`: lock requests on leases with a lock-delay and holds with a max-hold (`LockOp`,
+//!   `Lost`) and their rules (no grant while an older holder lives or inside its lock-delay
+//!   window, no max-hold ended early, no hold taken from a live lease), sound under clock
+//!   faults (`ClockFault` spans excuse the parts measured on the service's clock),
+//!   `check(&ops, &lost, &faults) -> Outcome`.
 //!
 //! # Linearizability
 //! An operation is a put, get, delete or compare-and-set (a txn with one compare, on the value
@@ -80,6 +87,7 @@
 
 pub mod barrier;
 pub mod election;
+pub mod hold_time;
 pub mod linearizability;
 pub mod recipe;
 pub mod watch;

@@ -27,7 +27,7 @@ use hivekeeper_protocol::{BarrierPassed, ErrorCode, Op};
 use crate::check::Verdict;
 use crate::elections::outcome;
 use crate::history::History;
-use crate::workload::{Context, answer, prove_alive};
+use crate::workload::{Context, ask, prove_alive};
 
 /// The barrier member `index` of barrier `name` (rounds of `count`).
 pub struct Member {
@@ -64,10 +64,8 @@ async fn attempt(
                 wait_ms: Some(ctx.wait_ms),
             },
         };
-        let invoke_us = ctx.timeline.now_us();
-        let request = format!("{id}'s {}", op.name());
-        let result = agent.request_as::<BarrierPassed>(op).await;
-        let answered = answer(ctx, &request, result).map(|passed| passed.generation);
+        let (invoke_us, answered) = ask::<BarrierPassed>(ctx, agent, id, op).await;
+        let answered = answered.map(|passed| passed.generation);
         let op = BarrierOp {
             name: member.name.clone(),
             agent: id.to_string(),

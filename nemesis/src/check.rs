@@ -42,8 +42,18 @@
 //!    generations, and no member dropped from its round while its lease lived. See
 //!    `hivekeeper-checker`'s `barrier` and `barriers.rs`.
 //!
-//! Checks 8 and 9 also count every election or barrier request answered `bad_request` or
-//! `internal` (or unreadable) as an anomaly.
+//! 10. **Hold times.** Per lock of the hold-time workload (leases with a lock-delay, holds with
+//!     a max-hold), in token order: no grant before the earliest end of an older hold, which
+//!     for a hold ended by its lease's expiry or an operator's revoke is the lease's last proof
+//!     of life plus its `lock_delay_ms` (a release or the agent's own revoke skips the delay);
+//!     no max-hold ended before `max_hold_ms` after its grant; no hold taken while its lease
+//!     lived but by its max-hold. The parts measured on the service's clock (delays,
+//!     max-holds) get [`hivekeeper_checker::hold_time::SLACK_US`] of slack and are excused
+//!     where a clock fault met them. See `hivekeeper-checker`'s `hold_time` and
+//!     `hold_times.rs`.
+//!
+//! Checks 8, 9 and 10 also count every election, barrier or hold-time request answered
+//! `bad_request` or `internal` (or unreadable) as an anomaly.
 
 use std::collections::HashMap;
 
@@ -111,6 +121,8 @@ pub struct Verdicts {
     pub election: Verdict,
     /// 9: the barriers.
     pub barrier: Verdict,
+    /// 10: lock-delay and max-hold.
+    pub hold_time: Verdict,
 }
 
 impl Verdicts {
@@ -124,6 +136,7 @@ impl Verdicts {
             + self.watch.anomalies
             + self.election.anomalies
             + self.barrier.anomalies
+            + self.hold_time.anomalies
     }
 }
 
@@ -139,14 +152,20 @@ pub fn check(history: &History, sem_limit: u32) -> Verdicts {
         watch: super::watchers::check(history),
         election: recipe(super::elections::check(history), history, "election."),
         barrier: recipe(super::barriers::check(history), history, "barrier."),
+        hold_time: recipe(
+            super::hold_times::check(history),
+            history,
+            super::hold_times::AGENT_MARK,
+        ),
     }
 }
 
 /// A recipe's verdict with its requests answered in a way no well-formed request should be
-/// (each described by its agent and op, e.g. `…'s election.campaign`) as anomalies.
-fn recipe(mut verdict: Verdict, history: &History, ops: &str) -> Verdict {
+/// (each described by its agent and op, e.g. `…'s election.campaign`) as anomalies: those
+/// whose description contains `mark` (an op's prefix, or a mark in the workload's agent ids).
+fn recipe(mut verdict: Verdict, history: &History, mark: &str) -> Verdict {
     for error in &history.recipe_errors {
-        if error.contains(ops) {
+        if error.contains(mark) {
             verdict.anomaly(error.clone());
         }
     }
@@ -524,6 +543,40 @@ mod tests {
         assert_eq!(verdict.anomalies, 2, "{:?}", verdict.samples);
         assert!(verdict.samples[0].contains("lost update"));
         assert!(verdict.samples[1].contains("two holders"));
+    }
+
+    #[test]
+    fn the_hold_time_verdict_counts_broken_rules_and_its_agents_unexpected_answers() {
+        use hivekeeper_checker::hold_time::{LockKind, LockOp};
+        use hivekeeper_checker::recipe::Answer;
+        let acquire = |agent: &str, invoke_us, complete_us, token| LockOp {
+            agent: agent.into(),
+            lease: format!("{agent}-lease"),
+            invoke_us,
+            complete_us,
+            kind: LockKind::Acquire {
+                lock: "L".into(),
+                max_hold_ms: None,
+                answer: Answer::Ok(token),
+            },
+        };
+        let history = History {
+            // b's grant arrived before a's acquire was even sent, with the higher token.
+            hold_time_ops: vec![acquire("a", 100, 120, 1), acquire("b", 10, 50, 2)],
+            recipe_errors: vec![
+                "nem1x7-holdtime0's lock.acquire was answered internal: boom".into(),
+                "nem1x7-elect0's election.campaign was answered internal: boom".into(),
+            ],
+            ..History::default()
+        };
+        let verdict = check(&history, 1).hold_time;
+        assert_eq!(verdict.ops, 2);
+        assert_eq!(verdict.anomalies, 2, "{:?}", verdict.samples);
+        assert!(
+            verdict.samples[1].contains("holdtime0"),
+            "{:?}",
+            verdict.samples
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ use hivekeeper_protocol::{
 
 use crate::check::Verdict;
 use crate::history::History;
-use crate::workload::{Context, answer, prove_alive};
+use crate::workload::{Context, ask, prove_alive};
 
 /// The names of run `run`'s elections, `count` of them.
 pub fn names(run: &str, count: usize) -> Vec<String> {
@@ -62,10 +62,7 @@ impl Candidate<'_> {
         T: TryFrom<Success, Error = UnexpectedReply> + Clone,
         F: FnOnce(Answer<T>) -> ElectionKind,
     {
-        let invoke_us = self.ctx.timeline.now_us();
-        let request = format!("{}'s {}", self.id, op.name());
-        let result = self.agent.request_as::<T>(op).await;
-        let answered = answer(self.ctx, &request, result);
+        let (invoke_us, answered) = ask(self.ctx, &self.agent, &self.id, op).await;
         record(self.ctx, name, &self.id, invoke_us, kind(answered.clone()));
         answered
     }

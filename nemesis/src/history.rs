@@ -1,6 +1,6 @@
 //! What the workloads saw: one record per hold, per fenced write, per lease, per request, per
-//! key operation and per election or barrier request, each watcher's streams, with the times
-//! the client invoked it and saw it complete.
+//! key operation and per election, barrier or hold-time request, each watcher's streams, with
+//! the times the client invoked it and saw it complete; and when the clock faults were.
 //!
 //! Every time is microseconds on the nemesis's own monotonic clock since the run began
 //! ([`Timeline::now_us`]); the report adds the wall-clock time of that start, so a record can
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use hivekeeper_checker::barrier::BarrierOp;
 use hivekeeper_checker::election::ElectionOp;
+use hivekeeper_checker::hold_time::{ClockFault, LockOp, Lost};
 use hivekeeper_checker::recipe::LeaseAlive;
 use hivekeeper_checker::watch::Watcher;
 use serde::Serialize;
@@ -187,9 +188,16 @@ pub struct History {
     /// Acknowledged keepalives of the election and barrier agents' leases, sent after a
     /// refusal that said the lease held nothing any more.
     pub leases_alive: Vec<LeaseAlive>,
-    /// Election and barrier requests answered in a way a well-formed request never should
-    /// (`bad_request`, `internal`, an unreadable answer), described.
+    /// Election, barrier and hold-time requests answered in a way a well-formed request never
+    /// should (`bad_request`, `internal`, an unreadable answer), described.
     pub recipe_errors: Vec<String>,
+    /// Every request of the hold-time workload (lock-delay and max-hold).
+    pub hold_time_ops: Vec<LockOp>,
+    /// The `lock.lost` events the hold-time agents were told.
+    pub lost_events: Vec<Lost>,
+    /// The spans in which a clock fault may have moved the service's clock (from each clock
+    /// fault's injection until a second after the cluster had recovered from it).
+    pub clock_faults: Vec<ClockFault>,
 }
 
 /// The history, shared by the workload tasks.

@@ -3,13 +3,14 @@
 //! Starts a cluster of real `hivekeeper serve` processes on this machine, runs workloads through
 //! real SDK clients over MQTT, injects faults on a schedule (kill, pause of a leader or of a
 //! client, partitions, clock jumps and skew, a full disk) and checks the whole history at the end
-//! (fenced register, mutex, semaphore, leases, keys, watches, elections, barriers). Exits non-zero
-//! on any anomaly or harness error. A binary of its own, beside `hivekeeper`: the server binary
-//! links no test harness, and this one runs the `hivekeeper` it finds (`--hivekeeper`, else the one
-//! beside it, else PATH).
+//! (fenced register, mutex, semaphore, leases, keys, watches, elections, barriers, lock-delay and
+//! max-hold). Exits non-zero on any anomaly or harness error. A binary of its own, beside
+//! `hivekeeper`: the server binary links no test harness, and this one runs the `hivekeeper` it
+//! finds (`--hivekeeper`, else the one beside it, else PATH).
 //!
 //! # Layout
-//! - `run`: the flags, the schedule, the recovery wait after each fault, the report.
+//! - `run`: the flags, the workloads started and joined, the checks, the report.
+//! - `schedule`: the faults in turn, the recovery wait after each, and each fault's record.
 //! - `faults`: the fault classes, how each is injected and undone on the cluster.
 //! - `workload`: the SDK agents (fenced register and mutex, semaphore, leases, probes, the
 //!   queue observer) and what they record.
@@ -23,6 +24,9 @@
 //! - `elections`, `barriers`: the election workload (campaign, proclaim, resign, fence
 //!   checks, leader reads) and the barrier workload (enter, leave), checked by
 //!   `hivekeeper-checker`'s election and barrier rules.
+//! - `hold_times`: the hold-time workload (locks on leases with a lock-delay that lapse, are
+//!   revoked or release; holds with a max-hold), checked by `hivekeeper-checker`'s hold-time
+//!   rules with the run's clock faults excused.
 //! - `store`: the fenced store the register agents write through.
 //! - `history`: the records of the run and the clock they are stamped with.
 //! - `check`: the checkers over the history; `availability`: each fault's window figures.
@@ -39,10 +43,11 @@
 //!        semaphore agents, lease agents, the pausable client   ├─▶ history (history.rs)
 //!        keys agents (keys.rs), watchers (watchers.rs)         │
 //!        candidates (elections.rs), barrier members (barriers.rs) │
+//!        hold-time agents (hold_times.rs)                      │
 //!  schedule: quiet ─▶ inject ─▶ hold ─▶ undo ─▶ recovered      ┘   + one window per fault
 //!        (faults.rs; every class in turn until --duration-s)
 //!  stop ─▶ final read of the keys ─▶ check.rs (register, mutex, semaphore, leases, keys,
-//!       watch, election, barrier) + availability per window
+//!       watch, election, barrier, hold times) + availability per window
 //!       ─▶ report (table or --json); exit status 1 on any anomaly or harness error
 //! ```
 
@@ -54,8 +59,10 @@ mod elections;
 mod faults;
 mod history;
 mod hivekeeper_binary;
+mod hold_times;
 mod keys;
 mod run;
+mod schedule;
 mod sentinel;
 mod store;
 mod watchers;
@@ -70,10 +77,10 @@ use tracing_subscriber::EnvFilter;
 /// Starts a cluster of `hivekeeper serve` processes on this machine, runs workloads through real
 /// SDK clients, injects faults (kill, pause, partition, clock jumps, full disk) on a schedule and
 /// checks the whole history (fenced register, mutex linearizability, semaphore, leases, keys
-/// linearizability, etcd's watch guarantees, elections, barriers). Prints a report (a table, or
-/// --json) and exits non-zero on any anomaly. Partitions and disk-full need root; clock faults need
-/// Debian's faketime: with neither, the classes that need them are left out and the report says
-/// why. Every class in turn, as root: `sudo hivekeeper-nemesis --duration-s 120`.
+/// linearizability, etcd's watch guarantees, elections, barriers, lock-delay and max-hold).
+/// Prints a report (a table, or --json) and exits non-zero on any anomaly. Partitions and
+/// disk-full need root; clock faults need Debian's faketime: with neither, the classes that need
+/// them are left out and the report says why. Every class in turn, as root: `sudo hivekeeper-nemesis --duration-s 120`.
 #[derive(Debug, Parser)]
 #[command(
     name = "hivekeeper-nemesis",

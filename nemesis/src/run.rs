@@ -16,12 +16,13 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::faults::{self, FaultKind, Tools};
+use crate::faults::FaultKind;
 use crate::history::{History, Recorder, Timeline};
+use crate::schedule::{FaultRecord, Schedule, inject_on_schedule};
 use crate::store::FencedStore;
 use crate::workload::{self, Context};
 use crate::{
-    availability, barriers, check, client, elections, hivekeeper_binary, keys, sentinel, watchers,
+    barriers, check, client, elections, hivekeeper_binary, hold_times, keys, sentinel, watchers,
 };
 
 /// Flags of `hivekeeper-nemesis`.
@@ -97,6 +98,24 @@ pub struct NemesisArgs {
     /// The members of one round of a barrier (its `count`).
     #[arg(long, default_value_t = 2)]
     barrier_count: u32,
+    /// Agents of the hold-time workload (leases with a lock-delay that lapse, are revoked or
+    /// release; holds with a max-hold; no grant inside a delay window, checked); 0 leaves it
+    /// out.
+    #[arg(long, default_value_t = 3)]
+    hold_time_agents: usize,
+    /// Locks the hold-time agents contend for.
+    #[arg(long, default_value_t = 2)]
+    hold_time_locks: usize,
+    /// The hold-time agents' lease TTL, ms (short, so lapsed leases expire soon).
+    #[arg(long, default_value_t = 1_000)]
+    hold_time_ttl_ms: u64,
+    /// The hold-time agents' `lock_delay_ms` (more than --hold-time-ttl-ms, so a grant at the
+    /// lease's expiry without the delay would be caught).
+    #[arg(long, default_value_t = 2_000)]
+    lock_delay_ms: u64,
+    /// The `max_hold_ms` of a hold-time agent's hold meant to end by its max-hold.
+    #[arg(long, default_value_t = 300)]
+    max_hold_ms: u64,
     /// How long a holder keeps what it got, ms.
     #[arg(long, default_value_t = 20)]
     hold_ms: u64,
@@ -329,7 +348,8 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     .await;
     final_read(&args, &ctx, &mut errors).await;
     let end_us = timeline.now_us();
-    let history = recorder.take();
+    let mut history = recorder.take();
+    history.clock_faults = faults.iter().filter_map(FaultRecord::clock_fault).collect();
     if let Some(path) = &args.history {
         write_history(path, &history)?;
     }
@@ -396,6 +416,10 @@ fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.barriers == 0 || (args.barrier_count >= 1 && args.barrier_agents >= 1),
         "--barrier-count and --barrier-agents must be at least 1 when --barriers is"
+    );
+    anyhow::ensure!(
+        args.hold_time_agents == 0 || (args.hold_time_locks >= 1 && args.max_hold_ms >= 1),
+        "--hold-time-locks and --max-hold-ms must be at least 1 when --hold-time-agents is"
     );
     Ok(())
 }
@@ -480,117 +504,16 @@ fn spawn_workloads(
             tasks.spawn(barriers::member(ctx.clone(), member, seed));
         }
     }
+    let plan = hold_times::Plan {
+        locks: hold_times::Plan::locks(&ctx.run, args.hold_time_locks),
+        ttl_ms: args.hold_time_ttl_ms,
+        lock_delay_ms: args.lock_delay_ms,
+        max_hold_ms: args.max_hold_ms,
+    };
+    for i in 0..args.hold_time_agents {
+        tasks.spawn(hold_times::agent(ctx.clone(), plan.clone(), i, seed));
+    }
     tasks
-}
-
-/// When faults are injected: which classes in turn, until when, and how long each part of a
-/// cycle (quiet, then the fault held) lasts.
-struct Schedule<'a> {
-    /// The classes, cycled through in order.
-    kinds: &'a [FaultKind],
-    /// No fault starts whose cycle would end after this.
-    until: Instant,
-    /// Quiet time before each fault.
-    quiet: Duration,
-    /// How long each fault is held before it is undone.
-    hold: Duration,
-    /// The clock faults' jump, seconds.
-    clock_jump_s: i64,
-}
-
-/// One fault as the schedule ran it: what it hit and when, µs into the run.
-struct FaultRecord {
-    /// The fault class.
-    kind: FaultKind,
-    /// What it hit.
-    injected: faults::Injected,
-    /// When it was injected.
-    inject_us: u64,
-    /// When it was undone.
-    undo_us: u64,
-    /// When the cluster had recovered (or gave up recovering).
-    recovered_us: u64,
-    /// Members that exited by themselves meanwhile.
-    exited: Vec<String>,
-}
-
-impl FaultRecord {
-    /// What the clients saw around this fault, from the run's history.
-    fn window(self, history: &History, end_us: u64, members: usize, paused_lock: &str) -> Window {
-        availability::window(
-            history,
-            availability::Span {
-                fault: self.kind,
-                target: self.injected.target,
-                hit: self.injected.hit,
-                inject_us: self.inject_us,
-                undo_us: self.undo_us,
-                recovered_us: self.recovered_us,
-                end_us,
-                exited: self.exited,
-                members,
-                paused_lock,
-            },
-        )
-    }
-}
-
-/// Cycles through the fault classes until the schedule ends: quiet, inject, hold, undo, wait
-/// for the cluster to recover. A fault that cannot be injected, undone or recovered from is
-/// an error of the run, and the schedule goes on with the next.
-async fn inject_on_schedule(
-    schedule: &Schedule<'_>,
-    cluster: &mut Cluster,
-    rng: &mut fastrand::Rng,
-    pause_client: &mpsc::Sender<client::PauseRequest>,
-    timeline: Timeline,
-    errors: &mut Vec<String>,
-) -> Vec<FaultRecord> {
-    let mut records = Vec::new();
-    let fault_time = schedule.quiet + schedule.hold;
-    let mut next = 0;
-    while Instant::now() + fault_time < schedule.until && !schedule.kinds.is_empty() {
-        let kind = schedule.kinds[next % schedule.kinds.len()];
-        next += 1;
-        tokio::time::sleep(schedule.quiet).await;
-        let inject_us = timeline.now_us();
-        let tools = Tools {
-            rng: &mut *rng,
-            pause_client,
-            hold: schedule.hold,
-            clock_jump_s: schedule.clock_jump_s,
-        };
-        let injected = match faults::inject(kind, cluster, tools).await {
-            Ok(injected) => injected,
-            Err(error) => {
-                errors.push(format!("injecting {}: {error:#}", kind.name()));
-                continue;
-            }
-        };
-        // A pause-client counts its hold from the stop; the others from now.
-        tokio::time::sleep(schedule.hold).await;
-        let undo_us = timeline.now_us();
-        if let Err(error) = faults::undo(&injected.undo, cluster) {
-            errors.push(format!("undoing {}: {error:#}", kind.name()));
-        }
-        let mut exited = Vec::new();
-        let recovered_us = match recover(cluster, kind, &mut exited, errors).await {
-            Ok(()) => timeline.now_us(),
-            Err(error) => {
-                errors.push(format!("after {}: {error:#}", kind.name()));
-                timeline.now_us()
-            }
-        };
-        records.push(FaultRecord {
-            kind,
-            injected,
-            inject_us,
-            undo_us,
-            recovered_us,
-            exited,
-        });
-    }
-    records
 }
 
 /// Waits for the workloads and the pausable client to stop, at most until `join_by`; one that
@@ -618,48 +541,6 @@ async fn join_workloads(
         Ok(Ok(Err(error))) => errors.push(format!("the pausable client: {error:#}")),
         Ok(Err(error)) => errors.push(format!("the pausable client's driver: {error}")),
         Err(_) => errors.push("the pausable client did not stop in time".into()),
-    }
-}
-
-/// Waits until every member answers and one leads, at most 30 s. A member that exited by
-/// itself is noted and started again (an error, but for `disk-full`, whose member stops at its
-/// next write, which may come only after the disk was freed).
-async fn recover(
-    cluster: &mut Cluster,
-    kind: FaultKind,
-    exited: &mut Vec<String>,
-    errors: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for member in &mut cluster.members {
-            if let Some(status) = member.exited() {
-                exited.push(format!("{}: {status}", member.name));
-                if kind != FaultKind::DiskFull {
-                    errors.push(format!(
-                        "member {} exited during {} ({status}); its log: {}",
-                        member.name,
-                        kind.name(),
-                        member.log().display()
-                    ));
-                }
-                member.spawn()?;
-            }
-        }
-        let mut up = true;
-        for member in &cluster.members {
-            up &= hivekeeper_local_cluster::scrape(member.metrics)
-                .await
-                .is_some();
-        }
-        if up && cluster.leader_now().await.is_some() {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the cluster had no leader with every member up within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -698,6 +579,7 @@ fn print_table(report: &NemesisReport) {
         ("watch", &checks.watch),
         ("election", &checks.election),
         ("barrier", &checks.barrier),
+        ("hold_time", &checks.hold_time),
     ] {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",

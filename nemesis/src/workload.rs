@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Resource, Session, Wait as SdkWait};
 use hivekeeper_checker::recipe::{Answer, LeaseAlive};
-use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op};
+use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op, Success, UnexpectedReply};
 use tokio::time::Instant;
 
 use super::history::{Hold, HoldEnd, LeaseLife, QueueView, Recorder, Timeline, Wait};
@@ -163,6 +163,18 @@ pub fn answer<T>(ctx: &Context, request: &str, result: Result<T, AgentError>) ->
             }
         }
     }
+}
+
+/// Sends `op` as agent `id` and reads its answer as the checkers do ([`answer`]): returns its
+/// send time and that answer.
+pub async fn ask<T>(ctx: &Context, agent: &Agent, id: &str, op: Op) -> (u64, Answer<T>)
+where
+    T: TryFrom<Success, Error = UnexpectedReply>,
+{
+    let invoke_us = ctx.timeline.now_us();
+    let request = format!("{id}'s {}", op.name());
+    let result = agent.request_as::<T>(op).await;
+    (invoke_us, answer(ctx, &request, result))
 }
 
 /// One `lease.keepalive` of `lease`, recorded when acknowledged: the proof that the lease
@@ -315,6 +327,37 @@ pub async fn semaphore(ctx: Context, index: usize, name: String, limit: u32) {
     cycle(&ctx, &agent_id, home, resource, Holds::Semaphore, work).await;
 }
 
+/// Keeps `lease` alive by hand every `every` until the run ends or the service says it is gone
+/// (`lease_not_found`): then returns when the client learnt it. `acked` gets the send time of
+/// every acknowledged keepalive.
+pub async fn keep_alive(
+    ctx: &Context,
+    agent: &Agent,
+    lease: &str,
+    every: Duration,
+    mut acked: impl FnMut(u64),
+) -> Option<u64> {
+    let mut next = Instant::now() + every;
+    while !ctx.stopped() {
+        tokio::time::sleep_until(next).await;
+        next += every;
+        let invoke_us = ctx.timeline.now_us();
+        let op = Op::LeaseKeepalive {
+            lease: lease.to_string(),
+        };
+        match agent.request(op).await {
+            Ok(_) => acked(invoke_us),
+            Err(error) if error.code() == Some(ErrorCode::LeaseNotFound) => {
+                return Some(ctx.timeline.now_us());
+            }
+            Err(_) => {}
+        }
+        // A keepalive answered late: the next one goes out now, not in a burst.
+        next = next.max(Instant::now());
+    }
+    None
+}
+
 /// One agent of the lease workload: a lease kept alive by hand (not by the SDK's session), so
 /// the send time of every acknowledged keepalive is known.
 pub async fn lease(ctx: Context, index: usize) {
@@ -336,31 +379,15 @@ pub async fn lease(ctx: Context, index: usize) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let mut life = LeaseLife {
+        let mut last_ack_invoke_us = invoke_us;
+        let acked = |sent_us: u64| last_ack_invoke_us = last_ack_invoke_us.max(sent_us);
+        let ended_observed_us = keep_alive(&ctx, &agent, &lease, every, acked).await;
+        let life = LeaseLife {
             agent: agent_id.clone(),
             ttl_ms: ctx.ttl_ms,
-            last_ack_invoke_us: invoke_us,
-            ended_observed_us: None,
+            last_ack_invoke_us,
+            ended_observed_us,
         };
-        let mut next = Instant::now() + every;
-        while !ctx.stopped() {
-            tokio::time::sleep_until(next).await;
-            next += every;
-            let invoke_us = ctx.timeline.now_us();
-            let op = Op::LeaseKeepalive {
-                lease: lease.clone(),
-            };
-            match agent.request(op).await {
-                Ok(_) => life.last_ack_invoke_us = life.last_ack_invoke_us.max(invoke_us),
-                Err(error) if error.code() == Some(ErrorCode::LeaseNotFound) => {
-                    life.ended_observed_us = Some(ctx.timeline.now_us());
-                    break;
-                }
-                Err(_) => {}
-            }
-            // A keepalive answered late: the next one goes out now, not in a burst.
-            next = next.max(Instant::now());
-        }
         if life.ended_observed_us.is_none() {
             let _ = agent.request(Op::LeaseRevoke { lease }).await;
         }

@@ -1,0 +1,405 @@
+//! The hold-time workload: lock-delay and max-hold (PROTOCOL.md §6.1) under faults. A few
+//! agents contend for a few locks, each on a lease of its own with a short TTL and a
+//! lock-delay, kept alive by hand (so the send time of every acknowledged keepalive is known);
+//! each hold ends one of five ways, drawn at random, and every request and every `lock.lost`
+//! event is recorded. The history is checked by `hivekeeper-checker`'s hold-time rules
+//! ([`check`]).
+//!
+//! ```text
+//!  agent i (homed on member i mod N), on a lease {ttl_ms, lock_delay_ms} kept alive every
+//!  TTL/3 by a task of its own, takes a random lock of {run}-hold0..L-1:
+//!    lock.acquire {wait_ms, max_hold_ms for a max-hold end} ─▶ token ─▶ 20-150 ms, then:
+//!    ├ release (2 in 5)     ─▶ lock.release: no delay for the next holder
+//!    ├ max-hold (1 in 5)    ─▶ holds on past its max_hold_ms, then lock.release (not_holder)
+//!    ├ lapse (1 in 5)       ─▶ its keepalives stop: the lease expires and its lock is held
+//!    │                         back for the delay; a new lease
+//!    ├ operator (1 in 10)   ─▶ admin.revoke of its lease: held back too; a new lease
+//!    └ own revoke (1 in 10) ─▶ lease.revoke: no delay; a new lease
+//!    refused timeout ─▶ again; any other refusal, or no answer (a grant may come unseen) ─▶
+//!    lease.revoke, a new lease
+//!  its events: every lock.lost (reason max_hold, or its lease's end)
+//!                                                     records: LockOp, Lost
+//!  check: hold_time::check (no grant while an older holder lives or inside its lock-delay
+//!         window, no max-hold ended early, no hold taken from a live lease; the parts measured
+//!         on the service's clock are excused across a clock fault)
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hivekeeper_agent::Agent;
+use hivekeeper_checker::hold_time::{self, LockKind, LockOp, Lost};
+use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
+use hivekeeper_protocol::{
+    Done, ErrorCode, Event, Granted, LeaseGranted, LostReason, Op, Success, UnexpectedReply,
+};
+use tokio::task::JoinHandle;
+
+use crate::check::Verdict;
+use crate::elections::outcome;
+use crate::history::History;
+use crate::workload::{self, Context, ask};
+
+/// In every agent id of the workload (`{run}-holdtime{i}`): what marks its requests among
+/// those answered in a way a well-formed request never should be.
+pub const AGENT_MARK: &str = "-holdtime";
+
+/// What every agent of the workload shares.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The locks they contend for.
+    pub locks: Vec<String>,
+    /// Their leases' TTL.
+    pub ttl_ms: u64,
+    /// Their leases' lock-delay.
+    pub lock_delay_ms: u64,
+    /// The `max_hold_ms` of a hold meant to end by it.
+    pub max_hold_ms: u64,
+}
+
+impl Plan {
+    /// The locks of run `run`, `count` of them.
+    pub fn locks(run: &str, count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("{run}-hold{i}")).collect()
+    }
+}
+
+/// How a hold is made to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Release,
+    MaxHold,
+    Lapse,
+    Operator,
+    OwnRevoke,
+}
+
+impl Ending {
+    /// One at random: release 2 in 5, max-hold and lapse 1 in 5 each, an operator's and an own
+    /// revoke 1 in 10 each.
+    fn draw(rng: &mut fastrand::Rng) -> Ending {
+        match rng.u8(..10) {
+            0..4 => Ending::Release,
+            4..6 => Ending::MaxHold,
+            6..8 => Ending::Lapse,
+            8 => Ending::Operator,
+            _ => Ending::OwnRevoke,
+        }
+    }
+}
+
+/// A lease of the agent and the task keeping it alive.
+struct KeptLease {
+    id: String,
+    keepalives: JoinHandle<()>,
+    /// Set once a keepalive was answered `lease_not_found`.
+    gone: Arc<AtomicBool>,
+}
+
+impl KeptLease {
+    /// Whether a keepalive found the lease gone.
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for KeptLease {
+    fn drop(&mut self) {
+        self.keepalives.abort();
+    }
+}
+
+/// One agent of the workload, its requests recorded.
+struct HoldAgent<'a> {
+    ctx: &'a Context,
+    plan: &'a Plan,
+    agent: Agent,
+    id: String,
+}
+
+impl HoldAgent<'_> {
+    /// Sends `op` naming `lease`; records it as `kind` made of its answer.
+    async fn send<T, F>(&self, lease: &str, op: Op, kind: F) -> Answer<T>
+    where
+        T: TryFrom<Success, Error = UnexpectedReply> + Clone,
+        F: FnOnce(Answer<T>) -> LockKind,
+    {
+        let (invoke_us, answered) = ask(self.ctx, &self.agent, &self.id, op).await;
+        record(self.ctx, &self.id, lease, invoke_us, kind(answered.clone()));
+        answered
+    }
+
+    /// A new lease, recorded, and its keepalive task; `None` when the grant failed.
+    async fn grant(&self) -> Option<KeptLease> {
+        let op = Op::LeaseGrant {
+            ttl_ms: self.plan.ttl_ms,
+            lock_delay_ms: self.plan.lock_delay_ms,
+        };
+        let (invoke_us, granted) = ask::<LeaseGranted>(self.ctx, &self.agent, &self.id, op).await;
+        let Answer::Ok(granted) = granted else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return None;
+        };
+        let kind = LockKind::Grant {
+            ttl_ms: self.plan.ttl_ms,
+            lock_delay_ms: self.plan.lock_delay_ms,
+        };
+        record(self.ctx, &self.id, &granted.lease, invoke_us, kind);
+        let gone = Arc::new(AtomicBool::new(false));
+        let keepalives = tokio::spawn(keep_alive(
+            self.ctx.clone(),
+            self.agent.clone(),
+            self.id.clone(),
+            granted.lease.clone(),
+            Duration::from_millis(self.plan.ttl_ms / 3),
+            gone.clone(),
+        ));
+        Some(KeptLease {
+            id: granted.lease,
+            keepalives,
+            gone,
+        })
+    }
+
+    /// Ends `lease` by its agent's `lease.revoke` (operator: `admin.revoke`), recorded.
+    async fn revoke(&self, lease: KeptLease, operator: bool) {
+        lease.keepalives.abort();
+        let op = if operator {
+            Op::AdminRevoke {
+                lease: lease.id.clone(),
+            }
+        } else {
+            Op::LeaseRevoke {
+                lease: lease.id.clone(),
+            }
+        };
+        self.send::<Done, _>(&lease.id, op, |answer| LockKind::Revoke {
+            operator,
+            answer: answer.map(|_| ()),
+        })
+        .await;
+    }
+
+    /// `lock.release` of `lock` (token `token`), recorded.
+    async fn release(&self, lease: &KeptLease, lock: &str, token: u64) -> Answer<()> {
+        let op = Op::LockRelease {
+            name: lock.to_string(),
+            lease: lease.id.clone(),
+        };
+        let lock = lock.to_string();
+        self.send::<Done, _>(&lease.id, op, |answer| LockKind::Release {
+            lock,
+            token,
+            answer: answer.map(|_| ()),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Ends the hold of `lock` (token `token`) as `ending` says; returns the lease when it
+    /// goes on.
+    async fn end(
+        &self,
+        lease: KeptLease,
+        lock: &str,
+        token: u64,
+        ending: Ending,
+    ) -> Option<KeptLease> {
+        let released = match ending {
+            Ending::Release => self.release(&lease, lock, token).await,
+            Ending::MaxHold => {
+                // Past its max-hold (the service ends it at the first check after): the
+                // release finds it gone.
+                let past = self.plan.max_hold_ms + 200;
+                tokio::time::sleep(Duration::from_millis(past)).await;
+                self.release(&lease, lock, token).await
+            }
+            Ending::Lapse => return None,
+            Ending::Operator | Ending::OwnRevoke => {
+                self.revoke(lease, ending == Ending::Operator).await;
+                return None;
+            }
+        };
+        match released {
+            Answer::Ok(()) => Some(lease),
+            Answer::Refused(code) if code == NOT_HOLDER => Some(lease),
+            // Perhaps still held: the lease must end for the lock to be free again.
+            _ => {
+                self.revoke(lease, false).await;
+                None
+            }
+        }
+    }
+}
+
+fn record(ctx: &Context, agent: &str, lease: &str, invoke_us: u64, kind: LockKind) {
+    let op = LockOp {
+        agent: agent.to_string(),
+        lease: lease.to_string(),
+        invoke_us,
+        complete_us: ctx.timeline.now_us(),
+        kind,
+    };
+    ctx.recorder.with(|history| history.hold_time_ops.push(op));
+}
+
+/// Keeps `lease` alive every `every` until aborted or the run ends, each acknowledged
+/// keepalive recorded; sets `gone` when the service says the lease ended.
+async fn keep_alive(
+    ctx: Context,
+    agent: Agent,
+    id: String,
+    lease: String,
+    every: Duration,
+    gone: Arc<AtomicBool>,
+) {
+    let acked = |sent_us| record(&ctx, &id, &lease, sent_us, LockKind::Keepalive);
+    if workload::keep_alive(&ctx, &agent, &lease, every, acked)
+        .await
+        .is_some()
+    {
+        gone.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Records every `lock.lost` the agent is told until the run ends.
+async fn record_lost(ctx: Context, agent: Agent, id: String) {
+    let mut events = agent.events();
+    while let Ok(received) = tokio::time::timeout_at(ctx.stop_at, events.recv()).await {
+        let event = match received {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if let Event::LockLost {
+            name,
+            token,
+            reason,
+        } = event
+        {
+            let lost = Lost {
+                agent: id.clone(),
+                lock: name,
+                token,
+                max_hold: reason == Some(LostReason::MaxHold),
+                observed_us: ctx.timeline.now_us(),
+            };
+            ctx.recorder.with(|history| history.lost_events.push(lost));
+        }
+    }
+}
+
+/// One agent until the run ends.
+pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
+    let id = format!("{}{AGENT_MARK}{index}", ctx.run);
+    let Some(agent) = ctx.connect(&id, index % ctx.brokers.len()).await else {
+        return;
+    };
+    let events = tokio::spawn(record_lost(ctx.clone(), agent.clone(), id.clone()));
+    let mut rng = fastrand::Rng::with_seed(seed ^ (0x4f1d << 16) ^ index as u64);
+    let holder = HoldAgent {
+        ctx: &ctx,
+        plan: &plan,
+        agent,
+        id,
+    };
+    let timeout = ErrorCode::Timeout.to_string();
+    let mut kept: Option<KeptLease> = None;
+    while !ctx.stopped() {
+        let lease = match kept.take() {
+            Some(lease) if !lease.is_gone() => lease,
+            _ => match holder.grant().await {
+                Some(lease) => lease,
+                None => continue,
+            },
+        };
+        let lock = plan.locks[rng.usize(..plan.locks.len())].clone();
+        let ending = Ending::draw(&mut rng);
+        let max_hold_ms = (ending == Ending::MaxHold).then_some(plan.max_hold_ms);
+        let op = Op::LockAcquire {
+            name: lock.clone(),
+            lease: lease.id.clone(),
+            wait_ms: Some(ctx.wait_ms),
+            max_hold_ms,
+        };
+        let acquired = holder
+            .send::<Granted, _>(&lease.id, op, |answer| LockKind::Acquire {
+                lock: lock.clone(),
+                max_hold_ms,
+                answer: answer.map(|granted| granted.token),
+            })
+            .await;
+        kept = match acquired {
+            Answer::Ok(Granted { token }) => {
+                tokio::time::sleep(Duration::from_millis(rng.u64(20..150))).await;
+                holder.end(lease, &lock, token, ending).await
+            }
+            Answer::Refused(code) if code == timeout => Some(lease),
+            // Gone, or perhaps granted unseen: a new lease.
+            _ => {
+                holder.revoke(lease, false).await;
+                None
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(rng.u64(10..50))).await;
+    }
+    if let Some(lease) = kept {
+        holder.revoke(lease, false).await;
+    }
+    events.abort();
+}
+
+/// Checks the hold-time history: every broken rule is an anomaly; the notes count the
+/// requests by outcome and say how close the grants came to the lock-delay windows.
+pub fn check(history: &History) -> Verdict {
+    let ops = &history.hold_time_ops;
+    let checked = hold_time::check(ops, &history.lost_events, &history.clock_faults);
+    let mut verdict = Verdict::of(ops.len(), checked.violations);
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for op in ops {
+        let (what, outcome) = match &op.kind {
+            LockKind::Grant { .. } => ("lease.grant", "ok".into()),
+            LockKind::Keepalive => ("lease.keepalive", "ok".into()),
+            LockKind::Acquire {
+                max_hold_ms: None,
+                answer,
+                ..
+            } => ("lock.acquire", outcome(answer)),
+            LockKind::Acquire { answer, .. } => ("lock.acquire with max_hold_ms", outcome(answer)),
+            LockKind::Release { answer, .. } => ("lock.release", outcome(answer)),
+            LockKind::Revoke {
+                operator: true,
+                answer,
+            } => ("admin.revoke", outcome(answer)),
+            LockKind::Revoke { answer, .. } => ("lease.revoke", outcome(answer)),
+        };
+        *counts.entry(format!("{what} {outcome}")).or_default() += 1;
+    }
+    let max_hold_lost = history
+        .lost_events
+        .iter()
+        .filter(|lost| lost.max_hold)
+        .count();
+    let lost = history.lost_events.len();
+    verdict.notes.push(
+        counts
+            .iter()
+            .map(|(what, n)| format!("{n}× {what}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    verdict.notes.push(format!(
+        "{} grants checked against a lock-delay window (the closest {} after its end), {} \
+         delays or max-holds excused by a clock fault, {} grants within the delay after a \
+         release (none needed); lock.lost: {max_hold_lost} max_hold, {} lease ended",
+        checked.delays_checked,
+        checked
+            .closest_delay_us
+            .map_or(String::from("-"), |us| format!("{} ms", us / 1_000)),
+        checked.excused,
+        checked.undelayed_after_release,
+        lost - max_hold_lost
+    ));
+    verdict
+}
