@@ -4,17 +4,16 @@
 //! key scenarios' runner, so the `hivekeeper` binary must be built first as for those.
 
 use super::kv_scenarios_test::{bench, refused};
+use crate::report::Report;
+
+/// `hivekeeper bench <line>`, the line split at spaces, as `bench` runs it.
+fn bench_line(line: &str) -> Report {
+    bench(&line.split(' ').collect::<Vec<_>>())
+}
 
 #[test]
 fn election_hands_the_leadership_over_among_three_candidates() {
-    let report = bench(&[
-        "election",
-        "--candidates",
-        "3",
-        "--duration-s",
-        "3",
-        "--json",
-    ]);
+    let report = bench_line("election --candidates 3 --duration-s 3 --json");
     assert_eq!(report.scenario, "election");
     assert_eq!(report.parameters["candidates"], 3);
     assert_eq!(report.parameters["brokers"], "its own cluster");
@@ -40,16 +39,7 @@ fn election_hands_the_leadership_over_among_three_candidates() {
 
 #[test]
 fn barrier_releases_every_agent_each_round_through_three_members() {
-    let report = bench(&[
-        "barrier",
-        "--members",
-        "3",
-        "--agents",
-        "5",
-        "--rounds",
-        "3",
-        "--json",
-    ]);
+    let report = bench_line("barrier --members 3 --agents 5 --rounds 3 --json");
     assert_eq!(report.scenario, "barrier");
     assert_eq!(report.parameters["agents"], 5);
     assert_eq!(report.errors.total, 0, "{report:#?}");
