@@ -281,12 +281,11 @@ pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
 /// in `errors`.
 async fn one_round(
     cluster: &KvCluster,
-    barriers: Vec<Barrier>,
+    mut barriers: Vec<Barrier>,
     last: usize,
     rounds: &mut Rounds,
     errors: &mut Errors,
 ) -> anyhow::Result<Vec<Barrier>> {
-    let mut barriers = barriers;
     for phase in [Phase::Enter, Phase::Leave] {
         let (back, sent, answers) = one_phase(cluster, barriers, last, phase).await?;
         for wrong in rounds.record(phase, sent, &answers) {
@@ -327,15 +326,28 @@ async fn one_phase(
         }
     }
     let last_barrier = last_barrier.context("the last member is one of the barrier's")?;
-    anyhow::ensure!(
-        cluster
-            .wait_for_gauge(&leader, BARRIER_WAITERS, count as u64 - 1, PHASE_WAIT)
-            .await,
-        "{}: the first {} members were not all queued within {} s",
-        phase.op(),
-        count - 1,
-        PHASE_WAIT.as_secs()
-    );
+    // A member answered before the last one sends was refused (a count over the service's
+    // bound, say), or let through early: either way the phase cannot be measured.
+    tokio::select! {
+        queued = cluster.wait_for_gauge(&leader, BARRIER_WAITERS, count as u64 - 1, PHASE_WAIT) =>
+            anyhow::ensure!(
+                queued,
+                "{}: the first {} members were not all queued within {} s",
+                phase.op(),
+                count - 1,
+                PHASE_WAIT.as_secs()
+            ),
+        Some(joined) = tasks.join_next() => {
+            let (index, _, answered) = joined.context("a member's task")?;
+            let (generation, _) =
+                answered.with_context(|| format!("{} of member {index}", phase.op()))?;
+            anyhow::bail!(
+                "{}: member {index} was answered (generation {generation}) before the last one \
+                 was sent",
+                phase.op()
+            );
+        }
+    }
     let sent = Instant::now();
     tasks.spawn(phase.send(last, last_barrier));
 
