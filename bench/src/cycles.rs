@@ -1,11 +1,12 @@
-//! The acquire → release loop of `uncontended`, `contended`, `semaphore` and the busy agents
-//! of `scale`: every agent cycles on its resource until the measured phase ends or it did
-//! `--cycles`, recording each grant.
+//! The acquire → release loop of `uncontended`, `contended`, `semaphore`, the busy agents of
+//! `scale`, and `election`'s campaign → resign: every agent cycles on its [`Claim`] until the
+//! measured phase ends or it did `--cycles`, recording each grant (a leadership is a grant:
+//! one holder at a time, its token strictly increasing).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use hivekeeper_agent::{AgentError, Resource, Wait};
+use hivekeeper_agent::{AgentError, Guard, Leadership, Resource, Session, Wait};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -13,6 +14,81 @@ use super::Common;
 use super::history::{self, Grant, micros};
 use super::report::{Errors, Latency, Report};
 use super::swarm::{self, Member, RunId};
+
+/// What an agent of the loop takes and gives back in each cycle.
+#[derive(Debug, Clone)]
+pub enum Claim {
+    /// A lock, semaphore permits, a waypoint or a route: acquire → release.
+    Resource(Resource),
+    /// The leadership of an election: campaign with `value` → resign.
+    Leadership {
+        /// The election's name.
+        election: String,
+        /// What the candidate announces when it leads.
+        value: String,
+    },
+}
+
+impl From<Resource> for Claim {
+    fn from(resource: Resource) -> Self {
+        Claim::Resource(resource)
+    }
+}
+
+impl Claim {
+    /// The name of what is claimed: the grants of one name are checked together.
+    fn name(&self) -> &str {
+        match self {
+            Claim::Resource(resource) => resource.name(),
+            Claim::Leadership { election, .. } => election,
+        }
+    }
+
+    /// How taking and giving back are called, for the errors.
+    fn verbs(&self) -> (&'static str, &'static str) {
+        match self {
+            Claim::Resource(_) => ("acquire", "release"),
+            Claim::Leadership { .. } => ("campaign", "resign"),
+        }
+    }
+
+    /// Takes it through `session`, waiting as `wait` says.
+    async fn take(&self, session: &Session, wait: Wait) -> Result<Held, AgentError> {
+        Ok(match self {
+            Claim::Resource(resource) => {
+                Held::Guard(session.acquire(resource.clone(), wait).await?)
+            }
+            Claim::Leadership { election, value } => Held::Leadership(
+                session
+                    .campaign_wait(election.clone(), value.clone(), wait)
+                    .await?,
+            ),
+        })
+    }
+}
+
+/// What a [`Claim`] gave: a guard or a leadership.
+enum Held {
+    Guard(Guard),
+    Leadership(Leadership),
+}
+
+impl Held {
+    fn token(&self) -> u64 {
+        match self {
+            Held::Guard(guard) => guard.token(),
+            Held::Leadership(leadership) => leadership.token(),
+        }
+    }
+
+    /// Releases the guard or resigns the leadership, waiting for the answer.
+    async fn give_back(self) -> Result<(), AgentError> {
+        match self {
+            Held::Guard(guard) => guard.release().await,
+            Held::Leadership(leadership) => leadership.resign().await,
+        }
+    }
+}
 
 /// What one agent's loop produced.
 #[derive(Debug, Default)]
@@ -62,15 +138,20 @@ pub async fn connect(
     .await
 }
 
-/// The measured phase over connected agents, each paired with its resource.
-pub async fn measure(common: &Common, members: Vec<(Member, Resource)>, capacity: usize) -> Report {
+/// The measured phase over connected agents, each paired with what it claims; `capacity` as
+/// for [`run`] (1 for an election: one leader).
+pub async fn measure<C: Into<Claim>>(
+    common: &Common,
+    members: Vec<(Member, C)>,
+    capacity: usize,
+) -> Report {
     measure_with_grants(common, members, capacity).await.0
 }
 
 /// [`measure`], also returning every grant (for figures a scenario derives itself).
-pub async fn measure_with_grants(
+pub async fn measure_with_grants<C: Into<Claim>>(
     common: &Common,
-    members: Vec<(Member, Resource)>,
+    members: Vec<(Member, C)>,
     capacity: usize,
 ) -> (Report, Vec<Grant>) {
     let agents = members.len();
@@ -80,12 +161,13 @@ pub async fn measure_with_grants(
     // The history groups grants by resource: number the names.
     let mut numbers: HashMap<String, usize> = HashMap::new();
     let mut tasks = JoinSet::new();
-    for (index, (member, resource)) in members.into_iter().enumerate() {
+    for (index, (member, claim)) in members.into_iter().enumerate() {
+        let claim = claim.into();
         let next = numbers.len();
-        let number = *numbers.entry(resource.name().to_string()).or_insert(next);
+        let number = *numbers.entry(claim.name().to_string()).or_insert(next);
         let cycles_max = common.cycles;
         tasks.spawn(agent_loop(
-            index, member, resource, number, deadline, hold, cycles_max,
+            index, member, claim, number, deadline, hold, cycles_max,
         ));
     }
     let mut grants = Vec::new();
@@ -129,7 +211,7 @@ pub async fn measure_with_grants(
 async fn agent_loop(
     index: usize,
     member: Member,
-    resource: Resource,
+    claim: Claim,
     resource_number: usize,
     deadline: Instant,
     hold: Duration,
@@ -137,6 +219,7 @@ async fn agent_loop(
 ) -> AgentRun {
     let mut run = AgentRun::default();
     let session = &member.session;
+    let (take, give_back) = claim.verbs();
     while run.cycles < cycles_max {
         let acquire_at = Instant::now();
         let left = deadline.saturating_duration_since(acquire_at);
@@ -144,12 +227,12 @@ async fn agent_loop(
         if left < Duration::from_millis(1) {
             break;
         }
-        let guard = match session.acquire(resource.clone(), Wait::AtMost(left)).await {
-            Ok(guard) => guard,
+        let held = match claim.take(session, Wait::AtMost(left)).await {
+            Ok(held) => held,
             // The wait ran into the end of the measured phase.
             Err(AgentError::WaitTimeout) => break,
             Err(error) => {
-                run.errors.add(format!("acquire: {error}"));
+                run.errors.add(format!("{take}: {error}"));
                 if !session.state().is_live() {
                     break;
                 }
@@ -163,7 +246,7 @@ async fn agent_loop(
         if !hold.is_zero() {
             tokio::time::sleep(hold).await;
         }
-        let token = guard.token();
+        let token = held.token();
         let release_at = Instant::now();
         run.grants.push(Grant {
             resource: resource_number,
@@ -173,9 +256,9 @@ async fn agent_loop(
             granted_at,
             release_at: Some(release_at),
         });
-        match guard.release().await {
+        match held.give_back().await {
             Ok(()) => run.cycles += 1,
-            Err(error) => run.errors.add(format!("release: {error}")),
+            Err(error) => run.errors.add(format!("{give_back}: {error}")),
         }
     }
     run

@@ -1,7 +1,8 @@
-//! The cluster the key scenarios (`kv-put`, `watch`, `kv-fill`) start for themselves, as
-//! `failover` does: `hivekeeper serve` children on loopback ports, data in a temporary
-//! directory, all stopped and removed when it drops. Owning the members is what lets a
-//! scenario home a watcher on a follower, read a member's gauges and its memory.
+//! The cluster the key scenarios (`kv-put`, `watch`, `kv-fill`) and the recipe scenarios
+//! (`election`, `barrier`) start for themselves, as `failover` does: `hivekeeper serve`
+//! children on loopback ports, data in a temporary directory, all stopped and removed when it
+//! drops. Owning the members is what lets a scenario home a watcher on a follower, read a
+//! member's gauges (a barrier's waiting members) and its memory.
 //!
 //! ```text
 //!  KvCluster::start ─ Cluster::start (N members, waits for a leader) ─▶ leader, a follower
@@ -112,11 +113,24 @@ impl KvCluster {
         target: u64,
         within: Duration,
     ) -> bool {
+        self.wait_for_gauge_where(members, name, |value| value >= target, within)
+            .await
+    }
+
+    /// Waits until gauge `name` satisfies `wanted` on each of `members` (a gauge a member does
+    /// not show reads as 0), at most `within`; returns whether they all got there.
+    pub async fn wait_for_gauge_where(
+        &self,
+        members: &[usize],
+        name: &str,
+        wanted: impl Fn(u64) -> bool,
+        within: Duration,
+    ) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let mut all = true;
             for &index in members {
-                if self.gauge(index, name).await.unwrap_or(0) < target {
+                if !wanted(self.gauge(index, name).await.unwrap_or(0)) {
                     all = false;
                     break;
                 }

@@ -3,7 +3,8 @@
 //! was measured, nothing failed. No figure is compared to a target (the machine is shared).
 //!
 //! The members run the `hivekeeper` binary of the same target directory; build it first
-//! (`cargo build --bin hivekeeper`): without it these tests fail and say so.
+//! (`cargo build --bin hivekeeper`): without it these tests fail and say so. [`bench`] and
+//! [`refused`] serve the recipe scenarios' tests too (recipes_test.rs).
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -26,7 +27,7 @@ struct Cli {
 static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs `hivekeeper bench <args>` in this process and returns its report.
-fn bench(args: &[&str]) -> Report {
+pub(crate) fn bench(args: &[&str]) -> Report {
     let _one = ONE_CLUSTER_AT_A_TIME
         .lock()
         .unwrap_or_else(|poison| poison.into_inner());
@@ -172,20 +173,27 @@ fn kv_fill_writes_every_key_in_batches_and_reads_each_members_memory() {
     assert_eq!(kv.commit.count, 7, "{kv:#?}");
 }
 
-#[test]
-fn kv_fill_refuses_a_batch_over_what_fits_in_one_request() {
-    let cli = Cli::try_parse_from(["bench", "kv-fill", "--batch", "65"]).expect("parses");
+/// Runs `hivekeeper bench <args>` with no `hivekeeper` binary to start, for flags refused
+/// before any cluster starts; returns the refusal.
+pub(crate) fn refused(args: &[&str]) -> anyhow::Error {
+    let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+        .unwrap_or_else(|error| panic!("{args:?}: {error}"));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    let error = runtime
+    runtime
         .block_on(run_scenario(
             cli.bench.scenario,
             &RunId::new(),
             &PathBuf::from("/nonexistent/hivekeeper"),
         ))
-        .expect_err("refused before any cluster starts");
+        .expect_err("refused before any cluster starts")
+}
+
+#[test]
+fn kv_fill_refuses_a_batch_over_what_fits_in_one_request() {
+    let error = refused(&["kv-fill", "--batch", "65"]);
     assert!(
         error.to_string().starts_with("--batch must be 1 to "),
         "{error}"

@@ -7,7 +7,8 @@
 //! cluster with `hivekeeper-local-cluster`, the launcher it shares with `hivekeeper-nemesis`,
 //! and `uncontended --flood` floods with that crate's raw MQTT client. The key scenarios
 //! (`kv-put`, `watch`, `kv-fill`) start their own cluster too, to home a watcher on a
-//! follower and to read each member's memory.
+//! follower and to read each member's memory, and so do the recipe scenarios (`election`,
+//! `barrier`), to size the cluster as their targets say and to read a member's gauges.
 //!
 //! ```text
 //!  swarm::connect ─ N agents, each Agent::connect + a session (lease kept alive by the SDK)
@@ -34,6 +35,10 @@
 //! - `kv_watch`: `watch`, put → event latency through a follower, and `--watchers N` pending
 //!   polls on one member woken by one put.
 //! - `kv_fill`: `kv-fill`, K keys in `kv.txn` batches, then each member's memory.
+//! - `recipes`: the recipe scenarios' subcommands, one file each:
+//!   - `election`: `election`, leadership handovers among N candidates (the `cycles` loop
+//!     with campaign → resign);
+//!   - `barrier`: `barrier`, rounds of a barrier of N agents, timed from the last arrival.
 //! - `memory`: a process's memory from /proc.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
@@ -41,7 +46,9 @@
 
 mod accounts;
 mod airspace;
+mod barrier;
 mod cycles;
+mod election;
 mod error;
 mod failover;
 mod flood;
@@ -53,6 +60,9 @@ mod kv_put;
 mod kv_scenarios_test;
 mod kv_watch;
 mod memory;
+mod recipes;
+#[cfg(test)]
+mod recipes_test;
 mod reclaim;
 mod report;
 mod scale;
@@ -252,6 +262,9 @@ enum Scenario {
         #[arg(long, default_value_t = 8)]
         clients: usize,
     },
+    /// `election`, `barrier` (recipes.rs).
+    #[command(flatten)]
+    Recipe(recipes::RecipeScenario),
 }
 
 /// Flags every scenario takes.
@@ -360,7 +373,8 @@ async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Repo
         Scenario::Failover { .. }
         | Scenario::KvPut { .. }
         | Scenario::Watch { .. }
-        | Scenario::KvFill { .. } => None,
+        | Scenario::KvFill { .. }
+        | Scenario::Recipe(_) => None,
         other => accounts::Accounts::open(other.common()).await?,
     };
     let run = swarm::RunId::new().with_accounts(accounts);
@@ -387,6 +401,7 @@ impl Scenario {
             | Scenario::KvPut { common, .. }
             | Scenario::Watch { common, .. }
             | Scenario::KvFill { common, .. } => common,
+            Scenario::Recipe(recipe) => recipe.common(),
         }
     }
 }
@@ -545,6 +560,7 @@ async fn run_scenario(
             ];
             (report, common, "kv-fill", parameters)
         }
+        Scenario::Recipe(recipe) => recipe.run(hivekeeper, &run).await?,
     };
     let mut report = with_common(report, &common);
     report.scenario = name.into();

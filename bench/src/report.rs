@@ -123,6 +123,12 @@ pub struct Report {
     /// members' memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv: Option<KvFigures>,
+    /// `election`: the candidates and handovers a second (the handover latency is `handover`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub election: Option<super::election::ElectionFigures>,
+    /// `barrier`: each round's release and leave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<super::barrier::BarrierFigures>,
 }
 
 /// What the key scenarios (`kv-put`, `watch`, `kv-fill`) measured on their own cluster.
@@ -253,11 +259,15 @@ impl Report {
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
         println!("scenario {} ({})", self.scenario, parameters.join(" "));
-        // The key scenarios do no acquire: their own rows say what they did.
-        let mut rows = match &self.kv {
-            Some(kv) => kv.rows(self.elapsed_s, self.errors.total),
-            None => self.cycle_rows(),
+        // The key scenarios and `barrier` do no acquire: their own rows say what they did.
+        let mut rows = match (&self.kv, &self.barrier) {
+            (Some(kv), _) => kv.rows(self.elapsed_s, self.errors.total),
+            (None, Some(barrier)) => barrier.rows(self.elapsed_s, self.errors.total),
+            (None, None) => self.cycle_rows(),
         };
+        if let Some(election) = &self.election {
+            rows.extend(election.rows());
+        }
         for reclaim in &self.reclaim {
             rows.push(reclaim.row());
         }
@@ -369,7 +379,7 @@ impl ScaleFigures {
 
 impl Latency {
     /// The latency as a row of the table.
-    fn row(&self) -> String {
+    pub fn row(&self) -> String {
         format!(
             "p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms (n={})",
             self.p50_ms, self.p90_ms, self.p99_ms, self.max_ms, self.count

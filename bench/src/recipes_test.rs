@@ -1,0 +1,77 @@
+//! The recipe scenarios at a tiny size, each on a cluster of its own, parsed from the command
+//! line as a user gives it: the report counts what was asked for, every latency was measured,
+//! nothing failed. No figure is compared to a target (the machine is shared). Built on the
+//! key scenarios' runner, so the `hivekeeper` binary must be built first as for those.
+
+use super::kv_scenarios_test::{bench, refused};
+use crate::report::Report;
+
+/// `hivekeeper bench <line>`, the line split at spaces, as `bench` runs it.
+fn bench_line(line: &str) -> Report {
+    bench(&line.split(' ').collect::<Vec<_>>())
+}
+
+#[test]
+fn election_hands_the_leadership_over_among_three_candidates() {
+    let report = bench_line("election --candidates 3 --duration-s 3 --json");
+    assert_eq!(report.scenario, "election");
+    assert_eq!(report.parameters["candidates"], 3);
+    assert_eq!(report.parameters["brokers"], "its own cluster");
+    assert_eq!(report.errors.total, 0, "{report:#?}");
+    // One leader at a time, tokens strictly increasing: the lock's check over leaderships.
+    assert!(report.passed(), "{report:#?}");
+    assert!(report.mutual_exclusion.grants_checked >= report.cycles);
+    let election = report.election.as_ref().expect("the election's figures");
+    assert_eq!((election.members, election.candidates), (3, 3));
+    // Every leadership but the first few was taken over from a resigning leader.
+    assert!(election.handovers >= 3, "{report:#?}");
+    assert_eq!(election.handovers, report.handover.count);
+    assert!(election.handovers_per_s > 0.0, "{election:?}");
+    let handover = report.handover;
+    assert!(
+        handover.p50_ms > 0.0 && handover.p50_ms <= handover.p99_ms,
+        "{handover:?}"
+    );
+    assert!(handover.p99_ms <= handover.max_ms, "{handover:?}");
+    // Every candidate led.
+    assert!(report.fairness.grants_min >= 1, "{report:#?}");
+}
+
+#[test]
+fn barrier_releases_every_agent_each_round_through_three_members() {
+    let report = bench_line("barrier --members 3 --agents 5 --rounds 3 --json");
+    assert_eq!(report.scenario, "barrier");
+    assert_eq!(report.parameters["agents"], 5);
+    assert_eq!(report.errors.total, 0, "{report:#?}");
+    assert!(report.passed(), "{report:#?}");
+    let barrier = report.barrier.as_ref().expect("the barrier's figures");
+    assert_eq!((barrier.members, barrier.agents), (3, 5));
+    assert_eq!(barrier.rounds, 3);
+    assert_eq!(report.cycles, 3);
+    for (phase, until_all, spread) in [
+        ("enter", barrier.release, barrier.release_spread),
+        ("leave", barrier.leave, barrier.leave_spread),
+    ] {
+        assert_eq!(
+            (until_all.count, spread.count),
+            (3, 3),
+            "{phase}: {barrier:#?}"
+        );
+        assert!(until_all.p50_ms > 0.0, "{phase}: {barrier:#?}");
+        // Every answer came after the last request was sent: the first is no earlier.
+        assert!(spread.max_ms <= until_all.max_ms, "{phase}: {barrier:#?}");
+    }
+}
+
+#[test]
+fn the_recipe_scenarios_refuse_what_cannot_be_measured() {
+    let error = refused(&["election", "--candidates", "1"]);
+    assert!(
+        error
+            .to_string()
+            .starts_with("--candidates must be at least 2"),
+        "{error}"
+    );
+    let error = refused(&["barrier", "--rounds", "0"]);
+    assert_eq!(error.to_string(), "--rounds must be at least 1");
+}
