@@ -1,19 +1,27 @@
 //! The drone-fleet example's scenario, small: a few drones, pads and sensors, one crash, then
-//! the airspace part (routes, an emergency preempting a routine flight), on an in-process node
-//! started exactly as the example starts it. Checks that nothing was violated, that work was
-//! done, that the crashed drone's pad was reclaimed and its stale token refused, and that no
-//! two overlapping 4D intents were held at once. No timing is asserted beyond the scenario's
-//! own bounds.
+//! the airspace part (routes, an emergency preempting a routine flight), then the formation
+//! part (an elected controller, a formation through a barrier), on an in-process node started
+//! exactly as the example starts it. Checks that nothing was violated, that work was done, that
+//! the crashed drone's pad was reclaimed and its stale token refused, that no two overlapping 4D
+//! intents were held at once, that a tower led and another took over with a higher token when
+//! the first was taken off duty (whose delayed order was refused), and that the formation took
+//! off together in every round, at increasing generations. No timing is asserted beyond the
+//! scenario's own bounds.
 
 // The example's scenario module, compiled into this test: the example is a binary, so this is
 // how a test reaches its code without running `cargo run --example` (too slow here). The
-// command-line-only parts (the progress total) are not used here.
+// command-line-only parts (the progress total, the elapsed times) are not used here.
+#[path = "../examples/drone-fleet/controller.rs"]
+mod controller;
 #[allow(dead_code)]
 #[path = "../examples/drone-fleet/fleet.rs"]
 mod fleet;
 #[allow(dead_code)]
 #[path = "../examples/drone-fleet/flights.rs"]
 mod flights;
+#[allow(dead_code)]
+#[path = "../examples/drone-fleet/formation.rs"]
+mod formation;
 #[path = "../examples/drone-fleet/world.rs"]
 mod world;
 
@@ -48,7 +56,7 @@ async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
     // Then the airspace part on the same node, as the example runs it (one node per test
     // process: the node's actors have process-wide names).
     let flown = flights::run(flights::FlightsConfig {
-        brokers: vec![addr],
+        brokers: vec![addr.clone()],
         planners: 4,
         flights_each: 2,
         corridors: 2,
@@ -59,9 +67,22 @@ async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
     })
     .await
     .expect("the flights run");
+    // Then the formation: three towers, three drones, two rounds (the handover after the first).
+    let formed = formation::run(formation::FormationConfig {
+        brokers: vec![addr],
+        drones: 3,
+        rounds: 2,
+        towers: 3,
+        flight_ms: 100,
+        ttl_ms: 3_000,
+        duration_s: 60,
+    })
+    .await
+    .expect("the formation runs");
     service.shutdown().await.expect("the node stops");
     eprintln!("{summary:?}");
     eprintln!("{flown:?}");
+    eprintln!("{formed:?}");
 
     assert_eq!(summary.violations(), 0, "{summary:?}");
     assert_eq!(summary.errors, 0, "{:?}", summary.error_samples);
@@ -96,4 +117,22 @@ async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
     assert_eq!(flown.preemptions, 1);
     assert!(flown.emergency_token_higher);
     assert!(flown.vacate_ms.is_some() && flown.emergency_wait_ms.is_some());
+
+    // The formation: a tower led and ordered the first round; taken off duty after it, the
+    // next tower in line led with a higher token and ordered the second; the deposed tower's
+    // delayed order was refused. The whole formation took off together in both rounds, through
+    // the one barrier, at two increasing generations.
+    assert_eq!(formed.violations(), 0, "{formed:?}");
+    assert_eq!(formed.errors, 0, "{:?}", formed.error_samples);
+    assert!(!formed.cut_short);
+    assert_eq!(formed.leaders.len(), 2, "{formed:?}");
+    let (first, second) = (&formed.leaders[0], &formed.leaders[1]);
+    assert_ne!(first.0, second.0, "another tower took over");
+    assert!(second.1 > first.1, "the new leadership's token is higher");
+    assert_eq!(formed.deposed.as_ref(), Some(&first.0));
+    assert_eq!(formed.stale_orders_refused, 1);
+    assert_eq!(formed.orders, 2, "one order per round");
+    assert_eq!(formed.rounds_flown, 2);
+    assert_eq!(formed.generations.len(), 2);
+    assert!(formed.generations[1] > formed.generations[0]);
 }

@@ -402,7 +402,7 @@ fn merge(into: &mut Tally, from: Tally) {
 }
 
 /// Uniform in `[low_ms, high_ms]`.
-fn jitter(low_ms: u64, high_ms: u64) -> Duration {
+pub(crate) fn jitter(low_ms: u64, high_ms: u64) -> Duration {
     Duration::from_millis(fastrand::u64(low_ms..=high_ms))
 }
 
@@ -410,14 +410,17 @@ fn pad_name(pad: usize) -> String {
     format!("pad-{pad}")
 }
 
-/// The reservation of pad `pad`: its name and its cylinder, now, at routine priority.
-fn pad_resource(pad: usize) -> Resource {
-    Resource::Waypoint {
+/// Takes pad `pad`, waiting as `wait` says: the one place where drones and ground crews take
+/// what they land on, under one token. A pad is reserved by its name and its cylinder, now, at
+/// routine priority.
+async fn take_pad(session: &Session, pad: usize, wait: Wait) -> Result<Guard, AgentError> {
+    let reservation = Resource::Waypoint {
         name: pad_name(pad),
         geometry: Some(pad_geometry(pad)),
         window: TimeWindow::default(),
         priority: hivekeeper_agent::Priority::ROUTINE,
-    }
+    };
+    session.acquire(reservation, wait).await
 }
 
 /// Pad `pad`'s cylinder: on a grid of [`PADS_PER_ROW`] columns, [`PAD_SPACING_M`] apart.
@@ -510,8 +513,7 @@ async fn reserve_some_pad(
     let first_try = Instant::now();
     while Instant::now() < shared.deadline {
         let pad = fastrand::usize(0..shared.config.pads);
-        let resource = pad_resource(pad);
-        match session.acquire(resource, Wait::Try).await {
+        match take_pad(session, pad, Wait::Try).await {
             Ok(guard) => {
                 tally.wait_us.push(
                     first_try
@@ -580,10 +582,9 @@ async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
     let agent = Agent::connect(shared.agent_config(&id)).await?;
     let session = agent.session(shared.config.ttl_ms).await?;
     let name = pad_name(crash.pad);
-    let resource = pad_resource(crash.pad);
     // Bounded: the crashed lease expires after its TTL; three TTLs is a broken service.
     let wait = Duration::from_millis(3 * shared.config.ttl_ms);
-    let guard = session.acquire(resource, Wait::AtMost(wait)).await?;
+    let guard = take_pad(&session, crash.pad, Wait::AtMost(wait)).await?;
     let reclaim_ms = crash.at.elapsed().as_millis() as u64;
     shared
         .world

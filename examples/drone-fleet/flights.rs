@@ -277,7 +277,7 @@ pub async fn run(config: FlightsConfig) -> anyhow::Result<FlightsSummary> {
 
     let mut planners = JoinSet::new();
     for i in 0..config.planners {
-        let session = connect(&config, &format!("planner-{i}")).await?;
+        let session = connect(&config.brokers, &format!("planner-{i}"), config.ttl_ms).await?;
         let (config, airspace) = (config.clone(), airspace.clone());
         planners.spawn(async move { planner(&config, &airspace, session, i, deadline).await });
     }
@@ -333,17 +333,22 @@ pub async fn run(config: FlightsConfig) -> anyhow::Result<FlightsSummary> {
     })
 }
 
-/// Agent `id` connects and takes its session.
-async fn connect(config: &FlightsConfig, id: &str) -> anyhow::Result<Session> {
-    let agent = Agent::connect(AgentConfig {
+/// Agent `id` connects to `brokers`.
+pub(crate) async fn connect_agent(brokers: &[String], id: &str) -> anyhow::Result<Agent> {
+    Agent::connect(AgentConfig {
         agent_id: id.to_string(),
-        brokers: config.brokers.clone(),
+        brokers: brokers.to_vec(),
         ..AgentConfig::default()
     })
     .await
-    .with_context(|| format!("{id} connects"))?;
-    agent
-        .session(config.ttl_ms)
+    .with_context(|| format!("{id} connects"))
+}
+
+/// Agent `id` connects to `brokers` and takes a session of `ttl_ms`.
+pub(crate) async fn connect(brokers: &[String], id: &str, ttl_ms: u64) -> anyhow::Result<Session> {
+    connect_agent(brokers, id)
+        .await?
+        .session(ttl_ms)
         .await
         .with_context(|| format!("{id} takes a session"))
 }
@@ -433,8 +438,8 @@ async fn emergency(
     airspace: &Arc<Airspace>,
     deadline: Instant,
 ) -> anyhow::Result<Emergency> {
-    let survey = connect(config, "survey-1").await?;
-    let medevac = connect(config, "medevac-1").await?;
+    let survey = connect(&config.brokers, "survey-1", config.ttl_ms).await?;
+    let medevac = connect(&config.brokers, "medevac-1", config.ttl_ms).await?;
     let start_ms = now_ms();
     // A slow pass up and down a line: every leg for the next minute.
     let mut survey_route = straight_route((0.0, 1_000.0), (300.0, 1_000.0), 4, 60.0, start_ms, 1);

@@ -15,9 +15,22 @@
 //! Then the airspace (`flights.rs`): drones plan whole flights hub → pad as 4D routes, share
 //! corridors at different times, and an emergency flight preempts a routine one. It exits
 //! non-zero if two intents that overlap in space and time were ever held at once.
+//!
+//! Last the formation (`formation.rs`, `controller.rs`): control towers elect the fleet's
+//! controller, which orders each round of a formation flight under its leadership's token; the
+//! formation lines up at a barrier and takes off together, round after round. Half-way the
+//! leading tower is taken off duty, the next one leads, and the deposed tower's delayed order is
+//! refused. It exits non-zero if a drone took off before its whole formation had lined up, or
+//! the board accepted an order from a tower that no longer led.
+//!
+//! ```sh
+//! cargo run --release --example drone-fleet -- --formation 8 --formation-rounds 6 --towers 2
+//! ```
 
+mod controller;
 mod fleet;
 mod flights;
+mod formation;
 mod world;
 
 use std::sync::Arc;
@@ -27,6 +40,7 @@ use std::time::Duration;
 use clap::Parser;
 use fleet::{FleetConfig, Progress, Summary};
 use flights::{FlightsConfig, FlightsSummary};
+use formation::{FormationConfig, FormationSummary};
 
 /// The drone-fleet example: drones, pads, hive sensors and a gateway, over MQTT.
 #[derive(Debug, Parser)]
@@ -56,7 +70,16 @@ struct Args {
     /// Readings per sensor.
     #[arg(long, default_value_t = FleetConfig::default().readings_per_sensor)]
     readings: usize,
-    /// Upper bound of the run, seconds.
+    /// Drones in the formation that takes off together through a barrier.
+    #[arg(long, default_value_t = FormationConfig::default().drones)]
+    formation: u32,
+    /// Formation flights, one round of the barrier each.
+    #[arg(long, default_value_t = FormationConfig::default().rounds)]
+    formation_rounds: u32,
+    /// Control towers campaigning for the controller role.
+    #[arg(long, default_value_t = FormationConfig::default().towers)]
+    towers: usize,
+    /// Upper bound of each part of the run, seconds.
     #[arg(long, default_value_t = FleetConfig::default().duration_s)]
     duration_s: u64,
 }
@@ -113,28 +136,95 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         duration_s: args.duration_s,
         ..FlightsConfig::default()
     };
+    let formation_config = FormationConfig {
+        brokers: config.brokers.clone(),
+        drones: args.formation,
+        rounds: args.formation_rounds,
+        towers: args.towers,
+        duration_s: args.duration_s,
+        ..FormationConfig::default()
+    };
     let summary = fleet::run(config, progress.clone()).await;
     ticker.abort();
     bar.set_position(progress.done.load(Ordering::Relaxed));
     bar.finish();
-    let flown = match &summary {
-        Ok(_) => Some(flights::run(flights_config).await),
-        Err(_) => None,
+    let violations = match summary {
+        Ok(summary) => {
+            print_summary(&summary);
+            airspace_and_formation(flights_config, formation_config)
+                .await
+                .map(|violations| violations + summary.violations())
+        }
+        Err(error) => Err(error),
     };
     if let Some((service, _data_dir)) = embedded {
         service.shutdown().await?;
     }
-    let summary = summary?;
-    print_summary(&summary);
-    let flown = flown.expect("flown after a fleet that ran")?;
-    print_flights(&flown);
-    let violations = summary.violations() + flown.overlaps_held;
+    let violations = violations?;
     Ok(if violations == 0 {
         std::process::ExitCode::SUCCESS
     } else {
         eprintln!("drone-fleet: {violations} violations");
         std::process::ExitCode::FAILURE
     })
+}
+
+/// The airspace part, then the formation part, each summary printed when its part ends;
+/// returns their violations.
+async fn airspace_and_formation(
+    flights: FlightsConfig,
+    formation: FormationConfig,
+) -> anyhow::Result<u64> {
+    let flown = flights::run(flights).await?;
+    print_flights(&flown);
+    let formed = formation::run(formation).await?;
+    print_formation(&formed);
+    Ok(flown.overlaps_held + formed.violations())
+}
+
+fn print_formation(formed: &FormationSummary) {
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "rounds flown by the whole formation",
+            formed.rounds_flown.to_string(),
+        ),
+        ("controllers in turn", formed.leaders.len().to_string()),
+        (
+            "orders (each fenced by its leader's token)",
+            formed.orders.to_string(),
+        ),
+        (
+            "taken off duty",
+            formed.deposed.clone().unwrap_or_else(|| "-".to_string()),
+        ),
+        (
+            "stale orders refused",
+            formed.stale_orders_refused.to_string(),
+        ),
+        (
+            "early take-offs or leaves, split rounds",
+            formed.barrier_violations.to_string(),
+        ),
+        (
+            "orders accepted out of token order",
+            formed.fencing_violations.to_string(),
+        ),
+        ("errors", formed.errors.to_string()),
+        ("elapsed", elapsed(formed.elapsed, formed.cut_short)),
+    ];
+    print_table("formation", rows);
+    let leaders: Vec<String> = formed
+        .leaders
+        .iter()
+        .map(|(tower, token)| format!("{tower} (token {token})"))
+        .collect();
+    println!("  controllers: {}", leaders.join(", then "));
+    for (round, generation) in (1..).zip(&formed.generations) {
+        println!("  round {round} took off at generation {generation}");
+    }
+    for sample in &formed.error_samples {
+        println!("  error: {sample}");
+    }
 }
 
 fn print_flights(flown: &FlightsSummary) {
@@ -175,13 +265,18 @@ fn print_flights(flown: &FlightsSummary) {
         ("errors", flown.errors.to_string()),
         ("elapsed", elapsed(flown.elapsed, flown.cut_short)),
     ];
-    println!();
-    println!("airspace");
-    for (what, value) in rows {
-        println!("{what:<44} {value:>12}");
-    }
+    print_table("airspace", rows);
     for sample in &flown.error_samples {
         println!("  error: {sample}");
+    }
+}
+
+/// A part's summary after the fleet's: a blank line, its title, then a row per figure.
+fn print_table(title: &str, rows: Vec<(&str, String)>) {
+    println!();
+    println!("{title}");
+    for (what, value) in rows {
+        println!("{what:<44} {value:>12}");
     }
 }
 
