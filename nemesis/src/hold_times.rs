@@ -32,7 +32,8 @@ use hivekeeper_agent::Agent;
 use hivekeeper_checker::hold_time::{self, LockKind, LockOp, Lost};
 use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
 use hivekeeper_protocol::{
-    Done, ErrorCode, Event, Granted, LeaseGranted, LostReason, Op, Success, UnexpectedReply,
+    Done, ErrorCode, Event, Granted, LeaseGranted, LockMode, LostReason, Op, Success,
+    UnexpectedReply,
 };
 use tokio::task::JoinHandle;
 
@@ -322,6 +323,7 @@ pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
             lease: lease.id.clone(),
             wait_ms: Some(ctx.wait_ms),
             max_hold_ms,
+            mode: LockMode::Exclusive,
         };
         let acquired = holder
             .send::<Granted, _>(&lease.id, op, |answer| LockKind::Acquire {
