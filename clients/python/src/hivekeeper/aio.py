@@ -19,7 +19,8 @@ shared condition. Keepalives are tasks instead of threads.
 Keys are ``agent.kv`` / ``session.kv`` (:class:`Kv`, the requests and results of
 ``kv.KvBase``), watches are async iterators (:class:`Watch`, the cursor of
 ``watch.WatchCursor``), and :class:`KvCache` keeps its map with a task (``kv_cache.CacheState``),
-all three in ``aio_kv``. Elections and barriers are in ``aio_recipes``.
+all three in ``aio_kv``. Elections and barriers are in ``aio_recipes``; the lock and permit
+calls of :class:`Session` are ``locks.LockCalls``, shared with the threaded session.
 
 **Cancellation.** Cancelling a task that waits for a grant (``task.cancel()``,
 ``asyncio.wait_for``) is safe: the request may still be queued at the service, so a grant that
@@ -52,9 +53,10 @@ from .ask import Ask
 from .election import Leader
 from .errors import Disconnected, HivekeeperError, LeaseNotFound
 from .guard import GuardBase
+from .locks import LockCalls
 from .protocol import FenceCheck, Inspection
 from .request_loop import Abandon, Patience
-from .session import SessionBase, SessionState, check_ttl
+from .session import SessionBase, SessionState, grant_fields
 
 __all__ = [
     "Agent",
@@ -228,11 +230,13 @@ class Agent(AgentBase):
         self,
         ttl_ms: int,
         on_lost: Optional[Callable[[SessionState], None]] = None,
+        lock_delay_ms: int = 0,
     ) -> "Opening[Session]":
         """Takes a lease of ``ttl_ms`` and keeps it alive in the background; ``await`` it, or
         ``async with`` it to revoke the lease at the end. ``on_lost`` is called on the loop
-        with each new state that is not LIVE."""
-        return Opening(Session._grant(self, ttl_ms, on_lost))
+        with each new state that is not LIVE; ``lock_delay_ms`` as for
+        :meth:`hivekeeper.Agent.session`."""
+        return Opening(Session._grant(self, ttl_ms, on_lost, lock_delay_ms))
 
     async def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         """Sends any op and returns the success's result fields (see
@@ -304,8 +308,10 @@ class Agent(AgentBase):
             self._settle(loop, slot, abandon)
 
 
-class Session(SessionBase):
-    """A lease kept alive by a keeper task; see :class:`hivekeeper.Session`."""
+class Session(SessionBase, LockCalls["Opening[Guard]"]):
+    """A lease kept alive by a keeper task; see :class:`hivekeeper.Session`. Its lock and
+    permit calls (:class:`~hivekeeper.locks.LockCalls`) return what to ``await``, or to
+    ``async with`` to release at the end."""
 
     def __init__(
         self,
@@ -314,8 +320,9 @@ class Session(SessionBase):
         granted: Dict[str, Any],
         sent: float,
         on_lost: Optional[Callable[[SessionState], None]],
+        lock_delay_ms: int = 0,
     ) -> None:
-        super().__init__(agent, ttl_ms, granted, sent, on_lost)
+        super().__init__(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
         #: The agent, typed as the asyncio one.
         self.agent: Agent = agent
         #: The keeper task, started by :meth:`_grant`.
@@ -323,12 +330,15 @@ class Session(SessionBase):
 
     @staticmethod
     async def _grant(
-        agent: Agent, ttl_ms: int, on_lost: Optional[Callable[[SessionState], None]]
+        agent: Agent,
+        ttl_ms: int,
+        on_lost: Optional[Callable[[SessionState], None]],
+        lock_delay_ms: int,
     ) -> "Session":
-        check_ttl(agent, ttl_ms)
+        fields = grant_fields(agent, ttl_ms, lock_delay_ms)
         sent = time.monotonic()
-        granted = await agent.request("lease.grant", ttl_ms=ttl_ms)
-        session = Session(agent, ttl_ms, granted, sent, on_lost)
+        granted = await agent.request("lease.grant", **fields)
+        session = Session(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
         session._register()
         session._keeper = asyncio.ensure_future(session._keep())
         return session
@@ -373,18 +383,6 @@ class Session(SessionBase):
             return None if state.is_live() else state
 
         return await self.agent._wait_for(lost, timeout)
-
-    def lock(self, name: str, wait_ms: Optional[int] = None) -> "Opening[Guard]":
-        """Takes the FIFO lock ``name``; see :meth:`hivekeeper.Session.lock`. ``await`` it, or
-        ``async with`` it to release at the end."""
-        return Opening(self._acquire(asks.lock(name), wait_ms))
-
-    def semaphore(
-        self, name: str, limit: int, permits: int = 1, wait_ms: Optional[int] = None
-    ) -> "Opening[Guard]":
-        """Takes ``permits`` of the semaphore ``name``; see
-        :meth:`hivekeeper.Session.semaphore`."""
-        return Opening(self._acquire(asks.semaphore(name, limit, permits), wait_ms))
 
     def waypoint(
         self,
@@ -449,6 +447,9 @@ class Session(SessionBase):
     async def _acquire(self, ask: Ask, wait_ms: Optional[int]) -> "Guard":
         return Guard(self, ask, await self._take(ask, wait_ms))
 
+    def _hold(self, ask: Ask, wait_ms: Optional[int]) -> "Opening[Guard]":
+        return Opening(self._acquire(ask, wait_ms))
+
     async def _take(self, ask: Ask, wait_ms: Optional[int]) -> int:
         """Asks for ``ask`` and waits for the grant; its token."""
         fields, patience, abandon = self._begin_acquire(ask, wait_ms)
@@ -457,7 +458,7 @@ class Session(SessionBase):
                 ask.op, fields, patience, interrupt=self._interrupt, abandon=abandon
             )
         except BaseException as error:
-            self._acquire_failed(ask.kind, ask.name, error)
+            self._acquire_failed(ask, error)
             raise
         return self._granted(ask, result)
 
@@ -524,9 +525,9 @@ class Guard(GuardBase):
         except HivekeeperError as error:
             log.debug("release of %s %r failed: %s", self.kind, self.name, error)
 
-    async def fence_check(self) -> FenceCheck:
-        """``fence.check`` of this guard's own token on its resource."""
-        return await self.session.agent.fence_check(self.name, self.token, self.kind)
+    async def fence_check(self, name: Optional[str] = None) -> FenceCheck:
+        """``fence.check`` of this guard's own token; see :meth:`hivekeeper.Guard.fence_check`."""
+        return await self.session.agent.fence_check(name or self.name, self.token, self.kind)
 
     async def release(self) -> None:
         """Releases the grant; see :meth:`hivekeeper.Guard.release`."""
@@ -540,6 +541,25 @@ class Guard(GuardBase):
             raise
         finally:
             self._forget()
+
+    async def downgrade(self) -> None:
+        """Makes the exclusive hold shared, same token; see :meth:`hivekeeper.Guard.downgrade`."""
+        request = self._downgrade_request()
+        try:
+            result = await self.session.agent.request(**request)
+        except BaseException as error:
+            self._request_failed(error)
+            raise
+        self._downgraded(result)
+
+    async def wait_ended(self, timeout: Optional[float] = None) -> Optional[str]:
+        """Waits until the hold :attr:`ended` (at most ``timeout`` seconds); its
+        :attr:`end_reason`, or ``None``."""
+
+        def reason() -> Optional[str]:
+            return self.end_reason if self.ended.is_set() else None
+
+        return await self.session.agent._wait_for(reason, timeout)
 
     async def amend(self, volumes: Sequence[VolumeLike], priority: Optional[int] = None) -> None:
         """Replaces the route's volumes, keeping its token when granted at once;
