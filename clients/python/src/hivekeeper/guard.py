@@ -337,7 +337,9 @@ class Guard(GuardBase):
         """Releases the grant and waits for the service's answer.
 
         When the lease already ended, nothing is sent and :class:`~hivekeeper.SessionLost` is
-        raised: the hold was gone before this release. A second release does nothing."""
+        raised: the hold was gone before this release; when the service took the hold away
+        (:attr:`ended`, e.g. by its ``max_hold_ms``), :class:`~hivekeeper.NotHolder`. A second
+        release does nothing."""
         request = self._release_request()
         if request is None:
             return

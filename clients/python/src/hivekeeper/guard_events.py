@@ -38,6 +38,14 @@ PREEMPTION_EVENTS = ("reservation.preempted", "reservation.preemption_withdrawn"
 HOLD_LOST_KIND = {LOST_EVENT[kind]: kind for kind in HOLD_TIME_KINDS}
 
 
+def named_hold(event: Dict[str, Any]) -> Optional[Tuple[str, int]]:
+    """The ``name`` and ``token`` an event names its hold by, or ``None`` when it lacks them."""
+    name, token = event.get("name"), event.get("token")
+    if not isinstance(name, str) or isinstance(token, bool) or not isinstance(token, int):
+        return None
+    return name, token
+
+
 class GuardEvents:
     """The routing tables of a session's guards and the handlers of their events; a part of
     :class:`~hivekeeper.session.SessionBase`."""
@@ -122,9 +130,10 @@ class GuardEvents:
     def _on_hold_lost(self, kind: str, event: Dict[str, Any]) -> None:
         """A ``lock.lost`` or ``sem.lost``: for this session's hold of that name and token, if
         it has one (the agent's other sessions see the event too)."""
-        name, token = event.get("name"), event.get("token")
-        if not isinstance(name, str) or isinstance(token, bool) or not isinstance(token, int):
+        named = named_hold(event)
+        if named is None:
             return  # events are a courtesy: a malformed one tells nothing
+        name, token = named
         key = (kind, name)
         with self._cond:
             if key not in self._claims:
@@ -151,9 +160,10 @@ class GuardEvents:
         session's reservation of that name and token, if it has one (the agent's other
         sessions see the event too). Events of one reservation arrive in the order the
         service sent them, so the last one says where it stands."""
-        name, token = event.get("name"), event.get("token")
-        if not isinstance(name, str) or isinstance(token, bool) or not isinstance(token, int):
+        named = named_hold(event)
+        if named is None:
             return
+        name, token = named
         notice = Preempted.from_event(event)
         if notice is None and event.get("event") != PREEMPTION_EVENTS[1]:
             return  # a malformed reservation.preempted: events are a courtesy
