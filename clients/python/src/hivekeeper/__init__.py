@@ -1,17 +1,17 @@
 """hivekeeper: the Python agent client of Hivekeeper.
 
-A drone, a sensor or a service takes FIFO locks, counting-semaphore permits, waypoint
-reservations and whole routes (4D volumes with time windows and priorities), and shares keys
-and follows their changes, from a Hivekeeper service over MQTT. A :class:`Session` is a
-lease the client keeps alive in the background; each grant is a :class:`Guard` carrying its
-fencing token; ``agent.kv`` (or ``session.kv``, for keys that go with the lease) reads and
-writes keys, watches a prefix and keeps a :class:`KvCache`; ``session.campaign`` wins a
-:class:`Leadership` of an election (``agent.observe`` follows its leaders) and
-``session.barrier`` lines agents up in a double :class:`Barrier`. The client retries safely
-(a resend reuses the request id, which the service deduplicates), backs off with full jitter,
-fails over between brokers, and gives up on a lease *before* the service could hand its
-resources to someone else. The same semantics as the Rust SDK
-(``agent-sdk/``); the wire protocol is docs/PROTOCOL.md.
+A drone, a sensor or a service takes FIFO locks (exclusive or shared, one or several at once),
+counting-semaphore permits, waypoint reservations and whole routes (4D volumes with time
+windows and priorities), and shares keys and follows their changes, from a Hivekeeper service
+over MQTT. A :class:`Session` is a lease the client keeps alive in the background; each grant
+is a :class:`Guard` carrying its fencing token; ``agent.kv`` (or ``session.kv``, for keys that
+go with the lease) reads and writes keys, watches a prefix and keeps a :class:`KvCache`;
+``session.campaign`` wins a :class:`Leadership` of an election (``agent.observe`` follows its
+leaders) and ``session.barrier`` lines agents up in a double :class:`Barrier`. The client
+retries safely (a resend reuses the request id, which the service deduplicates), backs off with
+full jitter, fails over between brokers, and gives up on a lease *before* the service could
+hand its resources to someone else. The same semantics as the Rust SDK (``agent-sdk/``); the
+wire protocol is docs/PROTOCOL.md.
 
 ::
 
@@ -27,7 +27,9 @@ For asyncio, ``hivekeeper.aio`` has the same ``Agent``, ``Session``, ``Guard``,
 Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases, no I/O),
 ``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
 routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
-keeper thread), ``guard`` (Guard), ``aio`` (the asyncio Agent, Session and Guard),
+keeper thread), ``guard_events`` (the events a session hands to its guards), ``locks`` (the
+lock, read-write lock, multi-lock and semaphore calls both sessions share), ``guard`` (Guard),
+``aio`` (the asyncio Agent, Session and Guard), ``aio_kv`` (their keys),
 ``ask`` (what an acquire asks for), ``kv`` (keys: typed results, txn helpers, Kv),
 ``watch`` (the long-poll cursor, Watch), ``kv_cache`` (KvCache), ``election`` (Leadership,
 Leader, Observer and the LeaderFollower that decides them), ``barrier`` (Barrier),
@@ -76,7 +78,7 @@ from .errors import (
     Unreachable,
     WouldBlock,
 )
-from .guard import Guard
+from .guard import END_LEASE, END_MAX_HOLD, Guard
 from .kv import (
     Compare,
     DeleteResult,
@@ -114,6 +116,8 @@ __all__ = [
     "DEFAULTS",
     "DeleteResult",
     "Disconnected",
+    "END_LEASE",
+    "END_MAX_HOLD",
     "FenceCheck",
     "Forbidden",
     "GetResult",

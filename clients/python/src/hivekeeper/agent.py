@@ -274,15 +274,19 @@ class Agent(AgentBase):
         self,
         ttl_ms: int,
         on_lost: Optional[Callable[["SessionState"], None]] = None,
+        lock_delay_ms: int = 0,
     ) -> "Session":
         """Takes a lease of ``ttl_ms`` and keeps it alive in the background (a
         :class:`~hivekeeper.Session`; use it as a context manager to revoke it at the end).
 
         ``on_lost`` is called (on the session's keeper thread) with each new state that is
-        not LIVE."""
+        not LIVE. ``lock_delay_ms`` (0 to 60 000; 0, the default, sends none): when the lease
+        expires or an operator revokes it, each lock it held is granted to nobody for that
+        long, so that a holder that has not noticed yet can stop before anyone else starts
+        (PROTOCOL.md section 6.1). A release, or this session's own revoke, skips it."""
         from .session import Session
 
-        return Session._grant(self, ttl_ms, on_lost)
+        return Session._grant(self, ttl_ms, on_lost, lock_delay_ms)
 
     def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         """Sends any op of the protocol and returns the success's result fields.

@@ -20,12 +20,22 @@ from .errors import BadRequest, MalformedResponse, TooLarge
 #: The largest request payload the service reads (PROTOCOL.md section 5).
 REQUEST_BYTES_MAX = 8192
 
+#: A multi-lock's acquire and release (PROTOCOL.md sections 8.5.2 and 8.5.3): the locks are
+#: named by ``names``, not ``name``.
+LOCK_ACQUIRE_ALL_OP = "lock.acquire_all"
+LOCK_RELEASE_ALL_OP = "lock.release_all"
+#: The op that makes an exclusive hold of a lock shared, keeping its token (section 8.5.1).
+LOCK_DOWNGRADE_OP = "lock.downgrade"
+#: A lock's ``mode`` (``lock.acquire``, ``lock.acquire_all``); absent means exclusive.
+LOCK_EXCLUSIVE = "exclusive"
+LOCK_SHARED = "shared"
+
 #: The ops that may wait in the service (for a resource, a leadership, a barrier's round);
 #: their patience depends on ``wait_ms``.
 ACQUIRE_OPS = frozenset(
     {
         "lock.acquire",
-        "lock.acquire_all",
+        LOCK_ACQUIRE_ALL_OP,
         "sem.acquire",
         "waypoint.reserve",
         "route.reserve",
@@ -61,6 +71,21 @@ RELEASE_OP = {
     "election": "election.resign",
     "barrier": "barrier.leave",
 }
+
+#: The event that tells a holder that its hold of a kind was taken away (PROTOCOL.md
+#: section 10), naming the hold by ``name`` and ``token``.
+LOST_EVENT = {
+    "lock": "lock.lost",
+    "sem": "sem.lost",
+    "waypoint": "waypoint.lost",
+    "election": "election.lost",
+}
+#: The kinds whose ``*.lost`` event says why a hold ended (``reason``): they take a
+#: ``max_hold_ms`` (PROTOCOL.md section 6.1).
+HOLD_TIME_KINDS = ("lock", "sem")
+#: The ``reason`` of a ``lock.lost`` or ``sem.lost`` whose ``max_hold_ms`` ran out; the event
+#: has no ``reason`` when the hold's lease ended (PROTOCOL.md section 6.1).
+LOST_REASON_MAX_HOLD = "max_hold"
 
 
 @dataclass(frozen=True)

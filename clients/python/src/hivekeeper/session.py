@@ -48,7 +48,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Set, Tuple
 
 from . import ask as asks
-from .airspace import Preempted, VolumeLike
+from .airspace import VolumeLike
 from .ask import Ask
 from .errors import (
     AlreadyHeld,
@@ -58,14 +58,16 @@ from .errors import (
     MalformedResponse,
     SessionLost,
 )
+from .guard_events import GuardEvents
+from .locks import LockCalls
 from .protocol import FenceCheck, Inspection, Response
 from .request_loop import Abandon, Patience
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentBase
     from .barrier import Barrier
-    from .election import Leadership, LeadershipBase
-    from .guard import Guard, GuardBase
+    from .election import Leadership
+    from .guard import Guard
     from .kv import Kv
 
 log = logging.getLogger("hivekeeper")
@@ -96,6 +98,14 @@ class SessionState(enum.Enum):
         return self.value
 
 
+def grant_fields(agent: "AgentBase", ttl_ms: int, lock_delay_ms: int) -> Dict[str, Any]:
+    """The fields of the ``lease.grant`` of a session; :class:`ConfigError` for a TTL the
+    keepalive settings cannot serve. A ``lock_delay_ms`` of 0 (none, the service's default)
+    is left out."""
+    check_ttl(agent, ttl_ms)
+    return {"ttl_ms": ttl_ms, "lock_delay_ms": lock_delay_ms or None}
+
+
 def check_ttl(agent: "AgentBase", ttl_ms: int) -> None:
     """Refuses a TTL the keepalive settings cannot serve (:class:`ConfigError`)."""
     config = agent.config
@@ -121,10 +131,11 @@ def _grant_token(ask: Ask, result: Dict[str, Any]) -> Optional[int]:
     return None if isinstance(token, bool) or not isinstance(token, int) else token
 
 
-class SessionBase:
+class SessionBase(GuardEvents):
     """What the threaded :class:`Session` and ``hivekeeper.aio.Session`` share: the state,
-    the deadline and the keepalive cadence (decided by :meth:`_step`), the claims, and the
-    bookkeeping around acquires. Each only sends and waits its own way."""
+    the deadline and the keepalive cadence (decided by :meth:`_step`), the claims, the
+    bookkeeping around acquires and the events routed to guards (:class:`GuardEvents`).
+    Each only sends and waits its own way."""
 
     def __init__(
         self,
@@ -133,6 +144,7 @@ class SessionBase:
         granted: Dict[str, Any],
         sent: float,
         on_lost: Optional[Callable[[SessionState], None]],
+        lock_delay_ms: int = 0,
     ) -> None:
         lease = granted.get("lease")
         if not isinstance(lease, str):
@@ -146,6 +158,9 @@ class SessionBase:
         self.lease: str = lease
         #: The lease's TTL as the service granted it.
         self.ttl_ms: int = granted_ttl_ms
+        #: How long the service grants the locks of this lease to nobody after it expires or
+        #: an operator revokes it (PROTOCOL.md section 6.1); 0: not at all.
+        self.lock_delay_ms = lock_delay_ms
         #: Set while the session is not LIVE (jeopardy, expired, revoked); cleared if a
         #: keepalive brings it back from jeopardy. ``session.lost.wait(t)`` races a critical
         #: section against the loss.
@@ -174,17 +189,7 @@ class SessionBase:
         #: What this session holds or is acquiring: ``(kind, name)``. A second guard for a
         #: hold would release it under the first one's feet.
         self._claims: Set[Tuple[str, str]] = set()
-        #: The guards of waypoints and routes, by name: the ones a ``reservation.preempted``
-        #: event can be for.
-        self._reservations: Dict[str, "GuardBase"] = {}
-        #: The last preemption news for a claimed name, ``(token, notice)``: a
-        #: ``reservation.preempted`` notice, or ``None`` after
-        #: ``reservation.preemption_withdrawn``. Kept until the claim ends: the news can
-        #: arrive before its grant's guard exists.
-        self._preemptions: Dict[str, Tuple[int, Optional[Preempted]]] = {}
-        #: The leaderships this session holds, by election name: the ones an
-        #: ``election.lost`` event can be for.
-        self._leaderships: Dict[str, "LeadershipBase"] = {}
+        self._init_guard_events()
 
     def _register(self) -> None:
         with self._cond:
@@ -210,16 +215,17 @@ class SessionBase:
     def _begin_acquire(
         self, ask: Ask, wait_ms: Optional[int]
     ) -> Tuple[Dict[str, Any], Patience, Abandon]:
-        """Claims the resource; the request's fields, patience and abandon plan."""
-        key = (ask.kind, ask.name)
+        """Claims the resource (each lock of a multi-lock); the request's fields, patience and
+        abandon plan."""
         with self._cond:
             if not self._state.is_live():
                 raise SessionLost(self._state)
-            if key in self._claims:
-                raise AlreadyHeld(ask.kind, ask.name)
-            self._claims.add(key)
+            for kind, name in ask.claims:
+                if (kind, name) in self._claims:
+                    raise AlreadyHeld(kind, name)
+            self._claims.update(ask.claims)
         fields: Dict[str, Any] = {
-            "name": ask.name,
+            **ask.target,
             "lease": self.lease,
             **ask.fields,
             "wait_ms": wait_ms,
@@ -227,8 +233,8 @@ class SessionBase:
         abandon = Abandon(on_late=self._late_answer(ask), owner=self)
         return fields, self.agent._patience_for(ask.op, wait_ms), abandon
 
-    def _acquire_failed(self, kind: str, name: str, error: BaseException) -> None:
-        self._unclaim((kind, name))
+    def _acquire_failed(self, ask: Ask, error: BaseException) -> None:
+        self._unclaim(*ask.claims)
         if isinstance(error, LeaseNotFound):
             self._request_end(SessionState.EXPIRED)
 
@@ -237,12 +243,12 @@ class SessionBase:
         given back) if the session was lost meanwhile."""
         token = _grant_token(ask, result)
         if token is None:
-            self._unclaim((ask.kind, ask.name))
+            self._unclaim(*ask.claims)
             raise MalformedResponse(f"{ask.op} granted without a `{ask.answer}`: {result}")
         with self._cond:
             state = self._state
         if not state.is_live():
-            self._unclaim((ask.kind, ask.name))
+            self._unclaim(*ask.claims)
             self._release_later(ask.release_request(self.lease, token))
             raise SessionLost(state)
         return token
@@ -270,62 +276,11 @@ class SessionBase:
         blocks (any thread)."""
         raise NotImplementedError
 
-    def _unclaim(self, key: Tuple[str, str]) -> None:
+    def _unclaim(self, *keys: Tuple[str, str]) -> None:
         with self._cond:
-            self._claims.discard(key)
-            kind, name = key
-            if kind == "waypoint":
-                self._reservations.pop(name, None)
-                self._preemptions.pop(name, None)
-            elif kind == "election":
-                self._leaderships.pop(name, None)
-
-    # -- preemption ---------------------------------------------------------------------------
-
-    def _watch_preemption(self, guard: "GuardBase") -> None:
-        """Routes the preemption events of ``guard``'s reservation to it, and the news that
-        arrived before the guard existed."""
-        with self._cond:
-            self._reservations[guard.name] = guard
-            seen = self._preemptions.get(guard.name)
-            if seen is not None and seen[0] == guard.token:
-                guard._preemption_news(seen[1])
-
-    def _on_preemption_event(self, event: Dict[str, Any]) -> None:
-        """A ``reservation.preempted`` or ``reservation.preemption_withdrawn`` event: for this
-        session's reservation of that name and token, if it has one (the agent's other
-        sessions see the event too). Events of one reservation arrive in the order the
-        service sent them, so the last one says where it stands."""
-        name, token = event.get("name"), event.get("token")
-        if not isinstance(name, str) or isinstance(token, bool) or not isinstance(token, int):
-            return
-        notice = Preempted.from_event(event)
-        if notice is None and event.get("event") != "reservation.preemption_withdrawn":
-            return  # a malformed reservation.preempted: events are a courtesy
-        with self._cond:
-            if ("waypoint", name) not in self._claims:
-                return
-            self._preemptions[name] = (token, notice)
-            guard = self._reservations.get(name)
-            if guard is not None and guard.token == token:
-                guard._preemption_news(notice)
-            self.agent._shared.notify()
-
-    # -- elections ----------------------------------------------------------------------------
-
-    def _watch_leadership(self, leadership: "LeadershipBase") -> None:
-        """Routes the ``election.lost`` event of ``leadership`` to it."""
-        with self._cond:
-            self._leaderships[leadership.name] = leadership
-
-    def _on_election_lost(self, event: Dict[str, Any]) -> None:
-        """An ``election.lost`` event: for this session's leadership of that name and token,
-        if it has one (the agent's other sessions see the event too)."""
-        name, token = event.get("name"), event.get("token")
-        with self._cond:
-            leadership = self._leaderships.get(name) if isinstance(name, str) else None
-            if leadership is not None and leadership.token == token:
-                leadership._deposed()
+            for key in keys:
+                self._claims.discard(key)
+                self._forget_guard_routes(key)
 
     # -- the keeper's decisions ---------------------------------------------------------------
 
@@ -337,11 +292,7 @@ class SessionBase:
             self.agent._shared.notify()
 
     def _on_event(self, event: Dict[str, Any]) -> None:
-        if event.get("event") in ("reservation.preempted", "reservation.preemption_withdrawn"):
-            self._on_preemption_event(event)
-            return
-        if event.get("event") == "election.lost":
-            self._on_election_lost(event)
+        if self._route_to_guard(event):
             return
         # An operator's admin.revoke ends the lease as surely as an expiry.
         if (
@@ -394,14 +345,8 @@ class SessionBase:
         """Final state (condition held): stop listening for this lease."""
         log.info("lease %s: session %s", self.lease, state)
         self._set_state(state)
+        self._end_guard_routes()
         self._claims.clear()
-        self._reservations.clear()
-        self._preemptions.clear()
-        # The lease is over, and every leadership bound to it (an ``election.lost`` that
-        # arrives after this end finds no session to route it to).
-        for leadership in self._leaderships.values():
-            leadership._deposed()
-        self._leaderships.clear()
         shared = self.agent._shared
         if self._on_event in shared.event_handlers:
             shared.event_handlers.remove(self._on_event)
@@ -434,10 +379,11 @@ class SessionBase:
             self.agent._shared.notify()
 
 
-class Session(SessionBase):
-    """A lease held by this agent and kept alive in the background; locks, semaphore permits
-    and waypoint reservations are taken through it, each as a :class:`~hivekeeper.Guard`
-    carrying its fencing token.
+class Session(SessionBase, LockCalls["Guard"]):
+    """A lease held by this agent and kept alive in the background; locks (exclusive, shared,
+    several at once), semaphore permits and waypoint reservations are taken through it (see
+    :class:`~hivekeeper.locks.LockCalls` for the locks and permits), each as a
+    :class:`~hivekeeper.Guard` carrying its fencing token.
 
     Made by :meth:`Agent.session`. As a context manager, the lease is revoked when the block
     ends (releasing everything it holds, in one log entry).
@@ -450,8 +396,9 @@ class Session(SessionBase):
         granted: Dict[str, Any],
         sent: float,
         on_lost: Optional[Callable[[SessionState], None]],
+        lock_delay_ms: int = 0,
     ) -> None:
-        super().__init__(agent, ttl_ms, granted, sent, on_lost)
+        super().__init__(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
         #: The agent, typed as the threaded one.
         self.agent: "Agent" = agent
         #: The keeper thread: keepalives on their cadence, the deadline, the state.
@@ -461,13 +408,16 @@ class Session(SessionBase):
 
     @staticmethod
     def _grant(
-        agent: "Agent", ttl_ms: int, on_lost: Optional[Callable[[SessionState], None]]
+        agent: "Agent",
+        ttl_ms: int,
+        on_lost: Optional[Callable[[SessionState], None]],
+        lock_delay_ms: int,
     ) -> "Session":
         """``lease.grant``, then the keeper thread. See :meth:`Agent.session`."""
-        check_ttl(agent, ttl_ms)
+        fields = grant_fields(agent, ttl_ms, lock_delay_ms)
         sent = time.monotonic()
-        granted = agent.request("lease.grant", ttl_ms=ttl_ms)
-        session = Session(agent, ttl_ms, granted, sent, on_lost)
+        granted = agent.request("lease.grant", **fields)
+        session = Session(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
         session._register()
         session._keeper.start()
         return session
@@ -511,23 +461,6 @@ class Session(SessionBase):
             return None
 
     # -- acquiring --------------------------------------------------------------------------
-
-    def lock(self, name: str, wait_ms: Optional[int] = None) -> "Guard":
-        """Takes the FIFO lock ``name``.
-
-        ``wait_ms=None`` waits in the service's queue while the session is live; ``0`` tries
-        once (:class:`~hivekeeper.WouldBlock` if taken); ``n`` waits at most ``n`` ms
-        (:class:`~hivekeeper.Timeout`). :class:`~hivekeeper.SessionLost` if the session stops
-        being live first."""
-        return self._acquire(asks.lock(name), wait_ms)
-
-    def semaphore(
-        self, name: str, limit: int, permits: int = 1, wait_ms: Optional[int] = None
-    ) -> "Guard":
-        """Takes ``permits`` of the counting semaphore ``name`` of capacity ``limit`` (the first
-        acquirer fixes it; another value is :class:`~hivekeeper.LimitMismatch`). ``wait_ms``
-        as for :meth:`lock`."""
-        return self._acquire(asks.semaphore(name, limit, permits), wait_ms)
 
     def waypoint(
         self,
@@ -618,6 +551,9 @@ class Session(SessionBase):
 
         return Guard(self, ask, self._take(ask, wait_ms))
 
+    def _hold(self, ask: Ask, wait_ms: Optional[int]) -> "Guard":
+        return self._acquire(ask, wait_ms)
+
     def _take(self, ask: Ask, wait_ms: Optional[int]) -> int:
         """Asks for ``ask`` and waits for the grant; its token."""
         fields, patience, abandon = self._begin_acquire(ask, wait_ms)
@@ -626,7 +562,7 @@ class Session(SessionBase):
                 ask.op, fields, patience, interrupt=self._interrupt, abandon=abandon
             )
         except BaseException as error:
-            self._acquire_failed(ask.kind, ask.name, error)
+            self._acquire_failed(ask, error)
             raise
         return self._granted(ask, result)
 
