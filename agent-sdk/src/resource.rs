@@ -298,6 +298,16 @@ pub enum Wait {
 }
 
 impl Wait {
+    /// The wait a `wait_ms` field asks for, as the protocol reads it: absent, until granted;
+    /// 0, a try; `n`, at most n ms. The inverse of [`Wait::wait_ms`].
+    pub fn from_wait_ms(wait_ms: Option<u64>) -> Wait {
+        match wait_ms {
+            None => Wait::UntilGranted,
+            Some(0) => Wait::Try,
+            Some(wait_ms) => Wait::AtMost(Duration::from_millis(wait_ms)),
+        }
+    }
+
     /// The `wait_ms` field this sends.
     pub fn wait_ms(self) -> Option<u64> {
         match self {
@@ -339,5 +349,62 @@ impl AcquireOptions {
     /// The `max_hold_ms` field this sends.
     fn max_hold_ms(self) -> Option<u64> {
         self.max_hold.map(whole_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_reads_back_from_the_wait_ms_it_sends() {
+        for wait_ms in [None, Some(0), Some(1), Some(2_500)] {
+            assert_eq!(Wait::from_wait_ms(wait_ms).wait_ms(), wait_ms);
+        }
+    }
+
+    #[test]
+    fn a_multi_lock_is_released_together_and_a_single_lock_alone() {
+        let all = Resource::lock_all(["bay/1", "bay/2"], LockMode::Shared);
+        assert_eq!(
+            all.release_op("L"),
+            Op::LockReleaseAll {
+                names: vec!["bay/1".into(), "bay/2".into()],
+                lease: "L".into(),
+            }
+        );
+        assert_eq!(
+            Resource::read_lock("db").release_op("L"),
+            Op::LockRelease {
+                name: "db".into(),
+                lease: "L".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn max_hold_goes_on_locks_and_semaphores_but_not_on_reservations() {
+        let options = AcquireOptions::max_hold(Duration::from_millis(1_500));
+        let op = Resource::read_lock("db")
+            .acquire_op("L", None, options)
+            .expect("a lock takes a max-hold");
+        assert_eq!(op.max_hold_ms(), Some(1_500));
+        assert!(matches!(
+            op,
+            Op::LockAcquire {
+                mode: LockMode::Shared,
+                ..
+            }
+        ));
+        let waypoint = Resource::Waypoint {
+            name: "pad".into(),
+            geometry: None,
+            window: TimeWindow::default(),
+            priority: Priority::ROUTINE,
+        };
+        assert!(matches!(
+            waypoint.acquire_op("L", None, options),
+            Err(AgentError::Config(_))
+        ));
     }
 }

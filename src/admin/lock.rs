@@ -96,11 +96,7 @@ async fn hold(session: &Session, args: &LockArgs) -> anyhow::Result<Option<i32>>
     } else {
         Resource::lock(args.name.clone())
     };
-    let wait = match args.wait_ms {
-        None => Wait::UntilGranted,
-        Some(0) => Wait::Try,
-        Some(wait_ms) => Wait::AtMost(Duration::from_millis(wait_ms)),
-    };
+    let wait = Wait::from_wait_ms(args.wait_ms);
     let options = AcquireOptions {
         max_hold: args.max_hold_ms.map(Duration::from_millis),
     };
@@ -212,4 +208,48 @@ fn lost(args: &LockArgs, token: u64, end: HoldEnd) -> anyhow::Error {
         HoldEnd::Released => "released".into(),
     };
     anyhow!("lost the lock {:?} (token {token}): {why}", args.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `hivekeeper lock ARGS`, parsed as the command line would be.
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lock: LockArgs,
+    }
+
+    #[test]
+    fn the_command_after_the_double_dash_is_kept_whole() {
+        let cli = Cli::try_parse_from([
+            "lock",
+            "db",
+            "--shared",
+            "--wait-ms",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            "echo --shared",
+        ])
+        .expect("parses");
+        assert!(cli.lock.shared);
+        assert_eq!(cli.lock.wait_ms, Some(0));
+        assert_eq!(cli.lock.command, ["sh", "-c", "echo --shared"]);
+        assert_eq!((cli.lock.ttl_ms, cli.lock.lock_delay_ms), (10_000, 0));
+    }
+
+    #[test]
+    fn a_lost_hold_says_why() {
+        let cli = Cli::try_parse_from(["lock", "pump", "--max-hold-ms", "500"]).expect("parses");
+        let error = lost(&cli.lock, 42, HoldEnd::MaxHold).to_string();
+        assert_eq!(
+            error,
+            "lost the lock \"pump\" (token 42): its max-hold of 500 ms ran out"
+        );
+    }
 }
