@@ -357,8 +357,8 @@ impl Guard {
     }
 }
 
-/// Records `how` as the hold's end, unless an earlier end is recorded.
-fn finish(end: &watch::Sender<Option<HoldEnd>>, how: HoldEnd) {
+/// Records `how` as the end of a hold (or a leadership), unless an earlier end is recorded.
+pub(crate) fn finish<T>(end: &watch::Sender<Option<T>>, how: T) {
     end.send_if_modified(|current| {
         let first = current.is_none();
         if first {

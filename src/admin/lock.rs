@@ -24,7 +24,7 @@ use hivekeeper_agent::{
     AcquireOptions, Guard, HoldEnd, Resource, Session, SessionOptions, SessionState, Wait,
 };
 
-use super::{Target, block_on, connect, failure};
+use super::{Target, failure, run_in_session};
 use crate::serve::shutdown_signal;
 
 /// `hivekeeper lock NAME`.
@@ -67,25 +67,13 @@ pub struct LockArgs {
 
 /// `hivekeeper lock`.
 pub fn lock(args: LockArgs) -> anyhow::Result<()> {
-    let status = block_on(async move {
-        let agent = connect(&args.target, &args.target.broker).await?;
-        let options = SessionOptions {
-            lock_delay: Duration::from_millis(args.lock_delay_ms),
-        };
-        let session = agent
-            .session_with(args.ttl_ms, options)
-            .await
-            .map_err(|e| failure("lease.grant", e))?;
-        let outcome = hold(&session, &args).await;
-        // Whatever happened, nothing stays held or queued: the lease goes (no lock-delay
-        // follows an agent's own revoke).
-        let _ = tokio::time::timeout(Duration::from_secs(2), session.revoke()).await;
-        outcome
-    })?;
-    match status {
-        Some(code) if code != 0 => std::process::exit(code),
-        _ => Ok(()),
-    }
+    let options = SessionOptions {
+        lock_delay: Duration::from_millis(args.lock_delay_ms),
+    };
+    let args = &args;
+    run_in_session(&args.target, args.ttl_ms, options, |session| async move {
+        hold(&session, args).await
+    })
 }
 
 /// Takes the lock, then runs the command or waits for a signal; the command's exit code, if

@@ -50,7 +50,8 @@ mod table;
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success, UnexpectedReply};
 use hivekeeper_agent::{
-    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, TlsFailure,
+    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Session, SessionOptions,
+    TlsFailure,
 };
 use hivekeeper_client_flags::Login;
 
@@ -105,6 +106,36 @@ fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> 
         .build()
         .map_err(|error| anyhow!("starting the async runtime: {error}"))?
         .block_on(future)
+}
+
+/// Connects, runs `work` with a session of `ttl_ms` (its lease granted as `options` say), then
+/// revokes the lease whatever happened, so that nothing stays held or queued until it expires
+/// (no lock-delay follows an agent's own revoke); then exits with the code `work` returns
+/// when it is not 0: the status of the command `barrier` or `lock` ran.
+fn run_in_session<F>(
+    target: &Target,
+    ttl_ms: u64,
+    options: SessionOptions,
+    work: impl FnOnce(Session) -> F,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<Option<i32>>>,
+{
+    let status = block_on(async move {
+        let agent = connect(target, &target.broker).await?;
+        let session = agent
+            .session_with(ttl_ms, options)
+            .await
+            .map_err(|e| failure("lease.grant", e))?;
+        let outcome = work(session.clone()).await;
+        let revoke = session.revoke();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), revoke).await;
+        outcome
+    })?;
+    match status {
+        Some(code) if code != 0 => std::process::exit(code),
+        _ => Ok(()),
+    }
 }
 
 /// How long the refused-connection probe waits for one broker's TCP answer.
