@@ -1,6 +1,6 @@
 //! The `hivekeeper` command line: `serve` runs a node; `status`, `inspect`, `leases`,
-//! `revoke`, `member`, `agent` and `snapshot` are the operator's commands; `kv`, `elect` and
-//! `barrier` use keys and recipes from the shell (an MQTT client of the service,
+//! `revoke`, `member`, `agent` and `snapshot` are the operator's commands; `kv`, `elect`,
+//! `barrier` and `lock` use keys and recipes from the shell (an MQTT client of the service,
 //! `admin/`); `bench` measures a running service (the `hivekeeper-bench` crate); `certs dev`
 //! writes development certificates. The fault test is a binary of its own,
 //! `hivekeeper-nemesis`: this one links no test harness.
@@ -64,6 +64,11 @@ enum Command {
     /// have arrived; with --leave, then leave and wait until all have left; with `-- COMMAND`,
     /// run it between the two.
     Barrier(admin::BarrierArgs),
+    /// Hold a lock, exclusive or with --shared: with `-- COMMAND`, run it holding the lock
+    /// (HIVEKEEPER_LOCK_TOKEN set) and exit with its status; without, print the token and hold
+    /// the lock until Ctrl-C or SIGTERM. If the hold is lost meanwhile, the command gets
+    /// SIGTERM and this exits 1.
+    Lock(admin::LockArgs),
     /// Backups: `save FILE` (online, a consistent snapshot from the leader) and `restore FILE
     /// --data-dir DIR` (offline, seeds a new cluster's member).
     Snapshot(admin::SnapshotArgs),
@@ -220,6 +225,7 @@ fn main() -> std::process::ExitCode {
         Command::Kv(args) => admin::kv(args),
         Command::Elect(args) => admin::elect(args),
         Command::Barrier(args) => admin::barrier(args),
+        Command::Lock(args) => admin::lock(args),
         Command::Snapshot(args) => admin::snapshot(args),
         // The failover scenario's members run this very binary.
         Command::Bench(args) => std::env::current_exe()

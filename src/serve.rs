@@ -339,8 +339,9 @@ async fn unshared(mut service: Arc<Service>) -> anyhow::Result<Service> {
     bail!("the service was still in use by a health probe after 1 s: not stopped cleanly")
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM: what stops `serve`, and what the commands that hold something until
+/// stopped (`lock`) wait for.
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -36,7 +36,7 @@ use crate::config::{AgentConfig, BrokerAddr};
 use crate::connection::{self, Connection, Counters, Link, REQUEST_CHANNEL_CAPACITY, Shared};
 use crate::error::AgentError;
 use crate::request_id::RequestIds;
-use crate::session::{Session, SessionState};
+use crate::session::{Session, SessionOptions, SessionState};
 
 /// A connected agent: one MQTT connection (client id = agent id) to one broker of the list at a
 /// time, polled by its own task, and the request loop on top.
@@ -259,7 +259,16 @@ impl Agent {
     /// `ttl_ms` must be more than twice `keepalive_margin_ms` and within the service's TTL
     /// range (by default 500 ms to 1 h).
     pub async fn session(&self, ttl_ms: u64) -> Result<Session, AgentError> {
-        Session::grant(self.clone(), ttl_ms).await
+        self.session_with(ttl_ms, SessionOptions::default()).await
+    }
+
+    /// [`Agent::session`], the lease granted as `options` say (a lock-delay).
+    pub async fn session_with(
+        &self,
+        ttl_ms: u64,
+        options: SessionOptions,
+    ) -> Result<Session, AgentError> {
+        Session::grant(self.clone(), ttl_ms, options).await
     }
 
     /// Sends one request and waits for its final response, resending the same id on timeouts,

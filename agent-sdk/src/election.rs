@@ -29,7 +29,7 @@ use hivekeeper_protocol::{ErrorCode, Event, Granted, KvPutDone, Op, ResourceKind
 
 use crate::agent::Undo;
 use crate::error::AgentError;
-use crate::guard::{Claim, Wait};
+use crate::guard::{Claim, Wait, finish};
 use crate::session::{Session, SessionState, wait_lost};
 
 /// Why a [`Leadership`] ended, as [`Leadership::lost`] reports it.
@@ -229,17 +229,6 @@ impl Drop for Leadership {
             claim.release_in_background(op);
         }
     }
-}
-
-/// Records `how` as the leadership's end, unless an earlier end is recorded.
-fn finish(end: &watch::Sender<Option<LeadershipEnd>>, how: LeadershipEnd) {
-    end.send_if_modified(|current| {
-        let first = current.is_none();
-        if first {
-            *current = Some(how);
-        }
-        first
-    });
 }
 
 /// The leadership's watcher: records the first of `election.lost` for (`name`, `token`) and

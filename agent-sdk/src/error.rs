@@ -84,6 +84,13 @@ pub enum AgentError {
         /// The resource's name.
         name: String,
     },
+    /// [`crate::Guard::downgrade`] of a guard that is not one lock held exclusive (a shared
+    /// lock, a multi-lock, permits or a reservation). Refused locally; nothing was sent.
+    #[error("only one lock held exclusive can be downgraded; this guard holds {held}")]
+    NotDowngradable {
+        /// What the guard holds, e.g. `lock "fleet/db" (shared)`.
+        held: String,
+    },
     /// A leased key was asked of a key handle that has no session ([`crate::Agent::kv`]):
     /// take the handle from [`crate::Session::kv`].
     #[error("this key handle has no session, so no lease to bind a key to")]

@@ -12,380 +12,62 @@
 //! One hold per resource per session. The service answers an acquire of something the lease
 //! already holds with the existing token, so two guards could share one hold and the first
 //! drop would release it under the second. The session therefore keeps a claim per resource
-//! (`Slot`): a second acquire while one is held or being acquired is refused with
-//! [`AgentError::AlreadyHeld`], and one issued while a release of the same resource is in
+//! (`Slot`, in `claim.rs`): a second acquire while one is held or being acquired is refused
+//! with [`AgentError::AlreadyHeld`], and one issued while a release of the same resource is in
 //! flight waits for that release first, so `loop { let g = s.lock("x").await?; ... }` works
-//! even though each iteration's drop releases in the background.
+//! even though each iteration's drop releases in the background. A multi-lock
+//! ([`Resource::LockAll`]) claims each of its locks, so it never overlaps a single lock of one
+//! of its names in the same session.
+//!
+//! How a hold ends, as [`Guard::ended`] tells ([`HoldEnd`]):
+//!
+//! ```text
+//!  lock.lost / sem.lost {token, reason: "max_hold"} ─▶ MaxHold   (the lease lives on)
+//!  lock.lost / sem.lost / waypoint.lost {token}     ─▶ Taken     (its lease ended, or a
+//!                                                                 preempted reservation)
+//!  the session not Live (Session::lost)             ─▶ Session(state)
+//!  Guard::release / drop                            ─▶ Released
+//! ```
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{Mutex, broadcast, watch};
-use tracing::debug;
+use tokio::task::AbortHandle;
 
-use hivekeeper_protocol::{Area, ErrorCode, Event, LockMode, Op, Priority, ResourceKind, Volume};
+use hivekeeper_protocol::{
+    Event, Granted, LockMode, LostReason, Op, Priority, ResourceKind, Volume,
+};
 
+pub(crate) use crate::claim::{Claim, Slot};
 use crate::error::AgentError;
-use crate::session::{Session, SessionInner, SessionState, wait_lost};
+pub use crate::resource::{AcquireOptions, Geometry, Resource, TimeWindow, Wait};
+pub(crate) use crate::resource::{release_op, whole_ms};
+use crate::session::{Session, SessionState, wait_lost};
 
-/// The vertical cylinder of a waypoint reservation (the protocol's `Area`): centre `lat`/`lon`
-/// in degrees, `radius_m`, and an optional altitude band.
-pub type Geometry = Area;
-
-/// The time window of a waypoint reservation: `[start_ms, end_ms)` in UTC milliseconds since
-/// the Unix epoch, compared by the service with the time of the log entry that applies the
-/// request. Without a start it begins at once; without an end it lasts until released. The
-/// default (neither) covers all time, as a reservation without a window always has.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TimeWindow {
-    /// First instant covered; `None`: from the request's time.
-    pub start_ms: Option<u64>,
-    /// First instant no longer covered; `None`: until released. The service ends the
-    /// reservation by itself then (the guard's token stops being valid).
-    pub end_ms: Option<u64>,
-}
-
-impl TimeWindow {
-    /// `[start_ms, end_ms)`.
-    pub fn between(start_ms: u64, end_ms: u64) -> TimeWindow {
-        TimeWindow {
-            start_ms: Some(start_ms),
-            end_ms: Some(end_ms),
-        }
-    }
-
-    /// From now until `end_ms`.
-    pub fn until(end_ms: u64) -> TimeWindow {
-        TimeWindow {
-            start_ms: None,
-            end_ms: Some(end_ms),
-        }
-    }
-}
-
-/// What to acquire.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Resource {
-    /// A FIFO lock.
-    Lock {
-        /// The lock's name.
-        name: String,
-    },
-    /// Permits of a counting semaphore.
-    Semaphore {
-        /// The semaphore's name.
-        name: String,
-        /// Its capacity; the first acquirer fixes it.
-        limit: u32,
-        /// How many permits to take, 1 to `limit`.
-        permits: u32,
-    },
-    /// A waypoint reservation.
-    Waypoint {
-        /// The waypoint's name.
-        name: String,
-        /// The cylinder it also claims; `None` conflicts by name only.
-        geometry: Option<Geometry>,
-        /// When: two cylinders conflict only if their windows overlap.
-        window: TimeWindow,
-        /// The priority, 0 (routine) to 3 (emergency). A reservation in the way only of lower
-        /// priorities preempts them instead of waiting behind them.
-        priority: Priority,
-    },
-    /// A whole route (`route.reserve`): 1 to 64 4D volumes granted all or nothing with one
-    /// token. A route is a waypoint reservation of its name (`kind` is waypoint).
-    Route {
-        /// The route's name.
-        name: String,
-        /// Its volumes, in flight order.
-        volumes: Vec<Volume>,
-        /// As for [`Resource::Waypoint`]'s.
-        priority: Priority,
-    },
-}
-
-impl Resource {
-    /// The lock `name`.
-    pub fn lock(name: impl Into<String>) -> Resource {
-        Resource::Lock { name: name.into() }
-    }
-
-    /// Lock, semaphore or waypoint.
-    pub fn kind(&self) -> ResourceKind {
-        match self {
-            Resource::Lock { .. } => ResourceKind::Lock,
-            Resource::Semaphore { .. } => ResourceKind::Sem,
-            Resource::Waypoint { .. } | Resource::Route { .. } => ResourceKind::Waypoint,
-        }
-    }
-
-    /// The priority asked for: routine for locks and semaphores, which have none.
-    pub fn priority(&self) -> Priority {
-        match self {
-            Resource::Waypoint { priority, .. } | Resource::Route { priority, .. } => *priority,
-            Resource::Lock { .. } | Resource::Semaphore { .. } => Priority::ROUTINE,
-        }
-    }
-
-    /// The resource's name.
-    pub fn name(&self) -> &str {
-        match self {
-            Resource::Lock { name }
-            | Resource::Semaphore { name, .. }
-            | Resource::Waypoint { name, .. }
-            | Resource::Route { name, .. } => name,
-        }
-    }
-
-    /// The acquire request for it under `lease`.
-    pub(crate) fn acquire_op(&self, lease: &str, wait_ms: Option<u64>) -> Op {
-        let lease = lease.to_string();
-        match self {
-            Resource::Lock { name } => Op::LockAcquire {
-                name: name.clone(),
-                lease,
-                wait_ms,
-                max_hold_ms: None,
-                mode: LockMode::Exclusive,
-            },
-            Resource::Semaphore {
-                name,
-                limit,
-                permits,
-            } => Op::SemAcquire {
-                name: name.clone(),
-                limit: *limit,
-                lease,
-                permits: *permits,
-                wait_ms,
-                max_hold_ms: None,
-            },
-            Resource::Waypoint {
-                name,
-                geometry,
-                window,
-                priority,
-            } => Op::WaypointReserve {
-                name: name.clone(),
-                lease,
-                lat: geometry.map(|g| g.lat),
-                lon: geometry.map(|g| g.lon),
-                alt_min_m: geometry.and_then(|g| g.alt_min_m),
-                alt_max_m: geometry.and_then(|g| g.alt_max_m),
-                radius_m: geometry.map(|g| g.radius_m),
-                wait_ms,
-                start_ms: window.start_ms,
-                end_ms: window.end_ms,
-                priority: *priority,
-            },
-            Resource::Route {
-                name,
-                volumes,
-                priority,
-            } => Op::RouteReserve {
-                name: name.clone(),
-                lease,
-                volumes: volumes.clone(),
-                wait_ms,
-                priority: *priority,
-            },
-        }
-    }
-
-    /// The release request for it under `lease`.
-    pub(crate) fn release_op(&self, lease: &str) -> Op {
-        release_op(self.kind(), self.name(), lease)
-    }
-}
-
-fn release_op(kind: ResourceKind, name: &str, lease: &str) -> Op {
-    let (name, lease) = (name.to_string(), lease.to_string());
-    match kind {
-        ResourceKind::Lock => Op::LockRelease { name, lease },
-        ResourceKind::Sem => Op::SemRelease { name, lease },
-        ResourceKind::Waypoint => Op::WaypointRelease { name, lease },
-        ResourceKind::Election => unreachable!(
-            "a guard holds a lock, a semaphore or a waypoint ([`Resource::kind`]), never an \
-             election, which is left by `election.resign` with its token"
-        ),
-        ResourceKind::Barrier => unreachable!(
-            "a guard holds a lock, a semaphore or a waypoint ([`Resource::kind`]), never a \
-             barrier, which is left by `barrier.leave`"
-        ),
-    }
-}
-
-/// How long an acquire may wait in the service's queue.
+/// How a hold ended, as [`Guard::ended`] reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// Until granted, while the session is live (no `wait_ms`).
-    UntilGranted,
-    /// Not at all: grant now or [`AgentError::WouldBlock`] (`wait_ms: 0`).
-    Try,
-    /// At most this long, then [`AgentError::WaitTimeout`] (`wait_ms`, at most one day).
-    AtMost(Duration),
+pub enum HoldEnd {
+    /// The acquire's max-hold ran out ([`AcquireOptions::max_hold`]): the service took the
+    /// hold away (`lock.lost` or `sem.lost` with `"reason":"max_hold"`) and granted the next
+    /// waiters. The session lives on, and nothing else it holds is touched.
+    MaxHold,
+    /// The service took the hold away for another reason (`lock.lost`, `sem.lost` or
+    /// `waypoint.lost` without a reason): its lease ended, or a preempted reservation was not
+    /// vacated by its deadline.
+    Taken,
+    /// The session is not live (jeopardy, expired or revoked, see [`Session::lost`]): from now
+    /// on the hold may be gone before the SDK can tell, so stop acting under it.
+    Session(SessionState),
+    /// [`Guard::release`] was called, or the guard was dropped.
+    Released,
 }
 
-impl Wait {
-    /// The `wait_ms` field this sends.
-    pub fn wait_ms(self) -> Option<u64> {
-        match self {
-            Wait::UntilGranted => None,
-            Wait::Try => Some(0),
-            // Out of range (over a day) is refused by validation, not silently shortened.
-            Wait::AtMost(wait) => Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
-        }
-    }
-}
-
-/// The state of one resource in a session's claims.
-#[derive(Debug)]
-pub(crate) enum Slot {
-    /// Being acquired, or held by a guard.
-    Busy,
-    /// A release is in flight; closes (its sender drops) when the release is done.
-    Releasing(watch::Receiver<()>),
-}
-
-/// A session's claim on one resource, from the start of its acquire to the end of its release.
-#[derive(Debug)]
-pub(crate) struct Claim {
-    session: Arc<SessionInner>,
-    kind: ResourceKind,
-    name: String,
-    /// Whether dropping the claim frees the slot; false once a [`Releasing`] owns the slot.
-    frees_slot: bool,
-}
-
-impl Claim {
-    /// Claims `(kind, name)` in `session`, waiting for an in-flight release of it first.
-    pub(crate) async fn take(
-        session: Arc<SessionInner>,
-        kind: ResourceKind,
-        name: &str,
-    ) -> Result<Claim, AgentError> {
-        let key = (kind, name.to_string());
-        loop {
-            let mut releasing = {
-                let mut claims = session.claims();
-                match claims.get(&key) {
-                    None => {
-                        claims.insert(key, Slot::Busy);
-                        drop(claims);
-                        return Ok(Claim {
-                            session,
-                            kind,
-                            name: name.to_string(),
-                            frees_slot: true,
-                        });
-                    }
-                    Some(Slot::Busy) => {
-                        return Err(AgentError::AlreadyHeld {
-                            kind,
-                            name: name.to_string(),
-                        });
-                    }
-                    Some(Slot::Releasing(done)) => done.clone(),
-                }
-            };
-            // Returns when the release task drops its sender, after it removed the slot.
-            let _ = releasing.changed().await;
-        }
-    }
-
-    /// The session the claim is in.
-    pub(crate) fn session(&self) -> &Arc<SessionInner> {
-        &self.session
-    }
-
-    /// The resource's name.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Sends `op`, which ends the hold, and waits for the answer; an acquire of the same
-    /// resource waits meanwhile. When the lease already ended nothing is sent and the answer
-    /// is [`AgentError::Lost`] (the hold was gone before), as it is when the service no longer
-    /// knows the lease.
-    pub(crate) async fn release(self, op: Op) -> Result<hivekeeper_protocol::Success, AgentError> {
-        let session = self.session.clone();
-        let state = session.state();
-        if state.is_ended() {
-            return Err(AgentError::Lost(state));
-        }
-        let releasing = self.start_release();
-        let result = session.agent.request(op).await;
-        drop(releasing);
-        match result {
-            Err(e) if e.code() == Some(ErrorCode::LeaseNotFound) => {
-                session.lease_gone();
-                Err(AgentError::Lost(SessionState::Expired))
-            }
-            result => result,
-        }
-    }
-
-    /// Sends `op`, which ends the hold, in a task of its own, as a dropped guard does; the
-    /// slot stays releasing until the answer. Best effort: nothing is sent when the lease has
-    /// ended (its end released everything) or outside a tokio runtime.
-    pub(crate) fn release_in_background(self, op: Op) {
-        if self.session.state().is_ended() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let agent = self.session.agent.clone();
-        let releasing = self.start_release();
-        let name = op.name();
-        runtime.spawn(async move {
-            if let Err(e) = agent.request(op).await {
-                debug!("{name} on drop failed (the lease's end undoes it): {e}");
-            }
-            drop(releasing);
-        });
-    }
-
-    /// Marks the claim as releasing; the slot is freed when the returned value drops.
-    fn start_release(mut self) -> Releasing {
-        let (done, waiters) = watch::channel(());
-        self.session
-            .claims()
-            .insert(self.key(), Slot::Releasing(waiters));
-        // The slot now belongs to the `Releasing`.
-        self.frees_slot = false;
-        Releasing {
-            session: self.session.clone(),
-            key: self.key(),
-            _done: done,
-        }
-    }
-
-    fn key(&self) -> (ResourceKind, String) {
-        (self.kind, self.name.clone())
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if self.frees_slot {
-            self.session.claims().remove(&self.key());
-        }
-    }
-}
-
-/// A release in flight. Dropping it frees the slot, then (field drop order) closes the channel
-/// that acquires of the same resource wait on.
-struct Releasing {
-    session: Arc<SessionInner>,
-    key: (ResourceKind, String),
-    _done: watch::Sender<()>,
-}
-
-impl Drop for Releasing {
-    fn drop(&mut self) {
-        self.session.claims().remove(&self.key);
-    }
+/// A held lock's mode, and whether it is a multi-lock, for [`Guard::downgrade`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LockHold {
+    mode: LockMode,
+    multi: bool,
 }
 
 /// The service needs a reservation's airspace for a request of a higher priority
@@ -400,7 +82,8 @@ pub struct Preempted {
     pub priority: Priority,
 }
 
-/// A granted lock, permits or waypoint reservation, with its fencing token.
+/// A granted lock (exclusive or shared), multi-lock, permits or waypoint reservation, with its
+/// fencing token.
 ///
 /// Holds its session alive (keepalives continue while any guard exists). Released by
 /// [`Guard::release`], or in the background on drop.
@@ -412,23 +95,51 @@ pub struct Guard {
     token: u64,
     /// The priority it was granted at, which [`Guard::amend`] restates.
     priority: Priority,
+    /// A lock's mode and shape; `None` for permits and reservations.
+    lock: Option<LockHold>,
     /// The agent's events since before the request was sent (so none for this grant can be
     /// missed), for [`Guard::preempted`]; waypoints and routes only.
     events: Option<Mutex<broadcast::Receiver<Event>>>,
+    /// How the service ended the hold ([`HoldEnd::MaxHold`], [`HoldEnd::Taken`]) or the
+    /// guard did ([`HoldEnd::Released`]), once one has: set once, by the first. The session's
+    /// state is not recorded here: jeopardy is not final.
+    end: Arc<watch::Sender<Option<HoldEnd>>>,
+    /// The task that watches for this hold's `*.lost` event, stopped when the guard goes.
+    watcher: AbortHandle,
 }
 
 impl Guard {
+    /// The guard of `resource`'s grant with `token`. `lost_events` were subscribed before the
+    /// request went, so the hold's `*.lost` cannot be missed; `events` likewise, for a
+    /// reservation's preemption.
     pub(crate) fn new(
         claim: Claim,
         token: u64,
-        priority: Priority,
+        resource: &Resource,
+        lost_events: broadcast::Receiver<Event>,
         events: Option<broadcast::Receiver<Event>>,
     ) -> Guard {
+        let end = Arc::new(watch::Sender::new(None));
+        let watcher = tokio::spawn(watch_lost_event(
+            claim.kind(),
+            claim.names().to_vec(),
+            token,
+            lost_events,
+            end.clone(),
+        ))
+        .abort_handle();
+        let lock = resource.mode().map(|mode| LockHold {
+            mode,
+            multi: matches!(resource, Resource::LockAll { .. }),
+        });
         Guard {
             claim: Some(claim),
             token,
-            priority,
+            priority: resource.priority(),
+            lock,
             events: events.map(Mutex::new),
+            end,
+            watcher,
         }
     }
 
@@ -480,7 +191,7 @@ impl Guard {
 
     /// Whether an event's reservation is this guard's.
     fn is_mine(&self, name: &str, token: u64) -> bool {
-        token == self.token && name == self.claim().name
+        token == self.token && name == self.claim().name()
     }
 
     /// The first of the agent's unread events that `pick` takes (waypoints and routes only;
@@ -517,44 +228,179 @@ impl Guard {
         self.token
     }
 
-    /// The resource's name.
+    /// The resource's name (a multi-lock's first, see [`Guard::names`]).
     pub fn name(&self) -> &str {
-        &self.claim().name
+        self.claim().name()
+    }
+
+    /// Every name the grant holds: one, or each lock of a multi-lock, in the order asked.
+    pub fn names(&self) -> &[String] {
+        self.claim().names()
     }
 
     /// Lock, semaphore or waypoint.
     pub fn kind(&self) -> ResourceKind {
-        self.claim().kind
+        self.claim().kind()
+    }
+
+    /// A lock's mode as held now (shared after [`Guard::downgrade`]); `None` for permits and
+    /// reservations.
+    pub fn mode(&self) -> Option<LockMode> {
+        self.lock.map(|lock| lock.mode)
     }
 
     /// The session the grant is bound to.
     pub fn session(&self) -> Session {
         Session {
-            inner: self.claim().session.clone(),
+            inner: self.claim().session().clone(),
         }
     }
 
-    /// Whether the session is not live: stop acting under this guard.
+    /// Whether the session is not live, or the service has taken the hold away (see
+    /// [`Guard::ended`]): stop acting under this guard.
     pub fn is_lost(&self) -> bool {
-        !self.claim().session.state().is_live()
+        !self.claim().session().state().is_live() || self.end.borrow().is_some()
     }
 
     /// Resolves as soon as the session is not `Live` (see [`Session::lost`]): from then on
-    /// the grant may be taken away before the SDK can tell.
+    /// the grant may be taken away before the SDK can tell. [`Guard::ended`] also tells when
+    /// the service takes this hold alone away (its max-hold).
     pub async fn lost(&self) -> SessionState {
-        wait_lost(self.claim().session.state.clone()).await
+        wait_lost(self.claim().session().state.clone()).await
     }
 
-    /// Releases the grant and waits for the service's answer. When the lease already ended,
-    /// nothing is sent and the answer is [`AgentError::Lost`]: the hold was gone before this
-    /// release, which the application may want to know.
+    /// Resolves with how the hold ended ([`HoldEnd`]), on the first of: the service's
+    /// `lock.lost`, `sem.lost` or `waypoint.lost` for this token (with its reason: a max-hold
+    /// that ran out, or the lease's end), the session no longer live, [`Guard::release`] or
+    /// the guard's drop. The future owns what it needs, so it can be raced in a `select!`
+    /// against the work the guard protects, or moved into a task. The events are a courtesy
+    /// (one missed while reconnecting is not seen here); the session's loss is not, and the
+    /// token stays the safety mechanism.
+    pub fn ended(&self) -> impl Future<Output = HoldEnd> + Send + 'static {
+        let mut end = self.end.subscribe();
+        let session = self.claim().session().state.clone();
+        async move {
+            let recorded = async {
+                match end.wait_for(Option::is_some).await {
+                    Ok(end) => end.expect("waited for Some"),
+                    // Both senders gone: the guard was dropped, which records the end first.
+                    Err(_) => HoldEnd::Released,
+                }
+            };
+            tokio::select! {
+                // An end the service or the guard recorded wins over a loss seen at once.
+                biased;
+                how = recorded => how,
+                state = wait_lost(session) => HoldEnd::Session(state),
+            }
+        }
+    }
+
+    /// Makes an exclusive lock's hold shared (`lock.downgrade`), atomically: the guard keeps
+    /// its token (nobody held the lock in between), and the shared waiters at the head of the
+    /// queue are let in beside it. There is no upgrade. Only for a guard of one lock held
+    /// exclusive; for any other (shared, a multi-lock, permits, a reservation) the answer is
+    /// [`AgentError::NotDowngradable`] and nothing is sent.
+    pub async fn downgrade(&mut self) -> Result<(), AgentError> {
+        let claim = self.claim();
+        let exclusive_single = LockHold {
+            mode: LockMode::Exclusive,
+            multi: false,
+        };
+        if self.lock != Some(exclusive_single) {
+            return Err(AgentError::NotDowngradable {
+                held: self.describe(),
+            });
+        }
+        let session = claim.session();
+        session.check_live()?;
+        let op = Op::LockDowngrade {
+            name: claim.name().to_string(),
+            lease: session.lease.clone(),
+        };
+        let granted: Granted = session.agent.request_as(op).await?;
+        debug_assert_eq!(
+            granted.token, self.token,
+            "a downgrade keeps the hold's token"
+        );
+        self.lock = Some(LockHold {
+            mode: LockMode::Shared,
+            multi: false,
+        });
+        Ok(())
+    }
+
+    /// What the guard holds, for people: `lock "x" (shared)`, `3 locks (exclusive)`, `sem "y"`.
+    fn describe(&self) -> String {
+        match self.lock {
+            Some(LockHold { mode, multi: true }) => {
+                format!("a multi-lock of {:?} ({})", self.names(), mode.as_str())
+            }
+            Some(LockHold { mode, .. }) => format!("lock {:?} ({})", self.name(), mode.as_str()),
+            None => format!("{} {:?}", self.kind().as_str(), self.name()),
+        }
+    }
+
+    /// Releases the grant (a multi-lock's locks together, by `lock.release_all`) and waits
+    /// for the service's answer. When the lease already ended, nothing is sent and the answer
+    /// is [`AgentError::Lost`]: the hold was gone before this release, which the application
+    /// may want to know. A hold the service already took away (its max-hold) is refused
+    /// `not_holder` ([`AgentError::Service`]).
     pub async fn release(mut self) -> Result<(), AgentError> {
         let claim = self
             .claim
             .take()
             .expect("a guard keeps its claim until it is released");
-        let op = release_op(claim.kind, &claim.name, &claim.session.lease);
+        finish(&self.end, HoldEnd::Released);
+        let op = release_op(claim.kind(), claim.names(), &claim.session().lease);
         claim.release(op).await.map(drop)
+    }
+}
+
+/// Records `how` as the end of a hold (or a leadership), unless an earlier end is recorded.
+pub(crate) fn finish<T>(end: &watch::Sender<Option<T>>, how: T) {
+    end.send_if_modified(|current| {
+        let first = current.is_none();
+        if first {
+            *current = Some(how);
+        }
+        first
+    });
+}
+
+/// The guard's watcher: records the hold's `*.lost` event (a `kind` event naming one of
+/// `names` with `token`) as its end, with its reason.
+async fn watch_lost_event(
+    kind: ResourceKind,
+    names: Vec<String>,
+    token: u64,
+    mut events: broadcast::Receiver<Event>,
+    end: Arc<watch::Sender<Option<HoldEnd>>>,
+) {
+    loop {
+        let (lost_kind, name, lost_token, reason) = match events.recv().await {
+            Ok(Event::LockLost {
+                name,
+                token,
+                reason,
+            }) => (ResourceKind::Lock, name, token, reason),
+            Ok(Event::SemLost {
+                name,
+                token,
+                reason,
+            }) => (ResourceKind::Sem, name, token, reason),
+            Ok(Event::WaypointLost { name, token }) => (ResourceKind::Waypoint, name, token, None),
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            // The connection is gone: the session's loss decides.
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if lost_kind == kind && lost_token == token && names.contains(&name) {
+            let how = match reason {
+                Some(LostReason::MaxHold) => HoldEnd::MaxHold,
+                None => HoldEnd::Taken,
+            };
+            return finish(&end, how);
+        }
     }
 }
 
@@ -566,10 +412,10 @@ impl Guard {
     /// The route keeps its priority ([`Guard::priority`]).
     pub async fn amend(&self, volumes: Vec<Volume>) -> Result<(), AgentError> {
         let claim = self.claim();
-        let session = &claim.session;
+        let session = claim.session();
         session.check_live()?;
         let op = Op::RouteAmend {
-            name: claim.name.clone(),
+            name: claim.name().to_string(),
             lease: session.lease.clone(),
             volumes,
             priority: self.priority,
@@ -580,10 +426,12 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        finish(&self.end, HoldEnd::Released);
+        self.watcher.abort();
         let Some(claim) = self.claim.take() else {
             return;
         };
-        let op = release_op(claim.kind, &claim.name, &claim.session.lease);
+        let op = release_op(claim.kind(), claim.names(), &claim.session().lease);
         claim.release_in_background(op);
     }
 }

@@ -2,9 +2,9 @@
 //!
 //! What a drone, a sensor or a service links to coordinate through Hivekeeper over MQTT: a
 //! [`Session`] is a lease the SDK keeps alive in the background; through it the agent takes
-//! FIFO locks, semaphore permits and waypoint reservations, each returned as a [`Guard`] that
-//! carries its fencing token, leads elections ([`Leadership`]) and passes barriers
-//! ([`Barrier`]). The SDK retries safely (a resend reuses the request id, which the
+//! FIFO locks (exclusive or shared, one or several at once), semaphore permits and waypoint
+//! reservations, each returned as a [`Guard`] that carries its fencing token, leads elections
+//! ([`Leadership`]) and passes barriers ([`Barrier`]). The SDK retries safely (a resend reuses the request id, which the
 //! service deduplicates), backs off with full jitter, fails over between brokers, and gives up
 //! on a lease *before* the service could hand its resources to someone else (DESIGN.md §5.3).
 //!
@@ -33,11 +33,17 @@
 //!   the next broker with jittered backoff, and routes responses and events. It never
 //!   publishes (rumqtt#1025, #263, #910).
 //! - [`session`]: [`Session`] and [`SessionState`]: keepalives every TTL/3, the local deadline,
-//!   jeopardy, expiry, revoke.
+//!   jeopardy, expiry, revoke; [`SessionOptions`] (a lock-delay) for [`Agent::session_with`].
 //! - [`guard`]: [`Guard`], [`Resource`] and [`Wait`]: acquire, fencing token, release (also
-//!   on drop), one hold per resource per session; a reservation's [`Priority`] and its
-//!   [`Guard::preempted`] future ([`Preempted`]: vacate by a deadline) and
-//!   [`Guard::preemption_withdrawn`] (the deadline dropped: keep it).
+//!   on drop); locks exclusive or shared ([`LockMode`], [`Session::read_lock`],
+//!   [`Guard::downgrade`]) and multi-locks ([`Session::lock_all`]); a max-hold
+//!   ([`AcquireOptions`], [`Session::acquire_with`]) and how a hold ended ([`Guard::ended`],
+//!   [`HoldEnd`]); a reservation's [`Priority`] and its [`Guard::preempted`] future
+//!   ([`Preempted`]: vacate by a deadline) and [`Guard::preemption_withdrawn`] (the deadline
+//!   dropped: keep it).
+//! - `resource`: [`Resource`], [`Wait`] and [`AcquireOptions`] (re-exported by [`guard`]):
+//!   what an acquire asks for, how long it queues, how it is held.
+//! - `claim`: one hold per resource per session (a multi-lock claims each of its locks).
 //! - [`election`]: [`Leadership`] from [`Session::campaign`]: the leader's token, proclaim,
 //!   resign (also on drop), and [`Leadership::lost`] ([`LeadershipEnd`]).
 //! - [`observe`]: [`Observe`] from [`Agent::observe`], a `Stream` of an election's
@@ -78,6 +84,7 @@ pub mod agent;
 pub mod airspace;
 pub mod backoff;
 pub mod barrier;
+mod claim;
 pub mod config;
 mod connection;
 pub mod election;
@@ -88,6 +95,7 @@ pub mod kv_cache;
 pub mod observe;
 pub mod recipes;
 mod request_id;
+mod resource;
 pub mod session;
 pub mod watch;
 
@@ -98,13 +106,13 @@ pub use barrier::Barrier;
 pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Secret};
 pub use election::{Leadership, LeadershipEnd};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
-pub use guard::{Geometry, Guard, Preempted, Resource, TimeWindow, Wait};
-pub use hivekeeper_protocol::{ConflictPage, Priority};
+pub use guard::{AcquireOptions, Geometry, Guard, HoldEnd, Preempted, Resource, TimeWindow, Wait};
+pub use hivekeeper_protocol::{ConflictPage, LockMode, Priority};
 pub use hivekeeper_protocol::{KeyValue, KvDeleted, KvPage, KvPutDone, KvTxnDone};
 pub use kv::{KeyRead, Kv, Txn};
 pub use kv_cache::{CacheSnapshot, KvCache};
 pub use observe::{Leader, Observe};
-pub use session::{Session, SessionState};
+pub use session::{Session, SessionOptions, SessionState};
 pub use watch::{Watch, WatchItem};
 
 /// The wire types (`Op`, `Success`, `Event`, `ErrorCode`, ...), re-exported so an agent needs

@@ -1,5 +1,6 @@
 //! Recipes: what etcd, ZooKeeper and Consul users build, here either decided by the service
-//! (leader election, double barriers: one log entry decides, fenced by tokens) or built on
+//! (leader election, read-write and multi-locks, double barriers: one log entry decides,
+//! fenced by tokens) or built on
 //! keys and watches with [`Kv`](crate::Kv), [`Watch`](crate::Watch) and
 //! [`KvCache`](crate::KvCache). A watch is a [`futures_util::Stream`]: read it with
 //! `StreamExt::next` from `futures-util` (or `tokio-stream`).
@@ -31,6 +32,40 @@
 //! }
 //! # Ok(()) }
 //! # async fn serve_as_gateway(token: u64) {}
+//! ```
+//!
+//! # Readers and writers, several locks at once, bounded holds
+//!
+//! [`Session::read_lock`](crate::Session::read_lock) holds a lock shared with other readers,
+//! [`Session::write_lock`](crate::Session::write_lock) (the same as `lock`) alone; the queue is
+//! FIFO whatever the mode, so a waiting writer is not starved by later readers. A writer done
+//! writing can [`Guard::downgrade`](crate::Guard::downgrade) to a reader without letting
+//! anyone in between, keeping its token. [`Session::lock_all`](crate::Session::lock_all) takes
+//! several locks as one grant with one token, which cannot deadlock however other agents order
+//! the names. A max-hold ([`AcquireOptions`](crate::AcquireOptions)) bounds a hold even while
+//! the session lives, and [`Guard::ended`](crate::Guard::ended) says why a hold ended
+//! ([`HoldEnd`](crate::HoldEnd)); a lock-delay ([`SessionOptions`](crate::SessionOptions))
+//! keeps a dead agent's locks from anyone for a while.
+//!
+//! ```no_run
+//! # async fn rw(agent: hivekeeper_agent::Agent) -> Result<(), hivekeeper_agent::AgentError> {
+//! use std::time::Duration;
+//! use hivekeeper_agent::{AcquireOptions, LockMode, Resource, SessionOptions, Wait};
+//! let options = SessionOptions { lock_delay: Duration::from_secs(5) };
+//! let session = agent.session_with(5_000, options).await?;
+//! let mut map = session.write_lock("hive/map").await?;
+//! println!("writing the map under token {}", map.token());
+//! map.downgrade().await?; // readers come in; the token stays valid
+//! let bays = session.lock_all(["bay/1", "bay/2"], LockMode::Exclusive).await?;
+//! let bounded = AcquireOptions::max_hold(Duration::from_secs(30));
+//! let pump = session.acquire_with(Resource::lock("pump-2"), Wait::UntilGranted, bounded);
+//! let pump = pump.await?;
+//! tokio::select! {
+//!     end = pump.ended() => println!("pump-2 ended: {end:?}"), // HoldEnd::MaxHold after 30 s
+//!     () = tokio::time::sleep(Duration::from_secs(10)) => pump.release().await?,
+//! }
+//! bays.release().await?; // lock.release_all
+//! # Ok(()) }
 //! ```
 //!
 //! # A double barrier: [`Session::barrier`](crate::Session::barrier)

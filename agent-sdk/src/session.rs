@@ -46,12 +46,14 @@ use tokio::time::{Instant, MissedTickBehavior, sleep_until};
 use tracing::{debug, info, warn};
 
 use hivekeeper_protocol::{
-    ErrorCode, Event, Granted, LeaseGranted, Op, Priority, ResourceKind, Success,
+    ErrorCode, Event, Granted, LeaseGranted, LockMode, Op, Priority, ResourceKind, Success,
 };
 
 use crate::agent::{Abandon, Agent, Patience, Undo};
 use crate::error::AgentError;
-use crate::guard::{Claim, Geometry, Guard, Resource, Slot, TimeWindow, Wait};
+use crate::guard::{
+    AcquireOptions, Claim, Geometry, Guard, Resource, Slot, TimeWindow, Wait, whole_ms,
+};
 
 /// Where a session stands, as the SDK knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,6 +109,18 @@ pub(crate) struct SessionInner {
     /// What this session holds or is acquiring, by resource: a second guard for a hold would
     /// release it under the first one's feet. See [`Slot`].
     pub claims: Mutex<HashMap<(ResourceKind, String), Slot>>,
+}
+
+/// How a session's lease is granted, beyond its TTL; the default asks for nothing more.
+/// Passed to [`Agent::session_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// When the lease ends by expiry or by an operator (`admin.revoke`), the locks it held
+    /// are granted to nobody for this long (`lease.grant`'s `lock_delay_ms`, at most one
+    /// minute, whole milliseconds): a holder that has not noticed its loss yet gets time to
+    /// stop before anyone else starts. A release, or this session's own revoke, skips it.
+    /// Zero, the default: none. Locks only; permits and reservations are freed at once.
+    pub lock_delay: Duration,
 }
 
 /// Messages to the keeper task.
@@ -167,8 +181,12 @@ impl Drop for SessionInner {
 }
 
 impl Session {
-    /// `lease.grant`, then the keeper task. See [`Agent::session`].
-    pub(crate) async fn grant(agent: Agent, ttl_ms: u64) -> Result<Session, AgentError> {
+    /// `lease.grant`, then the keeper task. See [`Agent::session_with`].
+    pub(crate) async fn grant(
+        agent: Agent,
+        ttl_ms: u64,
+        options: SessionOptions,
+    ) -> Result<Session, AgentError> {
         let margin_ms = agent.config().keepalive_margin_ms;
         if ttl_ms <= 2 * margin_ms {
             return Err(AgentError::Config(format!(
@@ -194,7 +212,7 @@ impl Session {
         } = agent
             .request_as(Op::LeaseGrant {
                 ttl_ms,
-                lock_delay_ms: 0,
+                lock_delay_ms: whole_ms(options.lock_delay),
             })
             .await?;
         let ttl = Duration::from_millis(granted_ttl_ms);
@@ -284,7 +302,16 @@ impl Session {
         Ok(())
     }
 
-    /// Acquires `resource`, waiting as `wait` says, while the session is `Live`.
+    /// Acquires `resource`, waiting as `wait` says, while the session is `Live`: a lock
+    /// (exclusive or shared), a multi-lock, permits or a reservation. [`Session::acquire_with`]
+    /// with the default options.
+    pub async fn acquire(&self, resource: Resource, wait: Wait) -> Result<Guard, AgentError> {
+        self.acquire_with(resource, wait, AcquireOptions::default())
+            .await
+    }
+
+    /// Acquires `resource`, waiting as `wait` says, while the session is `Live`, held as
+    /// `options` say (a max-hold).
     ///
     /// Errors: [`AgentError::Lost`] when the session is not live (before, or while waiting);
     /// [`AgentError::WouldBlock`] for [`Wait::Try`] on a taken resource;
@@ -294,21 +321,27 @@ impl Session {
     ///
     /// Cancel-safe in the sense that matters: if the future is dropped (or the session is lost)
     /// while the request is queued at the service, a grant that arrives later is released.
-    pub async fn acquire(&self, resource: Resource, wait: Wait) -> Result<Guard, AgentError> {
+    pub async fn acquire_with(
+        &self,
+        resource: Resource,
+        wait: Wait,
+        options: AcquireOptions,
+    ) -> Result<Guard, AgentError> {
         let inner = &self.inner;
         inner.check_live()?;
-        let op = resource.acquire_op(&inner.lease, wait.wait_ms());
+        let op = resource.acquire_op(&inner.lease, wait.wait_ms(), options)?;
         AgentError::check_locally(&op)?;
-        let claim = Claim::take(inner.clone(), resource.kind(), resource.name()).await?;
-        // Subscribed before the request goes, so a `reservation.preempted` that follows the
-        // grant at once is not missed (`Guard::preempted`).
+        let claim = Claim::take_all(inner.clone(), resource.kind(), resource.names()).await?;
+        // Subscribed before the request goes, so a `*.lost` or a `reservation.preempted` that
+        // follows the grant at once is not missed (`Guard::ended`, `Guard::preempted`).
+        let lost_events = inner.agent.events();
         let events = (resource.kind() == ResourceKind::Waypoint).then(|| inner.agent.events());
         let undo = Undo::Send(resource.release_op(&inner.lease));
         let success = self.queue(op, Some(undo)).await?;
         let granted = Granted::try_from(success);
         let token = granted.as_ref().map_or(0, |granted| granted.token);
         // From here on the hold exists: the guard's drop releases it on every path.
-        let guard = Guard::new(claim, token, resource.priority(), events);
+        let guard = Guard::new(claim, token, &resource, lost_events, events);
         if let Err(unexpected) = granted {
             return Err(unexpected.into());
         }
@@ -344,9 +377,42 @@ impl Session {
     }
 
     /// Takes the FIFO lock `name`, waiting in the service's queue for as long as the session is
-    /// live.
+    /// live. Exclusive: the same as [`Session::write_lock`].
     pub async fn lock(&self, name: impl Into<String>) -> Result<Guard, AgentError> {
         self.acquire(Resource::lock(name), Wait::UntilGranted).await
+    }
+
+    /// Takes the lock `name` exclusive (a writer), waiting while the session is live: no other
+    /// holder, shared or exclusive, beside it. [`Guard::downgrade`] makes it shared. Other
+    /// waits: [`Session::acquire`] with [`Resource::lock`].
+    pub async fn write_lock(&self, name: impl Into<String>) -> Result<Guard, AgentError> {
+        self.lock(name).await
+    }
+
+    /// Takes the lock `name` shared (a reader), waiting while the session is live: held
+    /// together with other shared holders, each with its own token, never beside an exclusive
+    /// one. Strict FIFO: behind a waiting writer it waits too, so writers are not starved.
+    /// Other waits: [`Session::acquire`] with [`Resource::read_lock`]. A shared hold is never
+    /// upgraded: release it, then take the write lock.
+    pub async fn read_lock(&self, name: impl Into<String>) -> Result<Guard, AgentError> {
+        self.acquire(Resource::read_lock(name), Wait::UntilGranted)
+            .await
+    }
+
+    /// Takes every lock of `names` (1 to 64, distinct) in `mode` as one multi-lock, waiting
+    /// while the session is live: granted all together with one token, or queued FIFO as a
+    /// unit, holding none of them meanwhile, so it never deadlocks against another multi-lock
+    /// however that one orders the names. The guard releases them together
+    /// (`lock.release_all`). Refused [`AgentError::AlreadyHeld`] when this session holds or
+    /// acquires one of them already. Other waits and a max-hold: [`Session::acquire_with`]
+    /// with [`Resource::lock_all`].
+    pub async fn lock_all<N: Into<String>>(
+        &self,
+        names: impl IntoIterator<Item = N>,
+        mode: LockMode,
+    ) -> Result<Guard, AgentError> {
+        self.acquire(Resource::lock_all(names, mode), Wait::UntilGranted)
+            .await
     }
 
     /// Takes the lock `name` if it is free right now (`wait_ms: 0`); otherwise

@@ -13,12 +13,10 @@
 //! phase run in step (every member runs CMD together, and none goes on before the slowest is
 //! done).
 
-use std::time::Duration;
-
 use anyhow::{Context, anyhow};
-use hivekeeper_agent::Session;
+use hivekeeper_agent::{Session, SessionOptions};
 
-use super::{Target, block_on, connect, failure};
+use super::{Target, failure, run_in_session};
 
 /// `hivekeeper barrier NAME --count N`.
 #[derive(Debug, clap::Args)]
@@ -47,25 +45,16 @@ pub struct BarrierArgs {
 
 /// `hivekeeper barrier`.
 pub fn barrier(args: BarrierArgs) -> anyhow::Result<()> {
-    let status = block_on(async move {
-        let agent = connect(&args.target, &args.target.broker).await?;
-        let session = agent
-            .session(args.ttl_ms)
-            .await
-            .map_err(|e| failure("lease.grant", e))?;
-        let outcome = tokio::select! {
-            outcome = rounds(&session, &args) => outcome,
+    // Out of the barrier whatever happened (the lease is revoked on the way out): a member
+    // that is not there any more must not keep the others waiting until its lease expires.
+    let options = SessionOptions::default();
+    let args = &args;
+    run_in_session(&args.target, args.ttl_ms, options, |session| async move {
+        tokio::select! {
+            outcome = rounds(&session, args) => outcome,
             _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted in barrier {:?}", args.name)),
-        };
-        // Out of the barrier whatever happened: a member that is not there any more must not
-        // keep the others waiting until its lease expires.
-        let _ = tokio::time::timeout(Duration::from_secs(2), session.revoke()).await;
-        outcome
-    })?;
-    match status {
-        Some(code) if code != 0 => std::process::exit(code),
-        _ => Ok(()),
-    }
+        }
+    })
 }
 
 /// Enters, runs the command, leaves, as the flags say; the command's exit code, if one ran.

@@ -14,6 +14,7 @@
 //!  hivekeeper elect NAME [--value V]        ─▶ lease.grant, election.campaign, … election.resign
 //!  hivekeeper elect NAME --listen            ─▶ kv.get + watch.poll of $election/NAME
 //!  hivekeeper barrier NAME --count N [--leave] [-- CMD] ─▶ lease.grant, barrier.enter, barrier.leave
+//!  hivekeeper lock NAME [--shared] [-- CMD] ─▶ lease.grant, lock.acquire, … lock.release
 //!  hivekeeper snapshot save FILE              ─▶ admin.snapshot, page after page (one snapshot)
 //!  hivekeeper snapshot restore FILE --data-dir DIR  (offline: no request, seeds DIR)
 //! ```
@@ -21,13 +22,13 @@
 //! Requests go through the agent SDK (`Agent::request`): its same-id resends, backoff and
 //! broker failover are reused rather than written again. The CLI's agent id is
 //! `hk-admin-{pid}`, or the `--user` it authenticates as (`hivekeeper-client-flags`); it takes no lease, so it
-//! holds nothing on the service, except `elect` and `barrier`, which take one for as long as
-//! they run and revoke it on the way out. Output is a table
+//! holds nothing on the service, except `elect`, `barrier` and `lock`, which take one for as
+//! long as they run and revoke it on the way out. Output is a table
 //! for people, or JSON (`--json`) for scripts. A failure is one line on stderr and exit code 1.
 //!
 //! # Layout
 //! One file per subcommand (its arguments, its requests, its output): `status.rs`,
-//! `inspect.rs`, `kv.rs`, `elect.rs`, `barrier.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
+//! `inspect.rs`, `kv.rs`, `elect.rs`, `barrier.rs`, `lock.rs`, `ls.rs`, `leases.rs`, `revoke.rs`, `member.rs`, `agent.rs`, `snapshot.rs`
 //! (the credential and TLS flags are `hivekeeper-client-flags`'s). This file holds what they share: the
 //! [`Target`] flags, the connection and one request with its one-line failure; `table.rs` the
 //! text output (a padded table, durations for people).
@@ -38,6 +39,7 @@ mod elect;
 mod inspect;
 mod kv;
 mod leases;
+mod lock;
 mod ls;
 mod member;
 mod revoke;
@@ -48,7 +50,8 @@ mod table;
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success, UnexpectedReply};
 use hivekeeper_agent::{
-    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, TlsFailure,
+    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Session, SessionOptions,
+    TlsFailure,
 };
 use hivekeeper_client_flags::Login;
 
@@ -58,6 +61,7 @@ pub use elect::{ElectArgs, elect};
 pub use inspect::{InspectArgs, inspect};
 pub use kv::{KvArgs, kv};
 pub use leases::{LeasesArgs, leases};
+pub use lock::{LockArgs, lock};
 pub use ls::{LsArgs, ls};
 pub use member::{MemberArgs, member};
 pub use revoke::{RevokeArgs, revoke};
@@ -102,6 +106,36 @@ fn block_on<T>(future: impl std::future::Future<Output = anyhow::Result<T>>) -> 
         .build()
         .map_err(|error| anyhow!("starting the async runtime: {error}"))?
         .block_on(future)
+}
+
+/// Connects, runs `work` with a session of `ttl_ms` (its lease granted as `options` say), then
+/// revokes the lease whatever happened, so that nothing stays held or queued until it expires
+/// (no lock-delay follows an agent's own revoke); then exits with the code `work` returns
+/// when it is not 0: the status of the command `barrier` or `lock` ran.
+fn run_in_session<F>(
+    target: &Target,
+    ttl_ms: u64,
+    options: SessionOptions,
+    work: impl FnOnce(Session) -> F,
+) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<Option<i32>>>,
+{
+    let status = block_on(async move {
+        let agent = connect(target, &target.broker).await?;
+        let session = agent
+            .session_with(ttl_ms, options)
+            .await
+            .map_err(|e| failure("lease.grant", e))?;
+        let outcome = work(session.clone()).await;
+        let revoke = session.revoke();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), revoke).await;
+        outcome
+    })?;
+    match status {
+        Some(code) if code != 0 => std::process::exit(code),
+        _ => Ok(()),
+    }
 }
 
 /// How long the refused-connection probe waits for one broker's TCP answer.

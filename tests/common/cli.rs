@@ -10,6 +10,8 @@ use super::within;
 pub struct CliRun {
     /// Whether it exited 0.
     pub success: bool,
+    /// Its exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
     /// Its standard output.
     pub stdout: String,
     /// Its standard error.
@@ -58,6 +60,7 @@ pub async fn run_cli_with_env(args: &[&str], env: &[(&str, &str)]) -> CliRun {
     .unwrap_or_else(|e| panic!("{what}: could not run: {e}"));
     CliRun {
         success: output.status.success(),
+        code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
