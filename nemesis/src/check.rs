@@ -126,17 +126,29 @@ pub struct Verdicts {
 }
 
 impl Verdicts {
+    /// Every verdict with its name, in the checks' order: the one list the total and the
+    /// report walk, so no check is left out of either.
+    pub fn named(&self) -> [(&'static str, &Verdict); 10] {
+        [
+            ("register", &self.register),
+            ("mutex", &self.mutex),
+            ("semaphore", &self.semaphore),
+            ("leases", &self.leases),
+            ("answers", &self.answers),
+            ("keys", &self.keys),
+            ("watch", &self.watch),
+            ("election", &self.election),
+            ("barrier", &self.barrier),
+            ("hold_time", &self.hold_time),
+        ]
+    }
+
     /// The total.
     pub fn anomalies(&self) -> u64 {
-        self.register.anomalies
-            + self.mutex.anomalies
-            + self.semaphore.anomalies
-            + self.leases.anomalies
-            + self.keys.anomalies
-            + self.watch.anomalies
-            + self.election.anomalies
-            + self.barrier.anomalies
-            + self.hold_time.anomalies
+        self.named()
+            .iter()
+            .map(|(_, verdict)| verdict.anomalies)
+            .sum()
     }
 }
 
@@ -577,6 +589,24 @@ mod tests {
             "{:?}",
             verdict.samples
         );
+    }
+
+    #[test]
+    fn the_total_counts_a_bad_answer_to_an_acquire() {
+        let history = History {
+            waits: vec![crate::history::Wait {
+                agent: "a".into(),
+                member: None,
+                invoke_us: 0,
+                complete_us: 10,
+                outcome: "internal".into(),
+                detail: None,
+            }],
+            ..History::default()
+        };
+        let verdicts = check(&history, 1);
+        assert_eq!(verdicts.answers.anomalies, 1);
+        assert_eq!(verdicts.anomalies(), 1);
     }
 
     #[test]

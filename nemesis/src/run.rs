@@ -568,19 +568,7 @@ fn print_table(report: &NemesisReport) {
             or_dash(window.reclaim_ms)
         );
     }
-    let checks = &report.checks;
-    for (name, verdict) in [
-        ("register", &checks.register),
-        ("mutex", &checks.mutex),
-        ("semaphore", &checks.semaphore),
-        ("leases", &checks.leases),
-        ("answers", &checks.answers),
-        ("keys", &checks.keys),
-        ("watch", &checks.watch),
-        ("election", &checks.election),
-        ("barrier", &checks.barrier),
-        ("hold_time", &checks.hold_time),
-    ] {
+    for (name, verdict) in report.checks.named() {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",
             verdict.ops, verdict.anomalies
