@@ -60,6 +60,7 @@ mod faults;
 mod history;
 mod hivekeeper_binary;
 mod hold_times;
+mod kept_lease;
 mod keys;
 mod run;
 mod schedule;
