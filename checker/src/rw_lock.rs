@@ -82,6 +82,16 @@ pub enum Mode {
     Shared,
 }
 
+impl Mode {
+    /// Its name on the wire (`mode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
 /// A request of the read-write workload and its answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RwKind {
@@ -166,13 +176,13 @@ struct Hold<'h> {
 
 impl Hold<'_> {
     fn describe(&self) -> String {
-        let mode = match self.mode {
-            Mode::Exclusive => "exclusive",
-            Mode::Shared => "shared",
-        };
         format!(
-            "{}'s {mode} token {} (acquire sent at {} µs, answered at {} µs)",
-            self.op.agent, self.token, self.op.invoke_us, self.op.complete_us
+            "{}'s {} token {} (acquire sent at {} µs, answered at {} µs)",
+            self.op.agent,
+            self.mode.name(),
+            self.token,
+            self.op.invoke_us,
+            self.op.complete_us
         )
     }
 }
