@@ -65,7 +65,7 @@
 //! Checks 8 to 11 also count every election, barrier, hold-time or read-write lock request
 //! answered `bad_request` or `internal` (or unreadable) as an anomaly.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -107,6 +107,26 @@ impl Verdict {
         if self.samples.len() < 8 {
             self.samples.push(what);
         }
+    }
+}
+
+/// Requests counted by what they were and how they ended, for a verdict's notes.
+#[derive(Debug, Default)]
+pub struct Tally(BTreeMap<String, u64>);
+
+impl Tally {
+    /// Counts one `what` (a request) that ended `outcome`.
+    pub fn count(&mut self, what: &str, outcome: &str) {
+        *self.0.entry(format!("{what} {outcome}")).or_default() += 1;
+    }
+
+    /// The counts as one line: `3× lock.release ok, 1× lock.release not_holder`.
+    pub fn line(&self) -> String {
+        self.0
+            .iter()
+            .map(|(what, n)| format!("{n}× {what}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

@@ -32,7 +32,7 @@ use hivekeeper_checker::hold_time::{self, LockKind, LockOp};
 use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
 use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, UnexpectedReply};
 
-use crate::check::Verdict;
+use crate::check::{Tally, Verdict};
 use crate::elections::outcome;
 use crate::history::History;
 use crate::kept_lease::{KeptLease, News, record_lost};
@@ -283,7 +283,7 @@ pub fn check(history: &History) -> Verdict {
     let ops = &history.hold_time_ops;
     let checked = hold_time::check(ops, &history.lost_events, &history.clock_faults);
     let mut verdict = Verdict::of(ops.len(), checked.violations);
-    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut counts = Tally::default();
     for op in ops {
         let (what, outcome) = match &op.kind {
             LockKind::Grant { .. } => ("lease.grant", "ok".into()),
@@ -301,7 +301,7 @@ pub fn check(history: &History) -> Verdict {
             } => ("admin.revoke", outcome(answer)),
             LockKind::Revoke { answer, .. } => ("lease.revoke", outcome(answer)),
         };
-        *counts.entry(format!("{what} {outcome}")).or_default() += 1;
+        counts.count(what, &outcome);
     }
     let max_hold_lost = history
         .lost_events
@@ -309,13 +309,7 @@ pub fn check(history: &History) -> Verdict {
         .filter(|lost| lost.max_hold)
         .count();
     let lost = history.lost_events.len();
-    verdict.notes.push(
-        counts
-            .iter()
-            .map(|(what, n)| format!("{n}× {what}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    verdict.notes.push(counts.line());
     verdict.notes.push(format!(
         "{} grants checked against a lock-delay window (the closest {} after its end), {} \
          delays or max-holds excused by a clock fault, {} grants within the delay after a \

@@ -25,7 +25,6 @@
 //!         on the service's clock, so nothing excused)
 //! ```
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +33,7 @@ use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
 use hivekeeper_checker::rw_lock::{self, Mode, RwKind, RwOp};
 use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, UnexpectedReply};
 
-use crate::check::Verdict;
+use crate::check::{Tally, Verdict};
 use crate::elections::outcome;
 use crate::history::History;
 use crate::kept_lease::{KeptLease, News, record_lost};
@@ -360,7 +359,7 @@ pub fn check(history: &History) -> Verdict {
     let ops = &history.rw_lock_ops;
     let checked = rw_lock::check(ops);
     let mut verdict = Verdict::of(ops.len(), checked.violations);
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut counts = Tally::default();
     for op in ops {
         let (what, outcome) = match &op.kind {
             RwKind::Grant => ("lease.grant".into(), "ok".into()),
@@ -386,15 +385,9 @@ pub fn check(history: &History) -> Verdict {
             RwKind::Release { answer, .. } => ("lock.release_all".into(), outcome(answer)),
             RwKind::Revoke { answer } => ("lease.revoke".into(), outcome(answer)),
         };
-        *counts.entry(format!("{what} {outcome}")).or_default() += 1;
+        counts.count(&what, &outcome);
     }
-    verdict.notes.push(
-        counts
-            .iter()
-            .map(|(what, n)| format!("{n}× {what}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    verdict.notes.push(counts.line());
     verdict.notes.push(format!(
         "{} holds checked (a multi-lock once per lock), {} downgraded; {} shared grants while \
          an older shared hold surely lived, {} while a downgraded one did; {} lock.lost",
