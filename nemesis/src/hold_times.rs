@@ -35,7 +35,7 @@ use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, Unexp
 use crate::check::{Tally, Verdict};
 use crate::elections::outcome;
 use crate::history::History;
-use crate::kept_lease::{KeptLease, News, record_lost};
+use crate::kept_lease::{self, KeptLease, LeaseHolder, News};
 use crate::workload::{Context, ask};
 
 /// In every agent id of the workload (`{run}-holdtime{i}`): what marks its requests among
@@ -214,15 +214,11 @@ fn record(ctx: &Context, agent: &str, lease: &str, invoke_us: u64, kind: LockKin
 /// One agent until the run ends.
 pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
     let id = format!("{}{AGENT_MARK}{index}", ctx.run);
-    let Some(agent) = ctx.connect(&id, index % ctx.brokers.len()).await else {
+    let home = index % ctx.brokers.len();
+    let lost = kept_lease::connect(&ctx, &id, home, |history| &mut history.lost_events);
+    let Some((agent, events)) = lost.await else {
         return;
     };
-    let events = tokio::spawn(record_lost(
-        ctx.clone(),
-        agent.clone(),
-        id.clone(),
-        |history| &mut history.lost_events,
-    ));
     let mut rng = fastrand::Rng::with_seed(seed ^ (0x4f1d << 16) ^ index as u64);
     let holder = HoldAgent {
         ctx: &ctx,
@@ -230,51 +226,51 @@ pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
         agent,
         id,
     };
-    let timeout = ErrorCode::Timeout.to_string();
-    let mut kept: Option<KeptLease> = None;
-    while !ctx.stopped() {
-        let lease = match kept.take() {
-            Some(lease) if !lease.is_gone() => lease,
-            _ => match holder.grant().await {
-                Some(lease) => lease,
-                None => continue,
-            },
-        };
-        let lock = plan.locks[rng.usize(..plan.locks.len())].clone();
-        let ending = Ending::draw(&mut rng);
-        let max_hold_ms = (ending == Ending::MaxHold).then_some(plan.max_hold_ms);
+    kept_lease::take_turns(&ctx, &holder, &mut rng).await;
+    events.abort();
+}
+
+impl LeaseHolder for HoldAgent<'_> {
+    async fn new_lease(&self) -> Option<KeptLease> {
+        self.grant().await
+    }
+
+    async fn turn(&self, lease: KeptLease, rng: &mut fastrand::Rng) -> Option<KeptLease> {
+        let timeout = ErrorCode::Timeout.to_string();
+        let lock = self.plan.locks[rng.usize(..self.plan.locks.len())].clone();
+        let ending = Ending::draw(rng);
+        let max_hold_ms = (ending == Ending::MaxHold).then_some(self.plan.max_hold_ms);
         let op = Op::LockAcquire {
             name: lock.clone(),
             lease: lease.id.clone(),
-            wait_ms: Some(ctx.wait_ms),
+            wait_ms: Some(self.ctx.wait_ms),
             max_hold_ms,
             mode: LockMode::Exclusive,
         };
-        let acquired = holder
+        let acquired = self
             .send::<Granted, _>(&lease.id, op, |answer| LockKind::Acquire {
                 lock: lock.clone(),
                 max_hold_ms,
                 answer: answer.map(|granted| granted.token),
             })
             .await;
-        kept = match acquired {
+        match acquired {
             Answer::Ok(Granted { token }) => {
                 tokio::time::sleep(Duration::from_millis(rng.u64(20..150))).await;
-                holder.end(lease, &lock, token, ending).await
+                self.end(lease, &lock, token, ending).await
             }
             Answer::Refused(code) if code == timeout => Some(lease),
             // Gone, or perhaps granted unseen: a new lease.
             _ => {
-                holder.revoke(lease, false).await;
+                self.revoke(lease, false).await;
                 None
             }
-        };
-        tokio::time::sleep(Duration::from_millis(rng.u64(10..50))).await;
+        }
     }
-    if let Some(lease) = kept {
-        holder.revoke(lease, false).await;
+
+    async fn drop_lease(&self, lease: KeptLease) {
+        self.revoke(lease, false).await;
     }
-    events.abort();
 }
 
 /// Checks the hold-time history: every broken rule is an anomaly; the notes count the

@@ -1,12 +1,14 @@
 //! A lease an agent grants itself and keeps alive by hand, from a task of its own (not the
-//! SDK's session), so that every proof that it lived is recorded with its send time; and the
-//! recorder of the `lock.lost` events an agent is told. What the hold-time and read-write
-//! workloads share: their checkers bound a hold's end by its lease's last proof of life.
+//! SDK's session), so that every proof that it lived is recorded with its send time; the
+//! recorder of the `lock.lost` events an agent is told; and the loop of an agent that takes
+//! turns under such a lease. What the hold-time and read-write workloads share: their
+//! checkers bound a hold's end by its lease's last proof of life.
 //!
 //! ```text
 //!  KeptLease::grant ─ lease.grant ─▶ News::Granted ─▶ keepalive every `every` ─▶ News::KeptAlive
 //!                                                     … lease_not_found ─▶ News::Gone, is_gone()
 //!  dropped (or stop_keepalives) ─▶ the keepalives stop: the lease lapses unless revoked
+//!  take_turns: new_lease (when none, or gone) ─▶ turn ─▶ 10-50 ms ─▶ … run over ─▶ drop_lease
 //! ```
 
 use std::sync::Arc;
@@ -97,6 +99,55 @@ impl Drop for KeptLease {
     }
 }
 
+/// An agent of a lease workload: one lease at a time, under which it takes its turns.
+pub trait LeaseHolder {
+    /// A new lease, recorded, and its keepalive task; `None` when the grant failed.
+    async fn new_lease(&self) -> Option<KeptLease>;
+    /// One acquire under `lease` and what follows it; returns the lease when it goes on.
+    async fn turn(&self, lease: KeptLease, rng: &mut fastrand::Rng) -> Option<KeptLease>;
+    /// Ends `lease` by its agent's `lease.revoke`, recorded.
+    async fn drop_lease(&self, lease: KeptLease);
+}
+
+/// Connects agent `id`, homed on member `home`, and records every `lock.lost` it is told into
+/// the list `into` names until the run ends (or the returned task is aborted); `None` when
+/// the run ended first.
+pub async fn connect(
+    ctx: &Context,
+    id: &str,
+    home: usize,
+    into: fn(&mut History) -> &mut Vec<Lost>,
+) -> Option<(Agent, JoinHandle<()>)> {
+    let agent = ctx.connect(id, home).await?;
+    let events = tokio::spawn(record_lost(
+        ctx.clone(),
+        agent.clone(),
+        id.to_string(),
+        into,
+    ));
+    Some((agent, events))
+}
+
+/// `holder`'s turns until the run ends, each under its lease, a new one when it has none or
+/// it is gone; the last lease is revoked.
+pub async fn take_turns(ctx: &Context, holder: &impl LeaseHolder, rng: &mut fastrand::Rng) {
+    let mut kept: Option<KeptLease> = None;
+    while !ctx.stopped() {
+        let lease = match kept.take() {
+            Some(lease) if !lease.is_gone() => lease,
+            _ => match holder.new_lease().await {
+                Some(lease) => lease,
+                None => continue,
+            },
+        };
+        kept = holder.turn(lease, rng).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(10..50))).await;
+    }
+    if let Some(lease) = kept {
+        holder.drop_lease(lease).await;
+    }
+}
+
 /// Keeps `lease` alive every `every` until aborted or the run ends, each acknowledged
 /// keepalive reported; sets `gone` (and reports it) when the service says the lease ended.
 async fn keep_alive(
@@ -116,7 +167,7 @@ async fn keep_alive(
 
 /// Records every `lock.lost` agent `id` is told, into the list `into` names, until the run
 /// ends.
-pub async fn record_lost(
+async fn record_lost(
     ctx: Context,
     agent: Agent,
     id: String,

@@ -36,7 +36,7 @@ use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, Unexp
 use crate::check::{Tally, Verdict};
 use crate::elections::outcome;
 use crate::history::History;
-use crate::kept_lease::{KeptLease, News, record_lost};
+use crate::kept_lease::{self, KeptLease, LeaseHolder, News};
 use crate::workload::{Context, ask};
 
 /// In every agent id of the workload (`{run}-rwlock{i}`): what marks its requests among those
@@ -298,15 +298,11 @@ fn record(ctx: &Context, agent: &str, lease: &str, times: (u64, u64), kind: RwKi
 /// One agent until the run ends.
 pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
     let id = format!("{}{AGENT_MARK}{index}", ctx.run);
-    let Some(agent) = ctx.connect(&id, index % ctx.brokers.len()).await else {
+    let home = index % ctx.brokers.len();
+    let lost = kept_lease::connect(&ctx, &id, home, |history| &mut history.rw_lock_lost);
+    let Some((agent, events)) = lost.await else {
         return;
     };
-    let events = tokio::spawn(record_lost(
-        ctx.clone(),
-        agent.clone(),
-        id.clone(),
-        |history| &mut history.rw_lock_lost,
-    ));
     let mut rng = fastrand::Rng::with_seed(seed ^ (0x7277 << 16) ^ index as u64);
     let holder = RwAgent {
         ctx: &ctx,
@@ -314,43 +310,40 @@ pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
         agent,
         id,
     };
-    let timeout = ErrorCode::Timeout.to_string();
-    let mut kept: Option<KeptLease> = None;
-    while !ctx.stopped() {
-        let lease = match kept.take() {
-            Some(lease) if !lease.is_gone() => lease,
-            _ => match holder.grant().await {
-                Some(lease) => lease,
-                None => continue,
-            },
-        };
-        let asked = Ask::draw(&mut rng, &plan.locks);
-        let ending = Ending::draw(&mut rng);
-        let op = asked.op(&lease.id, ctx.wait_ms);
-        let acquired = holder
+    kept_lease::take_turns(&ctx, &holder, &mut rng).await;
+    events.abort();
+}
+
+impl LeaseHolder for RwAgent<'_> {
+    async fn new_lease(&self) -> Option<KeptLease> {
+        self.grant().await
+    }
+
+    async fn turn(&self, lease: KeptLease, rng: &mut fastrand::Rng) -> Option<KeptLease> {
+        let asked = Ask::draw(rng, &self.plan.locks);
+        let ending = Ending::draw(rng);
+        let op = asked.op(&lease.id, self.ctx.wait_ms);
+        let acquired = self
             .send::<Granted, _>(&lease.id, op, |answer| RwKind::Acquire {
                 names: asked.names.clone(),
                 mode: asked.mode,
                 answer: answer.map(|granted| granted.token),
             })
             .await;
-        kept = match acquired {
-            Answer::Ok(Granted { token }) => {
-                holder.hold(lease, &asked, token, ending, &mut rng).await
-            }
-            Answer::Refused(code) if code == timeout => Some(lease),
+        match acquired {
+            Answer::Ok(Granted { token }) => self.hold(lease, &asked, token, ending, rng).await,
+            Answer::Refused(code) if code == ErrorCode::Timeout.to_string() => Some(lease),
             // Gone, or perhaps granted unseen: a new lease.
             _ => {
-                holder.revoke(lease).await;
+                self.revoke(lease).await;
                 None
             }
-        };
-        tokio::time::sleep(Duration::from_millis(rng.u64(10..50))).await;
+        }
     }
-    if let Some(lease) = kept {
-        holder.revoke(lease).await;
+
+    async fn drop_lease(&self, lease: KeptLease) {
+        self.revoke(lease).await;
     }
-    events.abort();
 }
 
 /// Checks the read-write history: every broken rule is an anomaly; the notes count the
