@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hivekeeper_agent::Agent;
-use hivekeeper_checker::hold_time::{self, LockKind, LockOp};
+use hivekeeper_checker::hold_time::{self, LockKind, LockOp, Lost};
 use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
 use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, UnexpectedReply};
 
@@ -215,19 +215,15 @@ fn record(ctx: &Context, agent: &str, lease: &str, invoke_us: u64, kind: LockKin
 pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
     let id = format!("{}{AGENT_MARK}{index}", ctx.run);
     let home = index % ctx.brokers.len();
-    let lost = kept_lease::connect(&ctx, &id, home, |history| &mut history.lost_events);
-    let Some((agent, events)) = lost.await else {
-        return;
-    };
     let mut rng = fastrand::Rng::with_seed(seed ^ (0x4f1d << 16) ^ index as u64);
-    let holder = HoldAgent {
+    let into: fn(&mut History) -> &mut Vec<Lost> = |history| &mut history.lost_events;
+    let holder = |agent, id| HoldAgent {
         ctx: &ctx,
         plan: &plan,
         agent,
         id,
     };
-    kept_lease::take_turns(&ctx, &holder, &mut rng).await;
-    events.abort();
+    kept_lease::take_turns(&ctx, id, home, into, &mut rng, holder).await;
 }
 
 impl LeaseHolder for HoldAgent<'_> {

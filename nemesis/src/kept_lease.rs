@@ -109,28 +109,23 @@ pub trait LeaseHolder {
     async fn drop_lease(&self, lease: KeptLease);
 }
 
-/// Connects agent `id`, homed on member `home`, and records every `lock.lost` it is told into
-/// the list `into` names until the run ends (or the returned task is aborted); `None` when
-/// the run ended first.
-pub async fn connect(
+/// Agent `id` of a lease workload until the run ends: connected, homed on member `home`, every
+/// `lock.lost` it is told recorded into the list `into` names, and `holder` (made of its
+/// connection and id) taking its turns, each under its lease, a new one when it has none or
+/// it is gone; the last lease is revoked.
+pub async fn take_turns<H: LeaseHolder>(
     ctx: &Context,
-    id: &str,
+    id: String,
     home: usize,
     into: fn(&mut History) -> &mut Vec<Lost>,
-) -> Option<(Agent, JoinHandle<()>)> {
-    let agent = ctx.connect(id, home).await?;
-    let events = tokio::spawn(record_lost(
-        ctx.clone(),
-        agent.clone(),
-        id.to_string(),
-        into,
-    ));
-    Some((agent, events))
-}
-
-/// `holder`'s turns until the run ends, each under its lease, a new one when it has none or
-/// it is gone; the last lease is revoked.
-pub async fn take_turns(ctx: &Context, holder: &impl LeaseHolder, rng: &mut fastrand::Rng) {
+    rng: &mut fastrand::Rng,
+    holder: impl FnOnce(Agent, String) -> H,
+) {
+    let Some(agent) = ctx.connect(&id, home).await else {
+        return;
+    };
+    let events = tokio::spawn(record_lost(ctx.clone(), agent.clone(), id.clone(), into));
+    let holder = holder(agent, id);
     let mut kept: Option<KeptLease> = None;
     while !ctx.stopped() {
         let lease = match kept.take() {
@@ -146,6 +141,7 @@ pub async fn take_turns(ctx: &Context, holder: &impl LeaseHolder, rng: &mut fast
     if let Some(lease) = kept {
         holder.drop_lease(lease).await;
     }
+    events.abort();
 }
 
 /// Keeps `lease` alive every `every` until aborted or the run ends, each acknowledged

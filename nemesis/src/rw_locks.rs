@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hivekeeper_agent::Agent;
+use hivekeeper_checker::hold_time::Lost;
 use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
 use hivekeeper_checker::rw_lock::{self, Mode, RwKind, RwOp};
 use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, UnexpectedReply};
@@ -299,19 +300,15 @@ fn record(ctx: &Context, agent: &str, lease: &str, times: (u64, u64), kind: RwKi
 pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
     let id = format!("{}{AGENT_MARK}{index}", ctx.run);
     let home = index % ctx.brokers.len();
-    let lost = kept_lease::connect(&ctx, &id, home, |history| &mut history.rw_lock_lost);
-    let Some((agent, events)) = lost.await else {
-        return;
-    };
     let mut rng = fastrand::Rng::with_seed(seed ^ (0x7277 << 16) ^ index as u64);
-    let holder = RwAgent {
+    let into: fn(&mut History) -> &mut Vec<Lost> = |history| &mut history.rw_lock_lost;
+    let holder = |agent, id| RwAgent {
         ctx: &ctx,
         plan: &plan,
         agent,
         id,
     };
-    kept_lease::take_turns(&ctx, &holder, &mut rng).await;
-    events.abort();
+    kept_lease::take_turns(&ctx, id, home, into, &mut rng, holder).await;
 }
 
 impl LeaseHolder for RwAgent<'_> {
