@@ -1,9 +1,9 @@
 //! Offline checkers for histories recorded against Hivekeeper's keys and recipes: is what the
 //! clients saw possible for a correct, linearizable key-value store, did every watcher get what
-//! etcd's watch guarantees promise, did elections and barriers keep their rules, and did
-//! lock-delay and max-hold hold locks back and end them on time? The nemesis records a history
-//! under faults; these functions judge it. They are pure: no clock but the timestamps in the
-//! history, no I/O, no randomness.
+//! etcd's watch guarantees promise, did elections and barriers keep their rules, did lock-delay
+//! and max-hold hold locks back and end them on time, and did no exclusive holder of a
+//! read-write lock share it? The nemesis records a history under faults; these functions judge
+//! it. They are pure: no clock but the timestamps in the history, no I/O, no randomness.
 //!
 //! ```text
 //!  nemesis workload ──records──> Vec<Operation> ──linearizability::check──> Verdict
@@ -24,6 +24,10 @@
 //!   window, no max-hold ended early, no hold taken from a live lease), sound under clock
 //!   faults (`ClockFault` spans excuse the parts measured on the service's clock),
 //!   `check(&ops, &lost, &faults) -> Outcome`.
+//! - `rw_lock`: read-write lock and multi-lock requests (`RwOp`: acquires in a `Mode`,
+//!   downgrades, releases) and their rules (no exclusive holder beside anyone, shared holders
+//!   together, a downgraded hold shared from its downgrade, tokens in grant order), sound under
+//!   every fault class (no bound on the service's clock), `check(&ops) -> Outcome`.
 //!
 //! # Linearizability
 //! An operation is a put, get, delete or compare-and-set (a txn with one compare, on the value
@@ -90,4 +94,5 @@ pub mod election;
 pub mod hold_time;
 pub mod linearizability;
 pub mod recipe;
+pub mod rw_lock;
 pub mod watch;

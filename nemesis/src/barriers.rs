@@ -24,7 +24,7 @@ use hivekeeper_checker::barrier::{self, BarrierOp, Phase};
 use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
 use hivekeeper_protocol::{BarrierPassed, ErrorCode, Op};
 
-use crate::check::Verdict;
+use crate::check::{Tally, Verdict};
 use crate::elections::outcome;
 use crate::history::History;
 use crate::workload::{Context, ask, prove_alive};
@@ -137,28 +137,20 @@ pub async fn member(ctx: Context, member: Member, seed: u64) {
 pub fn check(history: &History) -> Verdict {
     let ops = &history.barrier_ops;
     let mut verdict = Verdict::of(ops.len(), barrier::check(ops, &history.leases_alive));
-    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut counts = Tally::default();
     let mut rounds = std::collections::BTreeSet::new();
     for op in ops {
         let phase = match op.phase {
             Phase::Enter { .. } => "enter",
             Phase::Leave => "leave",
         };
-        *counts
-            .entry(format!("{phase} {}", outcome(&op.answer)))
-            .or_default() += 1;
+        counts.count(phase, &outcome(&op.answer));
         if let Answer::Ok(generation) = op.answer {
             rounds.insert((op.name.as_str(), generation));
         }
     }
-    let counts: Vec<String> = counts
-        .iter()
-        .map(|(what, n)| format!("{n}× {what}"))
-        .collect();
-    verdict.notes.push(format!(
-        "{} rounds passed; {}",
-        rounds.len(),
-        counts.join(", ")
-    ));
+    verdict
+        .notes
+        .push(format!("{} rounds passed; {}", rounds.len(), counts.line()));
     verdict
 }

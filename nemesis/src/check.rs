@@ -52,10 +52,20 @@
 //!     where a clock fault met them. See `hivekeeper-checker`'s `hold_time` and
 //!     `hold_times.rs`.
 //!
-//! Checks 8, 9 and 10 also count every election, barrier or hold-time request answered
-//! `bad_request` or `internal` (or unreadable) as an anomaly.
+//! 11. **No exclusive holder beside anyone.** Per lock of the read-write workload (shared and
+//!     exclusive holds, multi-locks, downgrades), in token order: an exclusive grant no earlier
+//!     than the earliest end of every older hold, a shared one no earlier than the earliest
+//!     end of every older hold's exclusive part (a downgraded hold is exclusive until its
+//!     downgrade, shared after); shared holds overlap freely; no grant before a lower token's
+//!     grant can have been made. A hold ends no earlier than a request that found it held, nor
+//!     than the first end still possible (a release or revoke not refused, its lease's expiry
+//!     after its last proof of life). Nothing is measured on the service's clock, so nothing is
+//!     excused under clock faults. See `hivekeeper-checker`'s `rw_lock` and `rw_locks.rs`.
+//!
+//! Checks 8 to 11 also count every election, barrier, hold-time or read-write lock request
+//! answered `bad_request` or `internal` (or unreadable) as an anomaly.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -100,6 +110,26 @@ impl Verdict {
     }
 }
 
+/// Requests counted by what they were and how they ended, for a verdict's notes.
+#[derive(Debug, Default)]
+pub struct Tally(BTreeMap<String, u64>);
+
+impl Tally {
+    /// Counts one `what` (a request) that ended `outcome`.
+    pub fn count(&mut self, what: &str, outcome: &str) {
+        *self.0.entry(format!("{what} {outcome}")).or_default() += 1;
+    }
+
+    /// The counts as one line: `3× lock.release ok, 1× lock.release not_holder`.
+    pub fn line(&self) -> String {
+        self.0
+            .iter()
+            .map(|(what, n)| format!("{n}× {what}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Every check's verdict.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdicts {
@@ -123,20 +153,35 @@ pub struct Verdicts {
     pub barrier: Verdict,
     /// 10: lock-delay and max-hold.
     pub hold_time: Verdict,
+    /// 11: read-write locks.
+    pub rw_lock: Verdict,
 }
 
 impl Verdicts {
+    /// Every verdict with its name, in the checks' order: the one list the total and the
+    /// report walk, so no check is left out of either.
+    pub fn named(&self) -> [(&'static str, &Verdict); 11] {
+        [
+            ("register", &self.register),
+            ("mutex", &self.mutex),
+            ("semaphore", &self.semaphore),
+            ("leases", &self.leases),
+            ("answers", &self.answers),
+            ("keys", &self.keys),
+            ("watch", &self.watch),
+            ("election", &self.election),
+            ("barrier", &self.barrier),
+            ("hold_time", &self.hold_time),
+            ("rw_lock", &self.rw_lock),
+        ]
+    }
+
     /// The total.
     pub fn anomalies(&self) -> u64 {
-        self.register.anomalies
-            + self.mutex.anomalies
-            + self.semaphore.anomalies
-            + self.leases.anomalies
-            + self.keys.anomalies
-            + self.watch.anomalies
-            + self.election.anomalies
-            + self.barrier.anomalies
-            + self.hold_time.anomalies
+        self.named()
+            .iter()
+            .map(|(_, verdict)| verdict.anomalies)
+            .sum()
     }
 }
 
@@ -156,6 +201,11 @@ pub fn check(history: &History, sem_limit: u32) -> Verdicts {
             super::hold_times::check(history),
             history,
             super::hold_times::AGENT_MARK,
+        ),
+        rw_lock: recipe(
+            super::rw_locks::check(history),
+            history,
+            super::rw_locks::AGENT_MARK,
         ),
     }
 }
@@ -577,6 +627,81 @@ mod tests {
             "{:?}",
             verdict.samples
         );
+    }
+
+    #[test]
+    fn the_total_counts_a_bad_answer_to_an_acquire() {
+        let history = History {
+            waits: vec![crate::history::Wait {
+                agent: "a".into(),
+                member: None,
+                invoke_us: 0,
+                complete_us: 10,
+                outcome: "internal".into(),
+                detail: None,
+            }],
+            ..History::default()
+        };
+        let verdicts = check(&history, 1);
+        assert_eq!(verdicts.answers.anomalies, 1);
+        assert_eq!(verdicts.anomalies(), 1);
+    }
+
+    #[test]
+    fn the_rw_lock_verdict_counts_broken_rules_and_its_agents_unexpected_answers() {
+        use hivekeeper_checker::recipe::Answer;
+        use hivekeeper_checker::rw_lock::{Mode, RwKind, RwOp};
+        let acquire = |agent: &str, mode, invoke_us, complete_us, token| RwOp {
+            agent: agent.into(),
+            lease: format!("{agent}-lease"),
+            invoke_us,
+            complete_us,
+            kind: RwKind::Acquire {
+                names: vec!["L".into()],
+                mode,
+                answer: Answer::Ok(token),
+            },
+        };
+        let history = History {
+            // b's shared grant arrived while a's exclusive hold was proven alive (a's release,
+            // acknowledged, was sent later).
+            rw_lock_ops: vec![
+                acquire("a", Mode::Exclusive, 0, 10, 1),
+                acquire("b", Mode::Shared, 5, 20, 2),
+                RwOp {
+                    agent: "a".into(),
+                    lease: "a-lease".into(),
+                    invoke_us: 30,
+                    complete_us: 40,
+                    kind: RwKind::Release {
+                        names: vec!["L".into()],
+                        token: 1,
+                        answer: Answer::Ok(()),
+                    },
+                },
+            ],
+            recipe_errors: vec![
+                "nem1x7-rwlock0's lock.downgrade was answered internal: boom".into(),
+                "nem1x7-holdtime0's lock.acquire was answered internal: boom".into(),
+            ],
+            ..History::default()
+        };
+        let verdicts = check(&history, 1);
+        let verdict = &verdicts.rw_lock;
+        assert_eq!(verdict.ops, 3);
+        assert_eq!(verdict.anomalies, 2, "{:?}", verdict.samples);
+        assert!(
+            verdict.samples[0].contains("ExclusiveBeside"),
+            "{:?}",
+            verdict.samples
+        );
+        assert!(
+            verdict.samples[1].contains("rwlock0"),
+            "{:?}",
+            verdict.samples
+        );
+        // The hold-time agent's error is the hold-time check's, and both are in the total.
+        assert_eq!(verdicts.anomalies(), 3);
     }
 
     #[test]

@@ -32,7 +32,7 @@ use hivekeeper_protocol::{
     UnexpectedReply,
 };
 
-use crate::check::Verdict;
+use crate::check::{Tally, Verdict};
 use crate::history::History;
 use crate::workload::{Context, ask, prove_alive};
 
@@ -263,7 +263,7 @@ pub async fn observer(ctx: Context, names: Vec<String>) {
 pub fn check(history: &History) -> Verdict {
     let ops = &history.election_ops;
     let mut verdict = Verdict::of(ops.len(), election::check(ops, &history.leases_alive));
-    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut counts = Tally::default();
     for op in ops {
         let (what, outcome) = match &op.kind {
             ElectionKind::Campaign { answer, .. } => ("campaign", outcome(answer)),
@@ -289,15 +289,9 @@ pub fn check(history: &History) -> Verdict {
                 },
             ),
         };
-        *counts.entry(format!("{what} {outcome}")).or_default() += 1;
+        counts.count(what, &outcome);
     }
-    verdict.notes.push(
-        counts
-            .iter()
-            .map(|(what, n)| format!("{n}× {what}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    verdict.notes.push(counts.line());
     verdict
 }
 

@@ -1,6 +1,7 @@
 //! What the workloads saw: one record per hold, per fenced write, per lease, per request, per
-//! key operation and per election, barrier or hold-time request, each watcher's streams, with
-//! the times the client invoked it and saw it complete; and when the clock faults were.
+//! key operation and per election, barrier, hold-time or read-write lock request, each
+//! watcher's streams, with the times the client invoked it and saw it complete; and when the
+//! clock faults were.
 //!
 //! Every time is microseconds on the nemesis's own monotonic clock since the run began
 //! ([`Timeline::now_us`]); the report adds the wall-clock time of that start, so a record can
@@ -13,6 +14,7 @@ use hivekeeper_checker::barrier::BarrierOp;
 use hivekeeper_checker::election::ElectionOp;
 use hivekeeper_checker::hold_time::{ClockFault, LockOp, Lost};
 use hivekeeper_checker::recipe::LeaseAlive;
+use hivekeeper_checker::rw_lock::RwOp;
 use hivekeeper_checker::watch::Watcher;
 use serde::Serialize;
 use tokio::time::Instant;
@@ -188,13 +190,17 @@ pub struct History {
     /// Acknowledged keepalives of the election and barrier agents' leases, sent after a
     /// refusal that said the lease held nothing any more.
     pub leases_alive: Vec<LeaseAlive>,
-    /// Election, barrier and hold-time requests answered in a way a well-formed request never
+    /// Election, barrier, hold-time and read-write lock requests answered in a way a well-formed request never
     /// should (`bad_request`, `internal`, an unreadable answer), described.
     pub recipe_errors: Vec<String>,
     /// Every request of the hold-time workload (lock-delay and max-hold).
     pub hold_time_ops: Vec<LockOp>,
     /// The `lock.lost` events the hold-time agents were told.
     pub lost_events: Vec<Lost>,
+    /// Every request of the read-write lock workload, and its leases' lapses and ends.
+    pub rw_lock_ops: Vec<RwOp>,
+    /// The `lock.lost` events the read-write lock agents were told.
+    pub rw_lock_lost: Vec<Lost>,
     /// The spans in which a clock fault may have moved the service's clock (from each clock
     /// fault's injection until a second after the cluster had recovered from it).
     pub clock_faults: Vec<ClockFault>,

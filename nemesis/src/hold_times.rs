@@ -25,22 +25,18 @@
 //! ```
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hivekeeper_agent::Agent;
 use hivekeeper_checker::hold_time::{self, LockKind, LockOp, Lost};
 use hivekeeper_checker::recipe::{Answer, NOT_HOLDER};
-use hivekeeper_protocol::{
-    Done, ErrorCode, Event, Granted, LeaseGranted, LockMode, LostReason, Op, Success,
-    UnexpectedReply,
-};
-use tokio::task::JoinHandle;
+use hivekeeper_protocol::{Done, ErrorCode, Granted, LockMode, Op, Success, UnexpectedReply};
 
-use crate::check::Verdict;
+use crate::check::{Tally, Verdict};
 use crate::elections::outcome;
 use crate::history::History;
-use crate::workload::{self, Context, ask};
+use crate::kept_lease::{self, KeptLease, LeaseHolder, News};
+use crate::workload::{Context, ask};
 
 /// In every agent id of the workload (`{run}-holdtime{i}`): what marks its requests among
 /// those answered in a way a well-formed request never should be.
@@ -90,27 +86,6 @@ impl Ending {
     }
 }
 
-/// A lease of the agent and the task keeping it alive.
-struct KeptLease {
-    id: String,
-    keepalives: JoinHandle<()>,
-    /// Set once a keepalive was answered `lease_not_found`.
-    gone: Arc<AtomicBool>,
-}
-
-impl KeptLease {
-    /// Whether a keepalive found the lease gone.
-    fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for KeptLease {
-    fn drop(&mut self) {
-        self.keepalives.abort();
-    }
-}
-
 /// One agent of the workload, its requests recorded.
 struct HoldAgent<'a> {
     ctx: &'a Context,
@@ -133,39 +108,30 @@ impl HoldAgent<'_> {
 
     /// A new lease, recorded, and its keepalive task; `None` when the grant failed.
     async fn grant(&self) -> Option<KeptLease> {
+        let (ttl_ms, lock_delay_ms) = (self.plan.ttl_ms, self.plan.lock_delay_ms);
         let op = Op::LeaseGrant {
-            ttl_ms: self.plan.ttl_ms,
-            lock_delay_ms: self.plan.lock_delay_ms,
+            ttl_ms,
+            lock_delay_ms,
         };
-        let (invoke_us, granted) = ask::<LeaseGranted>(self.ctx, &self.agent, &self.id, op).await;
-        let Answer::Ok(granted) = granted else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            return None;
+        let (ctx, id) = (self.ctx.clone(), self.id.clone());
+        let report = move |lease: &str, news, invoke_us| {
+            let kind = match news {
+                News::Granted => LockKind::Grant {
+                    ttl_ms,
+                    lock_delay_ms,
+                },
+                News::KeptAlive => LockKind::Keepalive,
+                News::Gone => return,
+            };
+            record(&ctx, &id, lease, invoke_us, kind);
         };
-        let kind = LockKind::Grant {
-            ttl_ms: self.plan.ttl_ms,
-            lock_delay_ms: self.plan.lock_delay_ms,
-        };
-        record(self.ctx, &self.id, &granted.lease, invoke_us, kind);
-        let gone = Arc::new(AtomicBool::new(false));
-        let keepalives = tokio::spawn(keep_alive(
-            self.ctx.clone(),
-            self.agent.clone(),
-            self.id.clone(),
-            granted.lease.clone(),
-            Duration::from_millis(self.plan.ttl_ms / 3),
-            gone.clone(),
-        ));
-        Some(KeptLease {
-            id: granted.lease,
-            keepalives,
-            gone,
-        })
+        let every = Duration::from_millis(ttl_ms / 3);
+        KeptLease::grant(self.ctx, &self.agent, &self.id, op, every, Arc::new(report)).await
     }
 
     /// Ends `lease` by its agent's `lease.revoke` (operator: `admin.revoke`), recorded.
     async fn revoke(&self, lease: KeptLease, operator: bool) {
-        lease.keepalives.abort();
+        lease.stop_keepalives();
         let op = if operator {
             Op::AdminRevoke {
                 lease: lease.id.clone(),
@@ -245,111 +211,62 @@ fn record(ctx: &Context, agent: &str, lease: &str, invoke_us: u64, kind: LockKin
     ctx.recorder.with(|history| history.hold_time_ops.push(op));
 }
 
-/// Keeps `lease` alive every `every` until aborted or the run ends, each acknowledged
-/// keepalive recorded; sets `gone` when the service says the lease ended.
-async fn keep_alive(
-    ctx: Context,
-    agent: Agent,
-    id: String,
-    lease: String,
-    every: Duration,
-    gone: Arc<AtomicBool>,
-) {
-    let acked = |sent_us| record(&ctx, &id, &lease, sent_us, LockKind::Keepalive);
-    if workload::keep_alive(&ctx, &agent, &lease, every, acked)
-        .await
-        .is_some()
-    {
-        gone.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Records every `lock.lost` the agent is told until the run ends.
-async fn record_lost(ctx: Context, agent: Agent, id: String) {
-    let mut events = agent.events();
-    while let Ok(received) = tokio::time::timeout_at(ctx.stop_at, events.recv()).await {
-        let event = match received {
-            Ok(event) => event,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-        };
-        if let Event::LockLost {
-            name,
-            token,
-            reason,
-        } = event
-        {
-            let lost = Lost {
-                agent: id.clone(),
-                lock: name,
-                token,
-                max_hold: reason == Some(LostReason::MaxHold),
-                observed_us: ctx.timeline.now_us(),
-            };
-            ctx.recorder.with(|history| history.lost_events.push(lost));
-        }
-    }
-}
-
 /// One agent until the run ends.
 pub async fn agent(ctx: Context, plan: Plan, index: usize, seed: u64) {
     let id = format!("{}{AGENT_MARK}{index}", ctx.run);
-    let Some(agent) = ctx.connect(&id, index % ctx.brokers.len()).await else {
-        return;
-    };
-    let events = tokio::spawn(record_lost(ctx.clone(), agent.clone(), id.clone()));
+    let home = index % ctx.brokers.len();
     let mut rng = fastrand::Rng::with_seed(seed ^ (0x4f1d << 16) ^ index as u64);
-    let holder = HoldAgent {
+    let into: fn(&mut History) -> &mut Vec<Lost> = |history| &mut history.lost_events;
+    let holder = |agent, id| HoldAgent {
         ctx: &ctx,
         plan: &plan,
         agent,
         id,
     };
-    let timeout = ErrorCode::Timeout.to_string();
-    let mut kept: Option<KeptLease> = None;
-    while !ctx.stopped() {
-        let lease = match kept.take() {
-            Some(lease) if !lease.is_gone() => lease,
-            _ => match holder.grant().await {
-                Some(lease) => lease,
-                None => continue,
-            },
-        };
-        let lock = plan.locks[rng.usize(..plan.locks.len())].clone();
-        let ending = Ending::draw(&mut rng);
-        let max_hold_ms = (ending == Ending::MaxHold).then_some(plan.max_hold_ms);
+    kept_lease::take_turns(&ctx, id, home, into, &mut rng, holder).await;
+}
+
+impl LeaseHolder for HoldAgent<'_> {
+    async fn new_lease(&self) -> Option<KeptLease> {
+        self.grant().await
+    }
+
+    async fn turn(&self, lease: KeptLease, rng: &mut fastrand::Rng) -> Option<KeptLease> {
+        let timeout = ErrorCode::Timeout.to_string();
+        let lock = self.plan.locks[rng.usize(..self.plan.locks.len())].clone();
+        let ending = Ending::draw(rng);
+        let max_hold_ms = (ending == Ending::MaxHold).then_some(self.plan.max_hold_ms);
         let op = Op::LockAcquire {
             name: lock.clone(),
             lease: lease.id.clone(),
-            wait_ms: Some(ctx.wait_ms),
+            wait_ms: Some(self.ctx.wait_ms),
             max_hold_ms,
             mode: LockMode::Exclusive,
         };
-        let acquired = holder
+        let acquired = self
             .send::<Granted, _>(&lease.id, op, |answer| LockKind::Acquire {
                 lock: lock.clone(),
                 max_hold_ms,
                 answer: answer.map(|granted| granted.token),
             })
             .await;
-        kept = match acquired {
+        match acquired {
             Answer::Ok(Granted { token }) => {
                 tokio::time::sleep(Duration::from_millis(rng.u64(20..150))).await;
-                holder.end(lease, &lock, token, ending).await
+                self.end(lease, &lock, token, ending).await
             }
             Answer::Refused(code) if code == timeout => Some(lease),
             // Gone, or perhaps granted unseen: a new lease.
             _ => {
-                holder.revoke(lease, false).await;
+                self.revoke(lease, false).await;
                 None
             }
-        };
-        tokio::time::sleep(Duration::from_millis(rng.u64(10..50))).await;
+        }
     }
-    if let Some(lease) = kept {
-        holder.revoke(lease, false).await;
+
+    async fn drop_lease(&self, lease: KeptLease) {
+        self.revoke(lease, false).await;
     }
-    events.abort();
 }
 
 /// Checks the hold-time history: every broken rule is an anomaly; the notes count the
@@ -358,7 +275,7 @@ pub fn check(history: &History) -> Verdict {
     let ops = &history.hold_time_ops;
     let checked = hold_time::check(ops, &history.lost_events, &history.clock_faults);
     let mut verdict = Verdict::of(ops.len(), checked.violations);
-    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut counts = Tally::default();
     for op in ops {
         let (what, outcome) = match &op.kind {
             LockKind::Grant { .. } => ("lease.grant", "ok".into()),
@@ -376,7 +293,7 @@ pub fn check(history: &History) -> Verdict {
             } => ("admin.revoke", outcome(answer)),
             LockKind::Revoke { answer, .. } => ("lease.revoke", outcome(answer)),
         };
-        *counts.entry(format!("{what} {outcome}")).or_default() += 1;
+        counts.count(what, &outcome);
     }
     let max_hold_lost = history
         .lost_events
@@ -384,13 +301,7 @@ pub fn check(history: &History) -> Verdict {
         .filter(|lost| lost.max_hold)
         .count();
     let lost = history.lost_events.len();
-    verdict.notes.push(
-        counts
-            .iter()
-            .map(|(what, n)| format!("{n}× {what}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    verdict.notes.push(counts.line());
     verdict.notes.push(format!(
         "{} grants checked against a lock-delay window (the closest {} after its end), {} \
          delays or max-holds excused by a clock fault, {} grants within the delay after a \

@@ -4,9 +4,9 @@
 //! real SDK clients over MQTT, injects faults on a schedule (kill, pause of a leader or of a
 //! client, partitions, clock jumps and skew, a full disk) and checks the whole history at the end
 //! (fenced register, mutex, semaphore, leases, keys, watches, elections, barriers, lock-delay and
-//! max-hold). Exits non-zero on any anomaly or harness error. A binary of its own, beside
-//! `hivekeeper`: the server binary links no test harness, and this one runs the `hivekeeper` it
-//! finds (`--hivekeeper`, else the one beside it, else PATH).
+//! max-hold, read-write locks). Exits non-zero on any anomaly or harness error. A binary of its
+//! own, beside `hivekeeper`: the server binary links no test harness, and this one runs the
+//! `hivekeeper` it finds (`--hivekeeper`, else the one beside it, else PATH).
 //!
 //! # Layout
 //! - `run`: the flags, the workloads started and joined, the checks, the report.
@@ -27,6 +27,10 @@
 //! - `hold_times`: the hold-time workload (locks on leases with a lock-delay that lapse, are
 //!   revoked or release; holds with a max-hold), checked by `hivekeeper-checker`'s hold-time
 //!   rules with the run's clock faults excused.
+//! - `rw_locks`: the read-write lock workload (shared and exclusive holds, multi-locks,
+//!   downgrades, leases that lapse), checked by `hivekeeper-checker`'s read-write rules.
+//! - `kept_lease`: a lease kept alive by hand with every proof of life reported, and the
+//!   `lock.lost` recorder, shared by the hold-time and read-write workloads.
 //! - `store`: the fenced store the register agents write through.
 //! - `history`: the records of the run and the clock they are stamped with.
 //! - `check`: the checkers over the history; `availability`: each fault's window figures.
@@ -43,11 +47,12 @@
 //!        semaphore agents, lease agents, the pausable client   ├─▶ history (history.rs)
 //!        keys agents (keys.rs), watchers (watchers.rs)         │
 //!        candidates (elections.rs), barrier members (barriers.rs) │
-//!        hold-time agents (hold_times.rs)                      │
+//!        hold-time agents (hold_times.rs), read-write lock     │
+//!        agents (rw_locks.rs)                                  │
 //!  schedule: quiet ─▶ inject ─▶ hold ─▶ undo ─▶ recovered      ┘   + one window per fault
 //!        (faults.rs; every class in turn until --duration-s)
 //!  stop ─▶ final read of the keys ─▶ check.rs (register, mutex, semaphore, leases, keys,
-//!       watch, election, barrier, hold times) + availability per window
+//!       watch, election, barrier, hold times, read-write locks) + availability per window
 //!       ─▶ report (table or --json); exit status 1 on any anomaly or harness error
 //! ```
 
@@ -60,8 +65,10 @@ mod faults;
 mod history;
 mod hivekeeper_binary;
 mod hold_times;
+mod kept_lease;
 mod keys;
 mod run;
+mod rw_locks;
 mod schedule;
 mod sentinel;
 mod store;
@@ -77,7 +84,8 @@ use tracing_subscriber::EnvFilter;
 /// Starts a cluster of `hivekeeper serve` processes on this machine, runs workloads through real
 /// SDK clients, injects faults (kill, pause, partition, clock jumps, full disk) on a schedule and
 /// checks the whole history (fenced register, mutex linearizability, semaphore, leases, keys
-/// linearizability, etcd's watch guarantees, elections, barriers, lock-delay and max-hold).
+/// linearizability, etcd's watch guarantees, elections, barriers, lock-delay and max-hold,
+/// read-write locks).
 /// Prints a report (a table, or --json) and exits non-zero on any anomaly. Partitions and
 /// disk-full need root; clock faults need Debian's faketime: with neither, the classes that need
 /// them are left out and the report says why. Every class in turn, as root: `sudo hivekeeper-nemesis --duration-s 120`.

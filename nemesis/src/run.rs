@@ -22,7 +22,8 @@ use crate::schedule::{FaultRecord, Schedule, inject_on_schedule};
 use crate::store::FencedStore;
 use crate::workload::{self, Context};
 use crate::{
-    barriers, check, client, elections, hivekeeper_binary, hold_times, keys, sentinel, watchers,
+    barriers, check, client, elections, hivekeeper_binary, hold_times, keys, rw_locks, sentinel,
+    watchers,
 };
 
 /// Flags of `hivekeeper-nemesis`.
@@ -116,6 +117,17 @@ pub struct NemesisArgs {
     /// The `max_hold_ms` of a hold-time agent's hold meant to end by its max-hold.
     #[arg(long, default_value_t = 300)]
     max_hold_ms: u64,
+    /// Agents of the read-write lock workload (shared and exclusive holds, multi-locks,
+    /// downgrades, leases that lapse; no exclusive holder beside anyone, checked); 0 leaves it
+    /// out.
+    #[arg(long, default_value_t = 4)]
+    rw_lock_agents: usize,
+    /// Locks the read-write lock agents contend for (a multi-lock takes two of them).
+    #[arg(long, default_value_t = 3)]
+    rw_locks: usize,
+    /// The read-write lock agents' lease TTL, ms (short, so lapsed leases expire soon).
+    #[arg(long, default_value_t = 1_000)]
+    rw_lock_ttl_ms: u64,
     /// How long a holder keeps what it got, ms.
     #[arg(long, default_value_t = 20)]
     hold_ms: u64,
@@ -421,6 +433,10 @@ fn validate(args: &NemesisArgs) -> anyhow::Result<()> {
         args.hold_time_agents == 0 || (args.hold_time_locks >= 1 && args.max_hold_ms >= 1),
         "--hold-time-locks and --max-hold-ms must be at least 1 when --hold-time-agents is"
     );
+    anyhow::ensure!(
+        args.rw_lock_agents == 0 || args.rw_locks >= 1,
+        "--rw-locks must be at least 1 when --rw-lock-agents is"
+    );
     Ok(())
 }
 
@@ -513,6 +529,13 @@ fn spawn_workloads(
     for i in 0..args.hold_time_agents {
         tasks.spawn(hold_times::agent(ctx.clone(), plan.clone(), i, seed));
     }
+    let plan = rw_locks::Plan {
+        locks: rw_locks::Plan::locks(&ctx.run, args.rw_locks),
+        ttl_ms: args.rw_lock_ttl_ms,
+    };
+    for i in 0..args.rw_lock_agents {
+        tasks.spawn(rw_locks::agent(ctx.clone(), plan.clone(), i, seed));
+    }
     tasks
 }
 
@@ -568,19 +591,7 @@ fn print_table(report: &NemesisReport) {
             or_dash(window.reclaim_ms)
         );
     }
-    let checks = &report.checks;
-    for (name, verdict) in [
-        ("register", &checks.register),
-        ("mutex", &checks.mutex),
-        ("semaphore", &checks.semaphore),
-        ("leases", &checks.leases),
-        ("answers", &checks.answers),
-        ("keys", &checks.keys),
-        ("watch", &checks.watch),
-        ("election", &checks.election),
-        ("barrier", &checks.barrier),
-        ("hold_time", &checks.hold_time),
-    ] {
+    for (name, verdict) in report.checks.named() {
         println!(
             "check {name:<10} {:>6} ops  {} anomalies",
             verdict.ops, verdict.anomalies

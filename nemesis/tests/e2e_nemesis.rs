@@ -93,6 +93,7 @@ async fn every_fault_class_once_on_three_members_finds_no_anomaly() {
         "election",
         "barrier",
         "hold_time",
+        "rw_lock",
     ] {
         let ops = report["checks"][check]["ops"].as_u64().expect("ops");
         assert!(ops > 0, "the {check} workload did nothing: {report:#}");
