@@ -1,8 +1,10 @@
-//! The drone-fleet example's scenario, small: a few drones, pads and sensors, one crash, then
+//! The drone-fleet example's scenario, small: a few drones, pads and sensors, drones recharging
+//! on a bay and a charger taken as one multi-lock, one crash on a pad and one while charging, then
 //! the airspace part (routes, an emergency preempting a routine flight), then the formation
 //! part (an elected controller, a formation through a barrier), on an in-process node started
-//! exactly as the example starts it. Checks that nothing was violated, that work was done, that
-//! the crashed drone's pad was reclaimed and its stale token refused, that no two overlapping 4D
+//! exactly as the example starts it. Checks that nothing was violated (no bay or charger held by
+//! two drones at once among them), that work was done, that the crashed drones' pad and pair
+//! were reclaimed and their stale tokens refused, that no two overlapping 4D
 //! intents were held at once, that a tower led and another took over with a higher token when
 //! the first was taken off duty (whose delayed order was refused), and that the formation took
 //! off together in every round, at increasing generations. No timing is asserted beyond the
@@ -11,8 +13,13 @@
 // The example's scenario module, compiled into this test: the example is a binary, so this is
 // how a test reaches its code without running `cargo run --example` (too slow here). The
 // command-line-only parts (the progress total, the elapsed times) are not used here.
+#[path = "../examples/drone-fleet/charging.rs"]
+mod charging;
 #[path = "../examples/drone-fleet/controller.rs"]
 mod controller;
+#[allow(dead_code)]
+#[path = "../examples/drone-fleet/crash.rs"]
+mod crash;
 #[allow(dead_code)]
 #[path = "../examples/drone-fleet/fleet.rs"]
 mod fleet;
@@ -37,6 +44,11 @@ async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
         drones: 6,
         pads: 3,
         missions_per_drone: 3,
+        // Fewer chargers than bays, and both fewer than drones: drones queue for the pairs.
+        charging: charging::ChargingConfig {
+            bays: 3,
+            chargers: 2,
+        },
         sensors: 10,
         readings_per_sensor: 3,
         reconfigurers: 2,
@@ -46,7 +58,8 @@ async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
         // short enough that the crashed lease expires within a few seconds.
         ttl_ms: 3_000,
         keepalive_every_ms: 1_000,
-        crashes: 1,
+        // drone-0 crashes on its pad, drone-1 while charging.
+        crashes: 2,
         duration_s: 60,
     };
     let progress = Arc::new(Progress::default());
@@ -87,18 +100,30 @@ async fn a_small_fleet_with_one_crash_and_its_flights_have_no_violation() {
     assert_eq!(summary.violations(), 0, "{summary:?}");
     assert_eq!(summary.errors, 0, "{:?}", summary.error_samples);
     assert!(!summary.cut_short, "the counts finish well within 60 s");
-    // Five healthy drones fly all three missions; the crashing one lands twice (its second
-    // landing is the crash) and flies one mission to the end.
-    assert_eq!(summary.missions, 5 * 3 + 1, "{summary:?}");
+    // Four healthy drones fly all three missions. drone-0 lands twice (its second landing is
+    // the crash) and flies one mission to the end; drone-1 flies two, and crashes plugged in
+    // after the second. Every mission flown to the end is followed by a recharge, but that one.
+    assert_eq!(summary.missions, 4 * 3 + 1 + 2, "{summary:?}");
+    assert_eq!(summary.charging.charges, 4 * 3 + 1 + 1, "{summary:?}");
+    assert_eq!(summary.charging.overlaps, 0);
+    assert!(summary.charging.wait_us.len() >= summary.charging.charges);
 
     assert_eq!(summary.readings, 10 * 3);
     assert_eq!(summary.reconfigurations, 2 * 2);
     assert!(summary.gateway_occupancy_max <= 2);
-    assert_eq!(summary.reclaims.len(), 1, "{:?}", summary.reclaims);
-    assert!(summary.reclaims[0].stale_token_refused);
+    // Each crash's place went to the ground crew once the lease expired, and refused the
+    // rebooted drone's stale token: a pad, and a bay with a charger.
+    let mut places: Vec<&str> = summary.reclaims.iter().map(|r| r.place.as_str()).collect();
+    places.sort_unstable();
+    assert!(
+        matches!(places[..], [bay, pad] if bay.starts_with("bay-") && bay.contains(" + charger-") && pad.starts_with("pad-")),
+        "{:?}",
+        summary.reclaims
+    );
+    assert!(summary.reclaims.iter().all(|r| r.stale_token_refused));
     assert_eq!(
-        summary.fence_rejections, 1,
-        "only the stale token is refused"
+        summary.fence_rejections, 2,
+        "only the stale tokens are refused"
     );
     assert!(progress.done.load(std::sync::atomic::Ordering::Relaxed) > 0);
 

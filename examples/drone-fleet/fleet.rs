@@ -6,15 +6,17 @@
 //!   fly ─▶ try-reserve a random pad (wait_ms 0)       sem `gateway` limit 8 ─▶ read ─▶ release
 //!          would_block ─▶ 20–40 ms jitter, other pad  a few: FIFO lock `gateway/config`,
 //!   land (50–200 ms) on the fenced pad ─▶ release      reconfigure ≤ 200 ms under its token
+//!   recharge: a bay and a charger as one multi-lock (`charging.rs`) ─▶ charge ─▶ release both
 //!   --chaos: a drone crashes on its pad: its runtime dies, keepalives stop, nothing released
 //!            ─▶ ground crew queues for the pad, is granted after the lease expires (reclaim)
 //!            ─▶ the rebooted drone's stale token is refused by the pad (fence rejection)
+//!            every other crashing drone crashes while charging instead: the same for its pair
 //! ```
 //!
 //! The world (`World`, in `world.rs`) plays the protected resources: each pad and the gateway
 //! config remember the highest fencing token they have seen and refuse a lower one, and they
-//! count what must never happen (two drones on one pad, nine sensors on an eight-slot gateway,
-//! a live holder with an older token than a previous holder).
+//! count what must never happen (two drones on one pad, bay or charger, nine sensors on an
+//! eight-slot gateway, a live holder with an older token than a previous holder).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +33,8 @@ use hivekeeper_mqtt::Mode;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::charging::{self, ChargingConfig, ChargingSummary, ChargingTally};
+use crate::crash::{CrashPlan, Place, Reclaim, crashing_drone, ground_crew};
 use crate::world::{Stale, World, bump};
 
 /// Metres per degree of latitude on the protocol's sphere (radius 6 371 008.8 m).
@@ -54,7 +58,7 @@ const GATEWAY: &str = "gateway";
 const GATEWAY_CONFIG: &str = "gateway/config";
 
 /// What the fleet does; [`FleetConfig::default`] is the scenario the example's doc describes
-/// (50 drones on 20 pads, 200 sensors sharing one gateway).
+/// (50 drones on 20 pads recharging on 6 bays with 4 chargers, 200 sensors sharing one gateway).
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
     /// Brokers of the service, `host:port`.
@@ -63,8 +67,10 @@ pub struct FleetConfig {
     pub drones: usize,
     /// Number of landing pads.
     pub pads: usize,
-    /// Missions each drone flies (each ends with one landing).
+    /// Missions each drone flies (each ends with one landing, then one recharge).
     pub missions_per_drone: usize,
+    /// The charging bays and chargers the drones recharge on after each mission.
+    pub charging: ChargingConfig,
     /// Number of hive sensors.
     pub sensors: usize,
     /// Gateway readings each sensor takes.
@@ -93,6 +99,7 @@ impl Default for FleetConfig {
             drones: 50,
             pads: 20,
             missions_per_drone: 8,
+            charging: ChargingConfig::default(),
             sensors: 200,
             readings_per_sensor: 5,
             reconfigurers: 4,
@@ -109,33 +116,20 @@ impl Default for FleetConfig {
 /// Counters a progress bar can read while the fleet runs.
 #[derive(Debug, Default)]
 pub struct Progress {
-    /// Landings and gateway readings done so far.
+    /// Landings, recharges and gateway readings done so far.
     pub done: AtomicU64,
 }
 
 impl Progress {
-    /// How many landings and readings the fleet will do if nothing is cut short.
+    /// How many landings, recharges and readings the fleet will do if nothing is cut short.
     pub fn total(config: &FleetConfig) -> u64 {
-        (config.drones * config.missions_per_drone + config.sensors * config.readings_per_sensor)
-            as u64
+        (2 * config.drones * config.missions_per_drone
+            + config.sensors * config.readings_per_sensor) as u64
     }
 
-    fn tick(&self) {
+    pub(crate) fn tick(&self) {
         self.done.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-/// One crash and what followed.
-#[derive(Debug, Clone)]
-pub struct Reclaim {
-    /// The crashed drone.
-    pub drone: String,
-    /// Its pad.
-    pub pad: String,
-    /// From the crash (its keepalives stop) to the ground crew's grant of the pad.
-    pub reclaim_ms: u64,
-    /// Whether the pad refused the rebooted drone's stale token, as it must.
-    pub stale_token_refused: bool,
 }
 
 /// What the run did, and what went wrong.
@@ -151,6 +145,8 @@ pub struct Summary {
     pub contentions: u64,
     /// Landings on a pad whose previous occupant was another drone.
     pub handovers: u64,
+    /// The recharges, each on a bay and a charger held as one multi-lock.
+    pub charging: ChargingSummary,
     /// Gateway readings done under a permit.
     pub readings: u64,
     /// Most sensors seen in the gateway at once.
@@ -159,7 +155,8 @@ pub struct Summary {
     pub reconfigurations: u64,
     /// Crashes and their reclaims.
     pub reclaims: Vec<Reclaim>,
-    /// Tokens refused by a pad or the gateway config because a higher one was seen.
+    /// Tokens refused by a pad, a bay, a charger or the gateway config because a higher one
+    /// was seen.
     pub fence_rejections: u64,
     /// Two drones on one pad, or two reconfigurations at once.
     pub double_occupancy: u64,
@@ -179,7 +176,7 @@ pub struct Summary {
 impl Summary {
     /// Violations of the guarantees: the example fails if this is not zero.
     pub fn violations(&self) -> u64 {
-        self.double_occupancy + self.mutual_exclusion_violations
+        self.double_occupancy + self.charging.overlaps + self.mutual_exclusion_violations
     }
 }
 
@@ -210,27 +207,38 @@ pub async fn embedded_node() -> anyhow::Result<(Service, tempfile::TempDir, Stri
 
 /// What one drone or sensor task reports.
 #[derive(Debug, Default)]
-struct Tally {
+pub(crate) struct Tally {
     missions: u64,
     landings: u64,
+    pub(crate) charging: ChargingTally,
     readings: u64,
     reconfigurations: u64,
     contentions: u64,
-    errors: Vec<String>,
+    pub(crate) errors: Vec<String>,
     wait_us: Vec<u64>,
 }
 
+impl Tally {
+    /// The tally of a task that failed before it began.
+    pub(crate) fn failed(error: String) -> Tally {
+        Tally {
+            errors: vec![error],
+            ..Tally::default()
+        }
+    }
+}
+
 /// Everything the tasks share.
-struct Shared {
-    config: FleetConfig,
-    world: World,
-    progress: Arc<Progress>,
-    deadline: Instant,
+pub(crate) struct Shared {
+    pub(crate) config: FleetConfig,
+    pub(crate) world: World,
+    pub(crate) progress: Arc<Progress>,
+    pub(crate) deadline: Instant,
 }
 
 impl Shared {
     /// The config of agent `id`: the fleet's brokers and keepalive.
-    fn agent_config(&self, id: &str) -> AgentConfig {
+    pub(crate) fn agent_config(&self, id: &str) -> AgentConfig {
         AgentConfig {
             agent_id: id.to_string(),
             brokers: self.config.brokers.clone(),
@@ -240,7 +248,7 @@ impl Shared {
     }
 
     /// Records that `what` refused a live holder's token: the service's token order is broken.
-    fn token_refused(&self, tally: &mut Tally, what: &str, token: u64, stale: Stale) {
+    pub(crate) fn token_refused(&self, tally: &mut Tally, what: &str, token: u64, stale: Stale) {
         bump(&self.world.violations);
         tally.errors.push(format!(
             "{what} refused live token {token} (highest {})",
@@ -252,8 +260,12 @@ impl Shared {
 /// Runs the fleet against the service at `config.brokers` until every count is done or
 /// `duration_s` has passed.
 pub async fn run(config: FleetConfig, progress: Arc<Progress>) -> anyhow::Result<Summary> {
-    if config.pads == 0 || config.drones == 0 || config.crashes > config.drones {
-        bail!("need at least one pad and one drone, and no more crashes than drones");
+    let charging = &config.charging;
+    if config.pads == 0 || charging.bays == 0 || charging.chargers == 0 || config.drones == 0 {
+        bail!("need at least one pad, bay, charger and drone");
+    }
+    if config.crashes > config.drones {
+        bail!("no more crashes than drones");
     }
     if config.reconfigurers > config.sensors {
         bail!("more reconfigurers than sensors");
@@ -344,13 +356,6 @@ fn summarize(
     reclaims: Vec<Reclaim>,
     started: Instant,
 ) -> Summary {
-    // 1 µs to an hour at 3 significant figures; `saturating_record` keeps a longer wait at
-    // the top instead of failing (an auto-resizing histogram would clamp every value instead).
-    let mut reservation_wait_us =
-        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
-    for wait in &tally.wait_us {
-        reservation_wait_us.saturating_record(*wait);
-    }
     let world = &shared.world;
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
     let error_count = tally.errors.len() as u64;
@@ -358,9 +363,10 @@ fn summarize(
     Summary {
         missions: tally.missions,
         landings: tally.landings,
-        reservation_wait_us,
+        reservation_wait_us: wait_histogram(&tally.wait_us),
         contentions: tally.contentions,
         handovers: load(&world.handovers),
+        charging: ChargingSummary::new(&tally.charging, world),
         readings: tally.readings,
         gateway_occupancy_max: load(&world.gateway_occupancy_max),
         reconfigurations: tally.reconfigurations,
@@ -375,8 +381,20 @@ fn summarize(
     }
 }
 
+/// A histogram of waits in µs: 1 µs to an hour at 3 significant figures; `saturating_record`
+/// keeps a longer wait at the top instead of failing (an auto-resizing histogram would clamp
+/// every value instead).
+pub(crate) fn wait_histogram(waits_us: &[u64]) -> Histogram<u64> {
+    let mut histogram =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    for wait in waits_us {
+        histogram.saturating_record(*wait);
+    }
+    histogram
+}
+
 /// Agent `i` (drones first, then sensors) connects and takes its session.
-async fn connect(shared: &Shared, i: usize) -> anyhow::Result<Session> {
+pub(crate) async fn connect(shared: &Shared, i: usize) -> anyhow::Result<Session> {
     let id = if i < shared.config.drones {
         format!("drone-{i}")
     } else {
@@ -394,6 +412,7 @@ async fn connect(shared: &Shared, i: usize) -> anyhow::Result<Session> {
 fn merge(into: &mut Tally, from: Tally) {
     into.missions += from.missions;
     into.landings += from.landings;
+    into.charging.merge(from.charging);
     into.readings += from.readings;
     into.reconfigurations += from.reconfigurations;
     into.contentions += from.contentions;
@@ -406,14 +425,18 @@ pub(crate) fn jitter(low_ms: u64, high_ms: u64) -> Duration {
     Duration::from_millis(fastrand::u64(low_ms..=high_ms))
 }
 
-fn pad_name(pad: usize) -> String {
+pub(crate) fn pad_name(pad: usize) -> String {
     format!("pad-{pad}")
 }
 
 /// Takes pad `pad`, waiting as `wait` says: the one place where drones and ground crews take
 /// what they land on, under one token. A pad is reserved by its name and its cylinder, now, at
 /// routine priority.
-async fn take_pad(session: &Session, pad: usize, wait: Wait) -> Result<Guard, AgentError> {
+pub(crate) async fn take_pad(
+    session: &Session,
+    pad: usize,
+    wait: Wait,
+) -> Result<Guard, AgentError> {
     let reservation = Resource::Waypoint {
         name: pad_name(pad),
         geometry: Some(pad_geometry(pad)),
@@ -437,26 +460,23 @@ fn pad_geometry(pad: usize) -> Geometry {
     }
 }
 
-/// A crash in progress: the ground crew's cue.
-#[derive(Debug)]
-struct Crash {
-    drone: String,
-    pad: usize,
-    token: u64,
-    at: Instant,
-}
-
-/// The drone's missions. With `crash_on` set, the drone crashes on that mission after
-/// landing: it returns its guard instead of releasing it (the caller makes the crash real).
-async fn drone(
+/// The drone's missions, each a landing then a recharge. With `crash_on` set, the drone
+/// crashes on that mission, on its pad or while charging: it leaks its guard instead of
+/// releasing it (the caller makes the crash real).
+pub(crate) async fn drone(
     shared: &Shared,
     session: Session,
     index: usize,
-    crash_on: Option<(usize, &tokio::sync::mpsc::UnboundedSender<Crash>)>,
+    crash_on: Option<CrashPlan<'_>>,
 ) -> Tally {
     let me = format!("drone-{index}");
     let mut tally = Tally::default();
     for mission in 0..shared.config.missions_per_drone {
+        let crash_here = |charging: bool| {
+            crash_on
+                .as_ref()
+                .filter(|plan| plan.mission == mission && plan.while_charging == charging)
+        };
         if Instant::now() >= shared.deadline {
             break;
         }
@@ -476,29 +496,25 @@ async fn drone(
                 continue;
             }
         }
-        if let Some((crash_mission, crashes)) = crash_on
-            && crash_mission == mission
-        {
-            shared.world.leave(&name, guard.token(), true);
-            let _ = crashes.send(Crash {
-                drone: me.clone(),
-                pad,
-                token: guard.token(),
-                at: Instant::now(),
-            });
-            // Nothing is released and no revoke is sent: the guard and session are leaked,
-            // and the caller ends the runtime that runs their keepalives.
-            std::mem::forget(guard);
-            std::mem::forget(session);
+        if let Some(plan) = crash_here(false) {
+            plan.crash(shared, &me, Place::Pad(pad), guard, session);
             return tally;
         }
         tokio::time::sleep(jitter(50, 200)).await; // On the pad.
-        shared.world.leave(&name, guard.token(), false);
+        shared.world.leave(&[&name], guard.token(), false);
         match guard.release().await {
             Ok(()) => tally.missions += 1,
             Err(error) => tally.errors.push(format!("{me} releases {name}: {error}")),
         }
         shared.progress.tick();
+        let Some((pair, guard)) = charging::plug_in(shared, &session, &me, &mut tally).await else {
+            continue;
+        };
+        if let Some(plan) = crash_here(true) {
+            plan.crash(shared, &me, Place::Charging(pair), guard, session);
+            return tally;
+        }
+        charging::charge(shared, &me, pair, guard, &mut tally).await;
     }
     tally
 }
@@ -538,78 +554,6 @@ async fn reserve_some_pad(
         }
     }
     None
-}
-
-/// A drone on its own single-threaded runtime that crashes on its second mission. Its agent
-/// and session are created on that runtime, so their connection and keepalive tasks run there;
-/// after the crash the runtime is dropped, which ends those tasks without sending anything
-/// (the MQTT socket just closes, as when a process dies).
-fn crashing_drone(
-    shared: Arc<Shared>,
-    index: usize,
-    crashes: tokio::sync::mpsc::UnboundedSender<Crash>,
-) -> Tally {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            return Tally {
-                errors: vec![format!("drone-{index}: no runtime: {error}")],
-                ..Tally::default()
-            };
-        }
-    };
-    let crash_mission = 1.min(shared.config.missions_per_drone.saturating_sub(1));
-    let tally = runtime.block_on(async {
-        match connect(&shared, index).await {
-            Ok(session) => drone(&shared, session, index, Some((crash_mission, &crashes))).await,
-            Err(error) => Tally {
-                errors: vec![format!("{error:#}")],
-                ..Tally::default()
-            },
-        }
-    });
-    drop(runtime);
-    tally
-}
-
-/// Waits in the pad's queue until the crashed drone's lease expires, then checks the pad
-/// refuses the crashed drone's token once it "reboots".
-async fn ground_crew(shared: &Shared, crash: Crash) -> anyhow::Result<Reclaim> {
-    let id = format!("crew-{}", crash.drone);
-    let agent = Agent::connect(shared.agent_config(&id)).await?;
-    let session = agent.session(shared.config.ttl_ms).await?;
-    let name = pad_name(crash.pad);
-    // Bounded: the crashed lease expires after its TTL; three TTLs is a broken service.
-    let wait = Duration::from_millis(3 * shared.config.ttl_ms);
-    let guard = take_pad(&session, crash.pad, Wait::AtMost(wait)).await?;
-    let reclaim_ms = crash.at.elapsed().as_millis() as u64;
-    shared
-        .world
-        .land(&name, &id, guard.token())
-        .map_err(|stale| {
-            bump(&shared.world.violations);
-            anyhow::anyhow!(
-                "the pad refused the crew's token {} (highest {})",
-                guard.token(),
-                stale.highest_token
-            )
-        })?;
-    // The crashed drone reboots and tries to finish its landing with its old token.
-    let stale_token_refused = shared.world.land(&name, &crash.drone, crash.token).is_err();
-    if !stale_token_refused {
-        bump(&shared.world.violations);
-    }
-    shared.world.leave(&name, guard.token(), false);
-    guard.release().await?;
-    Ok(Reclaim {
-        drone: crash.drone,
-        pad: name,
-        reclaim_ms,
-        stale_token_refused,
-    })
 }
 
 /// A hive sensor: readings through the gateway under one of its permits; the first

@@ -1,16 +1,20 @@
-//! A swarm coordinated by Hivekeeper: 50 drones land on 20 pads, 200 hive sensors share a
-//! LoRaWAN gateway, and every pad and the gateway's configuration check fencing tokens.
+//! A swarm coordinated by Hivekeeper: 50 drones land on 20 pads and recharge after each
+//! mission on a charging bay and a charger taken together as one multi-lock, 200 hive sensors
+//! share a LoRaWAN gateway, and every pad, bay, charger and the gateway's configuration check
+//! fencing tokens.
 //!
 //! ```sh
 //! cargo run --release --example drone-fleet                 # embedded node, in-process
-//! cargo run --release --example drone-fleet -- --chaos      # some drones crash mid-landing
+//! cargo run --release --example drone-fleet -- --chaos      # some drones crash mid-landing or charging
+//! cargo run --release --example drone-fleet -- --bays 4 --chargers 2   # a tighter charging rack
 //! cargo run --release --example drone-fleet -- --brokers 127.0.0.1:1883   # a running service
 //! ```
 //!
 //! By default it starts a node in-process (the same assembly as `hivekeeper serve`) on a
-//! temporary data dir and a free loopback port. It exits non-zero if any pad saw two drones,
-//! the gateway more sensors than permits, or a live holder an older token than an earlier one.
-//! The scenario itself is in `fleet.rs`, the pads and gateway it protects in `world.rs`.
+//! temporary data dir and a free loopback port. It exits non-zero if any pad, bay or charger
+//! saw two drones, the gateway more sensors than permits, or a live holder an older token than
+//! an earlier one. The scenario itself is in `fleet.rs`, the recharge in `charging.rs`, the
+//! crashes in `crash.rs`, the pads, bays, chargers and gateway it protects in `world.rs`.
 //!
 //! Then the airspace (`flights.rs`): drones plan whole flights hub → pad as 4D routes, share
 //! corridors at different times, and an emergency flight preempts a routine one. It exits
@@ -27,7 +31,9 @@
 //! cargo run --release --example drone-fleet -- --formation 8 --formation-rounds 6 --towers 2
 //! ```
 
+mod charging;
 mod controller;
+mod crash;
 mod fleet;
 mod flights;
 mod formation;
@@ -37,6 +43,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use charging::{ChargingConfig, ChargingSummary};
 use clap::Parser;
 use fleet::{FleetConfig, Progress, Summary};
 use flights::{FlightsConfig, FlightsSummary};
@@ -48,8 +55,8 @@ struct Args {
     /// Run against a running service (`host:port,...`) instead of an embedded node.
     #[arg(long, value_delimiter = ',')]
     brokers: Option<Vec<String>>,
-    /// Crash some drones mid-landing (keepalives stop, nothing is released) and show how
-    /// long their pads take to be reclaimed.
+    /// Crash some drones mid-landing or while charging (keepalives stop, nothing is released)
+    /// and show how long their pads, or bays and chargers, take to be reclaimed.
     #[arg(long)]
     chaos: bool,
     /// How many drones crash with --chaos.
@@ -64,6 +71,12 @@ struct Args {
     /// Missions per drone.
     #[arg(long, default_value_t = FleetConfig::default().missions_per_drone)]
     missions: usize,
+    /// Charging bays (locks `bay-N`) the drones recharge on after each mission.
+    #[arg(long, default_value_t = ChargingConfig::default().bays)]
+    bays: usize,
+    /// Chargers (locks `charger-N`), each taken with a bay as one multi-lock.
+    #[arg(long, default_value_t = ChargingConfig::default().chargers)]
+    chargers: usize,
     /// Number of hive sensors.
     #[arg(long, default_value_t = FleetConfig::default().sensors)]
     sensors: usize,
@@ -91,6 +104,10 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         drones: args.drones,
         pads: args.pads,
         missions_per_drone: args.missions,
+        charging: ChargingConfig {
+            bays: args.bays,
+            chargers: args.chargers,
+        },
         sensors: args.sensors,
         readings_per_sensor: args.readings,
         crashes: if args.chaos { args.crashes } else { 0 },
@@ -117,7 +134,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let bar = indicatif::ProgressBar::new(Progress::total(&config));
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{elapsed:>3} [{bar:40}] {pos}/{len} landings + readings",
+            "{elapsed:>3} [{bar:40}] {pos}/{len} landings + recharges + readings",
         )
         .expect("a valid template")
         .progress_chars("=> "),
@@ -290,19 +307,23 @@ fn elapsed(elapsed: Duration, cut_short: bool) -> String {
     format!("{:.1} s{cut}", elapsed.as_secs_f64())
 }
 
-fn print_summary(summary: &Summary) {
-    let wait = &summary.reservation_wait_us;
+/// A histogram of waits in µs as its median and 99th percentile in ms.
+fn p50_p99(wait_us: &hdrhistogram::Histogram<u64>) -> String {
     let ms = |us: u64| format!("{:.1} ms", us as f64 / 1000.0);
+    format!(
+        "{} / {}",
+        ms(wait_us.value_at_quantile(0.5)),
+        ms(wait_us.value_at_quantile(0.99))
+    )
+}
+
+fn print_summary(summary: &Summary) {
     let rows: Vec<(&str, String)> = vec![
         ("missions flown", summary.missions.to_string()),
         ("landings", summary.landings.to_string()),
         (
             "reservation wait p50 / p99",
-            format!(
-                "{} / {}",
-                ms(wait.value_at_quantile(0.5)),
-                ms(wait.value_at_quantile(0.99))
-            ),
+            p50_p99(&summary.reservation_wait_us),
         ),
         ("contentions (would_block)", summary.contentions.to_string()),
         ("pad handovers", summary.handovers.to_string()),
@@ -316,7 +337,7 @@ fn print_summary(summary: &Summary) {
             summary.reconfigurations.to_string(),
         ),
         (
-            "crashed leases expired, pads reclaimed",
+            "crashed leases expired, places reclaimed",
             summary.reclaims.len().to_string(),
         ),
         ("fence rejections", summary.fence_rejections.to_string()),
@@ -334,9 +355,9 @@ fn print_summary(summary: &Summary) {
     }
     for reclaim in &summary.reclaims {
         println!(
-            "  {} crashed on {}: reclaimed after {} ms; its stale token {}",
+            "  {} crashed at {}: reclaimed after {} ms; its stale token {}",
             reclaim.drone,
-            reclaim.pad,
+            reclaim.place,
             reclaim.reclaim_ms,
             if reclaim.stale_token_refused {
                 "was refused"
@@ -348,4 +369,20 @@ fn print_summary(summary: &Summary) {
     for sample in &summary.error_samples {
         println!("  error: {sample}");
     }
+    print_charging(&summary.charging);
+}
+
+fn print_charging(charging: &ChargingSummary) {
+    let rows: Vec<(&str, String)> = vec![
+        (
+            "recharges (bay + charger, one multi-lock)",
+            charging.charges.to_string(),
+        ),
+        ("wait for the pair p50 / p99", p50_p99(&charging.wait_us)),
+        (
+            "bays or chargers held by two at once",
+            charging.overlaps.to_string(),
+        ),
+    ];
+    print_table("charging", rows);
 }
