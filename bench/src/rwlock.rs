@@ -1,0 +1,291 @@
+//! `rwlock`: readers and a writer on one read-write lock, against the uncontended exclusive
+//! rate of the same agents through the same SDK path, on a cluster of the scenario's own
+//! (three members by default).
+//!
+//! ```text
+//!  KvCluster::start (M members) ─▶ R readers + W writers, each an SDK agent with a session
+//!     (a lease), agent i homed on member i mod M
+//!  phase 1, the baseline: each reader on a lock of its own, exclusive (acquire ─▶ release,
+//!     no hold) for --duration-s: the uncontended exclusive rate, cycles/s
+//!  phase 2: the readers on ONE lock, shared (acquire ─▶ release at once), and the writers on
+//!     it, exclusive (acquire ─▶ --hold-ms ─▶ release), for --duration-s
+//!  report: shared acquires/s and their ratio to phase 1 (the target: ≥ 0.80); the writer's
+//!          wait (acquire sent → granted) p50/p99/max and its cycles; the readers' acquire;
+//!          the check over every grant of both phases (history::check_read_write)
+//! ```
+//!
+//! The writer's wait is bounded by the FIFO (PROTOCOL.md §6.1): a writer waits only for the
+//! shared holders granted before its request was applied, and every request after it, shared
+//! or not, queues behind it. Readers release at once, so a writer's wait is its request's
+//! trip, the rest of one reader's hold (that reader's release and its commit) and the entry
+//! that grants it, whatever the number of readers; it never waits for a reader that came after
+//! it. A reader that arrives just behind a writer waits for the rest of that writer's wait,
+//! its hold, and its release's commit: longer. The bound checked is therefore that the
+//! longest writer wait is at most the longest reader acquire (a writer overtaken by readers
+//! again and again would wait longer than any of them); the table compares it with the
+//! readers' p99 too, and the handover (the last shared release sent → the writer's grant)
+//! shows the commit that ends each wait.
+
+use clap::Args;
+use hivekeeper_agent::{AgentConfig, Resource};
+use serde::Serialize;
+
+use super::cycles;
+use super::history::{self, Grant};
+use super::kv_cluster::KvCluster;
+use super::report::{Latency, Report};
+use super::swarm::{self, Member};
+use super::{Common, Launch, Parameters};
+
+/// The ratio of shared acquires a second to the uncontended exclusive rate the target asks for.
+pub const RATIO_TARGET: f64 = 0.80;
+
+/// The scenario's own flags.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Plan {
+    /// Cluster members.
+    #[arg(long, default_value_t = 3)]
+    pub members: usize,
+    /// Readers (each one agent: one MQTT connection, one lease), spread over the members: each
+    /// takes the lock shared and releases it at once. Phase 1 runs as many agents, each on a
+    /// lock of its own.
+    #[arg(long, default_value_t = 100)]
+    pub readers: usize,
+    /// Writers on the same lock, each one agent: each takes it exclusive, holds it --hold-ms
+    /// and releases it.
+    #[arg(long, default_value_t = 1)]
+    pub writers: usize,
+}
+
+impl Plan {
+    /// The flags as the report records them.
+    pub fn parameters(&self) -> Parameters {
+        vec![
+            ("members", self.members.into()),
+            ("readers", self.readers.into()),
+            ("writers", self.writers.into()),
+            ("brokers", "its own cluster".into()),
+        ]
+    }
+}
+
+/// What `rwlock` measured besides phase 2's readers (the report's cycles, acquire and
+/// fairness are theirs).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RwLockFigures {
+    /// Members of the cluster the scenario started.
+    pub members: usize,
+    /// Readers that connected.
+    pub readers: usize,
+    /// Writers that connected.
+    pub writers: usize,
+    /// Phase 1: exclusive acquire → release cycles a second, each agent on its own lock.
+    pub exclusive_per_s: f64,
+    /// Phase 1: from sending an exclusive acquire to its grant.
+    pub exclusive_acquire: Latency,
+    /// Phase 2: shared acquire → release cycles a second, every reader on the one lock.
+    pub shared_per_s: f64,
+    /// `shared_per_s / exclusive_per_s`.
+    pub ratio: f64,
+    /// Phase 2: the writers' completed cycles.
+    pub writer_cycles: u64,
+    /// Phase 2: from sending a writer's acquire to its grant.
+    pub writer_wait: Latency,
+    /// Phase 2: from sending a reader's acquire to its grant (the report's `acquire`).
+    pub reader_acquire: Latency,
+    /// From the last shared holder's release start to the grant of the writer waiting for it.
+    pub writer_handover: Latency,
+    /// Whether the longest writer wait was at most the longest reader acquire (the FIFO's
+    /// bound; see the module doc).
+    pub fifo_bounded: bool,
+}
+
+impl RwLockFigures {
+    /// The scenario's rows of the table, beside the readers' cycles.
+    pub fn rows(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "agents".into(),
+                format!(
+                    "readers {}, writers {}, on {} members",
+                    self.readers, self.writers, self.members
+                ),
+            ),
+            (
+                "exclusive/s (phase 1)".into(),
+                format!(
+                    "{:.0}, acquire {}",
+                    self.exclusive_per_s,
+                    self.exclusive_acquire.row()
+                ),
+            ),
+            (
+                "shared/s (phase 2)".into(),
+                format!(
+                    "{:.0}: ratio {:.2} (target ≥ {RATIO_TARGET:.2})",
+                    self.shared_per_s, self.ratio
+                ),
+            ),
+            (
+                "writer wait".into(),
+                format!("{} ({} cycles)", self.writer_wait.row(), self.writer_cycles),
+            ),
+            (
+                "writer wait bound".into(),
+                format!(
+                    "{}: max {:.2} ms, readers' acquire p99 {:.2} ms, max {:.2} ms",
+                    if self.fifo_bounded { "within" } else { "OVER" },
+                    self.writer_wait.max_ms,
+                    self.reader_acquire.p99_ms,
+                    self.reader_acquire.max_ms
+                ),
+            ),
+            ("writer handover".into(), self.writer_handover.row()),
+        ]
+    }
+}
+
+/// For each `exclusive` grant that waited for a shared holder, the time from the last shared
+/// release start before its grant to the grant, µs (a writer granted with no reader releasing
+/// during its wait is left out).
+fn writer_handovers_us(shared: &[Grant], exclusive: &[Grant]) -> Vec<u64> {
+    let mut releases: Vec<_> = shared.iter().filter_map(|grant| grant.release_at).collect();
+    releases.sort_unstable();
+    exclusive
+        .iter()
+        .filter_map(|wait| {
+            let before = releases.partition_point(|&at| at <= wait.granted_at);
+            let last = *releases.get(before.checked_sub(1)?)?;
+            (last >= wait.acquire_at).then(|| history::micros(wait.granted_at - last))
+        })
+        .collect()
+}
+
+/// Runs the scenario.
+pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
+    anyhow::ensure!(plan.readers >= 1, "--readers must be at least 1");
+    anyhow::ensure!(plan.writers >= 1, "--writers must be at least 1");
+    let common = launch.common;
+    let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
+    let base = AgentConfig {
+        brokers: cluster.brokers(),
+        ..AgentConfig::default()
+    };
+    let (mut readers, mut errors) = swarm::connect_agents(
+        &base,
+        launch.run,
+        plan.readers + plan.writers,
+        common.session_ttl_ms,
+        common.connect_concurrency,
+    )
+    .await?;
+    anyhow::ensure!(
+        readers.len() == plan.readers + plan.writers,
+        "{} of {} agents connected: {:?}",
+        readers.len(),
+        plan.readers + plan.writers,
+        errors.samples
+    );
+    let writers = readers.split_off(plan.readers);
+
+    // Readers release at once in both phases; only the writers hold.
+    let no_hold = Common {
+        hold_ms: 0,
+        ..common.clone()
+    };
+    let run = launch.run;
+    let own_locks = readers.iter().enumerate().map(|(index, member)| {
+        let lock = Resource::lock(run.resource(&format!("lock-{index}")));
+        (member.clone(), lock)
+    });
+    let (baseline, baseline_grants) =
+        cycles::measure_with_grants(&no_hold, own_locks.collect(), 1).await;
+
+    let lock = run.resource("rwlock");
+    let on_lock = |members: &[Member], resource: Resource| -> Vec<(Member, Resource)> {
+        let claims = std::iter::repeat(resource);
+        members.iter().cloned().zip(claims).collect()
+    };
+    let ((shared, shared_grants), (exclusive, exclusive_grants)) = tokio::join!(
+        cycles::measure_with_grants(
+            &no_hold,
+            on_lock(&readers, Resource::read_lock(lock.clone())),
+            plan.readers
+        ),
+        cycles::measure_with_grants(common, on_lock(&writers, Resource::lock(lock.clone())), 1),
+    );
+
+    let fifo_bounded = exclusive.acquire.max_ms <= shared.acquire.max_ms;
+    if !fifo_bounded {
+        errors.add(format!(
+            "fifo: the longest writer wait, {:.2} ms, is over the longest reader acquire, {:.2} ms",
+            exclusive.acquire.max_ms, shared.acquire.max_ms
+        ));
+    }
+    let figures = RwLockFigures {
+        members: cluster.size(),
+        readers: readers.len(),
+        writers: writers.len(),
+        exclusive_per_s: baseline.ops_per_s,
+        exclusive_acquire: baseline.acquire,
+        shared_per_s: shared.ops_per_s,
+        ratio: shared.ops_per_s / baseline.ops_per_s.max(1e-9),
+        writer_cycles: exclusive.cycles,
+        writer_wait: exclusive.acquire,
+        reader_acquire: shared.acquire,
+        writer_handover: Latency::from_micros(&writer_handovers_us(
+            &shared_grants,
+            &exclusive_grants,
+        )),
+        fifo_bounded,
+    };
+    // Phase 1's locks are numbered from 0 as phase 2's one lock is: moved apart, each is
+    // checked as the lock it is.
+    let phase_1 = baseline_grants.iter().map(|grant| Grant {
+        resource: grant.resource + 1,
+        ..*grant
+    });
+    let exclusive_all: Vec<Grant> = exclusive_grants.iter().copied().chain(phase_1).collect();
+    let mut report = shared;
+    for other in [baseline.errors, exclusive.errors, errors] {
+        report.errors.merge(other);
+    }
+    report.mutual_exclusion = history::check_read_write(&shared_grants, &exclusive_all);
+    report.rwlock = Some(figures);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn grant(t0: Instant, token: u64, (acquire, granted, release): (u64, u64, u64)) -> Grant {
+        let at = |ms| t0 + Duration::from_millis(ms);
+        Grant {
+            resource: 0,
+            agent: 0,
+            token,
+            acquire_at: at(acquire),
+            granted_at: at(granted),
+            release_at: Some(at(release)),
+        }
+    }
+
+    #[test]
+    fn a_writer_handover_is_timed_from_the_last_shared_release_during_its_wait() {
+        let t0 = Instant::now();
+        let shared = [
+            grant(t0, 1, (0, 1, 3)),
+            grant(t0, 2, (0, 2, 4)),
+            grant(t0, 5, (0, 9, 9)),
+        ];
+        // The first writer waits from 2 to 6, behind releases at 3 and 4; the second from 7
+        // to 8, with no release during its wait.
+        let exclusive = [grant(t0, 3, (2, 6, 7)), grant(t0, 4, (7, 8, 8))];
+        assert_eq!(writer_handovers_us(&shared, &exclusive), vec![2_000]);
+    }
+}
