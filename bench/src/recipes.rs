@@ -79,7 +79,7 @@ impl RecipeScenario {
                 (report, common, "barrier", plan.parameters())
             }
             RecipeScenario::RwLock(Recipe { common, plan }) => {
-                let report = rwlock::run(Launch::new(hivekeeper, &common, &run), plan).await?;
+                let report = rwlock::run(Launch::new(hivekeeper, &common, run), plan).await?;
                 (report, common, "rwlock", plan.parameters())
             }
         })
