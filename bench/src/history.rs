@@ -286,13 +286,13 @@ pub fn micros(duration: std::time::Duration) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
 
     /// A grant of `resource` to `agent` with `token`, times in ms after `t0`.
-    fn grant(
+    pub(crate) fn grant(
         t0: Instant,
         resource: usize,
         agent: usize,

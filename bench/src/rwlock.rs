@@ -33,7 +33,7 @@ use serde::Serialize;
 use super::cycles;
 use super::history::{self, Grant};
 use super::kv_cluster::KvCluster;
-use super::report::{Latency, Report};
+use super::report::{Errors, Latency, Report};
 use super::swarm::{self, Member};
 use super::{Common, Launch, Parameters};
 
@@ -161,32 +161,43 @@ fn writer_handovers_us(shared: &[Grant], exclusive: &[Grant]) -> Vec<u64> {
         .collect()
 }
 
+/// Connects the readers and then the writers, spread over the cluster's members: all of them,
+/// or an error; and the connect errors.
+async fn connect(
+    cluster: &KvCluster,
+    launch: Launch<'_>,
+    plan: Plan,
+) -> anyhow::Result<(Vec<Member>, Vec<Member>, Errors)> {
+    let base = AgentConfig {
+        brokers: cluster.brokers(),
+        ..AgentConfig::default()
+    };
+    let agents = plan.readers + plan.writers;
+    let (mut readers, errors) = swarm::connect_agents(
+        &base,
+        launch.run,
+        agents,
+        launch.common.session_ttl_ms,
+        launch.common.connect_concurrency,
+    )
+    .await?;
+    anyhow::ensure!(
+        readers.len() == agents,
+        "{} of {agents} agents connected: {:?}",
+        readers.len(),
+        errors.samples
+    );
+    let writers = readers.split_off(plan.readers);
+    Ok((readers, writers, errors))
+}
+
 /// Runs the scenario.
 pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(plan.readers >= 1, "--readers must be at least 1");
     anyhow::ensure!(plan.writers >= 1, "--writers must be at least 1");
     let common = launch.common;
     let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
-    let base = AgentConfig {
-        brokers: cluster.brokers(),
-        ..AgentConfig::default()
-    };
-    let (mut readers, mut errors) = swarm::connect_agents(
-        &base,
-        launch.run,
-        plan.readers + plan.writers,
-        common.session_ttl_ms,
-        common.connect_concurrency,
-    )
-    .await?;
-    anyhow::ensure!(
-        readers.len() == plan.readers + plan.writers,
-        "{} of {} agents connected: {:?}",
-        readers.len(),
-        plan.readers + plan.writers,
-        errors.samples
-    );
-    let writers = readers.split_off(plan.readers);
+    let (readers, writers, mut errors) = connect(&cluster, launch, plan).await?;
 
     // Readers release at once in both phases; only the writers hold.
     let no_hold = Common {
@@ -212,7 +223,7 @@ pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
             on_lock(&readers, Resource::read_lock(lock.clone())),
             plan.readers
         ),
-        cycles::measure_with_grants(common, on_lock(&writers, Resource::lock(lock.clone())), 1),
+        cycles::measure_with_grants(common, on_lock(&writers, Resource::lock(lock)), 1),
     );
 
     let fifo_bounded = exclusive.acquire.max_ms <= shared.acquire.max_ms;
@@ -257,35 +268,22 @@ pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use tokio::time::Instant;
 
     use super::*;
-
-    fn grant(t0: Instant, token: u64, (acquire, granted, release): (u64, u64, u64)) -> Grant {
-        let at = |ms| t0 + Duration::from_millis(ms);
-        Grant {
-            resource: 0,
-            agent: 0,
-            token,
-            acquire_at: at(acquire),
-            granted_at: at(granted),
-            release_at: Some(at(release)),
-        }
-    }
+    use crate::history::tests::grant;
 
     #[test]
     fn a_writer_handover_is_timed_from_the_last_shared_release_during_its_wait() {
         let t0 = Instant::now();
         let shared = [
-            grant(t0, 1, (0, 1, 3)),
-            grant(t0, 2, (0, 2, 4)),
-            grant(t0, 5, (0, 9, 9)),
+            grant(t0, 0, 0, 1, (0, 1, 3)),
+            grant(t0, 0, 0, 2, (0, 2, 4)),
+            grant(t0, 0, 0, 5, (0, 9, 9)),
         ];
         // The first writer waits from 2 to 6, behind releases at 3 and 4; the second from 7
         // to 8, with no release during its wait.
-        let exclusive = [grant(t0, 3, (2, 6, 7)), grant(t0, 4, (7, 8, 8))];
+        let exclusive = [grant(t0, 0, 0, 3, (2, 6, 7)), grant(t0, 0, 0, 4, (7, 8, 8))];
         assert_eq!(writer_handovers_us(&shared, &exclusive), vec![2_000]);
     }
 }
