@@ -107,6 +107,6 @@ fn the_recipe_scenarios_refuse_what_cannot_be_measured() {
     );
     let error = refused(&["barrier", "--rounds", "0"]);
     assert_eq!(error.to_string(), "--rounds must be at least 1");
-    let error = refused(&["rwlock", "--writers", "0"]);
-    assert_eq!(error.to_string(), "--writers must be at least 1");
+    let error = refused(&["rwlock", "--readers", "0"]);
+    assert_eq!(error.to_string(), "--readers must be at least 1");
 }

@@ -52,7 +52,8 @@ pub struct Plan {
     #[arg(long, default_value_t = 100)]
     pub readers: usize,
     /// Writers on the same lock, each one agent: each takes it exclusive, holds it --hold-ms
-    /// and releases it.
+    /// and releases it. 0: the readers alone, the shared path's own rate against the
+    /// exclusive one.
     #[arg(long, default_value_t = 1)]
     pub writers: usize,
 }
@@ -194,7 +195,6 @@ async fn connect(
 /// Runs the scenario.
 pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(plan.readers >= 1, "--readers must be at least 1");
-    anyhow::ensure!(plan.writers >= 1, "--writers must be at least 1");
     let common = launch.common;
     let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
     let (readers, writers, mut errors) = connect(&cluster, launch, plan).await?;
