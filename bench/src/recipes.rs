@@ -37,8 +37,8 @@ pub enum RecipeScenario {
     /// shared acquires a second and their ratio to phase 1 (the target: ≥ 0.80), the writer's
     /// wait (sent → granted) and cycles, the readers' acquire, the shared grants during each
     /// writer's wait against the FIFO's bound (at most one per reader), and the check over
-    /// every grant: no shared holder beside an exclusive one, tokens in order. Each phase runs
-    /// --duration-s. --brokers, --user and the TLS flags are ignored (a plaintext cluster
+    /// every grant: no shared holder beside an exclusive one, tokens in order. The phases
+    /// alternate in slices of --slice-s, each running --duration-s in all. --brokers, --user and the TLS flags are ignored (a plaintext cluster
     /// without accounts).
     #[command(name = "rwlock")]
     RwLock(Recipe<rwlock::Plan>),

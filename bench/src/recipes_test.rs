@@ -65,10 +65,11 @@ fn barrier_releases_every_agent_each_round_through_three_members() {
 
 #[test]
 fn readers_share_one_lock_with_a_writer_and_are_compared_to_the_exclusive_rate() {
-    let report = bench_line("rwlock --readers 4 --hold-ms 2 --duration-s 2 --json");
+    let report = bench_line("rwlock --readers 4 --hold-ms 2 --duration-s 2 --slice-s 1 --json");
     assert_eq!(report.scenario, "rwlock");
     assert_eq!(report.parameters["readers"], 4);
     assert_eq!(report.parameters["writers"], 1);
+    assert_eq!(report.parameters["slice_s"], 1);
     assert_eq!(report.errors.total, 0, "{report:#?}");
     // No reader beside the writer, tokens in order, over both phases' grants.
     assert!(report.passed(), "{report:#?}");
@@ -78,8 +79,9 @@ fn readers_share_one_lock_with_a_writer_and_are_compared_to_the_exclusive_rate()
         .expect("the read-write lock's figures");
     assert_eq!((rwlock.members, rwlock.readers, rwlock.writers), (3, 4, 1));
     assert!(rwlock.exclusive_per_s > 0.0, "{rwlock:?}");
-    // The report's cycles are the readers' shared ones.
+    // The report's cycles are the readers' shared ones, over two slices of a second.
     assert!(report.cycles >= 4, "{report:#?}");
+    assert!(report.elapsed_s >= 1.9, "{report:#?}");
     assert!((rwlock.shared_per_s - report.ops_per_s).abs() < 1e-9);
     let ratio = rwlock.shared_per_s / rwlock.exclusive_per_s;
     assert!((rwlock.ratio - ratio).abs() < 1e-9, "{rwlock:?}");

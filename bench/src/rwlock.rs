@@ -6,9 +6,10 @@
 //!  KvCluster::start (M members) ─▶ R readers + W writers, each an SDK agent with a session
 //!     (a lease), agent i homed on member i mod M
 //!  phase 1, the baseline: each reader on a lock of its own, exclusive (acquire ─▶ release,
-//!     no hold) for --duration-s: the uncontended exclusive rate, cycles/s
+//!     no hold): the uncontended exclusive rate, cycles/s
 //!  phase 2: the readers on ONE lock, shared (acquire ─▶ release at once), and the writers on
-//!     it, exclusive (acquire ─▶ --hold-ms ─▶ release), for --duration-s
+//!     it, exclusive (acquire ─▶ --hold-ms ─▶ release)
+//!  the phases alternate, --slice-s each, until each ran --duration-s
 //!  report: shared acquires/s and their ratio to phase 1 (the target: ≥ 0.80); the writer's
 //!          wait (acquire sent → granted) p50/p99/max and its cycles; the readers' acquire;
 //!          the check over every grant of both phases (history::check_read_write)
@@ -56,6 +57,10 @@ pub struct Plan {
     /// exclusive one.
     #[arg(long, default_value_t = 1)]
     pub writers: usize,
+    /// The phases alternate in slices of this many seconds, each phase running --duration-s
+    /// in all (rounded up to whole slices), so that a load that comes and goes weighs on both.
+    #[arg(long, default_value_t = 2)]
+    pub slice_s: u64,
 }
 
 impl Plan {
@@ -65,6 +70,7 @@ impl Plan {
             ("members", self.members.into()),
             ("readers", self.readers.into()),
             ("writers", self.writers.into()),
+            ("slice_s", self.slice_s.into()),
             ("brokers", "its own cluster".into()),
         ]
     }
@@ -192,78 +198,129 @@ async fn connect(
     Ok((readers, writers, errors))
 }
 
+/// What one phase's agents did over all its slices.
+#[derive(Debug, Default)]
+struct Phase {
+    grants: Vec<Grant>,
+    cycles: u64,
+    elapsed_s: f64,
+    errors: Errors,
+}
+
+impl Phase {
+    /// Adds a slice measured by `cycles::measure_with_grants`.
+    fn add(&mut self, (report, grants): (Report, Vec<Grant>)) {
+        self.grants.extend(grants);
+        self.cycles += report.cycles;
+        self.elapsed_s += report.elapsed_s;
+        self.errors.merge(report.errors);
+    }
+
+    fn per_s(&self) -> f64 {
+        self.cycles as f64 / self.elapsed_s.max(1e-9)
+    }
+
+    /// From sending each acquire to its grant, over every slice.
+    fn acquire(&self) -> Latency {
+        let waits: Vec<u64> = self
+            .grants
+            .iter()
+            .map(|grant| history::micros(grant.granted_at - grant.acquire_at))
+            .collect();
+        Latency::from_micros(&waits)
+    }
+}
+
 /// Runs the scenario.
 pub async fn run(launch: Launch<'_>, plan: Plan) -> anyhow::Result<Report> {
     anyhow::ensure!(plan.readers >= 1, "--readers must be at least 1");
+    anyhow::ensure!(plan.slice_s >= 1, "--slice-s must be at least 1");
     let common = launch.common;
     let cluster = KvCluster::start(launch.hivekeeper, launch.run, plan.members).await?;
     let (readers, writers, mut errors) = connect(&cluster, launch, plan).await?;
 
     // Readers release at once in both phases; only the writers hold.
-    let no_hold = Common {
-        hold_ms: 0,
+    let slice = |hold_ms| Common {
+        duration_s: plan.slice_s,
+        hold_ms,
         ..common.clone()
     };
+    let (no_hold, writer_hold) = (slice(0), slice(common.hold_ms));
     let run = launch.run;
-    let own_locks = readers.iter().enumerate().map(|(index, member)| {
-        let lock = Resource::lock(run.resource(&format!("lock-{index}")));
-        (member.clone(), lock)
-    });
-    let (baseline, baseline_grants) =
-        cycles::measure_with_grants(&no_hold, own_locks.collect(), 1).await;
-
+    let own_locks: Vec<(Member, Resource)> = (readers.iter().enumerate())
+        .map(|(index, member)| {
+            let lock = Resource::lock(run.resource(&format!("lock-{index}")));
+            (member.clone(), lock)
+        })
+        .collect();
     let lock = run.resource("rwlock");
     let on_lock = |members: &[Member], resource: Resource| -> Vec<(Member, Resource)> {
         let claims = std::iter::repeat(resource);
         members.iter().cloned().zip(claims).collect()
     };
-    let ((shared, shared_grants), (exclusive, exclusive_grants)) = tokio::join!(
-        cycles::measure_with_grants(
-            &no_hold,
-            on_lock(&readers, Resource::read_lock(lock.clone())),
-            plan.readers
-        ),
-        cycles::measure_with_grants(common, on_lock(&writers, Resource::lock(lock)), 1),
+    let (shared_claims, writer_claims) = (
+        on_lock(&readers, Resource::read_lock(lock.clone())),
+        on_lock(&writers, Resource::lock(lock)),
     );
+    // The phases alternate, a slice each, so that a load that comes and goes on the machine
+    // weighs on both alike.
+    let (mut baseline, mut shared, mut exclusive) = <(Phase, Phase, Phase)>::default();
+    for _ in 0..common.duration_s.div_ceil(plan.slice_s) {
+        baseline.add(cycles::measure_with_grants(&no_hold, own_locks.clone(), 1).await);
+        let (read, write) = tokio::join!(
+            cycles::measure_with_grants(&no_hold, shared_claims.clone(), plan.readers),
+            cycles::measure_with_grants(&writer_hold, writer_claims.clone(), 1),
+        );
+        shared.add(read);
+        exclusive.add(write);
+    }
 
-    let fifo_bounded = exclusive.acquire.max_ms <= shared.acquire.max_ms;
+    let (reader_acquire, writer_wait) = (shared.acquire(), exclusive.acquire());
+    let fifo_bounded = writer_wait.max_ms <= reader_acquire.max_ms;
     if !fifo_bounded {
         errors.add(format!(
             "fifo: the longest writer wait, {:.2} ms, is over the longest reader acquire, {:.2} ms",
-            exclusive.acquire.max_ms, shared.acquire.max_ms
+            writer_wait.max_ms, reader_acquire.max_ms
         ));
     }
     let figures = RwLockFigures {
         members: cluster.size(),
         readers: readers.len(),
         writers: writers.len(),
-        exclusive_per_s: baseline.ops_per_s,
-        exclusive_acquire: baseline.acquire,
-        shared_per_s: shared.ops_per_s,
-        ratio: shared.ops_per_s / baseline.ops_per_s.max(1e-9),
+        exclusive_per_s: baseline.per_s(),
+        exclusive_acquire: baseline.acquire(),
+        shared_per_s: shared.per_s(),
+        ratio: shared.per_s() / baseline.per_s().max(1e-9),
         writer_cycles: exclusive.cycles,
-        writer_wait: exclusive.acquire,
-        reader_acquire: shared.acquire,
+        writer_wait,
+        reader_acquire,
         writer_handover: Latency::from_micros(&writer_handovers_us(
-            &shared_grants,
-            &exclusive_grants,
+            &shared.grants,
+            &exclusive.grants,
         )),
         fifo_bounded,
     };
     // Phase 1's locks are numbered from 0 as phase 2's one lock is: moved apart, each is
     // checked as the lock it is.
-    let phase_1 = baseline_grants.iter().map(|grant| Grant {
+    let phase_1 = baseline.grants.iter().map(|grant| Grant {
         resource: grant.resource + 1,
         ..*grant
     });
-    let exclusive_all: Vec<Grant> = exclusive_grants.iter().copied().chain(phase_1).collect();
-    let mut report = shared;
-    for other in [baseline.errors, exclusive.errors, errors] {
-        report.errors.merge(other);
+    let exclusive_all: Vec<Grant> = exclusive.grants.iter().copied().chain(phase_1).collect();
+    for other in [baseline.errors, exclusive.errors, shared.errors] {
+        errors.merge(other);
     }
-    report.mutual_exclusion = history::check_read_write(&shared_grants, &exclusive_all);
-    report.rwlock = Some(figures);
-    Ok(report)
+    Ok(Report {
+        elapsed_s: shared.elapsed_s,
+        cycles: shared.cycles,
+        ops_per_s: figures.shared_per_s,
+        acquire: reader_acquire,
+        fairness: history::fairness(&shared.grants, readers.len()),
+        mutual_exclusion: history::check_read_write(&shared.grants, &exclusive_all),
+        errors,
+        rwlock: Some(figures),
+        ..Report::default()
+    })
 }
 
 #[cfg(test)]
