@@ -35,8 +35,8 @@ pub enum RecipeScenario {
     /// Phase 2: the readers cycle a shared acquire → release (no hold) on one lock while
     /// --writers agents cycle an exclusive acquire → (--hold-ms) → release on it. Reports
     /// shared acquires a second and their ratio to phase 1 (the target: ≥ 0.80), the writer's
-    /// wait (sent → granted) and cycles, the readers' acquire, the shared grants during each
-    /// writer's wait against the FIFO's bound (at most one per reader), and the check over
+    /// wait (sent → granted) and cycles against the FIFO's bound (p99 at most two uncontended
+    /// acquires), the readers' acquire, and the check over
     /// every grant: no shared holder beside an exclusive one, tokens in order. The phases
     /// alternate in slices of --slice-s, each running --duration-s in all. --brokers, --user and the TLS flags are ignored (a plaintext cluster
     /// without accounts).
