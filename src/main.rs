@@ -79,7 +79,8 @@ enum Command {
     /// keys and watches, on a cluster of their own: kv-put (puts/s, commit latency), watch
     /// (put → event through a follower; --watchers N pending polls woken by one put) and
     /// kv-fill (K keys, each member's memory); for the recipes, on a cluster of their own:
-    /// election (leadership handovers) and barrier (N agents released by the last arrival).
+    /// election (leadership handovers), barrier (N agents released by the last arrival) and
+    /// rwlock (readers and a writer on one read-write lock, against the exclusive rate).
     Bench(hivekeeper_bench::BenchArgs),
     /// Certificates: `certs dev --out DIR` writes a development CA, a server certificate,
     /// client and peer certificates, to try TLS and mutual TLS in a minute.

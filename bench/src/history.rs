@@ -78,16 +78,7 @@ pub fn check_exclusion(grants: &[Grant], capacity: usize) -> Exclusion {
         ..Exclusion::default()
     };
     for (resource, list) in per_resource(grants) {
-        let mut tokens: Vec<u64> = list.iter().map(|grant| grant.token).collect();
-        tokens.sort_unstable();
-        for pair in tokens.windows(2) {
-            if pair[0] == pair[1] {
-                result.violation(format!(
-                    "resource {resource}: token {} granted twice",
-                    pair[0]
-                ));
-            }
-        }
+        check_repeated_tokens(resource, list.iter().map(|grant| grant.token), &mut result);
         if capacity == 1 {
             for pair in list.windows(2) {
                 let (prev, next) = (&pair[0], &pair[1]);
@@ -122,6 +113,117 @@ pub fn check_exclusion(grants: &[Grant], capacity: usize) -> Exclusion {
     }
     result.ok = result.violations == 0;
     result
+}
+
+/// Checks a read-write lock's grants, each resource on its own: `shared` grants may overlap
+/// each other, an `exclusive` grant overlaps nothing (neither a shared holder nor another
+/// exclusive one). Tokens are never repeated, and each exclusive grant's token is above every
+/// token granted before it and below every one granted after it (in arrival order at the
+/// agents). Shared grants are not ordered among themselves: several made in one log entry may
+/// arrive in any order. With no shared grant it is [`check_exclusion`] with a capacity of 1.
+///
+/// Sound by the argument of this file's doc: a correct service grants a writer only after it
+/// applied the release of every shared holder, which is after that holder's `release_at`, and
+/// grants a reader queued behind a writer only after it applied the writer's release.
+pub fn check_read_write(shared: &[Grant], exclusive: &[Grant]) -> Exclusion {
+    let grants: Vec<(Grant, bool)> = shared
+        .iter()
+        .map(|grant| (*grant, false))
+        .chain(exclusive.iter().map(|grant| (*grant, true)))
+        .collect();
+    let mut result = Exclusion {
+        grants_checked: grants.len() as u64,
+        ..Exclusion::default()
+    };
+    let mut by_resource: HashMap<usize, Vec<(Grant, bool)>> = HashMap::new();
+    for &(grant, is_exclusive) in &grants {
+        by_resource
+            .entry(grant.resource)
+            .or_default()
+            .push((grant, is_exclusive));
+    }
+    for (resource, mut list) in by_resource {
+        list.sort_by_key(|(grant, _)| grant.granted_at);
+        check_repeated_tokens(
+            resource,
+            list.iter().map(|(grant, _)| grant.token),
+            &mut result,
+        );
+        check_exclusive_order(resource, &list, &mut result);
+        check_read_write_overlap(resource, &list, &mut result);
+    }
+    result.ok = result.violations == 0;
+    result
+}
+
+/// A violation for every token of `resource` granted more than once.
+fn check_repeated_tokens(
+    resource: usize,
+    tokens: impl Iterator<Item = u64>,
+    result: &mut Exclusion,
+) {
+    let mut tokens: Vec<u64> = tokens.collect();
+    tokens.sort_unstable();
+    for pair in tokens.windows(2) {
+        if pair[0] == pair[1] {
+            result.violation(format!(
+                "resource {resource}: token {} granted twice",
+                pair[0]
+            ));
+        }
+    }
+}
+
+/// Over one resource's grants in arrival order (`true`: exclusive): a violation for every
+/// exclusive grant whose token is not above all tokens before it and below all after it.
+fn check_exclusive_order(resource: usize, list: &[(Grant, bool)], result: &mut Exclusion) {
+    let mut lowest_after = vec![u64::MAX; list.len() + 1];
+    for (i, (grant, _)) in list.iter().enumerate().rev() {
+        lowest_after[i] = lowest_after[i + 1].min(grant.token);
+    }
+    let mut highest_before = 0;
+    for (i, &(grant, is_exclusive)) in list.iter().enumerate() {
+        let later = lowest_after[i + 1];
+        if is_exclusive && (grant.token <= highest_before || grant.token >= later) {
+            result.violation(format!(
+                "resource {resource}: exclusive token {} granted after token {highest_before} \
+                 and before token {later}",
+                grant.token
+            ));
+        }
+        highest_before = highest_before.max(grant.token);
+    }
+}
+
+/// Over one resource's grants (`true`: exclusive): a violation for every exclusive grant that
+/// arrived while anyone held, and every shared grant that arrived while an exclusive holder
+/// held (from its grant's arrival to its release's send).
+fn check_read_write_overlap(resource: usize, list: &[(Grant, bool)], result: &mut Exclusion) {
+    // +1 at each grant, −1 at each release start; a release at the same instant as a grant
+    // is counted first (the grant cannot have preceded the release).
+    let mut edges: Vec<(Instant, i64, bool, u64)> = Vec::with_capacity(list.len() * 2);
+    for &(grant, is_exclusive) in list {
+        edges.push((grant.granted_at, 1, is_exclusive, grant.token));
+        if let Some(release_at) = grant.release_at {
+            edges.push((release_at, -1, is_exclusive, grant.token));
+        }
+    }
+    edges.sort_by_key(|&(at, delta, _, _)| (at, delta));
+    let (mut shared, mut exclusive) = (0i64, 0i64);
+    for (_, delta, is_exclusive, token) in edges {
+        if delta > 0 && (exclusive > 0 || (is_exclusive && shared > 0)) {
+            let mode = if is_exclusive { "exclusive" } else { "shared" };
+            result.violation(format!(
+                "resource {resource}: {mode} token {token} granted while {exclusive} exclusive \
+                 and {shared} shared holders held"
+            ));
+        }
+        if is_exclusive {
+            exclusive += delta;
+        } else {
+            shared += delta;
+        }
+    }
 }
 
 /// Handover latencies of locks, µs: for each grant to an agent that was already waiting when
@@ -184,13 +286,13 @@ pub fn micros(duration: std::time::Duration) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
 
     /// A grant of `resource` to `agent` with `token`, times in ms after `t0`.
-    fn grant(
+    pub(crate) fn grant(
         t0: Instant,
         resource: usize,
         agent: usize,
@@ -258,6 +360,60 @@ mod tests {
             grant(t0, 1, 1, 5, (0, 2, 6)),
         ];
         assert!(check_exclusion(&apart, 1).ok);
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_holds_alone() {
+        let t0 = Instant::now();
+        // Two readers at once, then the writer after both released, then a reader again.
+        let shared = [
+            grant(t0, 0, 0, 10, (0, 1, 4)),
+            grant(t0, 0, 1, 11, (0, 2, 3)),
+            grant(t0, 0, 0, 30, (5, 9, 10)),
+        ];
+        let exclusive = [grant(t0, 0, 2, 20, (1, 5, 8))];
+        let clean = check_read_write(&shared, &exclusive);
+        assert!(clean.ok, "{clean:?}");
+        assert_eq!(clean.grants_checked, 4);
+        // Shared grants of one entry may arrive in any token order.
+        let swapped = [
+            grant(t0, 0, 0, 11, (0, 1, 4)),
+            grant(t0, 0, 1, 10, (0, 2, 3)),
+        ];
+        assert!(check_read_write(&swapped, &exclusive).ok);
+        // With no shared grant it is the lock's check.
+        assert!(check_read_write(&[], &exclusive).ok);
+    }
+
+    #[test]
+    fn a_reader_beside_the_writer_or_a_token_out_of_order_is_a_violation() {
+        let t0 = Instant::now();
+        let writer = [grant(t0, 0, 2, 20, (0, 2, 8))];
+        // A reader granted while the writer holds.
+        let inside = [grant(t0, 0, 0, 30, (1, 5, 6))];
+        let result = check_read_write(&inside, &writer);
+        assert_eq!(result.violations, 1, "{result:?}");
+        assert!(result.samples[0].contains("shared token 30"), "{result:?}");
+        // The writer granted while a reader holds.
+        let holding = [grant(t0, 0, 0, 10, (0, 1, 3))];
+        let result = check_read_write(&holding, &writer);
+        assert_eq!(result.violations, 1, "{result:?}");
+        assert!(
+            result.samples[0].contains("exclusive token 20"),
+            "{result:?}"
+        );
+        // A reader granted after the writer released, with a lower token.
+        let stale = [grant(t0, 0, 0, 15, (9, 10, 11))];
+        let result = check_read_write(&stale, &writer);
+        assert_eq!(result.violations, 1, "{result:?}");
+        // Two writers at once, and a token repeated.
+        let writers = [
+            grant(t0, 0, 2, 20, (0, 2, 8)),
+            grant(t0, 0, 3, 21, (0, 3, 9)),
+        ];
+        assert!(!check_read_write(&[], &writers).ok);
+        let repeated = [grant(t0, 0, 0, 20, (9, 10, 11))];
+        assert!(!check_read_write(&repeated, &writer).ok);
     }
 
     #[test]

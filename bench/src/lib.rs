@@ -8,7 +8,8 @@
 //! and `uncontended --flood` floods with that crate's raw MQTT client. The key scenarios
 //! (`kv-put`, `watch`, `kv-fill`) start their own cluster too, to home a watcher on a
 //! follower and to read each member's memory, and so do the recipe scenarios (`election`,
-//! `barrier`), to size the cluster as their targets say and to read a member's gauges.
+//! `barrier`, `rwlock`), to size the cluster as their targets say and to read a member's
+//! gauges.
 //!
 //! ```text
 //!  swarm::connect ─ N agents, each Agent::connect + a session (lease kept alive by the SDK)
@@ -39,6 +40,8 @@
 //!   - `election`: `election`, leadership handovers among N candidates (the `cycles` loop
 //!     with campaign → resign);
 //!   - `barrier`: `barrier`, rounds of a barrier of N agents, timed from the last arrival.
+//!   - `rwlock`: `rwlock`, readers and a writer on one read-write lock (the `cycles` loop,
+//!     shared and exclusive), against the agents' uncontended exclusive rate.
 //! - `memory`: a process's memory from /proc.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
@@ -65,6 +68,7 @@ mod recipes;
 mod recipes_test;
 mod reclaim;
 mod report;
+mod rwlock;
 mod scale;
 mod swarm;
 
@@ -262,7 +266,7 @@ enum Scenario {
         #[arg(long, default_value_t = 8)]
         clients: usize,
     },
-    /// `election`, `barrier` (recipes.rs).
+    /// `election`, `barrier`, `rwlock` (recipes.rs).
     #[command(flatten)]
     Recipe(recipes::RecipeScenario),
 }

@@ -1,6 +1,6 @@
-//! The recipe scenarios, `hivekeeper bench election` and `barrier`: each starts a cluster of
-//! its own (as the key scenarios do) and lives in a file of its own; this enum, flattened into
-//! the bench's scenarios, is where a recipe's scenario is added.
+//! The recipe scenarios, `hivekeeper bench election`, `barrier` and `rwlock`: each starts a
+//! cluster of its own (as the key scenarios do) and lives in a file of its own; this enum,
+//! flattened into the bench's scenarios, is where a recipe's scenario is added.
 
 use std::path::Path;
 
@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use super::report::Report;
 use super::swarm::RunId;
-use super::{Common, Launch, Parameters, barrier, election};
+use super::{Common, Launch, Parameters, barrier, election, rwlock};
 
 /// The recipe scenarios.
 #[derive(Debug, Subcommand)]
@@ -29,8 +29,19 @@ pub enum RecipeScenario {
     /// leaving (a double barrier). --duration-s, --cycles, --hold-ms, --brokers, --user and the
     /// TLS flags are ignored. Raise `ulimit -n` above N.
     Barrier(Recipe<barrier::Plan>),
-    // The read-write lock's scenario (readers and a writer on one lock) goes here: a variant
-    // with its plan, a file beside election.rs and barrier.rs, and an arm in `run`.
+    /// Starts its own cluster (3 members by default) and measures readers and a writer on one
+    /// read-write lock. Phase 1, the baseline: as many agents as --readers, each cycling an
+    /// exclusive acquire → release on a lock of its own (the uncontended exclusive rate).
+    /// Phase 2: the readers cycle a shared acquire → release (no hold) on one lock while
+    /// --writers agents cycle an exclusive acquire → (--hold-ms) → release on it. Reports
+    /// shared acquires a second and their ratio to phase 1 (the target: ≥ 0.80), the writer's
+    /// wait (sent → granted) and cycles against the FIFO's bound (p99 at most two uncontended
+    /// acquires), the readers' acquire, and the check over
+    /// every grant: no shared holder beside an exclusive one, tokens in order. The phases
+    /// alternate in slices of --slice-s, each running --duration-s in all. --brokers, --user and the TLS flags are ignored (a plaintext cluster
+    /// without accounts).
+    #[command(name = "rwlock")]
+    RwLock(Recipe<rwlock::Plan>),
 }
 
 /// A recipe scenario's flags: the common ones and its plan.
@@ -48,6 +59,7 @@ impl RecipeScenario {
         match self {
             RecipeScenario::Election(recipe) => &recipe.common,
             RecipeScenario::Barrier(recipe) => &recipe.common,
+            RecipeScenario::RwLock(recipe) => &recipe.common,
         }
     }
 
@@ -65,6 +77,10 @@ impl RecipeScenario {
             RecipeScenario::Barrier(Recipe { common, plan }) => {
                 let report = barrier::run(Launch::new(hivekeeper, &common, run), plan).await?;
                 (report, common, "barrier", plan.parameters())
+            }
+            RecipeScenario::RwLock(Recipe { common, plan }) => {
+                let report = rwlock::run(Launch::new(hivekeeper, &common, run), plan).await?;
+                (report, common, "rwlock", plan.parameters())
             }
         })
     }

@@ -64,6 +64,41 @@ fn barrier_releases_every_agent_each_round_through_three_members() {
 }
 
 #[test]
+fn readers_share_one_lock_with_a_writer_and_are_compared_to_the_exclusive_rate() {
+    let report = bench_line("rwlock --readers 4 --hold-ms 2 --duration-s 2 --slice-s 1 --json");
+    assert_eq!(report.scenario, "rwlock");
+    assert_eq!(report.parameters["readers"], 4);
+    assert_eq!(report.parameters["writers"], 1);
+    assert_eq!(report.parameters["slice_s"], 1);
+    assert_eq!(report.errors.total, 0, "{report:#?}");
+    // No reader beside the writer, tokens in order, over both phases' grants.
+    assert!(report.passed(), "{report:#?}");
+    let rwlock = report
+        .rwlock
+        .as_ref()
+        .expect("the read-write lock's figures");
+    assert_eq!((rwlock.members, rwlock.readers, rwlock.writers), (3, 4, 1));
+    assert!(rwlock.exclusive_per_s > 0.0, "{rwlock:?}");
+    // The report's cycles are the readers' shared ones, over two slices of a second.
+    assert!(report.cycles >= 4, "{report:#?}");
+    assert!(report.elapsed_s >= 1.9, "{report:#?}");
+    assert!((rwlock.shared_per_s - report.ops_per_s).abs() < 1e-9);
+    let ratio = rwlock.shared_per_s / rwlock.exclusive_per_s;
+    assert!((rwlock.ratio - ratio).abs() < 1e-9, "{rwlock:?}");
+    assert!(rwlock.writer_cycles >= 1, "{rwlock:?}");
+    assert_eq!(rwlock.writer_wait.count, rwlock.writer_cycles);
+    // A writer waits about one reader's hold and its own acquire, not for later readers.
+    assert!(rwlock.fifo_bounded, "{rwlock:?}");
+    assert!(rwlock.writer_wait.p99_ms <= rwlock.wait_bound_ms());
+    let checked = report.mutual_exclusion.grants_checked;
+    assert!(
+        checked >= report.cycles + rwlock.writer_cycles,
+        "{report:#?}"
+    );
+    assert!(report.fairness.grants_min >= 1, "{report:#?}");
+}
+
+#[test]
 fn the_recipe_scenarios_refuse_what_cannot_be_measured() {
     let error = refused(&["election", "--candidates", "1"]);
     assert!(
@@ -74,4 +109,6 @@ fn the_recipe_scenarios_refuse_what_cannot_be_measured() {
     );
     let error = refused(&["barrier", "--rounds", "0"]);
     assert_eq!(error.to_string(), "--rounds must be at least 1");
+    let error = refused(&["rwlock", "--readers", "0"]);
+    assert_eq!(error.to_string(), "--readers must be at least 1");
 }

@@ -129,6 +129,10 @@ pub struct Report {
     /// `barrier`: each round's release and leave.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub barrier: Option<super::barrier::BarrierFigures>,
+    /// `rwlock`: the exclusive baseline, the shared rate and its ratio to it, the writer's
+    /// wait (the readers' figures are the report's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rwlock: Option<super::rwlock::RwLockFigures>,
 }
 
 /// What the key scenarios (`kv-put`, `watch`, `kv-fill`) measured on their own cluster.
@@ -267,6 +271,9 @@ impl Report {
         };
         if let Some(election) = &self.election {
             rows.extend(election.rows());
+        }
+        if let Some(rwlock) = &self.rwlock {
+            rows.extend(rwlock.rows());
         }
         for reclaim in &self.reclaim {
             rows.push(reclaim.row());
