@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, TypeVar
 
 from .errors import Compacted, HivekeeperError
 from .kv import DeleteResult, GetResult, KeyValue, KvBase, Plan, PutResult, TxnResult
 from .kv_cache import CacheState
-from .protocol import WATCH_POLL_OP
 from .watch import WatchBase, WatchClosed, WatchEvent, WatchPage
 
 if TYPE_CHECKING:
@@ -133,12 +132,7 @@ class Watch(WatchBase):
         if self._ended:
             return None
         try:
-            result = await self.agent._call(
-                WATCH_POLL_OP,
-                self.cursor.fields(),
-                self.cursor.patience(self.agent.config),
-                interrupt=self._interrupt,
-            )
+            result = await self.agent._call(*self._poll_request(), interrupt=self._interrupt)
             page = self.cursor.advance(result)
         except WatchClosed:
             self._ended = True

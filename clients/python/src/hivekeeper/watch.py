@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .config import AgentConfig
 from .errors import ConfigError, HivekeeperError, MalformedResponse
@@ -215,6 +215,9 @@ class WatchBase:
         self._closed = False
         #: Set once the iteration ended (closed, or an error was raised).
         self._ended = False
+        #: One poll at a time: two would move one cursor twice (taken by the threaded
+        #: watch's polls; asyncio's run on one loop).
+        self._polling = threading.Lock()
 
     @property
     def revision(self) -> int:
@@ -234,6 +237,10 @@ class WatchBase:
     def _interrupt(self) -> Optional[HivekeeperError]:
         return WatchClosed("the watch is closed") if self._closed else None
 
+    def _poll_request(self) -> Tuple[str, Dict[str, Any], Patience]:
+        """The next poll's op, fields and patience, from where the cursor stands."""
+        return WATCH_POLL_OP, self.cursor.fields(), self.cursor.patience(self.agent.config)
+
 
 class Watch(WatchBase):
     """The changes of a key or prefix, as an iterator of :class:`WatchEvent` (threads).
@@ -248,19 +255,6 @@ class Watch(WatchBase):
 
     #: The agent that polls.
     agent: "Agent"
-
-    def __init__(
-        self,
-        agent: "Agent",
-        key: Optional[str] = None,
-        prefix: Optional[str] = None,
-        after: int = 0,
-        max_events: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-    ) -> None:
-        super().__init__(agent, key, prefix, after, max_events, wait_ms)
-        #: One poll at a time: two would move one cursor twice.
-        self._polling = threading.Lock()
 
     def __repr__(self) -> str:
         what = (
@@ -300,12 +294,7 @@ class Watch(WatchBase):
             if self._ended:
                 raise StopIteration
             try:
-                result = self.agent._call(
-                    WATCH_POLL_OP,
-                    self.cursor.fields(),
-                    self.cursor.patience(self.agent.config),
-                    interrupt=self._interrupt,
-                )
+                result = self.agent._call(*self._poll_request(), interrupt=self._interrupt)
                 page = self.cursor.advance(result)
             except WatchClosed:
                 self._ended = True
