@@ -105,11 +105,7 @@ impl Op {
     /// The checks of the admin ops that take arguments: pages, snapshots and members.
     fn validate_admin(&self) -> Result<(), validate::InvalidField> {
         match self {
-            Op::AdminLeases { after } => {
-                if let Some(after) = after {
-                    validate::name("after", after)?;
-                }
-            }
+            Op::AdminLeases { after: Some(after) } => validate::name("after", after)?,
             Op::AdminResources {
                 prefix,
                 after,
