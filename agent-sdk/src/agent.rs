@@ -354,19 +354,7 @@ impl Agent {
     ) -> Result<Success, AgentError> {
         let op_name = op.name();
         let id = self.inner.ids.next();
-        let payload = Request { id: id.clone(), op }.encode();
-        // The service answers an oversized payload `too_large` without reading its id, so that
-        // answer could not be matched to this request: refuse it here, naming the sizes.
-        if payload.len() > REQUEST_BYTES_MAX {
-            return Err(AgentError::Service {
-                code: ErrorCode::TooLarge,
-                message: format!(
-                    "the {op_name} request is {} bytes, more than the {REQUEST_BYTES_MAX} the \
-                     service accepts; nothing was sent (split it, or send less)",
-                    payload.len()
-                ),
-            });
-        }
+        let payload = encoded(Request { id: id.clone(), op })?;
         let mut reply = PendingReply::register(self.clone(), id, abandon);
         let started = Instant::now();
         let deadline = patience.total.map(|total| started + total);
@@ -466,6 +454,25 @@ impl Agent {
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared
     }
+}
+
+/// The request's payload. The service answers an oversized payload `too_large` without reading
+/// its id, so that answer could not be matched to the request: it is refused here instead,
+/// naming the sizes.
+fn encoded(request: Request) -> Result<Vec<u8>, AgentError> {
+    let payload = request.encode();
+    if payload.len() > REQUEST_BYTES_MAX {
+        return Err(AgentError::Service {
+            code: ErrorCode::TooLarge,
+            message: format!(
+                "the {} request is {} bytes, more than the {REQUEST_BYTES_MAX} the service \
+                 accepts; nothing was sent (split it, or send less)",
+                request.op.name(),
+                payload.len()
+            ),
+        });
+    }
+    Ok(payload)
 }
 
 /// Where a request is in its loop.

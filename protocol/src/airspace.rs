@@ -49,13 +49,13 @@ pub struct QueryVolume {
 impl QueryVolume {
     /// The volume's cylinder.
     pub fn area(&self) -> Area {
-        Area {
-            lat: self.lat,
-            lon: self.lon,
-            radius_m: self.radius_m,
-            alt_min_m: Some(self.alt_min_m),
-            alt_max_m: Some(self.alt_max_m),
-        }
+        Area::banded(
+            self.lat,
+            self.lon,
+            self.radius_m,
+            self.alt_min_m,
+            self.alt_max_m,
+        )
     }
 }
 

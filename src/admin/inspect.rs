@@ -174,91 +174,99 @@ fn inspection_text(inspection: &Inspection) -> String {
         out.push_str(&format!(" ({leaving} leaving)"));
     }
     out.push('\n');
-    if inspection.holders.is_empty() {
-        out.push_str("holders: none\n");
-    } else {
-        let mut headers = vec![
+    let holders = inspection.holders.iter().map(|holder| {
+        let info = &holder.info;
+        let cells = vec![
+            info.agent.clone(),
+            info.lease.clone(),
+            info.token.to_string(),
+            index(info.permits.map(u64::from)),
+            human_ms(holder.held_for_ms),
+            holder.remaining_ms.map_or_else(|| "?".into(), human_ms),
+        ];
+        let window = (info.start_ms, info.end_ms);
+        let shape = shape_text(info.area.as_ref(), window, &info.volumes)
+            + &priority_text(info.priority, info.vacate_by_ms);
+        (cells, shape, info.value.as_deref())
+    });
+    out.push_str(&list_text(
+        inspection.kind,
+        "holders",
+        &[
             "HOLDER",
             "LEASE",
             "TOKEN",
             "PERMITS",
             "HELD_FOR",
             "LEASE_LEFT",
-        ];
-        let with_area = inspection.kind == ResourceKind::Waypoint;
-        if with_area {
-            headers.push("AREA");
-        }
-        let with_value = inspection.kind == ResourceKind::Election;
-        if with_value {
-            headers.push("VALUE");
-        }
-        let mut table = Table::new(&headers);
-        for holder in &inspection.holders {
-            let mut row = vec![
-                holder.info.agent.clone(),
-                holder.info.lease.clone(),
-                holder.info.token.to_string(),
-                index(holder.info.permits.map(u64::from)),
-                human_ms(holder.held_for_ms),
-                holder.remaining_ms.map_or_else(|| "?".into(), human_ms),
-            ];
-            if with_area {
-                let info = &holder.info;
-                let window = (info.start_ms, info.end_ms);
-                let shape = shape_text(info.area.as_ref(), window, &info.volumes);
-                row.push(shape + &priority_text(info.priority, info.vacate_by_ms));
-            }
-            if with_value {
-                row.push(holder.info.value.clone().unwrap_or_default());
-            }
-            table.row(row);
-        }
-        out.push_str(&table.render());
-    }
-    out.push_str(&more(
-        inspection.holders.len(),
+        ],
+        holders.collect(),
         inspection.holders_total,
-        "holders",
     ));
-    if inspection.waiters.is_empty() {
-        out.push_str("waiters: none\n");
+    let waiters = inspection.waiters.iter().map(|waiter| {
+        let info = &waiter.info;
+        let cells = vec![
+            info.position.to_string(),
+            info.agent.clone(),
+            index(info.permits.map(u64::from)),
+            human_ms(waiter.waited_for_ms),
+        ];
+        let window = (info.start_ms, info.end_ms);
+        let shape = shape_text(info.area.as_ref(), window, &info.volumes)
+            + &priority_text(info.priority, None);
+        (cells, shape, info.value.as_deref())
+    });
+    out.push_str(&list_text(
+        inspection.kind,
+        "waiters",
+        &["POSITION", "WAITER", "PERMITS", "WAITED_FOR"],
+        waiters.collect(),
+        inspection.waiters_total,
+    ));
+    out
+}
+
+/// One row of the holders or waiters table: its own cells, a waypoint's shape
+/// ([`shape_text`]) and an election's value.
+type ListRow<'a> = (Vec<String>, String, Option<&'a str>);
+
+/// The holders or the waiters of a resource of `kind`, for people: a table of `headers` and
+/// each row's own cells, then an AREA column for a waypoint and a VALUE column for an
+/// election (`WHAT: none` without rows), and the line under a list cut short.
+fn list_text(
+    kind: ResourceKind,
+    what: &str,
+    headers: &[&str],
+    rows: Vec<ListRow<'_>>,
+    total: Option<u64>,
+) -> String {
+    let shown = rows.len();
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str(&format!("{what}: none\n"));
     } else {
-        let with_area = inspection.kind == ResourceKind::Waypoint;
-        let mut headers = vec!["POSITION", "WAITER", "PERMITS", "WAITED_FOR"];
+        let with_area = kind == ResourceKind::Waypoint;
+        let with_value = kind == ResourceKind::Election;
+        let mut headers = headers.to_vec();
         if with_area {
             headers.push("AREA");
         }
-        let with_value = inspection.kind == ResourceKind::Election;
         if with_value {
             headers.push("VALUE");
         }
         let mut table = Table::new(&headers);
-        for waiter in &inspection.waiters {
-            let mut row = vec![
-                waiter.info.position.to_string(),
-                waiter.info.agent.clone(),
-                index(waiter.info.permits.map(u64::from)),
-                human_ms(waiter.waited_for_ms),
-            ];
+        for (mut cells, shape, value) in rows {
             if with_area {
-                let info = &waiter.info;
-                let window = (info.start_ms, info.end_ms);
-                let shape = shape_text(info.area.as_ref(), window, &info.volumes);
-                row.push(shape + &priority_text(info.priority, None));
+                cells.push(shape);
             }
             if with_value {
-                row.push(waiter.info.value.clone().unwrap_or_default());
+                cells.push(value.unwrap_or_default().to_string());
             }
-            table.row(row);
+            table.row(cells);
         }
         out.push_str(&table.render());
     }
-    out.push_str(&more(
-        inspection.waiters.len(),
-        inspection.waiters_total,
-        "waiters",
-    ));
+    out.push_str(&more(shown, total, what));
     out
 }
 

@@ -33,7 +33,7 @@ use super::watches::{self, PollRequest, Watches};
 use crate::answer::Answer;
 use crate::raft::transport::{AgentWrite, ForwardHandler, ForwardRefused};
 use crate::raft::{self, CatchUp, Origin, RaftHandle};
-use crate::state_machine::{AgentRequest, KvLimits, LeaseId, Limits, Reply};
+use crate::state_machine::{AgentRequest, Command, KvLimits, LeaseId, Limits, Reply};
 
 /// How long `admin.leases` waits for the keeper's deadlines before answering without them.
 const REMAINING_TIMEOUT: Duration = Duration::from_secs(2);
@@ -436,10 +436,10 @@ impl NodeHandle {
         if &current == limits && &current_kv == kv {
             return Ok(());
         }
-        let command = NodeCommand::Configure {
+        let command = NodeCommand::new(Command::Configure {
             limits: limits.clone(),
             kv: (&current_kv != kv).then(|| kv.clone()),
-        };
+        });
         match self.proposer.propose(command).await? {
             Reply::Done => Ok(()),
             other => Err(NodeError::Start {

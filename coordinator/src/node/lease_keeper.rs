@@ -57,7 +57,7 @@ use tokio::time::Instant;
 use super::lessor::{Keepalive, Lessor};
 use super::proposer::{NodeCommand, Proposer};
 use crate::raft::RaftHandle;
-use crate::state_machine::{LeaseId, Reply};
+use crate::state_machine::{Command, LeaseId, Reply};
 use hivekeeper_protocol::Op;
 
 /// Messages of the lease keeper.
@@ -239,9 +239,9 @@ impl KeeperState {
         self.expiring[deadline.slot()] = true;
         let term = self.lessor.term();
         let command = match deadline {
-            Deadline::Wait => NodeCommand::ExpireWaits { term },
-            Deadline::ReservationEnd => NodeCommand::ExpireReservations { term },
-            Deadline::HoldTime => NodeCommand::ExpireHoldTimes { term },
+            Deadline::Wait => NodeCommand::new(Command::ExpireWaits { term }),
+            Deadline::ReservationEnd => NodeCommand::new(Command::ExpireReservations { term }),
+            Deadline::HoldTime => NodeCommand::new(Command::ExpireHoldTimes { term }),
         };
         let (proposer, myself) = (self.proposer.clone(), myself.clone());
         tokio::spawn(async move {
@@ -317,10 +317,10 @@ impl Actor for LeaseKeeper {
                 if overdue.is_empty() {
                     return Ok(());
                 }
-                let command = NodeCommand::ExpireLeases {
+                let command = NodeCommand::new(Command::ExpireLeases {
                     term: state.lessor.term(),
                     leases: overdue.clone(),
-                };
+                });
                 let proposer = state.proposer.clone();
                 tokio::spawn(async move {
                     let ended = match proposer.propose(command).await {

@@ -49,52 +49,27 @@ use super::forward::Forwarder;
 use super::waits::Waits;
 use crate::raft::transport::AgentWrite;
 use crate::raft::{Origin, RaftHandle};
-use crate::state_machine::{Command, KvLimits, LeaseId, Limits, Reply};
+use crate::state_machine::{Command, Reply};
 
-/// A command the node proposes on its own behalf, only while it leads.
+/// A command the node proposes on its own behalf, only while it leads: one of the log's own
+/// commands (an expiry, `Configure`), never an agent's request, which comes as an
+/// [`AgentWrite`] and may be forwarded to the leader.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum NodeCommand {
-    /// The keeper found these leases past their deadline.
-    ExpireLeases {
-        /// The leader's term.
-        term: u64,
-        /// The overdue leases.
-        leases: Vec<LeaseId>,
-    },
-    /// The keeper found a wait deadline passed.
-    ExpireWaits {
-        /// The leader's term.
-        term: u64,
-    },
-    /// The keeper found a reservation's window end passed.
-    ExpireReservations {
-        /// The leader's term.
-        term: u64,
-    },
-    /// The keeper found a max-hold or a lock-delay end passed.
-    ExpireHoldTimes {
-        /// The leader's term.
-        term: u64,
-    },
-    /// The configured limits differ from the replicated ones.
-    Configure {
-        /// The new limits.
-        limits: Limits,
-        /// The key space's new bounds; `None` when the replicated ones are the configured ones.
-        kv: Option<KvLimits>,
-    },
-}
+pub(crate) struct NodeCommand(Command);
 
 impl NodeCommand {
+    /// The node's own `command`.
+    pub(crate) fn new(command: Command) -> Self {
+        debug_assert!(
+            !matches!(command, Command::Request { .. }),
+            "an agent's request reaches the proposer as an AgentWrite"
+        );
+        NodeCommand(command)
+    }
+
     /// The log's command.
     fn into_command(self) -> Command {
-        match self {
-            NodeCommand::ExpireLeases { term, leases } => Command::ExpireLeases { term, leases },
-            NodeCommand::ExpireWaits { term } => Command::ExpireWaits { term },
-            NodeCommand::ExpireReservations { term } => Command::ExpireReservations { term },
-            NodeCommand::ExpireHoldTimes { term } => Command::ExpireHoldTimes { term },
-            NodeCommand::Configure { limits, kv } => Command::Configure { limits, kv },
-        }
+        self.0
     }
 }
 
@@ -497,7 +472,7 @@ mod tests {
     fn queued() -> Queued {
         let (caller, _) = oneshot::channel();
         Queued::Own {
-            command: NodeCommand::ExpireWaits { term: 1 },
+            command: NodeCommand::new(Command::ExpireWaits { term: 1 }),
             caller,
         }
     }

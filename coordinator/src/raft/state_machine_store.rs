@@ -62,6 +62,14 @@ use super::types::{
 use super::writer::{Store, WriteOp};
 use crate::state_machine::{Command, Event, LogMeta, Reply, StateMachine};
 
+/// A panic caught while applying one command, with its message.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct Panicked {
+    /// The panic's message, or a note that it had none.
+    message: String,
+}
+
 /// The agent request a command carries: who asked, and the request's id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
@@ -279,7 +287,7 @@ impl StateMachineStore {
         machine: &mut StateMachine,
         meta: LogMeta,
         command: Command,
-    ) -> Result<Result<(Reply, Vec<Event>), crate::state_machine::Error>, String> {
+    ) -> Result<Result<(Reply, Vec<Event>), crate::state_machine::Error>, Panicked> {
         #[cfg(test)]
         let panics = {
             let agent = self.inner.panic_on_agent.lock().expect("only tests set it");
@@ -292,12 +300,12 @@ impl StateMachineStore {
             }
             machine.apply(meta, command)
         }))
-        .map_err(|payload| {
-            payload
+        .map_err(|payload| Panicked {
+            message: payload
                 .downcast_ref::<&str>()
                 .map(|text| (*text).to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".into())
+                .unwrap_or_else(|| "a panic without a message".into()),
         })
     }
 
@@ -396,7 +404,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                                     }
                                     .apply()
                                 })?,
-                                Err(message) => {
+                                Err(Panicked { message }) => {
                                     let panic = ApplyPanic {
                                         log_id: log_id_text(&log_id),
                                         command_index,

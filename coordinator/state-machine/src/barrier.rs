@@ -54,7 +54,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fifo::Queue;
 use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
-use crate::resource::{Listed, Resource};
+use crate::resource::{Listed, Resource, list_by_name};
 use crate::{
     Ctx, Decision, InvariantViolation, LeaseId, Limits, NameMap, ReleaseReason, Reply, ResourceKey,
     StateMachine, Text,
@@ -433,17 +433,14 @@ impl Resource for NameMap<Barrier> {
     /// Holders: members that have not left; waiters: arrivals and leaves, every request that
     /// waits.
     fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
-        self.iter()
-            .filter(|(name, _)| keep(name))
-            .map(|(name, barrier)| {
-                let rounds = barrier.passed.iter();
-                let staying = rounds
-                    .clone()
-                    .map(|round| round.members.len() - round.leaving.len());
-                let leaving: usize = rounds.map(|round| round.leaving.len()).sum();
-                (&**name, staying.sum(), barrier.arrived() + leaving)
-            })
-            .collect()
+        list_by_name(self, keep, |barrier| {
+            let rounds = barrier.passed.iter();
+            let staying = rounds
+                .clone()
+                .map(|round| round.members.len() - round.leaving.len());
+            let leaving: usize = rounds.map(|round| round.leaving.len()).sum();
+            (staying.sum(), barrier.arrived() + leaving)
+        })
     }
 
     fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use crate::fifo::Queue;
 use crate::grant::{Acquire, Core, Hold, Occupancy, Waiter};
 use crate::kv::KvError;
-use crate::resource::{Listed, Resource};
+use crate::resource::{Listed, Resource, list_by_name};
 use crate::{
     Ctx, Decision, InvariantViolation, LeaseId, Limits, NameMap, Reply, ResourceKey, StateMachine,
     Text, snapshot,
@@ -446,14 +446,10 @@ impl Resource for Elections {
     }
 
     fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
-        self.by_name
-            .iter()
-            .filter(|(name, _)| keep(name))
-            .map(|(name, election)| {
-                let leaders = usize::from(election.leader.is_some());
-                (&**name, leaders, election.candidates.len())
-            })
-            .collect()
+        list_by_name(&self.by_name, keep, |election| {
+            let leaders = usize::from(election.leader.is_some());
+            (leaders, election.candidates.len())
+        })
     }
 
     fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {

@@ -203,7 +203,8 @@ pub use resource::ResourceKey;
 pub use resources::ResourceQuery;
 pub use waiting::WaiterCounts;
 pub use waypoint::{
-    EARTH_RADIUS_M, M_PER_DEG, PREEMPT_CHAIN_MAX, Window, areas_conflict, bands_overlap, distance_m,
+    EARTH_RADIUS_M, M_PER_DEG, PREEMPT_CHAIN_MAX, Window, WindowRefused, areas_conflict,
+    bands_overlap, distance_m,
 };
 
 use machine::Ctx;

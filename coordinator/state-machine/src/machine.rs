@@ -336,41 +336,12 @@ impl StateMachine {
             Op::SemRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Sem, agent, &name, &lease)
             }
-            ref reserve @ Op::WaypointReserve {
-                ref name,
-                ref lease,
-                wait_ms,
-                start_ms,
-                end_ms,
-                priority,
-                ..
-            } => {
-                let area = reserve
-                    .area()
-                    .expect("validated by `request`: the geometry is well formed");
-                let acquire = Acquire::new(agent, id, lease, wait_ms);
-                let asked = AskedWindow { start_ms, end_ms };
-                self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
+            op @ (Op::WaypointReserve { .. } | Op::RouteReserve { .. } | Op::RouteAmend { .. }) => {
+                self.reservation_apply(ctx, agent, id, op)
             }
             Op::WaypointRelease { name, lease } | Op::RouteRelease { name, lease } => {
                 self.release(ctx, ResourceKind::Waypoint, agent, &name, &lease)
             }
-            Op::RouteReserve {
-                name,
-                lease,
-                volumes,
-                wait_ms,
-                priority,
-            } => {
-                let acquire = Acquire::new(agent, id, &lease, wait_ms);
-                self.route_reserve(ctx, acquire, &name, volumes, priority)
-            }
-            Op::RouteAmend {
-                name,
-                lease,
-                volumes,
-                priority,
-            } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
             // The operator's role is checked by the node before the log, like admin.revoke.
             Op::AdminAgentAdd {
                 name,
@@ -407,6 +378,49 @@ impl StateMachine {
             other => Err(Reply::refused(
                 ErrorCode::BadRequest,
                 format!("{} is not a write: the log never carries it", other.name()),
+            )),
+        }
+    }
+
+    /// `waypoint.reserve`, `route.reserve` and `route.amend`: the request, its geometry read
+    /// and its window's ends as asked, to the waypoints.
+    fn reservation_apply(&mut self, ctx: &mut Ctx, agent: &Text, id: &str, op: Op) -> Decision {
+        match op {
+            ref reserve @ Op::WaypointReserve {
+                ref name,
+                ref lease,
+                wait_ms,
+                start_ms,
+                end_ms,
+                priority,
+                ..
+            } => {
+                let area = reserve
+                    .area()
+                    .expect("validated by `request`: the geometry is well formed");
+                let acquire = Acquire::new(agent, id, lease, wait_ms);
+                let asked = AskedWindow { start_ms, end_ms };
+                self.waypoint_reserve(ctx, acquire, name, area, asked, priority)
+            }
+            Op::RouteReserve {
+                name,
+                lease,
+                volumes,
+                wait_ms,
+                priority,
+            } => {
+                let acquire = Acquire::new(agent, id, &lease, wait_ms);
+                self.route_reserve(ctx, acquire, &name, volumes, priority)
+            }
+            Op::RouteAmend {
+                name,
+                lease,
+                volumes,
+                priority,
+            } => self.route_amend(ctx, agent, &name, &lease, volumes, priority),
+            other => Err(Reply::refused(
+                ErrorCode::BadRequest,
+                format!("{} is not a waypoint or route reservation", other.name()),
             )),
         }
     }

@@ -22,7 +22,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::grant::{Core, Hold, Occupancy, Waiter};
 use crate::{
-    Ctx, Decision, InvariantViolation, LeaseId, Limits, ReleaseReason, Reply, StateMachine, Text,
+    Ctx, Decision, InvariantViolation, LeaseId, Limits, NameMap, ReleaseReason, Reply,
+    StateMachine, Text,
 };
 
 /// A resource: its kind and name. Written `kind:name` where it must be a string (JSON map keys);
@@ -74,6 +75,23 @@ impl<'de> Deserialize<'de> for ResourceKey {
 
 /// One resource in a listing: its name, how many hold it and how many wait for it.
 pub type Listed<'a> = (&'a str, usize, usize);
+
+/// [`Resource::list`] of a kind kept by name: every resource whose name `keep` accepts, with
+/// the holder and waiter counts `counts` reads off its state.
+pub(crate) fn list_by_name<'a, V>(
+    resources: &'a NameMap<V>,
+    keep: &dyn Fn(&str) -> bool,
+    counts: impl Fn(&V) -> (usize, usize),
+) -> Vec<Listed<'a>> {
+    resources
+        .iter()
+        .filter(|(name, _)| keep(name))
+        .map(|(name, resource)| {
+            let (holders, waiters) = counts(resource);
+            (&**name, holders, waiters)
+        })
+        .collect()
+}
 
 /// What the machine does to the resources of one kind, whatever the kind.
 pub trait Resource {

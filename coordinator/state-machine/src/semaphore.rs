@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::ResourceKey;
 use crate::fifo::{self, Queue};
 use crate::grant::{Acquire, Claim, Core, Hold, Occupancy, Waiter};
-use crate::resource::{Listed, Resource};
+use crate::resource::{Listed, Resource, list_by_name};
 use crate::{Ctx, Decision, LeaseId, Limits, NameMap, Reply, StateMachine, Text};
 
 /// One semaphore in use.
@@ -239,10 +239,7 @@ impl Resource for NameMap<Semaphore> {
     }
 
     fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
-        self.iter()
-            .filter(|(name, _)| keep(name))
-            .map(|(name, sem)| (&**name, sem.holders.len(), sem.waiters.len()))
-            .collect()
+        list_by_name(self, keep, |sem| (sem.holders.len(), sem.waiters.len()))
     }
 
     fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {

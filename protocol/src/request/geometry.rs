@@ -27,13 +27,13 @@ pub struct Volume {
 impl Volume {
     /// The volume's cylinder.
     pub fn area(&self) -> Area {
-        Area {
-            lat: self.lat,
-            lon: self.lon,
-            radius_m: self.radius_m,
-            alt_min_m: Some(self.alt_min_m),
-            alt_max_m: Some(self.alt_max_m),
-        }
+        Area::banded(
+            self.lat,
+            self.lon,
+            self.radius_m,
+            self.alt_min_m,
+            self.alt_max_m,
+        )
     }
 }
 
@@ -50,4 +50,17 @@ pub struct Area {
     pub alt_min_m: Option<f64>,
     /// Top of the altitude band, metres; `None` when unbounded above.
     pub alt_max_m: Option<f64>,
+}
+
+impl Area {
+    /// A cylinder bounded below and above: a volume's, whose band always has both ends.
+    pub fn banded(lat: f64, lon: f64, radius_m: f64, alt_min_m: f64, alt_max_m: f64) -> Area {
+        Area {
+            lat,
+            lon,
+            radius_m,
+            alt_min_m: Some(alt_min_m),
+            alt_max_m: Some(alt_max_m),
+        }
+    }
 }

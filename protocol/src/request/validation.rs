@@ -20,35 +20,11 @@ impl Op {
             | Op::LeaseRevoke { .. }
             | Op::AdminStatus {}
             | Op::AdminRevoke { .. } => {}
-            Op::AdminLeases { after } => {
-                if let Some(after) = after {
-                    validate::name("after", after)?;
-                }
-            }
-            Op::AdminResources {
-                prefix,
-                after,
-                limit,
-                ..
-            } => validate::resource_page(prefix.as_deref(), after.as_deref(), *limit)?,
-            Op::AdminSnapshot {
-                index,
-                offset,
-                page_bytes_max,
-            } => validate::snapshot_page(*index, *offset, *page_bytes_max)?,
-            Op::AdminMemberAdd {
-                name,
-                addr,
-                catch_up_timeout_ms,
-                ..
-            } => {
-                validate::member_name(name)?;
-                validate::member_addr(addr)?;
-                if let Some(timeout_ms) = catch_up_timeout_ms {
-                    validate::catch_up_timeout_ms(*timeout_ms)?;
-                }
-            }
-            Op::AdminMemberRemove { name } => validate::member_name(name)?,
+            Op::AdminLeases { .. }
+            | Op::AdminResources { .. }
+            | Op::AdminSnapshot { .. }
+            | Op::AdminMemberAdd { .. }
+            | Op::AdminMemberRemove { .. } => self.validate_admin()?,
             Op::AdminAgentAdd { .. }
             | Op::AdminAgentRemove { .. }
             | Op::AdminAgentRotate { .. }
@@ -124,6 +100,39 @@ impl Op {
             validate::lock_delay_ms(*lock_delay_ms)?;
         }
         validate::max_hold_ms(self.max_hold_ms())
+    }
+
+    /// The checks of the admin ops that take arguments: pages, snapshots and members.
+    fn validate_admin(&self) -> Result<(), validate::InvalidField> {
+        match self {
+            Op::AdminLeases { after: Some(after) } => validate::name("after", after)?,
+            Op::AdminResources {
+                prefix,
+                after,
+                limit,
+                ..
+            } => validate::resource_page(prefix.as_deref(), after.as_deref(), *limit)?,
+            Op::AdminSnapshot {
+                index,
+                offset,
+                page_bytes_max,
+            } => validate::snapshot_page(*index, *offset, *page_bytes_max)?,
+            Op::AdminMemberAdd {
+                name,
+                addr,
+                catch_up_timeout_ms,
+                ..
+            } => {
+                validate::member_name(name)?;
+                validate::member_addr(addr)?;
+                if let Some(timeout_ms) = catch_up_timeout_ms {
+                    validate::catch_up_timeout_ms(*timeout_ms)?;
+                }
+            }
+            Op::AdminMemberRemove { name } => validate::member_name(name)?,
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The checks of the account ops (`admin.agent.*`): names and key permissions.

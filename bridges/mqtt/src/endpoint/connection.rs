@@ -27,10 +27,9 @@ use tracing::debug;
 
 use super::Shared;
 use super::codec::{
-    self, Connect, DecodeError, DisconnectReason, EncodeError, Incoming, Outgoing, Qos, Refusal,
-    Version,
+    self, Connect, DecodeError, DisconnectReason, EncodeError, Incoming, Outgoing, Qos, Version,
 };
-use super::credentials::{self, Credentials};
+use super::handshake::{ConnectFailure, connect_refusal, read_connect, refuse_connect};
 use super::queue::OutMessage;
 use super::registry::{Client, NOT_SUBSCRIBED};
 use crate::reply_route::ReplyRoute;
@@ -48,7 +47,7 @@ use crate::transport_metrics::{
 /// Write buffer size past which the drain stops to write before taking more.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Time bound of the last words (a 5.0 DISCONNECT, the final flush) on a closing connection.
-const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+pub(super) const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a revoked connection waits, after its last words, for the client to answer them
 /// (the PUBACK of its `lease.revoked` notice) before the socket closes: a client that reads
 /// the close together with the notice may drop the notice (rumqttc does).
@@ -228,34 +227,6 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     say_last_words(&mut stream, &mut session, version, end).await;
 }
 
-/// Why a CONNECT is refused, if it is: a client id that is not a valid agent id, an endpoint
-/// shutting down, or credentials the authenticator does not accept (checked in that order,
-/// so the cheap refusals never reach the authenticator).
-async fn connect_refusal(
-    shared: &Shared,
-    connect: &Connect,
-    stop: &watch::Receiver<bool>,
-    certificate_cn: Option<&str>,
-) -> Option<Refusal> {
-    if hivekeeper_protocol::validate::agent_id(&connect.client_id).is_err() {
-        Some(Refusal::BadClientId)
-    } else if *stop.borrow() {
-        Some(Refusal::Unavailable)
-    } else {
-        credentials::check(
-            shared.authenticator.as_deref(),
-            Credentials {
-                agent: &connect.client_id,
-                username: connect.username.as_deref(),
-                password: connect.password.as_deref(),
-                certificate_cn,
-            },
-        )
-        .await
-        .err()
-    }
-}
-
 /// Closes an ended session's socket after its last words: the queued messages on shutdown or
 /// revocation (a removed agent's `lease.revoked` notices), and a 5.0 DISCONNECT with the
 /// reason. A revoked connection then lingers for the client's answer before the close.
@@ -282,53 +253,6 @@ async fn say_last_words<S: AsyncRead + AsyncWrite + Unpin>(
         let _ = tokio::time::timeout(REVOKED_LINGER, stream.read(&mut answer)).await;
     }
     let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.shutdown()).await;
-}
-
-/// Why no CONNECT was read.
-enum ConnectFailure {
-    /// The socket closed (or failed) before a whole CONNECT arrived.
-    Closed,
-    /// The first packet was not a usable CONNECT.
-    Decode(DecodeError),
-}
-
-async fn read_connect<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    rbuf: &mut BytesMut,
-    packet_bytes_max: usize,
-) -> Result<Connect, ConnectFailure> {
-    loop {
-        match codec::decode_connect(rbuf, packet_bytes_max) {
-            Ok(Some(connect)) => return Ok(connect),
-            Ok(None) => {}
-            Err(error) => return Err(ConnectFailure::Decode(error)),
-        }
-        match stream.read_buf(rbuf).await {
-            Ok(0) | Err(_) => return Err(ConnectFailure::Closed),
-            Ok(_) => {}
-        }
-    }
-}
-
-/// Counts a bad first packet and, for an unsupported protocol, answers with the CONNACK the
-/// spec asks for (3.1.1 §3.1.2.2: return code 0x01) before closing.
-async fn refuse_connect<S: AsyncWrite + Unpin>(stream: &mut S, error: DecodeError) {
-    match error {
-        DecodeError::UnsupportedProtocol => {
-            counter!(ENDPOINT_CONNECTS_REFUSED_TOTAL).increment(1);
-            let mut out = BytesMut::new();
-            // 3.1.1 encoding: a client of another version reads its first bytes the same way.
-            let refused = Outgoing::ConnRefused(Refusal::UnsupportedProtocol);
-            if codec::encode(Version::V311, refused, &mut out, None).is_ok() {
-                let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
-            }
-        }
-        DecodeError::TooLarge { .. } => counter!(ENDPOINT_PACKETS_TOO_LARGE_TOTAL).increment(1),
-        DecodeError::NotConnect => counter!(ENDPOINT_PROTOCOL_ERRORS_TOTAL).increment(1),
-        DecodeError::Malformed(_) | DecodeError::BareDisconnect => {
-            counter!(ENDPOINT_MALFORMED_PACKETS_TOTAL).increment(1);
-        }
-    }
 }
 
 /// A connected agent's state, owned by its task.

@@ -39,6 +39,7 @@
 //! # Layout
 //! - `codec`: rumqttc's 3.1.1 and 5.0 codecs behind the few packets a server reads and writes.
 //! - `connection`: one connection's task.
+//! - `handshake`: a new connection's CONNECT: read, refused or accepted.
 //! - `registry`: client id → connection, takeover.
 //! - `queue`: the per-connection outbound queue and its slow-consumer policy.
 //! - `limits`: the connect-rate token bucket.
@@ -49,6 +50,7 @@
 mod codec;
 mod connection;
 mod credentials;
+mod handshake;
 
 pub use credentials::{AuthRefused, Authenticator};
 mod limits;

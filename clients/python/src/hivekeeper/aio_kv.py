@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, TypeVar
 
 from .errors import Compacted, HivekeeperError
 from .kv import DeleteResult, GetResult, KeyValue, KvBase, Plan, PutResult, TxnResult
 from .kv_cache import CacheState
-from .protocol import WATCH_POLL_OP
-from .watch import WatchClosed, WatchCursor, WatchEvent, WatchPage
+from .watch import WatchBase, WatchClosed, WatchEvent, WatchPage
 
 if TYPE_CHECKING:
     from .aio import Agent
@@ -100,42 +99,13 @@ class Kv(KvBase):
         return parse(await self.agent.request(op, **fields))
 
 
-class Watch:
+class Watch(WatchBase):
     """The changes of a key or prefix as an async iterator; see :class:`hivekeeper.Watch`
     (the same cursor, retries and ending). Cancelling the task that iterates ends the pending
     poll's wait; :meth:`close` ends it from anywhere."""
 
-    def __init__(
-        self,
-        agent: Agent,
-        key: Optional[str],
-        prefix: Optional[str],
-        after: int,
-        max_events: Optional[int],
-        wait_ms: Optional[int],
-    ) -> None:
-        #: The agent that polls.
-        self.agent = agent
-        #: The cursor and what is watched.
-        self.cursor = WatchCursor(key, prefix, after, max_events, wait_ms)
-        #: Events of the last answer not yet handed out.
-        self._buffer: List[WatchEvent] = []
-        #: Set by :meth:`close`; read under the agent's condition by the pending poll.
-        self._closed = False
-        #: Set once the iteration ended.
-        self._ended = False
-
-    @property
-    def revision(self) -> int:
-        """The cursor; see :attr:`hivekeeper.Watch.revision`."""
-        return self._buffer[0].revision - 1 if self._buffer else self.cursor.after
-
-    def close(self) -> None:
-        """Ends the watch; a pending poll stops waiting. Idempotent, any thread."""
-        shared = self.agent._shared
-        with shared.cond:
-            self._closed = True
-            shared.notify()
+    #: The agent that polls.
+    agent: "Agent"
 
     async def __aenter__(self) -> "Watch":
         return self
@@ -162,12 +132,7 @@ class Watch:
         if self._ended:
             return None
         try:
-            result = await self.agent._call(
-                WATCH_POLL_OP,
-                self.cursor.fields(),
-                self.cursor.patience(self.agent.config),
-                interrupt=self._interrupt,
-            )
+            result = await self.agent._call(*self._poll_request(), interrupt=self._interrupt)
             page = self.cursor.advance(result)
         except WatchClosed:
             self._ended = True
@@ -178,9 +143,6 @@ class Watch:
             self._ended = True
             raise
         return page
-
-    def _interrupt(self) -> Optional[HivekeeperError]:
-        return WatchClosed("the watch is closed") if self._closed else None
 
 
 class KvCache:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .config import AgentConfig
 from .errors import ConfigError, HivekeeperError, MalformedResponse
@@ -33,7 +33,7 @@ from .protocol import WATCH_POLL_OP, WATCH_POLL_WAIT_MS_DEFAULT
 from .request_loop import Patience
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from .agent import Agent, AgentBase
 
 #: The most events one poll may ask for (PROTOCOL.md).
 MAX_EVENTS_MAX = 1000
@@ -189,7 +189,60 @@ class WatchCursor:
         return WatchPage(events, next_rev, progress)
 
 
-class Watch:
+class WatchBase:
+    """What the threaded :class:`Watch` and ``hivekeeper.aio.Watch`` share: the agent, the
+    cursor, the events polled but not yet handed out, and closing. Each polls and iterates its
+    own way."""
+
+    #: The agent that polls.
+    agent: "AgentBase"
+
+    def __init__(
+        self,
+        agent: "AgentBase",
+        key: Optional[str] = None,
+        prefix: Optional[str] = None,
+        after: int = 0,
+        max_events: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+    ) -> None:
+        self.agent = agent
+        #: The cursor and what is watched.
+        self.cursor = WatchCursor(key, prefix, after, max_events, wait_ms)
+        #: Events of the last answer not yet handed out.
+        self._buffer: List[WatchEvent] = []
+        #: Set by :meth:`close`; read under the agent's condition by the pending poll.
+        self._closed = False
+        #: Set once the iteration ended (closed, or an error was raised).
+        self._ended = False
+        #: One poll at a time: two would move one cursor twice (taken by the threaded
+        #: watch's polls; asyncio's run on one loop).
+        self._polling = threading.Lock()
+
+    @property
+    def revision(self) -> int:
+        """The cursor: every change after it is still to come (events already handed out and
+        bookmarks included). ``kv.watch(..., after=w.revision)`` resumes this watch.
+        Events polled but not yet handed out by ``next()`` are after it too."""
+        return self._buffer[0].revision - 1 if self._buffer else self.cursor.after
+
+    def close(self) -> None:
+        """Ends the watch: a pending poll stops waiting at once, and events polled but not
+        yet handed out stay after :attr:`revision`. Idempotent, any thread."""
+        shared = self.agent._shared
+        with shared.cond:
+            self._closed = True
+            shared.notify()
+
+    def _interrupt(self) -> Optional[HivekeeperError]:
+        return WatchClosed("the watch is closed") if self._closed else None
+
+    def _poll_request(self) -> Tuple[str, Dict[str, Any], Patience]:
+        """The next poll's op, fields and patience, from where the cursor stands."""
+        return WATCH_POLL_OP, self.cursor.fields(), self.cursor.patience(self.agent.config)
+
+
+class Watch(WatchBase):
     """The changes of a key or prefix, as an iterator of :class:`WatchEvent` (threads).
 
     Made by ``kv.watch(prefix=... | key=..., after=rev)``. Each ``next()`` long-polls as
@@ -200,34 +253,8 @@ class Watch:
     iteration ends: re-read with ``kv.get`` and watch from its ``revision``.
     """
 
-    def __init__(
-        self,
-        agent: "Agent",
-        key: Optional[str] = None,
-        prefix: Optional[str] = None,
-        after: int = 0,
-        max_events: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-    ) -> None:
-        #: The agent that polls.
-        self.agent = agent
-        #: The cursor and what is watched.
-        self.cursor = WatchCursor(key, prefix, after, max_events, wait_ms)
-        #: Events of the last answer not yet handed out.
-        self._buffer: List[WatchEvent] = []
-        #: Set by :meth:`close`; read under the agent's condition by the pending poll.
-        self._closed = False
-        #: Set once the iteration ended (closed, or an error was raised).
-        self._ended = False
-        #: One poll at a time: two would move one cursor twice.
-        self._polling = threading.Lock()
-
-    @property
-    def revision(self) -> int:
-        """The cursor: every change after it is still to come (events already handed out and
-        bookmarks included). ``kv.watch(..., after=w.revision)`` resumes this watch.
-        Events polled but not yet handed out by ``next()`` are after it too."""
-        return self._buffer[0].revision - 1 if self._buffer else self.cursor.after
+    #: The agent that polls.
+    agent: "Agent"
 
     def __repr__(self) -> str:
         what = (
@@ -242,14 +269,6 @@ class Watch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def close(self) -> None:
-        """Ends the watch: a pending poll stops waiting at once, and events polled but not
-        yet handed out stay after :attr:`revision`. Idempotent, any thread."""
-        shared = self.agent._shared
-        with shared.cond:
-            self._closed = True
-            shared.notify()
 
     def __iter__(self) -> Iterator[WatchEvent]:
         return self
@@ -275,12 +294,7 @@ class Watch:
             if self._ended:
                 raise StopIteration
             try:
-                result = self.agent._call(
-                    WATCH_POLL_OP,
-                    self.cursor.fields(),
-                    self.cursor.patience(self.agent.config),
-                    interrupt=self._interrupt,
-                )
+                result = self.agent._call(*self._poll_request(), interrupt=self._interrupt)
                 page = self.cursor.advance(result)
             except WatchClosed:
                 self._ended = True
@@ -289,6 +303,3 @@ class Watch:
                 self._ended = True
                 raise
             return page
-
-    def _interrupt(self) -> Optional[HivekeeperError]:
-        return WatchClosed("the watch is closed") if self._closed else None

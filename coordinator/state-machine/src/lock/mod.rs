@@ -64,7 +64,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fifo::Queue;
 use crate::grant::{Core, Hold, Occupancy, Waiter};
-use crate::resource::{Listed, Resource};
+use crate::resource::{Listed, Resource, list_by_name};
 use crate::{
     Ctx, InvariantViolation, LeaseId, Limits, NameMap, ReleaseReason, Reply, ResourceKey, Text,
 };
@@ -231,10 +231,7 @@ impl Resource for NameMap<Lock> {
     }
 
     fn list<'a>(&'a self, keep: &dyn Fn(&str) -> bool) -> Vec<Listed<'a>> {
-        self.iter()
-            .filter(|(name, _)| keep(name))
-            .map(|(name, lock)| (&**name, lock.holder_count(), lock.waiters.len()))
-            .collect()
+        list_by_name(self, keep, |lock| (lock.holder_count(), lock.waiters.len()))
     }
 
     fn check_invariants(&self, occupancy: &mut Occupancy) -> Result<(), InvariantViolation> {

@@ -68,7 +68,7 @@ use crate::resource::{Listed, Resource};
 use crate::{Ctx, InvariantViolation, LeaseId, Limits, Reply, Text};
 use index::Index;
 pub(crate) use window::AskedWindow;
-pub use window::Window;
+pub use window::{Window, WindowRefused};
 
 pub use geo::{EARTH_RADIUS_M, M_PER_DEG, areas_conflict, bands_overlap, distance_m};
 pub use preempt::PREEMPT_CHAIN_MAX;

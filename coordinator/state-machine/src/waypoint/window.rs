@@ -40,43 +40,83 @@ pub struct Window {
     pub end_ms: Option<u64>,
 }
 
+/// Why a window a request asks for cannot be reserved; its text is the `bad_request`
+/// message, naming the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WindowRefused {
+    /// The window ended at or before the entry's time.
+    #[error(
+        "the window is in the past: `end_ms` ({end_ms}) is not after the entry's time ({now_ms})"
+    )]
+    Past {
+        /// The asked end.
+        end_ms: u64,
+        /// The entry's time.
+        now_ms: u64,
+    },
+    /// The window is longer than `reservation_window_ms_max`.
+    #[error("the window is {length_ms} ms long, more than reservation_window_ms_max ({max_ms})")]
+    TooLong {
+        /// The window's length.
+        length_ms: u64,
+        /// `reservation_window_ms_max`.
+        max_ms: u64,
+    },
+    /// The window starts further ahead than `reservation_horizon_ms_max`.
+    #[error(
+        "`start_ms` ({start_ms}) is {ahead_ms} ms ahead of the entry's time ({now_ms}), beyond \
+         reservation_horizon_ms_max ({max_ms})"
+    )]
+    BeyondHorizon {
+        /// The window's start.
+        start_ms: u64,
+        /// How far the start is ahead of the entry's time.
+        ahead_ms: u64,
+        /// The entry's time.
+        now_ms: u64,
+        /// `reservation_horizon_ms_max`.
+        max_ms: u64,
+    },
+}
+
 impl Window {
     /// The window a `waypoint.reserve` asks for, checked against the entry's time `now_ms`
-    /// and the replicated limits: `Ok(None)` when it gives neither end, and the `bad_request`
-    /// text (naming the bound) when the window ended already, starts beyond the horizon or is
-    /// longer than allowed. The empty window is the wire's check (`validate::window`).
+    /// and the replicated limits: `Ok(None)` when it gives neither end, and why not when the
+    /// window ended already, starts beyond the horizon or is longer than allowed. The empty
+    /// window is the wire's check (`validate::window`).
     pub fn resolve(
         start_ms: Option<u64>,
         end_ms: Option<u64>,
         now_ms: u64,
         limits: &Limits,
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, WindowRefused> {
         if start_ms.is_none() && end_ms.is_none() {
             return Ok(None);
         }
         let start = start_ms.unwrap_or(now_ms);
         if let Some(end) = end_ms {
             if end <= now_ms {
-                return Err(format!(
-                    "the window is in the past: `end_ms` ({end}) is not after the entry's time \
-                     ({now_ms})"
-                ));
+                return Err(WindowRefused::Past {
+                    end_ms: end,
+                    now_ms,
+                });
             }
             let length_ms = end.saturating_sub(start);
             if length_ms > limits.reservation_window_ms_max {
-                return Err(format!(
-                    "the window is {length_ms} ms long, more than reservation_window_ms_max ({})",
-                    limits.reservation_window_ms_max
-                ));
+                return Err(WindowRefused::TooLong {
+                    length_ms,
+                    max_ms: limits.reservation_window_ms_max,
+                });
             }
         }
         let ahead_ms = start.saturating_sub(now_ms);
         if ahead_ms > limits.reservation_horizon_ms_max {
-            return Err(format!(
-                "`start_ms` ({start}) is {ahead_ms} ms ahead of the entry's time ({now_ms}), beyond \
-                 reservation_horizon_ms_max ({})",
-                limits.reservation_horizon_ms_max
-            ));
+            return Err(WindowRefused::BeyondHorizon {
+                start_ms: start,
+                ahead_ms,
+                now_ms,
+                max_ms: limits.reservation_horizon_ms_max,
+            });
         }
         Ok(Some(Window {
             start_ms: start,
