@@ -33,7 +33,7 @@ pub struct BarrierArgs {
     leave: bool,
     /// The TTL of the lease the membership is bound to, ms: a member that dies is out of the
     /// barrier at most this long after.
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    #[arg(long, value_name = "MS", default_value_t = super::SESSION_TTL_MS)]
     ttl_ms: u64,
     /// A command to run once the round is full, with HIVEKEEPER_BARRIER_GENERATION set; then
     /// leave and wait for every member, and exit with the command's status.

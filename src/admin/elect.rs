@@ -37,7 +37,7 @@ pub struct ElectArgs {
     #[arg(
         long,
         value_name = "MS",
-        default_value_t = 10_000,
+        default_value_t = super::SESSION_TTL_MS,
         conflicts_with = "listen"
     )]
     ttl_ms: u64,

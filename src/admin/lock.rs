@@ -53,7 +53,7 @@ pub struct LockArgs {
     lock_delay_ms: u64,
     /// The TTL of the lease the lock is bound to, ms: if this process dies without releasing,
     /// the next waiter is granted at most this long after (plus any --lock-delay-ms).
-    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    #[arg(long, value_name = "MS", default_value_t = super::SESSION_TTL_MS)]
     ttl_ms: u64,
     /// A command to run while holding the lock, with HIVEKEEPER_LOCK_NAME and
     /// HIVEKEEPER_LOCK_TOKEN (the fencing token) set; the lock is released when it exits, and

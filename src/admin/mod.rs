@@ -55,6 +55,10 @@ use hivekeeper_agent::{
 };
 use hivekeeper_client_flags::Login;
 
+/// The default TTL, ms, of the lease a session-holding command (`elect`, `lock`, `barrier`)
+/// binds its hold to: how long after this process dies its hold can outlive it.
+const SESSION_TTL_MS: u64 = 10_000;
+
 pub use agent::{AgentArgs, agent};
 pub use barrier::{BarrierArgs, barrier};
 pub use elect::{ElectArgs, elect};
