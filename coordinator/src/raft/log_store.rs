@@ -4,7 +4,9 @@
 //! ```text
 //!  append ─▶ Store::submit (returns at once) ─▶ writer: SegmentLog::write, sync ─▶ IOFlushed
 //!                 │ rows kept in the tail until durable
-//!  try_get_log_entries ─▶ tail rows (not yet durable) over SegmentLog::read (durable),
+//!        └─ the entries themselves kept decoded in RecentEntries (the last 1,024)
+//!  try_get_log_entries ─▶ RecentEntries when it holds the whole range, else
+//!                         tail rows (not yet durable) over SegmentLog::read (durable),
 //!                         clamped above the last purged index
 //!  read_vote ─▶ the last vote submitted, else redb's
 //!  get_log_state ─▶ after the writer caught up: the log's last entry, the purged id
@@ -41,6 +43,7 @@ use openraft::{OptionalSend, RaftLogReader};
 
 use super::database::{KEY_VOTE, META, get_json, to_json};
 use super::error::StoreError;
+use super::recent_entries::RecentEntries;
 use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 use super::writer::{Completion, Store, WriteOp};
 
@@ -49,6 +52,9 @@ use super::writer::{Completion, Store, WriteOp};
 pub struct LogStore {
     /// The data file and its writer, shared with the state-machine store.
     store: Arc<Store>,
+    /// The last entries appended, decoded, so replication and the apply need not parse their
+    /// rows again.
+    recent: Arc<RecentEntries>,
 }
 
 /// A summary of the log on disk, for status pages and tests.
@@ -64,7 +70,10 @@ pub struct LogStatus {
 
 impl LogStore {
     pub(crate) fn new(store: Arc<Store>) -> Self {
-        LogStore { store }
+        LogStore {
+            store,
+            recent: Arc::default(),
+        }
     }
 
     /// Reads the log's bounds after every submitted write has landed: the last purged id, the
@@ -114,6 +123,9 @@ impl LogStore {
         if range_is_empty(&range) {
             return Ok(Vec::new());
         }
+        if let Some(entries) = self.recent_under(range) {
+            return Ok(entries);
+        }
         if let Some(tail) = self.store.tail_rows(range)
             && let Some(entries) = self.file_under(range, tail)?
         {
@@ -125,6 +137,23 @@ impl LogStore {
                 what: "log",
                 reason: "entries missing inside the range read (a hole in the log)".into(),
             })
+    }
+
+    /// The entries in `range` above the last purged index from [`RecentEntries`], if it holds
+    /// every one. An open-ended range goes to the log, which knows where it ends.
+    fn recent_under(&self, range: (Bound<u64>, Bound<u64>)) -> Option<Vec<Entry>> {
+        let start = first_unpurged(self.store.last_purged());
+        let from = match range.0 {
+            Bound::Included(from) => from.max(start),
+            Bound::Excluded(from) => from.checked_add(1)?.max(start),
+            Bound::Unbounded => start,
+        };
+        let last = match range.1 {
+            Bound::Included(last) => last,
+            Bound::Excluded(end) => end.checked_sub(1)?,
+            Bound::Unbounded => return None,
+        };
+        self.recent.get(from, last)
     }
 
     /// The log's entries in `range` above the last purged index, with `tail`'s rows over
@@ -280,6 +309,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut rows = Vec::new();
+        let mut appended = Vec::new();
         for entry in entries {
             let row = serde_json::to_vec(&entry).map_err(|error| {
                 StoreError::Decode {
@@ -289,17 +319,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .write_logs()
             })?;
             rows.push((entry.log_id.index, Arc::from(row)));
+            appended.push(entry);
         }
         if rows.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
+        self.recent.appended(appended);
         self.store
             .submit(WriteOp::Append { rows }, Completion::Flushed(callback))
             .map_err(StoreError::write_logs)
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), StorageError> {
+        self.recent
+            .forget_after(last_log_id.map(|log_id| log_id.index));
         self.store
             .write(WriteOp::Truncate {
                 since: last_log_id.map_or(0, |log_id| log_id.index.saturating_add(1)),
@@ -309,6 +343,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.recent.forget_upto(log_id.index);
         self.store
             .write(WriteOp::Purge { upto: log_id })
             .await

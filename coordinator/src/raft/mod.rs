@@ -77,6 +77,7 @@ pub mod metrics;
 mod network;
 mod quorum;
 mod read_index;
+mod recent_entries;
 mod seed;
 mod state_machine_store;
 mod status;
