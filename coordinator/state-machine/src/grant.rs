@@ -32,7 +32,7 @@ use crate::lease::{Lease, LeaseId};
 use crate::max_hold::HoldEnds;
 use crate::quota::Usage;
 use crate::wait_deadline::WaitDeadlines;
-use crate::waiting::{PendingWaits, Wait};
+use crate::waiting::{PendingWaits, Wait, WaiterCounts};
 use crate::{Ctx, Event, InvariantViolation, NameMap, ReleaseReason, Reply, ResourceKey, Text};
 
 /// Tokens are `position << TOKEN_INDEX_SHIFT` (plus a count when one command grants several), so
@@ -181,6 +181,10 @@ pub struct Core {
     /// derived from `waiting`, left out of the snapshot and rebuilt on restore.
     #[serde(skip)]
     pub deadlines: WaitDeadlines,
+    /// How many requests of `waiting` wait, per kind (`waiting.rs`, invariant 4): derived,
+    /// left out of the snapshot and rebuilt on restore.
+    #[serde(skip)]
+    pub waiters_per_kind: WaiterCounts,
     /// Outcomes of recent completed requests, for retries (`dedup.rs`).
     pub dedup: Dedup,
     /// Live leases and holds per agent, for the per-agent quotas (`quota.rs`). Derived from
@@ -370,6 +374,7 @@ impl Core {
         for key in keys {
             record.waits.insert(key.clone(), request_id.to_string());
         }
+        self.waiters_per_kind.add(key.kind);
         self.waiting.entry(agent.clone()).or_default().insert(
             request_id.to_string(),
             Wait {

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::max_hold::HoldEnds;
 use super::quota::Usage;
 use super::wait_deadline::WaitDeadlines;
+use super::waiting::WaiterCounts;
 use super::{Error, StateMachine};
 
 /// Serializes a hash map in key order, so the bytes do not depend on the hasher's seed or on
@@ -75,6 +76,7 @@ impl StateMachine {
         state.core.dedup.set_limits(&state.limits);
         state.waypoints.rebuild_index();
         state.core.deadlines = WaitDeadlines::rebuild(&state.core.waiting);
+        state.core.waiters_per_kind = WaiterCounts::rebuild(&state.core.waiting);
         state.core.usage = Usage::rebuild(&state.core.leases);
         state.lock_delays.flag(&mut state.locks);
         let occupancy = state.occupancy().map_err(Error::SnapshotInvariant)?;

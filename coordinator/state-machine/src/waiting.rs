@@ -3,7 +3,7 @@
 //! second slot), an expiry finds its waiter, and a lease that asks again under a new request
 //! id takes its wait over.
 //!
-//! Invariants (1 and 2 checked by [`Core::check_waiting`], 3 by
+//! Invariants (1, 2 and 4 checked by [`Core::check_waiting`], 3 by
 //! `WaitDeadlines::check_invariants`):
 //! 1. `waiting` indexes exactly the queued waiters, by agent and request id: no waiter twice.
 //!    An agent's waits are sorted by request id, and an agent that waits for nothing is not
@@ -12,6 +12,8 @@
 //! 2. Every indexed wait names a live lease, and that lease's `waits` lists it under the same
 //!    resources (each of a multi-lock's) and request id, and nothing else.
 //! 3. `deadlines` lists exactly the indexed waits that have a deadline (`wait_deadline.rs`).
+//! 4. `waiters_per_kind` counts exactly the indexed waits, by their resource's kind (a
+//!    multi-lock once), so the count the node reads after every entry costs no scan.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +22,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::fifo::{self, Queue};
 use crate::grant::{Claim, Core, Waiter};
-use crate::{Ctx, Decision, Event, InvariantViolation, LeaseId, Limits, Reply, ResourceKey, Text};
+use crate::{
+    Ctx, Decision, Event, InvariantViolation, LeaseId, Limits, NameMap, Reply, ResourceKey, Text,
+};
 
 /// Where a pending request waits, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,17 +145,31 @@ impl WaiterCounts {
     pub fn get(&self, kind: ResourceKind) -> usize {
         self.0[kind as usize]
     }
+
+    /// One more waiting request of `kind`.
+    pub(crate) fn add(&mut self, kind: ResourceKind) {
+        self.0[kind as usize] += 1;
+    }
+
+    /// One fewer waiting request of `kind`.
+    pub(crate) fn remove(&mut self, kind: ResourceKind) {
+        self.0[kind as usize] -= 1;
+    }
+
+    /// The counts of the waits indexed in `waiting` (invariant 4), for a restore and the check.
+    pub(crate) fn rebuild(waiting: &NameMap<PendingWaits>) -> WaiterCounts {
+        let mut counts = WaiterCounts::default();
+        for (_, wait) in waiting.values().flatten() {
+            counts.add(wait.key.kind);
+        }
+        counts
+    }
 }
 
 impl Core {
-    /// Waiters per resource kind, from the pending-wait index (invariant 3: it indexes exactly
-    /// the queued waiters), so the cost is the number of waiters, not of resources.
+    /// Waiters per resource kind (invariant 4: kept as waits are indexed and forgotten).
     pub fn waiter_counts(&self) -> WaiterCounts {
-        let mut counts = WaiterCounts::default();
-        for (_, wait) in self.waiting.values().flatten() {
-            counts.0[wait.key.kind as usize] += 1;
-        }
-        counts
+        self.waiters_per_kind
     }
 
     /// The pending wait of `agent`'s request `request_id`, if it waits.
@@ -308,12 +326,12 @@ impl Core {
     /// Forgets a waiter's pending wait and its deadline (it was granted or answered).
     pub(crate) fn forget_wait(&mut self, waiter: &Waiter) {
         if let Some(waits) = self.waiting.get_mut(&waiter.agent) {
-            if let Some(deadline_ms) = waits
-                .remove(&waiter.request_id)
-                .and_then(|wait| wait.deadline_ms)
-            {
-                self.deadlines
-                    .remove(deadline_ms, &waiter.agent, &waiter.request_id);
+            if let Some(wait) = waits.remove(&waiter.request_id) {
+                self.waiters_per_kind.remove(wait.key.kind);
+                if let Some(deadline_ms) = wait.deadline_ms {
+                    self.deadlines
+                        .remove(deadline_ms, &waiter.agent, &waiter.request_id);
+                }
             }
             if waits.is_empty() {
                 self.waiting.remove(&waiter.agent);
@@ -321,8 +339,15 @@ impl Core {
         }
     }
 
-    /// Invariants 1 and 2.
+    /// Invariants 1, 2 and 4.
     pub(crate) fn check_waiting(&self) -> Result<(), InvariantViolation> {
+        let counted = WaiterCounts::rebuild(&self.waiting);
+        if counted != self.waiters_per_kind {
+            return Err(violation!(
+                "waiters per kind kept as {:?}, indexed {counted:?}",
+                self.waiters_per_kind
+            ));
+        }
         for (agent, waits) in &self.waiting {
             if waits.is_empty() {
                 return Err(violation!("agent {agent} has an empty pending-wait map"));
