@@ -79,20 +79,36 @@ impl KvCluster {
 
     /// Member `index`'s resident memory now, MB.
     pub fn rss_mb(&self, index: usize) -> Option<f64> {
-        self.cluster.members[index].pid().and_then(memory::rss_mb)
+        self.pid(index).and_then(memory::rss_mb)
+    }
+
+    /// Member `index`'s process id, while it runs.
+    pub fn pid(&self, index: usize) -> Option<u32> {
+        self.cluster.members[index].pid()
+    }
+
+    /// Each member's name and its role at the start (`leader` or `follower`), n1 first.
+    pub fn member_roles(&self) -> Vec<(String, String)> {
+        (0..self.size())
+            .map(|index| {
+                let role = if index == self.leader {
+                    "leader"
+                } else {
+                    "follower"
+                };
+                (self.name(index).to_string(), role.to_string())
+            })
+            .collect()
     }
 
     /// Every member's resident memory now, with its role at the start.
     pub fn member_rss(&self) -> Vec<MemberRss> {
-        (0..self.size())
-            .map(|index| MemberRss {
-                member: self.name(index).to_string(),
-                role: if index == self.leader {
-                    "leader"
-                } else {
-                    "follower"
-                }
-                .into(),
+        self.member_roles()
+            .into_iter()
+            .enumerate()
+            .map(|(index, (member, role))| MemberRss {
+                member,
+                role,
                 rss_mb: self.rss_mb(index),
             })
             .collect()

@@ -43,6 +43,7 @@
 //!   - `rwlock`: `rwlock`, readers and a writer on one read-write lock (the `cycles` loop,
 //!     shared and exclusive), against the agents' uncontended exclusive rate.
 //! - `memory`: a process's memory from /proc.
+//! - `cpu`: with `uncontended`/`contended --members N`, the members' CPU per committed entry.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
 //! - `error`: [`BenchError`], what [`run`] fails with.
@@ -50,6 +51,9 @@
 mod accounts;
 mod airspace;
 mod barrier;
+mod cpu;
+#[cfg(test)]
+mod cpu_test;
 mod cycles;
 mod election;
 mod error;
@@ -110,6 +114,8 @@ enum Scenario {
         /// with a waypoint). Agents are a kilometre apart: nothing conflicts.
         #[arg(long, value_enum, default_value_t = airspace::ResourceShape::Lock)]
         resource: airspace::ResourceShape,
+        #[command(flatten)]
+        own: OwnCluster,
     },
     /// N agents on K locks (agent i on lock i mod K): FIFO handovers. K = 1 is one hot lock.
     Contended {
@@ -121,6 +127,8 @@ enum Scenario {
         /// Number of lock names.
         #[arg(long, default_value_t = 1)]
         locks: usize,
+        #[command(flatten)]
+        own: OwnCluster,
     },
     /// N agents on one counting semaphore of `limit` permits, one permit each.
     Semaphore {
@@ -271,6 +279,19 @@ enum Scenario {
     Recipe(recipes::RecipeScenario),
 }
 
+/// `--members`, for the scenarios that can start a cluster of their own to measure its CPU.
+#[derive(Debug, Clone, Copy, Args)]
+struct OwnCluster {
+    /// Start a cluster of this many members (`hivekeeper serve` on loopback ports, data in a
+    /// temporary directory, removed after) instead of using --brokers, spread the agents over
+    /// them (agent i homed on member i mod N), and report what each committed entry cost the
+    /// members' CPU (utime + stime from /proc, over the leader's log growth in the measured
+    /// phase), each member's and summed, and the bench's own. No authentication or TLS:
+    /// --user and --tls-* are not used.
+    #[arg(long, value_name = "N")]
+    members: Option<usize>,
+}
+
 /// Flags every scenario takes.
 /// What a scenario that starts its own cluster is given: the `hivekeeper` binary to start,
 /// the common flags and the run's id.
@@ -375,6 +396,14 @@ async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Repo
     let accounts = match &scenario {
         // These run their own cluster, without authentication.
         Scenario::Failover { .. }
+        | Scenario::Uncontended {
+            own: OwnCluster { members: Some(_) },
+            ..
+        }
+        | Scenario::Contended {
+            own: OwnCluster { members: Some(_) },
+            ..
+        }
         | Scenario::KvPut { .. }
         | Scenario::Watch { .. }
         | Scenario::KvFill { .. }
@@ -424,22 +453,27 @@ async fn run_scenario(
             agents,
             flood,
             resource,
+            own,
         } => {
+            let launch = Launch::new(hivekeeper, &common, &run);
             let (report, parameters) =
-                run_uncontended(&common, &run, agents, flood, resource).await?;
+                run_uncontended(launch, agents, flood, resource, own).await?;
             (report, common, "uncontended", parameters)
         }
         Scenario::Contended {
             common,
             agents,
             locks,
+            own,
         } => {
             anyhow::ensure!(locks >= 1, "--locks must be at least 1");
             let resources = (0..agents)
                 .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
                 .collect();
-            let report = cycles::run(&common, &run, agents, resources, 1).await?;
-            let parameters = vec![("agents", agents.into()), ("locks", locks.into())];
+            let launch = Launch::new(hivekeeper, &common, &run);
+            let report = run_cycles(launch, agents, resources, own).await?;
+            let mut parameters = vec![("agents", agents.into()), ("locks", locks.into())];
+            parameters.extend(own.parameters());
             (report, common, "contended", parameters)
         }
         Scenario::Semaphore {
@@ -580,27 +614,74 @@ type Parameters = Vec<(&'static str, Value)>;
 /// `uncontended`: each agent on its own lock, waypoint or route; with `flood`, one more
 /// agent floods meanwhile.
 async fn run_uncontended(
-    common: &Common,
-    run: &swarm::RunId,
+    launch: Launch<'_>,
     agents: usize,
     flood: bool,
     resource: airspace::ResourceShape,
+    own: OwnCluster,
 ) -> anyhow::Result<(Report, Parameters)> {
+    let run = launch.run;
     let kind = format!("{resource:?}").to_lowercase();
     let resources = (0..agents)
         .map(|i| resource.resource(run.resource(&format!("{kind}-{i}")), i))
         .collect();
     let report = if flood {
-        flood::run(common, run, agents, resources).await?
+        anyhow::ensure!(
+            own.members.is_none(),
+            "--flood measures a service given by --brokers: leave out --members"
+        );
+        flood::run(launch.common, run, agents, resources).await?
     } else {
-        cycles::run(common, run, agents, resources, 1).await?
+        run_cycles(launch, agents, resources, own).await?
     };
-    let parameters = vec![
+    let mut parameters = vec![
         ("agents", agents.into()),
         ("flood", flood.into()),
         ("resource", kind.into()),
     ];
+    parameters.extend(own.parameters());
     Ok((report, parameters))
+}
+
+impl OwnCluster {
+    /// The flag as the report records it, when given.
+    fn parameters(self) -> Parameters {
+        self.members
+            .map(|members| {
+                vec![
+                    ("members", members.into()),
+                    ("brokers", "its own cluster".into()),
+                ]
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The acquire → release cycles of `agents` agents on `resources` (one each): against
+/// --brokers, or with `--members N` on a cluster of the scenario's own, with the CPU each
+/// entry cost its members.
+async fn run_cycles(
+    launch: Launch<'_>,
+    agents: usize,
+    resources: Vec<Resource>,
+    own: OwnCluster,
+) -> anyhow::Result<Report> {
+    let Some(members) = own.members else {
+        return cycles::run(launch.common, launch.run, agents, resources, 1).await;
+    };
+    let cluster = kv_cluster::KvCluster::start(launch.hivekeeper, launch.run, members).await?;
+    let common = Common {
+        brokers: cluster.brokers(),
+        ..launch.common.clone()
+    };
+    let (connected, connect_errors) = cycles::connect(&common, launch.run, agents).await?;
+    let before = cpu::CpuSample::take(&cluster).await;
+    let claims = connected.into_iter().zip(resources).collect();
+    let mut report = cycles::measure(&common, claims, 1).await;
+    let after = cpu::CpuSample::take(&cluster).await;
+    report.errors.merge(connect_errors);
+    report.cpu = Some(cpu::CpuFigures::between(&cluster, &before, &after));
+    Ok(report)
 }
 
 /// `semaphore`: every agent on one semaphore of `limit` permits, one permit each.

@@ -133,6 +133,9 @@ pub struct Report {
     /// wait (the readers' figures are the report's own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rwlock: Option<super::rwlock::RwLockFigures>,
+    /// `uncontended`/`contended --members N`: what an entry cost the members' CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<super::cpu::CpuFigures>,
 }
 
 /// What the key scenarios (`kv-put`, `watch`, `kv-fill`) measured on their own cluster.
@@ -274,6 +277,9 @@ impl Report {
         }
         if let Some(rwlock) = &self.rwlock {
             rows.extend(rwlock.rows());
+        }
+        if let Some(cpu) = &self.cpu {
+            rows.extend(cpu.rows());
         }
         for reclaim in &self.reclaim {
             rows.push(reclaim.row());
