@@ -278,32 +278,7 @@ async fn fan_out(
     );
     let key = run.resource("watch/fan-out");
     let after = revision_now(writer, run).await?;
-    // When each watcher got its event (or why it got none), from the watchers' tasks.
-    let (heard_tx, mut heard) = mpsc::unbounded_channel::<Result<Instant, WatchFailure>>();
-    let mut tasks = JoinSet::new();
-    let mut watches = Vec::new();
-    for (index, agent) in agents.iter().enumerate() {
-        let first = index * polls_per_agent;
-        for _ in first..watchers.min(first + polls_per_agent) {
-            watches.push(agent.kv().watch_key(key.clone()));
-        }
-    }
-    for watch in watches {
-        let mut watch = watch.after(after).wait_ms(POLL_WAIT_MS);
-        let heard_tx = heard_tx.clone();
-        tasks.spawn(async move {
-            while let Some(item) = watch.next().await {
-                let outcome = match item {
-                    Ok(WatchItem::Changes { .. }) => Ok(Instant::now()),
-                    Ok(WatchItem::Progress { .. }) => continue,
-                    Err(error) => Err(WatchFailure::from(error)),
-                };
-                let _ = heard_tx.send(outcome);
-                return;
-            }
-        });
-    }
-    drop(heard_tx);
+    let (mut tasks, heard) = start_watches(&agents, shape, &key, after);
     let connected = agents.len().saturating_mul(polls_per_agent).min(watchers) as u64;
     // Every poll registered on the member: the put must find them all pending.
     // At most half a poll's wait: past a full one the first polls are answered with a
@@ -332,23 +307,7 @@ async fn fan_out(
         Ok(_) => commit_us.push(micros(sent.elapsed())),
         Err(error) => errors.add(format!("kv.put: {error}")),
     }
-    let deadline = Instant::now() + EVENT_WAIT;
-    let mut event_us = Vec::new();
-    while (event_us.len() as u64) < connected {
-        match tokio::time::timeout_at(deadline, heard.recv()).await {
-            Ok(Some(Ok(received))) => event_us.push(micros(received - sent)),
-            Ok(Some(Err(failure))) => errors.add(failure.to_string()),
-            Ok(None) => break,
-            Err(_) => {
-                let missing = connected - event_us.len() as u64;
-                errors.add(format!(
-                    "watch: {missing} watchers heard nothing within {} s",
-                    EVENT_WAIT.as_secs()
-                ));
-                break;
-            }
-        }
-    }
+    let event_us = events_heard(heard, connected, sent, errors).await;
     tasks.abort_all();
     let watcher_resends = agents.iter().map(|agent| agent.stats().resends_total).sum();
     let event = Latency::from_micros(&event_us);
@@ -369,4 +328,65 @@ async fn fan_out(
         }),
         ..KvFigures::default()
     })
+}
+
+/// When each watcher heard of a change (or why it heard none), from the watchers' tasks.
+type Heard = mpsc::UnboundedReceiver<Result<Instant, WatchFailure>>;
+
+/// One watch of `key` after revision `after` for each of `shape`'s watchers, `polls_per_agent`
+/// to an agent, each in a task that reports its first change and ends.
+fn start_watches(agents: &[Agent], shape: FanOut, key: &str, after: u64) -> (JoinSet<()>, Heard) {
+    let (heard_tx, heard) = mpsc::unbounded_channel();
+    let mut tasks = JoinSet::new();
+    let mut watches = Vec::new();
+    for (index, agent) in agents.iter().enumerate() {
+        let first = index * shape.polls_per_agent;
+        for _ in first..shape.watchers.min(first + shape.polls_per_agent) {
+            watches.push(agent.kv().watch_key(key.to_string()));
+        }
+    }
+    for watch in watches {
+        let mut watch = watch.after(after).wait_ms(POLL_WAIT_MS);
+        let heard_tx = heard_tx.clone();
+        tasks.spawn(async move {
+            while let Some(item) = watch.next().await {
+                let outcome = match item {
+                    Ok(WatchItem::Changes { .. }) => Ok(Instant::now()),
+                    Ok(WatchItem::Progress { .. }) => continue,
+                    Err(error) => Err(WatchFailure::from(error)),
+                };
+                let _ = heard_tx.send(outcome);
+                return;
+            }
+        });
+    }
+    (tasks, heard)
+}
+
+/// Each of `connected` watchers' latency from `sent` to hearing of the change, µs, waiting at
+/// most [`EVENT_WAIT`]; failures and the watchers that heard nothing go to `errors`.
+async fn events_heard(
+    mut heard: Heard,
+    connected: u64,
+    sent: Instant,
+    errors: &mut Errors,
+) -> Vec<u64> {
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut event_us = Vec::new();
+    while (event_us.len() as u64) < connected {
+        match tokio::time::timeout_at(deadline, heard.recv()).await {
+            Ok(Some(Ok(received))) => event_us.push(micros(received - sent)),
+            Ok(Some(Err(failure))) => errors.add(failure.to_string()),
+            Ok(None) => break,
+            Err(_) => {
+                let missing = connected - event_us.len() as u64;
+                errors.add(format!(
+                    "watch: {missing} watchers heard nothing within {} s",
+                    EVENT_WAIT.as_secs()
+                ));
+                break;
+            }
+        }
+    }
+    event_us
 }

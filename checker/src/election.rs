@@ -198,31 +198,7 @@ fn collect<'h>(
     ops: &[&'h ElectionOp],
     found: &mut Vec<(Rule, String)>,
 ) -> BTreeMap<u64, Leadership<'h>> {
-    let mut leaderships: BTreeMap<u64, Leadership<'h>> = BTreeMap::new();
-    for op in ops {
-        if let ElectionKind::Campaign {
-            lease,
-            value,
-            answer: Answer::Ok(token),
-        } = &op.kind
-        {
-            let leadership = leaderships.entry(*token).or_default();
-            if let Some(first) = leadership.agent {
-                found.push((
-                    Rule::TokenTwice,
-                    format!(
-                        "token {token} granted to {first} and again to {} (campaign sent at {} µs)",
-                        op.agent, op.invoke_us
-                    ),
-                ));
-                continue;
-            }
-            leadership.agent = Some(&op.agent);
-            leadership.lease = Some(lease);
-            leadership.grant = Some((op.invoke_us, op.complete_us));
-            leadership.values.insert(value);
-        }
-    }
+    let mut leaderships = granted(ops, found);
     let mut reads = Vec::new();
     for op in ops {
         let at = format!("{}'s", op.agent);
@@ -292,6 +268,40 @@ fn collect<'h>(
     }
     for (op, via, leader) in reads {
         read(op, via, leader, &mut leaderships, found);
+    }
+    leaderships
+}
+
+/// The leaderships the accepted campaigns granted, by token, with their agent, lease, grant
+/// and first value; a token granted twice (rule 4) goes to `found`.
+fn granted<'h>(
+    ops: &[&'h ElectionOp],
+    found: &mut Vec<(Rule, String)>,
+) -> BTreeMap<u64, Leadership<'h>> {
+    let mut leaderships: BTreeMap<u64, Leadership<'h>> = BTreeMap::new();
+    for op in ops {
+        if let ElectionKind::Campaign {
+            lease,
+            value,
+            answer: Answer::Ok(token),
+        } = &op.kind
+        {
+            let leadership = leaderships.entry(*token).or_default();
+            if let Some(first) = leadership.agent {
+                found.push((
+                    Rule::TokenTwice,
+                    format!(
+                        "token {token} granted to {first} and again to {} (campaign sent at {} µs)",
+                        op.agent, op.invoke_us
+                    ),
+                ));
+                continue;
+            }
+            leadership.agent = Some(&op.agent);
+            leadership.lease = Some(lease);
+            leadership.grant = Some((op.invoke_us, op.complete_us));
+            leadership.values.insert(value);
+        }
     }
     leaderships
 }

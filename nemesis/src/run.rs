@@ -289,20 +289,14 @@ fn plan(asked: &[FaultKind]) -> anyhow::Result<(Vec<FaultKind>, Vec<String>)> {
 async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
     validate(&args)?;
     let (kinds, not_run) = plan(&args.faults)?;
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    });
+    let seed = args.seed.unwrap_or_else(|| wall_clock_ms() / 1_000);
     let mut rng = fastrand::Rng::with_seed(seed);
     let run_id = format!("nem{}x{}", std::process::id(), seed % 10_000);
     let options = cluster_options(&kinds, args.members);
     let root = std::env::temp_dir().join(format!("hivekeeper-{run_id}"));
     let binary = hivekeeper_binary::find(args.hivekeeper.as_deref())?;
     let mut cluster = Cluster::start(&binary, root, &options).await?;
-    let wall_start_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let wall_start_ms = wall_clock_ms();
     let timeline = Timeline::start();
     let recorder = Recorder::default();
     let store = FencedStore::new(recorder.clone(), timeline);
@@ -386,6 +380,14 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<NemesisReport> {
         anomalies,
         logs,
     })
+}
+
+/// The wall clock, ms since the Unix epoch (0 before it): the run's start in the report (as
+/// its timeline starts), and the seed when none is given.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The keys workload's final read, into the history once every agent stopped; one that fails
