@@ -237,46 +237,54 @@ pub struct StatusReport {
     pub status: Box<NodeStatus>,
 }
 
-/// The answer to `admin.leases`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeasePage {
-    /// One page of live leases, in lease id order.
-    pub leases: Vec<LeaseInfo>,
-    /// Present when more follow; send it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
+/// A page of a listing: its rows, under the field its op's answer names, and the cursor of
+/// the next page. `Eq` is derived where the rows have it (a conflict's area has floats).
+macro_rules! page {
+    ($(#[$doc:meta])* $name:ident { $(#[$rows_doc:meta])* $rows:ident: $row:ty } $($eq:ident)?) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize $(, $eq)?)]
+        pub struct $name {
+            $(#[$rows_doc])*
+            pub $rows: Vec<$row>,
+            /// Present when more follow; send it as `after` for the next page.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub next_after: Option<String>,
+        }
+    };
 }
 
-/// The answer to `admin.resources`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResourcePage {
-    /// One page of resources held or waited for, in (kind, name) order.
-    pub resources: Vec<ResourceInfo>,
-    /// Present when more follow; send it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
+page! {
+    /// The answer to `admin.leases`.
+    LeasePage {
+        /// One page of live leases, in lease id order.
+        leases: LeaseInfo
+    } Eq
 }
 
-/// The answer to `airspace.query`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConflictPage {
-    /// One page of the held reservations that conflict with the query in space and time, in
-    /// name order (UTF-8 bytes). Who holds them (`agent`, `lease`) is left out of other agents'
-    /// rows when authentication is on and the asker's role is `agent`.
-    pub conflicts: Vec<ConflictInfo>,
-    /// Present when more follow; send it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
+page! {
+    /// The answer to `admin.resources`.
+    ResourcePage {
+        /// One page of resources held or waited for, in (kind, name) order.
+        resources: ResourceInfo
+    } Eq
 }
 
-/// The answer to `admin.agent.list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AccountPage {
-    /// One page of accounts, in name order.
-    pub accounts: Vec<AccountInfo>,
-    /// Present when more follow; send it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_after: Option<String>,
+page! {
+    /// The answer to `airspace.query`.
+    ConflictPage {
+        /// One page of the held reservations that conflict with the query in space and time, in
+        /// name order (UTF-8 bytes). Who holds them (`agent`, `lease`) is left out of other agents'
+        /// rows when authentication is on and the asker's role is `agent`.
+        conflicts: ConflictInfo
+    }
+}
+
+page! {
+    /// The answer to `admin.agent.list`.
+    AccountPage {
+        /// One page of accounts, in name order.
+        accounts: AccountInfo
+    } Eq
 }
 
 /// The answer to `admin.agent.add` and `admin.agent.rotate`.
