@@ -62,8 +62,8 @@
 //!     after its last proof of life). Nothing is measured on the service's clock, so nothing is
 //!     excused under clock faults. See `hivekeeper-checker`'s `rw_lock` and `rw_locks.rs`.
 //!
-//! Checks 8 to 11 also count every election, barrier, hold-time or read-write lock request
-//! answered `bad_request` or `internal` (or unreadable) as an anomaly.
+//! The last four checks also count every election, barrier, hold-time or read-write lock
+//! request answered `bad_request` or `internal` (or unreadable) as an anomaly.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -130,30 +130,31 @@ impl Tally {
     }
 }
 
-/// Every check's verdict.
+/// Every check's verdict. The checks' numbers (in the module doc and docs/RELIABILITY.md) are
+/// their places in [`Verdicts::named`].
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdicts {
-    /// 1: the fenced register.
+    /// The fenced register.
     pub register: Verdict,
-    /// 2: the mutex history.
+    /// The mutex history.
     pub mutex: Verdict,
-    /// 3: the semaphore.
+    /// The semaphore.
     pub semaphore: Verdict,
-    /// 4: the leases.
+    /// The leases.
     pub leases: Verdict,
-    /// 5: the answers.
+    /// The answers.
     pub answers: Verdict,
-    /// 6: the keys' linearizability.
+    /// The keys' linearizability.
     pub keys: Verdict,
-    /// 7: the watchers' guarantees.
+    /// The watchers' guarantees.
     pub watch: Verdict,
-    /// 8: the elections.
+    /// The elections.
     pub election: Verdict,
-    /// 9: the barriers.
+    /// The barriers.
     pub barrier: Verdict,
-    /// 10: lock-delay and max-hold.
+    /// Lock-delay and max-hold.
     pub hold_time: Verdict,
-    /// 11: read-write locks.
+    /// Read-write locks.
     pub rw_lock: Verdict,
 }
 
@@ -222,7 +223,7 @@ fn recipe(mut verdict: Verdict, history: &History, mark: &str) -> Verdict {
     verdict
 }
 
-/// Check 5.
+/// The answers (see the module doc).
 fn answers(history: &History) -> Verdict {
     let mut verdict = Verdict::default();
     for wait in &history.waits {
@@ -240,7 +241,7 @@ fn answers(history: &History) -> Verdict {
     verdict
 }
 
-/// Check 1.
+/// The fenced register (see the module doc).
 fn register(history: &History) -> Verdict {
     let mut verdict = Verdict::default();
     let holds: HashMap<(&str, u64), &Hold> = history
@@ -321,7 +322,7 @@ fn per_resource<'a>(holds: &'a [Hold], verdict: &mut Verdict) -> HashMap<&'a str
     grouped
 }
 
-/// Check 2.
+/// The mutex history (see the module doc).
 fn mutex(holds: &[Hold]) -> Verdict {
     let mut verdict = Verdict::default();
     let grouped = per_resource(holds, &mut verdict);
@@ -352,7 +353,7 @@ fn mutex(holds: &[Hold]) -> Verdict {
     verdict
 }
 
-/// Check 3.
+/// The semaphore (see the module doc).
 fn semaphore(holds: &[Hold], limit: u32, views: &[QueueView]) -> Verdict {
     let mut verdict = Verdict::default();
     let grouped = per_resource(holds, &mut verdict);
@@ -418,7 +419,7 @@ fn semaphore(holds: &[Hold], limit: u32, views: &[QueueView]) -> Verdict {
     verdict
 }
 
-/// Check 4.
+/// The leases (see the module doc).
 fn leases(history: &History) -> Verdict {
     let mut verdict = Verdict::default();
     for life in &history.leases {
@@ -444,6 +445,50 @@ fn leases(history: &History) -> Verdict {
 mod tests {
     use super::*;
     use crate::history::{LeaseLife, Write};
+
+    /// The numbered `**Title** (`name`...` items of docs/RELIABILITY.md's "Checks", as names.
+    fn numbered_in_reliability_doc() -> Vec<String> {
+        let doc = include_str!("../../docs/RELIABILITY.md");
+        let checks = doc
+            .split_once("### Checks")
+            .and_then(|(_, rest)| rest.split_once("\n## "))
+            .map(|(section, _)| section)
+            .expect("docs/RELIABILITY.md has a ### Checks section");
+        let mut names = Vec::new();
+        for line in checks.lines() {
+            let Some((number, item)) = line.split_once(". **") else {
+                continue;
+            };
+            let Ok(number) = number.parse::<usize>() else {
+                continue;
+            };
+            assert_eq!(number, names.len() + 1, "numbered out of order: {line}");
+            let name = item
+                .split_once("(`")
+                .and_then(|(_, rest)| rest.split_once('`'))
+                .map(|(name, _)| name.to_string())
+                .unwrap_or_else(|| panic!("no (`name`) after the title: {line}"));
+            names.push(name);
+        }
+        names
+    }
+
+    #[test]
+    fn the_docs_number_the_checks_as_the_verdicts_list_them() {
+        let named: Vec<String> = Verdicts::default()
+            .named()
+            .iter()
+            .map(|(name, _)| name.to_string())
+            .collect();
+        assert_eq!(numbered_in_reliability_doc(), named);
+        let module_doc: Vec<usize> = include_str!("check.rs")
+            .lines()
+            .take_while(|line| line.starts_with("//!"))
+            .filter_map(|line| line.strip_prefix("//! ")?.split_once(". **"))
+            .filter_map(|(number, _)| number.parse().ok())
+            .collect();
+        assert_eq!(module_doc, (1..=named.len()).collect::<Vec<_>>());
+    }
 
     fn hold(agent: &str, token: u64, invoke: u64, granted: u64, end: HoldEnd) -> Hold {
         Hold {
