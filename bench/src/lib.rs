@@ -42,6 +42,8 @@
 //!   - `barrier`: `barrier`, rounds of a barrier of N agents, timed from the last arrival.
 //!   - `rwlock`: `rwlock`, readers and a writer on one read-write lock (the `cycles` loop,
 //!     shared and exclusive), against the agents' uncontended exclusive rate.
+//! - `runners`: the lock scenarios' runs (`uncontended`, `contended`, `semaphore`,
+//!   `failover`), with `--members`' own cluster.
 //! - `memory`: a process's memory from /proc.
 //! - `cpu`: with `uncontended`/`contended --members N`, the members' CPU per committed entry.
 //! - `history`: grant records and what follows from them.
@@ -72,6 +74,7 @@ mod recipes;
 mod recipes_test;
 mod reclaim;
 mod report;
+mod runners;
 mod rwlock;
 mod scale;
 mod swarm;
@@ -115,7 +118,7 @@ enum Scenario {
         #[arg(long, value_enum, default_value_t = airspace::ResourceShape::Lock)]
         resource: airspace::ResourceShape,
         #[command(flatten)]
-        own: OwnCluster,
+        own: runners::OwnCluster,
     },
     /// N agents on K locks (agent i on lock i mod K): FIFO handovers. K = 1 is one hot lock.
     Contended {
@@ -128,7 +131,7 @@ enum Scenario {
         #[arg(long, default_value_t = 1)]
         locks: usize,
         #[command(flatten)]
-        own: OwnCluster,
+        own: runners::OwnCluster,
     },
     /// N agents on one counting semaphore of `limit` permits, one permit each.
     Semaphore {
@@ -279,20 +282,6 @@ enum Scenario {
     Recipe(recipes::RecipeScenario),
 }
 
-/// `--members`, for the scenarios that can start a cluster of their own to measure its CPU.
-#[derive(Debug, Clone, Copy, Args)]
-struct OwnCluster {
-    /// Start a cluster of this many members (`hivekeeper serve` on loopback ports, data in a
-    /// temporary directory, removed after) instead of using --brokers, spread the agents over
-    /// them (agent i homed on member i mod N), and report what each committed entry cost the
-    /// members' CPU (utime + stime from /proc, over the leader's log growth in the measured
-    /// phase), each member's and summed, and the bench's own. No authentication or TLS:
-    /// --user and --tls-* are not used.
-    #[arg(long, value_name = "N")]
-    members: Option<usize>,
-}
-
-/// Flags every scenario takes.
 /// What a scenario that starts its own cluster is given: the `hivekeeper` binary to start,
 /// the common flags and the run's id.
 #[derive(Clone, Copy)]
@@ -397,11 +386,11 @@ async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Repo
         // These run their own cluster, without authentication.
         Scenario::Failover { .. }
         | Scenario::Uncontended {
-            own: OwnCluster { members: Some(_) },
+            own: runners::OwnCluster { members: Some(_) },
             ..
         }
         | Scenario::Contended {
-            own: OwnCluster { members: Some(_) },
+            own: runners::OwnCluster { members: Some(_) },
             ..
         }
         | Scenario::KvPut { .. }
@@ -447,7 +436,7 @@ async fn run_scenario(
     hivekeeper: &Path,
 ) -> anyhow::Result<(Report, bool)> {
     let run = run.clone();
-    let (report, common, name, parameters): (Report, Common, &str, Parameters) = match scenario {
+    let (report, common, name, parameters): Outcome = match scenario {
         Scenario::Uncontended {
             common,
             agents,
@@ -457,7 +446,7 @@ async fn run_scenario(
         } => {
             let launch = Launch::new(hivekeeper, &common, &run);
             let (report, parameters) =
-                run_uncontended(launch, agents, flood, resource, own).await?;
+                runners::run_uncontended(launch, agents, flood, resource, own).await?;
             (report, common, "uncontended", parameters)
         }
         Scenario::Contended {
@@ -471,7 +460,7 @@ async fn run_scenario(
                 .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
                 .collect();
             let launch = Launch::new(hivekeeper, &common, &run);
-            let report = run_cycles(launch, agents, resources, own).await?;
+            let report = runners::run_cycles(launch, agents, resources, own).await?;
             let mut parameters = vec![("agents", agents.into()), ("locks", locks.into())];
             parameters.extend(own.parameters());
             (report, common, "contended", parameters)
@@ -481,7 +470,7 @@ async fn run_scenario(
             agents,
             limit,
         } => {
-            let (report, parameters) = run_semaphore(&common, &run, agents, limit).await?;
+            let (report, parameters) = runners::run_semaphore(&common, &run, agents, limit).await?;
             (report, common, "semaphore", parameters)
         }
         Scenario::Reclaim {
@@ -508,6 +497,29 @@ async fn run_scenario(
             ];
             (report, common, "scale", parameters)
         }
+        own_cluster => run_on_own_cluster(own_cluster, &run, hivekeeper).await?,
+    };
+    let mut report = with_common(report, &common);
+    report.scenario = name.into();
+    for (key, value) in parameters {
+        report.parameters.insert(key.into(), value);
+    }
+    Ok((report, common.json))
+}
+
+/// What a scenario's run gives [`run_scenario`]: its report, its flags, its name and its own
+/// parameters.
+type Outcome = (Report, Common, &'static str, Parameters);
+
+/// The scenarios that always start a cluster of their own: `failover`, the key scenarios and
+/// the recipes.
+async fn run_on_own_cluster(
+    scenario: Scenario,
+    run: &swarm::RunId,
+    hivekeeper: &Path,
+) -> anyhow::Result<Outcome> {
+    let run = run.clone();
+    Ok(match scenario {
         Scenario::Failover {
             common,
             members,
@@ -521,15 +533,14 @@ async fn run_scenario(
                 size: members,
                 kills,
                 kill_every: std::time::Duration::from_secs(kill_every_s),
-                fault: match pause_s {
-                    Some(s) => failover::Fault::Pause(std::time::Duration::from_secs(s)),
-                    None => failover::Fault::Kill,
-                },
+                fault: pause_s.map_or(failover::Fault::Kill, |s| {
+                    failover::Fault::Pause(std::time::Duration::from_secs(s))
+                }),
                 agents,
                 locks,
             };
-            let (report, parameters) =
-                run_failover(hivekeeper, &common, &run, plan, pause_s).await?;
+            let launch = Launch::new(hivekeeper, &common, &run);
+            let (report, parameters) = runners::run_failover(launch, plan, pause_s).await?;
             (report, common, "failover", parameters)
         }
         Scenario::KvPut {
@@ -599,134 +610,12 @@ async fn run_scenario(
             (report, common, "kv-fill", parameters)
         }
         Scenario::Recipe(recipe) => recipe.run(hivekeeper, &run).await?,
-    };
-    let mut report = with_common(report, &common);
-    report.scenario = name.into();
-    for (key, value) in parameters {
-        report.parameters.insert(key.into(), value);
-    }
-    Ok((report, common.json))
+        other => anyhow::bail!("{other:?} does not start a cluster of its own"),
+    })
 }
 
 /// A scenario's own parameters, in the order they are recorded.
 type Parameters = Vec<(&'static str, Value)>;
-
-/// `uncontended`: each agent on its own lock, waypoint or route; with `flood`, one more
-/// agent floods meanwhile.
-async fn run_uncontended(
-    launch: Launch<'_>,
-    agents: usize,
-    flood: bool,
-    resource: airspace::ResourceShape,
-    own: OwnCluster,
-) -> anyhow::Result<(Report, Parameters)> {
-    let run = launch.run;
-    let kind = format!("{resource:?}").to_lowercase();
-    let resources = (0..agents)
-        .map(|i| resource.resource(run.resource(&format!("{kind}-{i}")), i))
-        .collect();
-    let report = if flood {
-        anyhow::ensure!(
-            own.members.is_none(),
-            "--flood measures a service given by --brokers: leave out --members"
-        );
-        flood::run(launch.common, run, agents, resources).await?
-    } else {
-        run_cycles(launch, agents, resources, own).await?
-    };
-    let mut parameters = vec![
-        ("agents", agents.into()),
-        ("flood", flood.into()),
-        ("resource", kind.into()),
-    ];
-    parameters.extend(own.parameters());
-    Ok((report, parameters))
-}
-
-impl OwnCluster {
-    /// The flag as the report records it, when given.
-    fn parameters(self) -> Parameters {
-        self.members
-            .map(|members| {
-                vec![
-                    ("members", members.into()),
-                    ("brokers", "its own cluster".into()),
-                ]
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// The acquire → release cycles of `agents` agents on `resources` (one each): against
-/// --brokers, or with `--members N` on a cluster of the scenario's own, with the CPU each
-/// entry cost its members.
-async fn run_cycles(
-    launch: Launch<'_>,
-    agents: usize,
-    resources: Vec<Resource>,
-    own: OwnCluster,
-) -> anyhow::Result<Report> {
-    let Some(members) = own.members else {
-        return cycles::run(launch.common, launch.run, agents, resources, 1).await;
-    };
-    let cluster = kv_cluster::KvCluster::start(launch.hivekeeper, launch.run, members).await?;
-    let common = Common {
-        brokers: cluster.brokers(),
-        ..launch.common.clone()
-    };
-    let (connected, connect_errors) = cycles::connect(&common, launch.run, agents).await?;
-    let before = cpu::CpuSample::take(&cluster).await;
-    let claims = connected.into_iter().zip(resources).collect();
-    let mut report = cycles::measure(&common, claims, 1).await;
-    let after = cpu::CpuSample::take(&cluster).await;
-    report.errors.merge(connect_errors);
-    report.cpu = Some(cpu::CpuFigures::between(&cluster, &before, &after));
-    Ok(report)
-}
-
-/// `semaphore`: every agent on one semaphore of `limit` permits, one permit each.
-async fn run_semaphore(
-    common: &Common,
-    run: &swarm::RunId,
-    agents: usize,
-    limit: u32,
-) -> anyhow::Result<(Report, Parameters)> {
-    anyhow::ensure!(limit >= 1, "--limit must be at least 1");
-    let name = run.resource("sem");
-    let resources = (0..agents)
-        .map(|_| Resource::Semaphore {
-            name: name.clone(),
-            limit,
-            permits: 1,
-        })
-        .collect();
-    let capacity = limit as usize;
-    let report = cycles::run(common, run, agents, resources, capacity).await?;
-    let parameters = vec![("agents", agents.into()), ("limit", limit.into())];
-    Ok((report, parameters))
-}
-
-/// `failover`: its own cluster, its leader hit again and again under `contended` traffic.
-async fn run_failover(
-    hivekeeper: &Path,
-    common: &Common,
-    run: &swarm::RunId,
-    plan: failover::Plan,
-    pause_s: Option<u64>,
-) -> anyhow::Result<(Report, Parameters)> {
-    let report = failover::run(Launch::new(hivekeeper, common, run), plan).await?;
-    let parameters = vec![
-        ("members", plan.size.into()),
-        ("kills", plan.kills.into()),
-        ("pause_s", pause_s.into()),
-        ("agents", plan.agents.into()),
-        ("locks", plan.locks.into()),
-        // The traffic ran through its own cluster, for as long as the kills took.
-        ("brokers", "its own cluster".into()),
-        ("duration_s", report.elapsed_s.round().into()),
-    ];
-    Ok((report, parameters))
-}
 
 /// Records the common parameters in the report.
 fn with_common(mut report: Report, common: &Common) -> Report {

@@ -64,7 +64,7 @@ macro_rules! inspect_row {
             #[serde(default, skip_serializing_if = "Vec::is_empty")]
             pub volumes: Vec<Volume>,
             /// The reservation's priority, when above routine (absent: 0, as in the request).
-            /// Waiters are listed in queue order, which priority and aging decide.
+            /// A waiter's place in its queue follows priority and aging.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub priority: Option<Priority>,
             $($(#[$tail_meta])* pub $tail: $tail_ty,)*
