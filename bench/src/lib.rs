@@ -43,6 +43,8 @@
 //!   - `rwlock`: `rwlock`, readers and a writer on one read-write lock (the `cycles` loop,
 //!     shared and exclusive), against the agents' uncontended exclusive rate.
 //! - `memory`: a process's memory from /proc.
+//! - `own_cluster`: `uncontended`/`contended --members N`, the cycles on a cluster of their
+//!   own, the agents homed over the members or on the leader.
 //! - `cpu`: with `uncontended`/`contended --members N`, the members' CPU per committed entry.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
@@ -67,6 +69,7 @@ mod kv_put;
 mod kv_scenarios_test;
 mod kv_watch;
 mod memory;
+mod own_cluster;
 mod recipes;
 #[cfg(test)]
 mod recipes_test;
@@ -84,6 +87,7 @@ use hivekeeper_client_flags::{Login, TlsArgs};
 use serde_json::Value;
 
 pub use error::BenchError;
+use own_cluster::OwnCluster;
 use report::Report;
 
 /// Flags of `hivekeeper bench`.
@@ -279,19 +283,6 @@ enum Scenario {
     Recipe(recipes::RecipeScenario),
 }
 
-/// `--members`, for the scenarios that can start a cluster of their own to measure its CPU.
-#[derive(Debug, Clone, Copy, Args)]
-struct OwnCluster {
-    /// Start a cluster of this many members (`hivekeeper serve` on loopback ports, data in a
-    /// temporary directory, removed after) instead of using --brokers, spread the agents over
-    /// them (agent i homed on member i mod N), and report what each committed entry cost the
-    /// members' CPU (utime + stime from /proc, over the leader's log growth in the measured
-    /// phase), each member's and summed, and the bench's own. No authentication or TLS:
-    /// --user and --tls-* are not used.
-    #[arg(long, value_name = "N")]
-    members: Option<usize>,
-}
-
 /// Flags every scenario takes.
 /// What a scenario that starts its own cluster is given: the `hivekeeper` binary to start,
 /// the common flags and the run's id.
@@ -397,11 +388,15 @@ async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Repo
         // These run their own cluster, without authentication.
         Scenario::Failover { .. }
         | Scenario::Uncontended {
-            own: OwnCluster { members: Some(_) },
+            own: OwnCluster {
+                members: Some(_), ..
+            },
             ..
         }
         | Scenario::Contended {
-            own: OwnCluster { members: Some(_) },
+            own: OwnCluster {
+                members: Some(_), ..
+            },
             ..
         }
         | Scenario::KvPut { .. }
@@ -471,7 +466,7 @@ async fn run_scenario(
                 .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
                 .collect();
             let launch = Launch::new(hivekeeper, &common, &run);
-            let report = run_cycles(launch, agents, resources, own).await?;
+            let report = own_cluster::run_cycles(launch, agents, resources, own).await?;
             let mut parameters = vec![("agents", agents.into()), ("locks", locks.into())];
             parameters.extend(own.parameters());
             (report, common, "contended", parameters)
@@ -632,7 +627,7 @@ async fn run_uncontended(
         );
         flood::run(launch.common, run, agents, resources).await?
     } else {
-        run_cycles(launch, agents, resources, own).await?
+        own_cluster::run_cycles(launch, agents, resources, own).await?
     };
     let mut parameters = vec![
         ("agents", agents.into()),
@@ -641,47 +636,6 @@ async fn run_uncontended(
     ];
     parameters.extend(own.parameters());
     Ok((report, parameters))
-}
-
-impl OwnCluster {
-    /// The flag as the report records it, when given.
-    fn parameters(self) -> Parameters {
-        self.members
-            .map(|members| {
-                vec![
-                    ("members", members.into()),
-                    ("brokers", "its own cluster".into()),
-                ]
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// The acquire → release cycles of `agents` agents on `resources` (one each): against
-/// --brokers, or with `--members N` on a cluster of the scenario's own, with the CPU each
-/// entry cost its members.
-async fn run_cycles(
-    launch: Launch<'_>,
-    agents: usize,
-    resources: Vec<Resource>,
-    own: OwnCluster,
-) -> anyhow::Result<Report> {
-    let Some(members) = own.members else {
-        return cycles::run(launch.common, launch.run, agents, resources, 1).await;
-    };
-    let cluster = kv_cluster::KvCluster::start(launch.hivekeeper, launch.run, members).await?;
-    let common = Common {
-        brokers: cluster.brokers(),
-        ..launch.common.clone()
-    };
-    let (connected, connect_errors) = cycles::connect(&common, launch.run, agents).await?;
-    let before = cpu::CpuSample::take(&cluster).await;
-    let claims = connected.into_iter().zip(resources).collect();
-    let mut report = cycles::measure(&common, claims, 1).await;
-    let after = cpu::CpuSample::take(&cluster).await;
-    report.errors.merge(connect_errors);
-    report.cpu = Some(cpu::CpuFigures::between(&cluster, &before, &after));
-    Ok(report)
 }
 
 /// `semaphore`: every agent on one semaphore of `limit` permits, one permit each.
