@@ -15,10 +15,11 @@ use serde::Serialize;
 
 use super::kv_cluster::KvCluster;
 
-/// The unit of the times in `/proc/<pid>/stat` (`USER_HZ`, what `sysconf(_SC_CLK_TCK)`
-/// returns): the kernel reports them in hundredths of a second on every Linux architecture
-/// the service is built for.
-const TICKS_PER_S: f64 = 100.0;
+/// The unit of the times in `/proc/<pid>/stat`: the kernel's clock ticks per second
+/// (`USER_HZ`, `sysconf(_SC_CLK_TCK)`).
+fn ticks_per_s() -> u64 {
+    rustix::param::clock_ticks_per_second().max(1)
+}
 
 /// Process `pid`'s CPU time so far (user + system), in ticks; `None` if it is gone.
 fn cpu_ticks(pid: &str) -> Option<u64> {
@@ -69,9 +70,10 @@ pub struct MemberCpu {
     pub member: String,
     /// Its role when the cluster started: `leader` or `follower`.
     pub role: String,
-    /// CPU time over the phase, ms (`None`: its /proc entry could not be read).
-    pub cpu_ms: Option<f64>,
-    /// `cpu_ms` per entry, µs.
+    /// CPU time (user + system) over the phase, µs (`None`: its /proc entry could not be
+    /// read).
+    pub cpu_us: Option<u64>,
+    /// `cpu_us` per entry.
     pub us_per_entry: Option<f64>,
 }
 
@@ -84,7 +86,9 @@ pub struct CpuFigures {
     pub members: Vec<MemberCpu>,
     /// The members' CPU per entry, summed, µs: the figure the CPU target is set on.
     pub cluster_us_per_entry: Option<f64>,
-    /// The bench process's own CPU per entry, µs (its agents, on the same cores).
+    /// The bench process's own CPU time over the phase, µs.
+    pub bench_cpu_us: Option<u64>,
+    /// `bench_cpu_us` per entry (its agents, on the same cores).
     pub bench_us_per_entry: Option<f64>,
 }
 
@@ -95,26 +99,27 @@ impl CpuFigures {
             .last_index
             .zip(before.last_index)
             .map_or(0, |(after, before)| after.saturating_sub(before));
-        let ms = |before: Option<u64>, after: Option<u64>| {
+        let hz = ticks_per_s();
+        let us = |before: Option<u64>, after: Option<u64>| {
             let ticks = after?.checked_sub(before?)?;
-            Some(ticks as f64 * 1_000.0 / TICKS_PER_S)
+            Some(ticks * 1_000_000 / hz)
         };
-        let per_entry = |cpu_ms: Option<f64>| {
-            cpu_ms
+        let per_entry = |cpu_us: Option<u64>| {
+            cpu_us
                 .filter(|_| entries > 0)
-                .map(|ms| ms * 1_000.0 / entries as f64)
+                .map(|us| us as f64 / entries as f64)
         };
         let members: Vec<MemberCpu> = cluster
             .member_roles()
             .into_iter()
             .enumerate()
             .map(|(index, (member, role))| {
-                let cpu_ms = ms(before.members[index], after.members[index]);
+                let cpu_us = us(before.members[index], after.members[index]);
                 MemberCpu {
                     member,
                     role,
-                    cpu_ms,
-                    us_per_entry: per_entry(cpu_ms),
+                    cpu_us,
+                    us_per_entry: per_entry(cpu_us),
                 }
             })
             .collect();
@@ -122,10 +127,12 @@ impl CpuFigures {
             .iter()
             .map(|member| member.us_per_entry)
             .sum::<Option<f64>>();
+        let bench_cpu_us = us(before.bench, after.bench);
         CpuFigures {
             entries,
             cluster_us_per_entry,
-            bench_us_per_entry: per_entry(ms(before.bench, after.bench)),
+            bench_cpu_us,
+            bench_us_per_entry: per_entry(bench_cpu_us),
             members,
         }
     }
@@ -137,8 +144,11 @@ impl CpuFigures {
             .members
             .iter()
             .map(|member| {
+                let cpu_ms = member
+                    .cpu_us
+                    .map_or("?".into(), |us| format!("{} ms", us / 1_000));
                 format!(
-                    "{} ({}) {}",
+                    "{} ({}) {} ({cpu_ms})",
                     member.member,
                     member.role,
                     us(member.us_per_entry)

@@ -18,9 +18,9 @@ use super::{BenchArgs, run_scenario};
 
 /// The bench's flags as `hivekeeper bench` parses them.
 #[derive(Debug, Parser)]
-struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
-    bench: BenchArgs,
+    pub(crate) bench: BenchArgs,
 }
 
 /// One cluster at a time: three members each on a shared two-core machine are enough.

@@ -42,9 +42,10 @@
 //!   - `barrier`: `barrier`, rounds of a barrier of N agents, timed from the last arrival.
 //!   - `rwlock`: `rwlock`, readers and a writer on one read-write lock (the `cycles` loop,
 //!     shared and exclusive), against the agents' uncontended exclusive rate.
-//! - `runners`: the lock scenarios' runs (`uncontended`, `contended`, `semaphore`,
-//!   `failover`), with `--members`' own cluster.
+//! - `runners`: the runs of `uncontended`, `semaphore` and `failover`.
 //! - `memory`: a process's memory from /proc.
+//! - `own_cluster`: `uncontended`/`contended --members N`, the cycles on a cluster of their
+//!   own, the agents homed over the members or on the leader.
 //! - `cpu`: with `uncontended`/`contended --members N`, the members' CPU per committed entry.
 //! - `history`: grant records and what follows from them.
 //! - `report`: the figures, as a table or JSON.
@@ -69,6 +70,7 @@ mod kv_put;
 mod kv_scenarios_test;
 mod kv_watch;
 mod memory;
+mod own_cluster;
 mod recipes;
 #[cfg(test)]
 mod recipes_test;
@@ -87,6 +89,7 @@ use hivekeeper_client_flags::{Login, TlsArgs};
 use serde_json::Value;
 
 pub use error::BenchError;
+use own_cluster::OwnCluster;
 use report::Report;
 
 /// Flags of `hivekeeper bench`.
@@ -118,7 +121,7 @@ enum Scenario {
         #[arg(long, value_enum, default_value_t = airspace::ResourceShape::Lock)]
         resource: airspace::ResourceShape,
         #[command(flatten)]
-        own: runners::OwnCluster,
+        own: OwnCluster,
     },
     /// N agents on K locks (agent i on lock i mod K): FIFO handovers. K = 1 is one hot lock.
     Contended {
@@ -131,7 +134,7 @@ enum Scenario {
         #[arg(long, default_value_t = 1)]
         locks: usize,
         #[command(flatten)]
-        own: runners::OwnCluster,
+        own: OwnCluster,
     },
     /// N agents on one counting semaphore of `limit` permits, one permit each.
     Semaphore {
@@ -301,6 +304,7 @@ impl<'a> Launch<'a> {
     }
 }
 
+/// Flags every scenario takes.
 #[derive(Debug, Clone, Args)]
 struct Common {
     /// Brokers of the service, `host:port,...` (any node of a cluster). `--broker` is a
@@ -386,11 +390,15 @@ async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Repo
         // These run their own cluster, without authentication.
         Scenario::Failover { .. }
         | Scenario::Uncontended {
-            own: runners::OwnCluster { members: Some(_) },
+            own: own_cluster::OwnCluster {
+                members: Some(_), ..
+            },
             ..
         }
         | Scenario::Contended {
-            own: runners::OwnCluster { members: Some(_) },
+            own: own_cluster::OwnCluster {
+                members: Some(_), ..
+            },
             ..
         }
         | Scenario::KvPut { .. }
@@ -460,7 +468,7 @@ async fn run_scenario(
                 .map(|i| Resource::lock(run.resource(&format!("lock-{}", i % locks))))
                 .collect();
             let launch = Launch::new(hivekeeper, &common, &run);
-            let report = runners::run_cycles(launch, agents, resources, own).await?;
+            let report = own_cluster::run_cycles(launch, agents, resources, own).await?;
             let mut parameters = vec![("agents", agents.into()), ("locks", locks.into())];
             parameters.extend(own.parameters());
             (report, common, "contended", parameters)

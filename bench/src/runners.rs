@@ -1,29 +1,12 @@
-//! The lock scenarios' runs: `uncontended`, `contended` (against --brokers, or with
-//! `--members N` on a cluster of their own, measuring its CPU per entry), `semaphore` and
-//! `failover`.
+//! The lock scenarios' runs: `uncontended` (against --brokers, or with `--members N` on a
+//! cluster of its own: `own_cluster.rs`), `semaphore` and `failover`.
 
-use clap::Args;
 use hivekeeper_agent::Resource;
 
+use super::own_cluster::{OwnCluster, run_cycles};
 use super::report::Report;
-use super::{
-    Common, Launch, Parameters, airspace, cpu, cycles, failover, flood, kv_cluster, swarm,
-};
+use super::{Common, Launch, Parameters, airspace, cycles, failover, flood, swarm};
 
-/// `--members`, for the scenarios that can start a cluster of their own to measure its CPU.
-#[derive(Debug, Clone, Copy, Args)]
-pub(super) struct OwnCluster {
-    /// Start a cluster of this many members (`hivekeeper serve` on loopback ports, data in a
-    /// temporary directory, removed after) instead of using --brokers, spread the agents over
-    /// them (agent i homed on member i mod N), and report what each committed entry cost the
-    /// members' CPU (utime + stime from /proc, over the leader's log growth in the measured
-    /// phase), each member's and summed, and the bench's own. No authentication or TLS:
-    /// --user and --tls-* are not used.
-    #[arg(long, value_name = "N")]
-    pub(super) members: Option<usize>,
-}
-
-/// Flags every scenario takes.
 /// `uncontended`: each agent on its own lock, waypoint or route; with `flood`, one more
 /// agent floods meanwhile.
 pub(super) async fn run_uncontended(
@@ -54,47 +37,6 @@ pub(super) async fn run_uncontended(
     ];
     parameters.extend(own.parameters());
     Ok((report, parameters))
-}
-
-impl OwnCluster {
-    /// The flag as the report records it, when given.
-    pub(super) fn parameters(self) -> Parameters {
-        self.members
-            .map(|members| {
-                vec![
-                    ("members", members.into()),
-                    ("brokers", "its own cluster".into()),
-                ]
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// The acquire → release cycles of `agents` agents on `resources` (one each): against
-/// --brokers, or with `--members N` on a cluster of the scenario's own, with the CPU each
-/// entry cost its members.
-pub(super) async fn run_cycles(
-    launch: Launch<'_>,
-    agents: usize,
-    resources: Vec<Resource>,
-    own: OwnCluster,
-) -> anyhow::Result<Report> {
-    let Some(members) = own.members else {
-        return cycles::run(launch.common, launch.run, agents, resources, 1).await;
-    };
-    let cluster = kv_cluster::KvCluster::start(launch.hivekeeper, launch.run, members).await?;
-    let common = Common {
-        brokers: cluster.brokers(),
-        ..launch.common.clone()
-    };
-    let (connected, connect_errors) = cycles::connect(&common, launch.run, agents).await?;
-    let before = cpu::CpuSample::take(&cluster).await;
-    let claims = connected.into_iter().zip(resources).collect();
-    let mut report = cycles::measure(&common, claims, 1).await;
-    let after = cpu::CpuSample::take(&cluster).await;
-    report.errors.merge(connect_errors);
-    report.cpu = Some(cpu::CpuFigures::between(&cluster, &before, &after));
-    Ok(report)
 }
 
 /// `semaphore`: every agent on one semaphore of `limit` permits, one permit each.
