@@ -83,7 +83,10 @@ impl Prometheus {
                 "--config.file={}",
                 dir.join("prometheus.yml").display()
             ))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -204,7 +207,10 @@ async fn check_scraped(prometheus: &Prometheus, members: usize) {
         let Ok(targets) = prometheus.api("/api/v1/targets").await else {
             return false;
         };
-        let active = targets["activeTargets"].as_array().cloned().unwrap_or_default();
+        let active = targets["activeTargets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         active.len() == members
             && active
                 .iter()
@@ -243,7 +249,10 @@ async fn check_rules(prometheus: &Prometheus) {
             .then_some(rules)
     })
     .await;
-    let names: Vec<&str> = rules.iter().filter_map(|rule| rule["name"].as_str()).collect();
+    let names: Vec<&str> = rules
+        .iter()
+        .filter_map(|rule| rule["name"].as_str())
+        .collect();
     assert!(names.contains(&NO_QUORUM), "{names:?}");
     let scraped = prometheus
         .api("/api/v1/label/__name__/values")
