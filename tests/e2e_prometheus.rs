@@ -28,24 +28,13 @@ const SHIPPED_INTERVALS: [&str; 2] = ["scrape_interval: 15s", "evaluation_interv
 /// The alert that must fire once two of three members are gone.
 const NO_QUORUM: &str = "HivekeeperNoQuorum";
 
-/// The `prometheus` binary: where Debian installs it, or on `PATH`. Fails the test when it is
-/// missing (CI installs it).
+/// The `prometheus` binary. Fails the test when it is missing (CI installs it).
 fn prometheus_binary() -> PathBuf {
-    let debian = PathBuf::from("/usr/bin/prometheus");
-    if debian.exists() {
-        return debian;
-    }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join("prometheus"))
-        .find(|path| path.exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "prometheus not found (looked in /usr/bin and PATH): this test needs Debian's \
-                 `prometheus` package; install it with `apt-get install prometheus` (.ci/run does)"
-            )
-        })
+    hivekeeper_test_support::installed(
+        "prometheus",
+        "this test needs Debian's `prometheus` package; install it with \
+         `apt-get install prometheus` (.ci/run does)",
+    )
 }
 
 /// The shipped scrape config with the members' metrics ports and 1 s intervals.
