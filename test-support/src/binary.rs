@@ -1,7 +1,8 @@
 //! The workspace's `hivekeeper` binary, for tests outside the root package (which cannot name
-//! it with `env!("CARGO_BIN_EXE_hivekeeper")`).
+//! it with `env!("CARGO_BIN_EXE_hivekeeper")`), and the system programs tests run (Debian's
+//! `mosquitto`, `prometheus`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// `target/<profile>/hivekeeper`, beside the running test (which runs from
 /// `target/<profile>/deps/`). Panics, saying how to build it, when it is missing: `cargo test
@@ -19,4 +20,22 @@ pub fn hivekeeper_binary() -> PathBuf {
         binary.display()
     );
     binary
+}
+
+/// A system program: where Debian and Ubuntu install it, or on `PATH`. Fails the test when it is
+/// missing, with `needed_for` (who needs it and how to install it).
+pub fn installed(name: &str, needed_for: &str) -> PathBuf {
+    let candidates =
+        ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].map(|dir| Path::new(dir).join(name));
+    if let Some(found) = candidates.iter().find(|path| path.exists()) {
+        return found.clone();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|path| path.exists())
+        .unwrap_or_else(|| {
+            panic!("{name} not found (looked in {candidates:?} and PATH): {needed_for}")
+        })
 }

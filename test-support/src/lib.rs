@@ -17,7 +17,8 @@
 //!   dies.
 //! - [`certs`]: [`TestCerts`], development certificates (CA, server, clients, peers).
 //! - [`mosquitto`]: [`Mosquitto`], a broker process with a generated config, killed on drop.
-//! - [`binary`]: [`hivekeeper_binary`], the workspace's `hivekeeper` beside the running test.
+//! - [`binary`]: [`hivekeeper_binary`], the workspace's `hivekeeper` beside the running test,
+//!   and [`installed`], a system program (Debian's `mosquitto`, `prometheus`).
 
 pub mod binary;
 pub mod certs;
@@ -26,7 +27,7 @@ pub mod ports;
 pub mod proxy;
 pub mod wait;
 
-pub use binary::hivekeeper_binary;
+pub use binary::{hivekeeper_binary, installed};
 pub use certs::TestCerts;
 pub use mosquitto::Mosquitto;
 pub use ports::{free_port, free_ports};

@@ -173,25 +173,13 @@ fn secured_settings(dir: &Path, users: &[(String, String)]) -> String {
     read("hivekeeper.conf").replace("/etc/mosquitto/", &dir)
 }
 
-/// A program of Debian's mosquitto package (`mosquitto`, `mosquitto_passwd`): where Debian and
-/// Ubuntu install it, or on `PATH`. Fails the test when it is missing.
+/// A program of Debian's mosquitto package (`mosquitto`, `mosquitto_passwd`). Fails the test
+/// when it is missing.
 fn installed(name: &str) -> PathBuf {
-    let candidates =
-        ["/usr/sbin", "/usr/bin", "/usr/local/sbin"].map(|dir| Path::new(dir).join(name));
-    if let Some(found) = candidates.iter().find(|path| path.exists()) {
-        return found.clone();
-    }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(name))
-        .find(|path| path.exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} not found (looked in {candidates:?} and PATH): the external-broker \
-                 tests need it; install it with `apt-get install mosquitto`"
-            )
-        })
+    crate::binary::installed(
+        name,
+        "the external-broker tests need it; install it with `apt-get install mosquitto`",
+    )
 }
 
 impl Drop for Mosquitto {
