@@ -28,13 +28,14 @@ use tracing::debug;
 use hivekeeper_protocol::kv::WATCH_WAIT_MS_DEFAULT;
 use hivekeeper_protocol::validate::REQUEST_BYTES_MAX;
 use hivekeeper_protocol::{
-    ErrorCode, Event, Op, Request, Response, Success, Topics, UnexpectedReply,
+    ErrorCode, Event, Op, Request, ResourceKind, Response, Success, Topics, UnexpectedReply,
 };
 
 use crate::backoff::Backoff;
 use crate::config::{AgentConfig, BrokerAddr};
 use crate::connection::{self, Connection, Counters, Link, REQUEST_CHANNEL_CAPACITY, Shared};
 use crate::error::AgentError;
+use crate::hold_watch::Acquiring;
 use crate::request_id::RequestIds;
 use crate::session::{Session, SessionOptions, SessionState};
 
@@ -252,6 +253,12 @@ impl Agent {
     /// that falls 256 events behind gets `Lagged`.
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.inner.shared.events.subscribe()
+    }
+
+    /// Registers an acquire of `names`, before its request goes, so that the grant's `*.lost`
+    /// reaches its guard even when it follows the grant at once ([`crate::Guard::ended`]).
+    pub(crate) fn acquiring(&self, kind: ResourceKind, names: Vec<String>) -> Acquiring {
+        self.inner.shared.hold_watches.acquiring(kind, names)
     }
 
     /// Takes a lease of `ttl_ms` and keeps it alive in the background: see [`Session`].

@@ -46,6 +46,7 @@ use hivekeeper_protocol::{Event, Response, validate};
 use crate::backoff::Backoff;
 use crate::config::{AgentConfig, BrokerAddr};
 use crate::error::{AgentError, CredentialsRefusal, TlsFailure};
+use crate::hold_watch::HoldWatches;
 
 /// Largest incoming MQTT packet. Responses are small except `inspect` of a long queue (about
 /// 80 bytes a waiter), so this is far above rumqttc's 10 KiB default.
@@ -86,6 +87,8 @@ pub(crate) struct Shared {
     pub pending: Mutex<HashMap<String, oneshot::Sender<Response>>>,
     /// Decoded events, for sessions and for the application.
     pub events: broadcast::Sender<Event>,
+    /// The held grants waiting for their `*.lost` event ([`crate::Guard::ended`]).
+    pub hold_watches: Arc<HoldWatches>,
     /// The link state; requests wait on it.
     pub link: watch::Sender<Link>,
     /// Counters, for tests and for an application's own metrics.
@@ -104,6 +107,7 @@ impl Shared {
         Shared {
             pending: Mutex::new(HashMap::new()),
             events: broadcast::channel(EVENT_CHANNEL_CAPACITY).0,
+            hold_watches: Arc::default(),
             link: watch::Sender::new(Link {
                 ready: false,
                 epoch: 0,
@@ -328,7 +332,8 @@ impl Connection {
         }
     }
 
-    /// Delivers a response to its caller or an event to the broadcast. Never blocks.
+    /// Delivers a response to its caller, or an event to the guard it ends (a `*.lost`) and
+    /// to the broadcast. Never blocks.
     fn route(&self, topic: &str, payload: &[u8]) {
         let counters = &self.shared.counters;
         if topic == self.response_topic {
@@ -358,6 +363,7 @@ impl Connection {
             match Event::decode(payload) {
                 // No receiver is fine: nobody is interested right now.
                 Ok(event) => {
+                    self.shared.hold_watches.route(&event);
                     let _ = self.shared.events.send(event);
                 }
                 Err(e) => {

@@ -33,14 +33,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, broadcast, watch};
-use tokio::task::AbortHandle;
 
-use hivekeeper_protocol::{
-    Event, Granted, LockMode, LostReason, Op, Priority, ResourceKind, Volume,
-};
+use hivekeeper_protocol::{Event, Granted, LockMode, Op, Priority, ResourceKind, Volume};
 
 pub(crate) use crate::claim::{Claim, Slot};
 use crate::error::AgentError;
+use crate::hold_watch::{Acquiring, HoldEndSender, HoldWatch};
 pub use crate::resource::{AcquireOptions, Geometry, Resource, TimeWindow, Wait};
 pub(crate) use crate::resource::{release_op, whole_ms};
 use crate::session::{Session, SessionState, wait_lost};
@@ -103,31 +101,25 @@ pub struct Guard {
     /// How the service ended the hold ([`HoldEnd::MaxHold`], [`HoldEnd::Taken`]) or the
     /// guard did ([`HoldEnd::Released`]), once one has: set once, by the first. The session's
     /// state is not recorded here: jeopardy is not final.
-    end: Arc<watch::Sender<Option<HoldEnd>>>,
-    /// The task that watches for this hold's `*.lost` event, stopped when the guard goes.
-    watcher: AbortHandle,
+    end: HoldEndSender,
+    /// This hold's entry in the agent's registry, which records its `*.lost` event in `end`;
+    /// removed when the guard goes.
+    _lost: HoldWatch,
 }
 
 impl Guard {
-    /// The guard of `resource`'s grant with `token`. `lost_events` were subscribed before the
-    /// request went, so the hold's `*.lost` cannot be missed; `events` likewise, for a
-    /// reservation's preemption.
+    /// The guard of `resource`'s grant with `token`. `acquiring` was registered before the
+    /// request went, so the hold's `*.lost` cannot be missed; `events` were subscribed then
+    /// likewise, for a reservation's preemption.
     pub(crate) fn new(
         claim: Claim,
         token: u64,
         resource: &Resource,
-        lost_events: broadcast::Receiver<Event>,
+        acquiring: Acquiring,
         events: Option<broadcast::Receiver<Event>>,
     ) -> Guard {
-        let end = Arc::new(watch::Sender::new(None));
-        let watcher = tokio::spawn(watch_lost_event(
-            claim.kind(),
-            claim.names().to_vec(),
-            token,
-            lost_events,
-            end.clone(),
-        ))
-        .abort_handle();
+        let end: HoldEndSender = Arc::new(watch::Sender::new(None));
+        let lost = acquiring.granted(token, end.clone());
         let lock = resource.mode().map(|mode| LockHold {
             mode,
             multi: matches!(resource, Resource::LockAll { .. }),
@@ -139,7 +131,7 @@ impl Guard {
             lock,
             events: events.map(Mutex::new),
             end,
-            watcher,
+            _lost: lost,
         }
     }
 
@@ -368,42 +360,6 @@ pub(crate) fn finish<T>(end: &watch::Sender<Option<T>>, how: T) {
     });
 }
 
-/// The guard's watcher: records the hold's `*.lost` event (a `kind` event naming one of
-/// `names` with `token`) as its end, with its reason.
-async fn watch_lost_event(
-    kind: ResourceKind,
-    names: Vec<String>,
-    token: u64,
-    mut events: broadcast::Receiver<Event>,
-    end: Arc<watch::Sender<Option<HoldEnd>>>,
-) {
-    loop {
-        let (lost_kind, name, lost_token, reason) = match events.recv().await {
-            Ok(Event::LockLost {
-                name,
-                token,
-                reason,
-            }) => (ResourceKind::Lock, name, token, reason),
-            Ok(Event::SemLost {
-                name,
-                token,
-                reason,
-            }) => (ResourceKind::Sem, name, token, reason),
-            Ok(Event::WaypointLost { name, token }) => (ResourceKind::Waypoint, name, token, None),
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            // The connection is gone: the session's loss decides.
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        if lost_kind == kind && lost_token == token && names.contains(&name) {
-            let how = match reason {
-                Some(LostReason::MaxHold) => HoldEnd::MaxHold,
-                None => HoldEnd::Taken,
-            };
-            return finish(&end, how);
-        }
-    }
-}
-
 impl Guard {
     /// Replaces a held route's volumes (`route.amend`), e.g. to extend a delayed flight. The
     /// service grants the new volumes at once, keeping this guard's token, or answers
@@ -427,7 +383,6 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         finish(&self.end, HoldEnd::Released);
-        self.watcher.abort();
         let Some(claim) = self.claim.take() else {
             return;
         };

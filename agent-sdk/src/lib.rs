@@ -44,6 +44,8 @@
 //! - `resource`: [`Resource`], [`Wait`] and [`AcquireOptions`] (re-exported by [`guard`]):
 //!   what an acquire asks for, how long it queues, how it is held.
 //! - `claim`: one hold per resource per session (a multi-lock claims each of its locks).
+//! - `hold_watch`: the agent's registry of held grants, which the connection tells of their
+//!   `*.lost` events for [`Guard::ended`].
 //! - [`election`]: [`Leadership`] from [`Session::campaign`]: the leader's token, proclaim,
 //!   resign (also on drop), and [`Leadership::lost`] ([`LeadershipEnd`]).
 //! - [`observe`]: [`Observe`] from [`Agent::observe`], a `Stream` of an election's
@@ -90,6 +92,7 @@ mod connection;
 pub mod election;
 pub mod error;
 pub mod guard;
+mod hold_watch;
 pub mod kv;
 pub mod kv_cache;
 pub mod observe;

@@ -332,16 +332,16 @@ impl Session {
         let op = resource.acquire_op(&inner.lease, wait.wait_ms(), options)?;
         AgentError::check_locally(&op)?;
         let claim = Claim::take_all(inner.clone(), resource.kind(), resource.names()).await?;
-        // Subscribed before the request goes, so a `*.lost` or a `reservation.preempted` that
+        // Registered before the request goes, so a `*.lost` or a `reservation.preempted` that
         // follows the grant at once is not missed (`Guard::ended`, `Guard::preempted`).
-        let lost_events = inner.agent.events();
+        let acquiring = inner.agent.acquiring(resource.kind(), resource.names());
         let events = (resource.kind() == ResourceKind::Waypoint).then(|| inner.agent.events());
         let undo = Undo::Send(resource.release_op(&inner.lease));
         let success = self.queue(op, Some(undo)).await?;
         let granted = Granted::try_from(success);
         let token = granted.as_ref().map_or(0, |granted| granted.token);
         // From here on the hold exists: the guard's drop releases it on every path.
-        let guard = Guard::new(claim, token, &resource, lost_events, events);
+        let guard = Guard::new(claim, token, &resource, acquiring, events);
         if let Err(unexpected) = granted {
             return Err(unexpected.into());
         }
