@@ -142,18 +142,8 @@ impl LogStore {
     /// The entries in `range` above the last purged index from [`RecentEntries`], if it holds
     /// every one. An open-ended range goes to the log, which knows where it ends.
     fn recent_under(&self, range: (Bound<u64>, Bound<u64>)) -> Option<Vec<Entry>> {
-        let start = first_unpurged(self.store.last_purged());
-        let from = match range.0 {
-            Bound::Included(from) => from.max(start),
-            Bound::Excluded(from) => from.checked_add(1)?.max(start),
-            Bound::Unbounded => start,
-        };
-        let last = match range.1 {
-            Bound::Included(last) => last,
-            Bound::Excluded(end) => end.checked_sub(1)?,
-            Bound::Unbounded => return None,
-        };
-        self.recent.get(from, last)
+        let (from, last) = readable(range, first_unpurged(self.store.last_purged()));
+        self.recent.get(from, last?)
     }
 
     /// The log's entries in `range` above the last purged index, with `tail`'s rows over
@@ -165,16 +155,7 @@ impl LogStore {
         mut rows: BTreeMap<u64, Arc<[u8]>>,
     ) -> Result<Option<Vec<Entry>>, StoreError> {
         let start = first_unpurged(self.store.last_purged());
-        let from = match range.0 {
-            Bound::Included(from) => from.max(start),
-            Bound::Excluded(from) => from.saturating_add(1).max(start),
-            Bound::Unbounded => start,
-        };
-        let last = match range.1 {
-            Bound::Included(last) => Some(last),
-            Bound::Excluded(end) => end.checked_sub(1),
-            Bound::Unbounded => None,
-        };
+        let (from, last) = readable(range, start);
         // A leader replicating what it just appended reads entries the tail holds whole: no
         // `pread` then (the tail's keys are distinct, so as many as the range is wide means
         // all of them).
@@ -206,6 +187,22 @@ impl LogStore {
 /// The first index a reader may see: the one after the last purged (invariant 1).
 fn first_unpurged(last_purged: Option<LogId>) -> u64 {
     last_purged.map_or(0, |purged| purged.index.saturating_add(1))
+}
+
+/// `range` as the first and last index a read may return: from `start`, the first unpurged
+/// index (invariant 1), up to the range's end (`None`: open-ended, or below index 0).
+fn readable(range: (Bound<u64>, Bound<u64>), start: u64) -> (u64, Option<u64>) {
+    let from = match range.0 {
+        Bound::Included(from) => from.max(start),
+        Bound::Excluded(from) => from.saturating_add(1).max(start),
+        Bound::Unbounded => start,
+    };
+    let last = match range.1 {
+        Bound::Included(last) => Some(last),
+        Bound::Excluded(end) => end.checked_sub(1),
+        Bound::Unbounded => None,
+    };
+    (from, last)
 }
 
 /// True when `range` holds no index.
