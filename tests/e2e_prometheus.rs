@@ -12,6 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use anyhow::Context;
 use common::cluster::ProcessCluster;
 use common::{Log, eventually, free_port};
 use serde_json::Value;
@@ -95,24 +96,22 @@ impl Prometheus {
     }
 
     /// GET an API path; the answer's `data` once its `status` is `success`.
-    async fn api(&self, path: &str) -> Result<Value, String> {
+    async fn api(&self, path: &str) -> anyhow::Result<Value> {
         let answer = common::metrics::http_get(self.port, path)
             .await
-            .ok_or_else(|| format!("no answer to {path}"))?;
+            .ok_or_else(|| anyhow::anyhow!("no answer to {path}"))?;
         let body: Value = serde_json::from_str(&answer.body)
-            .map_err(|e| format!("{path}: not JSON ({e}): {}", answer.body))?;
-        if body["status"] != "success" {
-            return Err(format!("{path}: {body}"));
-        }
+            .with_context(|| format!("{path}: not JSON: {}", answer.body))?;
+        anyhow::ensure!(body["status"] == "success", "{path}: {body}");
         Ok(body["data"].clone())
     }
 
     /// The result vector of an instant PromQL query.
-    async fn query(&self, promql: &str) -> Result<Vec<Value>, String> {
+    async fn query(&self, promql: &str) -> anyhow::Result<Vec<Value>> {
         let data = self
             .api(&format!("/api/v1/query?query={}", url_encoded(promql)))
             .await
-            .map_err(|e| format!("query {promql}: {e}"))?;
+            .with_context(|| format!("query {promql}"))?;
         match &data["result"] {
             Value::Array(result) => Ok(result.clone()),
             other => Ok(vec![other.clone()]),
@@ -268,7 +267,7 @@ async fn check_dashboard(prometheus: &Prometheus) {
     assert!(!queries.is_empty());
     for query in &queries {
         if let Err(error) = prometheus.query(query).await {
-            panic!("the dashboard's query does not run on Prometheus: {error}");
+            panic!("the dashboard's query does not run on Prometheus: {error:#}");
         }
     }
     eprintln!("{} dashboard queries ran", queries.len());
