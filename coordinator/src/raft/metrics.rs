@@ -14,9 +14,9 @@
 //! openraft changes its metrics several times per entry (appended, flushed, committed, applied);
 //! a look per change cost a wake-up of this task, a clone of the metrics and a dozen gauge
 //! updates each, about 4% of a busy member's CPU. Looks are therefore at least
-//! [`MIN_LOOK_INTERVAL`] apart, unless the term or the leader changed: a gauge is at most that
-//! much behind, far below any scrape interval, and the changes in between are coalesced by
-//! the watch.
+//! [`MIN_LOOK_INTERVAL`] apart, unless the term or the leader changed or a quorum lapse (below)
+//! comes sooner: a gauge is at most that much behind, far below any scrape interval, and the
+//! changes in between are coalesced by the watch.
 //!
 //! The counters count what this process *observed*: the watch keeps only the latest value, so
 //! a leader that changed and changed back between two looks counts as none. Elections count
@@ -162,7 +162,11 @@ pub(crate) fn spawn(raft: Arc<RaftHandle>) -> tokio::task::JoinHandle<()> {
                         break;
                     }
                     if !seen.role_changed(&watch.borrow()) {
-                        tokio::time::sleep_until(looked + MIN_LOOK_INTERVAL).await;
+                        // Never past a lapse: `has_quorum` still drops with `/health`.
+                        let next = looked + lapse.map_or(MIN_LOOK_INTERVAL, |lapse| {
+                            lapse.min(MIN_LOOK_INTERVAL)
+                        });
+                        tokio::time::sleep_until(next).await;
                     }
                 }
                 _ = refresh.tick() => {}
