@@ -116,9 +116,14 @@ impl InboundHandler for Bridge {
             route,
         } = inbound;
         match decode(&payload) {
+            // Undecodable messages count against the agent's rate too, so a flood of them is
+            // paused like any other.
             Decoded::Refused(response) => {
                 respond(transport, &route, &agent, &response);
-                Flow::Continue
+                match self.node.charge_rate(&agent) {
+                    Some(wait) => Flow::Pause(wait),
+                    None => Flow::Continue,
+                }
             }
             Decoded::Request(request) => {
                 let respond = responder(transport, route, &agent);

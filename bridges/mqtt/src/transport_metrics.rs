@@ -8,8 +8,9 @@ use metrics::{counter, describe_counter, gauge};
 
 /// Requests received on `{prefix}/req/+` and handed to the handler (counter).
 pub const MESSAGES_IN_TOTAL: &str = "hivekeeper_mqtt_messages_in_total";
-/// Requests dropped before the handler (counter). Nothing queues a request between its
-/// connection and the handler, so it stays 0; exported for the dashboards that plot it.
+/// Requests dropped before the handler (counter): with an external broker, those of an agent
+/// paused for its request rate (the endpoint stops reading such an agent instead, so there it
+/// stays 0).
 pub const MESSAGES_DROPPED_TOTAL: &str = "hivekeeper_mqtt_messages_dropped_total";
 /// Messages written to agents (endpoint) or handed to the broker (external) (counter).
 pub const MESSAGES_OUT_TOTAL: &str = "hivekeeper_mqtt_messages_out_total";
