@@ -19,6 +19,9 @@ pub const CONNECTED: &str = "hivekeeper_mqtt_connected";
 /// Agents connected to the endpoint, past CONNACK (gauge; not exported with an external
 /// broker, which alone knows its clients).
 pub const CLIENTS_CONNECTED: &str = "hivekeeper_mqtt_clients_connected";
+/// The endpoint's `connections_max`: the most sockets it keeps open (gauge; not exported with
+/// an external broker), so an alert compares `CLIENTS_CONNECTED` with the setting itself.
+pub const ENDPOINT_CONNECTIONS_MAX: &str = "hivekeeper_endpoint_connections_max";
 /// External broker: messages on a request topic that names no valid agent, dropped (counter).
 /// The endpoint refuses those at the PUBLISH (`ENDPOINT_PUBLISHES_REFUSED_TOTAL`).
 pub const BAD_TOPICS_TOTAL: &str = "hivekeeper_mqtt_bad_topics_total";
