@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hivekeeper_agent::{Agent, AgentConfig};
+use hivekeeper_agent::{Agent, AgentConfig, BrokerOrder};
 
 use super::{Node, agent_config, eventually, free_ports, metric, metrics_text, within};
 
@@ -82,6 +82,7 @@ impl ProcessCluster {
         config.brokers = (0..ports.len())
             .map(|k| format!("127.0.0.1:{}", ports[(home + k) % ports.len()]))
             .collect();
+        config.broker_order = BrokerOrder::InOrder;
         config
     }
 
