@@ -233,6 +233,14 @@ impl Node {
         }
     }
 
+    /// The running node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .map(std::process::Child::id)
+            .expect("the node is running")
+    }
+
     /// Sends `signal` (a name kill(1) takes, e.g. `STOP`, `CONT`) to the running process.
     pub fn signal(&self, signal: &str) {
         let Some(child) = self.child.as_ref() else {
