@@ -137,6 +137,15 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             }
         }
     }
+    if let Some(group) = args.mqtt_share_group {
+        let Mode::External(external) = &mut config.mqtt.mode else {
+            bail!(
+                "--mqtt-share-group needs an external broker (--mqtt-url, or an external \
+                 [mqtt.mode] in the config file): the agent endpoint has no shared subscriptions"
+            );
+        };
+        external.share_group = Some(group);
+    }
     if let Some(prefix) = args.topic_prefix {
         config.mqtt.topic_prefix = prefix;
     }
@@ -167,14 +176,6 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         cluster.peer_ca = args.peer_ca.or(cluster.peer_ca.take());
     }
     config.node.validate().context("node settings")?;
-    if config.node.cluster.is_some() && matches!(config.mqtt.mode, Mode::External(_)) {
-        // Every member subscribes to every request on its broker: through one shared broker
-        // each request would be carried out by every member and answered three times.
-        bail!(
-            "a cluster member needs its own agent endpoint: an external broker shared by the \
-             members is not supported yet (drop --mqtt-url, or run a single node)"
-        );
-    }
     config.mqtt.validate().context("mqtt settings")?;
     Ok(config)
 }

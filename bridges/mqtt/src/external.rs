@@ -24,6 +24,12 @@
 //! - One connection carries every agent, so the agent of a request is the last level of its
 //!   topic (`{prefix}/req/{agent}`), read here once; a topic that names no valid agent is
 //!   dropped and counted (`hivekeeper_mqtt_bad_topics_total`), since nobody can be answered.
+//! - The members of a cluster behind one broker subscribe `$share/{group}/{prefix}/req/+`
+//!   (`ExternalConfig::share_group`), so the broker hands each request to one of them. A
+//!   message delivered through a shared subscription keeps its own topic, so the agent is
+//!   read from it as above. MQTT 3.1.1 has no shared subscriptions in its spec, but the
+//!   brokers Hivekeeper is used with (Mosquitto 2.0, EMQX, HiveMQ) take `$share` from 3.1.1
+//!   clients too, so this client stays on 3.1.1.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,7 +112,7 @@ pub(crate) async fn start(
     network.set_connection_timeout(external.connect_timeout_s);
     eventloop.set_network_options(network);
 
-    let filter = topics.request_filter();
+    let filter = external.request_filter(topics);
     let (state_tx, mut state_rx) = watch::channel(LinkState::Connecting { last_error: None });
     let (stop_tx, stop_rx) = watch::channel(false);
     let resubscribe = Arc::new(Notify::new());
@@ -147,7 +153,9 @@ pub(crate) async fn start(
     .map(|waited| waited.map(|state| state.clone()));
     let failure = match waited {
         Ok(Ok(LinkState::Subscribed)) => None,
-        Ok(Ok(_)) => Some(MqttError::SubscribeRefused { filter }),
+        Ok(Ok(_)) => Some(MqttError::SubscribeRefused {
+            filter: filter.clone(),
+        }),
         // The poll task ended (cannot happen before stop) or the wait timed out.
         Ok(Err(_)) | Err(_) => {
             let last_error = match &*state_rx.borrow() {
@@ -167,7 +175,7 @@ pub(crate) async fn start(
         running.abort();
         return Err(error);
     }
-    info!(url = %external.url, client_id = %external.client_id, filter = %topics.request_filter(), "connected to external MQTT broker");
+    info!(url = %external.url, client_id = %external.client_id, %filter, "connected to external MQTT broker");
     Ok(running)
 }
 
