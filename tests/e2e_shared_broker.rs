@@ -213,7 +213,7 @@ async fn stream(mut agent: Raw, killed: watch::Receiver<bool>) -> (Granted, usiz
                     (None, _) => assert!(
                         matches!(
                             code(&response),
-                            Some("unavailable" | "timeout" | "overloaded")
+                            Some("unavailable" | "timeout" | "rate_limited")
                         ),
                         "{response}"
                     ),
