@@ -441,6 +441,35 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_member_may_use_an_external_broker_with_a_share_group() {
+        let member = [
+            "--name",
+            "n1",
+            "--initial-cluster",
+            "n1=127.0.0.1:7401",
+            "--mqtt-url",
+            "mqtt://127.0.0.1:1884",
+        ];
+        let load = |more: &[&str]| {
+            let args: Vec<&str> = member.iter().chain(more).copied().collect();
+            super::load(serve_args(&args).expect("parses"))
+        };
+        let config = load(&["--mqtt-share-group", "east"]).expect("loads");
+        let hivekeeper_mqtt::Mode::External(external) = &config.mqtt.mode else {
+            panic!("an external broker");
+        };
+        assert_eq!(external.share_group.as_deref(), Some("east"));
+        let config = load(&[]).expect("loads");
+        let hivekeeper_mqtt::Mode::External(external) = &config.mqtt.mode else {
+            panic!("an external broker");
+        };
+        assert_eq!(
+            external.share_group, None,
+            "left to the service (`as_member`)"
+        );
+    }
+
     /// The commented cluster block of the example, uncommented, is a valid member config.
     #[test]
     fn the_example_cluster_block_parses_and_validates() {
