@@ -30,13 +30,39 @@ impl ProcessCluster {
         list: &str,
         extra_args: &[&str],
     ) -> ProcessCluster {
+        ProcessCluster::start_members(root, list, None, extra_args).await
+    }
+
+    /// Starts `n` members that all use the external broker on `broker_port` (`--mqtt-url`)
+    /// instead of agent endpoints of their own, with `extra_args`; waits until they agree on a
+    /// leader.
+    pub async fn start_behind_broker(
+        n: usize,
+        broker_port: u16,
+        extra_args: &[&str],
+    ) -> ProcessCluster {
+        let root = tempfile::tempdir().expect("a temp dir");
+        ProcessCluster::start_members(root, &member_list(n), Some(broker_port), extra_args).await
+    }
+
+    /// Starts every member of `list` on its data dir `root/<name>`, each with an agent
+    /// endpoint of its own, or behind the external broker on `broker_port`.
+    async fn start_members(
+        root: tempfile::TempDir,
+        list: &str,
+        broker_port: Option<u16>,
+        extra_args: &[&str],
+    ) -> ProcessCluster {
         let mut nodes = Vec::new();
         for entry in list.split(',') {
             let name = entry.split_once('=').expect("NAME=ADDR").0.to_string();
             let mut args = vec!["--name", &name, "--initial-cluster", list];
             args.extend_from_slice(extra_args);
             let dir: PathBuf = root.path().join(&name);
-            nodes.push(Node::start_with_args(&dir, &args).await);
+            nodes.push(match broker_port {
+                Some(port) => Node::start_external_with_args(&dir, port, &args).await,
+                None => Node::start_with_args(&dir, &args).await,
+            });
         }
         let cluster = ProcessCluster { nodes, root };
         cluster.leader(30).await;

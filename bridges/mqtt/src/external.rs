@@ -27,6 +27,12 @@
 //! - The per-agent request rate is applied before anything is shared: an agent the handler
 //!   paused for its rate has its requests dropped in the poll task until the pause ends
 //!   (`hivekeeper_mqtt_messages_dropped_total`), see [`Paused`].
+//! - The members of a cluster behind one broker subscribe `$share/{group}/{prefix}/req/+`
+//!   (`ExternalConfig::share_group`), so the broker hands each request to one of them. A
+//!   message delivered through a shared subscription keeps its own topic, so the agent is
+//!   read from it as above. MQTT 3.1.1 has no shared subscriptions in its spec, but the
+//!   brokers Hivekeeper is used with (Mosquitto 2.0, EMQX, HiveMQ) take `$share` from 3.1.1
+//!   clients too, so this client stays on 3.1.1.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -111,7 +117,7 @@ pub(crate) async fn start(
     network.set_connection_timeout(external.connect_timeout_s);
     eventloop.set_network_options(network);
 
-    let filter = topics.request_filter();
+    let filter = external.request_filter(topics);
     let (state_tx, mut state_rx) = watch::channel(LinkState::Connecting { last_error: None });
     let (stop_tx, stop_rx) = watch::channel(false);
     let resubscribe = Arc::new(Notify::new());
@@ -153,7 +159,9 @@ pub(crate) async fn start(
     .map(|waited| waited.map(|state| state.clone()));
     let failure = match waited {
         Ok(Ok(LinkState::Subscribed)) => None,
-        Ok(Ok(_)) => Some(MqttError::SubscribeRefused { filter }),
+        Ok(Ok(_)) => Some(MqttError::SubscribeRefused {
+            filter: filter.clone(),
+        }),
         // The poll task ended (cannot happen before stop) or the wait timed out.
         Ok(Err(_)) | Err(_) => {
             let last_error = match &*state_rx.borrow() {
@@ -173,7 +181,7 @@ pub(crate) async fn start(
         running.abort();
         return Err(error);
     }
-    info!(url = %external.url, client_id = %external.client_id, filter = %topics.request_filter(), "connected to external MQTT broker");
+    info!(url = %external.url, client_id = %external.client_id, %filter, "connected to external MQTT broker");
     Ok(running)
 }
 
