@@ -19,6 +19,8 @@ use std::path::Path;
 use std::process::Stdio;
 
 use anyhow::Context;
+use clap::Args;
+use hivekeeper_agent::{AgentConfig, DEFAULTS};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
@@ -30,6 +32,45 @@ use super::Common;
 use super::memory::status_mb;
 use super::report::Errors;
 use super::swarm::{self, Member, RunId};
+
+/// How the idle agents keep alive: their lease TTL and their MQTT keepalive.
+#[derive(Debug, Clone, Args)]
+pub struct IdleSettings {
+    /// TTL of the idle agents' leases, ms (default: --session-ttl-ms). A long one keeps a large
+    /// swarm's lease keepalives (one every third of it per agent) affordable.
+    #[arg(long)]
+    idle_ttl_ms: Option<u64>,
+    /// MQTT keepalive of the idle agents, s: a PINGREQ when an agent sent nothing for this
+    /// long, and the endpoint closes a connection silent for 1.5 times it. Tens of thousands
+    /// of agents at the SDK's default (5 s) are thousands of pings a second.
+    #[arg(long, default_value_t = DEFAULTS.mqtt_keepalive_s)]
+    idle_mqtt_keepalive_s: u64,
+}
+
+impl IdleSettings {
+    /// The idle agents' lease TTL, ms.
+    pub fn ttl_ms(&self, common: &Common) -> u64 {
+        self.idle_ttl_ms.unwrap_or(common.session_ttl_ms)
+    }
+
+    /// The idle agents' settings: the common ones with this MQTT keepalive.
+    fn agent_base(&self, common: &Common) -> anyhow::Result<AgentConfig> {
+        Ok(AgentConfig {
+            mqtt_keepalive_s: self.idle_mqtt_keepalive_s,
+            ..common.agent_base()?
+        })
+    }
+
+    /// These settings as a child's flags.
+    fn flags(&self, common: &Common) -> [String; 4] {
+        [
+            "--idle-ttl-ms".into(),
+            self.ttl_ms(common).to_string(),
+            "--idle-mqtt-keepalive-s".into(),
+            self.idle_mqtt_keepalive_s.to_string(),
+        ]
+    }
+}
 
 /// The watch over idle sessions: did each leave `Live` before the end?
 pub struct SessionWatch {
@@ -95,9 +136,15 @@ pub struct IdleFigures {
 
 /// Body of the hidden `bench idle-swarm`: connects `count` idle agents (role `idle{part}`),
 /// reports, holds them until stdin closes or gives a line, reports again.
-pub async fn child(common: &Common, count: usize, part: usize, ttl_ms: u64) -> anyhow::Result<()> {
+pub async fn child(
+    common: &Common,
+    settings: &IdleSettings,
+    count: usize,
+    part: usize,
+) -> anyhow::Result<()> {
     let run = RunId::new();
-    let base = common.agent_base()?;
+    let base = settings.agent_base(common)?;
+    let ttl_ms = settings.ttl_ms(common);
     let role = format!("idle{part}");
     let (idle, errors) = swarm::connect(
         &base,
@@ -141,9 +188,9 @@ impl Children {
     /// the count connected are returned with them.
     pub async fn spawn(
         common: &Common,
+        settings: &IdleSettings,
         processes: usize,
         total: usize,
-        ttl_ms: u64,
     ) -> anyhow::Result<(Children, u64, Errors)> {
         let exe = std::env::current_exe().context("finding the hivekeeper binary")?;
         let mut children = Vec::new();
@@ -159,7 +206,7 @@ impl Children {
                 ])
                 .args(["--idle-agents", &share.to_string()])
                 .args(["--part", &part.to_string()])
-                .args(["--idle-ttl-ms", &ttl_ms.to_string()])
+                .args(settings.flags(common))
                 .args([
                     "--connect-concurrency",
                     &common.connect_concurrency.to_string(),
@@ -230,23 +277,24 @@ pub enum IdleSwarm {
 }
 
 impl IdleSwarm {
-    /// Connects `count` idle agents with leases of `ttl_ms`: (the swarm, agents connected,
-    /// seconds it took, errors).
+    /// Connects `count` idle agents as `settings` say: (the swarm, agents connected, seconds
+    /// it took, errors).
     pub async fn connect(
         common: &Common,
+        settings: &IdleSettings,
         run: &RunId,
         count: usize,
-        ttl_ms: u64,
         processes: usize,
     ) -> anyhow::Result<(IdleSwarm, u64, f64, Errors)> {
         let started = Instant::now();
         if processes > 1 {
             let (children, connected, errors) =
-                Children::spawn(common, processes, count, ttl_ms).await?;
+                Children::spawn(common, settings, processes, count).await?;
             let took = started.elapsed().as_secs_f64();
             return Ok((IdleSwarm::Children(children), connected, took, errors));
         }
-        let base = common.agent_base()?;
+        let base = settings.agent_base(common)?;
+        let ttl_ms = settings.ttl_ms(common);
         let (idle, errors) = swarm::connect(
             &base,
             run,

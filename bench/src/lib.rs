@@ -180,10 +180,8 @@ enum Scenario {
         /// Lock names of the busy agents.
         #[arg(long, default_value_t = 1)]
         locks: usize,
-        /// TTL of the idle agents' leases, ms (default: --session-ttl-ms). A long one keeps a
-        /// large swarm's keepalives (one every third of it per agent) affordable.
-        #[arg(long)]
-        idle_ttl_ms: Option<u64>,
+        #[command(flatten)]
+        idle: idle_swarm::IdleSettings,
         /// Processes holding the idle agents: above 1, this many child processes share them,
         /// so that none needs more sockets than its `nofile` limit (e.g. 3 for 48,000 agents
         /// under a limit of 20,000). Not with --user.
@@ -206,9 +204,8 @@ enum Scenario {
         /// This child's index (its agents' names).
         #[arg(long)]
         part: usize,
-        /// TTL of the idle agents' leases, ms.
-        #[arg(long)]
-        idle_ttl_ms: u64,
+        #[command(flatten)]
+        idle: idle_swarm::IdleSettings,
     },
     /// Starts its own cluster (`hivekeeper serve` processes on loopback ports, data in a
     /// temporary directory), runs `contended` through every member, and kills the leader with
@@ -397,10 +394,10 @@ pub fn run(args: BenchArgs, hivekeeper: &Path) -> Result<(), BenchError> {
         common,
         idle_agents,
         part,
-        idle_ttl_ms,
+        idle,
     } = &args.scenario
     {
-        let child = idle_swarm::child(common, *idle_agents, *part, *idle_ttl_ms);
+        let child = idle_swarm::child(common, idle, *idle_agents, *part);
         return runtime.block_on(child).map_err(BenchError::Scenario);
     }
     let (report, json) = runtime
@@ -533,15 +530,15 @@ async fn run_scenario(
             idle_agents,
             agents,
             locks,
-            idle_ttl_ms,
+            idle,
             processes,
             node_pid,
         } => {
             anyhow::ensure!(locks >= 1, "--locks must be at least 1");
-            let idle_ttl_ms = idle_ttl_ms.unwrap_or(common.session_ttl_ms);
+            let idle_ttl_ms = idle.ttl_ms(&common);
             let plan = scale::ScalePlan {
                 idle_agents,
-                idle_ttl_ms,
+                idle,
                 processes,
                 agents,
                 locks,

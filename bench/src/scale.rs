@@ -9,16 +9,16 @@ use hivekeeper_agent::Resource;
 
 use super::Common;
 use super::cycles;
-use super::idle_swarm::IdleSwarm;
+use super::idle_swarm::{IdleSettings, IdleSwarm};
 use super::memory::status_mb;
 use super::report::{NodeMemory, Report, ScaleFigures};
 use super::swarm::{self, Member, RunId};
 
 /// What `scale` is asked to run.
 pub struct ScalePlan {
-    /// Idle agents, and the TTL of their leases.
+    /// Idle agents, and their lease TTL and MQTT keepalive.
     pub idle_agents: usize,
-    pub idle_ttl_ms: u64,
+    pub idle: IdleSettings,
     /// Processes holding the idle agents (1: this one).
     pub processes: usize,
     /// Busy agents, and the lock names they share.
@@ -41,14 +41,8 @@ pub async fn run(common: &Common, run: &RunId, plan: ScalePlan) -> anyhow::Resul
         [] => discover_node_pid(&common.brokers).into_iter().collect(),
         pids => pids.to_vec(),
     };
-    let (idle, idle_connected, connect_s, mut errors) = IdleSwarm::connect(
-        common,
-        run,
-        plan.idle_agents,
-        plan.idle_ttl_ms,
-        plan.processes,
-    )
-    .await?;
+    let (idle, idle_connected, connect_s, mut errors) =
+        IdleSwarm::connect(common, &plan.idle, run, plan.idle_agents, plan.processes).await?;
     let base = common.agent_base()?;
     let (busy, busy_errors) = swarm::connect(
         &base,
