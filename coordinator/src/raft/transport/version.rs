@@ -30,7 +30,7 @@ use crate::raft::NodeId;
 /// The peer protocol version of this build: the highest it speaks, and the highest cluster
 /// version it applies. Raised by every change to the peer protocol or the data format that
 /// an older build cannot read; docs/OPERATIONS.md, "Upgrading one member at a time".
-pub const PEER_PROTOCOL_VERSION: u32 = 2;
+pub const PEER_PROTOCOL_VERSION: u32 = hivekeeper_state_machine::CLUSTER_VERSION_SUPPORTED;
 
 /// The oldest version this build speaks: every build speaks its predecessor's, so members can
 /// be upgraded one at a time.
