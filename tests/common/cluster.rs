@@ -30,13 +30,24 @@ impl ProcessCluster {
         list: &str,
         extra_args: &[&str],
     ) -> ProcessCluster {
+        ProcessCluster::start_program_on(&super::node::this_build(), root, list, extra_args).await
+    }
+
+    /// [`ProcessCluster::start_on`] with every member running the `hivekeeper` binary at
+    /// `program` (another build's, e.g. an older release for an upgrade test).
+    pub async fn start_program_on(
+        program: &std::path::Path,
+        root: tempfile::TempDir,
+        list: &str,
+        extra_args: &[&str],
+    ) -> ProcessCluster {
         let mut nodes = Vec::new();
         for entry in list.split(',') {
             let name = entry.split_once('=').expect("NAME=ADDR").0.to_string();
             let mut args = vec!["--name", &name, "--initial-cluster", list];
             args.extend_from_slice(extra_args);
             let dir: PathBuf = root.path().join(&name);
-            nodes.push(Node::start_with_args(&dir, &args).await);
+            nodes.push(Node::start_program(program, &dir, &args).await);
         }
         let cluster = ProcessCluster { nodes, root };
         cluster.leader(30).await;
