@@ -4,7 +4,7 @@
 //! agents take and release locks through every member. The history has no anomaly (holds of
 //! one lock never overlap, tokens grow in grant order, no lease is lost), the cluster version
 //! stays 1 while an older member remains, and rises to 2 once the last member runs this
-//! build.
+//! build; then a member of the older build is refused when it is added.
 //!
 //! ```text
 //! export HIVEKEEPER_UPGRADE_FROM_BIN="$(.ci/upgrade-from)"   # .ci/run does this
@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use common::cluster::{Hold, ProcessCluster, check_history, member_list};
 use common::node::this_build;
-use common::{eventually, metric, metrics_text, within};
+use common::{Node, eventually, free_port, metric, metrics_text, run_cli, within};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -183,6 +183,36 @@ async fn a_cluster_upgraded_one_member_at_a_time_keeps_its_locks_and_raises_its_
     assert!(raised, "no member logged the raise");
     seen.flowing(30, "holds at cluster version 2").await;
     let upgrade_took = started.elapsed();
+
+    // A member of the older build can no longer join: it could not apply the log.
+    let peer = format!("127.0.0.1:{}", free_port());
+    let n4 = format!("n4={peer}");
+    let _older_member = Node::start_program(
+        &older,
+        &cluster.root().join("n4"),
+        &[
+            "--name",
+            "n4",
+            "--initial-cluster",
+            &n4,
+            "--initial-cluster-state",
+            "existing",
+        ],
+    )
+    .await;
+    let brokers = format!("127.0.0.1:{}", cluster.nodes[0].mqtt_port());
+    let refused = run_cli(&["member", "add", &n4, "--broker", &brokers]).await;
+    assert!(
+        !refused.success,
+        "an older member was added: {}",
+        refused.stdout
+    );
+    assert_eq!(
+        refused.stderr,
+        "hivekeeper: admin.member.add refused: bad_request: n4 runs a build that applies \
+         cluster version 1 at most, and the cluster is at version 2: nothing was changed; run \
+         this release on n4 first, then add it\n"
+    );
 
     seen.stop.store(true, Ordering::Relaxed);
     within(60, "the agents stop", async {
