@@ -18,13 +18,11 @@ mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use common::cluster::{Hold, ProcessCluster, check_history, member_list};
+use common::cluster::{LockWorkload, ProcessCluster, member_list};
 use common::node::this_build;
-use common::{Node, eventually, free_port, metric, metrics_text, run_cli, within};
-use tokio::sync::Mutex;
+use common::{eventually, metric, metrics_text, run_cli};
 use tokio::time::Instant;
 
 /// Where the older build's binary is.
@@ -67,70 +65,13 @@ async fn cluster_versions(cluster: &ProcessCluster) -> Vec<Option<f64>> {
     versions
 }
 
-/// What the workload saw.
-#[derive(Default)]
-struct Seen {
-    holds: Mutex<Vec<Hold>>,
-    /// Requests that failed and were retried (a member going down answers nothing).
-    errors: AtomicUsize,
-    /// Holds whose lease was lost while held.
-    lost: AtomicUsize,
-    stop: AtomicBool,
-}
-
-impl Seen {
-    async fn holds(&self) -> usize {
-        self.holds.lock().await.len()
-    }
-
-    /// Waits until `more` holds were added to what there is now: traffic flows.
-    async fn flowing(&self, more: usize, what: &str) {
-        let from = self.holds().await;
-        eventually(60, what, || async {
-            (self.holds().await >= from + more).then_some(())
-        })
-        .await;
-    }
-}
-
-/// 9 agents on 3 hot locks, spread over the 3 members (each fails over along the list), until
-/// `seen.stop`.
-async fn workload(
-    cluster: &ProcessCluster,
-    seen: &Arc<Seen>,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
-    for i in 0..9 {
-        let agent = cluster.agent(&format!("worker-{i}"), i % 3).await;
-        let seen = seen.clone();
-        tasks.spawn(async move {
-            let session = agent.session(5_000).await.expect("a session");
-            let lock = format!("hot/{}", i % 3);
-            while !seen.stop.load(Ordering::Relaxed) {
-                let Ok(guard) = session.lock(lock.clone()).await else {
-                    seen.errors.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                };
-                let granted = Instant::now();
-                tokio::time::sleep(Duration::from_millis(2 + (i as u64 % 5))).await;
-                let released = Instant::now();
-                if guard.is_lost() {
-                    seen.lost.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    seen.holds.lock().await.push(Hold {
-                        lock: lock.clone(),
-                        agent: agent.agent_id().to_string(),
-                        token: guard.token(),
-                        granted,
-                        released,
-                    });
-                }
-                if guard.release().await.is_err() {
-                    seen.errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-    }
+/// Waits until `more` holds were added to what `seen` has now: traffic flows.
+async fn flowing(seen: &LockWorkload, more: usize, what: &str) {
+    let from = seen.hold_count().await;
+    eventually(60, what, || async {
+        (seen.hold_count().await >= from + more).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,10 +81,14 @@ async fn a_cluster_upgraded_one_member_at_a_time_keeps_its_locks_and_raises_its_
     };
     let root = tempfile::tempdir().expect("a temp dir");
     let mut cluster = ProcessCluster::start_program_on(&older, root, &member_list(3), &[]).await;
-    let seen = Arc::new(Seen::default());
+    let seen = Arc::new(LockWorkload::default());
     let mut tasks = tokio::task::JoinSet::new();
-    workload(&cluster, &seen, &mut tasks).await;
-    seen.flowing(30, "holds on the older build").await;
+    // 9 agents on 3 hot locks, spread over the 3 members (each fails over along the list).
+    for i in 0..9 {
+        let agent = cluster.agent(&format!("worker-{i}"), i % 3).await;
+        tasks.spawn(seen.clone().run(agent, format!("hot/{}", i % 3), i));
+    }
+    flowing(&seen, 30, "holds on the older build").await;
     // The older build knows no cluster version.
     assert_eq!(cluster_versions(&cluster).await, vec![None; 3]);
 
@@ -154,8 +99,7 @@ async fn a_cluster_upgraded_one_member_at_a_time_keeps_its_locks_and_raises_its_
         node.set_program(&this_build());
         node.restart().await;
         cluster.leader(30).await;
-        seen.flowing(30, &format!("holds with n{} upgraded", member + 1))
-            .await;
+        flowing(&seen, 30, &format!("holds with n{} upgraded", member + 1)).await;
         if member < 2 {
             // An older member remains: the upgraded ones stay at version 1.
             let versions = cluster_versions(&cluster).await;
@@ -181,25 +125,11 @@ async fn a_cluster_upgraded_one_member_at_a_time_keeps_its_locks_and_raises_its_
         .iter()
         .any(|node| node.log_tail(5_000).contains("cluster version raised"));
     assert!(raised, "no member logged the raise");
-    seen.flowing(30, "holds at cluster version 2").await;
+    flowing(&seen, 30, "holds at cluster version 2").await;
     let upgrade_took = started.elapsed();
 
     // A member of the older build can no longer join: it could not apply the log.
-    let peer = format!("127.0.0.1:{}", free_port());
-    let n4 = format!("n4={peer}");
-    let _older_member = Node::start_program(
-        &older,
-        &cluster.root().join("n4"),
-        &[
-            "--name",
-            "n4",
-            "--initial-cluster",
-            &n4,
-            "--initial-cluster-state",
-            "existing",
-        ],
-    )
-    .await;
+    let (_older_member, n4) = cluster.start_joining(&older, "n4").await;
     let brokers = format!("127.0.0.1:{}", cluster.nodes[0].mqtt_port());
     let refused = run_cli(&["member", "add", &n4, "--broker", &brokers]).await;
     assert!(
@@ -214,14 +144,7 @@ async fn a_cluster_upgraded_one_member_at_a_time_keeps_its_locks_and_raises_its_
          this release on n4 first, then add it\n"
     );
 
-    seen.stop.store(true, Ordering::Relaxed);
-    within(60, "the agents stop", async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    let holds = seen.holds.lock().await.clone();
-    let violations = check_history(&holds);
-    assert!(violations.is_empty(), "history violations: {violations:#?}");
+    let holds = seen.finish(&mut tasks).await;
     assert_eq!(
         seen.lost.load(Ordering::Relaxed),
         0,

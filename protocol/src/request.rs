@@ -19,6 +19,7 @@ mod decode;
 mod geometry;
 mod validation;
 
+pub use accessors::CLUSTER_VERSION_INITIAL;
 pub use geometry::{Area, Volume};
 
 use serde::{Deserialize, Serialize};
@@ -140,11 +141,9 @@ macro_rules! declare_ops {
                 }
             }
 
-            /// The cluster version the op needs: its declaration's `since`, or
-            /// [`CLUSTER_VERSION_INITIAL`] (every op of the builds before cluster versions).
-            /// A node refuses an op above the cluster's version before it reaches the log, as
-            /// a member of an older build could not apply it (docs/OPERATIONS.md, "Upgrading
-            /// one member at a time").
+            /// The cluster version the op needs (its `since`, else [`CLUSTER_VERSION_INITIAL`]):
+            /// below it a node refuses the op before the log, as an older member could not
+            /// apply it (docs/OPERATIONS.md, "Upgrading one member at a time").
             pub fn cluster_version_needed(&self) -> u32 {
                 match self {
                     $(Op::$variant { .. } => declare_ops!(@since $($since)?),)*
@@ -156,15 +155,10 @@ macro_rules! declare_ops {
     (@since $since:literal) => { $since };
 }
 
-/// The cluster version of a cluster whose members never agreed on a higher one: every build
-/// before cluster versions, and every op declared without `since`.
-pub const CLUSTER_VERSION_INITIAL: u32 = 1;
-
 declare_ops! {
 /// Every operation of protocol v1 with its fields: the one declaration of an op. Field names
 /// and units are the wire's; `#[op(name, class)]` gives its wire name and who answers it
-/// ([`OpClass`]), and `#[op(name, class, since = N)]` the cluster version it needs when that is
-/// above [`CLUSTER_VERSION_INITIAL`] (an op an older member could not apply). [`Op::NAMES`],
+/// ([`OpClass`]), `since = N` the cluster version it needs if above 1. [`Op::NAMES`],
 /// [`Op::name`], [`Op::class`], [`Op::cluster_version_needed`] and the serde tag derive from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]

@@ -59,6 +59,23 @@ impl ProcessCluster {
         self.root.path()
     }
 
+    /// A new member `name` running the binary at `program`, started to join this cluster
+    /// (`--initial-cluster-state existing`) on a free peer port, its data dir `root/<name>`;
+    /// with its `NAME=ADDR` for `member add`.
+    pub async fn start_joining(&self, program: &std::path::Path, name: &str) -> (Node, String) {
+        let entry = format!("{name}=127.0.0.1:{}", super::free_port());
+        let args = [
+            "--name",
+            name,
+            "--initial-cluster",
+            &entry,
+            "--initial-cluster-state",
+            "existing",
+        ];
+        let node = Node::start_program(program, &self.root().join(name), &args).await;
+        (node, entry)
+    }
+
     /// Every member's MQTT port, in member order.
     pub fn mqtt_ports(&self) -> Vec<u16> {
         self.nodes.iter().map(Node::mqtt_port).collect()
@@ -128,6 +145,70 @@ pub struct Hold {
     pub token: u64,
     pub granted: tokio::time::Instant,
     pub released: tokio::time::Instant,
+}
+
+/// What a lock workload saw ([`LockWorkload::run`]), shared by its agents; `stop` ends it.
+#[derive(Default)]
+pub struct LockWorkload {
+    /// Every hold whose lease stayed alive, as the agent saw it.
+    pub holds: tokio::sync::Mutex<Vec<Hold>>,
+    /// Requests that failed and were retried (a member going down answers nothing).
+    pub errors: std::sync::atomic::AtomicUsize,
+    /// Holds whose lease was lost while held.
+    pub lost: std::sync::atomic::AtomicUsize,
+    /// Set to end the workload.
+    pub stop: std::sync::atomic::AtomicBool,
+}
+
+impl LockWorkload {
+    /// Worker `i`: `agent` takes lock `lock` on a 5 s session, holds it 2 to 6 ms and releases
+    /// it, again and again until `stop`, recording each hold.
+    pub async fn run(self: std::sync::Arc<Self>, agent: Agent, lock: String, i: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let session = agent.session(5_000).await.expect("a session");
+        while !self.stop.load(Relaxed) {
+            let Ok(guard) = session.lock(lock.clone()).await else {
+                self.errors.fetch_add(1, Relaxed);
+                continue;
+            };
+            let granted = tokio::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(2 + (i as u64 % 5))).await;
+            let released = tokio::time::Instant::now();
+            if guard.is_lost() {
+                self.lost.fetch_add(1, Relaxed);
+            } else {
+                self.holds.lock().await.push(Hold {
+                    lock: lock.clone(),
+                    agent: agent.agent_id().to_string(),
+                    token: guard.token(),
+                    granted,
+                    released,
+                });
+            }
+            if guard.release().await.is_err() {
+                self.errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// How many holds so far.
+    pub async fn hold_count(&self) -> usize {
+        self.holds.lock().await.len()
+    }
+
+    /// Stops the workload, waits for its agents' `tasks` to end, and returns the holds once
+    /// [`check_history`] found no violation in them.
+    pub async fn finish(&self, tasks: &mut tokio::task::JoinSet<()>) -> Vec<Hold> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        super::within(60, "the agents stop", async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        let holds = self.holds.lock().await.clone();
+        let violations = check_history(&holds);
+        assert!(violations.is_empty(), "history violations: {violations:#?}");
+        holds
+    }
 }
 
 /// The history checker: per lock, no two holds overlap and tokens strictly increase in grant
