@@ -283,6 +283,7 @@ impl Connection {
         }
     }
 
+    /// The peer refused the hello (or TLS handshake), for `reason`.
     fn refused(&self, reason: String) -> TransportError {
         TransportError::Refused {
             peer: self.name.clone(),
