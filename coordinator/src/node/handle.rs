@@ -157,6 +157,9 @@ impl NodeHandle {
             let refusal = auth::kv_forbidden(agent, &denied);
             return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
         }
+        if let Err(refusal) = self.admit_at_cluster_version(&request.op) {
+            return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
+        }
         // A leader without a quorum can commit nothing: say so now, not after the commit
         // timeout. `admin.status` still answers: it is how an operator sees this.
         if !matches!(request.op, Op::AdminStatus {})
