@@ -192,6 +192,11 @@ pub fn describe() {
         "Vacate deadlines dropped because no waiting request needed the preempted reservation's \
          airspace any more (the holder keeps it)."
     );
+    describe_resources();
+}
+
+/// The per-kind resource metrics' help texts.
+fn describe_resources() {
     describe_histogram!(
         RESOURCE_WAIT_SECONDS,
         metrics::Unit::Seconds,
