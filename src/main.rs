@@ -7,6 +7,7 @@
 
 mod admin;
 mod certs;
+mod console_backend;
 mod exposure;
 mod log;
 mod metrics_port;

@@ -1,10 +1,12 @@
 //! The metrics port (`[metrics] listen`, `--metrics-listen`): `/metrics` for Prometheus,
-//! `/health` and `/ready` for load balancers and orchestrators, 404 for anything else.
+//! `/health` and `/ready` for load balancers and orchestrators, the web console under `/ui` and
+//! `/api/v1/` (the `hivekeeper-console` crate, docs/HTTP.md), 404 for anything else.
 //!
 //! ```text
 //!  GET /metrics ─▶ 200: the recorder's text, then the process's figures (process_metrics.rs)
 //!  GET /health  ─▶ 200 "ok: ..." with a quorum │ 503 "no quorum: ..." without one, or starting
 //!  GET /ready   ─▶ 200 with a quorum and every committed entry applied here │ 503 otherwise
+//!  /ui, /api/v1/… ─▶ the console (503 until the node has started)
 //!  other paths  ─▶ 404;  other methods ─▶ 405
 //! ```
 //!
@@ -18,8 +20,10 @@ use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use hivekeeper_console::{ApiError, Console, ConsoleBody};
 use hivekeeper_coordinator::node::Health;
-use http_body_util::Full;
+use hivekeeper_protocol::ErrorCode;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -35,8 +39,16 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where the node's health comes from: set once the node has started.
 pub type HealthSource = Arc<OnceLock<Box<dyn Fn() -> Health + Send + Sync>>>;
 
+/// The web console: set once the node has started.
+pub type ConsoleSource = Arc<OnceLock<Console<crate::console_backend::NodeConsole>>>;
+
 /// Answers the metrics port on `listener` until the task is aborted.
-pub async fn serve(listener: TcpListener, prometheus: PrometheusHandle, health: HealthSource) {
+pub async fn serve(
+    listener: TcpListener,
+    prometheus: PrometheusHandle,
+    health: HealthSource,
+    console: ConsoleSource,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -48,10 +60,22 @@ pub async fn serve(listener: TcpListener, prometheus: PrometheusHandle, health: 
             }
         };
         let (prometheus, health) = (prometheus.clone(), health.clone());
+        let console = console.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let answer = answer(request.method(), request.uri().path(), &prometheus, &health);
-                async move { Ok::<_, Infallible>(answer) }
+                let console = console.clone();
+                let plain =
+                    (!Console::<crate::console_backend::NodeConsole>::serves(request.uri().path()))
+                        .then(|| {
+                            answer(request.method(), request.uri().path(), &prometheus, &health)
+                        });
+                async move {
+                    let answer = match plain {
+                        Some(plain) => plain.map(|body| body.boxed()),
+                        None => console_answer(&console, request).await,
+                    };
+                    Ok::<_, Infallible>(answer)
+                }
             });
             let served = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -62,6 +86,21 @@ pub async fn serve(listener: TcpListener, prometheus: PrometheusHandle, health: 
                 tracing::debug!(%error, "metrics connection ended");
             }
         });
+    }
+}
+
+/// The console's answer, or 503 before the node has started.
+async fn console_answer(
+    console: &ConsoleSource,
+    request: Request<hyper::body::Incoming>,
+) -> Response<ConsoleBody> {
+    match console.get() {
+        Some(console) => console.answer(request).await,
+        None => ApiError::new(
+            ErrorCode::Unavailable,
+            "starting: the node is not running yet",
+        )
+        .response(),
     }
 }
 
@@ -110,7 +149,7 @@ fn answer(
         }
         other => text(
             StatusCode::NOT_FOUND,
-            format!("{other} is not served here: try /metrics, /health or /ready\n"),
+            format!("{other} is not served here: try /metrics, /health, /ready or /ui\n"),
         ),
     }
 }

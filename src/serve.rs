@@ -25,7 +25,7 @@ use hivekeeper_coordinator::state_machine::KvLimits;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics_port::{self, HealthSource};
+use crate::metrics_port::{self, ConsoleSource, HealthSource};
 use crate::{ClusterStateArg, ServeArgs, process_metrics};
 
 /// Upper bounds of the buckets of every `*_seconds` histogram, so they export as Prometheus
@@ -199,7 +199,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let served = runtime.block_on(serve(config));
+    let served = runtime.block_on(serve(config, insecure));
     drop(runtime);
     // A panic in the state machine is a bug that every replica hits on the same entry, at
     // every restart: its own exit status (docs/OPERATIONS.md), so a supervisor does not take
@@ -231,7 +231,7 @@ fn read_endpoint_tls(config: &ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics.listen)
         .await
         .with_context(|| {
@@ -264,10 +264,12 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
     });
     let health: HealthSource = Arc::default();
+    let console: ConsoleSource = Arc::default();
     tokio::spawn(metrics_port::serve(
         metrics_listener,
         prometheus,
         health.clone(),
+        console.clone(),
     ));
     // Help texts go to the recorder just installed; described before, they would be lost.
     hivekeeper_coordinator::node::metrics::describe();
@@ -288,6 +290,14 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             detail: "stopping: the node is shutting down".into(),
         },
     }));
+    // The web console: read-only without authentication unless `--insecure`; the port has no
+    // TLS, so its cookie is not `Secure`.
+    let options = hivekeeper_console::ConsoleOptions {
+        writes_without_auth: insecure,
+        secure_cookies: false,
+    };
+    let backend = crate::console_backend::NodeConsole(service.node_handle());
+    let _ = console.set(hivekeeper_console::Console::new(backend, options));
     let mqtt = match &config.mqtt.mode {
         Mode::Embedded(_) => service
             .mqtt_addrs()
