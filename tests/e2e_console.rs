@@ -1,0 +1,292 @@
+//! The web console in a real browser: Debian's headless Chromium, driven over WebDriver from
+//! Rust (`console_browser`, which says why fantoccini), against real `hivekeeper serve`
+//! processes whose state changes over raw MQTT JSON.
+//!
+//! - the page loads with no JavaScript error, a route reserved over MQTT appears on the map
+//!   within 1 s and is gone within 1 s of its release, and a lock's queue shows its holder and
+//!   waiters in order;
+//! - in a cluster of three, a killed member shows as down within 2 s;
+//! - with `--auth`: the login page, an observer without revoke buttons and refused 403 by the
+//!   API, an admin whose revoke ends a lease.
+//!
+//! The canvas cannot be read back as shapes, so the page says what it drew in the canvas's
+//! `data-drawn` (names) and `data-count` (volumes).
+
+mod common;
+mod console_browser;
+
+use std::time::Duration;
+
+use common::airspace::{line, now_ms, pilot, try_route};
+use common::cluster::ProcessCluster;
+use common::{Node, Raw};
+use console_browser::Browser;
+use serde_json::{Value, json};
+
+/// Whether the page's live stream is open and has delivered.
+const LIVE: &str = "return document.getElementById('live').classList.contains('on');";
+
+/// Opens the console of the node whose HTTP port is `port`, on `view`, once it is live.
+async fn open(browser: &Browser, port: u16, view: &str) {
+    browser
+        .client
+        .goto(&format!("http://127.0.0.1:{port}/ui"))
+        .await
+        .expect("the page loads");
+    show(browser, view).await;
+}
+
+/// Switches the page to `view` and waits until its stream delivered.
+async fn show(browser: &Browser, view: &str) {
+    browser
+        .until(
+            "return document.getElementById('main').hidden === false;",
+            &json!(true),
+            Duration::from_secs(10),
+        )
+        .await;
+    browser
+        .eval(&format!(
+            "document.getElementById('live').classList.remove('on');
+             document.querySelector('#tabs button[data-view={view}]').click(); return true;"
+        ))
+        .await;
+    browser
+        .until(LIVE, &json!(true), Duration::from_secs(10))
+        .await;
+}
+
+/// Whether the map drew reservation `name`.
+fn drawn(name: &str) -> String {
+    format!("return document.getElementById('map').dataset.drawn.split(',').includes('{name}');")
+}
+
+/// The holders and queue the Locks view shows for `lock/{name}`.
+fn queue_of(name: &str) -> String {
+    format!(
+        "const row = document.querySelector('[data-resource=\"lock/{name}\"]');
+         if (!row) return null;
+         const agents = (selector) =>
+             Array.from(row.querySelectorAll(selector)).map((li) => li.dataset.agent);
+         return {{holders: agents('td:nth-child(3) li'), queue: agents('ol.queue li')}};"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_routes_and_queues_live_without_errors() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let browser = Browser::start(1200, 900).await;
+    open(&browser, node.metrics_port, "airspace").await;
+    browser.assert_no_errors().await;
+
+    let (mut drone, lease) = pilot(port, "drone-7").await;
+    let volumes = line(true, 80.0, now_ms(), 600_000);
+    try_route(&mut drone, "route-7", &lease, &volumes).await;
+    let appeared = browser
+        .until(&drawn("route-7"), &json!(true), Duration::from_secs(1))
+        .await;
+    let count = browser
+        .eval("return document.getElementById('map').dataset.count;")
+        .await;
+    assert_eq!(count, json!("3"), "the route's three volumes are drawn");
+    let released = drone
+        .call(
+            json!({"id": "release-7", "op": "route.release", "name": "route-7",
+                     "lease": lease}),
+        )
+        .await;
+    assert_eq!(released["ok"], true, "{released}");
+    let gone = browser
+        .until(&drawn("route-7"), &json!(false), Duration::from_secs(1))
+        .await;
+    eprintln!("route on the map after {appeared:?}, off it {gone:?} after its release");
+
+    show(&browser, "resources").await;
+    let mut holders = Vec::new();
+    for agent in ["pad-a", "pad-b", "pad-c"] {
+        let (raw, lease) = pilot(port, agent).await;
+        holders.push((agent, raw, lease));
+    }
+    let acquire = |agent: &str, lease: &str| {
+        json!({"id": format!("take-{agent}"), "op": "lock.acquire", "name": "pad-7",
+               "lease": lease, "wait_ms": 60_000})
+        .to_string()
+    };
+    let mut expected_queue: Vec<&str> = Vec::new();
+    for (index, (agent, raw, lease)) in holders.iter().enumerate() {
+        raw.send(acquire(agent, lease)).await;
+        if index > 0 {
+            expected_queue.push(agent);
+        }
+        let want = json!({"holders": ["pad-a"], "queue": expected_queue});
+        browser
+            .until(&queue_of("pad-7"), &want, Duration::from_secs(5))
+            .await;
+    }
+    browser.assert_no_errors().await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_member_shows_as_down_within_two_seconds() {
+    let mut cluster = ProcessCluster::start(3, &[]).await;
+    let leader = cluster.leader(30).await;
+    let browser = Browser::start(1200, 900).await;
+    open(&browser, cluster.nodes[leader].metrics_port, "cluster").await;
+    let states = "return Array.from(document.querySelectorAll('#member-rows tr'))
+                      .map((row) => row.dataset.member + '=' + row.dataset.state).sort().join(' ');";
+    browser
+        .until(states, &json!("n1=up n2=up n3=up"), Duration::from_secs(10))
+        .await;
+    let victim = (leader + 1) % 3;
+    cluster.nodes[victim].kill9();
+    let name = format!("n{}", victim + 1);
+    let down = browser
+        .until(
+            &format!(
+                "const row = document.querySelector('[data-member=\"{name}\"]');
+                 return row ? row.dataset.state : null;"
+            ),
+            &json!("down"),
+            Duration::from_secs(2),
+        )
+        .await;
+    eprintln!("member {name} shown down {down:?} after it was killed");
+    browser.assert_no_errors().await;
+    browser.close().await;
+}
+
+/// Adds account `name` of `role` through the admin, returning its secret.
+async fn add_account(admin: &mut Raw, name: &str, role: &str) -> String {
+    let added = admin
+        .call(
+            json!({"id": format!("add-{name}"), "op": "admin.agent.add", "name": name,
+                     "role": role}),
+        )
+        .await;
+    added["secret"]
+        .as_str()
+        .expect("the new secret, once")
+        .to_string()
+}
+
+/// Logs in through the page's form.
+async fn log_in(browser: &Browser, account: &str, secret: &str) {
+    browser
+        .until(
+            "return document.getElementById('login').hidden === false;",
+            &json!(true),
+            Duration::from_secs(10),
+        )
+        .await;
+    let script = format!(
+        "document.getElementById('login-account').value = {account};
+         document.getElementById('login-secret').value = {secret};
+         document.getElementById('login-submit').click(); return true;",
+        account = Value::from(account),
+        secret = Value::from(secret),
+    );
+    browser.eval(&script).await;
+}
+
+/// A revoke of `lease` from the page itself, with its session's CSRF token: the HTTP status.
+fn revoke_from_page(lease: &str) -> String {
+    format!(
+        "return fetch('/api/v1/session').then((r) => r.json()).then((session) =>
+             fetch('/api/v1/leases/{lease}/revoke',
+                   {{method: 'POST', headers: {{'x-csrf-token': session.csrf || ''}}}}))
+           .then((r) => r.status);"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_observers_read_and_admins_revoke() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let auth = common::airspace::AuthNode::start(dir.path()).await;
+    let mut admin = auth.admin;
+    let watcher_secret = add_account(&mut admin, "watcher", "observer").await;
+    let admin_secret = std::fs::read_to_string(dir.path().join("admin.secret"))
+        .expect("admin.secret")
+        .trim()
+        .to_string();
+    let http = auth.node.metrics_port;
+    let browser = Browser::start(1200, 900).await;
+    browser
+        .client
+        .goto(&format!("http://127.0.0.1:{http}/ui"))
+        .await
+        .expect("the page loads");
+
+    // Without a login: the login page, and the API answers nothing.
+    log_in(&browser, "watcher", "not-the-secret").await;
+    browser
+        .until(
+            "return document.getElementById('login-error').textContent.startsWith('forbidden');",
+            &json!(true),
+            Duration::from_secs(5),
+        )
+        .await;
+    let status = browser
+        .eval("return fetch('/api/v1/leases').then((r) => r.status);")
+        .await;
+    assert_eq!(status, json!(401));
+
+    // An observer sees the leases, has no revoke button, and the API refuses its revoke.
+    log_in(&browser, "watcher", &watcher_secret).await;
+    show(&browser, "leases").await;
+    let lease_row = |lease: &str| {
+        format!("return document.querySelector('[data-lease=\"{lease}\"]') !== null;")
+    };
+    browser
+        .until(
+            &lease_row(&auth.lease_a),
+            &json!(true),
+            Duration::from_secs(5),
+        )
+        .await;
+    let buttons = browser
+        .eval("return document.querySelectorAll('[data-revoke]').length;")
+        .await;
+    assert_eq!(buttons, json!(0), "an observer has no revoke button");
+    let refused = browser.eval(&revoke_from_page(&auth.lease_a)).await;
+    assert_eq!(refused, json!(403));
+
+    // An admin's revoke (the page's own button) ends the lease.
+    browser
+        .eval("document.getElementById('logout').click(); return true;")
+        .await;
+    log_in(&browser, "admin", &admin_secret).await;
+    show(&browser, "leases").await;
+    browser
+        .until(
+            &lease_row(&auth.lease_a),
+            &json!(true),
+            Duration::from_secs(5),
+        )
+        .await;
+    browser
+        .eval(&format!(
+            "window.confirm = () => true;
+             document.querySelector('[data-revoke=\"{}\"]').click(); return true;",
+            auth.lease_a
+        ))
+        .await;
+    browser
+        .until(
+            &lease_row(&auth.lease_a),
+            &json!(false),
+            Duration::from_secs(5),
+        )
+        .await;
+    browser
+        .until(
+            &lease_row(&auth.lease_b),
+            &json!(true),
+            Duration::from_secs(1),
+        )
+        .await;
+    browser.assert_no_errors().await;
+    browser.close().await;
+}
