@@ -126,8 +126,9 @@ impl<B: ConsoleBackend> Hub<B> {
             };
             let event = match api::read(&reader, &topic.view).await {
                 Ok(value) => format_event(name, &value),
+                // Not `error`: EventSource's own connection errors have that name.
                 Err(error) => format_event(
-                    "error",
+                    "refused",
                     &serde_json::json!({"code": error.code, "message": error.message}),
                 ),
             };
