@@ -11,6 +11,7 @@
 //! - [`bridge`]: the node's side of the transport: [`bridge::Bridge`] (the transport's handler:
 //!   decode, submit, answer along the request's route), [`bridge::publish_outbound`] (the
 //!   node's notices) and [`bridge::NodeAuthenticator`] (the endpoint's credentials check).
+//! - [`console_backend`]: the web console's backend over the node (`hivekeeper-console`).
 //!
 //! ```text
 //!  Service::start(NodeConfig, mqtt Config)
@@ -23,6 +24,7 @@
 //! ```
 
 pub mod bridge;
+pub mod console_backend;
 pub mod service;
 
 pub use service::{Service, ServiceError};

@@ -7,7 +7,6 @@
 
 mod admin;
 mod certs;
-mod console_backend;
 mod exposure;
 mod log;
 mod metrics_port;

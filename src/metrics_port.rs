@@ -16,92 +16,35 @@
 //! The exporter's own listener answered every path with the metrics text, so a probe of
 //! `/health` always saw 200; hence this server (hyper's HTTP/1, one task per connection).
 
-use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use hivekeeper_console::{ApiError, Console, ConsoleBody};
+use hivekeeper::console_backend::NodeConsole;
+use hivekeeper_console::ConsoleSlot;
 use hivekeeper_coordinator::node::Health;
-use hivekeeper_protocol::ErrorCode;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::{Method, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
-
-/// How long a client may take to send its request's headers before the connection is closed
-/// (a port scanner or a stuck client holds nothing for long).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the node's health comes from: set once the node has started.
 pub type HealthSource = Arc<OnceLock<Box<dyn Fn() -> Health + Send + Sync>>>;
 
 /// The web console: set once the node has started.
-pub type ConsoleSource = Arc<OnceLock<Console<crate::console_backend::NodeConsole>>>;
+pub type ConsoleSource = ConsoleSlot<NodeConsole>;
 
-/// Answers the metrics port on `listener` until the task is aborted.
+/// Answers the metrics port on `listener` until the task is aborted: the console's paths from
+/// `console`, the others here (hyper's HTTP/1, one task per connection: the console's server).
 pub async fn serve(
     listener: TcpListener,
     prometheus: PrometheusHandle,
     health: HealthSource,
     console: ConsoleSource,
 ) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                // Out of file descriptors and the like: wait a little rather than spin.
-                tracing::warn!(%error, "accepting a metrics connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let (prometheus, health) = (prometheus.clone(), health.clone());
-        let console = console.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let console = console.clone();
-                let plain =
-                    (!Console::<crate::console_backend::NodeConsole>::serves(request.uri().path()))
-                        .then(|| {
-                            answer(request.method(), request.uri().path(), &prometheus, &health)
-                        });
-                async move {
-                    let answer = match plain {
-                        Some(plain) => plain.map(|body| body.boxed()),
-                        None => console_answer(&console, request).await,
-                    };
-                    Ok::<_, Infallible>(answer)
-                }
-            });
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(error) = served {
-                tracing::debug!(%error, "metrics connection ended");
-            }
-        });
-    }
-}
-
-/// The console's answer, or 503 before the node has started.
-async fn console_answer(
-    console: &ConsoleSource,
-    request: Request<hyper::body::Incoming>,
-) -> Response<ConsoleBody> {
-    match console.get() {
-        Some(console) => console.answer(request).await,
-        None => ApiError::new(
-            ErrorCode::Unavailable,
-            "starting: the node is not running yet",
-        )
-        .response(),
-    }
+    let other = Arc::new(move |method: &Method, path: &str| {
+        answer(method, path, &prometheus, &health).map(|body| body.boxed())
+    });
+    hivekeeper_console::serve(listener, console, other).await;
 }
 
 /// The answer to `method path`.
@@ -149,7 +92,7 @@ fn answer(
         }
         other => text(
             StatusCode::NOT_FOUND,
-            format!("{other} is not served here: try /metrics, /health, /ready or /ui\n"),
+            format!("{other} is not served here: try /metrics, /health or /ready\n"),
         ),
     }
 }

@@ -296,7 +296,7 @@ async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
         writes_without_auth: insecure,
         secure_cookies: false,
     };
-    let backend = crate::console_backend::NodeConsole(service.node_handle());
+    let backend = hivekeeper::console_backend::NodeConsole(service.node_handle());
     let _ = console.set(hivekeeper_console::Console::new(backend, options));
     let mqtt = match &config.mqtt.mode {
         Mode::Embedded(_) => service

@@ -290,3 +290,73 @@ async fn with_auth_observers_read_and_admins_revoke() {
     browser.assert_no_errors().await;
     browser.close().await;
 }
+
+/// docs/console.png, the README's screenshot: the airspace of a dozen drones flying out of the
+/// hub on routes, one queued behind another and some windows ahead, with one route's details
+/// on hover. Ignored: run it to refresh the picture
+/// (`cargo test --test e2e_console -- --ignored screenshot`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "writes docs/console.png"]
+async fn screenshot_of_the_airspace_for_the_readme() {
+    use common::airspace::volume;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let node = Node::start(dir.path()).await;
+    let port = node.mqtt_port();
+    let now = now_ms();
+    let hour = 3_600_000;
+    let mut pilots = Vec::new();
+    for k in 0..12u64 {
+        let (mut raw, lease) = pilot(port, &format!("drone-{k:02}")).await;
+        let angle = (k as f64) * std::f64::consts::TAU / 12.0;
+        let start = if k % 4 == 3 { now + 20 * 60_000 } else { now };
+        let volumes: Vec<_> = (0..5u64)
+            .map(|leg| {
+                let distance = 90.0 + 45.0 * leg as f64;
+                let from = start + leg * 60_000;
+                volume(
+                    distance * angle.cos(),
+                    distance * angle.sin(),
+                    from,
+                    from + hour,
+                )
+            })
+            .collect();
+        try_route(&mut raw, &format!("route/drone-{k:02}"), &lease, &volumes).await;
+        pilots.push((raw, lease, volumes));
+    }
+    // A late drone waits for drone-00's corridor.
+    let (late, late_lease) = pilot(port, "drone-late").await;
+    let corridor = pilots[0].2.clone();
+    late.send(
+        json!({"id": "late", "op": "route.reserve", "name": "route/drone-late",
+               "lease": late_lease, "volumes": corridor, "wait_ms": 600_000})
+        .to_string(),
+    )
+    .await;
+
+    let browser = Browser::start(960, 820).await;
+    open(&browser, node.metrics_port, "airspace").await;
+    browser
+        .until(
+            &drawn("route/drone-late"),
+            &json!(true),
+            Duration::from_secs(5),
+        )
+        .await;
+    browser
+        .eval(
+            "const shape = state.drawn.find((s) => s.name === 'route/drone-04');
+             const canvas = document.getElementById('map');
+             const box = canvas.getBoundingClientRect();
+             canvas.dispatchEvent(new MouseEvent('mousemove', {
+                 clientX: box.left + shape.x * box.width / canvas.width,
+                 clientY: box.top + shape.y * box.height / canvas.height}));
+             return true;",
+        )
+        .await;
+    browser.assert_no_errors().await;
+    let png = browser.client.screenshot().await.expect("a screenshot");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console.png");
+    std::fs::write(&path, png).expect("write docs/console.png");
+    browser.close().await;
+}

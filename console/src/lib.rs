@@ -22,6 +22,7 @@ mod api;
 mod backend;
 mod http;
 mod hub;
+mod server;
 mod session;
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub use api::{ALL_ROWS_MAX, View};
 pub use backend::ConsoleBackend;
 pub use http::{ApiError, ConsoleBody, status_of};
 pub use hub::{COALESCE, UNAPPLIED_REFRESH};
+pub use server::{ConsoleSlot, OtherPaths, serve};
 pub use session::{COOKIE as SESSION_COOKIE, SESSION_TTL};
 
 use api::{Reader, RequestIds};
