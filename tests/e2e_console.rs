@@ -23,39 +23,6 @@ use common::{Node, Raw};
 use console_browser::Browser;
 use serde_json::{Value, json};
 
-/// Whether the page's live stream is open and has delivered.
-const LIVE: &str = "return document.getElementById('live').classList.contains('on');";
-
-/// Opens the console of the node whose HTTP port is `port`, on `view`, once it is live.
-async fn open(browser: &Browser, port: u16, view: &str) {
-    browser
-        .client
-        .goto(&format!("http://127.0.0.1:{port}/ui"))
-        .await
-        .expect("the page loads");
-    show(browser, view).await;
-}
-
-/// Switches the page to `view` and waits until its stream delivered.
-async fn show(browser: &Browser, view: &str) {
-    browser
-        .until(
-            "return document.getElementById('main').hidden === false;",
-            &json!(true),
-            Duration::from_secs(10),
-        )
-        .await;
-    browser
-        .eval(&format!(
-            "document.getElementById('live').classList.remove('on');
-             document.querySelector('#tabs button[data-view={view}]').click(); return true;"
-        ))
-        .await;
-    browser
-        .until(LIVE, &json!(true), Duration::from_secs(10))
-        .await;
-}
-
 /// Whether the map drew reservation `name`.
 fn drawn(name: &str) -> String {
     format!("return document.getElementById('map').dataset.drawn.split(',').includes('{name}');")
@@ -78,7 +45,7 @@ async fn the_page_shows_routes_and_queues_live_without_errors() {
     let node = Node::start(dir.path()).await;
     let port = node.mqtt_port();
     let browser = Browser::start(1200, 900).await;
-    open(&browser, node.metrics_port, "airspace").await;
+    browser.open(node.metrics_port, "airspace").await;
     browser.assert_no_errors().await;
 
     let (mut drone, lease) = pilot(port, "drone-7").await;
@@ -103,7 +70,7 @@ async fn the_page_shows_routes_and_queues_live_without_errors() {
         .await;
     eprintln!("route on the map after {appeared:?}, off it {gone:?} after its release");
 
-    show(&browser, "resources").await;
+    browser.show("resources").await;
     let mut holders = Vec::new();
     for agent in ["pad-a", "pad-b", "pad-c"] {
         let (raw, lease) = pilot(port, agent).await;
@@ -134,7 +101,9 @@ async fn a_killed_member_shows_as_down_within_two_seconds() {
     let mut cluster = ProcessCluster::start(3, &[]).await;
     let leader = cluster.leader(30).await;
     let browser = Browser::start(1200, 900).await;
-    open(&browser, cluster.nodes[leader].metrics_port, "cluster").await;
+    browser
+        .open(cluster.nodes[leader].metrics_port, "cluster")
+        .await;
     let states = "return Array.from(document.querySelectorAll('#member-rows tr'))
                       .map((row) => row.dataset.member + '=' + row.dataset.state).sort().join(' ');";
     browser
@@ -213,11 +182,7 @@ async fn with_auth_observers_read_and_admins_revoke() {
         .to_string();
     let http = auth.node.metrics_port;
     let browser = Browser::start(1200, 900).await;
-    browser
-        .client
-        .goto(&format!("http://127.0.0.1:{http}/ui"))
-        .await
-        .expect("the page loads");
+    browser.load(http).await;
 
     // Without a login: the login page, and the API answers nothing.
     log_in(&browser, "watcher", "not-the-secret").await;
@@ -235,17 +200,17 @@ async fn with_auth_observers_read_and_admins_revoke() {
 
     // An observer sees the leases, has no revoke button, and the API refuses its revoke.
     log_in(&browser, "watcher", &watcher_secret).await;
-    show(&browser, "leases").await;
-    let lease_row = |lease: &str| {
-        format!("return document.querySelector('[data-lease=\"{lease}\"]') !== null;")
+    browser.show("leases").await;
+    let lease_shown = |lease: &str, shown: bool, secs: u64| {
+        let script = format!("return document.querySelector('[data-lease=\"{lease}\"]') !== null;");
+        let browser = &browser;
+        async move {
+            browser
+                .until(&script, &json!(shown), Duration::from_secs(secs))
+                .await
+        }
     };
-    browser
-        .until(
-            &lease_row(&auth.lease_a),
-            &json!(true),
-            Duration::from_secs(5),
-        )
-        .await;
+    lease_shown(&auth.lease_a, true, 5).await;
     let buttons = browser
         .eval("return document.querySelectorAll('[data-revoke]').length;")
         .await;
@@ -258,14 +223,8 @@ async fn with_auth_observers_read_and_admins_revoke() {
         .eval("document.getElementById('logout').click(); return true;")
         .await;
     log_in(&browser, "admin", &admin_secret).await;
-    show(&browser, "leases").await;
-    browser
-        .until(
-            &lease_row(&auth.lease_a),
-            &json!(true),
-            Duration::from_secs(5),
-        )
-        .await;
+    browser.show("leases").await;
+    lease_shown(&auth.lease_a, true, 5).await;
     browser
         .eval(&format!(
             "window.confirm = () => true;
@@ -273,20 +232,8 @@ async fn with_auth_observers_read_and_admins_revoke() {
             auth.lease_a
         ))
         .await;
-    browser
-        .until(
-            &lease_row(&auth.lease_a),
-            &json!(false),
-            Duration::from_secs(5),
-        )
-        .await;
-    browser
-        .until(
-            &lease_row(&auth.lease_b),
-            &json!(true),
-            Duration::from_secs(1),
-        )
-        .await;
+    lease_shown(&auth.lease_a, false, 5).await;
+    lease_shown(&auth.lease_b, true, 1).await;
     browser.assert_no_errors().await;
     browser.close().await;
 }
@@ -335,7 +282,7 @@ async fn screenshot_of_the_airspace_for_the_readme() {
     .await;
 
     let browser = Browser::start(960, 820).await;
-    open(&browser, node.metrics_port, "airspace").await;
+    browser.open(node.metrics_port, "airspace").await;
     browser
         .until(
             &drawn("route/drone-late"),

@@ -51,11 +51,7 @@ async fn ten_thousand_volumes_draw_in_headless_chromium() {
     }
     let browser = Browser::start(1200, 900).await;
     let opened = std::time::Instant::now();
-    browser
-        .client
-        .goto(&format!("http://127.0.0.1:{}/ui", node.metrics_port))
-        .await
-        .expect("the page loads");
+    browser.load(node.metrics_port).await;
     let count = "return document.getElementById('map').dataset.count;";
     browser
         .until(count, &json!("10000"), Duration::from_secs(60))
@@ -103,18 +99,7 @@ async fn changes_at_ten_a_second_reach_the_page() {
     let node = Node::start(dir.path()).await;
     let (mut raw, lease) = pilot(node.mqtt_port(), "tracer").await;
     let browser = Browser::start(1200, 900).await;
-    browser
-        .client
-        .goto(&format!("http://127.0.0.1:{}/ui", node.metrics_port))
-        .await
-        .expect("the page loads");
-    browser
-        .until(
-            "return document.getElementById('live').classList.contains('on');",
-            &json!(true),
-            Duration::from_secs(10),
-        )
-        .await;
+    browser.open(node.metrics_port, "airspace").await;
     browser.eval(RECORD_APPEARANCES).await;
     let mut answered = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));

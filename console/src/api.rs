@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::StreamExt;
 use hivekeeper_protocol::{
-    AccountPage, HolderInfo, Inspection, KvPage, LeasePage, NodeStatus, Op, Request, ResourceInfo,
-    ResourceKind, ResourcePage, Response, StatusReport, Success, WaiterInfo,
+    AccountPage, Inspection, KvPage, LeasePage, NodeStatus, Op, Request, ResourceInfo,
+    ResourceKind, ResourcePage, Response, StatusReport, Success,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -365,28 +365,10 @@ pub struct ResourceView {
     pub kind: ResourceKind,
     /// Its name.
     pub name: String,
-    /// Holders, with tokens, modes and (waypoints) volumes.
-    pub holders: Vec<HolderInfo>,
-    /// The queue, in order.
-    pub waiters: Vec<WaiterInfo>,
-    /// The rest of `inspect`'s answer (a semaphore's limit and count, a barrier's size).
+    /// `inspect`'s answer: holders with tokens, modes and (waypoints) volumes, the queue in
+    /// order, a semaphore's limit and count, a barrier's size.
     #[serde(flatten)]
-    pub totals: InspectionTotals,
-}
-
-/// `inspect`'s fields beside the holders and waiters.
-#[derive(Debug, Serialize)]
-pub struct InspectionTotals {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    limit: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    count: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    leaving: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    holders_total: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    waiters_total: Option<u64>,
+    pub inspection: Inspection,
 }
 
 /// A page (or with `all`, every page) of resources.
@@ -451,27 +433,10 @@ async fn inspect<B: ConsoleBackend>(
     if inspection.holders.is_empty() && inspection.waiters.is_empty() {
         return Ok(None);
     }
-    let Inspection {
-        limit,
-        count,
-        holders,
-        waiters,
-        leaving,
-        holders_total,
-        waiters_total,
-    } = inspection;
     Ok(Some(ResourceView {
         kind: row.kind,
         name: row.name,
-        holders,
-        waiters,
-        totals: InspectionTotals {
-            limit,
-            count,
-            leaving,
-            holders_total,
-            waiters_total,
-        },
+        inspection,
     }))
 }
 
@@ -523,7 +488,7 @@ async fn leases<B: ConsoleBackend>(
         .map(|lease| (lease.lease.clone(), Vec::new()))
         .collect();
     for resource in resources(reader, &all).await?.resources {
-        for holder in &resource.holders {
+        for holder in &resource.inspection.holders {
             if let Some(list) = held.get_mut(&holder.lease) {
                 list.push(Holding {
                     kind: resource.kind,

@@ -18,6 +18,9 @@ use crate::common::{eventually, free_port};
 /// Where Debian installs the driver (`chromium-driver`).
 pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
+/// Whether the page's live stream is open and has delivered.
+pub const LIVE: &str = "return document.getElementById('live').classList.contains('on');";
+
 /// A chromedriver process and a browser session on it.
 pub struct Browser {
     /// The WebDriver session.
@@ -54,6 +57,37 @@ impl Browser {
         })
         .await;
         Browser { client, driver }
+    }
+
+    /// Loads the console of the node whose HTTP port is `port`.
+    pub async fn load(&self, port: u16) {
+        self.client
+            .goto(&format!("http://127.0.0.1:{port}/ui"))
+            .await
+            .expect("the page loads");
+    }
+
+    /// Loads the console of `port` and switches it to `view` (see [`Browser::show`]).
+    pub async fn open(&self, port: u16, view: &str) {
+        self.load(port).await;
+        self.show(view).await;
+    }
+
+    /// Switches the page to `view` and waits until its stream delivered.
+    pub async fn show(&self, view: &str) {
+        let secs = Duration::from_secs(10);
+        self.until(
+            "return document.getElementById('main').hidden === false;",
+            &json!(true),
+            secs,
+        )
+        .await;
+        self.eval(&format!(
+            "document.getElementById('live').classList.remove('on');
+             document.querySelector('#tabs button[data-view={view}]').click(); return true;"
+        ))
+        .await;
+        self.until(LIVE, &json!(true), secs).await;
     }
 
     /// Runs `script` (a function body: `return ...`) in the page.
