@@ -13,10 +13,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use hivekeeper_protocol::{
-    AccountPage, Inspection, KvPage, LeasePage, NodeStatus, Op, Request, ResourceInfo,
+    AccountPage, ErrorCode, Inspection, KvPage, LeasePage, NodeStatus, Op, Request, ResourceInfo,
     ResourceKind, ResourcePage, Response, StatusReport, Success,
 };
 use serde::Serialize;
@@ -28,6 +29,12 @@ use crate::http::{ApiError, query_pairs};
 /// Rows a read with `all` (or `holdings`) follows pages for, at most: past it the answer says
 /// `truncated`.
 pub const ALL_ROWS_MAX: usize = 10_000;
+
+/// How often a request refused `rate_limited` is sent again ([`Reader::ask`]).
+const RATE_LIMITED_RETRIES: u32 = 50;
+
+/// How long [`Reader::ask`] waits before sending a `rate_limited` request again.
+const RATE_LIMITED_PAUSE: Duration = Duration::from_millis(100);
 
 /// Inspections of one page in flight at once.
 const INSPECTIONS_IN_FLIGHT: usize = 16;
@@ -119,7 +126,7 @@ impl View {
             },
             other => {
                 return Err(ApiError::new(
-                    hivekeeper_protocol::ErrorCode::UnknownOp,
+                    ErrorCode::UnknownOp,
                     format!("/api/v1/{other} is not served: see docs/HTTP.md"),
                 ));
             }
@@ -213,19 +220,31 @@ pub(crate) struct Reader<'a, B> {
 }
 
 impl<B: ConsoleBackend> Reader<'_, B> {
-    /// `op`'s success answer as `T`, or the service's refusal.
+    /// `op`'s success answer as `T`, or the service's refusal. A request refused
+    /// `rate_limited` (refused before anything was done) is sent again, up to
+    /// [`RATE_LIMITED_RETRIES`] times [`RATE_LIMITED_PAUSE`] apart: one view of many resources is
+    /// many requests of the session's account, which may pass the account's rate.
     pub(crate) async fn ask<T>(&self, op: Op) -> Result<T, ApiError>
     where
         T: TryFrom<Success, Error = hivekeeper_protocol::UnexpectedReply>,
     {
-        let Response { outcome, .. } = self.backend.call(self.account, self.ids.request(op)).await;
+        let mut retries = 0;
+        let outcome = loop {
+            let request = self.ids.request(op.clone());
+            let Response { outcome, .. } = self.backend.call(self.account, request).await;
+            match outcome {
+                Err(refusal)
+                    if refusal.code == ErrorCode::RateLimited && retries < RATE_LIMITED_RETRIES =>
+                {
+                    retries += 1;
+                    tokio::time::sleep(RATE_LIMITED_PAUSE).await;
+                }
+                outcome => break outcome,
+            }
+        };
         let success = outcome.map_err(ApiError::from_body)?;
-        T::try_from(success).map_err(|unexpected| {
-            ApiError::new(
-                hivekeeper_protocol::ErrorCode::Unavailable,
-                unexpected.to_string(),
-            )
-        })
+        T::try_from(success)
+            .map_err(|unexpected| ApiError::new(ErrorCode::Unavailable, unexpected.to_string()))
     }
 }
 
@@ -262,12 +281,8 @@ pub(crate) async fn read<B: ConsoleBackend>(
 }
 
 fn to_json(value: &impl Serialize) -> Result<Value, ApiError> {
-    serde_json::to_value(value).map_err(|error| {
-        ApiError::new(
-            hivekeeper_protocol::ErrorCode::Unavailable,
-            error.to_string(),
-        )
-    })
+    serde_json::to_value(value)
+        .map_err(|error| ApiError::new(ErrorCode::Unavailable, error.to_string()))
 }
 
 /// `/api/v1/cluster`.

@@ -551,3 +551,25 @@ async fn many_pages_share_one_reader_and_changes_are_coalesced() {
     tokio::time::sleep(COALESCE * 3).await;
     assert_eq!(fake.calls.load(Ordering::SeqCst), calls);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_read_refused_over_the_rate_is_sent_again() {
+    let fake = Fake::new(false);
+    fake.refuse("admin.leases", ErrorCode::RateLimited);
+    let console = Arc::new(Console::new(fake.clone(), ConsoleOptions::default()));
+    let reading = tokio::spawn({
+        let console = console.clone();
+        async move { body_json(console.answer(get("/api/v1/leases")).await).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    fake.answer(
+        "admin.leases",
+        LeasePage {
+            leases: vec![],
+            next_after: None,
+        },
+    );
+    let (code, body) = reading.await.unwrap();
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert!(fake.calls.load(Ordering::SeqCst) >= 3);
+}
