@@ -68,19 +68,24 @@ pub struct AuthConfig {
     pub enabled: bool,
 }
 
-/// Where the metrics port (/metrics, /health, /ready) is served.
+/// Where the metrics port (/metrics, /health, /ready, the web console) is served.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Listen address; loopback by default. A hostname is resolved when the file is read.
     #[serde(deserialize_with = "hivekeeper_listen::deserialize")]
     pub listen: SocketAddr,
+    /// The web console's map tiles, a URL with `{z}`, `{x}` and `{y}` (docs/HTTP.md); absent:
+    /// the airspace is drawn without a map.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub console_tile_url: Option<String>,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464),
+            console_tile_url: None,
         }
     }
 }
@@ -295,6 +300,7 @@ async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
     let options = hivekeeper_console::ConsoleOptions {
         writes_without_auth: insecure,
         secure_cookies: false,
+        tile_url: config.metrics.console_tile_url.clone(),
     };
     let backend = hivekeeper::console_backend::NodeConsole(service.node_handle());
     let _ = console.set(hivekeeper_console::Console::new(backend, options));

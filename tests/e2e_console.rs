@@ -6,6 +6,7 @@
 //!   within 1 s and is gone within 1 s of its release, and a lock's queue shows its holder and
 //!   waiters in order;
 //! - in a cluster of three, a killed member shows as down within 2 s;
+//! - with a tile URL configured, the page loads map tiles from there;
 //! - with `--auth`: the login page, an observer without revoke buttons and refused 403 by the
 //!   API, an admin whose revoke ends a lease.
 //!
@@ -123,6 +124,78 @@ async fn a_killed_member_shows_as_down_within_two_seconds() {
         )
         .await;
     eprintln!("member {name} shown down {down:?} after it was killed");
+    browser.assert_no_errors().await;
+    browser.close().await;
+}
+
+/// A tile server on a free port: every GET answers a small SVG, and its path is recorded.
+async fn tile_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port for the tiles");
+    let port = listener.local_addr().expect("its address").port();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 2048];
+                let n = stream.read(&mut buffer).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buffer[..n]).to_string();
+                let path = request.split(' ').nth(1).unwrap_or("").to_string();
+                record.lock().expect("the record").push(path);
+                let svg = "<svg xmlns='http://www.w3.org/2000/svg' width='256' height='256'>\
+                           <rect width='256' height='256' fill='#eef3e8'/></svg>";
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: image/svg+xml\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n{svg}",
+                    svg.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (port, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_tile_url_puts_map_tiles_under_the_airspace() {
+    let (tile_port, asked) = tile_server().await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = dir.path().join("tiles.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[metrics]\nconsole_tile_url = \"http://127.0.0.1:{tile_port}/{{z}}/{{x}}/{{y}}.svg\"\n"
+        ),
+    )
+    .expect("write the config");
+    let config = config.to_str().expect("a UTF-8 temp path");
+    let node = Node::start_with_args(&dir.path().join("data"), &["--config", config]).await;
+    let (mut drone, lease) = pilot(node.mqtt_port(), "drone-t").await;
+    let volumes = line(false, 80.0, now_ms(), 600_000);
+    try_route(&mut drone, "route-t", &lease, &volumes).await;
+    let browser = Browser::start(1200, 900).await;
+    browser.open(node.metrics_port, "airspace").await;
+    browser
+        .until(&drawn("route-t"), &json!(true), Duration::from_secs(5))
+        .await;
+    // Every request is for a tile: /{z}/{x}/{y}.svg, three numbers.
+    let is_tile = |path: &str| {
+        let parts: Vec<&str> = path
+            .trim_matches('/')
+            .trim_end_matches(".svg")
+            .split('/')
+            .collect();
+        parts.len() == 3 && parts.iter().all(|part| part.parse::<u32>().is_ok())
+    };
+    common::eventually(5, "the page asks for tiles", || async {
+        let asked = asked.lock().expect("the record").clone();
+        (!asked.is_empty() && asked.iter().all(|path| is_tile(path))).then_some(())
+    })
+    .await;
     browser.assert_no_errors().await;
     browser.close().await;
 }

@@ -573,3 +573,24 @@ async fn a_read_refused_over_the_rate_is_sent_again() {
     assert_eq!(code, StatusCode::OK, "{body}");
     assert!(fake.calls.load(Ordering::SeqCst) >= 3);
 }
+
+#[tokio::test]
+async fn a_tile_url_reaches_the_page_and_its_policy_allows_only_that_origin() {
+    let options = ConsoleOptions {
+        tile_url: Some("https://tiles.example.net:8443/osm/{z}/{x}/{y}.png".into()),
+        ..ConsoleOptions::default()
+    };
+    let console = Console::new(Fake::new(false), options);
+    let page = console.answer(get("/ui")).await;
+    let policy = page.headers()["content-security-policy"].to_str().unwrap();
+    assert_eq!(
+        policy,
+        "default-src 'self'; img-src 'self' data: https://tiles.example.net:8443; \
+         frame-ancestors 'none'"
+    );
+    let (_, session) = body_json(console.answer(get("/api/v1/session")).await).await;
+    assert_eq!(
+        session["tile_url"],
+        "https://tiles.example.net:8443/osm/{z}/{x}/{y}.png"
+    );
+}

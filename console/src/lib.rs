@@ -56,12 +56,15 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 const LOGIN_BYTES_MAX: usize = 4096;
 
 /// How the console is set up.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ConsoleOptions {
     /// Without authentication, allow writes (revoke) anyway: the node's `--insecure`.
     pub writes_without_auth: bool,
     /// Mark the session cookie `Secure`: the port is served over TLS.
     pub secure_cookies: bool,
+    /// Map tiles under the airspace: a URL with `{z}`, `{x}` and `{y}` (slippy-map tiles, Web
+    /// Mercator); the page loads them from there, and from nowhere else.
+    pub tile_url: Option<String>,
 }
 
 /// The console of one member.
@@ -94,6 +97,9 @@ struct SessionInfo<'a> {
     csrf: Option<&'a str>,
     /// Whether revoke is offered: an admin, or `--insecure` without authentication.
     can_write: bool,
+    /// The map tiles' URL, when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tile_url: Option<&'a str>,
 }
 
 /// A login's body.
@@ -136,7 +142,7 @@ impl<B: ConsoleBackend> Console<B> {
     {
         let path = request.uri().path().to_string();
         if path == "/ui" || path.starts_with("/ui/") {
-            return page(request.method(), &path);
+            return page(request.method(), &path, self.options.tile_url.as_deref());
         }
         let name = path.trim_start_matches("/api/v1/").to_string();
         let result = match (request.method().clone(), name.as_str()) {
@@ -206,6 +212,7 @@ impl<B: ConsoleBackend> Console<B> {
                 role: None,
                 csrf: None,
                 can_write: false,
+                tile_url: None,
             };
             return http::json(StatusCode::OK, &info);
         }
@@ -223,6 +230,7 @@ impl<B: ConsoleBackend> Console<B> {
             role: Some(session.role),
             csrf: Some(&session.csrf),
             can_write: session.role == Role::Admin,
+            tile_url: self.options.tile_url.as_deref(),
         };
         let mut response = http::json(StatusCode::OK, &info);
         if let Some(id) = new_id {
@@ -378,8 +386,9 @@ impl<B: ConsoleBackend> Console<B> {
     }
 }
 
-/// `/ui` and its files.
-fn page(method: &Method, path: &str) -> Response<ConsoleBody> {
+/// `/ui` and its files. The page loads nothing from elsewhere but the map tiles, if configured:
+/// its policy says so to the browser.
+fn page(method: &Method, path: &str, tile_url: Option<&str>) -> Response<ConsoleBody> {
     if method != Method::GET && method != Method::HEAD {
         return ApiError {
             status: StatusCode::METHOD_NOT_ALLOWED,
@@ -406,14 +415,23 @@ fn page(method: &Method, path: &str) -> Response<ConsoleBody> {
         content_type,
         Bytes::from_static(body.as_bytes()),
     );
-    // The page loads nothing from elsewhere: say so to the browser too.
-    response.headers_mut().insert(
-        hyper::header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-        ),
-    );
+    let tiles = tile_url.map_or(String::new(), |url| format!(" {}", origin_of(url)));
+    let policy = format!("default-src 'self'; img-src 'self' data:{tiles}; frame-ancestors 'none'");
+    if let Ok(policy) = HeaderValue::from_str(&policy) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_SECURITY_POLICY, policy);
+    }
     response
+}
+
+/// The scheme, host and port of `url` (`https://tiles.example.net`), for the page's policy.
+fn origin_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |at| at + 3);
+    match url[after_scheme..].find('/') {
+        Some(slash) => &url[..after_scheme + slash],
+        None => url,
+    }
 }
 
 #[cfg(test)]

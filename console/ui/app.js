@@ -214,6 +214,8 @@ function projection(shapes, width, height) {
   const scale = (Math.min(width, height) / 2 - 10) / extent;
   return {
     scale: scale,
+    lat0: lat0,
+    lon0: lon0,
     x: (lon) => width / 2 + (lon - lon0) * east * scale,
     y: (lat) => height / 2 - (lat - lat0) * north * scale,
   };
@@ -233,6 +235,7 @@ function drawAirspace() {
   const at = sliderTime();
   const shapes = state.airspace.filter((s) => s.end === undefined || s.end > at);
   const map = projection(shapes, canvas.width, canvas.height);
+  if (state.session && state.session.tile_url && shapes.length) drawTiles(context, map, canvas);
   const drawn = [];
   for (const s of shapes) {
     const x = map.x(s.lon), y = map.y(s.lat), r = Math.max(2, s.radius * map.scale);
@@ -257,6 +260,48 @@ function drawAirspace() {
   canvas.dataset.drawn = names.join(",");
   canvas.dataset.count = String(drawn.length);
   canvas.dataset.drawMs = String(Math.round(performance.now() - started));
+}
+
+// ---- Map tiles (only when the operator configured a tile URL) -----------------------------
+
+const tiles = new Map();
+let tileRedraw = null;
+
+// Slippy-map tiles (Web Mercator) under the local projection: the zoom whose metres per pixel
+// match the projection's, each tile scaled from there. Good over the few kilometres a view spans.
+function drawTiles(context, map, canvas) {
+  const metresPerPixel = 1 / map.scale;
+  const cosLat = Math.cos((map.lat0 * Math.PI) / 180);
+  const exact = Math.log2((156543.03392 * cosLat) / metresPerPixel);
+  const zoom = Math.max(0, Math.min(19, Math.floor(exact)));
+  const size = 256 * Math.pow(2, exact - zoom);
+  const world = (lat, lon) => {
+    const n = Math.pow(2, zoom);
+    const rad = (lat * Math.PI) / 180;
+    return [((lon + 180) / 360) * n, ((1 - Math.log(Math.tan(rad) + 1 / Math.cos(rad)) / Math.PI) / 2) * n];
+  };
+  const [cx, cy] = world(map.lat0, map.lon0);
+  const left = cx - canvas.width / 2 / size, top = cy - canvas.height / 2 / size;
+  const limit = Math.pow(2, zoom);
+  for (let tx = Math.floor(left); tx < left + canvas.width / size; tx++) {
+    for (let ty = Math.floor(top); ty < top + canvas.height / size; ty++) {
+      if (tx < 0 || ty < 0 || tx >= limit || ty >= limit) continue;
+      const url = state.session.tile_url.replace("{z}", zoom).replace("{x}", tx).replace("{y}", ty);
+      let image = tiles.get(url);
+      if (!image) {
+        image = new Image();
+        image.onload = () => {
+          clearTimeout(tileRedraw);
+          tileRedraw = setTimeout(drawAirspace, 50);
+        };
+        image.src = url;
+        tiles.set(url, image);
+      }
+      if (image.complete && image.naturalWidth) {
+        context.drawImage(image, (tx - left) * size, (ty - top) * size, size, size);
+      }
+    }
+  }
 }
 
 function hover(event) {
