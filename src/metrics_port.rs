@@ -19,7 +19,7 @@
 use std::sync::{Arc, OnceLock};
 
 use hivekeeper::console_backend::NodeConsole;
-use hivekeeper_console::ConsoleSlot;
+use hivekeeper_console::{ConsoleSlot, TlsAcceptor};
 use hivekeeper_coordinator::node::Health;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -34,17 +34,19 @@ pub type HealthSource = Arc<OnceLock<Box<dyn Fn() -> Health + Send + Sync>>>;
 pub type ConsoleSource = ConsoleSlot<NodeConsole>;
 
 /// Answers the metrics port on `listener` until the task is aborted: the console's paths from
-/// `console`, the others here (hyper's HTTP/1, one task per connection: the console's server).
+/// `console`, the others here (hyper's HTTP/1, one task per connection: the console's server),
+/// over TLS with `tls` (`[metrics] tls_cert`, `tls_key`).
 pub async fn serve(
     listener: TcpListener,
     prometheus: PrometheusHandle,
     health: HealthSource,
     console: ConsoleSource,
+    tls: Option<TlsAcceptor>,
 ) {
     let other = Arc::new(move |method: &Method, path: &str| {
         answer(method, path, &prometheus, &health).map(|body| body.boxed())
     });
-    hivekeeper_console::serve(listener, console, other).await;
+    hivekeeper_console::serve(listener, console, other, tls).await;
 }
 
 /// The answer to `method path`.

@@ -7,6 +7,7 @@
 //!   waiters in order;
 //! - in a cluster of three, a killed member shows as down within 2 s;
 //! - with a tile URL configured, the page loads map tiles from there;
+//! - over TLS (`[metrics] tls_cert`, `tls_key`): HTTPS only, the session cookie `Secure`;
 //! - with `--auth`: the login page, an observer without revoke buttons and refused 403 by the
 //!   API, an admin whose revoke ends a lease.
 //!
@@ -378,5 +379,56 @@ async fn screenshot_of_the_airspace_for_the_readme() {
     let png = browser.client.screenshot().await.expect("a screenshot");
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console.png");
     std::fs::write(&path, png).expect("write docs/console.png");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_console_is_https_and_its_session_cookie_secure() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let certs = dir.path().join("certs");
+    let certs_text = certs.to_str().expect("a UTF-8 temp path");
+    let made = common::run_cli(&["certs", "dev", "--out", certs_text]).await;
+    assert!(made.success, "{}", made.stderr);
+    let config = dir.path().join("https.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[metrics]\ntls_cert = \"{certs_text}/server.crt\"\ntls_key = \"{certs_text}/server.key\"\n"
+        ),
+    )
+    .expect("write the config");
+    let data = dir.path().join("data");
+    let config = config.to_str().expect("a UTF-8 temp path");
+    let node = Node::start_with_args(&data, &["--config", config, "--auth"]).await;
+    let admin_secret = std::fs::read_to_string(data.join("admin.secret"))
+        .expect("admin.secret")
+        .trim()
+        .to_string();
+    assert!(
+        common::http_get(node.metrics_port, "/health")
+            .await
+            .is_none_or(|answer| answer.status != 200),
+        "plain HTTP is not served on a TLS port"
+    );
+    let browser = Browser::start(1200, 900).await;
+    browser
+        .load_url(&format!("https://127.0.0.1:{}/ui", node.metrics_port))
+        .await;
+    log_in(&browser, "admin", &admin_secret).await;
+    browser.show("cluster").await;
+    let cookies = browser.client.get_all_cookies().await.expect("the cookies");
+    let session = cookies
+        .iter()
+        .find(|cookie| cookie.name() == "hk_session")
+        .expect("the session cookie");
+    assert_eq!(
+        (
+            session.secure(),
+            session.http_only(),
+            format!("{:?}", session.same_site())
+        ),
+        (Some(true), Some(true), "Some(Strict)".to_string())
+    );
+    browser.assert_no_errors().await;
     browser.close().await;
 }

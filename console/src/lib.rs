@@ -40,6 +40,7 @@ pub use http::{ApiError, ConsoleBody, status_of};
 pub use hub::{COALESCE, UNAPPLIED_REFRESH};
 pub use server::{ConsoleSlot, OtherPaths, serve};
 pub use session::{COOKIE as SESSION_COOKIE, SESSION_TTL};
+pub use tokio_rustls::TlsAcceptor;
 
 use api::{Reader, RequestIds};
 use hub::Hub;

@@ -1,6 +1,6 @@
-//! An HTTP/1 port that serves the console, and hands every other path to the caller (the
-//! node's metrics port answers `/metrics`, `/health`, `/ready` there; the drone-fleet example,
-//! 404).
+//! An HTTP/1 port, over TLS when given an acceptor, that serves the console, and hands every
+//! other path to the caller (the node's metrics port answers `/metrics`, `/health`, `/ready`
+//! there; the drone-fleet example, 404).
 
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -11,7 +11,9 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::Console;
 use crate::backend::ConsoleBackend;
@@ -28,11 +30,12 @@ pub type ConsoleSlot<B> = Arc<OnceLock<Console<B>>>;
 pub type OtherPaths = Arc<dyn Fn(&Method, &str) -> Response<ConsoleBody> + Send + Sync>;
 
 /// Answers `listener` until the task is aborted: the console's paths from `console` (503 until
-/// it is set), every other path from `other`. One task per connection.
+/// it is set), every other path from `other`; over TLS with `tls`. One task per connection.
 pub async fn serve<B: ConsoleBackend>(
     listener: TcpListener,
     console: ConsoleSlot<B>,
     other: OtherPaths,
+    tls: Option<TlsAcceptor>,
 ) {
     loop {
         let stream = match listener.accept().await {
@@ -44,35 +47,54 @@ pub async fn serve<B: ConsoleBackend>(
                 continue;
             }
         };
-        let (console, other) = (console.clone(), other.clone());
+        let (console, other, tls) = (console.clone(), other.clone(), tls.clone());
         tokio::spawn(async move {
-            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let console = console.clone();
-                let plain = (!Console::<B>::serves(request.uri().path()))
-                    .then(|| other(request.method(), request.uri().path()));
-                async move {
-                    let answer = match plain {
-                        Some(plain) => plain,
-                        None => match console.get() {
-                            Some(console) => console.answer(request).await,
-                            None => ApiError::new(
-                                ErrorCode::Unavailable,
-                                "starting: the node is not running yet",
-                            )
-                            .response(),
-                        },
-                    };
-                    Ok::<_, Infallible>(answer)
+            match tls {
+                None => connection(stream, console, other).await,
+                // The handshake is bounded like the headers: a silent client holds nothing.
+                Some(tls) => {
+                    match tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => connection(stream, console, other).await,
+                        Ok(Err(error)) => tracing::debug!(%error, "HTTPS handshake failed"),
+                        Err(_) => tracing::debug!("HTTPS handshake timed out"),
+                    }
                 }
-            });
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(error) = served {
-                tracing::debug!(%error, "HTTP connection ended");
             }
         });
+    }
+}
+
+/// Serves one connection.
+async fn connection<B, S>(stream: S, console: ConsoleSlot<B>, other: OtherPaths)
+where
+    B: ConsoleBackend,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+        let console = console.clone();
+        let plain = (!Console::<B>::serves(request.uri().path()))
+            .then(|| other(request.method(), request.uri().path()));
+        async move {
+            let answer = match plain {
+                Some(plain) => plain,
+                None => match console.get() {
+                    Some(console) => console.answer(request).await,
+                    None => ApiError::new(
+                        ErrorCode::Unavailable,
+                        "starting: the node is not running yet",
+                    )
+                    .response(),
+                },
+            };
+            Ok::<_, Infallible>(answer)
+        }
+    });
+    let served = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(error) = served {
+        tracing::debug!(%error, "HTTP connection ended");
     }
 }

@@ -226,7 +226,7 @@ pub async fn console(service: &Service) -> anyhow::Result<String> {
         }
         .response()
     });
-    tokio::spawn(hivekeeper_console::serve(listener, slot, not_found));
+    tokio::spawn(hivekeeper_console::serve(listener, slot, not_found, None));
     Ok(format!("http://{addr}/ui"))
 }
 

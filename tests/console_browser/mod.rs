@@ -44,7 +44,8 @@ impl Browser {
         capabilities.insert(
             "goog:chromeOptions".into(),
             json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                            "--disable-dev-shm-usage", format!("--window-size={width},{height}")]}),
+                            "--disable-dev-shm-usage", "--ignore-certificate-errors",
+                            format!("--window-size={width},{height}")]}),
         );
         let url = format!("http://127.0.0.1:{port}");
         let connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -61,10 +62,12 @@ impl Browser {
 
     /// Loads the console of the node whose HTTP port is `port`.
     pub async fn load(&self, port: u16) {
-        self.client
-            .goto(&format!("http://127.0.0.1:{port}/ui"))
-            .await
-            .expect("the page loads");
+        self.load_url(&format!("http://127.0.0.1:{port}/ui")).await;
+    }
+
+    /// Loads `url`.
+    pub async fn load_url(&self, url: &str) {
+        self.client.goto(url).await.expect("the page loads");
     }
 
     /// Loads the console of `port` and switches it to `view` (see [`Browser::show`]).
