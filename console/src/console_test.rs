@@ -594,3 +594,44 @@ async fn a_tile_url_reaches_the_page_and_its_policy_allows_only_that_origin() {
         "https://tiles.example.net:8443/osm/{z}/{x}/{y}.png"
     );
 }
+
+#[tokio::test]
+async fn a_logout_ends_the_pages_event_stream() {
+    let fake = Fake::new(true);
+    fake.answer(
+        "admin.leases",
+        LeasePage {
+            leases: vec![],
+            next_after: None,
+        },
+    );
+    let console = Console::new(fake.clone(), ConsoleOptions::default());
+    let login = post(
+        "/api/v1/login",
+        r#"{"account": "watcher", "secret": "s-watch"}"#,
+    );
+    let cookie = cookie_of(&console.answer(login).await);
+    let events = with_cookie(get("/api/v1/events?view=leases"), &cookie);
+    let mut body = console.answer(events).await.into_body();
+    assert!(next_event(&mut body).await.starts_with("event: leases"));
+    let logout = with_cookie(post("/api/v1/logout", ""), &cookie);
+    console.answer(logout).await;
+    fake.answer(
+        "admin.leases",
+        LeasePage {
+            leases: vec![LeaseInfo {
+                lease: "L-2".into(),
+                agent: "b".into(),
+                ttl_ms: 1000,
+                remaining_ms: None,
+            }],
+            next_after: None,
+        },
+    );
+    fake.changes.send_replace(1);
+    let end = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "the stream ends, nothing more is sent"
+    );
+}

@@ -68,8 +68,14 @@ impl<B: ConsoleBackend> Hub<B> {
         self.reads.load(Ordering::Relaxed)
     }
 
-    /// A stream of `view`'s events as `account` reads it: the current one first.
-    pub(crate) fn subscribe(self: &Arc<Self>, account: &str, view: View) -> mpsc::Receiver<Bytes> {
+    /// A stream of `view`'s events as `account` reads it: the current one first. It ends when
+    /// `live` turns false (the page's session ended), checked before every event it sends.
+    pub(crate) fn subscribe(
+        self: &Arc<Self>,
+        account: &str,
+        view: View,
+        live: Box<dyn Fn() -> bool + Send>,
+    ) -> mpsc::Receiver<Bytes> {
         let topic = Topic {
             account: account.to_string(),
             view,
@@ -96,12 +102,13 @@ impl<B: ConsoleBackend> Hub<B> {
                             return;
                         }
                         let event = latest.borrow_and_update().clone();
-                        if !event.is_empty() && page.send(event).await.is_err() {
+                        if !live() || (!event.is_empty() && page.send(event).await.is_err()) {
                             return;
                         }
                     }
                     () = tokio::time::sleep(KEEPALIVE) => {
-                        if page.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                        let keepalive = Bytes::from_static(b": keepalive\n\n");
+                        if !live() || page.send(keepalive).await.is_err() {
                             return;
                         }
                     }

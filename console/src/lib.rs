@@ -74,7 +74,7 @@ pub struct Console<B> {
     options: ConsoleOptions,
     ids: Arc<RequestIds>,
     hub: Arc<Hub<B>>,
-    sessions: Sessions,
+    sessions: Arc<Sessions>,
 }
 
 /// The page's files, written for this console (ui/), embedded.
@@ -121,7 +121,7 @@ impl<B: ConsoleBackend> Console<B> {
             backend,
             options,
             ids,
-            sessions: Sessions::default(),
+            sessions: Arc::default(),
         }
     }
 
@@ -307,9 +307,18 @@ impl<B: ConsoleBackend> Console<B> {
         Ok(http::json(StatusCode::OK, &value))
     }
 
-    /// `GET /api/v1/events?view=…`: the view's read, pushed whenever it changes.
+    /// `GET /api/v1/events?view=…`: the view's read, pushed whenever it changes, until the
+    /// page's session ends.
     fn events<T>(&self, request: &Request<T>) -> Result<Response<ConsoleBody>, ApiError> {
         let session = self.who(request)?;
+        let live: Box<dyn Fn() -> bool + Send> = match self.cookie_session(request) {
+            Some((id, _)) => {
+                let sessions = self.sessions.clone();
+                Box::new(move || sessions.is_live(&id))
+            }
+            // The anonymous reader (authentication off) has no session to end.
+            None => Box::new(|| true),
+        };
         let query = request.uri().query().unwrap_or("");
         let mut name = None;
         let rest: Vec<&str> = query
@@ -324,9 +333,11 @@ impl<B: ConsoleBackend> Console<B> {
             .collect();
         let name = name.ok_or_else(|| ApiError::bad_request("say which view: ?view=cluster"))?;
         let view = View::parse(name, Some(&rest.join("&")))?;
-        Ok(http::event_stream(
-            self.hub.subscribe(&session.account, view),
-        ))
+        Ok(http::event_stream(self.hub.subscribe(
+            &session.account,
+            view,
+            live,
+        )))
     }
 
     /// `POST /api/v1/leases/{lease}/revoke`.

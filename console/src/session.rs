@@ -83,6 +83,14 @@ impl Sessions {
         }
     }
 
+    /// Whether the session with cookie value `id` is live, without counting a use (an open
+    /// event stream does not keep its session alive).
+    pub fn is_live(&self, id: &str) -> bool {
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        live.get(id)
+            .is_some_and(|(_, used)| used.elapsed() < SESSION_TTL)
+    }
+
     /// Ends the session with cookie value `id`.
     pub fn close(&self, id: &str) {
         self.live
