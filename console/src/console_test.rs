@@ -190,6 +190,23 @@ async fn cluster_gives_each_member_its_role_lag_and_reachability() {
     );
 }
 
+/// A page of `rows`, the last.
+fn leases(rows: &[LeaseInfo]) -> LeasePage {
+    LeasePage {
+        leases: rows.to_vec(),
+        next_after: None,
+    }
+}
+
+fn lease(lease: &str, agent: &str, ttl_ms: u64, remaining_ms: Option<u64>) -> LeaseInfo {
+    LeaseInfo {
+        lease: lease.into(),
+        agent: agent.into(),
+        ttl_ms,
+        remaining_ms,
+    }
+}
+
 fn holder(agent: &str, token: u64) -> HolderInfo {
     serde_json::from_value(
         json!({"agent": agent, "lease": format!("L-{agent}"), "token": token,
@@ -290,15 +307,7 @@ async fn airspace_is_the_waypoints_and_leases_join_their_holdings() {
     );
     fake.answer(
         "admin.leases",
-        LeasePage {
-            leases: vec![LeaseInfo {
-                lease: "L-a".into(),
-                agent: "a".into(),
-                ttl_ms: 5000,
-                remaining_ms: Some(4000),
-            }],
-            next_after: None,
-        },
+        leases(&[lease("L-a", "a", 5000, Some(4000))]),
     );
     let console = Console::new(fake.clone(), ConsoleOptions::default());
     let (_, airspace) = body_json(console.answer(get("/api/v1/airspace?all=1")).await).await;
@@ -379,13 +388,7 @@ async fn without_auth_the_console_is_read_only_unless_insecure() {
 #[tokio::test]
 async fn with_auth_a_login_opens_a_strict_session_and_only_admins_write() {
     let fake = Fake::new(true);
-    fake.answer(
-        "admin.leases",
-        LeasePage {
-            leases: vec![],
-            next_after: None,
-        },
-    );
+    fake.answer("admin.leases", leases(&[]));
     fake.answer("admin.revoke", hivekeeper_protocol::Done {});
     let console = Console::new(fake.clone(), ConsoleOptions::default());
     let (code, _) = body_json(console.answer(get("/api/v1/leases")).await).await;
@@ -488,13 +491,7 @@ async fn next_event(body: &mut ConsoleBody) -> String {
 #[tokio::test(start_paused = true)]
 async fn many_pages_share_one_reader_and_changes_are_coalesced() {
     let fake = Fake::new(false);
-    fake.answer(
-        "admin.leases",
-        LeasePage {
-            leases: vec![],
-            next_after: None,
-        },
-    );
+    fake.answer("admin.leases", leases(&[]));
     let console = Console::new(fake.clone(), ConsoleOptions::default());
     let mut pages = Vec::new();
     for _ in 0..20 {
@@ -519,18 +516,7 @@ async fn many_pages_share_one_reader_and_changes_are_coalesced() {
     );
 
     // Ten changes within the coalescing window make at most two reads.
-    fake.answer(
-        "admin.leases",
-        LeasePage {
-            leases: vec![LeaseInfo {
-                lease: "L-1".into(),
-                agent: "a".into(),
-                ttl_ms: 1000,
-                remaining_ms: None,
-            }],
-            next_after: None,
-        },
-    );
+    fake.answer("admin.leases", leases(&[lease("L-1", "a", 1000, None)]));
     for tick in 1..=10 {
         fake.changes.send_replace(tick);
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -562,13 +548,7 @@ async fn a_read_refused_over_the_rate_is_sent_again() {
         async move { body_json(console.answer(get("/api/v1/leases")).await).await }
     });
     tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    fake.answer(
-        "admin.leases",
-        LeasePage {
-            leases: vec![],
-            next_after: None,
-        },
-    );
+    fake.answer("admin.leases", leases(&[]));
     let (code, body) = reading.await.unwrap();
     assert_eq!(code, StatusCode::OK, "{body}");
     assert!(fake.calls.load(Ordering::SeqCst) >= 3);
@@ -598,13 +578,7 @@ async fn a_tile_url_reaches_the_page_and_its_policy_allows_only_that_origin() {
 #[tokio::test]
 async fn a_logout_ends_the_pages_event_stream() {
     let fake = Fake::new(true);
-    fake.answer(
-        "admin.leases",
-        LeasePage {
-            leases: vec![],
-            next_after: None,
-        },
-    );
+    fake.answer("admin.leases", leases(&[]));
     let console = Console::new(fake.clone(), ConsoleOptions::default());
     let login = post(
         "/api/v1/login",
@@ -616,18 +590,7 @@ async fn a_logout_ends_the_pages_event_stream() {
     assert!(next_event(&mut body).await.starts_with("event: leases"));
     let logout = with_cookie(post("/api/v1/logout", ""), &cookie);
     console.answer(logout).await;
-    fake.answer(
-        "admin.leases",
-        LeasePage {
-            leases: vec![LeaseInfo {
-                lease: "L-2".into(),
-                agent: "b".into(),
-                ttl_ms: 1000,
-                remaining_ms: None,
-            }],
-            next_after: None,
-        },
-    );
+    fake.answer("admin.leases", leases(&[lease("L-2", "b", 1000, None)]));
     fake.changes.send_replace(1);
     let end = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame()).await;
     assert!(
