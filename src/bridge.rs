@@ -35,7 +35,7 @@ use hivekeeper_coordinator::node::{AuthError, NodeHandle, Outbound, Respond, Sub
 use hivekeeper_mqtt::{
     AuthRefused, Authenticator, Flow, Inbound, InboundHandler, MqttError, ReplyRoute, Transport,
 };
-use hivekeeper_protocol::{ErrorCode, Request, Response, Role};
+use hivekeeper_protocol::{ErrorCode, Event, Request, Response, Role};
 use metrics::{counter, describe_counter};
 use tokio::sync::mpsc;
 
@@ -116,9 +116,14 @@ impl InboundHandler for Bridge {
             route,
         } = inbound;
         match decode(&payload) {
+            // Undecodable messages count against the agent's rate too, so a flood of them is
+            // paused like any other.
             Decoded::Refused(response) => {
                 respond(transport, &route, &agent, &response);
-                Flow::Continue
+                match self.node.charge_rate(&agent) {
+                    Some(wait) => Flow::Pause(wait),
+                    None => Flow::Continue,
+                }
             }
             Decoded::Request(request) => {
                 let respond = responder(transport, route, &agent);
@@ -139,7 +144,9 @@ fn responder(transport: &Transport, route: ReplyRoute, agent: &str) -> Respond {
 }
 
 /// Publishes what the node sends besides answers: notices, and final answers of requests not
-/// pending here. Runs until `outbound` ends (the node stopped) or the task is aborted.
+/// pending here, for a node whose agents are its own (its agent endpoint's, or a broker no
+/// other member reads: `shared_broker` has the rules of a shared one). Runs until `outbound`
+/// ends (the node stopped) or the task is aborted.
 pub async fn publish_outbound(
     transport: Transport,
     mut outbound: mpsc::UnboundedReceiver<Outbound>,
@@ -151,10 +158,7 @@ pub async fn publish_outbound(
             }
             // Events yield to responses when the queue runs full (see
             // `Transport::publish_event`).
-            Outbound::Notify { agent, event } => {
-                let topic = transport.topics().event(&agent);
-                published(transport.publish_event(topic, event.encode()));
-            }
+            Outbound::Notify { agent, event } => publish_notice(&transport, &agent, &event),
             // Its account was removed or its secret rotated (an external broker's clients are
             // the broker's to close).
             Outbound::Disconnect { agent } => {
@@ -164,6 +168,12 @@ pub async fn publish_outbound(
             }
         }
     }
+}
+
+/// Publishes a notice on `agent`'s event topic.
+pub(crate) fn publish_notice(transport: &Transport, agent: &str, event: &Event) {
+    let topic = transport.topics().event(agent);
+    published(transport.publish_event(topic, event.encode()));
 }
 
 /// Publishes a response along `route` (`agent`'s response topic by default), cut to fit one

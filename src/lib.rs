@@ -12,6 +12,8 @@
 //!   decode, submit, answer along the request's route), [`bridge::publish_outbound`] (the
 //!   node's notices) and [`bridge::NodeAuthenticator`] (the endpoint's credentials check).
 //! - [`console_backend`]: the web console's backend over the node (`hivekeeper-console`).
+//! - [`shared_broker`]: what a cluster's member publishes when the members share one external
+//!   broker (the leader publishes the notices; a new leader republishes the recent ones).
 //!
 //! ```text
 //!  Service::start(NodeConfig, mqtt Config)
@@ -19,6 +21,7 @@
 //!    ├─ Transport::start_with(config, Bridge(node), NodeAuthenticator)    │
 //!    │    every request ─▶ Bridge::handle on its receiving task ─▶ node   │
 //!    └─ bridge::publish_outbound(transport, outbound) ◀───────────────────┘
+//!       (shared_broker::publish_outbound for a member behind a shared broker)
 //!  Metrics are recorded where they happen (no-ops without a recorder).
 //!  Service::shutdown: transport, publisher, node, in that order
 //! ```
@@ -26,5 +29,6 @@
 pub mod bridge;
 pub mod console_backend;
 pub mod service;
+pub mod shared_broker;
 
 pub use service::{Service, ServiceError};

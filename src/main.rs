@@ -131,6 +131,13 @@ pub struct ServeArgs {
     /// `username`, `password` and `client_id` still apply (docs/SECURITY.md).
     #[arg(long, value_name = "URL")]
     mqtt_url: Option<String>,
+    /// The shared-subscription group the members of a cluster read requests through on the
+    /// external broker (`$share/{GROUP}/{prefix}/req/+`, `share_group` in [mqtt.mode];
+    /// default `hivekeeper`), so each request reaches one member. Needs an external broker
+    /// (--mqtt-url, or an external [mqtt.mode]); a single node given one shares its
+    /// subscription too (docs/CLUSTER.md).
+    #[arg(long, value_name = "GROUP")]
+    mqtt_share_group: Option<String>,
     /// Topic prefix: agents use {prefix}/req/{agent}, {prefix}/rsp/{agent}, {prefix}/evt/{agent}.
     #[arg(long, value_name = "PREFIX")]
     topic_prefix: Option<String>,

@@ -170,6 +170,15 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
             }
         }
     }
+    if let Some(group) = args.mqtt_share_group {
+        let Mode::External(external) = &mut config.mqtt.mode else {
+            bail!(
+                "--mqtt-share-group needs an external broker (--mqtt-url, or an external \
+                 [mqtt.mode] in the config file): the agent endpoint has no shared subscriptions"
+            );
+        };
+        external.share_group = Some(group);
+    }
     if let Some(prefix) = args.topic_prefix {
         config.mqtt.topic_prefix = prefix;
     }
@@ -200,14 +209,6 @@ fn load(args: ServeArgs) -> anyhow::Result<ServeConfig> {
         cluster.peer_ca = args.peer_ca.or(cluster.peer_ca.take());
     }
     config.node.validate().context("node settings")?;
-    if config.node.cluster.is_some() && matches!(config.mqtt.mode, Mode::External(_)) {
-        // Every member subscribes to every request on its broker: through one shared broker
-        // each request would be carried out by every member and answered three times.
-        bail!(
-            "a cluster member needs its own agent endpoint: an external broker shared by the \
-             members is not supported yet (drop --mqtt-url, or run a single node)"
-        );
-    }
     config.mqtt.validate().context("mqtt settings")?;
     Ok(config)
 }
@@ -484,6 +485,35 @@ mod tests {
                 "{partial:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_member_may_use_an_external_broker_with_a_share_group() {
+        let member = [
+            "--name",
+            "n1",
+            "--initial-cluster",
+            "n1=127.0.0.1:7401",
+            "--mqtt-url",
+            "mqtt://127.0.0.1:1884",
+        ];
+        let load = |more: &[&str]| {
+            let args: Vec<&str> = member.iter().chain(more).copied().collect();
+            super::load(serve_args(&args).expect("parses"))
+        };
+        let config = load(&["--mqtt-share-group", "east"]).expect("loads");
+        let hivekeeper_mqtt::Mode::External(external) = &config.mqtt.mode else {
+            panic!("an external broker");
+        };
+        assert_eq!(external.share_group.as_deref(), Some("east"));
+        let config = load(&[]).expect("loads");
+        let hivekeeper_mqtt::Mode::External(external) = &config.mqtt.mode else {
+            panic!("an external broker");
+        };
+        assert_eq!(
+            external.share_group, None,
+            "left to the service (`as_member`)"
+        );
     }
 
     /// The commented cluster block of the example, uncommented, is a valid member config.

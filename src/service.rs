@@ -6,12 +6,14 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hivekeeper_coordinator::node::{Node, NodeConfig, NodeError};
-use hivekeeper_mqtt::{Authenticator, MqttError, Transport};
+use hivekeeper_mqtt::{Authenticator, Mode, MqttError, Transport};
 use tokio::task::JoinHandle;
 
 use crate::bridge::{self, Bridge, NodeAuthenticator};
+use crate::shared_broker;
 
 /// Why the service could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +44,8 @@ pub struct Service {
     /// handler: requests go from the receiving task straight into the node.
     transport: Transport,
     /// The task publishing the node's notices and the answers of requests not pending here
-    /// ([`bridge::publish_outbound`]).
+    /// ([`bridge::publish_outbound`], or [`shared_broker::publish_outbound`] for a member
+    /// behind a broker shared with the other members).
     publisher: JoinHandle<()>,
 }
 
@@ -56,7 +59,8 @@ impl std::fmt::Debug for Service {
 
 impl Service {
     /// Starts the node, then the transport with the bridge as its handler, then the publisher
-    /// of the node's outbound stream. The caller has
+    /// of the node's outbound stream. A member of a cluster with an external broker shares it
+    /// with the other members (`ExternalConfig::as_member`, [`shared_broker`]). The caller has
     /// validated both configs (and installed a metrics recorder first, if it wants metrics:
     /// without one the metric updates are no-ops).
     pub async fn start(
@@ -65,6 +69,16 @@ impl Service {
     ) -> Result<Service, ServiceError> {
         let data_dir = node.data_dir.display().to_string();
         let auth_enabled = node.auth_enabled;
+        let mut mqtt = mqtt;
+        // The members of a cluster behind one external broker share it (`shared_broker`).
+        let shared_broker = match (&node.cluster, &mqtt.mode) {
+            (Some(cluster), Mode::External(external)) => {
+                mqtt.mode = Mode::External(external.clone().as_member(&cluster.name));
+                let election = Duration::from_millis(node.raft.election_timeout_ms_max);
+                Some(election * shared_broker::REPLAY_ELECTIONS)
+            }
+            _ => None,
+        };
         let (node, outbound) = Node::start(node)
             .await
             .map_err(|source| ServiceError::Node { data_dir, source })?;
@@ -79,7 +93,15 @@ impl Service {
                 return Err(ServiceError::Mqtt(error));
             }
         };
-        let publisher = tokio::spawn(bridge::publish_outbound(transport.clone(), outbound));
+        let publisher = match shared_broker {
+            Some(replay_window) => tokio::spawn(shared_broker::publish_outbound(
+                transport.clone(),
+                outbound,
+                node.handle(),
+                replay_window,
+            )),
+            None => tokio::spawn(bridge::publish_outbound(transport.clone(), outbound)),
+        };
         Ok(Service {
             node,
             transport,

@@ -333,7 +333,10 @@ fn every_shell_block_is_runnable_or_says_why_not() {
 
 /// The programs the examples call besides `hivekeeper` and a shell's own, and the package
 /// that has each (Debian's, as `.ci/run` installs them).
-const TOOLS: [(&str, &str); 1] = [("mosquitto_rr", "mosquitto-clients")];
+const TOOLS: [(&str, &str); 2] = [
+    ("mosquitto_rr", "mosquitto-clients"),
+    ("/usr/sbin/mosquitto", "mosquitto"),
+];
 
 /// Fails the test, naming the package, when a block calls a program that is not installed: a
 /// clear message once rather than "command not found" in every block that calls it.

@@ -221,3 +221,49 @@ async fn bench_uncontended_flood_reports_the_flood_and_the_swarms_sessions() {
     );
     assert_eq!(flood["sessions_lost"], 0, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_scale_spreads_its_idle_agents_over_child_processes() {
+    let dir = tempfile::tempdir().expect("temp data dir");
+    let node = Node::start(dir.path()).await;
+    let pid = node.pid().to_string();
+    let report = bench(
+        &node,
+        &[
+            "scale",
+            "--idle-agents",
+            "41",
+            "--processes",
+            "2",
+            "--idle-ttl-ms",
+            "20000",
+            "--agents",
+            "2",
+            "--duration-s",
+            "1",
+            "--node-pid",
+            &pid,
+        ],
+    )
+    .await;
+    assert_sane(&report, 2);
+    let scale = &report["scale"];
+    assert_eq!(scale["processes"], 2, "{report}");
+    assert_eq!(
+        scale["idle_connected"], 41,
+        "both children's shares: {report}"
+    );
+    assert_eq!(scale["sessions_live"], 41, "{report}");
+    assert_eq!(scale["sessions_lost"], 0, "{report}");
+    assert!(
+        scale["idle_processes_rss_peak_mb"]
+            .as_f64()
+            .is_some_and(|mb| mb > 0.0),
+        "the children report their memory: {report}"
+    );
+    assert!(
+        scale["node_rss_mb"].as_f64().is_some_and(|mb| mb > 0.0),
+        "{report}"
+    );
+    assert_eq!(report["parameters"]["idle_ttl_ms"], 20_000);
+}

@@ -8,13 +8,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::cluster::{Hold, ProcessCluster, check_history};
+use common::cluster::{Hold, LockWorkload, ProcessCluster, check_history};
 use common::{Node, Raw, code, eventually, inspect_lock, release, run_cli, within};
 use serde_json::json;
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 /// Snapshots every 50 entries, keeping 10 behind: a member down for a few hundred entries
@@ -31,71 +30,29 @@ async fn twenty_agents_keep_mutual_exclusion_across_a_leader_kill_and_the_node_c
     let config = config.to_string_lossy().to_string();
     let mut cluster = ProcessCluster::start(3, &["--config", &config]).await;
 
-    let holds: Arc<Mutex<Vec<Hold>>> = Arc::default();
-    let errors = Arc::new(AtomicUsize::new(0));
-    let lost = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(LockWorkload::default());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..20 {
         let agent = cluster.agent(&format!("worker-{i}"), i % 3).await;
-        let (holds, errors, lost, stop) =
-            (holds.clone(), errors.clone(), lost.clone(), stop.clone());
-        tasks.spawn(async move {
-            let session = agent.session(5_000).await.expect("a session");
-            let lock = format!("hot/{}", i % 3);
-            while !stop.load(Ordering::Relaxed) {
-                let guard = match session.lock(lock.clone()).await {
-                    Ok(guard) => guard,
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                };
-                let granted = Instant::now();
-                tokio::time::sleep(Duration::from_millis(2 + (i as u64 % 5))).await;
-                let released = Instant::now();
-                if guard.is_lost() {
-                    lost.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    holds.lock().await.push(Hold {
-                        lock: lock.clone(),
-                        agent: agent.agent_id().to_string(),
-                        token: guard.token(),
-                        granted,
-                        released,
-                    });
-                }
-                if guard.release().await.is_err() {
-                    errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
+        tasks.spawn(seen.clone().run(agent, format!("hot/{}", i % 3), i));
     }
 
     // Traffic flows, then the leader dies.
     eventually(30, "holds before the kill", || async {
-        (holds.lock().await.len() >= 60).then_some(())
+        (seen.hold_count().await >= 60).then_some(())
     })
     .await;
     let old_leader = cluster.leader(10).await;
     let killed_at = Instant::now();
     cluster.nodes[old_leader].kill9();
-    let before_kill = holds.lock().await.len();
+    let before_kill = seen.hold_count().await;
     eventually(30, "grants after the kill", || async {
-        (holds.lock().await.len() >= before_kill + 200).then_some(())
+        (seen.hold_count().await >= before_kill + 200).then_some(())
     })
     .await;
     let new_leader = cluster.leader(10).await;
     assert_ne!(new_leader, old_leader);
-    stop.store(true, Ordering::Relaxed);
-    within(60, "the agents stop", async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-
-    let holds = holds.lock().await.clone();
-    let violations = check_history(&holds);
-    assert!(violations.is_empty(), "history violations: {violations:#?}");
+    let holds = seen.finish(&mut tasks).await;
     let first_after = holds
         .iter()
         .filter(|hold| hold.granted > killed_at)
@@ -105,11 +62,11 @@ async fn twenty_agents_keep_mutual_exclusion_across_a_leader_kill_and_the_node_c
     println!(
         "{} holds, {} errors retried, failover gap (kill to first grant) {:?}",
         holds.len(),
-        errors.load(Ordering::Relaxed),
+        seen.errors.load(Ordering::Relaxed),
         first_after
     );
     assert_eq!(
-        lost.load(Ordering::Relaxed),
+        seen.lost.load(Ordering::Relaxed),
         0,
         "a 5 s lease was lost across a failover"
     );
@@ -369,21 +326,9 @@ async fn member_add_and_remove_through_the_cli() {
     assert_eq!(names(&list().await), voters(&["n1", "n2", "n3"]));
 
     // A fresh node started to join, then added.
-    let peer = format!("127.0.0.1:{}", common::free_port());
-    let dir = cluster.root().join("n4");
-    let n4_member = format!("n4={peer}");
-    let n4 = Node::start_with_args(
-        &dir,
-        &[
-            "--name",
-            "n4",
-            "--initial-cluster",
-            &n4_member,
-            "--initial-cluster-state",
-            "existing",
-        ],
-    )
-    .await;
+    let (n4, n4_member) = cluster
+        .start_joining(&common::node::this_build(), "n4")
+        .await;
     let added = run_cli(&[
         "member",
         "add",

@@ -1,14 +1,17 @@
 //! End to end: one agent floods the node with requests as fast as a bounded loop can publish
 //! them (a raw MQTT client, no SDK backoff) while a few agents hold short leases and keep
 //! locking: none of their leases expires, every one of their requests succeeds, and the
-//! flooder is answered `rate_limited` once past its rate. No timing is asserted: the loop is
-//! bounded in count and in time, and the checks are on answers and session states.
+//! flooder is answered `rate_limited` once past its rate. On the agent endpoint every flood
+//! request is answered (the endpoint stops reading the flooder meanwhile); behind an external
+//! broker, whose one connection carries every agent, the flooder's requests past a refusal are
+//! dropped unread until its bucket refills. No timing is asserted: the loop is bounded in
+//! count and in time, and the checks are on answers, counters and session states.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Node, Raw, agent_session, within};
+use common::{Mosquitto, Node, Raw, agent_session, within};
 use hivekeeper_agent::SessionState;
 use serde_json::json;
 use tokio::time::Instant;
@@ -26,6 +29,17 @@ const HOLDERS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flooding_agent_is_rate_limited_and_expires_no_other_agents_lease() {
+    flood_beside_holders(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_an_external_broker_a_flooder_is_dropped_before_it_delays_anyone() {
+    let broker = Mosquitto::start().await;
+    flood_beside_holders(Some(&broker)).await;
+}
+
+/// The flood beside the holders, on the agent endpoint or behind `broker`.
+async fn flood_beside_holders(broker: Option<&Mosquitto>) {
     let dir = tempfile::tempdir().expect("temp data dir");
     let config = dir.path().join("fair.toml");
     std::fs::write(
@@ -35,8 +49,18 @@ async fn a_flooding_agent_is_rate_limited_and_expires_no_other_agents_lease() {
     .expect("write the config");
     let data = dir.path().join("data");
     let config_arg = config.to_str().expect("a UTF-8 temp path");
-    let node = Node::start_with_args(&data, &["--config", config_arg]).await;
-    let port = node.mqtt_port();
+    let (node, port) = match broker {
+        None => {
+            let node = Node::start_with_args(&data, &["--config", config_arg]).await;
+            let port = node.mqtt_port();
+            (node, port)
+        }
+        Some(broker) => {
+            let args = ["--config", config_arg];
+            let node = Node::start_external_with_args(&data, broker.port, &args).await;
+            (node, broker.port)
+        }
+    };
 
     let mut holders = Vec::new();
     for i in 0..HOLDERS {
@@ -92,15 +116,32 @@ async fn a_flooding_agent_is_rate_limited_and_expires_no_other_agents_lease() {
         );
     }
 
-    // Every flood request is answered: admitted ones `lease_not_found`, the rest
-    // `rate_limited` with the configured rate in the message.
+    // Every flood request is answered, or (behind a broker) dropped while the flooder is
+    // paused: admitted ones `lease_not_found`, the rest `rate_limited` with the configured
+    // rate in the message.
     let mut codes = std::collections::BTreeMap::<String, usize>::new();
     let mut rate_message = None;
     let mut answered = 0;
-    while answered < sent {
-        let Some(response) = flooder.try_next(10_000).await else {
-            break;
+    let mut dropped = 0.0;
+    // Settled when every request is accounted for, or when neither an answer nor a drop came
+    // for a second (what the broker dropped never comes), at most 20 s.
+    let settled_by = Instant::now() + Duration::from_secs(20);
+    let mut quiet = false;
+    while answered + (dropped as usize) < sent && Instant::now() < settled_by {
+        let Some(response) = flooder.try_next(500).await else {
+            let metrics = common::metrics_text(node.metrics_port)
+                .await
+                .expect("the node's /metrics");
+            let now_dropped =
+                common::metric_sum(&metrics, "hivekeeper_mqtt_messages_dropped_total", &[]);
+            if quiet && now_dropped == dropped {
+                break;
+            }
+            quiet = now_dropped == dropped;
+            dropped = now_dropped;
+            continue;
         };
+        quiet = false;
         answered += 1;
         let code = response["error"]["code"]
             .as_str()
@@ -111,7 +152,21 @@ async fn a_flooding_agent_is_rate_limited_and_expires_no_other_agents_lease() {
         }
         *codes.entry(code).or_default() += 1;
     }
-    assert_eq!(answered, sent, "every flood request is answered: {codes:?}");
+    match broker {
+        None => assert_eq!(
+            (answered, dropped),
+            (sent, 0.0),
+            "the endpoint answers every flood request (it stops reading the flooder instead \
+             of dropping): {codes:?}"
+        ),
+        // The broker itself may drop some of the flood too (Mosquitto queues at most
+        // `max_queued_messages` for the service's session): those reach nobody.
+        Some(_) => assert!(
+            dropped > 0.0 && answered + dropped as usize <= sent,
+            "behind a broker, the paused flooder's requests are dropped unanswered: \
+             {sent} sent, {dropped} dropped, answers {codes:?}"
+        ),
+    }
     assert!(
         codes.get("rate_limited").is_some_and(|n| *n > 0),
         "the flooder was rate limited after {sent} requests: {codes:?}"

@@ -10,7 +10,8 @@
 mod common;
 
 use common::cluster::ProcessCluster;
-use common::{Node, Raw, free_port, run_cli};
+use common::node::this_build;
+use common::{Raw, free_port, run_cli};
 use serde_json::{Value, json};
 
 /// `--broker` for the members at `indexes`.
@@ -101,20 +102,8 @@ async fn a_phantom_is_refused_a_fourth_is_promoted_and_a_dead_member_is_removed(
     );
 
     // A real fourth member: started to join, caught up as a learner, promoted.
-    let peer = format!("127.0.0.1:{}", free_port());
-    let n4 = format!("n4={peer}");
-    let fourth = Node::start_with_args(
-        &cluster.root().join("n4"),
-        &[
-            "--name",
-            "n4",
-            "--initial-cluster",
-            &n4,
-            "--initial-cluster-state",
-            "existing",
-        ],
-    )
-    .await;
+    let (fourth, n4) = cluster.start_joining(&this_build(), "n4").await;
+    let peer = n4.split_once('=').expect("NAME=ADDR").1;
     let added = run_cli(&["member", "add", &n4, "--broker", &all]).await;
     assert!(added.success, "member add failed: {}", added.stderr);
     assert_eq!(

@@ -143,7 +143,8 @@ fn a_taken_peer_port_and_bad_cluster_flags_are_clear_errors() {
     let config = data.path().join("external.toml");
     let toml = format!(
         "[node.cluster]\nname = \"n1\"\ninitial_cluster = \"{list}\"\n\
-         [mqtt.mode]\nkind = \"external\"\nurl = \"mqtt://127.0.0.1:1883\"\n"
+         [mqtt.mode]\nkind = \"external\"\nurl = \"mqtt://127.0.0.1:1883\"\n\
+         share_group = \"east/hk\"\n"
     );
     std::fs::write(&config, toml).expect("write");
     let output = Command::new(BIN)
@@ -152,7 +153,9 @@ fn a_taken_peer_port_and_bad_cluster_flags_are_clear_errors() {
         .stderr(Stdio::piped())
         .output()
         .expect("hivekeeper runs");
-    assert_refused(&output, "needs its own agent endpoint");
+    assert_refused(&output, "mode.share_group");
+    let output = serve(&["--data-dir", dir, "--mqtt-share-group", "east"]);
+    assert_refused(&output, "--mqtt-share-group needs an external broker");
 }
 
 #[tokio::test]

@@ -163,8 +163,10 @@ impl Agent {
         let topics =
             Topics::new(&config.topic_prefix).map_err(|e| AgentError::Config(e.message))?;
         let config = Arc::new(config);
+        let mut rng = fastrand::Rng::new();
+        let first = config.broker_order.first(brokers.len(), &mut rng);
         let (client, mut eventloop) = AsyncClient::new(
-            connection::mqtt_options(&config, &brokers[0], tls.as_ref()),
+            connection::mqtt_options(&config, &brokers[first], tls.as_ref()),
             REQUEST_CHANNEL_CAPACITY,
         );
         eventloop.set_network_options(connection::network_options(&config));
@@ -176,6 +178,8 @@ impl Agent {
                 eventloop,
                 config: config.clone(),
                 brokers: brokers.clone(),
+                broker: first,
+                rng,
                 tls,
                 response_topic: topics.response(&config.agent_id),
                 event_topic: topics.event(&config.agent_id),

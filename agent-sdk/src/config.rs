@@ -31,12 +31,17 @@ pub struct AgentConfig {
     /// The agent's id, `[A-Za-z0-9_.-]{1,64}`: the last segment of its topics, the MQTT client
     /// id, and the owner the service binds every lease to. Must be unique among live agents.
     pub agent_id: String,
-    /// Brokers to try in order, `host:port` or `mqtt://host:port`; at least one. On every
-    /// connection error the agent moves to the next one (every node of a replicated service
-    /// serves every agent, so any of them will do), and also when a broker's node has answered
-    /// nothing but `unavailable` for 250 ms after its first (a node cut off from the majority
-    /// keeps its broker up; a node answers `unavailable` only after waiting for a leader).
+    /// Brokers, `host:port` or `mqtt://host:port`; at least one, tried as
+    /// [`AgentConfig::broker_order`] says. On every connection error the agent moves to another
+    /// one (every node of a replicated service serves every agent, so any of them will do), and
+    /// also when a broker's node has answered nothing but `unavailable` for 250 ms after its
+    /// first (a node cut off from the majority keeps its broker up; a node answers
+    /// `unavailable` only after waiting for a leader).
     pub brokers: Vec<String>,
+    /// Which broker comes first and which next: [`BrokerOrder::Spread`] (the default) or
+    /// [`BrokerOrder::InOrder`].
+    #[serde(skip_serializing_if = "BrokerOrder::is_default")]
+    pub broker_order: BrokerOrder,
     /// Topic prefix shared with the service, `hk/v1` by default.
     pub topic_prefix: String,
     /// How long one attempt of a request waits for its response before the SAME request id is
@@ -97,6 +102,46 @@ pub struct AgentConfig {
     pub tls_key: Option<PathBuf>,
 }
 
+/// How an agent picks among [`AgentConfig::brokers`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BrokerOrder {
+    /// A random broker first, and after a failure a random one of the others. A fleet given
+    /// one list spreads evenly over the members, the agents of a failed member spread over the
+    /// survivors instead of herding onto the next in the list, and agents that connect or
+    /// reconnect after a member came back spread over it too. ZooKeeper's clients shuffle
+    /// their server list for the same reason.
+    #[default]
+    Spread,
+    /// The first broker first, then the next in the list after each failure, round the list:
+    /// for a preferred member (the nearest one), or a test that needs to know where an agent is.
+    InOrder,
+}
+
+impl BrokerOrder {
+    /// Whether this is the default ([`BrokerOrder::Spread`]), left out of a serialized config.
+    pub fn is_default(&self) -> bool {
+        *self == BrokerOrder::default()
+    }
+
+    /// The index of the broker to try first, of `count`.
+    pub(crate) fn first(self, count: usize, rng: &mut fastrand::Rng) -> usize {
+        match self {
+            BrokerOrder::Spread => rng.usize(..count),
+            BrokerOrder::InOrder => 0,
+        }
+    }
+
+    /// The index of the broker to try after `failed` failed, of `count`: another one whenever
+    /// there is another.
+    pub(crate) fn after(self, failed: usize, count: usize, rng: &mut fastrand::Rng) -> usize {
+        match self {
+            BrokerOrder::Spread if count > 1 => (failed + 1 + rng.usize(..count - 1)) % count,
+            BrokerOrder::Spread | BrokerOrder::InOrder => (failed + 1) % count,
+        }
+    }
+}
+
 /// An agent's secret: shown as `***` by `Debug`, so a logged config never gives it away.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -127,6 +172,7 @@ impl Default for AgentConfig {
         AgentConfig {
             agent_id: String::new(),
             brokers: vec![DEFAULT_BROKER.to_string()],
+            broker_order: BrokerOrder::Spread,
             topic_prefix: hivekeeper_protocol::topic::DEFAULT_PREFIX.to_string(),
             request_timeout_ms: 2_000,
             request_deadline_ms: 30_000,
@@ -358,6 +404,45 @@ impl std::fmt::Display for BrokerAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_starts_anywhere_and_leaves_a_failed_broker_for_any_other() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut firsts = [0usize; 3];
+        let mut afters = [0usize; 3];
+        for _ in 0..3_000 {
+            firsts[BrokerOrder::Spread.first(3, &mut rng)] += 1;
+            afters[BrokerOrder::Spread.after(1, 3, &mut rng)] += 1;
+        }
+        assert!(firsts.iter().all(|n| *n > 800), "{firsts:?}");
+        assert_eq!(afters[1], 0, "never the broker that failed: {afters:?}");
+        assert!(afters[0] > 1_200 && afters[2] > 1_200, "{afters:?}");
+        // One broker: it is the only choice.
+        assert_eq!(BrokerOrder::Spread.first(1, &mut rng), 0);
+        assert_eq!(BrokerOrder::Spread.after(0, 1, &mut rng), 0);
+    }
+
+    #[test]
+    fn in_order_starts_at_the_first_and_goes_round_the_list() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        assert_eq!(BrokerOrder::InOrder.first(3, &mut rng), 0);
+        let next: Vec<usize> = (0..3)
+            .map(|failed| BrokerOrder::InOrder.after(failed, 3, &mut rng))
+            .collect();
+        assert_eq!(next, [1, 2, 0]);
+    }
+
+    #[test]
+    fn the_default_order_is_left_out_of_a_serialized_config() {
+        let spread = serde_json::to_value(valid()).expect("serializes");
+        assert!(spread.get("broker_order").is_none(), "{spread}");
+        let in_order = AgentConfig {
+            broker_order: BrokerOrder::InOrder,
+            ..valid()
+        };
+        let in_order = serde_json::to_value(in_order).expect("serializes");
+        assert_eq!(in_order["broker_order"], "in_order");
+    }
 
     fn valid() -> AgentConfig {
         AgentConfig::new("drone-7", &["127.0.0.1:1883"])

@@ -234,6 +234,10 @@ pub(crate) struct Connection {
     pub eventloop: EventLoop,
     pub config: Arc<AgentConfig>,
     pub brokers: Vec<BrokerAddr>,
+    /// The index of the broker the event loop is set to reach now.
+    pub broker: usize,
+    /// Draws the next broker ([`AgentConfig::broker_order`]).
+    pub rng: fastrand::Rng,
     /// TLS to every broker ([`AgentConfig::tls_ca`]), read once at connect.
     pub tls: Option<Arc<ClientConfig>>,
     pub response_topic: String,
@@ -245,7 +249,7 @@ impl Connection {
     /// Polls until the agent is dropped (which aborts this task) or rumqttc reports that every
     /// client handle is gone.
     pub(crate) async fn run(mut self) {
-        let mut broker = 0;
+        let mut broker = self.broker;
         let mut backoff = Backoff::new(
             Duration::from_millis(self.config.backoff_first_ms),
             Duration::from_millis(self.config.backoff_cap_ms),
@@ -318,7 +322,10 @@ impl Connection {
                 self.eventloop.clean();
                 let delay = backoff.next_delay();
                 let failed = broker;
-                broker = (broker + 1) % self.brokers.len();
+                broker = self
+                    .config
+                    .broker_order
+                    .after(failed, self.brokers.len(), &mut self.rng);
                 warn!(
                     broker = %self.brokers[failed],
                     next = %self.brokers[broker],

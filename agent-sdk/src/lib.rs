@@ -106,7 +106,9 @@ pub use agent::{Agent, AgentStats};
 pub use airspace::{AirspaceQuery, QueryShape};
 pub use backoff::Backoff;
 pub use barrier::Barrier;
-pub use config::{AgentConfig, BadBrokerAddr, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Secret};
+pub use config::{
+    AgentConfig, BadBrokerAddr, BrokerAddr, BrokerOrder, DEFAULT_BROKER, DEFAULTS, Secret,
+};
 pub use election::{Leadership, LeadershipEnd};
 pub use error::{AgentError, CredentialsRefusal, TlsFailure};
 pub use guard::{AcquireOptions, Geometry, Guard, HoldEnd, Preempted, Resource, TimeWindow, Wait};

@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use hivekeeper_agent::{Agent, AgentConfig, Resource, Session};
+use hivekeeper_agent::{Agent, AgentConfig, BrokerOrder, Resource, Session};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -58,6 +58,7 @@ async fn probe(run: &RunId, brokers: &[String], home: usize) -> anyhow::Result<S
     let agent = Agent::connect(AgentConfig {
         agent_id: run.agent("probe", home),
         brokers: swarm::rotated(brokers, home),
+        broker_order: BrokerOrder::InOrder,
         ..AgentConfig::default()
     })
     .await

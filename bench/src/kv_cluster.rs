@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use hivekeeper_agent::{Agent, AgentConfig};
+use hivekeeper_agent::{Agent, AgentConfig, BrokerOrder};
 use hivekeeper_local_cluster::{Cluster, Options};
 
 use super::memory;
@@ -228,6 +228,7 @@ pub async fn connect_agents(
     let configs = (0..count).map(|index| AgentConfig {
         agent_id: run.agent(role, index),
         brokers: brokers_of(index),
+        broker_order: BrokerOrder::InOrder,
         ..AgentConfig::default()
     });
     super::swarm::connect_each(configs, concurrency, |config| async move {

@@ -28,6 +28,7 @@
 //!   and the busy part of `scale`.
 //! - `reclaim`: a holder whose keepalives stop with a waiter queued.
 //! - `scale`: an idle swarm kept alive while a contended run goes on; node memory.
+//! - `idle_swarm`: `scale`'s idle agents, here or spread over child processes.
 //! - `failover`: a cluster the bench starts itself, its leader killed again and again.
 //! - `flood`: `uncontended --flood`, one raw client flooding while the swarm runs.
 //! - `kv_cluster`: the key scenarios' own cluster, its leader and a follower, their gauges
@@ -63,6 +64,7 @@ mod error;
 mod failover;
 mod flood;
 mod history;
+mod idle_swarm;
 mod kv_cluster;
 mod kv_fill;
 mod kv_put;
@@ -178,10 +180,32 @@ enum Scenario {
         /// Lock names of the busy agents.
         #[arg(long, default_value_t = 1)]
         locks: usize,
-        /// The node's process id, to read its memory from /proc/<pid>/status. Without it,
-        /// the one running `hivekeeper serve` process is used if there is exactly one.
+        #[command(flatten)]
+        idle: idle_swarm::IdleSettings,
+        /// Processes holding the idle agents: above 1, this many child processes share them,
+        /// so that none needs more sockets than its `nofile` limit (e.g. 3 for 48,000 agents
+        /// under a limit of 20,000). Not with --user.
+        #[arg(long, default_value_t = 1)]
+        processes: usize,
+        /// The nodes' process ids (comma-separated), to read their memory from
+        /// /proc/<pid>/status. Without it, the one running `hivekeeper serve` process is used
+        /// if there is exactly one.
+        #[arg(long, value_delimiter = ',')]
+        node_pid: Vec<u32>,
+    },
+    /// The idle agents of one `scale --processes` child (started by `scale` itself).
+    #[command(hide = true)]
+    IdleSwarm {
+        #[command(flatten)]
+        common: Common,
+        /// Idle agents this child holds.
         #[arg(long)]
-        node_pid: Option<u32>,
+        idle_agents: usize,
+        /// This child's index (its agents' names).
+        #[arg(long)]
+        part: usize,
+        #[command(flatten)]
+        idle: idle_swarm::IdleSettings,
     },
     /// Starts its own cluster (`hivekeeper serve` processes on loopback ports, data in a
     /// temporary directory), runs `contended` through every member, and kills the leader with
@@ -366,6 +390,16 @@ pub fn run(args: BenchArgs, hivekeeper: &Path) -> Result<(), BenchError> {
         .enable_all()
         .build()
         .map_err(BenchError::Runtime)?;
+    if let Scenario::IdleSwarm {
+        common,
+        idle_agents,
+        part,
+        idle,
+    } = &args.scenario
+    {
+        let child = idle_swarm::child(common, idle, *idle_agents, *part);
+        return runtime.block_on(child).map_err(BenchError::Scenario);
+    }
     let (report, json) = runtime
         .block_on(scenario(args.scenario, hivekeeper))
         .map_err(BenchError::Scenario)?;
@@ -404,6 +438,7 @@ async fn scenario(scenario: Scenario, hivekeeper: &Path) -> anyhow::Result<(Repo
         | Scenario::KvPut { .. }
         | Scenario::Watch { .. }
         | Scenario::KvFill { .. }
+        | Scenario::IdleSwarm { .. }
         | Scenario::Recipe(_) => None,
         other => accounts::Accounts::open(other.common()).await?,
     };
@@ -427,6 +462,7 @@ impl Scenario {
             | Scenario::Semaphore { common, .. }
             | Scenario::Reclaim { common, .. }
             | Scenario::Scale { common, .. }
+            | Scenario::IdleSwarm { common, .. }
             | Scenario::Failover { common, .. }
             | Scenario::KvPut { common, .. }
             | Scenario::Watch { common, .. }
@@ -494,14 +530,27 @@ async fn run_scenario(
             idle_agents,
             agents,
             locks,
+            idle,
+            processes,
             node_pid,
         } => {
             anyhow::ensure!(locks >= 1, "--locks must be at least 1");
-            let report = scale::run(&common, &run, idle_agents, agents, locks, node_pid).await?;
+            let idle_ttl_ms = idle.ttl_ms(&common);
+            let plan = scale::ScalePlan {
+                idle_agents,
+                idle,
+                processes,
+                agents,
+                locks,
+                node_pids: node_pid,
+            };
+            let report = scale::run(&common, &run, plan).await?;
             let parameters = vec![
                 ("agents", agents.into()),
                 ("locks", locks.into()),
                 ("idle_agents", idle_agents.into()),
+                ("idle_ttl_ms", idle_ttl_ms.into()),
+                ("processes", processes.into()),
             ];
             (report, common, "scale", parameters)
         }

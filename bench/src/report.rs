@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::history::{Exclusion, Fairness};
 
@@ -46,7 +46,7 @@ impl Latency {
 }
 
 /// Errors by kind (the SDK error's text up to its first colon), with a sample of each.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Errors {
     /// All errors.
     pub total: u64,
@@ -230,12 +230,29 @@ pub struct ScaleFigures {
     pub sessions_live: u64,
     /// Idle sessions that went into jeopardy or expired.
     pub sessions_lost: u64,
-    /// The node's resident memory at the end, MB (from /proc/<pid>/status), if known.
+    /// The node's resident memory at the end, MB (from /proc/<pid>/status), if known; with
+    /// several `--node-pid`, the largest.
     pub node_rss_mb: Option<f64>,
-    /// The node's peak resident memory, MB.
+    /// The node's peak resident memory, MB; with several, the largest.
     pub node_rss_peak_mb: Option<f64>,
+    /// Each node's memory, when several `--node-pid` were given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeMemory>,
     /// The bench's own peak resident memory, MB.
     pub bench_rss_peak_mb: Option<f64>,
+    /// Processes holding the idle agents (`--processes`; 1: the bench itself).
+    pub processes: u64,
+    /// With `--processes` above 1: the largest peak resident memory of those processes, MB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_processes_rss_peak_mb: Option<f64>,
+}
+
+/// One node's memory at the end of `scale`, from /proc/<pid>/status.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeMemory {
+    pub pid: u32,
+    pub rss_mb: Option<f64>,
+    pub rss_peak_mb: Option<f64>,
 }
 
 impl Report {
@@ -363,30 +380,41 @@ impl ReclaimFigures {
 
 impl ScaleFigures {
     /// The idle swarm's rows of the table: how it connected and stayed live, and memory.
-    fn rows(&self) -> [(String, String); 3] {
+    fn rows(&self) -> Vec<(String, String)> {
         let mb = |value: Option<f64>| value.map_or("unknown".into(), |v| format!("{v:.0} MB"));
-        [
-            (
-                "idle agents".into(),
-                format!(
-                    "{} of {} connected in {:.1} s; sessions live {}, lost {}",
-                    self.idle_connected,
-                    self.idle_agents,
-                    self.connect_s,
-                    self.sessions_live,
-                    self.sessions_lost
-                ),
+        let mut rows = vec![(
+            "idle agents".into(),
+            format!(
+                "{} of {} connected in {:.1} s over {} process(es); sessions live {}, lost {}",
+                self.idle_connected,
+                self.idle_agents,
+                self.connect_s,
+                self.processes,
+                self.sessions_live,
+                self.sessions_lost
             ),
-            (
+        )];
+        if self.nodes.is_empty() {
+            rows.push((
                 "node RSS".into(),
                 format!(
                     "{} (peak {})",
                     mb(self.node_rss_mb),
                     mb(self.node_rss_peak_mb)
                 ),
-            ),
-            ("bench RSS peak".into(), mb(self.bench_rss_peak_mb)),
-        ]
+            ));
+        }
+        for node in &self.nodes {
+            rows.push((
+                format!("node {} RSS", node.pid),
+                format!("{} (peak {})", mb(node.rss_mb), mb(node.rss_peak_mb)),
+            ));
+        }
+        rows.push(("bench RSS peak".into(), mb(self.bench_rss_peak_mb)));
+        if let Some(peak) = self.idle_processes_rss_peak_mb {
+            rows.push(("idle processes' RSS peak".into(), mb(Some(peak))));
+        }
+        rows
     }
 }
 

@@ -1,49 +1,54 @@
-//! `scale`: an idle swarm (10,000 agents by default, each with a lease the SDK keeps alive)
-//! while busy agents run `contended`; whether every idle session stayed live, the busy
-//! agents' latencies under that load, and the node's memory.
+//! `scale`: an idle swarm (10,000 agents by default, each with a lease the SDK keeps alive,
+//! held here or by `--processes` child processes: `idle_swarm`) while busy agents run
+//! `contended`; whether every idle session stayed live, the busy agents' latencies under that
+//! load, and the nodes' memory.
 
 use std::path::Path;
 
 use hivekeeper_agent::Resource;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 use super::Common;
 use super::cycles;
+use super::idle_swarm::{IdleSettings, IdleSwarm};
 use super::memory::status_mb;
-use super::report::{Report, ScaleFigures};
+use super::report::{NodeMemory, Report, ScaleFigures};
 use super::swarm::{self, Member, RunId};
 
+/// What `scale` is asked to run.
+pub struct ScalePlan {
+    /// Idle agents, and their lease TTL and MQTT keepalive.
+    pub idle_agents: usize,
+    pub idle: IdleSettings,
+    /// Processes holding the idle agents (1: this one).
+    pub processes: usize,
+    /// Busy agents, and the lock names they share.
+    pub agents: usize,
+    pub locks: usize,
+    /// The nodes whose memory is read (none: the one `serve` process found, if any).
+    pub node_pids: Vec<u32>,
+}
+
 /// Runs the scenario.
-pub async fn run(
-    common: &Common,
-    run: &RunId,
-    idle_agents: usize,
-    agents: usize,
-    locks: usize,
-    node_pid: Option<u32>,
-) -> anyhow::Result<Report> {
-    anyhow::ensure!(agents >= 1, "--agents must be at least 1");
-    let node_pid = node_pid.or_else(|| discover_node_pid(&common.brokers));
-    let connect_started = Instant::now();
+pub async fn run(common: &Common, run: &RunId, plan: ScalePlan) -> anyhow::Result<Report> {
+    anyhow::ensure!(plan.agents >= 1, "--agents must be at least 1");
+    anyhow::ensure!(plan.processes >= 1, "--processes must be at least 1");
+    anyhow::ensure!(
+        plan.processes == 1 || run.accounts().is_none(),
+        "--processes with --user: the idle agents' accounts are made by this process only; \
+         run the idle agents here (--processes 1) on a service with --auth"
+    );
+    let node_pids = match plan.node_pids.as_slice() {
+        [] => discover_node_pid(&common.brokers).into_iter().collect(),
+        pids => pids.to_vec(),
+    };
+    let (idle, idle_connected, connect_s, mut errors) =
+        IdleSwarm::connect(common, &plan.idle, run, plan.idle_agents, plan.processes).await?;
     let base = common.agent_base()?;
-    let (idle, mut errors) = swarm::connect(
-        &base,
-        run,
-        "idle",
-        idle_agents,
-        common.session_ttl_ms,
-        common.connect_concurrency,
-    )
-    .await;
-    let connect_s = connect_started.elapsed().as_secs_f64();
-    let idle: Vec<Member> = idle.into_iter().flatten().collect();
     let (busy, busy_errors) = swarm::connect(
         &base,
         run,
         "agent",
-        agents,
+        plan.agents,
         common.session_ttl_ms,
         common.connect_concurrency,
     )
@@ -53,7 +58,7 @@ pub async fn run(
         .into_iter()
         .enumerate()
         .filter_map(|(i, member)| {
-            let lock = Resource::lock(run.resource(&format!("lock-{}", i % locks)));
+            let lock = Resource::lock(run.resource(&format!("lock-{}", i % plan.locks)));
             member.map(|member| (member, lock))
         })
         .collect();
@@ -63,46 +68,45 @@ pub async fn run(
         errors.samples
     );
 
-    // One watcher per idle session: did it leave `Live` during the measured phase?
-    let (end_tx, end_rx) = watch::channel(false);
-    let mut watchers = JoinSet::new();
-    for member in &idle {
-        let session = member.session.clone();
-        let mut end = end_rx.clone();
-        watchers.spawn(async move {
-            tokio::select! {
-                _ = session.lost() => false,
-                _ = end.wait_for(|ended| *ended) => session.state().is_live(),
-            }
-        });
-    }
     let mut report = cycles::measure(common, busy, 1).await;
-    let _ = end_tx.send(true);
-    let (mut sessions_live, mut sessions_lost) = (0, 0);
-    while let Some(joined) = watchers.join_next().await {
-        match joined {
-            Ok(true) => sessions_live += 1,
-            _ => sessions_lost += 1,
-        }
-    }
-    let node_status = node_pid.map(|pid| format!("/proc/{pid}/status"));
-    let node_status = node_status.as_deref().map(Path::new);
+    let idle = idle.end().await?;
+    let nodes: Vec<NodeMemory> = node_pids
+        .iter()
+        .map(|&pid| {
+            let status = format!("/proc/{pid}/status");
+            NodeMemory {
+                pid,
+                rss_mb: status_mb(Path::new(&status), "VmRSS"),
+                rss_peak_mb: status_mb(Path::new(&status), "VmHWM"),
+            }
+        })
+        .collect();
+    let largest =
+        |value: fn(&NodeMemory) -> Option<f64>| nodes.iter().filter_map(value).reduce(f64::max);
     report.scale = Some(ScaleFigures {
-        idle_agents: idle_agents as u64,
-        idle_connected: idle.len() as u64,
+        idle_agents: plan.idle_agents as u64,
+        idle_connected,
         connect_s,
-        sessions_live,
-        sessions_lost,
-        node_rss_mb: node_status.and_then(|path| status_mb(path, "VmRSS")),
-        node_rss_peak_mb: node_status.and_then(|path| status_mb(path, "VmHWM")),
+        sessions_live: idle.live,
+        sessions_lost: idle.lost,
+        node_rss_mb: largest(|node| node.rss_mb),
+        node_rss_peak_mb: largest(|node| node.rss_peak_mb),
         bench_rss_peak_mb: status_mb(Path::new("/proc/self/status"), "VmHWM"),
+        processes: plan.processes as u64,
+        idle_processes_rss_peak_mb: idle.rss_peak_mb,
+        nodes: if node_pids.len() > 1 {
+            nodes
+        } else {
+            Vec::new()
+        },
     });
     report.errors.merge(errors);
     report.parameters.insert(
         "node_pid".into(),
-        node_pid.map_or(serde_json::Value::Null, Into::into),
+        node_pids
+            .first()
+            .map_or(serde_json::Value::Null, |&pid| pid.into()),
     );
-    drop(idle);
     Ok(report)
 }
 

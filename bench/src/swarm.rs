@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hivekeeper_agent::{Agent, AgentConfig, Session};
+use hivekeeper_agent::{Agent, AgentConfig, BrokerOrder, Session};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -97,6 +97,7 @@ pub async fn connect(
     let configs = (0..count).map(|index| AgentConfig {
         agent_id: run.agent(role, index),
         brokers: rotated(&base.brokers, index),
+        broker_order: BrokerOrder::InOrder,
         ..base.clone()
     });
     let run = run.clone();

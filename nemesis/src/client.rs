@@ -64,6 +64,8 @@ pub async fn child(args: ClientArgs) -> anyhow::Result<()> {
     let config = hivekeeper_agent::AgentConfig {
         agent_id: args.agent.clone(),
         brokers: args.brokers.clone(),
+        // The parent lists the home member first.
+        broker_order: hivekeeper_agent::BrokerOrder::InOrder,
         mqtt_keepalive_s: 2,
         connect_timeout_s: 2,
         request_deadline_ms: 15_000,

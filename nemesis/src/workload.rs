@@ -20,7 +20,9 @@
 
 use std::time::Duration;
 
-use hivekeeper_agent::{Agent, AgentConfig, AgentError, Guard, Resource, Session, Wait as SdkWait};
+use hivekeeper_agent::{
+    Agent, AgentConfig, AgentError, BrokerOrder, Guard, Resource, Session, Wait as SdkWait,
+};
 use hivekeeper_checker::recipe::{Answer, LeaseAlive};
 use hivekeeper_protocol::{ErrorCode, Inspection, LeaseGranted, Op, Success, UnexpectedReply};
 use tokio::time::Instant;
@@ -58,6 +60,8 @@ impl Context {
             brokers: (0..n)
                 .map(|k| self.brokers[(home + k) % n].clone())
                 .collect(),
+            // Home first: a fault aimed at a member hits the agents homed there.
+            broker_order: BrokerOrder::InOrder,
             // A silent broker (a paused member) is left after ~3 s rather than ~7.5 s.
             mqtt_keepalive_s: 2,
             connect_timeout_s: 2,

@@ -52,7 +52,7 @@ pub use kv::{KeySelector, KeyValue, KvDeleted, KvEvent, KvPage, KvPutDone, KvTxn
 pub use kv_access::{KvAccess, KvAccessKind, KvDenied};
 pub use lock_mode::LockMode;
 pub use priority::Priority;
-pub use request::{Area, Op, OpClass, Request, ResourceKind, Volume};
+pub use request::{Area, CLUSTER_VERSION_INITIAL, Op, OpClass, Request, ResourceKind, Volume};
 pub use response::{
     AccountInfo, AccountIssued, AccountPage, BarrierPassed, ConflictPage, Done, ErrorBody,
     FenceStatus, Granted, HolderInfo, Inspection, LeaderInfo, LeaderReport, LeaseGranted,

@@ -19,6 +19,7 @@ mod decode;
 mod geometry;
 mod validation;
 
+pub use accessors::CLUSTER_VERSION_INITIAL;
 pub use geometry::{Area, Volume};
 
 use serde::{Deserialize, Serialize};
@@ -108,7 +109,7 @@ macro_rules! declare_ops {
         pub enum Op {
             $(
                 $(#[doc = $doc:expr])*
-                #[op($wire:literal, $class:ident)]
+                #[op($wire:literal, $class:ident $(, since = $since:literal)?)]
                 $variant:ident { $($fields:tt)* }
             ),* $(,)?
         }
@@ -139,14 +140,26 @@ macro_rules! declare_ops {
                     $(Op::$variant { .. } => OpClass::$class,)*
                 }
             }
+
+            /// The cluster version the op needs (its `since`, else [`CLUSTER_VERSION_INITIAL`]):
+            /// below it a node refuses the op before the log, as an older member could not
+            /// apply it (docs/OPERATIONS.md, "Upgrading one member at a time").
+            pub fn cluster_version_needed(&self) -> u32 {
+                match self {
+                    $(Op::$variant { .. } => declare_ops!(@since $($since)?),)*
+                }
+            }
         }
     };
+    (@since) => { CLUSTER_VERSION_INITIAL };
+    (@since $since:literal) => { $since };
 }
 
 declare_ops! {
 /// Every operation of protocol v1 with its fields: the one declaration of an op. Field names
 /// and units are the wire's; `#[op(name, class)]` gives its wire name and who answers it
-/// ([`OpClass`]). [`Op::NAMES`], [`Op::name`], [`Op::class`] and the serde tag derive from it.
+/// ([`OpClass`]), `since = N` the cluster version it needs if above 1. [`Op::NAMES`],
+/// [`Op::name`], [`Op::class`], [`Op::cluster_version_needed`] and the serde tag derive from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
 pub enum Op {

@@ -384,6 +384,11 @@ pub struct NodeStatus {
     /// On the leader only, ms since a majority of the voters last acknowledged it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum_ack_age_ms: Option<u64>,
+    /// The cluster version this node applied: the feature level every member's build
+    /// supports (docs/OPERATIONS.md, "Upgrading one member at a time"). Absent from nodes
+    /// older than this field, which are all at version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_version: Option<u32>,
 }
 
 /// One member in an `admin.status` result.
@@ -789,6 +794,7 @@ mod tests {
                     replication: Some(vec![]),
                     has_quorum: Some(true),
                     quorum_ack_age_ms: Some(12),
+                    cluster_version: None,
                 }),
             }
             .into(),

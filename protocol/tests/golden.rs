@@ -2794,6 +2794,7 @@ fn success_admin_status_of_a_leader_and_a_follower() {
         ]),
         has_quorum: Some(true),
         quorum_ack_age_ms: Some(40),
+        cluster_version: Some(2),
     };
     assert_response_golden(
         &Response::ok(
@@ -2809,7 +2810,7 @@ fn success_admin_status_of_a_leader_and_a_follower() {
             "members": [{"id": 1, "name": "n1", "addr": "10.0.0.1:7400", "voter": true},
                         {"id": 2, "name": "n2", "addr": "10.0.0.2:7400", "voter": false}],
             "replication": [{"id": 1, "matched_index": 120}, {"id": 2}],
-            "has_quorum": true, "quorum_ack_age_ms": 40}}),
+            "has_quorum": true, "quorum_ack_age_ms": 40, "cluster_version": 2}}),
     );
     // A follower that knows no leader and has an empty log: absent, not null or 0.
     let lost = NodeStatus {
@@ -2826,6 +2827,7 @@ fn success_admin_status_of_a_leader_and_a_follower() {
         replication: None,
         has_quorum: None,
         quorum_ack_age_ms: None,
+        cluster_version: None,
     };
     assert_response_golden(
         &Response::ok(

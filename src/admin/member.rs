@@ -268,6 +268,7 @@ mod tests {
             replication: None,
             has_quorum: Some(true),
             quorum_ack_age_ms: None,
+            cluster_version: None,
         }
     }
 

@@ -50,8 +50,8 @@ mod table;
 use anyhow::anyhow;
 use hivekeeper_agent::protocol::{Op, Success, UnexpectedReply};
 use hivekeeper_agent::{
-    Agent, AgentConfig, AgentError, BrokerAddr, DEFAULT_BROKER, DEFAULTS, Session, SessionOptions,
-    TlsFailure,
+    Agent, AgentConfig, AgentError, BrokerAddr, BrokerOrder, DEFAULT_BROKER, DEFAULTS, Session,
+    SessionOptions, TlsFailure,
 };
 use hivekeeper_client_flags::Login;
 
@@ -179,6 +179,9 @@ async fn connect(target: &Target, brokers: &[String]) -> anyhow::Result<Agent> {
     let config = AgentConfig {
         agent_id: format!("hk-admin-{}", std::process::id()),
         brokers: brokers.to_vec(),
+        // One short-lived client: the first broker that answers, as listed, is the predictable
+        // choice (spreading is for fleets).
+        broker_order: BrokerOrder::InOrder,
         topic_prefix: target.topic_prefix.clone(),
         request_timeout_ms,
         request_deadline_ms: timeout_ms,

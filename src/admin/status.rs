@@ -3,7 +3,7 @@
 //! and why under the table.
 
 use anyhow::bail;
-use hivekeeper_agent::protocol::{NodeStatus, Op, StatusReport};
+use hivekeeper_agent::protocol::{CLUSTER_VERSION_INITIAL, NodeStatus, Op, StatusReport};
 use serde_json::json;
 
 use super::table::{Table, index};
@@ -83,9 +83,11 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
     ]);
     let mut replication = String::new();
     let mut no_quorum = String::new();
+    let mut versions = Vec::new();
     for (broker, answer) in rows {
         match answer {
             Ok(status) => {
+                versions.push((name_of(status, status.node_id), status.cluster_version));
                 let mut members: Vec<String> = status
                     .members
                     .iter()
@@ -143,7 +145,33 @@ fn status_table(rows: &[(String, Result<Box<NodeStatus>, String>)]) -> String {
         out.push_str(&replication);
     }
     out.push_str(&no_quorum);
+    out.push_str(&cluster_version_line(&versions));
     out
+}
+
+/// The cluster version each node applied, one line: one number while they agree (the usual
+/// case), each node's while a raise is still being applied. Nothing when no node says (all
+/// of builds before cluster versions).
+fn cluster_version_line(versions: &[(String, Option<u32>)]) -> String {
+    if versions.iter().all(|(_, version)| version.is_none()) {
+        return String::new();
+    }
+    let of = |version: &Option<u32>| version.unwrap_or(CLUSTER_VERSION_INITIAL);
+    let first = versions.first().map(|(_, version)| of(version));
+    if versions
+        .iter()
+        .all(|(_, version)| Some(of(version)) == first)
+    {
+        return format!("cluster version: {}\n", of(&versions[0].1));
+    }
+    let each: Vec<String> = versions
+        .iter()
+        .map(|(name, version)| format!("{name} {}", of(version)))
+        .collect();
+    format!(
+        "cluster version: {} (a raise not yet applied everywhere)\n",
+        each.join(", ")
+    )
 }
 
 /// Why node `name` has no quorum, one line.
@@ -193,6 +221,7 @@ mod tests {
             replication: None,
             has_quorum: Some(false),
             quorum_ack_age_ms: Some(2_300),
+            cluster_version: None,
         }
     }
 
@@ -218,5 +247,32 @@ mod tests {
         };
         let table = status_table(&[("b".to_string(), Ok(Box::new(with_quorum)))]);
         assert!(!table.contains("NO QUORUM"), "{table}");
+    }
+
+    #[test]
+    fn the_cluster_version_is_one_line_or_each_nodes_while_they_differ() {
+        let at = |node_id: u64, version: Option<u32>| NodeStatus {
+            node_id,
+            has_quorum: Some(true),
+            cluster_version: version,
+            ..lonely_leader()
+        };
+        let rows = |versions: [Option<u32>; 3]| -> Vec<_> {
+            (1..=3)
+                .zip(versions)
+                .map(|(id, version)| (format!("b{id}"), Ok(Box::new(at(id, version)))))
+                .collect()
+        };
+        let same = status_table(&rows([Some(2); 3]));
+        assert!(same.ends_with("\ncluster version: 2\n"), "{same}");
+        let mixed = status_table(&rows([Some(2), Some(1), None]));
+        assert!(
+            mixed.ends_with(
+                "\ncluster version: n1 2, n2 1, n3 1 (a raise not yet applied everywhere)\n"
+            ),
+            "{mixed}"
+        );
+        let old = status_table(&rows([None; 3]));
+        assert!(!old.contains("cluster version"), "{old}");
     }
 }

@@ -30,6 +30,13 @@ pub struct Node {
     pub ready_at: Instant,
     /// More `serve` arguments (e.g. `--config FILE`), kept across restarts.
     extra_args: Vec<String>,
+    /// The `hivekeeper` binary it runs: this build's, or another's ([`Node::set_program`]).
+    program: PathBuf,
+}
+
+/// This build's `hivekeeper` binary.
+pub fn this_build() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hivekeeper"))
 }
 
 /// Why a start failed.
@@ -52,6 +59,18 @@ impl Node {
     /// A node with an embedded broker on free ports and more `serve` arguments.
     pub async fn start_with_args(data_dir: &Path, extra_args: &[&str]) -> Node {
         Node::start_picking(data_dir, Mqtt::Embedded, extra_args).await
+    }
+
+    /// [`Node::start_with_args`] running the `hivekeeper` binary at `program` (another
+    /// build's, e.g. an older release for an upgrade test).
+    pub async fn start_program(program: &Path, data_dir: &Path, extra_args: &[&str]) -> Node {
+        Node::start_picking_program(program, data_dir, Mqtt::Embedded, extra_args).await
+    }
+
+    /// Runs the `hivekeeper` binary at `program` from the next start on (a restart on the same
+    /// data and ports upgrades the node to it).
+    pub fn set_program(&mut self, program: &Path) {
+        self.program = program.to_path_buf();
     }
 
     /// A node using the external broker on `broker_port`, metrics on a free port.
@@ -78,6 +97,17 @@ impl Node {
         mqtt: impl Fn(u16) -> Mqtt,
         extra_args: &[&str],
     ) -> Node {
+        Node::start_picking_program(&this_build(), data_dir, mqtt, extra_args).await
+    }
+
+    /// [`Node::start_picking`] running the binary at `program`.
+    async fn start_picking_program(
+        program: &Path,
+        data_dir: &Path,
+        mqtt: impl Fn(u16) -> Mqtt,
+        extra_args: &[&str],
+    ) -> Node {
+        let program = program.to_path_buf();
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
             let ports = free_ports(2);
@@ -89,6 +119,7 @@ impl Node {
                 metrics_port: ports[1],
                 ready_at: Instant::now(),
                 extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+                program: program.clone(),
             };
             match node.spawn().await {
                 Ok(()) => return node,
@@ -112,6 +143,7 @@ impl Node {
             metrics_port,
             ready_at: Instant::now(),
             extra_args: Vec::new(),
+            program: this_build(),
         };
         match node.spawn().await {
             Ok(()) => node,
@@ -134,7 +166,7 @@ impl Node {
     /// Starts the process and waits until it logged that it is ready (30 s at most: a debug
     /// build on a busy machine).
     async fn spawn(&mut self) -> Result<(), StartError> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_hivekeeper"));
+        let mut command = Command::new(&self.program);
         command
             .arg("serve")
             .arg("--data-dir")
@@ -231,6 +263,14 @@ impl Node {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The running node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child
+            .as_ref()
+            .map(std::process::Child::id)
+            .expect("the node is running")
     }
 
     /// Sends `signal` (a name kill(1) takes, e.g. `STOP`, `CONT`) to the running process.

@@ -1,11 +1,12 @@
 //! A raw MQTT client that speaks the wire protocol without the SDK: any bytes on any topic,
 //! same-id resends, bad input.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rumqttc::{
     AsyncClient, ConnectReturnCode, ConnectionError, Event as MqttEvent, MqttOptions,
-    NetworkOptions, Packet, QoS,
+    NetworkOptions, Packet, QoS, TlsConfiguration, Transport,
 };
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -43,7 +44,20 @@ impl Raw {
 
     /// Like [`Raw::connect`], logging in with `login` (username, password) when given.
     pub async fn connect_login(port: u16, agent: &str, login: Option<(&str, &str)>) -> Raw {
-        let (client, mut eventloop) = AsyncClient::new(options(port, agent, login), 64);
+        Raw::connect_options(options(port, agent, login), agent).await
+    }
+
+    /// [`Raw::connect`] over TLS with `tls` (a client certificate in it: mutual TLS, the
+    /// certificate's CN being the agent id).
+    pub async fn connect_tls(port: u16, agent: &str, tls: Arc<rustls::ClientConfig>) -> Raw {
+        let mut options = options(port, agent, None);
+        options.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(tls)));
+        Raw::connect_options(options, agent).await
+    }
+
+    /// Connects with `options` as `agent` and subscribes to its response topic.
+    async fn connect_options(options: MqttOptions, agent: &str) -> Raw {
+        let (client, mut eventloop) = AsyncClient::new(options, 64);
         eventloop.set_network_options(network_options());
         let (responses_tx, responses) = mpsc::unbounded_channel();
         let (elsewhere_tx, elsewhere) = mpsc::unbounded_channel();
@@ -116,7 +130,7 @@ impl Raw {
     /// Waits until the server has closed this client's connection (or refused a reconnect)
     /// after the errors seen so far, at most `secs`.
     pub async fn disconnected(&mut self, secs: u64) {
-        let seen = *self.errors.borrow();
+        let seen = self.connection_errors();
         within(
             secs,
             &format!("raw client {} disconnected", self.agent),
@@ -124,6 +138,30 @@ impl Raw {
         )
         .await
         .expect("the raw client's task is running");
+    }
+
+    /// How many times the connection has failed so far (closed by the server, or a reconnect
+    /// refused).
+    pub fn connection_errors(&self) -> u64 {
+        *self.errors.borrow()
+    }
+
+    /// Waits at most `bound` for a connection failure after the first `seen`
+    /// ([`Raw::connection_errors`] read before the act that should close the connection):
+    /// the time waited, as `Err` when none came.
+    pub async fn disconnected_after(
+        &mut self,
+        seen: u64,
+        bound: Duration,
+    ) -> Result<Duration, Duration> {
+        let started = std::time::Instant::now();
+        match tokio::time::timeout(bound, self.errors.wait_for(|n| *n > seen)).await {
+            Ok(waited) => {
+                waited.expect("the raw client's task is running");
+                Ok(started.elapsed())
+            }
+            Err(_) => Err(started.elapsed()),
+        }
     }
 
     /// Subscribes to `filter` too (QoS 1) and waits for the SUBACK; what arrives there is read

@@ -23,10 +23,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use hivekeeper_agent::AgentConfig;
 use hivekeeper_agent::protocol::{
     ErrorCode, Event, Granted, LeaseGranted, LeaseKept, Op, Request, Response, Success,
 };
+use hivekeeper_agent::{AgentConfig, BrokerOrder};
 use rumqttc::{AsyncClient, Event as MqttEvent, MqttOptions, NetworkOptions, Packet, QoS};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -83,6 +83,8 @@ pub fn agent_config(agent_id: &str, ports: &[u16]) -> AgentConfig {
     AgentConfig {
         agent_id: agent_id.to_string(),
         brokers,
+        // The failover tests know which broker an agent tries first.
+        broker_order: BrokerOrder::InOrder,
         request_timeout_ms: 300,
         request_deadline_ms: 5_000,
         wait_resend_ms: 500,

@@ -78,6 +78,9 @@ pub struct Defaults {
     pub reconnect_delay_ms_min: u64,
     /// See [`ExternalConfig::reconnect_delay_ms_max`].
     pub reconnect_delay_ms_max: u64,
+    /// The shared-subscription group of a cluster's members, when `share_group` is not set:
+    /// see [`ExternalConfig::as_member`].
+    pub share_group: &'static str,
 }
 
 /// The defaults. `hivekeeper serve` with no flags runs the agent endpoint on 127.0.0.1:1883
@@ -116,6 +119,9 @@ pub const DEFAULTS: Defaults = Defaults {
     connect_timeout_s: 5,
     reconnect_delay_ms_min: 100,
     reconnect_delay_ms_max: 10_000,
+    // A shared subscription is named by its group and its filter together (MQTT 5.0 §4.8.2),
+    // so services under other topic prefixes never share one by having this name in common.
+    share_group: "hivekeeper",
 };
 
 /// The MQTT transport's configuration.
@@ -300,6 +306,13 @@ pub struct ExternalConfig {
     /// Longest delay between reconnect attempts, in ms, before jitter (jitter adds up to as
     /// much again, so a fleet of nodes does not reconnect in lockstep).
     pub reconnect_delay_ms_max: u64,
+    /// When set, requests are read through the shared subscription
+    /// `$share/{share_group}/{prefix}/req/+`: the broker hands each request to one client of
+    /// the group. The members of a cluster behind one broker form such a group (set for them
+    /// by [`ExternalConfig::as_member`] if left out); a single node subscribes plainly.
+    /// One MQTT topic level: no `/`, `+` or `#`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_group: Option<String>,
 }
 
 impl Default for ExternalConfig {
@@ -313,6 +326,7 @@ impl Default for ExternalConfig {
             connect_timeout_s: DEFAULTS.connect_timeout_s,
             reconnect_delay_ms_min: DEFAULTS.reconnect_delay_ms_min,
             reconnect_delay_ms_max: DEFAULTS.reconnect_delay_ms_max,
+            share_group: None,
         }
     }
 }
@@ -329,6 +343,7 @@ impl fmt::Debug for ExternalConfig {
             .field("connect_timeout_s", &self.connect_timeout_s)
             .field("reconnect_delay_ms_min", &self.reconnect_delay_ms_min)
             .field("reconnect_delay_ms_max", &self.reconnect_delay_ms_max)
+            .field("share_group", &self.share_group)
             .finish()
     }
 }
@@ -486,6 +501,20 @@ impl ExternalConfig {
                     .to_string(),
             ));
         }
+        if let Some(group) = &self.share_group
+            && (group.is_empty()
+                || group.len() > 256
+                || group.contains(['/', '+', '#'])
+                || group.chars().any(char::is_control))
+        {
+            return Err(invalid(
+                "mode.share_group",
+                format!(
+                    "is {group:?}; it must be one topic level of 1 to 256 bytes, without `/`, \
+                     `+`, `#` or control characters"
+                ),
+            ));
+        }
         check_range("mode.connect_timeout_s", self.connect_timeout_s, 1, 600)?;
         check_range(
             "mode.reconnect_delay_ms_min",
@@ -500,6 +529,32 @@ impl ExternalConfig {
             600_000,
         )?;
         Ok(())
+    }
+}
+
+impl ExternalConfig {
+    /// This config for `member` of a cluster whose members share the broker: the members
+    /// read requests through one shared subscription (`share_group`, [`DEFAULTS`]'s
+    /// `share_group` if unset), so each request reaches one of them, and the default client
+    /// id gets the member's name appended, since a broker disconnects the older of two
+    /// connections with one client id. A client id set in the config is kept: it must then
+    /// differ between members.
+    pub fn as_member(mut self, member: &str) -> ExternalConfig {
+        self.share_group
+            .get_or_insert_with(|| DEFAULTS.share_group.to_string());
+        if self.client_id == DEFAULTS.client_id {
+            self.client_id = format!("{}-{member}", DEFAULTS.client_id);
+        }
+        self
+    }
+
+    /// The filter requests are subscribed with: `{prefix}/req/+`, or its shared form
+    /// `$share/{group}/{prefix}/req/+` with a `share_group`.
+    pub(crate) fn request_filter(&self, topics: &Topics) -> String {
+        match &self.share_group {
+            Some(group) => format!("$share/{group}/{}", topics.request_filter()),
+            None => topics.request_filter(),
+        }
     }
 }
 
@@ -571,149 +626,3 @@ where
 
 /// The agent ids this crate assumes when sizing [`REQUEST_OVERHEAD_BYTES_MAX`].
 const _: () = assert!(TOPIC_PREFIX_BYTES_MAX + "/req/".len() + AGENT_ID_BYTES_MAX + 2 + 2 < 1024);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_are_valid_and_embedded_on_loopback() {
-        let config = Config::default();
-        config.validate().expect("the defaults must be valid");
-        assert_eq!(config.topic_prefix, "hk/v1");
-        assert_eq!(config.packet_bytes_max, 65_536);
-        let Mode::Embedded(embedded) = &config.mode else {
-            panic!("default mode must be embedded, got {:?}", config.mode);
-        };
-        assert_eq!(embedded.listen.to_string(), "127.0.0.1:1883");
-        assert!(embedded.tcp_nodelay);
-    }
-
-    #[test]
-    fn packet_limit_leaves_room_for_a_full_request_and_no_less() {
-        let mut config = Config {
-            packet_bytes_max: REQUEST_BYTES_MAX + REQUEST_OVERHEAD_BYTES_MAX,
-            ..Config::default()
-        };
-        config.validate().expect("exactly the minimum is valid");
-        config.packet_bytes_max -= 1;
-        let error = config
-            .validate()
-            .expect_err("one byte less must be refused");
-        assert!(
-            matches!(
-                error,
-                MqttError::InvalidConfig {
-                    field: "packet_bytes_max",
-                    ..
-                }
-            ),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn bad_prefix_segment_and_capacity_are_refused_by_field() {
-        let cases: Vec<(Config, &str)> = vec![
-            (
-                Config {
-                    topic_prefix: "hk/+".to_string(),
-                    ..Config::default()
-                },
-                "topic_prefix",
-            ),
-            (
-                Config {
-                    inbound_capacity: 0,
-                    ..Config::default()
-                },
-                "inbound_capacity",
-            ),
-            (
-                Config {
-                    mode: Mode::Embedded(EmbeddedConfig {
-                        connection_queue_max: 1,
-                        ..EmbeddedConfig::default()
-                    }),
-                    ..Config::default()
-                },
-                "mode.connection_queue_max",
-            ),
-            (
-                Config {
-                    mode: Mode::External(ExternalConfig {
-                        password: Some("secret".to_string()),
-                        ..ExternalConfig::default()
-                    }),
-                    ..Config::default()
-                },
-                "mode.password",
-            ),
-        ];
-        for (config, expected_field) in cases {
-            match config.validate() {
-                Err(MqttError::InvalidConfig { field, .. }) => assert_eq!(field, expected_field),
-                other => panic!("{expected_field}: expected InvalidConfig, got {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn broker_urls_parse_host_and_port() {
-        assert_eq!(
-            parse_broker_url("mqtt://broker.local:1884").expect("valid"),
-            ("broker.local".to_string(), 1884)
-        );
-        assert_eq!(
-            parse_broker_url("tcp://10.0.0.5").expect("valid"),
-            ("10.0.0.5".to_string(), 1883)
-        );
-        assert_eq!(
-            parse_broker_url("mqtt://[::1]:1885/").expect("valid"),
-            ("::1".to_string(), 1885)
-        );
-        for bad in [
-            "mqtts://host:8883",
-            "host:1883",
-            "mqtt://:1883",
-            "mqtt://host:0",
-            "mqtt://host:99999",
-            "mqtt://user:pw@host:1883",
-            "mqtt://host:1883/path",
-        ] {
-            assert!(parse_broker_url(bad).is_err(), "{bad} must be refused");
-        }
-    }
-
-    #[test]
-    fn config_reads_from_json_with_defaults_filled_in() {
-        let config: Config = serde_json::from_str(
-            r#"{"mode": {"kind": "external", "url": "mqtt://10.0.0.5:1883",
-                         "client_id": "hk-node-1"},
-                "topic_prefix": "farm/east/hk"}"#,
-        )
-        .expect("the documented example parses");
-        config.validate().expect("the documented example is valid");
-        let Mode::External(external) = &config.mode else {
-            panic!("expected external, got {:?}", config.mode);
-        };
-        assert_eq!(external.client_id, "hk-node-1");
-        assert_eq!(external.keepalive_s, DEFAULTS.keepalive_s);
-        assert_eq!(config.inbound_capacity, DEFAULTS.inbound_capacity);
-
-        let unknown = serde_json::from_str::<Config>(r#"{"topic_prefx": "x"}"#);
-        assert!(unknown.is_err(), "a misspelled field must be refused");
-    }
-
-    #[test]
-    fn debug_never_prints_the_password() {
-        let external = ExternalConfig {
-            username: Some("node".to_string()),
-            password: Some("hunter2".to_string()),
-            ..ExternalConfig::default()
-        };
-        let printed = format!("{external:?}");
-        assert!(!printed.contains("hunter2"), "{printed}");
-        assert!(printed.contains("<redacted>"), "{printed}");
-    }
-}

@@ -24,7 +24,17 @@
 //! - One connection carries every agent, so the agent of a request is the last level of its
 //!   topic (`{prefix}/req/{agent}`), read here once; a topic that names no valid agent is
 //!   dropped and counted (`hivekeeper_mqtt_bad_topics_total`), since nobody can be answered.
+//! - The per-agent request rate is applied before anything is shared: an agent the handler
+//!   paused for its rate has its requests dropped in the poll task until the pause ends
+//!   (`hivekeeper_mqtt_messages_dropped_total`), see [`Paused`].
+//! - The members of a cluster behind one broker subscribe `$share/{group}/{prefix}/req/+`
+//!   (`ExternalConfig::share_group`), so the broker hands each request to one of them. A
+//!   message delivered through a shared subscription keeps its own topic, so the agent is
+//!   read from it as above. MQTT 3.1.1 has no shared subscriptions in its spec, but the
+//!   brokers Hivekeeper is used with (Mosquitto 2.0, EMQX, HiveMQ) take `$share` from 3.1.1
+//!   clients too, so this client stays on 3.1.1.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,9 +52,10 @@ use tracing::{debug, error, info, warn};
 use crate::MqttError;
 use crate::config::{Config, ExternalConfig, parse_broker_url};
 use crate::reply_route::ReplyRoute;
-use crate::transport::{Inlet, Outbound};
+use crate::transport::{Flow, Inlet, Outbound};
 use crate::transport_metrics::{
-    BAD_TOPICS_TOTAL, CONNECTED, ENDPOINT_CONNECTS_TOTAL, MESSAGES_IN_TOTAL, MESSAGES_OUT_TOTAL,
+    BAD_TOPICS_TOTAL, CONNECTED, ENDPOINT_CONNECTS_TOTAL, MESSAGES_DROPPED_TOTAL,
+    MESSAGES_IN_TOTAL, MESSAGES_OUT_TOTAL,
 };
 
 /// Capacity of rumqttc's own request channel between `AsyncClient` and the event loop. Small:
@@ -106,7 +117,7 @@ pub(crate) async fn start(
     network.set_connection_timeout(external.connect_timeout_s);
     eventloop.set_network_options(network);
 
-    let filter = topics.request_filter();
+    let filter = external.request_filter(topics);
     let (state_tx, mut state_rx) = watch::channel(LinkState::Connecting { last_error: None });
     let (stop_tx, stop_rx) = watch::channel(false);
     let resubscribe = Arc::new(Notify::new());
@@ -126,6 +137,7 @@ pub(crate) async fn start(
             resubscribe: resubscribe.clone(),
             stop_rx,
             backoff,
+            paused: Paused::default(),
         },
     ));
     let subscribe_task = tokio::spawn(run_subscribe(client.clone(), filter.clone(), resubscribe));
@@ -147,7 +159,9 @@ pub(crate) async fn start(
     .map(|waited| waited.map(|state| state.clone()));
     let failure = match waited {
         Ok(Ok(LinkState::Subscribed)) => None,
-        Ok(Ok(_)) => Some(MqttError::SubscribeRefused { filter }),
+        Ok(Ok(_)) => Some(MqttError::SubscribeRefused {
+            filter: filter.clone(),
+        }),
         // The poll task ended (cannot happen before stop) or the wait timed out.
         Ok(Err(_)) | Err(_) => {
             let last_error = match &*state_rx.borrow() {
@@ -167,7 +181,7 @@ pub(crate) async fn start(
         running.abort();
         return Err(error);
     }
-    info!(url = %external.url, client_id = %external.client_id, filter = %topics.request_filter(), "connected to external MQTT broker");
+    info!(url = %external.url, client_id = %external.client_id, %filter, "connected to external MQTT broker");
     Ok(running)
 }
 
@@ -240,6 +254,43 @@ struct PollContext {
     resubscribe: Arc<Notify>,
     stop_rx: watch::Receiver<bool>,
     backoff: ExponentialBuilder,
+    /// Agents over their request rate, whose requests are dropped until their pause ends.
+    paused: Paused,
+}
+
+/// Agents the handler paused ([`Flow::Pause`]: over their request rate) and when each pause
+/// ends. The broker's one connection carries every agent, so it cannot stop reading one of
+/// them as an endpoint connection does: instead that agent's requests are dropped here,
+/// before they are decoded, submitted or answered, until its bucket has a token again. A
+/// flooder then costs a topic parse and a lookup per message, and never fills the shared
+/// outbound queue with refusals that would delay every other agent's answers.
+#[derive(Debug, Default)]
+struct Paused {
+    until: HashMap<String, Instant>,
+}
+
+impl Paused {
+    /// Most agents remembered at once; past it, ended pauses are swept, and a new pause is not
+    /// remembered while the map stays full (that agent is refused `rate_limited` per request,
+    /// as before).
+    const AGENTS_MAX: usize = 4_096;
+
+    /// Whether `agent` is paused at `now`.
+    fn holds(&self, agent: &str, now: Instant) -> bool {
+        self.until.get(agent).is_some_and(|until| now < *until)
+    }
+
+    /// Pauses `agent` until `until`.
+    fn pause(&mut self, agent: String, until: Instant) {
+        if self.until.len() >= Self::AGENTS_MAX && !self.until.contains_key(&agent) {
+            let now = Instant::now();
+            self.until.retain(|_, until| now < *until);
+            if self.until.len() >= Self::AGENTS_MAX {
+                return;
+            }
+        }
+        self.until.insert(agent, until);
+    }
 }
 
 /// Polls the event loop until stopped: delivers requests, asks for a subscription on every
@@ -276,17 +327,26 @@ async fn run_poll(mut eventloop: EventLoop, mut context: PollContext) {
                 }
             }
             Ok(Event::Incoming(Packet::Publish(publish))) => {
-                counter!(MESSAGES_IN_TOTAL).increment(1);
                 match context.topics.parse_request_topic(&publish.topic) {
-                    // The broker's one connection carries every agent: a pause is not obeyed.
                     Ok(agent) => {
+                        let now = Instant::now();
+                        if context.paused.holds(agent, now) {
+                            counter!(MESSAGES_DROPPED_TOTAL).increment(1);
+                            continue;
+                        }
+                        counter!(MESSAGES_IN_TOTAL).increment(1);
                         let agent = agent.to_string();
-                        let _ =
-                            context
-                                .inlet
-                                .deliver(agent, publish.payload, ReplyRoute::default());
+                        let flow = context.inlet.deliver(
+                            agent.clone(),
+                            publish.payload,
+                            ReplyRoute::default(),
+                        );
+                        if let Flow::Pause(wait) = flow {
+                            context.paused.pause(agent, now + wait);
+                        }
                     }
                     Err(error) => {
+                        counter!(MESSAGES_IN_TOTAL).increment(1);
                         counter!(BAD_TOPICS_TOTAL).increment(1);
                         let topic = &publish.topic;
                         debug!(%topic, %error, "message on a topic that names no agent: dropped");
@@ -363,5 +423,38 @@ async fn run_publish(client: AsyncClient, mut outbound_rx: mpsc::Receiver<Outbou
             }
             Outbound::Stop => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paused_agent_is_held_until_its_pause_ends_and_the_map_stays_bounded() {
+        let now = Instant::now();
+        let mut paused = Paused::default();
+        assert!(!paused.holds("drone-1", now));
+        paused.pause("drone-1".to_string(), now + Duration::from_millis(5));
+        assert!(paused.holds("drone-1", now));
+        assert!(!paused.holds("drone-2", now));
+        assert!(!paused.holds("drone-1", now + Duration::from_millis(5)));
+
+        // Full of live pauses: a new agent is not remembered, a known one is renewed; once
+        // pauses end, they are swept to make room.
+        let mut paused = Paused::default();
+        let later = now + Duration::from_secs(60);
+        for n in 0..Paused::AGENTS_MAX {
+            paused.pause(format!("flooder-{n}"), later);
+        }
+        paused.pause("newcomer".to_string(), later);
+        assert!(!paused.holds("newcomer", now));
+        paused.pause("flooder-0".to_string(), later + Duration::from_secs(1));
+        assert!(paused.holds("flooder-0", later));
+        assert_eq!(paused.until.len(), Paused::AGENTS_MAX);
+        paused.pause("flooder-1".to_string(), now);
+        paused.pause("newcomer".to_string(), later);
+        assert!(paused.holds("newcomer", now));
+        assert_eq!(paused.until.len(), Paused::AGENTS_MAX);
     }
 }

@@ -45,11 +45,15 @@
 //! - `endpoint`: the agent endpoint (its own module doc lists its invariants and layout);
 //!   [`Authenticator`] and [`AuthRefused`], the credentials hook the service fills.
 //! - `external`: the rumqttc event loop in its own task, re-subscribe on every ConnAck,
-//!   jittered reconnect backoff, the agent read from each request's topic.
+//!   jittered reconnect backoff, the agent read from each request's topic; the members of a
+//!   cluster behind one broker read requests through a shared subscription
+//!   ([`ExternalConfig::as_member`]).
 //! - [`transport_metrics`]: the metric names, and their export at 0 at start.
 //! - `error`: [`MqttError`], the one error type of this crate.
 
 pub mod config;
+#[cfg(test)]
+mod config_test;
 mod endpoint;
 mod error;
 mod external;

@@ -93,7 +93,8 @@ pub enum Flow {
     Continue,
     /// The sender is over its request rate: read nothing more from it for this long. The
     /// agent endpoint obeys (backpressure: the flooder's own TCP window fills); the external
-    /// broker's one connection carries every agent, so it ignores this.
+    /// broker's one connection carries every agent, so the external client drops that agent's
+    /// requests until then instead.
     Pause(Duration),
 }
 

@@ -8,8 +8,9 @@ use metrics::{counter, describe_counter, gauge};
 
 /// Requests received on `{prefix}/req/+` and handed to the handler (counter).
 pub const MESSAGES_IN_TOTAL: &str = "hivekeeper_mqtt_messages_in_total";
-/// Requests dropped before the handler (counter). Nothing queues a request between its
-/// connection and the handler, so it stays 0; exported for the dashboards that plot it.
+/// Requests dropped before the handler (counter): with an external broker, those of an agent
+/// paused for its request rate (the endpoint stops reading such an agent instead, so there it
+/// stays 0).
 pub const MESSAGES_DROPPED_TOTAL: &str = "hivekeeper_mqtt_messages_dropped_total";
 /// Messages written to agents (endpoint) or handed to the broker (external) (counter).
 pub const MESSAGES_OUT_TOTAL: &str = "hivekeeper_mqtt_messages_out_total";
@@ -18,6 +19,9 @@ pub const CONNECTED: &str = "hivekeeper_mqtt_connected";
 /// Agents connected to the endpoint, past CONNACK (gauge; not exported with an external
 /// broker, which alone knows its clients).
 pub const CLIENTS_CONNECTED: &str = "hivekeeper_mqtt_clients_connected";
+/// The endpoint's `connections_max`: the most sockets it keeps open (gauge; not exported with
+/// an external broker), so an alert compares `CLIENTS_CONNECTED` with the setting itself.
+pub const ENDPOINT_CONNECTIONS_MAX: &str = "hivekeeper_endpoint_connections_max";
 /// External broker: messages on a request topic that names no valid agent, dropped (counter).
 /// The endpoint refuses those at the PUBLISH (`ENDPOINT_PUBLISHES_REFUSED_TOTAL`).
 pub const BAD_TOPICS_TOTAL: &str = "hivekeeper_mqtt_bad_topics_total";

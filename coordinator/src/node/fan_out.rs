@@ -120,10 +120,15 @@ impl FanOut {
     }
 
     /// Sets `hivekeeper_dedup_agents` from the machine after every entry (a length: it changes
-    /// with most entries, and with the sweeps of idle agents).
+    /// with most entries, and with the sweeps of idle agents), and `hivekeeper_cluster_version`
+    /// (one number, read under the same lock).
     fn refresh_dedup_agents(&self) {
-        if let Some(agents) = self.read("dedup_agents", |sm| sm.dedup_agent_count()) {
+        let read = self.read("dedup_agents", |sm| {
+            (sm.dedup_agent_count(), sm.cluster_version())
+        });
+        if let Some((agents, cluster_version)) = read {
             NodeMetrics::dedup_agents(agents);
+            NodeMetrics::cluster_version(cluster_version);
         }
     }
 

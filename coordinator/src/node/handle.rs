@@ -144,6 +144,16 @@ impl NodeHandle {
         Submitted::Taken
     }
 
+    /// Counts a message from `agent` that never becomes a request (it did not decode) against
+    /// the agent's request rate, as `submit` counts a request: the time until its bucket has
+    /// a token again when it is over, for the front door to pause it as `OverRate` says.
+    pub fn charge_rate(&self, agent: &str) -> Option<std::time::Duration> {
+        match self.rates.check(agent) {
+            Err(NodeError::RateLimited { retry_after, .. }) => Some(retry_after),
+            Ok(()) | Err(_) => None,
+        }
+    }
+
     /// [`NodeHandle::submit`] past the rate check: the role, the ingress permit, then the
     /// proposer (a write) or a task (anything else).
     fn route(&self, agent: &str, request: Request, respond: Respond, started: Instant) {
@@ -158,6 +168,9 @@ impl NodeHandle {
             && let Err(denied) = access.check(&request.op)
         {
             let refusal = auth::kv_forbidden(agent, &denied);
+            return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
+        }
+        if let Err(refusal) = self.admit_at_cluster_version(&request.op) {
             return answer_with(op, started, &request.id, Ok(refusal.into()), respond);
         }
         // A leader without a quorum can commit nothing: say so now, not after the commit

@@ -159,7 +159,8 @@ impl NodeHandle {
 }
 
 /// The answer to a membership op: `Done`; a refusal for one that cannot succeed as asked (a
-/// single node, an unknown name, nothing at the address: `bad_request`; a learner that did not
+/// single node, an unknown name, nothing at the address, a build too old for the cluster's
+/// version: `bad_request`; a learner that did not
 /// catch up: `timeout`), as a reply so that it survives forwarding; or the error, for
 /// `unavailable` and a retry.
 fn membership_answer(result: Result<(), NodeError>) -> Result<Reply, NodeError> {
@@ -168,9 +169,9 @@ fn membership_answer(result: Result<(), NodeError>) -> Result<Reply, NodeError> 
         Ok(()) => Ok(Reply::Done),
         Err(NodeError::BadRequest { reason }) => refused(ErrorCode::BadRequest, reason),
         Err(NodeError::Raft(error)) => match &*error {
-            RaftError::MemberUnreachable { .. } | RaftError::MemberElsewhere { .. } => {
-                refused(ErrorCode::BadRequest, error.to_string())
-            }
+            RaftError::MemberUnreachable { .. }
+            | RaftError::MemberElsewhere { .. }
+            | RaftError::MemberTooOld { .. } => refused(ErrorCode::BadRequest, error.to_string()),
             RaftError::LearnerBehind { .. } => refused(ErrorCode::Timeout, error.to_string()),
             _ => Err(NodeError::Raft(error)),
         },

@@ -43,6 +43,8 @@ use crate::state_machine::{Event, LeaseEnd, LeaseId, ReleaseReason, ResourceKey}
 pub const LEASES_ACTIVE: &str = "hivekeeper_leases_active";
 /// Agents the replicated retry memory remembers (`StateMachine::dedup_agent_count`).
 pub const DEDUP_AGENTS: &str = "hivekeeper_dedup_agents";
+/// The cluster version this member applied (`StateMachine::cluster_version`), gauge.
+pub const CLUSTER_VERSION: &str = "hivekeeper_cluster_version";
 /// Keys in the key space (gauge).
 pub const KV_KEYS: &str = "hivekeeper_kv_keys";
 /// Bytes of the keys and values in the key space (gauge).
@@ -125,6 +127,10 @@ pub fn describe() {
          resource was shown a token that is no longer held)."
     );
     describe_gauge!(LEASES_ACTIVE, "Leases alive in the state machine.");
+    describe_gauge!(
+        CLUSTER_VERSION,
+        "The cluster version this member applied: the feature level every member's build supports."
+    );
     describe_gauge!(KV_KEYS, "Keys in the key space.");
     describe_gauge!(KV_BYTES, "Bytes of the keys and values in the key space.");
     describe_counter!(
@@ -186,6 +192,11 @@ pub fn describe() {
         "Vacate deadlines dropped because no waiting request needed the preempted reservation's \
          airspace any more (the holder keeps it)."
     );
+    describe_resources();
+}
+
+/// The per-kind resource metrics' help texts.
+fn describe_resources() {
     describe_histogram!(
         RESOURCE_WAIT_SECONDS,
         metrics::Unit::Seconds,
@@ -494,6 +505,11 @@ impl NodeMetrics {
     /// Sets `hivekeeper_dedup_agents`.
     pub fn dedup_agents(count: usize) {
         gauge!(DEDUP_AGENTS).set(count as f64);
+    }
+
+    /// Sets `hivekeeper_cluster_version`.
+    pub fn cluster_version(version: u32) {
+        gauge!(CLUSTER_VERSION).set(f64::from(version));
     }
 
     fn publish_held(&self) {

@@ -57,6 +57,8 @@
 //! - `supervisor.rs`: starts the keeper linked, watches the tasks; any failure stops the node.
 //! - `forward.rs`: forwarding to the leader.
 //! - `audit.rs`: the INFO line of each operator action (who, what, on what, outcome).
+//! - `cluster_version.rs`: the leader raises the cluster version once every member's build
+//!   supports it; ops above it are refused at submit.
 //! - `cluster_watch.rs`: when this leader loses its quorum or this member is cut off, every
 //!   pending request answered `unavailable` at once, and a WARN line; WARN when it is back;
 //!   INFO on membership changes.
@@ -68,6 +70,7 @@ mod audit;
 mod auth;
 mod batch_hold;
 mod cluster;
+mod cluster_version;
 mod cluster_watch;
 mod config;
 mod error;

@@ -333,8 +333,9 @@ async fn start_supervisor(
 }
 
 /// Makes the configured limits the replicated ones. A single node waits until it leads and
-/// configures them (and the first admin account) before the start returns; a cluster member
-/// configures them each time it takes office, in a task of its own.
+/// configures them (and its cluster version, and the first admin account) before the start
+/// returns; a cluster member configures them each time it takes office, in a task of its own,
+/// and raises the cluster version in another (`cluster_version.rs`).
 async fn make_configured_limits_replicated(
     config: &NodeConfig,
     handle: &NodeHandle,
@@ -346,8 +347,12 @@ async fn make_configured_limits_replicated(
             .await
             .map_err(raft_failed)?;
         handle.configure(&config.limits, &config.kv).await?;
+        handle.raise_cluster_version().await?;
         handle.bootstrap_admin(&config.data_dir).await?;
     } else {
+        tokio::spawn(super::cluster_version::raise_when_every_member_can(
+            handle.clone(),
+        ));
         tokio::spawn(configure_when_leading(
             handle.clone(),
             config.limits.clone(),

@@ -153,6 +153,22 @@ pub enum RaftError {
         /// The address the membership records.
         known_addr: String,
     },
+    /// The member's build cannot apply the cluster's version (it agreed on an older peer
+    /// protocol version in its hello): added, it would stop at the first entry it cannot
+    /// apply.
+    #[error(
+        "{name} runs a build that applies cluster version {version} at most, and the cluster \
+         is at version {cluster_version}: nothing was changed; run this release on {name} \
+         first, then add it"
+    )]
+    MemberTooOld {
+        /// The member's name.
+        name: String,
+        /// The peer protocol version it agreed on: the highest cluster version it applies.
+        version: u32,
+        /// The cluster's version.
+        cluster_version: u32,
+    },
     /// A learner did not catch up in time, so it was not made a voter: it stays a learner
     /// (it does not vote, the quorum is unchanged).
     #[error(

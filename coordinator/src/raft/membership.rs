@@ -6,6 +6,7 @@
 //!    1. already a voter at addr? ─▶ done (a retry)      at another addr? ─▶ MemberElsewhere
 //!    2. dial addr, hello to n4 ─ nothing / someone else answers ─▶ MemberUnreachable
 //!                                                        (nothing proposed, nothing changed)
+//!       its build applies less than the cluster version (the hello's) ─▶ MemberTooOld
 //!    3. add_learner(n4)          (a learner does not vote: the quorum is unchanged)
 //!    4. wait ≤ catch_up.timeout_ms until n4 matched the learner entry and is at most
 //!       catch_up.lag_entries_max entries behind the leader's log
@@ -99,6 +100,7 @@ impl RaftHandle {
                 addr: member.addr.clone(),
                 reason: probe_failure(error),
             })?;
+        self.check_member_applies_cluster_version(id, &member.name)?;
         // A learner already (an earlier add that did not catch up): wait again, from now.
         let since = match known {
             Some(_) => self.metrics().last_log_index.unwrap_or(0),
@@ -191,6 +193,24 @@ impl RaftHandle {
             })
             .await;
         Ok(())
+    }
+
+    /// After a probe of member `id`: refuses it when its build applies less than the
+    /// cluster's version (the version it agreed on in the probe's hello).
+    fn check_member_applies_cluster_version(
+        &self,
+        id: NodeId,
+        name: &str,
+    ) -> Result<(), RaftError> {
+        let cluster_version = self.query(|sm| sm.cluster_version())?;
+        match self.dialler.versions.of(id) {
+            Some(version) if version < cluster_version => Err(RaftError::MemberTooOld {
+                name: name.to_string(),
+                version,
+                cluster_version,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

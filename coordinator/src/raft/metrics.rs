@@ -27,7 +27,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge};
 
 use super::{LogId, Quorum, RaftHandle, RaftMetrics};
 
@@ -64,6 +64,9 @@ pub const RAFT_ELECTIONS_TOTAL: &str = "hivekeeper_raft_elections_total";
 pub const RAFT_LEADER_CHANGES_TOTAL: &str = "hivekeeper_raft_leader_changes_total";
 /// Times the snapshot index moved: a snapshot built or installed (counter).
 pub const RAFT_SNAPSHOTS_TOTAL: &str = "hivekeeper_raft_snapshots_total";
+/// The writer's syncs to disk, by `store` = `log` (the segment log's fdatasync of a batch of
+/// entries) | `redb` (the commit of the vote, snapshot and index file) (histogram, seconds).
+pub const DISK_SYNC_SECONDS: &str = "hivekeeper_disk_sync_seconds";
 
 /// How often the gauges are refreshed without a watch notification (the commit index).
 const REFRESH: Duration = Duration::from_secs(1);
@@ -73,6 +76,16 @@ const MIN_LOOK_INTERVAL: Duration = Duration::from_millis(50);
 /// Gives every Raft metric its help text. Called by the node's `metrics::describe`.
 pub fn describe() {
     describe_gauge!(RAFT_TERM, "The current Raft term.");
+    describe_histogram!(
+        DISK_SYNC_SECONDS,
+        metrics::Unit::Seconds,
+        "The writer's syncs to disk, by store: log (one fdatasync of the segment log per batch \
+         of entries) or redb (a commit of the vote, snapshot and index file). An entry is \
+         acknowledged only after its sync."
+    );
+    for store in ["log", "redb"] {
+        let _ = metrics::histogram!(DISK_SYNC_SECONDS, "store" => store);
+    }
     describe_gauge!(RAFT_IS_LEADER, "1 on the leader, 0 elsewhere.");
     describe_gauge!(
         RAFT_HAS_QUORUM,

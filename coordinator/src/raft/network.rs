@@ -32,6 +32,7 @@ use super::RaftConfig;
 use super::contact::PeerContact;
 use super::election::{ElectionClock, ElectionTiming};
 use super::types::{Node, NodeId, Snapshot, SnapshotData, TypeConfig, Vote};
+use crate::raft::transport::PeerVersions;
 use crate::raft::transport::client::Dialler;
 use crate::raft::transport::tls::PeerConnector;
 use crate::raft::transport::{
@@ -104,6 +105,7 @@ impl TcpNetwork {
             faults,
             tls,
             frame_max_bytes: crate::raft::transport::frame_max_bytes(config),
+            versions: PeerVersions::default(),
         };
         TcpNetwork {
             raft_pool: PeerPool::new(dialler.clone()),

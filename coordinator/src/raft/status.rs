@@ -15,7 +15,9 @@ impl RaftHandle {
     /// This node's status now.
     pub fn status(&self) -> NodeStatus {
         let quorum = self.quorum();
-        status_of(&self.metrics.borrow(), self.committed_index(), &quorum)
+        let mut status = status_of(&self.metrics.borrow(), self.committed_index(), &quorum);
+        status.cluster_version = self.query(|sm| sm.cluster_version()).ok();
+        status
     }
 }
 
@@ -56,5 +58,6 @@ fn status_of(metrics: &RaftMetrics, committed_index: Option<u64>, quorum: &Quoru
         replication,
         has_quorum: Some(quorum.has_quorum),
         quorum_ack_age_ms: quorum.ack_age_ms,
+        cluster_version: None,
     }
 }

@@ -8,6 +8,7 @@ use super::{
     ApplyPanic, LogStatus, MemberInfo, Node, NodeId, Quorum, RaftError, RaftHandle, RaftMetrics,
     WriterStats, members_of, name_in, quorum,
 };
+use crate::raft::transport::PEER_PROTOCOL_VERSION;
 use crate::state_machine::StateMachine;
 
 impl RaftHandle {
@@ -34,6 +35,20 @@ impl RaftHandle {
     /// (a learner being caught up does not).
     pub fn members(&self) -> Vec<MemberInfo> {
         members_of(&self.metrics.borrow())
+    }
+
+    /// The highest cluster version every voter and learner can apply: this build's, lowered
+    /// to the peer protocol version each other member agreed on in its latest hello with this
+    /// node (`transport/version.rs`: a build's peer protocol version is the highest cluster
+    /// version it applies). `None` while a member was never reached from here.
+    pub fn cluster_version_every_member_applies(&self) -> Option<u32> {
+        let versions = &self.dialler.versions;
+        self.members()
+            .iter()
+            .filter(|info| info.id != self.node_id)
+            .try_fold(PEER_PROTOCOL_VERSION, |lowest, info| {
+                Some(lowest.min(versions.of(info.id)?))
+            })
     }
 
     /// Whether this node is backed by a quorum now (see `quorum.rs` for the rules).

@@ -87,6 +87,12 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kv: Option<KvLimits>,
     },
+    /// The leader found every member's build able to apply cluster version `version`: raises
+    /// the cluster's to it, never lowers it (`cluster_version.rs`). Never from an agent.
+    RaiseClusterVersion {
+        /// The version every member's build applies.
+        version: u32,
+    },
 }
 
 impl Command {
@@ -101,6 +107,7 @@ impl Command {
             Command::ExpireReservations { .. } => "expire_reservations",
             Command::ExpireHoldTimes { .. } => "expire_hold_times",
             Command::Configure { .. } => "configure",
+            Command::RaiseClusterVersion { .. } => "raise_cluster_version",
         }
     }
 }

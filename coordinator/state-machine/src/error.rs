@@ -32,6 +32,18 @@ pub enum Error {
     /// A snapshot whose state breaks an invariant.
     #[error("snapshot is unreadable: {0}")]
     SnapshotInvariant(InvariantViolation),
+    /// The log raises the cluster version above what this build applies: the cluster was
+    /// upgraded past this member's build (`cluster_version.rs`).
+    #[error(
+        "the log raises the cluster version to {version}, and this build applies at most \
+         {supported}: run a build that supports it"
+    )]
+    ClusterVersionUnsupported {
+        /// The version the entry raises to.
+        version: u32,
+        /// The highest this build applies.
+        supported: u32,
+    },
 }
 
 /// A broken invariant, found by [`StateMachine::check_invariants`]: a bug in the machine, or a

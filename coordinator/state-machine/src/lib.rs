@@ -103,6 +103,7 @@ macro_rules! violation {
 mod account;
 mod barrier;
 mod clock;
+mod cluster_version;
 mod command;
 mod dedup;
 mod election;
@@ -135,6 +136,8 @@ mod account_test;
 mod barrier_test;
 #[cfg(test)]
 mod clock_test;
+#[cfg(test)]
+mod cluster_version_test;
 #[cfg(test)]
 mod dedup_test;
 #[cfg(test)]
@@ -183,6 +186,7 @@ mod waypoint_window_test;
 use std::sync::Arc;
 
 pub use account::{ACCOUNT_PAGE_MAX, ACCOUNTS_MAX, Account, AccountChange, AccountGrant};
+pub use cluster_version::{CLUSTER_VERSION_SUPPORTED, ClusterVersion, admit};
 pub use command::{Command, LogMeta};
 pub use dedup::IDLE_CLOCK_STEP_MS_MAX;
 pub use error::{Error, InvariantViolation};

@@ -22,8 +22,9 @@ use crate::lock_delay::LockDelays;
 use crate::semaphore::Semaphore;
 use crate::waypoint::{AskedWindow, Waypoints};
 use crate::{
-    AccountGrant, AgentRequest, Command, Decision, Error, Event, InvariantViolation, KvLimits,
-    Limits, LogMeta, NameMap, Reply, ResourceQuery, Text, WaiterCounts, account, snapshot,
+    AccountGrant, AgentRequest, ClusterVersion, Command, Decision, Error, Event,
+    InvariantViolation, KvLimits, Limits, LogMeta, NameMap, Reply, ResourceQuery, Text,
+    WaiterCounts, account, snapshot,
 };
 
 /// Per-apply context: where we are in the log and what has happened so far.
@@ -88,6 +89,10 @@ pub struct StateMachine {
     /// while none is, so a machine without lock-delays keeps data format 1's bytes.
     #[serde(default, skip_serializing_if = "LockDelays::is_empty")]
     pub(crate) lock_delays: LockDelays,
+    /// The feature level every member's build applies (`cluster_version.rs`). Absent from a
+    /// snapshot while at the initial version, so such a machine keeps data format 1's bytes.
+    #[serde(default, skip_serializing_if = "ClusterVersion::is_initial")]
+    pub(crate) cluster_version: ClusterVersion,
 }
 
 impl Default for StateMachine {
@@ -117,6 +122,7 @@ impl StateMachine {
             kv: KeySpace::default(),
             barriers: NameMap::default(),
             lock_delays: LockDelays::default(),
+            cluster_version: ClusterVersion::default(),
         }
     }
 
@@ -155,6 +161,10 @@ impl StateMachine {
                 got: meta.index,
             });
         }
+        if let Command::RaiseClusterVersion { version } = &command {
+            // Checked before anything moves: a member that cannot follow changes nothing.
+            Self::check_raise(*version)?;
+        }
         let clock_before_ms = (self.index != 0).then_some(self.now_ms);
         self.advance_clock(meta.now_ms);
         self.index = meta.index;
@@ -180,6 +190,7 @@ impl StateMachine {
                 self.cancel_wait(&mut ctx, &agent, &request_id)
             }
             Command::Configure { limits, kv } => self.configure(limits, kv),
+            Command::RaiseClusterVersion { version } => self.raise_cluster_version(version),
         };
         self.core
             .sweep_idle_dedup(&self.limits, meta.index, clock_before_ms, self.now_ms);
@@ -483,6 +494,7 @@ impl StateMachine {
         self.check_lock_delays()?;
         self.check_account_invariants()?;
         self.check_kv_invariants()?;
-        self.check_election_invariants()
+        self.check_election_invariants()?;
+        self.check_cluster_version()
     }
 }

@@ -588,3 +588,27 @@ fn barrier_commands_and_their_snapshot_have_a_fixed_shape() {
     assert_eq!(restored.snapshot(), machine.snapshot());
     assert_eq!(restored.wait_deadline_next_ms(), Some(1_700_000_038_196));
 }
+
+/// The cluster version's raise (a command of the node's own) has a pinned shape, and the
+/// snapshot carries the version only once raised, as its last member (at the initial version
+/// it is absent, so every snapshot above keeps its bytes).
+#[test]
+fn the_cluster_version_command_and_its_snapshot_have_a_fixed_shape() {
+    let command = Command::RaiseClusterVersion { version: 2 };
+    let json = serde_json::to_string(&command).expect("encodes");
+    assert_eq!(json, r#"{"raise_cluster_version":{"version":2}}"#);
+    assert_eq!(
+        serde_json::from_str::<Command>(&json).expect("decodes"),
+        command
+    );
+    let initial = replay(vec![]);
+    let raised = replay(vec![command]);
+    assert_eq!(raised.cluster_version(), 2);
+    let (initial, raised) = (initial.snapshot(), raised.snapshot());
+    let initial = String::from_utf8(initial).expect("JSON");
+    let raised = String::from_utf8(raised).expect("JSON");
+    assert!(!initial.contains("cluster_version"), "{initial}");
+    assert!(raised.ends_with(r#","cluster_version":2}}"#), "{raised}");
+    let restored = StateMachine::restore(raised.as_bytes()).expect("restores");
+    assert_eq!(restored.snapshot(), raised.as_bytes());
+}

@@ -24,7 +24,8 @@ use hivekeeper_protocol::kv::{
 };
 use hivekeeper_protocol::{LockMode, Op, Priority, ResourceKind, Role, Volume};
 use hivekeeper_state_machine::{
-    AgentRequest, Command, KV_LIMITS_DEFAULT, KvLimits, LeaseId, Limits, LogMeta, StateMachine,
+    AgentRequest, CLUSTER_VERSION_SUPPORTED, Command, KV_LIMITS_DEFAULT, KvLimits, LeaseId, Limits,
+    LogMeta, StateMachine,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -553,6 +554,8 @@ fn command() -> BoxedStrategy<Command> {
             .prop_map(|(agent, request_id)| Command::CancelWait { agent, request_id }),
         1 => (limits(), prop::option::of(kv_limits()))
             .prop_map(|(limits, kv)| Command::Configure { limits, kv }),
+        1 => (0..=CLUSTER_VERSION_SUPPORTED)
+            .prop_map(|version| Command::RaiseClusterVersion { version }),
     ]
     .boxed()
 }

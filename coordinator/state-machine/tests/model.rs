@@ -1691,6 +1691,8 @@ impl Model {
                     refused(ErrorCode::BadRequest)
                 }
             }
+            // The cluster version gates ops before the log; nothing the model follows moves.
+            Command::RaiseClusterVersion { .. } => Outcome::Done,
         };
         self.preempt();
         let forgot_idle = self.forget_idle_agents(clock_before_ms);

@@ -4,6 +4,10 @@
 use super::{Op, OpClass};
 use crate::role::Role;
 
+/// The cluster version before any raise, and of every op declared without `since`
+/// ([`Op::cluster_version_needed`]).
+pub const CLUSTER_VERSION_INITIAL: u32 = 1;
+
 impl Op {
     /// The lease the op names, if any.
     pub fn lease(&self) -> Option<&str> {

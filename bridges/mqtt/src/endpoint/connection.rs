@@ -229,7 +229,8 @@ pub(crate) async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Closes an ended session's socket after its last words: the queued messages on shutdown or
 /// revocation (a removed agent's `lease.revoked` notices), and a 5.0 DISCONNECT with the
-/// reason. A revoked connection then lingers for the client's answer before the close.
+/// reason. A revoked connection with messages awaiting their PUBACK then lingers for the
+/// client's answer before the close.
 async fn say_last_words<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     session: &mut Session,
@@ -240,6 +241,9 @@ async fn say_last_words<S: AsyncRead + AsyncWrite + Unpin>(
     if matches!(end, End::Shutdown | End::Revoked) {
         session.drain(&mut out);
     }
+    // Only QoS 1 messages are answered (a PUBACK): with none in flight, written now or before,
+    // there is nothing to wait for, and the connection closes at once.
+    let answers_owed = !session.inflight.is_empty();
     if version == Version::V5
         && let Some(reason) = end.disconnect_reason()
     {
@@ -248,7 +252,7 @@ async fn say_last_words<S: AsyncRead + AsyncWrite + Unpin>(
     if !out.is_empty() {
         let _ = tokio::time::timeout(CLOSE_WRITE_TIMEOUT, stream.write_all(&out)).await;
     }
-    if end == End::Revoked {
+    if end == End::Revoked && answers_owed {
         let mut answer = [0u8; 64];
         let _ = tokio::time::timeout(REVOKED_LINGER, stream.read(&mut answer)).await;
     }

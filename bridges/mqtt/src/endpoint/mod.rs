@@ -329,6 +329,8 @@ impl Bound {
             .collect();
         gauge!(CONNECTED).set(1.0);
         gauge!(transport_metrics::CLIENTS_CONNECTED).set(0.0);
+        gauge!(transport_metrics::ENDPOINT_CONNECTIONS_MAX)
+            .set(shared.settings.connections_max as f64);
         let addrs = infos
             .iter()
             .map(|info| info.addr.to_string())

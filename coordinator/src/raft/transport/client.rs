@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
 use super::tls::{PeerConnector, PeerStream};
+use super::version::{PEER_PROTOCOL_UNVERSIONED, PeerVersions, VersionRange};
 use super::wire::{self, Envelope, Hello, HelloReply, PeerRequest, PeerResponse};
 use super::{NetworkFaults, TransportError};
 use crate::raft::{CLUSTER_TARGET, NodeId};
@@ -47,6 +48,8 @@ pub(crate) struct Dialler {
     pub tls: Option<PeerConnector>,
     /// The bound on frames after the hello ([`wire::frame_max_bytes`]).
     pub frame_max_bytes: usize,
+    /// The version agreed with each peer dialled, shared by every connection of this node.
+    pub versions: PeerVersions,
 }
 
 impl Dialler {
@@ -280,7 +283,16 @@ impl Connection {
         }
     }
 
-    /// Dials and says hello.
+    /// The peer refused the hello (or TLS handshake), for `reason`.
+    fn refused(&self, reason: String) -> TransportError {
+        TransportError::Refused {
+            peer: self.name.clone(),
+            addr: self.addr.clone(),
+            reason,
+        }
+    }
+
+    /// Dials and says hello, agreeing on a peer protocol version (`version.rs`).
     async fn dial(&self) -> Result<Link, TransportError> {
         let handshake = async {
             let stream = TcpStream::connect(&self.addr)
@@ -292,19 +304,17 @@ impl Connection {
                 .map_err(|error| self.unreachable(error.to_string()))?;
             let stream: PeerStream = match &self.dialler.tls {
                 None => Box::new(stream),
-                Some(tls) => tls.connect(&self.name, stream).await.map_err(|error| {
-                    TransportError::Refused {
-                        peer: self.name.clone(),
-                        addr: self.addr.clone(),
-                        reason: error.to_string(),
-                    }
-                })?,
+                Some(tls) => tls
+                    .connect(&self.name, stream)
+                    .await
+                    .map_err(|error| self.refused(error.to_string()))?,
             };
             let mut link = Framed::new(stream, wire::codec());
             let hello = Hello {
                 cluster: self.dialler.cluster.clone(),
                 from: self.dialler.me,
                 to: self.peer,
+                versions: Some(VersionRange::OURS),
             };
             link.send(wire::encode(&hello)?)
                 .await
@@ -314,17 +324,21 @@ impl Connection {
                 .await
                 .ok_or_else(|| self.unreachable("closed during the hello"))?
                 .map_err(|error| self.unreachable(error.to_string()))?;
-            match wire::decode::<HelloReply>(&reply)? {
-                HelloReply::Welcome => {
-                    wire::raise_bound(link.codec_mut(), self.dialler.frame_max_bytes);
-                    Ok(link)
-                }
-                HelloReply::Refused(reason) => Err(TransportError::Refused {
-                    peer: self.name.clone(),
-                    addr: self.addr.clone(),
-                    reason,
-                }),
+            let version = match wire::decode::<HelloReply>(&reply)? {
+                // A build before versions: it speaks version 1 only.
+                HelloReply::Welcome => PEER_PROTOCOL_UNVERSIONED,
+                HelloReply::Agreed { version } => version,
+                HelloReply::Refused(reason) => return Err(self.refused(reason)),
+            };
+            if !VersionRange::OURS.contains(version) {
+                return Err(self.refused(format!(
+                    "it answered at peer protocol version {version}, and this member speaks {}",
+                    VersionRange::OURS
+                )));
             }
+            self.dialler.versions.agreed(self.peer, version);
+            wire::raise_bound(link.codec_mut(), self.dialler.frame_max_bytes);
+            Ok(link)
         };
         tokio::time::timeout(CONNECT_TIMEOUT, handshake)
             .await
@@ -512,7 +526,9 @@ mod tests {
             faults: NetworkFaults::default(),
             frame_max_bytes: 1 << 20,
             tls: None,
+            versions: PeerVersions::default(),
         };
+        let versions = dialler.versions.clone();
         let client = PeerClient::new(dialler, 2, "n2".into(), addr);
         let total = wire::IN_FLIGHT_MAX + 16;
         let calls: Vec<_> = (0..total)
@@ -548,6 +564,8 @@ mod tests {
             );
         }
         assert_eq!(read.load(Ordering::SeqCst), total);
+        // The peer answered the hello as a build before versions does: version 1.
+        assert_eq!(versions.of(2), Some(1));
         peer.abort();
     }
 

@@ -9,7 +9,7 @@
 //!
 //! ```text
 //!  caller ─ PeerClient::call(request, timeout) ─▶ connection task (one per client)
-//!                                                   │ connect + Hello {cluster, from, to}
+//!                                                   │ connect + Hello {cluster, from, to, versions}
 //!                                                   │ frames: u32 length | MessagePack Envelope{id, body}
 //!                                                   ▼ many calls in flight, answers matched by id
 //!  serve(listener): per connection ─ Hello checked ─ per frame a task:
@@ -32,17 +32,22 @@
 //! - `server.rs`: [`serve`] and the [`ForwardHandler`] the node implements.
 //! - `tls.rs`: [`PeerTlsFiles`], [`PeerAcceptor`] and the dialler's connector.
 //! - `faults.rs`: [`NetworkFaults`].
+//! - `version.rs`: the peer protocol's version, agreed in the hello ([`PeerVersions`]).
 
 pub(crate) mod client;
 mod faults;
 mod server;
 pub(crate) mod tls;
+mod version;
 mod wire;
 
 pub use client::{PeerClient, PeerPool};
 pub use faults::NetworkFaults;
 pub use server::{ForwardHandler, PeerServer, serve};
 pub use tls::{PeerAcceptor, PeerHandshakeError, PeerTlsFiles};
+pub use version::{
+    NoCommonVersion, PEER_PROTOCOL_VERSION, PEER_PROTOCOL_VERSION_MIN, PeerVersions, VersionRange,
+};
 pub use wire::{
     AgentWrite, ForwardRefused, HELLO_FRAME_MAX_BYTES, IN_FLIGHT_MAX, PeerRequest, PeerResponse,
     frame_max_bytes,

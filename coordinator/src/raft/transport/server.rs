@@ -1,7 +1,8 @@
 //! The listening side: accepts peers' connections and answers their frames.
 //!
 //! Each connection starts with a [`Hello`] that must name this cluster and this node (a
-//! membership entry with a stale address fails loudly instead of talking to the wrong node);
+//! membership entry with a stale address fails loudly instead of talking to the wrong node)
+//! and share a peer protocol version with it (`version.rs`);
 //! until it is welcome, no frame above [`wire::HELLO_FRAME_MAX_BYTES`] is read. Then every
 //! frame is answered by its own task, so a slow forwarded proposal never delays a heartbeat
 //! behind it, and answers go back through one writer in completion order. At most
@@ -25,6 +26,7 @@ use tokio_util::codec::Framed;
 
 use super::NetworkFaults;
 use super::tls::{self, PeerAcceptor, PeerStream};
+use super::version::{self, VersionRange};
 use super::wire::{
     self, AgentWrite, Envelope, ForwardRefused, Hello, HelloReply, PeerRequest, PeerResponse,
 };
@@ -174,18 +176,27 @@ impl<H: ForwardHandler> PeerServer<H> {
         } else {
             None
         };
-        let reply = match &refusal {
-            Some(reason) => HelloReply::Refused(reason.clone()),
-            None => HelloReply::Welcome,
+        let agreed = version::negotiate(
+            VersionRange::OURS,
+            VersionRange::of_hello(hello.versions),
+            &self.raft.member_name(self.me),
+            &self.raft.member_name(hello.from),
+        );
+        let reply = match (refusal, agreed) {
+            (Some(reason), _) => HelloReply::Refused(reason),
+            (None, Err(no_common)) => HelloReply::Refused(no_common.to_string()),
+            // A build before versions knows this answer only.
+            (None, Ok(_)) if hello.versions.is_none() => HelloReply::Welcome,
+            (None, Ok(version)) => HelloReply::Agreed { version },
         };
         link.send(wire::encode(&reply).ok()?).await.ok()?;
-        match refusal {
-            Some(reason) => {
+        match reply {
+            HelloReply::Refused(reason) => {
                 let peer = self.raft.member_name(hello.from);
                 tracing::warn!(%peer, %reason, "refused a peer connection");
                 None
             }
-            None => Some(hello.from),
+            HelloReply::Welcome | HelloReply::Agreed { .. } => Some(hello.from),
         }
     }
 }

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
 use super::TransportError;
+use super::version::VersionRange;
 use crate::answer::Answer;
 use crate::raft::config::SNAPSHOT_CHUNK_BYTES;
 use crate::raft::{BATCH_MAX, NodeId, RaftConfig, TypeConfig};
@@ -153,15 +154,27 @@ pub(super) struct Hello {
     /// The node the dialler believes it reached; a node refuses a hello meant for another (a
     /// stale or wrong address in the membership).
     pub to: NodeId,
+    /// The peer protocol versions the dialler speaks (`version.rs`). Absent from the hellos
+    /// of builds before versions, which speak version 1 only; an older server, which knows no
+    /// such field, ignores it and answers [`HelloReply::Welcome`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<VersionRange>,
 }
 
 /// The server's answer to a [`Hello`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) enum HelloReply {
-    /// Go ahead.
+    /// Go ahead, at version 1: the answer to a hello without versions (the only answer a
+    /// build before versions knows), and what such a build answers every hello.
     Welcome,
     /// Refused, with the reason.
     Refused(String),
+    /// Go ahead, at this version (the highest both speak): the answer to a hello with
+    /// versions.
+    Agreed {
+        /// The version the connection speaks.
+        version: u32,
+    },
 }
 
 /// A request or answer with the id that pairs them.
@@ -461,6 +474,64 @@ mod tests {
         let mut hello = BytesMut::new();
         hello.extend_from_slice(&(HELLO_FRAME_MAX_BYTES as u32 + 1).to_be_bytes());
         assert!(fresh.decode(&mut hello).is_err());
+    }
+
+    /// The hello and its reply as builds before versions declared them.
+    mod before_versions {
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Debug, Serialize, Deserialize)]
+        pub struct Hello {
+            pub cluster: String,
+            pub from: u64,
+            pub to: u64,
+        }
+
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum HelloReply {
+            Welcome,
+            Refused(String),
+        }
+    }
+
+    /// N-1 → N: an older build reads this build's hello (ignoring its versions), and this
+    /// build reads an older hello as one without versions; the reply to it is the `Welcome`
+    /// the older build knows.
+    #[test]
+    fn hellos_cross_builds_before_versions() {
+        let hello = Hello {
+            cluster: "fleet".into(),
+            from: 1,
+            to: 2,
+            versions: Some(VersionRange { min: 1, max: 2 }),
+        };
+        let old: before_versions::Hello = decode(&encode(&hello).expect("encodes")).expect("read");
+        assert_eq!((old.cluster.as_str(), old.from, old.to), ("fleet", 1, 2));
+        let new: Hello = decode(&encode(&old).expect("encodes")).expect("read");
+        assert_eq!(new.versions, None);
+        // Without versions, the frame is the older build's, byte for byte.
+        let unversioned = Hello {
+            versions: None,
+            ..hello
+        };
+        assert_eq!(
+            encode(&unversioned).expect("encodes"),
+            encode(&old).expect("encodes")
+        );
+        let welcome = encode(&HelloReply::Welcome).expect("encodes");
+        assert!(matches!(
+            decode::<before_versions::HelloReply>(&welcome),
+            Ok(before_versions::HelloReply::Welcome)
+        ));
+        let old_welcome = encode(&before_versions::HelloReply::Welcome).expect("encodes");
+        assert!(matches!(decode(&old_welcome), Ok(HelloReply::Welcome)));
+        let refused = encode(&before_versions::HelloReply::Refused("no".into())).expect("encodes");
+        assert!(matches!(decode(&refused), Ok(HelloReply::Refused(reason)) if reason == "no"));
+        let agreed = encode(&HelloReply::Agreed { version: 2 }).expect("encodes");
+        assert!(matches!(
+            decode(&agreed),
+            Ok(HelloReply::Agreed { version: 2 })
+        ));
     }
 
     #[test]

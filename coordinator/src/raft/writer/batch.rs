@@ -9,6 +9,7 @@ use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use metrics::histogram;
 use redb::{Database, Durability, WriteTransaction};
 
 use super::super::database::{
@@ -16,6 +17,7 @@ use super::super::database::{
     get_json, to_json,
 };
 use super::super::error::StoreError;
+use super::super::metrics::DISK_SYNC_SECONDS;
 use super::super::types::{LogId, SnapshotMeta};
 use super::{COMMITTED_SAVE_INTERVAL, Request, Shared, WriteOp};
 
@@ -153,9 +155,11 @@ impl Batch<'_> {
     fn make_durable(&mut self, purging: Option<LogId>) -> Result<(), StoreError> {
         let counters = &self.shared.counters;
         if self.log_written {
+            let started = Instant::now();
             self.shared
                 .db
                 .with_log(|log| log.sync().map_err(StoreError::from))?;
+            histogram!(DISK_SYNC_SECONDS, "store" => "log").record(started.elapsed().as_secs_f64());
             self.log_written = false;
             counters.log_syncs.fetch_add(1, Ordering::Relaxed);
             counters
@@ -167,8 +171,14 @@ impl Batch<'_> {
         }
         self.write_committed(purging)?;
         let txn = self.txn.take().expect("checked above");
+        let started = Instant::now();
         txn.commit().map_err(StoreError::redb)?;
         self.committed_saved_at = Instant::now();
+        histogram!(DISK_SYNC_SECONDS, "store" => "redb").record(
+            self.committed_saved_at
+                .duration_since(started)
+                .as_secs_f64(),
+        );
         counters.redb_commits.fetch_add(1, Ordering::Relaxed);
         if let Some(purging) = purging {
             *self
