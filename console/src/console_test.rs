@@ -160,6 +160,7 @@ fn status(leader: bool) -> StatusReport {
             ]),
             has_quorum: Some(true),
             quorum_ack_age_ms: Some(12),
+            cluster_version: None,
         }),
     }
 }
