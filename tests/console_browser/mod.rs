@@ -7,6 +7,7 @@
 //! headless_chrome) would tie the tests to Chromium's internal protocol and, for some, download
 //! a browser; WebDriver keeps them on the standard interface that Debian's driver package ships.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ impl Browser {
         let port = free_port();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            // Its own process group, the browser's too: a test that panics kills them all.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -126,17 +129,19 @@ impl Browser {
         }
     }
 
-    /// Ends the session and the driver.
-    pub async fn close(mut self) {
+    /// Ends the session, then the driver and the browser (dropping does the latter).
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 }
 
 impl Drop for Browser {
+    /// Kills the driver's process group: the driver and the browser it started.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.wait();
     }
 }
