@@ -11,6 +11,7 @@
 //! - [`bridge`]: the node's side of the transport: [`bridge::Bridge`] (the transport's handler:
 //!   decode, submit, answer along the request's route), [`bridge::publish_outbound`] (the
 //!   node's notices) and [`bridge::NodeAuthenticator`] (the endpoint's credentials check).
+//! - [`console_backend`]: the web console's backend over the node (`hivekeeper-console`).
 //! - [`shared_broker`]: what a cluster's member publishes when the members share one external
 //!   broker (the leader publishes the notices; a new leader republishes the recent ones).
 //!
@@ -26,6 +27,7 @@
 //! ```
 
 pub mod bridge;
+pub mod console_backend;
 pub mod service;
 pub mod shared_broker;
 

@@ -1,10 +1,12 @@
 //! The metrics port (`[metrics] listen`, `--metrics-listen`): `/metrics` for Prometheus,
-//! `/health` and `/ready` for load balancers and orchestrators, 404 for anything else.
+//! `/health` and `/ready` for load balancers and orchestrators, the web console under `/ui` and
+//! `/api/v1/` (the `hivekeeper-console` crate, docs/HTTP.md), 404 for anything else.
 //!
 //! ```text
 //!  GET /metrics ─▶ 200: the recorder's text, then the process's figures (process_metrics.rs)
 //!  GET /health  ─▶ 200 "ok: ..." with a quorum │ 503 "no quorum: ..." without one, or starting
 //!  GET /ready   ─▶ 200 with a quorum and every committed entry applied here │ 503 otherwise
+//!  /ui, /api/v1/… ─▶ the console (503 until the node has started)
 //!  other paths  ─▶ 404;  other methods ─▶ 405
 //! ```
 //!
@@ -14,55 +16,37 @@
 //! The exporter's own listener answered every path with the metrics text, so a probe of
 //! `/health` always saw 200; hence this server (hyper's HTTP/1, one task per connection).
 
-use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
+use hivekeeper::console_backend::NodeConsole;
+use hivekeeper_console::{ConsoleSlot, TlsAcceptor};
 use hivekeeper_coordinator::node::Health;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::{Method, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
-
-/// How long a client may take to send its request's headers before the connection is closed
-/// (a port scanner or a stuck client holds nothing for long).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the node's health comes from: set once the node has started.
 pub type HealthSource = Arc<OnceLock<Box<dyn Fn() -> Health + Send + Sync>>>;
 
-/// Answers the metrics port on `listener` until the task is aborted.
-pub async fn serve(listener: TcpListener, prometheus: PrometheusHandle, health: HealthSource) {
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                // Out of file descriptors and the like: wait a little rather than spin.
-                tracing::warn!(%error, "accepting a metrics connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let (prometheus, health) = (prometheus.clone(), health.clone());
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let answer = answer(request.method(), request.uri().path(), &prometheus, &health);
-                async move { Ok::<_, Infallible>(answer) }
-            });
-            let served = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(error) = served {
-                tracing::debug!(%error, "metrics connection ended");
-            }
-        });
-    }
+/// The web console: set once the node has started.
+pub type ConsoleSource = ConsoleSlot<NodeConsole>;
+
+/// Answers the metrics port on `listener` until the task is aborted: the console's paths from
+/// `console`, the others here (hyper's HTTP/1, one task per connection: the console's server),
+/// over TLS with `tls` (`[metrics] tls_cert`, `tls_key`).
+pub async fn serve(
+    listener: TcpListener,
+    prometheus: PrometheusHandle,
+    health: HealthSource,
+    console: ConsoleSource,
+    tls: Option<TlsAcceptor>,
+) {
+    let other = Arc::new(move |method: &Method, path: &str| {
+        answer(method, path, &prometheus, &health).map(|body| body.boxed())
+    });
+    hivekeeper_console::serve(listener, console, other, tls).await;
 }
 
 /// The answer to `method path`.

@@ -25,7 +25,7 @@ use hivekeeper_coordinator::state_machine::KvLimits;
 use hivekeeper_mqtt::{ExternalConfig, Mode};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics_port::{self, HealthSource};
+use crate::metrics_port::{self, ConsoleSource, HealthSource};
 use crate::{ClusterStateArg, ServeArgs, process_metrics};
 
 /// Upper bounds of the buckets of every `*_seconds` histogram, so they export as Prometheus
@@ -68,19 +68,52 @@ pub struct AuthConfig {
     pub enabled: bool,
 }
 
-/// Where the metrics port (/metrics, /health, /ready) is served.
+/// Where the metrics port (/metrics, /health, /ready, the web console) is served.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Listen address; loopback by default. A hostname is resolved when the file is read.
     #[serde(deserialize_with = "hivekeeper_listen::deserialize")]
     pub listen: SocketAddr,
+    /// The web console's map tiles, a URL with `{z}`, `{x}` and `{y}` (docs/HTTP.md); absent:
+    /// the airspace is drawn without a map.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub console_tile_url: Option<String>,
+    /// The port's certificate chain (PEM): with `tls_key`, the port is served over TLS (HTTPS)
+    /// and the console's session cookie is `Secure`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The port's private key (PEM), with `tls_cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<std::path::PathBuf>,
+}
+
+impl MetricsConfig {
+    /// The port's TLS acceptor when `tls_cert` and `tls_key` are set; refused when only one is.
+    fn tls(&self) -> anyhow::Result<Option<hivekeeper_console::TlsAcceptor>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => Ok(None),
+            (Some(cert), Some(key)) => {
+                let cert_key = hivekeeper_tls::CertKey {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                };
+                let config = hivekeeper_tls::server_config(&cert_key, None)
+                    .context("the metrics port's TLS ([metrics] tls_cert, tls_key)")?;
+                Ok(Some(hivekeeper_console::TlsAcceptor::from(config)))
+            }
+            _ => bail!("[metrics] tls_cert and tls_key go together: give both or neither"),
+        }
+    }
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9464),
+            console_tile_url: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -200,7 +233,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let served = runtime.block_on(serve(config));
+    let served = runtime.block_on(serve(config, insecure));
     drop(runtime);
     // A panic in the state machine is a bug that every replica hits on the same entry, at
     // every restart: its own exit status (docs/OPERATIONS.md), so a supervisor does not take
@@ -232,7 +265,8 @@ fn read_endpoint_tls(config: &ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
+    let metrics_tls = config.metrics.tls()?;
     let metrics_listener = tokio::net::TcpListener::bind(config.metrics.listen)
         .await
         .with_context(|| {
@@ -265,10 +299,13 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
     });
     let health: HealthSource = Arc::default();
+    let console: ConsoleSource = Arc::default();
     tokio::spawn(metrics_port::serve(
         metrics_listener,
         prometheus,
         health.clone(),
+        console.clone(),
+        metrics_tls.clone(),
     ));
     // Help texts go to the recorder just installed; described before, they would be lost.
     hivekeeper_coordinator::node::metrics::describe();
@@ -289,6 +326,15 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             detail: "stopping: the node is shutting down".into(),
         },
     }));
+    // The web console: read-only without authentication unless `--insecure`; its cookie is
+    // `Secure` when the port is served over TLS.
+    let options = hivekeeper_console::ConsoleOptions {
+        writes_without_auth: insecure,
+        secure_cookies: metrics_tls.is_some(),
+        tile_url: config.metrics.console_tile_url.clone(),
+    };
+    let backend = hivekeeper::console_backend::NodeConsole(service.node_handle());
+    let _ = console.set(hivekeeper_console::Console::new(backend, options));
     let mqtt = match &config.mqtt.mode {
         Mode::Embedded(_) => service
             .mqtt_addrs()
@@ -367,7 +413,7 @@ pub(crate) async fn shutdown_signal() {
 mod tests {
     use hivekeeper_coordinator::ConfigError;
 
-    use super::ServeConfig;
+    use super::{MetricsConfig, ServeConfig};
 
     /// `serve`'s argument list, parsed as the command line would be.
     fn serve_args(args: &[&str]) -> Result<crate::ServeArgs, clap::Error> {
@@ -519,6 +565,20 @@ mod tests {
             .expect("hivekeeper.example.toml parses");
         let defaults = ServeConfig::default();
         assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn the_metrics_port_takes_tls_cert_and_key_together_or_neither() {
+        let plain = MetricsConfig::default();
+        assert!(plain.tls().expect("no TLS").is_none());
+        let half = MetricsConfig {
+            tls_cert: Some("server.crt".into()),
+            ..MetricsConfig::default()
+        };
+        let Err(error) = half.tls() else {
+            panic!("a cert without a key was taken");
+        };
+        assert!(error.to_string().contains("go together"), "{error}");
     }
 
     #[test]

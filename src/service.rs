@@ -124,6 +124,11 @@ impl Service {
         self.node.handle().health()
     }
 
+    /// The node's handle (the web console's backend).
+    pub fn node_handle(&self) -> hivekeeper_coordinator::node::NodeHandle {
+        self.node.handle()
+    }
+
     /// Resolves with the reason when an actor of the node fails; the service should then stop.
     pub async fn failed(&self) -> String {
         self.node.failed().await

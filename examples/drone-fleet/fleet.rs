@@ -205,6 +205,31 @@ pub async fn embedded_node() -> anyhow::Result<(Service, tempfile::TempDir, Stri
     Ok((service, data_dir, addr.to_string()))
 }
 
+/// Serves the web console of `service` on a free loopback port (read-only: no authentication,
+/// no `--insecure`), as `hivekeeper serve` does on its metrics port; returns its address.
+pub async fn console(service: &Service) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("a port for the console")?;
+    let addr = listener.local_addr().context("the console's port")?;
+    let backend = hivekeeper::console_backend::NodeConsole(service.node_handle());
+    let slot = hivekeeper_console::ConsoleSlot::default();
+    let _ = slot.set(hivekeeper_console::Console::new(
+        backend,
+        hivekeeper_console::ConsoleOptions::default(),
+    ));
+    let not_found: hivekeeper_console::OtherPaths = std::sync::Arc::new(|_, path| {
+        hivekeeper_console::ApiError {
+            status: hyper::StatusCode::NOT_FOUND,
+            code: hivekeeper_protocol::ErrorCode::BadRequest,
+            message: format!("{path} is not served here: the console is at /ui"),
+        }
+        .response()
+    });
+    tokio::spawn(hivekeeper_console::serve(listener, slot, not_found, None));
+    Ok(format!("http://{addr}/ui"))
+}
+
 /// What one drone or sensor task reports.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {

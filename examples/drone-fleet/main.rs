@@ -116,6 +116,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     };
     let embedded = match args.brokers {
         Some(brokers) => {
+            println!("console: the service's HTTP port, /ui (docs/HTTP.md)");
             config.brokers = brokers;
             None
         }
@@ -124,6 +125,10 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             println!(
                 "embedded node: MQTT on {addr}, data in {}",
                 data_dir.path().display()
+            );
+            println!(
+                "console: {} (live while the fleet flies)",
+                fleet::console(&service).await?
             );
             config.brokers = vec![addr];
             Some((service, data_dir))

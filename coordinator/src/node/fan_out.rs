@@ -176,6 +176,7 @@ impl AppliedSink for FanOut {
                 self.outbound(notice);
             }
         }
+        self.watches.tick_applied();
     }
 }
 
@@ -193,6 +194,7 @@ impl FanOut {
         self.refresh_dedup_agents();
         self.key_space_changed();
         self.watches.wake_all();
+        self.watches.tick_applied();
     }
 
     /// After an entry that changed keys: sets the key space's gauges, counts its new events,

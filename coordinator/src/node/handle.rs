@@ -106,6 +106,19 @@ impl NodeHandle {
         self.raft.members()
     }
 
+    /// Ticks whenever this member applied an entry or installed a snapshot (the web console's
+    /// live updates wait on it).
+    pub fn applied_ticks(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.watches.applied_ticks()
+    }
+
+    /// On the leader, the voters it has not heard from within the election timeout, by name;
+    /// `None` on any other member, which does not hear from every member.
+    pub fn unreachable_members(&self) -> Option<Vec<String>> {
+        let quorum = self.raft.quorum();
+        quorum.leading.then_some(quorum.unreachable)
+    }
+
     /// Answers one request from `agent`: `respond` gets its final response, once. A write is
     /// handed to the proposer before this returns, so calling this in arrival order makes log
     /// order the arrival order (one agent's QoS 1 messages, which MQTT delivers in order: an

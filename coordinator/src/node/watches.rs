@@ -43,6 +43,9 @@ use crate::state_machine::{Cursor, Reply};
 #[derive(Default)]
 pub(crate) struct Watches {
     state: Mutex<HubState>,
+    /// Counts the entries applied (and snapshots installed) here: what the console's hub waits
+    /// on to read its views again.
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -75,6 +78,17 @@ pub(crate) struct Registration {
 }
 
 impl Watches {
+    /// An entry was applied, or a snapshot installed: tells [`Watches::applied_ticks`]'s readers.
+    pub(crate) fn tick_applied(&self) {
+        self.applied
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+
+    /// A receiver of the applied ticks.
+    pub(crate) fn applied_ticks(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
     /// Registers interest in changes of `selector` after revision `after`.
     pub(crate) fn register(
         self: &Arc<Self>,
