@@ -265,17 +265,8 @@ fn read_endpoint_tls(config: &ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
-    let metrics_tls = config.metrics.tls()?;
-    let metrics_listener = tokio::net::TcpListener::bind(config.metrics.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "serving /metrics on {} (give another --metrics-listen, or `listen` in the \
-                 config file's [metrics])",
-                config.metrics.listen
-            )
-        })?;
+/// Installs the metrics recorder with the histograms' buckets, and its upkeep task.
+fn install_recorder() -> anyhow::Result<metrics_exporter_prometheus::PrometheusHandle> {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
@@ -298,6 +289,21 @@ async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
             upkeep.run_upkeep();
         }
     });
+    Ok(prometheus)
+}
+
+async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
+    let metrics_tls = config.metrics.tls()?;
+    let metrics_listener = tokio::net::TcpListener::bind(config.metrics.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "serving /metrics on {} (give another --metrics-listen, or `listen` in the \
+                 config file's [metrics])",
+                config.metrics.listen
+            )
+        })?;
+    let prometheus = install_recorder()?;
     let health: HealthSource = Arc::default();
     let console: ConsoleSource = Arc::default();
     tokio::spawn(metrics_port::serve(
