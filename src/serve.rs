@@ -339,7 +339,10 @@ async fn serve(config: ServeConfig, insecure: bool) -> anyhow::Result<()> {
         secure_cookies: metrics_tls.is_some(),
         tile_url: config.metrics.console_tile_url.clone(),
     };
-    let backend = hivekeeper::console_backend::NodeConsole(service.node_handle());
+    let backend = hivekeeper::console_backend::NodeConsole {
+        node: service.node_handle(),
+        data_dir: data_dir.clone(),
+    };
     let _ = console.set(hivekeeper_console::Console::new(backend, options));
     let mqtt = match &config.mqtt.mode {
         Mode::Embedded(_) => service

@@ -111,6 +111,12 @@ async fn a_killed_member_shows_as_down_within_two_seconds() {
     browser
         .until(states, &json!("n1=up n2=up n3=up"), Duration::from_secs(10))
         .await;
+    // The member's log (entries and files) and state file, from its data directory.
+    let storage = r"return /log \d+ entries, [0-9.]+ MB · state file \(snapshots, vote\) [0-9.]+ MB/
+                      .test(document.getElementById('cluster-summary').textContent);";
+    browser
+        .until(storage, &json!(true), Duration::from_secs(5))
+        .await;
     let victim = (leader + 1) % 3;
     cluster.nodes[victim].kill9();
     let name = format!("n{}", victim + 1);

@@ -23,7 +23,7 @@ use hivekeeper_protocol::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::backend::ConsoleBackend;
+use crate::backend::{ConsoleBackend, Storage};
 use crate::http::{ApiError, query_pairs};
 
 /// Rows a read with `all` (or `holdings`) follows pages for, at most: past it the answer says
@@ -293,6 +293,10 @@ pub struct ClusterView {
     pub status: NodeStatus,
     /// Each member with its role, replication and reachability.
     pub member_views: Vec<MemberView>,
+    /// What the answering member's data takes on disk (the log entries themselves are
+    /// `last_log_index` − `purged_index`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
 }
 
 /// One member in [`ClusterView`].
@@ -370,6 +374,7 @@ async fn cluster<B: ConsoleBackend>(reader: &Reader<'_, B>) -> Result<ClusterVie
     Ok(ClusterView {
         status: *status,
         member_views,
+        storage: reader.backend.storage(),
     })
 }
 

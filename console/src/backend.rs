@@ -5,6 +5,15 @@ use std::future::Future;
 use hivekeeper_protocol::{Request, Response, Role};
 use tokio::sync::watch;
 
+/// What a member's data takes on disk, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Storage {
+    /// The Raft log's segment files.
+    pub log_bytes: u64,
+    /// The state file: the vote, the snapshots and the log's indexes.
+    pub state_file_bytes: u64,
+}
+
 /// What the console needs of the service: answers to protocol requests, a tick when the state
 /// changed, the members this one cannot reach, and the accounts' secrets checked. The node
 /// implements it over its handle; the tests, over a fake.
@@ -22,6 +31,9 @@ pub trait ConsoleBackend: Send + Sync + 'static {
 
     /// Whether accounts and roles are enforced.
     fn auth_enabled(&self) -> bool;
+
+    /// What this member's data takes on disk, when it can tell.
+    fn storage(&self) -> Option<Storage>;
 
     /// The role of `account` if `secret` is its secret (authentication on), `None` otherwise.
     fn authenticate(

@@ -82,6 +82,13 @@ impl ConsoleBackend for Fake {
         Some(vec!["n3".into()])
     }
 
+    fn storage(&self) -> Option<Storage> {
+        Some(Storage {
+            log_bytes: 4_096,
+            state_file_bytes: 1_536_000,
+        })
+    }
+
     fn auth_enabled(&self) -> bool {
         self.auth
     }
@@ -184,6 +191,10 @@ async fn cluster_gives_each_member_its_role_lag_and_reachability() {
             {"id": 3, "name": "n3", "addr": "127.0.0.1:3", "role": "follower",
              "lag": 40, "reachable": false},
         ])
+    );
+    assert_eq!(
+        body["storage"],
+        json!({"log_bytes": 4_096, "state_file_bytes": 1_536_000})
     );
     assert_eq!(
         fake.asked()[0],

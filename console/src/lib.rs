@@ -35,7 +35,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 pub use api::{ALL_ROWS_MAX, View};
-pub use backend::ConsoleBackend;
+pub use backend::{ConsoleBackend, Storage};
 pub use http::{ApiError, ConsoleBody, status_of};
 pub use hub::{COALESCE, UNAPPLIED_REFRESH};
 pub use server::{ConsoleSlot, OtherPaths, serve};

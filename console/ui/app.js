@@ -395,13 +395,22 @@ function renderKeys(data) {
 
 // ---- Cluster -----------------------------------------------------------------------------
 
+// This member's log (entries kept since the last purge, and their files) and state file.
+function storageText(data) {
+  const entries = (data.last_log_index || 0) - (data.purged_index || 0);
+  const mb = (bytes) => (bytes / 1e6).toFixed(1) + " MB";
+  if (!data.storage) return " · log " + entries + " entries";
+  return " · log " + entries + " entries, " + mb(data.storage.log_bytes) +
+    " · state file (snapshots, vote) " + mb(data.storage.state_file_bytes);
+}
+
 function renderCluster(data) {
   const quorum = data.has_quorum === false ? "NO QUORUM" : "quorum";
   $("cluster-summary").textContent = "member " + data.node_id + " · term " + data.term +
     " · leader " + (data.leader_id === undefined ? "none" : data.leader_id) + " · " + quorum +
     " · last log " + (data.last_log_index || 0) + " · committed " + (data.committed_index || 0) +
     " · applied " + (data.applied_index || 0) + " · snapshot " + (data.snapshot_index || "none") +
-    " · purged " + (data.purged_index || "none");
+    " · purged " + (data.purged_index || "none") + storageText(data);
   const rows = (data.member_views || []).map((member) => {
     const stateText = member.reachable === null || member.reachable === undefined
       ? "?" : member.reachable ? "up" : "down";

@@ -207,12 +207,16 @@ pub async fn embedded_node() -> anyhow::Result<(Service, tempfile::TempDir, Stri
 
 /// Serves the web console of `service` on a free loopback port (read-only: no authentication,
 /// no `--insecure`), as `hivekeeper serve` does on its metrics port; returns its address.
-pub async fn console(service: &Service) -> anyhow::Result<String> {
+/// `data_dir` is the service's, whose files' sizes the cluster view shows.
+pub async fn console(service: &Service, data_dir: &std::path::Path) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .context("a port for the console")?;
     let addr = listener.local_addr().context("the console's port")?;
-    let backend = hivekeeper::console_backend::NodeConsole(service.node_handle());
+    let backend = hivekeeper::console_backend::NodeConsole {
+        node: service.node_handle(),
+        data_dir: data_dir.to_path_buf(),
+    };
     let slot = hivekeeper_console::ConsoleSlot::default();
     let _ = slot.set(hivekeeper_console::Console::new(
         backend,

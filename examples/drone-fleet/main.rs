@@ -128,7 +128,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             );
             println!(
                 "console: {} (live while the fleet flies)",
-                fleet::console(&service).await?
+                fleet::console(&service, data_dir.path()).await?
             );
             config.brokers = vec![addr];
             Some((service, data_dir))
