@@ -8,33 +8,16 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::cluster::ProcessCluster;
-use common::{CliRun, Node, Raw, code, eventually, run_cli};
+use common::{Node, Raw, code, eventually, run_cli, run_cli_as_admin};
 use hivekeeper_tls::CertKey;
 use rumqttc::ConnectReturnCode;
 use serde_json::json;
 
 /// How soon a live connection must close after its account changed.
 const CLOSE_BOUND: Duration = Duration::from_secs(1);
-
-/// Runs the CLI as the admin (by secret) against `port`.
-async fn admin_by_secret(port: u16, secret_file: &Path, args: &[&str]) -> CliRun {
-    let broker = format!("127.0.0.1:{port}");
-    let secret_file = secret_file.to_str().expect("a UTF-8 temp path");
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend([
-        "--broker",
-        &broker,
-        "--user",
-        "admin",
-        "--password-file",
-        secret_file,
-    ]);
-    run_cli(&all).await
-}
 
 /// Waits until the member on `port` accepts drone-1 with `secret` (it applied the account).
 async fn accepted_on(port: u16, secret: &str, what: &str) {
@@ -64,16 +47,9 @@ async fn rotating_or_removing_an_account_closes_its_connections_on_every_member(
     let leader = cluster.leader(30).await;
     let follower = (leader + 1) % 3;
     let ports = cluster.mqtt_ports();
-    let secret_file = cluster
-        .root()
-        .join(format!("n{}", leader + 1))
-        .join("admin.secret");
-    eventually(20, "the leader writes admin.secret", || async {
-        secret_file.exists().then_some(())
-    })
-    .await;
+    let secret_file = cluster.admin_secret(leader).await;
     let added = eventually(20, "agent add through the leader", || async {
-        let added = admin_by_secret(
+        let added = run_cli_as_admin(
             ports[leader],
             &secret_file,
             &["agent", "add", "drone-1", "--json"],
@@ -92,7 +68,7 @@ async fn rotating_or_removing_an_account_closes_its_connections_on_every_member(
         on_leader.connection_errors(),
         on_follower.connection_errors(),
     ];
-    let rotated = admin_by_secret(
+    let rotated = run_cli_as_admin(
         ports[leader],
         &secret_file,
         &["agent", "rotate", "drone-1", "--json"],
@@ -111,7 +87,7 @@ async fn rotating_or_removing_an_account_closes_its_connections_on_every_member(
         on_leader.connection_errors(),
         on_follower.connection_errors(),
     ];
-    let removed = admin_by_secret(
+    let removed = run_cli_as_admin(
         ports[leader],
         &secret_file,
         &["agent", "remove", "drone-1", "--json"],

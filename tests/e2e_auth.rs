@@ -9,7 +9,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::cluster::ProcessCluster;
-use common::{Mosquitto, Node, Raw, agent_config, code, connack, eventually, run_cli, within};
+use common::{
+    Mosquitto, Node, Raw, agent_config, code, connack, eventually, run_cli, run_cli_as_admin,
+    within,
+};
 use hivekeeper_agent::{Agent, SessionState};
 use rumqttc::ConnectReturnCode;
 use serde_json::{Value, json};
@@ -33,24 +36,9 @@ async fn auth_node(dir: &Path) -> (Node, PathBuf) {
     (node, dir.join("admin.secret"))
 }
 
-/// Runs the CLI as the admin against `port`.
-async fn admin_cli(port: u16, secret_file: &Path, args: &[&str]) -> common::CliRun {
-    let broker = format!("127.0.0.1:{port}");
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend([
-        "--broker",
-        &broker,
-        "--user",
-        "admin",
-        "--password-file",
-        secret_file.to_str().expect("a UTF-8 temp path"),
-    ]);
-    run_cli(&all).await
-}
-
 /// `agent add NAME --role ROLE --json` as the admin: the new secret.
 async fn add_agent(port: u16, secret_file: &Path, name: &str, role: &str) -> String {
-    let added = admin_cli(
+    let added = run_cli_as_admin(
         port,
         secret_file,
         &["agent", "add", name, "--role", role, "--json"],
@@ -107,7 +95,7 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
         Ok(())
     );
 
-    let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
+    let listed = run_cli_as_admin(port, &secret_file, &["agent", "list", "--json"])
         .await
         .json();
     assert_eq!(
@@ -117,7 +105,7 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
             {"agent": "drone-1", "role": "agent"}]})
     );
 
-    let rotated = admin_cli(
+    let rotated = run_cli_as_admin(
         port,
         &secret_file,
         &["agent", "rotate", "drone-1", "--json"],
@@ -138,7 +126,7 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
         Ok(())
     );
 
-    let removed = admin_cli(
+    let removed = run_cli_as_admin(
         port,
         &secret_file,
         &["agent", "remove", "drone-1", "--json"],
@@ -150,7 +138,7 @@ async fn the_first_start_writes_the_admin_secret_and_the_cli_manages_accounts() 
         connect_result(port, "drone-1", Some(("drone-1", new_secret))).await,
         Err(ConnectReturnCode::BadUserNamePassword)
     );
-    let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
+    let listed = run_cli_as_admin(port, &secret_file, &["agent", "list", "--json"])
         .await
         .json();
     assert_eq!(
@@ -310,7 +298,7 @@ async fn each_role_may_do_what_it_names_and_is_refused_the_rest() {
         .await;
     assert_eq!(locked["ok"], true, "{locked}");
     // Nothing the refusals named changed: the lease lives, no account was added.
-    let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
+    let listed = run_cli_as_admin(port, &secret_file, &["agent", "list", "--json"])
         .await
         .json();
     assert_eq!(
@@ -353,7 +341,7 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
         .await
         .expect("a session");
 
-    let removed = admin_cli(
+    let removed = run_cli_as_admin(
         port,
         &secret_file,
         &["agent", "remove", "drone-9", "--json"],
@@ -362,7 +350,7 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
     .json();
     assert_eq!(removed, json!({"removed": "drone-9"}));
     drone.disconnected(10).await;
-    let removed = admin_cli(
+    let removed = run_cli_as_admin(
         port,
         &secret_file,
         &["agent", "remove", "drone-7", "--json"],
@@ -377,7 +365,7 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
 
     // Its lease is gone (the removal's entry revoked it), so the lock is free; drone-8's
     // session is untouched.
-    let leases = admin_cli(port, &secret_file, &["leases", "--json"])
+    let leases = run_cli_as_admin(port, &secret_file, &["leases", "--json"])
         .await
         .json();
     let agents: Vec<&str> = leases["leases"]
@@ -391,7 +379,7 @@ async fn removing_an_account_closes_its_connection_and_revokes_its_leases() {
         vec!["drone-8"],
         "drone-9's lease {lease} is revoked: {leases}"
     );
-    let inspected = admin_cli(port, &secret_file, &["inspect", "lock", "gw", "--json"])
+    let inspected = run_cli_as_admin(port, &secret_file, &["inspect", "lock", "gw", "--json"])
         .await
         .json();
     assert_eq!(inspected["holders"], json!([]), "{inspected}");
@@ -429,7 +417,7 @@ async fn bench_with_an_admin_user_gives_each_agent_an_account_and_removes_them_a
     assert!(report["cycles"].as_u64().expect("cycles") > 0, "{report}");
     assert_eq!(report["mutual_exclusion"]["ok"], true, "{report}");
     assert_eq!(report["errors"]["total"], 0, "{report}");
-    let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
+    let listed = run_cli_as_admin(port, &secret_file, &["agent", "list", "--json"])
         .await
         .json();
     assert_eq!(
@@ -464,18 +452,11 @@ async fn run_cli_long(args: &[&str]) -> Value {
 async fn a_cluster_leader_creates_the_admin_and_every_member_checks_the_accounts_it_applied() {
     let cluster = ProcessCluster::start(3, &["--auth"]).await;
     let leader = cluster.leader(30).await;
-    let secret_file = cluster
-        .root()
-        .join(format!("n{}", leader + 1))
-        .join("admin.secret");
-    eventually(20, "the leader writes admin.secret", || async {
-        secret_file.exists().then_some(())
-    })
-    .await;
+    let secret_file = cluster.admin_secret(leader).await;
     let ports = cluster.mqtt_ports();
     // The admin's account reaches every member: the CLI authenticates on each.
     let secret = eventually(20, "agent add through the leader", || async {
-        let added = admin_cli(
+        let added = run_cli_as_admin(
             ports[leader],
             &secret_file,
             &["agent", "add", "drone-1", "--json"],

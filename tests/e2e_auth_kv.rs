@@ -8,29 +8,14 @@ mod common;
 
 use std::path::Path;
 
-use common::{Node, Raw, code, run_cli};
+use common::{Node, Raw, code, run_cli_as_admin};
 use serde_json::{Value, json};
-
-/// Runs the CLI as the admin against `port`.
-async fn admin_cli(port: u16, secret_file: &Path, args: &[&str]) -> common::CliRun {
-    let broker = format!("127.0.0.1:{port}");
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend([
-        "--broker",
-        &broker,
-        "--user",
-        "admin",
-        "--password-file",
-        secret_file.to_str().expect("a UTF-8 temp path"),
-    ]);
-    run_cli(&all).await
-}
 
 /// `agent add NAME ARGS... --json` as the admin: the new secret.
 async fn add_agent(port: u16, secret_file: &Path, name: &str, args: &[&str]) -> String {
     let mut all = vec!["agent", "add", name, "--json"];
     all.extend_from_slice(args);
-    let added = admin_cli(port, secret_file, &all).await.json();
+    let added = run_cli_as_admin(port, secret_file, &all).await.json();
     assert_eq!(added["agent"], name, "{added}");
     added["secret"]
         .as_str()
@@ -64,7 +49,7 @@ async fn an_agent_keeps_to_its_prefixes_and_an_observer_reads_without_writing() 
     let drone_secret = add_agent(port, &secret_file, "drone-1", &limited).await;
     let observer = ["--role", "observer"];
     let watcher_secret = add_agent(port, &secret_file, "watcher", &observer).await;
-    let listed = admin_cli(port, &secret_file, &["agent", "list", "--json"])
+    let listed = run_cli_as_admin(port, &secret_file, &["agent", "list", "--json"])
         .await
         .json();
     assert_eq!(

@@ -36,6 +36,23 @@ pub async fn run_cli(args: &[&str]) -> CliRun {
     run_cli_with_env(args, &[]).await
 }
 
+/// [`run_cli`] against the node whose MQTT port is `port`, as the `admin` account with the
+/// secret in `secret_file` (a node with `--auth`).
+pub async fn run_cli_as_admin(port: u16, secret_file: &std::path::Path, args: &[&str]) -> CliRun {
+    let broker = format!("127.0.0.1:{port}");
+    let secret_file = secret_file.to_str().expect("a UTF-8 temp path");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend([
+        "--broker",
+        &broker,
+        "--user",
+        "admin",
+        "--password-file",
+        secret_file,
+    ]);
+    run_cli(&all).await
+}
+
 /// [`run_cli`] with environment variables set (`HIVEKEEPER_TLS_CA=...`).
 pub async fn run_cli_with_env(args: &[&str], env: &[(&str, &str)]) -> CliRun {
     let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();

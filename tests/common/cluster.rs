@@ -95,6 +95,20 @@ impl ProcessCluster {
         self.root.path()
     }
 
+    /// The `admin.secret` member `index` writes when it leads a cluster started with `--auth`,
+    /// once it is there.
+    pub async fn admin_secret(&self, index: usize) -> PathBuf {
+        let secret_file = self
+            .root()
+            .join(format!("n{}", index + 1))
+            .join("admin.secret");
+        eventually(20, "the leader writes admin.secret", || async {
+            secret_file.exists().then_some(())
+        })
+        .await;
+        secret_file
+    }
+
     /// A new member `name` running the binary at `program`, started to join this cluster
     /// (`--initial-cluster-state existing`) on a free peer port, its data dir `root/<name>`;
     /// with its `NAME=ADDR` for `member add`.

@@ -34,7 +34,7 @@ pub use agents::{
     agent, agent_config, agent_session, fence_check, inspect, inspect_lock, release,
     wait_for_waiters,
 };
-pub use cli::{CliRun, run_cli, run_cli_with_env};
+pub use cli::{CliRun, run_cli, run_cli_as_admin, run_cli_with_env};
 pub use fifo::fifo_scenario;
 pub use hivekeeper_test_support::{Mosquitto, Proxy, eventually, free_port, free_ports, within};
 pub use log::Log;
