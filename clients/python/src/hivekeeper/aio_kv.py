@@ -132,7 +132,7 @@ class Watch(WatchBase):
         if self._ended:
             return None
         try:
-            result = await self.agent._call(*self._poll_request(), interrupt=self._interrupt)
+            result = await self.agent._call(self._poll_call())
             page = self.cursor.advance(result)
         except WatchClosed:
             self._ended = True

@@ -11,7 +11,8 @@ problem; this module only converts, so there is one set of rules, the service's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from functools import partial
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from .errors import BadRequest, MalformedResponse
 
@@ -246,3 +247,34 @@ def airspace_query_fields(
         "limit": limit,
         "after": after,
     }
+
+
+#: The fields of one ``airspace.query``, built when its request is made (so that a bad volume
+#: raises where the asyncio agent's query is awaited).
+QueryFields = Callable[[], Dict[str, Any]]
+
+#: What an agent's query returns: a page, or an awaitable of one.
+P = TypeVar("P")
+
+
+class AirspaceCalls(Generic[P]):
+    """``airspace.query`` as the threaded and the asyncio agent both offer it; ``P`` is what
+    :meth:`_airspace_page` returns."""
+
+    def _airspace_page(self, fields: QueryFields) -> P:
+        """Sends the query the agent's way; its page."""
+        raise NotImplementedError
+
+    def airspace_query(
+        self,
+        volume: Optional[VolumeLike] = None,
+        volumes: Optional[Sequence[VolumeLike]] = None,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
+    ) -> P:
+        """``airspace.query``: one page of the held reservations (waypoints with geometry,
+        routes) that the cylinder ``volume`` or the route ``volumes`` would conflict with in
+        space and time, reserving nothing. Give exactly one of them. ``limit`` (1 to 100,
+        default 100) bounds the page; pass the page's ``next_after`` as ``after`` for the
+        next one (``None``: the last page). Needs no session."""
+        return self._airspace_page(partial(airspace_query_fields, volume, volumes, limit, after))
