@@ -20,7 +20,8 @@ Keys are ``agent.kv`` / ``session.kv`` (:class:`Kv`, the requests and results of
 ``kv.KvBase``), watches are async iterators (:class:`Watch`, the cursor of
 ``watch.WatchCursor``), and :class:`KvCache` keeps its map with a task (``kv_cache.CacheState``),
 all three in ``aio_kv``. Elections and barriers are in ``aio_recipes``; the lock and permit
-calls of :class:`Session` are ``locks.LockCalls``, shared with the threaded session.
+calls of :class:`Session` are ``locks.LockCalls`` and its waypoint and route calls
+``reservations.ReservationCalls``, shared with the threaded session.
 
 **Cancellation.** Cancelling a task that waits for a grant (``task.cancel()``,
 ``asyncio.wait_for``) is safe: the request may still be queued at the service, so a grant that

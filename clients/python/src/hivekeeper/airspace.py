@@ -1,8 +1,9 @@
 """4D airspace on the wire (PROTOCOL.md sections 8.8 to 8.9.5): the volumes of a route or an
 airspace query, the cylinder ``inspect`` and ``airspace.query`` show, a page of
-``airspace.query``, and the ``reservation.preempted`` notice.
+``airspace.query``, the ``reservation.preempted`` notice, and :class:`AirspaceCalls`, the
+query as both agents offer it.
 
-Pure: no I/O, no threads. The names are the protocol's and the Rust SDK's
+Pure: no I/O, no threads (the agents send the query). The names are the protocol's and the Rust SDK's
 (``hivekeeper_protocol::Volume``, ``Area``; ``hivekeeper_agent::Preempted``). The service
 validates every value (ranges, windows, counts) and answers ``bad_request`` naming the
 problem; this module only converts, so there is one set of rules, the service's.
