@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .airspace import AirspaceCalls, AirspacePage, QueryFields
+from .airspace import AirspaceCalls, AirspacePage
 from .config import AgentConfig, BrokerAddr, config_from
 from .connection import UNAVAILABLE_FAILOVER_S, Connection, Counters, Shared, Slot, tls_context
 from .errors import ConfigError, Disconnected, HivekeeperError, Unreachable
@@ -342,8 +342,8 @@ class Agent(AgentBase, AirspaceCalls[AirspacePage]):
 
         return Observer(self, name, wait_ms)
 
-    def _airspace_page(self, fields: QueryFields) -> AirspacePage:
-        return AirspacePage.from_result(self.request("airspace.query", **fields()))
+    def _airspace_page(self, fields: Dict[str, Any]) -> AirspacePage:
+        return AirspacePage.from_result(self.request("airspace.query", **fields))
 
     def _call(self, call: Call) -> Dict[str, Any]:
         """The request loop, waiting on the shared condition (see :class:`Call` for its

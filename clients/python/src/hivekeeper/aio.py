@@ -32,12 +32,15 @@ and the shared condition are held only for instants, never across an ``await``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import (
+    TYPE_CHECKING,
     Any,
     Awaitable,
     Callable,
+    Coroutine,
     Dict,
     Generator,
     Generic,
@@ -49,7 +52,7 @@ from typing import (
 
 from . import ask as asks
 from .agent import AgentBase
-from .airspace import AirspaceCalls, AirspacePage, Preempted, QueryFields, VolumeLike
+from .airspace import AirspaceCalls, AirspacePage, Preempted, VolumeLike
 from .ask import Ask
 from .election import Leader
 from .errors import Disconnected, HivekeeperError, LeaseNotFound
@@ -75,6 +78,24 @@ __all__ = [
 log = logging.getLogger("hivekeeper")
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from typing_extensions import ParamSpec
+
+    #: The parameters of a call that :func:`awaited` keeps.
+    Params = ParamSpec("Params")
+
+
+def awaited(call: "Callable[Params, Awaitable[T]]") -> "Callable[Params, Coroutine[Any, Any, T]]":
+    """``call``, written once for both clients, as a coroutine function of its signature:
+    what ``inspect.iscoroutinefunction`` and ``unittest.mock.AsyncMock`` expect of this
+    module's awaited calls."""
+
+    @functools.wraps(call)
+    async def run(*args: "Params.args", **kwargs: "Params.kwargs") -> T:
+        return await call(*args, **kwargs)
+
+    return run
 
 
 class Opening(Generic[T]):
@@ -265,8 +286,10 @@ class Agent(AgentBase, AirspaceCalls[Awaitable[AirspacePage]]):
         :meth:`hivekeeper.Agent.observe`."""
         return Observer(self, name, wait_ms)
 
-    async def _airspace_page(self, fields: QueryFields) -> AirspacePage:
-        return AirspacePage.from_result(await self.request("airspace.query", **fields()))
+    airspace_query = awaited(AirspaceCalls[Awaitable[AirspacePage]].airspace_query)
+
+    async def _airspace_page(self, fields: Dict[str, Any]) -> AirspacePage:
+        return AirspacePage.from_result(await self.request("airspace.query", **fields))
 
     async def _call(self, call: Call) -> Dict[str, Any]:
         """The request loop of ``request_loop``, waiting on the event loop."""

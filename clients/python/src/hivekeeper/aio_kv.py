@@ -22,6 +22,7 @@ from typing import (
     TypeVar,
 )
 
+from .aio import awaited
 from .errors import Compacted, HivekeeperError
 from .kv import DeleteResult, GetResult, KeyValue, KvBase, Plan, PutResult, TxnResult
 from .kv_cache import CacheState
@@ -44,6 +45,8 @@ class Kv(KvBase[Awaitable[GetResult], "Watch"]):
     async def get(self, key: str, serializable: bool = False) -> GetResult:
         """``kv.get`` of one key; see :meth:`hivekeeper.Kv.get`."""
         return await self._run(self._get_plan(key=key, serializable=serializable))
+
+    get_page = awaited(KvBase[Awaitable[GetResult], "Watch"].get_page)
 
     async def get_prefix(
         self, prefix: str, limit: Optional[int] = None, serializable: bool = False

@@ -12,8 +12,7 @@ problem; this module only converts, so there is one set of rules, the service's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from .errors import BadRequest, MalformedResponse
 
@@ -250,19 +249,16 @@ def airspace_query_fields(
     }
 
 
-#: The fields of one ``airspace.query``, built when its request is made (so that a bad volume
-#: raises where the asyncio agent's query is awaited).
-QueryFields = Callable[[], Dict[str, Any]]
-
 #: What an agent's query returns: a page, or an awaitable of one.
 P = TypeVar("P")
 
 
 class AirspaceCalls(Generic[P]):
     """``airspace.query`` as the threaded and the asyncio agent both offer it; ``P`` is what
-    :meth:`_airspace_page` returns."""
+    :meth:`_airspace_page` returns (the asyncio agent offers it as a coroutine function,
+    ``aio.awaited``)."""
 
-    def _airspace_page(self, fields: QueryFields) -> P:
+    def _airspace_page(self, fields: Dict[str, Any]) -> P:
         """Sends the query the agent's way; its page."""
         raise NotImplementedError
 
@@ -278,4 +274,4 @@ class AirspaceCalls(Generic[P]):
         space and time, reserving nothing. Give exactly one of them. ``limit`` (1 to 100,
         default 100) bounds the page; pass the page's ``next_after`` as ``after`` for the
         next one (``None``: the last page). Needs no session."""
-        return self._airspace_page(partial(airspace_query_fields, volume, volumes, limit, after))
+        return self._airspace_page(airspace_query_fields(volume, volumes, limit, after))
