@@ -28,14 +28,15 @@ Layout: ``config`` (AgentConfig, DEFAULTS), ``request_loop`` (a request's phases
 ``agent`` (AgentBase, shared; Agent, threaded), ``connection`` (the paho-mqtt thread: failover,
 routing), ``session`` (SessionBase: the deadline, jeopardy and keepalive cadence; Session, the
 keeper thread), ``guard_events`` (the events a session hands to its guards), ``locks`` (the
-lock, read-write lock, multi-lock and semaphore calls both sessions share), ``guard`` (Guard),
+lock, read-write lock, multi-lock and semaphore calls both sessions share), ``reservations``
+(their waypoint and route calls), ``guard`` (Guard),
 ``aio`` (the asyncio Agent, Session and Guard), ``aio_kv`` (their keys),
 ``ask`` (what an acquire asks for), ``kv`` (keys: typed results, txn helpers, Kv),
 ``watch`` (the long-poll cursor, Watch), ``kv_cache`` (KvCache), ``election`` (Leadership,
 Leader, Observer and the LeaderFollower that decides them), ``barrier`` (Barrier),
 ``aio_recipes`` (their asyncio twins), ``backoff`` (full jitter),
-``protocol`` (wire encoding, typed results), ``airspace`` (volumes, airspace.query pages,
-preemption notices), ``errors`` (one exception per protocol code).
+``protocol`` (wire encoding, typed results), ``airspace`` (volumes, airspace.query pages
+and the call both agents share, preemption notices), ``errors`` (one exception per protocol code).
 """
 
 from .agent import Agent

@@ -15,12 +15,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .airspace import AirspacePage, VolumeLike, airspace_query_fields
+from .airspace import AirspaceCalls, AirspacePage
 from .config import AgentConfig, BrokerAddr, config_from
 from .connection import UNAVAILABLE_FAILOVER_S, Connection, Counters, Shared, Slot, tls_context
 from .errors import ConfigError, Disconnected, HivekeeperError, Unreachable
 from .protocol import FenceCheck, Inspection, Response, Topics, encode_request
-from .request_loop import Abandon, Action, Patience, RequestIds, RequestLoop, Wake
+from .request_loop import Abandon, Action, Call, Patience, RequestIds, RequestLoop, Wake
 
 if TYPE_CHECKING:
     from .election import Leader, Observer
@@ -36,8 +36,8 @@ class AgentBase:
     def __init__(
         self,
         agent_id: str,
-        brokers: Optional[Sequence[str]],
-        settings: Dict[str, Any],
+        brokers: Optional[Sequence[str]] = None,
+        **settings: Any,
     ) -> None:
         config = config_from(agent_id, brokers, settings)
         brokers_parsed = [BrokerAddr.parse(b) for b in config.brokers]
@@ -65,6 +65,12 @@ class AgentBase:
             name=f"hivekeeper-{config.agent_id}",
             daemon=True,
         )
+        self._created()
+
+    def _created(self) -> None:
+        """The end of the construction, each agent its own way: the threaded one connects at
+        once, the asyncio one gets ready to connect on its event loop."""
+        raise NotImplementedError
 
     # -- what the agent is --------------------------------------------------------------------
 
@@ -121,6 +127,10 @@ class AgentBase:
     def _patience_for(self, op: str, wait_ms: Optional[int]) -> Patience:
         return Patience.for_op(self.config, op, wait_ms)
 
+    def _request_call(self, op: str, fields: Dict[str, Any]) -> Call:
+        """The call of ``request(op, **fields)``: patient as its op and ``wait_ms`` say."""
+        return Call(op, fields, self._patience_for(op, fields.get("wait_ms")))
+
     def _close_patience(self) -> Patience:
         """One attempt, for the revokes of ``close``."""
         attempt_s = self.config.request_timeout_ms / 1000.0
@@ -131,18 +141,18 @@ class AgentBase:
         with self._shared.cond:
             return [] if self._shared.closed else list(self._sessions)
 
-    def _begin(
-        self, op: str, fields: Dict[str, Any], patience: Patience
-    ) -> Tuple[RequestLoop, Slot]:
+    def _begin(self, call: Call) -> Tuple[RequestLoop, Slot]:
         """Encodes the request and puts its slot in the pending map."""
         request_id = self._ids.next()
-        payload = encode_request(request_id, op, fields)
+        payload = encode_request(request_id, call.op, call.fields)
         slot = Slot()
         with self._shared.cond:
             if self._shared.closed:
                 raise Disconnected("the agent is closed")
             self._shared.pending[request_id] = slot
-        return RequestLoop(op, request_id, payload, patience, self.config, time.monotonic()), slot
+        started = time.monotonic()
+        loop = RequestLoop(call.op, request_id, payload, call.patience, self.config, started)
+        return loop, slot
 
     def _check(
         self,
@@ -218,7 +228,7 @@ class AgentBase:
                 del self._shared.pending[request_id]
 
 
-class Agent(AgentBase):
+class Agent(AgentBase, AirspaceCalls[AirspacePage]):
     """A connected agent: one MQTT connection (client id = agent id) to one broker of the list
     at a time, served by its own thread, and the request loop on top.
 
@@ -232,13 +242,8 @@ class Agent(AgentBase):
     context manager, or call :meth:`close`.
     """
 
-    def __init__(
-        self,
-        agent_id: str,
-        brokers: Optional[Sequence[str]] = None,
-        **settings: Any,
-    ) -> None:
-        super().__init__(agent_id, brokers, settings)
+    def _created(self) -> None:
+        """Connects: starts the connection thread and waits for a broker (see the class doc)."""
         self._thread.start()
         with self._shared.cond:
             ready = self._shared.cond.wait_for(
@@ -286,7 +291,8 @@ class Agent(AgentBase):
         (PROTOCOL.md section 6.1). A release, or this session's own revoke, skips it."""
         from .session import Session
 
-        return Session._grant(self, ttl_ms, on_lost, lock_delay_ms)
+        fields, opened = Session._granting(self, ttl_ms, on_lost, lock_delay_ms)
+        return opened(self.request("lease.grant", **fields))
 
     def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         """Sends any op of the protocol and returns the success's result fields.
@@ -296,7 +302,7 @@ class Agent(AgentBase):
         ``rate_limited``; every other refusal is raised as its
         :class:`~hivekeeper.ServiceError` subclass. Fields whose value is ``None`` are left
         out."""
-        return self._call(op, fields, self._patience_for(op, fields.get("wait_ms")))
+        return self._call(self._request_call(op, fields))
 
     @property
     def kv(self) -> "Kv":
@@ -336,40 +342,18 @@ class Agent(AgentBase):
 
         return Observer(self, name, wait_ms)
 
-    def airspace_query(
-        self,
-        volume: Optional[VolumeLike] = None,
-        volumes: Optional[Sequence[VolumeLike]] = None,
-        limit: Optional[int] = None,
-        after: Optional[str] = None,
-    ) -> AirspacePage:
-        """``airspace.query``: one page of the held reservations (waypoints with geometry,
-        routes) that the cylinder ``volume`` or the route ``volumes`` would conflict with in
-        space and time, reserving nothing. Give exactly one of them. ``limit`` (1 to 100,
-        default 100) bounds the page; pass the page's ``next_after`` as ``after`` for the
-        next one (``None``: the last page). Needs no session."""
-        fields = airspace_query_fields(volume, volumes, limit, after)
+    def _airspace_page(self, fields: Dict[str, Any]) -> AirspacePage:
         return AirspacePage.from_result(self.request("airspace.query", **fields))
 
-    def _call(
-        self,
-        op: str,
-        fields: Dict[str, Any],
-        patience: Patience,
-        interrupt: Optional[Callable[[], Optional[HivekeeperError]]] = None,
-        abandon: Optional[Abandon] = None,
-    ) -> Dict[str, Any]:
-        """The request loop, waiting on the shared condition.
-
-        ``interrupt`` is checked under the condition at every wake; an exception it returns
-        ends the wait (a session's loss). ``abandon`` says what to do with a response that
-        arrives after the caller stopped waiting."""
-        loop, slot = self._begin(op, fields, patience)
+    def _call(self, call: Call) -> Dict[str, Any]:
+        """The request loop, waiting on the shared condition (see :class:`Call` for its
+        ``interrupt`` and ``abandon``)."""
+        loop, slot = self._begin(call)
         try:
             while True:
                 with self._shared.cond:
                     while True:
-                        wake, link_ready, now = self._check(loop, slot, interrupt)
+                        wake, link_ready, now = self._check(loop, slot, call.interrupt)
                         if wake is not None:
                             break
                         until = loop.wait_until()
@@ -378,4 +362,4 @@ class Agent(AgentBase):
                 if result is not None:
                     return result
         finally:
-            self._settle(loop, slot, abandon)
+            self._settle(loop, slot, call.abandon)

@@ -20,7 +20,8 @@ Keys are ``agent.kv`` / ``session.kv`` (:class:`Kv`, the requests and results of
 ``kv.KvBase``), watches are async iterators (:class:`Watch`, the cursor of
 ``watch.WatchCursor``), and :class:`KvCache` keeps its map with a task (``kv_cache.CacheState``),
 all three in ``aio_kv``. Elections and barriers are in ``aio_recipes``; the lock and permit
-calls of :class:`Session` are ``locks.LockCalls``, shared with the threaded session.
+calls of :class:`Session` are ``locks.LockCalls`` and its waypoint and route calls
+``reservations.ReservationCalls``, shared with the threaded session.
 
 **Cancellation.** Cancelling a task that waits for a grant (``task.cancel()``,
 ``asyncio.wait_for``) is safe: the request may still be queued at the service, so a grant that
@@ -31,12 +32,15 @@ and the shared condition are held only for instants, never across an ``await``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import (
+    TYPE_CHECKING,
     Any,
     Awaitable,
     Callable,
+    Coroutine,
     Dict,
     Generator,
     Generic,
@@ -48,15 +52,16 @@ from typing import (
 
 from . import ask as asks
 from .agent import AgentBase
-from .airspace import AirspacePage, Preempted, VolumeLike, airspace_query_fields
+from .airspace import AirspaceCalls, AirspacePage, Preempted, VolumeLike
 from .ask import Ask
 from .election import Leader
 from .errors import Disconnected, HivekeeperError, LeaseNotFound
 from .guard import GuardBase
 from .locks import LockCalls
 from .protocol import FenceCheck, Inspection
-from .request_loop import Abandon, Patience
-from .session import SessionBase, SessionState, grant_fields
+from .request_loop import Call, Patience
+from .reservations import ReservationCalls
+from .session import SessionBase, SessionState
 
 __all__ = [
     "Agent",
@@ -73,6 +78,24 @@ __all__ = [
 log = logging.getLogger("hivekeeper")
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    from typing_extensions import ParamSpec
+
+    #: The parameters of a call that :func:`awaited` keeps.
+    Params = ParamSpec("Params")
+
+
+def awaited(call: "Callable[Params, Awaitable[T]]") -> "Callable[Params, Coroutine[Any, Any, T]]":
+    """``call``, written once for both clients, as a coroutine function of its signature:
+    what ``inspect.iscoroutinefunction`` and ``unittest.mock.AsyncMock`` expect of this
+    module's awaited calls."""
+
+    @functools.wraps(call)
+    async def run(*args: "Params.args", **kwargs: "Params.kwargs") -> T:
+        return await call(*args, **kwargs)
+
+    return run
 
 
 class Opening(Generic[T]):
@@ -98,7 +121,7 @@ class Opening(Generic[T]):
             await self._opened.__aexit__(*exc)
 
 
-class Agent(AgentBase):
+class Agent(AgentBase, AirspaceCalls[Awaitable[AirspacePage]]):
     """The asyncio agent: ``async with hivekeeper.aio.Agent(agent_id, brokers, **settings) as
     agent`` connects (or ``await Agent.connect(...)``) and closes at the end.
 
@@ -106,19 +129,15 @@ class Agent(AgentBase):
     event loop; the connection runs on its own thread as in the threaded client.
     """
 
-    def __init__(
-        self,
-        agent_id: str,
-        brokers: Optional[Sequence[str]] = None,
-        **settings: Any,
-    ) -> None:
-        super().__init__(agent_id, brokers, settings)
+    #: Set (and replaced) on every change of the shared state: what coroutines wait on.
+    #: Made on the agent's loop by :meth:`_start` (an Event made elsewhere may belong to
+    #: another loop on Python 3.9).
+    _changed: asyncio.Event
+
+    def _created(self) -> None:
+        """Nothing connects until the agent is on its event loop (:meth:`_start`)."""
         #: The event loop the agent runs on, set when it connects.
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        #: Set (and replaced) on every change of the shared state: what coroutines wait on.
-        #: Made on the agent's loop by :meth:`_start` (an Event made elsewhere may belong to
-        #: another loop on Python 3.9).
-        self._changed: asyncio.Event
         #: Keepalives and background releases in flight: the loop keeps only weak references.
         self._tasks: Set["asyncio.Task[Any]"] = set()
 
@@ -241,7 +260,7 @@ class Agent(AgentBase):
     async def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         """Sends any op and returns the success's result fields (see
         :meth:`hivekeeper.Agent.request`)."""
-        return await self._call(op, fields, self._patience_for(op, fields.get("wait_ms")))
+        return await self._call(self._request_call(op, fields))
 
     @property
     def kv(self) -> "Kv":
@@ -267,35 +286,21 @@ class Agent(AgentBase):
         :meth:`hivekeeper.Agent.observe`."""
         return Observer(self, name, wait_ms)
 
-    async def airspace_query(
-        self,
-        volume: Optional[VolumeLike] = None,
-        volumes: Optional[Sequence[VolumeLike]] = None,
-        limit: Optional[int] = None,
-        after: Optional[str] = None,
-    ) -> AirspacePage:
-        """``airspace.query``: one page of the held reservations that ``volume`` or the route
-        ``volumes`` would conflict with; see :meth:`hivekeeper.Agent.airspace_query`."""
-        fields = airspace_query_fields(volume, volumes, limit, after)
+    airspace_query = awaited(AirspaceCalls[Awaitable[AirspacePage]].airspace_query)
+
+    async def _airspace_page(self, fields: Dict[str, Any]) -> AirspacePage:
         return AirspacePage.from_result(await self.request("airspace.query", **fields))
 
-    async def _call(
-        self,
-        op: str,
-        fields: Dict[str, Any],
-        patience: Patience,
-        interrupt: Optional[Callable[[], Optional[HivekeeperError]]] = None,
-        abandon: Optional[Abandon] = None,
-    ) -> Dict[str, Any]:
+    async def _call(self, call: Call) -> Dict[str, Any]:
         """The request loop of ``request_loop``, waiting on the event loop."""
         if self._loop is None:
             raise Disconnected("not connected: use `async with Agent(...)` or `Agent.connect`")
-        loop, slot = self._begin(op, fields, patience)
+        loop, slot = self._begin(call)
         try:
             while True:
                 while True:
                     changed = self._changed
-                    wake, link_ready, now = self._check(loop, slot, interrupt)
+                    wake, link_ready, now = self._check(loop, slot, call.interrupt)
                     if wake is not None:
                         break
                     until = loop.wait_until()
@@ -305,28 +310,19 @@ class Agent(AgentBase):
                     return result
         finally:
             # Also on cancellation: an acquire left while queued releases a late grant.
-            self._settle(loop, slot, abandon)
+            self._settle(loop, slot, call.abandon)
 
 
-class Session(SessionBase, LockCalls["Opening[Guard]"]):
-    """A lease kept alive by a keeper task; see :class:`hivekeeper.Session`. Its lock and
-    permit calls (:class:`~hivekeeper.locks.LockCalls`) return what to ``await``, or to
+class Session(SessionBase, LockCalls["Opening[Guard]"], ReservationCalls["Opening[Guard]"]):
+    """A lease kept alive by a keeper task; see :class:`hivekeeper.Session`. Its lock, permit
+    and reservation calls (:class:`~hivekeeper.locks.LockCalls`,
+    :class:`~hivekeeper.reservations.ReservationCalls`) return what to ``await``, or to
     ``async with`` to release at the end."""
 
-    def __init__(
-        self,
-        agent: Agent,
-        ttl_ms: int,
-        granted: Dict[str, Any],
-        sent: float,
-        on_lost: Optional[Callable[[SessionState], None]],
-        lock_delay_ms: int = 0,
-    ) -> None:
-        super().__init__(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
-        #: The agent, typed as the asyncio one.
-        self.agent: Agent = agent
-        #: The keeper task, started by :meth:`_grant`.
-        self._keeper: Optional["asyncio.Task[None]"] = None
+    #: The agent, typed as the asyncio one.
+    agent: Agent
+    #: The keeper task, started by :meth:`_start_keeper`.
+    _keeper: Optional["asyncio.Task[None]"] = None
 
     @staticmethod
     async def _grant(
@@ -335,13 +331,11 @@ class Session(SessionBase, LockCalls["Opening[Guard]"]):
         on_lost: Optional[Callable[[SessionState], None]],
         lock_delay_ms: int,
     ) -> "Session":
-        fields = grant_fields(agent, ttl_ms, lock_delay_ms)
-        sent = time.monotonic()
-        granted = await agent.request("lease.grant", **fields)
-        session = Session(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
-        session._register()
-        session._keeper = asyncio.ensure_future(session._keep())
-        return session
+        fields, opened = Session._granting(agent, ttl_ms, on_lost, lock_delay_ms)
+        return opened(await agent.request("lease.grant", **fields))
+
+    def _start_keeper(self) -> None:
+        self._keeper = asyncio.ensure_future(self._keep())
 
     async def __aenter__(self) -> "Session":
         return self
@@ -363,7 +357,7 @@ class Session(SessionBase, LockCalls["Opening[Guard]"]):
         if self.state.is_ended():
             return
         try:
-            await self.agent._call("lease.revoke", {"lease": self.lease}, patience)
+            await self.agent._call(self._revoke_call(patience))
         except LeaseNotFound:
             pass
         self._request_end(SessionState.REVOKED)
@@ -383,37 +377,6 @@ class Session(SessionBase, LockCalls["Opening[Guard]"]):
             return None if state.is_live() else state
 
         return await self.agent._wait_for(lost, timeout)
-
-    def waypoint(
-        self,
-        name: str,
-        lat: Optional[float] = None,
-        lon: Optional[float] = None,
-        radius_m: Optional[float] = None,
-        alt_min_m: Optional[float] = None,
-        alt_max_m: Optional[float] = None,
-        wait_ms: Optional[int] = None,
-        *,
-        start_ms: Optional[int] = None,
-        end_ms: Optional[int] = None,
-        priority: Optional[int] = None,
-    ) -> "Opening[Guard]":
-        """Reserves the waypoint ``name``, with a time window and a priority when given; see
-        :meth:`hivekeeper.Session.waypoint`."""
-        ask = asks.waypoint(
-            name, lat, lon, radius_m, alt_min_m, alt_max_m, start_ms, end_ms, priority
-        )
-        return Opening(self._acquire(ask, wait_ms))
-
-    def route(
-        self,
-        name: str,
-        volumes: Sequence[VolumeLike],
-        wait_ms: Optional[int] = None,
-        priority: Optional[int] = None,
-    ) -> "Opening[Guard]":
-        """Reserves the route ``name`` as one intent; see :meth:`hivekeeper.Session.route`."""
-        return Opening(self._acquire(asks.route(name, volumes, priority), wait_ms))
 
     def campaign(
         self, name: str, value: str, wait_ms: Optional[int] = None
@@ -452,14 +415,9 @@ class Session(SessionBase, LockCalls["Opening[Guard]"]):
 
     async def _take(self, ask: Ask, wait_ms: Optional[int]) -> int:
         """Asks for ``ask`` and waits for the grant; its token."""
-        fields, patience, abandon = self._begin_acquire(ask, wait_ms)
-        try:
-            result = await self.agent._call(
-                ask.op, fields, patience, interrupt=self._interrupt, abandon=abandon
-            )
-        except BaseException as error:
-            self._acquire_failed(ask, error)
-            raise
+        call = self._begin_acquire(ask, wait_ms)
+        with self._acquiring(ask):
+            result = await self.agent._call(call)
         return self._granted(ask, result)
 
     def _release_later(self, request: Dict[str, Any]) -> None:
@@ -494,9 +452,7 @@ class Session(SessionBase, LockCalls["Opening[Guard]"]):
     async def _keepalive(self) -> None:
         sent = time.monotonic()
         try:
-            await self.agent._call(
-                "lease.keepalive", {"lease": self.lease}, self._keepalive_patience()
-            )
+            await self.agent._call(self._keepalive_call())
         except HivekeeperError as error:
             self._keepalive_failed(error)
             return

@@ -9,8 +9,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Iterable,
+    Mapping,
+    Optional,
+    Type,
+    TypeVar,
+)
 
+from .aio import awaited
 from .errors import Compacted, HivekeeperError
 from .kv import DeleteResult, GetResult, KeyValue, KvBase, Plan, PutResult, TxnResult
 from .kv_cache import CacheState
@@ -24,7 +36,7 @@ log = logging.getLogger("hivekeeper")
 T = TypeVar("T")
 
 
-class Kv(KvBase):
+class Kv(KvBase[Awaitable[GetResult], "Watch"]):
     """Keys from asyncio: ``agent.kv`` or ``session.kv``; see :class:`hivekeeper.Kv`. The
     requests and results are the threaded client's (``kv.KvBase``)."""
 
@@ -34,15 +46,7 @@ class Kv(KvBase):
         """``kv.get`` of one key; see :meth:`hivekeeper.Kv.get`."""
         return await self._run(self._get_plan(key=key, serializable=serializable))
 
-    async def get_page(
-        self,
-        prefix: str,
-        after: Optional[str] = None,
-        limit: Optional[int] = None,
-        serializable: bool = False,
-    ) -> GetResult:
-        """One page of the keys with ``prefix``; see :meth:`hivekeeper.Kv.get_page`."""
-        return await self._run(self._get_plan(None, prefix, after, limit, serializable))
+    get_page = awaited(KvBase[Awaitable[GetResult], "Watch"].get_page)
 
     async def get_prefix(
         self, prefix: str, limit: Optional[int] = None, serializable: bool = False
@@ -82,17 +86,11 @@ class Kv(KvBase):
         """``kv.txn``; see :meth:`hivekeeper.Kv.txn`."""
         return await self._run(self._txn_plan(compare, success, failure))
 
-    def watch(
-        self,
-        prefix: Optional[str] = None,
-        key: Optional[str] = None,
-        after: int = 0,
-        max_events: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-    ) -> "Watch":
-        """The changes of ``prefix`` (or ``key``) after ``after``, as an async iterator:
-        ``async for event in kv.watch(prefix="hive/", after=rev)``."""
-        return Watch(self.agent, key, prefix, after, max_events, wait_ms)
+    def _read(self, plan: Plan[GetResult]) -> Awaitable[GetResult]:
+        return self._run(plan)
+
+    def _watch_type(self) -> Type["Watch"]:
+        return Watch
 
     async def _run(self, plan: "Plan[T]") -> T:
         op, fields, parse = plan
@@ -132,7 +130,7 @@ class Watch(WatchBase):
         if self._ended:
             return None
         try:
-            result = await self.agent._call(*self._poll_request(), interrupt=self._interrupt)
+            result = await self.agent._call(self._poll_call())
             page = self.cursor.advance(result)
         except WatchClosed:
             self._ended = True

@@ -14,7 +14,6 @@ from .aio import Guard
 from .barrier import BarrierBase
 from .election import Leader, LeadershipBase, ObserverBase
 from .errors import Compacted, HivekeeperError
-from .protocol import RELEASE_OP
 
 if TYPE_CHECKING:
     from .aio import Agent, Session
@@ -84,12 +83,9 @@ class Barrier(BarrierBase):
     async def leave(self, wait_ms: Optional[int] = None) -> int:
         """Leaves the round and waits until all its members left; see
         :meth:`hivekeeper.Barrier.leave`."""
-        fields, patience = self._leave_request(wait_ms)
-        agent = self.session.agent
+        call = self._leave_call(wait_ms)
         try:
-            result = await agent._call(
-                RELEASE_OP["barrier"], fields, patience, interrupt=self.session._interrupt
-            )
+            result = await self.session.agent._call(call)
         except BaseException as error:
             self._leave_failed(error)
             raise

@@ -1,8 +1,9 @@
 """4D airspace on the wire (PROTOCOL.md sections 8.8 to 8.9.5): the volumes of a route or an
 airspace query, the cylinder ``inspect`` and ``airspace.query`` show, a page of
-``airspace.query``, and the ``reservation.preempted`` notice.
+``airspace.query``, the ``reservation.preempted`` notice, and :class:`AirspaceCalls`, the
+query as both agents offer it.
 
-Pure: no I/O, no threads. The names are the protocol's and the Rust SDK's
+Pure: no I/O, no threads (the agents send the query). The names are the protocol's and the Rust SDK's
 (``hivekeeper_protocol::Volume``, ``Area``; ``hivekeeper_agent::Preempted``). The service
 validates every value (ranges, windows, counts) and answers ``bad_request`` naming the
 problem; this module only converts, so there is one set of rules, the service's.
@@ -11,7 +12,7 @@ problem; this module only converts, so there is one set of rules, the service's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from .errors import BadRequest, MalformedResponse
 
@@ -246,3 +247,31 @@ def airspace_query_fields(
         "limit": limit,
         "after": after,
     }
+
+
+#: What an agent's query returns: a page, or an awaitable of one.
+P = TypeVar("P")
+
+
+class AirspaceCalls(Generic[P]):
+    """``airspace.query`` as the threaded and the asyncio agent both offer it; ``P`` is what
+    :meth:`_airspace_page` returns (the asyncio agent offers it as a coroutine function,
+    ``aio.awaited``)."""
+
+    def _airspace_page(self, fields: Dict[str, Any]) -> P:
+        """Sends the query the agent's way; its page."""
+        raise NotImplementedError
+
+    def airspace_query(
+        self,
+        volume: Optional[VolumeLike] = None,
+        volumes: Optional[Sequence[VolumeLike]] = None,
+        limit: Optional[int] = None,
+        after: Optional[str] = None,
+    ) -> P:
+        """``airspace.query``: one page of the held reservations (waypoints with geometry,
+        routes) that the cylinder ``volume`` or the route ``volumes`` would conflict with in
+        space and time, reserving nothing. Give exactly one of them. ``limit`` (1 to 100,
+        default 100) bounds the page; pass the page's ``next_after`` as ``after`` for the
+        next one (``None``: the last page). Needs no session."""
+        return self._airspace_page(airspace_query_fields(volume, volumes, limit, after))

@@ -19,13 +19,13 @@ wait, each their own way.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from . import ask as asks
 from .ask import Ask
 from .errors import HivekeeperError, LeaseNotFound, MalformedResponse, NotHolder, SessionLost
 from .protocol import RELEASE_OP
-from .request_loop import Patience
+from .request_loop import Call
 
 if TYPE_CHECKING:
     from .session import Session, SessionBase
@@ -61,16 +61,19 @@ class BarrierBase:
         self.generation = generation
         return generation
 
-    def _leave_request(self, wait_ms: Optional[int]) -> Tuple[Dict[str, Any], Patience]:
-        """The leave's fields and patience. :class:`~hivekeeper.SessionLost` when the
-        session is not live, :class:`~hivekeeper.NotHolder` when it entered no round."""
+    def _leave_call(self, wait_ms: Optional[int]) -> Call:
+        """The leave, which the session's loss interrupts. :class:`~hivekeeper.SessionLost`
+        when the session is not live, :class:`~hivekeeper.NotHolder` when it entered no
+        round."""
         state = self.session.state
         if not state.is_live():
             raise SessionLost(state)
         if not self.entered:
             raise NotHolder("not_holder", f"barrier.leave: {self.name!r} was not entered")
+        op = RELEASE_OP["barrier"]
         fields = {"name": self.name, "lease": self.session.lease, "wait_ms": wait_ms}
-        return fields, self.session.agent._patience_for(RELEASE_OP["barrier"], wait_ms)
+        patience = self.session.agent._patience_for(op, wait_ms)
+        return Call(op, fields, patience, self.session._interrupt)
 
     def _left(self, result: Mapping[str, Any]) -> int:
         """Every member of the round left; its generation."""
@@ -136,12 +139,9 @@ class Barrier(BarrierBase):
     def leave(self, wait_ms: Optional[int] = None) -> int:
         """Leaves the round and waits until all its members left; its generation.
         :class:`~hivekeeper.Timeout` after ``wait_ms``: still a member, leave again."""
-        fields, patience = self._leave_request(wait_ms)
-        agent = self.session.agent
+        call = self._leave_call(wait_ms)
         try:
-            result = agent._call(
-                RELEASE_OP["barrier"], fields, patience, interrupt=self.session._interrupt
-            )
+            result = self.session.agent._call(call)
         except BaseException as error:
             self._leave_failed(error)
             raise

@@ -20,11 +20,13 @@ from typing import (
     Any,
     Callable,
     Dict,
+    Generic,
     Iterable,
     List,
     Mapping,
     Optional,
     Tuple,
+    Type,
     TypeVar,
 )
 
@@ -33,9 +35,13 @@ from .errors import LeaseNotFound, MalformedResponse, SessionLost
 if TYPE_CHECKING:
     from .agent import Agent
     from .session import Session, SessionBase
-    from .watch import Watch
+    from .watch import Watch, WatchBase
 
 T = TypeVar("T")
+#: What a page read returns: a :class:`GetResult`, or an awaitable of one.
+G = TypeVar("G")
+#: The watch a :class:`KvBase` makes.
+W = TypeVar("W", bound="WatchBase")
 
 #: A plain request: the op, its fields (``None`` values left out), and how to read the answer.
 Plan = Tuple[str, Dict[str, Any], Callable[[Mapping[str, Any]], T]]
@@ -207,33 +213,38 @@ class Compare:
     @staticmethod
     def value(key: str, op: str, value: str) -> Dict[str, Any]:
         """The key's value compared with ``value`` (byte order)."""
-        return {"key": key, "target": "value", "op": op, "value": value}
+        return _compare(key, "value", op, value)
 
     @staticmethod
     def version(key: str, op: str, version: int) -> Dict[str, Any]:
         """The key's version (puts since creation; 0: it does not exist)."""
-        return {"key": key, "target": "version", "op": op, "value": version}
+        return _compare(key, "version", op, version)
 
     @staticmethod
     def create_revision(key: str, op: str, revision: int) -> Dict[str, Any]:
         """The revision that created the key (0: it does not exist)."""
-        return {"key": key, "target": "create_revision", "op": op, "value": revision}
+        return _compare(key, "create_revision", op, revision)
 
     @staticmethod
     def mod_revision(key: str, op: str, revision: int) -> Dict[str, Any]:
         """The revision of the key's last put (0: it does not exist)."""
-        return {"key": key, "target": "mod_revision", "op": op, "value": revision}
+        return _compare(key, "mod_revision", op, revision)
 
     @staticmethod
     def lease(key: str, op: str, lease: Optional[str]) -> Dict[str, Any]:
         """The lease the key is bound to (``None``: unbound or missing)."""
-        return {"key": key, "target": "lease", "op": op, "value": lease}
+        return _compare(key, "lease", op, lease)
 
     @staticmethod
     def holder(kind: str, name: str, token: int) -> Dict[str, Any]:
         """True while fencing ``token`` holds ``kind`` (``"lock"``, ``"sem"``,
         ``"waypoint"``) ``name``: a write fenced by a lock, checked inside the service."""
         return {"holder": {"kind": kind, "name": name}, "token": token}
+
+
+def _compare(key: str, target: str, op: str, value: Any) -> Dict[str, Any]:
+    """A compare of the key's ``target`` with ``value``, as the wire takes it."""
+    return {"key": key, "target": target, "op": op, "value": value}
 
 
 class Op:
@@ -270,9 +281,12 @@ class Op:
         return {"get": _fields(prefix=prefix, after=after, limit=limit)}
 
 
-class KvBase:
+class KvBase(Generic[G, W]):
     """What the threaded :class:`Kv` and ``hivekeeper.aio.Kv`` share: each request as a
-    :data:`Plan` (op, fields, parser), and the session's part in a leased put."""
+    :data:`Plan` (op, fields, parser), the session's part in a leased put, and the calls
+    written once for both: :meth:`get_page` (sent by :meth:`_read`, whose result ``G`` is a
+    :class:`GetResult` or an awaitable of one) and :meth:`watch` (a ``W`` of
+    :meth:`_watch_type`)."""
 
     def __init__(self, agent: Any, session: Optional["SessionBase"] = None) -> None:
         #: The agent that sends the requests.
@@ -283,6 +297,39 @@ class KvBase:
     def __repr__(self) -> str:
         bound = f", lease={self.session.lease!r}" if self.session is not None else ""
         return f"{type(self).__name__}(agent={self.agent.agent_id!r}{bound})"
+
+    def _read(self, plan: "Plan[GetResult]") -> G:
+        """Sends a read the client's way."""
+        raise NotImplementedError
+
+    def _watch_type(self) -> Type[W]:
+        """The client's watch."""
+        raise NotImplementedError
+
+    def get_page(
+        self,
+        prefix: str,
+        after: Optional[str] = None,
+        limit: Optional[int] = None,
+        serializable: bool = False,
+    ) -> G:
+        """``kv.get`` of one page of the keys with ``prefix`` (``limit`` 1 to 1000), after the
+        key ``after`` (the previous page's ``next_after``)."""
+        return self._read(self._get_plan(None, prefix, after, limit, serializable))
+
+    def watch(
+        self,
+        prefix: Optional[str] = None,
+        key: Optional[str] = None,
+        after: int = 0,
+        max_events: Optional[int] = None,
+        wait_ms: Optional[int] = None,
+    ) -> W:
+        """The changes of ``prefix`` (or of one ``key``) with revision > ``after``, in order,
+        as an iterator of :class:`~hivekeeper.WatchEvent` (see :class:`~hivekeeper.Watch`);
+        from ``hivekeeper.aio``, an async iterator:
+        ``async for event in kv.watch(prefix="hive/", after=rev)``."""
+        return self._watch_type()(self.agent, key, prefix, after, max_events, wait_ms)
 
     def _get_plan(
         self,
@@ -348,7 +395,7 @@ class KvBase:
         return GetResult(revision=pages[0].revision, kvs=kvs, next_after=None)
 
 
-class Kv(KvBase):
+class Kv(KvBase[GetResult, "Watch"]):
     """Keys, from the threaded client: ``agent.kv`` or ``session.kv`` (see the module doc).
     Thread-safe, as the agent is. Retries are the agent's: the same request id again, which
     the service answers with the first outcome, so a retried put is applied once."""
@@ -360,17 +407,6 @@ class Kv(KvBase):
         Linearizable; ``serializable=True`` reads the receiving member's replica (faster,
         possibly behind)."""
         return self._run(self._get_plan(key=key, serializable=serializable))
-
-    def get_page(
-        self,
-        prefix: str,
-        after: Optional[str] = None,
-        limit: Optional[int] = None,
-        serializable: bool = False,
-    ) -> GetResult:
-        """``kv.get`` of one page of the keys with ``prefix`` (``limit`` 1 to 1000), after the
-        key ``after`` (the previous page's ``next_after``)."""
-        return self._run(self._get_plan(None, prefix, after, limit, serializable))
 
     def get_prefix(
         self, prefix: str, limit: Optional[int] = None, serializable: bool = False
@@ -415,21 +451,13 @@ class Kv(KvBase):
         (:class:`Op`), else the ``failure`` ones; one revision, all or nothing."""
         return self._run(self._txn_plan(compare, success, failure))
 
-    def watch(
-        self,
-        prefix: Optional[str] = None,
-        key: Optional[str] = None,
-        after: int = 0,
-        max_events: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-    ) -> "Watch":
-        """The changes of ``prefix`` (or of one ``key``) with revision > ``after``, in order,
-        as an iterator of :class:`~hivekeeper.WatchEvent` (see :class:`~hivekeeper.Watch`)."""
+    def _read(self, plan: "Plan[GetResult]") -> GetResult:
+        return self._run(plan)
+
+    def _watch_type(self) -> Type["Watch"]:
         from .watch import Watch
 
-        return Watch(
-            self.agent, key=key, prefix=prefix, after=after, max_events=max_events, wait_ms=wait_ms
-        )
+        return Watch
 
     def _run(self, plan: "Plan[T]") -> T:
         op, fields, parse = plan

@@ -289,14 +289,8 @@ class Inspection:
                 token=h["token"],
                 since_ms=h["since_ms"],
                 lease=h.get("lease"),
-                permits=h.get("permits"),
-                area=area_from(h.get("area")),
-                start_ms=h.get("start_ms"),
-                end_ms=h.get("end_ms"),
-                volumes=volumes_from(h.get("volumes")),
-                priority=h.get("priority", PRIORITY_ROUTINE),
                 vacate_by_ms=h.get("vacate_by_ms"),
-                value=h.get("value"),
+                **_held_or_asked(h),
             )
             for h in result["holders"]
         ]
@@ -305,13 +299,7 @@ class Inspection:
                 agent=w["agent"],
                 position=w["position"],
                 since_ms=w["since_ms"],
-                permits=w.get("permits"),
-                area=area_from(w.get("area")),
-                start_ms=w.get("start_ms"),
-                end_ms=w.get("end_ms"),
-                volumes=volumes_from(w.get("volumes")),
-                priority=w.get("priority", PRIORITY_ROUTINE),
-                value=w.get("value"),
+                **_held_or_asked(w),
             )
             for w in result["waiters"]
         ]
@@ -324,3 +312,17 @@ class Inspection:
             count=result.get("count"),
             leaving=result.get("leaving"),
         )
+
+
+def _held_or_asked(entry: Mapping[str, Any]) -> Dict[str, Any]:
+    """The fields a :class:`Holder` and a :class:`Waiter` share, from an ``inspect`` entry:
+    what is held or asked for (permits, cylinder, window, volumes, priority, value)."""
+    return {
+        "permits": entry.get("permits"),
+        "area": area_from(entry.get("area")),
+        "start_ms": entry.get("start_ms"),
+        "end_ms": entry.get("end_ms"),
+        "volumes": volumes_from(entry.get("volumes")),
+        "priority": entry.get("priority", PRIORITY_ROUTINE),
+        "value": entry.get("value"),
+    }

@@ -117,6 +117,24 @@ class Abandon:
     owner: object
 
 
+@dataclass(frozen=True)
+class Call:
+    """One request as its caller asks for it, for either agent's request loop to carry out."""
+
+    #: The op.
+    op: str
+    #: Its fields; ``None`` values are left out of the payload.
+    fields: Dict[str, Any]
+    #: How long it may take.
+    patience: Patience
+    #: Checked under the shared condition at every wake; an exception it returns ends the
+    #: wait (a session's loss, a closed watch).
+    interrupt: Optional[Callable[[], Optional[HivekeeperError]]] = None
+    #: What becomes of a response that arrives after the caller stopped waiting (an acquire's
+    #: grant is released); ``None``: it is dropped.
+    abandon: Optional[Abandon] = None
+
+
 class RequestIds:
     """Request ids ``{boot}-{n}``, unique per agent across process restarts.
 

@@ -45,10 +45,10 @@ import enum
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Set, Tuple
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Set, Tuple, Type, TypeVar
 
 from . import ask as asks
-from .airspace import VolumeLike
 from .ask import Ask
 from .errors import (
     AlreadyHeld,
@@ -61,7 +61,8 @@ from .errors import (
 from .guard_events import GuardEvents
 from .locks import LockCalls
 from .protocol import FenceCheck, Inspection, Response
-from .request_loop import Abandon, Patience
+from .request_loop import Abandon, Call, Patience
+from .reservations import ReservationCalls
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentBase
@@ -71,6 +72,9 @@ if TYPE_CHECKING:
     from .kv import Kv
 
 log = logging.getLogger("hivekeeper")
+
+#: A session class, for the plan of its grant.
+S = TypeVar("S", bound="SessionBase")
 
 
 class SessionState(enum.Enum):
@@ -191,11 +195,39 @@ class SessionBase(GuardEvents):
         self._claims: Set[Tuple[str, str]] = set()
         self._init_guard_events()
 
+    @classmethod
+    def _granting(
+        cls: Type[S],
+        agent: "AgentBase",
+        ttl_ms: int,
+        on_lost: Optional[Callable[[SessionState], None]],
+        lock_delay_ms: int,
+    ) -> Tuple[Dict[str, Any], Callable[[Dict[str, Any]], S]]:
+        """The plan of a session's grant, for either agent to carry out: the fields of its
+        ``lease.grant`` (:class:`ConfigError` for a TTL the keepalive settings cannot serve),
+        and what makes the session of the grant's answer (registered, its keeper started).
+        The send time is taken now, before the first send: the lease cannot have been created
+        earlier."""
+        fields = grant_fields(agent, ttl_ms, lock_delay_ms)
+        sent = time.monotonic()
+
+        def opened(granted: Dict[str, Any]) -> S:
+            session = cls(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
+            session._register()
+            session._start_keeper()
+            return session
+
+        return fields, opened
+
     def _register(self) -> None:
         with self._cond:
             self.agent._sessions.append(self)
             self.agent._shared.event_handlers.append(self._on_event)
         log.info("session granted: lease %s, ttl %d ms", self.lease, self.ttl_ms)
+
+    def _start_keeper(self) -> None:
+        """Starts the keeper (a thread, or a task) that runs :meth:`_step`."""
+        raise NotImplementedError
 
     # -- what the session is ----------------------------------------------------------------
 
@@ -212,11 +244,9 @@ class SessionBase(GuardEvents):
 
     # -- acquiring: the parts before and after the request ------------------------------------
 
-    def _begin_acquire(
-        self, ask: Ask, wait_ms: Optional[int]
-    ) -> Tuple[Dict[str, Any], Patience, Abandon]:
-        """Claims the resource (each lock of a multi-lock); the request's fields, patience and
-        abandon plan."""
+    def _begin_acquire(self, ask: Ask, wait_ms: Optional[int]) -> Call:
+        """Claims the resource (each lock of a multi-lock); the acquire's call, which a
+        session's loss interrupts and whose late grant is released."""
         with self._cond:
             if not self._state.is_live():
                 raise SessionLost(self._state)
@@ -231,12 +261,20 @@ class SessionBase(GuardEvents):
             "wait_ms": wait_ms,
         }
         abandon = Abandon(on_late=self._late_answer(ask), owner=self)
-        return fields, self.agent._patience_for(ask.op, wait_ms), abandon
+        patience = self.agent._patience_for(ask.op, wait_ms)
+        return Call(ask.op, fields, patience, self._interrupt, abandon)
 
-    def _acquire_failed(self, ask: Ask, error: BaseException) -> None:
-        self._unclaim(*ask.claims)
-        if isinstance(error, LeaseNotFound):
-            self._request_end(SessionState.EXPIRED)
+    @contextmanager
+    def _acquiring(self, ask: Ask) -> Iterator[None]:
+        """Around an acquire's request: when it fails, the claims are given back (and a
+        ``lease_not_found`` ends the session)."""
+        try:
+            yield
+        except BaseException as error:
+            self._unclaim(*ask.claims)
+            if isinstance(error, LeaseNotFound):
+                self._request_end(SessionState.EXPIRED)
+            raise
 
     def _granted(self, ask: Ask, result: Dict[str, Any]) -> int:
         """The grant's token (a barrier's generation); :class:`SessionLost` (and the grant
@@ -354,11 +392,14 @@ class SessionBase(GuardEvents):
             self.agent._sessions.remove(self)
         self.agent._forget_abandoned(self)
 
-    def _keepalive_patience(self) -> Patience:
-        """One attempt for a keepalive's whole useful life: its send time can move the deadline
-        only until TTL - margin (see the module doc)."""
+    def _revoke_call(self, patience: Patience) -> Call:
+        return Call("lease.revoke", {"lease": self.lease}, patience)
+
+    def _keepalive_call(self) -> Call:
+        """A keepalive, one attempt for its whole useful life: its send time can move the
+        deadline only until TTL - margin (see the module doc)."""
         useful_s = self.ttl_ms / 1000.0 - self._margin_s
-        return Patience(useful_s, useful_s)
+        return Call("lease.keepalive", {"lease": self.lease}, Patience(useful_s, useful_s))
 
     def _keepalive_failed(self, error: HivekeeperError) -> None:
         if isinstance(error, LeaseNotFound):
@@ -379,48 +420,27 @@ class SessionBase(GuardEvents):
             self.agent._shared.notify()
 
 
-class Session(SessionBase, LockCalls["Guard"]):
+class Session(SessionBase, LockCalls["Guard"], ReservationCalls["Guard"]):
     """A lease held by this agent and kept alive in the background; locks (exclusive, shared,
-    several at once), semaphore permits and waypoint reservations are taken through it (see
-    :class:`~hivekeeper.locks.LockCalls` for the locks and permits), each as a
+    several at once), semaphore permits and waypoint and route reservations are taken through
+    it (see :class:`~hivekeeper.locks.LockCalls` and
+    :class:`~hivekeeper.reservations.ReservationCalls`), each as a
     :class:`~hivekeeper.Guard` carrying its fencing token.
 
     Made by :meth:`Agent.session`. As a context manager, the lease is revoked when the block
     ends (releasing everything it holds, in one log entry).
     """
 
-    def __init__(
-        self,
-        agent: "Agent",
-        ttl_ms: int,
-        granted: Dict[str, Any],
-        sent: float,
-        on_lost: Optional[Callable[[SessionState], None]],
-        lock_delay_ms: int = 0,
-    ) -> None:
-        super().__init__(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
-        #: The agent, typed as the threaded one.
-        self.agent: "Agent" = agent
-        #: The keeper thread: keepalives on their cadence, the deadline, the state.
+    #: The agent, typed as the threaded one.
+    agent: "Agent"
+    #: The keeper thread: keepalives on their cadence, the deadline, the state.
+    _keeper: threading.Thread
+
+    def _start_keeper(self) -> None:
         self._keeper = threading.Thread(
             target=self._keep, name=f"hivekeeper-session-{self.lease}", daemon=True
         )
-
-    @staticmethod
-    def _grant(
-        agent: "Agent",
-        ttl_ms: int,
-        on_lost: Optional[Callable[[SessionState], None]],
-        lock_delay_ms: int,
-    ) -> "Session":
-        """``lease.grant``, then the keeper thread. See :meth:`Agent.session`."""
-        fields = grant_fields(agent, ttl_ms, lock_delay_ms)
-        sent = time.monotonic()
-        granted = agent.request("lease.grant", **fields)
-        session = Session(agent, ttl_ms, granted, sent, on_lost, lock_delay_ms)
-        session._register()
-        session._keeper.start()
-        return session
+        self._keeper.start()
 
     def __enter__(self) -> "Session":
         return self
@@ -445,7 +465,7 @@ class Session(SessionBase, LockCalls["Guard"]):
         if self.state.is_ended():
             return
         try:
-            self.agent._call("lease.revoke", {"lease": self.lease}, patience)
+            self.agent._call(self._revoke_call(patience))
         except LeaseNotFound:
             pass
         self._request_end(SessionState.REVOKED)
@@ -461,53 +481,6 @@ class Session(SessionBase, LockCalls["Guard"]):
             return None
 
     # -- acquiring --------------------------------------------------------------------------
-
-    def waypoint(
-        self,
-        name: str,
-        lat: Optional[float] = None,
-        lon: Optional[float] = None,
-        radius_m: Optional[float] = None,
-        alt_min_m: Optional[float] = None,
-        alt_max_m: Optional[float] = None,
-        wait_ms: Optional[int] = None,
-        *,
-        start_ms: Optional[int] = None,
-        end_ms: Optional[int] = None,
-        priority: Optional[int] = None,
-    ) -> "Guard":
-        """Reserves the waypoint ``name`` and, with ``lat``/``lon``, the vertical cylinder of
-        ``radius_m`` around it between ``alt_min_m`` and ``alt_max_m`` (absent: unbounded).
-        It conflicts with a reservation of the same name, or one whose cylinder is closer than
-        the sum of the radii with an overlapping altitude band and an overlapping time
-        window. ``wait_ms`` as for :meth:`lock`.
-
-        ``start_ms``/``end_ms`` (UTC ms since the Unix epoch) hold it during
-        ``[start_ms, end_ms)`` only; absent, from the request on / until released. A future
-        window is granted now when nothing conflicts with it, and the service ends the
-        reservation by itself at ``end_ms``. ``priority`` 0 (routine, the default) to 3
-        (emergency): a reservation in the way only of lower priorities preempts them
-        (:attr:`Guard.preempted`) instead of waiting behind them. Each is sent only when
-        given."""
-        ask = asks.waypoint(
-            name, lat, lon, radius_m, alt_min_m, alt_max_m, start_ms, end_ms, priority
-        )
-        return self._acquire(ask, wait_ms)
-
-    def route(
-        self,
-        name: str,
-        volumes: Sequence[VolumeLike],
-        wait_ms: Optional[int] = None,
-        priority: Optional[int] = None,
-    ) -> "Guard":
-        """Reserves the route ``name`` (``route.reserve``): 1 to 64 4D ``volumes``
-        (:class:`~hivekeeper.Volume` or dicts with ``lat``, ``lon``, ``radius_m``,
-        ``alt_min_m``, ``alt_max_m``, ``start_ms``, ``end_ms``) as one intent, granted all or
-        nothing with one token, or queued FIFO as a unit. ``wait_ms`` as for :meth:`lock`;
-        ``priority`` as for :meth:`waypoint`. The guard amends (:meth:`Guard.amend`) and
-        releases the route."""
-        return self._acquire(asks.route(name, volumes, priority), wait_ms)
 
     def campaign(self, name: str, value: str, wait_ms: Optional[int] = None) -> "Leadership":
         """Campaigns for the leadership of the election ``name``, announcing ``value`` (what
@@ -556,14 +529,9 @@ class Session(SessionBase, LockCalls["Guard"]):
 
     def _take(self, ask: Ask, wait_ms: Optional[int]) -> int:
         """Asks for ``ask`` and waits for the grant; its token."""
-        fields, patience, abandon = self._begin_acquire(ask, wait_ms)
-        try:
-            result = self.agent._call(
-                ask.op, fields, patience, interrupt=self._interrupt, abandon=abandon
-            )
-        except BaseException as error:
-            self._acquire_failed(ask, error)
-            raise
+        call = self._begin_acquire(ask, wait_ms)
+        with self._acquiring(ask):
+            result = self.agent._call(call)
         return self._granted(ask, result)
 
     def _release_later(self, request: Dict[str, Any]) -> None:
@@ -600,7 +568,7 @@ class Session(SessionBase, LockCalls["Guard"]):
         """One keepalive, under its own request id, retried only across lost connections."""
         sent = time.monotonic()
         try:
-            self.agent._call("lease.keepalive", {"lease": self.lease}, self._keepalive_patience())
+            self.agent._call(self._keepalive_call())
         except HivekeeperError as error:
             self._keepalive_failed(error)
             return

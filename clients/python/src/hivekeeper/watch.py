@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional
 
 from .config import AgentConfig
 from .errors import ConfigError, HivekeeperError, MalformedResponse
 from .kv import KeyValue, _int
 from .protocol import WATCH_POLL_OP, WATCH_POLL_WAIT_MS_DEFAULT
-from .request_loop import Patience
+from .request_loop import Call, Patience
 
 if TYPE_CHECKING:
     from .agent import Agent, AgentBase
@@ -237,9 +237,10 @@ class WatchBase:
     def _interrupt(self) -> Optional[HivekeeperError]:
         return WatchClosed("the watch is closed") if self._closed else None
 
-    def _poll_request(self) -> Tuple[str, Dict[str, Any], Patience]:
-        """The next poll's op, fields and patience, from where the cursor stands."""
-        return WATCH_POLL_OP, self.cursor.fields(), self.cursor.patience(self.agent.config)
+    def _poll_call(self) -> Call:
+        """The next poll, from where the cursor stands; :meth:`close` interrupts it."""
+        patience = self.cursor.patience(self.agent.config)
+        return Call(WATCH_POLL_OP, self.cursor.fields(), patience, self._interrupt)
 
 
 class Watch(WatchBase):
@@ -294,7 +295,7 @@ class Watch(WatchBase):
             if self._ended:
                 raise StopIteration
             try:
-                result = self.agent._call(*self._poll_request(), interrupt=self._interrupt)
+                result = self.agent._call(self._poll_call())
                 page = self.cursor.advance(result)
             except WatchClosed:
                 self._ended = True
