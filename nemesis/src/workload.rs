@@ -260,16 +260,8 @@ async fn cycle<F, W>(
     W: Fn(u64) -> F,
     F: std::future::Future<Output = ()>,
 {
-    let Some(agent) = ctx.connect(agent_id, home).await else {
-        return;
-    };
-    let mut session = None;
-    while !ctx.stopped() {
-        let Some(live) = ctx.live_session(&agent, &mut session).await else {
-            continue;
-        };
-        let invoke_us = ctx.timeline.now_us();
-        let at = ctx.member_of(&agent);
+    let (resource, work) = (&resource, &work);
+    attempts(ctx, agent_id, home, |live, invoke_us, at| async move {
         let wait = SdkWait::AtMost(Duration::from_millis(ctx.wait_ms));
         match live.acquire(resource.clone(), wait).await {
             Ok(guard) => {
@@ -296,6 +288,29 @@ async fn cycle<F, W>(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+    })
+    .await;
+}
+
+/// Connects agent `agent_id` homed on member `home`, then, until the run ends, calls
+/// `attempt` with a live session (a new one when the last was lost), the time of the call and
+/// the member the agent is connected to then.
+async fn attempts<A, F>(ctx: &Context, agent_id: &str, home: usize, mut attempt: A)
+where
+    A: FnMut(Session, u64, Option<usize>) -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let Some(agent) = ctx.connect(agent_id, home).await else {
+        return;
+    };
+    let mut session = None;
+    while !ctx.stopped() {
+        let Some(live) = ctx.live_session(&agent, &mut session).await else {
+            continue;
+        };
+        let invoke_us = ctx.timeline.now_us();
+        let at = ctx.member_of(&agent);
+        attempt(live, invoke_us, at).await;
     }
 }
 
@@ -404,25 +419,18 @@ pub async fn lease(ctx: Context, index: usize) {
 pub async fn probe(ctx: Context, home: usize) {
     let agent_id = format!("{}-probe{home}", ctx.run);
     let lock = format!("{}-probe{home}", ctx.run);
-    let Some(agent) = ctx.connect(&agent_id, home).await else {
-        return;
-    };
-    let mut session = None;
-    while !ctx.stopped() {
-        let Some(live) = ctx.live_session(&agent, &mut session).await else {
-            continue;
-        };
-        let invoke_us = ctx.timeline.now_us();
-        let at = ctx.member_of(&agent);
+    let (ctx, agent_id, lock) = (&ctx, agent_id.as_str(), &lock);
+    attempts(ctx, agent_id, home, |live, invoke_us, at| async move {
         match live.try_lock(lock.clone()).await {
             Ok(guard) => {
-                ctx.wait(&agent_id, at, invoke_us, "granted".into());
+                ctx.wait(agent_id, at, invoke_us, "granted".into());
                 let _ = guard.release().await;
             }
-            Err(error) => ctx.failed(&agent_id, at, invoke_us, &error),
+            Err(error) => ctx.failed(agent_id, at, invoke_us, &error),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 /// The observer: the semaphore's queue as the service shows it, every 100 ms, so the FIFO check

@@ -50,20 +50,20 @@ enum AgentAction {
         target: Target,
     },
     /// Delete an account: its connections are closed and its leases revoked.
-    Remove {
-        /// The agent id.
-        name: String,
-        #[command(flatten)]
-        target: Target,
-    },
+    Remove(Account),
     /// Give an account a new secret and print it, once; the old one stops working and its
     /// connections are closed.
-    Rotate {
-        /// The agent id.
-        name: String,
-        #[command(flatten)]
-        target: Target,
-    },
+    Rotate(Account),
+}
+
+/// The arguments of the actions on one existing account (`remove`, `rotate`): which account,
+/// and the service to ask.
+#[derive(Debug, clap::Args)]
+struct Account {
+    /// The agent id.
+    name: String,
+    #[command(flatten)]
+    target: Target,
 }
 
 /// The help of `agent add --role`: each role with the ops it adds to the roles below it
@@ -99,11 +99,11 @@ pub fn agent(args: AgentArgs) -> anyhow::Result<()> {
                 };
                 print_secret(&target, request_on(&target, op).await?)
             }
-            AgentAction::Rotate { name, target } => {
+            AgentAction::Rotate(Account { name, target }) => {
                 let op = Op::AdminAgentRotate { name };
                 print_secret(&target, request_on(&target, op).await?)
             }
-            AgentAction::Remove { name, target } => {
+            AgentAction::Remove(Account { name, target }) => {
                 request_on::<Done>(&target, Op::AdminAgentRemove { name: name.clone() }).await?;
                 if target.json {
                     println!("{}", json!({ "removed": name }));

@@ -357,14 +357,14 @@ impl Core {
             agent,
             lease,
             request_id,
-            wait_ms,
-            max_hold_ms,
+            ..
         } = *claim;
         let (key, others) = keys
             .split_first()
             .expect("a request waits for at least one resource");
-        let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
-        if let Some(deadline_ms) = deadline_ms {
+        let others = others.iter().map(|other| other.name.clone()).collect();
+        let wait = Wait::of(claim, key, others, ctx.now_ms);
+        if let Some(deadline_ms) = wait.deadline_ms {
             self.deadlines.insert(deadline_ms, agent, request_id);
         }
         let record = self
@@ -375,16 +375,10 @@ impl Core {
             record.waits.insert(key.clone(), request_id.to_string());
         }
         self.waiters_per_kind.add(key.kind);
-        self.waiting.entry(agent.clone()).or_default().insert(
-            request_id.to_string(),
-            Wait {
-                lease,
-                key: key.clone(),
-                deadline_ms,
-                max_hold_ms,
-                others: others.iter().map(|other| other.name.clone()).collect(),
-            },
-        );
+        self.waiting
+            .entry(agent.clone())
+            .or_default()
+            .insert(request_id.to_string(), wait);
         ctx.events.push(Event::Queued {
             key: key.clone(),
             agent: agent.clone(),

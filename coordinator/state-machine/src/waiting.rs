@@ -51,6 +51,18 @@ pub struct Wait {
 }
 
 impl Wait {
+    /// The wait of `claim`, queued for `key` (and a multi-lock's `others`) at `now_ms`: its
+    /// deadline is `wait_ms` after that, on the machine's clock.
+    pub fn of(claim: &Claim<'_>, key: &ResourceKey, others: Vec<Text>, now_ms: u64) -> Wait {
+        Wait {
+            lease: claim.lease,
+            key: key.clone(),
+            deadline_ms: claim.wait_ms.map(|wait_ms| now_ms.saturating_add(wait_ms)),
+            max_hold_ms: claim.max_hold_ms,
+            others,
+        }
+    }
+
     /// Every resource the request waits for: `key`, then the multi-lock's others.
     pub fn keys(&self) -> Vec<ResourceKey> {
         let others = self
@@ -225,8 +237,7 @@ impl Core {
             agent,
             lease,
             request_id,
-            wait_ms,
-            max_hold_ms,
+            ..
         } = *claim;
         let record = self
             .leases
@@ -236,7 +247,6 @@ impl Core {
             .waits
             .insert(key.clone(), request_id.to_string())
             .expect("the caller checked the lease waits on key");
-        let deadline_ms = wait_ms.map(|wait_ms| ctx.now_ms.saturating_add(wait_ms));
         let waits = self.waiting.entry(agent.clone()).or_default();
         let old = waits
             .remove(&old_id)
@@ -249,19 +259,11 @@ impl Core {
             let other = ResourceKey::new(key.kind, other);
             record.waits.insert(other, request_id.to_string());
         }
-        waits.insert(
-            request_id.to_string(),
-            Wait {
-                lease,
-                key: key.clone(),
-                deadline_ms,
-                max_hold_ms,
-                others: old.others,
-            },
-        );
-        if let Some(deadline_ms) = deadline_ms {
+        let wait = Wait::of(claim, key, old.others, ctx.now_ms);
+        if let Some(deadline_ms) = wait.deadline_ms {
             self.deadlines.insert(deadline_ms, agent, request_id);
         }
+        waits.insert(request_id.to_string(), wait);
         let reply = Reply::refused(
             ErrorCode::Timeout,
             format!("superseded by request id {request_id:?}: the wait for {key} goes on under it"),

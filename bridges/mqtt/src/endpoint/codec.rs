@@ -217,14 +217,11 @@ fn decode_v4(buf: &mut BytesMut, packet_bytes_max: usize) -> Result<Option<Incom
         }),
         m4::Packet::PubAck(ack) => Incoming::PubAck(ack.pkid),
         m4::Packet::PubRel(rel) => Incoming::PubRel(rel.pkid),
-        m4::Packet::Subscribe(subscribe) => Incoming::Subscribe(
-            subscribe.pkid,
-            subscribe
-                .filters
-                .into_iter()
-                .map(|filter| (filter.path, filter.qos as Qos))
-                .collect(),
-        ),
+        m4::Packet::Subscribe(subscribe) => {
+            subscription(subscribe.pkid, subscribe.filters, |filter| {
+                (filter.path, filter.qos as Qos)
+            })
+        }
         m4::Packet::Unsubscribe(unsubscribe) => {
             Incoming::Unsubscribe(unsubscribe.pkid, unsubscribe.topics)
         }
@@ -271,14 +268,11 @@ fn decode_v5(buf: &mut BytesMut, packet_bytes_max: usize) -> Result<Option<Incom
         }
         m5::Packet::PubAck(ack) => Incoming::PubAck(ack.pkid),
         m5::Packet::PubRel(rel) => Incoming::PubRel(rel.pkid),
-        m5::Packet::Subscribe(subscribe) => Incoming::Subscribe(
-            subscribe.pkid,
-            subscribe
-                .filters
-                .into_iter()
-                .map(|filter| (filter.path, filter.qos as Qos))
-                .collect(),
-        ),
+        m5::Packet::Subscribe(subscribe) => {
+            subscription(subscribe.pkid, subscribe.filters, |filter| {
+                (filter.path, filter.qos as Qos)
+            })
+        }
         m5::Packet::Unsubscribe(unsubscribe) => {
             Incoming::Unsubscribe(unsubscribe.pkid, unsubscribe.filters)
         }
@@ -292,6 +286,12 @@ fn decode_v5(buf: &mut BytesMut, packet_bytes_max: usize) -> Result<Option<Incom
         m5::Packet::UnsubAck(_) => Incoming::Unexpected("UNSUBACK"),
         m5::Packet::PingResp(_) => Incoming::Unexpected("PINGRESP"),
     }))
+}
+
+/// A SUBSCRIBE's packet id and its filters as (topic filter, requested QoS), from either
+/// version's filter type by `path_qos`.
+fn subscription<F>(pkid: u16, filters: Vec<F>, path_qos: fn(F) -> (String, Qos)) -> Incoming {
+    Incoming::Subscribe(pkid, filters.into_iter().map(path_qos).collect())
 }
 
 /// Why a CONNECT is refused, in the CONNACK.
