@@ -107,7 +107,7 @@ impl FanOut {
     /// entry whatever was applied before the fan-out was installed (a restart's replay).
     fn refresh_waiters(&self) {
         if let Some(counts) = self.read("waiters", |sm| sm.waiter_counts()) {
-            NodeMetrics::waiters(|kind| counts.get(kind));
+            self.metrics().waiters(|kind| counts.get(kind));
         }
     }
 
@@ -115,7 +115,7 @@ impl FanOut {
     /// an entry granted or ended one, or the machine was replaced.
     fn refresh_leases_active(&self) {
         if let Some(active) = self.read("leases_active", |sm| sm.lease_count()) {
-            NodeMetrics::leases_active(active);
+            self.metrics().leases_active(active);
         }
     }
 
@@ -127,8 +127,9 @@ impl FanOut {
             (sm.dedup_agent_count(), sm.cluster_version())
         });
         if let Some((agents, cluster_version)) = read {
-            NodeMetrics::dedup_agents(agents);
-            NodeMetrics::cluster_version(cluster_version);
+            let metrics = self.metrics();
+            metrics.dedup_agents(agents);
+            metrics.cluster_version(cluster_version);
         }
     }
 
@@ -225,7 +226,7 @@ impl FanOut {
             return;
         };
         *seen = revision;
-        NodeMetrics::key_space(keys, bytes, compact_revision, new_events);
+        self.metrics().key_space(keys, bytes, compact_revision, new_events);
         match events {
             None => {}
             Some(Ok(page)) if page.progress.is_some() => self.watches.changed(&page.events),

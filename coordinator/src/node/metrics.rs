@@ -35,7 +35,10 @@
 use std::collections::{HashMap, HashSet};
 
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Response};
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge,
+    histogram,
+};
 
 use crate::state_machine::{Event, LeaseEnd, LeaseId, ReleaseReason, ResourceKey};
 
@@ -223,6 +226,11 @@ pub fn kind_label(kind: ResourceKind) -> &'static str {
 /// Every way a lease ends, for `hivekeeper_leases_ended_total{reason}`.
 const LEASE_ENDS: [LeaseEnd; 3] = [LeaseEnd::Revoked, LeaseEnd::Expired, LeaseEnd::AdminRevoked];
 
+/// A lease end's place in [`LEASE_ENDS`].
+fn lease_end_slot(reason: LeaseEnd) -> usize {
+    LEASE_ENDS.iter().position(|end| *end == reason).unwrap_or(0)
+}
+
 /// The `reason` label of a lease's end.
 fn lease_end_label(reason: LeaseEnd) -> &'static str {
     match reason {
@@ -240,6 +248,11 @@ const RELEASE_REASONS: [ReleaseReason; 5] = [
     ReleaseReason::Preempted,
     ReleaseReason::MaxHold,
 ];
+
+/// A hold end's place in [`RELEASE_REASONS`].
+fn release_reason_slot(reason: ReleaseReason) -> usize {
+    RELEASE_REASONS.iter().position(|end| *end == reason).unwrap_or(0)
+}
 
 /// The `reason` label of a hold's end.
 fn release_reason_label(reason: ReleaseReason) -> &'static str {
@@ -343,7 +356,7 @@ pub(super) fn keepalive_ttl_used(
 }
 
 /// The gauges' bookkeeping, owned by the fan-out.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct NodeMetrics {
     /// The kind and number of the holds seen granted and not yet released, by fencing token
     /// and lease (a token is unique across the machine but for a barrier's round, whose members
@@ -353,6 +366,79 @@ pub(super) struct NodeMetrics {
     holds: HashMap<(u64, LeaseId), (ResourceKind, u32)>,
     /// `holds` counted per kind, in [`KINDS`] order, so a change costs no scan.
     held: [u64; KINDS.len()],
+    /// The series the fan-out moves, each looked up in the registry once.
+    series: Series,
+}
+
+/// Handles of the series the fan-out moves on every entry, looked up in the recorder's registry
+/// once: the `metrics` macros build a key (its labels allocated) and look it up on every call,
+/// several times an entry.
+#[derive(Debug)]
+struct Series {
+    leases_granted: Counter,
+    /// By [`LEASE_ENDS`] order.
+    leases_ended: [Counter; LEASE_ENDS.len()],
+    leases_active: Gauge,
+    dedup_agents: Gauge,
+    cluster_version: Gauge,
+    kv_keys: Gauge,
+    kv_bytes: Gauge,
+    kv_compact_revision: Gauge,
+    kv_events: Counter,
+    preemptions_withdrawn: Counter,
+    /// By [`KINDS`] order.
+    kinds: [KindSeries; KINDS.len()],
+}
+
+/// One resource kind's series.
+#[derive(Debug)]
+struct KindSeries {
+    grants: Counter,
+    handovers: Counter,
+    /// By [`RELEASE_REASONS`] order.
+    releases: [Counter; RELEASE_REASONS.len()],
+    wait: Histogram,
+    hold: Histogram,
+    held: Gauge,
+    waiters: Gauge,
+}
+
+impl Series {
+    /// The handles, from the recorder installed now (a no-op recorder's when none is).
+    fn register() -> Series {
+        Series {
+            leases_granted: counter!(LEASES_GRANTED_TOTAL),
+            leases_ended: LEASE_ENDS
+                .map(|reason| counter!(LEASES_ENDED_TOTAL, "reason" => lease_end_label(reason))),
+            leases_active: gauge!(LEASES_ACTIVE),
+            dedup_agents: gauge!(DEDUP_AGENTS),
+            cluster_version: gauge!(CLUSTER_VERSION),
+            kv_keys: gauge!(KV_KEYS),
+            kv_bytes: gauge!(KV_BYTES),
+            kv_compact_revision: gauge!(KV_COMPACT_REVISION),
+            kv_events: counter!(KV_EVENTS_TOTAL),
+            preemptions_withdrawn: counter!(PREEMPTIONS_WITHDRAWN_TOTAL),
+            kinds: KINDS.map(|kind| {
+                let kind = kind_label(kind);
+                KindSeries {
+                    grants: counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind),
+                    handovers: counter!(RESOURCE_HANDOVERS_TOTAL, "kind" => kind),
+                    releases: RELEASE_REASONS.map(|reason| {
+                        let reason = release_reason_label(reason);
+                        counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason)
+                    }),
+                    wait: histogram!(RESOURCE_WAIT_SECONDS, "kind" => kind),
+                    hold: histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind),
+                    held: gauge!(RESOURCE_HELD, "kind" => kind),
+                    waiters: gauge!(RESOURCE_WAITERS, "kind" => kind),
+                }
+            }),
+        }
+    }
+
+    fn kind(&self, kind: ResourceKind) -> &KindSeries {
+        &self.kinds[slot(kind)]
+    }
 }
 
 /// A kind's place in [`KINDS`]: its place in the declaration, which [`ResourceKind::ALL`]
@@ -366,18 +452,20 @@ impl NodeMetrics {
     /// ([`register_series`]), so they are exported before the first event.
     pub fn new() -> NodeMetrics {
         register_series();
-        let metrics = NodeMetrics::default();
+        let metrics = NodeMetrics {
+            holds: HashMap::new(),
+            held: [0; KINDS.len()],
+            series: Series::register(),
+        };
         metrics.publish_held();
-        for kind in KINDS {
-            gauge!(RESOURCE_WAITERS, "kind" => kind_label(kind)).set(0.0);
-        }
+        metrics.waiters(|_| 0);
         metrics
     }
 
     /// Sets `hivekeeper_resource_waiters` to `count(kind)` for every kind.
-    pub fn waiters(count: impl Fn(ResourceKind) -> usize) {
+    pub fn waiters(&self, count: impl Fn(ResourceKind) -> usize) {
         for kind in KINDS {
-            gauge!(RESOURCE_WAITERS, "kind" => kind_label(kind)).set(count(kind) as f64);
+            self.series.kind(kind).waiters.set(count(kind) as f64);
         }
     }
 
@@ -399,14 +487,13 @@ impl NodeMetrics {
                 Event::LeaseGranted { .. } => {
                     leases_changed = true;
                     if !replayed {
-                        counter!(LEASES_GRANTED_TOTAL).increment(1);
+                        self.series.leases_granted.increment(1);
                     }
                 }
                 Event::LeaseEnded { reason, .. } => {
                     leases_changed = true;
                     if !replayed {
-                        counter!(LEASES_ENDED_TOTAL, "reason" => lease_end_label(*reason))
-                            .increment(1);
+                        self.series.leases_ended[lease_end_slot(*reason)].increment(1);
                     }
                 }
                 Event::Granted {
@@ -422,13 +509,12 @@ impl NodeMetrics {
                     self.held[slot(key.kind)] += 1;
                     held_changed = true;
                     if !replayed {
-                        let kind = kind_label(key.kind);
-                        counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind).increment(1);
+                        let series = self.series.kind(key.kind);
+                        series.grants.increment(1);
                         if *queued && released.contains(key) {
-                            counter!(RESOURCE_HANDOVERS_TOTAL, "kind" => kind).increment(1);
+                            series.handovers.increment(1);
                         }
-                        histogram!(RESOURCE_WAIT_SECONDS, "kind" => kind)
-                            .record(*waited_ms as f64 / 1_000.0);
+                        series.wait.record(*waited_ms as f64 / 1_000.0);
                     }
                 }
                 Event::Released {
@@ -449,12 +535,9 @@ impl NodeMetrics {
                         }
                     }
                     if !replayed {
-                        let kind = kind_label(key.kind);
-                        let reason = release_reason_label(*reason);
-                        counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason)
-                            .increment(1);
-                        histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind)
-                            .record(*held_ms as f64 / 1_000.0);
+                        let series = self.series.kind(key.kind);
+                        series.releases[release_reason_slot(*reason)].increment(1);
+                        series.hold.record(*held_ms as f64 / 1_000.0);
                     }
                 }
                 Event::Preempted { priority, .. } => {
@@ -465,7 +548,7 @@ impl NodeMetrics {
                 }
                 Event::PreemptionWithdrawn { .. } => {
                     if !replayed {
-                        counter!(PREEMPTIONS_WITHDRAWN_TOTAL).increment(1);
+                        self.series.preemptions_withdrawn.increment(1);
                     }
                 }
                 Event::Queued { .. } | Event::Respond { .. } | Event::AccountChanged { .. } => {}
@@ -485,16 +568,16 @@ impl NodeMetrics {
     }
 
     /// Sets `hivekeeper_leases_active`.
-    pub fn leases_active(count: usize) {
-        gauge!(LEASES_ACTIVE).set(count as f64);
+    pub fn leases_active(&self, count: usize) {
+        self.series.leases_active.set(count as f64);
     }
 
     /// Sets the key space's gauges and counts its new events.
-    pub fn key_space(keys: usize, bytes: u64, compact_revision: u64, new_events: usize) {
-        gauge!(KV_KEYS).set(keys as f64);
-        gauge!(KV_BYTES).set(bytes as f64);
-        gauge!(KV_COMPACT_REVISION).set(compact_revision as f64);
-        counter!(KV_EVENTS_TOTAL).increment(new_events as u64);
+    pub fn key_space(&self, keys: usize, bytes: u64, compact_revision: u64, new_events: usize) {
+        self.series.kv_keys.set(keys as f64);
+        self.series.kv_bytes.set(bytes as f64);
+        self.series.kv_compact_revision.set(compact_revision as f64);
+        self.series.kv_events.increment(new_events as u64);
     }
 
     /// Sets `hivekeeper_watch_polls_pending`.
@@ -503,18 +586,18 @@ impl NodeMetrics {
     }
 
     /// Sets `hivekeeper_dedup_agents`.
-    pub fn dedup_agents(count: usize) {
-        gauge!(DEDUP_AGENTS).set(count as f64);
+    pub fn dedup_agents(&self, count: usize) {
+        self.series.dedup_agents.set(count as f64);
     }
 
     /// Sets `hivekeeper_cluster_version`.
-    pub fn cluster_version(version: u32) {
-        gauge!(CLUSTER_VERSION).set(f64::from(version));
+    pub fn cluster_version(&self, version: u32) {
+        self.series.cluster_version.set(f64::from(version));
     }
 
     fn publish_held(&self) {
         for kind in KINDS {
-            gauge!(RESOURCE_HELD, "kind" => kind_label(kind)).set(self.held[slot(kind)] as f64);
+            self.series.kind(kind).held.set(self.held[slot(kind)] as f64);
         }
     }
 }
@@ -547,7 +630,7 @@ mod tests {
             held_ms: 5,
             reason: ReleaseReason::Released,
         };
-        let mut metrics = NodeMetrics::default();
+        let mut metrics = NodeMetrics::new();
         metrics.entry(&[granted(1), granted(2), granted(3)], false);
         assert_eq!(metrics.held[slot(ResourceKind::Barrier)], 3);
         metrics.entry(&[released(2)], false);
@@ -579,7 +662,7 @@ mod tests {
             held_ms: 0,
             reason: ReleaseReason::Released,
         };
-        let mut metrics = NodeMetrics::default();
+        let mut metrics = NodeMetrics::new();
         let locks = slot(ResourceKind::Lock);
         metrics.entry(&[granted("a"), granted("b")], true);
         assert_eq!(metrics.held[locks], 2);

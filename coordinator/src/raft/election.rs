@@ -45,13 +45,11 @@ use openraft::error::Fatal;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::metrics_watch::MetricsWatch;
 use super::types::{LogId, NodeId, Raft, TypeConfig, Vote};
 
 /// Whether the driver's elections start with a Pre-Vote round (see [`drive`]).
 const PRE_VOTE: bool = true;
-
-/// openraft's metrics as the driver reads them.
-type Metrics = super::types::RaftMetrics;
 
 /// What the election timer knows, shared by the peer server, the network and the driver.
 #[derive(Debug)]
@@ -293,7 +291,7 @@ impl ElectErrors {
 /// term inflation after a partition heals).
 pub async fn drive(
     raft: Raft,
-    metrics: watch::Receiver<Metrics>,
+    metrics: MetricsWatch,
     me: NodeId,
     clock: Arc<ElectionClock>,
 ) {
@@ -311,7 +309,7 @@ pub async fn drive(
 /// attempt comes after the jitter, not at once. The driver ends when Raft does: its metrics
 /// report `Shutdown`, or their sender is gone.
 async fn drive_with<F, Fut>(
-    mut metrics: watch::Receiver<Metrics>,
+    mut metrics: MetricsWatch,
     me: NodeId,
     clock: Arc<ElectionClock>,
     mut elect: F,
@@ -356,7 +354,7 @@ async fn drive_with<F, Fut>(
             Some(due) if Instant::now() >= due => {
                 // The state may have moved since it was read (a vote granted a moment ago):
                 // decide again on the fresh one rather than depose a leader just elected.
-                if metrics.has_changed().unwrap_or(false) {
+                if metrics.take_change().unwrap_or(false) {
                     continue;
                 }
                 clock.campaigned();
@@ -367,7 +365,7 @@ async fn drive_with<F, Fut>(
                     "no leader heard within the election timeout: campaigning"
                 );
                 if let Err(error) = elect().await {
-                    if metrics.has_changed().is_err() {
+                    if metrics.take_change().is_err() {
                         // Raft is gone (shut down, or stopped by a fatal error it reports
                         // itself): there is nothing left to elect.
                         return;
@@ -396,11 +394,13 @@ mod tests {
     use std::collections::BTreeSet;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use super::super::metrics_watch::testing::channel as metrics_channel;
+    use super::super::types::RaftMetrics;
     use super::*;
 
     /// Metrics of node 1, the only voter of its cluster (it elects itself as soon as due).
-    fn sole_voter_metrics() -> Metrics {
-        let mut metrics = Metrics::new_initial(1);
+    fn sole_voter_metrics() -> RaftMetrics {
+        let mut metrics = RaftMetrics::new_initial(1);
         let membership = openraft::Membership::new(
             vec![BTreeSet::from([1])],
             BTreeMap::from([(1, super::super::types::Member::default())]),
@@ -415,7 +415,7 @@ mod tests {
     /// then end, and this test would fail.
     #[tokio::test(start_paused = true)]
     async fn the_election_driver_survives_elect_errors_and_ends_only_with_raft() {
-        let (metrics_tx, metrics) = watch::channel(sole_voter_metrics());
+        let (metrics_tx, metrics) = metrics_channel(sole_voter_metrics());
         let calls = Arc::new(AtomicUsize::new(0));
         let elect = {
             let calls = calls.clone();

@@ -13,6 +13,7 @@
 
 use tokio::sync::watch;
 
+use super::metrics_watch::MetricsWatch;
 use super::types::{NodeId, RaftMetrics};
 
 /// What this node knows about leadership, as one value.
@@ -60,7 +61,7 @@ fn leadership_of(metrics: &RaftMetrics, me: NodeId, searching: bool) -> Leadersh
 /// Starts the task that follows `raft`'s metrics and returns the watch it publishes. The task
 /// ends when Raft shuts down (its metrics watch closes); the last value stays readable.
 pub(crate) fn follow(
-    mut metrics: watch::Receiver<RaftMetrics>,
+    mut metrics: MetricsWatch,
     mut searching: watch::Receiver<bool>,
     me: NodeId,
 ) -> watch::Receiver<Leadership> {
@@ -122,6 +123,7 @@ const ENDED_UNREPORTED: &str =
 mod tests {
     use openraft::error::Fatal;
 
+    use super::super::metrics_watch::testing::channel as metrics_channel;
     use super::super::types::TypeConfig;
     use super::*;
 
@@ -131,15 +133,15 @@ mod tests {
     async fn stop_seen_by_the_watch(
         running_state: Result<(), Fatal<TypeConfig>>,
     ) -> Option<String> {
-        let (metrics_tx, metrics) = watch::channel(RaftMetrics::new_initial(1));
+        let (metrics_tx, metrics) = metrics_channel(RaftMetrics::new_initial(1));
         let (searching_tx, searching) = watch::channel(false);
         let mut leadership = follow(metrics, searching, 1);
         // The task starts and waits on both channels.
         tokio::task::yield_now().await;
-        let mut last = metrics_tx.borrow().clone();
+        let mut last = metrics_tx.borrow();
         last.state = openraft::ServerState::Shutdown;
         last.running_state = running_state;
-        metrics_tx.send(last).expect("the task holds a receiver");
+        assert!(metrics_tx.send(last), "the task holds a receiver");
         drop((metrics_tx, searching_tx));
         // The task ends once the metrics are closed; its last value stays.
         while leadership.changed().await.is_ok() {}
@@ -170,7 +172,7 @@ mod tests {
     /// with `running_state` still `Ok`): the node must hear of it as of any other stop.
     #[tokio::test(flavor = "current_thread")]
     async fn a_core_that_ends_without_a_word_is_published_as_stopped() {
-        let (metrics_tx, metrics) = watch::channel(RaftMetrics::new_initial(1));
+        let (metrics_tx, metrics) = metrics_channel(RaftMetrics::new_initial(1));
         let (_searching_tx, searching) = watch::channel(false);
         let mut leadership = follow(metrics, searching, 1);
         tokio::task::yield_now().await;

@@ -74,6 +74,7 @@ mod leadership;
 mod log_store;
 mod membership;
 pub mod metrics;
+mod metrics_watch;
 mod network;
 mod quorum;
 mod read_index;
@@ -119,6 +120,8 @@ use database::Db;
 use quorum::LeaderSince;
 use read_index::ReadIndex;
 use tokio::sync::watch;
+
+use metrics_watch::MetricsWatch;
 use transport::client::Dialler;
 use writer::Store;
 
@@ -258,7 +261,7 @@ pub async fn open_with_network(
             return Err(error.into());
         }
     };
-    let metrics = watch_metrics(&raft);
+    let metrics = MetricsWatch::of(&raft);
     let searching = election.searching();
     tokio::spawn(election::drive(
         raft.clone(),
@@ -287,24 +290,6 @@ pub async fn open_with_network(
         clock_offset_ms: AtomicI64::new(0),
     };
     Ok(handle)
-}
-
-/// openraft's metrics on a tokio watch, which every watcher here reads (openraft 0.10 hands
-/// out its runtime's own receiver type). A task copies each change over; it ends when Raft
-/// shuts down (openraft's watch closes), leaving the last value readable.
-fn watch_metrics(raft: &Raft) -> watch::Receiver<RaftMetrics> {
-    use openraft::async_runtime::WatchReceiver;
-    let mut source = raft.metrics();
-    let (publish, metrics) = watch::channel(source.borrow_watched().clone());
-    tokio::spawn(async move {
-        while source.changed().await.is_ok() {
-            let now = source.borrow_and_update().clone();
-            if publish.send(now).is_err() {
-                break;
-            }
-        }
-    });
-    metrics
 }
 
 /// The exit status of `hivekeeper serve` when the state machine panicked applying an entry
@@ -357,8 +342,8 @@ pub struct RaftHandle {
     node_id: NodeId,
     /// Leadership as one value, published on change ([`RaftHandle::leadership`]).
     leadership: watch::Receiver<Leadership>,
-    /// openraft's metrics, as they change (`watch_metrics`).
-    metrics: watch::Receiver<RaftMetrics>,
+    /// openraft's metrics, as they change (`metrics_watch.rs`).
+    metrics: MetricsWatch,
     /// Leadership confirmations shared by concurrent keepalives and reads.
     read_index: ReadIndex,
     /// The file and its writer (closed at shutdown).
@@ -542,11 +527,10 @@ impl RaftHandle {
             what,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         };
-        let found = tokio::time::timeout(timeout, metrics.wait_for(|now| condition(now)))
+        tokio::time::timeout(timeout, metrics.wait_for(condition))
             .await
             .map_err(|_| timed_out())?
-            .map_err(|_| timed_out())?;
-        Ok(found.clone())
+            .map_err(|_| timed_out())
     }
 
     /// Waits until a leader other than `gone` is known (any leader when `gone` is `None`),
