@@ -181,10 +181,9 @@ impl RaftHandle {
         };
         self.membership_settled().await;
         let changed = self.raft.change_membership(change, false).await?.log_id;
-        // This handle reads openraft's metrics through a relay task (`watch_metrics`), which may
-        // not have passed the change on yet: wait until it has, so that `members()` right after
-        // this returns shows it (a race `tests/cluster.rs` hit, 1 run in about 6). Bounded; the
-        // change is committed either way.
+        // openraft may answer before it publishes the metrics that show the change: wait until
+        // they do, so that `members()` right after this returns shows it (a race
+        // `tests/cluster.rs` hit, 1 run in about 6). Bounded; the change is committed either way.
         let _ = self
             .wait_for(self.quorum_timeout, "the removal to show", |m| {
                 m.membership_config
