@@ -226,7 +226,8 @@ impl FanOut {
             return;
         };
         *seen = revision;
-        self.metrics().key_space(keys, bytes, compact_revision, new_events);
+        self.metrics()
+            .key_space(keys, bytes, compact_revision, new_events);
         match events {
             None => {}
             Some(Ok(page)) if page.progress.is_some() => self.watches.changed(&page.events),

@@ -36,8 +36,8 @@ use std::collections::{HashMap, HashSet};
 
 use hivekeeper_protocol::{Op, Priority, ResourceKind, Response};
 use metrics::{
-    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge,
-    histogram,
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
 };
 
 use crate::state_machine::{Event, LeaseEnd, LeaseId, ReleaseReason, ResourceKey};
@@ -228,7 +228,10 @@ const LEASE_ENDS: [LeaseEnd; 3] = [LeaseEnd::Revoked, LeaseEnd::Expired, LeaseEn
 
 /// A lease end's place in [`LEASE_ENDS`].
 fn lease_end_slot(reason: LeaseEnd) -> usize {
-    LEASE_ENDS.iter().position(|end| *end == reason).unwrap_or(0)
+    LEASE_ENDS
+        .iter()
+        .position(|end| *end == reason)
+        .unwrap_or(0)
 }
 
 /// The `reason` label of a lease's end.
@@ -251,7 +254,10 @@ const RELEASE_REASONS: [ReleaseReason; 5] = [
 
 /// A hold end's place in [`RELEASE_REASONS`].
 fn release_reason_slot(reason: ReleaseReason) -> usize {
-    RELEASE_REASONS.iter().position(|end| *end == reason).unwrap_or(0)
+    RELEASE_REASONS
+        .iter()
+        .position(|end| *end == reason)
+        .unwrap_or(0)
 }
 
 /// The `reason` label of a hold's end.
@@ -597,7 +603,10 @@ impl NodeMetrics {
 
     fn publish_held(&self) {
         for kind in KINDS {
-            self.series.kind(kind).held.set(self.held[slot(kind)] as f64);
+            self.series
+                .kind(kind)
+                .held
+                .set(self.held[slot(kind)] as f64);
         }
     }
 }

@@ -289,12 +289,7 @@ impl ElectErrors {
 /// cut off from the others (a partition, a paused process) therefore keeps its term while it
 /// cannot win, and does not depose the live leader with a higher term when it comes back (no
 /// term inflation after a partition heals).
-pub async fn drive(
-    raft: Raft,
-    metrics: MetricsWatch,
-    me: NodeId,
-    clock: Arc<ElectionClock>,
-) {
+pub async fn drive(raft: Raft, metrics: MetricsWatch, me: NodeId, clock: Arc<ElectionClock>) {
     let elect = move || {
         let raft = raft.clone();
         async move { raft.trigger().elect(PRE_VOTE).await }
