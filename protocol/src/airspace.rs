@@ -25,6 +25,7 @@ pub const CONFLICT_PAGE_VOLUMES_MAX: usize = 128;
 /// The single cylinder of an `airspace.query`: a [`Volume`] whose window is optional. Without
 /// `start_ms` the window starts at the machine's time; without `end_ms` it has no end; without
 /// either it is "from now on".
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueryVolume {
@@ -39,10 +40,8 @@ pub struct QueryVolume {
     /// Top of the altitude band, metres.
     pub alt_max_m: f64,
     /// Start of the time window, UTC ms since the Unix epoch; absent: the machine's time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ms: Option<u64>,
     /// End of the time window, exclusive; absent: no end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<u64>,
 }
 
@@ -70,6 +69,7 @@ pub enum ReservationKind {
 }
 
 /// One held reservation in an `airspace.query` answer, with the part of it that conflicts.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConflictInfo {
     /// The reservation's name (a waypoint name).
@@ -84,14 +84,11 @@ pub struct ConflictInfo {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lease: String,
     /// A waypoint's cylinder.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub area: Option<Area>,
     /// A waypoint's window start, ms since the Unix epoch (absent: a waypoint without window,
     /// which holds its cylinder for all time).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ms: Option<u64>,
     /// A waypoint's window end, exclusive (absent: no end).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ms: Option<u64>,
     /// A route's volumes that conflict with the query, in flight order (the others are left
     /// out).
@@ -102,7 +99,6 @@ pub struct ConflictInfo {
     pub volume_indexes: Vec<u32>,
     /// The reservation's priority, when above routine (absent: 0): a planner with a higher
     /// priority may preempt it rather than pick another slot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
 }
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::priority::Priority;
 
 /// One event.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event")]
 pub enum Event {
@@ -32,7 +33,6 @@ pub enum Event {
         /// The token of the hold that ended.
         token: u64,
         /// Why, when it is not the lease's end; absent: the lease ended.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<LostReason>,
     },
     /// Semaphore permits were taken away because their lease ended, or because their
@@ -44,7 +44,6 @@ pub enum Event {
         /// The token of the hold that ended.
         token: u64,
         /// As for `lock.lost`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<LostReason>,
     },
     /// A waypoint reservation (or a route) was taken away because its lease ended, or because

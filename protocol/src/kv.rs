@@ -99,6 +99,7 @@ pub fn election_key(name: &str) -> String {
 }
 
 /// One key as it is read and as events carry it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyValue {
     /// The key, 1 to 512 bytes of UTF-8.
@@ -112,7 +113,6 @@ pub struct KeyValue {
     /// Puts since creation: 1 after the creating put.
     pub version: u64,
     /// The lease the key is deleted with, if any (its wire id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
 }
 
@@ -151,6 +151,7 @@ impl KeySelector {
 }
 
 /// A put: the key, its new value and lease, and whether to answer the previous key.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Put {
@@ -160,7 +161,6 @@ pub struct Put {
     pub value: String,
     /// The lease to bind it to (replacing any it had), or none: a put without a lease unbinds
     /// the key, as in etcd.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
     /// Answer the key as it was before the put.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -168,32 +168,28 @@ pub struct Put {
 }
 
 /// A txn's delete: one key or every key with a prefix.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Delete {
     /// One key; exactly one of `key` and `prefix`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Every key with this prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
 }
 
 /// A txn's read: one key, or a page of a prefix.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Get {
     /// One key; exactly one of `key` and `prefix`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Every key with this prefix, a page at a time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// For a prefix: only keys after this one (the previous page's `next_after`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
     /// For a prefix: most keys in the page, 1 to [`KV_PAGE_MAX`]; absent: the maximum.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
 }
 
@@ -317,10 +313,10 @@ pub enum TxnOp {
 }
 
 /// What a put answers inside a txn.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutResult {
     /// The key before the put, when asked for and it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_kv: Option<KeyValue>,
 }
 
@@ -332,12 +328,12 @@ pub struct Deleted {
 }
 
 /// One page of keys in byte order, as a txn's get answers it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RangePage {
     /// The keys, in byte order.
     pub kvs: Vec<KeyValue>,
     /// The last key of this page when more keys follow: pass it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
 }
 
@@ -376,6 +372,7 @@ pub struct KvEvent {
 }
 
 /// One page of a watch's events.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchPage {
     /// The matching events, whole revisions in revision order (or one fragment of a revision
@@ -387,24 +384,23 @@ pub struct WatchPage {
     /// [`ANSWER_BYTES_MAX`] alone, so they come in several answers, in key order, and this is
     /// the last key sent. The next call passes it back as `after_key` (with `after: next`) and
     /// gets the rest of that revision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_key: Option<String>,
     /// When no matching event remains: the revision up to which nothing else matched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<u64>,
 }
 
 /// The answer to `kv.put`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvPutDone {
     /// The put's revision.
     pub revision: u64,
     /// The key before the put, when `prev_kv` asked for it and it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_kv: Option<KeyValue>,
 }
 
 /// The answer to `kv.get`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvPage {
     /// The service's revision the read saw: a watch from it misses nothing.
@@ -412,7 +408,6 @@ pub struct KvPage {
     /// The keys, in byte order.
     pub kvs: Vec<KeyValue>,
     /// Present when more keys follow: send it as `after` for the next page.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after: Option<String>,
 }
 

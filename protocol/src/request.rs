@@ -160,6 +160,9 @@ declare_ops! {
 /// and units are the wire's; `#[op(name, class)]` gives its wire name and who answers it
 /// ([`OpClass`]), `since = N` the cluster version it needs if above 1. [`Op::NAMES`],
 /// [`Op::name`], [`Op::class`], [`Op::cluster_version_needed`] and the serde tag derive from it.
+/// An `Option` field is optional on the wire and left out when `None` (`skip_serializing_none`,
+/// as on every wire type whose optional fields are all left out when absent).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
 pub enum Op {
@@ -194,11 +197,9 @@ pub enum Op {
         /// The lease the lock will be bound to.
         lease: String,
         /// Absent: wait while the lease lives. `0`: try once. `n`: wait at most n ms.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
         /// The hold ends this long after its grant (ms, at least 1, at most the service's
         /// longest lease TTL), whether or not the lease lives; absent: no bound.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         max_hold_ms: Option<u64>,
         /// Exclusive (absent, the default) or shared with other shared holders
         /// ([`crate::LockMode`]).
@@ -232,10 +233,8 @@ pub enum Op {
         /// The lease the locks will be bound to.
         lease: String,
         /// As for `lock.acquire`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
         /// As for `lock.acquire`: at the end the hold of every name ends together.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         max_hold_ms: Option<u64>,
         /// As for `lock.acquire`: every name in this mode.
         #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
@@ -262,10 +261,8 @@ pub enum Op {
         #[serde(default = "one")]
         permits: u32,
         /// As for `lock.acquire`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
         /// As for `lock.acquire`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         max_hold_ms: Option<u64>,
     },
     /// Give back the permits a lease holds on a semaphore.
@@ -284,30 +281,22 @@ pub enum Op {
         /// The lease the reservation will be bound to.
         lease: String,
         /// Latitude of the cylinder's axis, degrees (WGS84).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         lat: Option<f64>,
         /// Longitude of the cylinder's axis, degrees (WGS84).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         lon: Option<f64>,
         /// Bottom of the altitude band, metres; absent means no lower bound.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         alt_min_m: Option<f64>,
         /// Top of the altitude band, metres; absent means no upper bound.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         alt_max_m: Option<f64>,
         /// Radius of the cylinder, metres; 0 by default (a vertical line).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         radius_m: Option<f64>,
         /// As for `lock.acquire`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
         /// Start of the reservation's time window, UTC milliseconds since the Unix epoch,
         /// compared with the log entry's time; absent: from the entry's time.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         start_ms: Option<u64>,
         /// End of the window, exclusive (`[start_ms, end_ms)`); the reservation ends by itself
         /// then. Absent: until released.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         end_ms: Option<u64>,
         /// The priority, 0 (routine, the default) to 3 (emergency); a request that conflicts
         /// only with lower priorities preempts them (`priority.rs`).
@@ -335,7 +324,6 @@ pub enum Op {
         /// Its volumes, in flight order.
         volumes: Vec<Volume>,
         /// As for `lock.acquire`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
         /// The priority, as for `waypoint.reserve`.
         #[serde(default, skip_serializing_if = "Priority::is_routine")]
@@ -370,17 +358,13 @@ pub enum Op {
     AirspaceQuery {
         /// One cylinder, its window optional (absent: from the machine's time on); exactly one
         /// of `volume` and `volumes`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         volume: Option<QueryVolume>,
         /// A route's volumes, 1 to [`crate::validate::ROUTE_VOLUMES_MAX`].
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         volumes: Option<Vec<Volume>>,
         /// Only reservations whose name is after this (the previous page's `next_after`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
         /// Most reservations in the page, 1 to [`crate::airspace::CONFLICT_PAGE_MAX`]; absent:
         /// the maximum.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
     /// Ask whether `token` is held right now on a resource.
@@ -414,7 +398,6 @@ pub enum Op {
     AdminLeases {
         /// Only leases after this lease id (the previous page's `next_after`); absent: from
         /// the first.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
     },
     /// The resources held or waited for now, a page at a time, in (kind, name) order, each with
@@ -423,17 +406,13 @@ pub enum Op {
     #[op("admin.resources", Read)]
     AdminResources {
         /// Only this kind; absent: every kind (locks, then semaphores, then waypoints).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         kind: Option<ResourceKind>,
         /// Only names that start with this.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         prefix: Option<String>,
         /// Only resources after this cursor (the previous page's `next_after`, `kind/name`);
         /// absent: from the first.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
         /// Most resources in the page, 1 to 100; absent: 100.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
     },
     /// One page of a consistent snapshot of the replicated state, for an online backup
@@ -445,16 +424,13 @@ pub enum Op {
     AdminSnapshot {
         /// The log index of the snapshot being read (every page after the first); absent: take
         /// a new snapshot and answer its first page.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         index: Option<u64>,
         /// Where the page starts in the snapshot's bytes; absent: 0. Needs `index`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         offset: Option<u64>,
         /// Most snapshot bytes in the page (before base64), from
         /// [`crate::validate::SNAPSHOT_PAGE_BYTES_MIN`] to
         /// [`crate::validate::SNAPSHOT_PAGE_BYTES_MAX`]; absent:
         /// [`crate::validate::SNAPSHOT_PAGE_BYTES_DEFAULT`].
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         page_bytes_max: Option<u32>,
     },
     /// End any agent's lease, as its own `lease.revoke` would, without the owner check. For
@@ -476,11 +452,9 @@ pub enum Op {
         addr: String,
         /// How long the leader waits for the learner to catch up, ms; absent: 10,000. At most
         /// [`crate::validate::CATCH_UP_TIMEOUT_MS_MAX`].
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         catch_up_timeout_ms: Option<u64>,
         /// How many entries behind the leader's log the learner may be and count as caught up;
         /// absent: 100.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         catch_up_lag_entries_max: Option<u64>,
     },
     /// Remove a member from a running cluster. Answered by the leader.
@@ -496,7 +470,6 @@ pub enum Op {
         /// The agent id the account is for (the MQTT username and client id).
         name: String,
         /// Its role; absent: `agent`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         role: Option<Role>,
         /// Key prefixes it may read under, at most [`crate::kv_access::KV_PREFIXES_MAX`];
         /// absent or empty: the role's default, every key (`crate::kv_access`).
@@ -513,7 +486,6 @@ pub enum Op {
     AdminAgentList {
         /// Only accounts after this name (the previous page's `next_after`); absent: from the
         /// first.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
     },
     /// Delete the account of agent `name`: its connections are closed and its leases revoked.
@@ -540,10 +512,8 @@ pub enum Op {
         value: String,
         /// The sending agent's live lease the key is deleted with; absent: none (a put
         /// without a lease unbinds the key).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         lease: Option<String>,
         /// Answer the key as it was before the put.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         prev_kv: Option<bool>,
     },
     /// Read one key, or a page of the keys with a prefix in byte order. Linearizable unless
@@ -551,31 +521,24 @@ pub enum Op {
     #[op("kv.get", Read)]
     KvGet {
         /// One key; exactly one of `key` and `prefix`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
         /// Every key starting with it (empty: every key), a page at a time.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         prefix: Option<String>,
         /// With `prefix`: only keys after this one (the previous page's `next_after`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<String>,
         /// With `prefix`: most keys in the page, 1 to [`crate::kv::KV_PAGE_MAX`]; absent: the
         /// maximum.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<u32>,
         /// Answer from the receiving member's replica without a read-index round: faster,
         /// possibly stale.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         serializable: Option<bool>,
     },
     /// Delete one key, or every key with a prefix.
     #[op("kv.delete", Write)]
     KvDelete {
         /// One key; exactly one of `key` and `prefix`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
         /// Every key starting with it (the service's `$` keys excepted).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         prefix: Option<String>,
     },
     /// Compares, then one branch of puts, deletes and gets, all in one entry and one revision.
@@ -598,10 +561,8 @@ pub enum Op {
     #[op("watch.poll", Node)]
     WatchPoll {
         /// One key; exactly one of `key` and `prefix`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
         /// Every key with this prefix (the empty prefix: every key).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         prefix: Option<String>,
         /// The cursor: only events with a revision above it. The previous answer's `next`, or
         /// the `revision` of a `kv.get`.
@@ -609,15 +570,12 @@ pub enum Op {
         /// The previous answer's `next_key`, when that answer was a fragment of a revision too
         /// large for one answer: the events of revision `after + 1` up to this key came
         /// already. Absent otherwise.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         after_key: Option<String>,
         /// Most events in the answer, 1 to [`crate::kv::WATCH_EVENTS_MAX`] (one revision's
         /// events always come whole, even past it); absent: 100.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         max_events: Option<u32>,
         /// How long to wait for an event, ms, 0 to [`crate::kv::WATCH_WAIT_MS_MAX`]; absent:
         /// 30,000.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },
     /// Queue the lease as a candidate of an election, in arrival order; answered when it
@@ -632,7 +590,6 @@ pub enum Op {
         /// `value_bytes_max` bytes: `$election/{name}` holds it.
         value: String,
         /// As for `lock.acquire`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },
     /// Change the leader's value; refused `not_holder` unless `token` leads now and the
@@ -672,7 +629,6 @@ pub enum Op {
         /// The lease the membership is bound to.
         lease: String,
         /// As for `lock.acquire`: how long to wait for the round to fill.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },
     /// Leave the round the lease passed: answered, with the round's generation, in the one
@@ -684,7 +640,6 @@ pub enum Op {
         /// The lease that passed the round.
         lease: String,
         /// As for `lock.acquire`: how long to wait for the others to leave.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },
 }

@@ -27,6 +27,7 @@ pub struct Response {
 }
 
 /// The `error` object of a failure response.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// Machine-readable reason.
@@ -34,7 +35,6 @@ pub struct ErrorBody {
     /// Human-readable detail.
     pub message: String,
     /// With `compacted`: the oldest revision a watch may resume after.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact_revision: Option<u64>,
 }
 
@@ -242,12 +242,12 @@ pub struct StatusReport {
 macro_rules! page {
     ($(#[$doc:meta])* $name:ident { $(#[$rows_doc:meta])* $rows:ident: $row:ty } $($eq:ident)?) => {
         $(#[$doc])*
+        #[serde_with::skip_serializing_none]
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize $(, $eq)?)]
         pub struct $name {
             $(#[$rows_doc])*
             pub $rows: Vec<$row>,
             /// Present when more follow; send it as `after` for the next page.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
             pub next_after: Option<String>,
         }
     };
@@ -288,6 +288,7 @@ page! {
 }
 
 /// The answer to `admin.agent.add` and `admin.agent.rotate`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountIssued {
     /// The account's agent id.
@@ -296,7 +297,6 @@ pub struct AccountIssued {
     pub role: Role,
     /// The new secret, sent this once (the service keeps only its hash). Absent in the answer
     /// to a same-id retry, which cannot send it again: rotate to get a new one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }
 
@@ -343,6 +343,7 @@ pub struct AccountInfo {
 
 /// The result of `admin.status`: one node's own view, not a linearizable read. Log indexes are
 /// absent while there is none (an empty log, no snapshot yet).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStatus {
     /// The answering node's Raft id.
@@ -352,42 +353,32 @@ pub struct NodeStatus {
     /// Whether it is the leader.
     pub is_leader: bool,
     /// The leader it knows of, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_id: Option<u64>,
     /// Index of the last entry in its log.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_log_index: Option<u64>,
     /// Index of the last entry it knows committed (durable on a majority).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed_index: Option<u64>,
     /// Index of the last entry its state machine applied.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_index: Option<u64>,
     /// Last index covered by its latest snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_index: Option<u64>,
     /// Index up to which its log was purged (entries kept only in the snapshot).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purged_index: Option<u64>,
     /// The voting members of the cluster, as this node's membership config says.
     pub members: Vec<MemberInfo>,
     /// On the leader only: how far each other member's log is known to match the leader's
     /// (an empty list on a single node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<Vec<ReplicationInfo>>,
     /// Whether the node is backed by a quorum. On the leader: a majority of the voters
     /// acknowledged it within the longest election timeout (`false`: it answers every request
     /// `unavailable` at once, `status` shows `NO QUORUM`). On a follower: it knows a leader.
     /// Absent from nodes older than this field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub has_quorum: Option<bool>,
     /// On the leader only, ms since a majority of the voters last acknowledged it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum_ack_age_ms: Option<u64>,
     /// The cluster version this node applied: the feature level every member's build
     /// supports (docs/OPERATIONS.md, "Upgrading one member at a time"). Absent from nodes
     /// older than this field, which are all at version 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_version: Option<u32>,
 }
 
@@ -411,12 +402,12 @@ fn voter_default() -> bool {
 }
 
 /// One member's replication progress, as the leader sees it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicationInfo {
     /// The member's Raft id.
     pub id: u64,
     /// The highest log index known to match the leader's; absent when nothing matched yet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matched_index: Option<u64>,
 }
 
@@ -434,6 +425,7 @@ pub struct ResourceInfo {
 }
 
 /// One live lease in an `admin.leases` result.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseInfo {
     /// The lease id.
@@ -444,7 +436,6 @@ pub struct LeaseInfo {
     pub ttl_ms: u64,
     /// Time left before it expires, ms, on the leader's clock; absent when the answering node
     /// keeps no deadlines (it is not a leader that has applied an entry of its term).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining_ms: Option<u64>,
 }
 

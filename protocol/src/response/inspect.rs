@@ -7,14 +7,13 @@ use crate::priority::Priority;
 use crate::request::{Area, Volume};
 
 /// The answer to `inspect`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inspection {
     /// A semaphore's capacity (semaphores only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     /// How many members the barrier's round filling now needs (barriers only, while a round
     /// fills).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// Who holds the resource.
     pub holders: Vec<HolderInfo>,
@@ -23,15 +22,12 @@ pub struct Inspection {
     /// How many members of the barrier's passed rounds have sent `barrier.leave` and wait for
     /// the rest of their round (barriers only, when any do); `holders` lists the members that
     /// have not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaving: Option<u32>,
     /// How many hold the resource, present only when `holders` lists just the first ones
     /// because the whole answer would not fit in one MQTT packet ([`super::Response::encode_within`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holders_total: Option<u64>,
     /// How many wait, present only when `waiters` lists just the first ones in queue order, for
     /// the same reason.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiters_total: Option<u64>,
 }
 
@@ -51,21 +47,17 @@ macro_rules! inspect_row {
         pub struct $name {
             $($(#[$head_meta])* pub $head: $head_ty,)*
             /// The reservation's cylinder (waypoints reserved with geometry only).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
             pub area: Option<Area>,
             /// Start of the reservation's time window, ms since the Unix epoch (waypoints
             /// reserved with a window only).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
             pub start_ms: Option<u64>,
             /// End of the window, exclusive (waypoints reserved with an end only).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
             pub end_ms: Option<u64>,
             /// A route's volumes, in flight order (routes only).
             #[serde(default, skip_serializing_if = "Vec::is_empty")]
             pub volumes: Vec<Volume>,
             /// The reservation's priority, when above routine (absent: 0, as in the request).
             /// A waiter's place in its queue follows priority and aging.
-            #[serde(default, skip_serializing_if = "Option::is_none")]
             pub priority: Option<Priority>,
             $($(#[$tail_meta])* pub $tail: $tail_ty,)*
         }
@@ -74,6 +66,7 @@ macro_rules! inspect_row {
 
 inspect_row! {
     /// One holder in an `inspect` result.
+    #[serde_with::skip_serializing_none]
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     pub struct HolderInfo {
         /// The holding agent.
@@ -86,27 +79,25 @@ inspect_row! {
         /// The hold's fencing token.
         pub token: u64,
         /// Permits held (semaphores only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub permits: Option<u32>,
         /// When it was granted, milliseconds since the Unix epoch on the leader's clock.
         pub since_ms: u64,
         ..reservation,
         /// When a preempted reservation is ended unless released first (preempted waypoints
         /// and routes only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub vacate_by_ms: Option<u64>,
         /// A lock hold's mode: `shared` for a shared hold; absent (exclusive) otherwise, as in
         /// the request.
         #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
         pub mode: LockMode,
         /// The leader's value (elections only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: Option<String>,
     }
 }
 
 inspect_row! {
     /// One waiter in an `inspect` result.
+    #[serde_with::skip_serializing_none]
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     pub struct WaiterInfo {
         /// The waiting agent.
@@ -114,7 +105,6 @@ inspect_row! {
         /// Place in the queue, 1 for the next to be granted.
         pub position: u32,
         /// Permits asked for (semaphores only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub permits: Option<u32>,
         /// When it started waiting, milliseconds since the Unix epoch on the leader's clock.
         pub since_ms: u64,
@@ -123,7 +113,6 @@ inspect_row! {
         #[serde(default, skip_serializing_if = "LockMode::is_exclusive")]
         pub mode: LockMode,
         /// The value the candidate campaigns with (elections only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: Option<String>,
     }
 }
