@@ -106,19 +106,7 @@ async fn an_agent_with_a_client_certificate_is_closed_when_its_account_changes()
     let made = run_cli(&["certs", "dev", "--out", &out, "--clients", "admin,drone-1"]).await;
     assert!(made.success, "{}", made.stderr);
     let file = |name: &str| certs.join(name).display().to_string();
-    let node = Node::start_with_args(
-        &dir.path().join("data"),
-        &[
-            "--auth",
-            "--mqtt-tls-cert",
-            &file("server.crt"),
-            "--mqtt-tls-key",
-            &file("server.key"),
-            "--mqtt-client-ca",
-            &file("ca.crt"),
-        ],
-    )
-    .await;
+    let node = Node::start_mutual_tls(&dir.path().join("data"), &certs, &["--auth"]).await;
     let port = node.mqtt_port();
     // The admin proves itself by its certificate (CN admin, the account the first start made).
     let broker = format!("localhost:{port}");

@@ -79,18 +79,7 @@ async fn an_sdk_agent_and_the_cli_use_mutual_tls_with_the_dev_certificates() {
     let made = certs_dev(&certs, &["--clients", "admin,drone-1"]).await;
     assert!(made.success, "{}", made.stderr);
     let file = |name: &str| certs.join(name).display().to_string();
-    let node = Node::start_with_args(
-        &dir.path().join("data"),
-        &[
-            "--mqtt-tls-cert",
-            &file("server.crt"),
-            "--mqtt-tls-key",
-            &file("server.key"),
-            "--mqtt-client-ca",
-            &file("ca.crt"),
-        ],
-    )
-    .await;
+    let node = Node::start_mutual_tls(&dir.path().join("data"), &certs, &[]).await;
     let port = node.mqtt_port();
     // The start line says, for people, where agents connect and how.
     let listening = format!(

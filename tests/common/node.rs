@@ -61,6 +61,23 @@ impl Node {
         Node::start_picking(data_dir, Mqtt::Embedded, extra_args).await
     }
 
+    /// A node whose agent endpoint speaks mutual TLS with the files `hivekeeper certs dev`
+    /// wrote to `certs` (`server.crt`, `server.key`, `ca.crt`), and more `serve` arguments.
+    pub async fn start_mutual_tls(data_dir: &Path, certs: &Path, extra_args: &[&str]) -> Node {
+        let file = |name: &str| certs.join(name).display().to_string();
+        let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
+        let mut args = vec![
+            "--mqtt-tls-cert",
+            cert.as_str(),
+            "--mqtt-tls-key",
+            key.as_str(),
+            "--mqtt-client-ca",
+            ca.as_str(),
+        ];
+        args.extend_from_slice(extra_args);
+        Node::start_with_args(data_dir, &args).await
+    }
+
     /// [`Node::start_with_args`] running the `hivekeeper` binary at `program` (another
     /// build's, e.g. an older release for an upgrade test).
     pub async fn start_program(program: &Path, data_dir: &Path, extra_args: &[&str]) -> Node {
