@@ -282,29 +282,12 @@ fn fence_result_label(valid: bool) -> &'static str {
 /// up from here; registering again is harmless. A preemptor's priority is 1 to 3 (a routine
 /// request preempts nobody).
 fn register_series() {
-    counter!(LEASES_GRANTED_TOTAL).increment(0);
-    counter!(KV_EVENTS_TOTAL).increment(0);
-    for name in [KV_KEYS, KV_BYTES, KV_COMPACT_REVISION, WATCH_POLLS_PENDING] {
-        gauge!(name).set(0.0);
-    }
+    gauge!(WATCH_POLLS_PENDING).set(0.0);
     counter!(LEASES_KEEPALIVES_TOTAL).increment(0);
     counter!(LEASES_EXPIRY_REFUSED_TOTAL).increment(0);
-    counter!(PREEMPTIONS_WITHDRAWN_TOTAL).increment(0);
     let _ = histogram!(LEASES_KEEPALIVE_TTL_USED_RATIO);
-    for reason in LEASE_ENDS {
-        counter!(LEASES_ENDED_TOTAL, "reason" => lease_end_label(reason)).increment(0);
-    }
     for level in 1..=Priority::EMERGENCY.level() {
         counter!(RESERVATIONS_PREEMPTED_TOTAL, "priority" => level.to_string()).increment(0);
-    }
-    for kind in KINDS.map(kind_label) {
-        counter!(RESOURCE_GRANTS_TOTAL, "kind" => kind).increment(0);
-        counter!(RESOURCE_HANDOVERS_TOTAL, "kind" => kind).increment(0);
-        for reason in RELEASE_REASONS.map(release_reason_label) {
-            counter!(RESOURCE_RELEASES_TOTAL, "kind" => kind, "reason" => reason).increment(0);
-        }
-        let _ = histogram!(RESOURCE_WAIT_SECONDS, "kind" => kind);
-        let _ = histogram!(RESOURCE_HOLD_SECONDS, "kind" => kind);
     }
     for valid in [true, false] {
         counter!(FENCE_CHECKS_TOTAL, "result" => fence_result_label(valid)).increment(0);
@@ -410,9 +393,10 @@ struct KindSeries {
 }
 
 impl Series {
-    /// The handles, from the recorder installed now (a no-op recorder's when none is).
+    /// The handles, from the recorder installed now (a no-op recorder's when none is), with
+    /// the counters and the key space's gauges at 0, as [`register_series`] leaves the rest.
     fn register() -> Series {
-        Series {
+        let series = Series {
             leases_granted: counter!(LEASES_GRANTED_TOTAL),
             leases_ended: LEASE_ENDS
                 .map(|reason| counter!(LEASES_ENDED_TOTAL, "reason" => lease_end_label(reason))),
@@ -439,7 +423,30 @@ impl Series {
                     waiters: gauge!(RESOURCE_WAITERS, "kind" => kind),
                 }
             }),
+        };
+        let counters = [
+            &series.leases_granted,
+            &series.kv_events,
+            &series.preemptions_withdrawn,
+        ];
+        for counter in counters.into_iter().chain(&series.leases_ended) {
+            counter.increment(0);
         }
+        for kind in &series.kinds {
+            kind.grants.increment(0);
+            kind.handovers.increment(0);
+            for releases in &kind.releases {
+                releases.increment(0);
+            }
+        }
+        for gauge in [
+            &series.kv_keys,
+            &series.kv_bytes,
+            &series.kv_compact_revision,
+        ] {
+            gauge.set(0.0);
+        }
+        series
     }
 
     fn kind(&self, kind: ResourceKind) -> &KindSeries {
@@ -454,8 +461,8 @@ fn slot(kind: ResourceKind) -> usize {
 }
 
 impl NodeMetrics {
-    /// Sets the per-kind gauges to zero and registers the counters and histograms
-    /// ([`register_series`]), so they are exported before the first event.
+    /// Registers every series at zero ([`Series::register`], [`register_series`]), so they are
+    /// exported before the first event.
     pub fn new() -> NodeMetrics {
         register_series();
         let metrics = NodeMetrics {
