@@ -43,10 +43,6 @@ pub const REPLAY_ELECTIONS: u32 = 4;
 /// storm of expiries (a notice is about a hundred bytes).
 const RECENT_NOTICES_MAX: usize = 65_536;
 
-/// How often leadership is looked at when no message arrives, so that a new leader republishes
-/// what it kept without waiting for its next notice.
-const LEADERSHIP_LOOK: Duration = Duration::from_millis(50);
-
 /// The notices a member applied while it did not lead, kept for `window`.
 #[derive(Debug)]
 pub(crate) struct RecentNotices {
@@ -100,15 +96,20 @@ pub async fn publish_outbound(
 ) {
     let mut recent = RecentNotices::new(replay_window);
     let mut leading = false;
-    let mut look = tokio::time::interval(LEADERSHIP_LOOK);
-    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // Leadership changes wake the loop too, so that a new leader republishes what it kept
+    // without waiting for its next notice. A closed watch (Raft stopped) keeps its last value.
+    let mut leadership = node.leadership();
+    let mut leadership_open = true;
     loop {
         let message = tokio::select! {
             message = outbound.recv() => match message {
                 Some(message) => Some(message),
                 None => return,
             },
-            _ = look.tick() => None,
+            changed = leadership.changed(), if leadership_open => {
+                leadership_open = changed.is_ok();
+                None
+            }
         };
         let now_leading = node.is_leader();
         if now_leading && !leading {

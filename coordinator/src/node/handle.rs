@@ -96,6 +96,11 @@ impl NodeHandle {
         self.raft.is_leader()
     }
 
+    /// Who leads, as it changes: the one watch every watcher of leadership reads.
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<raft::Leadership> {
+        self.raft.leadership()
+    }
+
     /// The leader this node knows of.
     pub fn leader_id(&self) -> Option<u64> {
         self.raft.leader().map(|(id, _)| id)

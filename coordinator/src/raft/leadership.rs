@@ -5,7 +5,8 @@
 //!  openraft metrics watch ─▶ follow(): Leadership { term, leader, ready, stopped }
 //!                                      │ send_if_modified (only on a change)
 //!                                      ▼
-//!         lease keeper (ready?), limits configurer (took office?), failure report (stopped?)
+//!         lease keeper (ready?), limits configurer (took office?), failure report (stopped?),
+//!         the shared broker's notice publisher (leading?)
 //! ```
 //!
 //! Before this, four tasks watched openraft's metrics each on their own, and each woke for
